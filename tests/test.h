@@ -1,0 +1,80 @@
+/*
+ * test.h — the tiny harness every tests/test_*.c uses. A test program runs
+ * its checks, prints "N passed, N failed" and exits non-zero on any failure.
+ *
+ *   CHECK(cond)                 count one check
+ *   CHECKF(cond, fmt, ...)      same, with a message on failure
+ *   CHECK_NEAR(a, b, tol)       |a-b| <= tol
+ *   return test_summary();
+ */
+#ifndef MOE8_TEST_H
+#define MOE8_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int test_n_pass, test_n_fail;
+
+#define CHECKF(cond, ...)                                                         \
+    do {                                                                          \
+        if (cond) {                                                               \
+            test_n_pass++;                                                        \
+        } else {                                                                  \
+            test_n_fail++;                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+            fprintf(stderr, __VA_ARGS__);                                         \
+            fputc('\n', stderr);                                                  \
+        }                                                                         \
+    } while (0)
+#define CHECK(cond) CHECKF(cond, "check failed")
+#define CHECK_NEAR(a, b, tol)                                                     \
+    CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %g)",       \
+           (double)(a), (double)(b), (double)(tol))
+
+static inline int test_summary(void) {
+    printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
+    return test_n_fail ? 1 : 0;
+}
+
+/* A fresh, empty scratch folder under the build tree: MOE8_TEST_TMP/<name>. */
+static inline const char *test_tmpdir(const char *name) {
+    static char path[4096];
+    char cmd[4200];
+    snprintf(path, sizeof path, "%s/%s", MOE8_TEST_TMP, name);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", path, path);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot create scratch folder %s\n", path);
+        exit(2);
+    }
+    return path;
+}
+
+/* Write `n` bytes to `path`; aborts the test program on failure. */
+static inline void test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(2);
+    }
+}
+
+/* Deterministic pseudo-random numbers for tests (xorshift64*, Box-Muller). */
+typedef struct { unsigned long long s; } test_rng;
+static inline unsigned long long test_rng_u64(test_rng *r) {
+    r->s ^= r->s >> 12; r->s ^= r->s << 25; r->s ^= r->s >> 27;
+    return r->s * 2685821657736338717ULL;
+}
+static inline double test_rng_uniform(test_rng *r) { /* [0,1) */
+    return (double)(test_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+static inline double test_rng_normal(test_rng *r) {
+    double u1 = test_rng_uniform(r), u2 = test_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+#endif

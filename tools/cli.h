@@ -1,0 +1,21 @@
+/*
+ * cli.h — the moe8 command-line tool's subcommands. Each lives in its own
+ * tools/cmd_*.c file and uses only the public header moe8.h. A subcommand
+ * returns the process exit status; results go to stdout, errors and progress
+ * to stderr.
+ */
+#ifndef MOE8_CLI_H
+#define MOE8_CLI_H
+
+#include "moe8.h"
+
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_make_model(int argc, char **argv);
+
+/* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
+int cli_fail(const char *cmd, const moe8_error *err);
+
+#endif

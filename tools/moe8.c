@@ -1,0 +1,61 @@
+/*
+ * moe8.c — entry point of the moe8 CLI: dispatches to a subcommand.
+ * Subcommands not built yet are weak stubs that say so and fail.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define STUB(fn, name)                                                            \
+    __attribute__((weak)) int fn(int argc, char **argv) {                         \
+        (void)argc;                                                               \
+        (void)argv;                                                               \
+        fprintf(stderr, "moe8 %s: not supported yet\n", name);                    \
+        return 2;                                                                 \
+    }
+STUB(cmd_inspect, "inspect")
+STUB(cmd_bench, "bench")
+STUB(cmd_generate, "generate")
+STUB(cmd_quantize, "quantize")
+STUB(cmd_make_model, "make-model")
+
+int cli_fail(const char *cmd, const moe8_error *err) {
+    fprintf(stderr, "moe8 %s: %s\n", cmd, err->message[0] ? err->message : moe8_status_str(err->code));
+    return 1;
+}
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"inspect", cmd_inspect, "describe a model folder: architecture, quant types, memory"},
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
+    {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
+    {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: moe8 <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel set in use");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("moe8 %s (kernels: %s)\n", moe8_version(), moe8_kernel_isa());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "moe8: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
