@@ -1,0 +1,92 @@
+/*
+ * kernels_ref.c — scalar reference kernels: the definition every optimized
+ * kernel is tested against. Plain loops, no tricks; the integer parts are
+ * exact int32, the float parts follow SPEC §4 operation by operation.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "kernels/kernels.h"
+
+size_t moe8_qmat_bytes(int n, int k) {
+    return (size_t)moe8_round_up(n, MOE8_QK_NR) * (size_t)moe8_round_up(k, MOE8_QK_KALIGN);
+}
+
+void moe8_qmat_pack(int8_t *dst, const int8_t *w, int n, int k, int ldw) {
+    const int n_pad = moe8_round_up(n, MOE8_QK_NR), k_pad = moe8_round_up(k, MOE8_QK_KALIGN);
+    const int n_kk = k_pad / 2;
+    for (int p = 0; p < n_pad / MOE8_QK_NR; p++)
+        for (int kk = 0; kk < n_kk; kk++)
+            for (int c = 0; c < MOE8_QK_NR; c++)
+                for (int t = 0; t < 2; t++) {
+                    int i = p * MOE8_QK_NR + c, j = 2 * kk + t;
+                    dst[(((size_t)p * n_kk + kk) * MOE8_QK_NR + c) * 2 + t] =
+                        (i < n && j < k) ? w[(size_t)i * ldw + j] : 0;
+                }
+}
+
+void moe8_quant_rows_ref(int8_t *xq, int ldq, float *sx, int32_t *xsum, const float *x, int ldx,
+                         int m, int k) {
+    const int k_pad = moe8_round_up(k, MOE8_QK_KALIGN);
+    for (int r = 0; r < m; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        int8_t *qr = xq + (size_t)r * ldq;
+        float amax = 0.0f, s;
+        int32_t sum = 0;
+        for (int j = 0; j < k; j++) amax = fmaxf(amax, fabsf(xr[j]));
+        s = amax / 127.0f;
+        for (int j = 0; j < k; j++) {
+            float q = s > 0.0f ? rintf(xr[j] / s) : 0.0f;
+            q = fminf(fmaxf(q, -127.0f), 127.0f);
+            qr[j] = (int8_t)q;
+            sum += qr[j];
+        }
+        for (int j = k; j < k_pad; j++) qr[j] = 0;
+        sx[r] = s;
+        xsum[r] = sum;
+    }
+}
+
+void moe8_gemm_q8_i32_ref(int32_t *acc, int ldc, const int8_t *xq, int ldq, const moe8_qmat *w,
+                          int m, int n0, int n1) {
+    const int k = w->k;
+    for (int r = 0; r < m; r++)
+        for (int j = n0; j < n1; j++) {
+            int32_t a = 0;
+            for (int t = 0; t < k; t++) a += (int32_t)xq[(size_t)r * ldq + t] * moe8_qmat_at(w, j, t);
+            acc[(size_t)r * ldc + j] = a;
+        }
+}
+
+void moe8_gemm_q8_f32_ref(float *y, int ldy, const int8_t *xq, int ldq, const float *sx,
+                          const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1) {
+    const int k = w->k;
+    for (int r = 0; r < m; r++)
+        for (int j = n0; j < n1; j++) {
+            int32_t a = 0;
+            for (int t = 0; t < k; t++) a += (int32_t)xq[(size_t)r * ldq + t] * moe8_qmat_at(w, j, t);
+            if (w->offset) a += w->offset[j] * xsum[r];
+            y[(size_t)r * ldy + j] = ((float)a * sx[r]) * w->scale[j];
+        }
+}
+
+static inline float load_wf(const void *w, moe8_dtype dt, size_t i) {
+    switch (dt) {
+    case MOE8_DT_F32: return ((const float *)w)[i];
+    case MOE8_DT_BF16: return moe8_bf16_to_f32(((const uint16_t *)w)[i]);
+    case MOE8_DT_F16: return moe8_f16_to_f32(((const uint16_t *)w)[i]);
+    default: MOE8_ASSERT(!"float weight dtype must be F32, F16 or BF16"); return 0.0f;
+    }
+}
+
+void moe8_gemm_f32_wf_ref(float *y, int ldy, const float *x, int ldx, const void *w,
+                          moe8_dtype wdt, int ldw, int m, int n0, int n1, int k) {
+    for (int r = 0; r < m; r++)
+        for (int j = n0; j < n1; j++) {
+            float a = 0.0f;
+            for (int t = 0; t < k; t++)
+                a += x[(size_t)r * ldx + t] * load_wf(w, wdt, (size_t)j * ldw + t);
+            y[(size_t)r * ldy + j] = a;
+        }
+}
