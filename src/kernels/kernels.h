@@ -2,7 +2,7 @@
  * kernels.h — moe8's compute kernels behind one dispatch table.
  *
  * Every kernel has an always-compiled scalar reference (*_ref, kernels_ref.c)
- * and may have an optimized twin of the same signature (x86/*_avx2.c).
+ * and may have an optimized twin of the same signature (x86/..._avx2.c).
  * moe8_kernels_get() picks AVX2 when the CPU has it and MOE8_FORCE_REF is not
  * set. Integer results of every variant equal the reference bit for bit;
  * float results stay within the bound stated beside each kernel.
