@@ -49,6 +49,7 @@ moe8_status moe8_fail(moe8_error *err, moe8_status code, int64_t offset, const c
 
 void moe8_error_prefix(moe8_error *err, const char *fmt, ...) {
     char prefix[MOE8_ERROR_MESSAGE_MAX], old[MOE8_ERROR_MESSAGE_MAX];
+    size_t n;
     va_list ap;
     if (!err) return;
     va_start(ap, fmt);
@@ -56,7 +57,15 @@ void moe8_error_prefix(moe8_error *err, const char *fmt, ...) {
     va_end(ap);
     memcpy(old, err->message, sizeof old);
     old[sizeof old - 1] = '\0';
-    snprintf(err->message, sizeof err->message, "%s: %s", prefix, old);
+    n = strlen(prefix);
+    if (n > sizeof err->message - 3) n = sizeof err->message - 3;
+    memcpy(err->message, prefix, n);
+    memcpy(err->message + n, ": ", 2);
+    n += 2;
+    size_t m = strlen(old);
+    if (m > sizeof err->message - 1 - n) m = sizeof err->message - 1 - n;
+    memcpy(err->message + n, old, m);
+    err->message[n + m] = '\0';
 }
 
 static moe8_log_fn g_log_fn;

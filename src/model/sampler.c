@@ -1,0 +1,203 @@
+/*
+ * sampler.c — choosing the next token from logits.
+ *
+ * Greedy when temperature is 0 (the default): the arg-max, ties to the lower
+ * id. Otherwise, as vLLM does: logits / temperature -> softmax -> top-k ->
+ * top-p (smallest prefix whose mass reaches p) -> min-p (keep p >= min_p *
+ * p_max) -> renormalize -> one draw from a seeded xoshiro256** stream.
+ * Candidates are ordered by probability, ties by id, so a seed gives the same
+ * tokens on every machine and thread count.
+ *
+ * Avoids sorting the whole vocabulary: top-k keeps a bounded heap; top-p
+ * alone sorts only tokens with p >= (1 - top_p) / n_vocab, which provably
+ * contain the nucleus (the others weigh less than 1 - top_p together).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/sampler.h"
+
+struct moe8_sampler {
+    moe8_sampler_params p;
+    int n_vocab;
+    uint64_t rng[4];   /* xoshiro256** state */
+    float *work;       /* [n_vocab] probability of each token id */
+    int32_t *ids;      /* [n_vocab] candidate ids */
+    float *probs;      /* [n_vocab] candidate probabilities, parallel to ids */
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return r;
+}
+
+moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
+                                moe8_sampler **out, moe8_error *err) {
+    moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
+    moe8_sampler *s;
+    uint64_t seed;
+    *out = NULL;
+    if (n_vocab <= 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_vocab (%d) must be > 0", n_vocab);
+    if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "temperature (%g) must be >= 0", p.temperature);
+    if (p.top_k < 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "top_k (%d) must be >= 0", p.top_k);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "top_p (%g) must be in (0, 1]", p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "min_p (%g) must be in [0, 1]", p.min_p);
+    s = calloc(1, sizeof *s);
+    if (!s) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the sampler");
+    s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
+    s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
+    s->work = malloc((size_t)n_vocab * sizeof *s->work);
+    if (!s->ids || !s->probs || !s->work) {
+        moe8_sampler_free(s);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the sampler for %d tokens", n_vocab);
+    }
+    s->p = p;
+    s->n_vocab = n_vocab;
+    seed = p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    *out = s;
+    return MOE8_OK;
+}
+
+void moe8_sampler_free(moe8_sampler *s) {
+    if (!s) return;
+    free(s->ids);
+    free(s->probs);
+    free(s->work);
+    free(s);
+}
+
+moe8_sampler_params moe8_sampler_defaults(void) {
+    moe8_sampler_params p = {0.0f, 0, 1.0f, 0.0f, 0};
+    return p;
+}
+
+/* a ranks before b: higher probability, then lower id. */
+static int before(float pa, int32_t ia, float pb, int32_t ib) {
+    return pa > pb || (pa == pb && ia < ib);
+}
+
+static int cmp_cand(const void *a, const void *b, void *ctx) {
+    const float *probs = ctx;
+    int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    if (before(probs[ia], ia, probs[ib], ib)) return -1;
+    if (before(probs[ib], ib, probs[ia], ia)) return 1;
+    return 0;
+}
+
+/* Keep the k best of ids[0..n) (by prob[id]) in ids[0..k), unsorted: a
+ * min-heap of size k whose root is the worst kept candidate. */
+static int keep_top_k(int32_t *ids, int n, int k, const float *prob) {
+    if (k >= n) return n;
+    for (int i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        int pos;
+        if (i < k) {
+            pos = i; /* sift up */
+            while (pos > 0) {
+                int parent = (pos - 1) / 2;
+                if (!before(prob[ids[parent]], ids[parent], prob[id], id)) break;
+                ids[pos] = ids[parent];
+                pos = parent;
+            }
+            ids[pos] = id;
+            continue;
+        }
+        if (!before(prob[id], id, prob[ids[0]], ids[0])) continue;
+        pos = 0; /* replace the root, sift down */
+        for (;;) {
+            int c = 2 * pos + 1;
+            if (c >= k) break;
+            if (c + 1 < k && before(prob[ids[c]], ids[c], prob[ids[c + 1]], ids[c + 1])) c++;
+            if (!before(prob[id], id, prob[ids[c]], ids[c])) break;
+            ids[pos] = ids[c];
+            pos = c;
+        }
+        ids[pos] = id;
+    }
+    return k;
+}
+
+int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t **ids_out,
+                            const float **probs_out) {
+    const int V = s->n_vocab;
+    float *pr = s->work;
+    int32_t *ids = s->ids;
+    float mx = -INFINITY, pmax = 0.0f;
+    double sum = 0.0, mass = 0.0;
+    int n = 0;
+    for (int i = 0; i < V; i++) mx = fmaxf(mx, logits[i]);
+    for (int i = 0; i < V; i++) {
+        pr[i] = expf((logits[i] - mx) / s->p.temperature);
+        sum += pr[i];
+    }
+    for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
+    if (s->p.top_p < 1.0f && s->p.top_k == 0) {
+        float floor_p = (1.0f - s->p.top_p) / (float)V;
+        for (int i = 0; i < V; i++)
+            if (pr[i] >= floor_p) ids[n++] = i;
+    } else {
+        for (int i = 0; i < V; i++) ids[n++] = i;
+    }
+    if (s->p.top_k > 0) n = keep_top_k(ids, n, s->p.top_k, pr);
+    qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr);
+    if (s->p.top_p < 1.0f || s->p.top_k > 0) { /* nucleus of the (top-k) renormalized mass */
+        double kept = 0.0, acc = 0.0; /* without top-k: all the mass, pre-filtered or not */
+        if (s->p.top_k > 0)
+            for (int i = 0; i < n; i++) kept += pr[ids[i]];
+        else
+            for (int i = 0; i < V; i++) kept += pr[i];
+        for (int i = 0; i < n; i++) {
+            acc += pr[ids[i]];
+            if (acc >= s->p.top_p * kept) { n = i + 1; break; }
+        }
+    }
+    if (n > 0) pmax = pr[ids[0]];
+    if (s->p.min_p > 0.0f) {
+        int m = 0;
+        while (m < n && pr[ids[m]] >= s->p.min_p * pmax) m++;
+        n = m;
+    }
+    for (int i = 0; i < n; i++) mass += pr[ids[i]];
+    for (int i = 0; i < n; i++) s->probs[i] = (float)(pr[ids[i]] / mass);
+    *ids_out = ids;
+    *probs_out = s->probs;
+    return n;
+}
+
+int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits) {
+    const int32_t *ids;
+    const float *probs;
+    double u, acc = 0.0;
+    int n;
+    if (s->p.temperature == 0.0f) {
+        int32_t best = 0;
+        for (int i = 1; i < s->n_vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
+    }
+    n = moe8_sampler_candidates(s, logits, &ids, &probs);
+    if (n <= 0) return 0; /* all logits NaN: nothing sensible to draw */
+    u = (double)(xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0);
+    for (int i = 0; i < n; i++) {
+        acc += probs[i];
+        if (u < acc) return ids[i];
+    }
+    return ids[n - 1];
+}
