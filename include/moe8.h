@@ -204,34 +204,128 @@ typedef enum {
 
 const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC" */
 
-/* config.json of a qwen3_moe model (SPEC §7), defaults filled in. */
+/* config.json of a qwen3_moe model (SPEC §7), defaults filled in (those of
+ * Hugging Face's Qwen3MoeConfig where it has one). */
 #define MOE8_MAX_STOP_IDS 16
+#define MOE8_MAX_LAYERS 512       /* num_hidden_layers above this is refused */
 typedef struct {
     char model_type[32];          /* "qwen3_moe" */
-    int64_t vocab_size;
-    int64_t hidden_size;          /* H */
-    int64_t intermediate_size;    /* dense MLP width */
-    int64_t moe_intermediate_size;/* I, per expert */
-    int64_t num_hidden_layers;
-    int64_t num_attention_heads;
-    int64_t num_key_value_heads;
-    int64_t head_dim;
-    int64_t num_experts;          /* E (0 = dense model) */
-    int64_t num_experts_per_tok;  /* top-k */
-    int norm_topk_prob;           /* renormalize the top-k weights */
-    int64_t decoder_sparse_step;
-    int64_t max_position_embeddings;
-    double rms_norm_eps;
-    double rope_theta;
-    int tie_word_embeddings;
-    int64_t bos_token_id;         /* -1 if absent */
-    int n_eos_ids;
-    int64_t eos_token_ids[MOE8_MAX_STOP_IDS];
+    int64_t vocab_size;           /* default 151936 */
+    int64_t hidden_size;          /* H, default 2048 */
+    int64_t intermediate_size;    /* dense MLP width, default 6144 */
+    int64_t moe_intermediate_size;/* I, per expert, default 768 */
+    int64_t num_hidden_layers;    /* default 24, at most MOE8_MAX_LAYERS */
+    int64_t num_attention_heads;  /* default 32 */
+    int64_t num_key_value_heads;  /* default 4; divides num_attention_heads */
+    int64_t head_dim;             /* default hidden_size / num_attention_heads */
+    int64_t num_experts;          /* E (0 = dense model), default 128 */
+    int64_t num_experts_per_tok;  /* top-k, default 8, <= E */
+    int norm_topk_prob;           /* renormalize the top-k weights, default 0 */
+    int64_t decoder_sparse_step;  /* default 1 */
+    int64_t max_position_embeddings; /* default 32768 */
+    double rms_norm_eps;          /* default 1e-6 */
+    double rope_theta;            /* default 10000 */
+    int tie_word_embeddings;      /* default 0 */
+    int64_t bos_token_id;         /* -1 if absent or null */
+    int n_eos_ids;                /* 0 if absent or null */
+    int64_t eos_token_ids[MOE8_MAX_STOP_IDS]; /* [n_eos_ids], distinct */
     int n_mlp_only_layers;
-    int64_t *mlp_only_layers;     /* [n_mlp_only_layers], owned by the model */
+    int64_t mlp_only_layers[MOE8_MAX_LAYERS]; /* [n_mlp_only_layers], distinct, each < layers */
 } moe8_config;
 
+/* Parse and validate a config.json image (`len` bytes, need not be
+ * NUL-terminated; `label` names it in errors). Refuses model types other than
+ * qwen3_moe, rope_scaling, wrong JSON types, non-integral or out-of-range
+ * numbers, with messages naming the field and its value. */
+moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
+                              moe8_error *err);
+/* 1 if layer `layer` is a MoE layer (SPEC §7), 0 if it has a dense MLP. */
+int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer);
+
 typedef struct moe8_model moe8_model;
+
+/* Load options. Initialise with moe8_model_params_default(); fields are only
+ * ever appended. */
+typedef struct {
+    int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default */
+} moe8_model_params;
+moe8_model_params moe8_model_params_default(void);
+
+/* Open a model folder: config.json (+ generation_config.json), the
+ * safetensors file(s), quant_model_description.json (absent = every tensor
+ * FLOAT). Resolves each layer's quant types (SPEC §6) and checks every tensor
+ * the forward pass reads (names, dtypes, shapes, scale/offset values) before
+ * returning. Tensors stay memory-mapped; nothing is packed or computed yet.
+ * `params` may be NULL (defaults). */
+moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, moe8_model **out,
+                            moe8_error *err);
+void moe8_model_free(moe8_model *m);
+
+/* The parsed config.json. eos_token_ids holds the union of config.json's and
+ * generation_config.json's stop ids (the tokenizer's <|im_end|> is added by
+ * the caller). Valid while the model lives. */
+const moe8_config *moe8_model_config(const moe8_model *m);
+
+/* Resolved storage of one decoder layer. */
+typedef struct {
+    int is_moe;                   /* 1: router + experts, 0: dense SwiGLU MLP */
+    moe8_quant_type qkv;          /* q/k/v projections (packed: always equal) */
+    moe8_quant_type o;            /* o_proj */
+    moe8_quant_type router;       /* mlp.gate, MoE layers (always FLOAT) */
+    moe8_quant_type experts;      /* MoE layers: FLOAT or W8A8_DYNAMIC */
+    moe8_quant_type mlp_gate_up;  /* dense layers: gate/up (packed: always equal) */
+    moe8_quant_type mlp_down;     /* dense layers: down_proj */
+} moe8_layer_info;
+
+/* 0 and *out filled, or -1 when `layer` is out of range. */
+int moe8_model_layer_info(const moe8_model *m, int64_t layer, moe8_layer_info *out);
+
+/* Checkpoint totals over every tensor of the safetensors file(s). */
+typedef struct {
+    int n_files;                          /* safetensors files */
+    int64_t n_tensors;
+    uint64_t total_bytes;                 /* sum of tensor data bytes */
+    uint64_t bytes_by_dtype[MOE8_DT_COUNT];
+    int64_t tensors_by_dtype[MOE8_DT_COUNT];
+} moe8_model_stats;
+void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out);
+
+/* Rough memory need for a context of n_ctx tokens (SPEC §6b): the checkpoint's
+ * tensor bytes, an fp32 KV cache (2 x layers x kv_heads x head_dim x n_ctx x 4)
+ * and a scratch estimate for one sequence. */
+typedef struct {
+    uint64_t weight_bytes;
+    uint64_t kv_bytes;
+    uint64_t scratch_bytes;
+    uint64_t total_bytes;
+} moe8_memory_estimate;
+moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
+                              moe8_error *err);
+
+/* ======================================================================== */
+/* Sampling                                                                  */
+/* ======================================================================== */
+
+/* Filters apply in vLLM's order: logits / temperature -> softmax -> top-k ->
+ * top-p -> min-p -> renormalize -> draw. Candidates are ranked by probability,
+ * ties by lower id, so a seed reproduces the same tokens everywhere. */
+typedef struct {
+    float temperature; /* 0 = greedy (arg-max, ties to the lower id); default 0 */
+    int top_k;         /* keep the k most likely; 0 = off */
+    float top_p;       /* keep the smallest prefix with mass >= top_p; 1 = off */
+    float min_p;       /* keep p >= min_p * p_max; 0 = off */
+    uint64_t seed;     /* default 0 */
+} moe8_sampler_params;
+
+typedef struct moe8_sampler moe8_sampler;
+
+moe8_sampler_params moe8_sampler_defaults(void);
+/* `params` may be NULL (defaults). A sampler belongs to one caller at a time. */
+moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
+                                moe8_sampler **out, moe8_error *err);
+/* Next token id from logits [n_vocab]. Never allocates. */
+int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
+void moe8_sampler_free(moe8_sampler *s);
 
 /* ======================================================================== */
 /* Utilities                                                                 */
