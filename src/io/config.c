@@ -1,0 +1,316 @@
+/*
+ * config.c — config.json of a qwen3_moe model (SPEC §7) into moe8_config.
+ *
+ * Every field Hugging Face's Qwen3MoeConfig (transformers 4.51) knows gets its
+ * default when absent or null: vocab 151936, hidden 2048, intermediate 6144,
+ * moe_intermediate 768, 24 layers, 32 heads, 4 kv heads, head_dim =
+ * hidden / heads, 128 experts, top-8, norm_topk_prob false, sparse step 1,
+ * max positions 32768, eps 1e-6, theta 10000, untied, mlp_only_layers [].
+ * Keys moe8 does not use (architectures, torch_dtype, ...) are ignored.
+ *
+ * Every number is hostile: integers must be exact, dimensions positive and
+ * below caps chosen so that products such as vocab x hidden, E x I x H x
+ * layers and the KV cache size fit in int64 with room to spare.
+ * It does not read generation_config.json (see model.c) nor check tensors.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "io/json_util.h"
+#include "io/quant_desc.h"
+
+/* Caps: generous next to real models (Qwen3-235B: H 4096, 94 layers, E 128). */
+#define CAP_VOCAB (INT64_C(1) << 24)
+#define CAP_HIDDEN (INT64_C(1) << 16)
+#define CAP_WIDTH (INT64_C(1) << 20) /* intermediate sizes */
+#define CAP_HEADS INT64_C(1024)
+#define CAP_HEAD_DIM INT64_C(1024)
+#define CAP_EXPERTS INT64_C(4096)
+#define CAP_POSITIONS (INT64_C(1) << 24)
+#define CAP_ATTN_WIDTH (INT64_C(1) << 18) /* heads x head_dim */
+
+/* One int64 field: absent or null keeps *v (the default). */
+static moe8_status get_int(const cJSON *root, const char *label, const char *key, int64_t lo,
+                           int64_t hi, int64_t *v, moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    int64_t x;
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (!cJSON_IsNumber(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s must be an integer", label, key);
+    if (moe8_json_exact_int(it, &x) != 0)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s (%.17g) is not an exact integer",
+                         label, key, it->valuedouble);
+    if (x < lo || x > hi)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s (%lld) outside [%lld, %lld]", label,
+                         key, (long long)x, (long long)lo, (long long)hi);
+    *v = x;
+    return MOE8_OK;
+}
+
+static moe8_status get_bool(const cJSON *root, const char *label, const char *key, int *v,
+                            moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (!cJSON_IsBool(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s must be true or false", label, key);
+    *v = cJSON_IsTrue(it) ? 1 : 0;
+    return MOE8_OK;
+}
+
+/* A positive finite number. */
+static moe8_status get_pos_double(const cJSON *root, const char *label, const char *key, double *v,
+                                  moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (!cJSON_IsNumber(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s must be a number", label, key);
+    if (!isfinite(it->valuedouble) || it->valuedouble <= 0)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s (%g) must be finite and > 0", label,
+                         key, it->valuedouble);
+    *v = it->valuedouble;
+    return MOE8_OK;
+}
+
+static void set_defaults(moe8_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 151936;
+    c->hidden_size = 2048;
+    c->intermediate_size = 6144;
+    c->moe_intermediate_size = 768;
+    c->num_hidden_layers = 24;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 4;
+    c->head_dim = 0; /* filled from hidden / heads after parsing */
+    c->num_experts = 128;
+    c->num_experts_per_tok = 8;
+    c->norm_topk_prob = 0;
+    c->decoder_sparse_step = 1;
+    c->max_position_embeddings = 32768;
+    c->rms_norm_eps = 1e-6;
+    c->rope_theta = 10000.0;
+    c->tie_word_embeddings = 0;
+    c->bos_token_id = -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* String-valued and unsupported fields                                      */
+/* ------------------------------------------------------------------------ */
+
+static moe8_status check_model_type(const cJSON *root, const char *label, moe8_config *c,
+                                    moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!it)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type missing (expected \"qwen3_moe\")",
+                         label);
+    if (!cJSON_IsString(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type must be a string", label);
+    if (strcmp(it->valuestring, "qwen3_moe") != 0)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': model_type \"%.64s\" not supported (expected \"qwen3_moe\")", label,
+                         it->valuestring);
+    snprintf(c->model_type, sizeof c->model_type, "%s", it->valuestring);
+    return MOE8_OK;
+}
+
+static moe8_status check_unsupported(const cJSON *root, const char *label, moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    int flag = 0;
+    moe8_status st;
+    if (it && !cJSON_IsNull(it))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': rope_scaling not supported (must be null or absent)", label);
+    it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (it && !cJSON_IsNull(it)) {
+        if (!cJSON_IsString(it))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': hidden_act must be a string", label);
+        if (strcmp(it->valuestring, "silu") != 0)
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                             "'%s': hidden_act \"%.64s\" not supported (expected \"silu\")", label,
+                             it->valuestring);
+    }
+    if ((st = get_bool(root, label, "attention_bias", &flag, err)) != MOE8_OK) return st;
+    if (flag)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': attention_bias true not supported", label);
+    if ((st = get_bool(root, label, "use_sliding_window", &flag, err)) != MOE8_OK) return st;
+    if (flag)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': use_sliding_window true not supported", label);
+    return MOE8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Numeric fields                                                            */
+/* ------------------------------------------------------------------------ */
+
+static moe8_status read_dims(const cJSON *root, const char *label, moe8_config *c,
+                             moe8_error *err) {
+    const struct {
+        const char *key;
+        int64_t lo, hi, *v;
+    } f[] = {
+        {"vocab_size", 1, CAP_VOCAB, &c->vocab_size},
+        {"hidden_size", 1, CAP_HIDDEN, &c->hidden_size},
+        {"intermediate_size", 1, CAP_WIDTH, &c->intermediate_size},
+        {"moe_intermediate_size", 1, CAP_WIDTH, &c->moe_intermediate_size},
+        {"num_hidden_layers", 1, MOE8_MAX_LAYERS, &c->num_hidden_layers},
+        {"num_attention_heads", 1, CAP_HEADS, &c->num_attention_heads},
+        {"num_key_value_heads", 1, CAP_HEADS, &c->num_key_value_heads},
+        {"head_dim", 1, CAP_HEAD_DIM, &c->head_dim},
+        {"num_experts", 0, CAP_EXPERTS, &c->num_experts},
+        {"num_experts_per_tok", 1, CAP_EXPERTS, &c->num_experts_per_tok},
+        {"decoder_sparse_step", 1, MOE8_MAX_LAYERS, &c->decoder_sparse_step},
+        {"max_position_embeddings", 1, CAP_POSITIONS, &c->max_position_embeddings},
+    };
+    moe8_status st;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if ((st = get_int(root, label, f[i].key, f[i].lo, f[i].hi, f[i].v, err)) != MOE8_OK)
+            return st;
+    if ((st = get_bool(root, label, "norm_topk_prob", &c->norm_topk_prob, err)) != MOE8_OK) return st;
+    if ((st = get_bool(root, label, "tie_word_embeddings", &c->tie_word_embeddings, err)) != MOE8_OK)
+        return st;
+    if ((st = get_pos_double(root, label, "rms_norm_eps", &c->rms_norm_eps, err)) != MOE8_OK)
+        return st;
+    return get_pos_double(root, label, "rope_theta", &c->rope_theta, err);
+}
+
+static moe8_status check_relations(const char *label, moe8_config *c, moe8_error *err) {
+    if (c->head_dim == 0) {
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+        if (c->head_dim < 1 || c->head_dim > CAP_HEAD_DIM)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                             "'%s': default head_dim = hidden_size (%lld) / num_attention_heads "
+                             "(%lld) = %lld outside [1, %lld]",
+                             label, (long long)c->hidden_size, (long long)c->num_attention_heads,
+                             (long long)c->head_dim, (long long)CAP_HEAD_DIM);
+    }
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                         "'%s': num_attention_heads (%lld) is not a multiple of "
+                         "num_key_value_heads (%lld)",
+                         label, (long long)c->num_attention_heads,
+                         (long long)c->num_key_value_heads);
+    if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) > num_experts (%lld)",
+                         label, (long long)c->num_experts_per_tok, (long long)c->num_experts);
+    if (c->num_attention_heads * c->head_dim > CAP_ATTN_WIDTH)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                         "'%s': num_attention_heads x head_dim (%lld x %lld) too large", label,
+                         (long long)c->num_attention_heads, (long long)c->head_dim);
+    return MOE8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Token ids and layer lists                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Append `id` to ids[*n] unless present; fails beyond MOE8_MAX_STOP_IDS. */
+static moe8_status add_stop_id(const char *label, int64_t id, int64_t *ids, int *n,
+                               moe8_error *err) {
+    for (int i = 0; i < *n; i++)
+        if (ids[i] == id) return MOE8_OK;
+    if (*n >= MOE8_MAX_STOP_IDS)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': more than %d distinct eos_token_id values",
+                         label, MOE8_MAX_STOP_IDS);
+    ids[(*n)++] = id;
+    return MOE8_OK;
+}
+
+static moe8_status token_id(const char *label, const char *key, const cJSON *it, int64_t vocab,
+                            int64_t *out, moe8_error *err) {
+    if (moe8_json_exact_int(it, out) != 0)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s must be an integer token id", label, key);
+    if (*out < 0 || *out >= vocab)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s (%lld) outside [0, vocab_size %lld)",
+                         label, key, (long long)*out, (long long)vocab);
+    return MOE8_OK;
+}
+
+moe8_status moe8_config_read_eos(const cJSON *root, const char *label, int64_t vocab,
+                                 int64_t *ids, int *n, moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id"), *e;
+    int64_t id;
+    moe8_status st;
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (cJSON_IsNumber(it)) {
+        if ((st = token_id(label, "eos_token_id", it, vocab, &id, err)) != MOE8_OK) return st;
+        return add_stop_id(label, id, ids, n, err);
+    }
+    if (!cJSON_IsArray(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                         "'%s': eos_token_id must be an integer or a list of integers", label);
+    cJSON_ArrayForEach(e, it) {
+        if ((st = token_id(label, "eos_token_id", e, vocab, &id, err)) != MOE8_OK) return st;
+        if ((st = add_stop_id(label, id, ids, n, err)) != MOE8_OK) return st;
+    }
+    return MOE8_OK;
+}
+
+static moe8_status read_token_ids(const cJSON *root, const char *label, moe8_config *c,
+                                  moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    moe8_status st;
+    if (it && !cJSON_IsNull(it)) {
+        st = token_id(label, "bos_token_id", it, c->vocab_size, &c->bos_token_id, err);
+        if (st != MOE8_OK) return st;
+    }
+    return moe8_config_read_eos(root, label, c->vocab_size, c->eos_token_ids, &c->n_eos_ids, err);
+}
+
+static moe8_status read_mlp_only(const cJSON *root, const char *label, moe8_config *c,
+                                 moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers"), *e;
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (!cJSON_IsArray(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': mlp_only_layers must be a list of integers",
+                         label);
+    cJSON_ArrayForEach(e, it) {
+        int64_t l;
+        int dup = 0;
+        if (moe8_json_exact_int(e, &l) != 0)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                             "'%s': mlp_only_layers must hold integer layer indices", label);
+        if (l < 0 || l >= c->num_hidden_layers)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                             "'%s': mlp_only_layers entry %lld outside [0, num_hidden_layers %lld)",
+                             label, (long long)l, (long long)c->num_hidden_layers);
+        for (int i = 0; i < c->n_mlp_only_layers; i++) dup |= c->mlp_only_layers[i] == l;
+        if (!dup) c->mlp_only_layers[c->n_mlp_only_layers++] = l; /* distinct, so <= layers */
+    }
+    return MOE8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Entry points                                                              */
+/* ------------------------------------------------------------------------ */
+
+moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
+                              moe8_error *err) {
+    cJSON *root = NULL;
+    moe8_status st;
+    if (!json || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "config: NULL argument");
+    if (!label) label = "config.json";
+    set_defaults(out);
+    if ((st = moe8_json_parse(json, len, label, &root, err)) != MOE8_OK) return st;
+    if (!cJSON_IsObject(root)) {
+        st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': expected a JSON object", label);
+        goto done;
+    }
+    if ((st = check_model_type(root, label, out, err)) != MOE8_OK) goto done;
+    if ((st = check_unsupported(root, label, err)) != MOE8_OK) goto done;
+    if ((st = read_dims(root, label, out, err)) != MOE8_OK) goto done;
+    if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
+    if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
+    st = read_mlp_only(root, label, out, err);
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
+int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer) {
+    if (!c || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
+    for (int i = 0; i < c->n_mlp_only_layers; i++)
+        if (c->mlp_only_layers[i] == layer) return 0;
+    return (layer + 1) % c->decoder_sparse_step == 0;
+}
