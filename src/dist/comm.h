@@ -1,0 +1,68 @@
+/*
+ * comm.h — the communication layer between ranks (tensor / expert parallel).
+ * One small interface, two implementations: comm_local.c (one rank, always
+ * built, every collective a no-op or a copy) and comm_mpi.c (OpenMPI, only
+ * when the build found MPI). Nothing outside src/dist/ includes mpi.h.
+ *
+ * Collectives are blocking and must be called by every rank in the same
+ * order. Reductions are deterministic for a fixed rank count: every rank gets
+ * the same bits.
+ */
+#ifndef MOE8_COMM_H
+#define MOE8_COMM_H
+
+#include <stddef.h>
+
+#include "moe8.h"
+
+typedef struct moe8_comm moe8_comm;
+
+typedef enum {
+    MOE8_COMM_LOCAL = 0, /* one process, no MPI */
+    MOE8_COMM_MPI = 1,   /* MPI_COMM_WORLD; initialises MPI on first use */
+} moe8_comm_kind;
+
+/* 1 when this build has the MPI implementation. */
+int moe8_comm_mpi_available(void);
+
+moe8_status moe8_comm_create(moe8_comm_kind kind, moe8_comm **out, moe8_error *err);
+/* Frees the communicator; the last MPI one finalises MPI. */
+void moe8_comm_free(moe8_comm *c);
+
+int moe8_comm_rank(const moe8_comm *c);
+int moe8_comm_size(const moe8_comm *c);
+
+/* buf[n] = sum over ranks of buf[n] (in place). */
+moe8_status moe8_comm_allreduce_sum_f32(moe8_comm *c, float *buf, size_t n, moe8_error *err);
+/* recv[size][bytes] = every rank's send[bytes], in rank order. */
+moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                                moe8_error *err);
+/* buf[bytes] of `root` copied to every rank. */
+moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err);
+moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err);
+/* Bring every rank down with `code` (after this rank reported its error):
+ * a failed rank must never leave the others waiting in a collective. */
+void moe8_comm_abort(moe8_comm *c, int code);
+
+/* Function table each implementation provides (internal). */
+typedef struct {
+    void (*free)(moe8_comm *c);
+    moe8_status (*allreduce_sum_f32)(moe8_comm *c, float *buf, size_t n, moe8_error *err);
+    moe8_status (*allgather)(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                             moe8_error *err);
+    moe8_status (*bcast)(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err);
+    moe8_status (*barrier)(moe8_comm *c, moe8_error *err);
+    void (*abort)(moe8_comm *c, int code);
+} moe8_comm_ops;
+
+struct moe8_comm {
+    const moe8_comm_ops *ops;
+    int rank, size;
+    void *impl; /* implementation state */
+};
+
+#ifdef MOE8_HAVE_MPI
+moe8_status moe8_comm_mpi_create(moe8_comm **out, moe8_error *err);
+#endif
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * comm_local.c — the one-rank communicator (always built) and the dispatch
+ * from the generic moe8_comm_* calls to an implementation's ops table.
+ * With one rank, all-reduce and broadcast leave the buffer as it is and
+ * all-gather is a copy.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "dist/comm.h"
+
+static void local_free(moe8_comm *c) { free(c); }
+
+static moe8_status local_allreduce(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
+    (void)c, (void)buf, (void)n, (void)err;
+    return MOE8_OK;
+}
+
+static moe8_status local_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                                   moe8_error *err) {
+    (void)c, (void)err;
+    if (bytes) memmove(recv, send, bytes);
+    return MOE8_OK;
+}
+
+static moe8_status local_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
+    (void)c, (void)buf, (void)bytes;
+    if (root != 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast root %d of 1 rank", root);
+    return MOE8_OK;
+}
+
+static moe8_status local_barrier(moe8_comm *c, moe8_error *err) {
+    (void)c, (void)err;
+    return MOE8_OK;
+}
+
+static void local_abort(moe8_comm *c, int code) {
+    (void)c;
+    exit(code);
+}
+
+static const moe8_comm_ops local_ops = {
+    local_free, local_allreduce, local_allgather, local_bcast, local_barrier, local_abort,
+};
+
+int moe8_comm_mpi_available(void) {
+#ifdef MOE8_HAVE_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+moe8_status moe8_comm_create(moe8_comm_kind kind, moe8_comm **out, moe8_error *err) {
+    moe8_comm *c;
+    *out = NULL;
+    if (kind == MOE8_COMM_MPI) {
+#ifdef MOE8_HAVE_MPI
+        return moe8_comm_mpi_create(out, err);
+#else
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "this moe8 was built without MPI: rebuild with OpenMPI installed");
+#endif
+    }
+    if (kind != MOE8_COMM_LOCAL)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "unknown communicator kind %d", (int)kind);
+    c = calloc(1, sizeof *c);
+    if (!c) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate a communicator");
+    c->ops = &local_ops;
+    c->rank = 0;
+    c->size = 1;
+    *out = c;
+    return MOE8_OK;
+}
+
+void moe8_comm_free(moe8_comm *c) {
+    if (c) c->ops->free(c);
+}
+
+int moe8_comm_rank(const moe8_comm *c) { return c->rank; }
+int moe8_comm_size(const moe8_comm *c) { return c->size; }
+
+moe8_status moe8_comm_allreduce_sum_f32(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
+    return c->ops->allreduce_sum_f32(c, buf, n, err);
+}
+
+moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                                moe8_error *err) {
+    return c->ops->allgather(c, send, recv, bytes, err);
+}
+
+moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
+    if (root < 0 || root >= c->size)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast root %d of %d ranks", root, c->size);
+    return c->ops->bcast(c, buf, bytes, root, err);
+}
+
+moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err) { return c->ops->barrier(c, err); }
+
+void moe8_comm_abort(moe8_comm *c, int code) { c->ops->abort(c, code); }

@@ -1,0 +1,28 @@
+/* test_comm.c — the one-rank communicator: identities of every collective. */
+#include "test.h"
+#include "dist/comm.h"
+
+int main(void) {
+    moe8_comm *c;
+    moe8_error err;
+    float buf[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e30f}, copy[5];
+    int send[3] = {7, 8, 9}, recv[3] = {0};
+    CHECK(moe8_comm_create(MOE8_COMM_LOCAL, &c, &err) == MOE8_OK);
+    CHECK(moe8_comm_rank(c) == 0 && moe8_comm_size(c) == 1);
+    memcpy(copy, buf, sizeof buf);
+    CHECK(moe8_comm_allreduce_sum_f32(c, buf, 5, &err) == MOE8_OK);
+    CHECK(memcmp(buf, copy, sizeof buf) == 0);
+    CHECK(moe8_comm_allgather(c, send, recv, sizeof send, &err) == MOE8_OK);
+    CHECK(recv[0] == 7 && recv[1] == 8 && recv[2] == 9);
+    CHECK(moe8_comm_bcast(c, buf, sizeof buf, 0, &err) == MOE8_OK);
+    CHECK(memcmp(buf, copy, sizeof buf) == 0);
+    CHECK(moe8_comm_bcast(c, buf, sizeof buf, 1, &err) == MOE8_ERR_INVALID_ARG);
+    CHECK(strstr(err.message, "root 1") != NULL);
+    CHECK(moe8_comm_barrier(c, &err) == MOE8_OK);
+    moe8_comm_free(c);
+    if (!moe8_comm_mpi_available()) {
+        CHECK(moe8_comm_create(MOE8_COMM_MPI, &c, &err) == MOE8_ERR_UNSUPPORTED);
+        CHECK(strstr(err.message, "without MPI") != NULL);
+    }
+    return test_summary();
+}
