@@ -43,7 +43,7 @@ static inline int test_summary(void) {
 /* A fresh, empty scratch folder under the build tree: MOE8_TEST_TMP/<name>. */
 static inline const char *test_tmpdir(const char *name) {
     static char path[4096];
-    char cmd[4200];
+    char cmd[2 * sizeof path + 32];
     snprintf(path, sizeof path, "%s/%s", MOE8_TEST_TMP, name);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", path, path);
     if (system(cmd) != 0) {
