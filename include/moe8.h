@@ -159,7 +159,7 @@ const moe8_tensor *moe8_st_find(const moe8_st *st, const char *name); /* NULL if
 int moe8_st_n_files(const moe8_st *st);
 const char *moe8_st_file_path(const moe8_st *st, int file_index);
 int64_t moe8_st_file_size(const moe8_st *st, int file_index);
-/* Value of a "__metadata__" key of the file holding tensor index 0 (or NULL). */
+/* Value of a "__metadata__" key of file `file_index` of the set (or NULL). */
 const char *moe8_st_metadata(const moe8_st *st, int file_index, const char *key);
 /* Give back the resident pages of a tensor's data (madvise DONTNEED on the
  * whole pages it covers). Reading it again pages it in from the file. */
