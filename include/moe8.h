@@ -334,6 +334,89 @@ void moe8_sampler_free(moe8_sampler *s);
 /* Name of the kernel set in use: "avx2" or "ref" (MOE8_FORCE_REF=1 forces ref). */
 const char *moe8_kernel_isa(void);
 
+/* ======================================================================== */
+/* Tokenizer: byte-level BPE from tokenizer.json (SPEC §9)                   */
+/* ======================================================================== */
+
+/* Loaded once, read-only afterwards: every call below that takes a
+ * `const moe8_tokenizer *` may run concurrently on the same handle. A
+ * moe8_detok is single-threaded state (one per stream). Token text here is
+ * always raw bytes (UTF-8 for whole characters), never the "Ġ" spelling. */
+typedef struct moe8_tokenizer moe8_tokenizer;
+
+/* Load `dir`/tokenizer.json (+ tokenizer_config.json when present: add_bos_token,
+ * bos_token, eos_token). Qwen2/Qwen3 pipelines: NFC, Split regex + ByteLevel,
+ * BPE, added tokens; anything else fails with MOE8_ERR_UNSUPPORTED naming the
+ * field. Loading the 11 MB Qwen3 file takes a fraction of a second. */
+moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_error *err);
+void moe8_tokenizer_free(moe8_tokenizer *tok);
+
+/* Largest token id + 1 (151669 for Qwen3; the model's vocab_size may be larger). */
+int32_t moe8_tokenizer_n_vocab(const moe8_tokenizer *tok);
+/* 1 when tokenizer_config.json says add_bos_token: true (Qwen3: 0). moe8_tokenize
+ * never adds it; the caller prepends moe8_tokenizer_bos_id() when this says so. */
+int moe8_tokenizer_add_bos(const moe8_tokenizer *tok);
+int32_t moe8_tokenizer_bos_id(const moe8_tokenizer *tok); /* -1 when none (Qwen3) */
+int32_t moe8_tokenizer_eos_id(const moe8_tokenizer *tok); /* tokenizer_config eos_token, or -1 */
+/* Id of the token whose text is exactly `text` (added tokens first, then the
+ * vocabulary), e.g. "<|im_end|>" -> 151645, " hello" -> 23811; -1 if none. */
+int32_t moe8_tokenizer_token_id(const moe8_tokenizer *tok, const char *text);
+
+#define MOE8_TOKEN_ADDED 1u   /* listed in "added_tokens": matched before pre-tokenization */
+#define MOE8_TOKEN_SPECIAL 2u /* "special": true (<|im_start|>, <|im_end|>, ...) */
+/* Raw bytes of token `id` (not NUL-terminated; a piece of a UTF-8 character
+ * is possible), valid while `tok` lives; NULL when id is out of range or
+ * unassigned. *n_bytes and *flags (MOE8_TOKEN_* bits) are optional. */
+const char *moe8_tokenizer_token_bytes(const moe8_tokenizer *tok, int32_t id, size_t *n_bytes,
+                                       unsigned *flags);
+
+/* Encode text[0..len) (UTF-8; need not be NUL-terminated) into ids[0..cap).
+ * Added/special tokens in the text are matched first, so "<|im_end|>" gives
+ * 151645. *n_ids gets the id count; when it exceeds cap the call fails with
+ * MOE8_ERR_INVALID_ARG and *n_ids says how many are needed (ids=NULL, cap=0
+ * counts). Invalid UTF-8 fails with MOE8_ERR_FORMAT, err->offset = the byte
+ * offset. No BOS is added. Allocates per-call scratch; thread-safe. */
+moe8_status moe8_tokenize(const moe8_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                          size_t cap, size_t *n_ids, moe8_error *err);
+
+/* Streaming detokenizer: feed ids one at a time; each call hands back only
+ * complete UTF-8 characters (an incomplete tail waits for the next id,
+ * invalid bytes become U+FFFD). Special tokens render as their text unless
+ * MOE8_DETOK_SKIP_SPECIAL. The returned text is not NUL-terminated and stays
+ * valid until the next call on `d`. Feed and flush never allocate. */
+typedef struct moe8_detok moe8_detok;
+#define MOE8_DETOK_SKIP_SPECIAL 1u
+moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
+                           moe8_error *err);
+/* Fails (MOE8_ERR_INVALID_ARG, *len = 0) for an id without a token. */
+moe8_status moe8_detok_feed(moe8_detok *d, int32_t id, const char **text, size_t *len,
+                            moe8_error *err);
+/* End of stream: a dangling incomplete character becomes one U+FFFD. */
+void moe8_detok_flush(moe8_detok *d, const char **text, size_t *len);
+void moe8_detok_reset(moe8_detok *d); /* drop any held tail, start a new stream */
+void moe8_detok_free(moe8_detok *d);
+
+/* Whole sequence: what feeding every id and flushing gives, NUL-terminated in
+ * out[0..cap). *n_out = bytes without the NUL; when cap <= that, fails with
+ * MOE8_ERR_INVALID_ARG (*n_out still says the length). */
+moe8_status moe8_detokenize(const moe8_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                            unsigned flags, char *out, size_t cap, size_t *n_out,
+                            moe8_error *err);
+
+/* Qwen chat prompt (ChatML): "<|im_start|>{role}\n{content}<|im_end|>\n" per
+ * message; with MOE8_CHAT_ADD_ASSISTANT then "<|im_start|>assistant\n", and
+ * with MOE8_CHAT_NO_THINKING also "<think>\n\n</think>\n\n". Content is copied
+ * verbatim (special-token text in it will tokenize as special tokens). Output
+ * NUL-terminated in out[0..cap); *n_out and a too-small cap as moe8_detokenize. */
+typedef struct {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content; /* UTF-8, NUL-terminated */
+} moe8_chat_message;
+#define MOE8_CHAT_ADD_ASSISTANT 1u
+#define MOE8_CHAT_NO_THINKING 2u
+moe8_status moe8_chat_format(const moe8_chat_message *msgs, size_t n_msgs, unsigned flags,
+                             char *out, size_t cap, size_t *n_out, moe8_error *err);
+
 #ifdef __cplusplus
 }
 #endif
