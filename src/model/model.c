@@ -1,0 +1,493 @@
+/*
+ * model.c — open a Qwen3-MoE model folder (SPEC §6, §7): config.json,
+ * generation_config.json (optional: more stop ids), the safetensors file(s),
+ * quant_model_description.json (optional: absent = every tensor FLOAT).
+ *
+ * Load = parse the JSON files, map the tensors, resolve each layer's quant
+ * types, then bind every tensor the forward pass reads into moe8_layer /
+ * moe8_linear (model.h) while checking its contract: present, dtype and shape
+ * consistent with the config and the quant type, and the few values used as
+ * parameters (input scale/offset, deq_scale, weight scales/offsets) sane.
+ * Errors name the file and tensor and say expected vs found.
+ *
+ * Does not: pack experts, convert dtypes, allocate KV cache or compute.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/json_util.h"
+#include "model/model.h"
+
+/* ======================================================================== */
+/* Tensor lookup and contract checks                                        */
+/* ======================================================================== */
+
+static void fmt_shape(char *buf, size_t n, int n_dims, const int64_t *shape) {
+    size_t used = 0;
+    used += (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < n_dims && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+static const char *file_of(const moe8_model *m, const moe8_tensor *t) {
+    const char *p = moe8_st_file_path(m->st, t->file_index);
+    return p ? p : m->dir;
+}
+
+/* The tensor `name`, or an error (NULL *out) when `required`. */
+static moe8_status find(const moe8_model *m, const char *name, int required,
+                        const moe8_tensor **out, moe8_error *err) {
+    *out = moe8_st_find(m->st, name);
+    if (*out || !required) return MOE8_OK;
+    return moe8_fail(err, MOE8_ERR_NOT_FOUND, -1, "'%s': tensor '%s' not found", m->dir, name);
+}
+
+static int is_float_dt(moe8_dtype dt) {
+    return dt == MOE8_DT_F32 || dt == MOE8_DT_F16 || dt == MOE8_DT_BF16;
+}
+
+/* dtype check: `ok` says whether t->dtype is allowed; `want` spells them. */
+static moe8_status want_dtype(const moe8_model *m, const moe8_tensor *t, int ok, const char *want,
+                              moe8_error *err) {
+    if (ok) return MOE8_OK;
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected dtype %s, found %s",
+                     file_of(m, t), t->name, want, moe8_dtype_name(t->dtype));
+}
+
+/* Exact shape check; d1 < 0 means a 1-D shape [d0]. */
+static moe8_status want_shape(const moe8_model *m, const moe8_tensor *t, int64_t d0, int64_t d1,
+                              moe8_error *err) {
+    int64_t want[2] = {d0, d1};
+    int n = d1 < 0 ? 1 : 2;
+    char ws[64], fs[160];
+    if (t->n_dims == n && t->shape[0] == d0 && (n == 1 || t->shape[1] == d1)) return MOE8_OK;
+    fmt_shape(ws, sizeof ws, n, want);
+    fmt_shape(fs, sizeof fs, t->n_dims, t->shape);
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected shape %s, found %s",
+                     file_of(m, t), t->name, ws, fs);
+}
+
+/* A float tensor of shape [d0] or [d0][d1]. */
+static moe8_status float_tensor(const moe8_model *m, const char *name, int64_t d0, int64_t d1,
+                                const moe8_tensor **out, moe8_error *err) {
+    moe8_status st;
+    if ((st = find(m, name, 1, out, err)) != MOE8_OK) return st;
+    if ((st = want_dtype(m, *out, is_float_dt((*out)->dtype), "BF16, F16 or F32", err)) != MOE8_OK)
+        return st;
+    return want_shape(m, *out, d0, d1, err);
+}
+
+/* Every element finite and, if `integer`, an integer in [-128, 127]. */
+static moe8_status check_values(const moe8_model *m, const moe8_tensor *t, int integer,
+                                int *nonzero, moe8_error *err) {
+    for (int64_t i = 0; i < t->n_elements; i++) {
+        float v = moe8_tensor_f32_at(t, i);
+        if (!isfinite(v))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is %g, "
+                             "expected a finite value", file_of(m, t), t->name, (long long)i, v);
+        if (integer && (v != floorf(v) || v < -128.0f || v > 127.0f))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                             "'%s': tensor '%s': element %lld is %g, expected an integer in "
+                             "[-128, 127]", file_of(m, t), t->name, (long long)i, v);
+        if (nonzero && v != 0.0f) *nonzero = 1;
+    }
+    return MOE8_OK;
+}
+
+/* ======================================================================== */
+/* Linear layers                                                             */
+/* ======================================================================== */
+
+/* weight_scale / weight_offset: [n] or [n][1], float (offset may be integer). */
+static moe8_status scale_like(const moe8_model *m, const moe8_tensor *t, int64_t n, int offset,
+                              moe8_error *err) {
+    int ok = is_float_dt(t->dtype) ||
+             (offset && (t->dtype == MOE8_DT_I8 || t->dtype == MOE8_DT_I32 || t->dtype == MOE8_DT_I64));
+    moe8_status st = want_dtype(m, t, ok, offset ? "F32, BF16, F16, I8, I32 or I64" : "F32, BF16 or F16",
+                                err);
+    if (st != MOE8_OK) return st;
+    if (t->n_dims == 2 && t->shape[1] == 1) return want_shape(m, t, n, 1, err);
+    return want_shape(m, t, n, -1, err);
+}
+
+/* `<prefix>.weight_scale` (required iff `need`) and `.weight_offset` (optional). */
+static moe8_status bind_weight_scales(const moe8_model *m, const char *prefix, moe8_linear *L,
+                                      int need, moe8_error *err) {
+    char name[256];
+    moe8_status st;
+    snprintf(name, sizeof name, "%s.weight_scale", prefix);
+    if ((st = find(m, name, need, &L->weight_scale, err)) != MOE8_OK) return st;
+    snprintf(name, sizeof name, "%s.weight_offset", prefix);
+    if ((st = find(m, name, 0, &L->weight_offset, err)) != MOE8_OK) return st;
+    if (!need) return MOE8_OK; /* present but unused (W8A8 static) */
+    if ((st = scale_like(m, L->weight_scale, L->n_out, 0, err)) != MOE8_OK) return st;
+    if ((st = check_values(m, L->weight_scale, 0, NULL, err)) != MOE8_OK) return st;
+    if (!L->weight_offset) return MOE8_OK;
+    if ((st = scale_like(m, L->weight_offset, L->n_out, 1, err)) != MOE8_OK) return st;
+    if (L->weight_offset->n_dims != L->weight_scale->n_dims)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': shape differs from '%s'",
+                         file_of(m, L->weight_offset), L->weight_offset->name, L->weight_scale->name);
+    return check_values(m, L->weight_offset, 1, &L->nonzero_offset, err);
+}
+
+/* input_scale [1] float > 0; input_offset [1] I8 or integer-valued float. */
+static moe8_status bind_input_quant(const moe8_model *m, const char *prefix, moe8_linear *L,
+                                    moe8_error *err) {
+    char name[256], fs[160];
+    const moe8_tensor *t[2];
+    moe8_status st;
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, "%s.%s", prefix, i ? "input_offset" : "input_scale");
+        if ((st = find(m, name, 1, &t[i], err)) != MOE8_OK) return st;
+        st = want_dtype(m, t[i], is_float_dt(t[i]->dtype) || (i && t[i]->dtype == MOE8_DT_I8),
+                        i ? "I8, F32, BF16 or F16" : "F32, BF16 or F16", err);
+        if (st != MOE8_OK) return st;
+        fmt_shape(fs, sizeof fs, t[i]->n_dims, t[i]->shape);
+        if (t[i]->n_elements != 1 || t[i]->n_dims > 1)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected shape [1], found %s",
+                             file_of(m, t[i]), t[i]->name, fs);
+    }
+    L->input_scale = t[0];
+    L->input_offset = t[1];
+    L->in_scale = moe8_tensor_f32_at(t[0], 0);
+    if (!isfinite(L->in_scale) || L->in_scale <= 0.0f)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': value %g, expected a finite "
+                         "scale > 0", file_of(m, t[0]), t[0]->name, L->in_scale);
+    if ((st = check_values(m, t[1], 1, NULL, err)) != MOE8_OK) return st;
+    L->in_offset = (int32_t)moe8_tensor_f32_at(t[1], 0);
+    return MOE8_OK;
+}
+
+/* deq_scale [n_out] I64 or F32 (finite once decoded), quant_bias [n_out] I32. */
+static moe8_status bind_dequant(const moe8_model *m, const char *prefix, moe8_linear *L,
+                                moe8_error *err) {
+    char name[256];
+    moe8_status st;
+    const moe8_tensor *d, *b;
+    snprintf(name, sizeof name, "%s.deq_scale", prefix);
+    if ((st = find(m, name, 1, &d, err)) != MOE8_OK) return st;
+    st = want_dtype(m, d, d->dtype == MOE8_DT_I64 || d->dtype == MOE8_DT_F32, "I64 or F32", err);
+    if (st != MOE8_OK || (st = want_shape(m, d, L->n_out, -1, err)) != MOE8_OK) return st;
+    for (int64_t i = 0; i < d->n_elements; i++)
+        if (!isfinite(moe8_deq_scale_at(d, i)))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is not a "
+                             "finite scale", file_of(m, d), d->name, (long long)i);
+    snprintf(name, sizeof name, "%s.quant_bias", prefix);
+    if ((st = find(m, name, 1, &b, err)) != MOE8_OK) return st;
+    if ((st = want_dtype(m, b, b->dtype == MOE8_DT_I32, "I32", err)) != MOE8_OK) return st;
+    if ((st = want_shape(m, b, L->n_out, -1, err)) != MOE8_OK) return st;
+    L->deq_scale = d;
+    L->quant_bias = b;
+    return MOE8_OK;
+}
+
+/* Bind "<prefix>.weight" [n_out][n_in] and its companions for quant type q. */
+static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_quant_type q,
+                               int64_t n_out, int64_t n_in, moe8_linear *L, moe8_error *err) {
+    char name[256];
+    moe8_status st;
+    memset(L, 0, sizeof *L);
+    L->quant = q;
+    L->n_out = n_out;
+    L->n_in = n_in;
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    if ((st = find(m, name, 1, &L->weight, err)) != MOE8_OK) return st;
+    if (q == MOE8_QUANT_FLOAT)
+        st = want_dtype(m, L->weight, is_float_dt(L->weight->dtype),
+                        m->has_quant_desc ? "BF16, F16 or F32 (FLOAT)"
+                                          : "BF16, F16 or F32 (no quant_model_description.json: FLOAT)",
+                        err);
+    else
+        st = want_dtype(m, L->weight, L->weight->dtype == MOE8_DT_I8,
+                        q == MOE8_QUANT_W8A8 ? "I8 (W8A8)" : "I8 (W8A8_DYNAMIC)", err);
+    if (st != MOE8_OK || (st = want_shape(m, L->weight, n_out, n_in, err)) != MOE8_OK) return st;
+    if (q == MOE8_QUANT_W8A8) {
+        if ((st = bind_input_quant(m, prefix, L, err)) != MOE8_OK) return st;
+        if ((st = bind_dequant(m, prefix, L, err)) != MOE8_OK) return st;
+        return bind_weight_scales(m, prefix, L, 0, err);
+    }
+    if (q == MOE8_QUANT_W8A8_DYNAMIC) return bind_weight_scales(m, prefix, L, 1, err);
+    return MOE8_OK;
+}
+
+/* ======================================================================== */
+/* Layers                                                                    */
+/* ======================================================================== */
+
+static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    int64_t H = c->hidden_size, D = c->head_dim;
+    int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
+    char p[160];
+    moe8_status st;
+#define LAYER_NAME(fmt) snprintf(p, sizeof p, "model.layers.%lld." fmt, (long long)l)
+    LAYER_NAME("input_layernorm.weight");
+    if ((st = float_tensor(m, p, H, -1, &ly->attn_norm, err)) != MOE8_OK) return st;
+    LAYER_NAME("post_attention_layernorm.weight");
+    if ((st = float_tensor(m, p, H, -1, &ly->ffn_norm, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.q_norm.weight");
+    if ((st = float_tensor(m, p, D, -1, &ly->q_norm, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.k_norm.weight");
+    if ((st = float_tensor(m, p, D, -1, &ly->k_norm, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.q_proj");
+    if ((st = bind_linear(m, p, ly->info.qkv, qd, H, &ly->q, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.k_proj");
+    if ((st = bind_linear(m, p, ly->info.qkv, kvd, H, &ly->k, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.v_proj");
+    if ((st = bind_linear(m, p, ly->info.qkv, kvd, H, &ly->v, err)) != MOE8_OK) return st;
+    LAYER_NAME("self_attn.o_proj");
+    if ((st = bind_linear(m, p, ly->info.o, H, qd, &ly->o, err)) != MOE8_OK) return st;
+#undef LAYER_NAME
+    if (ly->info.qkv == MOE8_QUANT_W8A8 &&
+        (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
+         ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
+        ly->qkv_input_differ = 1;
+        moe8_log(MOE8_LOG_INFO, "layer %lld: q/k/v input scales differ; each projection uses its own",
+                 (long long)l);
+    }
+    return MOE8_OK;
+}
+
+static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    int64_t H = c->hidden_size, I = c->moe_intermediate_size;
+    moe8_quant_type q = ly->info.experts;
+    char p[160];
+    moe8_status st;
+    snprintf(p, sizeof p, "model.layers.%lld.mlp.gate.weight", (long long)l);
+    if ((st = float_tensor(m, p, c->num_experts, H, &ly->router, err)) != MOE8_OK) return st;
+    for (int64_t e = 0; e < c->num_experts; e++) {
+        moe8_expert *x = &ly->experts[e];
+        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.gate_proj", (long long)l, (long long)e);
+        if ((st = bind_linear(m, p, q, I, H, &x->gate, err)) != MOE8_OK) return st;
+        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.up_proj", (long long)l, (long long)e);
+        if ((st = bind_linear(m, p, q, I, H, &x->up, err)) != MOE8_OK) return st;
+        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.down_proj", (long long)l, (long long)e);
+        if ((st = bind_linear(m, p, q, H, I, &x->down, err)) != MOE8_OK) return st;
+    }
+    return MOE8_OK;
+}
+
+static moe8_status bind_dense(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    int64_t H = m->cfg.hidden_size, F = m->cfg.intermediate_size;
+    char p[160];
+    moe8_status st;
+    snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_proj", (long long)l);
+    if ((st = bind_linear(m, p, ly->info.mlp_gate_up, F, H, &ly->mlp_gate, err)) != MOE8_OK) return st;
+    snprintf(p, sizeof p, "model.layers.%lld.mlp.up_proj", (long long)l);
+    if ((st = bind_linear(m, p, ly->info.mlp_gate_up, F, H, &ly->mlp_up, err)) != MOE8_OK) return st;
+    snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
+    return bind_linear(m, p, ly->info.mlp_down, H, F, &ly->mlp_down, err);
+}
+
+static moe8_status bind_all(moe8_model *m, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    int64_t V = c->vocab_size, H = c->hidden_size, n_moe = 0;
+    moe8_status st;
+    if ((st = float_tensor(m, "model.embed_tokens.weight", V, H, &m->embed, err)) != MOE8_OK) return st;
+    if ((st = float_tensor(m, "model.norm.weight", H, -1, &m->final_norm, err)) != MOE8_OK) return st;
+    if (c->tie_word_embeddings)
+        m->lm_head = m->embed;
+    else if ((st = float_tensor(m, "lm_head.weight", V, H, &m->lm_head, err)) != MOE8_OK)
+        return st;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += m->layers[l].info.is_moe;
+    if (n_moe > 0) {
+        /* n_moe <= 512 and E <= 4096 (config caps): no overflow */
+        m->expert_store = calloc((size_t)(n_moe * c->num_experts), sizeof *m->expert_store);
+        if (!m->expert_store) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", m->dir);
+    }
+    n_moe = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        moe8_layer *ly = &m->layers[l];
+        if ((st = bind_attention(m, l, ly, err)) != MOE8_OK) return st;
+        if (ly->info.is_moe) ly->experts = m->expert_store + (n_moe++) * c->num_experts;
+        st = ly->info.is_moe ? bind_moe(m, l, ly, err) : bind_dense(m, l, ly, err);
+        if (st != MOE8_OK) return st;
+    }
+    return MOE8_OK;
+}
+
+/* ======================================================================== */
+/* JSON files of the folder                                                  */
+/* ======================================================================== */
+
+static char *join(const char *dir, const char *file) {
+    size_t n = strlen(dir) + strlen(file) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, file);
+    return p;
+}
+
+/* Read dir/file into *text; *text NULL without error when optional and absent. */
+static moe8_status read_json_file(const char *dir, const char *file, size_t max, int optional,
+                                  char **text, size_t *len, char **path, moe8_error *err) {
+    moe8_status st;
+    *text = NULL;
+    if (!(*path = join(dir, file))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    if (optional && access(*path, F_OK) != 0 && errno == ENOENT) return MOE8_OK;
+    st = moe8_read_file(*path, max, text, len, err);
+    return st;
+}
+
+static moe8_status load_config(moe8_model *m, moe8_error *err) {
+    char *text = NULL, *path = NULL;
+    size_t len = 0;
+    moe8_status st = read_json_file(m->dir, "config.json", MOE8_CONFIG_MAX_BYTES, 0, &text, &len,
+                                    &path, err);
+    if (st == MOE8_OK) st = moe8_config_parse(text, len, path, &m->cfg, err);
+    free(text);
+    free(path);
+    return st;
+}
+
+/* generation_config.json: only eos_token_id is used (union with config.json's). */
+static moe8_status load_generation_config(moe8_model *m, moe8_error *err) {
+    char *text = NULL, *path = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    moe8_status st = read_json_file(m->dir, "generation_config.json", MOE8_CONFIG_MAX_BYTES, 1,
+                                    &text, &len, &path, err);
+    if (st != MOE8_OK || !text) goto done;
+    if ((st = moe8_json_parse(text, len, path, &root, err)) != MOE8_OK) goto done;
+    if (!cJSON_IsObject(root)) {
+        st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': expected a JSON object", path);
+        goto done;
+    }
+    st = moe8_config_read_eos(root, path, m->cfg.vocab_size, m->cfg.eos_token_ids, &m->cfg.n_eos_ids,
+                              err);
+done:
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    return st;
+}
+
+static int st_has(void *user, const char *name) {
+    return moe8_st_find((const moe8_st *)user, name) != NULL;
+}
+
+static moe8_status resolve_quant(moe8_model *m, moe8_error *err) {
+    char *text = NULL, *path = NULL;
+    size_t len = 0;
+    moe8_quant_desc *qd = NULL;
+    moe8_layer_info *li;
+    moe8_status st = read_json_file(m->dir, "quant_model_description.json",
+                                    MOE8_QUANT_DESC_MAX_BYTES, 1, &text, &len, &path, err);
+    if (st == MOE8_OK && text) st = moe8_quant_desc_parse(text, len, path, &qd, err);
+    m->has_quant_desc = qd != NULL;
+    free(text);
+    free(path);
+    if (st != MOE8_OK) return st;
+    m->layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->layers);
+    li = calloc((size_t)m->cfg.num_hidden_layers, sizeof *li);
+    if (!m->layers || !li)
+        st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", m->dir);
+    else
+        st = moe8_quant_desc_resolve(qd, &m->cfg, st_has, m->st, li, err);
+    for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++)
+        m->layers[l].info = li[l];
+    free(li);
+    moe8_quant_desc_free(qd);
+    return st;
+}
+
+/* ======================================================================== */
+/* Public API                                                                */
+/* ======================================================================== */
+
+moe8_model_params moe8_model_params_default(void) {
+    moe8_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, moe8_model **out,
+                            moe8_error *err) {
+    moe8_model *m;
+    moe8_status st;
+    if (!out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL output");
+    *out = NULL;
+    if (!dir) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL folder");
+    if (!(m = calloc(1, sizeof *m)) || !(m->dir = strdup(dir))) {
+        free(m);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");
+    }
+    m->params = params ? *params : moe8_model_params_default();
+    if ((st = load_config(m, err)) != MOE8_OK) goto fail;
+    if ((st = load_generation_config(m, err)) != MOE8_OK) goto fail;
+    if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) goto fail;
+    if ((st = resolve_quant(m, err)) != MOE8_OK) goto fail;
+    if ((st = bind_all(m, err)) != MOE8_OK) goto fail;
+    *out = m;
+    return MOE8_OK;
+fail:
+    moe8_model_free(m);
+    return st;
+}
+
+void moe8_model_free(moe8_model *m) {
+    if (!m) return;
+    moe8_st_close(m->st);
+    free(m->expert_store);
+    free(m->layers);
+    free(m->dir);
+    free(m);
+}
+
+const moe8_config *moe8_model_config(const moe8_model *m) { return m ? &m->cfg : NULL; }
+
+int moe8_model_layer_info(const moe8_model *m, int64_t layer, moe8_layer_info *out) {
+    if (!m || !out || layer < 0 || layer >= m->cfg.num_hidden_layers) return -1;
+    *out = m->layers[layer].info;
+    return 0;
+}
+
+void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!m) return;
+    out->n_files = moe8_st_n_files(m->st);
+    for (size_t i = 0; i < moe8_st_count(m->st); i++) {
+        const moe8_tensor *t = moe8_st_get(m->st, i);
+        out->n_tensors++;
+        out->total_bytes += t->n_bytes;
+        if ((unsigned)t->dtype < MOE8_DT_COUNT) {
+            out->bytes_by_dtype[t->dtype] += t->n_bytes;
+            out->tensors_by_dtype[t->dtype]++;
+        }
+    }
+}
+
+moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
+                              moe8_error *err) {
+    const moe8_config *c;
+    moe8_model_stats s;
+    uint64_t kv, scratch, per_tok, wide;
+    if (!m || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: NULL argument");
+    if (n_ctx < 1 || n_ctx > (INT64_C(1) << 24))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: context %lld outside [1, 16777216]",
+                         (long long)n_ctx);
+    c = &m->cfg;
+    moe8_model_get_stats(m, &s);
+    /* config caps keep these products far below 2^63 */
+    kv = 2ull * (uint64_t)c->num_hidden_layers * (uint64_t)c->num_key_value_heads *
+         (uint64_t)c->head_dim * (uint64_t)n_ctx * 4ull;
+    /* one decode step: residual, normed, q/k/v/attn-out, MLP hidden (dense or
+     * top-k experts, gate+up), router logits, attention scores, vocab logits */
+    wide = (uint64_t)(2 * c->intermediate_size);
+    if ((uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size) > wide && c->num_experts > 0)
+        wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
+    per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
+              2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
+              (uint64_t)c->num_attention_heads * (uint64_t)n_ctx + (uint64_t)c->vocab_size;
+    scratch = per_tok * 4ull + (1ull << 20);
+    out->weight_bytes = s.total_bytes;
+    out->kv_bytes = kv;
+    out->scratch_bytes = scratch;
+    out->total_bytes = s.total_bytes + kv + scratch;
+    return MOE8_OK;
+}

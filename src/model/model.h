@@ -1,0 +1,120 @@
+/*
+ * model.h — internal view of a loaded model (moe8_model), for the code that
+ * builds on it: the MoE layer, the forward pass, expert packing.
+ *
+ * Every tensor pointer points into the safetensors handle `st` (memory-mapped,
+ * read-only) and has been checked by moe8_model_load against the config and
+ * the layer's resolved quant type: names present, dtypes and shapes below,
+ * scale/offset values sane. Code using these may rely on that and need not
+ * re-check. Nothing is packed, converted or computed at load.
+ *
+ * Shapes are [out][in] as stored (checkpoint layout), with
+ *   H = hidden_size, V = vocab_size, D = head_dim, NH = num_attention_heads,
+ *   NKV = num_key_value_heads, E = num_experts, I = moe_intermediate_size,
+ *   F = intermediate_size (dense MLP).
+ */
+#ifndef MOE8_MODEL_H
+#define MOE8_MODEL_H
+
+#include <string.h>
+
+#include "core/core.h"
+#include "io/quant_desc.h"
+#include "moe8.h"
+
+/* One linear map y = x @ weight^T, in any storage. */
+typedef struct {
+    moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts) */
+    int64_t n_out, n_in;
+    const moe8_tensor *weight;        /* [n_out][n_in]: BF16/F16/F32 if FLOAT, else I8 */
+    /* W8A8 static (SPEC §5); NULL otherwise: */
+    const moe8_tensor *input_scale;   /* [1] F32/F16/BF16, finite, > 0 */
+    const moe8_tensor *input_offset;  /* [1] I8 or integer-valued F32/F16/BF16 */
+    const moe8_tensor *deq_scale;     /* [n_out] I64 (fp32 bits in the low 32) or F32 */
+    const moe8_tensor *quant_bias;    /* [n_out] I32 */
+    float in_scale;                   /* input_scale, decoded */
+    int32_t in_offset;                /* input_offset, decoded, in [-128, 127] */
+    /* W8A8_DYNAMIC: scale required, offset optional. W8A8: both optional
+     * and unused at run time. NULL when absent. */
+    const moe8_tensor *weight_scale;  /* [n_out] or [n_out][1]: F32/BF16/F16, finite */
+    const moe8_tensor *weight_offset; /* same shape as weight_scale; integer values in [-128, 127] */
+    int nonzero_offset;               /* 1 if weight_offset holds a non-zero value */
+} moe8_linear;
+
+/* One expert of a MoE layer. */
+typedef struct {
+    moe8_linear gate;                 /* [I][H] */
+    moe8_linear up;                   /* [I][H] */
+    moe8_linear down;                 /* [H][I] */
+} moe8_expert;
+
+/* One decoder layer. */
+typedef struct {
+    moe8_layer_info info;             /* is_moe and resolved quant types */
+    const moe8_tensor *attn_norm;     /* input_layernorm [H] */
+    const moe8_tensor *ffn_norm;      /* post_attention_layernorm [H] */
+    const moe8_tensor *q_norm;        /* [D] */
+    const moe8_tensor *k_norm;        /* [D] */
+    moe8_linear q;                    /* [NH*D][H] */
+    moe8_linear k;                    /* [NKV*D][H] */
+    moe8_linear v;                    /* [NKV*D][H] */
+    moe8_linear o;                    /* [H][NH*D] */
+    int qkv_input_differ;             /* W8A8: q/k/v input_scale/offset not all equal (SPEC §5) */
+    /* MoE layers (info.is_moe): */
+    const moe8_tensor *router;        /* mlp.gate [E][H], float */
+    moe8_expert *experts;             /* [E], into moe8_model.expert_store */
+    /* dense layers (!info.is_moe): */
+    moe8_linear mlp_gate;             /* [F][H] */
+    moe8_linear mlp_up;               /* [F][H] */
+    moe8_linear mlp_down;             /* [H][F] */
+} moe8_layer;
+
+struct moe8_model {
+    char *dir;                        /* the folder as given */
+    moe8_config cfg;                  /* eos ids: config.json + generation_config.json */
+    moe8_model_params params;
+    moe8_st *st;                      /* owns the mapped tensors */
+    int has_quant_desc;               /* quant_model_description.json was present */
+    const moe8_tensor *embed;         /* model.embed_tokens.weight [V][H] float */
+    const moe8_tensor *final_norm;    /* model.norm.weight [H] */
+    const moe8_tensor *lm_head;       /* lm_head.weight [V][H] float; == embed when tied */
+    moe8_layer *layers;               /* [num_hidden_layers] */
+    moe8_expert *expert_store;        /* [n_moe_layers * E] */
+};
+
+/* Element i of a numeric tensor as fp32 (no range check on i: callers index
+ * within n_elements). I64 is read as an integer, not a bit pattern. */
+static inline float moe8_tensor_f32_at(const moe8_tensor *t, int64_t i) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    size_t sz = moe8_dtype_size(t->dtype);
+    union { uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; int64_t i64; float f; double d; } v;
+    memcpy(&v, p + (size_t)i * sz, sz);
+    switch (t->dtype) {
+    case MOE8_DT_F32: return v.f;
+    case MOE8_DT_F64: return (float)v.d;
+    case MOE8_DT_F16: return moe8_f16_to_f32(v.u16);
+    case MOE8_DT_BF16: return moe8_bf16_to_f32(v.u16);
+    case MOE8_DT_I8: return (float)(int8_t)p[i];
+    case MOE8_DT_U8: return (float)p[i];
+    case MOE8_DT_I16: return (float)v.i16;
+    case MOE8_DT_I32: return (float)v.i32;
+    case MOE8_DT_I64: return (float)v.i64;
+    default: return 0.0f;
+    }
+}
+
+/* deq_scale element i: an I64 holding fp32 bits in its low 32 bits, or F32. */
+static inline float moe8_deq_scale_at(const moe8_tensor *t, int64_t i) {
+    if (t->dtype == MOE8_DT_I64) {
+        int64_t x;
+        uint32_t lo;
+        float f;
+        memcpy(&x, (const char *)t->data + (size_t)i * 8, 8);
+        lo = (uint32_t)((uint64_t)x & 0xffffffffu);
+        memcpy(&f, &lo, 4);
+        return f;
+    }
+    return moe8_tensor_f32_at(t, i);
+}
+
+#endif
