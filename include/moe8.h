@@ -328,6 +328,34 @@ int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
 void moe8_sampler_free(moe8_sampler *s);
 
 /* ======================================================================== */
+/* Benchmark helpers (for `moe8 bench`; they allocate and take time)         */
+/* ======================================================================== */
+
+/* Streaming-read bandwidth in GB/s (1e9 bytes/s): n_threads threads (0 =
+ * OpenMP default) each read their contiguous share of an n_bytes buffer with
+ * the widest loads of the kernel set in use; best of `reps` passes. Make
+ * n_bytes several times the last-level cache to measure DRAM. 0 on failure. */
+double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps);
+
+/* Exact int8 peak in GOP/s (1 multiply-accumulate = 2 ops) of n_threads
+ * threads each running the instruction sequence the int8 GEMM of the kernel
+ * set in use is built on, on registers only; *how (may be NULL) names it. */
+double moe8_bench_int8_peak_gops(int n_threads, const char **how);
+
+/* Kernel-time accounting: while on, every kernel call that goes through the
+ * dispatch table adds its wall time to process-wide counters (two clock
+ * reads per call). Turn it on before creating what you measure (a caller may
+ * keep the table it got). Times are summed over threads. */
+typedef struct {
+    double quant_s;      /* per-row activation quantization */
+    double gemm_q8_s;    /* int8 GEMMs (both variants) */
+    double gemm_f32_s;   /* float GEMMs */
+    int64_t n_calls;
+} moe8_kernel_times;
+void moe8_bench_kernel_timing(int on);
+void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
+
+/* ======================================================================== */
 /* Utilities                                                                 */
 /* ======================================================================== */
 

@@ -1,0 +1,70 @@
+/*
+ * roofline_avx2.c — the two machine ceilings the benchmark compares against:
+ *   - streaming read: ymm loads over a buffer, OR-reduced so they cannot be
+ *     dropped (4 independent chains, no stores);
+ *   - exact int8 MAC peak of the instruction sequence the q8 GEMM uses:
+ *     vpmaddwd (16 int16 x int16 products summed in pairs to 8 int32) +
+ *     vpaddd into an accumulator, in asm (the compiler would merge the
+ *     identical products), enough independent work that only throughput
+ *     counts. Operands hold int8-range values; each vpmaddwd counts 16 MACs.
+ * Timing only: no allocation, no threads (the caller runs one per thread).
+ */
+#include <immintrin.h>
+#include <time.h>
+
+#include "kernels/x86/kernels_avx2.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double moe8_read_stream_avx2(const void *buf, size_t n_bytes, uint32_t *sink) {
+    const __m256i *p = (const __m256i *)buf;
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    const double t0 = now_s();
+    for (size_t i = 0; i < n_bytes / 32; i += 8) {
+        a = _mm256_or_si256(a, _mm256_or_si256(_mm256_load_si256(p + i), _mm256_load_si256(p + i + 1)));
+        b = _mm256_or_si256(b, _mm256_or_si256(_mm256_load_si256(p + i + 2), _mm256_load_si256(p + i + 3)));
+        c = _mm256_or_si256(c, _mm256_or_si256(_mm256_load_si256(p + i + 4), _mm256_load_si256(p + i + 5)));
+        d = _mm256_or_si256(d, _mm256_or_si256(_mm256_load_si256(p + i + 6), _mm256_load_si256(p + i + 7)));
+    }
+    const double t = now_s() - t0;
+    a = _mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d));
+    *sink ^= (uint32_t)_mm256_extract_epi32(a, 0) ^ (uint32_t)_mm256_extract_epi32(a, 5);
+    return t;
+}
+
+/* One vpmaddwd into a scratch register and one vpaddd into chain acc (asm, so
+ * the compiler cannot merge the identical products). */
+#define PAIR(acc) "vpmaddwd %%ymm13, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, " acc ", " acc "\n\t" \
+                  "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\tvpaddd %%ymm15, " acc ", " acc "\n\t"
+
+double moe8_maddwd_peak_avx2(long n_iter, uint32_t *sink) {
+    uint32_t out[8];
+    long n = n_iter;
+    const int16_t wv[2] = {-128, (int16_t)(127 - (int)(*sink & 1))}, xv[2] = {-127, 127};
+    const double t0 = now_s();
+    /* Per iteration 12 vpmaddwd + 12 vpaddd (6 accumulators, 2 adds each):
+     * the instruction mix of one pair step of the 6-row x 16-channel tile. */
+    __asm__ volatile(
+        "vpbroadcastd (%2), %%ymm12\n\t"
+        "vpbroadcastw 2(%2), %%ymm13\n\t"
+        "vpbroadcastd (%3), %%ymm14\n\t"
+        "vpxor %%ymm0, %%ymm0, %%ymm0\n\tvmovdqa %%ymm0, %%ymm1\n\tvmovdqa %%ymm0, %%ymm2\n\t"
+        "vmovdqa %%ymm0, %%ymm3\n\tvmovdqa %%ymm0, %%ymm4\n\tvmovdqa %%ymm0, %%ymm5\n\t"
+        "1:\n\t"
+        PAIR("%%ymm0") PAIR("%%ymm1") PAIR("%%ymm2") PAIR("%%ymm3") PAIR("%%ymm4") PAIR("%%ymm5")
+        "dec %0\n\tjnz 1b\n\t"
+        "vpaddd %%ymm1, %%ymm0, %%ymm0\n\tvpaddd %%ymm3, %%ymm2, %%ymm2\n\t"
+        "vpaddd %%ymm5, %%ymm4, %%ymm4\n\tvpaddd %%ymm2, %%ymm0, %%ymm0\n\t"
+        "vpaddd %%ymm4, %%ymm0, %%ymm0\n\tvmovdqu %%ymm0, (%1)\n\tvzeroupper\n\t"
+        : "+r"(n)
+        : "r"(out), "r"(wv), "r"(xv)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm12", "xmm13", "xmm14", "xmm15",
+          "memory", "cc");
+    const double t = now_s() - t0;
+    *sink ^= out[0] ^ out[7];
+    return t;
+}

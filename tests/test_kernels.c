@@ -1,0 +1,340 @@
+/*
+ * test_kernels.c — every kernel of the dispatch tables against references
+ * written here from SPEC §4 (independent of kernels_ref.c and of the packed
+ * layout), and every AVX2 kernel against its scalar twin bit for bit:
+ * activation codes, xsum, int32 accumulators and dequantized floats. Float
+ * GEMMs (F32/F16/BF16 weights) are checked against a double-precision sum
+ * within the dot-product bound 2·k·2^-24·Σ|x·w|. AVX2 comparisons are
+ * skipped, with a note, on a CPU without AVX2.
+ */
+#include <stdint.h>
+
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "test.h"
+
+extern const moe8_kernels moe8_kernels_avx2;
+static const moe8_kernels *avx2;  /* NULL when the CPU cannot run it */
+static test_rng rng = {0x9e3779b97f4a7c15ULL};
+
+static int rand_int(int lo, int hi) { return lo + (int)(test_rng_u64(&rng) % (uint64_t)(hi - lo + 1)); }
+
+/* ---- independent references ---------------------------------------------- */
+
+static void quant_expect(int8_t *q, float *s, int32_t *sum, const float *x, int k) {
+    float amax = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float a = x[j] < 0 ? -x[j] : x[j];
+        if (a > amax) amax = a; /* NaN never compares greater */
+    }
+    *s = amax / 127.0f;
+    *sum = 0;
+    for (int j = 0; j < k; j++) {
+        float v = *s > 0.0f ? rintf(x[j] / *s) : 0.0f;
+        int c = v != v ? -127 : v < -127.0f ? -127 : v > 127.0f ? 127 : (int)v;
+        q[j] = (int8_t)c;
+        *sum += c;
+    }
+}
+
+/* ---- a quantized problem: W[n][k] plain, packed copy, scales, offsets ---- */
+
+typedef struct {
+    int n, k;
+    int8_t *w;        /* [n][k] */
+    int8_t *packed;
+    float *scale;     /* [n] */
+    int32_t *offset;  /* [n] or NULL */
+    moe8_qmat q;
+} qprob;
+
+static void qprob_init(qprob *p, int n, int k, int with_offset, int wfill) {
+    p->n = n;
+    p->k = k;
+    p->w = malloc((size_t)n * k);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        p->w[i] = (int8_t)(wfill == 999 ? rand_int(-128, 127) : wfill);
+    p->packed = moe8_alloc_aligned(moe8_qmat_bytes(n, k));
+    moe8_qmat_pack(p->packed, p->w, n, k, k);
+    p->scale = malloc(sizeof(float) * n);
+    p->offset = with_offset ? malloc(sizeof(int32_t) * n) : NULL;
+    for (int i = 0; i < n; i++) {
+        p->scale[i] = (float)(1e-3 * (1.0 + test_rng_uniform(&rng)));
+        if (p->offset) p->offset[i] = rand_int(-128, 127);
+    }
+    p->q = (moe8_qmat){n, k, moe8_round_up(n, MOE8_QK_NR), moe8_round_up(k, MOE8_QK_KALIGN),
+                       p->packed, p->scale, p->offset};
+}
+
+static void qprob_free(qprob *p) {
+    free(p->w);
+    moe8_free_aligned(p->packed);
+    free(p->scale);
+    free(p->offset);
+}
+
+/* Rows of x: random normal, one all-zero row, one row of huge/tiny values. */
+static void fill_x(float *x, int m, int k) {
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < k; j++) {
+            double v = test_rng_normal(&rng);
+            x[(size_t)r * k + j] = r == 1 ? 0.0f : r == 2 ? (float)(v * 1e30) : (float)v;
+        }
+}
+
+
+/* ---- quantization --------------------------------------------------------- */
+
+static void check_quant(const moe8_kernels *kt, const float *x, int m, int k, const char *what) {
+    const int ldq = moe8_round_up(k, MOE8_QK_KALIGN) + 4;
+    int8_t *q = malloc((size_t)m * ldq), *qe = malloc((size_t)k + 1);
+    float *s = malloc(sizeof(float) * m), se;
+    int32_t *sum = malloc(sizeof(int32_t) * m), sume;
+    memset(q, 0x55, (size_t)m * ldq);
+    kt->quant_rows(q, ldq, s, sum, x, k, m, k);
+    int bad = 0;
+    for (int r = 0; r < m; r++) {
+        quant_expect(qe, &se, &sume, x + (size_t)r * k, k);
+        bad += memcmp(&se, &s[r], sizeof se) != 0 || sume != sum[r];
+        bad += memcmp(qe, q + (size_t)r * ldq, (size_t)k) != 0;
+        for (int j = k; j < moe8_round_up(k, MOE8_QK_KALIGN); j++) bad += q[(size_t)r * ldq + j] != 0;
+        bad += q[(size_t)r * ldq + ldq - 1] != 0x55; /* past the padded row: untouched */
+    }
+    CHECKF(bad == 0, "%s quant_rows %s m=%d k=%d: %d mismatches", kt->isa, what, m, k, bad);
+    free(q); free(qe); free(s); free(sum);
+}
+
+static void test_quant(void) {
+    const int ks[] = {1, 7, 8, 31, 32, 33, 40, 72, 129, 2048};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        const int k = ks[i], m = 5;
+        float *x = malloc(sizeof(float) * m * k);
+        fill_x(x, m, k);
+        /* row 3: exact halves (x/s = n + 0.5 ties to even), row 4: NaN/inf/denormals */
+        for (int j = 0; j < k; j++) x[3 * k + j] = (float)(j % 255 - 127) + 0.5f;
+        x[3 * k] = 127.0f;
+        for (int j = 0; j < k; j++)
+            x[4 * k + j] = j % 5 == 0 ? NAN : j % 5 == 1 ? 1e-40f : (float)test_rng_normal(&rng);
+        check_quant(moe8_kernels_ref(), x, m, k, "mixed");
+        if (avx2) check_quant(avx2, x, m, k, "mixed");
+        for (int j = 0; j < k; j++) x[j] = j % 3 == 0 ? INFINITY : 1.0f;
+        check_quant(moe8_kernels_ref(), x, 1, k, "inf");
+        if (avx2) check_quant(avx2, x, 1, k, "inf");
+        for (int j = 0; j < k; j++) x[j] = 1e-44f; /* amax/127 underflows to 0 */
+        check_quant(moe8_kernels_ref(), x, 1, k, "underflow");
+        if (avx2) check_quant(avx2, x, 1, k, "underflow");
+        free(x);
+    }
+}
+
+/* ---- int8 GEMM ------------------------------------------------------------- */
+
+/* Runs both q8 kernels of kt on rows [0,m), columns [n0,n1) and compares them with
+ * the plain-W sums. Columns outside [n0,n1) must stay untouched. */
+static int check_q8(const moe8_kernels *kt, const qprob *p, const int8_t *xq, int ldq,
+                    const float *sx, const int32_t *xsum, int m, int n0, int n1) {
+    const int n = p->n, k = p->k, ldc = n + 3;
+    int32_t *acc = malloc(sizeof(int32_t) * m * ldc);
+    float *y = malloc(sizeof(float) * m * ldc);
+    for (int i = 0; i < m * ldc; i++) { acc[i] = 0x7a7a7a7a; y[i] = -7.0f; }
+    kt->gemm_q8_i32(acc, ldc, xq, ldq, &p->q, m, n0, n1);
+    kt->gemm_q8_f32(y, ldc, xq, ldq, sx, xsum, &p->q, m, n0, n1);
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < ldc; j++) {
+            const size_t o = (size_t)r * ldc + j;
+            if (j < n0 || j >= n1) {
+                bad += acc[o] != 0x7a7a7a7a || y[o] != -7.0f;
+                continue;
+            }
+            int64_t a = 0;
+            for (int t = 0; t < k; t++) a += (int64_t)xq[(size_t)r * ldq + t] * p->w[(size_t)j * k + t];
+            const int32_t a32 = (int32_t)a;
+            const int32_t full = a32 + (p->offset ? p->offset[j] * xsum[r] : 0);
+            const float ye = ((float)full * sx[r]) * p->scale[j];
+            bad += a != acc[o] || memcmp(&ye, &y[o], sizeof ye) != 0;
+        }
+    free(acc);
+    free(y);
+    return bad;
+}
+
+static void q8_case(int m, int n, int k, int with_offset, int n0, int n1) {
+    qprob p;
+    qprob_init(&p, n, k, with_offset, 999);
+    const int ldq = moe8_round_up(k, MOE8_QK_KALIGN) + 8;
+    float *x = malloc(sizeof(float) * m * k), *sx = malloc(sizeof(float) * m);
+    int8_t *xq = malloc((size_t)m * ldq);
+    int32_t *xsum = malloc(sizeof(int32_t) * m);
+    fill_x(x, m, k);
+    moe8_kernels_ref()->quant_rows(xq, ldq, sx, xsum, x, k, m, k);
+    int bad = check_q8(moe8_kernels_ref(), &p, xq, ldq, sx, xsum, m, n0, n1);
+    CHECKF(bad == 0, "ref q8 m=%d n=%d k=%d off=%d [%d,%d): %d mismatches", m, n, k, with_offset, n0, n1, bad);
+    if (avx2) {
+        bad = check_q8(avx2, &p, xq, ldq, sx, xsum, m, n0, n1);
+        CHECKF(bad == 0, "avx2 q8 m=%d n=%d k=%d off=%d [%d,%d): %d mismatches", m, n, k, with_offset, n0, n1, bad);
+    }
+    free(x); free(sx); free(xq); free(xsum);
+    qprob_free(&p);
+}
+
+static void test_q8_shapes(void) {
+    const int ms[] = {1, 2, 3, 5, 8, 17, 64};
+    const int nk[][2] = {{16, 32}, {40, 72}, {129, 40}, {72, 129}, {33, 7}, {48, 2}, {17, 300}};
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+        for (size_t b = 0; b < sizeof nk / sizeof nk[0]; b++) {
+            const int n = nk[b][0], k = nk[b][1];
+            q8_case(ms[a], n, k, (int)((a + b) % 2), 0, n);
+        }
+    q8_case(7, 129, 72, 1, 32, 129); /* sub-ranges starting at a panel boundary */
+    q8_case(3, 129, 72, 0, 16, 100);
+    q8_case(6, 100, 40, 1, 48, 64);
+    q8_case(2, 40, 2200, 1, 0, 40); /* K spans several activation chunks */
+}
+
+/* All 127 x -128 (and -127 x -128, alternating) over long K: the largest |acc|. */
+static void test_q8_worst_case(void) {
+    const int m = 3, n = 40, k = 4100, ldq = moe8_round_up(k, MOE8_QK_KALIGN);
+    qprob p;
+    qprob_init(&p, n, k, 1, -128);
+    for (int i = 0; i < n; i++) p.offset[i] = i % 2 ? -128 : 127;
+    int8_t *xq = calloc((size_t)m * ldq, 1);
+    float sx[3] = {1.0f, 0.5f, 0.0f};
+    int32_t xsum[3] = {0, 0, 0};
+    for (int j = 0; j < k; j++) {
+        xq[j] = 127;
+        xq[ldq + j] = j % 2 ? 127 : -127;
+        xq[2 * ldq + j] = -127;
+        xsum[0] += 127; xsum[1] += xq[ldq + j]; xsum[2] -= 127;
+    }
+    int bad = check_q8(moe8_kernels_ref(), &p, xq, ldq, sx, xsum, m, 0, n);
+    CHECKF(bad == 0, "ref q8 worst case: %d mismatches", bad);
+    if (avx2) {
+        bad = check_q8(avx2, &p, xq, ldq, sx, xsum, m, 0, n);
+        CHECKF(bad == 0, "avx2 q8 worst case: %d mismatches", bad);
+        int32_t acc[3 * 40];
+        avx2->gemm_q8_i32(acc, n, xq, ldq, &p.q, m, 0, n);
+        CHECK(acc[0] == -127 * 128 * k && acc[2 * n + 5] == 127 * 128 * k && acc[n] == 0);
+    }
+    free(xq);
+    qprob_free(&p);
+}
+
+/* The real gate+up shape once (2I x H = 1536 x 2048), avx2 against ref only. */
+static void test_q8_real_shape(void) {
+    if (!avx2) return;
+    const int m = 7, n = 1536, k = 2048;
+    qprob p;
+    qprob_init(&p, n, k, 0, 999);
+    float *x = malloc(sizeof(float) * m * k), sx[7];
+    int8_t *xq = malloc((size_t)m * k);
+    int32_t xsum[7];
+    int32_t *a = malloc(sizeof(int32_t) * m * n), *b = malloc(sizeof(int32_t) * m * n);
+    float *ya = malloc(sizeof(float) * m * n), *yb = malloc(sizeof(float) * m * n);
+    fill_x(x, m, k);
+    avx2->quant_rows(xq, k, sx, xsum, x, k, m, k);
+    moe8_kernels_ref()->gemm_q8_i32(a, n, xq, k, &p.q, m, 0, n);
+    avx2->gemm_q8_i32(b, n, xq, k, &p.q, m, 0, n);
+    CHECK(memcmp(a, b, sizeof(int32_t) * m * n) == 0);
+    moe8_kernels_ref()->gemm_q8_f32(ya, n, xq, k, sx, xsum, &p.q, m, 0, n);
+    avx2->gemm_q8_f32(yb, n, xq, k, sx, xsum, &p.q, m, 0, n);
+    CHECK(memcmp(ya, yb, sizeof(float) * m * n) == 0);
+    free(x); free(xq); free(a); free(b); free(ya); free(yb);
+    qprob_free(&p);
+}
+
+/* ---- float GEMM ------------------------------------------------------------- */
+
+static int check_f32(const moe8_kernels *kt, const float *x, int ldx, const void *w, moe8_dtype dt,
+                     int ldw, int m, int n, int n0, int n1, int k) {
+    const int ldy = n + 1;
+    float *y = malloc(sizeof(float) * m * ldy);
+    for (int i = 0; i < m * ldy; i++) y[i] = -3.0f;
+    kt->gemm_f32_wf(y, ldy, x, ldx, w, dt, ldw, m, n0, n1, k);
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < ldy; j++) {
+            const float got = y[(size_t)r * ldy + j];
+            if (j < n0 || j >= n1) { bad += got != -3.0f; continue; }
+            double e = 0.0, mag = 0.0;
+            for (int t = 0; t < k; t++) {
+                const size_t i = (size_t)j * ldw + t;
+                double wv = dt == MOE8_DT_F32 ? ((const float *)w)[i]
+                          : dt == MOE8_DT_F16 ? moe8_f16_to_f32(((const uint16_t *)w)[i])
+                                              : moe8_bf16_to_f32(((const uint16_t *)w)[i]);
+                e += (double)x[(size_t)r * ldx + t] * wv;
+                mag += fabs((double)x[(size_t)r * ldx + t] * wv);
+            }
+            bad += !(fabs(got - e) <= 2.0 * k * 0x1p-24 * mag + 1e-30);
+        }
+    free(y);
+    return bad;
+}
+
+static void f32_case(int m, int n, int k, moe8_dtype dt, int n0, int n1) {
+    const int ldx = k + 3, ldw = k + 5;
+    float *x = malloc(sizeof(float) * m * ldx);
+    void *w = malloc(4 * (size_t)n * ldw);
+    for (int i = 0; i < m * ldx; i++) x[i] = (float)test_rng_normal(&rng);
+    for (size_t i = 0; i < (size_t)n * ldw; i++) {
+        float v = (float)test_rng_normal(&rng);
+        if (dt == MOE8_DT_F32) ((float *)w)[i] = v;
+        else if (dt == MOE8_DT_F16) ((uint16_t *)w)[i] = moe8_f32_to_f16(v);
+        else ((uint16_t *)w)[i] = moe8_f32_to_bf16(v);
+    }
+    int bad = check_f32(moe8_kernels_ref(), x, ldx, w, dt, ldw, m, n, n0, n1, k);
+    CHECKF(bad == 0, "ref f32 %s m=%d n=%d k=%d: %d out of bound", moe8_dtype_name(dt), m, n, k, bad);
+    if (avx2) {
+        bad = check_f32(avx2, x, ldx, w, dt, ldw, m, n, n0, n1, k);
+        CHECKF(bad == 0, "avx2 f32 %s m=%d n=%d k=%d: %d out of bound", moe8_dtype_name(dt), m, n, k, bad);
+    }
+    free(x);
+    free(w);
+}
+
+static void test_f32(void) {
+    const moe8_dtype dts[] = {MOE8_DT_F32, MOE8_DT_F16, MOE8_DT_BF16};
+    const int ms[] = {1, 2, 3, 5, 8, 17};
+    const int nk[][2] = {{16, 32}, {40, 72}, {129, 40}, {7, 129}, {5, 3}};
+    for (int d = 0; d < 3; d++) {
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof nk / sizeof nk[0]; b++)
+                f32_case(ms[a], nk[b][0], nk[b][1], dts[d], 0, nk[b][0]);
+        f32_case(4, 129, 72, dts[d], 5, 100);
+        f32_case(2, 300, 2048, dts[d], 0, 300);
+    }
+}
+
+/* ---- kernel-time accounting --------------------------------------------------- */
+
+static void test_timing(void) {
+    qprob p;
+    qprob_init(&p, 64, 256, 0, 999);
+    int8_t xq[256];
+    for (int j = 0; j < 256; j++) xq[j] = (int8_t)rand_int(-127, 127);
+    int32_t a[64], b[64];
+    moe8_kernel_times t;
+    moe8_bench_kernel_times(&t, 1);
+    moe8_bench_kernel_timing(1);
+    const moe8_kernels *kt = moe8_kernels_get();
+    kt->gemm_q8_i32(a, 64, xq, 256, &p.q, 1, 0, 64);
+    moe8_bench_kernel_timing(0);
+    moe8_kernels_get()->gemm_q8_i32(b, 64, xq, 256, &p.q, 1, 0, 64);
+    moe8_bench_kernel_times(&t, 1);
+    CHECK(!strcmp(kt->isa, "timed") && t.n_calls == 1 && t.gemm_q8_s > 0.0 && t.quant_s == 0.0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    qprob_free(&p);
+}
+
+int main(void) {
+    if (moe8_cpu()->avx2) avx2 = &moe8_kernels_avx2;
+    else printf("note: no AVX2 on this CPU: AVX2-vs-reference comparisons skipped\n");
+    printf("kernel set in use: %s\n", moe8_kernels_get()->isa);
+    test_quant();
+    test_q8_shapes();
+    test_q8_worst_case();
+    test_q8_real_shape();
+    test_f32();
+    test_timing();
+    return test_summary();
+}
