@@ -1,0 +1,452 @@
+/*
+ * fixture_model.h — header-only generator of tiny synthetic Qwen3-MoE model
+ * folders in ModelSlim layout, for tests. Include after test.h.
+ *
+ *   fx_opts o = fx_default_opts();       // H 64, 2 layers, 4/2 heads, D 16,
+ *   o.quant = 1;                         // E 4, top-2, I 32, F 96, vocab 256
+ *   fx_write_model(dir, &o);             // 0 on success
+ *
+ * Writes config.json, generation_config.json (optional), model.safetensors or
+ * two shards + model.safetensors.index.json, and quant_model_description.json
+ * (quantized models, or float ones with o.float_desc). Tensor names follow
+ * SPEC §6. Storage per option:
+ *   quant 0: every linear float (o.float_dtype: BF16 or F32)
+ *   quant 1: q/k/v/o (and dense MLP) W8A8 static: weight I8 [out][in],
+ *            input_scale [1] F32, input_offset [1] (I8 when deq_i64, else
+ *            float_dtype), deq_scale [out] (I64 bit pattern or F32),
+ *            quant_bias [out] I32, weight_scale/weight_offset [out] F32;
+ *            experts W8A8_DYNAMIC: weight I8, weight_scale and weight_offset
+ *            [N] or [N][1] (scale_2d) in o.scale_dtype.
+ * Values are deterministic: each tensor's from (seed, its original name), so
+ * a hook changing one tensor leaves the others unchanged.
+ *
+ * Defects: o.tensor_hook sees every tensor before it is written and may
+ * rename it (edit name), omit it (omit = 1), change values (fx_set) or dtype
+ * and shape (fx_retype). o.json_hook may edit each JSON file's object before
+ * it is written ("config.json", "quant_model_description.json",
+ * "generation_config.json", "model.safetensors.index.json"). For bad JSON
+ * text or missing files, overwrite or unlink after fx_write_model.
+ */
+#ifndef MOE8_FIXTURE_MODEL_H
+#define MOE8_FIXTURE_MODEL_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe8.h"
+
+typedef struct {
+    char name[160];
+    char orig_name[160];      /* name before the hook (keys of the description) */
+    moe8_dtype dtype;
+    int n_dims;
+    int64_t shape[4];
+    void *data;               /* [n_bytes], owned */
+    size_t n_bytes;
+    int omit;                 /* set by a hook: leave the tensor out */
+    const char *quant;        /* "FLOAT", "W8A8", "W8A8_DYNAMIC" in the description */
+} fx_tensor;
+
+typedef struct {
+    int64_t hidden, n_layers, n_heads, n_kv_heads, head_dim;
+    int64_t n_experts, top_k, moe_inter, inter, vocab;
+    int quant;                /* 0 float; 1 W8A8 attention/dense + W8A8_DYNAMIC experts */
+    moe8_dtype float_dtype;   /* BF16 or F32 (F16 works too) */
+    moe8_dtype scale_dtype;   /* expert weight_scale/weight_offset: F32, BF16 or F16 */
+    int scale_2d;             /* expert scales/offsets stored [N][1] instead of [N] */
+    int deq_i64;              /* deq_scale I64 (fp32 bits) instead of F32 */
+    int n_shards;             /* 1 or 2 */
+    int dense_layer;          /* a layer listed in mlp_only_layers, -1 for none */
+    int tie;                  /* tie_word_embeddings (no lm_head.weight written) */
+    int nonzero_offsets;      /* expert weight_offset values in [-2, 2] instead of 0 */
+    int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
+    int float_desc;           /* write an all-FLOAT description for a float model */
+    int generation_config;    /* write generation_config.json (eos [2, 7]) */
+    uint64_t seed;
+    void (*tensor_hook)(void *user, fx_tensor *t);
+    void (*json_hook)(void *user, const char *file, cJSON *root);
+    void *user;
+} fx_opts;
+
+static inline fx_opts fx_default_opts(void) {
+    fx_opts o;
+    memset(&o, 0, sizeof o);
+    o.hidden = 64;
+    o.n_layers = 2;
+    o.n_heads = 4;
+    o.n_kv_heads = 2;
+    o.head_dim = 16;
+    o.n_experts = 4;
+    o.top_k = 2;
+    o.moe_inter = 32;
+    o.inter = 96;
+    o.vocab = 256;
+    o.float_dtype = MOE8_DT_BF16;
+    o.scale_dtype = MOE8_DT_F32;
+    o.n_shards = 1;
+    o.dense_layer = -1;
+    o.qkv_same_input = 1;
+    o.seed = 1234;
+    return o;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Element access in any dtype                                               */
+/* ------------------------------------------------------------------------ */
+
+static inline void fx_set(fx_tensor *t, int64_t i, double v) {
+    unsigned char *p = (unsigned char *)t->data + (size_t)i * moe8_dtype_size(t->dtype);
+    union { float f; double d; uint16_t h; int8_t i8; int16_t i16; int32_t i32; int64_t i64; } u;
+    size_t sz = moe8_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case MOE8_DT_F32: u.f = (float)v; break;
+    case MOE8_DT_F64: u.d = v; break;
+    case MOE8_DT_BF16: u.h = moe8_f32_to_bf16((float)v); break;
+    case MOE8_DT_F16: u.h = moe8_f32_to_f16((float)v); break;
+    case MOE8_DT_I8: u.i8 = (int8_t)v; break;
+    case MOE8_DT_I16: u.i16 = (int16_t)v; break;
+    case MOE8_DT_I32: u.i32 = (int32_t)v; break;
+    case MOE8_DT_I64: u.i64 = (int64_t)v; break;
+    default: memset(&u, 0, sizeof u); break;
+    }
+    memcpy(p, &u, sz);
+}
+
+static inline double fx_get(const fx_tensor *t, int64_t i) {
+    const unsigned char *p = (const unsigned char *)t->data + (size_t)i * moe8_dtype_size(t->dtype);
+    union { float f; double d; uint16_t h; int8_t i8; int16_t i16; int32_t i32; int64_t i64; } u;
+    memcpy(&u, p, moe8_dtype_size(t->dtype));
+    switch (t->dtype) {
+    case MOE8_DT_F32: return u.f;
+    case MOE8_DT_F64: return u.d;
+    case MOE8_DT_BF16: return moe8_bf16_to_f32(u.h);
+    case MOE8_DT_F16: return moe8_f16_to_f32(u.h);
+    case MOE8_DT_I8: return u.i8;
+    case MOE8_DT_I16: return u.i16;
+    case MOE8_DT_I32: return u.i32;
+    case MOE8_DT_I64: return (double)u.i64;
+    default: return 0;
+    }
+}
+
+static inline int64_t fx_numel(const fx_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= t->shape[i];
+    return n;
+}
+
+/* Change dtype and shape, keeping the values (as doubles) of the elements
+ * that still fit; new elements are 0. */
+static inline void fx_retype(fx_tensor *t, moe8_dtype dt, int n_dims, const int64_t *shape) {
+    fx_tensor old = *t;
+    int64_t n_old = fx_numel(&old), n;
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    for (int i = 0; i < n_dims; i++) t->shape[i] = shape[i];
+    n = fx_numel(t);
+    t->n_bytes = (size_t)n * moe8_dtype_size(dt);
+    t->data = calloc(t->n_bytes ? t->n_bytes : 1, 1);
+    for (int64_t i = 0; i < n && i < n_old; i++) fx_set(t, i, fx_get(&old, i));
+    free(old.data);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tensor list                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    fx_tensor *t;
+    int n, cap;
+    const fx_opts *o;
+    test_rng rng;             /* reseeded per tensor */
+} fx_list;
+
+static inline uint64_t fx_hash(const char *s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h | 1;
+}
+
+/* Append a tensor of zeros; the caller fills it. */
+static inline fx_tensor *fx_add(fx_list *L, const char *name, moe8_dtype dt, int n_dims, int64_t d0,
+                                int64_t d1, const char *quant) {
+    fx_tensor *t;
+    if (L->n == L->cap) {
+        L->cap = L->cap ? 2 * L->cap : 64;
+        L->t = (fx_tensor *)realloc(L->t, (size_t)L->cap * sizeof *L->t);
+    }
+    t = &L->t[L->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->orig_name, sizeof t->orig_name, "%s", name);
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->n_bytes = (size_t)fx_numel(t) * moe8_dtype_size(dt);
+    t->data = calloc(t->n_bytes ? t->n_bytes : 1, 1);
+    t->quant = quant;
+    L->rng.s = fx_hash(name, L->o->seed);
+    return t;
+}
+
+/* Float tensor: normal(0, 1) * scale + shift. */
+static inline void fx_add_float(fx_list *L, const char *name, int n_dims, int64_t d0, int64_t d1,
+                                double scale, double shift) {
+    fx_tensor *t = fx_add(L, name, L->o->float_dtype, n_dims, d0, d1, "FLOAT");
+    for (int64_t i = 0; i < fx_numel(t); i++) fx_set(t, i, test_rng_normal(&L->rng) * scale + shift);
+}
+
+static inline void fx_add_i8(fx_list *L, const char *name, int64_t d0, int64_t d1, const char *quant) {
+    fx_tensor *t = fx_add(L, name, MOE8_DT_I8, 2, d0, d1, quant);
+    for (int64_t i = 0; i < fx_numel(t); i++)
+        fx_set(t, i, (double)(int)(test_rng_u64(&L->rng) % 255) - 127);
+}
+
+/* A linear "<prefix>.*" of quant type q ("FLOAT", "W8A8", "W8A8_DYNAMIC"). */
+static inline void fx_add_linear(fx_list *L, const char *prefix, const char *q, int64_t n_out,
+                                 int64_t n_in, double in_scale, double in_offset) {
+    const fx_opts *o = L->o;
+    char n[160];
+    fx_tensor *t;
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    if (!strcmp(q, "FLOAT")) {
+        fx_add_float(L, n, 2, n_out, n_in, 1.0 / sqrt((double)n_in), 0.0);
+        return;
+    }
+    fx_add_i8(L, n, n_out, n_in, q);
+    if (!strcmp(q, "W8A8_DYNAMIC")) {
+        int nd = o->scale_2d ? 2 : 1;
+        snprintf(n, sizeof n, "%s.weight_scale", prefix);
+        t = fx_add(L, n, o->scale_dtype, nd, n_out, 1, q);
+        for (int64_t i = 0; i < n_out; i++)
+            fx_set(t, i, (0.5 + test_rng_uniform(&L->rng)) / (127.0 * sqrt((double)n_in)));
+        snprintf(n, sizeof n, "%s.weight_offset", prefix);
+        t = fx_add(L, n, o->scale_dtype, nd, n_out, 1, q);
+        for (int64_t i = 0; o->nonzero_offsets && i < n_out; i++)
+            fx_set(t, i, (double)(int)(test_rng_u64(&L->rng) % 5) - 2);
+        return;
+    }
+    /* W8A8 static */
+    snprintf(n, sizeof n, "%s.input_scale", prefix);
+    fx_set(fx_add(L, n, MOE8_DT_F32, 1, 1, 0, q), 0, in_scale);
+    snprintf(n, sizeof n, "%s.input_offset", prefix);
+    fx_set(fx_add(L, n, o->deq_i64 ? MOE8_DT_I8 : o->float_dtype, 1, 1, 0, q), 0, in_offset);
+    snprintf(n, sizeof n, "%s.weight_scale", prefix);
+    t = fx_add(L, n, MOE8_DT_F32, 1, n_out, 0, q);
+    for (int64_t i = 0; i < n_out; i++)
+        fx_set(t, i, (0.5 + test_rng_uniform(&L->rng)) / (127.0 * sqrt((double)n_in)));
+    {
+        fx_tensor *ws;
+        snprintf(n, sizeof n, "%s.weight_offset", prefix);
+        fx_add(L, n, MOE8_DT_F32, 1, n_out, 0, q);
+        snprintf(n, sizeof n, "%s.deq_scale", prefix);
+        t = fx_add(L, n, o->deq_i64 ? MOE8_DT_I64 : MOE8_DT_F32, 1, n_out, 0, q);
+        ws = &L->t[L->n - 3]; /* realloc may have moved it */
+        for (int64_t i = 0; i < n_out; i++) {
+            float d = (float)fx_get(ws, i) * (float)in_scale; /* fp32, as ModelSlim */
+            if (o->deq_i64) {
+                uint32_t bits;
+                int64_t v;
+                memcpy(&bits, &d, 4);
+                v = (int64_t)(int32_t)bits; /* ModelSlim: int32 bits sign-extended */
+                memcpy((char *)t->data + 8 * i, &v, 8);
+            } else {
+                fx_set(t, i, d);
+            }
+        }
+    }
+    snprintf(n, sizeof n, "%s.quant_bias", prefix);
+    t = fx_add(L, n, MOE8_DT_I32, 1, n_out, 0, q);
+    for (int64_t i = 0; i < n_out; i++) fx_set(t, i, (double)(int)(test_rng_u64(&L->rng) % 2001) - 1000);
+}
+
+static inline void fx_add_layer(fx_list *L, int64_t l) {
+    const fx_opts *o = L->o;
+    const char *lin = o->quant ? "W8A8" : "FLOAT", *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
+    static const char *qkvo[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    int64_t H = o->hidden, qd = o->n_heads * o->head_dim, kvd = o->n_kv_heads * o->head_dim;
+    int64_t outs[4] = {qd, kvd, kvd, H}, ins[4] = {H, H, H, qd};
+    char n[160];
+    snprintf(n, sizeof n, "model.layers.%lld.input_layernorm.weight", (long long)l);
+    fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+    snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
+    fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
+    fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
+    fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+    for (int i = 0; i < 4; i++) {
+        double s = o->qkv_same_input && i < 3 ? 0.03 : 0.02 + 0.005 * i;
+        double off = o->qkv_same_input && i < 3 ? 3.0 : (double)(i - 1);
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.%s", (long long)l, qkvo[i]);
+        fx_add_linear(L, n, lin, outs[i], ins[i], s, off);
+    }
+    if (l == o->dense_layer || o->n_experts == 0) {
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.gate_proj", (long long)l);
+        fx_add_linear(L, n, lin, o->inter, H, 0.04, 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.up_proj", (long long)l);
+        fx_add_linear(L, n, lin, o->inter, H, 0.04, 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.down_proj", (long long)l);
+        fx_add_linear(L, n, lin, H, o->inter, 0.05, -1.0);
+        return;
+    }
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.weight", (long long)l);
+    fx_add_float(L, n, 2, o->n_experts, H, 1.0 / sqrt((double)H), 0.0);
+    for (int64_t e = 0; e < o->n_experts; e++) {
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.gate_proj", (long long)l, (long long)e);
+        fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.up_proj", (long long)l, (long long)e);
+        fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.down_proj", (long long)l, (long long)e);
+        fx_add_linear(L, n, ex, H, o->moe_inter, 0, 0);
+    }
+}
+
+static inline void fx_build(fx_list *L) {
+    const fx_opts *o = L->o;
+    fx_add_float(L, "model.embed_tokens.weight", 2, o->vocab, o->hidden, 1.0, 0.0);
+    for (int64_t l = 0; l < o->n_layers; l++) fx_add_layer(L, l);
+    fx_add_float(L, "model.norm.weight", 1, o->hidden, 0, 0.1, 1.0);
+    if (!o->tie) fx_add_float(L, "lm_head.weight", 2, o->vocab, o->hidden, 1.0 / sqrt((double)o->hidden), 0);
+}
+
+static inline void fx_list_free(fx_list *L) {
+    for (int i = 0; i < L->n; i++) free(L->t[i].data);
+    free(L->t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static inline int fx_write_json(const char *dir, const char *file, cJSON *root, const fx_opts *o) {
+    char path[4096], *text;
+    int rc = 0;
+    if (o->json_hook) o->json_hook(o->user, file, root);
+    text = cJSON_Print(root);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    test_write_file(path, text, strlen(text));
+    free(text);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Write tensors [from, to) of the list (non-omitted) into one file. */
+static inline int fx_write_st(const char *path, fx_list *L, int from, int to) {
+    moe8_st_writer *w = NULL;
+    moe8_error e;
+    int rc = -1;
+    if (moe8_st_writer_open(path, &w, &e) != MOE8_OK) goto done;
+    for (int i = from; i < to; i++)
+        if (!L->t[i].omit &&
+            moe8_st_writer_declare(w, L->t[i].name, L->t[i].dtype, L->t[i].n_dims, L->t[i].shape, &e) != MOE8_OK)
+            goto done;
+    for (int i = from; i < to; i++)
+        if (!L->t[i].omit &&
+            moe8_st_writer_write(w, L->t[i].name, L->t[i].data, L->t[i].n_bytes, &e) != MOE8_OK)
+            goto done;
+    if (moe8_st_writer_finish(w, &e) != MOE8_OK) goto done;
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "fixture: writing %s: %s\n", path, e.message);
+    moe8_st_writer_close(w);
+    return rc;
+}
+
+static inline cJSON *fx_config_json(const fx_opts *o) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "architectures", cJSON_CreateString("Qwen3MoeForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "qwen3_moe");
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->n_kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(c, "num_experts", (double)o->n_experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->top_k);
+    cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+    cJSON *mlp_only = cJSON_AddArrayToObject(c, "mlp_only_layers");
+    if (o->dense_layer >= 0) cJSON_AddItemToArray(mlp_only, cJSON_CreateNumber((double)o->dense_layer));
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 4096);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
+    cJSON_AddNullToObject(c, "rope_scaling");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddStringToObject(c, "torch_dtype", o->float_dtype == MOE8_DT_F32 ? "float32" : "bfloat16");
+    return c;
+}
+
+static inline cJSON *fx_desc_json(const fx_list *L) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "model_quant_type", L->o->quant ? "W8A8_DYNAMIC" : "FLOAT");
+    cJSON_AddStringToObject(d, "version", "1.0.0");
+    for (int i = 0; i < L->n; i++) cJSON_AddStringToObject(d, L->t[i].orig_name, L->t[i].quant);
+    return d;
+}
+
+/* Shards: the first half of the tensors, then the rest. */
+static inline int fx_write_shards(const char *dir, fx_list *L) {
+    char path[4096], file[2][64];
+    int cut = L->n / 2;
+    uint64_t total = 0;
+    cJSON *idx = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(idx, "metadata");
+    cJSON *map = cJSON_AddObjectToObject(idx, "weight_map");
+    for (int s = 0; s < 2; s++) {
+        snprintf(file[s], sizeof file[s], "model-%05d-of-00002.safetensors", s + 1);
+        snprintf(path, sizeof path, "%s/%s", dir, file[s]);
+        if (fx_write_st(path, L, s ? cut : 0, s ? L->n : cut) != 0) {
+            cJSON_Delete(idx);
+            return -1;
+        }
+    }
+    for (int i = 0; i < L->n; i++) {
+        if (L->t[i].omit) continue;
+        total += L->t[i].n_bytes;
+        cJSON_AddStringToObject(map, L->t[i].name, file[i >= cut]);
+    }
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    return fx_write_json(dir, "model.safetensors.index.json", idx, L->o);
+}
+
+/* Write the whole folder `dir` (must exist, ideally empty). 0 on success. */
+static inline int fx_write_model(const char *dir, const fx_opts *o) {
+    fx_list L;
+    char path[4096];
+    int rc;
+    memset(&L, 0, sizeof L);
+    L.o = o;
+    fx_build(&L);
+    for (int i = 0; o->tensor_hook && i < L.n; i++) o->tensor_hook(o->user, &L.t[i]);
+    if (o->n_shards == 2) {
+        rc = fx_write_shards(dir, &L);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = fx_write_st(path, &L, 0, L.n);
+    }
+    if (rc == 0) rc = fx_write_json(dir, "config.json", fx_config_json(o), o);
+    if (rc == 0 && (o->quant || o->float_desc))
+        rc = fx_write_json(dir, "quant_model_description.json", fx_desc_json(&L), o);
+    if (rc == 0 && o->generation_config) {
+        cJSON *g = cJSON_CreateObject(), *eos = cJSON_AddArrayToObject(g, "eos_token_id");
+        cJSON_AddNumberToObject(g, "bos_token_id", 1);
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(2));
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(7));
+        cJSON_AddBoolToObject(g, "do_sample", 1);
+        rc = fx_write_json(dir, "generation_config.json", g, o);
+    }
+    fx_list_free(&L);
+    return rc;
+}
+
+#endif

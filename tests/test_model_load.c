@@ -1,0 +1,505 @@
+/*
+ * test_model_load.c — moe8_model_load on synthetic folders (fixture_model.h):
+ * good folders in every storage variant, checked tensor by tensor against the
+ * generator's own bytes; one bad folder per contract defect (status + message);
+ * and the built `moe8 inspect` on a good and a bad folder.
+ */
+#include "test.h"
+
+#include <sys/wait.h>
+
+#include "fixture_model.h"
+#include "model/model.h"
+
+/* ======================================================================== */
+/* Good folders                                                              */
+/* ======================================================================== */
+
+static const char *make(const char *name, const fx_opts *o) {
+    const char *dir = test_tmpdir(name);
+    if (fx_write_model(dir, o) != 0) {
+        fprintf(stderr, "cannot write fixture %s\n", name);
+        exit(2);
+    }
+    return dir;
+}
+
+/* Every generated tensor is in the checkpoint with the same bytes. */
+static void check_bytes(const moe8_model *m, const fx_opts *o) {
+    fx_list L;
+    int bad = 0;
+    memset(&L, 0, sizeof L);
+    L.o = o;
+    fx_build(&L);
+    for (int i = 0; i < L.n; i++) {
+        const moe8_tensor *t = moe8_st_find(m->st, L.t[i].name);
+        if (!t || t->dtype != L.t[i].dtype || t->n_bytes != L.t[i].n_bytes ||
+            memcmp(t->data, L.t[i].data, t->n_bytes) != 0) {
+            if (bad++ < 3) fprintf(stderr, "tensor %s differs\n", L.t[i].name);
+        }
+    }
+    CHECKF(bad == 0, "%d tensors differ", bad);
+    CHECK((int64_t)moe8_st_count(m->st) == L.n);
+    fx_list_free(&L);
+}
+
+static const moe8_tensor *T(const moe8_model *m, const char *fmt, long long a, long long b) {
+    char name[160];
+    snprintf(name, sizeof name, fmt, a, b);
+    return moe8_st_find(m->st, name);
+}
+
+/* Pointers of layer l bound to the tensors of the right names. */
+static void check_binding(const moe8_model *m, const fx_opts *o, int64_t l) {
+    const moe8_layer *ly = &m->layers[l];
+    const char *p = "model.layers.%lld.self_attn.%s";
+    CHECK(ly->attn_norm == T(m, "model.layers.%lld.input_layernorm.weight%.0lld", l, 0));
+    CHECK(ly->ffn_norm == T(m, "model.layers.%lld.post_attention_layernorm.weight%.0lld", l, 0));
+    CHECK(ly->q_norm == T(m, "model.layers.%lld.self_attn.q_norm.weight%.0lld", l, 0));
+    CHECK(ly->k_norm == T(m, "model.layers.%lld.self_attn.k_norm.weight%.0lld", l, 0));
+    CHECK(ly->q.weight == T(m, "model.layers.%lld.self_attn.q_proj.weight%.0lld", l, 0));
+    CHECK(ly->k.weight == T(m, "model.layers.%lld.self_attn.k_proj.weight%.0lld", l, 0));
+    CHECK(ly->v.weight == T(m, "model.layers.%lld.self_attn.v_proj.weight%.0lld", l, 0));
+    CHECK(ly->o.weight == T(m, "model.layers.%lld.self_attn.o_proj.weight%.0lld", l, 0));
+    (void)p;
+    CHECK(ly->q.n_out == o->n_heads * o->head_dim && ly->q.n_in == o->hidden);
+    CHECK(ly->k.n_out == o->n_kv_heads * o->head_dim && ly->o.n_in == o->n_heads * o->head_dim);
+    if (o->quant) {
+        CHECK(ly->q.input_scale == T(m, "model.layers.%lld.self_attn.q_proj.input_scale%.0lld", l, 0));
+        CHECK(ly->o.deq_scale == T(m, "model.layers.%lld.self_attn.o_proj.deq_scale%.0lld", l, 0));
+        CHECK(ly->v.quant_bias == T(m, "model.layers.%lld.self_attn.v_proj.quant_bias%.0lld", l, 0));
+        CHECK(ly->k.input_offset == T(m, "model.layers.%lld.self_attn.k_proj.input_offset%.0lld", l, 0));
+    } else {
+        CHECK(ly->q.input_scale == NULL && ly->o.deq_scale == NULL && ly->q.weight_scale == NULL);
+    }
+    if (!ly->info.is_moe) {
+        CHECK(ly->experts == NULL && ly->router == NULL);
+        CHECK(ly->mlp_gate.weight == T(m, "model.layers.%lld.mlp.gate_proj.weight%.0lld", l, 0));
+        CHECK(ly->mlp_up.weight == T(m, "model.layers.%lld.mlp.up_proj.weight%.0lld", l, 0));
+        CHECK(ly->mlp_down.weight == T(m, "model.layers.%lld.mlp.down_proj.weight%.0lld", l, 0));
+        CHECK(ly->mlp_down.n_out == o->hidden && ly->mlp_down.n_in == o->inter);
+        return;
+    }
+    CHECK(ly->router == T(m, "model.layers.%lld.mlp.gate.weight%.0lld", l, 0));
+    for (int64_t e = 0; e < o->n_experts; e++) {
+        const moe8_expert *x = &ly->experts[e];
+        CHECK(x->gate.weight == T(m, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", l, e));
+        CHECK(x->up.weight == T(m, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", l, e));
+        CHECK(x->down.weight == T(m, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", l, e));
+        CHECK(x->gate.n_out == o->moe_inter && x->gate.n_in == o->hidden);
+        CHECK(x->down.n_out == o->hidden && x->down.n_in == o->moe_inter);
+        if (o->quant) {
+            CHECK(x->down.weight_scale ==
+                  T(m, "model.layers.%lld.mlp.experts.%lld.down_proj.weight_scale", l, e));
+            CHECK(x->up.weight_offset ==
+                  T(m, "model.layers.%lld.mlp.experts.%lld.up_proj.weight_offset", l, e));
+            CHECK(x->down.weight->dtype == MOE8_DT_I8 && x->gate.quant == MOE8_QUANT_W8A8_DYNAMIC);
+        } else {
+            CHECK(x->down.weight_scale == NULL && x->gate.quant == MOE8_QUANT_FLOAT);
+        }
+    }
+}
+
+/* Independent recomputation of what load decodes for one W8A8 linear. */
+static void check_w8a8_values(const moe8_model *m, const moe8_linear *L) {
+    float s = moe8_tensor_f32_at(L->input_scale, 0);
+    CHECK(L->in_scale == s && s > 0);
+    CHECK(L->in_offset == (int32_t)moe8_tensor_f32_at(L->input_offset, 0));
+    for (int64_t i = 0; i < L->n_out; i++) {
+        /* deq_scale = weight_scale * input_scale (fixture), as fp32 */
+        float want = moe8_tensor_f32_at(L->weight_scale, i) * L->in_scale;
+        if (moe8_deq_scale_at(L->deq_scale, i) != want) {
+            CHECKF(0, "deq_scale[%lld] %g vs %g", (long long)i, moe8_deq_scale_at(L->deq_scale, i), want);
+            break;
+        }
+    }
+    (void)m;
+}
+
+static void test_good(const char *name, fx_opts o) {
+    const char *dir = make(name, &o);
+    moe8_model *m = NULL;
+    moe8_error e;
+    moe8_status st = moe8_model_load(dir, NULL, &m, &e);
+    CHECKF(st == MOE8_OK, "%s: %s", name, e.message);
+    if (st != MOE8_OK) return;
+    const moe8_config *c = moe8_model_config(m);
+    CHECK(c->hidden_size == o.hidden && c->num_hidden_layers == o.n_layers);
+    CHECK(c->num_experts == o.n_experts && c->num_experts_per_tok == o.top_k);
+    check_bytes(m, &o);
+    for (int64_t l = 0; l < o.n_layers; l++) {
+        moe8_layer_info li;
+        CHECK(moe8_model_layer_info(m, l, &li) == 0);
+        CHECK(li.is_moe == (l != o.dense_layer));
+        CHECK(li.qkv == (o.quant ? MOE8_QUANT_W8A8 : MOE8_QUANT_FLOAT));
+        CHECK(li.o == li.qkv && li.router == MOE8_QUANT_FLOAT);
+        if (li.is_moe) CHECK(li.experts == (o.quant ? MOE8_QUANT_W8A8_DYNAMIC : MOE8_QUANT_FLOAT));
+        else CHECK(li.mlp_gate_up == li.qkv && li.mlp_down == li.qkv);
+        check_binding(m, &o, l);
+        if (o.quant) {
+            const moe8_layer *ly = &m->layers[l];
+            check_w8a8_values(m, &ly->q);
+            check_w8a8_values(m, &ly->o);
+            CHECK(ly->qkv_input_differ == !o.qkv_same_input);
+            if (ly->info.is_moe) CHECK(ly->experts[0].gate.nonzero_offset == o.nonzero_offsets);
+        }
+    }
+    moe8_layer_info li;
+    CHECK(moe8_model_layer_info(m, o.n_layers, &li) == -1);
+    CHECK(moe8_model_layer_info(m, -1, &li) == -1);
+    CHECK(m->embed == moe8_st_find(m->st, "model.embed_tokens.weight"));
+    CHECK(m->final_norm == moe8_st_find(m->st, "model.norm.weight"));
+    CHECK(m->lm_head == (o.tie ? m->embed : moe8_st_find(m->st, "lm_head.weight")));
+    CHECK(m->embed->dtype == o.float_dtype);
+    moe8_model_free(m);
+}
+
+static void test_good_folders(void) {
+    fx_opts o = fx_default_opts();
+    test_good("float_single_bf16", o);
+    o.n_shards = 2;
+    o.float_dtype = MOE8_DT_F32;
+    o.tie = 1;
+    o.dense_layer = 0;
+    test_good("float_sharded_f32_tied", o);
+    o = fx_default_opts();
+    o.quant = 1;
+    test_good("w8a8_single", o);
+    o.n_shards = 2;
+    o.scale_2d = 1;
+    o.deq_i64 = 1;
+    o.dense_layer = 1;
+    o.float_dtype = MOE8_DT_F32;
+    test_good("w8a8_sharded_2d_i64", o);
+    o = fx_default_opts();
+    o.quant = 1;
+    o.scale_dtype = MOE8_DT_BF16;
+    o.nonzero_offsets = 1;
+    o.qkv_same_input = 0;
+    o.n_layers = 3;
+    o.dense_layer = 2;
+    test_good("w8a8_bf16_scales_offsets", o);
+    o.scale_dtype = MOE8_DT_F16;
+    o.scale_2d = 1;
+    test_good("w8a8_f16_scales_2d", o);
+    o = fx_default_opts();
+    o.float_desc = 1;
+    test_good("float_with_desc", o);
+}
+
+/* Stop ids, stats and the memory estimate on one folder. */
+static void test_queries(void) {
+    fx_opts o = fx_default_opts();
+    o.quant = 1;
+    o.generation_config = 1;
+    const char *dir = make("queries", &o);
+    moe8_model *m = NULL;
+    moe8_model_stats s;
+    moe8_memory_estimate me;
+    moe8_error e;
+    fx_list L;
+    uint64_t bytes[MOE8_DT_COUNT] = {0}, total = 0;
+    CHECKF(moe8_model_load(dir, NULL, &m, &e) == MOE8_OK, "%s", e.message);
+    if (!m) return;
+    const moe8_config *c = moe8_model_config(m);
+    /* config.json eos 2, generation_config.json [2, 7] -> {2, 7} */
+    CHECK(c->n_eos_ids == 2 && c->eos_token_ids[0] == 2 && c->eos_token_ids[1] == 7);
+    CHECK(c->bos_token_id == 1);
+    memset(&L, 0, sizeof L);
+    L.o = &o;
+    fx_build(&L);
+    for (int i = 0; i < L.n; i++) {
+        bytes[L.t[i].dtype] += L.t[i].n_bytes;
+        total += L.t[i].n_bytes;
+    }
+    moe8_model_get_stats(m, &s);
+    CHECK(s.n_files == 1 && s.n_tensors == L.n && s.total_bytes == total);
+    for (int d = 0; d < MOE8_DT_COUNT; d++) CHECKF(s.bytes_by_dtype[d] == bytes[d], "dtype %d", d);
+    CHECK(s.bytes_by_dtype[MOE8_DT_I8] > 0 && s.bytes_by_dtype[MOE8_DT_I64] == 0);
+    fx_list_free(&L);
+    CHECK(moe8_model_memory(m, 4096, &me, &e) == MOE8_OK);
+    CHECK(me.weight_bytes == total);
+    CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 4);
+    CHECK(me.scratch_bytes >= (1u << 20) && me.scratch_bytes < (4u << 20));
+    CHECK(me.total_bytes == me.weight_bytes + me.kv_bytes + me.scratch_bytes);
+    CHECK(moe8_model_memory(m, 0, &me, &e) == MOE8_ERR_INVALID_ARG);
+    moe8_model_free(m);
+    moe8_model_free(NULL);
+}
+
+/* ======================================================================== */
+/* Bad folders: one defect each                                              */
+/* ======================================================================== */
+
+enum { D_NONE, D_OMIT, D_RENAME, D_SET, D_RETYPE };
+
+typedef struct {
+    const char *label;
+    fx_opts (*opts)(void);
+    int action;
+    const char *tensor;       /* exact name */
+    double value;             /* D_SET: value of element `index` */
+    int64_t index;
+    moe8_dtype dtype;         /* D_RETYPE */
+    int n_dims;
+    int64_t shape[2];
+    const char *json_file;    /* json edit: file, key, JSON text (NULL = delete key) */
+    const char *json_key, *json_value;
+    moe8_status code;
+    const char *msg;
+} defect;
+
+static void hook_tensor(void *user, fx_tensor *t) {
+    const defect *d = (const defect *)user;
+    if (!d->tensor || strcmp(t->name, d->tensor) != 0) return;
+    if (d->action == D_OMIT) t->omit = 1;
+    if (d->action == D_RENAME) snprintf(t->name, sizeof t->name, "%s_renamed", d->tensor);
+    if (d->action == D_SET) fx_set(t, d->index, d->value);
+    if (d->action == D_RETYPE) fx_retype(t, d->dtype, d->n_dims, d->shape);
+}
+
+static void hook_json(void *user, const char *file, cJSON *root) {
+    const defect *d = (const defect *)user;
+    if (!d->json_file || strcmp(file, d->json_file) != 0) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, d->json_key);
+    if (d->json_value) cJSON_AddItemToObject(root, d->json_key, cJSON_Parse(d->json_value));
+}
+
+static fx_opts q_opts(void) {
+    fx_opts o = fx_default_opts();
+    o.quant = 1;
+    o.dense_layer = 1;
+    return o;
+}
+static fx_opts f_opts(void) { return fx_default_opts(); }
+
+#define EXP "model.layers.0.mlp.experts."
+#define ATT "model.layers.0.self_attn."
+static const defect defects[] = {
+    {"scale_dtype", q_opts, D_RETYPE, EXP "2.up_proj.weight_scale", 0, 0, MOE8_DT_I32, 1, {32, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor '" EXP "2.up_proj.weight_scale': expected dtype F32, BF16 or F16, found I32"},
+    {"scale_shape", q_opts, D_RETYPE, EXP "1.gate_proj.weight_scale", 0, 0, MOE8_DT_F32, 2, {32, 2},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected shape [32], found [32, 2]"},
+    {"scale_len", q_opts, D_RETYPE, EXP "0.down_proj.weight_scale", 0, 0, MOE8_DT_F32, 1, {32, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected shape [64], found [32]"},
+    {"missing_e3_down_scale", q_opts, D_OMIT, EXP "3.down_proj.weight_scale", 0, 0, 0, 0, {0, 0},
+     NULL, NULL, NULL, MOE8_ERR_NOT_FOUND, "tensor '" EXP "3.down_proj.weight_scale' not found"},
+    {"missing_e3_down", q_opts, D_OMIT, EXP "3.down_proj.weight", 0, 0, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "tensor '" EXP "3.down_proj.weight' not found"},
+    {"offset_fraction", q_opts, D_SET, EXP "1.up_proj.weight_offset", 0.5, 7, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor '" EXP "1.up_proj.weight_offset': element 7 is 0.5, expected an integer in [-128, 127]"},
+    {"offset_200", q_opts, D_SET, EXP "2.down_proj.weight_offset", 200, 3, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "element 3 is 200, expected an integer in [-128, 127]"},
+    {"offset_shape", q_opts, D_RETYPE, EXP "2.down_proj.weight_offset", 0, 0, MOE8_DT_F32, 2, {64, 1},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "shape differs from '" EXP "2.down_proj.weight_scale'"},
+    {"scale_nan", q_opts, D_SET, EXP "0.gate_proj.weight_scale", NAN, 4, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "element 4 is nan, expected a finite value"},
+    {"expert_weight_bf16", q_opts, D_RETYPE, EXP "1.up_proj.weight", 0, 0, MOE8_DT_BF16, 2, {32, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected dtype I8 (W8A8_DYNAMIC), found BF16"},
+    {"expert_weight_shape", q_opts, D_RETYPE, EXP "0.down_proj.weight", 0, 0, MOE8_DT_I8, 2, {32, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor '" EXP "0.down_proj.weight': expected shape [64, 32], found [32, 64]"},
+    {"input_scale_0", q_opts, D_SET, ATT "k_proj.input_scale", 0, 0, 0, 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "tensor '" ATT "k_proj.input_scale': value 0, expected a finite scale > 0"},
+    {"input_scale_inf", q_opts, D_SET, ATT "q_proj.input_scale", INFINITY, 0, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "value inf, expected a finite scale > 0"},
+    {"input_offset_frac", q_opts, D_SET, ATT "v_proj.input_offset", 2.5, 0, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "element 0 is 2.5, expected an integer in [-128, 127]"},
+    {"input_offset_shape", q_opts, D_RETYPE, ATT "o_proj.input_offset", 0, 0, MOE8_DT_BF16, 1, {2, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "tensor '" ATT "o_proj.input_offset': expected shape [1], found [2]"},
+    {"input_offset_i32", q_opts, D_RETYPE, ATT "o_proj.input_offset", 0, 0, MOE8_DT_I32, 1, {1, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected dtype I8, F32, BF16 or F16, found I32"},
+    {"deq_scale_i32", q_opts, D_RETYPE, ATT "q_proj.deq_scale", 0, 0, MOE8_DT_I32, 1, {64, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "tensor '" ATT "q_proj.deq_scale': expected dtype I64 or F32, found I32"},
+    {"deq_scale_len", q_opts, D_RETYPE, ATT "k_proj.deq_scale", 0, 0, MOE8_DT_F32, 1, {64, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "expected shape [32], found [64]"},
+    {"quant_bias_f32", q_opts, D_RETYPE, ATT "o_proj.quant_bias", 0, 0, MOE8_DT_F32, 1, {64, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "expected dtype I32, found F32"},
+    {"missing_quant_bias", q_opts, D_OMIT, "model.layers.1.mlp.down_proj.quant_bias", 0, 0, 0, 0,
+     {0, 0}, NULL, NULL, NULL, MOE8_ERR_NOT_FOUND, "tensor 'model.layers.1.mlp.down_proj.quant_bias' not found"},
+    {"linear_bf16_but_w8a8", q_opts, D_RETYPE, ATT "v_proj.weight", 0, 0, MOE8_DT_BF16, 2, {32, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected dtype I8 (W8A8), found BF16"},
+    {"renamed_o_proj", q_opts, D_RENAME, "model.layers.1.self_attn.o_proj.weight", 0, 0, 0, 0, {0, 0},
+     NULL, NULL, NULL, MOE8_ERR_NOT_FOUND, "tensor 'model.layers.1.self_attn.o_proj.weight' not found"},
+    {"router_shape", f_opts, D_RETYPE, "model.layers.1.mlp.gate.weight", 0, 0, MOE8_DT_BF16, 2, {3, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected shape [4, 64], found [3, 64]"},
+    {"router_i8", f_opts, D_RETYPE, "model.layers.1.mlp.gate.weight", 0, 0, MOE8_DT_I8, 2, {4, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected dtype BF16, F16 or F32, found I8"},
+    {"q_shape", f_opts, D_RETYPE, ATT "q_proj.weight", 0, 0, MOE8_DT_BF16, 2, {64, 32}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "tensor '" ATT "q_proj.weight': expected shape [64, 64], found [64, 32]"},
+    {"int8_without_desc", f_opts, D_RETYPE, ATT "k_proj.weight", 0, 0, MOE8_DT_I8, 2, {32, 64}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "no quant_model_description.json"},
+    {"norm_shape", f_opts, D_RETYPE, "model.layers.1.input_layernorm.weight", 0, 0, MOE8_DT_BF16, 1,
+     {16, 0}, NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected shape [64], found [16]"},
+    {"k_norm_shape", f_opts, D_RETYPE, ATT "k_norm.weight", 0, 0, MOE8_DT_BF16, 1, {64, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "expected shape [16], found [64]"},
+    {"embed_vocab", f_opts, D_RETYPE, "model.embed_tokens.weight", 0, 0, MOE8_DT_BF16, 2, {255, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected shape [256, 64], found [255, 64]"},
+    {"embed_u8", f_opts, D_RETYPE, "model.embed_tokens.weight", 0, 0, MOE8_DT_U8, 2, {256, 64}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "found U8"},
+    {"missing_lm_head", f_opts, D_OMIT, "lm_head.weight", 0, 0, 0, 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "tensor 'lm_head.weight' not found"},
+    {"missing_final_norm", f_opts, D_OMIT, "model.norm.weight", 0, 0, 0, 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "tensor 'model.norm.weight' not found"},
+    {"config_topk", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "num_experts_per_tok", "10",
+     MOE8_ERR_FORMAT, "num_experts_per_tok (10) > num_experts (4)"},
+    {"config_dense_layer", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "mlp_only_layers",
+     "[0]", MOE8_ERR_NOT_FOUND, "tensor 'model.layers.0.mlp.gate_proj.weight' not found"},
+    {"config_model_type", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "model_type",
+     "\"qwen2_moe\"", MOE8_ERR_UNSUPPORTED, "model_type \"qwen2_moe\" not supported"},
+    {"config_head_dim", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "head_dim", "8",
+     MOE8_ERR_FORMAT, "q_norm.weight': expected shape [8], found [16]"},
+    {"desc_missing_key", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",
+     EXP "0.up_proj.weight", NULL, MOE8_ERR_NOT_FOUND,
+     "required key '" EXP "0.up_proj.weight' missing"},
+    {"desc_w4a8", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",
+     EXP "2.gate_proj.weight", "\"W4A8_DYNAMIC\"", MOE8_ERR_UNSUPPORTED,
+     "tensor '" EXP "2.gate_proj.weight': quant type \"W4A8_DYNAMIC\" not supported"},
+    {"desc_fa_quant", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",
+     "fa_quant_type", "\"FAQuant\"", MOE8_ERR_UNSUPPORTED, "fa_quant_type FAQuant not supported"},
+    {"desc_float_attn_int8", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",
+     "model.layers.0.self_attn.o_proj.weight", "\"FLOAT\"", MOE8_ERR_FORMAT,
+     "tensor '" ATT "o_proj.weight': expected dtype BF16, F16 or F32 (FLOAT), found I8"},
+    {"gen_config_eos", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "generation_config.json",
+     "eos_token_id", "\"<|im_end|>\"", MOE8_ERR_FORMAT,
+     "generation_config.json': eos_token_id must be an integer or a list"},
+};
+
+static void test_defects(void) {
+    for (size_t i = 0; i < sizeof defects / sizeof defects[0]; i++) {
+        const defect *d = &defects[i];
+        fx_opts o = d->opts();
+        char name[96];
+        moe8_model *m = NULL;
+        moe8_error e;
+        moe8_status st;
+        o.tensor_hook = hook_tensor;
+        o.json_hook = hook_json;
+        o.user = (void *)d;
+        o.generation_config = 1;
+        snprintf(name, sizeof name, "bad_%s", d->label);
+        memset(&e, 0, sizeof e);
+        st = moe8_model_load(make(name, &o), NULL, &m, &e);
+        CHECKF(st == d->code, "%s: status %d, want %d (%s)", d->label, st, d->code, e.message);
+        CHECKF(strstr(e.message, d->msg) != NULL, "%s: '%s' lacks '%s'", d->label, e.message, d->msg);
+        CHECKF(m == NULL && e.code == st, "%s", d->label);
+        moe8_model_free(m);
+    }
+}
+
+/* Defects made by editing files after writing. */
+static void test_file_defects(void) {
+    fx_opts o = q_opts();
+    char path[4200];
+    moe8_model *m = NULL;
+    moe8_error e;
+    const char *dir = make("bad_files", &o);
+
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    test_write_file(path, "{\"model_type\": \"qwen3_moe\",", 27);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_FORMAT && !m);
+    CHECKF(strstr(e.message, "config.json': invalid JSON near byte") != NULL, "%s", e.message);
+    unlink(path);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_NOT_FOUND && !m);
+    CHECKF(strstr(e.message, "config.json") != NULL, "%s", e.message);
+
+    dir = make("bad_files2", &o);
+    snprintf(path, sizeof path, "%s/quant_model_description.json", dir);
+    test_write_file(path, "{\"a\": ", 6);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_FORMAT && !m);
+    CHECKF(strstr(e.message, "quant_model_description.json': invalid JSON") != NULL, "%s", e.message);
+    unlink(path);
+    /* int8 tensors without a description: everything is FLOAT, refused */
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_FORMAT && !m);
+    CHECKF(strstr(e.message, "found I8") && strstr(e.message, "no quant_model_description.json"),
+           "%s", e.message);
+
+    dir = make("bad_files3", &o);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(truncate(path, 4096) == 0);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) != MOE8_OK && !m);
+    CHECKF(strstr(e.message, "model.safetensors") != NULL, "%s", e.message);
+
+    CHECK(moe8_model_load(MOE8_TEST_TMP "/no_such_folder", NULL, &m, &e) == MOE8_ERR_NOT_FOUND);
+    CHECK(moe8_model_load(NULL, NULL, &m, &e) == MOE8_ERR_INVALID_ARG);
+}
+
+/* ======================================================================== */
+/* moe8 inspect                                                              */
+/* ======================================================================== */
+
+/* Run a shell command; its stdout+stderr into buf. Returns the exit status. */
+static int run(const char *cmd, char *buf, size_t n) {
+    FILE *p = popen(cmd, "r");
+    size_t got = 0;
+    int st;
+    if (!p) return -1;
+    while (got + 1 < n) {
+        size_t r = fread(buf + got, 1, n - 1 - got, p);
+        if (r == 0) break;
+        got += r;
+    }
+    buf[got] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_inspect(void) {
+    static char out[16384];
+    char cmd[4600];
+    fx_opts o = fx_default_opts();
+    o.quant = 1;
+    o.n_layers = 4;
+    o.dense_layer = 1;
+    o.n_shards = 2;
+    o.generation_config = 1;
+    const char *dir = make("inspect_good", &o);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    const char *want[] = {
+        "model_type: qwen3_moe",
+        "layer 0: attn W8A8, experts W8A8_DYNAMIC, router FLOAT",
+        "layer 1: attn W8A8, mlp W8A8",
+        "layers 2-3: attn W8A8, experts W8A8_DYNAMIC, router FLOAT",
+        "experts: 4, top-2, intermediate 32",
+        "heads: 4 q, 2 kv, head_dim 16",
+        "stop ids: 2 7",
+        "safetensors files: 2",
+        "I8 ",
+        "context 4096",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECKF(strstr(out, want[i]) != NULL, "inspect output lacks '%s':\n%s", want[i], out);
+
+    o = fx_default_opts();
+    dir = make("inspect_float", &o);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "layers 0-1: attn FLOAT, experts FLOAT, router FLOAT") != NULL, "%s", out);
+
+    const defect *d = &defects[3]; /* missing expert 3 down_proj scale */
+    o = d->opts();
+    o.tensor_hook = hook_tensor;
+    o.user = (void *)d;
+    dir = make("inspect_bad", &o);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) != 0);
+    CHECKF(strstr(out, "moe8 inspect: ") == out, "%s", out);
+    CHECKF(strstr(out, "3.down_proj.weight_scale' not found") != NULL, "%s", out);
+
+    snprintf(cmd, sizeof cmd, "'%s' inspect -h 2>&1", MOE8_CLI);
+    CHECK(run(cmd, out, sizeof out) == 0 && strstr(out, "usage: moe8 inspect") != NULL);
+    snprintf(cmd, sizeof cmd, "'%s' inspect 2>&1", MOE8_CLI);
+    CHECK(run(cmd, out, sizeof out) != 0 && strstr(out, "usage: moe8 inspect") != NULL);
+}
+
+int main(void) {
+    test_good_folders();
+    test_queries();
+    test_defects();
+    test_file_defects();
+    test_inspect();
+    return test_summary();
+}

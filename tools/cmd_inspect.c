@@ -1,0 +1,136 @@
+/*
+ * cmd_inspect.c — `moe8 inspect -m DIR`: load a model folder (every tensor
+ * checked) and describe it on stdout: architecture, per-layer quant types
+ * with runs of identical layers collapsed, tensor bytes by dtype, and the
+ * estimated memory at a context length (default 4096).
+ * Uses only the public header. Does not run the model.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: moe8 inspect -m DIR [-c N]\n"
+               "  -m DIR   model folder (config.json, *.safetensors, quant_model_description.json)\n"
+               "  -c N     context length for the memory estimate (default 4096)\n");
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static void print_arch(const char *dir, const moe8_config *c) {
+    printf("model: %s\n", dir);
+    printf("model_type: %s\n", c->model_type);
+    printf("hidden: %lld, layers: %lld, vocab: %lld, tie_word_embeddings: %s\n",
+           (long long)c->hidden_size, (long long)c->num_hidden_layers, (long long)c->vocab_size,
+           c->tie_word_embeddings ? "yes" : "no");
+    printf("heads: %lld q, %lld kv, head_dim %lld\n", (long long)c->num_attention_heads,
+           (long long)c->num_key_value_heads, (long long)c->head_dim);
+    printf("experts: %lld, top-%lld, intermediate %lld, norm_topk_prob %s\n",
+           (long long)c->num_experts, (long long)c->num_experts_per_tok,
+           (long long)c->moe_intermediate_size, c->norm_topk_prob ? "yes" : "no");
+    printf("dense mlp: intermediate %lld, decoder_sparse_step %lld, mlp_only_layers %d\n",
+           (long long)c->intermediate_size, (long long)c->decoder_sparse_step, c->n_mlp_only_layers);
+    printf("rope_theta: %g, rms_norm_eps: %g, max_position_embeddings: %lld\n", c->rope_theta,
+           c->rms_norm_eps, (long long)c->max_position_embeddings);
+    printf("bos id: %lld, stop ids:", (long long)c->bos_token_id);
+    for (int i = 0; i < c->n_eos_ids; i++) printf(" %lld", (long long)c->eos_token_ids[i]);
+    printf("%s\n", c->n_eos_ids ? "" : " (none)");
+}
+
+/* "attn W8A8, experts W8A8_DYNAMIC, router FLOAT" or "attn FLOAT, mlp FLOAT". */
+static void describe(const moe8_layer_info *li, char *buf, size_t n) {
+    size_t u;
+    if (li->qkv == li->o)
+        u = (size_t)snprintf(buf, n, "attn %s", moe8_quant_type_name(li->qkv));
+    else
+        u = (size_t)snprintf(buf, n, "attn qkv %s o %s", moe8_quant_type_name(li->qkv),
+                             moe8_quant_type_name(li->o));
+    if (u >= n) return;
+    if (li->is_moe)
+        snprintf(buf + u, n - u, ", experts %s, router %s", moe8_quant_type_name(li->experts),
+                 moe8_quant_type_name(li->router));
+    else if (li->mlp_gate_up == li->mlp_down)
+        snprintf(buf + u, n - u, ", mlp %s", moe8_quant_type_name(li->mlp_down));
+    else
+        snprintf(buf + u, n - u, ", mlp gate_up %s down %s", moe8_quant_type_name(li->mlp_gate_up),
+                 moe8_quant_type_name(li->mlp_down));
+}
+
+static void print_quant(const moe8_model *m, int64_t n_layers) {
+    char cur[160], next[160];
+    int64_t start = 0;
+    moe8_layer_info li;
+    printf("quant:\n");
+    for (int64_t l = 0; l < n_layers; l++) {
+        if (moe8_model_layer_info(m, l, &li) != 0) return;
+        describe(&li, next, sizeof next);
+        if (l == 0) memcpy(cur, next, sizeof cur);
+        if (strcmp(cur, next) != 0) {
+            if (l - 1 == start) printf("  layer %lld: %s\n", (long long)start, cur);
+            else printf("  layers %lld-%lld: %s\n", (long long)start, (long long)(l - 1), cur);
+            start = l;
+            memcpy(cur, next, sizeof cur);
+        }
+    }
+    if (n_layers - 1 == start) printf("  layer %lld: %s\n", (long long)start, cur);
+    else printf("  layers %lld-%lld: %s\n", (long long)start, (long long)(n_layers - 1), cur);
+}
+
+static void print_tensors(const moe8_model_stats *s) {
+    printf("tensors: %lld, %.1f MiB (%llu bytes)\n", (long long)s->n_tensors, mib(s->total_bytes),
+           (unsigned long long)s->total_bytes);
+    for (int d = 0; d < MOE8_DT_COUNT; d++)
+        if (s->tensors_by_dtype[d])
+            printf("  %-8s %6lld tensors %10.1f MiB (%llu bytes)\n", moe8_dtype_name((moe8_dtype)d),
+                   (long long)s->tensors_by_dtype[d], mib(s->bytes_by_dtype[d]),
+                   (unsigned long long)s->bytes_by_dtype[d]);
+    printf("safetensors files: %d\n", s->n_files);
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *dir = NULL;
+    long long n_ctx = 4096;
+    moe8_model *m = NULL;
+    moe8_model_stats s;
+    moe8_memory_estimate me;
+    moe8_error err;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
+            char *end;
+            n_ctx = strtoll(argv[++i], &end, 10);
+            if (*end || n_ctx < 1) {
+                fprintf(stderr, "moe8 inspect: -c wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "moe8 inspect: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!dir) {
+        usage(stderr);
+        return 2;
+    }
+    if (moe8_model_load(dir, NULL, &m, &err) != MOE8_OK) return cli_fail("inspect", &err);
+    const moe8_config *c = moe8_model_config(m);
+    print_arch(dir, c);
+    print_quant(m, c->num_hidden_layers);
+    moe8_model_get_stats(m, &s);
+    print_tensors(&s);
+    if (moe8_model_memory(m, (int64_t)n_ctx, &me, &err) != MOE8_OK) {
+        moe8_model_free(m);
+        return cli_fail("inspect", &err);
+    }
+    printf("memory at context %lld: %.1f MiB = weights %.1f + KV cache %.1f + scratch %.1f\n", n_ctx,
+           mib(me.total_bytes), mib(me.weight_bytes), mib(me.kv_bytes), mib(me.scratch_bytes));
+    moe8_model_free(m);
+    return 0;
+}
