@@ -1,0 +1,67 @@
+/*
+ * expert_mlp.c — the expert MLP of the MoE layer (SPEC §1, §4), one entry for
+ * quantized and float experts (vllm-ascend's unified_apply_mlp):
+ *
+ *   Y1 = X @ [gate; up]^T     -> [m][2I]  gate at columns [0, I), up at [I, 2I)
+ *   A  = silu(gate) * up      fp32, written over the gate columns of Y1
+ *   Y2 = A @ down^T           -> [m][H]   (quantized: A re-quantized per row)
+ *
+ * Quantized experts use gemm_q8_f32 (exact int32 + SPEC §4 dequant, weight
+ * offsets included through qmat.offset and the row sums); float experts use
+ * gemm_f32_wf on the weights in their stored dtype. Both phases work on a
+ * column range so moe_layer.c can split them across threads; every output
+ * element is computed once, the same way, whatever the split.
+ * Does not: quantize X (the layer does it once per token), or thread.
+ */
+#include <math.h>
+
+#include "moe/moe.h"
+
+static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
+                 int hidden, int inter, const moe8_mlp_rows *x, float *y1, int ldy1, int c0,
+                 int c1) {
+    const int m = x->m;
+    if (qe) {
+        k->gemm_q8_f32(y1, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->gate, m, c0, c1);
+        k->gemm_q8_f32(y1 + inter, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->up, m, c0, c1);
+    } else {
+        k->gemm_f32_wf(y1, ldy1, x->xf, x->ldf, fe->gate, fe->gate_dt, fe->ld_gu, m, c0, c1,
+                       hidden);
+        k->gemm_f32_wf(y1 + inter, ldy1, x->xf, x->ldf, fe->up, fe->up_dt, fe->ld_gu, m, c0, c1,
+                       hidden);
+    }
+    for (int r = 0; r < m; r++) {
+        float *g = y1 + (size_t)r * ldy1;
+        for (int c = c0; c < c1; c++) g[c] = silu_mul(g[c], g[inter + c]);
+    }
+}
+
+void moe8_mlp_down(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
+                   int inter, const moe8_mlp_rows *a, float *y2, int ldy2, int c0, int c1) {
+    if (qe)
+        k->gemm_q8_f32(y2, ldy2, a->xq, a->ldq, a->sx, a->xsum, &qe->down, a->m, c0, c1);
+    else
+        k->gemm_f32_wf(y2, ldy2, a->xf, a->ldf, fe->down, fe->down_dt, fe->ld_down, a->m, c0, c1,
+                       inter);
+}
+
+void moe8_unified_apply_mlp(const moe8_kernels *k, const moe8_qexpert *qe,
+                            const moe8_fexpert *fe, int hidden, int inter,
+                            const moe8_mlp_rows *x, float *y1, int ldy1, int8_t *aq, int lda,
+                            float *sa, int32_t *asum, float *y2, int ldy2) {
+    moe8_mlp_rows a = {.m = x->m};
+    moe8_mlp_up(k, qe, fe, hidden, inter, x, y1, ldy1, 0, inter);
+    if (qe) {
+        k->quant_rows(aq, lda, sa, asum, y1, ldy1, x->m, inter);
+        a.xq = aq;
+        a.ldq = lda;
+        a.sx = sa;
+        a.xsum = asum;
+    } else {
+        a.xf = y1;
+        a.ldf = ldy1;
+    }
+    moe8_mlp_down(k, qe, fe, inter, &a, y2, ldy2, 0, hidden);
+}
