@@ -498,6 +498,8 @@ moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_erro
     moe8_status st;
     if (!dir || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer_load: NULL argument");
     *out = NULL;
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer folder path is too long");
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     L.path = path;
     L.err = err;
