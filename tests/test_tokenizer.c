@@ -451,6 +451,20 @@ static void test_small_tokenizer(void) {
     if (!t) return;
     check_ids(t, "abc abd", abc, 4);
     moe8_tokenizer_free(t);
+    /* ignore_merges: a piece that is a whole vocab entry skips BPE ("bd" has no merge) */
+    static const int32_t bd_bpe[] = {98, 100}, bd_whole[] = {259};
+    s = tj_default();
+    s.extra_vocab = ",\"bd\":259";
+    CHECKF(load_tj(dir, &s, &t, &e) == MOE8_OK, "%s", e.message);
+    if (!t) return;
+    check_ids(t, "bd", bd_bpe, 2);
+    moe8_tokenizer_free(t);
+    s.model_extra = "\"type\":\"BPE\",\"ignore_merges\":true";
+    CHECKF(load_tj(dir, &s, &t, &e) == MOE8_OK, "%s", e.message);
+    if (!t) return;
+    check_ids(t, "bd", bd_whole, 1);
+    check_ids(t, "abc abd", abc, 4);
+    moe8_tokenizer_free(t);
     /* tokenizer_config.json: add_bos_token with bos/eos as object and string */
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
