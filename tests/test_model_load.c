@@ -130,7 +130,7 @@ static void test_good(const char *name, fx_opts o) {
     for (int64_t l = 0; l < o.n_layers; l++) {
         moe8_layer_info li;
         CHECK(moe8_model_layer_info(m, l, &li) == 0);
-        CHECK(li.is_moe == (l != o.dense_layer));
+        CHECK(li.is_moe == (o.n_experts > 0 && l != o.dense_layer));
         CHECK(li.qkv == (o.quant ? MOE8_QUANT_W8A8 : MOE8_QUANT_FLOAT));
         CHECK(li.o == li.qkv && li.router == MOE8_QUANT_FLOAT);
         if (li.is_moe) CHECK(li.experts == (o.quant ? MOE8_QUANT_W8A8_DYNAMIC : MOE8_QUANT_FLOAT));
@@ -185,6 +185,10 @@ static void test_good_folders(void) {
     o = fx_default_opts();
     o.float_desc = 1;
     test_good("float_with_desc", o);
+    o = fx_default_opts();
+    o.n_experts = 0; /* a dense model: every layer a SwiGLU MLP */
+    o.quant = 1;
+    test_good("dense_w8a8", o);
 }
 
 /* Stop ids, stats and the memory estimate on one folder. */
@@ -196,10 +200,12 @@ static void test_queries(void) {
     moe8_model *m = NULL;
     moe8_model_stats s;
     moe8_memory_estimate me;
+    moe8_model_params mp = moe8_model_params_default();
     moe8_error e;
     fx_list L;
     uint64_t bytes[MOE8_DT_COUNT] = {0}, total = 0;
-    CHECKF(moe8_model_load(dir, NULL, &m, &e) == MOE8_OK, "%s", e.message);
+    mp.n_threads = 1;
+    CHECKF(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK, "%s", e.message);
     if (!m) return;
     const moe8_config *c = moe8_model_config(m);
     /* config.json eos 2, generation_config.json [2, 7] -> {2, 7} */
