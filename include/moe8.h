@@ -303,6 +303,130 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_es
                               moe8_error *err);
 
 /* ======================================================================== */
+/* Generation: contexts, batches, decode, generate (SPEC §7)                 */
+/* ======================================================================== */
+
+/* A moe8_model holds the weights; a moe8_context holds what one stream of
+ * work needs on top: a KV cache of n_ctx positions for each of n_seq_max
+ * sequences, and scratch sized once (decode never allocates).
+ *
+ * Preparation: the first context of a model prepares it — W8A8 linears and
+ * experts are repacked into memory moe8 owns and their mapped pages released
+ * (SPEC §6b); moe8_model_load stays cheap (`inspect` never prepares). The
+ * prepared weights are shared by every context of the model (with the same
+ * float_experts setting) and freed with the last of them.
+ *
+ * Thread safety: moe8_context_create and moe8_context_free may be called from
+ * any thread, concurrently, for the same model (preparation is serialized
+ * inside). Contexts of one model run concurrently on different threads. One
+ * context is used by one thread at a time (every call below that takes a
+ * non-const moe8_context *). The model must outlive its contexts. */
+typedef struct moe8_context moe8_context;
+typedef struct moe8_sampler moe8_sampler; /* see "Sampling" below */
+
+/* Initialise with moe8_context_params_default(); fields are only appended. */
+typedef struct {
+    int32_t n_ctx;        /* positions per sequence (KV cache length); default 4096,
+                           * at most max_position_embeddings */
+    int32_t n_seq_max;    /* sequences held at once (ids 0..n_seq_max-1); default 1 */
+    int32_t n_batch;      /* most tokens per moe8_decode; 0 = n_ctx */
+    int32_t n_outputs;    /* most logits rows per moe8_decode; 0 = n_seq_max */
+    int n_threads;        /* OpenMP threads; 0 = the model's n_threads, else the OpenMP default */
+    int float_experts;    /* run W8A8 experts dequantized to fp32 (a comparison aid:
+                           * 4x the expert memory) */
+} moe8_context_params;
+moe8_context_params moe8_context_params_default(void);
+
+/* `params` may be NULL (defaults). Prepares the model when needed (above). */
+moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *params,
+                                moe8_context **out, moe8_error *err);
+void moe8_context_free(moe8_context *ctx);
+
+/* The parameters in effect (zeros replaced by the values chosen). */
+moe8_context_params moe8_context_get_params(const moe8_context *ctx);
+int32_t moe8_context_n_vocab(const moe8_context *ctx);
+/* Tokens held for sequence `seq` (its next position), or -1 if out of range. */
+int32_t moe8_context_seq_len(const moe8_context *ctx, int32_t seq);
+/* Keep the first n_keep positions of `seq` and drop the rest (0 clears it), so
+ * the next token of seq has position n_keep. */
+moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_keep,
+                                      moe8_error *err);
+/* Bytes the context allocated (KV cache + scratch); the shared prepared
+ * weights are in *weight_bytes (may be NULL). */
+size_t moe8_context_memory(const moe8_context *ctx, size_t *weight_bytes);
+
+/* A batch of tokens, each tagged with its sequence and position (like
+ * llama.cpp's llama_batch). Tokens of different sequences may be mixed in any
+ * order; the tokens of one sequence appear in position order and continue it:
+ * the first has position moe8_context_seq_len(seq), the next +1, and so on.
+ * All tokens of one sequence in one batch are one forward pass (a prompt of
+ * T tokens goes through the MoE layer as T rows). */
+typedef struct {
+    int32_t n_tokens;
+    const int32_t *token;   /* [n_tokens] ids in [0, n_vocab) */
+    const int32_t *pos;     /* [n_tokens] position within its sequence */
+    const int32_t *seq_id;  /* [n_tokens] in [0, n_seq_max) */
+    const int8_t *logits;   /* [n_tokens] 1 = compute this token's logits; NULL = the
+                             * last token of each sequence in the batch */
+} moe8_batch;
+
+/* Run the batch: append every token's K/V to its sequence and compute the
+ * logits asked for. A bad batch (ids, positions, n_batch/n_outputs exceeded,
+ * or a position >= n_ctx: context overflow) fails with MOE8_ERR_INVALID_ARG
+ * before anything changes. On any failure the logits of the call are void;
+ * after a failure inside the pass, the sequences of the batch keep only their
+ * old positions (truncate is not needed). */
+moe8_status moe8_decode(moe8_context *ctx, const moe8_batch *batch, moe8_error *err);
+/* Logits [n_vocab] of token i of the last moe8_decode batch, or NULL when they
+ * were not asked for. Valid until the next moe8_decode on ctx. */
+const float *moe8_context_logits(const moe8_context *ctx, int32_t i);
+
+/* ---- generate: prefill every prompt, then decode them in lockstep ---- */
+
+/* Why a sequence stopped. Append-only. */
+typedef enum {
+    MOE8_FINISH_NONE = 0,     /* not finished (the call failed or was cancelled) */
+    MOE8_FINISH_STOP = 1,     /* sampled a stop id (not emitted) */
+    MOE8_FINISH_LENGTH = 2,   /* n_predict tokens generated */
+    MOE8_FINISH_CONTEXT = 3,  /* the KV cache of the sequence is full */
+    MOE8_FINISH_CALLBACK = 4, /* the callback returned MOE8_GEN_STOP_SEQ */
+} moe8_finish;
+
+/* Return values of the per-token callback. */
+#define MOE8_GEN_CONTINUE 0
+#define MOE8_GEN_STOP_SEQ 1  /* finish this sequence, keep the others going */
+#define MOE8_GEN_CANCEL 2    /* stop everything: moe8_generate returns MOE8_ERR_CANCELLED */
+
+/* Called on the generate caller's thread for each new token of each sequence
+ * (index `seq` into the request), in sequence order within one step. */
+typedef int (*moe8_token_fn)(void *user, int32_t seq, int32_t token);
+
+typedef struct {
+    int32_t n_seq;                   /* prompts, 1..n_seq_max; sequence i uses cache slot i */
+    const int32_t *const *prompt;    /* [n_seq] pointers to prompt ids */
+    const int32_t *n_prompt;         /* [n_seq] lengths, each >= 1 */
+    int32_t n_predict;               /* most new tokens per sequence (>= 0) */
+    const int32_t *stop_ids;         /* [n_stop] or NULL */
+    int32_t n_stop;
+    moe8_token_fn on_token;          /* may be NULL */
+    void *user;
+    int32_t *out_tokens;             /* [n_seq][n_predict] or NULL: generated ids */
+    int32_t *n_out;                  /* [n_seq] or NULL: how many were generated */
+    moe8_finish *finish;             /* [n_seq] or NULL */
+} moe8_generate_request;
+
+/* Clear slots 0..n_seq-1, prefill every prompt (one forward pass for all of
+ * them when they fit n_batch, else consecutive passes of n_batch tokens), then
+ * decode the live sequences in lockstep: each step is one moe8_decode of one
+ * token per live sequence (the MoE layer sees T = live sequences), tokens
+ * drawn from `sampler` (made for moe8_context_n_vocab) in sequence order. A
+ * prompt longer than n_ctx fails with MOE8_ERR_INVALID_ARG; reaching n_ctx
+ * later finishes that sequence (MOE8_FINISH_CONTEXT). Outputs written so far
+ * stay valid on failure. */
+moe8_status moe8_generate(moe8_context *ctx, moe8_sampler *sampler,
+                          const moe8_generate_request *req, moe8_error *err);
+
+/* ======================================================================== */
 /* Sampling                                                                  */
 /* ======================================================================== */
 

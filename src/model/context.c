@@ -1,0 +1,489 @@
+/*
+ * context.c — the generation API of moe8.h: contexts, batches, moe8_decode
+ * and moe8_generate.
+ *
+ * A context owns an fp32 KV cache, one block per layer:
+ *     kv[n_layer][2 (k, v)][n_seq][n_kv][n_ctx][D]
+ * the RoPE table [n_ctx][D/2][2], the length of each sequence, and the
+ * forward scratch (forward.h) sized for n_batch tokens and n_outputs logits
+ * rows — all allocated at create, so decode never allocates.
+ *
+ * Prepared weights (forward.c) are shared by the contexts of one model with
+ * the same float_experts setting through a small reference-counted table
+ * guarded by a mutex: the first context prepares, the last one frees. (The
+ * model struct has no slot for them; if it gets one, the table goes.)
+ *
+ * Does not: reorder or split a batch (the caller's order is the forward
+ * order), keep logits of earlier calls, or sample (moe8_generate uses the
+ * caller's sampler).
+ */
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/forward.h"
+
+/* ---- shared prepared weights ---------------------------------------------- */
+
+typedef struct prep {
+    const moe8_model *model;
+    int float_experts;
+    moe8_weights *w;
+    int refs;
+    struct prep *next;
+} prep;
+
+static pthread_mutex_t g_prep_lock = PTHREAD_MUTEX_INITIALIZER;
+static prep *g_prep;
+
+static moe8_status weights_acquire(const moe8_model *m, int float_experts, int n_threads,
+                                   moe8_weights **out, moe8_error *err) {
+    moe8_status st = MOE8_OK;
+    prep *p;
+    pthread_mutex_lock(&g_prep_lock);
+    for (p = g_prep; p && !(p->model == m && p->float_experts == float_experts); p = p->next) {}
+    if (!p) {
+        if (!(p = calloc(1, sizeof *p))) {
+            st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+        } else if ((st = moe8_weights_build(m, float_experts, n_threads, &p->w, err))) {
+            free(p);
+            p = NULL;
+        } else {
+            p->model = m;
+            p->float_experts = float_experts;
+            p->next = g_prep;
+            g_prep = p;
+        }
+    }
+    if (p) {
+        p->refs++;
+        *out = p->w;
+    }
+    pthread_mutex_unlock(&g_prep_lock);
+    return st;
+}
+
+static void weights_release(const moe8_weights *w) {
+    prep **pp;
+    pthread_mutex_lock(&g_prep_lock);
+    for (pp = &g_prep; *pp && (*pp)->w != w; pp = &(*pp)->next) {}
+    if (*pp && --(*pp)->refs == 0) {
+        prep *p = *pp;
+        *pp = p->next;
+        moe8_weights_free(p->w);
+        free(p);
+    }
+    pthread_mutex_unlock(&g_prep_lock);
+}
+
+/* ---- context --------------------------------------------------------------- */
+
+struct moe8_context {
+    moe8_model *model;
+    const moe8_weights *w;
+    moe8_context_params p;        /* zeros resolved */
+    float *kv;                    /* [n_layer][2][n_seq][n_kv][n_ctx][D] */
+    size_t kv_bytes;
+    float *rope;                  /* [n_ctx][D/2][2] */
+    int32_t *seq_len;             /* [n_seq] */
+    int32_t *seq_next;            /* [n_seq] batch validation */
+    int32_t *out_idx;             /* [n_outputs] batch rows with logits */
+    int32_t *logit_row;           /* [n_batch] row of s.logits, or -1 */
+    int32_t n_last;               /* tokens of the last batch (0 after a failure) */
+    moe8_fwd_scratch s;
+    size_t scratch_bytes;
+    /* moe8_generate's batch and state */
+    int32_t *g_tok, *g_pos, *g_seq; /* [n_batch] */
+    int8_t *g_logits;               /* [n_batch] */
+    int32_t *g_next;                /* [n_seq] token to feed next */
+    int32_t *g_row;                 /* [n_seq] batch index of its logits this step, or -1 */
+    int32_t *g_count;               /* [n_seq] tokens generated */
+    int32_t *g_fin;                 /* [n_seq] moe8_finish */
+};
+
+moe8_context_params moe8_context_params_default(void) {
+    moe8_context_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ctx = 4096;
+    p.n_seq_max = 1;
+    return p;
+}
+
+static moe8_status resolve_params(const moe8_model *m, moe8_context_params *p, moe8_error *err) {
+    const int64_t max_pos = m->cfg.max_position_embeddings;
+    if (p->n_ctx < 1 || p->n_ctx > max_pos)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                         "n_ctx %d must be in [1, max_position_embeddings %lld]", p->n_ctx,
+                         (long long)max_pos);
+    if (p->n_seq_max < 1 || p->n_batch < 0 || p->n_outputs < 0 || p->n_threads < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                         "n_seq_max (%d) must be >= 1; n_batch, n_outputs, n_threads >= 0",
+                         p->n_seq_max);
+    if (p->n_batch == 0) p->n_batch = p->n_ctx;
+    if (p->n_outputs == 0) p->n_outputs = p->n_seq_max;
+    if (p->n_outputs > p->n_batch) p->n_outputs = p->n_batch;
+    if (p->n_threads == 0) p->n_threads = m->params.n_threads;
+    if (p->n_threads == 0) p->n_threads = omp_get_max_threads();
+    if (p->n_threads < 1) p->n_threads = 1;
+    return MOE8_OK;
+}
+
+/* Sizes of the one scratch block; `base` NULL only measures. */
+typedef struct {
+    char *base;
+    size_t used;
+    int overflow;
+} carver;
+
+static void *carve(carver *c, size_t n, size_t size) {
+    size_t bytes, end;
+    void *p;
+    if (moe8_mul_size(n, size, &bytes) || moe8_add_size(bytes, 63, &bytes) ||
+        moe8_add_size(c->used, bytes & ~(size_t)63, &end)) {
+        c->overflow = 1;
+        return NULL;
+    }
+    p = c->base ? c->base + c->used : NULL;
+    c->used = end;
+    return p;
+}
+
+static void carve_scratch(carver *c, moe8_context *x) {
+    const moe8_weights *w = x->w;
+    const size_t B = (size_t)x->p.n_batch, H = (size_t)w->H;
+    const size_t QD = (size_t)w->n_head * w->D, KD = (size_t)w->n_kv * w->D;
+    moe8_fwd_scratch *s = &x->s;
+    s->x = carve(c, B * H, 4);
+    s->h = carve(c, B * H, 4);
+    s->tmp = carve(c, B * H, 4);
+    s->q = carve(c, B * QD, 4);
+    s->att = carve(c, B * QD, 4);
+    s->k = carve(c, B * KD, 4);
+    s->v = carve(c, B * KD, 4);
+    s->mlp = w->F_max ? carve(c, B * 2 * (size_t)w->F_max, 4) : NULL;
+    s->xq = carve(c, B, (size_t)s->ldq);
+    s->ones = carve(c, B, 4);
+    s->ones_i = carve(c, B, 4);
+    s->attn_work = carve(c, (size_t)x->p.n_threads, (size_t)x->p.n_ctx * 4);
+    s->logits = carve(c, (size_t)x->p.n_outputs, (size_t)w->V * 4);
+    x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
+    x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->g_next = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->g_row = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->g_count = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->g_fin = carve(c, (size_t)x->p.n_seq_max, 4);
+    x->out_idx = carve(c, (size_t)x->p.n_outputs, 4);
+    x->logit_row = carve(c, B, 4);
+    x->g_tok = carve(c, B, 4);
+    x->g_pos = carve(c, B, 4);
+    x->g_seq = carve(c, B, 4);
+    x->g_logits = carve(c, B, 1);
+}
+
+static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
+    const moe8_weights *w = x->w;
+    int kmax = w->H > w->n_head * w->D ? w->H : w->n_head * w->D;
+    carver c = {0};
+    if (w->F_max > kmax) kmax = w->F_max;
+    x->s.ldq = moe8_round_up(kmax, 64);
+    x->s.n_batch = x->p.n_batch;
+    x->s.n_out = x->p.n_outputs;
+    carve_scratch(&c, x);
+    if (c.overflow || !(c.base = moe8_alloc_aligned(c.used)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes of scratch for "
+                         "n_batch %d", c.used, x->p.n_batch);
+    x->s.block = c.base;
+    x->scratch_bytes = c.used;
+    c.used = 0;
+    carve_scratch(&c, x);
+    memset(c.base, 0, c.used);
+    for (int i = 0; i < x->p.n_batch; i++) {
+        x->s.ones[i] = 1.0f;
+        x->s.ones_i[i] = 1;
+    }
+    moe8_rope_table(x->rope, x->p.n_ctx, w->D, x->model->cfg.rope_theta);
+    return MOE8_OK;
+}
+
+static moe8_status alloc_moe_ws(moe8_context *x, moe8_error *err) {
+    const moe8_weights *w = x->w;
+    x->s.moe_ws = calloc((size_t)w->n_layer, sizeof *x->s.moe_ws);
+    if (!x->s.moe_ws) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    for (int i = 0; i < w->n_layer; i++) {
+        const moe8_fwd_layer *L = &w->layers[i];
+        moe8_status st;
+        if (!L->is_moe || L->ws_layer != i) continue;
+        st = moe8_moe_workspace_create(L->moe, x->p.n_batch, x->p.n_threads, &x->s.moe_ws[i], err);
+        if (st) return st;
+    }
+    return MOE8_OK;
+}
+
+static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
+    const moe8_weights *w = x->w;
+    size_t n = 2 * (size_t)w->n_layer;
+    if (moe8_mul_size(n, (size_t)x->p.n_seq_max, &n) || moe8_mul_size(n, (size_t)w->n_kv, &n) ||
+        moe8_mul_size(n, (size_t)x->p.n_ctx, &n) || moe8_mul_size(n, (size_t)w->D * 4, &n) ||
+        !(x->kv = moe8_alloc_aligned(n)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the kv cache for n_ctx %d x "
+                         "%d sequences", x->p.n_ctx, x->p.n_seq_max);
+    x->kv_bytes = n;
+    return MOE8_OK;
+}
+
+moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *params,
+                                moe8_context **out, moe8_error *err) {
+    moe8_context *x;
+    moe8_weights *w = NULL;
+    moe8_status st;
+    if (!out || !model) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "context: no model");
+    *out = NULL;
+    if (!(x = calloc(1, sizeof *x))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    x->model = model;
+    x->p = params ? *params : moe8_context_params_default();
+    st = resolve_params(model, &x->p, err);
+    if (!st) st = weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
+    x->w = w;
+    if (!st) st = alloc_kv(x, err);
+    if (!st) st = alloc_scratch(x, err);
+    if (!st) st = alloc_moe_ws(x, err);
+    if (st) {
+        moe8_context_free(x);
+        return st;
+    }
+    *out = x;
+    return MOE8_OK;
+}
+
+void moe8_context_free(moe8_context *x) {
+    if (!x) return;
+    for (int i = 0; x->s.moe_ws && i < x->w->n_layer; i++) moe8_moe_workspace_free(x->s.moe_ws[i]);
+    free(x->s.moe_ws);
+    moe8_free_aligned(x->s.block);
+    moe8_free_aligned(x->kv);
+    if (x->w) weights_release(x->w);
+    free(x);
+}
+
+moe8_context_params moe8_context_get_params(const moe8_context *x) { return x->p; }
+int32_t moe8_context_n_vocab(const moe8_context *x) { return x->w->V; }
+
+int32_t moe8_context_seq_len(const moe8_context *x, int32_t seq) {
+    return seq >= 0 && seq < x->p.n_seq_max ? x->seq_len[seq] : -1;
+}
+
+moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_keep,
+                                      moe8_error *err) {
+    if (seq < 0 || seq >= x->p.n_seq_max || n_keep < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                         "truncate: sequence %d (of %d) / n_keep %d out of range", seq,
+                         x->p.n_seq_max, n_keep);
+    if (n_keep < x->seq_len[seq]) x->seq_len[seq] = n_keep;
+    return MOE8_OK;
+}
+
+size_t moe8_context_memory(const moe8_context *x, size_t *weight_bytes) {
+    if (weight_bytes) *weight_bytes = x->w->owned_bytes;
+    return x->kv_bytes + x->scratch_bytes;
+}
+
+/* ---- decode ---------------------------------------------------------------- */
+
+/* Check every token of the batch before anything changes; fill seq_next (the
+ * lengths after the batch), out_idx and logit_row. */
+static moe8_status check_batch(moe8_context *x, const moe8_batch *b, int *n_out, moe8_error *err) {
+    const int32_t T = b->n_tokens;
+    int n = 0;
+    if (T < 1 || !b->token || !b->pos || !b->seq_id)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch: expected n_tokens >= 1 (got %d) "
+                         "and token, pos, seq_id arrays", T);
+    if (T > x->p.n_batch)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch of %d tokens exceeds n_batch %d",
+                         T, x->p.n_batch);
+    memcpy(x->seq_next, x->seq_len, (size_t)x->p.n_seq_max * sizeof(int32_t));
+    for (int32_t i = 0; i < T; i++) {
+        int32_t s = b->seq_id[i], tok = b->token[i];
+        if (tok < 0 || tok >= x->w->V)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch token %d: id %d not in "
+                             "[0, %d)", i, tok, x->w->V);
+        if (s < 0 || s >= x->p.n_seq_max)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch token %d: sequence id %d not "
+                             "in [0, n_seq_max %d)", i, s, x->p.n_seq_max);
+        if (b->pos[i] != x->seq_next[s])
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch token %d: sequence %d "
+                             "continues at position %d, got %d", i, s, x->seq_next[s], b->pos[i]);
+        if (b->pos[i] >= x->p.n_ctx)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "context overflow: sequence %d is "
+                             "full (position %d, n_ctx %d)", s, b->pos[i], x->p.n_ctx);
+        x->seq_next[s]++;
+    }
+    for (int32_t i = 0; i < T; i++) {
+        int want = b->logits ? b->logits[i] != 0 : b->pos[i] == x->seq_next[b->seq_id[i]] - 1;
+        x->logit_row[i] = -1;
+        if (!want) continue;
+        if (n == x->p.n_outputs)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch asks for more than n_outputs "
+                             "%d logits rows", x->p.n_outputs);
+        x->logit_row[i] = n;
+        x->out_idx[n++] = i;
+    }
+    *n_out = n;
+    return MOE8_OK;
+}
+
+moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
+    int n_out = 0;
+    moe8_status st;
+    x->n_last = 0;
+    if (!b) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch: NULL");
+    if ((st = check_batch(x, b, &n_out, err))) return st;
+    st = moe8_forward(x->w, &x->s, x->kv, x->p.n_seq_max, x->p.n_ctx, x->rope, b->token,
+                      b->seq_id, b->pos, b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
+    if (st) return st;
+    memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
+    x->n_last = b->n_tokens;
+    return MOE8_OK;
+}
+
+const float *moe8_context_logits(const moe8_context *x, int32_t i) {
+    if (i < 0 || i >= x->n_last || x->logit_row[i] < 0) return NULL;
+    return x->s.logits + (size_t)x->logit_row[i] * (size_t)x->w->V;
+}
+
+/* ---- generate ---------------------------------------------------------------- */
+
+typedef struct {
+    moe8_context *x;
+    moe8_sampler *smp;
+    const moe8_generate_request *r;
+    int cancelled;
+} gen;
+
+/* A sampled token of sequence i: stop, emit, and decide whether it goes on. */
+static void gen_take(gen *g, int i, int32_t tok) {
+    const moe8_generate_request *r = g->r;
+    moe8_context *x = g->x;
+    for (int j = 0; j < r->n_stop; j++)
+        if (r->stop_ids[j] == tok) {
+            x->g_fin[i] = MOE8_FINISH_STOP;
+            return;
+        }
+    if (r->out_tokens) r->out_tokens[(size_t)i * r->n_predict + x->g_count[i]] = tok;
+    x->g_count[i]++;
+    if (r->on_token) {
+        int rc = r->on_token(r->user, i, tok);
+        if (rc == MOE8_GEN_CANCEL) {
+            g->cancelled = 1;
+            return;
+        }
+        if (rc == MOE8_GEN_STOP_SEQ) {
+            x->g_fin[i] = MOE8_FINISH_CALLBACK;
+            return;
+        }
+    }
+    if (x->g_count[i] >= r->n_predict) x->g_fin[i] = MOE8_FINISH_LENGTH;
+    else if (x->seq_len[i] >= x->p.n_ctx) x->g_fin[i] = MOE8_FINISH_CONTEXT;
+    else x->g_next[i] = tok;
+}
+
+/* Decode the n queued tokens, then sample for every sequence with a row. */
+static moe8_status gen_flush(gen *g, int n, moe8_error *err) {
+    moe8_context *x = g->x;
+    const moe8_batch b = {n, x->g_tok, x->g_pos, x->g_seq, x->g_logits};
+    moe8_status st;
+    if (n == 0) return MOE8_OK;
+    if ((st = moe8_decode(x, &b, err))) return st;
+    for (int i = 0; i < g->r->n_seq; i++) {
+        int row = x->g_row[i];
+        x->g_row[i] = -1;
+        if (row < 0 || g->cancelled) continue;
+        if (g->r->n_predict == 0) x->g_fin[i] = MOE8_FINISH_LENGTH;
+        else gen_take(g, i, moe8_sampler_sample(g->smp, moe8_context_logits(x, row)));
+    }
+    return g->cancelled ? moe8_fail(err, MOE8_ERR_CANCELLED, -1, "generation cancelled by the "
+                                    "token callback") : MOE8_OK;
+}
+
+static moe8_status gen_prefill(gen *g, moe8_error *err) {
+    moe8_context *x = g->x;
+    const moe8_generate_request *r = g->r;
+    int n = 0;
+    moe8_status st;
+    for (int i = 0; i < r->n_seq; i++)
+        for (int32_t j = 0; j < r->n_prompt[i]; j++) {
+            int last = j == r->n_prompt[i] - 1;
+            x->g_tok[n] = r->prompt[i][j];
+            x->g_pos[n] = j;
+            x->g_seq[n] = i;
+            x->g_logits[n] = (int8_t)last;
+            if (last) x->g_row[i] = n;
+            if (++n == x->p.n_batch) {
+                if ((st = gen_flush(g, n, err))) return st;
+                n = 0;
+            }
+        }
+    return gen_flush(g, n, err);
+}
+
+static moe8_status gen_check(const moe8_context *x, const moe8_generate_request *r,
+                             moe8_error *err) {
+    if (!r || r->n_seq < 1 || r->n_seq > x->p.n_seq_max || r->n_seq > x->p.n_outputs ||
+        r->n_seq > x->p.n_batch || !r->prompt || !r->n_prompt || r->n_predict < 0 ||
+        r->n_stop < 0 || (r->n_stop && !r->stop_ids))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: expected 1..%d prompts "
+                         "(n_seq_max, n_outputs, n_batch), n_predict >= 0 and stop ids",
+                         x->p.n_seq_max < x->p.n_outputs ? x->p.n_seq_max : x->p.n_outputs);
+    for (int i = 0; i < r->n_seq; i++) {
+        if (!r->prompt[i] || r->n_prompt[i] < 1 || r->n_prompt[i] > x->p.n_ctx)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: prompt %d has %d tokens; "
+                             "expected 1..n_ctx (%d)", i, r->n_prompt[i], x->p.n_ctx);
+        for (int32_t j = 0; j < r->n_prompt[i]; j++)
+            if (r->prompt[i][j] < 0 || r->prompt[i][j] >= x->w->V)
+                return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: prompt %d token %d: "
+                                 "id %d not in [0, %d)", i, j, r->prompt[i][j], x->w->V);
+    }
+    return MOE8_OK;
+}
+
+static moe8_status gen_steps(gen *g, moe8_error *err) {
+    moe8_context *x = g->x;
+    for (;;) {
+        int n = 0;
+        moe8_status st;
+        for (int i = 0; i < g->r->n_seq; i++) {
+            if (x->g_fin[i] != MOE8_FINISH_NONE) continue;
+            x->g_tok[n] = x->g_next[i];
+            x->g_pos[n] = x->seq_len[i];
+            x->g_seq[n] = i;
+            x->g_logits[n] = 1;
+            x->g_row[i] = n++;
+        }
+        if (n == 0) return MOE8_OK;
+        if ((st = gen_flush(g, n, err))) return st;
+    }
+}
+
+moe8_status moe8_generate(moe8_context *x, moe8_sampler *sampler,
+                          const moe8_generate_request *r, moe8_error *err) {
+    gen g = {x, sampler, r, 0};
+    moe8_status st;
+    if (!x || !sampler) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: no context "
+                                         "or sampler");
+    if ((st = gen_check(x, r, err))) return st;
+    for (int i = 0; i < r->n_seq; i++) {
+        x->seq_len[i] = 0;
+        x->g_row[i] = -1;
+        x->g_count[i] = 0;
+        x->g_fin[i] = MOE8_FINISH_NONE;
+    }
+    st = gen_prefill(&g, err);
+    if (!st) st = gen_steps(&g, err);
+    for (int i = 0; i < r->n_seq; i++) {
+        if (r->n_out) r->n_out[i] = x->g_count[i];
+        if (r->finish) r->finish[i] = (moe8_finish)x->g_fin[i];
+    }
+    return st;
+}

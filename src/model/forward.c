@@ -1,0 +1,359 @@
+/*
+ * forward.c — the Qwen3-MoE forward pass (SPEC §7) and the prepared weights
+ * it reads.
+ *
+ * moe8_weights_build turns a loaded model (model.h: tensors checked, still
+ * mapped) into what the loop runs: W8A8 static linears packed (linear.c),
+ * MoE layers built with moe8_moe_layer_create (experts repacked, their mapped
+ * pages released, SPEC §6b), norm vectors converted to fp32 (a few KB).
+ * Embeddings, lm_head, the router and FLOAT linears stay in the map in their
+ * stored dtype. In float-experts mode W8A8 experts are dequantized to fp32,
+ * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
+ *
+ * moe8_forward, for T tokens each tagged (seq, pos):
+ *   x = embed[token]
+ *   per layer: h = rmsnorm(x); q,k,v = h@W^T; per-head rmsnorm of q,k; NEOX
+ *              RoPE; k,v -> cache at (seq, pos); causal GQA attention;
+ *              x += o_proj(att); h = rmsnorm(x); x += MoE(h) or SwiGLU MLP(h)
+ *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
+ * Every buffer comes from the context's scratch: nothing is allocated here.
+ *
+ * Does not: validate the batch (context.c does), tensor/expert parallelism.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "model/forward.h"
+#include "moe/moe.h"
+
+/* ---- building ------------------------------------------------------------ */
+
+static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_error *err) {
+    if (!t || t->n_elements != n)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': expected %d elements",
+                         t ? t->name : "(norm)", n);
+    *dst = malloc((size_t)n * sizeof(float));
+    if (!*dst) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate norm weight");
+    return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
+}
+
+static void expert_weight(moe8_moe_weight *d, const moe8_linear *l) {
+    d->data = l->weight->data;
+    d->dtype = l->weight->dtype;
+    d->scale = l->weight_scale ? l->weight_scale->data : NULL;
+    d->scale_dtype = l->weight_scale ? l->weight_scale->dtype : MOE8_DT_F32;
+    d->offset = l->weight_offset && l->nonzero_offset ? l->weight_offset->data : NULL;
+    d->offset_dtype = l->weight_offset ? l->weight_offset->dtype : MOE8_DT_F32;
+}
+
+/* W = S·(Wq + O) in fp32 into dst[n][k]; d describes it as an F32 weight. */
+static void dequant_expert(float *dst, moe8_moe_weight *d, const moe8_linear *l) {
+    const int64_t n = l->n_out, k = l->n_in;
+    const int8_t *wq = (const int8_t *)l->weight->data;
+    for (int64_t i = 0; i < n; i++) {
+        float s = moe8_tensor_f32_at(l->weight_scale, i);
+        float o = l->weight_offset ? moe8_tensor_f32_at(l->weight_offset, i) : 0.0f;
+        for (int64_t j = 0; j < k; j++) dst[i * k + j] = s * ((float)wq[i * k + j] + o);
+    }
+    memset(d, 0, sizeof *d);
+    d->data = dst;
+    d->dtype = MOE8_DT_F32;
+}
+
+static moe8_status build_experts(moe8_fwd_layer *fl, const moe8_layer *L, int E, int H, int I,
+                                 int float_experts, moe8_moe_expert *ex, moe8_error *err) {
+    size_t per = 3 * (size_t)I * (size_t)H, total;
+    if (!float_experts) {
+        for (int e = 0; e < E; e++) {
+            expert_weight(&ex[e].gate, &L->experts[e].gate);
+            expert_weight(&ex[e].up, &L->experts[e].up);
+            expert_weight(&ex[e].down, &L->experts[e].down);
+        }
+        return MOE8_OK;
+    }
+    if (moe8_mul_size(per, (size_t)E, &total) || moe8_mul_size(total, sizeof(float), &total) ||
+        !(fl->deq_experts = moe8_alloc_aligned(total)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate dequantized experts");
+    for (int e = 0; e < E; e++) {
+        float *base = fl->deq_experts + (size_t)e * per;
+        dequant_expert(base, &ex[e].gate, &L->experts[e].gate);
+        dequant_expert(base + (size_t)I * H, &ex[e].up, &L->experts[e].up);
+        dequant_expert(base + 2 * (size_t)I * H, &ex[e].down, &L->experts[e].down);
+    }
+    return MOE8_OK;
+}
+
+static moe8_status build_moe(moe8_fwd_layer *fl, const moe8_model *m, int li, int float_experts,
+                             int n_threads, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    const moe8_layer *L = &m->layers[li];
+    const int E = (int)c->num_experts, H = (int)c->hidden_size, I = (int)c->moe_intermediate_size;
+    const int quantized = L->info.experts == MOE8_QUANT_W8A8_DYNAMIC;
+    moe8_moe_layer_desc d = moe8_moe_layer_desc_default();
+    moe8_moe_expert *ex = calloc((size_t)E, sizeof *ex);
+    char name[64];
+    moe8_status st;
+    if (!ex) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate expert table");
+    st = build_experts(fl, L, E, H, I, float_experts && quantized, ex, err);
+    snprintf(name, sizeof name, "model.layers.%d.mlp", li);
+    d.name = name;
+    d.n_expert = E;
+    d.hidden = H;
+    d.intermediate = I;
+    d.quant = quantized && !float_experts ? MOE8_QUANT_W8A8_DYNAMIC : MOE8_QUANT_FLOAT;
+    d.experts = ex;
+    d.router = L->router->data;
+    d.router_dtype = L->router->dtype;
+    d.router_params.top_k = (int)c->num_experts_per_tok;
+    d.router_params.renormalize = c->norm_topk_prob;
+    d.router_params.scoring = MOE8_SCORING_SOFTMAX;
+    d.n_threads = n_threads;
+    if (!st) st = moe8_moe_layer_create(&d, &fl->moe, err);
+    free(ex);
+    if (st || !quantized) return st;
+    for (int e = 0; e < E; e++) {   /* packed or dequantized: the mapped copy is not needed */
+        moe8_st_release(m->st, L->experts[e].gate.weight);
+        moe8_st_release(m->st, L->experts[e].up.weight);
+        moe8_st_release(m->st, L->experts[e].down.weight);
+    }
+    return MOE8_OK;
+}
+
+static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n_threads,
+                               moe8_error *err) {
+    const moe8_model *m = w->model;
+    const moe8_layer *L = &m->layers[li];
+    moe8_fwd_layer *fl = &w->layers[li];
+    moe8_status st;
+    if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
+        (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
+        (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err)) ||
+        (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err)) ||
+        (st = moe8_proj_init(&fl->q, &L->q, 1, err)) || (st = moe8_proj_init(&fl->k, &L->k, 1, err)) ||
+        (st = moe8_proj_init(&fl->v, &L->v, 1, err)) || (st = moe8_proj_init(&fl->o, &L->o, 1, err)))
+        return st;
+    fl->is_moe = L->info.is_moe;
+    if (fl->is_moe) return build_moe(fl, m, li, float_experts, n_threads, err);
+    if ((st = moe8_proj_init(&fl->gate, &L->mlp_gate, 1, err)) ||
+        (st = moe8_proj_init(&fl->up, &L->mlp_up, 1, err)) ||
+        (st = moe8_proj_init(&fl->down, &L->mlp_down, 1, err)))
+        return st;
+    if (fl->gate.n > w->F_max) w->F_max = fl->gate.n;
+    return MOE8_OK;
+}
+
+/* Layers whose workspaces are interchangeable (moe_layer.c sizes a
+ * workspace from exactly these fields). */
+static int same_moe_shape(const moe8_moe_layer *a, const moe8_moe_layer *b) {
+    return a->n_expert == b->n_expert && a->hidden == b->hidden && a->inter == b->inter &&
+           a->first == b->first && a->last == b->last && a->quant == b->quant &&
+           a->rp.top_k == b->rp.top_k && (a->router != NULL) == (b->router != NULL) &&
+           a->n_threads == b->n_threads;
+}
+
+static void assign_workspaces(moe8_weights *w) {
+    for (int i = 0; i < w->n_layer; i++) {
+        moe8_fwd_layer *fl = &w->layers[i];
+        fl->ws_layer = i;
+        for (int j = 0; fl->is_moe && j < i; j++)
+            if (w->layers[j].is_moe && w->layers[j].ws_layer == j &&
+                same_moe_shape(fl->moe, w->layers[j].moe)) {
+                fl->ws_layer = j;
+                break;
+            }
+    }
+}
+
+static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
+    size_t n = moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
+               moe8_proj_owned_bytes(&fl->v) + moe8_proj_owned_bytes(&fl->o) +
+               moe8_proj_owned_bytes(&fl->gate) + moe8_proj_owned_bytes(&fl->up) +
+               moe8_proj_owned_bytes(&fl->down) + (size_t)(2 * w->H + 2 * w->D) * sizeof(float);
+    if (fl->moe) {
+        moe8_moe_layer_info info;
+        moe8_moe_layer_get_info(fl->moe, &info);
+        n += info.packed_bytes;
+    }
+    if (fl->deq_experts) n += (size_t)w->E * 3 * (size_t)w->model->cfg.moe_intermediate_size *
+                              (size_t)w->H * sizeof(float);
+    return n;
+}
+
+moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,
+                               moe8_weights **out, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    moe8_weights *w = calloc(1, sizeof *w);
+    moe8_linear lm;
+    moe8_status st;
+    *out = NULL;
+    if (!w) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
+    w->model = m;
+    w->H = (int)c->hidden_size;
+    w->n_layer = (int)c->num_hidden_layers;
+    w->n_head = (int)c->num_attention_heads;
+    w->n_kv = (int)c->num_key_value_heads;
+    w->D = (int)c->head_dim;
+    w->V = (int)c->vocab_size;
+    w->E = (int)c->num_experts;
+    w->K = (int)c->num_experts_per_tok;
+    w->eps = (float)c->rms_norm_eps;
+    w->float_experts = float_experts;
+    w->embed = m->embed->data;
+    w->embed_dt = m->embed->dtype;
+    memset(&lm, 0, sizeof lm);
+    lm.quant = MOE8_QUANT_FLOAT;
+    lm.n_out = c->vocab_size;
+    lm.n_in = c->hidden_size;
+    lm.weight = m->lm_head;
+    w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
+    st = w->layers ? MOE8_OK : moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate layers");
+    if (!st && (w->D % 2 || w->D <= 0))
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "head_dim %d must be even", w->D);
+    if (!st) st = moe8_proj_init(&w->lm_head, &lm, 0, err);
+    if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
+    for (int i = 0; !st && i < w->n_layer; i++) {
+        st = build_layer(w, i, float_experts, n_threads, err);
+        if (st) moe8_error_prefix(err, "layer %d", i);
+        else w->owned_bytes += layer_owned(&w->layers[i], w);
+    }
+    if (st) {
+        moe8_weights_free(w);
+        return st;
+    }
+    assign_workspaces(w);
+    *out = w;
+    return MOE8_OK;
+}
+
+void moe8_weights_free(moe8_weights *w) {
+    if (!w) return;
+    for (int i = 0; w->layers && i < w->n_layer; i++) {
+        moe8_fwd_layer *fl = &w->layers[i];
+        free(fl->attn_norm);
+        free(fl->ffn_norm);
+        free(fl->q_norm);
+        free(fl->k_norm);
+        moe8_proj_free(&fl->q);
+        moe8_proj_free(&fl->k);
+        moe8_proj_free(&fl->v);
+        moe8_proj_free(&fl->o);
+        moe8_proj_free(&fl->gate);
+        moe8_proj_free(&fl->up);
+        moe8_proj_free(&fl->down);
+        moe8_moe_layer_free(fl->moe);
+        moe8_free_aligned(fl->deq_experts);
+    }
+    free(w->layers);
+    free(w->final_norm);
+    free(w);
+}
+
+/* ---- running ------------------------------------------------------------- */
+
+typedef struct {
+    const moe8_weights *w;
+    moe8_fwd_scratch *s;
+    const moe8_kernels *kt;
+    int T, nt;
+} fwd_run;
+
+/* y[T][p->n] = p(x[T][p->k]); W8A8 codes are reused when `prev` was applied
+ * to the same x with the same input scale/offset. */
+static void lin(const fwd_run *r, const moe8_proj *p, const moe8_proj *prev, float *y,
+                const float *x, int T) {
+    moe8_fwd_scratch *s = r->s;
+    if (p->type == MOE8_QUANT_W8A8 && !(prev && moe8_proj_same_input(p, prev)))
+        moe8_proj_quant(s->xq, s->ldq, x, p->k, T, p->k, p->in_scale, p->in_offset);
+    moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->ones, s->ones_i, T, r->nt);
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, float *vc,
+                       int64_t n_ctx, const float *rope, const int32_t *seq, const int32_t *pos) {
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
+    const moe8_attn_cache cache = {NH, NKV, D, n_ctx, kc, vc};
+    moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
+    lin(r, &L->q, NULL, s->q, s->h, T);
+    lin(r, &L->k, &L->q, s->k, s->h, T);
+    lin(r, &L->v, &L->k, s->v, s->h, T);
+    moe8_rmsnorm_heads(s->q, T, NH, D, L->q_norm, w->eps);
+    moe8_rmsnorm_heads(s->k, T, NKV, D, L->k_norm, w->eps);
+    for (int t = 0; t < T; t++) {
+        const float *cs = rope + (size_t)pos[t] * (size_t)D;
+        moe8_rope_neox(s->q + (size_t)t * NH * D, NH, D, cs);
+        moe8_rope_neox(s->k + (size_t)t * NKV * D, NKV, D, cs);
+        for (int h = 0; h < NKV; h++) {
+            size_t off = moe8_kv_offset(NKV, n_ctx, D, seq[t], h, pos[t]);
+            memcpy(kc + off, s->k + ((size_t)t * NKV + h) * D, (size_t)D * sizeof(float));
+            memcpy(vc + off, s->v + ((size_t)t * NKV + h) * D, (size_t)D * sizeof(float));
+        }
+    }
+    moe8_attention(s->att, s->q, &cache, seq, pos, T, s->attn_work, r->nt);
+    lin(r, &L->o, NULL, s->tmp, s->att, T);
+    add_rows(s->x, s->tmp, (size_t)T * H);
+}
+
+static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
+    moe8_fwd_scratch *s = r->s;
+    const int T = r->T, F = L->gate.n;
+    float *g = s->mlp, *u = s->mlp + (size_t)T * F;
+    lin(r, &L->gate, NULL, g, s->h, T);
+    lin(r, &L->up, &L->gate, u, s->h, T);
+    for (size_t i = 0; i < (size_t)T * F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    lin(r, &L->down, NULL, s->tmp, g, T);
+}
+
+static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, moe8_error *err) {
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    moe8_rmsnorm_rows(s->h, w->H, s->x, w->H, r->T, w->H, L->ffn_norm, w->eps);
+    if (L->is_moe) {
+        moe8_moe_workspace *ws = s->moe_ws[L->ws_layer];
+        moe8_status st;
+        ws->layer = L->moe;   /* same shape (assign_workspaces): the workspace fits */
+        st = moe8_moe_layer_forward(L->moe, ws, s->h, r->T, NULL, s->tmp, err);
+        if (st) return st;
+    } else {
+        dense_mlp(r, L);
+    }
+    add_rows(s->x, s->tmp, (size_t)r->T * w->H);
+    return MOE8_OK;
+}
+
+moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, int n_seq,
+                         int64_t n_ctx, const float *rope, const int32_t *token,
+                         const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
+                         int n_out, int n_threads, moe8_error *err) {
+    const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads};
+    const int H = w->H;
+    const size_t esz = moe8_dtype_size(w->embed_dt);
+    const size_t layer_kv = (size_t)n_seq * moe8_kv_offset(w->n_kv, n_ctx, w->D, 0, w->n_kv, 0);
+    moe8_status st = MOE8_OK;
+    MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
+    for (int t = 0; t < T; t++)
+        moe8_convert_to_f32(s->x + (size_t)t * H, (const char *)w->embed + (size_t)token[t] * H * esz,
+                            w->embed_dt, (size_t)H, NULL);
+    for (int l = 0; l < w->n_layer; l++) {
+        float *kc = kv + 2 * (size_t)l * layer_kv;
+        attn_block(&r, &w->layers[l], kc, kc + layer_kv, n_ctx, rope, seq, pos);
+        if ((st = ffn_block(&r, &w->layers[l], err))) {
+            moe8_error_prefix(err, "layer %d", l);
+            return st;
+        }
+    }
+    for (int i = 0; i < n_out; i++)
+        moe8_rmsnorm_rows(s->h + (size_t)i * H, H, s->x + (size_t)out_idx[i] * H, H, 1, H,
+                          w->final_norm, w->eps);
+    if (n_out > 0)
+        moe8_proj_apply(&w->lm_head, r.kt, s->logits, w->V, s->h, H, NULL, 0, NULL, NULL, n_out,
+                        n_threads);
+    return MOE8_OK;
+}

@@ -1,0 +1,156 @@
+/*
+ * forward.h — internal: the pieces of the Qwen3-MoE forward pass (SPEC §5,
+ * §7), the prepared weights they read and the context they run in.
+ *
+ *   linear.c     FLOAT and W8A8-static linear layers (moe8_proj)
+ *   attention.c  RMSNorm, NEOX RoPE, causal GQA attention
+ *   forward.c    prepared weights (moe8_weights) and the per-layer loop
+ *   context.c    contexts (KV cache, scratch), batches, moe8_generate
+ *
+ * Shapes are [rows][cols], outermost first; T is the number of tokens of one
+ * forward call, H the hidden size, D the head dim.
+ */
+#ifndef MOE8_FORWARD_H
+#define MOE8_FORWARD_H
+
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "moe8.h"
+
+/* ======================================================================== */
+/* linear.c                                                                  */
+/* ======================================================================== */
+
+/* A linear layer of model.h made ready to run: y[T][n] = x[T][k] @ W^T with W
+ * FLOAT (read in place) or W8A8 static (packed here). */
+typedef struct {
+    moe8_quant_type type;   /* MOE8_QUANT_FLOAT or MOE8_QUANT_W8A8 */
+    int n, k;               /* W[n][k] */
+    const void *w;          /* FLOAT: [n][k] F32/F16/BF16 inside the memory map */
+    moe8_dtype wdt;
+    moe8_qmat q;            /* W8A8: packed weight; q.offset = bias, q.scale = deq */
+    float in_scale;         /* W8A8: > 0, finite */
+    float in_offset;        /* W8A8: integer in [-128, 127] */
+    int32_t *bias;          /* [n] quant_bias (owned), NULL when not added (TP rank != 0) */
+    float *deq;             /* [n] deq_scale as fp32 (owned) */
+    int8_t *packed;         /* owned storage behind q.data */
+} moe8_proj;
+
+/* Make `src` (checked by moe8_model_load) ready: FLOAT keeps a pointer, W8A8
+ * packs the weight and decodes deq_scale / quant_bias (`with_bias` 0 drops
+ * the bias, for row-parallel layers off rank 0). */
+moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err);
+void moe8_proj_free(moe8_proj *p);
+size_t moe8_proj_owned_bytes(const moe8_proj *p);
+
+/* Activation codes of a W8A8 static linear (SPEC §5): xq[T][ldq] int8 with
+ * ldq >= round_up(k, KALIGN), tail zeroed. */
+void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k, float scale,
+                     float offset);
+/* 1 when two W8A8 linears quantize their input identically. */
+int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b);
+
+/* y[T][n] (stride ldy) = p(x[T][k]). W8A8 reads the codes xq (from
+ * moe8_proj_quant, stride ldq) and needs ones[T] = 1.0f, ones_i[T] = 1; FLOAT
+ * reads x. Columns are split over n_threads in blocks of MOE8_QK_NR, so the
+ * result does not depend on the thread count. */
+void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
+                     const float *x, int ldx, const int8_t *xq, int ldq, const float *ones,
+                     const int32_t *ones_i, int T, int n_threads);
+
+/* ======================================================================== */
+/* attention.c                                                               */
+/* ======================================================================== */
+
+/* y[T][n] = rmsnorm(x[T][n]) * w (y may equal x; sum of squares in double). */
+void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n, const float *w,
+                       float eps);
+/* x[T][n_head*D] <- per-head rmsnorm with weight w[D]. */
+void moe8_rmsnorm_heads(float *x, int T, int n_head, int D, const float *w, float eps);
+/* cs[n_pos][D/2][2]: cos, sin of pos * theta^(-2i/D), computed in double. */
+void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta);
+/* NEOX rotary embedding of x[n_head][D] with the table row cs[D/2][2] of its
+ * position: out[:D/2] = x1 c - x2 s, out[D/2:] = x2 c + x1 s. */
+void moe8_rope_neox(float *x, int n_head, int D, const float *cs);
+
+/* KV cache of one layer: kc, vc [n_seq][n_kv][n_ctx][D] fp32. */
+typedef struct {
+    int n_head, n_kv, D;
+    int64_t n_ctx;
+    const float *kc, *vc;
+} moe8_attn_cache;
+
+static inline size_t moe8_kv_offset(int n_kv, int64_t n_ctx, int D, int seq, int kvh, int64_t pos) {
+    return (((size_t)seq * (size_t)n_kv + (size_t)kvh) * (size_t)n_ctx + (size_t)pos) * (size_t)D;
+}
+
+/* Causal GQA attention: out[T][n_head*D] from q[T][n_head*D]; token t reads
+ * positions 0..pos[t] of sequence seq[t] (already in the cache). Scale
+ * 1/sqrt(D), max-subtracted softmax; (token, head) pairs run in parallel, each
+ * in position order, so results do not depend on the thread count.
+ * work: [n_threads][n_ctx] floats. */
+void moe8_attention(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
+                    const int32_t *pos, int T, float *work, int n_threads);
+
+/* ======================================================================== */
+/* forward.c                                                                 */
+/* ======================================================================== */
+
+/* One decoder layer, ready to run. */
+typedef struct {
+    float *attn_norm, *ffn_norm;   /* [H] fp32 (owned; tiny) */
+    float *q_norm, *k_norm;        /* [D] */
+    moe8_proj q, k, v, o;          /* [NH*D][H], [NKV*D][H] x2, [H][NH*D] */
+    int is_moe;
+    moe8_moe_layer *moe;           /* MoE layers */
+    int ws_layer;                  /* MoE layers: first layer of the same shape, whose
+                                    * workspace this one borrows */
+    float *deq_experts;            /* float-experts mode: dequantized experts (owned) */
+    moe8_proj gate, up, down;      /* dense layers: [F][H] x2, [H][F] */
+} moe8_fwd_layer;
+
+/* Everything the forward pass reads, built once per model and shared
+ * read-only by its contexts. */
+typedef struct {
+    const moe8_model *model;
+    int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP, 0 if none */
+    int E, K;
+    float eps;
+    const void *embed;             /* [V][H] in place */
+    moe8_dtype embed_dt;
+    moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied) */
+    float *final_norm;             /* [H] */
+    moe8_fwd_layer *layers;        /* [n_layer] */
+    int float_experts;             /* W8A8 experts run dequantized */
+    size_t owned_bytes;            /* packed weights and vectors */
+} moe8_weights;
+
+moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,
+                               moe8_weights **out, moe8_error *err);
+void moe8_weights_free(moe8_weights *w);
+
+/* Scratch of one context, for up to n_batch tokens and n_out logits rows. */
+typedef struct {
+    int n_batch, n_out, ldq;
+    float *x, *h, *q, *k, *v, *att, *tmp;  /* [B][H], [B][H], [B][NH*D], [B][NKV*D] x2, [B][NH*D], [B][H] */
+    float *mlp;                            /* [B][2F] (dense layers) */
+    int8_t *xq;                            /* [B][ldq] W8A8 codes */
+    float *ones;                           /* [B] */
+    int32_t *ones_i;                       /* [B] */
+    float *attn_work;                      /* [n_threads][n_ctx] */
+    moe8_moe_workspace **moe_ws;           /* [n_layer]: set for layers with ws_layer == itself */
+    float *logits;                         /* [n_out][V] */
+    void *block;
+} moe8_fwd_scratch;
+
+/* One forward over T tokens (already validated): token[T], seq[T], pos[T];
+ * K/V of every token are written into the cache at (seq, pos) first. Logits
+ * of the rows out_idx[n_out] go to s->logits. Never allocates. */
+moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, int n_seq,
+                         int64_t n_ctx, const float *rope, const int32_t *token,
+                         const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
+                         int n_out, int n_threads, moe8_error *err);
+
+#endif

@@ -1,0 +1,307 @@
+/*
+ * forward_ref.h — an independent double-precision Qwen3-MoE forward pass for
+ * tests, written from SPEC §4, §5 and §7 and Hugging Face's Qwen3MoE code.
+ * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
+ * values as written to the file) by name and computes everything in double,
+ * except the activation codes of quantized layers, which it computes in fp32
+ * as the spec defines them (then exact integer sums, then double).
+ *
+ *   ref_model rm;  ref_init(&rm, &opts);          // same opts as fx_write_model
+ *   ref_forward(&rm, ids, n, logits);             // logits [n][vocab], positions 0..n-1
+ *   ref_free(&rm);
+ *
+ * rm.float_experts = 1 runs W8A8_DYNAMIC experts with dequantized weights
+ * S·(Wq + O) in double (what --float-experts computes).
+ */
+#ifndef MOE8_FORWARD_REF_H
+#define MOE8_FORWARD_REF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    fx_opts o;
+    fx_list L;
+    int float_experts;
+} ref_model;
+
+static void ref_init(ref_model *rm, const fx_opts *o) {
+    memset(rm, 0, sizeof *rm);
+    rm->o = *o;
+    rm->L.o = &rm->o;
+    fx_build(&rm->L);
+}
+
+static void ref_free(ref_model *rm) { fx_list_free(&rm->L); }
+
+static const fx_tensor *ref_t(const ref_model *rm, const char *fmt, long long a, long long b) {
+    char name[200];
+    snprintf(name, sizeof name, fmt, a, b);
+    for (int i = 0; i < rm->L.n; i++)
+        if (!strcmp(rm->L.t[i].name, name)) return &rm->L.t[i];
+    fprintf(stderr, "forward_ref: no tensor %s\n", name);
+    exit(2);
+}
+
+/* ---- linears ---------------------------------------------------------------- */
+
+/* float: y[n] = sum_k x[k] W[n][k] */
+static void ref_lin_float(double *y, const double *x, const fx_tensor *w) {
+    int64_t n = w->shape[0], k = w->shape[1];
+    for (int64_t i = 0; i < n; i++) {
+        double a = 0;
+        for (int64_t j = 0; j < k; j++) a += x[j] * fx_get(w, i * k + j);
+        y[i] = a;
+    }
+}
+
+static float ref_deq(const fx_tensor *t, int64_t i) {
+    if (t->dtype == MOE8_DT_I64) {
+        int64_t v;
+        uint32_t lo;
+        float f;
+        memcpy(&v, (const char *)t->data + 8 * i, 8);
+        lo = (uint32_t)(uint64_t)v;
+        memcpy(&f, &lo, 4);
+        return f;
+    }
+    return (float)fx_get(t, i);
+}
+
+/* W8A8 static (SPEC §5): codes in fp32, exact integer sum, then double. */
+static void ref_lin_static(double *y, const double *x, const ref_model *rm, const char *prefix,
+                           long long l) {
+    char f[320];
+    const fx_tensor *w, *is, *io, *dq, *qb;
+    snprintf(f, sizeof f, "%.200s.weight", prefix); w = ref_t(rm, f, l, 0);
+    snprintf(f, sizeof f, "%.200s.input_scale", prefix); is = ref_t(rm, f, l, 0);
+    snprintf(f, sizeof f, "%.200s.input_offset", prefix); io = ref_t(rm, f, l, 0);
+    snprintf(f, sizeof f, "%.200s.deq_scale", prefix); dq = ref_t(rm, f, l, 0);
+    snprintf(f, sizeof f, "%.200s.quant_bias", prefix); qb = ref_t(rm, f, l, 0);
+    int64_t n = w->shape[0], k = w->shape[1];
+    float s = (float)fx_get(is, 0), off = (float)fx_get(io, 0);
+    int32_t *q = malloc((size_t)k * sizeof *q);
+    for (int64_t j = 0; j < k; j++) {
+        float v = rintf((float)x[j] / s + off);
+        q[j] = (int32_t)(v < -128.0f ? -128.0f : v > 127.0f ? 127.0f : v);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t acc = (int64_t)fx_get(qb, i);
+        for (int64_t j = 0; j < k; j++) acc += (int64_t)q[j] * (int64_t)fx_get(w, i * k + j);
+        y[i] = (double)acc * (double)ref_deq(dq, i);
+    }
+    free(q);
+}
+
+/* W8A8 dynamic (SPEC §4) or its dequantized twin (float_experts). */
+static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, const char *prefix,
+                            long long l, long long e) {
+    char f[320];
+    const fx_tensor *w, *sc, *of;
+    snprintf(f, sizeof f, "%.200s.weight", prefix); w = ref_t(rm, f, l, e);
+    snprintf(f, sizeof f, "%.200s.weight_scale", prefix); sc = ref_t(rm, f, l, e);
+    snprintf(f, sizeof f, "%.200s.weight_offset", prefix); of = ref_t(rm, f, l, e);
+    int64_t n = w->shape[0], k = w->shape[1];
+    if (rm->float_experts) {
+        for (int64_t i = 0; i < n; i++) {
+            double a = 0, s = fx_get(sc, i), o = fx_get(of, i);
+            for (int64_t j = 0; j < k; j++) a += x[j] * s * (fx_get(w, i * k + j) + o);
+            y[i] = a;
+        }
+        return;
+    }
+    float amax = 0.0f, sx;
+    int64_t qsum = 0;
+    int32_t *q = malloc((size_t)k * sizeof *q);
+    for (int64_t j = 0; j < k; j++) amax = fmaxf(amax, fabsf((float)x[j]));
+    sx = amax / 127.0f;
+    for (int64_t j = 0; j < k; j++) {
+        float v = sx > 0.0f ? rintf((float)x[j] / sx) : 0.0f;
+        q[j] = (int32_t)(v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v);
+        qsum += q[j];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t acc = (int64_t)fx_get(of, i) * qsum;
+        for (int64_t j = 0; j < k; j++) acc += (int64_t)q[j] * (int64_t)fx_get(w, i * k + j);
+        y[i] = (double)acc * (double)sx * fx_get(sc, i);
+    }
+    free(q);
+}
+
+/* A linear "model.layers.<l>.<rest>" of the model's attention/dense storage. */
+static void ref_lin(double *y, const double *x, const ref_model *rm, long long l, const char *rest) {
+    char prefix[200];
+    snprintf(prefix, sizeof prefix, "model.layers.%%lld.%s", rest);
+    if (rm->o.quant) {
+        ref_lin_static(y, x, rm, prefix, l);
+    } else {
+        char f[320];
+        snprintf(f, sizeof f, "%.200s.weight", prefix);
+        ref_lin_float(y, x, ref_t(rm, f, l, 0));
+    }
+}
+
+/* ---- blocks -------------------------------------------------------------------- */
+
+static void ref_rmsnorm(double *y, const double *x, int64_t n, const fx_tensor *w, double eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / (double)n + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * r * fx_get(w, i);
+}
+
+static void ref_rope(double *x, int64_t n_head, int64_t D, int64_t pos, double theta) {
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < D / 2; i++) {
+            double a = (double)pos * pow(theta, -2.0 * (double)i / (double)D);
+            double c = cos(a), s = sin(a), x1 = x[h * D + i], x2 = x[h * D + i + D / 2];
+            x[h * D + i] = x1 * c - x2 * s;
+            x[h * D + i + D / 2] = x2 * c + x1 * s;
+        }
+}
+
+static double ref_silu(double v) { return v / (1.0 + exp(-v)); }
+
+static void ref_expert(double *y, const double *h, const ref_model *rm, long long l, long long e) {
+    int64_t H = rm->o.hidden, I = rm->o.moe_inter;
+    double *g = malloc(sizeof(double) * I), *u = malloc(sizeof(double) * I);
+    if (rm->o.quant) {
+        ref_lin_dynamic(g, h, rm, "model.layers.%lld.mlp.experts.%lld.gate_proj", l, e);
+        ref_lin_dynamic(u, h, rm, "model.layers.%lld.mlp.experts.%lld.up_proj", l, e);
+    } else {
+        ref_lin_float(g, h, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", l, e));
+        ref_lin_float(u, h, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", l, e));
+    }
+    for (int64_t i = 0; i < I; i++) g[i] = ref_silu(g[i]) * u[i];
+    if (rm->o.quant)
+        ref_lin_dynamic(y, g, rm, "model.layers.%lld.mlp.experts.%lld.down_proj", l, e);
+    else
+        ref_lin_float(y, g, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", l, e));
+    (void)H;
+    free(g);
+    free(u);
+}
+
+/* softmax over the E router logits, top-k (ties to the lower id), renormalize. */
+static void ref_moe(double *out, const double *h, const ref_model *rm, long long l) {
+    int64_t H = rm->o.hidden, E = rm->o.n_experts, K = rm->o.top_k;
+    double *lg = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * H), mx = -INFINITY, sum = 0;
+    int *used = calloc((size_t)E, sizeof(int));
+    int64_t ids[64];
+    double w[64], wsum = 0;
+    ref_lin_float(lg, h, ref_t(rm, "model.layers.%lld.mlp.gate.weight", l, 0));
+    for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[e]);
+    for (int64_t e = 0; e < E; e++) sum += (lg[e] = exp(lg[e] - mx));
+    for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++)
+            if (!used[e] && (best < 0 || lg[e] > lg[best])) best = e;
+        used[best] = 1;
+        ids[j] = best;
+        w[j] = lg[best] / sum;
+        wsum += w[j];
+    }
+    memset(out, 0, sizeof(double) * H);
+    for (int64_t j = 0; j < K; j++) {
+        ref_expert(y, h, rm, l, ids[j]);
+        for (int64_t i = 0; i < H; i++) out[i] += w[j] / wsum * y[i];
+    }
+    free(lg);
+    free(y);
+    free(used);
+}
+
+static void ref_dense(double *out, const double *h, const ref_model *rm, long long l) {
+    int64_t F = rm->o.inter;
+    double *g = malloc(sizeof(double) * F), *u = malloc(sizeof(double) * F);
+    ref_lin(g, h, rm, l, "mlp.gate_proj");
+    ref_lin(u, h, rm, l, "mlp.up_proj");
+    for (int64_t i = 0; i < F; i++) g[i] = ref_silu(g[i]) * u[i];
+    ref_lin(out, g, rm, l, "mlp.down_proj");
+    free(g);
+    free(u);
+}
+
+/* Causal attention of the n tokens' queries q[n][NH*D] on k, v [n][NKV*D]. */
+static void ref_attend(double *att, const double *q, const double *k, const double *v, int n,
+                       const fx_opts *o) {
+    int64_t NH = o->n_heads, NKV = o->n_kv_heads, D = o->head_dim, G = NH / NKV;
+    double *s = malloc(sizeof(double) * n);
+    for (int t = 0; t < n; t++)
+        for (int64_t h = 0; h < NH; h++) {
+            double mx = -INFINITY, sum = 0;
+            const int64_t kh = h / G;
+            for (int i = 0; i <= t; i++) {
+                double a = 0;
+                for (int64_t d = 0; d < D; d++) a += q[(t * NH + h) * D + d] * k[(i * NKV + kh) * D + d];
+                s[i] = a / sqrt((double)D);
+                mx = fmax(mx, s[i]);
+            }
+            for (int i = 0; i <= t; i++) sum += (s[i] = exp(s[i] - mx));
+            for (int64_t d = 0; d < D; d++) {
+                double a = 0;
+                for (int i = 0; i <= t; i++) a += s[i] / sum * v[(i * NKV + kh) * D + d];
+                att[(t * NH + h) * D + d] = a;
+            }
+        }
+    free(s);
+}
+
+static void ref_layer(double *x, int n, const ref_model *rm, long long l) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden, NH = o->n_heads, NKV = o->n_kv_heads, D = o->head_dim;
+    const double eps = 1e-6, theta = 1e6;
+    double *h = malloc(sizeof(double) * n * H), *q = malloc(sizeof(double) * n * NH * D);
+    double *k = malloc(sizeof(double) * n * NKV * D), *v = malloc(sizeof(double) * n * NKV * D);
+    double *att = malloc(sizeof(double) * n * NH * D), *y = malloc(sizeof(double) * H);
+    const fx_tensor *qn = ref_t(rm, "model.layers.%lld.self_attn.q_norm.weight", l, 0);
+    const fx_tensor *kn = ref_t(rm, "model.layers.%lld.self_attn.k_norm.weight", l, 0);
+    for (int t = 0; t < n; t++) {
+        ref_rmsnorm(h + t * H, x + t * H, H, ref_t(rm, "model.layers.%lld.input_layernorm.weight", l, 0), eps);
+        ref_lin(q + t * NH * D, h + t * H, rm, l, "self_attn.q_proj");
+        ref_lin(k + t * NKV * D, h + t * H, rm, l, "self_attn.k_proj");
+        ref_lin(v + t * NKV * D, h + t * H, rm, l, "self_attn.v_proj");
+        for (int64_t i = 0; i < NH; i++) ref_rmsnorm(q + (t * NH + i) * D, q + (t * NH + i) * D, D, qn, eps);
+        for (int64_t i = 0; i < NKV; i++) ref_rmsnorm(k + (t * NKV + i) * D, k + (t * NKV + i) * D, D, kn, eps);
+        ref_rope(q + t * NH * D, NH, D, t, theta);
+        ref_rope(k + t * NKV * D, NKV, D, t, theta);
+    }
+    ref_attend(att, q, k, v, n, o);
+    for (int t = 0; t < n; t++) {
+        ref_lin(y, att + t * NH * D, rm, l, "self_attn.o_proj");
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
+        ref_rmsnorm(h + t * H, x + t * H, H,
+                    ref_t(rm, "model.layers.%lld.post_attention_layernorm.weight", l, 0), eps);
+        if (l == o->dense_layer || o->n_experts == 0) ref_dense(y, h + t * H, rm, l);
+        else ref_moe(y, h + t * H, rm, l);
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
+    }
+    free(h); free(q); free(k); free(v); free(att); free(y);
+}
+
+/* logits[n][vocab] for the tokens ids[0..n) at positions 0..n-1. */
+static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *logits) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden, V = o->vocab;
+    const fx_tensor *emb = ref_t(rm, "model.embed_tokens.weight", 0, 0);
+    const fx_tensor *head = o->tie ? emb : ref_t(rm, "lm_head.weight", 0, 0);
+    double *x = malloc(sizeof(double) * n * H), *h = malloc(sizeof(double) * H);
+    for (int t = 0; t < n; t++)
+        for (int64_t i = 0; i < H; i++) x[t * H + i] = fx_get(emb, (int64_t)ids[t] * H + i);
+    for (long long l = 0; l < o->n_layers; l++) ref_layer(x, n, rm, l);
+    for (int t = 0; t < n; t++) {
+        ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0), 1e-6);
+        for (int64_t j = 0; j < V; j++) {
+            double a = 0;
+            for (int64_t i = 0; i < H; i++) a += h[i] * fx_get(head, j * H + i);
+            logits[t * V + j] = a;
+        }
+    }
+    free(x);
+    free(h);
+}
+
+#endif

@@ -1,0 +1,485 @@
+/*
+ * test_forward.c — the Qwen3-MoE forward pass and the generation API against
+ * an independent double-precision reference (forward_ref.h) on tiny synthetic
+ * models (fixture_model.h): float and W8A8 checkpoints, ref vs AVX2 kernels
+ * (re-running itself with MOE8_FORCE_REF=1), thread counts, batching,
+ * token-by-token decode vs prefill, context overflow, callbacks, bad batches.
+ */
+#include "test.h"
+#include "fixture_model.h"
+#include "forward_ref.h"
+
+#include "kernels/kernels.h"
+#include "model/forward.h"
+
+#define MAX_V 256
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static moe8_model *load_model(const char *dir) {
+    moe8_model *m = NULL;
+    moe8_error e;
+    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    return m;
+}
+
+static moe8_context *new_ctx(moe8_model *m, int n_ctx, int n_seq, int n_threads, int float_ex) {
+    moe8_context_params p = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_error e;
+    p.n_ctx = n_ctx;
+    p.n_seq_max = n_seq;
+    p.n_outputs = 64;
+    p.n_threads = n_threads;
+    p.float_experts = float_ex;
+    if (moe8_context_create(m, &p, &c, &e) != MOE8_OK) {
+        fprintf(stderr, "context: %s\n", e.message);
+        exit(2);
+    }
+    return c;
+}
+
+/* Prefill ids[0..n) as sequence `seq` in one batch, logits of every token
+ * into out[n][V]. */
+static moe8_status prefill(moe8_context *c, int seq, const int32_t *ids, int n, float *out) {
+    int32_t pos[64], sq[64];
+    int8_t lg[64];
+    int V = moe8_context_n_vocab(c);
+    moe8_error e;
+    for (int i = 0; i < n; i++) {
+        pos[i] = moe8_context_seq_len(c, seq) + i;
+        sq[i] = seq;
+        lg[i] = 1;
+    }
+    moe8_batch b = {n, ids, pos, sq, lg};
+    moe8_status st = moe8_decode(c, &b, &e);
+    if (st) fprintf(stderr, "decode: %s\n", e.message);
+    for (int i = 0; !st && out && i < n; i++)
+        memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
+    return st;
+}
+
+static double max_rel(const float *a, const double *b, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs(a[i] - b[i]));
+        m = fmax(m, fabs(b[i]));
+    }
+    return d / m;
+}
+
+static double max_rel_f(const float *a, const float *b, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+static double cosine(const float *a, const double *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+static const int32_t PROMPT[9] = {5, 17, 200, 3, 99, 42, 7, 128, 64};
+
+static fx_opts float_opts(void) {
+    fx_opts o = fx_default_opts();
+    o.n_layers = 3;
+    o.dense_layer = 1;
+    return o;
+}
+
+static fx_opts w8a8_opts(int variant) {
+    fx_opts o = fx_default_opts();
+    o.quant = 1;
+    o.n_layers = 3;
+    o.dense_layer = 0;
+    o.nonzero_offsets = 1;
+    o.deq_i64 = variant == 0;             /* fp16 export: deq I64, input_offset I8 */
+    o.scale_dtype = variant == 0 ? MOE8_DT_BF16 : MOE8_DT_F32;
+    o.scale_2d = variant == 1;
+    o.qkv_same_input = variant == 1;      /* variant 0: q/k/v scales differ */
+    o.seed = 99 + (uint64_t)variant;
+    return o;
+}
+
+static const char *write_fixture(const char *name, const fx_opts *o) {
+    static char dirs[8][4096];
+    static int n;
+    const char *d = test_tmpdir(name);
+    char *slot = dirs[n++ % 8];
+    snprintf(slot, 4096, "%s", d);
+    if (fx_write_model(slot, o) != 0) exit(2);
+    return slot;
+}
+
+/* ---- float and W8A8 vs the reference ---------------------------------------- */
+
+static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int quantized) {
+    const char *dir = write_fixture(label, o);
+    moe8_model *m = load_model(dir);
+    moe8_context *c = new_ctx(m, 32, 1, 2, float_ex);
+    const int n = 9, V = (int)o->vocab;
+    float *got = malloc(sizeof(float) * n * V);
+    double *want = malloc(sizeof(double) * n * V);
+    ref_model rm;
+    ref_init(&rm, o);
+    rm.float_experts = float_ex;
+    ref_forward(&rm, PROMPT, n, want);
+    CHECK(prefill(c, 0, PROMPT, n, got) == MOE8_OK);
+    if (!quantized) {
+        double worst = 0;
+        for (int t = 0; t < n; t++) worst = fmax(worst, max_rel(got + t * V, want + t * V, V));
+        printf("%-26s last-token rel err %.3g, worst position %.3g\n", label,
+               max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+        CHECKF(max_rel(got + (n - 1) * V, want + (n - 1) * V, V) <= 1e-4 && worst <= 1e-4,
+               "%s: last-token rel err %.3g, worst position %.3g", label,
+               max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+    } else {
+        double worst = 1;
+        for (int t = 0; t < n; t++) worst = fmin(worst, cosine(got + t * V, want + t * V, V));
+        printf("%-26s last-token cosine %.8f, worst position %.8f\n", label,
+               cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+        CHECKF(cosine(got + (n - 1) * V, want + (n - 1) * V, V) >= 0.9999 && worst >= 0.9999,
+               "%s: last-token cosine %.8f, worst position %.8f", label,
+               cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+    }
+    ref_free(&rm);
+    free(got);
+    free(want);
+    moe8_context_free(c);
+    moe8_model_free(m);
+}
+
+static void test_vs_reference(void) {
+    fx_opts o = float_opts();
+    check_vs_ref("fwd_float", &o, 0, 0);
+    o.tie = 1;
+    o.float_dtype = MOE8_DT_F32;
+    check_vs_ref("fwd_float_tied_f32", &o, 0, 0);
+    o = w8a8_opts(0);
+    check_vs_ref("fwd_w8a8_deq_i64", &o, 0, 1);
+    check_vs_ref("fwd_w8a8_float_experts", &o, 1, 1);
+    o = w8a8_opts(1);
+    check_vs_ref("fwd_w8a8_deq_f32", &o, 0, 1);
+}
+
+/* ---- W8A8 static linear with -128 codes, both kernel tables ----------------- */
+
+static void test_static_linear_full_range(void) {
+    enum { N = 37, K = 70, T = 5 };
+    int8_t w[N * K];
+    int32_t bias[N];
+    float deq[N], x[T * K], scale = 0.05f, off = -3.0f;
+    int64_t w_shape[2] = {N, K};
+    test_rng r = {77};
+    for (int i = 0; i < N * K; i++) w[i] = (int8_t)(i % 5 == 0 ? -128 : (int)(test_rng_u64(&r) % 256) - 128);
+    for (int i = 0; i < N; i++) {
+        bias[i] = (int32_t)(test_rng_u64(&r) % 20001) - 10000;
+        deq[i] = (float)(1e-3 * (1 + test_rng_uniform(&r)));
+    }
+    for (int i = 0; i < T * K; i++) x[i] = (float)(test_rng_normal(&r) * 4.0);
+    x[3] = -1000.0f; /* clamps to -128 */
+    moe8_tensor tw = {"w", MOE8_DT_I8, 2, {N, K}, N * K, w, sizeof w, 0, 0};
+    moe8_tensor td = {"deq", MOE8_DT_F32, 1, {N}, N, deq, sizeof deq, 0, 0};
+    moe8_tensor tb = {"bias", MOE8_DT_I32, 1, {N}, N, bias, sizeof bias, 0, 0};
+    moe8_linear src;
+    memset(&src, 0, sizeof src);
+    src.quant = MOE8_QUANT_W8A8;
+    src.n_out = w_shape[0];
+    src.n_in = w_shape[1];
+    src.weight = &tw;
+    src.deq_scale = &td;
+    src.quant_bias = &tb;
+    src.in_scale = scale;
+    src.in_offset = (int32_t)off;
+    moe8_proj p;
+    CHECK(moe8_proj_init(&p, &src, 1, NULL) == MOE8_OK);
+    int ldq = moe8_round_up(K, 64);
+    int8_t *xq = moe8_alloc_aligned((size_t)T * ldq);
+    float ones[T], y_ref[T * N], y_opt[T * N];
+    int32_t ones_i[T];
+    int n_min = 0;
+    for (int i = 0; i < T; i++) ones[i] = 1.0f, ones_i[i] = 1;
+    moe8_proj_quant(xq, ldq, x, K, T, K, scale, off);
+    for (int i = 0; i < T * K; i++) {
+        float v = rintf(x[i] / scale + off);
+        int8_t want = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+        n_min += want == -128;
+        if (xq[(i / K) * ldq + i % K] != want) {
+            CHECKF(0, "code %d: %d vs %d", i, xq[(i / K) * ldq + i % K], want);
+            break;
+        }
+    }
+    CHECKF(n_min > 0, "test data should produce -128 codes");
+    moe8_proj_apply(&p, moe8_kernels_ref(), y_ref, N, x, K, xq, ldq, ones, ones_i, T, 1);
+    moe8_proj_apply(&p, moe8_kernels_get(), y_opt, N, x, K, xq, ldq, ones, ones_i, T, 2);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < N; j++) {
+            int32_t acc = bias[j];
+            for (int k = 0; k < K; k++) acc += (int32_t)xq[t * ldq + k] * w[j * K + k];
+            float want = (float)acc * deq[j];
+            bad += y_ref[t * N + j] != want || y_opt[t * N + j] != want;
+        }
+    CHECKF(bad == 0, "%d outputs differ from (float)(acc + bias) * deq (%s kernels)", bad,
+           moe8_kernel_isa());
+    moe8_free_aligned(xq);
+    moe8_proj_free(&p);
+}
+
+/* ---- MOE8_FORCE_REF=1 in a child process vs this one ------------------------- */
+
+/* Logits of every prompt position + 6 greedy tokens. */
+typedef struct {
+    float logits[9 * MAX_V];
+    int32_t tokens[6];
+    int32_t n_tokens;
+    char isa[8];
+} dump_t;
+
+static void run_dump(const char *dir, int n_threads, dump_t *d) {
+    moe8_model *m = load_model(dir);
+    moe8_context *c = new_ctx(m, 32, 1, n_threads, 0);
+    moe8_sampler *s = NULL;
+    const int32_t *pp = PROMPT;
+    int32_t np = 9;
+    moe8_generate_request r = {1, &pp, &np, 6, NULL, 0, NULL, NULL, d->tokens, &d->n_tokens, NULL};
+    memset(d, 0, sizeof *d);
+    snprintf(d->isa, sizeof d->isa, "%s", moe8_kernel_isa());
+    CHECK(prefill(c, 0, PROMPT, 9, d->logits) == MOE8_OK);
+    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    moe8_model_free(m);
+}
+
+static int child_dump(const char *dir, const char *out) {
+    dump_t d;
+    run_dump(dir, 2, &d);
+    test_write_file(out, &d, sizeof d);
+    return test_summary();
+}
+
+static void compare_force_ref(const char *self, const char *label, const fx_opts *o, double tol) {
+    const char *dir = write_fixture(label, o);
+    char out[4200], cmd[9000];
+    dump_t opt, ref;
+    FILE *f;
+    run_dump(dir, 2, &opt);
+    snprintf(out, sizeof out, "%s/ref.bin", dir);
+    snprintf(cmd, sizeof cmd, "MOE8_FORCE_REF=1 '%s' --dump '%s' '%s'", self, dir, out);
+    CHECKF(system(cmd) == 0, "child failed: %s", cmd);
+    f = fopen(out, "rb");
+    CHECK(f && fread(&ref, sizeof ref, 1, f) == 1);
+    if (f) fclose(f);
+    CHECKF(!strcmp(ref.isa, "ref"), "child ran %s kernels", ref.isa);
+    double rel = max_rel_f(opt.logits, ref.logits, 9 * (int)o->vocab);
+    printf("%-26s %s vs ref kernels: rel diff %.3g\n", label, opt.isa, rel);
+    CHECKF(rel <= tol, "%s: %s vs ref kernels: logits rel diff %.3g > %g", label, opt.isa, rel, tol);
+    CHECK(opt.n_tokens == 6 && ref.n_tokens == 6 && !memcmp(opt.tokens, ref.tokens, sizeof opt.tokens));
+}
+
+static void test_force_ref(const char *self) {
+    fx_opts o = float_opts();
+    compare_force_ref(self, "fwd_forceref_float", &o, 1e-5);
+    o = w8a8_opts(0);
+    compare_force_ref(self, "fwd_forceref_w8a8", &o, 1e-5);
+}
+
+/* ---- threads, batching, decode vs prefill ----------------------------------- */
+
+static void test_threads(const char *dir) {
+    dump_t a, b;
+    run_dump(dir, 1, &a);
+    run_dump(dir, 2, &b);
+    CHECKF(!memcmp(a.logits, b.logits, sizeof a.logits), "1 vs 2 threads: logits differ");
+    CHECK(!memcmp(a.tokens, b.tokens, sizeof a.tokens));
+}
+
+static moe8_status gen(moe8_context *c, int n_seq, const int32_t *const *prompts,
+                       const int32_t *lens, int n_predict, const int32_t *stop, int n_stop,
+                       moe8_token_fn cb, void *user, int32_t *toks, int32_t *n_out,
+                       moe8_finish *fin, moe8_error *e) {
+    moe8_sampler *s = NULL;
+    moe8_generate_request r = {n_seq, prompts, lens, n_predict, stop, n_stop, cb, user, toks, n_out, fin};
+    moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL);
+    moe8_status st = moe8_generate(c, s, &r, e);
+    moe8_sampler_free(s);
+    return st;
+}
+
+static void test_batch_vs_alone(moe8_model *m) {
+    static const int32_t p1[5] = {11, 22, 33, 44, 55}, p2[3] = {200, 201, 3};
+    const int32_t *prompts[3] = {PROMPT, p1, p2};
+    const int32_t lens[3] = {9, 5, 3};
+    int32_t toks[3 * 8], n_out[3], alone[8], n_alone;
+    moe8_finish fin[3];
+    moe8_context *c = new_ctx(m, 40, 3, 2, 0);
+    CHECK(gen(c, 3, prompts, lens, 8, NULL, 0, NULL, NULL, toks, n_out, fin, NULL) == MOE8_OK);
+    for (int i = 0; i < 3; i++) {
+        moe8_context *c1 = new_ctx(m, 40, 1, 2, 0);
+        CHECK(gen(c1, 1, &prompts[i], &lens[i], 8, NULL, 0, NULL, NULL, alone, &n_alone, NULL,
+                  NULL) == MOE8_OK);
+        CHECKF(n_out[i] == 8 && n_alone == 8 && fin[i] == MOE8_FINISH_LENGTH &&
+               !memcmp(alone, toks + 8 * i, sizeof alone),
+               "prompt %d: batched tokens differ from alone", i);
+        CHECK(moe8_context_seq_len(c, i) == lens[i] + 7);
+        moe8_context_free(c1);
+    }
+    moe8_context_free(c);
+}
+
+static void test_decode_vs_prefill(moe8_model *m) {
+    const int V = (int)moe8_model_config(m)->vocab_size;
+    float *all = malloc(sizeof(float) * 9 * V), *one = malloc(sizeof(float) * V);
+    moe8_context *c = new_ctx(m, 64, 2, 2, 0);
+    double worst = 0;
+    CHECK(prefill(c, 0, PROMPT, 9, all) == MOE8_OK);
+    for (int t = 0; t < 9; t++) {
+        CHECK(prefill(c, 1, PROMPT + t, 1, one) == MOE8_OK);
+        worst = fmax(worst, max_rel_f(one, all + (size_t)t * V, V));
+    }
+    printf("token-by-token vs prefill: rel diff %.3g\n", worst);
+    CHECKF(worst <= 1e-5, "token-by-token vs prefill: rel diff %.3g", worst);
+    /* rewind sequence 0 to 4 tokens and decode the rest again */
+    CHECK(moe8_context_seq_truncate(c, 0, 4, NULL) == MOE8_OK && moe8_context_seq_len(c, 0) == 4);
+    float *again = malloc(sizeof(float) * 5 * V);
+    CHECK(prefill(c, 0, PROMPT + 4, 5, again) == MOE8_OK);
+    CHECKF(max_rel_f(again, all + 4 * (size_t)V, 5 * V) <= 1e-5, "after truncate: logits differ");
+    free(again);
+    free(all);
+    free(one);
+    moe8_context_free(c);
+}
+
+/* ---- errors: overflow, bad batches ------------------------------------------ */
+
+static void test_overflow(moe8_model *m) {
+    moe8_context *c = new_ctx(m, 8, 1, 1, 0);
+    int32_t tok = 1, pos = 8, seq = 0, toks[10], n_out;
+    moe8_finish fin;
+    moe8_error e;
+    const int32_t *pp = PROMPT;
+    int32_t n9 = 9, n6 = 6, ref_toks[10], ref_n;
+    CHECK(prefill(c, 0, PROMPT, 8, NULL) == MOE8_OK);
+    moe8_batch b = {1, &tok, &pos, &seq, NULL};
+    CHECK(moe8_decode(c, &b, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "context overflow"));
+    CHECK(moe8_context_seq_len(c, 0) == 8 && moe8_context_logits(c, 0) == NULL);
+    CHECK(gen(c, 1, &pp, &n9, 4, NULL, 0, NULL, NULL, toks, &n_out, &fin, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(strstr(e.message, "n_ctx") != NULL);
+    /* 6-token prompt in an 8-position cache: 3 tokens fit (the last is not fed back) */
+    CHECK(gen(c, 1, &pp, &n6, 10, NULL, 0, NULL, NULL, toks, &n_out, &fin, NULL) == MOE8_OK);
+    CHECKF(n_out == 3 && fin == MOE8_FINISH_CONTEXT, "n_out %d finish %d", n_out, fin);
+    moe8_context *big = new_ctx(m, 32, 1, 1, 0);
+    CHECK(gen(big, 1, &pp, &n6, 10, NULL, 0, NULL, NULL, ref_toks, &ref_n, NULL, NULL) == MOE8_OK);
+    CHECK(ref_n == 10 && !memcmp(toks, ref_toks, 3 * sizeof(int32_t)));
+    moe8_context_free(big);
+    moe8_context_free(c);
+}
+
+static void test_bad_batches(moe8_model *m) {
+    moe8_context *c = new_ctx(m, 16, 2, 1, 0);
+    int32_t tok[3] = {1, 2, 3}, pos[3] = {0, 1, 2}, seq[3] = {0, 0, 0};
+    int8_t lg[3] = {1, 1, 1};
+    moe8_error e;
+    moe8_batch b = {3, tok, pos, seq, NULL};
+    pos[1] = 2;
+    CHECK(moe8_decode(c, &b, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "position"));
+    CHECK(moe8_context_seq_len(c, 0) == 0);
+    pos[1] = 1;
+    seq[2] = 2;
+    CHECK(moe8_decode(c, &b, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "sequence id"));
+    seq[2] = 0;
+    tok[0] = 256;
+    CHECK(moe8_decode(c, &b, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "id 256"));
+    tok[0] = 1;
+    b.n_tokens = 0;
+    CHECK(moe8_decode(c, &b, &e) == MOE8_ERR_INVALID_ARG);
+    b.n_tokens = 3;
+    b.logits = lg;
+    CHECK(moe8_decode(c, &b, &e) == MOE8_OK && moe8_context_seq_len(c, 0) == 3);
+    CHECK(moe8_context_logits(c, 0) && moe8_context_logits(c, 2) && !moe8_context_logits(c, 3));
+    /* two sequences interleaved; NULL logits = last token of each sequence */
+    int32_t t2[4] = {4, 9, 5, 10}, p2[4] = {3, 0, 4, 1}, s2[4] = {0, 1, 0, 1};
+    moe8_batch b2 = {4, t2, p2, s2, NULL};
+    CHECK(moe8_decode(c, &b2, &e) == MOE8_OK);
+    CHECK(!moe8_context_logits(c, 0) && !moe8_context_logits(c, 1) && moe8_context_logits(c, 2) &&
+          moe8_context_logits(c, 3));
+    CHECK(moe8_context_seq_len(c, 0) == 5 && moe8_context_seq_len(c, 1) == 2);
+    CHECK(moe8_context_seq_truncate(c, 5, 0, &e) == MOE8_ERR_INVALID_ARG);
+    moe8_context_params p = moe8_context_params_default();
+    moe8_context *bad = NULL;
+    p.n_ctx = 5000; /* > max_position_embeddings 4096 */
+    CHECK(moe8_context_create(m, &p, &bad, &e) == MOE8_ERR_INVALID_ARG && !bad);
+    moe8_context_free(c);
+}
+
+/* ---- generate: callback, stop ids -------------------------------------------- */
+
+typedef struct {
+    int n, stop_after, cancel_after;
+} cb_state;
+
+static int on_token(void *user, int32_t seq, int32_t token) {
+    cb_state *s = user;
+    (void)token;
+    s->n++;
+    if (s->cancel_after && s->n >= s->cancel_after) return MOE8_GEN_CANCEL;
+    if (seq == 0 && s->stop_after && s->n >= s->stop_after) return MOE8_GEN_STOP_SEQ;
+    return MOE8_GEN_CONTINUE;
+}
+
+static void test_generate_controls(moe8_model *m) {
+    moe8_context *c = new_ctx(m, 32, 2, 1, 0);
+    const int32_t *pp[2] = {PROMPT, PROMPT + 2};
+    int32_t lens[2] = {9, 7}, toks[2 * 6], n_out[2], base[6], n_base;
+    moe8_finish fin[2];
+    moe8_error e;
+    cb_state cs = {0, 0, 3};
+    CHECK(gen(c, 1, pp, lens, 6, NULL, 0, NULL, NULL, base, &n_base, NULL, NULL) == MOE8_OK);
+    CHECK(gen(c, 2, pp, lens, 6, NULL, 0, on_token, &cs, toks, n_out, fin, &e) == MOE8_ERR_CANCELLED);
+    CHECKF(cs.n == 3 && n_out[0] + n_out[1] == 3 && fin[0] == MOE8_FINISH_NONE,
+           "cancel: %d calls, n_out %d+%d", cs.n, n_out[0], n_out[1]);
+    cs = (cb_state){0, 1, 0};
+    CHECK(gen(c, 2, pp, lens, 6, NULL, 0, on_token, &cs, toks, n_out, fin, &e) == MOE8_OK);
+    CHECK(fin[0] == MOE8_FINISH_CALLBACK && n_out[0] == 1 && fin[1] == MOE8_FINISH_LENGTH &&
+          n_out[1] == 6);
+    /* the third greedy token as a stop id: two tokens come out */
+    CHECK(gen(c, 1, pp, lens, 6, &base[2], 1, NULL, NULL, toks, n_out, fin, NULL) == MOE8_OK);
+    int first = 0;
+    while (base[first] != base[2]) first++;
+    CHECK(fin[0] == MOE8_FINISH_STOP && n_out[0] == first && !memcmp(toks, base, first * sizeof(int32_t)));
+    moe8_context_free(c);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3]);
+    test_static_linear_full_range();
+    test_vs_reference();
+    test_force_ref(argv[0]);
+    fx_opts o = w8a8_opts(0);
+    const char *dir = write_fixture("fwd_main", &o);
+    test_threads(dir);
+    fx_opts of = float_opts();
+    test_threads(write_fixture("fwd_threads_float", &of));
+    moe8_model *m = load_model(dir);
+    test_batch_vs_alone(m);
+    test_decode_vs_prefill(m);
+    test_overflow(m);
+    test_bad_batches(m);
+    test_generate_controls(m);
+    moe8_model_free(m);
+    return test_summary();
+}
