@@ -188,6 +188,9 @@ static void test_q8_shapes(void) {
         }
     q8_case(7, 129, 72, 1, 32, 129); /* sub-ranges starting at a panel boundary */
     q8_case(3, 129, 72, 0, 16, 100);
+    q8_case(1, 129, 72, 1, 16, 129); /* few-row paths: groups of 4 (3) panels + rest */
+    q8_case(2, 129, 72, 0, 32, 120);
+    q8_case(1, 200, 8, 0, 0, 200);
     q8_case(6, 100, 40, 1, 48, 64);
     q8_case(2, 40, 2200, 1, 0, 40); /* K spans several activation chunks */
 }

@@ -18,7 +18,8 @@
  * activation buffer stays in L1; when K <= 2*KCP it is filled once per row
  * tile and block). One or two rows (decode: most experts see one token) take
  * a path that walks 4 (3) panels side by side so several weight streams are
- * in flight, each software-prefetched 2 KB ahead. Results do not
+ * in flight, each software-prefetched 2 KB ahead; the other tiles prefetch
+ * the next panel into L2 as they go (a second stream). Results do not
  * depend on the tiling (integer sums), so the kernels are deterministic and
  * the caller may split [n0, n1) across threads at panel boundaries.
  * Does not allocate; uses ~24 KB of stack.
@@ -64,11 +65,17 @@ INLINE void step(__m256i *acc, const int16_t *xa, const int8_t *wp, int kk, cons
     }
 }
 
-/* acc (+)= one panel over nkk pairs. One pair per iteration on purpose: with
- * two, GCC reassociates the adds across pairs and spills accumulators. */
-INLINE void micro(__m256i *acc, const int16_t *xa, const int8_t *wp, int nkk, const int mr) {
+/* acc (+)= one panel over nkk pairs (of a panel of n_kk). Besides the near
+ * prefetch, the same offset of the next panel is prefetched into L2: a second
+ * DRAM stream, which the few-row tiles need to approach full bandwidth.
+ * One pair per iteration on purpose: with two, GCC reassociates the adds
+ * across pairs and spills accumulators. */
+INLINE void micro(__m256i *acc, const int16_t *xa, const int8_t *wp, int nkk, int n_kk,
+                  const int mr) {
+    const int8_t *next = wp + 32 * (size_t)n_kk;
     for (int kk = 0; kk < nkk; kk++) {
         _mm_prefetch((const char *)(wp + 32 * (size_t)kk + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(next + 32 * (size_t)kk), _MM_HINT_T1);
         step(acc, xa, wp, kk, mr);
     }
 }
@@ -186,7 +193,7 @@ INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qm
         for (int c = 0; c < n_chunks; c++) {
             const int kk0 = c * KCP, nkk = n_kk - kk0 < KCP ? n_kk - kk0 : KCP;
             if (n_chunks > 1 || j0 == n0) widen_rows(xa, xq, ldq, mr, kk0, nkk);
-            micro(acc, xa, wp + 32 * (size_t)kk0, nkk, mr);
+            micro(acc, xa, wp + 32 * (size_t)kk0, nkk, n_kk, mr);
         }
         store_tile(o, w, acc, mr, j0, n1 - j0 < MOE8_QK_NR ? n1 - j0 : MOE8_QK_NR);
     }
