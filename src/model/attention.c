@@ -57,15 +57,21 @@ void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
     }
 }
 
+/* q·k; `omp simd` lets the compiler split the sum into vector lanes (a fixed
+ * order for a given build, so still deterministic). */
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
 /* One query head against positions 0..p of its kv head; out[D]. */
 static void attend_one(float *out, const float *q, const float *k, const float *v, int64_t p,
                        int D, float scale, float *sc) {
     float mx = -INFINITY, sum = 0.0f;
     for (int64_t i = 0; i <= p; i++) {
-        const float *ki = k + (size_t)i * D;
-        float s = 0.0f;
-        for (int d = 0; d < D; d++) s += q[d] * ki[d];
-        s *= scale;
+        float s = dot(q, k + (size_t)i * D, D) * scale;
         sc[i] = s;
         if (s > mx) mx = s;
     }
@@ -77,6 +83,7 @@ static void attend_one(float *out, const float *q, const float *k, const float *
     for (int64_t i = 0; i <= p; i++) {
         const float *vi = v + (size_t)i * D;
         float wgt = sc[i] / sum;
+#pragma omp simd
         for (int d = 0; d < D; d++) out[d] += wgt * vi[d];
     }
 }

@@ -4,8 +4,8 @@
  *
  * moe8_weights_build turns a loaded model (model.h: tensors checked, still
  * mapped) into what the loop runs: W8A8 static linears packed (linear.c),
- * MoE layers built with moe8_moe_layer_create (experts repacked, their mapped
- * pages released, SPEC §6b), norm vectors converted to fp32 (a few KB).
+ * MoE layers built with moe8_moe_layer_create (experts repacked); the mapped
+ * pages of every packed int8 weight are released (SPEC §6b), norm vectors converted to fp32 (a few KB).
  * Embeddings, lm_head, the router and FLOAT linears stay in the map in their
  * stored dtype. In float-experts mode W8A8 experts are dequantized to fp32,
  * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
@@ -122,6 +122,11 @@ static moe8_status build_moe(moe8_fwd_layer *fl, const moe8_model *m, int li, in
     return MOE8_OK;
 }
 
+/* A packed W8A8 weight no longer needs its mapped pages (SPEC §6b). */
+static void release_packed(const moe8_model *m, const moe8_linear *src, const moe8_proj *p) {
+    if (p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+}
+
 static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n_threads,
                                moe8_error *err) {
     const moe8_model *m = w->model;
@@ -135,12 +140,19 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
         (st = moe8_proj_init(&fl->q, &L->q, 1, err)) || (st = moe8_proj_init(&fl->k, &L->k, 1, err)) ||
         (st = moe8_proj_init(&fl->v, &L->v, 1, err)) || (st = moe8_proj_init(&fl->o, &L->o, 1, err)))
         return st;
+    release_packed(m, &L->q, &fl->q);
+    release_packed(m, &L->k, &fl->k);
+    release_packed(m, &L->v, &fl->v);
+    release_packed(m, &L->o, &fl->o);
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe) return build_moe(fl, m, li, float_experts, n_threads, err);
     if ((st = moe8_proj_init(&fl->gate, &L->mlp_gate, 1, err)) ||
         (st = moe8_proj_init(&fl->up, &L->mlp_up, 1, err)) ||
         (st = moe8_proj_init(&fl->down, &L->mlp_down, 1, err)))
         return st;
+    release_packed(m, &L->mlp_gate, &fl->gate);
+    release_packed(m, &L->mlp_up, &fl->up);
+    release_packed(m, &L->mlp_down, &fl->down);
     if (fl->gate.n > w->F_max) w->F_max = fl->gate.n;
     return MOE8_OK;
 }
