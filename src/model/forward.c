@@ -4,8 +4,9 @@
  *
  * moe8_weights_build turns a loaded model (model.h: tensors checked, still
  * mapped) into what the loop runs: W8A8 static linears packed (linear.c),
- * MoE layers built with moe8_moe_layer_create (experts repacked); the mapped
- * pages of every packed int8 weight are released (SPEC §6b), norm vectors converted to fp32 (a few KB).
+ * MoE layers built with moe8_moe_layer_create (experts repacked), norm
+ * vectors converted to fp32 (a few KB); the mapped pages of every packed int8
+ * weight are released (SPEC §6b).
  * Embeddings, lm_head, the router and FLOAT linears stay in the map in their
  * stored dtype. In float-experts mode W8A8 experts are dequantized to fp32,
  * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
