@@ -5,6 +5,8 @@
  * (re-running itself with MOE8_FORCE_REF=1), thread counts, batching,
  * token-by-token decode vs prefill, context overflow, callbacks, bad batches.
  */
+#include <pthread.h>
+
 #include "test.h"
 #include "fixture_model.h"
 #include "forward_ref.h"
@@ -464,6 +466,36 @@ static void test_generate_controls(moe8_model *m) {
     moe8_context_free(c);
 }
 
+/* ---- two threads, one model, a context each ---------------------------------- */
+
+typedef struct {
+    moe8_model *m;
+    int32_t toks[8], n;
+    moe8_status st;
+} thread_job;
+
+static void *thread_gen(void *arg) {
+    thread_job *j = arg;
+    const int32_t *pp = PROMPT;
+    int32_t np = 9;
+    moe8_context *c = new_ctx(j->m, 32, 1, 1, 0);
+    j->st = gen(c, 1, &pp, &np, 8, NULL, 0, NULL, NULL, j->toks, &j->n, NULL, NULL);
+    moe8_context_free(c);
+    return NULL;
+}
+
+static void test_concurrent_contexts(moe8_model *m) {
+    thread_job a = {m, {0}, 0, -1}, b = {m, {0}, 0, -1}, seq = {m, {0}, 0, -1};
+    pthread_t ta, tb;
+    thread_gen(&seq);
+    CHECK(pthread_create(&ta, NULL, thread_gen, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, thread_gen, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK(a.st == MOE8_OK && b.st == MOE8_OK && a.n == 8 && b.n == 8);
+    CHECK(!memcmp(a.toks, seq.toks, sizeof a.toks) && !memcmp(b.toks, seq.toks, sizeof b.toks));
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3]);
     test_static_linear_full_range();
@@ -480,6 +512,7 @@ int main(int argc, char **argv) {
     test_overflow(m);
     test_bad_batches(m);
     test_generate_controls(m);
+    test_concurrent_contexts(m);
     moe8_model_free(m);
     return test_summary();
 }
