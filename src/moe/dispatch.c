@@ -38,28 +38,55 @@ int moe8_moe_dispatch(const int32_t *ids, int n_tokens, int top_k, int first, in
     return offs[n_local];
 }
 
-void moe8_moe_combine(float *out, int ldo, const float *y2, int ldy, const float *w,
-                      const int32_t *row_of, int n_tokens, int top_k, int c0, int c1) {
-    for (int t = 0; t < n_tokens; t++) {
-        float *o = out + (size_t)t * ldo;
-        int j = 0;
-        while (j < top_k && row_of[(size_t)t * top_k + j] < 0) j++;
-        if (j == top_k) {
-            for (int c = c0; c < c1; c++) o[c] = 0.0f;
-            continue;
-        }
-        {
-            const float wj = w[(size_t)t * top_k + j];
-            const float *y = y2 + (size_t)row_of[(size_t)t * top_k + j] * ldy;
-            for (int c = c0; c < c1; c++) o[c] = wj * y[c];
-        }
-        for (j++; j < top_k; j++) {
-            const int32_t r = row_of[(size_t)t * top_k + j];
-            if (r < 0) continue;
-            const float wj = w[(size_t)t * top_k + j];
-            const float *y = y2 + (size_t)r * ldy;
+/* o[c] = 0, then the local slots are added in slot order, up to 4 per pass
+ * over the columns: o = (((o + w0*y0) + w1*y1) + w2*y2) + w3*y3. Four rows a
+ * pass keep the loads and stores of o low; the order of the sum is the same
+ * as one slot at a time. */
+static void combine_pass(float *restrict o, const float *const *y, const float *w, int n,
+                         int c0, int c1) {
+    const float *y0 = y[0], *y1 = y[n > 1], *y2 = y[n > 2 ? 2 : 0], *y3 = y[n > 3 ? 3 : 0];
+    const float w0 = w[0], w1 = w[n > 1], w2 = w[n > 2 ? 2 : 0], w3 = w[n > 3 ? 3 : 0];
+    switch (n) {
+    case 1:
 #pragma omp simd
-            for (int c = c0; c < c1; c++) o[c] += wj * y[c];
+        for (int c = c0; c < c1; c++) o[c] = o[c] + w0 * y0[c];
+        break;
+    case 2:
+#pragma omp simd
+        for (int c = c0; c < c1; c++) o[c] = (o[c] + w0 * y0[c]) + w1 * y1[c];
+        break;
+    case 3:
+#pragma omp simd
+        for (int c = c0; c < c1; c++) o[c] = ((o[c] + w0 * y0[c]) + w1 * y1[c]) + w2 * y2[c];
+        break;
+    default:
+#pragma omp simd
+        for (int c = c0; c < c1; c++)
+            o[c] = (((o[c] + w0 * y0[c]) + w1 * y1[c]) + w2 * y2[c]) + w3 * y3[c];
+    }
+}
+
+static void combine_token(float *o, const float *y2, int ldy, const float *w, const int32_t *row_of,
+                          int top_k, int c0, int c1) {
+    const float *yp[4];
+    float wv[4];
+    int n = 0;
+    for (int c = c0; c < c1; c++) o[c] = 0.0f;
+    for (int j = 0; j < top_k; j++) {
+        if (row_of[j] < 0) continue;
+        yp[n] = y2 + (size_t)row_of[j] * ldy;
+        wv[n++] = w[j];
+        if (n == 4) {
+            combine_pass(o, yp, wv, n, c0, c1);
+            n = 0;
         }
     }
+    if (n) combine_pass(o, yp, wv, n, c0, c1);
+}
+
+void moe8_moe_combine(float *out, int ldo, const float *y2, int ldy, const float *w,
+                      const int32_t *row_of, int n_tokens, int top_k, int c0, int c1) {
+    for (int t = 0; t < n_tokens; t++)
+        combine_token(out + (size_t)t * ldo, y2, ldy, w + (size_t)t * top_k,
+                      row_of + (size_t)t * top_k, top_k, c0, c1);
 }

@@ -13,11 +13,43 @@
  * element is computed once, the same way, whatever the split.
  * Does not: quantize X (the layer does it once per token), or thread.
  */
-#include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "moe/moe.h"
 
-static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+/* exp(x), relative error ~1e-7, for |x| <= 87 (a larger |x| is clamped to 87
+ * through the bits: integer compares do not block if-conversion the way float
+ * compares do under -ftrapping-math). Cody-Waite reduction by ln 2, degree-7
+ * Taylor polynomial on |r| <= ln2/2, 2^n through the exponent bits.
+ * Branch-free and libm-free so the silu loop vectorizes: at decode it is
+ * 8 x I exponentials per token, 10 us with libm's scalar expf. */
+static inline float exp_approx(float x) {
+    const float shift = 12582912.0f;
+    int32_t ix, ax, lim = 0x42ae0000; /* 87.0f */
+    memcpy(&ix, &x, 4);
+    ax = ix & 0x7fffffff;
+    ax = ax < lim ? ax : lim;
+    ix = (ix & INT32_MIN) | ax;
+    memcpy(&x, &ix, 4);
+    float n = (x * 1.44269504f + shift) - shift;
+    float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &bits, 4);
+    return p * s;
+}
+
+/* silu(g) * u = g * u / (1 + exp(-g)); exactly 0 for g = 0 or u = 0. */
+static inline float silu_mul(float g, float u) { return g / (1.0f + exp_approx(-g)) * u; }
 
 void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
                  int hidden, int inter, const moe8_mlp_rows *x, float *y1, int ldy1, int c0,
@@ -34,6 +66,7 @@ void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpe
     }
     for (int r = 0; r < m; r++) {
         float *g = y1 + (size_t)r * ldy1;
+#pragma omp simd
         for (int c = c0; c < c1; c++) g[c] = silu_mul(g[c], g[inter + c]);
     }
 }

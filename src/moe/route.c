@@ -115,8 +115,7 @@ static void route_plain(const float *l, int E, const moe8_router_params *p, int3
     if (p->scoring == MOE8_SCORING_SIGMOID) {
         for (int j = 0; j < K; j++) w[j] = sigmoidf(l[ids[j]]);
     } else {
-        float mx = l[0];
-        for (int e = 1; e < E; e++) mx = fmaxf(mx, l[e]);
+        const float mx = l[ids[0]]; /* the largest logit */
         for (int j = 0; j < K; j++) w[j] = expf(l[ids[j]] - mx);
         if (!p->renormalize) {
             float sum = 0.0f;
@@ -137,7 +136,7 @@ static void scores(const float *l, int E, moe8_scoring sf, float *s) {
         return;
     }
     float mx = l[0], sum = 0.0f;
-    for (int e = 1; e < E; e++) mx = fmaxf(mx, l[e]);
+    for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
     for (int e = 0; e < E; e++) sum += (s[e] = expf(l[e] - mx));
     for (int e = 0; e < E; e++) s[e] /= sum;
 }
