@@ -614,6 +614,23 @@ moe8_status moe8_moe_layer_forward(const moe8_moe_layer *layer, moe8_moe_workspa
 void moe8_moe_workspace_routing(const moe8_moe_workspace *ws, int *n_tokens,
                                 const int32_t **ids, const float **weights);
 
+/* The part of a model's MoE layer one process builds (SPEC §8). */
+typedef struct {
+    int i_begin, i_end;             /* TP slice of I; 0,0 = whole */
+    int expert_first, expert_last;  /* EP range; 0,0 = all experts */
+    int n_threads;                  /* 0 = the model's n_threads */
+} moe8_moe_part;
+
+/* Build MoE layer `layer` of a loaded model: router weight mlp.gate in place,
+ * routing from config.json (top_k = num_experts_per_tok, renormalize =
+ * norm_topk_prob, softmax), experts as the layer stores them: W8A8_DYNAMIC
+ * repacked, after which the mapped pages of the local experts' tensors are
+ * released (SPEC §6b), or FLOAT used in place. `part` may be NULL (the whole
+ * layer). The model must outlive the layer. */
+moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer,
+                                      const moe8_moe_part *part, moe8_moe_layer **out,
+                                      moe8_error *err);
+
 /* ======================================================================== */
 /* Utilities                                                                 */
 /* ======================================================================== */
