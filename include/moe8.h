@@ -319,8 +319,11 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_es
  * Thread safety: moe8_context_create and moe8_context_free may be called from
  * any thread, concurrently, for the same model (preparation is serialized
  * inside). Contexts of one model run concurrently on different threads. One
- * context is used by one thread at a time (every call below that takes a
- * non-const moe8_context *). The model must outlive its contexts. */
+ * context is used by one thread at a time: calls taking a non-const
+ * moe8_context * need exclusive use; the const getters may run concurrently
+ * with each other, not with those. The model must outlive its contexts.
+ * Each call parallelizes internally with OpenMP (n_threads); results do not
+ * depend on the thread count. */
 typedef struct moe8_context moe8_context;
 typedef struct moe8_sampler moe8_sampler; /* see "Sampling" below */
 

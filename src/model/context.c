@@ -198,8 +198,8 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
     x->s.block = c.base;
     x->scratch_bytes = c.used;
     c.used = 0;
-    carve_scratch(&c, x);
-    memset(c.base, 0, c.used);
+    carve_scratch(&c, x);   /* left untouched: pages become resident only when used */
+    memset(x->seq_len, 0, (size_t)x->p.n_seq_max * sizeof(int32_t));
     for (int i = 0; i < x->p.n_batch; i++) {
         x->s.ones[i] = 1.0f;
         x->s.ones_i[i] = 1;
