@@ -1,0 +1,460 @@
+/*
+ * test_generate.c — `moe8 generate` (the CLI binary at MOE8_CLI) against the
+ * library API called directly here: greedy and seeded-sampling ids equal
+ * moe8_generate's, --dump-logits equals moe8_decode's logits bit for bit, a
+ * batch of prompts equals each prompt alone, stop ids (config.json and
+ * generation_config.json) end generation exactly at the first stop id, -n 0,
+ * the stats line, text output (streamed and batched) equals the library's
+ * detokenization, every bad input fails with a message naming it, and 500
+ * decode steps run clean with a flat peak RSS.
+ *
+ * Models: tiny fixtures (fixture_model.h) — "small" (W8A8, vocab 256, no
+ * tokenizer: driven with --prompt-ids and --ids) and "text" (vocab 151669 =
+ * the Qwen3 tokenizer's, with the real tokenizer files).
+ */
+#include <sys/wait.h>
+
+#include "test.h"
+#include "fixture_model.h"
+
+#define MAXN 512
+#define QWEN_VOCAB 151669
+
+static char g_out[1 << 20], g_err[1 << 16];
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static void read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+/* Run `moe8 generate ARGS`; stdout in g_out, stderr in g_err; exit status. */
+static int cli(const char *args) {
+    char cmd[24576], out[4200], err[4200];
+    int rc;
+    snprintf(out, sizeof out, "%s/gen_stdout.txt", MOE8_TEST_TMP);
+    snprintf(err, sizeof err, "%s/gen_stderr.txt", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "'%s' generate %s >'%s' 2>'%s'", MOE8_CLI, args, out, err);
+    rc = system(cmd);
+    read_text(out, g_out, sizeof g_out);
+    read_text(err, g_err, sizeof g_err);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* Parse space-separated ids of one line; returns the count. */
+static int parse_ids(const char *line, int32_t *ids, int cap) {
+    int n = 0;
+    char *end;
+    while (*line && *line != '\n' && n < cap) {
+        long v = strtol(line, &end, 10);
+        if (end == line) break;
+        ids[n++] = (int32_t)v;
+        line = end;
+    }
+    return n;
+}
+
+static const char *write_model(const char *name, fx_opts *o, int with_tokenizer) {
+    static char dirs[8][4096];
+    static int next;
+    char *dir = dirs[next++ % 8], cmd[9000];
+    snprintf(dir, 4096, "%s", test_tmpdir(name));
+    if (fx_write_model(dir, o) != 0) exit(2);
+    if (with_tokenizer) {
+        snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'",
+                 MOE8_TOKENIZER_DIR, MOE8_TOKENIZER_DIR, dir);
+        if (system(cmd) != 0) exit(2);
+    }
+    return dir;
+}
+
+static moe8_model *load(const char *dir) {
+    moe8_model *m = NULL;
+    moe8_error e;
+    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    return m;
+}
+
+/* The library's own generation: n_predict tokens of one prompt. */
+static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
+                        const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
+                        int float_experts, int32_t *out) {
+    moe8_model *m = load(dir);
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_sampler *s = NULL;
+    int32_t n_out = -1;
+    cp.n_ctx = 1024;
+    cp.float_experts = float_experts;
+    moe8_generate_request r = {1, &prompt, &n_prompt, n_predict, stops, n_stop, NULL, NULL,
+                               out, &n_out, NULL};
+    CHECK(moe8_context_create(m, &cp, &c, NULL) == MOE8_OK);
+    CHECK(c && moe8_sampler_create(sp, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    CHECK(s && moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    moe8_model_free(m);
+    return n_out;
+}
+
+static const char *ids_arg(const int32_t *ids, int n) {
+    static char buf[4096];
+    size_t u = 0;
+    for (int i = 0; i < n; i++) u += (size_t)snprintf(buf + u, sizeof buf - u, "%s%d", i ? "," : "", ids[i]);
+    return buf;
+}
+
+/* The last stderr line: exactly the 8 keys, in order, each a number. */
+static int check_stats(const char *err, double *vals) {
+    static const char *keys[8] = {"load_s", "prompt_tokens", "prefill_s", "prefill_tok_s",
+                                  "gen_tokens", "decode_s", "decode_tok_s", "peak_rss_mb"};
+    size_t n = strlen(err);
+    const char *line, *p;
+    if (n == 0 || err[n - 1] != '\n') return 0;
+    for (line = err + n - 1; line > err && line[-1] != '\n'; line--) {}
+    p = line;
+    for (int k = 0; k < 8; k++) {
+        char *end;
+        size_t kl = strlen(keys[k]);
+        if (strncmp(p, keys[k], kl) || p[kl] != '=') return 0;
+        vals[k] = strtod(p + kl + 1, &end);
+        if (end == p + kl + 1 || !isfinite(vals[k]) || vals[k] < 0) return 0;
+        p = end;
+        if (*p != (k == 7 ? '\n' : ' ')) return 0;
+        p++;
+    }
+    return *p == '\0';
+}
+
+/* ---- small model: ids, sampling, float experts, logits ------------------------ */
+
+static const int32_t PROMPT[6] = {5, 17, 99, 3, 200, 42};
+
+static void test_ids_vs_library(const char *dir) {
+    int32_t lib[MAXN], got[MAXN], stop = 2;
+    char args[8192];
+    double st[8];
+    int n_lib, n_got;
+    moe8_sampler_params sp = moe8_sampler_defaults();
+
+    n_lib = lib_generate(dir, PROMPT, 6, 16, NULL, 0, NULL, 0, lib);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 16 --ids --ignore-eos", dir,
+             ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    n_got = parse_ids(g_out, got, MAXN);
+    CHECKF(n_lib == 16 && n_got == 16 && !memcmp(lib, got, 16 * sizeof(int32_t)),
+           "greedy ids: cli %d vs library %d tokens", n_got, n_lib);
+    CHECK(check_stats(g_err, st) && st[1] == 6 && st[4] == 16);
+
+    /* without --ignore-eos: config.json's eos id 2 is a stop id */
+    n_lib = lib_generate(dir, PROMPT, 6, 16, &stop, 1, NULL, 0, lib);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 16 --ids", dir, ids_arg(PROMPT, 6));
+    CHECK(cli(args) == 0);
+    n_got = parse_ids(g_out, got, MAXN);
+    CHECK(n_got == n_lib && !memcmp(lib, got, (size_t)n_got * sizeof(int32_t)));
+
+    /* seeded sampling */
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.01f;
+    sp.seed = 77;
+    n_lib = lib_generate(dir, PROMPT, 6, 24, NULL, 0, &sp, 0, lib);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 24 --ids --ignore-eos --temp 0.9 "
+             "--top-k 40 --top-p 0.95 --min-p 0.01 --seed 77 --threads 1", dir, ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    n_got = parse_ids(g_out, got, MAXN);
+    CHECKF(n_lib == 24 && n_got == 24 && !memcmp(lib, got, 24 * sizeof(int32_t)),
+           "sampled ids differ from the library's");
+
+    /* --float-experts */
+    n_lib = lib_generate(dir, PROMPT, 6, 12, NULL, 0, NULL, 1, lib);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 12 --ids --ignore-eos --float-experts",
+             dir, ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    n_got = parse_ids(g_out, got, MAXN);
+    CHECK(n_lib == 12 && n_got == 12 && !memcmp(lib, got, 12 * sizeof(int32_t)));
+}
+
+static void test_dump_logits(const char *dir) {
+    char args[8192], path[4200];
+    static char text[1 << 16 << 2];
+    moe8_model *m = load(dir);
+    moe8_context *c = NULL;
+    int32_t pos[6], seq[6] = {0};
+    int V, n_lines = 0, bit_equal = 1, sorted = 1;
+    const float *ref;
+    for (int i = 0; i < 6; i++) pos[i] = i;
+    moe8_batch b = {6, PROMPT, pos, seq, NULL};
+    CHECK(moe8_context_create(m, NULL, &c, NULL) == MOE8_OK);
+    CHECK(moe8_decode(c, &b, NULL) == MOE8_OK);
+    V = moe8_context_n_vocab(c);
+    ref = moe8_context_logits(c, 5);
+    snprintf(path, sizeof path, "%s/logits.txt", dir);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 3 --ids --dump-logits '%s'", dir,
+             ids_arg(PROMPT, 6), path);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    read_text(path, text, sizeof text);
+    for (char *p = text, *end; *p; p = end + 1) {
+        long id = strtol(p, &end, 10);
+        float v = strtof(end, &end);
+        if (*end != '\n') break;
+        sorted &= id == n_lines;
+        bit_equal &= id == n_lines && id < V && !memcmp(&v, &ref[id], sizeof v);
+        n_lines++;
+    }
+    CHECKF(n_lines == V && sorted && bit_equal, "dump: %d lines (vocab %d), sorted %d, equal %d",
+           n_lines, V, sorted, bit_equal);
+    moe8_context_free(c);
+    moe8_model_free(m);
+}
+
+/* ---- stop ids ---------------------------------------------------------------- */
+
+static int g_eos = -1;
+
+static void eos_hook(void *user, const char *file, cJSON *root) {
+    const char *which = user;
+    if (strcmp(file, which)) return;
+    cJSON_DeleteItemFromObject(root, "eos_token_id");
+    cJSON_AddNumberToObject(root, "eos_token_id", g_eos);
+}
+
+/* The greedy token of step k as eos (in config.json, then in
+ * generation_config.json): output ends just before its first occurrence. */
+static void test_stop(const char *base_dir, fx_opts o) {
+    static const char *files[2] = {"config.json", "generation_config.json"};
+    int32_t base[20], got[MAXN];
+    char args[8192];
+    int first = 0, n_base = lib_generate(base_dir, PROMPT, 6, 20, NULL, 0, NULL, 0, base);
+    CHECK(n_base == 20);
+    g_eos = base[5];
+    while (base[first] != g_eos) first++;
+    for (int f = 0; f < 2; f++) {
+        fx_opts oe = o;
+        oe.json_hook = eos_hook;
+        oe.user = (void *)files[f];
+        oe.generation_config = f == 1;
+        const char *dir = write_model(f ? "gen_eos_genconf" : "gen_eos_config", &oe, 0);
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 20 --ids", dir, ids_arg(PROMPT, 6));
+        CHECKF(cli(args) == 0, "%s", g_err);
+        int n = parse_ids(g_out, got, MAXN);
+        CHECKF(n == first && !memcmp(got, base, (size_t)n * sizeof(int32_t)),
+               "%s eos %d: %d tokens, expected %d", files[f], g_eos, n, first);
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 20 --ids --ignore-eos", dir,
+                 ids_arg(PROMPT, 6));
+        CHECK(cli(args) == 0);
+        n = parse_ids(g_out, got, MAXN);
+        CHECK(n == 20 && !memcmp(got, base, 20 * sizeof(int32_t)));
+    }
+}
+
+/* ---- -n 0, stats ------------------------------------------------------------- */
+
+static void test_n0(const char *dir) {
+    char args[8192];
+    double st[8];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 0 --ids", dir, ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECKF(!strcmp(g_out, "\n"), "-n 0 printed '%s'", g_out);
+    CHECKF(check_stats(g_err, st), "stats line: '%s'", g_err);
+    CHECK(st[1] == 6 && st[4] == 0 && st[5] == 0 && st[6] == 0 && st[7] > 0);
+}
+
+/* ---- bad inputs ---------------------------------------------------------------- */
+
+static void expect_fail(const char *args, const char *needle) {
+    double st[8];
+    int rc = cli(args);
+    CHECKF(rc != 0 && strstr(g_err, needle) && !check_stats(g_err, st) &&
+               !strstr(g_err, "Sanitizer") && !strstr(g_err, "runtime error"),
+           "'%s': exit %d, stderr '%s' (wanted '%s')", args, rc, g_err, needle);
+}
+
+static void test_bad_inputs(const char *small, const char *text) {
+    static const char *bad_nums[][2] = {
+        {"-n abc", "-n"}, {"-n -1", "-n"}, {"-n 99999999999", "-n"}, {"-n 5x", "-n"},
+        {"-n ''", "-n"}, {"-n ' 5'", "-n"}, {"-c 0", "-c"}, {"-c abc", "-c"},
+        {"--temp -1", "--temp"}, {"--temp nan", "--temp"}, {"--top-p 0", "--top-p"},
+        {"--top-p 1.5", "--top-p"}, {"--min-p 2", "--min-p"}, {"--top-k -3", "--top-k"},
+        {"--seed -1", "--seed"}, {"--threads 0", "--threads"}, {"--threads x", "--threads"},
+        {"--prompt-ids 1,,2", "--prompt-ids"}, {"--prompt-ids 1,x", "--prompt-ids"},
+        {"--bogus", "unknown option '--bogus'"}, {"-n", "needs a value"},
+    };
+    char args[8192], file[4200];
+    for (size_t i = 0; i < sizeof bad_nums / sizeof bad_nums[0]; i++) {
+        snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1,2 %s", small, bad_nums[i][0]);
+        expect_fail(args, bad_nums[i][1]);
+    }
+    expect_fail("-m /nonexistent/moe8-model --ids --prompt-ids 1", "/nonexistent/moe8-model");
+    snprintf(args, sizeof args, "--ids --prompt-ids 1");
+    expect_fail(args, "-m");
+    snprintf(args, sizeof args, "-m '%s' --ids", small);
+    expect_fail(args, "exactly one");
+    snprintf(args, sizeof args, "-m '%s' -p hi --prompt-ids 1", small);
+    expect_fail(args, "exactly one");
+    snprintf(args, sizeof args, "-m '%s' -p hello --ids", small);
+    expect_fail(args, "tokenizer.json");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2", small); /* text output */
+    expect_fail(args, "tokenizer.json");
+    snprintf(args, sizeof args, "-m '%s' --chat --prompt-ids 1,2 --ids", small);
+    expect_fail(args, "--chat");
+    snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1,2,256", small);
+    expect_fail(args, "256");
+    snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1,2,3,4,5,6,7,8,9 -c 8", small);
+    expect_fail(args, "context length 8");
+    snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1 -c 5000", small);
+    expect_fail(args, "max_position_embeddings");
+    snprintf(args, sizeof args, "-m '%s' -p ''", text);
+    expect_fail(args, "empty");
+    snprintf(file, sizeof file, "%s/empty_prompts.txt", MOE8_TEST_TMP);
+    test_write_file(file, "\n\n", 2);
+    snprintf(args, sizeof args, "-m '%s' -f '%s'", text, file);
+    expect_fail(args, "no prompt");
+    snprintf(args, sizeof args, "-m '%s' -f '%s/missing.txt'", text, MOE8_TEST_TMP);
+    expect_fail(args, "missing.txt");
+    snprintf(file, sizeof file, "%s/two_prompts.txt", MOE8_TEST_TMP);
+    test_write_file(file, "one\ntwo\n", 8);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' --dump-logits '%s/x.txt'", text, file,
+             MOE8_TEST_TMP);
+    expect_fail(args, "single prompt");
+    CHECK(cli("-h") == 0 && strstr(g_out, "usage: moe8 generate") && strstr(g_out, "--dump-logits"));
+}
+
+/* ---- text model: tokenizer, chat, batch ---------------------------------------- */
+
+static int lib_tokenize(const moe8_tokenizer *t, const char *text, int32_t *ids) {
+    size_t n = 0;
+    CHECK(moe8_tokenize(t, text, strlen(text), ids, MAXN, &n, NULL) == MOE8_OK);
+    return (int)n;
+}
+
+static void test_text(const char *dir) {
+    static const char *prompts[3] = {"Hello, world! 你好", "The quick brown fox",
+                                     "Qwen3-30B-A3B W8A8 🚀 and more words here"};
+    moe8_tokenizer *tok = NULL;
+    int32_t ids[MAXN], lib[MAXN], got[MAXN], alone[3][8];
+    char args[8192], file[4200], expect[4096];
+    size_t n_text;
+    int n, n_lib;
+    CHECK(moe8_tokenizer_load(dir, &tok, NULL) == MOE8_OK);
+    if (!tok) return;
+
+    /* text prompt -> same ids as the library's tokenize + generate */
+    n = lib_tokenize(tok, prompts[0], ids);
+    n_lib = lib_generate(dir, ids, n, 8, NULL, 0, NULL, 0, lib);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -n 8 --ids --ignore-eos", dir, prompts[0]);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECK(n_lib == 8 && parse_ids(g_out, got, MAXN) == 8 && !memcmp(got, lib, sizeof alone[0]));
+
+    /* streamed text == the library's detokenization of those ids */
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -n 8 --ignore-eos", dir, prompts[0]);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECK(moe8_detokenize(tok, lib, 8, 0, expect, sizeof expect - 1, &n_text, NULL) == MOE8_OK);
+    strcat(expect, "\n");
+    CHECKF(!strcmp(g_out, expect), "text '%s' vs '%s'", g_out, expect);
+
+    /* --chat: the Qwen chat format, thinking off */
+    {
+        moe8_chat_message msg = {"user", "Hi"};
+        char chat[256];
+        size_t nc;
+        CHECK(moe8_chat_format(&msg, 1, MOE8_CHAT_ADD_ASSISTANT | MOE8_CHAT_NO_THINKING, chat,
+                               sizeof chat, &nc, NULL) == MOE8_OK);
+        n = lib_tokenize(tok, chat, ids);
+        n_lib = lib_generate(dir, ids, n, 5, NULL, 0, NULL, 0, lib);
+        snprintf(args, sizeof args, "-m '%s' --chat -p Hi -n 5 --ids --ignore-eos", dir);
+        CHECKF(cli(args) == 0, "%s", g_err);
+        CHECK(n_lib == 5 && parse_ids(g_out, got, MAXN) == 5 && !memcmp(got, lib, 5 * sizeof(int32_t)));
+        double st[8];
+        CHECK(check_stats(g_err, st) && st[1] == n);
+    }
+
+    /* a batch of 3 (-f) gives each prompt's tokens alone */
+    snprintf(file, sizeof file, "%s/batch_prompts.txt", MOE8_TEST_TMP);
+    snprintf(expect, sizeof expect, "%s\n\n%s\r\n%s\n", prompts[0], prompts[1], prompts[2]);
+    test_write_file(file, expect, strlen(expect));
+    for (int i = 0; i < 3; i++) {
+        snprintf(args, sizeof args, "-m '%s' -p '%s' -n 8 --ids --ignore-eos", dir, prompts[i]);
+        CHECKF(cli(args) == 0, "%s", g_err);
+        CHECK(parse_ids(g_out, alone[i], 8) == 8);
+    }
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -n 8 --ids --ignore-eos", dir, file);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    {
+        const char *line = g_out;
+        double st[8];
+        for (int i = 0; i < 3; i++) {
+            CHECKF(parse_ids(line, got, MAXN) == 8 && !memcmp(got, alone[i], sizeof alone[i]),
+                   "batch prompt %d: tokens differ from alone", i);
+            line = strchr(line, '\n');
+            if (!line) break;
+            line++;
+        }
+        CHECK(line && *line == '\0');
+        CHECK(check_stats(g_err, st) && st[4] == 24);
+    }
+
+    /* batch text: each completion's lines prefixed "[i] " */
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -n 8 --ignore-eos", dir, file);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    for (int i = 0; i < 3; i++) {
+        char text[2048], want[4096];
+        size_t u = 0;
+        CHECK(moe8_detokenize(tok, alone[i], 8, 0, text, sizeof text, &n_text, NULL) == MOE8_OK);
+        u += (size_t)snprintf(want + u, sizeof want - u, "[%d] ", i);
+        for (const char *c = text; *c && u < sizeof want - 8; c++)
+            u += (size_t)snprintf(want + u, sizeof want - u, *c == '\n' ? "\n[%d] " : "%c",
+                                  *c == '\n' ? i : *c);
+        snprintf(want + u, sizeof want - u, "\n");
+        CHECKF(strstr(g_out, want) != NULL, "batch text of prompt %d ('%s') not in '%s'", i, want, g_out);
+    }
+
+    /* -n 0 in text mode prints an empty line */
+    snprintf(args, sizeof args, "-m '%s' -p hello -n 0", dir);
+    CHECK(cli(args) == 0 && !strcmp(g_out, "\n"));
+    moe8_tokenizer_free(tok);
+}
+
+/* ---- long run: 500 steps, flat RSS --------------------------------------------- */
+
+static void test_long_run(const char *dir) {
+    char args[8192];
+    int32_t *got = malloc(600 * sizeof(int32_t));
+    double s50[8], s500[8];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2,3 -n 50 -c 600 --ids --ignore-eos", dir);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECK(check_stats(g_err, s50));
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2,3 -n 500 -c 600 --ids --ignore-eos", dir);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECK(parse_ids(g_out, got, 600) == 500);
+    CHECK(check_stats(g_err, s500) && s500[4] == 500);
+    printf("peak rss: %.1f MB at -n 50, %.1f MB at -n 500\n", s50[7], s500[7]);
+    CHECKF(s500[7] <= s50[7] + 2.0 + 0.02 * s50[7], "peak rss grew: %.1f -> %.1f MB", s50[7],
+           s500[7]);
+    free(got);
+}
+
+int main(void) {
+    fx_opts o = fx_default_opts();
+    o.quant = 1;
+    const char *small = write_model("gen_small", &o, 0);
+    fx_opts ot = fx_default_opts();
+    ot.quant = 1;
+    ot.vocab = QWEN_VOCAB;
+    const char *text = write_model("gen_text", &ot, 1);
+    test_ids_vs_library(small);
+    test_dump_logits(small);
+    test_stop(small, o);
+    test_n0(small);
+    test_bad_inputs(small, text);
+    test_text(text);
+    test_long_run(small);
+    return test_summary();
+}

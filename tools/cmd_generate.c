@@ -1,0 +1,811 @@
+/*
+ * cmd_generate.c — `moe8 generate -m DIR`: run a model folder on one prompt
+ * or a batch of prompts and print what it generates.
+ *
+ * Flow: parse flags (strictly: every number checked for syntax and range) ->
+ * collect the prompts (-p TEXT, -f FILE with one prompt per line, or
+ * --prompt-ids) -> load the model and, when text is involved, the tokenizer
+ * -> tokenize (Qwen chat format with --chat; BOS only when the tokenizer says
+ * add_bos) -> one context with a KV slot per prompt -> prefill every prompt
+ * (one moe8_decode when they fit n_batch) -> decode the live prompts in
+ * lockstep, one token each per moe8_decode, so the MoE layer sees T = live
+ * prompts. The loop mirrors moe8_generate (same sampling order, same stop and
+ * context-full rules) but is written on moe8_decode so it can time the prompt
+ * pass on its own and dump the prompt's logits.
+ *
+ * Output: text (or ids with --ids) on stdout; errors, notes and the final
+ * stats line (key=value pairs, always the last line of stderr) on stderr.
+ * Uses only the public header. Does not: echo the prompt, hold a
+ * conversation, or stop on strings (only on stop ids).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define CMD "generate"
+#define DEFAULT_N_PREDICT 64
+#define DEFAULT_N_CTX 4096
+#define MAX_N_BATCH 4096 /* most prompt tokens per forward pass */
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS) [options]\n"
+        "  -m DIR             model folder (config.json, *.safetensors, tokenizer.json, ...)\n"
+        "  -p TEXT            one prompt\n"
+        "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
+        "                     prompts prefilled together, then decoded in lockstep\n"
+        "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed)\n"
+        "  -n N               tokens to generate per prompt, the first included (default %d;\n"
+        "                     0 runs only the prompt)\n"
+        "  -c N               context length per prompt (default %d, at most the model's\n"
+        "                     max_position_embeddings)\n"
+        "  --chat             wrap each prompt as a user turn of the Qwen chat format\n"
+        "                     (thinking off)\n"
+        "  --temp T           temperature (default 0: greedy)\n"
+        "  --top-k K          keep the K most likely tokens (default 0: off)\n"
+        "  --top-p P          nucleus mass in (0, 1] (default 1: off)\n"
+        "  --min-p P          keep p >= P * p_max, P in [0, 1] (default 0: off)\n"
+        "  --seed S           sampling seed (default 0)\n"
+        "  --ignore-eos       do not stop on the stop ids (the model's eos ids + <|im_end|>)\n"
+        "  --threads N        threads (default: OpenMP's)\n"
+        "  --ids              print generated token ids instead of text (no tokenizer needed\n"
+        "                     with --prompt-ids): space-separated, one line per prompt\n"
+        "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
+        "                     line per vocabulary id (%%.9g), single prompt only\n"
+        "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
+        "  -h, --help         this text\n"
+        "output: one prompt streams its text as it is generated; a batch prints each\n"
+        "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
+        "--ids prints one line per prompt, in prompt order. Stop ids are not printed.\n"
+        "stderr ends with one line: load_s= prompt_tokens= prefill_s= prefill_tok_s=\n"
+        "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (decode excludes each prompt's\n"
+        "first token, which comes from the prompt pass).\n",
+        DEFAULT_N_PREDICT, DEFAULT_N_CTX);
+}
+
+/* ======================================================================== */
+/* Options                                                                   */
+/* ======================================================================== */
+
+typedef struct {
+    const char *dir, *text, *file, *prompt_ids, *dump;
+    int64_t n_predict, n_ctx;
+    int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads;
+    moe8_sampler_params sp;
+} opts;
+
+static int bad_value(const char *flag, const char *want, const char *got) {
+    fprintf(stderr, "moe8 " CMD ": %s wants %s, got '%s'\n", flag, want, got);
+    return -1;
+}
+
+/* Whole string a decimal integer in [lo, hi]. */
+static int parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char want[96], *end;
+    long long v;
+    snprintf(want, sizeof want, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+    errno = 0;
+    if (!*s || isspace((unsigned char)*s)) return bad_value(flag, want, s);
+    v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return bad_value(flag, want, s);
+    *out = v;
+    return 0;
+}
+
+/* Whole string a finite number in [lo, hi] ((lo, hi] when lo_open). */
+static int parse_num(const char *flag, const char *s, double lo, double hi, int lo_open, float *out) {
+    char want[96], *end;
+    double v;
+    snprintf(want, sizeof want, "a number in %c%g, %g]", lo_open ? '(' : '[', lo, hi);
+    errno = 0;
+    if (!*s || isspace((unsigned char)*s)) return bad_value(flag, want, s);
+    v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+        return bad_value(flag, want, s);
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_seed(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    errno = 0;
+    if (!isdigit((unsigned char)*s)) return bad_value("--seed", "an integer in [0, 2^64)", s);
+    v = strtoull(s, &end, 10);
+    if (errno || *end) return bad_value("--seed", "an integer in [0, 2^64)", s);
+    *out = v;
+    return 0;
+}
+
+static int is_valued(const char *a) {
+    static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--dump-logits", "-n",
+                                        "-c", "--threads", "--top-k", "--temp", "--top-p",
+                                        "--min-p", "--seed"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(a, names[i])) return 1;
+    return 0;
+}
+
+/* Flags that take a value; 1 = handled, 0 = not one of these, -1 = bad. */
+static int parse_valued(opts *o, const char *a, const char *v) {
+    int64_t x;
+    if (!strcmp(a, "-m")) o->dir = v;
+    else if (!strcmp(a, "-p")) o->text = v;
+    else if (!strcmp(a, "-f")) o->file = v;
+    else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+    else if (!strcmp(a, "--dump-logits")) o->dump = v;
+    else if (!strcmp(a, "-n")) return parse_int(a, v, 0, INT32_MAX, &o->n_predict) ? -1 : 1;
+    else if (!strcmp(a, "-c")) {
+        o->ctx_set = 1;
+        return parse_int(a, v, 1, INT32_MAX, &o->n_ctx) ? -1 : 1;
+    } else if (!strcmp(a, "--threads")) {
+        if (parse_int(a, v, 1, 4096, &x)) return -1;
+        o->n_threads = (int)x;
+    } else if (!strcmp(a, "--top-k")) {
+        if (parse_int(a, v, 0, INT32_MAX, &x)) return -1;
+        o->sp.top_k = (int)x;
+    } else if (!strcmp(a, "--temp")) return parse_num(a, v, 0, 1e6, 0, &o->sp.temperature) ? -1 : 1;
+    else if (!strcmp(a, "--top-p")) return parse_num(a, v, 0, 1, 1, &o->sp.top_p) ? -1 : 1;
+    else if (!strcmp(a, "--min-p")) return parse_num(a, v, 0, 1, 0, &o->sp.min_p) ? -1 : 1;
+    else if (!strcmp(a, "--seed")) return parse_seed(v, &o->sp.seed) ? -1 : 1;
+    else return 0;
+    return 1;
+}
+
+static int parse_flag(opts *o, const char *a) {
+    if (!strcmp(a, "--chat")) o->chat = 1;
+    else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+    else if (!strcmp(a, "--ids")) o->print_ids = 1;
+    else if (!strcmp(a, "--float-experts")) o->float_experts = 1;
+    else return 0;
+    return 1;
+}
+
+/* 0 ok, 1 help printed, 2 bad usage (message printed). */
+static int parse_args(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = DEFAULT_N_PREDICT;
+    o->n_ctx = DEFAULT_N_CTX;
+    o->sp = moe8_sampler_defaults();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (parse_flag(o, a)) continue;
+        if (!is_valued(a)) {
+            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see moe8 generate -h)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "moe8 " CMD ": option '%s' needs a value\n", a);
+            return 2;
+        }
+        if (parse_valued(o, a, argv[++i]) < 0) return 2;
+    }
+    if (!o->dir) {
+        fprintf(stderr, "moe8 " CMD ": no model folder (-m DIR)\n");
+        return 2;
+    }
+    if (!!o->text + !!o->file + !!o->prompt_ids != 1) {
+        fprintf(stderr, "moe8 " CMD ": give exactly one of -p TEXT, -f FILE, --prompt-ids IDS\n");
+        return 2;
+    }
+    if (o->chat && o->prompt_ids) {
+        fprintf(stderr, "moe8 " CMD ": --chat formats text prompts; it cannot wrap --prompt-ids\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Prompts                                                                   */
+/* ======================================================================== */
+
+typedef struct {
+    int n;              /* prompts */
+    char **text;        /* [n] NUL-terminated, or NULL with --prompt-ids */
+    int32_t **ids;      /* [n] token ids */
+    int32_t *len;       /* [n] */
+    int64_t n_tokens;   /* sum of len */
+} prompts;
+
+static void prompts_free(prompts *p) {
+    for (int i = 0; i < p->n; i++) {
+        if (p->text) free(p->text[i]);
+        if (p->ids) free(p->ids[i]);
+    }
+    free(p->text);
+    free(p->ids);
+    free(p->len);
+    memset(p, 0, sizeof *p);
+}
+
+static int prompts_alloc(prompts *p, int n, int with_text) {
+    p->n = n;
+    p->ids = calloc((size_t)n, sizeof *p->ids);
+    p->len = calloc((size_t)n, sizeof *p->len);
+    p->text = with_text ? calloc((size_t)n, sizeof *p->text) : NULL;
+    if (p->ids && p->len && (p->text || !with_text)) return 0;
+    fprintf(stderr, "moe8 " CMD ": out of memory\n");
+    return -1;
+}
+
+/* "1,2,3": ids in [0, INT32_MAX], checked against the vocabulary later. */
+static int parse_prompt_ids(const char *s, prompts *p) {
+    size_t n = 1;
+    const char *c = s;
+    for (const char *q = s; *q; q++) n += *q == ',';
+    if (prompts_alloc(p, 1, 0) || !(p->ids[0] = malloc(n * sizeof(int32_t)))) return -1;
+    for (size_t i = 0; i < n; i++) {
+        char buf[32];
+        size_t k = strcspn(c, ",");
+        int64_t v;
+        if (k == 0 || k >= sizeof buf)
+            return bad_value("--prompt-ids", "comma-separated token ids like '1,2,3'", s);
+        memcpy(buf, c, k);
+        buf[k] = '\0';
+        if (!isdigit((unsigned char)buf[0]) || parse_int("--prompt-ids", buf, 0, INT32_MAX, &v))
+            return bad_value("--prompt-ids", "comma-separated token ids like '1,2,3'", s);
+        p->ids[0][i] = (int32_t)v;
+        c += k + (c[k] == ',');
+    }
+    p->len[0] = (int32_t)n;
+    p->n_tokens = (int64_t)n;
+    return 0;
+}
+
+static char *read_all(const char *path, size_t *n_out) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (!f) {
+        fprintf(stderr, "moe8 " CMD ": cannot open prompt file '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (cap - n < 4096) {
+            char *nb = realloc(buf, cap = 2 * cap + 65536);
+            if (!nb) break;
+            buf = nb;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(f) || !buf) {
+        fprintf(stderr, "moe8 " CMD ": cannot read prompt file '%s'\n", path);
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[n] = '\0';
+        *n_out = n;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* One prompt per non-blank line ("\r\n" endings accepted). */
+static int read_prompt_file(const char *path, prompts *p) {
+    size_t n_bytes = 0;
+    char *buf = read_all(path, &n_bytes), *line;
+    int n = 0, rc = -1;
+    if (!buf) return -1;
+    for (size_t i = 0; i < n_bytes; i++)
+        if (buf[i] == '\n' || buf[i] == '\r') buf[i] = '\0';
+    for (size_t i = 0; i < n_bytes; i += strlen(buf + i) + 1) n += buf[i] != '\0';
+    if (n == 0) {
+        fprintf(stderr, "moe8 " CMD ": prompt file '%s' holds no prompt (empty or blank lines)\n",
+                path);
+        goto done;
+    }
+    if (prompts_alloc(p, n, 1)) goto done;
+    n = 0;
+    for (size_t i = 0; i < n_bytes; i += strlen(buf + i) + 1) {
+        line = buf + i;
+        if (*line && !(p->text[n++] = strdup(line))) goto done;
+    }
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}
+
+/* Text -> ids (chat format, BOS when the tokenizer asks for it). */
+static int tokenize_one(const moe8_tokenizer *tok, const char *text, int chat, int32_t **ids,
+                        int32_t *len) {
+    moe8_error err;
+    char *chat_buf = NULL;
+    size_t n = 0, n_chat = 0, bos = moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
+    int rc = -1;
+    if (chat) {
+        moe8_chat_message msg = {"user", text};
+        size_t cap = strlen(text) + 256;
+        unsigned fl = MOE8_CHAT_ADD_ASSISTANT | MOE8_CHAT_NO_THINKING;
+        if (!(chat_buf = malloc(cap)) || moe8_chat_format(&msg, 1, fl, chat_buf, cap, &n_chat, &err))
+            goto fail;
+        text = chat_buf;
+    }
+    moe8_tokenize(tok, text, strlen(text), NULL, 0, &n, NULL); /* count */
+    if (n > INT32_MAX - 1 || !(*ids = malloc((n + bos + 1) * sizeof(int32_t)))) goto fail;
+    if (moe8_tokenize(tok, text, strlen(text), *ids + bos, n, &n, &err) != MOE8_OK) {
+        fprintf(stderr, "moe8 " CMD ": prompt: %s\n", err.message);
+        goto done;
+    }
+    if (bos) (*ids)[0] = moe8_tokenizer_bos_id(tok);
+    *len = (int32_t)(n + bos);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "moe8 " CMD ": cannot format/tokenize the prompt (out of memory)\n");
+done:
+    free(chat_buf);
+    return rc;
+}
+
+/* Every prompt is non-empty, fits the context and uses ids of the model. */
+static int check_prompts(const prompts *p, int64_t n_ctx, int64_t n_vocab) {
+    for (int i = 0; i < p->n; i++) {
+        if (p->len[i] == 0) {
+            fprintf(stderr, "moe8 " CMD ": prompt %d is empty (no tokens)\n", i);
+            return -1;
+        }
+        if (p->len[i] > n_ctx) {
+            fprintf(stderr, "moe8 " CMD ": prompt %d has %d tokens, more than the context "
+                    "length %lld (-c)\n", i, p->len[i], (long long)n_ctx);
+            return -1;
+        }
+        for (int32_t j = 0; j < p->len[i]; j++)
+            if (p->ids[i][j] >= n_vocab) {
+                fprintf(stderr, "moe8 " CMD ": prompt %d: token id %d is not in the model's "
+                        "vocabulary [0, %lld)\n", i, p->ids[i][j], (long long)n_vocab);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Generation state                                                          */
+/* ======================================================================== */
+
+typedef struct {
+    const opts *o;
+    const prompts *pr;
+    moe8_context *ctx;
+    moe8_sampler *smp;
+    moe8_detok *detok;     /* NULL with --ids */
+    int32_t stop[MOE8_MAX_STOP_IDS + 1];
+    int n_stop;
+    int32_t n_ctx, n_batch;
+    int32_t *b_tok, *b_pos, *b_seq; /* [n_batch] */
+    int8_t *b_lg;                   /* [n_batch] */
+    int32_t *row;          /* [n_seq] batch index of its logits in this pass, or -1 */
+    int32_t *next;         /* [n_seq] token to feed next */
+    int32_t *count;        /* [n_seq] tokens generated */
+    int32_t *fin;          /* [n_seq] moe8_finish */
+    int32_t *out;          /* [n_seq][cap_out] generated ids */
+    int32_t cap_out;
+    int in_prefill;
+    char *text;            /* batch text of one completion */
+    size_t text_len, text_cap;
+} runner;
+
+static int runner_alloc(runner *r) {
+    const int n_seq = r->pr->n;
+    int64_t cap = r->o->n_predict < (int64_t)r->n_ctx + 1 ? r->o->n_predict : r->n_ctx + 1;
+    r->cap_out = (int32_t)(cap > 0 ? cap : 1);
+    r->b_tok = malloc((size_t)r->n_batch * sizeof(int32_t));
+    r->b_pos = malloc((size_t)r->n_batch * sizeof(int32_t));
+    r->b_seq = malloc((size_t)r->n_batch * sizeof(int32_t));
+    r->b_lg = malloc((size_t)r->n_batch);
+    r->row = malloc((size_t)n_seq * sizeof(int32_t));
+    r->next = calloc((size_t)n_seq, sizeof(int32_t));
+    r->count = calloc((size_t)n_seq, sizeof(int32_t));
+    r->fin = calloc((size_t)n_seq, sizeof(int32_t));
+    r->out = malloc((size_t)n_seq * (size_t)r->cap_out * sizeof(int32_t));
+    if (r->b_tok && r->b_pos && r->b_seq && r->b_lg && r->row && r->next && r->count && r->fin &&
+        r->out) {
+        for (int i = 0; i < n_seq; i++) r->row[i] = -1;
+        return 0;
+    }
+    fprintf(stderr, "moe8 " CMD ": out of memory for %d prompts\n", n_seq);
+    return -1;
+}
+
+static void runner_free(runner *r) {
+    free(r->b_tok);
+    free(r->b_pos);
+    free(r->b_seq);
+    free(r->b_lg);
+    free(r->row);
+    free(r->next);
+    free(r->count);
+    free(r->fin);
+    free(r->out);
+    free(r->text);
+}
+
+/* ======================================================================== */
+/* Output                                                                    */
+/* ======================================================================== */
+
+/* Text of one token through the streaming detokenizer; ids the tokenizer
+ * does not know (a model vocab larger than the tokenizer's) print nothing. */
+static void token_text(runner *r, int32_t tok, const char **s, size_t *n) {
+    if (moe8_detok_feed(r->detok, tok, s, n, NULL) != MOE8_OK) *n = 0;
+}
+
+static void text_append(runner *r, const char *s, size_t n) {
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = 2 * (r->text_len + n + 1) + 256;
+        char *nb = realloc(r->text, cap);
+        if (!nb) return; /* output truncated rather than a crash */
+        r->text = nb;
+        r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+}
+
+/* Batch mode: the whole completion of prompt i, each line prefixed "[i] ". */
+static void print_completion(runner *r, int i) {
+    const char *s;
+    size_t n;
+    r->text_len = 0;
+    text_append(r, "", 0);
+    moe8_detok_reset(r->detok);
+    for (int32_t k = 0; k < r->count[i] && k < r->cap_out; k++) {
+        token_text(r, r->out[(size_t)i * r->cap_out + k], &s, &n);
+        text_append(r, s, n);
+    }
+    moe8_detok_flush(r->detok, &s, &n);
+    text_append(r, s, n);
+    for (const char *line = r->text ? r->text : "", *nl;; line = nl + 1) {
+        nl = strchr(line, '\n');
+        printf("[%d] ", i);
+        fwrite(line, 1, nl ? (size_t)(nl - line) : strlen(line), stdout);
+        putchar('\n');
+        if (!nl) break;
+    }
+    fflush(stdout);
+}
+
+/* Single prompt: stream each token as it arrives. */
+static void stream_token(runner *r, int32_t tok) {
+    const char *s;
+    size_t n;
+    if (r->o->print_ids) {
+        printf("%s%d", r->count[0] > 1 ? " " : "", tok);
+    } else {
+        token_text(r, tok, &s, &n);
+        fwrite(s, 1, n, stdout);
+    }
+    fflush(stdout);
+}
+
+static void stream_end(runner *r) {
+    const char *s;
+    size_t n;
+    if (!r->o->print_ids) {
+        moe8_detok_flush(r->detok, &s, &n);
+        fwrite(s, 1, n, stdout);
+    }
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void print_ids_batch(const runner *r) {
+    for (int i = 0; i < r->pr->n; i++) {
+        for (int32_t k = 0; k < r->count[i] && k < r->cap_out; k++)
+            printf("%s%d", k ? " " : "", r->out[(size_t)i * r->cap_out + k]);
+        putchar('\n');
+    }
+    fflush(stdout);
+}
+
+static void on_finish(runner *r, int i) {
+    if (r->fin[i] == MOE8_FINISH_CONTEXT)
+        fprintf(stderr, "moe8 " CMD ": prompt %d stopped at the context length %d\n", i, r->n_ctx);
+    if (r->pr->n == 1) stream_end(r);
+    else if (!r->o->print_ids) print_completion(r, i);
+}
+
+/* Prompt logits of every vocabulary id, "id value" per line, %.9g (round-trips a float). */
+static int dump_logits(const char *path, const float *logits, int32_t n_vocab) {
+    FILE *f = fopen(path, "w");
+    int ok;
+    if (!f) {
+        fprintf(stderr, "moe8 " CMD ": cannot write --dump-logits file '%s': %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    for (int32_t v = 0; v < n_vocab; v++) fprintf(f, "%d %.9g\n", v, logits[v]);
+    ok = !ferror(f);
+    if (fclose(f) != 0 || !ok) {
+        fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s'\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Prefill and decode                                                        */
+/* ======================================================================== */
+
+/* A sampled token of prompt i (as moe8_generate: a stop id is not emitted;
+ * the sequence ends at n_predict tokens or a full cache). */
+static void take(runner *r, int i, int32_t tok) {
+    for (int j = 0; !r->o->ignore_eos && j < r->n_stop; j++)
+        if (r->stop[j] == tok) {
+            r->fin[i] = MOE8_FINISH_STOP;
+            on_finish(r, i);
+            return;
+        }
+    if (r->count[i] < r->cap_out) r->out[(size_t)i * r->cap_out + r->count[i]] = tok;
+    r->count[i]++;
+    if (r->pr->n == 1) stream_token(r, tok);
+    if (r->count[i] >= r->o->n_predict) r->fin[i] = MOE8_FINISH_LENGTH;
+    else if (moe8_context_seq_len(r->ctx, i) >= r->n_ctx) r->fin[i] = MOE8_FINISH_CONTEXT;
+    else r->next[i] = tok;
+    if (r->fin[i] != MOE8_FINISH_NONE) on_finish(r, i);
+}
+
+/* Decode the n queued tokens, then sample for every prompt with a row. */
+static int flush(runner *r, int n) {
+    const moe8_batch b = {n, r->b_tok, r->b_pos, r->b_seq, r->b_lg};
+    moe8_error err;
+    if (n == 0) return 0;
+    if (moe8_decode(r->ctx, &b, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    for (int i = 0; i < r->pr->n; i++) {
+        const float *logits;
+        int row = r->row[i];
+        r->row[i] = -1;
+        if (row < 0) continue;
+        logits = moe8_context_logits(r->ctx, row);
+        if (r->in_prefill && r->o->dump &&
+            dump_logits(r->o->dump, logits, moe8_context_n_vocab(r->ctx)))
+            return 1;
+        if (r->o->n_predict == 0) {
+            r->fin[i] = MOE8_FINISH_LENGTH;
+            on_finish(r, i);
+        } else {
+            take(r, i, moe8_sampler_sample(r->smp, logits));
+        }
+    }
+    return 0;
+}
+
+/* Every prompt, in passes of up to n_batch tokens (one pass when they fit). */
+static int prefill(runner *r) {
+    const prompts *p = r->pr;
+    int n = 0;
+    r->in_prefill = 1;
+    for (int i = 0; i < p->n; i++)
+        for (int32_t j = 0; j < p->len[i]; j++) {
+            int last = j == p->len[i] - 1;
+            r->b_tok[n] = p->ids[i][j];
+            r->b_pos[n] = j;
+            r->b_seq[n] = i;
+            r->b_lg[n] = (int8_t)last;
+            if (last) r->row[i] = n;
+            if (++n == r->n_batch) {
+                if (flush(r, n)) return 1;
+                n = 0;
+            }
+        }
+    if (flush(r, n)) return 1;
+    r->in_prefill = 0;
+    return 0;
+}
+
+/* Lockstep: each step feeds one token of every live prompt. */
+static int decode_steps(runner *r) {
+    for (;;) {
+        int n = 0;
+        for (int i = 0; i < r->pr->n; i++) {
+            if (r->fin[i] != MOE8_FINISH_NONE) continue;
+            r->b_tok[n] = r->next[i];
+            r->b_pos[n] = moe8_context_seq_len(r->ctx, i);
+            r->b_seq[n] = i;
+            r->b_lg[n] = 1;
+            r->row[i] = n++;
+        }
+        if (n == 0) return 0;
+        if (flush(r, n)) return 1;
+    }
+}
+
+/* ======================================================================== */
+/* Set-up and the command                                                    */
+/* ======================================================================== */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
+}
+
+/* Load the tokenizer when text goes in or out (required), or when present
+ * (for the <|im_end|> stop id). */
+static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
+    char path[4096];
+    moe8_error err;
+    int needed = !o->prompt_ids || !o->print_ids;
+    if (snprintf(path, sizeof path, "%s/tokenizer.json", o->dir) >= (int)sizeof path) {
+        fprintf(stderr, "moe8 " CMD ": model folder path too long\n");
+        return -1;
+    }
+    if (access(path, F_OK) != 0) {
+        if (!needed) return 0;
+        fprintf(stderr, "moe8 " CMD ": '%s' not found: text prompts and text output need the "
+                "tokenizer (use --prompt-ids with --ids without one)\n", path);
+        return -1;
+    }
+    if (moe8_tokenizer_load(o->dir, tok, &err) != MOE8_OK) {
+        cli_fail(CMD, &err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The prompts as given: text (-p, -f) or ids (--prompt-ids). */
+static int read_prompts(const opts *o, prompts *p) {
+    if (o->prompt_ids) return parse_prompt_ids(o->prompt_ids, p);
+    if (o->file) return read_prompt_file(o->file, p);
+    if (prompts_alloc(p, 1, 1) || !(p->text[0] = strdup(o->text))) return -1;
+    return 0;
+}
+
+static int tokenize_prompts(const opts *o, const moe8_tokenizer *tok, prompts *p) {
+    for (int i = 0; p->text && i < p->n; i++) {
+        if (tokenize_one(tok, p->text[i], o->chat, &p->ids[i], &p->len[i])) return -1;
+        p->n_tokens += p->len[i];
+    }
+    return 0;
+}
+
+/* Stop ids: the model's eos ids (config + generation_config) and <|im_end|>. */
+static void collect_stops(runner *r, const moe8_config *c, const moe8_tokenizer *tok) {
+    int32_t im_end = tok ? moe8_tokenizer_token_id(tok, "<|im_end|>") : -1;
+    for (int i = 0; i < c->n_eos_ids; i++) r->stop[r->n_stop++] = (int32_t)c->eos_token_ids[i];
+    for (int i = 0; i < r->n_stop && im_end >= 0; i++)
+        if (r->stop[i] == im_end) im_end = -1;
+    if (im_end >= 0) r->stop[r->n_stop++] = im_end;
+}
+
+static int make_context(const opts *o, moe8_model *m, const prompts *p, runner *r) {
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_error err;
+    int64_t nb = p->n_tokens < MAX_N_BATCH ? p->n_tokens : MAX_N_BATCH;
+    cp.n_ctx = r->n_ctx;
+    cp.n_seq_max = p->n;
+    cp.n_batch = (int32_t)(nb > p->n ? nb : p->n);
+    cp.n_outputs = p->n;
+    cp.n_threads = o->n_threads;
+    cp.float_experts = o->float_experts;
+    if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    r->n_batch = moe8_context_get_params(r->ctx).n_batch;
+    if (moe8_sampler_create(&o->sp, moe8_context_n_vocab(r->ctx), &r->smp, &err) != MOE8_OK)
+        return cli_fail(CMD, &err);
+    return 0;
+}
+
+/* -c as given, or the default clamped to max_position_embeddings. */
+static int resolve_n_ctx(const opts *o, const moe8_config *c, int32_t *n_ctx) {
+    if (o->n_ctx > c->max_position_embeddings) {
+        if (o->ctx_set) {
+            fprintf(stderr, "moe8 " CMD ": -c %lld exceeds the model's max_position_embeddings "
+                    "%lld\n", (long long)o->n_ctx, (long long)c->max_position_embeddings);
+            return -1;
+        }
+        *n_ctx = (int32_t)c->max_position_embeddings;
+        return 0;
+    }
+    *n_ctx = (int32_t)o->n_ctx;
+    return 0;
+}
+
+static void print_stats(double load_s, const prompts *p, double prefill_s, const runner *r,
+                        int64_t n_first, double decode_s) {
+    int64_t gen = 0;
+    for (int i = 0; i < p->n; i++) gen += r->count[i];
+    fprintf(stderr,
+            "load_s=%.4f prompt_tokens=%lld prefill_s=%.4f prefill_tok_s=%.2f gen_tokens=%lld "
+            "decode_s=%.4f decode_tok_s=%.2f peak_rss_mb=%.1f\n",
+            load_s, (long long)p->n_tokens, prefill_s,
+            prefill_s > 0 ? (double)p->n_tokens / prefill_s : 0.0, (long long)gen, decode_s,
+            decode_s > 0 ? (double)(gen - n_first) / decode_s : 0.0, peak_rss_mb());
+}
+
+static int run(const opts *o, moe8_model *m, moe8_tokenizer *tok, prompts *p, double t0) {
+    runner r;
+    double t1, t2, t3;
+    int64_t n_first = 0;
+    int rc = 1;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.pr = p;
+    collect_stops(&r, moe8_model_config(m), tok);
+    if (resolve_n_ctx(o, moe8_model_config(m), &r.n_ctx) ||
+        check_prompts(p, r.n_ctx, moe8_model_config(m)->vocab_size) ||
+        make_context(o, m, p, &r) || runner_alloc(&r))
+        goto done;
+    if (!o->print_ids) {
+        moe8_error err;
+        if (moe8_detok_new(tok, 0, &r.detok, &err) != MOE8_OK) {
+            rc = cli_fail(CMD, &err);
+            goto done;
+        }
+    }
+    t1 = now_s();
+    if (prefill(&r)) goto done;
+    t2 = now_s();
+    for (int i = 0; i < p->n; i++) n_first += r.count[i];
+    if (decode_steps(&r)) goto done;
+    t3 = now_s();
+    if (p->n > 1 && o->print_ids) print_ids_batch(&r);
+    print_stats(t1 - t0, p, t2 - t1, &r, n_first, t3 - t2);
+    rc = 0;
+done:
+    moe8_detok_free(r.detok);
+    moe8_sampler_free(r.smp);
+    moe8_context_free(r.ctx);
+    runner_free(&r);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    opts o;
+    prompts p;
+    moe8_model *m = NULL;
+    moe8_tokenizer *tok = NULL;
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_error err;
+    struct stat st;
+    double t0;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc == 1 ? 0 : 2;
+    memset(&p, 0, sizeof p);
+    rc = 1;
+    if (read_prompts(&o, &p)) goto done;
+    if (o.dump && p.n > 1) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits takes a single prompt, '%s' holds %d\n",
+                o.file, p.n);
+        goto done;
+    }
+    if (stat(o.dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);
+        goto done;
+    }
+    t0 = now_s();
+    mp.n_threads = o.n_threads;
+    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) {
+        rc = cli_fail(CMD, &err);
+        goto done;
+    }
+    if (load_tokenizer(&o, &tok) == 0 && tokenize_prompts(&o, tok, &p) == 0)
+        rc = run(&o, m, tok, &p, t0);
+done:
+    prompts_free(&p);
+    moe8_tokenizer_free(tok);
+    moe8_model_free(m);
+    return rc;
+}
