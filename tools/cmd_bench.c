@@ -248,9 +248,9 @@ typedef struct {
     const char *bound;
 } row;
 
-/* Raises bw/peak to this measurement: the ceilings are measured before and
- * after the runs and the higher value kept, since a machine shared with other
- * work can only make a probe slower. */
+/* Raises bw/peak to this measurement: the ceilings are measured before each
+ * token count and after the runs and the highest value kept, since a machine
+ * shared with other work can only make a probe slower. */
 static void measure_ceilings(const bench_opts *o, double *bw, double *peak, const char **how) {
     for (int i = 0; i < o->n_threads_list; i++) {
         double b = moe8_bench_read_gbs((size_t)o->bw_mb << 20, o->threads[i], 3);
@@ -341,6 +341,7 @@ static int bench_moe(const bench_opts *o) {
            o->n_float_layers, o->n_float_layers * N_EXPERT * 12.0 * HIDDEN * INTER / 1e6);
     for (int a = 0; a < o->n_tokens_list && !rc; a++)
         for (int b = 0; b < o->n_threads_list && !rc; b++) {
+            if (b == 0 && a > 0) measure_ceilings(o, bw, peak, &how);
             row *r = &rows[n_rows];
             run_result scratch = {0, 0, -1.0};
             memset(r, 0, sizeof *r);
