@@ -86,7 +86,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     o->n_tokens_list = (int)(sizeof tok / sizeof tok[0]);
     memcpy(o->tokens, tok, sizeof tok);
     o->threads[0] = 1, o->threads[1] = 2, o->n_threads_list = 2;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return usage();
         if (!strcmp(a, "--layers")) o->n_layers = atoi(v);
@@ -96,7 +96,6 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(a, "--tokens")) o->n_tokens_list = parse_list(v, o->tokens, MAX_LIST);
         else if (!strcmp(a, "--threads")) o->n_threads_list = parse_list(v, o->threads, MAX_LIST);
         else return usage();
-        i++;
     }
     if (o->n_layers < 1 || o->n_float_layers < 0 || o->reps < 0 || o->bw_mb < 1 ||
         o->n_tokens_list < 1 || o->n_threads_list < 1)
