@@ -2,11 +2,11 @@
  * test_generate.c — `moe8 generate` (the CLI binary at MOE8_CLI) against the
  * library API called directly here: greedy and seeded-sampling ids equal
  * moe8_generate's, --dump-logits equals moe8_decode's logits bit for bit, a
- * batch of prompts equals each prompt alone, stop ids (config.json and
- * generation_config.json) end generation exactly at the first stop id, -n 0,
- * the stats line, text output (streamed and batched) equals the library's
- * detokenization, every bad input fails with a message naming it, and 500
- * decode steps run clean with a flat peak RSS.
+ * batch of prompts equals each prompt alone, stop ids (config.json,
+ * generation_config.json, the tokenizer's <|im_end|>) end generation exactly
+ * at the first stop id, -n 0, the stats line, text output (streamed and
+ * batched) equals the library's detokenization, every bad input fails with a
+ * message naming it, and 500 decode steps run clean with a flat peak RSS.
  *
  * Models: tiny fixtures (fixture_model.h) — "small" (W8A8, vocab 256, no
  * tokenizer: driven with --prompt-ids and --ids) and "text" (vocab 151669 =
@@ -422,6 +422,45 @@ static void test_text(const char *dir) {
     moe8_tokenizer_free(tok);
 }
 
+/* <|im_end|> (a stop id from the tokenizer, not the config): its lm_head row
+ * becomes 10x the row of the first greedy token, so greedy picks it first. */
+static int g_first = -1;
+
+static void im_end_hook(void *user, fx_tensor *t) {
+    int32_t im_end = *(const int32_t *)user;
+    int64_t H = t->shape[1];
+    if (strcmp(t->name, "lm_head.weight")) return;
+    for (int64_t j = 0; j < H; j++) fx_set(t, im_end * H + j, 10.0 * fx_get(t, g_first * H + j));
+}
+
+static void test_im_end(const char *base_dir, fx_opts o) {
+    static const char *prompt = "Hello, world!";
+    moe8_tokenizer *tok = NULL;
+    int32_t ids[MAXN], lib[4], im_end, got[MAXN];
+    char args[8192];
+    double st[8];
+    int n;
+    CHECK(moe8_tokenizer_load(base_dir, &tok, NULL) == MOE8_OK);
+    if (!tok) return;
+    im_end = moe8_tokenizer_token_id(tok, "<|im_end|>");
+    n = lib_tokenize(tok, prompt, ids);
+    CHECK(lib_generate(base_dir, ids, n, 1, NULL, 0, NULL, 0, lib) == 1);
+    g_first = lib[0];
+    o.tensor_hook = im_end_hook;
+    o.user = &im_end;
+    const char *dir = write_model("gen_im_end", &o, 1);
+    CHECK(lib_generate(dir, ids, n, 3, NULL, 0, NULL, 0, lib) == 3);
+    CHECKF(lib[0] == im_end, "precondition: greedy picks %d, not <|im_end|> %d", lib[0], im_end);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -n 3", dir, prompt);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECKF(!strcmp(g_out, "\n") && check_stats(g_err, st) && st[4] == 0,
+           "stopped at <|im_end|>: '%s'", g_out);
+    snprintf(args, sizeof args, "-m '%s' -p '%s' -n 3 --ids --ignore-eos", dir, prompt);
+    CHECKF(cli(args) == 0, "%s", g_err);
+    CHECK(parse_ids(g_out, got, MAXN) == 3 && !memcmp(got, lib, sizeof lib[0] * 3));
+    moe8_tokenizer_free(tok);
+}
+
 /* ---- long run: 500 steps, flat RSS --------------------------------------------- */
 
 static void test_long_run(const char *dir) {
@@ -442,12 +481,15 @@ static void test_long_run(const char *dir) {
 }
 
 int main(void) {
+    /* this process and the CLI children share 2 cores with other tests: no spinning */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
     fx_opts o = fx_default_opts();
     o.quant = 1;
     const char *small = write_model("gen_small", &o, 0);
     fx_opts ot = fx_default_opts();
     ot.quant = 1;
     ot.vocab = QWEN_VOCAB;
+    ot.hidden = 32; /* embed + lm_head: 2 x 151669 x 32 */
     const char *text = write_model("gen_text", &ot, 1);
     test_ids_vs_library(small);
     test_dump_logits(small);
@@ -455,6 +497,7 @@ int main(void) {
     test_n0(small);
     test_bad_inputs(small, text);
     test_text(text);
+    test_im_end(text, ot);
     test_long_run(small);
     return test_summary();
 }
