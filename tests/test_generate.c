@@ -319,6 +319,10 @@ static void test_bad_inputs(const char *small, const char *text) {
     expect_fail(args, "no prompt");
     snprintf(args, sizeof args, "-m '%s' -f '%s/missing.txt'", text, MOE8_TEST_TMP);
     expect_fail(args, "missing.txt");
+    snprintf(file, sizeof file, "%s/bad_utf8.txt", MOE8_TEST_TMP);
+    test_write_file(file, "hello\nab\xff c\n", 11);
+    snprintf(args, sizeof args, "-m '%s' -f '%s'", text, file);
+    expect_fail(args, "prompt 1: tokenize: invalid utf-8");
     snprintf(file, sizeof file, "%s/two_prompts.txt", MOE8_TEST_TMP);
     test_write_file(file, "one\ntwo\n", 8);
     snprintf(args, sizeof args, "-m '%s' -f '%s' --dump-logits '%s/x.txt'", text, file,

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
     fprintf(f,
         "usage: moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS) [options]\n"
         "  -m DIR             model folder (config.json, *.safetensors, tokenizer.json, ...)\n"
-        "  -p TEXT            one prompt\n"
+        "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
         "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
         "                     prompts prefilled together, then decoded in lockstep\n"
         "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed)\n"
@@ -67,8 +67,9 @@ static void usage(FILE *f) {
         "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
         "--ids prints one line per prompt, in prompt order. Stop ids are not printed.\n"
         "stderr ends with one line: load_s= prompt_tokens= prefill_s= prefill_tok_s=\n"
-        "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (decode excludes each prompt's\n"
-        "first token, which comes from the prompt pass).\n",
+        "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (load_s: model, tokenizer and\n"
+        "weight preparation; decode excludes each prompt's first token, which comes from\n"
+        "the prompt pass).\n",
         DEFAULT_N_PREDICT, DEFAULT_N_CTX);
 }
 
@@ -269,22 +270,25 @@ static char *read_all(const char *path, size_t *n_out) {
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     size_t n = 0, cap = 0;
+    int ok = 1;
     if (!f) {
         fprintf(stderr, "moe8 " CMD ": cannot open prompt file '%s': %s\n", path, strerror(errno));
         return NULL;
     }
-    for (;;) {
+    while (ok) {
+        size_t r;
         if (cap - n < 4096) {
             char *nb = realloc(buf, cap = 2 * cap + 65536);
-            if (!nb) break;
+            if (!(ok = nb != NULL)) break;
             buf = nb;
         }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0) break;
     }
-    if (ferror(f) || !buf) {
-        fprintf(stderr, "moe8 " CMD ": cannot read prompt file '%s'\n", path);
+    if (!ok || ferror(f)) {
+        fprintf(stderr, "moe8 " CMD ": cannot read prompt file '%s'%s\n", path,
+                ok ? "" : ": out of memory");
         free(buf);
         buf = NULL;
     } else {
@@ -322,8 +326,8 @@ done:
 }
 
 /* Text -> ids (chat format, BOS when the tokenizer asks for it). */
-static int tokenize_one(const moe8_tokenizer *tok, const char *text, int chat, int32_t **ids,
-                        int32_t *len) {
+static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, int chat,
+                        int32_t **ids, int32_t *len) {
     moe8_error err;
     char *chat_buf = NULL;
     size_t n = 0, n_chat = 0, bos = moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
@@ -339,7 +343,7 @@ static int tokenize_one(const moe8_tokenizer *tok, const char *text, int chat, i
     moe8_tokenize(tok, text, strlen(text), NULL, 0, &n, NULL); /* count */
     if (n > INT32_MAX - 1 || !(*ids = malloc((n + bos + 1) * sizeof(int32_t)))) goto fail;
     if (moe8_tokenize(tok, text, strlen(text), *ids + bos, n, &n, &err) != MOE8_OK) {
-        fprintf(stderr, "moe8 " CMD ": prompt: %s\n", err.message);
+        fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", index, err.message);
         goto done;
     }
     if (bos) (*ids)[0] = moe8_tokenizer_bos_id(tok);
@@ -676,7 +680,7 @@ static int read_prompts(const opts *o, prompts *p) {
 
 static int tokenize_prompts(const opts *o, const moe8_tokenizer *tok, prompts *p) {
     for (int i = 0; p->text && i < p->n; i++) {
-        if (tokenize_one(tok, p->text[i], o->chat, &p->ids[i], &p->len[i])) return -1;
+        if (tokenize_one(tok, i, p->text[i], o->chat, &p->ids[i], &p->len[i])) return -1;
         p->n_tokens += p->len[i];
     }
     return 0;
