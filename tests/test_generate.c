@@ -423,6 +423,21 @@ static void test_text(const char *dir) {
     /* -n 0 in text mode prints an empty line */
     snprintf(args, sizeof args, "-m '%s' -p hello -n 0", dir);
     CHECK(cli(args) == 0 && !strcmp(g_out, "\n"));
+
+    /* a tokenizer that asks for BOS gets it prepended (last: edits the folder) */
+    {
+        static const char cfg[] = "{\"add_bos_token\": true, \"bos_token\": \"<|endoftext|>\"}";
+        double st[8];
+        snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+        test_write_file(file, cfg, strlen(cfg));
+        ids[0] = moe8_tokenizer_token_id(tok, "<|endoftext|>");
+        n = 1 + lib_tokenize(tok, prompts[1], ids + 1);
+        n_lib = lib_generate(dir, ids, n, 4, NULL, 0, NULL, 0, lib);
+        snprintf(args, sizeof args, "-m '%s' -p '%s' -n 4 --ids --ignore-eos", dir, prompts[1]);
+        CHECKF(cli(args) == 0, "%s", g_err);
+        CHECK(n_lib == 4 && parse_ids(g_out, got, MAXN) == 4 && !memcmp(got, lib, 4 * sizeof(int32_t)));
+        CHECK(check_stats(g_err, st) && st[1] == n);
+    }
     moe8_tokenizer_free(tok);
 }
 
@@ -500,8 +515,8 @@ int main(void) {
     test_stop(small, o);
     test_n0(small);
     test_bad_inputs(small, text);
-    test_text(text);
     test_im_end(text, ot);
+    test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);
     return test_summary();
 }
