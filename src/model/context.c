@@ -268,6 +268,11 @@ void moe8_context_free(moe8_context *x) {
     free(x);
 }
 
+void moe8_context_set_observer(moe8_context *x, moe8_observe_fn fn, void *user) {
+    x->s.observe = fn;
+    x->s.observe_user = user;
+}
+
 moe8_context_params moe8_context_get_params(const moe8_context *x) { return x->p; }
 int32_t moe8_context_n_vocab(const moe8_context *x) { return x->w->V; }
 

@@ -283,6 +283,10 @@ static void lin(const fwd_run *r, const moe8_proj *p, const moe8_proj *prev, flo
     moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->ones, s->ones_i, T, r->nt);
 }
 
+static void observe(const fwd_run *r, const moe8_fwd_layer *L, int site, const float *x, int n) {
+    if (r->s->observe) r->s->observe(r->s->observe_user, (int)(L - r->w->layers), site, x, r->T, n);
+}
+
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -294,6 +298,7 @@ static void attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, flo
     const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
     const moe8_attn_cache cache = {NH, NKV, D, n_ctx, kc, vc};
     moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
+    observe(r, L, 0, s->h, H);
     lin(r, &L->q, NULL, s->q, s->h, T);
     lin(r, &L->k, &L->q, s->k, s->h, T);
     lin(r, &L->v, &L->k, s->v, s->h, T);
@@ -310,6 +315,7 @@ static void attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, flo
         }
     }
     moe8_attention(s->att, s->q, &cache, seq, pos, T, s->attn_work, r->nt);
+    observe(r, L, 1, s->att, NH * D);
     lin(r, &L->o, NULL, s->tmp, s->att, T);
     add_rows(s->x, s->tmp, (size_t)T * H);
 }
@@ -318,9 +324,11 @@ static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
     moe8_fwd_scratch *s = r->s;
     const int T = r->T, F = L->gate.n;
     float *g = s->mlp, *u = s->mlp + (size_t)T * F;
+    observe(r, L, 2, s->h, L->gate.k);
     lin(r, &L->gate, NULL, g, s->h, T);
     lin(r, &L->up, &L->gate, u, s->h, T);
     for (size_t i = 0; i < (size_t)T * F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    observe(r, L, 3, g, F);
     lin(r, &L->down, NULL, s->tmp, g, T);
 }
 

@@ -131,6 +131,12 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
                                moe8_weights **out, moe8_error *err);
 void moe8_weights_free(moe8_weights *w);
 
+/* Calibration hook (quant/calib.c): sees the input x[n_rows][n_cols] of the
+ * linears of layer `layer` at `site` (0 q/k/v, 1 o_proj, 2 dense gate/up,
+ * 3 dense down). Unset (NULL) in normal use: one test per call site. */
+typedef void (*moe8_observe_fn)(void *user, int layer, int site, const float *x, int n_rows,
+                                int n_cols);
+
 /* Scratch of one context, for up to n_batch tokens and n_out logits rows. */
 typedef struct {
     int n_batch, n_out, ldq;
@@ -143,6 +149,8 @@ typedef struct {
     moe8_moe_workspace **moe_ws;           /* [n_layer]: set for layers with ws_layer == itself */
     float *logits;                         /* [n_out][V] */
     void *block;
+    moe8_observe_fn observe;               /* NULL unless calibrating */
+    void *observe_user;
 } moe8_fwd_scratch;
 
 /* One forward over T tokens (already validated): token[T], seq[T], pos[T];
@@ -152,5 +160,8 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, 
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err);
+
+/* Set (or clear, fn NULL) the calibration hook of a context (context.c). */
+void moe8_context_set_observer(moe8_context *ctx, moe8_observe_fn fn, void *user);
 
 #endif

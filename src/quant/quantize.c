@@ -1,0 +1,401 @@
+/*
+ * quantize.c — moe8_quantize: a float Qwen3-MoE folder to a ModelSlim-layout
+ * W8A8 checkpoint (moe8.h "Model tools"; SPEC §4-§6).
+ *
+ * Steps: load the input with moe8_model_load (so a bad folder gets the
+ * loader's error), refuse a quantized input, calibrate the W8A8 static
+ * linears on the float model (calib.c), drop the model, then stream every
+ * tensor of the input's safetensors set, in the set's order:
+ *   experts.E.{gate,up,down}_proj.weight            -> W8A8_DYNAMIC
+ *   self_attn.{q,k,v,o}_proj.weight, dense MLP      -> W8A8 static
+ *   anything else (router, embed, norms, lm_head)   -> FLOAT, bytes unchanged
+ * Output tensors of one source tensor (a "group") are planned together and
+ * stay in one file:
+ *   W8A8_DYNAMIC  .weight I8 [N][K], .weight_scale F32 [N][1],
+ *                 .weight_offset F32 [N][1] (zeros)
+ *   W8A8          the three above, .input_scale F32 [1], .input_offset I8 [1],
+ *                 .deq_scale [N] I64 (fp32 bits, sign-extended as ModelSlim
+ *                 does) or F32, .quant_bias I32 [N]
+ * With x ~ s·(xq - o) and W ~ ws·Wq (SPEC §5):
+ *   x·W^T ~ s·ws·(xq·Wq^T - o·Σ_k Wq)  =>  deq_scale = fp32(s·ws),
+ *   quant_bias = -o·Σ_k Wq.
+ * Each source tensor's mapped pages are released once written, so resident
+ * memory stays near one tensor (its int8 codes and one fp32 row per thread).
+ *
+ * Does not: quantize embeddings, router, norms or lm_head; smooth or clip
+ * activations; handle already-quantized or non-Qwen3-MoE inputs.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/core.h"
+#include "quant/quant.h"
+
+moe8_quantize_params moe8_quantize_params_default(void) {
+    moe8_quantize_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum) {
+    float amax = 0.0f, scale;
+    int64_t s = 0;
+    for (int64_t j = 0; j < k; j++) {
+        float a = fabsf(w[j]);
+        if (a > amax) amax = a;
+    }
+    scale = amax / 127.0f;
+    for (int64_t j = 0; j < k; j++) {
+        float v = scale > 0.0f ? rintf(w[j] / scale) : 0.0f;
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+        q[j] = (int8_t)v;
+        s += q[j];
+    }
+    *sum = s;
+    return scale;
+}
+
+/* ======================================================================== */
+/* Which tensors are quantized                                               */
+/* ======================================================================== */
+
+typedef enum { KIND_FLOAT = 0, KIND_STATIC, KIND_DYNAMIC } qkind;
+
+/* 1 if `name` is exactly the pattern (a sscanf format ending in %n). */
+#define MATCHES(name, fmt, ...) (sscanf(name, fmt "%n", __VA_ARGS__, &end) >= 0 && end > 0 && \
+                                 name[end] == '\0')
+
+static qkind classify(const moe8_tensor *t, const moe8_config *c, int linear_float, int *layer,
+                      int *site) {
+    int l = -1, e = -1, end = 0;
+    char which[16];
+    if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
+                           t->dtype != MOE8_DT_F16))
+        return KIND_FLOAT;
+    if (MATCHES(t->name, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight", &l, &e, which))
+        return l >= 0 && l < c->num_hidden_layers && moe8_config_is_moe_layer(c, l) && e >= 0 &&
+               e < c->num_experts && (!strcmp(which, "gate") || !strcmp(which, "up") ||
+                                      !strcmp(which, "down")) ? KIND_DYNAMIC : KIND_FLOAT;
+    end = 0;
+    if (!linear_float && MATCHES(t->name, "model.layers.%d.self_attn.%15[a-z]_proj.weight", &l, which)
+        && l >= 0 && l < c->num_hidden_layers && strchr("qkvo", which[0]) && !which[1]) {
+        *layer = l;
+        *site = which[0] == 'o' ? MOE8_CALIB_O : MOE8_CALIB_QKV;
+        return KIND_STATIC;
+    }
+    end = 0;
+    if (!linear_float && MATCHES(t->name, "model.layers.%d.mlp.%15[a-z]_proj.weight", &l, which) &&
+        l >= 0 && l < c->num_hidden_layers && !moe8_config_is_moe_layer(c, l) &&
+        (!strcmp(which, "gate") || !strcmp(which, "up") || !strcmp(which, "down"))) {
+        *layer = l;
+        *site = which[0] == 'd' ? MOE8_CALIB_DOWN : MOE8_CALIB_MLP;
+        return KIND_STATIC;
+    }
+    return KIND_FLOAT;
+}
+
+/* ======================================================================== */
+/* Planning                                                                  */
+/* ======================================================================== */
+
+typedef struct {
+    const moe8_quantize_params *p;
+    moe8_config cfg;
+    moe8_range *ranges;        /* [layers][MOE8_CALIB_SITES], NULL with linear_float */
+    moe8_st *src;
+    moe8_shards *sh;
+    cJSON *desc;
+    moe8_quantize_stats *stats;
+} qz;
+
+static const char *kind_name(qkind k) {
+    return k == KIND_STATIC ? "W8A8" : k == KIND_DYNAMIC ? "W8A8_DYNAMIC" : "FLOAT";
+}
+
+/* "<prefix>.weight" -> "<prefix>.<suffix>" */
+static void companion(char *out, size_t cap, const char *weight_name, const char *suffix) {
+    size_t n = strlen(weight_name) - strlen("weight");
+    snprintf(out, cap, "%.*s%s", (int)n, weight_name, suffix);
+}
+
+static moe8_status plan_one(qz *z, const char *name, moe8_dtype dt, int n_dims, int64_t d0,
+                            int64_t d1, qkind k, moe8_error *err) {
+    const int64_t shape[2] = {d0, d1};
+    if (!cJSON_AddStringToObject(z->desc, name, kind_name(k)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    z->stats->n_tensors_out++;
+    return moe8_shards_plan(z->sh, name, dt, n_dims, shape, err);
+}
+
+static moe8_status plan_group(qz *z, const moe8_tensor *t, qkind k, moe8_error *err) {
+    const int64_t N = t->n_dims ? t->shape[0] : 1, K = t->n_dims == 2 ? t->shape[1] : 1;
+    const moe8_dtype deq = z->p->deq_scale_f32 ? MOE8_DT_F32 : MOE8_DT_I64;
+    char n[512];
+    moe8_status st;
+    if (k == KIND_FLOAT) {
+        moe8_shards_group(z->sh, t->n_bytes);
+        if (!cJSON_AddStringToObject(z->desc, t->name, "FLOAT"))
+            return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+        z->stats->n_tensors_out++;
+        return moe8_shards_plan(z->sh, t->name, t->dtype, t->n_dims, t->shape, err);
+    }
+    moe8_shards_group(z->sh, (uint64_t)N * (uint64_t)K + 8 * (uint64_t)N +
+                             (k == KIND_STATIC ? 12 * (uint64_t)N + 5 : 0));
+    if ((st = plan_one(z, t->name, MOE8_DT_I8, 2, N, K, k, err))) return st;
+    companion(n, sizeof n, t->name, "weight_scale");
+    if ((st = plan_one(z, n, MOE8_DT_F32, 2, N, 1, k, err))) return st;
+    companion(n, sizeof n, t->name, "weight_offset");
+    if ((st = plan_one(z, n, MOE8_DT_F32, 2, N, 1, k, err))) return st;
+    if (k == KIND_DYNAMIC) return MOE8_OK;
+    companion(n, sizeof n, t->name, "input_scale");
+    if ((st = plan_one(z, n, MOE8_DT_F32, 1, 1, 0, k, err))) return st;
+    companion(n, sizeof n, t->name, "input_offset");
+    if ((st = plan_one(z, n, MOE8_DT_I8, 1, 1, 0, k, err))) return st;
+    companion(n, sizeof n, t->name, "deq_scale");
+    if ((st = plan_one(z, n, deq, 1, N, 0, k, err))) return st;
+    companion(n, sizeof n, t->name, "quant_bias");
+    return plan_one(z, n, MOE8_DT_I32, 1, N, 0, k, err);
+}
+
+/* ======================================================================== */
+/* Writing                                                                   */
+/* ======================================================================== */
+
+typedef struct {
+    int8_t *codes;     /* [N][K] */
+    float *scale;      /* [N] */
+    float *zero;       /* [N] zeros */
+    int64_t *sum;      /* [N] Σ_k codes */
+    int64_t *deq;      /* [N] I64 or F32 (fits either) */
+    int32_t *bias;     /* [N] */
+} qbufs;
+
+static void qbufs_free(qbufs *b) {
+    free(b->codes);
+    free(b->scale);
+    free(b->zero);
+    free(b->sum);
+    free(b->deq);
+    free(b->bias);
+}
+
+/* Codes, scales and row sums of t[N][K]. */
+static moe8_status quant_weight(const moe8_tensor *t, qbufs *b, moe8_error *err) {
+    const int64_t N = t->shape[0], K = t->shape[1];
+    const size_t esz = moe8_dtype_size(t->dtype);
+    int failed = 0;
+    b->codes = malloc((size_t)N * (size_t)K);
+    b->scale = malloc((size_t)N * sizeof(float));
+    b->zero = calloc((size_t)N, sizeof(float));
+    b->sum = malloc((size_t)N * sizeof(int64_t));
+    b->deq = malloc((size_t)N * sizeof(int64_t));
+    b->bias = malloc((size_t)N * sizeof(int32_t));
+    if (!b->codes || !b->scale || !b->zero || !b->sum || !b->deq || !b->bias)
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+#pragma omp parallel reduction(| : failed)
+    {
+        float *row = malloc((size_t)K * sizeof(float));
+        failed |= row == NULL;
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < N; i++) {
+            if (!row) continue;
+            moe8_convert_to_f32(row, (const char *)t->data + (size_t)i * (size_t)K * esz, t->dtype,
+                                (size_t)K, NULL);
+            b->scale[i] = moe8_quant_row(b->codes + (size_t)i * (size_t)K, row, K, &b->sum[i]);
+        }
+        free(row);
+    }
+    if (failed) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    return MOE8_OK;
+}
+
+/* deq_scale and quant_bias of a W8A8 static linear with input (s, o). */
+static moe8_status static_params(const moe8_tensor *t, qbufs *b, float s, int o, int deq_f32,
+                                 moe8_error *err) {
+    for (int64_t i = 0; i < t->shape[0]; i++) {
+        float d = s * b->scale[i];
+        int64_t bias = -(int64_t)o * b->sum[i];
+        uint32_t bits;
+        if (bias < INT32_MIN || bias > INT32_MAX)
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': row %lld: quant_bias "
+                             "%lld overflows int32", t->name, (long long)i, (long long)bias);
+        b->bias[i] = (int32_t)bias;
+        memcpy(&bits, &d, 4);
+        if (deq_f32) memcpy((float *)b->deq + i, &d, 4);
+        else b->deq[i] = (int64_t)(int32_t)bits;
+    }
+    return MOE8_OK;
+}
+
+static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, int site,
+                               moe8_error *err) {
+    const int64_t N = t->shape[0], K = t->shape[1];
+    qbufs b;
+    char n[512];
+    float s = 0.0f;
+    int o = 0;
+    int8_t o8;
+    moe8_status st;
+    memset(&b, 0, sizeof b);
+    st = quant_weight(t, &b, err);
+    if (!st && k == KIND_STATIC) {
+        moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o);
+        st = static_params(t, &b, s, o, z->p->deq_scale_f32, err);
+    }
+    if (!st) st = moe8_shards_write(z->sh, t->name, b.codes, (size_t)N * (size_t)K, err);
+    companion(n, sizeof n, t->name, "weight_scale");
+    if (!st) st = moe8_shards_write(z->sh, n, b.scale, (size_t)N * 4, err);
+    companion(n, sizeof n, t->name, "weight_offset");
+    if (!st) st = moe8_shards_write(z->sh, n, b.zero, (size_t)N * 4, err);
+    if (!st && k == KIND_STATIC) {
+        o8 = (int8_t)o;
+        companion(n, sizeof n, t->name, "input_scale");
+        if (!st) st = moe8_shards_write(z->sh, n, &s, 4, err);
+        companion(n, sizeof n, t->name, "input_offset");
+        if (!st) st = moe8_shards_write(z->sh, n, &o8, 1, err);
+        companion(n, sizeof n, t->name, "deq_scale");
+        if (!st) st = moe8_shards_write(z->sh, n, b.deq, (size_t)N * (z->p->deq_scale_f32 ? 4 : 8), err);
+        companion(n, sizeof n, t->name, "quant_bias");
+        if (!st) st = moe8_shards_write(z->sh, n, b.bias, (size_t)N * 4, err);
+    }
+    qbufs_free(&b);
+    return st;
+}
+
+/* Plan every group, then write them in the same order. */
+static moe8_status write_tensors(qz *z, const char *dir, moe8_error *err) {
+    const size_t n = moe8_st_count(z->src);
+    uint64_t done = 0, total = 0;
+    moe8_status st = moe8_shards_new(dir, z->p->shard_bytes, &z->sh, err);
+    int layer = 0, site = 0;
+    for (size_t i = 0; !st && i < n; i++) {
+        const moe8_tensor *t = moe8_st_get(z->src, i);
+        st = plan_group(z, t, classify(t, &z->cfg, z->p->linear_float, &layer, &site), err);
+        total += t->n_bytes;
+    }
+    for (size_t i = 0; !st && i < n; i++) {
+        const moe8_tensor *t = moe8_st_get(z->src, i);
+        qkind k = classify(t, &z->cfg, z->p->linear_float, &layer, &site);
+        st = k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
+                             : write_quant(z, t, k, layer, site, err);
+        moe8_st_release(z->src, t);
+        done += t->n_bytes;
+        if (!st && z->p->progress && z->p->progress(z->p->progress_user, "quantize", done, total))
+            st = moe8_fail(err, MOE8_ERR_CANCELLED, -1, "quantize cancelled");
+    }
+    if (!st) st = moe8_shards_finish(z->sh, err);
+    if (!st) {
+        z->stats->n_tensors_in = (int64_t)n;
+        z->stats->bytes_in = total;
+        z->stats->bytes_out = moe8_shards_total_bytes(z->sh);
+        z->stats->n_files = moe8_shards_count(z->sh);
+    }
+    return st;
+}
+
+/* ======================================================================== */
+/* moe8_quantize                                                             */
+/* ======================================================================== */
+
+static moe8_status check_float_model(const moe8_model *m, const char *dir, moe8_error *err) {
+    const moe8_config *c = moe8_model_config(m);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        moe8_layer_info li;
+        moe8_model_layer_info(m, l, &li);
+        if (li.qkv || li.o || li.experts || li.mlp_gate_up || li.mlp_down)
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': layer %lld is already "
+                             "quantized; quantize expects a float model", dir, (long long)l);
+    }
+    return MOE8_OK;
+}
+
+/* Load the input (checks it), calibrate unless linear_float. */
+static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err) {
+    const moe8_quantize_params *p = z->p;
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_model *m = NULL;
+    moe8_tokenizer *tok = NULL;
+    moe8_status st;
+    mp.n_threads = p->n_threads;
+    if ((st = moe8_model_load(in_dir, &mp, &m, err))) return st;
+    z->cfg = *moe8_model_config(m);
+    st = check_float_model(m, in_dir, err);
+    if (!st) st = moe8_tokenizer_load(in_dir, &tok, err);
+    if (!st && !p->linear_float) {
+        const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
+        size_t len = p->calib_text ? p->calib_len : strlen(text);
+        size_t n = (size_t)z->cfg.num_hidden_layers * MOE8_CALIB_SITES;
+        if (!(z->ranges = calloc(n, sizeof *z->ranges)))
+            st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+        if (!st && p->progress && p->progress(p->progress_user, "calibrate", 0, 1))
+            st = moe8_fail(err, MOE8_ERR_CANCELLED, -1, "quantize cancelled");
+        if (!st) st = moe8_calibrate(m, tok, text, len, p->n_threads, z->ranges,
+                                     &z->stats->n_calib_tokens, err);
+        if (!st && p->progress && p->progress(p->progress_user, "calibrate", 1, 1))
+            st = moe8_fail(err, MOE8_ERR_CANCELLED, -1, "quantize cancelled");
+    }
+    moe8_tokenizer_free(tok);
+    moe8_model_free(m);
+    return st;
+}
+
+static moe8_status write_folder(qz *z, const char *in_dir, const char *dir, moe8_error *err) {
+    static const char *optional[] = {"generation_config.json", "tokenizer_config.json",
+                                     "vocab.json", "merges.txt", "special_tokens_map.json"};
+    char *text;
+    moe8_status st;
+    if ((st = moe8_st_open(in_dir, &z->src, err))) return st;
+    if (!(z->desc = cJSON_CreateObject()) ||
+        !cJSON_AddStringToObject(z->desc, "model_quant_type", "W8A8_DYNAMIC") ||
+        !cJSON_AddStringToObject(z->desc, "version", "1.0.0"))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    if ((st = write_tensors(z, dir, err))) return st;
+    if (!(text = cJSON_Print(z->desc))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    st = moe8_write_text(dir, "quant_model_description.json", text, err);
+    free(text);
+    if (!st) st = moe8_copy_file(in_dir, dir, "config.json", 0, err);
+    if (!st) st = moe8_copy_file(in_dir, dir, "tokenizer.json", 0, err);
+    for (size_t i = 0; !st && i < sizeof optional / sizeof optional[0]; i++)
+        st = moe8_copy_file(in_dir, dir, optional[i], 1, err);
+    return st;
+}
+
+static moe8_status check_input(const char *in_dir, moe8_error *err) {
+    struct stat sb;
+    if (!in_dir) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: no input folder given");
+    if (stat(in_dir, &sb) != 0)
+        return moe8_fail(err, MOE8_ERR_NOT_FOUND, -1, "input folder '%s' does not exist", in_dir);
+    if (!S_ISDIR(sb.st_mode))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "input '%s' is not a folder", in_dir);
+    return MOE8_OK;
+}
+
+moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_quantize_params *p,
+                          moe8_quantize_stats *stats, moe8_error *err) {
+    const moe8_quantize_params def = moe8_quantize_params_default();
+    moe8_quantize_stats local;
+    moe8_outdir od;
+    qz z;
+    moe8_status st;
+    memset(&z, 0, sizeof z);
+    z.p = p ? p : &def;
+    z.stats = stats ? stats : &local;
+    memset(z.stats, 0, sizeof *z.stats);
+    if ((st = check_input(in_dir, err))) return st;
+    if ((st = moe8_outdir_begin(&od, out_dir, z.p->force, &in_dir, 1, err))) return st;
+    st = load_and_calibrate(&z, in_dir, err);
+    if (!st) st = write_folder(&z, in_dir, od.tmp, err);
+    moe8_shards_free(z.sh);
+    moe8_st_close(z.src);
+    cJSON_Delete(z.desc);
+    free(z.ranges);
+    if (!st) st = moe8_outdir_commit(&od, err);
+    if (st) moe8_outdir_abort(&od);
+    return st;
+}

@@ -1,0 +1,359 @@
+/*
+ * test_make_model.c — moe8_make_model / `moe8 make-model`: config fields of
+ * both presets, determinism in the seed (bytes), weight statistics, routing
+ * far from uniform (softmax entropy of the router on random hidden states,
+ * computed here from the stored router tensor), greedy decoding not
+ * degenerate on the tiny model, sharding, output-folder rules and CLI errors.
+ */
+#include "test.h"
+
+#include "moe8.h"
+
+#define TOK MOE8_TOKENIZER_DIR
+/* snprintf into an array, aborting on truncation (test paths are short). */
+#define FMT(buf, ...)                                                             \
+    do {                                                                          \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
+    } while (0)
+
+static moe8_status make(const char *dir, int64_t layers, uint64_t seed, int64_t vocab,
+                        uint64_t shard, int force, moe8_error *e) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    p.n_layers = layers;
+    p.seed = seed;
+    p.vocab_size = vocab;
+    p.tokenizer_dir = TOK;
+    p.shard_bytes = shard;
+    p.force = force;
+    return moe8_make_model(&p, dir, e);
+}
+
+/* Whole file into a malloc'd buffer (NULL if missing). */
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t na = 0, nb = 0;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && !memcmp(x, y, na);
+    free(x);
+    free(y);
+    return same;
+}
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static int file_contains(const char *path, const char *needle) {
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    int found;
+    if (!b) return 0;
+    b[n] = 0;
+    found = strstr((char *)b, needle) != NULL;
+    free(b);
+    return found;
+}
+
+/* ---- config of both presets ------------------------------------------------ */
+
+static void test_configs(void) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_config c;
+    moe8_error e;
+    CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK);
+    CHECK(!strcmp(c.model_type, "qwen3_moe"));
+    CHECK(c.hidden_size == 256 && c.num_attention_heads == 8 && c.num_key_value_heads == 2);
+    CHECK(c.head_dim == 32 && c.num_experts == 16 && c.num_experts_per_tok == 4);
+    CHECK(c.moe_intermediate_size == 128 && c.intermediate_size == 512);
+    CHECK(c.num_hidden_layers == 4 && c.vocab_size == 151936 && !c.tie_word_embeddings);
+    CHECK(c.n_mlp_only_layers == 1 && c.mlp_only_layers[0] == 0);
+    CHECK(moe8_config_is_moe_layer(&c, 0) == 0 && moe8_config_is_moe_layer(&c, 1) == 1);
+    p.preset = MOE8_PRESET_A3B_SLICE;
+    CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK);
+    CHECK(c.hidden_size == 2048 && c.num_attention_heads == 32 && c.num_key_value_heads == 4);
+    CHECK(c.head_dim == 128 && c.num_experts == 128 && c.num_experts_per_tok == 8);
+    CHECK(c.moe_intermediate_size == 768 && c.vocab_size == 151936 && c.num_hidden_layers == 4);
+    CHECK(c.rms_norm_eps == 1e-6 && c.rope_theta == 1e6 && !c.tie_word_embeddings);
+    CHECK(c.bos_token_id == 151643 && c.n_eos_ids == 1 && c.eos_token_ids[0] == 151645);
+    CHECK(c.norm_topk_prob == 1 && c.decoder_sparse_step == 1 && c.n_mlp_only_layers == 0);
+    p.n_layers = 7;
+    CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK && c.num_hidden_layers == 7);
+    p.n_layers = MOE8_MAX_LAYERS + 1;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "layers"),
+           "%s", e.message);
+    p.n_layers = 0;
+    p.dtype = MOE8_DT_F16;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "F16"),
+           "%s", e.message);
+}
+
+/* ---- written folder -------------------------------------------------------- */
+
+static moe8_model *load(const char *dir) {
+    moe8_model *m = NULL;
+    moe8_error e;
+    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    return m;
+}
+
+/* config.json on disk == moe8_make_model_config; weight statistics. */
+static void test_folder(const char *dir) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_config want;
+    moe8_model *m = load(dir);
+    const moe8_config *c = moe8_model_config(m);
+    moe8_st *st = NULL;
+    char path[4096];
+    p.n_layers = 2;
+    moe8_make_model_config(&p, &want, NULL);
+    CHECK(c->hidden_size == want.hidden_size && c->num_hidden_layers == 2);
+    CHECK(c->vocab_size == 151936 && c->num_experts == 16 && c->head_dim == 32);
+    CHECK(c->n_mlp_only_layers == 1 && c->rms_norm_eps == 1e-6 && c->rope_theta == 1e6);
+    /* stop ids: config.json's 151645 + generation_config.json's 151643 */
+    CHECK(c->n_eos_ids == 2 && c->eos_token_ids[0] == 151645 && c->eos_token_ids[1] == 151643);
+    FMT(path, "%s/tokenizer.json", dir);
+    CHECK(same_file(path, TOK "/tokenizer.json"));
+    FMT(path, "%s/tokenizer_config.json", dir);
+    CHECK(same_file(path, TOK "/tokenizer_config.json"));
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    {
+        const moe8_tensor *w = moe8_st_find(st, "model.layers.1.self_attn.q_proj.weight");
+        const moe8_tensor *n = moe8_st_find(st, "model.layers.1.input_layernorm.weight");
+        double s = 0, s2 = 0, ns = 0;
+        CHECK(w && w->dtype == MOE8_DT_BF16 && w->shape[0] == 256 && w->shape[1] == 256);
+        for (int64_t i = 0; w && i < w->n_elements; i++) {
+            double v = moe8_bf16_to_f32(((const uint16_t *)w->data)[i]);
+            s += v;
+            s2 += v * v;
+        }
+        CHECK_NEAR(s / 65536, 0.0, 1e-3);
+        CHECK_NEAR(sqrt(s2 / 65536), 0.02, 1e-3);
+        for (int64_t i = 0; n && i < 256; i++) ns += moe8_bf16_to_f32(((const uint16_t *)n->data)[i]);
+        CHECK_NEAR(ns / 256, 1.0, 0.02);
+    }
+    moe8_st_close(st);
+    moe8_model_free(m);
+}
+
+/* Router softmax entropy on random unit-RMS hidden states, and the top-k
+ * weights the MoE layer picks on them, well away from uniform. */
+static void test_routing(const char *dir) {
+    enum { T = 64, E = 16, H = 256 };
+    moe8_model *m = load(dir);
+    moe8_st *st = NULL;
+    const moe8_tensor *g;
+    test_rng r = {12345};
+    static float h[T][H];
+    double ent = 0, top1 = 0;
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    g = moe8_st_find(st, "model.layers.1.mlp.gate.weight");
+    CHECK(g && g->shape[0] == E && g->shape[1] == H);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < H; k++) h[t][k] = (float)test_rng_normal(&r);
+    for (int t = 0; g && t < T; t++) {
+        double lg[E], mx = -1e30, z = 0;
+        for (int e = 0; e < E; e++) {
+            lg[e] = 0;
+            for (int k = 0; k < H; k++)
+                lg[e] += h[t][k] * moe8_bf16_to_f32(((const uint16_t *)g->data)[e * H + k]);
+            mx = fmax(mx, lg[e]);
+        }
+        for (int e = 0; e < E; e++) z += exp(lg[e] - mx);
+        for (int e = 0; e < E; e++) {
+            double p = exp(lg[e] - mx) / z;
+            ent -= p > 0 ? p * log(p) : 0;
+        }
+    }
+    ent /= T;
+    printf("router entropy %.3f (log E = %.3f)\n", ent, log((double)E));
+    CHECKF(ent < 0.75 * log((double)E), "mean router entropy %.3f vs log(E) %.3f", ent, log((double)E));
+    {
+        moe8_moe_layer *L = NULL;
+        moe8_moe_workspace *ws = NULL;
+        static float out[T][H];
+        const int32_t *ids;
+        const float *w;
+        int n;
+        CHECK(moe8_moe_layer_from_model(m, 1, NULL, &L, NULL) == MOE8_OK);
+        CHECK(moe8_moe_workspace_create(L, T, 1, &ws, NULL) == MOE8_OK);
+        CHECK(moe8_moe_layer_forward(L, ws, &h[0][0], T, NULL, &out[0][0], NULL) == MOE8_OK);
+        moe8_moe_workspace_routing(ws, &n, &ids, &w);
+        for (int t = 0; t < n; t++) top1 += w[t * 4];
+        top1 /= n;
+        /* renormalized top-4: uniform routing would give 0.25 */
+        CHECKF(top1 > 0.4, "mean top-1 weight %.3f", top1);
+        moe8_moe_workspace_free(ws);
+        moe8_moe_layer_free(L);
+    }
+    moe8_st_close(st);
+    moe8_model_free(m);
+}
+
+/* 16 greedy tokens from "Hello, my name is" are not one token repeated. */
+static void test_greedy(const char *dir) {
+    moe8_model *m = load(dir);
+    moe8_tokenizer *tok = NULL;
+    moe8_context *c = NULL;
+    moe8_sampler *s = NULL;
+    moe8_context_params cp = moe8_context_params_default();
+    int32_t ids[16], out[16], n_out = 0, distinct = 0;
+    size_t n = 0;
+    const char *prompt = "Hello, my name is";
+    CHECK(moe8_tokenizer_load(dir, &tok, NULL) == MOE8_OK);
+    CHECK(moe8_tokenize(tok, prompt, strlen(prompt), ids, 16, &n, NULL) == MOE8_OK);
+    cp.n_ctx = 64;
+    CHECK(moe8_context_create(m, &cp, &c, NULL) == MOE8_OK);
+    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    {
+        const int32_t *pp = ids, np = (int32_t)n;
+        moe8_generate_request r = {1, &pp, &np, 16, NULL, 0, NULL, NULL, out, &n_out, NULL};
+        CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    }
+    CHECK(n_out == 16);
+    for (int i = 0; i < n_out; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= out[j] == out[i];
+        distinct += !seen;
+    }
+    CHECKF(distinct >= 3, "%d distinct tokens in 16 greedy steps", distinct);
+    printf("greedy from \"%s\" (%d distinct):", prompt, distinct);
+    for (int i = 0; i < n_out; i++) printf(" %d", out[i]);
+    printf("\n");
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    moe8_tokenizer_free(tok);
+    moe8_model_free(m);
+}
+
+/* ---- determinism, sharding, folder rules ---------------------------------- */
+
+static void test_determinism(const char *base) {
+    char a[4096], b[4096], d[4096], fa[4200], fb[4200];
+    moe8_error e;
+    FMT(a, "%s/seed7a", base);
+    FMT(b, "%s/seed7b", base);
+    FMT(d, "%s/seed8", base);
+    CHECKF(make(a, 2, 7, 4096, 0, 0, &e) == MOE8_OK, "%s", e.message);
+    CHECK(make(b, 2, 7, 4096, 0, 0, &e) == MOE8_OK);
+    CHECK(make(d, 2, 8, 4096, 0, 0, &e) == MOE8_OK);
+    FMT(fa, "%s/model.safetensors", a);
+    FMT(fb, "%s/model.safetensors", b);
+    CHECK(same_file(fa, fb));
+    FMT(fb, "%s/model.safetensors", d);
+    CHECK(!same_file(fa, fb));
+    FMT(fa, "%s/config.json", a);
+    FMT(fb, "%s/config.json", d);
+    CHECK(same_file(fa, fb));
+    /* folded stop ids stay in a small vocabulary */
+    CHECK(file_contains(fa, "\"vocab_size\":\t4096"));
+}
+
+static void test_shards(const char *base) {
+    char dir[4096], path[4200], one[4096];
+    moe8_model *m;
+    moe8_model_stats s1, s2;
+    moe8_error e;
+    FMT(dir, "%s/sharded", base);
+    FMT(one, "%s/seed7a", base);
+    CHECKF(make(dir, 2, 7, 4096, 1 << 20, 0, &e) == MOE8_OK, "%s", e.message);
+    FMT(path, "%s/model.safetensors.index.json", dir);
+    CHECK(access(path, F_OK) == 0);
+    FMT(path, "%s/model.safetensors", dir);
+    CHECK(access(path, F_OK) != 0);
+    m = load(dir);
+    moe8_model_get_stats(m, &s1);
+    moe8_model_free(m);
+    m = load(one);
+    moe8_model_get_stats(m, &s2);
+    moe8_model_free(m);
+    CHECKF(s1.n_files >= 3, "%d files", s1.n_files);
+    CHECK(s1.n_tensors == s2.n_tensors && s1.total_bytes == s2.total_bytes && s2.n_files == 1);
+}
+
+static void test_folder_rules(const char *base) {
+    char dir[4096], path[4200];
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    FMT(dir, "%s/seed7a", base);
+    /* non-empty output refused without force, replaced with it */
+    CHECKF(make(dir, 2, 9, 4096, 0, 0, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "not empty"),
+           "%s", e.message);
+    CHECK(make(dir, 2, 9, 4096, 0, 1, &e) == MOE8_OK);
+    FMT(path, "%s/seed8/model.safetensors", base);
+    {
+        char mine[4200];
+        FMT(mine, "%s/model.safetensors", dir);
+        CHECK(!same_file(path, mine));
+    }
+    /* the tokenizer folder is never an output, even with force */
+    CHECKF(make(TOK, 2, 9, 4096, 0, 1, &e) == MOE8_ERR_INVALID_ARG, "%s", e.message);
+    CHECK(access(TOK "/tokenizer.json", F_OK) == 0);
+    /* missing tokenizer */
+    p.tokenizer_dir = "/nonexistent-tokenizer";
+    FMT(dir, "%s/notok", base);
+    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_ERR_NOT_FOUND && strstr(e.message, "tokenizer.json"),
+           "%s", e.message);
+    CHECK(access(dir, F_OK) != 0);
+    /* missing parent folder */
+    FMT(dir, "%s/no/such/parent", base);
+    p.tokenizer_dir = TOK;
+    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_ERR_NOT_FOUND && strstr(e.message, "parent"),
+           "%s", e.message);
+}
+
+static void test_cli(const char *base) {
+    char cmd[8192], log[4200];
+    FMT(log, "%s/cli.log", base);
+    FMT(cmd, "'%s' make-model --preset tiny --layers 1 --vocab 2048 -o '%s/cli' "
+             "--tokenizer '%s' 2>'%s'", MOE8_CLI, base, TOK, log);
+    CHECK(run(cmd) == 0);
+    FMT(cmd, "'%s' inspect -m '%s/cli' >/dev/null", MOE8_CLI, base);
+    CHECK(run(cmd) == 0);
+    FMT(cmd, "'%s' make-model --preset tiny --layers 1 --vocab 2048 -o '%s/cli' "
+             "2>'%s'", MOE8_CLI, base, log);
+    CHECK(run(cmd) == 1);
+    CHECK(file_contains(log, "not empty"));
+    FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli2' --tokenizer /nonexistent "
+             "2>'%s'", MOE8_CLI, base, log);
+    CHECK(run(cmd) == 1);
+    CHECK(file_contains(log, "tokenizer.json"));
+    FMT(cmd, "'%s' make-model --preset huge -o '%s/cli2' 2>'%s'", MOE8_CLI, base, log);
+    CHECK(run(cmd) == 2);
+    CHECK(file_contains(log, "huge"));
+    FMT(cmd, "'%s' make-model --preset tiny 2>'%s'", MOE8_CLI, log);
+    CHECK(run(cmd) == 2);
+}
+
+int main(void) {
+    const char *base = test_tmpdir("make_model");
+    char tiny[4096];
+    moe8_error e;
+    test_configs();
+    FMT(tiny, "%s/tiny", base);
+    CHECKF(make(tiny, 2, 0, 0, 0, 0, &e) == MOE8_OK, "%s", e.message);
+    test_folder(tiny);
+    test_routing(tiny);
+    test_greedy(tiny);
+    test_determinism(base);
+    test_shards(base);
+    test_folder_rules(base);
+    test_cli(base);
+    return test_summary();
+}

@@ -1,0 +1,507 @@
+/*
+ * test_quantize.c — moe8_quantize / `moe8 quantize` on a tiny synthetic
+ * model (2 layers: layer 0 dense, layer 1 MoE; vocabulary cut to 16384 for
+ * speed): layer types after load, FLOAT tensors byte-identical, int8 codes
+ * and scales, deq_scale and quant_bias recomputed here, layer 0's
+ * calibration range recomputed from the embeddings, SPEC §5's formula
+ * cancelling the offset, W8A8 vs float logits and greedy tokens, the
+ * float32-deq_scale, float-linear and sharded variants, cancellation, bad
+ * inputs (library and CLI), and the input folder unchanged afterwards.
+ */
+#include <dirent.h>
+
+#include "test.h"
+
+#include "moe8.h"
+
+#define TOK MOE8_TOKENIZER_DIR
+#define V 16384
+#define H 256
+#define FMT(buf, ...)                                                             \
+    do {                                                                          \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
+    } while (0)
+
+static const char calib[] =
+    "It was a bright cold day in April, and the clocks were striking thirteen. The quick brown "
+    "fox jumps over the lazy dog; 42 apples cost $3.50 at the market on 5th Avenue.\n"
+    "for (int i = 0; i < n; i++) sum += x[i];\n";
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+static int file_contains(const char *path, const char *needle) {
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    int found = b && strstr((char *)b, needle) != NULL;
+    if (!found && b) fprintf(stderr, "  (%s holds: %s)\n", path, (char *)b);
+    free(b);
+    return found;
+}
+
+/* FNV-1a over every file name and content of a folder (sorted names). */
+static uint64_t hash_folder(const char *dir) {
+    struct dirent **list;
+    int n = scandir(dir, &list, NULL, alphasort);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        char path[4200];
+        size_t len = 0;
+        unsigned char *b;
+        for (const char *c = list[i]->d_name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        FMT(path, "%s/%s", dir, list[i]->d_name);
+        if (list[i]->d_type == DT_REG && (b = slurp(path, &len))) {
+            for (size_t j = 0; j < len; j++) h = (h ^ b[j]) * 1099511628211ull;
+            free(b);
+        }
+        free(list[i]);
+    }
+    free(list);
+    return n < 0 ? 0 : h;
+}
+
+static moe8_model *load(const char *dir) {
+    moe8_model *m = NULL;
+    moe8_error e;
+    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    return m;
+}
+
+static const int32_t prompt[] = {9707, 11, 847, 829, 374}; /* "Hello, my name is" */
+#define N_PROMPT 5
+
+/* Last-token logits of the prompt, and 5 greedy tokens. */
+static void run_model(const char *dir, float *logits, int32_t *greedy) {
+    moe8_model *m = load(dir);
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_sampler *s = NULL;
+    int32_t pos[N_PROMPT], seq[N_PROMPT] = {0}, n_out = 0;
+    const int32_t *pp = prompt, np = N_PROMPT;
+    moe8_error e;
+    cp.n_ctx = 32;
+    if (moe8_context_create(m, &cp, &c, &e) != MOE8_OK) {
+        fprintf(stderr, "context %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    for (int i = 0; i < N_PROMPT; i++) pos[i] = i;
+    {
+        moe8_batch b = {N_PROMPT, prompt, pos, seq, NULL};
+        CHECK(moe8_decode(c, &b, NULL) == MOE8_OK);
+        memcpy(logits, moe8_context_logits(c, N_PROMPT - 1), V * sizeof(float));
+    }
+    CHECK(moe8_sampler_create(NULL, V, &s, NULL) == MOE8_OK);
+    {
+        moe8_generate_request r = {1, &pp, &np, 5, NULL, 0, NULL, NULL, greedy, &n_out, NULL};
+        CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK && n_out == 5);
+    }
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    moe8_model_free(m);
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) {
+        ab += (double)a[i] * b[i];
+        aa += (double)a[i] * a[i];
+        bb += (double)b[i] * b[i];
+    }
+    return ab / sqrt(aa * bb);
+}
+
+static float f32_at(const moe8_tensor *t, int64_t i) {
+    if (t->dtype == MOE8_DT_BF16) return moe8_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    return ((const float *)t->data)[i];
+}
+
+/* ---- tensor-level checks ----------------------------------------------------- */
+
+/* The test's own rule for what is quantized: 0 FLOAT, 1 W8A8, 2 W8A8_DYNAMIC. */
+static int kind_of(const char *name, int linear_float) {
+    if (strstr(name, ".mlp.experts.") && strstr(name, "_proj.weight")) return 2;
+    if (linear_float) return 0;
+    if (strstr(name, ".self_attn.") && strstr(name, "_proj.weight")) return 1;
+    if (!strncmp(name, "model.layers.0.mlp.", 19) && strstr(name, "_proj.weight")) return 1;
+    return 0;
+}
+
+static const moe8_tensor *companion(const moe8_st *q, const char *wname, const char *suffix) {
+    char n[512];
+    FMT(n, "%.*s%s", (int)(strlen(wname) - 6), wname, suffix);
+    return moe8_st_find(q, n);
+}
+
+/* Codes and scales of one quantized weight against an independent recomputation;
+ * for W8A8 also deq_scale and quant_bias from the stored input scale/offset. */
+static void check_quantized(const moe8_tensor *src, const moe8_st *q, int kind, int deq_f32) {
+    const moe8_tensor *w = moe8_st_find(q, src->name);
+    const moe8_tensor *ws = companion(q, src->name, "weight_scale");
+    const moe8_tensor *wo = companion(q, src->name, "weight_offset");
+    const int64_t N = src->shape[0], K = src->shape[1];
+    int bad_code = 0, bad_scale = 0, bad_off = 0, bad_deq = 0, bad_bias = 0;
+    float is = 0;
+    int io = 0;
+    const moe8_tensor *dq = NULL, *qb = NULL;
+    CHECKF(w && w->dtype == MOE8_DT_I8 && w->shape[0] == N && w->shape[1] == K, "%s", src->name);
+    CHECKF(ws && ws->dtype == MOE8_DT_F32 && ws->n_dims == 2 && ws->shape[0] == N &&
+           ws->shape[1] == 1, "%s scale", src->name);
+    CHECKF(wo && wo->dtype == MOE8_DT_F32 && wo->n_dims == 2 && wo->shape[0] == N, "%s offset", src->name);
+    if (!w || !ws || !wo) return;
+    if (kind == 1) {
+        const moe8_tensor *a = companion(q, src->name, "input_scale");
+        const moe8_tensor *b = companion(q, src->name, "input_offset");
+        dq = companion(q, src->name, "deq_scale");
+        qb = companion(q, src->name, "quant_bias");
+        CHECKF(a && b && dq && qb && a->dtype == MOE8_DT_F32 && a->n_elements == 1 &&
+               b->dtype == MOE8_DT_I8 && b->n_elements == 1 && qb->dtype == MOE8_DT_I32 &&
+               dq->dtype == (deq_f32 ? MOE8_DT_F32 : MOE8_DT_I64) && dq->n_elements == N,
+               "%s static companions", src->name);
+        if (!a || !b || !dq || !qb) return;
+        is = ((const float *)a->data)[0];
+        io = ((const int8_t *)b->data)[0];
+        CHECK(is > 0 && isfinite(is));
+    }
+    for (int64_t i = 0; i < N; i++) {
+        float amax = 0, scale;
+        int64_t sum = 0;
+        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(f32_at(src, i * K + k)));
+        scale = amax / 127.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float c = scale > 0 ? rintf(f32_at(src, i * K + k) / scale) : 0.0f;
+            int8_t got = ((const int8_t *)w->data)[i * K + k];
+            bad_code += got != (int8_t)c;
+            sum += got;
+        }
+        bad_scale += ((const float *)ws->data)[i] != scale;
+        bad_off += ((const float *)wo->data)[i] != 0.0f;
+        if (kind == 1) {
+            float d = is * scale, got;
+            if (deq_f32) {
+                got = ((const float *)dq->data)[i];
+            } else {
+                int64_t v = ((const int64_t *)dq->data)[i];
+                uint32_t lo = (uint32_t)v;
+                memcpy(&got, &lo, 4);
+                bad_deq += (v >> 32) != 0;   /* positive fp32 bits: high word zero */
+            }
+            bad_deq += memcmp(&got, &d, 4) != 0;
+            bad_bias += ((const int32_t *)qb->data)[i] != (int32_t)(-(int64_t)io * sum);
+        }
+    }
+    CHECKF(!bad_code && !bad_scale && !bad_off && !bad_deq && !bad_bias,
+           "%s: %d codes, %d scales, %d offsets, %d deq, %d bias differ", src->name, bad_code,
+           bad_scale, bad_off, bad_deq, bad_bias);
+}
+
+/* Every source tensor: FLOAT ones byte-identical, quantized ones recomputed. */
+static void check_tensors(const char *src_dir, const char *q_dir, int linear_float, int deq_f32) {
+    moe8_st *s = NULL, *q = NULL;
+    int n_float = 0, n_q = 0;
+    CHECK(moe8_st_open(src_dir, &s, NULL) == MOE8_OK);
+    CHECK(moe8_st_open(q_dir, &q, NULL) == MOE8_OK);
+    if (!s || !q) return;
+    for (size_t i = 0; i < moe8_st_count(s); i++) {
+        const moe8_tensor *t = moe8_st_get(s, i), *o;
+        int kind = kind_of(t->name, linear_float);
+        if (kind) {
+            check_quantized(t, q, kind, deq_f32);
+            n_q++;
+            continue;
+        }
+        o = moe8_st_find(q, t->name);
+        CHECKF(o && o->dtype == t->dtype && o->n_bytes == t->n_bytes && o->n_dims == t->n_dims &&
+               !memcmp(o->data, t->data, t->n_bytes), "FLOAT tensor %s differs", t->name);
+        n_float++;
+    }
+    CHECKF(n_float == (linear_float ? 23 : 12) && n_q == (linear_float ? 48 : 59), "%d float, %d quantized", n_float, n_q);
+    moe8_st_close(s);
+    moe8_st_close(q);
+}
+
+/* rmsnorm(embed[id]) * w over the calibration tokens: layer 0's q/k/v input. */
+static void check_layer0_range(const char *src_dir, const char *q_dir) {
+    moe8_tokenizer *tok = NULL;
+    moe8_st *s = NULL, *q = NULL;
+    int32_t ids[512];
+    size_t n = 0;
+    double lo = 0, hi = 0;
+    CHECK(moe8_tokenizer_load(src_dir, &tok, NULL) == MOE8_OK);
+    CHECK(moe8_tokenize(tok, calib, strlen(calib), ids, 512, &n, NULL) == MOE8_OK);
+    CHECK(moe8_st_open(src_dir, &s, NULL) == MOE8_OK && moe8_st_open(q_dir, &q, NULL) == MOE8_OK);
+    {
+        const moe8_tensor *emb = moe8_st_find(s, "model.embed_tokens.weight");
+        const moe8_tensor *nw = moe8_st_find(s, "model.layers.0.input_layernorm.weight");
+        const moe8_tensor *wq = moe8_st_find(s, "model.layers.0.self_attn.q_proj.weight");
+        const moe8_tensor *qw = moe8_st_find(q, "model.layers.0.self_attn.q_proj.weight");
+        const char *names[3] = {"q_proj", "k_proj", "v_proj"};
+        float is = 0, x[H];
+        int io = 0;
+        double err2 = 0, ref2 = 0;
+        for (size_t t = 0; t < n; t++) {
+            const int64_t id = ids[t] % V;
+            double ss = 0;
+            for (int k = 0; k < H; k++) ss += (double)f32_at(emb, id * H + k) * f32_at(emb, id * H + k);
+            for (int k = 0; k < H; k++) {
+                double h = f32_at(emb, id * H + k) / sqrt(ss / H + 1e-6) * f32_at(nw, k);
+                lo = fmin(lo, h);
+                hi = fmax(hi, h);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            char nm[128];
+            const moe8_tensor *a, *b;
+            FMT(nm, "model.layers.0.self_attn.%s.input_scale", names[i]);
+            a = moe8_st_find(q, nm);
+            FMT(nm, "model.layers.0.self_attn.%s.input_offset", names[i]);
+            b = moe8_st_find(q, nm);
+            CHECK(a && b);
+            if (!a || !b) return;
+            if (i == 0) {
+                is = ((const float *)a->data)[0];
+                io = ((const int8_t *)b->data)[0];
+            }
+            CHECK(((const float *)a->data)[0] == is && ((const int8_t *)b->data)[0] == io);
+        }
+        CHECK_NEAR(is, (hi - lo) / 255.0, 1e-5 * (hi - lo));
+        CHECKF(abs(io - (int)rint(-128.0 - lo / ((hi - lo) / 255.0))) <= 1, "offset %d", io);
+        /* SPEC §5 on the last calibration token: (xq·Wq^T + bias)·deq ≈ x·W^T */
+        {
+            const int64_t id = ids[n - 1] % V;
+            const moe8_tensor *dq = moe8_st_find(q, "model.layers.0.self_attn.q_proj.deq_scale");
+            const moe8_tensor *qb = moe8_st_find(q, "model.layers.0.self_attn.q_proj.quant_bias");
+            double ss = 0;
+            for (int k = 0; k < H; k++) ss += (double)f32_at(emb, id * H + k) * f32_at(emb, id * H + k);
+            for (int k = 0; k < H; k++)
+                x[k] = (float)(f32_at(emb, id * H + k) / sqrt(ss / H + 1e-6) * f32_at(nw, k));
+            for (int64_t r = 0; r < wq->shape[0]; r++) {
+                double ref = 0;
+                int64_t acc = 0;
+                float d;
+                uint32_t lo32 = (uint32_t)((const int64_t *)dq->data)[r];
+                memcpy(&d, &lo32, 4);
+                for (int k = 0; k < H; k++) {
+                    float c = fminf(fmaxf(rintf(x[k] / is + (float)io), -128), 127);
+                    ref += (double)x[k] * f32_at(wq, r * H + k);
+                    acc += (int64_t)c * ((const int8_t *)qw->data)[r * H + k];
+                }
+                acc += ((const int32_t *)qb->data)[r];
+                err2 += ((double)acc * d - ref) * ((double)acc * d - ref);
+                ref2 += ref * ref;
+            }
+            CHECKF(sqrt(err2 / ref2) < 0.02, "q_proj W8A8 relative error %.4f", sqrt(err2 / ref2));
+        }
+    }
+    moe8_st_close(s);
+    moe8_st_close(q);
+    moe8_tokenizer_free(tok);
+}
+
+/* ---- model-level checks ----------------------------------------------------- */
+
+static void check_types(const char *dir, moe8_quant_type attn) {
+    moe8_model *m = load(dir);
+    moe8_layer_info a, b;
+    CHECK(moe8_model_layer_info(m, 0, &a) == 0 && moe8_model_layer_info(m, 1, &b) == 0);
+    CHECK(!a.is_moe && a.qkv == attn && a.o == attn && a.mlp_gate_up == attn && a.mlp_down == attn);
+    CHECK(b.is_moe && b.qkv == attn && b.o == attn && b.experts == MOE8_QUANT_W8A8_DYNAMIC &&
+          b.router == MOE8_QUANT_FLOAT);
+    moe8_model_free(m);
+}
+
+typedef struct {
+    int calls, cancel_at;
+    uint64_t last_done, last_total;
+    int calibrated;
+} prog;
+
+static int on_progress(void *user, const char *stage, uint64_t done, uint64_t total) {
+    prog *p = user;
+    p->calls++;
+    if (!strcmp(stage, "calibrate")) p->calibrated |= done == total;
+    else {
+        CHECK(done >= p->last_done && done <= total);
+        p->last_done = done;
+        p->last_total = total;
+    }
+    return p->cancel_at && p->calls >= p->cancel_at;
+}
+
+static void test_library(const char *base, const char *src) {
+    static float lf[V], lq[V], lv[V];
+    int32_t gf[5], gq[5], gv[5];
+    char out[4096], out2[4096];
+    moe8_quantize_params p = moe8_quantize_params_default();
+    moe8_quantize_stats st;
+    prog pr = {0};
+    moe8_error e;
+    FMT(out, "%s/w8", base);
+    p.calib_text = calib;
+    p.calib_len = strlen(calib);
+    p.progress = on_progress;
+    p.progress_user = &pr;
+    CHECKF(moe8_quantize(src, out, &p, &st, &e) == MOE8_OK, "%s", e.message);
+    CHECK(pr.calibrated && pr.last_done == pr.last_total && pr.last_total == st.bytes_in);
+    CHECK(st.n_files == 1 && st.n_tensors_in == 71 && st.n_calib_tokens > 40);
+    CHECK(st.n_tensors_out == 12 + 48 * 3 + 11 * 7);
+    check_types(out, MOE8_QUANT_W8A8);
+    check_tensors(src, out, 0, 0);
+    check_layer0_range(src, out);
+    run_model(src, lf, gf);
+    run_model(out, lq, gq);
+    CHECKF(cosine(lf, lq, V) >= 0.99, "W8A8 vs float logits cosine %.5f", cosine(lf, lq, V));
+    CHECK(!memcmp(gf, gq, sizeof gf));
+    printf("W8A8 vs float: cosine %.5f, greedy %d %d %d %d %d vs %d %d %d %d %d\n",
+           cosine(lf, lq, V), gq[0], gq[1], gq[2], gq[3], gq[4], gf[0], gf[1], gf[2], gf[3], gf[4]);
+
+    /* deq_scale as float32: same values, same logits */
+    FMT(out2, "%s/w8f", base);
+    p.deq_scale_f32 = 1;
+    p.progress = NULL;
+    CHECKF(moe8_quantize(src, out2, &p, NULL, &e) == MOE8_OK, "%s", e.message);
+    check_tensors(src, out2, 0, 1);
+    run_model(out2, lv, gv);
+    CHECK(!memcmp(lv, lq, sizeof lv) && !memcmp(gv, gq, sizeof gv));
+
+    /* float attention: only the experts quantized */
+    FMT(out2, "%s/w8lf", base);
+    p.deq_scale_f32 = 0;
+    p.linear_float = 1;
+    CHECKF(moe8_quantize(src, out2, &p, &st, &e) == MOE8_OK, "%s", e.message);
+    CHECK(st.n_calib_tokens == 0);
+    check_types(out2, MOE8_QUANT_FLOAT);
+    check_tensors(src, out2, 1, 0);
+    run_model(out2, lv, gv);
+    CHECKF(cosine(lf, lv, V) >= 0.995, "float-linear vs float cosine %.5f", cosine(lf, lv, V));
+
+    /* cancelled: nothing left behind */
+    FMT(out2, "%s/cancelled", base);
+    p.linear_float = 0;
+    p.progress = on_progress;
+    memset(&pr, 0, sizeof pr);
+    pr.cancel_at = 5;
+    CHECK(moe8_quantize(src, out2, &p, NULL, &e) == MOE8_ERR_CANCELLED);
+    CHECK(access(out2, F_OK) != 0);
+
+    /* an already quantized input */
+    FMT(out2, "%s/again", base);
+    CHECKF(moe8_quantize(out, out2, NULL, NULL, &e) == MOE8_ERR_UNSUPPORTED &&
+           strstr(e.message, "already quantized"), "%s", e.message);
+    /* non-empty output without force; with force it is replaced */
+    CHECKF(moe8_quantize(src, out, NULL, NULL, &e) == MOE8_ERR_INVALID_ARG &&
+           strstr(e.message, "not empty"), "%s", e.message);
+}
+
+/* Sharded output through the CLI: several files + index, same logits. */
+static void test_cli_shards(const char *base, const char *src) {
+    static float l1[V], l2[V];
+    int32_t g1[5], g2[5];
+    char cmd[16384], out[4096], path[4200], cf[4096];
+    moe8_model *m;
+    moe8_model_stats s;
+    FMT(cf, "%s/calib.txt", base);
+    test_write_file(cf, calib, strlen(calib));
+    FMT(out, "%s/w8s", base);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --calib '%s' --shard-size 1M >/dev/null", MOE8_CLI,
+        src, out, cf);
+    CHECK(run(cmd) == 0);
+    FMT(path, "%s/model.safetensors.index.json", out);
+    CHECK(access(path, F_OK) == 0);
+    m = load(out);
+    moe8_model_get_stats(m, &s);
+    moe8_model_free(m);
+    CHECKF(s.n_files >= 3, "%d files", s.n_files);
+    FMT(path, "%s/w8", base);
+    run_model(path, l1, g1);
+    run_model(out, l2, g2);
+    CHECK(!memcmp(l1, l2, sizeof l1) && !memcmp(g1, g2, sizeof g1));
+}
+
+/* Bad inputs: clear message, exit status 1, nothing written. */
+static void test_cli_errors(const char *base, const char *src) {
+    char cmd[16384], log[4200], dir[4096];
+    FMT(log, "%s/err.log", base);
+#define QZ(in, out) FMT(cmd, "'%s' quantize -i '%s' -o '%s' 2>'%s' >/dev/null", MOE8_CLI, in, out, log)
+    FMT(dir, "%s/nope", base);
+    QZ(dir, "/tmp/moe8-never-written");
+    CHECK(run(cmd) == 1 && file_contains(log, "does not exist"));
+    QZ(src, src);
+    CHECK(run(cmd) == 1 && file_contains(log, "is the input"));
+    FMT(dir, "%s/sub", src);
+    QZ(src, dir);
+    CHECK(run(cmd) == 1 && file_contains(log, "inside the input"));
+    CHECK(access(dir, F_OK) != 0);
+    FMT(dir, "%s/notok", base);
+    FMT(cmd, "cp -r '%s' '%s' && rm '%s/tokenizer.json'", src, dir, dir);
+    CHECK(run(cmd) == 0);
+    QZ(dir, "/tmp/moe8-never-written");
+    CHECK(run(cmd) == 1 && file_contains(log, "tokenizer.json"));
+    FMT(dir, "%s/badcfg", base);
+    FMT(cmd, "cp -r '%s' '%s' && printf '{\"model_type\": ' > '%s/config.json'", src, dir, dir);
+    CHECK(run(cmd) == 0);
+    QZ(dir, "/tmp/moe8-never-written");
+    CHECK(run(cmd) == 1 && file_contains(log, "config.json"));
+    CHECK(access("/tmp/moe8-never-written", F_OK) != 0);
+    FMT(cmd, "'%s' quantize -i '%s' 2>'%s'", MOE8_CLI, src, log);
+    CHECK(run(cmd) == 2);
+    FMT(cmd, "'%s' quantize -i '%s' -o x --deq-dtype float16 2>'%s'", MOE8_CLI, src, log);
+    CHECK(run(cmd) == 2 && file_contains(log, "float16"));
+#undef QZ
+}
+
+/* No temporary folders left next to the outputs. */
+static void check_no_leftovers(const char *base) {
+    DIR *d = opendir(base);
+    struct dirent *e;
+    int left = 0;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) left++;
+    if (d) closedir(d);
+    CHECKF(left == 0, "%d temporary entries left", left);
+}
+
+int main(void) {
+    const char *base = test_tmpdir("quantize");
+    moe8_make_model_params mp = moe8_make_model_params_default();
+    char src[4096];
+    uint64_t before;
+    moe8_error e;
+    FMT(src, "%s/src", base);
+    mp.n_layers = 2;
+    mp.vocab_size = V;
+    mp.seed = 3;
+    mp.tokenizer_dir = TOK;
+    if (moe8_make_model(&mp, src, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model: %s\n", e.message);
+        return 2;
+    }
+    before = hash_folder(src);
+    test_library(base, src);
+    test_cli_shards(base, src);
+    test_cli_errors(base, src);
+    CHECK(hash_folder(src) == before);
+    check_no_leftovers(base);
+    return test_summary();
+}

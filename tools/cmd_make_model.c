@@ -1,0 +1,158 @@
+/*
+ * cmd_make_model.c — `moe8 make-model`: write a synthetic Qwen3-MoE folder
+ * (moe8_make_model) with a progress line on stderr.
+ *
+ * The tokenizer files come from --tokenizer DIR, else $MOE8_TOKENIZER_DIR,
+ * else .deps/qwen3-tokenizer next to or above the binary's folder, else the
+ * source tree's .deps/qwen3-tokenizer compiled in. Uses only moe8.h.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moe8 make-model --preset tiny|a3b-slice -o DIR [options]\n"
+            "  --preset P       tiny (4 layers, H 256, E 16) or a3b-slice (Qwen3-30B-A3B shapes)\n"
+            "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
+            "  --layers N       number of layers (default 4)\n"
+            "  --seed S         weights seed (default 0)\n"
+            "  --dtype D        bf16 (default) or f32\n"
+            "  --tokenizer DIR  folder with tokenizer.json (default: .deps/qwen3-tokenizer)\n"
+            "  --force          replace a non-empty output folder\n");
+}
+
+typedef struct {
+    int tty, last;
+} progress_state;
+
+static int progress(void *user, const char *stage, uint64_t done, uint64_t total) {
+    progress_state *p = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct == p->last) return 0;
+    p->last = pct;
+    if (p->tty) fprintf(stderr, "\rmoe8 make-model: %s %3d%% (%.1f / %.1f MiB)", stage, pct,
+                        (double)done / 1048576.0, (double)total / 1048576.0);
+    if (p->tty && done == total) fputc('\n', stderr);
+    return 0;
+}
+
+static int exists_tok(const char *dir) {
+    char p[PATH_MAX + 128];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    return access(p, R_OK) == 0;
+}
+
+/* The default tokenizer folder, or NULL. */
+static const char *default_tokenizer(char *buf, size_t cap) {
+    const char *env = getenv("MOE8_TOKENIZER_DIR");
+    static const char *rel[] = {"/.deps/qwen3-tokenizer", "/../.deps/qwen3-tokenizer"};
+    char exe[PATH_MAX];
+    ssize_t n;
+    if (env && *env) return env;
+    if ((n = readlink("/proc/self/exe", exe, sizeof exe - 1)) > 0) {
+        char *slash;
+        exe[n] = '\0';
+        if ((slash = strrchr(exe, '/'))) *slash = '\0';
+        for (size_t i = 0; i < 2; i++) {
+            snprintf(buf, cap, "%s%s", exe, rel[i]);
+            if (exists_tok(buf)) return buf;
+        }
+    }
+#ifdef MOE8_DEFAULT_TOKENIZER_DIR
+    if (exists_tok(MOE8_DEFAULT_TOKENIZER_DIR)) return MOE8_DEFAULT_TOKENIZER_DIR;
+#endif
+    return NULL;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || s[0] == '-') return -1;
+    *out = v;
+    return 0;
+}
+
+int cmd_make_model(int argc, char **argv) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    const char *out = NULL, *preset = NULL;
+    char tokbuf[PATH_MAX + 64];
+    progress_state ps = {isatty(2), -1};
+    moe8_error err;
+    uint64_t v;
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = strcmp(a, "--force") && strcmp(a, "-h") && strcmp(a, "--help");
+        if (takes && !val) {
+            fprintf(stderr, "moe8 make-model: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--force")) {
+            p.force = 1;
+            continue;
+        } else if (!strcmp(a, "--preset")) {
+            preset = val;
+        } else if (!strcmp(a, "-o")) {
+            out = val;
+        } else if (!strcmp(a, "--tokenizer")) {
+            p.tokenizer_dir = val;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(val, "bf16")) p.dtype = MOE8_DT_BF16;
+            else if (!strcmp(val, "f32")) p.dtype = MOE8_DT_F32;
+            else {
+                fprintf(stderr, "moe8 make-model: --dtype '%s': expected bf16 or f32\n", val);
+                return 2;
+            }
+        } else if (!strcmp(a, "--layers") || !strcmp(a, "--seed") || !strcmp(a, "--vocab") ||
+                   !strcmp(a, "--shard-size")) {
+            if (parse_u64(val, &v)) {
+                fprintf(stderr, "moe8 make-model: %s '%s': expected a non-negative integer\n", a, val);
+                return 2;
+            }
+            if (!strcmp(a, "--layers")) p.n_layers = v > 100000 ? 100000 : (int64_t)v;
+            else if (!strcmp(a, "--seed")) p.seed = v;
+            else if (!strcmp(a, "--vocab")) p.vocab_size = v > 100000000 ? 100000000 : (int64_t)v;
+            else p.shard_bytes = v;   /* hidden: tests */
+            if (!strcmp(a, "--layers") && v == 0) {
+                fprintf(stderr, "moe8 make-model: --layers must be >= 1\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "moe8 make-model: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!preset || !out) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(preset, "tiny")) p.preset = MOE8_PRESET_TINY;
+    else if (!strcmp(preset, "a3b-slice")) p.preset = MOE8_PRESET_A3B_SLICE;
+    else {
+        fprintf(stderr, "moe8 make-model: --preset '%s': expected tiny or a3b-slice\n", preset);
+        return 2;
+    }
+    if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(tokbuf, sizeof tokbuf))) {
+        fprintf(stderr, "moe8 make-model: no tokenizer folder found (.deps/qwen3-tokenizer: run "
+                        "scripts/deps.sh) — pass --tokenizer DIR\n");
+        return 1;
+    }
+    p.progress = progress;
+    p.progress_user = &ps;
+    if (moe8_make_model(&p, out, &err) != MOE8_OK) {
+        if (ps.tty) fputc('\n', stderr);
+        return cli_fail("make-model", &err);
+    }
+    fprintf(stderr, "moe8 make-model: wrote %s\n", out);
+    return 0;
+}

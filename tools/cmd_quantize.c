@@ -1,0 +1,154 @@
+/*
+ * cmd_quantize.c — `moe8 quantize -i DIR -o DIR`: write a ModelSlim-layout
+ * W8A8 copy of a float Qwen3-MoE folder (moe8_quantize): experts
+ * W8A8_DYNAMIC, attention (and dense MLP) W8A8 static calibrated on a
+ * built-in text or --calib FILE, the rest FLOAT. Progress on stderr, a
+ * summary on stdout. Uses only moe8.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moe8 quantize -i DIR -o DIR [options]\n"
+            "  -i DIR              float model folder (only read)\n"
+            "  -o DIR              output folder (must not exist or be empty, unless --force;\n"
+            "                      never the input or inside it)\n"
+            "  --calib FILE        calibration text for the W8A8 attention (default: built in)\n"
+            "  --linear w8a8|float attention and dense MLP: W8A8 static (default) or FLOAT\n"
+            "  --deq-dtype int64|float32  storage of deq_scale (default int64: fp32 bits)\n"
+            "  --shard-size N[K|M|G]      most tensor bytes per safetensors file (default 4G)\n"
+            "  -t N                threads for calibration (default: all)\n"
+            "  --force             replace a non-empty output folder\n");
+}
+
+typedef struct {
+    int tty, last;
+    char stage[16];
+} progress_state;
+
+static int progress(void *user, const char *stage, uint64_t done, uint64_t total) {
+    progress_state *p = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct == p->last && !strcmp(stage, p->stage)) return 0;
+    p->last = pct;
+    snprintf(p->stage, sizeof p->stage, "%s", stage);
+    if (!p->tty) return 0;
+    if (!strcmp(stage, "calibrate"))
+        fprintf(stderr, "\rmoe8 quantize: calibrating%s", done == total ? " done\n" : "...");
+    else
+        fprintf(stderr, "\rmoe8 quantize: %s %3d%% (%.1f / %.1f MiB)%s", stage, pct,
+                (double)done / 1048576.0, (double)total / 1048576.0, done == total ? "\n" : "");
+    return 0;
+}
+
+static int parse_size(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    uint64_t mul = 1;
+    if (!*s || s[0] == '-' || end == s) return -1;
+    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
+    else if (*end) return -1;
+    if (*end && end[1]) return -1;
+    if (v == 0 || v > UINT64_MAX / mul) return -1;
+    *out = v * mul;
+    return 0;
+}
+
+static char *read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) &&
+        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+        fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Options into p; returns 0, or the exit status for a usage error / --help. */
+static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char **in,
+                      const char **out, const char **calib) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--force")) {
+            p->force = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "moe8 quantize: %s needs a value (or is unknown)\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-i")) *in = val;
+        else if (!strcmp(a, "-o")) *out = val;
+        else if (!strcmp(a, "--calib")) *calib = val;
+        else if (!strcmp(a, "--linear") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
+            p->linear_float = !strcmp(val, "float");
+        else if (!strcmp(a, "--deq-dtype") && (!strcmp(val, "int64") || !strcmp(val, "float32")))
+            p->deq_scale_f32 = !strcmp(val, "float32");
+        else if (!strcmp(a, "--shard-size") && !parse_size(val, &p->shard_bytes)) {
+        } else if (!strcmp(a, "-t") && atoi(val) > 0)
+            p->n_threads = atoi(val);
+        else {
+            fprintf(stderr, "moe8 quantize: bad option '%s %s'\n", a, val);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!*in || !*out) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    moe8_quantize_params p = moe8_quantize_params_default();
+    moe8_quantize_stats s;
+    const char *in = NULL, *out = NULL, *calib = NULL;
+    char *text = NULL;
+    progress_state ps = {isatty(2), -1, ""};
+    moe8_error err;
+    int rc = parse_args(argc, argv, &p, &in, &out, &calib);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (calib) {
+        if (!(text = read_text(calib, &p.calib_len))) {
+            fprintf(stderr, "moe8 quantize: cannot read calibration text '%s'\n", calib);
+            return 1;
+        }
+        p.calib_text = text;
+    }
+    p.progress = progress;
+    p.progress_user = &ps;
+    if (moe8_quantize(in, out, &p, &s, &err) != MOE8_OK) {
+        free(text);
+        if (ps.tty && ps.last >= 0 && ps.last < 100) fputc('\n', stderr);
+        return cli_fail("quantize", &err);
+    }
+    free(text);
+    printf("wrote %s: %lld tensors in %d file%s, %.1f MiB (input %lld tensors, %.1f MiB)",
+           out, (long long)s.n_tensors_out, s.n_files, s.n_files == 1 ? "" : "s",
+           (double)s.bytes_out / 1048576.0, (long long)s.n_tensors_in,
+           (double)s.bytes_in / 1048576.0);
+    if (s.n_calib_tokens) printf(", calibrated on %lld tokens", (long long)s.n_calib_tokens);
+    printf("\n");
+    return 0;
+}
