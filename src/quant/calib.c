@@ -8,6 +8,9 @@
  * sees every token; no logits are computed). The built-in text is a few
  * hundred tokens of varied English: prose, dialogue, numbers, code, a list.
  *
+ * Each layer's mapped weight pages are released when the pass reaches the
+ * next layer, so resident memory stays near one layer of float weights.
+ *
  * Does not: percentile or MSE observers (ModelSlim's default for W8A8
  * activations is min/max), per-channel activation ranges, or smoothing.
  */
@@ -17,6 +20,7 @@
 
 #include "core/core.h"
 #include "model/forward.h"
+#include "model/model.h"
 #include "quant/quant.h"
 
 static const char calib_text[] =
@@ -66,13 +70,32 @@ void moe8_range_params(const moe8_range *r, float *scale, int *offset) {
 typedef struct {
     moe8_range *ranges;   /* [n_layer][MOE8_CALIB_SITES] */
     int n_layer;
+    const moe8_model *m;
 } calib_state;
+
+/* Give back the mapped pages of layer l's weights once the pass has moved
+ * on: calibration reads every expert of every layer, and without this the
+ * whole float model would end up resident. */
+static void release_layer(const moe8_model *m, int l) {
+    const moe8_layer *L = &m->layers[l];
+    const moe8_linear *lin[] = {&L->q, &L->k, &L->v, &L->o, &L->mlp_gate, &L->mlp_up, &L->mlp_down};
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
+        if (lin[i]->weight) moe8_st_release(m->st, lin[i]->weight);
+    if (!L->info.is_moe) return;
+    moe8_st_release(m->st, L->router);
+    for (int64_t e = 0; e < m->cfg.num_experts; e++) {
+        moe8_st_release(m->st, L->experts[e].gate.weight);
+        moe8_st_release(m->st, L->experts[e].up.weight);
+        moe8_st_release(m->st, L->experts[e].down.weight);
+    }
+}
 
 static void observe(void *user, int layer, int site, const float *x, int n_rows, int n_cols) {
     calib_state *c = user;
     moe8_range *r;
     size_t n = (size_t)n_rows * (size_t)n_cols;
     if (layer < 0 || layer >= c->n_layer || site < 0 || site >= MOE8_CALIB_SITES) return;
+    if (site == MOE8_CALIB_QKV && layer > 0) release_layer(c->m, layer - 1);
     r = &c->ranges[(size_t)layer * MOE8_CALIB_SITES + site];
     for (size_t i = 0; i < n; i++) {
         if (r->n == 0 && i == 0) r->min = r->max = x[0];
@@ -95,7 +118,7 @@ moe8_status moe8_calibrate(moe8_model *m, const moe8_tokenizer *tok, const char 
                            size_t len, int n_threads, moe8_range *ranges, int64_t *n_tokens,
                            moe8_error *err) {
     const moe8_config *c = moe8_model_config(m);
-    calib_state cs = {ranges, (int)c->num_hidden_layers};
+    calib_state cs = {ranges, (int)c->num_hidden_layers, m};
     moe8_context_params cp = moe8_context_params_default();
     moe8_context *ctx = NULL;
     int32_t *ids = NULL, *pos = NULL, *seq = NULL;
@@ -125,6 +148,7 @@ moe8_status moe8_calibrate(moe8_model *m, const moe8_tokenizer *tok, const char 
         const moe8_batch b = {(int32_t)n, ids, pos, seq, want};
         st = moe8_decode(ctx, &b, err);
     }
+    release_layer(m, cs.n_layer - 1);
     *n_tokens = (int64_t)n;
 done:
     if (st) moe8_error_prefix(err, "calibration");
