@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "moe8.h"
+
 static int test_n_pass, test_n_fail;
 
 #define CHECKF(cond, ...)                                                         \
@@ -75,6 +77,38 @@ static inline double test_rng_normal(test_rng *r) {
     double u1 = test_rng_uniform(r), u2 = test_rng_uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Whole file into a NUL-terminated malloc'd buffer (NULL if it cannot be read). */
+static inline unsigned char *test_slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b;
+    long len;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    b = malloc((size_t)len + 1);
+    if (!b) {
+        fclose(f);
+        return NULL;
+    }
+    *n = fread(b, 1, (size_t)len, f);
+    b[*n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Load a model folder the test itself made; a failure ends the test program. */
+static inline moe8_model *test_load_model(const char *dir) {
+    moe8_model *m = NULL;
+    moe8_error e;
+    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    return m;
 }
 
 #endif

@@ -18,16 +18,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static moe8_model *load_model(const char *dir) {
-    moe8_model *m = NULL;
-    moe8_error e;
-    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
-        fprintf(stderr, "load %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    return m;
-}
-
 static moe8_context *new_ctx(moe8_model *m, int n_ctx, int n_seq, int n_threads, int float_ex) {
     moe8_context_params p = moe8_context_params_default();
     moe8_context *c = NULL;
@@ -129,7 +119,7 @@ static const char *write_fixture(const char *name, const fx_opts *o) {
 
 static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int quantized) {
     const char *dir = write_fixture(label, o);
-    moe8_model *m = load_model(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_context *c = new_ctx(m, 32, 1, 2, float_ex);
     const int n = 9, V = (int)o->vocab;
     float *got = malloc(sizeof(float) * n * V);
@@ -251,7 +241,7 @@ typedef struct {
 } dump_t;
 
 static void run_dump(const char *dir, int n_threads, dump_t *d) {
-    moe8_model *m = load_model(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_context *c = new_ctx(m, 32, 1, n_threads, 0);
     moe8_sampler *s = NULL;
     const int32_t *pp = PROMPT;
@@ -506,7 +496,7 @@ int main(int argc, char **argv) {
     test_threads(dir);
     fx_opts of = float_opts();
     test_threads(write_fixture("fwd_threads_float", &of));
-    moe8_model *m = load_model(dir);
+    moe8_model *m = test_load_model(dir);
     test_batch_vs_alone(m);
     test_decode_vs_prefill(m);
     test_overflow(m);

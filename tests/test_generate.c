@@ -71,21 +71,11 @@ static const char *write_model(const char *name, fx_opts *o, int with_tokenizer)
     return dir;
 }
 
-static moe8_model *load(const char *dir) {
-    moe8_model *m = NULL;
-    moe8_error e;
-    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
-        fprintf(stderr, "load %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    return m;
-}
-
 /* The library's own generation: n_predict tokens of one prompt. */
 static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
                         const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
                         int float_experts, int32_t *out) {
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_context_params cp = moe8_context_params_default();
     moe8_context *c = NULL;
     moe8_sampler *s = NULL;
@@ -185,7 +175,7 @@ static void test_ids_vs_library(const char *dir) {
 static void test_dump_logits(const char *dir) {
     char args[8192], path[4200];
     static char text[1 << 16 << 2];
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_context *c = NULL;
     int32_t pos[6], seq[6] = {0};
     int V, n_lines = 0, bit_equal = 1, sorted = 1;

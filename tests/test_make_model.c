@@ -28,24 +28,9 @@ static moe8_status make(const char *dir, int64_t layers, uint64_t seed, int64_t 
     return moe8_make_model(&p, dir, e);
 }
 
-/* Whole file into a malloc'd buffer (NULL if missing). */
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long len;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 static int same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    unsigned char *x = test_slurp(a, &na), *y = test_slurp(b, &nb);
     int same = x && y && na == nb && !memcmp(x, y, na);
     free(x);
     free(y);
@@ -59,7 +44,7 @@ static int run(const char *cmd) {
 
 static int file_contains(const char *path, const char *needle) {
     size_t n = 0;
-    unsigned char *b = slurp(path, &n);
+    unsigned char *b = test_slurp(path, &n);
     int found;
     if (!b) return 0;
     b[n] = 0;
@@ -103,21 +88,11 @@ static void test_configs(void) {
 
 /* ---- written folder -------------------------------------------------------- */
 
-static moe8_model *load(const char *dir) {
-    moe8_model *m = NULL;
-    moe8_error e;
-    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
-        fprintf(stderr, "load %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    return m;
-}
-
 /* config.json on disk == moe8_make_model_config; weight statistics. */
 static void test_folder(const char *dir) {
     moe8_make_model_params p = moe8_make_model_params_default();
     moe8_config want;
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     const moe8_config *c = moe8_model_config(m);
     moe8_st *st = NULL;
     char path[4096];
@@ -156,7 +131,7 @@ static void test_folder(const char *dir) {
  * weights the MoE layer picks on them, well away from uniform. */
 static void test_routing(const char *dir) {
     enum { T = 64, E = 16, H = 256 };
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_st *st = NULL;
     const moe8_tensor *g;
     test_rng r = {12345};
@@ -208,7 +183,7 @@ static void test_routing(const char *dir) {
 
 /* 16 greedy tokens from "Hello, my name is" are not one token repeated. */
 static void test_greedy(const char *dir) {
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_tokenizer *tok = NULL;
     moe8_context *c = NULL;
     moe8_sampler *s = NULL;
@@ -277,10 +252,10 @@ static void test_shards(const char *base) {
     CHECK(access(path, F_OK) == 0);
     FMT(path, "%s/model.safetensors", dir);
     CHECK(access(path, F_OK) != 0);
-    m = load(dir);
+    m = test_load_model(dir);
     moe8_model_get_stats(m, &s1);
     moe8_model_free(m);
-    m = load(one);
+    m = test_load_model(one);
     moe8_model_get_stats(m, &s2);
     moe8_model_free(m);
     CHECKF(s1.n_files >= 3, "%d files", s1.n_files);

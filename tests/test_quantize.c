@@ -34,24 +34,9 @@ static int run(const char *cmd) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    unsigned char *b;
-    long len;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
-}
-
 static int file_contains(const char *path, const char *needle) {
     size_t n = 0;
-    unsigned char *b = slurp(path, &n);
+    unsigned char *b = test_slurp(path, &n);
     int found = b && strstr((char *)b, needle) != NULL;
     if (!found && b) fprintf(stderr, "  (%s holds: %s)\n", path, (char *)b);
     free(b);
@@ -69,7 +54,7 @@ static uint64_t hash_folder(const char *dir) {
         unsigned char *b;
         for (const char *c = list[i]->d_name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
         FMT(path, "%s/%s", dir, list[i]->d_name);
-        if (list[i]->d_type == DT_REG && (b = slurp(path, &len))) {
+        if (list[i]->d_type == DT_REG && (b = test_slurp(path, &len))) {
             for (size_t j = 0; j < len; j++) h = (h ^ b[j]) * 1099511628211ull;
             free(b);
         }
@@ -79,22 +64,12 @@ static uint64_t hash_folder(const char *dir) {
     return n < 0 ? 0 : h;
 }
 
-static moe8_model *load(const char *dir) {
-    moe8_model *m = NULL;
-    moe8_error e;
-    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
-        fprintf(stderr, "load %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    return m;
-}
-
 static const int32_t prompt[] = {9707, 11, 847, 829, 374}; /* "Hello, my name is" */
 #define N_PROMPT 5
 
 /* Last-token logits of the prompt, and 5 greedy tokens. */
 static void run_model(const char *dir, float *logits, int32_t *greedy) {
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_context_params cp = moe8_context_params_default();
     moe8_context *c = NULL;
     moe8_sampler *s = NULL;
@@ -322,7 +297,7 @@ static void check_layer0_range(const char *src_dir, const char *q_dir) {
 /* ---- model-level checks ----------------------------------------------------- */
 
 static void check_types(const char *dir, moe8_quant_type attn) {
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model(dir);
     moe8_layer_info a, b;
     CHECK(moe8_model_layer_info(m, 0, &a) == 0 && moe8_model_layer_info(m, 1, &b) == 0);
     CHECK(!a.is_moe && a.qkv == attn && a.o == attn && a.mlp_gate_up == attn && a.mlp_down == attn);
@@ -429,7 +404,7 @@ static void test_cli_shards(const char *base, const char *src) {
     CHECK(run(cmd) == 0);
     FMT(path, "%s/model.safetensors.index.json", out);
     CHECK(access(path, F_OK) == 0);
-    m = load(out);
+    m = test_load_model(out);
     moe8_model_get_stats(m, &s);
     moe8_model_free(m);
     CHECKF(s.n_files >= 3, "%d files", s.n_files);
