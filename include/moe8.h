@@ -243,11 +243,14 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer);
 
 typedef struct moe8_model moe8_model;
+typedef struct moe8_dist moe8_dist;   /* see "Distributed" below */
 
 /* Load options. Initialise with moe8_model_params_default(); fields are only
  * ever appended. */
 typedef struct {
     int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default */
+    moe8_dist *dist;              /* NULL (or one rank): single process. Else this rank's share
+                                   * of the model (SPEC §8); must outlive the model */
 } moe8_model_params;
 moe8_model_params moe8_model_params_default(void);
 
@@ -301,6 +304,77 @@ typedef struct {
 } moe8_memory_estimate;
 moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
                               moe8_error *err);
+
+/* ======================================================================== */
+/* Distributed: tensor and expert parallelism over MPI (SPEC §8)             */
+/* ======================================================================== */
+
+/* N processes (ranks), started together by mpirun, run one model: attention
+ * heads are split over the ranks (q/k/v column-parallel, o_proj row-parallel
+ * + all-reduce), dense MLPs along their width, experts along the intermediate
+ * dimension (TP, default) or as whole experts in contiguous blocks
+ * (expert_parallel). Embeddings, norms, router and lm_head are replicated.
+ * Each rank packs only its shard; the pages of the checkpoint it never
+ * touches are never resident. Every rank runs the same calls in the same
+ * order (moe8_decode included); rank 0 samples and broadcasts the tokens.
+ *
+ * Failure handling: every call below that communicates is collective. A
+ * model load or context create with a dist first agrees on every rank's
+ * outcome, so one rank's failure (missing/corrupt shard, out of memory, bad
+ * split) fails the call on every rank with that rank's message
+ * ("rank R: ..."); the load then compares a fingerprint of the model folder
+ * (config.json, quant description, safetensors headers and file sizes). A
+ * rank that dies is handled by mpirun (it ends the others). MPI is
+ * initialised only by moe8_dist_init with n_ranks > 1; nothing else in moe8
+ * touches it. The MPI transport is used from the calling thread only. */
+
+/* 1 when this build has MPI. */
+int moe8_dist_mpi_available(void);
+
+/* Join the group of n_ranks processes. n_ranks 1: a local handle, MPI is not
+ * touched (fails if the process was started by a launcher with more than one
+ * process: the counts must agree). n_ranks > 1: initialises MPI; fails
+ * (MOE8_ERR_INVALID_ARG) unless the launcher started exactly n_ranks
+ * processes. On failure nothing is left initialised. */
+moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err);
+/* Collective when n_ranks > 1 (finalises MPI). NULL is a no-op. */
+void moe8_dist_free(moe8_dist *d);
+int moe8_dist_rank(const moe8_dist *d);
+int moe8_dist_size(const moe8_dist *d);
+int moe8_dist_expert_parallel(const moe8_dist *d);
+/* Wall seconds this rank spent in collectives (all-reduce, all-gather,
+ * broadcast), waiting for slower ranks included; 0 with one rank. */
+double moe8_dist_comm_seconds(const moe8_dist *d);
+
+/* Collective: every rank passes its own outcome (`local`; when it is an error
+ * err->message holds its message). Returns MOE8_OK when every rank
+ * succeeded; else, on every rank, the status of the lowest failing rank with
+ * err->message "rank R: <its message>". */
+moe8_status moe8_dist_agree(moe8_dist *d, moe8_status local, moe8_error *err);
+/* Collective: fails (MOE8_ERR_INVALID_ARG, same message on every rank) unless
+ * bytes[n] is the same on every rank; `what` names it in the message. */
+moe8_status moe8_dist_check_same(moe8_dist *d, const void *bytes, size_t n, const char *what,
+                                 moe8_error *err);
+/* Collective: rank 0's tokens[n] and *flag replace every rank's. */
+moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t *flag,
+                                   moe8_error *err);
+/* Collective: recv[size][bytes] = every rank's send[bytes], in rank order. */
+moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size_t bytes,
+                                moe8_error *err);
+/* End every rank now with `code` (MPI_Abort; exit with one rank). For a
+ * failure the other ranks cannot know about. */
+void moe8_dist_abort(moe8_dist *d, int code);
+
+/* This rank's share of a model loaded with a dist (all zeros without). */
+typedef struct {
+    int rank, size, expert_parallel;
+    int head_begin, head_end;        /* q heads [begin, end) */
+    int kv_begin, kv_end;            /* kv heads (replicated when num_key_value_heads < size) */
+    int i_begin, i_end;              /* expert intermediate slice (whole under EP) */
+    int expert_first, expert_last;   /* local experts (all under TP) */
+    int f_begin, f_end;              /* dense MLP intermediate slice */
+} moe8_dist_shard;
+void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out);
 
 /* ======================================================================== */
 /* Generation: contexts, batches, decode, generate (SPEC §7)                 */
@@ -689,8 +763,13 @@ typedef struct {
 } moe8_moe_layer_info;
 void moe8_moe_layer_get_info(const moe8_moe_layer *layer, moe8_moe_layer_info *out);
 
+/* 1 when a workspace made for one layer serves the other: same shape
+ * (E, H, local I, local experts, quant, top_k, router present, threads). */
+int moe8_moe_layer_same_shape(const moe8_moe_layer *a, const moe8_moe_layer *b);
+
 /* Workspace for up to max_tokens tokens per forward, run with n_threads
- * OpenMP threads (0 = the layer's setting). */
+ * OpenMP threads (0 = the layer's setting). It serves `layer` and every
+ * layer of the same shape (moe8_moe_layer_same_shape); forward checks it. */
 moe8_status moe8_moe_workspace_create(const moe8_moe_layer *layer, int max_tokens,
                                       int n_threads, moe8_moe_workspace **out, moe8_error *err);
 void moe8_moe_workspace_free(moe8_moe_workspace *ws);
@@ -713,6 +792,9 @@ typedef struct {
     int i_begin, i_end;             /* TP slice of I; 0,0 = whole */
     int expert_first, expert_last;  /* EP range; 0,0 = all experts */
     int n_threads;                  /* 0 = the model's n_threads */
+    int dequantize;                 /* W8A8_DYNAMIC experts: dequantize the part to fp32,
+                                     * W = S*(Wq + O), owned by the layer, and run it as
+                                     * FLOAT experts (a comparison aid: 4x the memory) */
 } moe8_moe_part;
 
 /* Build MoE layer `layer` of a loaded model: router weight mlp.gate in place,

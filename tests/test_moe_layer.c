@@ -627,6 +627,9 @@ static void test_errors(void) {
     rp.top_k = 2;
     moe8_moe_layer *L = make_layer(m, &rp, 0, 0, 0, 0, NULL, MOE8_DT_F32);
     moe8_moe_layer *L2 = make_layer(m, &rp, 0, 0, 0, 0, NULL, MOE8_DT_F32);
+    moe8_router_params rp3 = rp;
+    rp3.top_k = 3;
+    moe8_moe_layer *L3 = make_layer(m, &rp3, 0, 0, 0, 0, NULL, MOE8_DT_F32);
     moe8_moe_workspace *ws;
     float h[3 * 72] = {0}, lg[3 * 4] = {0}, out[3 * 72];
     CHECK(moe8_moe_workspace_create(L, 2, 1, &ws, &err) == MOE8_OK);
@@ -634,12 +637,17 @@ static void test_errors(void) {
           strstr(err.message, "exceed"));
     CHECK(moe8_moe_layer_forward(L, ws, h, 2, NULL, out, &err) == MOE8_ERR_INVALID_ARG &&
           strstr(err.message, "router"));
-    CHECK(moe8_moe_layer_forward(L2, ws, h, 2, lg, out, &err) == MOE8_ERR_INVALID_ARG);
+    /* A workspace serves every layer of its shape, and only those. */
+    CHECK(moe8_moe_layer_same_shape(L, L2) && !moe8_moe_layer_same_shape(L, L3));
+    CHECK(moe8_moe_layer_forward(L2, ws, h, 2, lg, out, &err) == MOE8_OK);
+    CHECK(moe8_moe_layer_forward(L3, ws, h, 2, lg, out, &err) == MOE8_ERR_INVALID_ARG &&
+          strstr(err.message, "another shape"));
     CHECK(moe8_moe_layer_forward(L, ws, h, 0, lg, out, &err) == MOE8_OK);
     moe8_moe_workspace_free(ws);
     CHECK(moe8_moe_workspace_create(L, 0, 1, &ws, &err) == MOE8_ERR_INVALID_ARG);
     moe8_moe_layer_free(L);
     moe8_moe_layer_free(L2);
+    moe8_moe_layer_free(L3);
     tmodel_free(m);
 }
 

@@ -150,12 +150,12 @@ static void run_model(const char *name, int quant, moe8_dtype scale_dt) {
     for (int i = 0; i < T * H; i++) h[i] = (float)test_rng_normal(&rng);
     ref_model_of(&rm, &m->layers[1], E);
     check_part(name, m, 1, NULL, h, T, &rm, full);
-    moe8_moe_part ep[2] = {{0, 0, 0, E / 2, 1}, {0, 0, E / 2, E, 2}};
+    moe8_moe_part ep[2] = {{0, 0, 0, E / 2, 1, 0}, {0, 0, E / 2, E, 2, 0}};
     for (int p = 0; p < 2; p++) check_part("EP part", m, 1, &ep[p], h, T, &rm, sum);
     for (int i = 0; i < T * H; i++) fullf[i] = (float)full[i];
     CHECKF(ref_rel_max(fullf, sum, (size_t)T * H) <= 1e-6, "%s: EP parts do not sum to the whole",
            name);
-    moe8_moe_part tp = {I / 2, I, 0, 0, 0};
+    moe8_moe_part tp = {I / 2, I, 0, 0, 0, 0};
     check_part("TP part", m, 1, &tp, h, T, &rm, NULL);
     /* Errors: a dense layer, a layer out of range. */
     moe8_moe_layer *L = NULL;

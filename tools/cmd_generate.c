@@ -62,6 +62,10 @@ static void usage(FILE *f) {
         "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
         "                     line per vocabulary id (%%.9g), single prompt only\n"
         "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
+        "  --tp N             run as N ranks started by mpirun -np N (tensor parallel:\n"
+        "                     attention heads, dense MLPs and experts split over the ranks;\n"
+        "                     every rank gets the same flags and model folder)\n"
+        "  --expert-parallel  with --tp: split the experts as whole experts instead\n"
         "  -h, --help         this text\n"
         "output: one prompt streams its text as it is generated; a batch prints each\n"
         "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
@@ -69,7 +73,8 @@ static void usage(FILE *f) {
         "stderr ends with one line: load_s= prompt_tokens= prefill_s= prefill_tok_s=\n"
         "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (load_s: model, tokenizer and\n"
         "weight preparation; decode excludes each prompt's first token, which comes from\n"
-        "the prompt pass).\n",
+        "the prompt pass). With --tp, rank 0 alone prints; a line before it gives each\n"
+        "rank's resident and peak memory and its time in communication.\n",
         DEFAULT_N_PREDICT, DEFAULT_N_CTX);
 }
 
@@ -80,7 +85,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *dir, *text, *file, *prompt_ids, *dump;
     int64_t n_predict, n_ctx;
-    int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads;
+    int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
     moe8_sampler_params sp;
 } opts;
 
@@ -130,7 +135,7 @@ static int parse_seed(const char *s, uint64_t *out) {
 static int is_valued(const char *a) {
     static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--dump-logits", "-n",
                                         "-c", "--threads", "--top-k", "--temp", "--top-p",
-                                        "--min-p", "--seed"};
+                                        "--min-p", "--seed", "--tp"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -151,6 +156,9 @@ static int parse_valued(opts *o, const char *a, const char *v) {
     } else if (!strcmp(a, "--threads")) {
         if (parse_int(a, v, 1, 4096, &x)) return -1;
         o->n_threads = (int)x;
+    } else if (!strcmp(a, "--tp")) {
+        if (parse_int(a, v, 1, 4096, &x)) return -1;
+        o->tp = (int)x;
     } else if (!strcmp(a, "--top-k")) {
         if (parse_int(a, v, 0, INT32_MAX, &x)) return -1;
         o->sp.top_k = (int)x;
@@ -167,6 +175,7 @@ static int parse_flag(opts *o, const char *a) {
     else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
     else if (!strcmp(a, "--ids")) o->print_ids = 1;
     else if (!strcmp(a, "--float-experts")) o->float_experts = 1;
+    else if (!strcmp(a, "--expert-parallel")) o->expert_parallel = 1;
     else return 0;
     return 1;
 }
@@ -176,6 +185,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = DEFAULT_N_PREDICT;
     o->n_ctx = DEFAULT_N_CTX;
+    o->tp = 1;
     o->sp = moe8_sampler_defaults();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -200,6 +210,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     }
     if (!!o->text + !!o->file + !!o->prompt_ids != 1) {
         fprintf(stderr, "moe8 " CMD ": give exactly one of -p TEXT, -f FILE, --prompt-ids IDS\n");
+        return 2;
+    }
+    if (o->expert_parallel && o->tp < 2) {
+        fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N >= 2\n");
         return 2;
     }
     if (o->chat && o->prompt_ids) {
@@ -386,6 +400,8 @@ static int check_prompts(const prompts *p, int64_t n_ctx, int64_t n_vocab) {
 typedef struct {
     const opts *o;
     const prompts *pr;
+    moe8_dist *dist;
+    int quiet;             /* ranks other than 0 print nothing */
     moe8_context *ctx;
     moe8_sampler *smp;
     moe8_detok *detok;     /* NULL with --ids */
@@ -398,6 +414,7 @@ typedef struct {
     int32_t *next;         /* [n_seq] token to feed next */
     int32_t *count;        /* [n_seq] tokens generated */
     int32_t *fin;          /* [n_seq] moe8_finish */
+    int32_t *sampled;      /* [n_seq] tokens of one pass, sampled by rank 0 */
     int32_t *out;          /* [n_seq][cap_out] generated ids */
     int32_t cap_out;
     int in_prefill;
@@ -409,6 +426,7 @@ static int runner_alloc(runner *r) {
     const int n_seq = r->pr->n;
     int64_t cap = r->o->n_predict < (int64_t)r->n_ctx + 1 ? r->o->n_predict : r->n_ctx + 1;
     r->cap_out = (int32_t)(cap > 0 ? cap : 1);
+    r->sampled = malloc((size_t)n_seq * sizeof(int32_t));
     r->b_tok = malloc((size_t)r->n_batch * sizeof(int32_t));
     r->b_pos = malloc((size_t)r->n_batch * sizeof(int32_t));
     r->b_seq = malloc((size_t)r->n_batch * sizeof(int32_t));
@@ -419,7 +437,7 @@ static int runner_alloc(runner *r) {
     r->fin = calloc((size_t)n_seq, sizeof(int32_t));
     r->out = malloc((size_t)n_seq * (size_t)r->cap_out * sizeof(int32_t));
     if (r->b_tok && r->b_pos && r->b_seq && r->b_lg && r->row && r->next && r->count && r->fin &&
-        r->out) {
+        r->out && r->sampled) {
         for (int i = 0; i < n_seq; i++) r->row[i] = -1;
         return 0;
     }
@@ -428,6 +446,7 @@ static int runner_alloc(runner *r) {
 }
 
 static void runner_free(runner *r) {
+    free(r->sampled);
     free(r->b_tok);
     free(r->b_pos);
     free(r->b_seq);
@@ -520,6 +539,7 @@ static void print_ids_batch(const runner *r) {
 }
 
 static void on_finish(runner *r, int i) {
+    if (r->quiet) return;
     if (r->fin[i] == MOE8_FINISH_CONTEXT)
         fprintf(stderr, "moe8 " CMD ": prompt %d stopped at the context length %d\n", i, r->n_ctx);
     if (r->pr->n == 1) stream_end(r);
@@ -559,7 +579,7 @@ static void take(runner *r, int i, int32_t tok) {
         }
     if (r->count[i] < r->cap_out) r->out[(size_t)i * r->cap_out + r->count[i]] = tok;
     r->count[i]++;
-    if (r->pr->n == 1) stream_token(r, tok);
+    if (r->pr->n == 1 && !r->quiet) stream_token(r, tok);
     if (r->count[i] >= r->o->n_predict) r->fin[i] = MOE8_FINISH_LENGTH;
     else if (moe8_context_seq_len(r->ctx, i) >= r->n_ctx) r->fin[i] = MOE8_FINISH_CONTEXT;
     else r->next[i] = tok;
@@ -571,21 +591,33 @@ static int flush(runner *r, int n) {
     const moe8_batch b = {n, r->b_tok, r->b_pos, r->b_seq, r->b_lg};
     moe8_error err;
     if (n == 0) return 0;
-    if (moe8_decode(r->ctx, &b, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    for (int i = 0; i < r->pr->n; i++) {
+    int32_t stop = 0;
+    int k = 0;
+    if (moe8_decode(r->ctx, &b, &err) != MOE8_OK) return r->quiet ? 1 : cli_fail(CMD, &err);
+    /* Rank 0 samples (and dumps); every rank takes the tokens it broadcasts. */
+    for (int i = 0; i < r->pr->n && !r->quiet; i++) {
         const float *logits;
+        if (r->row[i] < 0) continue;
+        logits = moe8_context_logits(r->ctx, r->row[i]);
+        if (r->in_prefill && r->o->dump &&
+            dump_logits(r->o->dump, logits, moe8_context_n_vocab(r->ctx)))
+            stop = 1;
+        if (r->o->n_predict > 0) r->sampled[k++] = moe8_sampler_sample(r->smp, logits);
+    }
+    for (int i = 0; i < r->pr->n && r->quiet; i++) k += r->row[i] >= 0 && r->o->n_predict > 0;
+    if (moe8_dist_bcast_tokens(r->dist, r->sampled, k, &stop, &err) != MOE8_OK)
+        return r->quiet ? 1 : cli_fail(CMD, &err);
+    if (stop) return 1;
+    k = 0;
+    for (int i = 0; i < r->pr->n; i++) {
         int row = r->row[i];
         r->row[i] = -1;
         if (row < 0) continue;
-        logits = moe8_context_logits(r->ctx, row);
-        if (r->in_prefill && r->o->dump &&
-            dump_logits(r->o->dump, logits, moe8_context_n_vocab(r->ctx)))
-            return 1;
         if (r->o->n_predict == 0) {
             r->fin[i] = MOE8_FINISH_LENGTH;
             on_finish(r, i);
         } else {
-            take(r, i, moe8_sampler_sample(r->smp, logits));
+            take(r, i, r->sampled[k++]);
         }
     }
     return 0;
@@ -647,6 +679,47 @@ static double peak_rss_mb(void) {
     return (double)ru.ru_maxrss / 1024.0; /* Linux: kilobytes */
 }
 
+/* Every rank reports whether it failed (it printed its own message); 1 when
+ * any did. Rank 0 names a failed peer so its own output says why it stops. */
+static int agree(moe8_dist *d, int failed) {
+    moe8_error err;
+    moe8_status st;
+    if (moe8_dist_size(d) == 1) return failed;
+    snprintf(err.message, sizeof err.message, "failed (its message is above)");
+    st = moe8_dist_agree(d, failed ? MOE8_ERR_INVALID_ARG : MOE8_OK, &err);
+    if (st && !failed && moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
+    return st != MOE8_OK;
+}
+
+/* The settings every rank must share, and the prompt ids, compared across
+ * ranks (a different flag or prompt file on one rank is refused at start). */
+static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
+    int64_t head[16] = {o->n_predict, o->n_ctx, o->ctx_set, o->chat, o->ignore_eos,
+                        o->float_experts, o->tp, o->expert_parallel, o->sp.top_k,
+                        (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids};
+    float f[3] = {o->sp.temperature, o->sp.top_p, o->sp.min_p};
+    size_t n = sizeof head + sizeof f + (size_t)p->n_tokens * sizeof(int32_t), u = 0;
+    char *buf = malloc(n);
+    moe8_error err;
+    int rc = 0;
+    if (moe8_dist_size(d) == 1) {
+        free(buf);
+        return 0;
+    }
+    if (agree(d, !buf)) {
+        free(buf);
+        return 1;
+    }
+    memcpy(buf, head, sizeof head), u += sizeof head;
+    memcpy(buf + u, f, sizeof f), u += sizeof f;
+    for (int i = 0; i < p->n; i++, u += (size_t)p->len[i - 1] * sizeof(int32_t))
+        memcpy(buf + u, p->ids[i], (size_t)p->len[i] * sizeof(int32_t));
+    if (moe8_dist_check_same(d, buf, n, "the flags or prompts of 'moe8 generate'", &err))
+        rc = moe8_dist_rank(d) == 0 ? cli_fail(CMD, &err) : 1;
+    free(buf);
+    return rc;
+}
+
 /* Load the tokenizer when text goes in or out (required), or when present
  * (for the <|im_end|> stop id). */
 static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
@@ -705,7 +778,8 @@ static int make_context(const opts *o, moe8_model *m, const prompts *p, runner *
     cp.n_outputs = p->n;
     cp.n_threads = o->n_threads;
     cp.float_experts = o->float_experts;
-    if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) /* agreed by every rank */
+        return r->quiet ? 1 : cli_fail(CMD, &err);
     r->n_batch = moe8_context_get_params(r->ctx).n_batch;
     if (moe8_sampler_create(&o->sp, moe8_context_n_vocab(r->ctx), &r->smp, &err) != MOE8_OK)
         return cli_fail(CMD, &err);
@@ -727,6 +801,41 @@ static int resolve_n_ctx(const opts *o, const moe8_config *c, int32_t *n_ctx) {
     return 0;
 }
 
+static double rss_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+    return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+/* With --tp: one line from rank 0, before the stats line, with every rank's
+ * resident and peak memory and its seconds in collectives. */
+static int print_rank_memory(moe8_dist *d) {
+    double mine[3] = {rss_mb(), peak_rss_mb(), moe8_dist_comm_seconds(d)}, *all;
+    const int n = moe8_dist_size(d);
+    moe8_error err;
+    if (n == 1) return 0;
+    if (!(all = malloc((size_t)n * sizeof mine))) {
+        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        moe8_dist_abort(d, 1);
+    }
+    if (moe8_dist_allgather(d, mine, all, sizeof mine, &err) != MOE8_OK) {
+        free(all);
+        return cli_fail(CMD, &err);
+    }
+    if (moe8_dist_rank(d) == 0) {
+        fprintf(stderr, "ranks=%d mode=%s", n, moe8_dist_expert_parallel(d) ? "ep" : "tp");
+        for (int r = 0; r < n; r++)
+            fprintf(stderr, " rank%d_rss_mb=%.1f rank%d_peak_rss_mb=%.1f rank%d_comm_s=%.4f", r,
+                    all[3 * r], r, all[3 * r + 1], r, all[3 * r + 2]);
+        fputc('\n', stderr);
+    }
+    free(all);
+    return 0;
+}
+
 static void print_stats(double load_s, const prompts *p, double prefill_s, const runner *r,
                         int64_t n_first, double decode_s) {
     int64_t gen = 0;
@@ -739,34 +848,37 @@ static void print_stats(double load_s, const prompts *p, double prefill_s, const
             decode_s > 0 ? (double)(gen - n_first) / decode_s : 0.0, peak_rss_mb());
 }
 
-static int run(const opts *o, moe8_model *m, moe8_tokenizer *tok, prompts *p, double t0) {
+static int run(const opts *o, moe8_dist *d, moe8_model *m, moe8_tokenizer *tok, prompts *p,
+               double t0) {
     runner r;
     double t1, t2, t3;
     int64_t n_first = 0;
-    int rc = 1;
+    int rc = 1, bad;
     memset(&r, 0, sizeof r);
     r.o = o;
     r.pr = p;
+    r.dist = d;
+    r.quiet = moe8_dist_rank(d) != 0;
     collect_stops(&r, moe8_model_config(m), tok);
+    /* Same model and prompts on every rank (checked at load): these agree. */
     if (resolve_n_ctx(o, moe8_model_config(m), &r.n_ctx) ||
-        check_prompts(p, r.n_ctx, moe8_model_config(m)->vocab_size) ||
-        make_context(o, m, p, &r) || runner_alloc(&r))
+        check_prompts(p, r.n_ctx, moe8_model_config(m)->vocab_size) || make_context(o, m, p, &r))
         goto done;
-    if (!o->print_ids) {
+    bad = runner_alloc(&r) != 0;
+    if (!bad && !o->print_ids && !r.quiet) {
         moe8_error err;
-        if (moe8_detok_new(tok, 0, &r.detok, &err) != MOE8_OK) {
-            rc = cli_fail(CMD, &err);
-            goto done;
-        }
+        if ((bad = moe8_detok_new(tok, 0, &r.detok, &err) != MOE8_OK)) cli_fail(CMD, &err);
     }
+    if (agree(d, bad)) goto done;
     t1 = now_s();
     if (prefill(&r)) goto done;
     t2 = now_s();
     for (int i = 0; i < p->n; i++) n_first += r.count[i];
     if (decode_steps(&r)) goto done;
     t3 = now_s();
-    if (p->n > 1 && o->print_ids) print_ids_batch(&r);
-    print_stats(t1 - t0, p, t2 - t1, &r, n_first, t3 - t2);
+    if (p->n > 1 && o->print_ids && !r.quiet) print_ids_batch(&r);
+    if (print_rank_memory(d)) goto done;
+    if (!r.quiet) print_stats(t1 - t0, p, t2 - t1, &r, n_first, t3 - t2);
     rc = 0;
 done:
     moe8_detok_free(r.detok);
@@ -779,37 +891,43 @@ done:
 int cmd_generate(int argc, char **argv) {
     opts o;
     prompts p;
+    moe8_dist *d = NULL;
     moe8_model *m = NULL;
     moe8_tokenizer *tok = NULL;
     moe8_model_params mp = moe8_model_params_default();
     moe8_error err;
     struct stat st;
     double t0;
-    int rc = parse_args(argc, argv, &o);
+    int rc = parse_args(argc, argv, &o), bad = 0;
     if (rc) return rc == 1 ? 0 : 2;
+    /* MPI starts here, and only with --tp > 1. */
+    if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
     memset(&p, 0, sizeof p);
     rc = 1;
-    if (read_prompts(&o, &p)) goto done;
-    if (o.dump && p.n > 1) {
+    bad = read_prompts(&o, &p) != 0;
+    if (!bad && o.dump && p.n > 1) {
         fprintf(stderr, "moe8 " CMD ": --dump-logits takes a single prompt, '%s' holds %d\n",
                 o.file, p.n);
-        goto done;
+        bad = 1;
     }
-    if (stat(o.dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!bad && (stat(o.dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
         fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);
-        goto done;
+        bad = 1;
     }
     t0 = now_s();
+    bad = bad || load_tokenizer(&o, &tok) != 0 || tokenize_prompts(&o, tok, &p) != 0;
+    if (agree(d, bad) || check_same_settings(d, &o, &p)) goto done;
     mp.n_threads = o.n_threads;
-    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) {
-        rc = cli_fail(CMD, &err);
+    mp.dist = d;
+    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
+        if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
         goto done;
     }
-    if (load_tokenizer(&o, &tok) == 0 && tokenize_prompts(&o, tok, &p) == 0)
-        rc = run(&o, m, tok, &p, t0);
+    rc = run(&o, d, m, tok, &p, t0);
 done:
     prompts_free(&p);
     moe8_tokenizer_free(tok);
     moe8_model_free(m);
+    moe8_dist_free(d);
     return rc;
 }

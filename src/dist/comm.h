@@ -40,6 +40,8 @@ moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size
 /* buf[bytes] of `root` copied to every rank. */
 moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err);
 moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err);
+/* Seconds spent inside the collectives so far (waiting for peers included). */
+double moe8_comm_busy_seconds(const moe8_comm *c);
 /* Bring every rank down with `code` (after this rank reported its error):
  * a failed rank must never leave the others waiting in a collective. */
 void moe8_comm_abort(moe8_comm *c, int code);
@@ -58,6 +60,7 @@ typedef struct {
 struct moe8_comm {
     const moe8_comm_ops *ops;
     int rank, size;
+    double busy_s;      /* wall time spent in all-reduce, all-gather and broadcast */
     void *impl; /* implementation state */
 };
 

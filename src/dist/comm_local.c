@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "dist/comm.h"
@@ -81,20 +82,43 @@ void moe8_comm_free(moe8_comm *c) {
 int moe8_comm_rank(const moe8_comm *c) { return c->rank; }
 int moe8_comm_size(const moe8_comm *c) { return c->size; }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One rank never communicates: no clock reads on the single-process path. */
 moe8_status moe8_comm_allreduce_sum_f32(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
-    return c->ops->allreduce_sum_f32(c, buf, n, err);
+    double t0;
+    moe8_status st;
+    if (c->size == 1) return MOE8_OK;
+    t0 = now_s();
+    st = c->ops->allreduce_sum_f32(c, buf, n, err);
+    c->busy_s += now_s() - t0;
+    return st;
 }
 
 moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
                                 moe8_error *err) {
-    return c->ops->allgather(c, send, recv, bytes, err);
+    double t0 = now_s();
+    moe8_status st = c->ops->allgather(c, send, recv, bytes, err);
+    c->busy_s += now_s() - t0;
+    return st;
 }
 
 moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
+    double t0;
+    moe8_status st;
     if (root < 0 || root >= c->size)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast root %d of %d ranks", root, c->size);
-    return c->ops->bcast(c, buf, bytes, root, err);
+    t0 = now_s();
+    st = c->ops->bcast(c, buf, bytes, root, err);
+    c->busy_s += now_s() - t0;
+    return st;
 }
+
+double moe8_comm_busy_seconds(const moe8_comm *c) { return c->busy_s; }
 
 moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err) { return c->ops->barrier(c, err); }
 

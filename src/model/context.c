@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "dist/dist.h"
 #include "model/forward.h"
 
 /* ---- shared prepared weights ---------------------------------------------- */
@@ -250,6 +251,8 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     if (!st) st = alloc_kv(x, err);
     if (!st) st = alloc_scratch(x, err);
     if (!st) st = alloc_moe_ws(x, err);
+    /* Under TP/EP every rank learns whether every rank has a context. */
+    if (moe8_dist_size(model->params.dist) > 1) st = moe8_dist_agree(model->params.dist, st, err);
     if (st) {
         moe8_context_free(x);
         return st;
@@ -400,13 +403,25 @@ static moe8_status gen_flush(gen *g, int n, moe8_error *err) {
     const moe8_batch b = {n, x->g_tok, x->g_pos, x->g_seq, x->g_logits};
     moe8_status st;
     if (n == 0) return MOE8_OK;
+    int k = 0;
     if ((st = moe8_decode(x, &b, err))) return st;
+    /* Rank 0 samples, every rank takes its tokens (SPEC §8); the batch
+     * arrays are free again, g_tok holds the tokens. */
+    for (int i = 0; i < g->r->n_seq; i++)
+        if (x->g_row[i] >= 0 && g->r->n_predict > 0)
+            x->g_tok[k++] = x->model->shard.rank == 0
+                                ? moe8_sampler_sample(g->smp, moe8_context_logits(x, x->g_row[i]))
+                                : 0;
+    if (x->model->shard.size > 1 &&
+        (st = moe8_dist_bcast_tokens(x->model->params.dist, x->g_tok, k, NULL, err)))
+        return st;
+    k = 0;
     for (int i = 0; i < g->r->n_seq; i++) {
         int row = x->g_row[i];
         x->g_row[i] = -1;
         if (row < 0 || g->cancelled) continue;
         if (g->r->n_predict == 0) x->g_fin[i] = MOE8_FINISH_LENGTH;
-        else gen_take(g, i, moe8_sampler_sample(g->smp, moe8_context_logits(x, row)));
+        else gen_take(g, i, x->g_tok[k++]);
     }
     return g->cancelled ? moe8_fail(err, MOE8_ERR_CANCELLED, -1, "generation cancelled by the "
                                     "token callback") : MOE8_OK;

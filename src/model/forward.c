@@ -19,7 +19,16 @@
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * Every buffer comes from the context's scratch: nothing is allocated here.
  *
- * Does not: validate the batch (context.c does), tensor/expert parallelism.
+ * Tensor / expert parallelism (SPEC §8, model.h shard): each rank builds
+ * only its share — q/k/v rows of its heads, o_proj columns (quant_bias on
+ * rank 0 only), dense gate/up rows and down columns of its F slice, its MoE
+ * part (an I slice, or a block of whole experts) — and the forward
+ * all-reduces the three partial sums (o_proj, dense down, MoE output) before
+ * adding them to x. Embeddings, norms, router and lm_head are replicated, so
+ * every rank ends with the same logits. With one rank nothing communicates.
+ *
+ * Does not: validate the batch (context.c does), sample, or agree on errors
+ * (context.c and the model load do).
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +36,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "dist/dist.h"
 #include "model/forward.h"
 #include "moe/moe.h"
 
@@ -41,130 +51,69 @@ static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_erro
     return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
 }
 
-static void expert_weight(moe8_moe_weight *d, const moe8_linear *l) {
-    d->data = l->weight->data;
-    d->dtype = l->weight->dtype;
-    d->scale = l->weight_scale ? l->weight_scale->data : NULL;
-    d->scale_dtype = l->weight_scale ? l->weight_scale->dtype : MOE8_DT_F32;
-    d->offset = l->weight_offset && l->nonzero_offset ? l->weight_offset->data : NULL;
-    d->offset_dtype = l->weight_offset ? l->weight_offset->dtype : MOE8_DT_F32;
-}
-
-/* W = S·(Wq + O) in fp32 into dst[n][k]; d describes it as an F32 weight. */
-static void dequant_expert(float *dst, moe8_moe_weight *d, const moe8_linear *l) {
-    const int64_t n = l->n_out, k = l->n_in;
-    const int8_t *wq = (const int8_t *)l->weight->data;
-    for (int64_t i = 0; i < n; i++) {
-        float s = moe8_tensor_f32_at(l->weight_scale, i);
-        float o = l->weight_offset ? moe8_tensor_f32_at(l->weight_offset, i) : 0.0f;
-        for (int64_t j = 0; j < k; j++) dst[i * k + j] = s * ((float)wq[i * k + j] + o);
-    }
-    memset(d, 0, sizeof *d);
-    d->data = dst;
-    d->dtype = MOE8_DT_F32;
-}
-
-static moe8_status build_experts(moe8_fwd_layer *fl, const moe8_layer *L, int E, int H, int I,
-                                 int float_experts, moe8_moe_expert *ex, moe8_error *err) {
-    size_t per = 3 * (size_t)I * (size_t)H, total;
-    if (!float_experts) {
-        for (int e = 0; e < E; e++) {
-            expert_weight(&ex[e].gate, &L->experts[e].gate);
-            expert_weight(&ex[e].up, &L->experts[e].up);
-            expert_weight(&ex[e].down, &L->experts[e].down);
-        }
-        return MOE8_OK;
-    }
-    if (moe8_mul_size(per, (size_t)E, &total) || moe8_mul_size(total, sizeof(float), &total) ||
-        !(fl->deq_experts = moe8_alloc_aligned(total)))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate dequantized experts");
-    for (int e = 0; e < E; e++) {
-        float *base = fl->deq_experts + (size_t)e * per;
-        dequant_expert(base, &ex[e].gate, &L->experts[e].gate);
-        dequant_expert(base + (size_t)I * H, &ex[e].up, &L->experts[e].up);
-        dequant_expert(base + 2 * (size_t)I * H, &ex[e].down, &L->experts[e].down);
-    }
-    return MOE8_OK;
-}
-
 static moe8_status build_moe(moe8_fwd_layer *fl, const moe8_model *m, int li, int float_experts,
                              int n_threads, moe8_error *err) {
-    const moe8_config *c = &m->cfg;
-    const moe8_layer *L = &m->layers[li];
-    const int E = (int)c->num_experts, H = (int)c->hidden_size, I = (int)c->moe_intermediate_size;
-    const int quantized = L->info.experts == MOE8_QUANT_W8A8_DYNAMIC;
-    moe8_moe_layer_desc d = moe8_moe_layer_desc_default();
-    moe8_moe_expert *ex = calloc((size_t)E, sizeof *ex);
-    char name[64];
-    moe8_status st;
-    if (!ex) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate expert table");
-    st = build_experts(fl, L, E, H, I, float_experts && quantized, ex, err);
-    snprintf(name, sizeof name, "model.layers.%d.mlp", li);
-    d.name = name;
-    d.n_expert = E;
-    d.hidden = H;
-    d.intermediate = I;
-    d.quant = quantized && !float_experts ? MOE8_QUANT_W8A8_DYNAMIC : MOE8_QUANT_FLOAT;
-    d.experts = ex;
-    d.router = L->router->data;
-    d.router_dtype = L->router->dtype;
-    d.router_params.top_k = (int)c->num_experts_per_tok;
-    d.router_params.renormalize = c->norm_topk_prob;
-    d.router_params.scoring = MOE8_SCORING_SOFTMAX;
-    d.n_threads = n_threads;
-    if (!st) st = moe8_moe_layer_create(&d, &fl->moe, err);
-    free(ex);
-    if (st || !quantized) return st;
-    for (int e = 0; e < E; e++) {   /* packed or dequantized: the mapped copy is not needed */
-        moe8_st_release(m->st, L->experts[e].gate.weight);
-        moe8_st_release(m->st, L->experts[e].up.weight);
-        moe8_st_release(m->st, L->experts[e].down.weight);
+    const moe8_dist_shard *sh = &m->shard;
+    moe8_moe_part part = {0, 0, 0, 0, n_threads, float_experts};
+    if (sh->size > 1) {
+        part.i_begin = sh->i_begin, part.i_end = sh->i_end;
+        part.expert_first = sh->expert_first, part.expert_last = sh->expert_last;
     }
-    return MOE8_OK;
+    return moe8_moe_layer_from_model(m, li, &part, &fl->moe, err);
 }
 
-/* A packed W8A8 weight no longer needs its mapped pages (SPEC §6b). */
-static void release_packed(const moe8_model *m, const moe8_linear *src, const moe8_proj *p) {
-    if (p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+/* This rank's block of a linear: rows [r0, r1) (column-parallel) or columns
+ * [c0, c1) (row-parallel: the bias on rank 0 only). Whole with one rank. */
+static moe8_status proj_rows(moe8_proj *p, const moe8_model *m, const moe8_linear *src, int r0,
+                             int r1, moe8_error *err) {
+    moe8_status st = moe8_proj_init_slice(p, src, r0, r1, 0, (int)src->n_in, 1, err);
+    if (!st && p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+    return st;
+}
+
+static moe8_status proj_cols(moe8_proj *p, const moe8_model *m, const moe8_linear *src, int c0,
+                             int c1, moe8_error *err) {
+    moe8_status st = moe8_proj_init_slice(p, src, 0, (int)src->n_out, c0, c1,
+                                          m->shard.rank == 0, err);
+    if (!st && p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+    return st;
+}
+
+static moe8_status build_attn(moe8_fwd_layer *fl, const moe8_model *m, const moe8_layer *L,
+                              int D, moe8_error *err) {
+    const moe8_dist_shard *sh = &m->shard;
+    moe8_status st;
+    if ((st = proj_rows(&fl->q, m, &L->q, sh->head_begin * D, sh->head_end * D, err)) ||
+        (st = proj_rows(&fl->k, m, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
+        (st = proj_rows(&fl->v, m, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
+        return st;
+    return proj_cols(&fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
 static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n_threads,
                                moe8_error *err) {
     const moe8_model *m = w->model;
     const moe8_layer *L = &m->layers[li];
+    const moe8_dist_shard *sh = &m->shard;
     moe8_fwd_layer *fl = &w->layers[li];
     moe8_status st;
+    int f0, f1;
     if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
         (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err)) ||
         (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err)) ||
-        (st = moe8_proj_init(&fl->q, &L->q, 1, err)) || (st = moe8_proj_init(&fl->k, &L->k, 1, err)) ||
-        (st = moe8_proj_init(&fl->v, &L->v, 1, err)) || (st = moe8_proj_init(&fl->o, &L->o, 1, err)))
+        (st = build_attn(fl, m, L, w->D, err)))
         return st;
-    release_packed(m, &L->q, &fl->q);
-    release_packed(m, &L->k, &fl->k);
-    release_packed(m, &L->v, &fl->v);
-    release_packed(m, &L->o, &fl->o);
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe) return build_moe(fl, m, li, float_experts, n_threads, err);
-    if ((st = moe8_proj_init(&fl->gate, &L->mlp_gate, 1, err)) ||
-        (st = moe8_proj_init(&fl->up, &L->mlp_up, 1, err)) ||
-        (st = moe8_proj_init(&fl->down, &L->mlp_down, 1, err)))
+    f0 = sh->size > 1 ? sh->f_begin : 0;
+    f1 = sh->size > 1 ? sh->f_end : (int)L->mlp_gate.n_out;
+    if ((st = proj_rows(&fl->gate, m, &L->mlp_gate, f0, f1, err)) ||
+        (st = proj_rows(&fl->up, m, &L->mlp_up, f0, f1, err)) ||
+        (st = proj_cols(&fl->down, m, &L->mlp_down, f0, f1, err)))
         return st;
-    release_packed(m, &L->mlp_gate, &fl->gate);
-    release_packed(m, &L->mlp_up, &fl->up);
-    release_packed(m, &L->mlp_down, &fl->down);
     if (fl->gate.n > w->F_max) w->F_max = fl->gate.n;
     return MOE8_OK;
-}
-
-/* Layers whose workspaces are interchangeable (moe_layer.c sizes a
- * workspace from exactly these fields). */
-static int same_moe_shape(const moe8_moe_layer *a, const moe8_moe_layer *b) {
-    return a->n_expert == b->n_expert && a->hidden == b->hidden && a->inter == b->inter &&
-           a->first == b->first && a->last == b->last && a->quant == b->quant &&
-           a->rp.top_k == b->rp.top_k && (a->router != NULL) == (b->router != NULL) &&
-           a->n_threads == b->n_threads;
 }
 
 static void assign_workspaces(moe8_weights *w) {
@@ -173,7 +122,7 @@ static void assign_workspaces(moe8_weights *w) {
         fl->ws_layer = i;
         for (int j = 0; fl->is_moe && j < i; j++)
             if (w->layers[j].is_moe && w->layers[j].ws_layer == j &&
-                same_moe_shape(fl->moe, w->layers[j].moe)) {
+                moe8_moe_layer_same_shape(fl->moe, w->layers[j].moe)) {
                 fl->ws_layer = j;
                 break;
             }
@@ -190,8 +139,6 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
         moe8_moe_layer_get_info(fl->moe, &info);
         n += info.packed_bytes;
     }
-    if (fl->deq_experts) n += (size_t)w->E * 3 * (size_t)w->model->cfg.moe_intermediate_size *
-                              (size_t)w->H * sizeof(float);
     return n;
 }
 
@@ -206,8 +153,9 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     w->model = m;
     w->H = (int)c->hidden_size;
     w->n_layer = (int)c->num_hidden_layers;
-    w->n_head = (int)c->num_attention_heads;
-    w->n_kv = (int)c->num_key_value_heads;
+    w->comm = m->shard.size > 1 ? m->params.dist->comm : NULL;
+    w->n_head = m->shard.head_end - m->shard.head_begin;
+    w->n_kv = m->shard.kv_end - m->shard.kv_begin;
     w->D = (int)c->head_dim;
     w->V = (int)c->vocab_size;
     w->E = (int)c->num_experts;
@@ -257,7 +205,6 @@ void moe8_weights_free(moe8_weights *w) {
         moe8_proj_free(&fl->up);
         moe8_proj_free(&fl->down);
         moe8_moe_layer_free(fl->moe);
-        moe8_free_aligned(fl->deq_experts);
     }
     free(w->layers);
     free(w->final_norm);
@@ -291,10 +238,18 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-static void attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, float *vc,
-                       int64_t n_ctx, const float *rope, const int32_t *seq, const int32_t *pos) {
+/* Sum a partial [T][H] result over the ranks (nothing with one rank). */
+static moe8_status allreduce(const fwd_run *r, float *y, moe8_error *err) {
+    if (!r->w->comm) return MOE8_OK;
+    return moe8_comm_allreduce_sum_f32(r->w->comm, y, (size_t)r->T * (size_t)r->w->H, err);
+}
+
+static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, float *vc,
+                              int64_t n_ctx, const float *rope, const int32_t *seq,
+                              const int32_t *pos, moe8_error *err) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
+    moe8_status st;
     const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
     const moe8_attn_cache cache = {NH, NKV, D, n_ctx, kc, vc};
     moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
@@ -317,7 +272,9 @@ static void attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, flo
     moe8_attention(s->att, s->q, &cache, seq, pos, T, s->attn_work, r->nt);
     observe(r, L, 1, s->att, NH * D);
     lin(r, &L->o, NULL, s->tmp, s->att, T);
+    if ((st = allreduce(r, s->tmp, err))) return st;
     add_rows(s->x, s->tmp, (size_t)T * H);
+    return MOE8_OK;
 }
 
 static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
@@ -335,16 +292,16 @@ static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
 static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, moe8_error *err) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
+    moe8_status st;
     moe8_rmsnorm_rows(s->h, w->H, s->x, w->H, r->T, w->H, L->ffn_norm, w->eps);
     if (L->is_moe) {
-        moe8_moe_workspace *ws = s->moe_ws[L->ws_layer];
-        moe8_status st;
-        ws->layer = L->moe;   /* same shape (assign_workspaces): the workspace fits */
-        st = moe8_moe_layer_forward(L->moe, ws, s->h, r->T, NULL, s->tmp, err);
+        st = moe8_moe_layer_forward(L->moe, s->moe_ws[L->ws_layer], s->h, r->T, NULL,
+                                                s->tmp, err);
         if (st) return st;
     } else {
         dense_mlp(r, L);
     }
+    if ((st = allreduce(r, s->tmp, err))) return st;
     add_rows(s->x, s->tmp, (size_t)r->T * w->H);
     return MOE8_OK;
 }
@@ -364,8 +321,8 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, 
                             w->embed_dt, (size_t)H, NULL);
     for (int l = 0; l < w->n_layer; l++) {
         float *kc = kv + 2 * (size_t)l * layer_kv;
-        attn_block(&r, &w->layers[l], kc, kc + layer_kv, n_ctx, rope, seq, pos);
-        if ((st = ffn_block(&r, &w->layers[l], err))) {
+        if ((st = attn_block(&r, &w->layers[l], kc, kc + layer_kv, n_ctx, rope, seq, pos, err)) ||
+            (st = ffn_block(&r, &w->layers[l], err))) {
             moe8_error_prefix(err, "layer %d", l);
             return st;
         }

@@ -28,7 +28,8 @@
 typedef struct {
     moe8_quant_type type;   /* MOE8_QUANT_FLOAT or MOE8_QUANT_W8A8 */
     int n, k;               /* W[n][k] */
-    const void *w;          /* FLOAT: [n][k] F32/F16/BF16 inside the memory map */
+    const void *w;          /* FLOAT: [n][ldw] F32/F16/BF16 inside the memory map */
+    int ldw;                /* FLOAT: row stride of w (elements) */
     moe8_dtype wdt;
     moe8_qmat q;            /* W8A8: packed weight; q.offset = bias, q.scale = deq */
     float in_scale;         /* W8A8: > 0, finite */
@@ -42,6 +43,11 @@ typedef struct {
  * packs the weight and decodes deq_scale / quant_bias (`with_bias` 0 drops
  * the bias, for row-parallel layers off rank 0). */
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err);
+/* The same for the block rows [r0, r1) x columns [c0, c1) of src (SPEC §8:
+ * column-parallel layers take rows, row-parallel ones columns); FLOAT reads
+ * the block in place with a row stride, W8A8 packs it. */
+moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
+                                 int c1, int with_bias, moe8_error *err);
 void moe8_proj_free(moe8_proj *p);
 size_t moe8_proj_owned_bytes(const moe8_proj *p);
 
@@ -104,17 +110,20 @@ typedef struct {
     float *q_norm, *k_norm;        /* [D] */
     moe8_proj q, k, v, o;          /* [NH*D][H], [NKV*D][H] x2, [H][NH*D] */
     int is_moe;
-    moe8_moe_layer *moe;           /* MoE layers */
+    moe8_moe_layer *moe;           /* MoE layers: this rank's part */
     int ws_layer;                  /* MoE layers: first layer of the same shape, whose
-                                    * workspace this one borrows */
-    float *deq_experts;            /* float-experts mode: dequantized experts (owned) */
-    moe8_proj gate, up, down;      /* dense layers: [F][H] x2, [H][F] */
+                                    * workspace this one uses */
+    moe8_proj gate, up, down;      /* dense layers: [F][H] x2, [H][F] (this rank's F slice) */
 } moe8_fwd_layer;
 
 /* Everything the forward pass reads, built once per model and shared
- * read-only by its contexts. */
+ * read-only by its contexts. Under TP/EP (model.h shard) it holds this
+ * rank's share: n_head/n_kv are the local heads, F_max the local width, and
+ * o_proj, dense down and the MoE output are partial sums all-reduced over
+ * `comm` (NULL with one rank: no call at all). */
 typedef struct {
     const moe8_model *model;
+    struct moe8_comm *comm;        /* NULL: single process */
     int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP, 0 if none */
     int E, K;
     float eps;

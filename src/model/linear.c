@@ -15,8 +15,11 @@
  * deq_scale comes as int64 holding the float32 bit pattern (fp16 exports) or
  * as float32 (bf16 exports); moe8_deq_scale_at reads either.
  *
+ * Tensor parallelism (SPEC §8): a proj may be a block of the checkpoint's
+ * weight — rows (column-parallel q/k/v, dense gate/up) or columns
+ * (row-parallel o_proj, dense down, whose quant_bias only rank 0 adds).
  * Values were checked by moe8_model_load (model.h). Does not: fuse q/k/v into
- * one GEMM, or split for tensor parallelism beyond dropping the bias.
+ * one GEMM, or communicate (forward.c all-reduces the partial sums).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,16 +29,28 @@
 #include "model/forward.h"
 
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err) {
-    const moe8_tensor *w = src->weight;
-    memset(p, 0, sizeof *p);
     if (src->n_out <= 0 || src->n_in <= 0 || src->n_out > INT32_MAX / 2 || src->n_in > INT32_MAX / 2)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': bad shape", w->name);
-    p->n = (int)src->n_out;
-    p->k = (int)src->n_in;
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': bad shape", src->weight->name);
+    return moe8_proj_init_slice(p, src, 0, (int)src->n_out, 0, (int)src->n_in, with_bias, err);
+}
+
+moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
+                                 int c1, int with_bias, moe8_error *err) {
+    const moe8_tensor *w = src->weight;
+    const size_t ld = (size_t)src->n_in;
+    memset(p, 0, sizeof *p);
+    if (r0 < 0 || r1 <= r0 || r1 > src->n_out || c0 < 0 || c1 <= c0 || c1 > src->n_in ||
+        src->n_in > INT32_MAX / 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tensor '%s': block [%d, %d) x [%d, %d) "
+                         "not inside [%lld][%lld]", w->name, r0, r1, c0, c1,
+                         (long long)src->n_out, (long long)src->n_in);
+    p->n = r1 - r0;
+    p->k = c1 - c0;
     if (src->quant == MOE8_QUANT_FLOAT) {
         p->type = MOE8_QUANT_FLOAT;
-        p->w = w->data;
+        p->w = (const char *)w->data + ((size_t)r0 * ld + (size_t)c0) * moe8_dtype_size(w->dtype);
         p->wdt = w->dtype;
+        p->ldw = (int)ld;
         return MOE8_OK;
     }
     if (src->quant != MOE8_QUANT_W8A8 || w->dtype != MOE8_DT_I8)
@@ -52,9 +67,11 @@ moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, 
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate packed weight",
                          w->name);
     }
-    for (int j = 0; j < p->n; j++) p->deq[j] = moe8_deq_scale_at(src->deq_scale, j);
-    if (with_bias) memcpy(p->bias, src->quant_bias->data, (size_t)p->n * sizeof(int32_t));
-    moe8_qmat_pack(p->packed, (const int8_t *)w->data, p->n, p->k, p->k);
+    for (int j = 0; j < p->n; j++) p->deq[j] = moe8_deq_scale_at(src->deq_scale, r0 + j);
+    if (with_bias)
+        memcpy(p->bias, (const int32_t *)src->quant_bias->data + r0, (size_t)p->n * sizeof(int32_t));
+    moe8_qmat_pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
+                   (int)ld);
     p->q.n = p->n;
     p->q.k = p->k;
     p->q.n_pad = moe8_round_up(p->n, MOE8_QK_NR);
@@ -111,7 +128,7 @@ void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int l
         if (n1 > p->n) n1 = p->n;
         if (n0 >= n1) continue;
         if (p->type == MOE8_QUANT_FLOAT)
-            kt->gemm_f32_wf(y, ldy, x, ldx, p->w, p->wdt, p->k, T, n0, n1, p->k);
+            kt->gemm_f32_wf(y, ldy, x, ldx, p->w, p->wdt, p->ldw, T, n0, n1, p->k);
         else
             kt->gemm_q8_f32(y, ldy, xq, ldq, ones, ones_i, &p->q, T, n0, n1);
     }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist/dist.h"
 #include "io/json_util.h"
 #include "model/model.h"
 
@@ -396,6 +397,18 @@ static moe8_status resolve_quant(moe8_model *m, moe8_error *err) {
     return st;
 }
 
+/* Everything moe8_model_load does on one rank. */
+static moe8_status load_parts(moe8_model *m, const char *dir, const moe8_model_params *params,
+                              moe8_error *err) {
+    moe8_status st;
+    m->params = params ? *params : moe8_model_params_default();
+    if ((st = load_config(m, err)) != MOE8_OK) return st;
+    if ((st = load_generation_config(m, err)) != MOE8_OK) return st;
+    if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) return st;
+    if ((st = resolve_quant(m, err)) != MOE8_OK) return st;
+    return bind_all(m, err);
+}
+
 /* ======================================================================== */
 /* Public API                                                                */
 /* ======================================================================== */
@@ -408,26 +421,29 @@ moe8_model_params moe8_model_params_default(void) {
 
 moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, moe8_model **out,
                             moe8_error *err) {
+    moe8_dist *dist = params ? params->dist : NULL;
     moe8_model *m;
     moe8_status st;
+    int multi = moe8_dist_size(dist) > 1;
     if (!out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL output");
     *out = NULL;
-    if (!dir) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL folder");
-    if (!(m = calloc(1, sizeof *m)) || !(m->dir = strdup(dir))) {
+    if (!dir) st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL folder");
+    else if (!(m = calloc(1, sizeof *m)) || !(m->dir = strdup(dir))) {
         free(m);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");
+        st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");
+    } else {
+        st = load_parts(m, dir, params, err);
+        if (!st && !multi) st = moe8_dist_shard_of(&m->cfg, 0, 1, 0, &m->shard, err);
+        /* Every rank reports here, failed or not, so none is left waiting. */
+        if (multi) st = moe8_dist_load_check(dist, st ? NULL : m, st, err);
+        if (!st) {
+            *out = m;
+            return MOE8_OK;
+        }
+        moe8_model_free(m);
+        return st;
     }
-    m->params = params ? *params : moe8_model_params_default();
-    if ((st = load_config(m, err)) != MOE8_OK) goto fail;
-    if ((st = load_generation_config(m, err)) != MOE8_OK) goto fail;
-    if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) goto fail;
-    if ((st = resolve_quant(m, err)) != MOE8_OK) goto fail;
-    if ((st = bind_all(m, err)) != MOE8_OK) goto fail;
-    *out = m;
-    return MOE8_OK;
-fail:
-    moe8_model_free(m);
-    return st;
+    return multi ? moe8_dist_load_check(dist, NULL, st, err) : st;
 }
 
 void moe8_model_free(moe8_model *m) {

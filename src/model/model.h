@@ -80,6 +80,7 @@ struct moe8_model {
     const moe8_tensor *lm_head;       /* lm_head.weight [V][H] float; == embed when tied */
     moe8_layer *layers;               /* [num_hidden_layers] */
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
+    moe8_dist_shard shard;            /* this rank's share (SPEC §8); all of it without a dist */
 };
 
 /* Element i of a numeric tensor as fp32 (no range check on i: callers index

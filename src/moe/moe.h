@@ -115,7 +115,8 @@ struct moe8_moe_layer {
     int8_t *qdata;                 /* packed int8 of every local expert */
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */
-    size_t packed_bytes;           /* qdata + scales + offsets */
+    size_t packed_bytes;           /* qdata + scales + offsets (+ owned_f32) */
+    float *owned_f32;              /* dequantized float experts (moe_from_model.c), or NULL */
 };
 
 /* moe8_moe_layer_forward with an explicit kernel table (tests, benchmarks). */

@@ -3,11 +3,16 @@
  * router weight mlp.gate [E][H] in place, routing from config.json
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax),
  * experts W8A8_DYNAMIC repacked or FLOAT in place, for one TP slice and/or EP
- * range. After packing, the mapped pages of the packed tensors are released
- * (SPEC §6b: not resident twice). moe8_model_load has already checked every
- * tensor's dtype, shape and scale/offset values.
- * Does not: dequantize W8A8 experts to float (the caller does that when it
- * wants float experts).
+ * range (SPEC §8). After packing, the mapped pages of the local experts'
+ * tensors are released (SPEC §6b: not resident twice).
+ *
+ * Dequantize mode (part->dequantize, W8A8_DYNAMIC experts): the part is
+ * dequantized to fp32, W = S·(Wq + O), into one block the layer owns —
+ * gate/up [I_loc][H] and down [H][I_loc] per local expert — and run as FLOAT
+ * experts; the layer reports the part's slice as usual.
+ *
+ * moe8_model_load has already checked every tensor's dtype, shape and
+ * scale/offset values. Does not: all-reduce (the caller sums the parts).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +35,71 @@ static void release_linear(const moe8_model *m, const moe8_linear *l) {
     if (l->weight_offset) moe8_st_release(m->st, l->weight_offset);
 }
 
+/* dst[n][k] = S·(Wq + O) of rows [r0, r0+n), columns [c0, c0+k) of l; d
+ * describes dst as an F32 weight. */
+static void dequant(float *dst, int n, int k, int r0, int c0, const moe8_linear *l,
+                    moe8_moe_weight *d) {
+    const int64_t ld = l->n_in;
+    const int8_t *wq = (const int8_t *)l->weight->data;
+    for (int i = 0; i < n; i++) {
+        float s = moe8_tensor_f32_at(l->weight_scale, r0 + i);
+        float o = l->weight_offset ? moe8_tensor_f32_at(l->weight_offset, r0 + i) : 0.0f;
+        const int8_t *row = wq + (size_t)(r0 + i) * (size_t)ld + c0;
+        for (int j = 0; j < k; j++) dst[(size_t)i * k + j] = s * ((float)row[j] + o);
+    }
+    memset(d, 0, sizeof *d);
+    d->data = dst;
+    d->dtype = MOE8_DT_F32;
+}
+
+/* Dequantize experts [first, last), slice [i0, i0+n_i) into *block (owned by
+ * the caller until the layer takes it); ex[e] then describes float weights. */
+static moe8_status dequant_part(const moe8_layer *L, int H, int first, int last, int i0, int n_i,
+                                moe8_moe_expert *ex, float **block, moe8_error *err) {
+    size_t per = 3 * (size_t)n_i * (size_t)H, total;
+    if (moe8_mul_size(per, (size_t)(last - first), &total) ||
+        moe8_mul_size(total, sizeof(float), &total) || !(*block = moe8_alloc_aligned(total)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate dequantized experts");
+    for (int e = first; e < last; e++) {
+        float *base = *block + (size_t)(e - first) * per;
+        dequant(base, n_i, H, i0, 0, &L->experts[e].gate, &ex[e].gate);
+        dequant(base + (size_t)n_i * H, n_i, H, i0, 0, &L->experts[e].up, &ex[e].up);
+        dequant(base + 2 * (size_t)n_i * H, H, n_i, 0, i0, &L->experts[e].down, &ex[e].down);
+    }
+    return MOE8_OK;
+}
+
+static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_layer *L,
+                    const moe8_moe_part *part, const moe8_moe_expert *ex, const char *name) {
+    const moe8_config *c = &m->cfg;
+    *d = moe8_moe_layer_desc_default();
+    d->name = name;
+    d->n_expert = (int)c->num_experts;
+    d->hidden = (int)c->hidden_size;
+    d->intermediate = (int)c->moe_intermediate_size;
+    d->quant = L->info.experts;
+    d->experts = ex;
+    d->router = L->router->data;
+    d->router_dtype = L->router->dtype;
+    d->router_params.top_k = (int)c->num_experts_per_tok;
+    d->router_params.renormalize = c->norm_topk_prob;
+    d->n_threads = m->params.n_threads;
+    if (part) {
+        d->i_begin = part->i_begin, d->i_end = part->i_end;
+        d->expert_first = part->expert_first, d->expert_last = part->expert_last;
+        if (part->n_threads > 0) d->n_threads = part->n_threads;
+    }
+}
+
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const moe8_moe_part *part,
                                       moe8_moe_layer **out, moe8_error *err) {
     const moe8_config *c;
     const moe8_layer *L;
-    moe8_moe_layer_desc d = moe8_moe_layer_desc_default();
+    moe8_moe_layer_desc d;
     moe8_moe_expert *ex;
     moe8_status st;
+    float *deq = NULL;
+    int i0 = 0, deq_mode;
     char name[64];
     if (!m || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe layer: bad arguments");
     *out = NULL;
@@ -54,25 +117,38 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
         weight_of(&ex[e].down, &L->experts[e].down);
     }
     snprintf(name, sizeof name, "model.layers.%lld.mlp", (long long)layer);
-    d.name = name;
-    d.n_expert = (int)c->num_experts;
-    d.hidden = (int)c->hidden_size;
-    d.intermediate = (int)c->moe_intermediate_size;
-    d.quant = L->info.experts;
-    d.experts = ex;
-    d.router = L->router->data;
-    d.router_dtype = L->router->dtype;
-    d.router_params.top_k = (int)c->num_experts_per_tok;
-    d.router_params.renormalize = c->norm_topk_prob;
-    d.n_threads = m->params.n_threads;
-    if (part) {
-        d.i_begin = part->i_begin, d.i_end = part->i_end;
-        d.expert_first = part->expert_first, d.expert_last = part->expert_last;
-        if (part->n_threads > 0) d.n_threads = part->n_threads;
+    desc_of(&d, m, L, part, ex, name);
+    deq_mode = part && part->dequantize && d.quant == MOE8_QUANT_W8A8_DYNAMIC;
+    st = MOE8_OK;
+    if (deq_mode) {
+        /* Check the ranges first (create does it again on the float desc). */
+        int first = d.expert_first, last = d.expert_last > first ? d.expert_last : d.n_expert;
+        int n_i = d.i_end > d.i_begin ? d.i_end - d.i_begin : d.intermediate;
+        i0 = d.i_begin;
+        if (d.i_begin < 0 || d.i_end < d.i_begin || d.i_end > d.intermediate || first < 0 ||
+            last > d.n_expert || first > last)
+            st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': bad part (slice [%d, %d), "
+                           "experts [%d, %d))", name, d.i_begin, d.i_end, first, last);
+        if (!st) st = dequant_part(L, d.hidden, first, last, i0, n_i, ex, &deq, err);
+        d.quant = MOE8_QUANT_FLOAT;
+        d.intermediate = n_i;
+        d.i_begin = d.i_end = 0;
     }
-    st = moe8_moe_layer_create(&d, out, err);
+    if (!st) st = moe8_moe_layer_create(&d, out, err);
     free(ex);
-    if (st != MOE8_OK || (*out)->quant != MOE8_QUANT_W8A8_DYNAMIC) return st;
+    if (st != MOE8_OK) {
+        moe8_free_aligned(deq);
+        return st;
+    }
+    if (deq_mode) {
+        moe8_moe_layer *o = *out;
+        o->owned_f32 = deq;
+        o->packed_bytes += 3 * (size_t)o->inter * (size_t)o->hidden * (size_t)(o->last - o->first) *
+                           sizeof(float);
+        o->i_begin = i0;          /* report the part's slice; the float pointers already */
+        o->inter_full = (int)c->moe_intermediate_size;   /* start at it */
+    }
+    if (L->info.experts != MOE8_QUANT_W8A8_DYNAMIC) return MOE8_OK;
     for (int e = (*out)->first; e < (*out)->last; e++) {
         release_linear(m, &L->experts[e].gate);
         release_linear(m, &L->experts[e].up);

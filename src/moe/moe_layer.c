@@ -282,7 +282,15 @@ void moe8_moe_layer_free(moe8_moe_layer *L) {
     moe8_free_aligned(L->qdata);
     moe8_free_aligned(L->scales);
     moe8_free_aligned(L->offsets);
+    moe8_free_aligned(L->owned_f32);
     free(L);
+}
+
+int moe8_moe_layer_same_shape(const moe8_moe_layer *a, const moe8_moe_layer *b) {
+    return a->n_expert == b->n_expert && a->hidden == b->hidden && a->inter == b->inter &&
+           a->first == b->first && a->last == b->last && a->quant == b->quant &&
+           a->rp.top_k == b->rp.top_k && (a->router != NULL) == (b->router != NULL) &&
+           a->n_threads == b->n_threads;
 }
 
 void moe8_moe_layer_get_info(const moe8_moe_layer *L, moe8_moe_layer_info *o) {
@@ -605,9 +613,12 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
                                      const float *router_logits, float *out, moe8_error *err) {
     fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err};
     int nt;
-    if (!L || !w || w->layer != L || !h || !out || n_tokens < 0)
+    if (!L || !w || !h || !out || n_tokens < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe forward: bad arguments");
+    if (w->layer != L && !moe8_moe_layer_same_shape(w->layer, L))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
-                         "moe forward: bad arguments (workspace of another layer?)");
+                         "'%s': the workspace was made for '%s', of another shape", L->name,
+                         w->layer->name);
     if (n_tokens > w->max_tokens)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "'%s': %d tokens exceed the workspace's %d", L->name, n_tokens,

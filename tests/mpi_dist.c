@@ -1,0 +1,261 @@
+/*
+ * mpi_dist.c — tensor and expert parallelism through the library API (SPEC
+ * §8), run by ctest under mpirun with 2 and 3 ranks. Every rank loads each
+ * fixture twice: alone (the single-process reference, computed in this
+ * process) and as its rank's shard, and compares:
+ *   - float model, TP: logits of a 7-token prompt and one decode step
+ *     within 1e-5 relative (max|a-b| / max|b|) of the single process;
+ *   - float and W8A8 models, EP over 5 experts (uneven for 2 and 3 ranks):
+ *     within 1e-5 relative; the packed expert bytes of the ranks sum to the
+ *     single process's and each rank holds its block's share;
+ *   - W8A8 model, TP: logits cosine >= 0.999 and 5 greedy tokens of
+ *     moe8_generate equal to the single process's; packed expert bytes of a
+ *     rank about 1/N;
+ *   - kv heads fewer than ranks (replicated) at 3 ranks, split at 2;
+ *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
+ *     names the file and the rank), a model folder that differs on one rank
+ *     (config.json fingerprint), an impossible split, different settings.
+ * Each rank writes its own fixture folders (no shared files between ranks).
+ */
+#include <math.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "fixture_model.h"
+#include "dist/dist.h"
+#include "model/forward.h"
+
+static int g_rank, g_size;
+
+static double rel_max(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > num) num = d;
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+static double cosine(const float *a, const float *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+static fx_opts opts_for(int quant) {
+    fx_opts o = fx_default_opts();
+    o.quant = quant;
+    o.float_dtype = MOE8_DT_F32;
+    o.n_layers = 3;
+    o.dense_layer = 1;
+    o.n_experts = 5;
+    o.top_k = 2;
+    o.moe_inter = 48;
+    o.inter = 96;
+    o.n_heads = g_size == 3 ? 6 : 4;
+    o.n_kv_heads = g_size == 3 ? 1 : 2;   /* replicated at 3 ranks, split at 2 */
+    return o;
+}
+
+static const char *write_fixture(const char *name, const fx_opts *o) {
+    static char dirs[8][4096];
+    static int next;
+    char tag[128], *dir = dirs[next++ % 8];
+    snprintf(tag, sizeof tag, "dist_%s_n%d_r%d", name, g_size, g_rank);
+    snprintf(dir, 4096, "%s", test_tmpdir(tag));
+    if (fx_write_model(dir, o) != 0) exit(2);
+    return dir;
+}
+
+static moe8_model *load(const char *dir, moe8_dist *d) {
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_model *m = NULL;
+    moe8_error e;
+    mp.n_threads = 1;
+    mp.dist = d;
+    if (moe8_model_load(dir, &mp, &m, &e) != MOE8_OK) {
+        fprintf(stderr, "rank %d: load %s: %s\n", g_rank, dir, e.message);
+        exit(2);
+    }
+    return m;
+}
+
+enum { NP = 7, MAXV = 256 };
+
+/* Logits of the prompt's NP positions, then of one decode step: out[NP+1][V]. */
+static void run_logits(moe8_model *m, float *out) {
+    static const int32_t prompt[NP + 1] = {5, 17, 42, 3, 99, 200, 11, 64};
+    int32_t pos[NP], seq[NP] = {0};
+    int8_t want[NP];
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_error e;
+    cp.n_ctx = 64;
+    cp.n_batch = NP;
+    cp.n_outputs = NP;
+    cp.n_threads = 1;
+    for (int i = 0; i < NP; i++) pos[i] = i, want[i] = 1;
+    CHECK(moe8_context_create(m, &cp, &c, &e) == MOE8_OK);
+    moe8_batch b = {NP, prompt, pos, seq, want};
+    CHECK(moe8_decode(c, &b, &e) == MOE8_OK);
+    for (int i = 0; i < NP; i++) memcpy(out + (size_t)i * MAXV, moe8_context_logits(c, i), MAXV * 4);
+    int32_t p1 = NP;
+    moe8_batch b1 = {1, prompt + NP, &p1, seq, NULL};
+    CHECK(moe8_decode(c, &b1, &e) == MOE8_OK);
+    memcpy(out + (size_t)NP * MAXV, moe8_context_logits(c, 0), MAXV * 4);
+    moe8_context_free(c);
+}
+
+static int greedy(moe8_model *m, int32_t *out) {
+    static const int32_t prompt[5] = {9, 8, 7, 6, 5};
+    const int32_t *pp = prompt;
+    int32_t n_prompt = 5, n_out = 0;
+    moe8_context *c = NULL;
+    moe8_sampler *s = NULL;
+    moe8_context_params cp = moe8_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    moe8_generate_request r = {1, &pp, &n_prompt, 5, NULL, 0, NULL, NULL, out, &n_out, NULL};
+    CHECK(moe8_context_create(m, &cp, &c, NULL) == MOE8_OK);
+    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    return n_out;
+}
+
+/* Packed bytes of the MoE layers a model's shard holds. */
+static size_t moe_bytes(moe8_model *m) {
+    moe8_weights *w = NULL;
+    size_t n = 0;
+    CHECK(moe8_weights_build(m, 0, 1, &w, NULL) == MOE8_OK);
+    for (int i = 0; w && i < w->n_layer; i++)
+        if (w->layers[i].moe) {
+            moe8_moe_layer_info info;
+            moe8_moe_layer_get_info(w->layers[i].moe, &info);
+            n += info.packed_bytes;
+        }
+    moe8_weights_free(w);
+    return n;
+}
+
+static void compare(const char *what, int quant, int ep, moe8_dist *d1, moe8_dist *dn) {
+    fx_opts o = opts_for(quant);
+    const char *dir = write_fixture(what, &o);
+    moe8_model *ref = load(dir, NULL), *m = load(dir, ep ? d1 : dn);
+    static float a[(NP + 1) * MAXV], b[(NP + 1) * MAXV];
+    moe8_dist_shard sh;
+    run_logits(ref, b);
+    run_logits(m, a);
+    moe8_model_shard(m, &sh);
+    CHECK(sh.size == g_size && sh.rank == g_rank && sh.expert_parallel == ep);
+    if (quant && !ep) {
+        int32_t t1[5], tn[5];
+        double cmin = 1;
+        for (int r = 0; r <= NP; r++) {
+            double cs = cosine(a + r * MAXV, b + r * MAXV, MAXV);
+            if (cs < cmin) cmin = cs;
+        }
+        CHECKF(cmin >= 0.999, "%s: logits cosine %.6f < 0.999", what, cmin);
+        CHECK(greedy(m, tn) == 5 && greedy(ref, t1) == 5 && !memcmp(t1, tn, sizeof t1));
+    } else {
+        double rel = rel_max(a, b, sizeof a / sizeof a[0]);
+        CHECKF(rel <= 1e-5, "%s: logits differ by %.3g relative", what, rel);
+    }
+    /* Expert memory: each rank packs only its share (quantized experts). */
+    if (quant) {
+        size_t mine = moe_bytes(m), whole = moe_bytes(ref), sum = 0, all[3];
+        CHECK(moe8_dist_allgather(ep ? d1 : dn, &mine, all, sizeof mine, NULL) == MOE8_OK);
+        for (int r = 0; r < g_size; r++) sum += all[r];
+        if (ep) {
+            CHECKF(sum == whole, "%s: EP packed bytes %zu summed, single %zu", what, sum, whole);
+            CHECK(mine * 5 == whole * (size_t)(sh.expert_last - sh.expert_first));
+        } else {
+            CHECKF(mine < whole / (size_t)g_size + whole / 8, "%s: rank packs %zu of %zu bytes",
+                   what, mine, whole);
+        }
+    }
+    moe8_model_free(m);
+    moe8_model_free(ref);
+}
+
+static void other_eps(void *user, const char *file, cJSON *root) {
+    (void)user;
+    if (!strcmp(file, "config.json")) cJSON_ReplaceItemInObject(root, "rms_norm_eps", cJSON_CreateNumber(1e-5));
+}
+
+/* Failures every rank must see with the failing rank's message. */
+static void failures(moe8_dist *d) {
+    fx_opts o = opts_for(1);
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_model *m = NULL;
+    moe8_error e;
+    char path[4200];
+    const char *dir = write_fixture("corrupt", &o);
+    mp.dist = d;
+    if (g_rank == 1) {   /* truncate rank 1's shard: its header no longer fits */
+        FILE *f;
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        f = fopen(path, "r+b");
+        CHECK(f && ftruncate(fileno(f), 100) == 0);
+        if (f) fclose(f);
+    }
+    CHECK(moe8_model_load(dir, &mp, &m, &e) != MOE8_OK && !m);
+    CHECKF(strstr(e.message, "rank 1: ") && strstr(e.message, "model.safetensors"),
+           "corrupt shard: '%s'", e.message);
+    /* A different model folder on the last rank: the fingerprint differs. */
+    o = opts_for(1);
+    if (g_rank == g_size - 1) o.json_hook = other_eps;
+    dir = write_fixture("fingerprint", &o);
+    CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_ERR_INVALID_ARG && !m);
+    snprintf(path, sizeof path, "rank %d: the model's config.json differs", g_size - 1);
+    CHECKF(strstr(e.message, path), "fingerprint: '%s'", e.message);
+    /* An impossible split: heads not divisible by the rank count. */
+    o = opts_for(1);
+    o.n_heads = g_size == 3 ? 4 : 6, o.n_kv_heads = g_size == 3 ? 2 : 3;
+    dir = write_fixture("split", &o);
+    CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_ERR_INVALID_ARG && !m);
+    CHECKF(strstr(e.message, g_size == 3 ? "num_attention_heads 4 is not divisible by 3"
+                                         : "num_key_value_heads 3"), "split: '%s'", e.message);
+    /* Settings that differ. */
+    int32_t flags[2] = {7, g_rank == 1 ? 8 : 7};
+    CHECK(moe8_dist_check_same(d, flags, sizeof flags, "the flags", &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(strstr(e.message, "rank 1: the flags differs") != NULL);
+    flags[1] = 7;
+    CHECK(moe8_dist_check_same(d, flags, sizeof flags, "the flags", &e) == MOE8_OK);
+    /* A local failure is everyone's. */
+    moe8_fail(&e, MOE8_ERR_NOMEM, -1, "boom on %d", g_rank);
+    CHECK(moe8_dist_agree(d, g_rank == g_size - 1 ? MOE8_ERR_NOMEM : MOE8_OK, &e) == MOE8_ERR_NOMEM);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d: boom on %d", g_size - 1, g_size - 1);
+    CHECK(strcmp(e.message, want) == 0);
+}
+
+int main(void) {
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    moe8_dist *tp = NULL;
+    moe8_error e;
+    int n = env ? atoi(env) : 0;
+    if (n < 2) {
+        fprintf(stderr, "mpi_dist: run under mpirun with 2 or 3 ranks\n");
+        return 1;
+    }
+    if (moe8_dist_init(n, 0, &tp, &e) != MOE8_OK) {
+        fprintf(stderr, "%s\n", e.message);
+        return 1;
+    }
+    g_rank = moe8_dist_rank(tp), g_size = moe8_dist_size(tp);
+    CHECK(g_size == n && !moe8_dist_expert_parallel(tp));
+    /* EP uses the same communicator under another mode. */
+    moe8_dist ep_view = *tp;
+    ep_view.expert_parallel = 1;
+    compare("float_tp", 0, 0, &ep_view, tp);
+    compare("float_ep", 0, 1, &ep_view, tp);
+    compare("w8a8_tp", 1, 0, &ep_view, tp);
+    compare("w8a8_ep", 1, 1, &ep_view, tp);
+    failures(tp);
+    moe8_dist_free(tp);
+    if (g_rank == 0) return test_summary();
+    return test_n_fail ? 1 : 0;
+}
