@@ -1,0 +1,261 @@
+/*
+ * test_dist.c — `mpirun -np N moe8 generate --tp N` (SPEC §8) end to end,
+ * against single-process runs of the same CLI:
+ *   - the reference case: W8A8 model with the Qwen3 tokenizer, prompt
+ *     "Hello, my name is", 5 greedy tokens at TP=2 equal TP=1's; last-token
+ *     logits (--dump-logits) cosine >= 0.999; rank 0 alone prints (one line
+ *     of ids, one stats line, a line with each rank's memory);
+ *   - --expert-parallel at 2 ranks: logits within 1e-5 relative, same tokens;
+ *   - float model at TP=2: logits within 1e-5 relative;
+ *   - failures, each ending every rank non-zero within 10 s with a message:
+ *     a corrupt shard on rank 1 (names the file), different flags on one
+ *     rank, a split the model cannot take, -np and --tp that disagree, and a
+ *     rank killed mid-run.
+ * Skipped (with a message) when this build has no MPI.
+ */
+#include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "test.h"
+#include "fixture_model.h"
+
+#define QWEN_VOCAB 151669
+
+static char g_out[1 << 16], g_err[1 << 16];
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+#ifdef MOE8_MPIEXEC
+#define MPIRUN MOE8_MPIEXEC " --oversubscribe"
+
+/* Run a shell command line (a prefix of mpirun or not); stdout in g_out,
+ * stderr in g_err; exit status, *secs the wall time. */
+static int sh(const char *cmdline, double *secs) {
+    char cmd[16384], out[4200], err[4200];
+    double t0 = now_s();
+    int rc;
+    snprintf(out, sizeof out, "%s/dist_stdout.txt", MOE8_TEST_TMP);
+    snprintf(err, sizeof err, "%s/dist_stderr.txt", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "%s >'%s' 2>'%s'", cmdline, out, err);
+    rc = system(cmd);
+    if (secs) *secs = now_s() - t0;
+    read_text(out, g_out, sizeof g_out);
+    read_text(err, g_err, sizeof g_err);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static const char *write_model(const char *name, fx_opts *o, int with_tokenizer) {
+    static char dirs[8][4096];
+    static int next;
+    char *dir = dirs[next++ % 8], cmd[9000];
+    snprintf(dir, 4096, "%s", test_tmpdir(name));
+    if (fx_write_model(dir, o) != 0) exit(2);
+    if (with_tokenizer) {
+        snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'",
+                 MOE8_TOKENIZER_DIR, MOE8_TOKENIZER_DIR, dir);
+        if (system(cmd) != 0) exit(2);
+    }
+    return dir;
+}
+
+/* --dump-logits file -> values [n]; returns the count. */
+static int read_logits(const char *path, float *v, int cap) {
+    FILE *f = fopen(path, "r");
+    int id, n = 0;
+    float x;
+    while (f && n < cap && fscanf(f, "%d %f", &id, &x) == 2) v[n++] = x;
+    if (f) fclose(f);
+    return n;
+}
+
+static double rel_max(const float *a, const float *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabs((double)a[i] - b[i]) > num) num = fabs((double)a[i] - b[i]);
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return num / den;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+static float g_ref[QWEN_VOCAB], g_par[QWEN_VOCAB];
+
+/* One run: `prefix` ("" or an mpirun prefix), generate args; the ids line
+ * into ids, logits into `logits`; returns the logits count (0 on failure). */
+static int run_gen(const char *prefix, const char *tp_args, const char *args, char *ids,
+                   float *logits, int cap) {
+    char cmd[12000], dump[4200];
+    snprintf(dump, sizeof dump, "%s/dist_logits.txt", MOE8_TEST_TMP);
+    remove(dump);
+    snprintf(cmd, sizeof cmd, "%s '%s' generate %s %s --ids --ignore-eos --threads 1 "
+             "--dump-logits '%s'", prefix, MOE8_CLI, tp_args, args, dump);
+    int rc = sh(cmd, NULL);
+    CHECKF(rc == 0, "'%s' failed: %s", cmd, g_err);
+    size_t n = strlen(g_out) < 255 ? strlen(g_out) : 255;
+    memcpy(ids, g_out, n);
+    ids[n] = '\0';
+    return rc == 0 ? read_logits(dump, logits, cap) : 0;
+}
+
+static void test_reference_case(const char *text) {
+    char args[4400], ids1[256], ids2[256], ids3[256];
+    snprintf(args, sizeof args, "-m '%s' -p 'Hello, my name is' -n 5", text);
+    int n1 = run_gen("", "", args, ids1, g_ref, QWEN_VOCAB);
+    int n2 = run_gen(MPIRUN " -np 2", "--tp 2", args, ids2, g_par, QWEN_VOCAB);
+    CHECK(n1 == QWEN_VOCAB && n2 == n1);
+    CHECKF(!strcmp(ids1, ids2), "TP=2 tokens '%s' differ from TP=1 '%s'", ids2, ids1);
+    CHECK(strchr(ids2, '\n') == strrchr(ids2, '\n'));   /* one line: rank 0 alone prints */
+    double cs = cosine(g_par, g_ref, n1);
+    CHECKF(cs >= 0.999, "TP=2 logits cosine %.6f", cs);
+    CHECKF(strstr(g_err, "ranks=2 mode=tp rank0_rss_mb=") && strstr(g_err, "rank1_peak_rss_mb=") &&
+           strstr(g_err, "decode_tok_s="), "stats: %s", g_err);
+    const char *st = strstr(g_err, "load_s=");
+    CHECK(st && !strstr(st + 1, "load_s="));            /* one stats line */
+    /* Expert parallel: the same quantization per expert, only the sum moves. */
+    int n3 = run_gen(MPIRUN " -np 2", "--tp 2 --expert-parallel", args, ids3, g_par, QWEN_VOCAB);
+    CHECK(n3 == n1 && !strcmp(ids1, ids3));
+    double rel = rel_max(g_par, g_ref, n1);
+    CHECKF(rel <= 1e-5, "EP=2 logits differ by %.3g relative", rel);
+    CHECK(strstr(g_err, "ranks=2 mode=ep") != NULL);
+}
+
+static void test_float(const char *dir) {
+    char args[4400], ids1[256], ids2[256];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 5,17,42,3,99 -n 4", dir);
+    int n1 = run_gen("", "", args, ids1, g_ref, 256);
+    int n2 = run_gen(MPIRUN " -np 2", "--tp 2", args, ids2, g_par, 256);
+    CHECK(n1 == 256 && n2 == 256 && !strcmp(ids1, ids2));
+    double rel = rel_max(g_par, g_ref, 256);
+    CHECKF(rel <= 1e-5, "float TP=2 logits differ by %.3g relative", rel);
+}
+
+/* A failing run: non-zero, within 10 s, stderr holding `want`. */
+static void expect_fail(const char *what, const char *cmd, const char *want) {
+    double secs;
+    int rc = sh(cmd, &secs);
+    CHECKF(rc != 0 && secs < 10.0, "%s: exit %d after %.1f s", what, rc, secs);
+    CHECKF(strstr(g_err, want) != NULL, "%s: no '%s' in: %s", what, want, g_err);
+}
+
+static void test_failures(const char *good, const char *bad, const char *heads6) {
+    char cmd[16384];
+    const char *cli = MOE8_CLI, *a = "generate --prompt-ids 1,2,3 -n 2 --ids --tp 2";
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 1 '%s' %s -m '%s' : -np 1 '%s' %s -m '%s'", cli, a,
+             good, cli, a, bad);
+    expect_fail("corrupt shard", cmd, "rank 1: ");
+    CHECK(strstr(g_err, "model.safetensors") != NULL);
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 1 '%s' %s -m '%s' : -np 1 '%s' %s -m '%s' --seed 3",
+             cli, a, good, cli, a, good);
+    expect_fail("different flags", cmd, "rank 1: the flags or prompts of 'moe8 generate' differs");
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 '%s' generate -m '%s' --prompt-ids 1,2 --ids", cli, good);
+    expect_fail("-np 2 without --tp", cmd, "pass --tp 2");
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 3 '%s' %s -m '%s'", cli, a, good);
+    expect_fail("-np 3 --tp 2", cmd, "--tp 2 but 3 processes were started");
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 '%s' %s -m '%s'", cli, a, heads6);
+    expect_fail("bad split", cmd, "num_key_value_heads 3 and 2 ranks");
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1 --expert-parallel", cli, good);
+    expect_fail("--expert-parallel alone", cmd, "needs --tp");
+}
+
+/* Pids of mpirun's children (the ranks). */
+static int children(pid_t parent, pid_t *out, int cap) {
+    char path[64], buf[256];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)parent, (int)parent);
+    read_text(path, buf, sizeof buf);
+    for (char *p = buf, *end; n < cap; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (pid_t)v;
+    }
+    return n;
+}
+
+/* A rank killed in the middle of decoding: mpirun ends the other within seconds. */
+static void test_kill(const char *text) {
+    char args[4400];
+    pid_t pid, kids[4];
+    int status = 0, n = 0;
+    double t0, waited;
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2,3 -n 100000 -c 4096 --ids --ignore-eos "
+             "--threads 1 --tp 2", text);
+    pid = fork();
+    if (pid == 0) {
+        char cmd[9000], out[4200];
+        snprintf(out, sizeof out, "%s/dist_kill.txt", MOE8_TEST_TMP);
+        snprintf(cmd, sizeof cmd, "exec " MPIRUN " -np 2 '%s' generate %s >'%s' 2>&1", MOE8_CLI,
+                 args, out);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && n < 2; i++) {   /* both ranks up */
+        usleep(50000);
+        n = children(pid, kids, 4);
+    }
+    usleep(1500000);                           /* into the decode loop */
+    CHECKF(n >= 2 && waitpid(pid, &status, WNOHANG) == 0, "mpirun finished too early (%d ranks)", n);
+    if (n >= 2) kill(kids[1], SIGKILL);
+    t0 = now_s();
+    while (waitpid(pid, &status, WNOHANG) == 0 && now_s() - t0 < 20) usleep(20000);
+    waited = now_s() - t0;
+    if (waited >= 20) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    CHECKF(waited < 10 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+           "after a rank was killed mpirun took %.1f s, status %d", waited, status);
+}
+
+int main(void) {
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);   /* ctest sets these too */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    fx_opts ot = fx_default_opts();
+    ot.quant = 1;
+    ot.vocab = QWEN_VOCAB;
+    ot.hidden = 32;
+    ot.dense_layer = 0;
+    const char *text = write_model("dist_text", &ot, 1);
+    fx_opts of = fx_default_opts();
+    of.float_dtype = MOE8_DT_F32;
+    of.dense_layer = 1;
+    const char *flt = write_model("dist_float", &of, 0);
+    fx_opts ob = fx_default_opts();
+    ob.quant = 1;
+    const char *good = write_model("dist_good", &ob, 0);
+    const char *bad = write_model("dist_bad", &ob, 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", bad);
+    CHECK(truncate(path, 64) == 0);
+    fx_opts oh = fx_default_opts();
+    oh.quant = 1;
+    oh.n_heads = 6;
+    oh.n_kv_heads = 3;
+    const char *heads6 = write_model("dist_heads6", &oh, 0);
+    test_reference_case(text);
+    test_float(flt);
+    test_failures(good, bad, heads6);
+    test_kill(text);
+    return test_summary();
+}
+#else
+int main(void) {
+    printf("test_dist: skipped: this build has no MPI (OpenMPI not found by CMake)\n");
+    return 0;
+}
+#endif
