@@ -21,7 +21,9 @@
 #include "test.h"
 #include "fixture_model.h"
 
+#ifdef MOE8_MPIEXEC
 #define QWEN_VOCAB 151669
+#define MPIRUN MOE8_MPIEXEC " --oversubscribe"
 
 static char g_out[1 << 16], g_err[1 << 16];
 
@@ -37,9 +39,6 @@ static void read_text(const char *path, char *buf, size_t cap) {
     buf[n] = '\0';
     if (f) fclose(f);
 }
-
-#ifdef MOE8_MPIEXEC
-#define MPIRUN MOE8_MPIEXEC " --oversubscribe"
 
 /* Run a shell command line (a prefix of mpirun or not); stdout in g_out,
  * stderr in g_err; exit status, *secs the wall time. */
