@@ -1,4 +1,6 @@
 /* test_core.c — version, status strings, error filling, dtype helpers. */
+#include <fenv.h>
+
 #include "test.h"
 #include "core/core.h"
 
@@ -25,6 +27,20 @@ int main(void) {
     CHECK(p && ((uintptr_t)p & 63) == 0);
     moe8_free_aligned(p);
     CHECK(moe8_alloc_aligned(SIZE_MAX) == NULL);
+    /* Round half to even in every rounding mode. */
+    {
+        static const float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 2.4999998f, 126.5f, -127.5f, 3.0f, 8388609.0f, 0.0f};
+        static const float want[] = {0.0f, 2.0f, 2.0f, -0.0f, -2.0f, -2.0f, 2.0f, 126.0f, -128.0f, 3.0f, 8388609.0f, 0.0f};
+        static const int modes[] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+        int bad = 0;
+        for (size_t m = 0; m < 4; m++) {
+            fesetround(modes[m]);
+            for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) bad += moe8_round_even(in[i]) != want[i];
+            fesetround(FE_TONEAREST);
+        }
+        CHECKF(bad == 0, "%d moe8_round_even results differ", bad);
+        CHECK(isnan(moe8_round_even(NAN)));
+    }
     const char *isa = moe8_kernel_isa();
     CHECK(!strcmp(isa, "avx2") || !strcmp(isa, "ref"));
     return test_summary();

@@ -7,10 +7,12 @@
  * within the dot-product bound 2·k·2^-24·Σ|x·w|. AVX2 comparisons are
  * skipped, with a note, on a CPU without AVX2.
  */
+#include <fenv.h>
 #include <stdint.h>
 
 #include "core/core.h"
 #include "kernels/kernels.h"
+
 #include "test.h"
 
 extern const moe8_kernels moe8_kernels_avx2;
@@ -124,6 +126,31 @@ static void test_quant(void) {
         check_quant(moe8_kernels_ref(), x, 1, k, "underflow");
         if (avx2) check_quant(avx2, x, 1, k, "underflow");
         free(x);
+    }
+}
+
+/* SPEC §4 fixes round-half-to-even: a host program's fesetround must not
+ * change the codes (rintf and _MM_FROUND_CUR_DIRECTION would follow it). */
+static void test_quant_rounding_mode(void) {
+    enum { K = 300 };
+    static const int modes[] = {FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+    float x[K], s0, s1;
+    int8_t q0[K + 4], q1[K + 4];
+    int32_t sum0, sum1;
+    for (int j = 0; j < K; j++) x[j] = (float)(j % 254 - 127) + 0.5f; /* -126.5 .. 126.5 */
+    x[0] = 127.0f; /* amax 127: s = 1, every other value is an exact half */
+    const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
+    for (int t = 0; t < 2 && tables[t]; t++) {
+        tables[t]->quant_rows(q0, K + 4, &s0, &sum0, x, K, 1, K);
+        for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+            fesetround(modes[m]);
+            tables[t]->quant_rows(q1, K + 4, &s1, &sum1, x, K, 1, K);
+            fesetround(FE_TONEAREST);
+            CHECKF(memcmp(q0, q1, K) == 0 && sum0 == sum1, "%s quant_rows changes with rounding mode %d",
+                   tables[t]->isa, modes[m]);
+        }
+        CHECKF(q0[1] == -126 && q0[2] == -124, "%s: -125.5 -> %d, -124.5 -> %d (want -126, -124)",
+               tables[t]->isa, q0[1], q0[2]);
     }
 }
 
@@ -334,6 +361,7 @@ int main(void) {
     else printf("note: no AVX2 on this CPU: AVX2-vs-reference comparisons skipped\n");
     printf("kernel set in use: %s\n", moe8_kernels_get()->isa);
     test_quant();
+    test_quant_rounding_mode();
     test_q8_shapes();
     test_q8_worst_case();
     test_q8_real_shape();

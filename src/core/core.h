@@ -41,6 +41,15 @@ static inline int moe8_add_size(size_t a, size_t b, size_t *out) {
     return __builtin_add_overflow(a, b, out) ? -1 : 0;
 }
 
+/* Round to nearest, ties to even, whatever the caller's floating-point
+ * rounding mode (rintf follows fesetround; SPEC §4 fixes half-to-even).
+ * floorf and the subtraction below are exact, so no mode can change them. */
+static inline float moe8_round_even(float x) {
+    float f = __builtin_floorf(x), d = x - f;
+    if (d > 0.5f || (d == 0.5f && __builtin_fmodf(f, 2.0f) != 0.0f)) f += 1.0f;
+    return f;
+}
+
 /* 64-byte aligned allocation (NULL on failure or overflow); free with moe8_free_aligned. */
 void *moe8_alloc_aligned(size_t n_bytes);
 void moe8_free_aligned(void *p);

@@ -37,7 +37,7 @@ void moe8_quant_rows_ref(int8_t *xq, int ldq, float *sx, int32_t *xsum, const fl
         for (int j = 0; j < k; j++) amax = fmaxf(amax, fabsf(xr[j]));
         s = amax / 127.0f;
         for (int j = 0; j < k; j++) {
-            float q = s > 0.0f ? rintf(xr[j] / s) : 0.0f;
+            float q = s > 0.0f ? moe8_round_even(xr[j] / s) : 0.0f;
             q = fminf(fmaxf(q, -127.0f), 127.0f);
             qr[j] = (int8_t)q;
             sum += qr[j];

@@ -103,7 +103,7 @@ void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k,
         int8_t *qr = xq + (size_t)r * ldq;
         for (int j = 0; j < k; j++) {
             float v = xr[j] / scale;   /* true division, rounded to fp32 */
-            v = rintf(v + offset);
+            v = moe8_round_even(v + offset);
             qr[j] = (int8_t)fminf(fmaxf(v, -128.0f), 127.0f);
         }
         for (int j = k; j < k_pad; j++) qr[j] = 0;

@@ -62,7 +62,7 @@ void moe8_range_params(const moe8_range *r, float *scale, int *offset) {
         *offset = 0;
         return;
     }
-    o = rintf(-128.0f - lo / s);
+    o = moe8_round_even(-128.0f - lo / s);
     *scale = s;
     *offset = o < -128.0f ? -128 : o > 127.0f ? 127 : (int)o;
 }

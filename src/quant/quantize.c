@@ -52,7 +52,7 @@ float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum) {
     }
     scale = amax / 127.0f;
     for (int64_t j = 0; j < k; j++) {
-        float v = scale > 0.0f ? rintf(w[j] / scale) : 0.0f;
+        float v = scale > 0.0f ? moe8_round_even(w[j] / scale) : 0.0f;
         v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
         q[j] = (int8_t)v;
         s += q[j];

@@ -1,14 +1,15 @@
 /*
  * quant_avx2.c — per-row dynamic int8 quantization (SPEC §4), AVX2.
  * Bit-identical to moe8_quant_rows_ref: amax with NaN ignored (max_ps keeps
- * its second operand on NaN, as fmaxf does), fp32 true division, rint in the
- * current (round-half-even) mode, clamp to ±127 with NaN -> -127, exactly as
+ * its second operand on NaN, as fmaxf does), fp32 true division, round half
+ * to even whatever the caller's rounding mode (moe8_round_even), clamp to ±127 with NaN -> -127, exactly as
  * fmaxf/fminf order it in the reference. Does not handle k_pad layout beyond
  * zeroing the tail k..round_up(k, KALIGN).
  */
 #include <immintrin.h>
 #include <math.h>
 
+#include "core/core.h"
 #include "kernels/x86/kernels_avx2.h"
 
 static float row_amax(const float *x, int k) {
@@ -30,7 +31,7 @@ static float row_amax(const float *x, int k) {
 
 /* 8 floats -> 8 int32 codes: clamp(rint(x / s), -127, 127), NaN -> -127. */
 static inline __m256i codes8(__m256 x, __m256 s) {
-    __m256 q = _mm256_round_ps(_mm256_div_ps(x, s), _MM_FROUND_CUR_DIRECTION);
+    __m256 q = _mm256_round_ps(_mm256_div_ps(x, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     q = _mm256_max_ps(q, _mm256_set1_ps(-127.0f)); /* NaN q -> -127 like fmaxf */
     q = _mm256_min_ps(q, _mm256_set1_ps(127.0f));
     return _mm256_cvtps_epi32(q);
@@ -54,7 +55,7 @@ static int32_t quant_row(int8_t *q, const float *x, int k, float s) {
     h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
     int32_t sum = _mm_cvtsi128_si32(h);
     for (; j < k; j++) {
-        float v = fminf(fmaxf(rintf(x[j] / s), -127.0f), 127.0f);
+        float v = fminf(fmaxf(moe8_round_even(x[j] / s), -127.0f), 127.0f);
         q[j] = (int8_t)v;
         sum += q[j];
     }
