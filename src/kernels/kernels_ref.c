@@ -13,17 +13,31 @@ size_t moe8_qmat_bytes(int n, int k) {
     return (size_t)moe8_round_up(n, MOE8_QK_NR) * (size_t)moe8_round_up(k, MOE8_QK_KALIGN);
 }
 
+/* The packed layout is a transpose of 16 rows x (k_pad/2) int8 pairs into
+ * (k_pad/2) x 16 pairs: full pairs of full panels move as 16-bit words, the
+ * ragged edges (last panel, odd k, padding) byte by byte. */
 void moe8_qmat_pack(int8_t *dst, const int8_t *w, int n, int k, int ldw) {
     const int n_pad = moe8_round_up(n, MOE8_QK_NR), k_pad = moe8_round_up(k, MOE8_QK_KALIGN);
-    const int n_kk = k_pad / 2;
-    for (int p = 0; p < n_pad / MOE8_QK_NR; p++)
-        for (int kk = 0; kk < n_kk; kk++)
-            for (int c = 0; c < MOE8_QK_NR; c++)
-                for (int t = 0; t < 2; t++) {
-                    int i = p * MOE8_QK_NR + c, j = 2 * kk + t;
-                    dst[(((size_t)p * n_kk + kk) * MOE8_QK_NR + c) * 2 + t] =
-                        (i < n && j < k) ? w[(size_t)i * ldw + j] : 0;
+    const int n_kk = k_pad / 2, full_kk = k / 2;
+    for (int p = 0; p < n_pad / MOE8_QK_NR; p++) {
+        int8_t *panel = dst + (size_t)p * n_kk * MOE8_QK_NR * 2;
+        for (int c = 0; c < MOE8_QK_NR; c++) {
+            const int i = p * MOE8_QK_NR + c;
+            const int8_t *row = i < n ? w + (size_t)i * ldw : NULL;
+            int kk = 0;
+            if (i < n)
+                for (; kk < full_kk; kk++) {
+                    uint16_t pair;
+                    memcpy(&pair, row + 2 * kk, 2);
+                    memcpy(panel + ((size_t)kk * MOE8_QK_NR + c) * 2, &pair, 2);
                 }
+            for (; kk < n_kk; kk++)
+                for (int t = 0; t < 2; t++) {
+                    const int j = 2 * kk + t;
+                    panel[((size_t)kk * MOE8_QK_NR + c) * 2 + t] = (i < n && j < k) ? row[j] : 0;
+                }
+        }
+    }
 }
 
 void moe8_quant_rows_ref(int8_t *xq, int ldq, float *sx, int32_t *xsum, const float *x, int ldx,

@@ -162,6 +162,8 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory packing %d experts",
                          L->name, n_local);
     L->packed_bytes = (q_stride + s_stride * (nonzero ? 8 : 4)) * n_local;
+    /* Experts pack independently: one per thread (load time is mostly this). */
+#pragma omp parallel for schedule(dynamic) num_threads(L->n_threads ? L->n_threads : omp_get_max_threads())
     for (int le = 0; le < n_local; le++) {
         const size_t soff[3] = {0, (size_t)I, 2 * (size_t)I};
         const size_t qoff[3] = {0, qb_gu, 2 * qb_gu};
