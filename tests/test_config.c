@@ -160,6 +160,16 @@ static void test_errors(void) {
         {"{\"model_type\":\"qwen3_moe\",\"num_attention_heads\":1024,\"head_dim\":1024,"
          "\"num_key_value_heads\":1}",
          MOE8_ERR_FORMAT, "num_attention_heads x head_dim (1024 x 1024) too large"},
+        /* strict JSON: a key twice (cJSON keeps the first copy, Python the last) or
+         * anything but whitespace after the value */
+        {"{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"hidden_size\":128}", MOE8_ERR_FORMAT,
+         "config.json': duplicate key 'hidden_size' at the top level"},
+        {"{\"model_type\":\"qwen3_moe\",\"x\":{\"a\":[0,{\"b\":1,\"c\":2,\"b\":2}]}}", MOE8_ERR_FORMAT,
+         "config.json': duplicate key 'b' in x.a[1]"},
+        {"{\"model_type\":\"qwen3_moe\"} x", MOE8_ERR_FORMAT,
+         "config.json': unexpected bytes after the JSON value at byte 27"},
+        {"{\"model_type\":\"qwen3_moe\"}{}", MOE8_ERR_FORMAT,
+         "config.json': unexpected bytes after the JSON value at byte 26"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         moe8_config c;
@@ -185,6 +195,11 @@ static void test_not_nul_terminated(void) {
     CHECK(c.hidden_size == 256 && c.head_dim == 8);
     CHECK(moe8_config_parse(s, n - 1, "x.json", &c, &e) == MOE8_ERR_FORMAT);
     CHECK(moe8_config_parse(s, n, "x.json", &c, NULL) == MOE8_OK);
+    /* trailing JSON whitespace is fine, a trailing NUL is not */
+    const char *ws = "{\"model_type\":\"qwen3_moe\",\"hidden_size\":256} \t\r\n\n";
+    CHECK(moe8_config_parse(ws, strlen(ws), "x.json", &c, &e) == MOE8_OK && c.hidden_size == 256);
+    CHECK(moe8_config_parse(ws, strlen(ws) + 1, "x.json", &c, &e) == MOE8_ERR_FORMAT);
+    CHECKF(strstr(e.message, "unexpected bytes after the JSON value at byte 49"), "%s", e.message);
 }
 
 int main(void) {

@@ -6,6 +6,7 @@
  */
 #include "test.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "fixture_model.h"
@@ -278,6 +279,11 @@ static fx_opts q_opts(void) {
     return o;
 }
 static fx_opts f_opts(void) { return fx_default_opts(); }
+static fx_opts q64_opts(void) {
+    fx_opts o = q_opts();
+    o.deq_i64 = 1;
+    return o;
+}
 
 #define EXP "model.layers.0.mlp.experts."
 #define ATT "model.layers.0.self_attn."
@@ -321,6 +327,38 @@ static const defect defects[] = {
      NULL, NULL, MOE8_ERR_FORMAT, "tensor '" ATT "q_proj.deq_scale': expected dtype I64 or F32, found I32"},
     {"deq_scale_len", q_opts, D_RETYPE, ATT "k_proj.deq_scale", 0, 0, MOE8_DT_F32, 1, {64, 0}, NULL,
      NULL, NULL, MOE8_ERR_FORMAT, "expected shape [32], found [64]"},
+    /* int32 accumulator: |bias| + 16384 x 64 <= INT32_MAX, i.e. |bias| <= 2146435071 */
+    {"quant_bias_max", q_opts, D_SET, ATT "q_proj.quant_bias", 2147483647.0, 3, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "tensor '" ATT "q_proj.quant_bias': element 3 is 2147483647: "
+     "|bias| + 16384 x 64 inputs must be <= 2147483647 (int32 accumulator), so |bias| <= 2146435071"},
+    {"quant_bias_room_plus1", q_opts, D_SET, ATT "o_proj.quant_bias", 2146435072.0, 0, 0, 0, {0, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "element 0 is 2146435072: |bias| + 16384 x 64 inputs"},
+    {"quant_bias_neg", q_opts, D_SET, "model.layers.1.mlp.down_proj.quant_bias", -2146435072.0, 63,
+     0, 0, {0, 0}, NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'model.layers.1.mlp.down_proj.quant_bias': element 63 is -2146435072: |bias| + 16384 x 96"},
+    {"quant_bias_int32_min", q_opts, D_SET, ATT "k_proj.quant_bias", -2147483648.0, 1, 0, 0, {0, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "element 1 is -2147483648"},
+    /* deq_scale: finite and > 0; I64 high word 0 or the sign extension of the low word */
+    {"deq_scale_neg", q_opts, D_SET, ATT "v_proj.deq_scale", -0.5, 2, 0, 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "tensor '" ATT "v_proj.deq_scale': element 2 is -0.5, expected a finite scale > 0"},
+    {"deq_scale_zero", q_opts, D_SET, ATT "q_proj.deq_scale", 0.0, 5, 0, 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "element 5 is 0, expected a finite scale > 0"},
+    {"deq_scale_inf", q_opts, D_SET, ATT "o_proj.deq_scale", INFINITY, 0, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "element 0 is inf, expected a finite scale > 0"},
+    /* 2^32 + bits(0.01f): the low word alone would read as 0.01 */
+    {"deq_i64_high_word", q64_opts, D_SET, ATT "k_proj.deq_scale", 4294967296.0 + 1008981770.0, 4, 0,
+     0, {0, 0}, NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor '" ATT "k_proj.deq_scale': element 4 is 0x000000013c23d70a: high 32 bits must be 0 or "
+     "the sign extension of the low 32 (fp32 bits)"},
+    /* 0xffffffff'3c23d70a: all-ones high word over a positive float */
+    {"deq_i64_bad_ext", q64_opts, D_SET, ATT "q_proj.deq_scale", -4294967296.0 + 1008981770.0, 0, 0,
+     0, {0, 0}, NULL, NULL, NULL, MOE8_ERR_FORMAT, "element 0 is 0xffffffff3c23d70a: high 32 bits"},
+    /* sign-extended -0.5f (0xbf000000): a well-formed I64, but not > 0 */
+    {"deq_i64_neg", q64_opts, D_SET, ATT "v_proj.deq_scale", -1090519040.0, 1, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "element 1 is -0.5, expected a finite scale > 0"},
+    /* zero-extended 0x7fc00000: NaN */
+    {"deq_i64_nan", q64_opts, D_SET, ATT "o_proj.deq_scale", 2143289344.0, 7, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "element 7 is nan, expected a finite scale > 0"},
     {"quant_bias_f32", q_opts, D_RETYPE, ATT "o_proj.quant_bias", 0, 0, MOE8_DT_F32, 1, {64, 0}, NULL,
      NULL, NULL, MOE8_ERR_FORMAT, "expected dtype I32, found F32"},
     {"missing_quant_bias", q_opts, D_OMIT, "model.layers.1.mlp.down_proj.quant_bias", 0, 0, 0, 0,
@@ -395,6 +433,58 @@ static void test_defects(void) {
     }
 }
 
+/* The int8 GEMMs' int32 accumulators: the largest quant_bias and widths that
+ * cannot wrap load; one more is refused, naming the tensor. */
+static const defect bias_at_room = {"bias_room", q_opts, D_SET, ATT "q_proj.quant_bias",
+                                    -2146435071.0, 9, 0, 0, {0, 0}, NULL, NULL, NULL, MOE8_OK, ""};
+
+static void width_case(const char *name, int64_t inter, int64_t moe_inter, moe8_status want,
+                       const char *msg) {
+    fx_opts o = q_opts();
+    moe8_model *m = NULL;
+    moe8_error e;
+    o.hidden = 8;
+    o.n_heads = 1;
+    o.n_kv_heads = 1;
+    o.head_dim = 8;
+    o.n_experts = 1;
+    o.top_k = 1;
+    o.inter = inter;
+    o.moe_inter = moe_inter;
+    o.vocab = 16;
+    memset(&e, 0, sizeof e);
+    CHECKF(moe8_model_load(make(name, &o), NULL, &m, &e) == want, "%s: %s", name, e.message);
+    CHECKF(want == MOE8_OK || strstr(e.message, msg), "%s: '%s' lacks '%s'", name, e.message, msg);
+    moe8_model_free(m);
+}
+
+static void test_int32_bounds(void) {
+    fx_opts o = q_opts();
+    moe8_model *m = NULL;
+    moe8_error e;
+    o.tensor_hook = hook_tensor;
+    o.user = (void *)&bias_at_room;
+    CHECKF(moe8_model_load(make("bias_room", &o), NULL, &m, &e) == MOE8_OK, "%s", e.message);
+    CHECK(m && ((const int32_t *)m->layers[0].q.quant_bias->data)[9] == -2146435071);
+    moe8_model_free(m);
+    /* W8A8 static: 16384 x 131071 <= INT32_MAX < 16384 x 131072 (dense down_proj) */
+    width_case("width_w8a8_ok", 131071, 32, MOE8_OK, "");
+    width_case("width_w8a8_over", 131072, 32, MOE8_ERR_UNSUPPORTED,
+               "tensor 'model.layers.1.mlp.down_proj.weight': 131072 inputs: W8A8 int8 products "
+               "would overflow the int32 accumulator (at most 131071 inputs)");
+    /* W8A8_DYNAMIC experts: the MoE layer's 65536 (expert down_proj) */
+    width_case("width_dyn_ok", 96, 65536, MOE8_OK, "");
+    width_case("width_dyn_over", 96, 65537, MOE8_ERR_UNSUPPORTED,
+               "tensor 'model.layers.0.mlp.experts.0.down_proj.weight': 65537 inputs: W8A8_DYNAMIC");
+}
+
+static void fifo_blocked(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL test_model_load: load blocked on a fifo\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
 /* Defects made by editing files after writing. */
 static void test_file_defects(void) {
     fx_opts o = q_opts();
@@ -427,6 +517,35 @@ static void test_file_defects(void) {
     CHECK(truncate(path, 4096) == 0);
     CHECK(moe8_model_load(dir, NULL, &m, &e) != MOE8_OK && !m);
     CHECKF(strstr(e.message, "model.safetensors") != NULL, "%s", e.message);
+
+    /* generation_config.json: a key twice (cJSON keeps the first, Python the last) */
+    o.generation_config = 1;
+    dir = make("bad_files4", &o);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    static const char dup[] = "{\"eos_token_id\":[2,7],\"eos_token_id\":3}";
+    test_write_file(path, dup, strlen(dup));
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_FORMAT && !m);
+    CHECKF(strstr(e.message, "generation_config.json': duplicate key 'eos_token_id' at the top level"),
+           "%s", e.message);
+    test_write_file(path, "{\"eos_token_id\":[2,7]}\n\"\"", 25);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_FORMAT && !m);
+    CHECKF(strstr(e.message, "generation_config.json': unexpected bytes after the JSON value at "
+                             "byte 23"), "%s", e.message);
+    /* FIFOs in place of the JSON files: refused at once, not waited on */
+    signal(SIGALRM, fifo_blocked);
+    alarm(20);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_IO && !m);
+    CHECKF(strstr(e.message, "generation_config.json' is not a regular file (a fifo)"), "%s",
+           e.message);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK(moe8_model_load(dir, NULL, &m, &e) == MOE8_ERR_IO && !m);
+    CHECKF(strstr(e.message, "/config.json' is not a regular file (a fifo)"), "%s", e.message);
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
 
     CHECK(moe8_model_load(MOE8_TEST_TMP "/no_such_folder", NULL, &m, &e) == MOE8_ERR_NOT_FOUND);
     CHECK(moe8_model_load(NULL, NULL, &m, &e) == MOE8_ERR_INVALID_ARG);
@@ -506,6 +625,7 @@ int main(void) {
     test_queries();
     test_defects();
     test_file_defects();
+    test_int32_bounds();
     test_inspect();
     return test_summary();
 }

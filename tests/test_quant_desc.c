@@ -225,6 +225,16 @@ static void test_w8a8_experts(void) {
     CHECK(strstr(e.message, "expected a JSON object") != NULL);
     CHECK(moe8_quant_desc_parse("{\"a\":", 5, "qd.json", &qd, &e) == MOE8_ERR_FORMAT && !qd);
     CHECK(strstr(e.message, "invalid JSON") != NULL);
+    /* a key twice: cJSON would keep the first copy, Python (ModelSlim, vLLM) the last */
+    const char *dup = "{\"model_quant_type\":\"W8A8_DYNAMIC\",\"a.weight\":\"W8A8_DYNAMIC\","
+                      "\"a.weight\":\"FLOAT\"}";
+    CHECK(moe8_quant_desc_parse(dup, strlen(dup), "qd.json", &qd, &e) == MOE8_ERR_FORMAT && !qd);
+    CHECKF(strstr(e.message, "'qd.json': duplicate key 'a.weight' at the top level"), "%s", e.message);
+    /* bytes after the value */
+    CHECK(moe8_quant_desc_parse("{\"a\":\"FLOAT\"}\n[]", 16, "qd.json", &qd, &e) == MOE8_ERR_FORMAT &&
+          !qd);
+    CHECKF(strstr(e.message, "'qd.json': unexpected bytes after the JSON value at byte 14"), "%s",
+           e.message);
 }
 
 static void test_get(void) {

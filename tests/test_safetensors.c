@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <float.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "test.h"
@@ -290,6 +291,58 @@ static void test_bad_folders(void) {
     write_st(path_in(d, "s2.safetensors"), "[]", 0);
     write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
     expect_fail("bad shard", d, MOE8_ERR_FORMAT, "s2.safetensors': header is not a JSON object");
+}
+
+/* The index JSON: no duplicate keys (Python keeps the last copy, cJSON the
+ * first), nothing after the value. */
+static void test_strict_index(void) {
+    char d[1100];
+    fresh_dir(d, "f_strict");
+    write_st(path_in(d, "s1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+    write_st(path_in(d, "s2.safetensors"), "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+    write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\"},"
+                   "\"weight_map\":{\"b\":\"s2.safetensors\"}}");
+    expect_fail("index dup key", d, MOE8_ERR_FORMAT,
+                "model.safetensors.index.json': duplicate key 'weight_map' at the top level");
+    write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\","
+                   "\"a\":\"s2.safetensors\"}}");
+    expect_fail("weight_map dup key", d, MOE8_ERR_FORMAT,
+                "model.safetensors.index.json': duplicate key 'a' in weight_map");
+    write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}} \n}");
+    expect_fail("index trailing bytes", d, MOE8_ERR_FORMAT,
+                "model.safetensors.index.json': unexpected bytes after the JSON value at byte 60");
+    write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}} \r\n\t");
+    moe8_st *st = NULL;
+    moe8_error err;
+    CHECKF(moe8_st_open(d, &st, &err) == MOE8_OK && moe8_st_count(st) == 2, "%s", err.message);
+    moe8_st_close(st);
+}
+
+static void fifo_blocked(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL test_safetensors: open blocked on a fifo\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+/* A FIFO where a file is expected is refused at once instead of blocking. */
+static void test_fifo(void) {
+    char d[1100];
+    fresh_dir(d, "f_fifo");
+    signal(SIGALRM, fifo_blocked);
+    alarm(20);
+    write_st(path_in(d, "s1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);
+    CHECK(mkfifo(path_in(d, "s2.safetensors"), 0600) == 0);
+    write_index(d, "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
+    expect_fail("fifo shard", d, MOE8_ERR_IO, "s2.safetensors' is not a regular file (a fifo)");
+    expect_fail("fifo file", path_in(d, "s2.safetensors"), MOE8_ERR_IO,
+                "s2.safetensors' is not a regular file (a fifo)");
+    unlink(path_in(d, "model.safetensors.index.json"));
+    CHECK(mkfifo(path_in(d, "model.safetensors.index.json"), 0600) == 0);
+    expect_fail("fifo index", d, MOE8_ERR_IO,
+                "model.safetensors.index.json' is not a regular file (a fifo)");
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
 }
 
 /* ======================================================================== */
@@ -786,6 +839,8 @@ int main(void) {
     test_conversions();
     test_bad_files();
     test_bad_folders();
+    test_strict_index();
+    test_fifo();
     test_round_trip();
     test_sharded();
     test_many();

@@ -1,6 +1,10 @@
 /*
  * json_util.c — exact-integer checks over cJSON numbers, bounded whole-file
- * reads, and JSON parsing with byte offsets in errors.
+ * reads, and strict JSON parsing: byte offsets in errors, nothing but
+ * whitespace after the value, and no object anywhere with a key twice (cJSON
+ * would silently keep the first copy where Python's json keeps the last, so a
+ * file with duplicates means different things to different readers).
+ * Does not: stream, or validate anything about what the JSON says.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,60 +27,161 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out) {
     return 0;
 }
 
-moe8_status moe8_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
-                           moe8_error *err) {
-    struct stat st;
-    char *buf = NULL;
-    size_t len, got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    *out = NULL;
-    if (out_len) *out_len = 0;
+/* ---- whole-file reads ---------------------------------------------------- */
+
+/* Open `path` read-only and check it is a regular file. O_NONBLOCK makes
+ * opening a FIFO return at once instead of waiting for a writer (it changes
+ * nothing for regular files). */
+moe8_status moe8_open_regular(const char *path, int *fd_out, struct stat *st, moe8_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    *fd_out = -1;
     if (fd < 0)
         return moe8_fail(err, errno == ENOENT ? MOE8_ERR_NOT_FOUND : MOE8_ERR_IO, -1,
                          "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, st) != 0) {
+        int e = errno;
         close(fd);
-        return moe8_fail(err, MOE8_ERR_IO, -1, "'%s' is not a regular file", path);
+        return moe8_fail(err, MOE8_ERR_IO, -1, "cannot stat '%s': %s", path, strerror(e));
     }
+    if (!S_ISREG(st->st_mode)) {
+        close(fd);
+        return moe8_fail(err, MOE8_ERR_IO, -1, "'%s' is not a regular file (%s)", path,
+                         S_ISFIFO(st->st_mode) ? "a fifo" : S_ISDIR(st->st_mode) ? "a directory"
+                                                                                 : "a special file");
+    }
+    *fd_out = fd;
+    return MOE8_OK;
+}
+
+static moe8_status read_all(int fd, const char *path, char *buf, size_t len, moe8_error *err) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return moe8_fail(err, MOE8_ERR_IO, (int64_t)got, "cannot read '%s': %s", path,
+                             r == 0 ? "unexpected end of file" : strerror(errno));
+        got += (size_t)r;
+    }
+    return MOE8_OK;
+}
+
+moe8_status moe8_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
+                           moe8_error *err) {
+    struct stat st;
+    char *buf;
+    size_t len;
+    int fd;
+    moe8_status s;
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if ((s = moe8_open_regular(path, &fd, &st, err)) != MOE8_OK) return s;
     if ((uint64_t)st.st_size > max_bytes) {
         close(fd);
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s' is %lld bytes, more than the %zu allowed",
                          path, (long long)st.st_size, max_bytes);
     }
     len = (size_t)st.st_size;
-    buf = malloc(len + 1);
-    if (!buf) {
+    if (!(buf = malloc(len + 1))) {
         close(fd);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes for '%s'", len + 1, path);
     }
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            free(buf);
-            close(fd);
-            return moe8_fail(err, MOE8_ERR_IO, (int64_t)got, "cannot read '%s': %s", path,
-                             r == 0 ? "unexpected end of file" : strerror(e));
-        }
-        got += (size_t)r;
-    }
+    s = read_all(fd, path, buf, len, err);
     close(fd);
+    if (s != MOE8_OK) {
+        free(buf);
+        return s;
+    }
     buf[len] = '\0';
     *out = buf;
     if (out_len) *out_len = len;
     return MOE8_OK;
 }
 
+/* ---- duplicate keys ------------------------------------------------------ */
+
+static uint64_t hash_key(const char *s) {
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h;
+}
+
+moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
+                                        moe8_error *err) {
+    const cJSON *c;
+    const char **slots, *dup = NULL;
+    size_t n = 0, mask = 1;
+    if (!cJSON_IsObject(object)) return MOE8_OK;
+    cJSON_ArrayForEach(c, object) n++;
+    if (n < 2) return MOE8_OK;
+    while (mask < 2 * n) mask <<= 1;   /* load factor <= 1/2 */
+    if (!(slots = calloc(mask--, sizeof *slots)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking %zu keys", label, n);
+    cJSON_ArrayForEach(c, object) {
+        const char *k = c->string ? c->string : "";
+        size_t i = (size_t)hash_key(k) & mask;
+        while (slots[i] && strcmp(slots[i], k) != 0) i = (i + 1) & mask;
+        if (slots[i]) {
+            dup = k;
+            break;
+        }
+        slots[i] = k;
+    }
+    free(slots);
+    if (dup)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': duplicate key '%.128s' %s%s", label, dup,
+                         where && *where ? "in " : "at the top level", where ? where : "");
+    return MOE8_OK;
+}
+
+#define PATH_CAP 256
+
+/* Check every object under `item`; path[0..plen) names it ("" = top level). */
+static moe8_status check_tree(const cJSON *item, const char *label, char *path, size_t plen,
+                              moe8_error *err) {
+    const cJSON *c;
+    int i = 0;
+    moe8_status s = moe8_json_check_unique_keys(item, label, path, err);
+    for (c = item->child; c && s == MOE8_OK; c = c->next, i++) {
+        int k;
+        if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
+        if (cJSON_IsObject(item))
+            k = snprintf(path + plen, PATH_CAP - plen, "%s%.64s", plen ? "." : "", c->string);
+        else
+            k = snprintf(path + plen, PATH_CAP - plen, "[%d]", i);
+        k = k < 0 ? 0 : plen + (size_t)k < PATH_CAP ? k : (int)(PATH_CAP - 1 - plen);
+        s = check_tree(c, label, path, plen + (size_t)k, err);
+        path[plen] = '\0';
+    }
+    return s;
+}
+
+/* ---- parsing ------------------------------------------------------------- */
+
+static int is_json_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
 moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
                             moe8_error *err) {
     const char *end = NULL;
+    char path[PATH_CAP] = "";
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    moe8_status s;
     *out = NULL;
     if (!j) {
         int64_t off = end ? (int64_t)(end - text) : -1;
         return moe8_fail(err, MOE8_ERR_FORMAT, off, "'%s': invalid JSON near byte %lld", label,
                          (long long)off);
+    }
+    while (end && end < text + len && is_json_space(*end)) end++;
+    if (end && end < text + len)
+        s = moe8_fail(err, MOE8_ERR_FORMAT, end - text,
+                      "'%s': unexpected bytes after the JSON value at byte %lld", label,
+                      (long long)(end - text));
+    else
+        s = check_tree(j, label, path, 0, err);
+    if (s != MOE8_OK) {
+        cJSON_Delete(j);
+        return s;
     }
     *out = j;
     return MOE8_OK;

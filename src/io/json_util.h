@@ -8,6 +8,7 @@
 #define MOE8_JSON_UTIL_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
@@ -19,14 +20,26 @@
  * [-2^53, 2^53]; -1 otherwise (not a number, fractional, NaN, out of range). */
 int moe8_json_exact_int(const cJSON *item, int64_t *out);
 
+/* Open `path` read-only (O_NONBLOCK, so a FIFO cannot block) and fill *st;
+ * fails naming the file unless it is a regular file. Close *fd when done. */
+moe8_status moe8_open_regular(const char *path, int *fd, struct stat *st, moe8_error *err);
+
 /* Read a whole regular file of at most `max_bytes` into a NUL-terminated heap
  * buffer (free with free()). Errors name the file. */
 moe8_status moe8_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
                            moe8_error *err);
 
-/* Parse `text` (length `len`, need not be NUL-terminated) as JSON. On a syntax
- * error fails with MOE8_ERR_FORMAT naming `label` and the byte offset. */
+/* Parse `text` (length `len`, need not be NUL-terminated) as JSON. Fails with
+ * MOE8_ERR_FORMAT naming `label` on a syntax error or on anything but
+ * whitespace after the value (with the byte offset), and on an object anywhere
+ * in the tree holding a key twice (naming the key and the object's path). */
 moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
                             moe8_error *err);
+
+/* MOE8_ERR_FORMAT naming `label`, the key and `where` (the object's path, NULL
+ * or "" for the top level) if `object` holds a key twice; MOE8_OK for an
+ * object without duplicates or a non-object. Linear time (a hash set). */
+moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
+                                        moe8_error *err);
 
 #endif

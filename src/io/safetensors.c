@@ -21,7 +21,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,13 +424,7 @@ static moe8_status map_file(moe8_st *st, const char *path, moe8_error *err) {
     moe8_status s = new_file(st, path, err);
     if (s) return s;
     f = &st->files[st->n_files - 1];
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return moe8_fail(err, errno == ENOENT ? MOE8_ERR_NOT_FOUND : MOE8_ERR_IO, -1,
-                         "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return moe8_fail(err, MOE8_ERR_IO, -1, "'%s' is not a regular file", path);
-    }
+    if ((s = moe8_open_regular(path, &fd, &sb, err)) != MOE8_OK) return s;
     f->size = (size_t)sb.st_size;
     if (f->size > 0) {
         void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
