@@ -6,6 +6,7 @@
  * on small hand-made tokenizer.json files, and one hand-made bad file per
  * load error. The real tokenizer is loaded once.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -489,6 +490,34 @@ static void expect_load_error(const char *dir, const tj_spec *s, moe8_status wan
     moe8_tokenizer_free(t);
 }
 
+static void fifo_blocked(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL test_tokenizer: load blocked on a fifo\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+/* tokenizer.json or tokenizer_config.json as a FIFO: refused at once. */
+static void test_fifo(const char *dir) {
+    char path[4200];
+    tj_spec s = tj_default();
+    signal(SIGALRM, fifo_blocked);
+    alarm(20);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    CHECK(mkfifo(path, 0600) == 0);
+    expect_load_error(dir, &s, MOE8_ERR_IO, "tokenizer_config.json' is not a regular file (a fifo)",
+                      "config fifo");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    CHECK(mkfifo(path, 0600) == 0);
+    expect_load_error(dir, NULL, MOE8_ERR_IO, "tokenizer.json' is not a regular file (a fifo)",
+                      "tokenizer fifo");
+    unlink(path);
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+}
+
 static void test_load_errors(void) {
     const char *dir = test_tmpdir("tok_bad");
     char path[4200];
@@ -527,11 +556,31 @@ static void test_load_errors(void) {
     BAD(merges, "[[\"a\"]]", MOE8_ERR_FORMAT, "model.merges[0]");
     BAD(merges, "[\"a c\"]", MOE8_ERR_FORMAT, "not in model.vocab");   /* "ac" is absent */
     BAD(merges, "{}", MOE8_ERR_FORMAT, "model.merges must be an array");
+    /* parts longer than the longest token (10 bytes here) can name no token;
+     * 20 + 20 bytes once overflowed the 2 * 10 + 8 byte scratch */
+    s = tj_default();
+    s.extra_vocab = ",\"abcdefghij\":259";
+    s.merges = "[\"a b\", \"aaaaaaaaaaaaaaaaaaaa bbbbbbbbbbbbbbbbbbbb\"]";
+    expect_load_error(dir, &s, MOE8_ERR_FORMAT, "tokenizer.json': model.merges[1] "
+                      "('aaaaaaaaaaaaaaaaaaaa' + 'bbbbbbbbbbbbbbbbbbbb')", "merge parts too long");
+    s.merges = "[[\"\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\xc4\xa0\","
+               "\"b\"]]";   /* 11 two-byte characters: 22 bytes of text, 11 of token */
+    expect_load_error(dir, &s, MOE8_ERR_FORMAT, "model.merges[0]", "merge part 11 bytes");
     BAD(skip_byte, 0x41, MOE8_ERR_UNSUPPORTED, "no token for byte 0x41");
     BAD(extra_vocab, ",\"q\\u0120\":-5", MOE8_ERR_FORMAT, "id must be an integer");
     BAD(extra_vocab, ",\"q\\u0120\":1.5", MOE8_ERR_FORMAT, "id must be an integer");
     BAD(extra_vocab, ",\"q\\u0120\":97", MOE8_ERR_FORMAT, "id 97 appears twice");
-    BAD(extra_vocab, ",\"qq\":259,\"q\\u0071\":260", MOE8_ERR_FORMAT, "same bytes");
+    /* "q\u0071" is "qq" once unescaped: the same key twice, which cJSON and
+     * Python would resolve differently (first vs last copy) */
+    BAD(extra_vocab, ",\"qq\":259,\"q\\u0071\":260", MOE8_ERR_FORMAT,
+        "tokenizer.json': duplicate key 'qq' in model.vocab");
+    BAD(extra_vocab, ",\"ab\":259", MOE8_ERR_FORMAT, "duplicate key 'ab' in model.vocab");
+    BAD(model_extra, "\"type\":\"BPE\",\"ignore_merges\":false,\"ignore_merges\":true",
+        MOE8_ERR_FORMAT, "tokenizer.json': duplicate key 'ignore_merges' in model");
+    BAD(added, "[],\"added_tokens\":[]", MOE8_ERR_FORMAT,
+        "tokenizer.json': duplicate key 'added_tokens' at the top level");
+    BAD(added, "[{\"id\":300,\"content\":\"<x>\",\"content\":\"<z>\"}]", MOE8_ERR_FORMAT,
+        "tokenizer.json': duplicate key 'content' in added_tokens[0]");
     BAD(extra_vocab, ",\"\\u2603\":259", MOE8_ERR_FORMAT, "ByteLevel alphabet");
     BAD(extra_vocab, ",\"q\\u0120\":100000000", MOE8_ERR_FORMAT, "far beyond");
     BAD(added, "[{\"id\":300,\"content\":\"<x>\",\"lstrip\":true}]", MOE8_ERR_UNSUPPORTED,
@@ -550,6 +599,17 @@ static void test_load_errors(void) {
     expect_load_error(dir, &s, MOE8_ERR_FORMAT, "bos_token", "add_bos without bos");
     test_write_file(path, "{", 1);
     expect_load_error(dir, &s, MOE8_ERR_FORMAT, "tokenizer_config.json", "bad config JSON");
+    static const char dup[] = "{\"add_bos_token\":true,\"add_bos_token\":false}";
+    test_write_file(path, dup, strlen(dup));
+    expect_load_error(dir, &s, MOE8_ERR_FORMAT,
+                      "tokenizer_config.json': duplicate key 'add_bos_token' at the top level",
+                      "config dup key");
+    test_write_file(path, "{} x", 4);
+    expect_load_error(dir, &s, MOE8_ERR_FORMAT,
+                      "tokenizer_config.json': unexpected bytes after the JSON value at byte 3",
+                      "config trailing bytes");
+    unlink(path);
+    test_fifo(dir);
 }
 
 int main(void) {

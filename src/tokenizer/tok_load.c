@@ -14,7 +14,12 @@
  *   decoder         ByteLevel (or absent)
  *   added_tokens    [{id, content, special, ...}] with lstrip/rstrip/single_word false
  * Every token is stored as its raw bytes (ByteLevel spelling decoded here); the
- * vocabulary must hold a one-byte token for each of the 256 byte values.
+ * vocabulary must hold a one-byte token for each of the 256 byte values. Every
+ * merge must name two vocab tokens whose concatenation is one too (a part
+ * longer than the longest token is refused without being decoded in full).
+ * The JSON is strict (json_util.c): no key twice in any object, nothing after
+ * the value. tok_load_json builds from text in memory (the fuzz target's way
+ * in); moe8_tokenizer_load reads the two files and calls it.
  * Not done: post-processor templates (the engine adds BOS itself when
  * add_bos_token says so), normalized-vs-raw matching of added tokens (all are
  * matched on the raw text, which is the same thing under NFC for ASCII ones).
@@ -27,6 +32,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define TOK_JSON_MAX ((size_t)1 << 30)
+#define TOK_CONFIG_MAX ((size_t)64 << 20)
 
 /* GPT-2's pattern, used by a ByteLevel pre-tokenizer with use_regex true. */
 static const char GPT2_PATTERN[] =
@@ -54,9 +60,10 @@ static void byte_level_table(int16_t cp_byte[324]) {
     }
 }
 
-/* Decode a ByteLevel-spelled UTF-8 string s[0..len) into raw bytes; returns
- * the byte count or -1 when a character is outside the alphabet (or not UTF-8). */
-static long byte_level_decode(const loader *L, const char *s, size_t len, char *out) {
+/* Decode a ByteLevel-spelled UTF-8 string s[0..len) into at most `cap` raw
+ * bytes at out; returns the byte count, or -1 when a character is outside the
+ * alphabet (or not UTF-8) or the bytes would not fit in cap. */
+static long byte_level_decode(const loader *L, const char *s, size_t len, char *out, size_t cap) {
     const uint8_t *p = (const uint8_t *)s, *end = p + len;
     long n = 0;
     while (p < end) {
@@ -64,7 +71,7 @@ static long byte_level_decode(const loader *L, const char *s, size_t len, char *
         if (k == 1) cp = p[0];
         else if (k == 2) cp = (p[0] & 0x1f) << 6 | (p[1] & 0x3f);
         else return -1;   /* every alphabet character is below U+0800 */
-        if (cp >= 324 || L->cp_byte[cp] < 0) return -1;
+        if (cp >= 324 || L->cp_byte[cp] < 0 || (size_t)n >= cap) return -1;
         out[n++] = (char)L->cp_byte[cp];
         p += k;
     }
@@ -268,7 +275,8 @@ static moe8_status fill_vocab(loader *L, const cJSON *vocab) {
         return moe8_fail(L->err, MOE8_ERR_NOMEM, -1, "'%s': cannot allocate the vocab map", L->path);
     cJSON_ArrayForEach(v, vocab) {
         int32_t id = (int32_t)v->valuedouble, other;
-        long n = byte_level_decode(L, v->string, strlen(v->string), t->pool + t->pool_len);
+        size_t len = strlen(v->string);   /* size_tables reserved this much */
+        long n = byte_level_decode(L, v->string, len, t->pool + t->pool_len, len);
         if (t->tok_len[id] != TOK_UNASSIGNED)
             return moe8_fail(L->err, MOE8_ERR_FORMAT, -1, "'%s': model.vocab: id %d appears twice",
                              L->path, id);
@@ -366,18 +374,19 @@ static moe8_status merge_parts(loader *L, const cJSON *m, int i, const char **a,
                      "'%s': model.merges[%d]: expected \"a b\" or [\"a\", \"b\"]", L->path, i);
 }
 
+/* Merge i: both parts and their concatenation must be tokens of model.vocab.
+ * A part decoding to more than max_token_len bytes cannot be one, so each is
+ * decoded with that cap: L->tmp never holds more than 2 * max_token_len. */
 static moe8_status add_merge(loader *L, const cJSON *m, int i) {
     struct moe8_tokenizer *t = L->t;
     const char *a = NULL, *b = NULL;
-    size_t na = 0, nb = 0, lim = 2 * t->max_token_len;
-    long ra = -1, rb = -1;
+    size_t na = 0, nb = 0, cap = t->max_token_len;
+    long ra, rb = -1;
     int32_t ia = -1, ib = -1, inew = -1;
     moe8_status st = merge_parts(L, m, i, &a, &na, &b, &nb);
     if (st != MOE8_OK) return st;
-    if (na <= lim && nb <= lim) {
-        ra = byte_level_decode(L, a, na, L->tmp);
-        rb = ra > 0 ? byte_level_decode(L, b, nb, L->tmp + ra) : -1;
-    }
+    ra = byte_level_decode(L, a, na, L->tmp, cap);
+    if (ra > 0) rb = byte_level_decode(L, b, nb, L->tmp + ra, cap);
     if (ra > 0 && rb > 0) {
         ia = tok_strmap_get(&t->vocab, t, L->tmp, (size_t)ra);
         ib = tok_strmap_get(&t->vocab, t, L->tmp + ra, (size_t)rb);
@@ -433,17 +442,14 @@ static int32_t config_token(const moe8_tokenizer *t, const cJSON *cfg, const cha
     return cJSON_IsString(v) ? moe8_tokenizer_token_id(t, v->valuestring) : -1;
 }
 
-static moe8_status load_config(struct moe8_tokenizer *t, const char *dir, moe8_error *err) {
-    char path[4096];
-    char *text = NULL;
-    size_t len;
+/* tokenizer_config.json (text NULL when the file is absent: defaults). */
+static moe8_status apply_config(struct moe8_tokenizer *t, const char *text, size_t len,
+                                const char *path, moe8_error *err) {
     cJSON *cfg = NULL, *bos;
     moe8_status st;
     t->bos_id = t->eos_id = -1;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    st = moe8_read_file(path, (size_t)64 << 20, &text, &len, err);
-    if (st == MOE8_ERR_NOT_FOUND) return MOE8_OK;   /* optional: defaults */
-    if (st == MOE8_OK) st = moe8_json_parse(text, len, path, &cfg, err);
+    if (!text) return MOE8_OK;
+    st = moe8_json_parse(text, len, path, &cfg, err);
     if (st == MOE8_OK && !cJSON_IsObject(cfg))
         st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': expected a JSON object", path);
     if (st != MOE8_OK) goto out;
@@ -460,7 +466,6 @@ static moe8_status load_config(struct moe8_tokenizer *t, const char *dir, moe8_e
                        "'%s': add_bos_token is true but bos_token is missing or not a token", path);
 out:
     cJSON_Delete(cfg);
-    free(text);
     return st;
 }
 
@@ -489,35 +494,50 @@ static moe8_status build(loader *L, const cJSON *root) {
     return compile_regex(L, pattern);
 }
 
-moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_error *err) {
-    char path[4096];
-    char *text = NULL;
-    size_t len;
+moe8_status tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
+                          size_t cfg_len, const char *cfg_path, moe8_tokenizer **out,
+                          moe8_error *err) {
     cJSON *root = NULL;
     loader L = {0};
     moe8_status st;
-    if (!dir || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer_load: NULL argument");
     *out = NULL;
-    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path)
-        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer folder path is too long");
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     L.path = path;
     L.err = err;
-    L.t = calloc(1, sizeof *L.t);
-    if (!L.t) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", path);
-    st = moe8_read_file(path, TOK_JSON_MAX, &text, &len, err);
-    if (st == MOE8_OK) st = moe8_json_parse(text, len, path, &root, err);
-    free(text);
+    if (!(L.t = calloc(1, sizeof *L.t)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", path);
+    st = moe8_json_parse(json, len, path, &root, err);
     if (st == MOE8_OK) st = build(&L, root);
     cJSON_Delete(root);
     free(L.tmp);
-    if (st == MOE8_OK) st = load_config(L.t, dir, err);
+    if (st == MOE8_OK) st = apply_config(L.t, cfg, cfg_len, cfg_path, err);
     if (st != MOE8_OK) {
         moe8_tokenizer_free(L.t);
         return st;
     }
     *out = L.t;
     return MOE8_OK;
+}
+
+moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_error *err) {
+    char path[4096], cfg_path[4096];
+    char *text = NULL, *cfg = NULL;
+    size_t len = 0, cfg_len = 0;
+    moe8_status st;
+    if (!dir || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer_load: NULL argument");
+    *out = NULL;
+    if ((size_t)snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", dir) >=
+        sizeof cfg_path)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenizer folder path is too long");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    st = moe8_read_file(path, TOK_JSON_MAX, &text, &len, err);
+    if (st == MOE8_OK) {
+        st = moe8_read_file(cfg_path, TOK_CONFIG_MAX, &cfg, &cfg_len, err);
+        if (st == MOE8_ERR_NOT_FOUND) st = MOE8_OK;   /* optional: defaults */
+    }
+    if (st == MOE8_OK) st = tok_load_json(text, len, path, cfg, cfg_len, cfg_path, out, err);
+    free(cfg);
+    free(text);
+    return st;
 }
 
 void moe8_tokenizer_free(moe8_tokenizer *t) {

@@ -86,6 +86,14 @@ void tok_pairmap_free(tok_pairmap *m);
 void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t new_id);
 const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right);
 
+/* tok_load.c: build a tokenizer from tokenizer.json text json[0..len) and the
+ * tokenizer_config.json text cfg[0..cfg_len) (cfg NULL: the file is absent);
+ * path and cfg_path name them in errors. moe8_tokenizer_load reads the two
+ * files and calls this; the fuzz target calls it directly. */
+moe8_status tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
+                          size_t cfg_len, const char *cfg_path, struct moe8_tokenizer **out,
+                          moe8_error *err);
+
 /* tok_decode.c: one UTF-8 character at s[0..n): returns its length (> 0) when
  * valid and complete, 0 when s is a valid but incomplete prefix, or -k when
  * invalid, k >= 1 being the bytes to replace by one U+FFFD (the maximal
