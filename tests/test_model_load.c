@@ -192,6 +192,30 @@ static void test_good_folders(void) {
     test_good("dense_w8a8", o);
 }
 
+/* n_threads outside [0, 4096]: MOE8_ERR_INVALID_ARG from model load and
+ * context create (no OpenMP team of that size is ever asked for). */
+static void test_thread_counts(const char *dir, moe8_model *m) {
+    static const int bad[] = {-1, 4097, 100000, INT32_MAX, INT32_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        moe8_model_params mp = moe8_model_params_default();
+        moe8_context_params cp = moe8_context_params_default();
+        moe8_model *m2 = NULL;
+        moe8_context *c = NULL;
+        moe8_error e;
+        mp.n_threads = bad[i];
+        CHECKF(moe8_model_load(dir, &mp, &m2, &e) == MOE8_ERR_INVALID_ARG && !m2 &&
+                   strstr(e.message, "n_threads") && strstr(e.message, "[0, 4096]"),
+               "load %d: %s", bad[i], e.message);
+        cp.n_ctx = 16;
+        cp.n_threads = bad[i];
+        CHECKF(moe8_context_create(m, &cp, &c, &e) == MOE8_ERR_INVALID_ARG && !c &&
+                   strstr(e.message, "n_threads") && strstr(e.message, "[0, 4096]"),
+               "context %d: %s", bad[i], e.message);
+        moe8_model_free(m2);
+        moe8_context_free(c);
+    }
+}
+
 /* Stop ids, stats and the memory estimate on one folder. */
 static void test_queries(void) {
     fx_opts o = fx_default_opts();
@@ -230,6 +254,7 @@ static void test_queries(void) {
     CHECK(me.scratch_bytes >= (1u << 20) && me.scratch_bytes < (4u << 20));
     CHECK(me.total_bytes == me.weight_bytes + me.kv_bytes + me.scratch_bytes);
     CHECK(moe8_model_memory(m, 0, &me, &e) == MOE8_ERR_INVALID_ARG);
+    test_thread_counts(dir, m);
     moe8_model_free(m);
     moe8_model_free(NULL);
 }

@@ -118,16 +118,19 @@ static moe8_status resolve_params(const moe8_model *m, moe8_context_params *p, m
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "n_ctx %d must be in [1, max_position_embeddings %lld]", p->n_ctx,
                          (long long)max_pos);
-    if (p->n_seq_max < 1 || p->n_batch < 0 || p->n_outputs < 0 || p->n_threads < 0)
+    if (p->n_seq_max < 1 || p->n_batch < 0 || p->n_outputs < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
-                         "n_seq_max (%d) must be >= 1; n_batch, n_outputs, n_threads >= 0",
-                         p->n_seq_max);
+                         "n_seq_max (%d) must be >= 1; n_batch, n_outputs >= 0", p->n_seq_max);
+    if (p->n_threads < 0 || p->n_threads > MOE8_MAX_THREADS)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_threads %d must be in [0, %d] (0 = "
+                         "default)", p->n_threads, MOE8_MAX_THREADS);
     if (p->n_batch == 0) p->n_batch = p->n_ctx;
     if (p->n_outputs == 0) p->n_outputs = p->n_seq_max;
     if (p->n_outputs > p->n_batch) p->n_outputs = p->n_batch;
     if (p->n_threads == 0) p->n_threads = m->params.n_threads;
     if (p->n_threads == 0) p->n_threads = omp_get_max_threads();
     if (p->n_threads < 1) p->n_threads = 1;
+    if (p->n_threads > MOE8_MAX_THREADS) p->n_threads = MOE8_MAX_THREADS; /* OMP_NUM_THREADS */
     return MOE8_OK;
 }
 

@@ -8,6 +8,8 @@
  * moe8_linear (model.h) while checking its contract: present, dtype and shape
  * consistent with the config and the quant type, and the few values used as
  * parameters (input scale/offset, deq_scale, weight scales/offsets) sane.
+ * The int8 GEMMs accumulate in int32: widths and quant_bias values at which
+ * that accumulator could wrap are refused here rather than computed wrong.
  * Errors name the file and tensor and say expected vs found.
  *
  * Does not: pack experts, convert dtypes, allocate KV cache or compute.
@@ -22,6 +24,7 @@
 #include "dist/dist.h"
 #include "io/json_util.h"
 #include "model/model.h"
+#include "moe/moe.h"
 
 /* ======================================================================== */
 /* Tensor lookup and contract checks                                        */
@@ -164,7 +167,46 @@ static moe8_status bind_input_quant(const moe8_model *m, const char *prefix, moe
     return MOE8_OK;
 }
 
-/* deq_scale [n_out] I64 or F32 (finite once decoded), quant_bias [n_out] I32. */
+/* deq_scale [n_out]: I64 whose high word is 0 or the sign extension of the
+ * fp32 bits in its low word, or F32; each value finite and > 0 (it is
+ * input_scale x weight_scale). */
+static moe8_status check_deq_scale(const moe8_model *m, const moe8_tensor *d, moe8_error *err) {
+    for (int64_t i = 0; i < d->n_elements; i++) {
+        float v = moe8_deq_scale_at(d, i);
+        if (d->dtype == MOE8_DT_I64) {
+            int64_t x;
+            memcpy(&x, (const char *)d->data + (size_t)i * 8, 8);
+            if (!moe8_deq_scale_high_ok(x))
+                return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is "
+                                 "0x%016llx: high 32 bits must be 0 or the sign extension of the "
+                                 "low 32 (fp32 bits)", file_of(m, d), d->name, (long long)i,
+                                 (unsigned long long)x);
+        }
+        if (!isfinite(v) || !(v > 0.0f))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is %g, "
+                             "expected a finite scale > 0", file_of(m, d), d->name, (long long)i, v);
+    }
+    return MOE8_OK;
+}
+
+/* quant_bias [n_out] I32 with |b| + 16384 * n_in <= INT32_MAX: the int32
+ * accumulator of (codes in [-128, 127]) x (weights in [-128, 127]) plus the
+ * bias cannot wrap. */
+static moe8_status check_quant_bias(const moe8_model *m, const moe8_tensor *b, int64_t n_in,
+                                    moe8_error *err) {
+    const int64_t room = INT32_MAX - MOE8_W8A8_MAX_PRODUCT * n_in; /* >= 0: bind_linear */
+    for (int64_t j = 0; j < b->n_elements; j++) {
+        int32_t v;
+        memcpy(&v, (const char *)b->data + (size_t)j * 4, 4);
+        if (llabs((long long)v) > room)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is %d: "
+                             "|bias| + %d x %lld inputs must be <= %d (int32 accumulator), so "
+                             "|bias| <= %lld", file_of(m, b), b->name, (long long)j, (int)v,
+                             MOE8_W8A8_MAX_PRODUCT, (long long)n_in, INT32_MAX, (long long)room);
+    }
+    return MOE8_OK;
+}
+
 static moe8_status bind_dequant(const moe8_model *m, const char *prefix, moe8_linear *L,
                                 moe8_error *err) {
     char name[256];
@@ -174,17 +216,29 @@ static moe8_status bind_dequant(const moe8_model *m, const char *prefix, moe8_li
     if ((st = find(m, name, 1, &d, err)) != MOE8_OK) return st;
     st = want_dtype(m, d, d->dtype == MOE8_DT_I64 || d->dtype == MOE8_DT_F32, "I64 or F32", err);
     if (st != MOE8_OK || (st = want_shape(m, d, L->n_out, -1, err)) != MOE8_OK) return st;
-    for (int64_t i = 0; i < d->n_elements; i++)
-        if (!isfinite(moe8_deq_scale_at(d, i)))
-            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': element %lld is not a "
-                             "finite scale", file_of(m, d), d->name, (long long)i);
+    if ((st = check_deq_scale(m, d, err)) != MOE8_OK) return st;
     snprintf(name, sizeof name, "%s.quant_bias", prefix);
     if ((st = find(m, name, 1, &b, err)) != MOE8_OK) return st;
     if ((st = want_dtype(m, b, b->dtype == MOE8_DT_I32, "I32", err)) != MOE8_OK) return st;
     if ((st = want_shape(m, b, L->n_out, -1, err)) != MOE8_OK) return st;
+    if ((st = check_quant_bias(m, b, L->n_in, err)) != MOE8_OK) return st;
     L->deq_scale = d;
     L->quant_bias = b;
     return MOE8_OK;
+}
+
+/* The int8 GEMMs accumulate in int32: refuse widths at which it could wrap.
+ * W8A8 static: 16384 x n_in (plus the bias, checked with it) <= INT32_MAX.
+ * W8A8_DYNAMIC: the MoE layer's cap MOE8_MOE_MAX_DIM (codes +-127, weights
+ * and offsets in [-128, 127]: 2 x 127 x 128 x 65536 < 2^31). */
+static moe8_status check_width(const moe8_model *m, const moe8_linear *L, moe8_error *err) {
+    int64_t cap = L->quant == MOE8_QUANT_W8A8 ? INT32_MAX / MOE8_W8A8_MAX_PRODUCT
+                                              : (int64_t)MOE8_MOE_MAX_DIM;
+    if (L->quant == MOE8_QUANT_FLOAT || L->n_in <= cap) return MOE8_OK;
+    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': tensor '%s': %lld inputs: %s int8 "
+                     "products would overflow the int32 accumulator (at most %lld inputs)",
+                     file_of(m, L->weight), L->weight->name, (long long)L->n_in,
+                     moe8_quant_type_name(L->quant), (long long)cap);
 }
 
 /* Bind "<prefix>.weight" [n_out][n_in] and its companions for quant type q. */
@@ -207,6 +261,7 @@ static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_qua
         st = want_dtype(m, L->weight, L->weight->dtype == MOE8_DT_I8,
                         q == MOE8_QUANT_W8A8 ? "I8 (W8A8)" : "I8 (W8A8_DYNAMIC)", err);
     if (st != MOE8_OK || (st = want_shape(m, L->weight, n_out, n_in, err)) != MOE8_OK) return st;
+    if ((st = check_width(m, L, err)) != MOE8_OK) return st;
     if (q == MOE8_QUANT_W8A8) {
         if ((st = bind_input_quant(m, prefix, L, err)) != MOE8_OK) return st;
         if ((st = bind_dequant(m, prefix, L, err)) != MOE8_OK) return st;
@@ -428,6 +483,9 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
     if (!out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL output");
     *out = NULL;
     if (!dir) st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL folder");
+    else if (params && (params->n_threads < 0 || params->n_threads > MOE8_MAX_THREADS))
+        st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: n_threads %d must be in "
+                       "[0, %d] (0 = default)", params->n_threads, MOE8_MAX_THREADS);
     else if (!(m = calloc(1, sizeof *m)) || !(m->dir = strdup(dir))) {
         free(m);
         st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");

@@ -22,6 +22,15 @@
 #include "io/quant_desc.h"
 #include "moe8.h"
 
+/* Most threads a caller may ask for (model, context and quantize params):
+ * larger counts are refused with MOE8_ERR_INVALID_ARG, 0 means the default. */
+#define MOE8_MAX_THREADS 4096
+
+/* Largest |activation code x weight code| of a W8A8 static linear: codes in
+ * [-128, 127] on both sides. Its int32 accumulator reaches at most this times
+ * n_in plus |quant_bias|, which the loader keeps <= INT32_MAX. */
+#define MOE8_W8A8_MAX_PRODUCT 16384
+
 /* One linear map y = x @ weight^T, in any storage. */
 typedef struct {
     moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts) */
@@ -30,8 +39,10 @@ typedef struct {
     /* W8A8 static (SPEC §5); NULL otherwise: */
     const moe8_tensor *input_scale;   /* [1] F32/F16/BF16, finite, > 0 */
     const moe8_tensor *input_offset;  /* [1] I8 or integer-valued F32/F16/BF16 */
-    const moe8_tensor *deq_scale;     /* [n_out] I64 (fp32 bits in the low 32) or F32 */
-    const moe8_tensor *quant_bias;    /* [n_out] I32 */
+    const moe8_tensor *deq_scale;     /* [n_out] I64 (fp32 bits in the low 32, high word 0
+                                       * or their sign extension) or F32; finite, > 0 */
+    const moe8_tensor *quant_bias;    /* [n_out] I32, |b| + MOE8_W8A8_MAX_PRODUCT * n_in
+                                       * <= INT32_MAX (the int32 accumulator cannot wrap) */
     float in_scale;                   /* input_scale, decoded */
     int32_t in_offset;                /* input_offset, decoded, in [-128, 127] */
     /* W8A8_DYNAMIC: scale required, offset optional. W8A8: both optional
@@ -104,7 +115,8 @@ static inline float moe8_tensor_f32_at(const moe8_tensor *t, int64_t i) {
     }
 }
 
-/* deq_scale element i: an I64 holding fp32 bits in its low 32 bits, or F32. */
+/* deq_scale element i: an I64 holding fp32 bits in its low 32 bits, or F32.
+ * The loader checked the high word (moe8_deq_scale_high_ok) and the value. */
 static inline float moe8_deq_scale_at(const moe8_tensor *t, int64_t i) {
     if (t->dtype == MOE8_DT_I64) {
         int64_t x;
@@ -116,6 +128,13 @@ static inline float moe8_deq_scale_at(const moe8_tensor *t, int64_t i) {
         return f;
     }
     return moe8_tensor_f32_at(t, i);
+}
+
+/* An I64 deq_scale element's high 32 bits are 0 or the sign extension of
+ * its low 32 bits (ModelSlim sign-extends the int32 view of the fp32 bits). */
+static inline int moe8_deq_scale_high_ok(int64_t x) {
+    uint32_t hi = (uint32_t)((uint64_t)x >> 32), lo = (uint32_t)((uint64_t)x & 0xffffffffu);
+    return hi == 0 || (hi == 0xffffffffu && (lo & 0x80000000u));
 }
 
 #endif
