@@ -443,7 +443,120 @@ static void test_cli_errors(const char *base, const char *src) {
     CHECK(run(cmd) == 2);
     FMT(cmd, "'%s' quantize -i '%s' -o x --deq-dtype float16 2>'%s'", MOE8_CLI, src, log);
     CHECK(run(cmd) == 2 && file_contains(log, "float16"));
+    {
+        static const char *bad_t[] = {"100000", "99999999999", "4x", "0", "-2", "", " 3", "4097"};
+        for (size_t i = 0; i < sizeof bad_t / sizeof bad_t[0]; i++) {
+            char want[64];
+            FMT(cmd, "'%s' quantize -i '%s' -o '%s/t_out' -t '%s' 2>'%s'", MOE8_CLI, src, base,
+                bad_t[i], log);
+            FMT(want, "-t '%s': expected an integer in [1, 4096]", bad_t[i]);
+            CHECKF(run(cmd) == 2 && file_contains(log, want), "-t '%s'", bad_t[i]);
+        }
+        FMT(dir, "%s/t_out", base);
+        CHECK(access(dir, F_OK) != 0);
+    }
+    /* calibration text: a folder, a file of 64 MiB (sparse), a missing file */
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, base,
+        log);
+    CHECK(run(cmd) == 1 && file_contains(log, "is a folder, expected a file") &&
+          file_contains(log, base));
+    FMT(dir, "%s/big_calib.txt", base);
+    test_write_file(dir, "", 0);
+    CHECK(truncate(dir, 64 << 20) == 0);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, dir,
+        log);
+    CHECK(run(cmd) == 1 && file_contains(log, "big_calib.txt' is 67108864 bytes, expected under "
+                                              "67108864 (64 MiB)"));
+    unlink(dir);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s/missing.txt' 2>'%s'", MOE8_CLI, src,
+        base, base, log);
+    CHECK(run(cmd) == 1 && file_contains(log, "missing.txt': No such file or directory"));
+    FMT(dir, "%s/c_out", base);
+    CHECK(access(dir, F_OK) != 0);
 #undef QZ
+}
+
+/* A copy of src in base/name with the bf16 weight `tensor`[row][col] set to
+ * `bits` (inf 0x7f80, nan 0x7fc0). */
+static const char *patched_copy(const char *base, const char *src, const char *name,
+                                const char *tensor, int64_t row, int64_t col, uint16_t bits) {
+    static char dir[4096];
+    char cmd[12288], path[4200];
+    moe8_st *st = NULL;
+    const moe8_tensor *t;
+    int64_t off = -1;
+    FILE *f;
+    FMT(dir, "%s/%s", base, name);
+    FMT(cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
+    CHECK(run(cmd) == 0);
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    t = st ? moe8_st_find(st, tensor) : NULL;
+    CHECKF(t && t->dtype == MOE8_DT_BF16 && t->n_dims == 2, "%s", tensor);
+    if (t) off = t->file_offset + (row * t->shape[1] + col) * 2;
+    moe8_st_close(st);
+    FMT(path, "%s/model.safetensors", dir);
+    f = fopen(path, "r+b");
+    CHECK(f && off > 0 && fseek(f, (long)off, SEEK_SET) == 0 && fwrite(&bits, 2, 1, f) == 1);
+    if (f) fclose(f);
+    return dir;
+}
+
+/* Non-finite weights: refused (MOE8_ERR_FORMAT) naming the tensor and row,
+ * or, seen through calibration, the layer and site; nothing written. */
+static void test_nonfinite(const char *base, const char *src) {
+    moe8_quantize_params p = moe8_quantize_params_default();
+    char out[4096];
+    moe8_error e;
+    const char *d;
+    FMT(out, "%s/nonfinite_out", base);
+    p.calib_text = calib;
+    p.calib_len = strlen(calib);
+    /* layer 1 (the last) is MoE: its experts' output reaches no calibrated site */
+    d = patched_copy(base, src, "inf_expert", "model.layers.1.mlp.experts.3.up_proj.weight", 5, 7,
+                     0x7f80);
+    CHECKF(moe8_quantize(d, out, &p, NULL, &e) == MOE8_ERR_FORMAT &&
+               strstr(e.message, "tensor 'model.layers.1.mlp.experts.3.up_proj.weight': row 5, "
+                                 "column 7 is inf: cannot quantize a non-finite weight") &&
+               strstr(e.message, "model.safetensors"),
+           "%s", e.message);
+    CHECK(access(out, F_OK) != 0);
+    p.linear_float = 1;
+    d = patched_copy(base, src, "nan_expert", "model.layers.1.mlp.experts.0.down_proj.weight", 200,
+                     0, 0x7fc0);
+    CHECKF(moe8_quantize(d, out, &p, NULL, &e) == MOE8_ERR_FORMAT &&
+               strstr(e.message, "experts.0.down_proj.weight': row 200, column 0 is nan"),
+           "%s", e.message);
+    CHECK(access(out, F_OK) != 0);
+    /* an inf in layer 0's q_proj: its attention output is not finite */
+    p.linear_float = 0;
+    d = patched_copy(base, src, "inf_q", "model.layers.0.self_attn.q_proj.weight", 0, 0, 0x7f80);
+    CHECKF(moe8_quantize(d, out, &p, NULL, &e) == MOE8_ERR_FORMAT &&
+               strstr(e.message, "calibration: layer 0, o_proj input: ") &&
+               strstr(e.message, "activations are not finite"),
+           "%s", e.message);
+    CHECK(access(out, F_OK) != 0);
+    /* with float linears that weight is copied as it is (FLOAT), not quantized */
+    p.linear_float = 1;
+    CHECKF(moe8_quantize(d, out, &p, NULL, &e) == MOE8_OK, "%s", e.message);
+    FMT(out, "rm -rf '%s/nonfinite_out' '%s/inf_expert' '%s/nan_expert' '%s/inf_q'", base, base,
+        base, base);
+    CHECK(run(out) == 0);
+}
+
+/* n_threads outside [0, 4096]: MOE8_ERR_INVALID_ARG before anything is read. */
+static void test_threads(const char *base, const char *src) {
+    moe8_quantize_params p = moe8_quantize_params_default();
+    char out[4096];
+    moe8_error e;
+    static const int bad[] = {-1, 4097, 100000, INT32_MAX};
+    FMT(out, "%s/threads_out", base);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p.n_threads = bad[i];
+        CHECKF(moe8_quantize(src, out, &p, NULL, &e) == MOE8_ERR_INVALID_ARG &&
+                   strstr(e.message, "n_threads") && strstr(e.message, "[0, 4096]"),
+               "%d: %s", bad[i], e.message);
+        CHECK(access(out, F_OK) != 0);
+    }
 }
 
 /* No temporary folders left next to the outputs. */
@@ -476,6 +589,8 @@ int main(void) {
     test_library(base, src);
     test_cli_shards(base, src);
     test_cli_errors(base, src);
+    test_nonfinite(base, src);
+    test_threads(base, src);
     CHECK(hash_folder(src) == before);
     check_no_leftovers(base);
     return test_summary();

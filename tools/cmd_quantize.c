@@ -5,9 +5,12 @@
  * built-in text or --calib FILE, the rest FLOAT. Progress on stderr, a
  * summary on stdout. Uses only moe8.h.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,7 +25,7 @@ static void usage(FILE *f) {
             "  --linear w8a8|float attention and dense MLP: W8A8 static (default) or FLOAT\n"
             "  --deq-dtype int64|float32  storage of deq_scale (default int64: fp32 bits)\n"
             "  --shard-size N[K|M|G]      most tensor bytes per safetensors file (default 4G)\n"
-            "  -t N                threads for calibration (default: all)\n"
+            "  -t N                threads for calibration, 1 to 4096 (default: all)\n"
             "  --force             replace a non-empty output folder\n");
 }
 
@@ -61,22 +64,53 @@ static int parse_size(const char *s, uint64_t *out) {
     return 0;
 }
 
+#define CALIB_MAX_BYTES (64L << 20)
+
+/* The whole calibration file, or NULL after a message saying why. */
 static char *read_text(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
+    struct stat sb;
     char *buf = NULL;
     long n;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (64L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
-        fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    } else {
+    if (!f || fstat(fileno(f), &sb) != 0) {
+        fprintf(stderr, "moe8 quantize: cannot read calibration text '%s': %s\n", path,
+                strerror(errno));
+        if (f) fclose(f);
+        return NULL;
+    }
+    n = (long)sb.st_size;
+    if (S_ISDIR(sb.st_mode))
+        fprintf(stderr, "moe8 quantize: calibration text '%s' is a folder, expected a file\n", path);
+    else if (!S_ISREG(sb.st_mode))
+        fprintf(stderr, "moe8 quantize: calibration text '%s' is not a regular file\n", path);
+    else if (sb.st_size >= CALIB_MAX_BYTES)
+        fprintf(stderr, "moe8 quantize: calibration text '%s' is %lld bytes, expected under "
+                "%ld (64 MiB)\n", path, (long long)sb.st_size, CALIB_MAX_BYTES);
+    else if (!(buf = malloc((size_t)n + 1)))
+        fprintf(stderr, "moe8 quantize: calibration text '%s': out of memory\n", path);
+    else if (fread(buf, 1, (size_t)n, f) != (size_t)n || fgetc(f) != EOF) {
+        fprintf(stderr, "moe8 quantize: cannot read calibration text '%s': %s\n", path,
+                ferror(f) ? strerror(errno) : "its size changed while reading");
         free(buf);
         buf = NULL;
+    } else {
+        buf[n] = '\0';
+        *len = (size_t)n;
     }
     fclose(f);
     return buf;
+}
+
+/* Whole string a decimal integer in [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    long v;
+    if (!*s || isspace((unsigned char)*s)) return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
 }
 
 /* Options into p; returns 0, or the exit status for a usage error / --help. */
@@ -104,9 +138,12 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
         else if (!strcmp(a, "--deq-dtype") && (!strcmp(val, "int64") || !strcmp(val, "float32")))
             p->deq_scale_f32 = !strcmp(val, "float32");
         else if (!strcmp(a, "--shard-size") && !parse_size(val, &p->shard_bytes)) {
-        } else if (!strcmp(a, "-t") && atoi(val) > 0)
-            p->n_threads = atoi(val);
-        else {
+        } else if (!strcmp(a, "-t")) {
+            if (parse_int(val, 1, 4096, &p->n_threads)) {
+                fprintf(stderr, "moe8 quantize: -t '%s': expected an integer in [1, 4096]\n", val);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "moe8 quantize: bad option '%s %s'\n", a, val);
             usage(stderr);
             return 2;
@@ -130,10 +167,7 @@ int cmd_quantize(int argc, char **argv) {
     int rc = parse_args(argc, argv, &p, &in, &out, &calib);
     if (rc) return rc < 0 ? 0 : rc;
     if (calib) {
-        if (!(text = read_text(calib, &p.calib_len))) {
-            fprintf(stderr, "moe8 quantize: cannot read calibration text '%s'\n", calib);
-            return 1;
-        }
+        if (!(text = read_text(calib, &p.calib_len))) return 1;
         p.calib_text = text;
     }
     p.progress = progress;

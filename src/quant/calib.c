@@ -11,6 +11,9 @@
  * Each layer's mapped weight pages are released when the pass reaches the
  * next layer, so resident memory stays near one layer of float weights.
  *
+ * A non-finite activation (inf/nan weights in the float model) or a range
+ * too wide for a finite fp32 scale is an error naming the layer and site.
+ *
  * Does not: percentile or MSE observers (ModelSlim's default for W8A8
  * activations is min/max), per-channel activation ranges, or smoothing.
  */
@@ -54,17 +57,43 @@ static const char calib_text[] =
 
 const char *moe8_calib_default_text(void) { return calib_text; }
 
-void moe8_range_params(const moe8_range *r, float *scale, int *offset) {
+int moe8_range_params(const moe8_range *r, float *scale, int *offset) {
     float lo = r->min < 0.0f ? r->min : 0.0f, hi = r->max > 0.0f ? r->max : 0.0f;
     float s = (hi - lo) / 255.0f, o;
-    if (!(s > 0.0f) || !isfinite(s)) {   /* never seen, or all zeros */
-        *scale = 1.0f / 255.0f;
-        *offset = 0;
-        return;
-    }
+    *scale = 1.0f / 255.0f;
+    *offset = 0;
+    if (r->n_nonfinite > 0 || !isfinite(s)) return -1;
+    if (!(s > 0.0f)) return 0;   /* never seen, or all zeros */
     o = moe8_round_even(-128.0f - lo / s);
     *scale = s;
     *offset = o < -128.0f ? -128 : o > 127.0f ? 127 : (int)o;
+    return 0;
+}
+
+static const char *site_name(int site) {
+    static const char *names[MOE8_CALIB_SITES] = {"q/k/v input", "o_proj input",
+                                                  "mlp gate/up input", "mlp down_proj input"};
+    return names[site];
+}
+
+/* Every observed range usable: no non-finite activation, a finite scale. */
+static moe8_status check_ranges(const moe8_range *ranges, int n_layer, moe8_error *err) {
+    for (int l = 0; l < n_layer; l++)
+        for (int site = 0; site < MOE8_CALIB_SITES; site++) {
+            const moe8_range *r = &ranges[(size_t)l * MOE8_CALIB_SITES + site];
+            float s;
+            int o;
+            if (r->n_nonfinite > 0)
+                return moe8_fail(err, MOE8_ERR_FORMAT, -1, "layer %d, %s: %lld of %lld activations "
+                                 "are not finite (inf or nan in the float model)", l,
+                                 site_name(site), (long long)r->n_nonfinite,
+                                 (long long)(r->n + r->n_nonfinite));
+            if (moe8_range_params(r, &s, &o))
+                return moe8_fail(err, MOE8_ERR_FORMAT, -1, "layer %d, %s: activation range [%g, %g] "
+                                 "too wide for an fp32 int8 scale", l, site_name(site), r->min,
+                                 r->max);
+        }
+    return MOE8_OK;
 }
 
 typedef struct {
@@ -98,11 +127,15 @@ static void observe(void *user, int layer, int site, const float *x, int n_rows,
     if (site == MOE8_CALIB_QKV && layer > 0) release_layer(c->m, layer - 1);
     r = &c->ranges[(size_t)layer * MOE8_CALIB_SITES + site];
     for (size_t i = 0; i < n; i++) {
-        if (r->n == 0 && i == 0) r->min = r->max = x[0];
-        if (x[i] < r->min) r->min = x[i];
-        if (x[i] > r->max) r->max = x[i];
+        float v = x[i];
+        if (!isfinite(v)) {
+            r->n_nonfinite++;
+            continue;
+        }
+        if (r->n++ == 0) r->min = r->max = v;
+        if (v < r->min) r->min = v;
+        if (v > r->max) r->max = v;
     }
-    r->n += (int64_t)n;
 }
 
 static moe8_status tokenize(const moe8_tokenizer *tok, const char *text, size_t len,
@@ -149,6 +182,7 @@ moe8_status moe8_calibrate(moe8_model *m, const moe8_tokenizer *tok, const char 
         st = moe8_decode(ctx, &b, err);
     }
     release_layer(m, cs.n_layer - 1);
+    if (!st) st = check_ranges(ranges, cs.n_layer, err);
     *n_tokens = (int64_t)n;
 done:
     if (st) moe8_error_prefix(err, "calibration");

@@ -83,7 +83,8 @@ uint64_t moe8_shards_total_bytes(const moe8_shards *s);
 
 /* Per-output-channel symmetric int8 of one row w[k]: scale = amax / 127
  * (0 for an all-zero row, codes 0), q = rintf(w / scale) (fp32 division),
- * clamped to [-127, 127]. Returns the scale; *sum gets the sum of the codes. */
+ * clamped to [-127, 127]. Returns the scale; *sum gets the sum of the codes.
+ * A non-finite w[j] gives -1 (codes and sum 0): the caller refuses the row. */
 float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum);
 
 /* Observed ranges of the inputs of the W8A8 static linears, per layer. */
@@ -95,13 +96,15 @@ enum {
     MOE8_CALIB_SITES = 4
 };
 typedef struct {
-    float min, max;       /* over every element seen; 0, 0 if never seen */
-    int64_t n;            /* elements seen */
+    float min, max;       /* over every finite element seen; 0, 0 if none */
+    int64_t n;            /* finite elements seen */
+    int64_t n_nonfinite;  /* inf/nan elements seen (moe8_calibrate then fails) */
 } moe8_range;
 
 /* Run the (float) model over `text` tokenized with `tok` and fill
  * ranges[n_layer][MOE8_CALIB_SITES]. Token ids >= vocab_size are folded
- * into range (id % vocab_size). */
+ * into range (id % vocab_size). MOE8_ERR_FORMAT, naming the layer and site,
+ * when an observed activation is not finite or a range is too wide. */
 moe8_status moe8_calibrate(moe8_model *m, const moe8_tokenizer *tok, const char *text,
                            size_t len, int n_threads, moe8_range *ranges, int64_t *n_tokens,
                            moe8_error *err);
@@ -110,7 +113,9 @@ const char *moe8_calib_default_text(void);
 
 /* Asymmetric uint8-range parameters of a range, as ModelSlim's min/max
  * observer: the range is widened to include 0, scale = (max - min) / 255,
- * offset = rint(-128 - min / scale) clamped to [-128, 127]. */
-void moe8_range_params(const moe8_range *r, float *scale, int *offset);
+ * offset = rint(-128 - min / scale) clamped to [-128, 127]; 1/255 and 0 for
+ * a range never seen or all zeros. Returns -1 (with those defaults) when the
+ * range saw non-finite values or its scale is not finite, else 0. */
+int moe8_range_params(const moe8_range *r, float *scale, int *offset);
 
 #endif

@@ -18,13 +18,19 @@
  *                 does) or F32, .quant_bias I32 [N]
  * With x ~ s·(xq - o) and W ~ ws·Wq (SPEC §5):
  *   x·W^T ~ s·ws·(xq·Wq^T - o·Σ_k Wq)  =>  deq_scale = fp32(s·ws),
- *   quant_bias = -o·Σ_k Wq.
+ *   quant_bias = -o·Σ_k Wq
+ * (an all-zero row, output 0 whatever its scale, gets deq_scale FLT_MIN, as
+ * the loader wants it > 0). What the loader would refuse is refused here:
+ * a non-finite weight (MOE8_ERR_FORMAT naming tensor and row), a non-finite
+ * activation in calibration (calib.c), a width or quant_bias at which the
+ * int32 accumulator could wrap.
  * Each source tensor's mapped pages are released once written, so resident
  * memory stays near one tensor (its int8 codes and one fp32 row per thread).
  *
  * Does not: quantize embeddings, router, norms or lm_head; smooth or clip
  * activations; handle already-quantized or non-Qwen3-MoE inputs.
  */
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +41,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "model/model.h"
 #include "quant/quant.h"
 
 moe8_quantize_params moe8_quantize_params_default(void) {
@@ -48,6 +55,11 @@ float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum) {
     int64_t s = 0;
     for (int64_t j = 0; j < k; j++) {
         float a = fabsf(w[j]);
+        if (!isfinite(a)) {
+            memset(q, 0, (size_t)k);
+            *sum = 0;
+            return -1.0f;
+        }
         if (a > amax) amax = a;
     }
     scale = amax / 127.0f;
@@ -185,10 +197,29 @@ static void qbufs_free(qbufs *b) {
     free(b->bias);
 }
 
-/* Codes, scales and row sums of t[N][K]. */
-static moe8_status quant_weight(const moe8_tensor *t, qbufs *b, moe8_error *err) {
+/* The first non-finite element of row i of t (file: its path), as an error. */
+static moe8_status bad_row(const moe8_tensor *t, const char *file, int64_t i, moe8_error *err) {
+    const int64_t K = t->shape[1];
+    const size_t esz = moe8_dtype_size(t->dtype);
+    for (int64_t j = 0; j < K; j++) {
+        float v;
+        moe8_convert_to_f32(&v, (const char *)t->data + ((size_t)i * (size_t)K + (size_t)j) * esz,
+                            t->dtype, 1, NULL);
+        if (!isfinite(v))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': row %lld, column %lld "
+                             "is %g: cannot quantize a non-finite weight", file, t->name,
+                             (long long)i, (long long)j, v);
+    }
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': row %lld holds a non-finite "
+                     "weight", file, t->name, (long long)i);
+}
+
+/* Codes, scales and row sums of t[N][K]; a non-finite weight is an error
+ * naming the first such row. */
+static moe8_status quant_weight(const moe8_tensor *t, const char *file, qbufs *b, moe8_error *err) {
     const int64_t N = t->shape[0], K = t->shape[1];
     const size_t esz = moe8_dtype_size(t->dtype);
+    int64_t first_bad = N;
     int failed = 0;
     b->codes = malloc((size_t)N * (size_t)K);
     b->scale = malloc((size_t)N * sizeof(float));
@@ -198,7 +229,7 @@ static moe8_status quant_weight(const moe8_tensor *t, qbufs *b, moe8_error *err)
     b->bias = malloc((size_t)N * sizeof(int32_t));
     if (!b->codes || !b->scale || !b->zero || !b->sum || !b->deq || !b->bias)
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel reduction(| : failed) reduction(min : first_bad)
     {
         float *row = malloc((size_t)K * sizeof(float));
         failed |= row == NULL;
@@ -208,23 +239,39 @@ static moe8_status quant_weight(const moe8_tensor *t, qbufs *b, moe8_error *err)
             moe8_convert_to_f32(row, (const char *)t->data + (size_t)i * (size_t)K * esz, t->dtype,
                                 (size_t)K, NULL);
             b->scale[i] = moe8_quant_row(b->codes + (size_t)i * (size_t)K, row, K, &b->sum[i]);
+            if (b->scale[i] < 0.0f && i < first_bad) first_bad = i;
         }
         free(row);
     }
     if (failed) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    if (first_bad < N) return bad_row(t, file, first_bad, err);
     return MOE8_OK;
 }
 
-/* deq_scale and quant_bias of a W8A8 static linear with input (s, o). */
+/* deq_scale and quant_bias of a W8A8 static linear with input (s, o), within
+ * what moe8_model_load accepts: deq_scale finite and > 0 (an all-zero row,
+ * whose output is 0 whatever its scale, gets FLT_MIN), |quant_bias| +
+ * 16384 x K <= INT32_MAX so the int32 accumulator cannot wrap. */
 static moe8_status static_params(const moe8_tensor *t, qbufs *b, float s, int o, int deq_f32,
                                  moe8_error *err) {
+    const int64_t room = INT32_MAX - MOE8_W8A8_MAX_PRODUCT * t->shape[1];
+    if (room < 0)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': %lld inputs: W8A8 int8 "
+                         "products would overflow the int32 accumulator (at most %d inputs)",
+                         t->name, (long long)t->shape[1], INT32_MAX / MOE8_W8A8_MAX_PRODUCT);
     for (int64_t i = 0; i < t->shape[0]; i++) {
-        float d = s * b->scale[i];
+        float d = b->scale[i] == 0.0f ? FLT_MIN : s * b->scale[i];
         int64_t bias = -(int64_t)o * b->sum[i];
         uint32_t bits;
-        if (bias < INT32_MIN || bias > INT32_MAX)
+        if (bias < -room || bias > room)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': row %lld: quant_bias "
-                             "%lld overflows int32", t->name, (long long)i, (long long)bias);
+                             "%lld: |bias| + %d x %lld inputs overflows the int32 accumulator",
+                             t->name, (long long)i, (long long)bias, MOE8_W8A8_MAX_PRODUCT,
+                             (long long)t->shape[1]);
+        if (!isfinite(d) || !(d > 0.0f))
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': row %lld: deq_scale = "
+                             "input scale %g x weight scale %g = %g, not a finite value > 0",
+                             t->name, (long long)i, s, b->scale[i], d);
         b->bias[i] = (int32_t)bias;
         memcpy(&bits, &d, 4);
         if (deq_f32) memcpy((float *)b->deq + i, &d, 4);
@@ -242,11 +289,15 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
     int o = 0;
     int8_t o8;
     moe8_status st;
+    const char *file = moe8_st_file_path(z->src, t->file_index);
     memset(&b, 0, sizeof b);
-    st = quant_weight(t, &b, err);
+    st = quant_weight(t, file ? file : "?", &b, err);
     if (!st && k == KIND_STATIC) {
-        moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o);
-        st = static_params(t, &b, s, o, z->p->deq_scale_f32, err);
+        if (moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o))
+            st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': calibration range of layer %d "
+                           "not finite", t->name, layer); /* moe8_calibrate refuses it first */
+        else
+            st = static_params(t, &b, s, o, z->p->deq_scale_f32, err);
     }
     if (!st) st = moe8_shards_write(z->sh, t->name, b.codes, (size_t)N * (size_t)K, err);
     companion(n, sizeof n, t->name, "weight_scale");
@@ -387,6 +438,9 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
     z.p = p ? p : &def;
     z.stats = stats ? stats : &local;
     memset(z.stats, 0, sizeof *z.stats);
+    if (z.p->n_threads < 0 || z.p->n_threads > MOE8_MAX_THREADS)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: n_threads %d must be in "
+                         "[0, %d] (0 = default)", z.p->n_threads, MOE8_MAX_THREADS);
     if ((st = check_input(in_dir, err))) return st;
     if ((st = moe8_outdir_begin(&od, out_dir, z.p->force, &in_dir, 1, err))) return st;
     st = load_and_calibrate(&z, in_dir, err);
