@@ -12,6 +12,7 @@
  * tokenizer: driven with --prompt-ids and --ids) and "text" (vocab 151669 =
  * the Qwen3 tokenizer's, with the real tokenizer files).
  */
+#include <dirent.h>
 #include <sys/wait.h>
 
 #include "test.h"
@@ -42,6 +43,16 @@ static int cli(const char *args) {
     read_text(out, g_out, sizeof g_out);
     read_text(err, g_err, sizeof g_err);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+/* 1 when no entry of `dir` has a name containing `part`. */
+static int no_tmp_files(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d))) found |= strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return d && !found;
 }
 
 /* Parse space-separated ids of one line; returns the count. */
@@ -186,7 +197,8 @@ static void test_dump_logits(const char *dir) {
     CHECK(moe8_decode(c, &b, NULL) == MOE8_OK);
     V = moe8_context_n_vocab(c);
     ref = moe8_context_logits(c, 5);
-    snprintf(path, sizeof path, "%s/logits.txt", dir);
+    snprintf(path, sizeof path, "%s/logits.txt", MOE8_TEST_TMP);
+    test_write_file(path, "old contents, longer than nothing\n", 34); /* replaced whole */
     snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 3 --ids --dump-logits '%s'", dir,
              ids_arg(PROMPT, 6), path);
     CHECKF(cli(args) == 0, "%s", g_err);
@@ -201,8 +213,53 @@ static void test_dump_logits(const char *dir) {
     }
     CHECKF(n_lines == V && sorted && bit_equal, "dump: %d lines (vocab %d), sorted %d, equal %d",
            n_lines, V, sorted, bit_equal);
+    CHECK(no_tmp_files(MOE8_TEST_TMP, "logits.txt.tmp."));
     moe8_context_free(c);
     moe8_model_free(m);
+}
+
+/* --dump-logits must not destroy the model (mmapped: a truncated file is a
+ * SIGBUS) nor the prompt file: refused before anything is loaded, both left
+ * byte for byte as they were. */
+static void test_dump_refused(const char *dir, const char *text) {
+    char args[16384], st_path[4200], prompt[4200], link[4200], sub[4200];
+    size_t n0 = 0, n1 = 0, p0 = 0, p1 = 0;
+    unsigned char *before, *after, *pb, *pa;
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    before = test_slurp(st_path, &n0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2 -n 1 --ids --dump-logits '%s'", dir, st_path);
+    CHECKF(cli(args) == 1 && strstr(g_err, "lies inside the model folder"), "%s", g_err);
+    /* through a relative path with '..', a new name, a symlink, the folder itself */
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s/../%s/config.json'",
+             dir, dir, strrchr(dir, '/') + 1);
+    CHECKF(cli(args) == 1 && strstr(g_err, "lies inside the model folder"), "%s", g_err);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s/new.txt'", dir, dir);
+    CHECKF(cli(args) == 1 && strstr(g_err, "lies inside the model folder"), "%s", g_err);
+    snprintf(link, sizeof link, "%s/dump_link.txt", MOE8_TEST_TMP);
+    unlink(link);
+    CHECK(symlink(st_path, link) == 0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s'", dir, link);
+    CHECKF(cli(args) == 1 && strstr(g_err, "lies inside the model folder"), "%s", g_err);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s'", dir, dir);
+    CHECKF(cli(args) == 1 && strstr(g_err, "is a folder"), "%s", g_err);
+    snprintf(sub, sizeof sub, "%s/no_such_dir/x.txt", MOE8_TEST_TMP);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s'", dir, sub);
+    CHECKF(cli(args) == 1 && strstr(g_err, "cannot resolve the path"), "%s", g_err);
+    after = test_slurp(st_path, &n1);
+    CHECK(before && after && n0 == n1 && !memcmp(before, after, n0));
+    CHECK(no_tmp_files(dir, ".tmp."));
+    /* the -f prompt file */
+    snprintf(prompt, sizeof prompt, "%s/dump_prompt.txt", MOE8_TEST_TMP);
+    test_write_file(prompt, "Hello there\n", 12);
+    pb = test_slurp(prompt, &p0);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -n 1 --dump-logits '%s'", text, prompt, prompt);
+    CHECKF(cli(args) == 1 && strstr(g_err, "is the prompt file"), "%s", g_err);
+    pa = test_slurp(prompt, &p1);
+    CHECK(pb && pa && p0 == p1 && !memcmp(pb, pa, p0));
+    free(before);
+    free(after);
+    free(pb);
+    free(pa);
 }
 
 /* ---- stop ids ---------------------------------------------------------------- */
@@ -505,6 +562,7 @@ int main(void) {
     test_stop(small, o);
     test_n0(small);
     test_bad_inputs(small, text);
+    test_dump_refused(small, text);
     test_im_end(text, ot);
     test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);

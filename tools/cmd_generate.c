@@ -20,6 +20,8 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +62,8 @@ static void usage(FILE *f) {
         "  --ids              print generated token ids instead of text (no tokenizer needed\n"
         "                     with --prompt-ids): space-separated, one line per prompt\n"
         "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
-        "                     line per vocabulary id (%%.9g), single prompt only\n"
+        "                     line per vocabulary id (%%.9g), single prompt only; never\n"
+        "                     inside the model folder or the -f file (written whole, then renamed)\n"
         "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
         "  --tp N             run as N ranks started by mpirun -np N (tensor parallel:\n"
         "                     attention heads, dense MLPs and experts split over the ranks;\n"
@@ -84,6 +87,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     const char *dir, *text, *file, *prompt_ids, *dump;
+    char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
     int64_t n_predict, n_ctx;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
     moe8_sampler_params sp;
@@ -546,19 +550,92 @@ static void on_finish(runner *r, int i) {
     else if (!r->o->print_ids) print_completion(r, i);
 }
 
-/* Prompt logits of every vocabulary id, "id value" per line, %.9g (round-trips a float). */
-static int dump_logits(const char *path, const float *logits, int32_t n_vocab) {
-    FILE *f = fopen(path, "w");
-    int ok;
-    if (!f) {
-        fprintf(stderr, "moe8 " CMD ": cannot write --dump-logits file '%s': %s\n", path,
-                strerror(errno));
+/* Prompt logits of every vocabulary id, "id value" per line, %.9g (round-trips
+ * a float), written to "<path>.tmp.<pid>" and renamed over `path` (the
+ * canonical path check_dump_path found): a failed run leaves no half file. */
+static int dump_logits(const char *shown, const char *path, const float *logits, int32_t n_vocab) {
+    char tmp[PATH_MAX + 300];
+    FILE *f = NULL;
+    int fd, ok;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666)) < 0 || !(f = fdopen(fd, "w"))) {
+        fprintf(stderr, "moe8 " CMD ": cannot write --dump-logits file '%s' (via '%s'): %s\n",
+                shown, tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return -1;
     }
     for (int32_t v = 0; v < n_vocab; v++) fprintf(f, "%d %.9g\n", v, logits[v]);
     ok = !ferror(f);
-    if (fclose(f) != 0 || !ok) {
-        fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s'\n", path);
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s': %s\n", shown,
+                strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* realpath of `path`; when it does not exist yet, its folder's realpath +
+ * "/" + its name. 0, or -1 with errno set. */
+static int canonical_path(const char *path, char *out, size_t cap) {
+    char buf[PATH_MAX], *copy, *slash, *name;
+    const char *folder;
+    int rc = -1;
+    if (realpath(path, buf)) {
+        if ((size_t)snprintf(out, cap, "%s", buf) < cap) return 0;
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (errno != ENOENT || !(copy = strdup(path))) return -1;
+    slash = strrchr(copy, '/');
+    folder = !slash ? "." : slash == copy ? "/" : copy;
+    name = slash ? slash + 1 : copy;
+    if (slash && slash != copy) *slash = '\0';
+    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        errno = EISDIR;
+    else if (!realpath(folder, buf))
+        ; /* errno from realpath: the folder is missing or unreadable */
+    else if ((size_t)snprintf(out, cap, "%s%s%s", buf, strcmp(buf, "/") ? "/" : "", name) >= cap)
+        errno = ENAMETOOLONG;
+    else
+        rc = 0;
+    free(copy);
+    return rc;
+}
+
+/* `path` is `dir` or below it (both canonical). */
+static int path_inside(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    if (!strcmp(dir, "/")) return 1;
+    return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+/* --dump-logits never overwrites the model (its files are memory-mapped: a
+ * truncated one kills the run) nor the -f prompt file. Fills o->dump_real. */
+static int check_dump_path(opts *o) {
+    char model[PATH_MAX], prompt[PATH_MAX];
+    struct stat sb;
+    if (!o->dump) return 0;
+    if (canonical_path(o->dump, o->dump_real, sizeof o->dump_real) != 0) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s': cannot resolve the path: %s\n", o->dump,
+                strerror(errno));
+        return -1;
+    }
+    if (stat(o->dump_real, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is a folder, expected a file\n", o->dump);
+        return -1;
+    }
+    if (realpath(o->dir, model) && path_inside(o->dump_real, model)) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' lies inside the model folder '%s' (-m); "
+                "write it elsewhere\n", o->dump, o->dir);
+        return -1;
+    }
+    if (o->file && realpath(o->file, prompt) && !strcmp(prompt, o->dump_real)) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is the prompt file (-f '%s')\n", o->dump,
+                o->file);
         return -1;
     }
     return 0;
@@ -600,7 +677,7 @@ static int flush(runner *r, int n) {
         if (r->row[i] < 0) continue;
         logits = moe8_context_logits(r->ctx, r->row[i]);
         if (r->in_prefill && r->o->dump &&
-            dump_logits(r->o->dump, logits, moe8_context_n_vocab(r->ctx)))
+            dump_logits(r->o->dump, r->o->dump_real, logits, moe8_context_n_vocab(r->ctx)))
             stop = 1;
         if (r->o->n_predict > 0) r->sampled[k++] = moe8_sampler_sample(r->smp, logits);
     }
@@ -914,6 +991,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);
         bad = 1;
     }
+    bad = bad || check_dump_path(&o) != 0;
     t0 = now_s();
     bad = bad || load_tokenizer(&o, &tok) != 0 || tokenize_prompts(&o, tok, &p) != 0;
     if (agree(d, bad) || check_same_settings(d, &o, &p)) goto done;
