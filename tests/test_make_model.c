@@ -314,6 +314,33 @@ static void test_cli(const char *base) {
     CHECK(file_contains(log, "huge"));
     FMT(cmd, "'%s' make-model --preset tiny 2>'%s'", MOE8_CLI, log);
     CHECK(run(cmd) == 2);
+    /* numbers: strict, out of range refused with the value as given (never clamped) */
+    {
+        static const char *bad[][3] = {
+            {"--layers", "0", "[1, 512]"},
+            {"--layers", "513", "[1, 512]"},
+            {"--layers", "100001", "[1, 512]"},
+            {"--layers", "99999999999999999999999", "[1, 512]"},
+            {"--layers", "4x", "[1, 512]"},
+            {"--layers", "-1", "[1, 512]"},
+            {"--layers", " 2", "[1, 512]"},
+            {"--layers", "", "[1, 512]"},
+            {"--vocab", "1023", "[1024, 151936]"},
+            {"--vocab", "151937", "[1024, 151936]"},
+            {"--vocab", "100000001", "[1024, 151936]"},
+            {"--seed", "18446744073709551616", "[0, 18446744073709551615]"},
+            {"--seed", "+5", "[0, 18446744073709551615]"},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char want[128];
+            FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli3' --tokenizer '%s' %s '%s' 2>'%s'",
+                MOE8_CLI, base, TOK, bad[i][0], bad[i][1], log);
+            FMT(want, "%s '%s': expected an integer in %s", bad[i][0], bad[i][1], bad[i][2]);
+            CHECKF(run(cmd) == 2 && file_contains(log, want), "%s '%s'", bad[i][0], bad[i][1]);
+        }
+        FMT(cmd, "%s/cli3", base);
+        CHECK(access(cmd, F_OK) != 0);
+    }
 }
 
 int main(void) {

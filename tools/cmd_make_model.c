@@ -6,6 +6,7 @@
  * else .deps/qwen3-tokenizer next to or above the binary's folder, else the
  * source tree's .deps/qwen3-tokenizer compiled in. Uses only moe8.h.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,17 @@
 
 #include "cli.h"
 
+/* --vocab (tests): the range moe8_make_model_config accepts, 151936 being
+ * the real Qwen3 vocabulary. */
+#define VOCAB_MIN 1024
+#define VOCAB_MAX 151936
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moe8 make-model --preset tiny|a3b-slice -o DIR [options]\n"
             "  --preset P       tiny (4 layers, H 256, E 16) or a3b-slice (Qwen3-30B-A3B shapes)\n"
             "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
-            "  --layers N       number of layers (default 4)\n"
+            "  --layers N       number of layers, 1 to 512 (default 4)\n"
             "  --seed S         weights seed (default 0)\n"
             "  --dtype D        bf16 (default) or f32\n"
             "  --tokenizer DIR  folder with tokenizer.json (default: .deps/qwen3-tokenizer)\n"
@@ -69,10 +75,18 @@ static const char *default_tokenizer(char *buf, size_t cap) {
     return NULL;
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
+/* Whole string a decimal integer in [lo, hi]; else a message naming the
+ * option and the value given, and -1. */
+static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
     char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || s[0] == '-') return -1;
+    unsigned long long v;
+    errno = 0;
+    v = (*s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
+    if (!(*s >= '0' && *s <= '9') || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "moe8 make-model: %s '%s': expected an integer in [%llu, %llu]\n", opt, s,
+                (unsigned long long)lo, (unsigned long long)hi);
+        return -1;
+    }
     *out = v;
     return 0;
 }
@@ -113,18 +127,14 @@ int cmd_make_model(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--layers") || !strcmp(a, "--seed") || !strcmp(a, "--vocab") ||
                    !strcmp(a, "--shard-size")) {
-            if (parse_u64(val, &v)) {
-                fprintf(stderr, "moe8 make-model: %s '%s': expected a non-negative integer\n", a, val);
-                return 2;
-            }
-            if (!strcmp(a, "--layers")) p.n_layers = v > 100000 ? 100000 : (int64_t)v;
+            int layers = !strcmp(a, "--layers"), vocab = !strcmp(a, "--vocab");
+            uint64_t lo = layers ? 1 : vocab ? VOCAB_MIN : 0;
+            uint64_t hi = layers ? MOE8_MAX_LAYERS : vocab ? VOCAB_MAX : UINT64_MAX;
+            if (parse_u64(a, val, lo, hi, &v)) return 2;
+            if (layers) p.n_layers = (int64_t)v;
             else if (!strcmp(a, "--seed")) p.seed = v;
-            else if (!strcmp(a, "--vocab")) p.vocab_size = v > 100000000 ? 100000000 : (int64_t)v;
+            else if (vocab) p.vocab_size = (int64_t)v;
             else p.shard_bytes = v;   /* hidden: tests */
-            if (!strcmp(a, "--layers") && v == 0) {
-                fprintf(stderr, "moe8 make-model: --layers must be >= 1\n");
-                return 2;
-            }
         } else {
             fprintf(stderr, "moe8 make-model: unknown option '%s'\n", a);
             usage(stderr);
