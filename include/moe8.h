@@ -248,7 +248,7 @@ typedef struct moe8_dist moe8_dist;   /* see "Distributed" below */
 /* Load options. Initialise with moe8_model_params_default(); fields are only
  * ever appended. */
 typedef struct {
-    int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default */
+    int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default; at most 4096 */
     moe8_dist *dist;              /* NULL (or one rank): single process. Else this rank's share
                                    * of the model (SPEC §8); must outlive the model */
 } moe8_model_params;
@@ -408,7 +408,7 @@ typedef struct {
     int32_t n_seq_max;    /* sequences held at once (ids 0..n_seq_max-1); default 1 */
     int32_t n_batch;      /* most tokens per moe8_decode; 0 = n_ctx */
     int32_t n_outputs;    /* most logits rows per moe8_decode; 0 = n_seq_max */
-    int n_threads;        /* OpenMP threads; 0 = the model's n_threads, else the OpenMP default */
+    int n_threads;        /* OpenMP threads; 0 = the model's n_threads, else the OpenMP default; at most 4096 */
     int float_experts;    /* run W8A8 experts dequantized to fp32 (a comparison aid:
                            * 4x the expert memory) */
 } moe8_context_params;
@@ -560,7 +560,7 @@ typedef struct {
     size_t calib_len;           /* bytes of calib_text */
     uint64_t shard_bytes;       /* most tensor bytes per file; 0 = 4 GiB */
     int force;                  /* replace a non-empty output folder */
-    int n_threads;              /* calibration threads; 0 = OpenMP default */
+    int n_threads;              /* calibration threads; 0 = OpenMP default; at most 4096 */
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
 } moe8_quantize_params;
@@ -618,34 +618,6 @@ moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
 /* Next token id from logits [n_vocab]. Never allocates. */
 int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
 void moe8_sampler_free(moe8_sampler *s);
-
-/* ======================================================================== */
-/* Benchmark helpers (for `moe8 bench`; they allocate and take time)         */
-/* ======================================================================== */
-
-/* Streaming-read bandwidth in GB/s (1e9 bytes/s): n_threads threads (0 =
- * OpenMP default) each read their contiguous share of an n_bytes buffer with
- * the widest loads of the kernel set in use; best of `reps` passes. Make
- * n_bytes several times the last-level cache to measure DRAM. 0 on failure. */
-double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps);
-
-/* Exact int8 peak in GOP/s (1 multiply-accumulate = 2 ops) of n_threads
- * threads each running the instruction sequence the int8 GEMM of the kernel
- * set in use is built on, on registers only; *how (may be NULL) names it. */
-double moe8_bench_int8_peak_gops(int n_threads, const char **how);
-
-/* Kernel-time accounting: while on, every kernel call that goes through the
- * dispatch table adds its wall time to process-wide counters (two clock
- * reads per call). Turn it on before creating what you measure (a caller may
- * keep the table it got). Times are summed over threads. */
-typedef struct {
-    double quant_s;      /* per-row activation quantization */
-    double gemm_q8_s;    /* int8 GEMMs (both variants) */
-    double gemm_f32_s;   /* float GEMMs */
-    int64_t n_calls;
-} moe8_kernel_times;
-void moe8_bench_kernel_timing(int on);
-void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
 
 /* ======================================================================== */
 /* MoE layer (SPEC §1-§4)                                                    */
@@ -806,6 +778,34 @@ typedef struct {
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer,
                                       const moe8_moe_part *part, moe8_moe_layer **out,
                                       moe8_error *err);
+
+/* ======================================================================== */
+/* Benchmark helpers (for `moe8 bench`; they allocate and take time)         */
+/* ======================================================================== */
+
+/* Streaming-read bandwidth in GB/s (1e9 bytes/s): n_threads threads (0 =
+ * OpenMP default) each read their contiguous share of an n_bytes buffer with
+ * the widest loads of the kernel set in use; best of `reps` passes. Make
+ * n_bytes several times the last-level cache to measure DRAM. 0 on failure. */
+double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps);
+
+/* Exact int8 peak in GOP/s (1 multiply-accumulate = 2 ops) of n_threads
+ * threads each running the instruction sequence the int8 GEMM of the kernel
+ * set in use is built on, on registers only; *how (may be NULL) names it. */
+double moe8_bench_int8_peak_gops(int n_threads, const char **how);
+
+/* Kernel-time accounting: while on, every kernel call that goes through the
+ * dispatch table adds its wall time to process-wide counters (two clock
+ * reads per call). Turn it on before creating what you measure (a caller may
+ * keep the table it got). Times are summed over threads. */
+typedef struct {
+    double quant_s;      /* per-row activation quantization */
+    double gemm_q8_s;    /* int8 GEMMs (both variants) */
+    double gemm_f32_s;   /* float GEMMs */
+    int64_t n_calls;
+} moe8_kernel_times;
+void moe8_bench_kernel_timing(int on);
+void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
 
 /* ======================================================================== */
 /* Utilities                                                                 */
