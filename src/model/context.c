@@ -172,6 +172,9 @@ static void carve_scratch(carver *c, moe8_context *x) {
     s->ones_i = carve(c, B, 4);
     s->attn_work = carve(c, (size_t)x->p.n_threads, (size_t)x->p.n_ctx * 4);
     s->logits = carve(c, (size_t)x->p.n_outputs, (size_t)w->V * 4);
+    s->lm_part = w->v_chunk ? carve(c, (size_t)x->p.n_outputs, (size_t)w->v_chunk * 4) : NULL;
+    s->lm_all = w->v_chunk ? carve(c, (size_t)x->p.n_outputs * w->n_ranks, (size_t)w->v_chunk * 4)
+                           : NULL;
     x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);

@@ -24,8 +24,9 @@
  * rank 0 only), dense gate/up rows and down columns of its F slice, its MoE
  * part (an I slice, or a block of whole experts) — and the forward
  * all-reduces the three partial sums (o_proj, dense down, MoE output) before
- * adding them to x. Embeddings, norms, router and lm_head are replicated, so
- * every rank ends with the same logits. With one rank nothing communicates.
+ * adding them to x. Embeddings, norms and the router are replicated; lm_head
+ * is split by vocabulary rows and the logits all-gathered, so every rank ends
+ * with the same logits. With one rank nothing communicates.
  *
  * Does not: validate the batch (context.c does), sample, or agree on errors
  * (context.c and the model load do).
@@ -173,7 +174,20 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     st = w->layers ? MOE8_OK : moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate layers");
     if (!st && (w->D % 2 || w->D <= 0))
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "head_dim %d must be even", w->D);
-    if (!st) st = moe8_proj_init(&w->lm_head, &lm, 0, err);
+    w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
+    if (!st && w->n_ranks > 1) {
+        /* lm_head split by vocabulary: rank r computes rows [r*C, (r+1)*C) of the logits and
+         * an all-gather assembles them (one token per step reads 1/N of lm_head per rank). */
+        w->v_chunk = (w->V + w->n_ranks - 1) / w->n_ranks;
+        w->v_begin = m->shard.rank * w->v_chunk;
+        w->v_count = w->V - w->v_begin < w->v_chunk ? w->V - w->v_begin : w->v_chunk;
+        if (w->v_count < 0) w->v_count = 0;
+        if (w->v_count > 0)
+            st = moe8_proj_init_slice(&w->lm_head, &lm, w->v_begin, w->v_begin + w->v_count, 0,
+                                      w->H, 0, err);
+    } else if (!st) {
+        st = moe8_proj_init(&w->lm_head, &lm, 0, err);
+    }
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         st = build_layer(w, i, float_experts, n_threads, err);
@@ -306,6 +320,28 @@ static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, moe8_err
     return MOE8_OK;
 }
 
+/* TP logits: this rank's vocab rows, all-gathered into [n_out][V] on every rank. */
+static moe8_status lm_head_split(const fwd_run *r, int n_out, int n_threads, moe8_error *err) {
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int C = w->v_chunk;
+    moe8_status st;
+    if (w->v_count > 0)
+        moe8_proj_apply(&w->lm_head, r->kt, s->lm_part, C, s->h, w->H, NULL, 0, NULL, NULL, n_out,
+                        n_threads);
+    for (int i = 0; i < n_out; i++) /* the last rank's short chunk: no stale bytes on the wire */
+        memset(s->lm_part + (size_t)i * C + w->v_count, 0, (size_t)(C - w->v_count) * sizeof(float));
+    st = moe8_comm_allgather(w->comm, s->lm_part, s->lm_all, (size_t)n_out * C * sizeof(float), err);
+    if (st) return st;
+    for (int rk = 0; rk < w->n_ranks; rk++) {
+        const int v0 = rk * C, cnt = w->V - v0 < C ? w->V - v0 : C;
+        for (int i = 0; cnt > 0 && i < n_out; i++)
+            memcpy(s->logits + (size_t)i * w->V + v0, s->lm_all + ((size_t)rk * n_out + i) * C,
+                   (size_t)cnt * sizeof(float));
+    }
+    return MOE8_OK;
+}
+
 moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, int n_seq,
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
@@ -330,8 +366,10 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, 
     for (int i = 0; i < n_out; i++)
         moe8_rmsnorm_rows(s->h + (size_t)i * H, H, s->x + (size_t)out_idx[i] * H, H, 1, H,
                           w->final_norm, w->eps);
-    if (n_out > 0)
+    if (n_out > 0 && !w->v_chunk)
         moe8_proj_apply(&w->lm_head, r.kt, s->logits, w->V, s->h, H, NULL, 0, NULL, NULL, n_out,
                         n_threads);
+    else if (n_out > 0)
+        return lm_head_split(&r, n_out, n_threads, err);
     return MOE8_OK;
 }

@@ -129,7 +129,11 @@ typedef struct {
     float eps;
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;
-    moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied) */
+    moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied); under TP rows
+                                    * [v_begin, v_begin + v_count) only */
+    int v_chunk;                   /* TP: vocab rows per rank (ceil(V / ranks)); 0: whole vocab */
+    int v_begin, v_count;          /* TP: this rank's lm_head rows */
+    int n_ranks;                   /* 1 without TP/EP */
     float *final_norm;             /* [H] */
     moe8_fwd_layer *layers;        /* [n_layer] */
     int float_experts;             /* W8A8 experts run dequantized */
@@ -157,6 +161,7 @@ typedef struct {
     float *attn_work;                      /* [n_threads][n_ctx] */
     moe8_moe_workspace **moe_ws;           /* [n_layer]: set for layers with ws_layer == itself */
     float *logits;                         /* [n_out][V] */
+    float *lm_part, *lm_all;               /* TP: [n_out][v_chunk], [ranks][n_out][v_chunk] */
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;
