@@ -475,7 +475,9 @@ typedef enum {
 #define MOE8_GEN_CANCEL 2    /* stop everything: moe8_generate returns MOE8_ERR_CANCELLED */
 
 /* Called on the generate caller's thread for each new token of each sequence
- * (index `seq` into the request), in sequence order within one step. */
+ * (index `seq` into the request), in sequence order within one step. Under
+ * TP/EP it runs on every rank and rank 0's answers decide for all of them, so
+ * the ranks never diverge. */
 typedef int (*moe8_token_fn)(void *user, int32_t seq, int32_t token);
 
 typedef struct {

@@ -232,6 +232,57 @@ static void failures(moe8_dist *d) {
     CHECK(strcmp(e.message, want) == 0);
 }
 
+/* The token callback runs on every rank; rank 0's answer decides, so a rank
+ * whose callback says otherwise neither diverges nor hangs. */
+typedef struct { int cancel_rank, stop_rank, calls; } cb_state;
+
+static int on_token(void *user, int32_t seq, int32_t tok) {
+    cb_state *cs = user;
+    (void)seq, (void)tok;
+    cs->calls++;
+    if (g_rank == cs->cancel_rank && cs->calls == 2) return MOE8_GEN_CANCEL;
+    if (g_rank == cs->stop_rank && cs->calls == 3) return MOE8_GEN_STOP_SEQ;
+    return MOE8_GEN_CONTINUE;
+}
+
+static void callbacks(moe8_dist *d) {
+    fx_opts o = opts_for(1);
+    const char *dir = write_fixture("callbacks", &o);
+    moe8_model *m = load(dir, d);
+    static const int32_t prompt[3] = {4, 5, 6};
+    const int32_t *pp = prompt;
+    /* {cancel on rank, stop on rank} -> expected status, tokens generated */
+    const struct { int cancel_rank, stop_rank; moe8_status st; int n; } cases[] = {
+        {g_size - 1, -1, MOE8_OK, 6},          /* a non-zero rank cancels: ignored */
+        {0, -1, MOE8_ERR_CANCELLED, 2},        /* rank 0 cancels: everyone stops */
+        {-1, g_size - 1, MOE8_OK, 6},          /* a non-zero rank stops the sequence: ignored */
+        {-1, 0, MOE8_OK, 3},                   /* rank 0 stops it: everyone stops after 3 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cb_state cs = {cases[i].cancel_rank, cases[i].stop_rank, 0};
+        int32_t n_prompt = 3, n_out = 0, out[6], all[3];
+        moe8_context *c = NULL;
+        moe8_sampler *s = NULL;
+        moe8_context_params cp = moe8_context_params_default();
+        moe8_generate_request r = {1, &pp, &n_prompt, 6, NULL, 0, on_token, &cs, out, &n_out, NULL};
+        moe8_status st;
+        cp.n_ctx = 32;
+        cp.n_threads = 1;
+        CHECK(moe8_context_create(m, &cp, &c, NULL) == MOE8_OK);
+        CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+        st = moe8_generate(c, s, &r, NULL);
+        CHECKF(st == cases[i].st, "callback case %zu: status %d, expected %d", i, (int)st,
+               (int)cases[i].st);
+        CHECK(moe8_dist_allgather(d, &n_out, all, sizeof n_out, NULL) == MOE8_OK);
+        for (int k = 0; k < g_size; k++)
+            CHECKF(all[k] == cases[i].n, "callback case %zu: rank %d generated %d, expected %d", i,
+                   k, all[k], cases[i].n);
+        moe8_sampler_free(s);
+        moe8_context_free(c);
+    }
+    moe8_model_free(m);
+}
+
 int main(void) {
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     moe8_dist *tp = NULL;
@@ -254,6 +305,7 @@ int main(void) {
     compare("float_ep", 0, 1, &ep_view, tp);
     compare("w8a8_tp", 1, 0, &ep_view, tp);
     compare("w8a8_ep", 1, 1, &ep_view, tp);
+    callbacks(tp);
     failures(tp);
     moe8_dist_free(tp);
     if (g_rank == 0) return test_summary();

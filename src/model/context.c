@@ -429,6 +429,12 @@ static moe8_status gen_flush(gen *g, int n, moe8_error *err) {
         if (g->r->n_predict == 0) x->g_fin[i] = MOE8_FINISH_LENGTH;
         else gen_take(g, i, x->g_tok[k++]);
     }
+    if (x->model->shard.size > 1) { /* rank 0's callback decides for every rank */
+        int32_t flag = g->cancelled;
+        if ((st = moe8_dist_bcast_tokens(x->model->params.dist, x->g_fin, g->r->n_seq, &flag, err)))
+            return st;
+        g->cancelled = flag;
+    }
     return g->cancelled ? moe8_fail(err, MOE8_ERR_CANCELLED, -1, "generation cancelled by the "
                                     "token callback") : MOE8_OK;
 }
