@@ -449,4 +449,23 @@ static inline int fx_write_model(const char *dir, const fx_opts *o) {
     return rc;
 }
 
+#ifdef MOE8_TEST_H
+/* A fixture folder in the test's scratch space (test_tmpdir(name)), with the
+ * real Qwen3 tokenizer files copied in when asked. The returned path stays
+ * valid for the next 7 calls. */
+static inline const char *fx_test_model(const char *name, fx_opts *o, int with_tokenizer) {
+    static char dirs[8][4096];
+    static int next;
+    char *dir = dirs[next++ % 8], cmd[9000];
+    snprintf(dir, 4096, "%s", test_tmpdir(name));
+    if (fx_write_model(dir, o) != 0) exit(2);
+    if (with_tokenizer) {
+        snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'",
+                 MOE8_TOKENIZER_DIR, MOE8_TOKENIZER_DIR, dir);
+        if (system(cmd) != 0) exit(2);
+    }
+    return dir;
+}
+#endif
+
 #endif

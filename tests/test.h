@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "moe8.h"
@@ -98,6 +99,22 @@ static inline unsigned char *test_slurp(const char *path, size_t *n) {
     b[*n] = 0;
     fclose(f);
     return b;
+}
+
+/* Run a shell command; its exit status, or -1 when it did not exit. */
+static inline int test_run(const char *cmd) {
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* 1 when the file holds `needle` (printing the file when it does not). */
+static inline int test_file_contains(const char *path, const char *needle) {
+    size_t n = 0;
+    unsigned char *b = test_slurp(path, &n);
+    int found = b && strstr((char *)b, needle) != NULL;
+    if (!found && b) fprintf(stderr, "  (%s holds: %s)\n", path, (char *)b);
+    free(b);
+    return found;
 }
 
 /* Load a model folder the test itself made; a failure ends the test program. */

@@ -56,20 +56,6 @@ static int sh(const char *cmdline, double *secs) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-static const char *write_model(const char *name, fx_opts *o, int with_tokenizer) {
-    static char dirs[8][4096];
-    static int next;
-    char *dir = dirs[next++ % 8], cmd[9000];
-    snprintf(dir, 4096, "%s", test_tmpdir(name));
-    if (fx_write_model(dir, o) != 0) exit(2);
-    if (with_tokenizer) {
-        snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'",
-                 MOE8_TOKENIZER_DIR, MOE8_TOKENIZER_DIR, dir);
-        if (system(cmd) != 0) exit(2);
-    }
-    return dir;
-}
-
 /* --dump-logits file -> values [n]; returns the count. */
 static int read_logits(const char *path, float *v, int cap) {
     FILE *f = fopen(path, "r");
@@ -229,15 +215,15 @@ int main(void) {
     ot.vocab = QWEN_VOCAB;
     ot.hidden = 32;
     ot.dense_layer = 0;
-    const char *text = write_model("dist_text", &ot, 1);
+    const char *text = fx_test_model("dist_text", &ot, 1);
     fx_opts of = fx_default_opts();
     of.float_dtype = MOE8_DT_F32;
     of.dense_layer = 1;
-    const char *flt = write_model("dist_float", &of, 0);
+    const char *flt = fx_test_model("dist_float", &of, 0);
     fx_opts ob = fx_default_opts();
     ob.quant = 1;
-    const char *good = write_model("dist_good", &ob, 0);
-    const char *bad = write_model("dist_bad", &ob, 0);
+    const char *good = fx_test_model("dist_good", &ob, 0);
+    const char *bad = fx_test_model("dist_bad", &ob, 0);
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", bad);
     CHECK(truncate(path, 64) == 0);
@@ -245,7 +231,7 @@ int main(void) {
     oh.quant = 1;
     oh.n_heads = 6;
     oh.n_kv_heads = 3;
-    const char *heads6 = write_model("dist_heads6", &oh, 0);
+    const char *heads6 = fx_test_model("dist_heads6", &oh, 0);
     test_reference_case(text);
     test_float(flt);
     test_failures(good, bad, heads6);

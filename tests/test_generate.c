@@ -68,20 +68,6 @@ static int parse_ids(const char *line, int32_t *ids, int cap) {
     return n;
 }
 
-static const char *write_model(const char *name, fx_opts *o, int with_tokenizer) {
-    static char dirs[8][4096];
-    static int next;
-    char *dir = dirs[next++ % 8], cmd[9000];
-    snprintf(dir, 4096, "%s", test_tmpdir(name));
-    if (fx_write_model(dir, o) != 0) exit(2);
-    if (with_tokenizer) {
-        snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/'",
-                 MOE8_TOKENIZER_DIR, MOE8_TOKENIZER_DIR, dir);
-        if (system(cmd) != 0) exit(2);
-    }
-    return dir;
-}
-
 /* The library's own generation: n_predict tokens of one prompt. */
 static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
                         const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
@@ -288,7 +274,7 @@ static void test_stop(const char *base_dir, fx_opts o) {
         oe.json_hook = eos_hook;
         oe.user = (void *)files[f];
         oe.generation_config = f == 1;
-        const char *dir = write_model(f ? "gen_eos_genconf" : "gen_eos_config", &oe, 0);
+        const char *dir = fx_test_model(f ? "gen_eos_genconf" : "gen_eos_config", &oe, 0);
         snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 20 --ids", dir, ids_arg(PROMPT, 6));
         CHECKF(cli(args) == 0, "%s", g_err);
         int n = parse_ids(g_out, got, MAXN);
@@ -514,7 +500,7 @@ static void test_im_end(const char *base_dir, fx_opts o) {
     g_first = lib[0];
     o.tensor_hook = im_end_hook;
     o.user = &im_end;
-    const char *dir = write_model("gen_im_end", &o, 1);
+    const char *dir = fx_test_model("gen_im_end", &o, 1);
     CHECK(lib_generate(dir, ids, n, 3, NULL, 0, NULL, 0, lib) == 3);
     CHECKF(lib[0] == im_end, "precondition: greedy picks %d, not <|im_end|> %d", lib[0], im_end);
     snprintf(args, sizeof args, "-m '%s' -p '%s' -n 3", dir, prompt);
@@ -551,12 +537,12 @@ int main(void) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
     fx_opts o = fx_default_opts();
     o.quant = 1;
-    const char *small = write_model("gen_small", &o, 0);
+    const char *small = fx_test_model("gen_small", &o, 0);
     fx_opts ot = fx_default_opts();
     ot.quant = 1;
     ot.vocab = QWEN_VOCAB;
     ot.hidden = 32; /* embed + lm_head: 2 x 151669 x 32 */
-    const char *text = write_model("gen_text", &ot, 1);
+    const char *text = fx_test_model("gen_text", &ot, 1);
     test_ids_vs_library(small);
     test_dump_logits(small);
     test_stop(small, o);

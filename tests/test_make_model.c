@@ -37,22 +37,6 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int file_contains(const char *path, const char *needle) {
-    size_t n = 0;
-    unsigned char *b = test_slurp(path, &n);
-    int found;
-    if (!b) return 0;
-    b[n] = 0;
-    found = strstr((char *)b, needle) != NULL;
-    free(b);
-    return found;
-}
-
 /* ---- config of both presets ------------------------------------------------ */
 
 static void test_configs(void) {
@@ -237,7 +221,7 @@ static void test_determinism(const char *base) {
     FMT(fb, "%s/config.json", d);
     CHECK(same_file(fa, fb));
     /* folded stop ids stay in a small vocabulary */
-    CHECK(file_contains(fa, "\"vocab_size\":\t4096"));
+    CHECK(test_file_contains(fa, "\"vocab_size\":\t4096"));
 }
 
 static void test_shards(const char *base) {
@@ -298,22 +282,22 @@ static void test_cli(const char *base) {
     FMT(log, "%s/cli.log", base);
     FMT(cmd, "'%s' make-model --preset tiny --layers 1 --vocab 2048 -o '%s/cli' "
              "--tokenizer '%s' 2>'%s'", MOE8_CLI, base, TOK, log);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     FMT(cmd, "'%s' inspect -m '%s/cli' >/dev/null", MOE8_CLI, base);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     FMT(cmd, "'%s' make-model --preset tiny --layers 1 --vocab 2048 -o '%s/cli' "
              "2>'%s'", MOE8_CLI, base, log);
-    CHECK(run(cmd) == 1);
-    CHECK(file_contains(log, "not empty"));
+    CHECK(test_run(cmd) == 1);
+    CHECK(test_file_contains(log, "not empty"));
     FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli2' --tokenizer /nonexistent "
              "2>'%s'", MOE8_CLI, base, log);
-    CHECK(run(cmd) == 1);
-    CHECK(file_contains(log, "tokenizer.json"));
+    CHECK(test_run(cmd) == 1);
+    CHECK(test_file_contains(log, "tokenizer.json"));
     FMT(cmd, "'%s' make-model --preset huge -o '%s/cli2' 2>'%s'", MOE8_CLI, base, log);
-    CHECK(run(cmd) == 2);
-    CHECK(file_contains(log, "huge"));
+    CHECK(test_run(cmd) == 2);
+    CHECK(test_file_contains(log, "huge"));
     FMT(cmd, "'%s' make-model --preset tiny 2>'%s'", MOE8_CLI, log);
-    CHECK(run(cmd) == 2);
+    CHECK(test_run(cmd) == 2);
     /* numbers: strict, out of range refused with the value as given (never clamped) */
     {
         static const char *bad[][3] = {
@@ -336,7 +320,7 @@ static void test_cli(const char *base) {
             FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli3' --tokenizer '%s' %s '%s' 2>'%s'",
                 MOE8_CLI, base, TOK, bad[i][0], bad[i][1], log);
             FMT(want, "%s '%s': expected an integer in %s", bad[i][0], bad[i][1], bad[i][2]);
-            CHECKF(run(cmd) == 2 && file_contains(log, want), "%s '%s'", bad[i][0], bad[i][1]);
+            CHECKF(test_run(cmd) == 2 && test_file_contains(log, want), "%s '%s'", bad[i][0], bad[i][1]);
         }
         FMT(cmd, "%s/cli3", base);
         CHECK(access(cmd, F_OK) != 0);

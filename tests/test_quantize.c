@@ -29,20 +29,6 @@ static const char calib[] =
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static int run(const char *cmd) {
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static int file_contains(const char *path, const char *needle) {
-    size_t n = 0;
-    unsigned char *b = test_slurp(path, &n);
-    int found = b && strstr((char *)b, needle) != NULL;
-    if (!found && b) fprintf(stderr, "  (%s holds: %s)\n", path, (char *)b);
-    free(b);
-    return found;
-}
-
 /* FNV-1a over every file name and content of a folder (sorted names). */
 static uint64_t hash_folder(const char *dir) {
     struct dirent **list;
@@ -401,7 +387,7 @@ static void test_cli_shards(const char *base, const char *src) {
     FMT(out, "%s/w8s", base);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s' --calib '%s' --shard-size 1M >/dev/null", MOE8_CLI,
         src, out, cf);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     FMT(path, "%s/model.safetensors.index.json", out);
     CHECK(access(path, F_OK) == 0);
     m = test_load_model(out);
@@ -421,28 +407,28 @@ static void test_cli_errors(const char *base, const char *src) {
 #define QZ(in, out) FMT(cmd, "'%s' quantize -i '%s' -o '%s' 2>'%s' >/dev/null", MOE8_CLI, in, out, log)
     FMT(dir, "%s/nope", base);
     QZ(dir, "/tmp/moe8-never-written");
-    CHECK(run(cmd) == 1 && file_contains(log, "does not exist"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "does not exist"));
     QZ(src, src);
-    CHECK(run(cmd) == 1 && file_contains(log, "is the input"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "is the input"));
     FMT(dir, "%s/sub", src);
     QZ(src, dir);
-    CHECK(run(cmd) == 1 && file_contains(log, "inside the input"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "inside the input"));
     CHECK(access(dir, F_OK) != 0);
     FMT(dir, "%s/notok", base);
     FMT(cmd, "cp -r '%s' '%s' && rm '%s/tokenizer.json'", src, dir, dir);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     QZ(dir, "/tmp/moe8-never-written");
-    CHECK(run(cmd) == 1 && file_contains(log, "tokenizer.json"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "tokenizer.json"));
     FMT(dir, "%s/badcfg", base);
     FMT(cmd, "cp -r '%s' '%s' && printf '{\"model_type\": ' > '%s/config.json'", src, dir, dir);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     QZ(dir, "/tmp/moe8-never-written");
-    CHECK(run(cmd) == 1 && file_contains(log, "config.json"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "config.json"));
     CHECK(access("/tmp/moe8-never-written", F_OK) != 0);
     FMT(cmd, "'%s' quantize -i '%s' 2>'%s'", MOE8_CLI, src, log);
-    CHECK(run(cmd) == 2);
+    CHECK(test_run(cmd) == 2);
     FMT(cmd, "'%s' quantize -i '%s' -o x --deq-dtype float16 2>'%s'", MOE8_CLI, src, log);
-    CHECK(run(cmd) == 2 && file_contains(log, "float16"));
+    CHECK(test_run(cmd) == 2 && test_file_contains(log, "float16"));
     {
         static const char *bad_t[] = {"100000", "99999999999", "4x", "0", "-2", "", " 3", "4097"};
         for (size_t i = 0; i < sizeof bad_t / sizeof bad_t[0]; i++) {
@@ -450,7 +436,7 @@ static void test_cli_errors(const char *base, const char *src) {
             FMT(cmd, "'%s' quantize -i '%s' -o '%s/t_out' -t '%s' 2>'%s'", MOE8_CLI, src, base,
                 bad_t[i], log);
             FMT(want, "-t '%s': expected an integer in [1, 4096]", bad_t[i]);
-            CHECKF(run(cmd) == 2 && file_contains(log, want), "-t '%s'", bad_t[i]);
+            CHECKF(test_run(cmd) == 2 && test_file_contains(log, want), "-t '%s'", bad_t[i]);
         }
         FMT(dir, "%s/t_out", base);
         CHECK(access(dir, F_OK) != 0);
@@ -458,19 +444,19 @@ static void test_cli_errors(const char *base, const char *src) {
     /* calibration text: a folder, a file of 64 MiB (sparse), a missing file */
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, base,
         log);
-    CHECK(run(cmd) == 1 && file_contains(log, "is a folder, expected a file") &&
-          file_contains(log, base));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "is a folder, expected a file") &&
+          test_file_contains(log, base));
     FMT(dir, "%s/big_calib.txt", base);
     test_write_file(dir, "", 0);
     CHECK(truncate(dir, 64 << 20) == 0);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, dir,
         log);
-    CHECK(run(cmd) == 1 && file_contains(log, "big_calib.txt' is 67108864 bytes, expected under "
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "big_calib.txt' is 67108864 bytes, expected under "
                                               "67108864 (64 MiB)"));
     unlink(dir);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s/missing.txt' 2>'%s'", MOE8_CLI, src,
         base, base, log);
-    CHECK(run(cmd) == 1 && file_contains(log, "missing.txt': No such file or directory"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "missing.txt': No such file or directory"));
     FMT(dir, "%s/c_out", base);
     CHECK(access(dir, F_OK) != 0);
 #undef QZ
@@ -488,7 +474,7 @@ static const char *patched_copy(const char *base, const char *src, const char *n
     FILE *f;
     FMT(dir, "%s/%s", base, name);
     FMT(cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, src, dir);
-    CHECK(run(cmd) == 0);
+    CHECK(test_run(cmd) == 0);
     CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
     t = st ? moe8_st_find(st, tensor) : NULL;
     CHECKF(t && t->dtype == MOE8_DT_BF16 && t->n_dims == 2, "%s", tensor);
@@ -540,7 +526,7 @@ static void test_nonfinite(const char *base, const char *src) {
     CHECKF(moe8_quantize(d, out, &p, NULL, &e) == MOE8_OK, "%s", e.message);
     FMT(out, "rm -rf '%s/nonfinite_out' '%s/inf_expert' '%s/nan_expert' '%s/inf_q'", base, base,
         base, base);
-    CHECK(run(out) == 0);
+    CHECK(test_run(out) == 0);
 }
 
 /* n_threads outside [0, 4096]: MOE8_ERR_INVALID_ARG before anything is read. */
