@@ -347,7 +347,11 @@ static moe8_status add_entries(moe8_st *st, int fi, const st_ctx *c, cJSON *root
         t->file_offset = (int64_t)(c->data_start + off[0]);
         st->n_tensors++;
     }
-    if ((s = check_contiguous(c, st->tensors + first, st->n_tensors - first, err))) return s;
+    /* A file may hold no tensor at all (st->tensors still NULL): its data
+     * section must then be empty, which check_contiguous still checks. */
+    if ((s = check_contiguous(c, st->tensors ? st->tensors + first : NULL, st->n_tensors - first,
+                              err)))
+        return s;
     if (meta) f->metadata = cJSON_DetachItemViaPointer(root, meta);
     return MOE8_OK;
 }
