@@ -12,16 +12,19 @@
  * broadcasts; each 16-byte half of a weight pair-chunk is vpmovsxbw'ed once
  * and used by every row of the tile.
  *
- * Tiling, outermost first: blocks of panels of ~512 KB (stay in L2 while every
- * row tile passes over them); rows in tiles of MR=6 (12 ymm accumulators =
- * 6 rows x 16 channels); one panel at a time; K in chunks of KCP pairs (the
- * activation buffer stays in L1; when K <= 2*KCP it is filled once per row
- * tile and block). One or two rows (decode: most experts see one token) take
- * a path that walks 4 (3) panels side by side so several weight streams are
- * in flight, each software-prefetched 2 KB ahead; the other tiles prefetch
- * the next panel into L2 as they go (a second stream). Results do not
- * depend on the tiling (integer sums), so the kernels are deterministic and
- * the caller may split [n0, n1) across threads at panel boundaries.
+ * Tiling, outermost first: blocks of panels of ~256 KB (stay in L2 while every
+ * row tile passes over them; one row tile needs no blocks); rows in tiles of
+ * MR=6 (12 ymm accumulators = 6 rows x 16 channels); one panel at a time; K
+ * in chunks of KCP pairs (the activation buffer stays in L1; when K <= 2*KCP
+ * it is filled once per row tile and block). One or two rows (decode: most
+ * experts see one token) take a path that walks 4 (3) panels side by side so
+ * several weight streams are in flight, each software-prefetched 2 KB ahead.
+ * The other tiles prefetch into L2 as they go (a second stream): with several
+ * row tiles, the next block, spread evenly over the tiles of this one, so DRAM
+ * streams during the whole block and not only during its first tile (only the
+ * first block's first tile reads DRAM); a lone tile, the next panel. Results
+ * do not depend on the tiling (integer sums), so the kernels are deterministic
+ * and the caller may split [n0, n1) across threads at panel boundaries.
  * Does not allocate; uses ~24 KB of stack.
  */
 #include <immintrin.h>
@@ -32,7 +35,7 @@
 #define MR 6
 #define KCP 1024 /* k pairs per chunk: the int16 buffer is MR x KCP x 4 = 24 KB */
 
-#define L2_BLOCK (512 * 1024) /* weight bytes per block of panels */
+#define L2_BLOCK (256 * 1024) /* weight bytes per block of panels */
 #define PF_DIST 1024 /* bytes ahead in the (sequential) weight stream */
 #define PF_DECODE 2048 /* bytes ahead in each stream of the few-row path */
 #define INLINE static inline __attribute__((always_inline))
@@ -70,12 +73,11 @@ INLINE void step(__m256i *acc, const int16_t *xa, const int8_t *wp, int kk, cons
  * DRAM stream, which the few-row tiles need to approach full bandwidth.
  * One pair per iteration on purpose: with two, GCC reassociates the adds
  * across pairs and spills accumulators. */
-INLINE void micro(__m256i *acc, const int16_t *xa, const int8_t *wp, int nkk, int n_kk,
-                  const int mr) {
-    const int8_t *next = wp + 32 * (size_t)n_kk;
+INLINE void micro(__m256i *acc, const int16_t *xa, const int8_t *wp, int nkk, const int8_t *pf,
+                  size_t pfs, const int mr) {
     for (int kk = 0; kk < nkk; kk++) {
         _mm_prefetch((const char *)(wp + 32 * (size_t)kk + PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(next + 32 * (size_t)kk), _MM_HINT_T1);
+        _mm_prefetch((const char *)(pf + pfs * (size_t)kk), _MM_HINT_T1);
         step(acc, xa, wp, kk, mr);
     }
 }
@@ -171,9 +173,13 @@ INLINE void multi_panel(const tile_out *o, const int16_t *xa, const moe8_qmat *w
     }
 }
 
+/* Far (L2) prefetch of a row tile: base == NULL: the next panel, as we go;
+ * else panel i of the tile prefetches [base + i*len, +len) at stride bytes per pair. */
+typedef struct { const int8_t *base; size_t len, stride; } pf_plan;
+
 /* Rows [0, mr) (mr <= MR) of the tile, panels covering [n0, n1). */
 INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qmat *w, int n0,
-                     int n1, const int mr) {
+                     int n1, const pf_plan *pp, const int mr) {
     int16_t xa[MR * 2 * KCP] __attribute__((aligned(64)));
     const int n_kk = w->k_pad / 2, n_chunks = (n_kk + KCP - 1) / KCP;
     int j0 = n0;
@@ -193,36 +199,69 @@ INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qm
         for (int c = 0; c < n_chunks; c++) {
             const int kk0 = c * KCP, nkk = n_kk - kk0 < KCP ? n_kk - kk0 : KCP;
             if (n_chunks > 1 || j0 == n0) widen_rows(xa, xq, ldq, mr, kk0, nkk);
-            micro(acc, xa, wp + 32 * (size_t)kk0, nkk, n_kk, mr);
+            const int8_t *pf = wp + 32 * (size_t)n_kk;
+            size_t pfs = 32;
+            if (pp->base) {
+                pf = pp->base + (size_t)((j0 - n0) / MOE8_QK_NR) * pp->len;
+                pfs = pp->stride;
+            }
+            micro(acc, xa, wp + 32 * (size_t)kk0, nkk, pf + pfs * (size_t)kk0, pfs, mr);
         }
         store_tile(o, w, acc, mr, j0, n1 - j0 < MOE8_QK_NR ? n1 - j0 : MOE8_QK_NR);
     }
 }
 
-/* Rows of the tile starting at r0, panels [n0, n1). */
+/* Where row tile ti of the nt micro() tiles over the block [n0, n1) prefetches:
+ * the next block [n1, n2) is spread evenly over tiles first..nt-1, so it is in
+ * L2 when its turn comes and DRAM streams during the whole block, not only
+ * during its first tile. Tile 0 of the first block (first = 1) streams its
+ * own weights (next panel as it goes), as does a lone tile. */
+static pf_plan plan_prefetch(const moe8_qmat *w, int n0, int n1, int n2, int first, int ti,
+                             int nt) {
+    const int n_kk = w->k_pad / 2, np = (n1 - n0) / MOE8_QK_NR, spread = nt - first;
+    const size_t panel_bytes = (size_t)n_kk * 32;
+    const size_t next_bytes = (size_t)((n2 - n1 + MOE8_QK_NR - 1) / MOE8_QK_NR) * panel_bytes;
+    pf_plan pp = {NULL, 0, 0};
+    if (nt > 1 && ti >= first && ti < nt && next_bytes > 0 && np > 0) {
+        pp.len = (next_bytes + (size_t)spread * np - 1) / ((size_t)spread * np);
+        pp.stride = (pp.len + n_kk - 1) / n_kk;
+        pp.base = w->data + (size_t)(n1 / MOE8_QK_NR) * panel_bytes + (size_t)(ti - first) * np * pp.len;
+    }
+    return pp;
+}
+
+/* All row tiles over the block of panels [n0, n1); [n1, n2) is the next block. */
 static void tile_rows(tile_out o, const int8_t *xq, int ldq, const moe8_qmat *w, int m, int n0,
-                      int n1) {
+                      int n1, int n2, int first) {
+    /* tiles that go through micro(): all but a 1-2 row remainder of one chunk */
+    const int rem = m % MR, nt = m / MR + (rem > 2 || (rem > 0 && w->k_pad / 2 > KCP));
     for (int r0 = 0; r0 < m; r0 += MR) {
+        const pf_plan pp = plan_prefetch(w, n0, n1, n2, first, r0 / MR, nt);
         tile_out t = o;
         const int8_t *xr = xq + (size_t)r0 * ldq;
         if (t.acc) t.acc += (size_t)r0 * t.ldc;
         else { t.y += (size_t)r0 * t.ldy; t.sx += r0; t.xsum += r0; }
         switch (m - r0 < MR ? m - r0 : MR) {
-        case 1: row_tile(&t, xr, ldq, w, n0, n1, 1); break;
-        case 2: row_tile(&t, xr, ldq, w, n0, n1, 2); break;
-        case 3: row_tile(&t, xr, ldq, w, n0, n1, 3); break;
-        case 4: row_tile(&t, xr, ldq, w, n0, n1, 4); break;
-        case 5: row_tile(&t, xr, ldq, w, n0, n1, 5); break;
-        default: row_tile(&t, xr, ldq, w, n0, n1, 6); break;
+        case 1: row_tile(&t, xr, ldq, w, n0, n1, &pp, 1); break;
+        case 2: row_tile(&t, xr, ldq, w, n0, n1, &pp, 2); break;
+        case 3: row_tile(&t, xr, ldq, w, n0, n1, &pp, 3); break;
+        case 4: row_tile(&t, xr, ldq, w, n0, n1, &pp, 4); break;
+        case 5: row_tile(&t, xr, ldq, w, n0, n1, &pp, 5); break;
+        default: row_tile(&t, xr, ldq, w, n0, n1, &pp, 6); break;
         }
     }
 }
 
-/* Blocks of panels small enough to stay in L2 while every row tile passes over them. */
+/* Blocks of panels small enough that one block and the next stay in L2 while
+ * every row tile passes over the first; one row tile needs no blocks. */
 static void run(tile_out o, const int8_t *xq, int ldq, const moe8_qmat *w, int m, int n0, int n1) {
     const size_t panel_bytes = (size_t)w->k_pad * MOE8_QK_NR;
-    const int nb = MOE8_QK_NR * (panel_bytes >= L2_BLOCK ? 1 : (int)(L2_BLOCK / panel_bytes));
-    for (int j = n0; j < n1; j += nb) tile_rows(o, xq, ldq, w, m, j, n1 - j < nb ? n1 : j + nb);
+    int nb = MOE8_QK_NR * (panel_bytes >= L2_BLOCK ? 1 : (int)(L2_BLOCK / panel_bytes));
+    if (m <= MR) nb = n1 - n0;
+    for (int j = n0; j < n1; j += nb) {
+        const int e = n1 - j < nb ? n1 : j + nb;
+        tile_rows(o, xq, ldq, w, m, j, e, n1 - e < nb ? n1 : e + nb, j == n0);
+    }
 }
 
 void moe8_gemm_q8_i32_avx2(int32_t *acc, int ldc, const int8_t *xq, int ldq, const moe8_qmat *w,
