@@ -40,4 +40,8 @@ match=0
 while [ $match -lt ${#a[@]} ] && [ $match -lt ${#b[@]} ] && [ "${a[$match]}" = "${b[$match]}" ]; do
     match=$((match + 1))
 done
-echo "greedy tokens matching the float model: $match of $N (first divergence at token $((match + 1)))"
+if [ "$match" -eq "${#a[@]}" ] && [ "$match" -eq "${#b[@]}" ]; then
+    echo "greedy tokens matching the float model: all $match of $N"
+else
+    echo "greedy tokens matching the float model: $match of $N (first divergence at token $((match + 1)))"
+fi
