@@ -377,12 +377,53 @@ typedef struct {
 void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out);
 
 /* ======================================================================== */
+/* Sampling                                                                  */
+/* ======================================================================== */
+
+/* Filters apply in vLLM's order: logits / temperature -> softmax -> top-k ->
+ * top-p -> min-p -> renormalize -> draw. Candidates are ranked by probability,
+ * ties by lower id, so a seed reproduces the same tokens everywhere. */
+typedef struct {
+    float temperature; /* 0 = greedy (arg-max, ties to the lower id); default 0 */
+    int top_k;         /* keep the k most likely; 0 = off */
+    float top_p;       /* keep the smallest prefix with mass >= top_p; 1 = off */
+    float min_p;       /* keep p >= min_p * p_max; 0 = off */
+    uint64_t seed;     /* default 0 */
+} moe8_sampler_params;
+
+typedef struct moe8_sampler moe8_sampler;
+
+moe8_sampler_params moe8_sampler_defaults(void);
+/* `params` may be NULL (defaults). A sampler belongs to one caller at a time. */
+moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
+                                moe8_sampler **out, moe8_error *err);
+/* Fails (MOE8_ERR_INVALID_ARG, naming the field) for settings out of range. */
+moe8_status moe8_sampler_params_check(const moe8_sampler_params *params, moe8_error *err);
+/* The settings and vocabulary size the sampler was made with. */
+moe8_sampler_params moe8_sampler_get_params(const moe8_sampler *s);
+int moe8_sampler_n_vocab(const moe8_sampler *s);
+/* Next token id from logits [n_vocab]. Never allocates. */
+int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
+void moe8_sampler_free(moe8_sampler *s);
+
+/* ======================================================================== */
 /* Generation: contexts, batches, decode, generate (SPEC §7)                 */
 /* ======================================================================== */
 
 /* A moe8_model holds the weights; a moe8_context holds what one stream of
- * work needs on top: a KV cache of n_ctx positions for each of n_seq_max
- * sequences, and scratch sized once (decode never allocates).
+ * work needs on top: a paged KV cache shared by up to n_seq_max sequences of
+ * at most n_ctx positions each, and scratch sized once (decode never
+ * allocates).
+ *
+ * Paged KV cache: a pool of blocks of MOE8_KV_BLOCK_TOKENS positions (every
+ * layer's K and V, fp32); each sequence holds the blocks its positions need,
+ * through a block table. The pool is sized by kv_bytes (default: enough for
+ * every sequence to reach n_ctx). moe8_decode takes the blocks a batch needs
+ * and fails cleanly when the pool has too few (the scheduler below never lets
+ * that happen). With prefix_cache on, each full block is registered under the
+ * hash of all token ids up to its end; the scheduler reuses registered blocks
+ * for requests that share a prompt prefix (reference-counted, immutable,
+ * evicted least-recently-used when the pool needs room).
  *
  * Preparation: the first context of a model prepares it — W8A8 linears and
  * experts are repacked into memory moe8 owns and their mapped pages released
@@ -395,22 +436,29 @@ void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out);
  * inside). Contexts of one model run concurrently on different threads. One
  * context is used by one thread at a time: calls taking a non-const
  * moe8_context * need exclusive use; the const getters may run concurrently
- * with each other, not with those. The model must outlive its contexts.
- * Each call parallelizes internally with OpenMP (n_threads); results do not
- * depend on the thread count. */
+ * with each other, not with those. A context keeps its model alive:
+ * moe8_model_free with contexts still open only drops the caller's
+ * reference, and the last moe8_context_free frees the model. Each call
+ * parallelizes internally with OpenMP (n_threads); results do not depend on
+ * the thread count. */
 typedef struct moe8_context moe8_context;
 typedef struct moe8_sampler moe8_sampler; /* see "Sampling" below */
 
+#define MOE8_KV_BLOCK_TOKENS 16   /* positions per KV block */
+
 /* Initialise with moe8_context_params_default(); fields are only appended. */
 typedef struct {
-    int32_t n_ctx;        /* positions per sequence (KV cache length); default 4096,
-                           * at most max_position_embeddings */
+    int32_t n_ctx;        /* positions per sequence; default 4096, at most
+                           * max_position_embeddings */
     int32_t n_seq_max;    /* sequences held at once (ids 0..n_seq_max-1); default 1 */
     int32_t n_batch;      /* most tokens per moe8_decode; 0 = n_ctx */
     int32_t n_outputs;    /* most logits rows per moe8_decode; 0 = n_seq_max */
     int n_threads;        /* OpenMP threads; 0 = the model's n_threads, else the OpenMP default; at most 4096 */
     int float_experts;    /* run W8A8 experts dequantized to fp32 (a comparison aid:
                            * 4x the expert memory) */
+    uint64_t kv_bytes;    /* KV pool budget in bytes (whole model, also under TP); 0 =
+                           * n_seq_max x n_ctx positions */
+    int prefix_cache;     /* register full KV blocks for reuse; default 1 */
 } moe8_context_params;
 moe8_context_params moe8_context_params_default(void);
 
@@ -432,6 +480,15 @@ moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_
  * weights are in *weight_bytes (may be NULL). */
 size_t moe8_context_memory(const moe8_context *ctx, size_t *weight_bytes);
 
+/* Accounting of the KV pool: every block is used (held by a sequence),
+ * cached (held by none, kept for the prefix cache, evictable) or free. */
+typedef struct {
+    int32_t n_blocks, block_tokens;
+    size_t block_bytes;             /* this process's bytes per block */
+    int32_t n_used, n_cached, n_free;
+} moe8_kv_stats;
+void moe8_context_kv_stats(const moe8_context *ctx, moe8_kv_stats *out);
+
 /* A batch of tokens, each tagged with its sequence and position (like
  * llama.cpp's llama_batch). Tokens of different sequences may be mixed in any
  * order; the tokens of one sequence appear in position order and continue it:
@@ -449,8 +506,8 @@ typedef struct {
 
 /* Run the batch: append every token's K/V to its sequence and compute the
  * logits asked for. A bad batch (ids, positions, n_batch/n_outputs exceeded,
- * or a position >= n_ctx: context overflow) fails with MOE8_ERR_INVALID_ARG
- * before anything changes. On any failure the logits of the call are void;
+ * a position >= n_ctx: context overflow, or more new KV blocks than the pool
+ * has) fails with MOE8_ERR_INVALID_ARG before anything changes. On any failure the logits of the call are void;
  * after a failure inside the pass, the sequences of the batch keep only their
  * old positions (truncate is not needed). */
 moe8_status moe8_decode(moe8_context *ctx, const moe8_batch *batch, moe8_error *err);
@@ -458,16 +515,153 @@ moe8_status moe8_decode(moe8_context *ctx, const moe8_batch *batch, moe8_error *
  * were not asked for. Valid until the next moe8_decode on ctx. */
 const float *moe8_context_logits(const moe8_context *ctx, int32_t i);
 
-/* ---- generate: prefill every prompt, then decode them in lockstep ---- */
+/* ---- the scheduler: requests that come and go (SEMANTICS §10) ---- */
 
-/* Why a sequence stopped. Append-only. */
+/* Why a sequence or request stopped. Append-only. */
 typedef enum {
     MOE8_FINISH_NONE = 0,     /* not finished (the call failed or was cancelled) */
     MOE8_FINISH_STOP = 1,     /* sampled a stop id (not emitted) */
     MOE8_FINISH_LENGTH = 2,   /* n_predict tokens generated */
     MOE8_FINISH_CONTEXT = 3,  /* the KV cache of the sequence is full */
     MOE8_FINISH_CALLBACK = 4, /* the callback returned MOE8_GEN_STOP_SEQ */
+    MOE8_FINISH_CANCELLED = 5,/* moe8_sched_cancel */
+    MOE8_FINISH_ERROR = 6,    /* the step failed (see the finish event's status) */
 } moe8_finish;
+
+/* A step-driven scheduler over one context, caller-driven like zstd's
+ * streaming API: add requests at any time, call moe8_sched_step until
+ * moe8_sched_pending says nothing is left, read each step's events.
+ *
+ * Each step is one moe8_decode over a batch built, within max_batch_tokens,
+ * from the running requests in the order they started (a decoding request
+ * takes one token, one still reading its prompt a chunk of it), then from
+ * the waiting requests in arrival order (FCFS) while fewer than max_running
+ * run and the KV pool holds their next chunk. A new request first takes every
+ * cached block of its prompt's prefix (prefix_cache of the context). When a
+ * running request cannot grow for want of KV blocks, the most recently
+ * started running request is preempted: its blocks are given back and it
+ * waits at the head of the queue, to be recomputed from its tokens later.
+ *
+ * Batch invariance: a request's tokens and log-probabilities are bit-identical
+ * whatever else is in the batch, however its prompt was chunked, whether its
+ * prefix came from the cache or was recomputed after preemption, and for any
+ * thread count (integer sums are exact; every float reduction has a fixed
+ * order per row). Seeded sampling draws from the request's own generator, so
+ * the same request with the same seed gives the same tokens alone or under
+ * load.
+ *
+ * Under TP/EP every rank runs its own scheduler on its own context with the
+ * same calls in the same order; rank 0 samples and broadcasts the tokens, so
+ * every rank makes the same decisions and emits the same events.
+ * Not thread-safe: one thread drives a scheduler (and its context). */
+typedef struct moe8_sched moe8_sched;
+typedef struct moe8_tokenizer moe8_tokenizer; /* see "Tokenizer" below */
+
+/* Initialise with moe8_sched_params_default(); fields are only appended. */
+typedef struct {
+    int32_t max_running;       /* most requests running at once; 0 = the context's n_seq_max
+                                * (never more) */
+    int32_t max_batch_tokens;  /* most tokens per step; 0 = the context's n_batch (never more) */
+    const moe8_tokenizer *tok; /* for token text and stop strings; may be NULL (no text) */
+    const int32_t *eos_ids;    /* end-of-sequence ids (copied), ended on unless a request
+                                * ignores them; NULL = the model's eos ids and the tokenizer's */
+    int32_t n_eos_ids;
+} moe8_sched_params;
+moe8_sched_params moe8_sched_params_default(void);
+
+#define MOE8_MAX_LOGPROBS 20      /* most alternatives per token */
+#define MOE8_MAX_STOP_STRINGS 16
+
+/* One request. Initialise with moe8_request_default(); fields are only
+ * appended. Everything it points to is copied by moe8_sched_add. */
+typedef struct {
+    const int32_t *prompt;          /* [n_prompt] token ids */
+    int32_t n_prompt;               /* 1..n_ctx */
+    moe8_sampler_params sampling;   /* its own settings and seed */
+    int32_t max_tokens;             /* most new tokens (>= 0; 0: read the prompt only) */
+    const int32_t *stop_ids;        /* [n_stop_ids] ids that end it (not emitted), always */
+    int32_t n_stop_ids;
+    const char *const *stop;        /* [n_stop] UTF-8 stop strings (need a tokenizer): matched on
+                                     * the text across token boundaries; the text ends before
+                                     * the match and the stop string is not returned */
+    int32_t n_stop;
+    int32_t logprobs;               /* -1: none (default); 0..20: each token's log-probability
+                                     * and this many best alternatives */
+    int ignore_eos;                 /* do not end on the scheduler's eos ids */
+    void *user;                     /* handed back in its events */
+} moe8_request;
+moe8_request moe8_request_default(void);
+
+typedef enum {
+    MOE8_EVENT_TOKEN = 1,           /* a new token */
+    MOE8_EVENT_FINISH = 2,          /* the request ended (its last event) */
+} moe8_event_type;
+
+typedef struct {
+    int32_t token;
+    float logprob;
+} moe8_logprob;
+
+/* Pointers stay valid until the next moe8_sched_step or moe8_sched_free. */
+typedef struct {
+    moe8_event_type type;
+    int64_t request;                /* the id moe8_sched_add gave */
+    void *user;
+    int32_t token;                  /* TOKEN: the id */
+    const char *text;               /* text released now (whole UTF-8 characters; text that could
+                                     * still begin a stop string is held back); FINISH: what was
+                                     * still held, when it ends for any reason but a stop string */
+    size_t text_len;
+    float logprob;                  /* TOKEN: log-softmax of the fp32 logits at `token`; NAN when
+                                     * the request asked for none */
+    int32_t n_top;                  /* TOKEN: alternatives in top, best first (ties: lower id) */
+    const moe8_logprob *top;
+    const float *logits;            /* [n_vocab] the logits the token was drawn from (FINISH:
+                                     * those of a prompt read with max_tokens 0), or NULL */
+    moe8_finish finish;             /* FINISH: STOP, LENGTH, CONTEXT, CANCELLED or ERROR */
+    int32_t n_prompt, n_generated;  /* FINISH: token counts */
+    int32_t n_cached;               /* FINISH: prompt tokens that came from the prefix cache */
+    double ttft_s;                  /* FINISH: seconds from add to the first token (-1: none) */
+    moe8_status status;             /* FINISH with ERROR: why */
+    const char *message;
+} moe8_event;
+
+/* Counters since create, and the state now. */
+typedef struct {
+    int32_t n_running, n_waiting;
+    int64_t n_steps, n_preempted;
+    int64_t prompt_tokens, generated_tokens;
+    int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
+    moe8_kv_stats kv;
+} moe8_sched_stats;
+
+/* The scheduler owns nothing of ctx but its use: ctx must outlive it and
+ * serve nothing else meanwhile. `params` may be NULL (defaults). */
+moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params,
+                              moe8_sched **out, moe8_error *err);
+/* Frees the requests still pending (no events) and their KV blocks. */
+void moe8_sched_free(moe8_sched *s);
+
+/* Queue a request; *id gets its id (> 0). Fails with MOE8_ERR_INVALID_ARG,
+ * naming the field, for a prompt out of [1, n_ctx] or the KV pool, a token id
+ * out of range, bad sampling settings, logprobs out of [-1, 20], too many or
+ * empty stop strings, or stop strings without a tokenizer. */
+moe8_status moe8_sched_add(moe8_sched *s, const moe8_request *r, int64_t *id, moe8_error *err);
+/* Cancel a waiting or running request: it ends with MOE8_FINISH_CANCELLED in
+ * the next step's events. MOE8_ERR_NOT_FOUND when it ended already. */
+moe8_status moe8_sched_cancel(moe8_sched *s, int64_t id);
+/* Requests not finished yet (waiting or running, or cancelled not reported). */
+int32_t moe8_sched_pending(const moe8_sched *s);
+
+/* One step. *events / *n_events: what happened (token events in batch order,
+ * then finishes). When the forward fails, the requests of the batch end
+ * with MOE8_FINISH_ERROR and the status is returned as well (the others keep
+ * their state; a communication failure under TP is fatal to the group). */
+moe8_status moe8_sched_step(moe8_sched *s, const moe8_event **events, int32_t *n_events,
+                            moe8_error *err);
+void moe8_sched_get_stats(const moe8_sched *s, moe8_sched_stats *out);
+
+/* ---- generate: a fixed set of prompts, run to the end through the scheduler ---- */
 
 /* Return values of the per-token callback. */
 #define MOE8_GEN_CONTINUE 0
@@ -475,15 +669,15 @@ typedef enum {
 #define MOE8_GEN_CANCEL 2    /* stop everything: moe8_generate returns MOE8_ERR_CANCELLED */
 
 /* Called on the generate caller's thread for each new token of each sequence
- * (index `seq` into the request), in sequence order within one step. Under
+ * (index `seq` into the request), in the order of the step's events. Under
  * TP/EP it runs on every rank and rank 0's answers decide for all of them, so
  * the ranks never diverge. */
 typedef int (*moe8_token_fn)(void *user, int32_t seq, int32_t token);
 
 typedef struct {
-    int32_t n_seq;                   /* prompts, 1..n_seq_max; sequence i uses cache slot i */
+    int32_t n_seq;                   /* prompts (>= 1; more than n_seq_max wait their turn) */
     const int32_t *const *prompt;    /* [n_seq] pointers to prompt ids */
-    const int32_t *n_prompt;         /* [n_seq] lengths, each >= 1 */
+    const int32_t *n_prompt;         /* [n_seq] lengths, each 1..n_ctx */
     int32_t n_predict;               /* most new tokens per sequence (>= 0) */
     const int32_t *stop_ids;         /* [n_stop] or NULL */
     int32_t n_stop;
@@ -494,14 +688,16 @@ typedef struct {
     moe8_finish *finish;             /* [n_seq] or NULL */
 } moe8_generate_request;
 
-/* Clear slots 0..n_seq-1, prefill every prompt (one forward pass for all of
- * them when they fit n_batch, else consecutive passes of n_batch tokens), then
- * decode the live sequences in lockstep: each step is one moe8_decode of one
- * token per live sequence (the MoE layer sees T = live sequences), tokens
- * drawn from `sampler` (made for moe8_context_n_vocab) in sequence order. A
- * prompt longer than n_ctx fails with MOE8_ERR_INVALID_ARG; reaching n_ctx
- * later finishes that sequence (MOE8_FINISH_CONTEXT). Outputs written so far
- * stay valid on failure. */
+/* Run every prompt to its end through a scheduler on ctx (max_running =
+ * n_seq_max, max_batch_tokens = n_batch): each prompt is one request with
+ * the sampler's settings and seed (its own generator: the same prompt gives
+ * the same tokens alone or among others), ending on req's stop ids only. The
+ * sampler must be made for moe8_context_n_vocab(ctx) tokens (else
+ * MOE8_ERR_INVALID_ARG); only its settings are used. Reaching n_ctx finishes
+ * a sequence with MOE8_FINISH_CONTEXT. The scheduler clears every sequence
+ * of ctx first and gives them back at the end (their full blocks stay in the
+ * prefix cache for later calls). Outputs written so far stay valid on
+ * failure. */
 moe8_status moe8_generate(moe8_context *ctx, moe8_sampler *sampler,
                           const moe8_generate_request *req, moe8_error *err);
 
@@ -595,31 +791,6 @@ typedef struct {
  * Streams tensor by tensor. `p` and `stats` may be NULL. */
 moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_quantize_params *p,
                           moe8_quantize_stats *stats, moe8_error *err);
-
-/* ======================================================================== */
-/* Sampling                                                                  */
-/* ======================================================================== */
-
-/* Filters apply in vLLM's order: logits / temperature -> softmax -> top-k ->
- * top-p -> min-p -> renormalize -> draw. Candidates are ranked by probability,
- * ties by lower id, so a seed reproduces the same tokens everywhere. */
-typedef struct {
-    float temperature; /* 0 = greedy (arg-max, ties to the lower id); default 0 */
-    int top_k;         /* keep the k most likely; 0 = off */
-    float top_p;       /* keep the smallest prefix with mass >= top_p; 1 = off */
-    float min_p;       /* keep p >= min_p * p_max; 0 = off */
-    uint64_t seed;     /* default 0 */
-} moe8_sampler_params;
-
-typedef struct moe8_sampler moe8_sampler;
-
-moe8_sampler_params moe8_sampler_defaults(void);
-/* `params` may be NULL (defaults). A sampler belongs to one caller at a time. */
-moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
-                                moe8_sampler **out, moe8_error *err);
-/* Next token id from logits [n_vocab]. Never allocates. */
-int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
-void moe8_sampler_free(moe8_sampler *s);
 
 /* ======================================================================== */
 /* MoE layer (SPEC §1-§4)                                                    */

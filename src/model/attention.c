@@ -1,12 +1,14 @@
 /*
  * attention.c — the attention block's arithmetic (SPEC §7): RMSNorm (whole
  * rows and per head), NEOX rotary embedding from a precomputed cos/sin table,
- * and causal grouped-query attention over an fp32 KV cache.
+ * and causal grouped-query attention over the paged fp32 KV cache.
  *
- * Cache layout of one layer: [n_seq][n_kv][n_ctx][D] fp32, so the keys one
- * head reads are contiguous. Query head h reads kv head h / (n_head / n_kv).
- * Each (token, head) pair is computed by one thread in position order with a
- * max-subtracted softmax, so the result does not depend on the thread count.
+ * Cache layout (forward.h moe8_kv_view): blocks of MOE8_KV_BLOCK_TOKENS
+ * positions, [n_kv][BS][D] per layer and k/v, found through the sequence's
+ * block table. Query head h reads kv head h / (n_head / n_kv). Each (token,
+ * head) pair is computed by one thread in position order with a
+ * max-subtracted softmax and a fixed summation order, so the result depends
+ * neither on the thread count nor on the batch around the token.
  *
  * Does not: write the cache (the forward pass does, before calling this),
  * quantize the cache, or handle sliding windows / rope scaling.
@@ -57,49 +59,50 @@ void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
     }
 }
 
-/* q·k; `omp simd` lets the compiler split the sum into vector lanes (a fixed
- * order for a given build, so still deterministic). */
+/* q·k with 8 interleaved partial sums added pairwise at the end: the order
+ * is fixed by the code, not left to the vectorizer (whose loop peeling could
+ * depend on the pointers' alignment). */
 static float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
+    float p[8] = {0};
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int j = 0; j < 8; j++) p[j] += a[d + j] * b[d + j];
+    for (; d < n; d++) p[d % 8] += a[d] * b[d];
+    return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
-/* One query head against positions 0..p of its kv head; out[D]. */
-static void attend_one(float *out, const float *q, const float *k, const float *v, int64_t p,
-                       int D, float scale, float *sc) {
+/* One query head against positions 0..p of its kv head in the paged cache; out[D]. */
+static void attend_one(float *out, const float *q, const moe8_attn_cache *c, int32_t seq, int kvh,
+                       int32_t p, float scale, float *sc) {
+    const int D = c->D;
     float mx = -INFINITY, sum = 0.0f;
-    for (int64_t i = 0; i <= p; i++) {
-        float s = dot(q, k + (size_t)i * D, D) * scale;
+    for (int32_t i = 0; i <= p; i++) {
+        float s = dot(q, c->k0 + moe8_kv_row(c, seq, kvh, i), D) * scale;
         sc[i] = s;
         if (s > mx) mx = s;
     }
-    for (int64_t i = 0; i <= p; i++) {
+    for (int32_t i = 0; i <= p; i++) {
         sc[i] = expf(sc[i] - mx);
         sum += sc[i];
     }
     memset(out, 0, (size_t)D * sizeof(float));
-    for (int64_t i = 0; i <= p; i++) {
-        const float *vi = v + (size_t)i * D;
+    for (int32_t i = 0; i <= p; i++) {
+        const float *vi = c->k0 + moe8_kv_row(c, seq, kvh, i) + c->v_off;
         float wgt = sc[i] / sum;
-#pragma omp simd
         for (int d = 0; d < D; d++) out[d] += wgt * vi[d];
     }
 }
 
 void moe8_attention(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
-                    const int32_t *pos, int T, float *work, int n_threads) {
-    const int n_head = c->n_head, n_kv = c->n_kv, D = c->D, group = n_head / n_kv;
-    const int64_t n_ctx = c->n_ctx;
+                    const int32_t *pos, int T, float *work, int64_t n_ctx, int n_threads) {
+    const int n_head = c->n_head, group = n_head / c->n_kv, D = c->D;
     const float scale = (float)(1.0 / sqrt((double)D));
     const int64_t n_pairs = (int64_t)T * n_head;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1 && n_pairs > 1)
     for (int64_t i = 0; i < n_pairs; i++) {
         int t = (int)(i / n_head), h = (int)(i % n_head);
-        size_t base = moe8_kv_offset(n_kv, n_ctx, D, seq[t], h / group, 0);
         float *sc = work + (size_t)omp_get_thread_num() * (size_t)n_ctx;
-        attend_one(out + ((size_t)t * n_head + h) * D, q + ((size_t)t * n_head + h) * D,
-                   c->kc + base, c->vc + base, pos[t], D, scale, sc);
+        attend_one(out + ((size_t)t * n_head + h) * D, q + ((size_t)t * n_head + h) * D, c, seq[t],
+                   h / group, pos[t], scale, sc);
     }
 }

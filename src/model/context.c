@@ -1,12 +1,14 @@
 /*
- * context.c — the generation API of moe8.h: contexts, batches, moe8_decode
- * and moe8_generate.
+ * context.c — contexts, batches and moe8_decode of moe8.h.
  *
- * A context owns an fp32 KV cache, one block per layer:
- *     kv[n_layer][2 (k, v)][n_seq][n_kv][n_ctx][D]
- * the RoPE table [n_ctx][D/2][2], the length of each sequence, and the
- * forward scratch (forward.h) sized for n_batch tokens and n_outputs logits
- * rows — all allocated at create, so decode never allocates.
+ * A context owns the paged KV cache (sched/kv_pool.h: a pool of blocks of
+ * MOE8_KV_BLOCK_TOKENS positions shared by its n_seq_max sequences, each with
+ * a block table), the RoPE table [n_ctx][D/2][2], the length of each
+ * sequence, and the forward scratch (forward.h) sized for n_batch tokens and
+ * n_outputs logits rows — all allocated at create, so decode never
+ * allocates. moe8_decode reserves the blocks a batch needs before the
+ * forward (all or nothing) and registers the blocks it filled in the prefix
+ * cache after it; the scheduler (sched/) decides who may use the pool.
  *
  * Prepared weights (forward.c) are shared by the contexts of one model with
  * the same float_experts setting through a small reference-counted table
@@ -14,8 +16,7 @@
  * model struct has no slot for them; if it gets one, the table goes.)
  *
  * Does not: reorder or split a batch (the caller's order is the forward
- * order), keep logits of earlier calls, or sample (moe8_generate uses the
- * caller's sampler).
+ * order), keep logits of earlier calls, sample, or schedule (sched/).
  */
 #include <omp.h>
 #include <pthread.h>
@@ -25,6 +26,7 @@
 #include "core/core.h"
 #include "dist/dist.h"
 #include "model/forward.h"
+#include "sched/kv_pool.h"
 
 /* ---- shared prepared weights ---------------------------------------------- */
 
@@ -82,10 +84,10 @@ static void weights_release(const moe8_weights *w) {
 /* ---- context --------------------------------------------------------------- */
 
 struct moe8_context {
-    moe8_model *model;
+    moe8_model *model;            /* referenced (moe8_model_ref) while the context lives */
     const moe8_weights *w;
     moe8_context_params p;        /* zeros resolved */
-    float *kv;                    /* [n_layer][2][n_seq][n_kv][n_ctx][D] */
+    kv_pool kv;                   /* the paged KV cache */
     size_t kv_bytes;
     float *rope;                  /* [n_ctx][D/2][2] */
     int32_t *seq_len;             /* [n_seq] */
@@ -95,13 +97,6 @@ struct moe8_context {
     int32_t n_last;               /* tokens of the last batch (0 after a failure) */
     moe8_fwd_scratch s;
     size_t scratch_bytes;
-    /* moe8_generate's batch and state */
-    int32_t *g_tok, *g_pos, *g_seq; /* [n_batch] */
-    int8_t *g_logits;               /* [n_batch] */
-    int32_t *g_next;                /* [n_seq] token to feed next */
-    int32_t *g_row;                 /* [n_seq] batch index of its logits this step, or -1 */
-    int32_t *g_count;               /* [n_seq] tokens generated */
-    int32_t *g_fin;                 /* [n_seq] moe8_finish */
 };
 
 moe8_context_params moe8_context_params_default(void) {
@@ -109,6 +104,7 @@ moe8_context_params moe8_context_params_default(void) {
     memset(&p, 0, sizeof p);
     p.n_ctx = 4096;
     p.n_seq_max = 1;
+    p.prefix_cache = 1;
     return p;
 }
 
@@ -178,16 +174,8 @@ static void carve_scratch(carver *c, moe8_context *x) {
     x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);
-    x->g_next = carve(c, (size_t)x->p.n_seq_max, 4);
-    x->g_row = carve(c, (size_t)x->p.n_seq_max, 4);
-    x->g_count = carve(c, (size_t)x->p.n_seq_max, 4);
-    x->g_fin = carve(c, (size_t)x->p.n_seq_max, 4);
     x->out_idx = carve(c, (size_t)x->p.n_outputs, 4);
     x->logit_row = carve(c, B, 4);
-    x->g_tok = carve(c, B, 4);
-    x->g_pos = carve(c, B, 4);
-    x->g_seq = carve(c, B, 4);
-    x->g_logits = carve(c, B, 1);
 }
 
 static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
@@ -229,15 +217,37 @@ static moe8_status alloc_moe_ws(moe8_context *x, moe8_error *err) {
     return MOE8_OK;
 }
 
+/* Bytes of one KV block: every layer's K and V of MOE8_KV_BLOCK_TOKENS
+ * positions. Sized from the whole model's kv heads, so every rank of a TP
+ * group derives the same block count from the same budget. */
+static size_t block_bytes(const moe8_model *m) {
+    const moe8_config *c = &m->cfg;
+    return (size_t)c->num_hidden_layers * 2 * (size_t)c->num_key_value_heads * MOE8_KV_BLOCK_TOKENS *
+           (size_t)c->head_dim * sizeof(float);
+}
+
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
-    size_t n = 2 * (size_t)w->n_layer;
-    if (moe8_mul_size(n, (size_t)x->p.n_seq_max, &n) || moe8_mul_size(n, (size_t)w->n_kv, &n) ||
-        moe8_mul_size(n, (size_t)x->p.n_ctx, &n) || moe8_mul_size(n, (size_t)w->D * 4, &n) ||
-        !(x->kv = moe8_alloc_aligned(n)))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the kv cache for n_ctx %d x "
-                         "%d sequences", x->p.n_ctx, x->p.n_seq_max);
-    x->kv_bytes = n;
+    const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
+    const size_t floats = (size_t)w->n_layer * 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS * (size_t)w->D;
+    int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
+    moe8_status st;
+    if (x->p.kv_bytes) {
+        n_blocks = (int64_t)(x->p.kv_bytes / block_bytes(x->model));
+        if (n_blocks < 1)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_bytes %llu holds no kv block "
+                             "(one block of %d positions takes %zu bytes)",
+                             (unsigned long long)x->p.kv_bytes, MOE8_KV_BLOCK_TOKENS,
+                             block_bytes(x->model));
+    }
+    if (n_blocks > INT32_MAX / 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache of %lld blocks is too large",
+                         (long long)n_blocks);
+    st = kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, floats,
+                      (uint64_t)(uintptr_t)x->w, err);
+    if (st) return st;
+    x->kv.prefix_cache = x->p.prefix_cache != 0;
+    x->kv_bytes = (size_t)n_blocks * floats * sizeof(float);
     return MOE8_OK;
 }
 
@@ -250,6 +260,7 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     *out = NULL;
     if (!(x = calloc(1, sizeof *x))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     x->model = model;
+    moe8_model_ref(model);
     x->p = params ? *params : moe8_context_params_default();
     st = resolve_params(model, &x->p, err);
     if (!st) st = weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
@@ -272,8 +283,9 @@ void moe8_context_free(moe8_context *x) {
     for (int i = 0; x->s.moe_ws && i < x->w->n_layer; i++) moe8_moe_workspace_free(x->s.moe_ws[i]);
     free(x->s.moe_ws);
     moe8_free_aligned(x->s.block);
-    moe8_free_aligned(x->kv);
+    kv_pool_free(&x->kv);
     if (x->w) weights_release(x->w);
+    moe8_model_unref(x->model);
     free(x);
 }
 
@@ -295,13 +307,37 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "truncate: sequence %d (of %d) / n_keep %d out of range", seq,
                          x->p.n_seq_max, n_keep);
-    if (n_keep < x->seq_len[seq]) x->seq_len[seq] = n_keep;
+    if (n_keep >= x->seq_len[seq]) return MOE8_OK;
+    if (kv_truncate(&x->kv, seq, n_keep))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "truncate: sequence %d shares its block at "
+                         "position %d and the kv cache has no free block to copy it to", seq,
+                         n_keep);
+    x->seq_len[seq] = n_keep;
     return MOE8_OK;
 }
 
 size_t moe8_context_memory(const moe8_context *x, size_t *weight_bytes) {
     if (weight_bytes) *weight_bytes = x->w->owned_bytes;
     return x->kv_bytes + x->scratch_bytes;
+}
+
+void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->n_blocks = x->kv.n_blocks;
+    out->block_tokens = MOE8_KV_BLOCK_TOKENS;
+    out->block_bytes = x->kv.block_floats * sizeof(float);
+    out->n_used = kv_used(&x->kv);
+    out->n_cached = x->kv.n_cached;
+    out->n_free = x->kv.n_free;
+}
+
+kv_pool *moe8_context_pool(moe8_context *x) { return &x->kv; }
+moe8_model *moe8_context_model(const moe8_context *x) { return x->model; }
+
+void moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks, int32_t n) {
+    MOE8_ASSERT(x->seq_len[seq] == 0);
+    kv_attach(&x->kv, seq, blocks, n);
+    x->seq_len[seq] = n * MOE8_KV_BLOCK_TOKENS;
 }
 
 /* ---- decode ---------------------------------------------------------------- */
@@ -348,15 +384,40 @@ static moe8_status check_batch(moe8_context *x, const moe8_batch *b, int *n_out,
     return MOE8_OK;
 }
 
+/* Blocks for every sequence of the batch up to its new length, all or none. */
+static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_error *err) {
+    int64_t need = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t s = b->seq_id[i];
+        if (b->pos[i] == x->seq_len[s]) need += kv_blocks_needed(&x->kv, s, x->seq_next[s]);
+    }
+    if (need > kv_available(&x->kv))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache full: the batch needs %lld "
+                         "more blocks of %d positions, %d are free", (long long)need,
+                         MOE8_KV_BLOCK_TOKENS, kv_available(&x->kv));
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t s = b->seq_id[i];
+        if (b->pos[i] == x->seq_len[s]) MOE8_ASSERT(kv_reserve(&x->kv, s, x->seq_next[s]) == 0);
+    }
+    return MOE8_OK;
+}
+
 moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
+    const moe8_kv_view kv = {x->kv.data, x->kv.block_floats, x->kv.table, x->kv.max_blocks};
     int n_out = 0;
     moe8_status st;
     x->n_last = 0;
     if (!b) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch: NULL");
-    if ((st = check_batch(x, b, &n_out, err))) return st;
-    st = moe8_forward(x->w, &x->s, x->kv, x->p.n_seq_max, x->p.n_ctx, x->rope, b->token,
-                      b->seq_id, b->pos, b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
-    if (st) return st;
+    if ((st = check_batch(x, b, &n_out, err)) || (st = reserve_batch(x, b, err))) return st;
+    st = moe8_forward(x->w, &x->s, &kv, x->p.n_ctx, x->rope, b->token, b->seq_id, b->pos,
+                      b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
+    if (st) { /* the sequences keep their old positions; new blocks go back */
+        for (int32_t i = 0; i < b->n_tokens; i++)
+            kv_truncate(&x->kv, b->seq_id[i], x->seq_len[b->seq_id[i]]);
+        return st;
+    }
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
     return MOE8_OK;
@@ -365,157 +426,4 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
 const float *moe8_context_logits(const moe8_context *x, int32_t i) {
     if (i < 0 || i >= x->n_last || x->logit_row[i] < 0) return NULL;
     return x->s.logits + (size_t)x->logit_row[i] * (size_t)x->w->V;
-}
-
-/* ---- generate ---------------------------------------------------------------- */
-
-typedef struct {
-    moe8_context *x;
-    moe8_sampler *smp;
-    const moe8_generate_request *r;
-    int cancelled;
-} gen;
-
-/* A sampled token of sequence i: stop, emit, and decide whether it goes on. */
-static void gen_take(gen *g, int i, int32_t tok) {
-    const moe8_generate_request *r = g->r;
-    moe8_context *x = g->x;
-    for (int j = 0; j < r->n_stop; j++)
-        if (r->stop_ids[j] == tok) {
-            x->g_fin[i] = MOE8_FINISH_STOP;
-            return;
-        }
-    if (r->out_tokens) r->out_tokens[(size_t)i * r->n_predict + x->g_count[i]] = tok;
-    x->g_count[i]++;
-    if (r->on_token) {
-        int rc = r->on_token(r->user, i, tok);
-        if (rc == MOE8_GEN_CANCEL) {
-            g->cancelled = 1;
-            return;
-        }
-        if (rc == MOE8_GEN_STOP_SEQ) {
-            x->g_fin[i] = MOE8_FINISH_CALLBACK;
-            return;
-        }
-    }
-    if (x->g_count[i] >= r->n_predict) x->g_fin[i] = MOE8_FINISH_LENGTH;
-    else if (x->seq_len[i] >= x->p.n_ctx) x->g_fin[i] = MOE8_FINISH_CONTEXT;
-    else x->g_next[i] = tok;
-}
-
-/* Decode the n queued tokens, then sample for every sequence with a row. */
-static moe8_status gen_flush(gen *g, int n, moe8_error *err) {
-    moe8_context *x = g->x;
-    const moe8_batch b = {n, x->g_tok, x->g_pos, x->g_seq, x->g_logits};
-    moe8_status st;
-    if (n == 0) return MOE8_OK;
-    int k = 0;
-    if ((st = moe8_decode(x, &b, err))) return st;
-    /* Rank 0 samples, every rank takes its tokens (SPEC §8); the batch
-     * arrays are free again, g_tok holds the tokens. */
-    for (int i = 0; i < g->r->n_seq; i++)
-        if (x->g_row[i] >= 0 && g->r->n_predict > 0)
-            x->g_tok[k++] = x->model->shard.rank == 0
-                                ? moe8_sampler_sample(g->smp, moe8_context_logits(x, x->g_row[i]))
-                                : 0;
-    if (x->model->shard.size > 1 &&
-        (st = moe8_dist_bcast_tokens(x->model->params.dist, x->g_tok, k, NULL, err)))
-        return st;
-    k = 0;
-    for (int i = 0; i < g->r->n_seq; i++) {
-        int row = x->g_row[i];
-        x->g_row[i] = -1;
-        if (row < 0 || g->cancelled) continue;
-        if (g->r->n_predict == 0) x->g_fin[i] = MOE8_FINISH_LENGTH;
-        else gen_take(g, i, x->g_tok[k++]);
-    }
-    if (x->model->shard.size > 1) { /* rank 0's callback decides for every rank */
-        int32_t flag = g->cancelled;
-        if ((st = moe8_dist_bcast_tokens(x->model->params.dist, x->g_fin, g->r->n_seq, &flag, err)))
-            return st;
-        g->cancelled = flag;
-    }
-    return g->cancelled ? moe8_fail(err, MOE8_ERR_CANCELLED, -1, "generation cancelled by the "
-                                    "token callback") : MOE8_OK;
-}
-
-static moe8_status gen_prefill(gen *g, moe8_error *err) {
-    moe8_context *x = g->x;
-    const moe8_generate_request *r = g->r;
-    int n = 0;
-    moe8_status st;
-    for (int i = 0; i < r->n_seq; i++)
-        for (int32_t j = 0; j < r->n_prompt[i]; j++) {
-            int last = j == r->n_prompt[i] - 1;
-            x->g_tok[n] = r->prompt[i][j];
-            x->g_pos[n] = j;
-            x->g_seq[n] = i;
-            x->g_logits[n] = (int8_t)last;
-            if (last) x->g_row[i] = n;
-            if (++n == x->p.n_batch) {
-                if ((st = gen_flush(g, n, err))) return st;
-                n = 0;
-            }
-        }
-    return gen_flush(g, n, err);
-}
-
-static moe8_status gen_check(const moe8_context *x, const moe8_generate_request *r,
-                             moe8_error *err) {
-    if (!r || r->n_seq < 1 || r->n_seq > x->p.n_seq_max || r->n_seq > x->p.n_outputs ||
-        r->n_seq > x->p.n_batch || !r->prompt || !r->n_prompt || r->n_predict < 0 ||
-        r->n_stop < 0 || (r->n_stop && !r->stop_ids))
-        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: expected 1..%d prompts "
-                         "(n_seq_max, n_outputs, n_batch), n_predict >= 0 and stop ids",
-                         x->p.n_seq_max < x->p.n_outputs ? x->p.n_seq_max : x->p.n_outputs);
-    for (int i = 0; i < r->n_seq; i++) {
-        if (!r->prompt[i] || r->n_prompt[i] < 1 || r->n_prompt[i] > x->p.n_ctx)
-            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: prompt %d has %d tokens; "
-                             "expected 1..n_ctx (%d)", i, r->n_prompt[i], x->p.n_ctx);
-        for (int32_t j = 0; j < r->n_prompt[i]; j++)
-            if (r->prompt[i][j] < 0 || r->prompt[i][j] >= x->w->V)
-                return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: prompt %d token %d: "
-                                 "id %d not in [0, %d)", i, j, r->prompt[i][j], x->w->V);
-    }
-    return MOE8_OK;
-}
-
-static moe8_status gen_steps(gen *g, moe8_error *err) {
-    moe8_context *x = g->x;
-    for (;;) {
-        int n = 0;
-        moe8_status st;
-        for (int i = 0; i < g->r->n_seq; i++) {
-            if (x->g_fin[i] != MOE8_FINISH_NONE) continue;
-            x->g_tok[n] = x->g_next[i];
-            x->g_pos[n] = x->seq_len[i];
-            x->g_seq[n] = i;
-            x->g_logits[n] = 1;
-            x->g_row[i] = n++;
-        }
-        if (n == 0) return MOE8_OK;
-        if ((st = gen_flush(g, n, err))) return st;
-    }
-}
-
-moe8_status moe8_generate(moe8_context *x, moe8_sampler *sampler,
-                          const moe8_generate_request *r, moe8_error *err) {
-    gen g = {x, sampler, r, 0};
-    moe8_status st;
-    if (!x || !sampler) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "generate: no context "
-                                         "or sampler");
-    if ((st = gen_check(x, r, err))) return st;
-    for (int i = 0; i < r->n_seq; i++) {
-        x->seq_len[i] = 0;
-        x->g_row[i] = -1;
-        x->g_count[i] = 0;
-        x->g_fin[i] = MOE8_FINISH_NONE;
-    }
-    st = gen_prefill(&g, err);
-    if (!st) st = gen_steps(&g, err);
-    for (int i = 0; i < r->n_seq; i++) {
-        if (r->n_out) r->n_out[i] = x->g_count[i];
-        if (r->finish) r->finish[i] = (moe8_finish)x->g_fin[i];
-    }
-    return st;
 }

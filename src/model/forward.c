@@ -258,14 +258,14 @@ static moe8_status allreduce(const fwd_run *r, float *y, moe8_error *err) {
     return moe8_comm_allreduce_sum_f32(r->w->comm, y, (size_t)r->T * (size_t)r->w->H, err);
 }
 
-static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *kc, float *vc,
-                              int64_t n_ctx, const float *rope, const int32_t *seq,
-                              const int32_t *pos, moe8_error *err) {
+static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
+                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                              const int32_t *seq, const int32_t *pos, moe8_error *err) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
     moe8_status st;
     const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
-    const moe8_attn_cache cache = {NH, NKV, D, n_ctx, kc, vc};
+    float *kc = (float *)cache->k0;
     moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
     observe(r, L, 0, s->h, H);
     lin(r, &L->q, NULL, s->q, s->h, T);
@@ -278,12 +278,13 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L, float *
         moe8_rope_neox(s->q + (size_t)t * NH * D, NH, D, cs);
         moe8_rope_neox(s->k + (size_t)t * NKV * D, NKV, D, cs);
         for (int h = 0; h < NKV; h++) {
-            size_t off = moe8_kv_offset(NKV, n_ctx, D, seq[t], h, pos[t]);
+            size_t off = moe8_kv_row(cache, seq[t], h, pos[t]);
             memcpy(kc + off, s->k + ((size_t)t * NKV + h) * D, (size_t)D * sizeof(float));
-            memcpy(vc + off, s->v + ((size_t)t * NKV + h) * D, (size_t)D * sizeof(float));
+            memcpy(kc + off + cache->v_off, s->v + ((size_t)t * NKV + h) * D,
+                   (size_t)D * sizeof(float));
         }
     }
-    moe8_attention(s->att, s->q, &cache, seq, pos, T, s->attn_work, r->nt);
+    moe8_attention(s->att, s->q, cache, seq, pos, T, s->attn_work, n_ctx, r->nt);
     observe(r, L, 1, s->att, NH * D);
     lin(r, &L->o, NULL, s->tmp, s->att, T);
     if ((st = allreduce(r, s->tmp, err))) return st;
@@ -342,22 +343,24 @@ static moe8_status lm_head_split(const fwd_run *r, int n_out, int n_threads, moe
     return MOE8_OK;
 }
 
-moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, int n_seq,
+moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err) {
     const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads};
     const int H = w->H;
     const size_t esz = moe8_dtype_size(w->embed_dt);
-    const size_t layer_kv = (size_t)n_seq * moe8_kv_offset(w->n_kv, n_ctx, w->D, 0, w->n_kv, 0);
+    const size_t layer_floats = 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS * (size_t)w->D;
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
     for (int t = 0; t < T; t++)
         moe8_convert_to_f32(s->x + (size_t)t * H, (const char *)w->embed + (size_t)token[t] * H * esz,
                             w->embed_dt, (size_t)H, NULL);
     for (int l = 0; l < w->n_layer; l++) {
-        float *kc = kv + 2 * (size_t)l * layer_kv;
-        if ((st = attn_block(&r, &w->layers[l], kc, kc + layer_kv, n_ctx, rope, seq, pos, err)) ||
+        const moe8_attn_cache cache = {w->n_head, w->n_kv, w->D, kv->data + (size_t)l * layer_floats,
+                                       kv->block_floats, layer_floats / 2, kv->table,
+                                       kv->max_blocks};
+        if ((st = attn_block(&r, &w->layers[l], &cache, n_ctx, rope, seq, pos, err)) ||
             (st = ffn_block(&r, &w->layers[l], err))) {
             moe8_error_prefix(err, "layer %d", l);
             return st;

@@ -81,24 +81,41 @@ void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta);
  * position: out[:D/2] = x1 c - x2 s, out[D/2:] = x2 c + x1 s. */
 void moe8_rope_neox(float *x, int n_head, int D, const float *cs);
 
-/* KV cache of one layer: kc, vc [n_seq][n_kv][n_ctx][D] fp32. */
+/* The paged KV cache as the forward sees it (sched/kv_pool.h has the pool):
+ * data[block][n_layer][2 (k, v)][n_kv][BS][D] fp32, BS = MOE8_KV_BLOCK_TOKENS;
+ * position p of sequence s is slot p % BS of block table[s][p / BS]. */
+typedef struct {
+    float *data;
+    size_t block_floats;     /* floats per block */
+    const int32_t *table;    /* [n_seq][max_blocks] */
+    int32_t max_blocks;
+} moe8_kv_view;
+
+/* One layer of it, for attention. */
 typedef struct {
     int n_head, n_kv, D;
-    int64_t n_ctx;
-    const float *kc, *vc;
+    const float *k0;         /* K of this layer in block 0 (V follows at v_off) */
+    size_t block_floats, v_off; /* v_off = n_kv * BS * D */
+    const int32_t *table;
+    int32_t max_blocks;
 } moe8_attn_cache;
 
-static inline size_t moe8_kv_offset(int n_kv, int64_t n_ctx, int D, int seq, int kvh, int64_t pos) {
-    return (((size_t)seq * (size_t)n_kv + (size_t)kvh) * (size_t)n_ctx + (size_t)pos) * (size_t)D;
+/* Offset (floats from k0) of the K row of (seq, kv head, pos); its V row is
+ * v_off further. */
+static inline size_t moe8_kv_row(const moe8_attn_cache *c, int32_t seq, int kvh, int32_t pos) {
+    const int32_t blk = c->table[(size_t)seq * c->max_blocks + pos / MOE8_KV_BLOCK_TOKENS];
+    return (size_t)blk * c->block_floats +
+           ((size_t)kvh * MOE8_KV_BLOCK_TOKENS + (size_t)(pos % MOE8_KV_BLOCK_TOKENS)) * c->D;
 }
 
 /* Causal GQA attention: out[T][n_head*D] from q[T][n_head*D]; token t reads
  * positions 0..pos[t] of sequence seq[t] (already in the cache). Scale
  * 1/sqrt(D), max-subtracted softmax; (token, head) pairs run in parallel, each
- * in position order, so results do not depend on the thread count.
+ * in position order with a fixed summation order, so a token's result depends
+ * neither on the thread count nor on the other tokens of the batch.
  * work: [n_threads][n_ctx] floats. */
 void moe8_attention(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
-                    const int32_t *pos, int T, float *work, int n_threads);
+                    const int32_t *pos, int T, float *work, int64_t n_ctx, int n_threads);
 
 /* ======================================================================== */
 /* forward.c                                                                 */
@@ -167,15 +184,24 @@ typedef struct {
     void *observe_user;
 } moe8_fwd_scratch;
 
-/* One forward over T tokens (already validated): token[T], seq[T], pos[T];
- * K/V of every token are written into the cache at (seq, pos) first. Logits
- * of the rows out_idx[n_out] go to s->logits. Never allocates. */
-moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, float *kv, int n_seq,
+/* One forward over T tokens (already validated, their blocks reserved):
+ * token[T], seq[T], pos[T]; K/V of every token are written into the cache at
+ * (seq, pos) first. Logits of the rows out_idx[n_out] go to s->logits. Never
+ * allocates. */
+moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err);
 
 /* Set (or clear, fn NULL) the calibration hook of a context (context.c). */
 void moe8_context_set_observer(moe8_context *ctx, moe8_observe_fn fn, void *user);
+
+/* For the scheduler (sched/): the context's model, its KV pool, and putting
+ * prefix-cache blocks at the start of an empty sequence (its length becomes
+ * n * MOE8_KV_BLOCK_TOKENS). */
+struct kv_pool;
+moe8_model *moe8_context_model(const moe8_context *ctx);
+struct kv_pool *moe8_context_pool(moe8_context *ctx);
+void moe8_context_seq_attach(moe8_context *ctx, int32_t seq, const int32_t *blocks, int32_t n);
 
 #endif

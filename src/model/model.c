@@ -490,6 +490,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
         free(m);
         st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");
     } else {
+        m->refs = 1;
         st = load_parts(m, dir, params, err);
         if (!st && !multi) st = moe8_dist_shard_of(&m->cfg, 0, 1, 0, &m->shard, err);
         /* Every rank reports here, failed or not, so none is left waiting. */
@@ -504,14 +505,23 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
     return multi ? moe8_dist_load_check(dist, NULL, st, err) : st;
 }
 
-void moe8_model_free(moe8_model *m) {
-    if (!m) return;
+/* The model stays alive while contexts hold it (moe8_model_ref): the last of
+ * moe8_model_free and the contexts' unrefs frees it. */
+static void model_destroy(moe8_model *m) {
     moe8_st_close(m->st);
     free(m->expert_store);
     free(m->layers);
     free(m->dir);
     free(m);
 }
+
+void moe8_model_ref(moe8_model *m) { __atomic_add_fetch(&m->refs, 1, __ATOMIC_ACQ_REL); }
+
+void moe8_model_unref(moe8_model *m) {
+    if (m && __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) == 0) model_destroy(m);
+}
+
+void moe8_model_free(moe8_model *m) { moe8_model_unref(m); }
 
 const moe8_config *moe8_model_config(const moe8_model *m) { return m ? &m->cfg : NULL; }
 

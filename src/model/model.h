@@ -92,7 +92,13 @@ struct moe8_model {
     moe8_layer *layers;               /* [num_hidden_layers] */
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
     moe8_dist_shard shard;            /* this rank's share (SPEC §8); all of it without a dist */
+    int refs;                         /* 1 for the caller + 1 per context (atomic) */
 };
+
+/* Contexts hold a reference so the model outlives them whatever the order of
+ * the frees; the last unref frees it. */
+void moe8_model_ref(moe8_model *m);
+void moe8_model_unref(moe8_model *m);
 
 /* Element i of a numeric tensor as fp32 (no range check on i: callers index
  * within n_elements). I64 is read as an integer, not a bit pattern. */

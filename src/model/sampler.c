@@ -8,6 +8,10 @@
  * Candidates are ordered by probability, ties by id, so a seed gives the same
  * tokens on every machine and thread count.
  *
+ * The generator may live outside the sampler (moe8_sampler_draw): the
+ * scheduler keeps one per request, seeded by the request's seed, and shares
+ * one sampler's buffers between all requests.
+ *
  * Avoids sorting the whole vocabulary: top-k keeps a bounded heap; top-p
  * alone sorts only tokens with p >= (1 - top_p) / n_vocab, which provably
  * contain the nucleus (the others weigh less than 1 - top_p together).
@@ -44,13 +48,8 @@ static uint64_t xoshiro_next(uint64_t *s) {
     return r;
 }
 
-moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
-                                moe8_sampler **out, moe8_error *err) {
-    moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
-    moe8_sampler *s;
-    uint64_t seed;
-    *out = NULL;
-    if (n_vocab <= 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_vocab (%d) must be > 0", n_vocab);
+moe8_status moe8_sampler_params_check(const moe8_sampler_params *params, moe8_error *err) {
+    const moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "temperature (%g) must be >= 0", p.temperature);
     if (p.top_k < 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "top_k (%d) must be >= 0", p.top_k);
@@ -58,6 +57,21 @@ moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "top_p (%g) must be in (0, 1]", p.top_p);
     if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "min_p (%g) must be in [0, 1]", p.min_p);
+    return MOE8_OK;
+}
+
+void moe8_sampler_seed(uint64_t rng[4], uint64_t seed) {
+    for (int i = 0; i < 4; i++) rng[i] = splitmix64(&seed);
+}
+
+moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
+                                moe8_sampler **out, moe8_error *err) {
+    moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
+    moe8_sampler *s;
+    moe8_status st;
+    *out = NULL;
+    if (n_vocab <= 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_vocab (%d) must be > 0", n_vocab);
+    if ((st = moe8_sampler_params_check(&p, err))) return st;
     s = calloc(1, sizeof *s);
     if (!s) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the sampler");
     s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
@@ -69,11 +83,13 @@ moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
     }
     s->p = p;
     s->n_vocab = n_vocab;
-    seed = p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&seed);
+    moe8_sampler_seed(s->rng, p.seed);
     *out = s;
     return MOE8_OK;
 }
+
+moe8_sampler_params moe8_sampler_get_params(const moe8_sampler *s) { return s->p; }
+int moe8_sampler_n_vocab(const moe8_sampler *s) { return s->n_vocab; }
 
 void moe8_sampler_free(moe8_sampler *s) {
     if (!s) return;
@@ -134,8 +150,8 @@ static int keep_top_k(int32_t *ids, int n, int k, const float *prob) {
     return k;
 }
 
-int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t **ids_out,
-                            const float **probs_out) {
+static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const float *logits,
+                      const int32_t **ids_out, const float **probs_out) {
     const int V = s->n_vocab;
     float *pr = s->work;
     int32_t *ids = s->ids;
@@ -144,34 +160,34 @@ int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t 
     int n = 0;
     for (int i = 0; i < V; i++) mx = fmaxf(mx, logits[i]);
     for (int i = 0; i < V; i++) {
-        pr[i] = expf((logits[i] - mx) / s->p.temperature);
+        pr[i] = expf((logits[i] - mx) / sp->temperature);
         sum += pr[i];
     }
     for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
-    if (s->p.top_p < 1.0f && s->p.top_k == 0) {
-        float floor_p = (1.0f - s->p.top_p) / (float)V;
+    if (sp->top_p < 1.0f && sp->top_k == 0) {
+        float floor_p = (1.0f - sp->top_p) / (float)V;
         for (int i = 0; i < V; i++)
             if (pr[i] >= floor_p) ids[n++] = i;
     } else {
         for (int i = 0; i < V; i++) ids[n++] = i;
     }
-    if (s->p.top_k > 0) n = keep_top_k(ids, n, s->p.top_k, pr);
+    if (sp->top_k > 0) n = keep_top_k(ids, n, sp->top_k, pr);
     qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr);
-    if (s->p.top_p < 1.0f || s->p.top_k > 0) { /* nucleus of the (top-k) renormalized mass */
+    if (sp->top_p < 1.0f || sp->top_k > 0) { /* nucleus of the (top-k) renormalized mass */
         double kept = 0.0, acc = 0.0; /* without top-k: all the mass, pre-filtered or not */
-        if (s->p.top_k > 0)
+        if (sp->top_k > 0)
             for (int i = 0; i < n; i++) kept += pr[ids[i]];
         else
             for (int i = 0; i < V; i++) kept += pr[i];
         for (int i = 0; i < n; i++) {
             acc += pr[ids[i]];
-            if (acc >= s->p.top_p * kept) { n = i + 1; break; }
+            if (acc >= sp->top_p * kept) { n = i + 1; break; }
         }
     }
     if (n > 0) pmax = pr[ids[0]];
-    if (s->p.min_p > 0.0f) {
+    if (sp->min_p > 0.0f) {
         int m = 0;
-        while (m < n && pr[ids[m]] >= s->p.min_p * pmax) m++;
+        while (m < n && pr[ids[m]] >= sp->min_p * pmax) m++;
         n = m;
     }
     for (int i = 0; i < n; i++) mass += pr[ids[i]];
@@ -181,23 +197,33 @@ int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t 
     return n;
 }
 
-int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits) {
+int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t **ids,
+                            const float **probs) {
+    return candidates(s, &s->p, logits, ids, probs);
+}
+
+int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_t rng[4],
+                          const float *logits) {
     const int32_t *ids;
     const float *probs;
     double u, acc = 0.0;
     int n;
-    if (s->p.temperature == 0.0f) {
+    if (p->temperature == 0.0f) {
         int32_t best = 0;
         for (int i = 1; i < s->n_vocab; i++)
             if (logits[i] > logits[best]) best = i;
         return best;
     }
-    n = moe8_sampler_candidates(s, logits, &ids, &probs);
+    n = candidates(s, p, logits, &ids, &probs);
     if (n <= 0) return 0; /* all logits NaN: nothing sensible to draw */
-    u = (double)(xoshiro_next(s->rng) >> 11) * (1.0 / 9007199254740992.0);
+    u = (double)(xoshiro_next(rng) >> 11) * (1.0 / 9007199254740992.0);
     for (int i = 0; i < n; i++) {
         acc += probs[i];
         if (u < acc) return ids[i];
     }
     return ids[n - 1];
+}
+
+int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits) {
+    return moe8_sampler_draw(s, &s->p, s->rng, logits);
 }

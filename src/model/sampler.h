@@ -5,6 +5,8 @@
 #ifndef MOE8_SAMPLER_H
 #define MOE8_SAMPLER_H
 
+#include <stdint.h>
+
 #include "moe8.h"
 
 /* Fill the sampler's candidate list from `logits` [n_vocab] with the filters
@@ -13,5 +15,11 @@
  * Returns the number of candidates; *ids and *probs point into the sampler. */
 int moe8_sampler_candidates(moe8_sampler *s, const float *logits, const int32_t **ids,
                             const float **probs);
+
+/* A request's own generator: seed it, then draw with settings `p` (checked
+ * by moe8_sampler_params_check) using s's buffers (s->n_vocab logits). */
+void moe8_sampler_seed(uint64_t rng[4], uint64_t seed);
+int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_t rng[4],
+                          const float *logits);
 
 #endif

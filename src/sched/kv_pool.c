@@ -1,0 +1,242 @@
+/*
+ * kv_pool.c — the paged KV cache: block allocation, block tables, reference
+ * counts and the prefix cache (kv_pool.h has the layout; SEMANTICS §10).
+ *
+ * Three lists partition the blocks: the free list (ref 0, unregistered), the
+ * evictable list (ref 0, registered; LRU order, head evicted first) and the
+ * held blocks (ref > 0). A block is taken from the free list first, else
+ * the LRU head is evicted. A sequence gives its blocks back last block
+ * first, so the start of a prefix — the part most requests share — is the
+ * most recently used and the last to go.
+ *
+ * Does not: touch the K/V values except for the copy-on-write of a shared
+ * partial block on truncate.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "sched/kv_pool.h"
+
+/* ---- lists --------------------------------------------------------------------- */
+
+static void lru_unlink(kv_pool *p, int32_t id) {
+    kv_block *b = &p->b[id];
+    if (b->lru_prev >= 0) p->b[b->lru_prev].lru_next = b->lru_next;
+    else p->lru_head = b->lru_next;
+    if (b->lru_next >= 0) p->b[b->lru_next].lru_prev = b->lru_prev;
+    else p->lru_tail = b->lru_prev;
+    b->lru_prev = b->lru_next = -1;
+    p->n_cached--;
+}
+
+static void lru_push_tail(kv_pool *p, int32_t id) {
+    kv_block *b = &p->b[id];
+    b->lru_next = -1;
+    b->lru_prev = p->lru_tail;
+    if (p->lru_tail >= 0) p->b[p->lru_tail].lru_next = id;
+    else p->lru_head = id;
+    p->lru_tail = id;
+    p->n_cached++;
+}
+
+static void free_push(kv_pool *p, int32_t id) {
+    p->b[id].free_next = p->free_head;
+    p->free_head = id;
+    p->n_free++;
+}
+
+static void unregister(kv_pool *p, int32_t id) {
+    kv_block *b = &p->b[id];
+    int32_t *pp = &p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)];
+    while (*pp != id) pp = &p->b[*pp].hnext;
+    *pp = b->hnext;
+    b->hnext = -1;
+    b->registered = 0;
+}
+
+/* A block for new contents: free list first, else evict the LRU head. */
+static int32_t take_block(kv_pool *p) {
+    int32_t id;
+    if (p->free_head >= 0) {
+        id = p->free_head;
+        p->free_head = p->b[id].free_next;
+        p->n_free--;
+    } else {
+        MOE8_ASSERT(p->lru_head >= 0);
+        id = p->lru_head;
+        lru_unlink(p, id);
+        unregister(p, id);
+    }
+    p->b[id].ref = 1;
+    p->b[id].gen++;
+    return id;
+}
+
+static void drop_ref(kv_pool *p, int32_t id) {
+    kv_block *b = &p->b[id];
+    MOE8_ASSERT(b->ref > 0);
+    if (--b->ref > 0) return;
+    if (b->registered) lru_push_tail(p, id);
+    else free_push(p, id);
+}
+
+/* ---- hashing ------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t chain_hash(uint64_t seed, uint64_t parent, const int32_t *tok) {
+    uint64_t h = mix64(seed ^ mix64(parent + 0x9E3779B97F4A7C15ULL));
+    for (int i = 0; i < KV_BS; i++) h = mix64(h ^ (uint32_t)tok[i]) + (uint64_t)i;
+    return h;
+}
+
+/* Registered block with this hash whose tokens and parent are exactly these. */
+static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t parent) {
+    for (int32_t id = p->bucket[h & (uint64_t)(p->n_bucket - 1)]; id >= 0; id = p->b[id].hnext) {
+        const kv_block *b = &p->b[id];
+        if (b->hash != h || b->parent != parent) continue;
+        if (parent >= 0 && b->parent_gen != p->b[parent].gen) continue;
+        if (!memcmp(p->tokens + (size_t)id * KV_BS, tok, KV_BS * sizeof *tok)) return id;
+    }
+    return -1;
+}
+
+static void register_block(kv_pool *p, int32_t id, int32_t parent) {
+    kv_block *b = &p->b[id];
+    const int32_t *tok = p->tokens + (size_t)id * KV_BS;
+    uint64_t ph;
+    if (b->registered) return;
+    if (parent >= 0 && !p->b[parent].registered) return; /* its chain is not findable */
+    ph = parent >= 0 ? p->b[parent].hash : 0;
+    b->hash = chain_hash(p->seed, ph, tok);
+    if (find(p, b->hash, tok, parent) >= 0) return; /* an identical block is cached already */
+    b->parent = parent;
+    b->parent_gen = parent >= 0 ? p->b[parent].gen : 0;
+    b->registered = 1;
+    b->hnext = p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)];
+    p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)] = id;
+}
+
+/* ---- pool ---------------------------------------------------------------------- */
+
+moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
+                         size_t block_floats, uint64_t seed, moe8_error *err) {
+    size_t bytes;
+    memset(p, 0, sizeof *p);
+    p->n_blocks = n_blocks;
+    p->block_floats = block_floats;
+    p->n_seq = n_seq;
+    p->max_blocks = (n_ctx + KV_BS - 1) / KV_BS;
+    p->seed = seed;
+    p->prefix_cache = 1;
+    for (p->n_bucket = 64; p->n_bucket < 2 * n_blocks && p->n_bucket < (1 << 30);) p->n_bucket *= 2;
+    if (n_blocks < 1 || moe8_mul_size((size_t)n_blocks, block_floats * sizeof(float), &bytes))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache: %d blocks of %zu floats",
+                         n_blocks, block_floats);
+    p->data = moe8_alloc_aligned(bytes);
+    p->b = calloc((size_t)n_blocks, sizeof *p->b);
+    p->tokens = malloc((size_t)n_blocks * KV_BS * sizeof *p->tokens);
+    p->bucket = malloc((size_t)p->n_bucket * sizeof *p->bucket);
+    p->table = malloc((size_t)n_seq * (size_t)p->max_blocks * sizeof *p->table);
+    p->n_held = calloc((size_t)n_seq, sizeof *p->n_held);
+    if (!p->data || !p->b || !p->tokens || !p->bucket || !p->table || !p->n_held) {
+        kv_pool_free(p);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the kv cache: %d blocks of "
+                         "%d tokens (%zu bytes)", n_blocks, KV_BS, bytes);
+    }
+    for (int32_t i = 0; i < p->n_bucket; i++) p->bucket[i] = -1;
+    p->free_head = p->lru_head = p->lru_tail = -1;
+    for (int32_t i = n_blocks - 1; i >= 0; i--) {
+        p->b[i].lru_prev = p->b[i].lru_next = p->b[i].hnext = -1;
+        free_push(p, i);
+    }
+    return MOE8_OK;
+}
+
+void kv_pool_free(kv_pool *p) {
+    moe8_free_aligned(p->data);
+    free(p->b);
+    free(p->tokens);
+    free(p->bucket);
+    free(p->table);
+    free(p->n_held);
+    memset(p, 0, sizeof *p);
+}
+
+int32_t kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens) {
+    int32_t want = (n_tokens + KV_BS - 1) / KV_BS;
+    return want > p->n_held[seq] ? want - p->n_held[seq] : 0;
+}
+
+int kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens) {
+    int32_t need = kv_blocks_needed(p, seq, n_tokens);
+    int32_t *t = p->table + (size_t)seq * p->max_blocks;
+    MOE8_ASSERT((n_tokens + KV_BS - 1) / KV_BS <= p->max_blocks);
+    if (need > kv_available(p)) return -1;
+    while (need-- > 0) t[p->n_held[seq]++] = take_block(p);
+    return 0;
+}
+
+int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
+    int32_t keep = (n_tokens + KV_BS - 1) / KV_BS, *t = p->table + (size_t)seq * p->max_blocks;
+    while (p->n_held[seq] > keep) drop_ref(p, t[--p->n_held[seq]]);
+    if (keep > 0 && n_tokens % KV_BS) { /* the kept last block will be written again */
+        int32_t id = t[keep - 1];
+        if (p->b[id].ref > 1) {
+            int32_t c;
+            if (kv_available(p) < 1) return -1;
+            c = take_block(p);
+            memcpy(p->data + (size_t)c * p->block_floats, p->data + (size_t)id * p->block_floats,
+                   p->block_floats * sizeof(float));
+            memcpy(p->tokens + (size_t)c * KV_BS, p->tokens + (size_t)id * KV_BS,
+                   KV_BS * sizeof(int32_t));
+            drop_ref(p, id);
+            t[keep - 1] = c;
+        } else if (p->b[id].registered) {
+            unregister(p, id);
+            p->b[id].gen++; /* its cached children no longer follow it */
+        }
+    }
+    return 0;
+}
+
+void kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n) {
+    const int32_t *t = p->table + (size_t)seq * p->max_blocks;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t pos = pos0 + i;
+        p->tokens[(size_t)t[pos / KV_BS] * KV_BS + pos % KV_BS] = tokens[i];
+    }
+    if (!p->prefix_cache) return;
+    for (int32_t blk = pos0 / KV_BS; blk < (pos0 + n) / KV_BS; blk++)
+        register_block(p, t[blk], blk > 0 ? t[blk - 1] : -1);
+}
+
+int32_t kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
+                 int32_t max_blocks) {
+    int32_t n_match = 0, parent = -1;
+    uint64_t h = 0;
+    while (n_match < max_blocks && (n_match + 1) * KV_BS <= n) {
+        const int32_t *tok = tokens + (size_t)n_match * KV_BS;
+        int32_t id;
+        h = chain_hash(p->seed, h, tok);
+        if ((id = find(p, h, tok, parent)) < 0) break;
+        out[n_match++] = parent = id;
+    }
+    return n_match;
+}
+
+void kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n) {
+    int32_t *t = p->table + (size_t)seq * p->max_blocks;
+    MOE8_ASSERT(p->n_held[seq] == 0 && n <= p->max_blocks);
+    for (int32_t i = 0; i < n; i++) {
+        kv_block *b = &p->b[blocks[i]];
+        if (b->ref++ == 0) lru_unlink(p, blocks[i]);
+        t[i] = blocks[i];
+    }
+    p->n_held[seq] = n;
+}

@@ -1,0 +1,99 @@
+/*
+ * kv_pool.h — internal: the paged KV cache of a context (SEMANTICS §10).
+ *
+ * The cache is a pool of fixed-size blocks shared by every sequence of the
+ * context. A block holds MOE8_KV_BLOCK_TOKENS consecutive positions of one
+ * sequence for every layer:
+ *     data[block][layer][2 (k, v)][n_kv][MOE8_KV_BLOCK_TOKENS][D]   fp32
+ * Each sequence has a block table (its blocks in position order); position p
+ * of sequence s lives in block table[s][p / BS], slot p % BS.
+ *
+ * Prefix cache: a full block may be registered under the hash of every token
+ * id from position 0 to its end (chained: hash(parent hash, its tokens)).
+ * Lookups verify exactly — the block's own tokens and its parent block (id
+ * and generation) — so a hash collision can never return another prefix's
+ * K/V. A registered block is immutable. Blocks are reference-counted; a
+ * block nobody holds stays in the cache (least-recently-used order) until
+ * the pool needs room, then it is evicted (unregistered, generation bumped).
+ *
+ * Does not: compute K/V (forward.c writes and reads through the tables),
+ * schedule (sched.c decides who gets blocks), or lock (one context, one
+ * thread).
+ */
+#ifndef MOE8_KV_POOL_H
+#define MOE8_KV_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe8.h"
+
+#define KV_BS MOE8_KV_BLOCK_TOKENS
+
+typedef struct {
+    int32_t ref;            /* sequences holding it */
+    uint32_t gen;           /* bumped each time the block is taken for new contents */
+    int32_t parent;         /* registered: previous block of its chain (-1: first) */
+    uint32_t parent_gen;    /* gen of that parent when registered */
+    uint64_t hash;          /* registered: chained hash up to its end */
+    int registered;
+    int32_t lru_prev, lru_next; /* ref 0 and registered: the evictable list */
+    int32_t hnext;          /* next block of its hash bucket */
+    int32_t free_next;      /* on the free list (ref 0, not registered) */
+} kv_block;
+
+typedef struct kv_pool {
+    int32_t n_blocks;
+    size_t block_floats;    /* floats per block: n_layer * 2 * n_kv * BS * D */
+    float *data;            /* [n_blocks][block_floats] */
+    kv_block *b;            /* [n_blocks] */
+    int32_t *tokens;        /* [n_blocks][BS] token ids written in each block */
+    int32_t free_head, n_free;
+    int32_t lru_head, lru_tail, n_cached; /* head: least recently used */
+    int32_t *bucket;        /* [n_bucket] first block, -1 */
+    int32_t n_bucket;       /* power of two */
+    int32_t n_seq, max_blocks; /* max_blocks = ceil(n_ctx / BS) */
+    int32_t *table;         /* [n_seq][max_blocks] */
+    int32_t *n_held;        /* [n_seq] blocks in each table */
+    int prefix_cache;       /* register full blocks after each decode */
+    uint64_t seed;          /* mixed into every hash (the model) */
+} kv_pool;
+
+moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
+                         size_t block_floats, uint64_t seed, moe8_error *err);
+void kv_pool_free(kv_pool *p);
+
+/* Blocks that can be handed out now: free ones plus evictable cached ones. */
+static inline int32_t kv_available(const kv_pool *p) { return p->n_free + p->n_cached; }
+/* Blocks held by at least one sequence. */
+static inline int32_t kv_used(const kv_pool *p) { return p->n_blocks - p->n_free - p->n_cached; }
+
+/* Blocks sequence `seq` needs on top of those it holds to reach n_tokens. */
+int32_t kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens);
+/* Give `seq` blocks up to n_tokens positions; 0, or -1 (nothing taken) when
+ * the pool has too few. */
+int kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens);
+/* Keep only the blocks covering n_tokens positions (0 releases all). A kept
+ * last block that is partial and shared or registered is first copied to a
+ * private block (copy-on-write); -1 when no block is free for that copy. */
+int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens);
+
+/* Record tokens[0..n) at positions pos0.. of `seq` (its blocks reserved), then
+ * register the blocks they filled when prefix caching is on. */
+void kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n);
+
+/* Longest chain of registered blocks matching tokens[0..n) from position 0,
+ * at most max_blocks of them: their ids in out[], count returned. Takes no
+ * reference. */
+int32_t kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
+                 int32_t max_blocks);
+/* Put matched blocks at the start of the empty sequence `seq` (a reference
+ * each; they leave the evictable list). */
+void kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
+
+/* Block of position `pos` of `seq` (reserved). */
+static inline int32_t kv_block_of(const kv_pool *p, int32_t seq, int32_t pos) {
+    return p->table[(size_t)seq * p->max_blocks + pos / KV_BS];
+}
+
+#endif

@@ -1,0 +1,555 @@
+/*
+ * sched.c — the step-driven scheduler of moe8.h (SEMANTICS §10), in the
+ * manner of vLLM's V1 scheduler, over one context and its paged KV pool.
+ *
+ * Requests wait in a FIFO queue, then run in start order (`run`), each on a
+ * sequence of the context. A step:
+ *   1. reports cancelled requests (their blocks go back);
+ *   2. builds one batch within max_batch_tokens: every running request in
+ *      start order gets its pending tokens — one when decoding, else a chunk
+ *      of its prompt (leaving a token for each running request after it) —
+ *      with its KV blocks reserved at once. When the pool cannot give a
+ *      running request even one more position, the most recently started
+ *      request is preempted (blocks back, to the head of the queue, its
+ *      tokens recomputed when it starts again); a request alone in the pool
+ *      that cannot grow ends with MOE8_FINISH_CONTEXT. Then, unless someone
+ *      was preempted, waiting requests start in order while fewer than
+ *      max_running run and their first chunk fits: each first takes the
+ *      prefix cache's blocks of its tokens (all but the last token, which
+ *      must be computed for its logits);
+ *   3. runs moe8_decode; rank 0 samples every request whose tokens are all
+ *      computed from its own generator, and under TP broadcasts the tokens;
+ *   4. turns tokens into events (request.c) and ends requests on a stop id,
+ *      a stop string, max_tokens or a full context.
+ * A preempted request recomputes exactly the K/V it had (batch invariance),
+ * and its generator is untouched, so its output is the same as if it had
+ * never been preempted.
+ *
+ * Does not: run in parallel with anything on its context, or communicate
+ * anything but the sampled tokens (every rank makes the same decisions from
+ * the same calls and tokens).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "dist/dist.h"
+#include "model/forward.h"
+#include "model/sampler.h"
+#include "sched/kv_pool.h"
+#include "sched/sched.h"
+
+struct moe8_sched {
+    moe8_context *ctx;
+    moe8_model *model;
+    kv_pool *kv;
+    int32_t max_running, max_batch, n_vocab, n_ctx;
+    const moe8_tokenizer *tok;
+    int32_t *eos, n_eos;
+    moe8_sampler *smp;          /* shared buffers; each request has its own generator */
+    int64_t next_id;
+    rq *wait_head, *wait_tail;
+    rq **run;                   /* [max_running] in start order */
+    int32_t n_run;
+    int32_t *free_seq, n_free_seq;
+    int32_t n_pending;
+    int preempted;              /* this step preempted someone: start nobody new */
+    /* the batch of a step */
+    int32_t *b_tok, *b_pos, *b_seq; /* [max_batch] */
+    int8_t *b_lg;
+    rq **b_rq;                  /* [max_running] requests in the batch */
+    int32_t *b_row, *b_chunk;   /* [max_running] batch index of its logits (-1), tokens */
+    int32_t *sampled;           /* [max_running] */
+    int32_t n_b, n_brq;
+    int32_t *match;             /* [max_blocks] prefix-cache hits */
+    ev_buf ev;
+    moe8_sched_stats st;
+    moe8_error fail;            /* why the last failed step failed (its events point here) */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+moe8_sched_params moe8_sched_params_default(void) {
+    moe8_sched_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+moe8_request moe8_request_default(void) {
+    moe8_request r;
+    memset(&r, 0, sizeof r);
+    r.sampling = moe8_sampler_defaults();
+    r.max_tokens = 16;
+    r.logprobs = -1;
+    return r;
+}
+
+/* ---- create / free --------------------------------------------------------------- */
+
+static moe8_status set_eos(moe8_sched *s, const moe8_sched_params *p) {
+    const moe8_config *c = moe8_model_config(s->model);
+    int32_t n = p->eos_ids ? p->n_eos_ids : c->n_eos_ids + 1;
+    if (n < 0) n = 0;
+    if (!(s->eos = malloc(((size_t)n + 1) * sizeof *s->eos))) return MOE8_ERR_NOMEM;
+    if (p->eos_ids) {
+        memcpy(s->eos, p->eos_ids, (size_t)n * sizeof *s->eos);
+        s->n_eos = n;
+        return MOE8_OK;
+    }
+    for (int i = 0; i < c->n_eos_ids; i++) s->eos[s->n_eos++] = (int32_t)c->eos_token_ids[i];
+    if (p->tok && moe8_tokenizer_eos_id(p->tok) >= 0) s->eos[s->n_eos++] = moe8_tokenizer_eos_id(p->tok);
+    return MOE8_OK;
+}
+
+moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params,
+                              moe8_sched **out, moe8_error *err) {
+    const moe8_sched_params p = params ? *params : moe8_sched_params_default();
+    moe8_context_params cp;
+    moe8_sched *s;
+    moe8_status st;
+    if (!out || !ctx) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "scheduler: no context");
+    *out = NULL;
+    cp = moe8_context_get_params(ctx);
+    if (p.max_running < 0 || p.max_batch_tokens < 0 || (p.n_eos_ids && !p.eos_ids) ||
+        p.n_eos_ids < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "scheduler: max_running (%d) and "
+                         "max_batch_tokens (%d) must be >= 0, eos ids an array", p.max_running,
+                         p.max_batch_tokens);
+    if (!(s = calloc(1, sizeof *s))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    s->ctx = ctx;
+    s->model = moe8_context_model(ctx);
+    s->kv = moe8_context_pool(ctx);
+    s->tok = p.tok;
+    s->n_vocab = moe8_context_n_vocab(ctx);
+    s->n_ctx = cp.n_ctx;
+    s->max_running = cp.n_seq_max < cp.n_outputs ? cp.n_seq_max : cp.n_outputs;
+    if (p.max_running && p.max_running < s->max_running) s->max_running = p.max_running;
+    s->max_batch = p.max_batch_tokens && p.max_batch_tokens < cp.n_batch ? p.max_batch_tokens
+                                                                          : cp.n_batch;
+    s->next_id = 1;
+    st = set_eos(s, &p);
+    if (!st) st = moe8_sampler_create(NULL, s->n_vocab, &s->smp, err);
+    if (!st) {
+        s->run = calloc((size_t)s->max_running, sizeof *s->run);
+        s->free_seq = malloc((size_t)cp.n_seq_max * sizeof *s->free_seq);
+        s->b_tok = malloc((size_t)s->max_batch * sizeof *s->b_tok);
+        s->b_pos = malloc((size_t)s->max_batch * sizeof *s->b_pos);
+        s->b_seq = malloc((size_t)s->max_batch * sizeof *s->b_seq);
+        s->b_lg = malloc((size_t)s->max_batch);
+        s->b_rq = malloc((size_t)s->max_running * sizeof *s->b_rq);
+        s->b_row = malloc((size_t)s->max_running * sizeof *s->b_row);
+        s->b_chunk = malloc((size_t)s->max_running * sizeof *s->b_chunk);
+        s->sampled = malloc((size_t)s->max_running * sizeof *s->sampled);
+        s->match = malloc((size_t)s->kv->max_blocks * sizeof *s->match);
+        if (!s->run || !s->free_seq || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_lg ||
+            !s->b_rq || !s->b_row || !s->b_chunk || !s->sampled || !s->match)
+            st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the scheduler");
+    } else if (st == MOE8_ERR_NOMEM) {
+        moe8_fail(err, st, -1, "cannot allocate the scheduler");
+    }
+    if (st) {
+        moe8_sched_free(s);
+        return st;
+    }
+    /* Every sequence of the context is the scheduler's from now on. */
+    for (int32_t i = cp.n_seq_max - 1; i >= 0; i--) {
+        moe8_context_seq_truncate(ctx, i, 0, NULL);
+        s->free_seq[s->n_free_seq++] = i;
+    }
+    *out = s;
+    return MOE8_OK;
+}
+
+void moe8_sched_free(moe8_sched *s) {
+    if (!s) return;
+    for (rq *r = s->wait_head, *n; r; r = n) {
+        n = r->next;
+        rq_free(r);
+    }
+    for (int32_t i = 0; s->run && i < s->n_run; i++) {
+        moe8_context_seq_truncate(s->ctx, s->run[i]->seq, 0, NULL);
+        rq_free(s->run[i]);
+    }
+    moe8_sampler_free(s->smp);
+    ev_free(&s->ev);
+    free(s->eos);
+    free(s->run);
+    free(s->free_seq);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_lg);
+    free(s->b_rq);
+    free(s->b_row);
+    free(s->b_chunk);
+    free(s->sampled);
+    free(s->match);
+    free(s);
+}
+
+/* ---- add / cancel ----------------------------------------------------------------- */
+
+static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe8_error *err) {
+    const int32_t blocks = (r->n_prompt + KV_BS - 1) / KV_BS;
+    moe8_status st;
+    if (!r->prompt || r->n_prompt < 1 || r->n_prompt > s->n_ctx)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt of %d tokens; expected "
+                         "1..%d (n_ctx)", r->n_prompt, s->n_ctx);
+    if (blocks > s->kv->n_blocks)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens needs %d "
+                         "kv blocks, the kv cache holds %d (raise kv_bytes)", r->n_prompt,
+                         blocks, s->kv->n_blocks);
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt token %d: id %d not "
+                             "in [0, %d)", i, r->prompt[i], s->n_vocab);
+    if (r->max_tokens < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: max_tokens %d must be >= 0",
+                         r->max_tokens);
+    if ((st = moe8_sampler_params_check(&r->sampling, err))) {
+        moe8_error_prefix(err, "request");
+        return st;
+    }
+    if (r->logprobs < -1 || r->logprobs > MOE8_MAX_LOGPROBS)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: logprobs %d must be -1 (none) "
+                         "or 0..%d", r->logprobs, MOE8_MAX_LOGPROBS);
+    if (r->n_stop_ids < 0 || (r->n_stop_ids && !r->stop_ids))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_stop_ids %d without ids",
+                         r->n_stop_ids);
+    if (r->n_stop < 0 || r->n_stop > MOE8_MAX_STOP_STRINGS || (r->n_stop && !r->stop))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: %d stop strings; expected "
+                         "0..%d", r->n_stop, MOE8_MAX_STOP_STRINGS);
+    if (r->n_stop && !s->tok)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: stop strings need the "
+                         "scheduler to have a tokenizer");
+    for (int32_t i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !r->stop[i][0])
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: stop string %d is empty", i);
+    return MOE8_OK;
+}
+
+static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
+    rq *r = calloc(1, sizeof *r);
+    int64_t room = (int64_t)s->n_ctx + 1 - q->n_prompt; /* at most n_ctx + 1 tokens */
+    int ok;
+    if (!r) return NULL;
+    r->cap_tok = q->n_prompt + (int32_t)(q->max_tokens < room ? q->max_tokens : room);
+    r->tok = malloc((size_t)r->cap_tok * sizeof *r->tok);
+    r->stop_ids = malloc(((size_t)q->n_stop_ids + 1) * sizeof *r->stop_ids);
+    r->stop = calloc((size_t)q->n_stop + 1, sizeof *r->stop);
+    ok = r->tok && r->stop_ids && r->stop;
+    for (int32_t i = 0; ok && i < q->n_stop; i++, r->n_stop++) ok = (r->stop[i] = strdup(q->stop[i])) != NULL;
+    if (ok && s->tok) ok = moe8_detok_new(s->tok, 0, &r->detok, NULL) == MOE8_OK;
+    if (!ok) {
+        rq_free(r);
+        return NULL;
+    }
+    memcpy(r->tok, q->prompt, (size_t)q->n_prompt * sizeof *r->tok);
+    memcpy(r->stop_ids, q->stop_ids ? q->stop_ids : r->stop_ids,
+           (size_t)q->n_stop_ids * sizeof *r->stop_ids);
+    r->n_stop_ids = q->n_stop_ids;
+    r->n_tok = r->n_prompt = q->n_prompt;
+    r->max_tokens = q->max_tokens;
+    r->sp = q->sampling;
+    moe8_sampler_seed(r->rng, q->sampling.seed);
+    r->logprobs = q->logprobs;
+    r->ignore_eos = q->ignore_eos;
+    r->user = q->user;
+    r->seq = -1;
+    r->ttft = -1;
+    r->t_add = now_s();
+    return r;
+}
+
+static void wait_push_back(moe8_sched *s, rq *r) {
+    r->next = NULL;
+    if (s->wait_tail) s->wait_tail->next = r;
+    else s->wait_head = r;
+    s->wait_tail = r;
+}
+
+static void wait_push_front(moe8_sched *s, rq *r) {
+    r->next = s->wait_head;
+    s->wait_head = r;
+    if (!s->wait_tail) s->wait_tail = r;
+}
+
+static void wait_remove(moe8_sched *s, rq *r) {
+    rq **pp = &s->wait_head, *prev = NULL;
+    while (*pp && *pp != r) prev = *pp, pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = r->next;
+    if (s->wait_tail == r) s->wait_tail = prev;
+    r->next = NULL;
+}
+
+moe8_status moe8_sched_add(moe8_sched *s, const moe8_request *q, int64_t *id, moe8_error *err) {
+    moe8_status st;
+    rq *r;
+    if (!s || !q || !id) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: NULL argument");
+    if ((st = check_request(s, q, err))) return st;
+    if (!(r = rq_new(s, q))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "request: out of memory");
+    r->id = s->next_id++;
+    wait_push_back(s, r);
+    s->n_pending++;
+    s->st.prompt_tokens += q->n_prompt;
+    *id = r->id;
+    return MOE8_OK;
+}
+
+static rq *find_rq(const moe8_sched *s, int64_t id) {
+    for (int32_t i = 0; i < s->n_run; i++)
+        if (s->run[i]->id == id) return s->run[i];
+    for (rq *r = s->wait_head; r; r = r->next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+moe8_status moe8_sched_cancel(moe8_sched *s, int64_t id) {
+    rq *r = s ? find_rq(s, id) : NULL;
+    if (!r) return MOE8_ERR_NOT_FOUND;
+    r->cancel = 1;
+    return MOE8_OK;
+}
+
+int32_t moe8_sched_pending(const moe8_sched *s) { return s ? s->n_pending : 0; }
+
+void moe8_sched_get_stats(const moe8_sched *s, moe8_sched_stats *out) {
+    *out = s->st;
+    out->n_running = s->n_run;
+    out->n_waiting = 0;
+    for (rq *r = s->wait_head; r; r = r->next) out->n_waiting++;
+    moe8_context_kv_stats(s->ctx, &out->kv);
+}
+
+/* ---- running set ------------------------------------------------------------------- */
+
+/* Give r's sequence and blocks back and take it out of the running set. */
+static void release(moe8_sched *s, rq *r) {
+    int32_t i = 0;
+    if (r->seq < 0) return;
+    moe8_context_seq_truncate(s->ctx, r->seq, 0, NULL);
+    s->free_seq[s->n_free_seq++] = r->seq;
+    r->seq = -1;
+    while (i < s->n_run && s->run[i] != r) i++;
+    MOE8_ASSERT(i < s->n_run);
+    memmove(s->run + i, s->run + i + 1, (size_t)(s->n_run - i - 1) * sizeof *s->run);
+    s->n_run--;
+}
+
+static void preempt(moe8_sched *s, rq *r) {
+    release(s, r);
+    r->n_computed = 0;
+    r->state = RQ_WAITING;
+    wait_push_front(s, r);
+    s->st.n_preempted++;
+    s->preempted = 1;
+}
+
+/* End r with `why` in a FINISH event (text still held released, except after
+ * a stop string) and free it. */
+static void finish(moe8_sched *s, rq *r, moe8_finish why, int flush, const float *logits,
+                   moe8_status status, const char *message) {
+    moe8_event *e = ev_push(&s->ev, MOE8_EVENT_FINISH, r);
+    if (e) {
+        e->finish = why;
+        e->n_prompt = r->n_prompt;
+        e->n_generated = r->n_gen;
+        e->n_cached = r->n_cached;
+        e->ttft_s = r->ttft;
+        e->logits = logits;
+        e->status = status;
+        e->message = message;
+        if (flush) rq_flush_text(&s->ev, r, e);
+    }
+    if (r->state == RQ_RUNNING) release(s, r);
+    else wait_remove(s, r);
+    s->st.generated_tokens += r->n_gen;
+    s->n_pending--;
+    rq_free(r);
+}
+
+static void report_cancels(moe8_sched *s) {
+    for (int32_t i = s->n_run - 1; i >= 0; i--)
+        if (s->run[i]->cancel) finish(s, s->run[i], MOE8_FINISH_CANCELLED, 1, NULL, MOE8_OK, NULL);
+    for (rq *r = s->wait_head, *n; r; r = n) {
+        n = r->next;
+        if (r->cancel) finish(s, r, MOE8_FINISH_CANCELLED, 1, NULL, MOE8_OK, NULL);
+    }
+}
+
+/* ---- building the batch ------------------------------------------------------------- */
+
+/* The next `want` tokens of r into the batch (its blocks taken now). */
+static void batch_add(moe8_sched *s, rq *r, int32_t want) {
+    MOE8_ASSERT(kv_reserve(s->kv, r->seq, r->n_computed + want) == 0);
+    for (int32_t j = 0; j < want; j++) {
+        s->b_tok[s->n_b] = r->tok[r->n_computed + j];
+        s->b_pos[s->n_b] = r->n_computed + j;
+        s->b_seq[s->n_b] = r->seq;
+        s->b_lg[s->n_b++] = 0;
+    }
+    s->b_rq[s->n_brq] = r;
+    s->b_chunk[s->n_brq] = want;
+    s->b_row[s->n_brq] = -1;
+    if (r->n_computed + want == r->n_tok) {
+        s->b_lg[s->n_b - 1] = 1;
+        s->b_row[s->n_brq] = s->n_b - 1;
+    }
+    s->n_brq++;
+}
+
+/* Positions r can reach with the blocks it holds and those the pool can give. */
+static int32_t room(const moe8_sched *s, const rq *r) {
+    return (s->kv->n_held[r->seq] + kv_available(s->kv)) * KV_BS - r->n_computed;
+}
+
+static int32_t schedule_running(moe8_sched *s, int32_t budget) {
+    for (int32_t i = 0; i < s->n_run && budget > 0; i++) {
+        rq *r = s->run[i];
+        const int32_t pending = r->n_tok - r->n_computed, later = s->n_run - 1 - i;
+        int32_t want = pending < budget ? pending : budget;
+        if (pending > 1 && budget - later >= 1 && want > budget - later) want = budget - later;
+        while (r && room(s, r) < want) {
+            if (pending > 1 && room(s, r) >= 1) {
+                want = room(s, r);
+            } else if (s->n_run - 1 > i) {
+                preempt(s, s->run[s->n_run - 1]);
+            } else if (i > 0) {
+                preempt(s, r);
+                r = NULL;
+            } else { /* alone, and it holds every block */
+                finish(s, r, MOE8_FINISH_CONTEXT, 1, NULL, MOE8_OK, NULL);
+                r = NULL;
+            }
+        }
+        if (!r) break;
+        batch_add(s, r, want);
+        budget -= want;
+    }
+    return budget;
+}
+
+static void schedule_waiting(moe8_sched *s, int32_t budget) {
+    while (s->wait_head && budget > 0 && s->n_run < s->max_running && !s->preempted) {
+        rq *r = s->wait_head;
+        int32_t m = 0, ref0 = 0, cached, want, need;
+        if (s->kv->prefix_cache) m = kv_match(s->kv, r->tok, r->n_tok - 1, s->match, s->kv->max_blocks);
+        for (int32_t j = 0; j < m; j++) ref0 += s->kv->b[s->match[j]].ref == 0;
+        cached = m * KV_BS;
+        want = r->n_tok - cached < budget ? r->n_tok - cached : budget;
+        need = (cached + want + KV_BS - 1) / KV_BS - m;
+        if (need + ref0 > kv_available(s->kv)) break; /* it waits; nobody passes it */
+        s->wait_head = r->next;
+        if (!s->wait_head) s->wait_tail = NULL;
+        r->next = NULL;
+        r->seq = s->free_seq[--s->n_free_seq];
+        r->state = RQ_RUNNING;
+        s->run[s->n_run++] = r;
+        moe8_context_seq_attach(s->ctx, r->seq, s->match, m);
+        r->n_computed = cached;
+        if (!r->started) {
+            r->started = 1;
+            r->n_cached = cached < r->n_prompt ? cached : r->n_prompt;
+            s->st.prefix_queries += r->n_prompt;
+            s->st.prefix_hits += r->n_cached;
+        }
+        batch_add(s, r, want);
+        budget -= want;
+    }
+}
+
+/* ---- after the forward -------------------------------------------------------------- */
+
+static int is_stop(const moe8_sched *s, const rq *r, int32_t tok) {
+    for (int32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return 1;
+    for (int32_t i = 0; !r->ignore_eos && i < s->n_eos; i++)
+        if (s->eos[i] == tok) return 1;
+    return 0;
+}
+
+/* Rank 0 draws the next token of every request whose tokens are all
+ * computed (and that may still generate); the others take its tokens. */
+static moe8_status sample(moe8_sched *s, moe8_error *err) {
+    const int rank0 = s->model->shard.rank == 0;
+    int32_t k = 0;
+    for (int32_t j = 0; j < s->n_brq; j++) {
+        rq *r = s->b_rq[j];
+        if (s->b_row[j] < 0 || r->n_gen >= r->max_tokens) continue;
+        s->sampled[k++] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng,
+                                                    moe8_context_logits(s->ctx, s->b_row[j]))
+                                : 0;
+    }
+    if (s->model->shard.size > 1 && k > 0)
+        return moe8_dist_bcast_tokens(s->model->params.dist, s->sampled, k, NULL, err);
+    return MOE8_OK;
+}
+
+static void take_tokens(moe8_sched *s) {
+    const double t = now_s();
+    int32_t k = 0;
+    for (int32_t j = 0; j < s->n_brq; j++) {
+        rq *r = s->b_rq[j];
+        const float *logits;
+        int32_t tok;
+        int rc;
+        r->n_computed += s->b_chunk[j];
+        if (s->b_row[j] < 0) continue;
+        logits = moe8_context_logits(s->ctx, s->b_row[j]);
+        if (r->n_gen >= r->max_tokens) {
+            finish(s, r, MOE8_FINISH_LENGTH, 1, logits, MOE8_OK, NULL);
+            continue;
+        }
+        tok = s->sampled[k++];
+        if (is_stop(s, r, tok)) {
+            finish(s, r, MOE8_FINISH_STOP, 1, NULL, MOE8_OK, NULL);
+            continue;
+        }
+        if ((rc = rq_token(&s->ev, r, tok, logits, s->n_vocab)) < 0) {
+            finish(s, r, MOE8_FINISH_ERROR, 0, NULL, MOE8_ERR_NOMEM, "out of memory for its output");
+            continue;
+        }
+        if (r->ttft < 0) r->ttft = t - r->t_add;
+        if (rc == 1) finish(s, r, MOE8_FINISH_STOP, 0, NULL, MOE8_OK, NULL);
+        else if (r->n_gen >= r->max_tokens) finish(s, r, MOE8_FINISH_LENGTH, 1, NULL, MOE8_OK, NULL);
+        else if (r->n_computed >= s->n_ctx) finish(s, r, MOE8_FINISH_CONTEXT, 1, NULL, MOE8_OK, NULL);
+    }
+}
+
+moe8_status moe8_sched_step(moe8_sched *s, const moe8_event **events, int32_t *n_events,
+                            moe8_error *err) {
+    moe8_status st = MOE8_OK;
+    if (events) *events = NULL;
+    if (n_events) *n_events = 0;
+    if (!s) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "scheduler: NULL");
+    s->ev.n = 0;
+    s->ev.n_text = s->ev.n_top = 0;
+    s->n_b = s->n_brq = 0;
+    s->preempted = 0;
+    report_cancels(s);
+    schedule_waiting(s, schedule_running(s, s->max_batch));
+    if (s->n_b > 0) {
+        const moe8_batch b = {s->n_b, s->b_tok, s->b_pos, s->b_seq, s->b_lg};
+        s->st.n_steps++;
+        st = moe8_decode(s->ctx, &b, &s->fail);
+        if (!st) st = sample(s, &s->fail);
+        if (!st) {
+            take_tokens(s);
+        } else {
+            for (int32_t j = 0; j < s->n_brq; j++)
+                finish(s, s->b_rq[j], MOE8_FINISH_ERROR, 1, NULL, st, s->fail.message);
+            if (err) *err = s->fail;
+        }
+    }
+    ev_finalize(&s->ev);
+    if (events) *events = s->ev.ev;
+    if (n_events) *n_events = s->ev.n;
+    return st;
+}

@@ -1,0 +1,70 @@
+/*
+ * sched.h — internal: the scheduler's request state (sched.c steps them,
+ * request.c turns their tokens into events: text, stop strings,
+ * log-probabilities).
+ */
+#ifndef MOE8_SCHED_H
+#define MOE8_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe8.h"
+
+typedef enum { RQ_WAITING = 0, RQ_RUNNING = 1, RQ_DONE = 2 } rq_state;
+
+typedef struct rq {
+    int64_t id;
+    void *user;
+    rq_state state;
+    int cancel;                 /* moe8_sched_cancel asked; reported at the next step */
+    int32_t seq;                /* context sequence while running, else -1 */
+    int32_t *tok;               /* [cap_tok] prompt, then generated ids */
+    int32_t n_tok, cap_tok;
+    int32_t n_prompt, n_gen, max_tokens;
+    int32_t n_computed;         /* tokens whose K/V is in the cache */
+    int32_t n_cached;           /* prompt tokens from the prefix cache at its first start */
+    int started;                /* has run at least once (n_cached is set) */
+    moe8_sampler_params sp;
+    uint64_t rng[4];            /* its own generator */
+    int32_t *stop_ids, n_stop_ids;
+    char **stop;                /* [n_stop] NUL-terminated copies */
+    int32_t n_stop;
+    int32_t logprobs;           /* -1 or 0..MOE8_MAX_LOGPROBS */
+    int ignore_eos;
+    moe8_detok *detok;          /* NULL without a tokenizer */
+    char *held;                 /* text decoded but not released (could start a stop string) */
+    size_t n_held, cap_held;
+    double t_add, ttft;         /* seconds (monotonic); ttft -1 until the first token */
+    struct rq *next;            /* waiting queue */
+} rq;
+
+/* The step's events and the storage their text and alternatives live in. */
+typedef struct {
+    moe8_event *ev;
+    int32_t n, cap;
+    char *text;                 /* every event's text, by offset until the step ends */
+    size_t n_text, cap_text;
+    moe8_logprob *top;          /* every event's alternatives, by offset */
+    size_t n_top, cap_top;
+    size_t *text_off, *top_off; /* [cap] offsets of event i */
+} ev_buf;
+
+/* request.c */
+moe8_event *ev_push(ev_buf *b, moe8_event_type type, const rq *r);
+/* Pointers of every event of the step into its storage. */
+void ev_finalize(ev_buf *b);
+void ev_free(ev_buf *b);
+
+/* A sampled token `tok` of r (not a stop id): appended to r->tok, its text
+ * through the detokenizer and the stop strings, its log-probabilities from
+ * logits[n_vocab] when asked. Returns 1 when a stop string matched (the text
+ * before it was released with this event), 0 otherwise, -1 out of memory. */
+int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab);
+/* The text r still holds, released into a FINISH event `e` (the detokenizer
+ * is flushed). */
+int rq_flush_text(ev_buf *b, rq *r, moe8_event *e);
+/* Free everything r owns, and r. */
+void rq_free(rq *r);
+
+#endif
