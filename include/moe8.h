@@ -361,8 +361,10 @@ moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t
 /* Collective: recv[size][bytes] = every rank's send[bytes], in rank order. */
 moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size_t bytes,
                                 moe8_error *err);
-/* End every rank now with `code` (MPI_Abort; exit with one rank). For a
- * failure the other ranks cannot know about. */
+/* For a failure the other ranks cannot know about. More than one rank:
+ * ends every rank of the job now with `code` (MPI_Abort) and does not
+ * return. One rank, or d NULL: there is no peer to end, so it returns and
+ * the caller ends its own process (e.g. exit(code)): moe8 never exits. */
 void moe8_dist_abort(moe8_dist *d, int code);
 
 /* This rank's share of a model loaded with a dist (all zeros without). */

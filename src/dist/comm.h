@@ -43,7 +43,8 @@ moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err);
 /* Seconds spent inside the collectives so far (waiting for peers included). */
 double moe8_comm_busy_seconds(const moe8_comm *c);
 /* Bring every rank down with `code` (after this rank reported its error):
- * a failed rank must never leave the others waiting in a collective. */
+ * a failed rank must never leave the others waiting in a collective. MPI:
+ * MPI_Abort, does not return. One rank: returns (the caller then ends). */
 void moe8_comm_abort(moe8_comm *c, int code);
 
 /* Function table each implementation provides (internal). */
