@@ -3,11 +3,14 @@
 #   make        release build in build/
 #   make test   deps + release tests + ASan/UBSan tests + short fuzz runs
 #   make demo   the main job on a built-in model
+#   make install PREFIX=/usr/local   libmoe8.a, moe8.h and pkg-config files
+#               (libmoe8_mpi.a and moe8-mpi.pc too when MPI was found)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_Q = cmake -Wno-dev
 FUZZ_SECONDS ?= 20
+PREFIX ?= /usr/local
 
-.PHONY: all deps build build-asan build-fuzz test test-release test-asan test-fuzz demo clean
+.PHONY: all deps build build-asan build-fuzz test test-release test-asan test-fuzz demo install clean
 
 all: build
 
@@ -39,6 +42,9 @@ test: test-release test-asan test-fuzz
 
 demo: build
 	@./scripts/demo.sh
+
+install: build
+	@cmake --install build --prefix "$(PREFIX)"
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -326,16 +326,20 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_es
  * (config.json, quant description, safetensors headers and file sizes). A
  * rank that dies is handled by mpirun (it ends the others). MPI is
  * initialised only by moe8_dist_init with n_ranks > 1; nothing else in moe8
- * touches it. The MPI transport is used from the calling thread only. */
+ * touches it. The MPI transport is used from the calling thread only.
+ *
+ * Linking: libmoe8 (pkg-config moe8) never needs MPI; the transport is in
+ * libmoe8_mpi (pkg-config moe8-mpi), which a multi-rank program links too. */
 
-/* 1 when this build has MPI. */
+/* 1 when this program was linked with libmoe8_mpi. */
 int moe8_dist_mpi_available(void);
 
 /* Join the group of n_ranks processes. n_ranks 1: a local handle, MPI is not
  * touched (fails if the process was started by a launcher with more than one
  * process: the counts must agree). n_ranks > 1: initialises MPI; fails
  * (MOE8_ERR_INVALID_ARG) unless the launcher started exactly n_ranks
- * processes. On failure nothing is left initialised. */
+ * processes, and (MOE8_ERR_UNSUPPORTED) in a program linked without
+ * libmoe8_mpi. On failure nothing is left initialised. */
 moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err);
 /* Collective when n_ranks > 1 (finalises MPI). NULL is a no-op. */
 void moe8_dist_free(moe8_dist *d);
@@ -361,8 +365,10 @@ moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t
 /* Collective: recv[size][bytes] = every rank's send[bytes], in rank order. */
 moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size_t bytes,
                                 moe8_error *err);
-/* End every rank now with `code` (MPI_Abort; exit with one rank). For a
- * failure the other ranks cannot know about. */
+/* For a failure the other ranks cannot know about. More than one rank:
+ * ends every rank of the job now with `code` (MPI_Abort) and does not
+ * return. One rank, or d NULL: there is no peer to end, so it returns and
+ * the caller ends its own process (e.g. exit(code)): moe8 never exits. */
 void moe8_dist_abort(moe8_dist *d, int code);
 
 /* This rank's share of a model loaded with a dist (all zeros without). */

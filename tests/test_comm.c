@@ -1,4 +1,7 @@
-/* test_comm.c — the one-rank communicator: identities of every collective. */
+/*
+ * test_comm.c — the one-rank communicator: identities of every collective;
+ * abort on one rank (a local dist, or none) returns instead of exiting.
+ */
 #include "test.h"
 #include "dist/comm.h"
 
@@ -19,10 +22,21 @@ int main(void) {
     CHECK(moe8_comm_bcast(c, buf, sizeof buf, 1, &err) == MOE8_ERR_INVALID_ARG);
     CHECK(strstr(err.message, "root 1") != NULL);
     CHECK(moe8_comm_barrier(c, &err) == MOE8_OK);
+    moe8_comm_abort(c, 3); /* one rank: returns, this process goes on */
+    CHECK(moe8_comm_size(c) == 1);
     moe8_comm_free(c);
+
+    moe8_dist *d;
+    CHECK(moe8_dist_init(1, 0, &d, &err) == MOE8_OK);
+    moe8_dist_abort(d, 3);
+    CHECK(moe8_dist_size(d) == 1);
+    moe8_dist_free(d);
+    moe8_dist_abort(NULL, 3);
+    CHECK(1); /* still running */
+
     if (!moe8_comm_mpi_available()) {
         CHECK(moe8_comm_create(MOE8_COMM_MPI, &c, &err) == MOE8_ERR_UNSUPPORTED);
-        CHECK(strstr(err.message, "without MPI") != NULL);
+        CHECK(strstr(err.message, "linked without libmoe8_mpi") != NULL);
     }
     return test_summary();
 }

@@ -896,7 +896,8 @@ static int print_rank_memory(moe8_dist *d) {
     if (n == 1) return 0;
     if (!(all = malloc((size_t)n * sizeof mine))) {
         fprintf(stderr, "moe8 " CMD ": out of memory\n");
-        moe8_dist_abort(d, 1);
+        moe8_dist_abort(d, 1); /* returns only with one rank */
+        return 1;
     }
     if (moe8_dist_allgather(d, mine, all, sizeof mine, &err) != MOE8_OK) {
         free(all);

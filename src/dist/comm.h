@@ -1,8 +1,10 @@
 /*
  * comm.h — the communication layer between ranks (tensor / expert parallel).
- * One small interface, two implementations: comm_local.c (one rank, always
- * built, every collective a no-op or a copy) and comm_mpi.c (OpenMPI, only
- * when the build found MPI). Nothing outside src/dist/ includes mpi.h.
+ * One small interface, two implementations: comm_local.c (one rank, in
+ * libmoe8, every collective a no-op or a copy) and comm_mpi.c (OpenMPI, in
+ * libmoe8_mpi, built only when the build found MPI). Nothing but comm_mpi.c
+ * includes mpi.h, and libmoe8 refers to it only through a weak symbol: a
+ * program linked without libmoe8_mpi needs no MPI and has one rank.
  *
  * Collectives are blocking and must be called by every rank in the same
  * order. Reductions are deterministic for a fixed rank count: every rank gets
@@ -22,7 +24,7 @@ typedef enum {
     MOE8_COMM_MPI = 1,   /* MPI_COMM_WORLD; initialises MPI on first use */
 } moe8_comm_kind;
 
-/* 1 when this build has the MPI implementation. */
+/* 1 when this program was linked with libmoe8_mpi. */
 int moe8_comm_mpi_available(void);
 
 moe8_status moe8_comm_create(moe8_comm_kind kind, moe8_comm **out, moe8_error *err);
@@ -43,7 +45,8 @@ moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err);
 /* Seconds spent inside the collectives so far (waiting for peers included). */
 double moe8_comm_busy_seconds(const moe8_comm *c);
 /* Bring every rank down with `code` (after this rank reported its error):
- * a failed rank must never leave the others waiting in a collective. */
+ * a failed rank must never leave the others waiting in a collective. MPI:
+ * MPI_Abort, does not return. One rank: returns (the caller then ends). */
 void moe8_comm_abort(moe8_comm *c, int code);
 
 /* Function table each implementation provides (internal). */
@@ -64,8 +67,7 @@ struct moe8_comm {
     void *impl; /* implementation state */
 };
 
-#ifdef MOE8_HAVE_MPI
+/* The MPI communicator (comm_mpi.c, libmoe8_mpi); call moe8_comm_create. */
 moe8_status moe8_comm_mpi_create(moe8_comm **out, moe8_error *err);
-#endif
 
 #endif

@@ -80,8 +80,7 @@ static moe8_status mpi_barrier(moe8_comm *c, moe8_error *err) {
 
 static void mpi_abort(moe8_comm *c, int code) {
     (void)c;
-    MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code); /* not reached */
+    MPI_Abort(MPI_COMM_WORLD, code); /* ends every rank of the job: does not return */
 }
 
 static const moe8_comm_ops mpi_ops = {

@@ -172,8 +172,7 @@ moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size
 }
 
 void moe8_dist_abort(moe8_dist *d, int code) {
-    if (!d) exit(code);
-    moe8_comm_abort(d->comm, code);
+    if (d) moe8_comm_abort(d->comm, code);
 }
 
 /* ---- shards ------------------------------------------------------------------ */

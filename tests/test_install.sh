@@ -1,0 +1,69 @@
+#!/bin/sh
+# test_install.sh — `cmake --install` of a built tree into a scratch prefix,
+# then tests/data/embed_app.c built as an application would build it:
+#   cc embed_app.c $(pkg-config --cflags --libs --static moe8)
+# and run. Checks that libmoe8.a and the program need no MPI, that
+# moe8_dist_init(2, ...) then fails with MOE8_ERR_UNSUPPORTED naming
+# libmoe8_mpi, and (when MPI was built) that moe8-mpi.pc links the transport.
+#   usage: test_install.sh BUILD_DIR PREFIX CC HAVE_MPI(ON|OFF) [SANITIZERS]
+set -eu
+build=$1 prefix=$2 cc=$3 have_mpi=$4 san=${5:-}
+data=$(cd "$(dirname "$0")/data" && pwd)
+fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
+
+rm -rf "$prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install"
+for f in lib/libmoe8.a include/moe8.h lib/pkgconfig/moe8.pc; do
+    [ -f "$prefix/$f" ] || fail "$f not installed"
+done
+if nm -u "$prefix/lib/libmoe8.a" | grep -E ' (P?MPI_|ompi_)'; then
+    fail "libmoe8.a refers to MPI"
+fi
+
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+sanflags=""
+[ -z "$san" ] || sanflags="-fsanitize=$san"
+version=$(pkg-config --modversion moe8) || fail "pkg-config moe8"
+
+# build NAME MODULE: embed_app.c linked through pkg-config MODULE.
+build_app() {
+    flags=$(pkg-config --cflags --libs --static "$2") || fail "pkg-config $2"
+    echo "test_install: $cc embed_app.c $flags"
+    # shellcheck disable=SC2086
+    "$cc" -std=c11 -Wall -Wextra -Werror $sanflags -o "$prefix/$1" "$data/embed_app.c" $flags ||
+        fail "cannot build $1 against $2.pc"
+}
+# expect FILE LINE...: each LINE is a line of FILE.
+expect() {
+    file=$1
+    shift
+    for line in "$@"; do
+        grep -qxF "$line" "$file" || { cat "$file" >&2; fail "no line '$line'"; }
+    done
+}
+
+build_app embed_app moe8
+"$prefix/embed_app" >"$prefix/out.txt" || { cat "$prefix/out.txt" >&2; fail "embed_app failed"; }
+expect "$prefix/out.txt" "version $version" "status -4 not supported" "tensor w F32 [2,3] sum 21" \
+    "abort returned, ranks 1" "mpi_available 0"
+grep -q '^tokenizer error: .*nonexistent-moe8-tokenizer' "$prefix/out.txt" || fail "tokenizer error"
+grep -q '^model error: .*nonexistent-moe8-model' "$prefix/out.txt" || fail "model error"
+if readelf -d "$prefix/embed_app" | grep NEEDED | grep -i mpi; then
+    fail "embed_app linked against moe8.pc depends on MPI"
+fi
+if nm "$prefix/embed_app" | grep -E ' (P?MPI_|ompi_)'; then fail "embed_app has MPI symbols"; fi
+"$prefix/embed_app" dist2 >"$prefix/dist2.txt" || { cat "$prefix/dist2.txt" >&2; fail "dist2"; }
+grep -q '^dist_init 2: status -4 (not supported): .*linked without libmoe8_mpi' "$prefix/dist2.txt" ||
+    { cat "$prefix/dist2.txt" >&2; fail "dist_init(2) without libmoe8_mpi"; }
+
+if [ "$have_mpi" = ON ]; then
+    [ -f "$prefix/lib/libmoe8_mpi.a" ] || fail "libmoe8_mpi.a not installed"
+    build_app embed_app_mpi moe8-mpi
+    "$prefix/embed_app_mpi" >"$prefix/out_mpi.txt" || { cat "$prefix/out_mpi.txt" >&2; fail "embed_app_mpi"; }
+    expect "$prefix/out_mpi.txt" "version $version" "abort returned, ranks 1" "mpi_available 1"
+    readelf -d "$prefix/embed_app_mpi" | grep NEEDED | grep -q libmpi ||
+        fail "embed_app_mpi does not depend on libmpi"
+else
+    [ ! -e "$prefix/lib/pkgconfig/moe8-mpi.pc" ] || fail "moe8-mpi.pc installed without MPI"
+fi
+echo "test_install: passed"
