@@ -32,18 +32,23 @@ static void read_text(const char *path, char *buf, size_t cap) {
     if (f) fclose(f);
 }
 
-/* Run `moe8 generate ARGS`; stdout in g_out, stderr in g_err; exit status. */
-static int cli(const char *args) {
-    char cmd[24576], out[4200], err[4200];
+/* Run `moe8 generate ARGS` (killed after `seconds` when > 0: exit 124);
+ * stdout in g_out, stderr in g_err; exit status. */
+static int cli_within(int seconds, const char *args) {
+    char cmd[24576], out[4200], err[4200], limit[32] = "";
     int rc;
     snprintf(out, sizeof out, "%s/gen_stdout.txt", MOE8_TEST_TMP);
     snprintf(err, sizeof err, "%s/gen_stderr.txt", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "'%s' generate %s >'%s' 2>'%s'", MOE8_CLI, args, out, err);
+    if (seconds > 0) snprintf(limit, sizeof limit, "timeout %d ", seconds);
+    snprintf(cmd, sizeof cmd, "%s'%s' generate %s >'%s' 2>'%s'", limit, MOE8_CLI, args, out, err);
+
     rc = system(cmd);
     read_text(out, g_out, sizeof g_out);
     read_text(err, g_err, sizeof g_err);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
+
+static int cli(const char *args) { return cli_within(0, args); }
 
 /* 1 when no entry of `dir` has a name containing `part`. */
 static int no_tmp_files(const char *dir, const char *part) {
@@ -364,6 +369,40 @@ static void test_bad_inputs(const char *small, const char *text) {
     CHECK(cli("-h") == 0 && strstr(g_out, "usage: moe8 generate") && strstr(g_out, "--dump-logits"));
 }
 
+/* --dump-logits renames its file over PATH: anything there but a regular file
+ * (a FIFO, a device) is refused before the model loads and left as it was. The
+ * /dev/null cases run on an empty model folder, so even a regressed check
+ * fails on the model and never reaches the rename over /dev/null. */
+static void test_dump_special(const char *dir) {
+    char args[16384], fifo[4200], link[4200], empty[4200];
+    struct stat sb;
+    snprintf(fifo, sizeof fifo, "%s/dump.fifo", MOE8_TEST_TMP);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2 -n 1 --ids --dump-logits '%s'", dir, fifo);
+    CHECKF(cli_within(60, args) == 1 && strstr(g_err, "--dump-logits '") &&
+               strstr(g_err, "dump.fifo' is a fifo, expected a regular file") &&
+               !strstr(g_err, "load_s="), "%s", g_err);
+    CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK(no_tmp_files(MOE8_TEST_TMP, "dump.fifo.tmp."));
+    unlink(fifo);
+    snprintf(empty, sizeof empty, "%s/dump_empty_model", MOE8_TEST_TMP);
+    mkdir(empty, 0755);
+    snprintf(link, sizeof link, "%s/dump_devnull", MOE8_TEST_TMP);
+    unlink(link);
+    CHECK(symlink("/dev/null", link) == 0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s'", empty, link);
+    CHECKF(cli_within(60, args) == 1 && strstr(g_err, "dump_devnull' is a character device"),
+           "%s", g_err);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits /dev/null", empty);
+    CHECKF(cli_within(60, args) == 1 &&
+               strstr(g_err, "--dump-logits '/dev/null' is a character device"), "%s", g_err);
+    CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    unlink(link);
+    rmdir(empty);
+}
+
 /* ---- text model: tokenizer, chat, batch ---------------------------------------- */
 
 static int lib_tokenize(const moe8_tokenizer *t, const char *text, int32_t *ids) {
@@ -549,6 +588,7 @@ int main(void) {
     test_n0(small);
     test_bad_inputs(small, text);
     test_dump_refused(small, text);
+    test_dump_special(small);
     test_im_end(text, ot);
     test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);

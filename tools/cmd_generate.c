@@ -62,8 +62,9 @@ static void usage(FILE *f) {
         "  --ids              print generated token ids instead of text (no tokenizer needed\n"
         "                     with --prompt-ids): space-separated, one line per prompt\n"
         "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
-        "                     line per vocabulary id (%%.9g), single prompt only; never\n"
-        "                     inside the model folder or the -f file (written whole, then renamed)\n"
+        "                     line per vocabulary id (%%.9g), single prompt only; FILE is a\n"
+        "                     regular file or a new name, never inside the model folder or the\n"
+        "                     -f file (written whole, then renamed over FILE)\n"
         "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
         "  --tp N             run as N ranks started by mpirun -np N (tensor parallel:\n"
         "                     attention heads, dense MLPs and experts split over the ranks;\n"
@@ -550,11 +551,26 @@ static void on_finish(runner *r, int i) {
     else if (!r->o->print_ids) print_completion(r, i);
 }
 
+/* NULL when `path` (canonical) is missing or a regular file; else what it is.
+ * The dump is renamed over its path, so anything else there (a FIFO, a
+ * device such as /dev/null, a socket) would be replaced by a text file. */
+static const char *dump_target_kind(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
+    return S_ISDIR(sb.st_mode)    ? "a folder"
+           : S_ISFIFO(sb.st_mode) ? "a fifo"
+           : S_ISCHR(sb.st_mode)  ? "a character device"
+           : S_ISBLK(sb.st_mode)  ? "a block device"
+           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                  : "a special file";
+}
+
 /* Prompt logits of every vocabulary id, "id value" per line, %.9g (round-trips
  * a float), written to "<path>.tmp.<pid>" and renamed over `path` (the
  * canonical path check_dump_path found): a failed run leaves no half file. */
 static int dump_logits(const char *shown, const char *path, const float *logits, int32_t n_vocab) {
     char tmp[PATH_MAX + 300];
+    const char *kind;
     FILE *f = NULL;
     int fd, ok;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -569,7 +585,13 @@ static int dump_logits(const char *shown, const char *path, const float *logits,
     }
     for (int32_t v = 0; v < n_vocab; v++) fprintf(f, "%d %.9g\n", v, logits[v]);
     ok = !ferror(f);
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+    ok = fclose(f) == 0 && ok;
+    if (ok && (kind = dump_target_kind(path))) { /* appeared since check_dump_path */
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is now %s; not replaced\n", shown, kind);
+        unlink(tmp);
+        return -1;
+    }
+    if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s': %s\n", shown,
                 strerror(errno));
         unlink(tmp);
@@ -614,18 +636,21 @@ static int path_inside(const char *path, const char *dir) {
 }
 
 /* --dump-logits never overwrites the model (its files are memory-mapped: a
- * truncated one kills the run) nor the -f prompt file. Fills o->dump_real. */
+ * truncated one kills the run), the -f prompt file, nor anything but a
+ * regular file (as root, renaming over /dev/null replaced the device with a
+ * text file). Fills o->dump_real. */
 static int check_dump_path(opts *o) {
     char model[PATH_MAX], prompt[PATH_MAX];
-    struct stat sb;
+    const char *kind;
     if (!o->dump) return 0;
     if (canonical_path(o->dump, o->dump_real, sizeof o->dump_real) != 0) {
         fprintf(stderr, "moe8 " CMD ": --dump-logits '%s': cannot resolve the path: %s\n", o->dump,
                 strerror(errno));
         return -1;
     }
-    if (stat(o->dump_real, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is a folder, expected a file\n", o->dump);
+    if ((kind = dump_target_kind(o->dump_real))) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is %s, expected a regular file (or a "
+                "new name): it would be replaced\n", o->dump, kind);
         return -1;
     }
     if (realpath(o->dir, model) && path_inside(o->dump_real, model)) {
