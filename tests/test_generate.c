@@ -403,6 +403,45 @@ static void test_dump_special(const char *dir) {
     rmdir(empty);
 }
 
+/* A sparse file of `size` bytes (no disk used). */
+static void make_sparse(const char *path, off_t size) {
+    test_write_file(path, "", 0);
+    CHECK(truncate(path, size) == 0);
+}
+
+/* -f reads only a regular file within its cap, refused at once otherwise (a
+ * FIFO used to block forever, /dev/zero or a huge sparse file to read until
+ * memory ran out). */
+static void test_prompt_files(const char *small, const char *text) {
+    static const char *flags[] = {"-f"};
+    char args[16384], path[4200];
+    for (int f = 0; f < (int)(sizeof flags / sizeof flags[0]); f++) {
+        const char *model = f ? small : text, *extra = f ? "--ids" : "-n 1";
+        snprintf(path, sizeof path, "%s/prompts.fifo", MOE8_TEST_TMP);
+        unlink(path);
+        CHECK(mkfifo(path, 0600) == 0);
+        snprintf(args, sizeof args, "-m '%s' %s '%s' %s", model, flags[f], path, extra);
+        CHECKF(cli_within(60, args) == 1 && strstr(g_err, flags[f]) &&
+                   strstr(g_err, "prompts.fifo' is not a regular file (a fifo)"),
+               "%s fifo: %s", flags[f], g_err);
+        unlink(path);
+        snprintf(args, sizeof args, "-m '%s' %s /dev/zero %s", model, flags[f], extra);
+        CHECKF(cli_within(60, args) == 1 &&
+                   strstr(g_err, "'/dev/zero' is not a regular file (a character device)"),
+               "%s /dev/zero: %s", flags[f], g_err);
+        snprintf(path, sizeof path, "%s/prompts_big.txt", MOE8_TEST_TMP);
+        make_sparse(path, f ? (64 << 20) + 1 : (off_t)2 << 30);
+        snprintf(args, sizeof args, "-m '%s' %s '%s' %s", model, flags[f], path, extra);
+        CHECKF(cli_within(60, args) == 1 &&
+                   strstr(g_err, f ? "prompts_big.txt' is 67108865 bytes, more than the 67108864 "
+                                     "allowed"
+                                   : "prompts_big.txt' is 2147483648 bytes, more than the "
+                                     "67108864 allowed"),
+               "%s sparse: %s", flags[f], g_err);
+        unlink(path);
+    }
+}
+
 /* ---- text model: tokenizer, chat, batch ---------------------------------------- */
 
 static int lib_tokenize(const moe8_tokenizer *t, const char *text, int32_t *ids) {
@@ -589,6 +628,7 @@ int main(void) {
     test_bad_inputs(small, text);
     test_dump_refused(small, text);
     test_dump_special(small);
+    test_prompt_files(small, text);
     test_im_end(text, ot);
     test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);

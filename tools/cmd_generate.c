@@ -45,6 +45,7 @@ static void usage(FILE *f) {
         "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
         "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
         "                     prompts prefilled together, then decoded in lockstep\n"
+        "                     (a regular file of at most 64 MiB)\n"
         "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed)\n"
         "  -n N               tokens to generate per prompt, the first included (default %d;\n"
         "                     0 runs only the prompt)\n"
@@ -285,43 +286,24 @@ static int parse_prompt_ids(const char *s, prompts *p) {
     return 0;
 }
 
-static char *read_all(const char *path, size_t *n_out) {
-    FILE *f = fopen(path, "rb");
+#define PROMPT_FILE_MAX ((size_t)64 << 20) /* -f: 64 MiB */
+
+/* A whole input file (regular files only: a FIFO or a device is refused at
+ * once, never read), or NULL after a message naming the flag and the file. */
+static char *read_input(const char *flag, const char *path, size_t max, size_t *n_out) {
+    moe8_error err;
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int ok = 1;
-    if (!f) {
-        fprintf(stderr, "moe8 " CMD ": cannot open prompt file '%s': %s\n", path, strerror(errno));
+    if (moe8_read_file(path, max, &buf, n_out, &err) != MOE8_OK) {
+        fprintf(stderr, "moe8 " CMD ": %s: %s\n", flag, err.message);
         return NULL;
     }
-    while (ok) {
-        size_t r;
-        if (cap - n < 4096) {
-            char *nb = realloc(buf, cap = 2 * cap + 65536);
-            if (!(ok = nb != NULL)) break;
-            buf = nb;
-        }
-        r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (!ok || ferror(f)) {
-        fprintf(stderr, "moe8 " CMD ": cannot read prompt file '%s'%s\n", path,
-                ok ? "" : ": out of memory");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *n_out = n;
-    }
-    fclose(f);
     return buf;
 }
 
 /* One prompt per non-blank line ("\r\n" endings accepted). */
 static int read_prompt_file(const char *path, prompts *p) {
     size_t n_bytes = 0;
-    char *buf = read_all(path, &n_bytes), *line;
+    char *buf = read_input("-f", path, PROMPT_FILE_MAX, &n_bytes), *line;
     int n = 0, rc = -1;
     if (!buf) return -1;
     for (size_t i = 0; i < n_bytes; i++)
