@@ -411,7 +411,7 @@ static void make_sparse(const char *path, off_t size) {
 
 /* -f reads only a regular file within its cap, refused at once otherwise (a
  * FIFO used to block forever, /dev/zero or a huge sparse file to read until
- * memory ran out). */
+ * memory ran out); a NUL byte in a -f line is refused. */
 static void test_prompt_files(const char *small, const char *text) {
     static const char *flags[] = {"-f"};
     char args[16384], path[4200];
@@ -440,6 +440,11 @@ static void test_prompt_files(const char *small, const char *text) {
                "%s sparse: %s", flags[f], g_err);
         unlink(path);
     }
+    /* a NUL inside a -f line: refused, naming the file and the line */
+    snprintf(path, sizeof path, "%s/nul_prompts.txt", MOE8_TEST_TMP);
+    test_write_file(path, "hello\r\n\nab\0cd\nlast\n", 19);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -n 1", text, path);
+    expect_fail(args, "nul_prompts.txt' line 3 holds a NUL byte (byte offset 10)");
 }
 
 /* ---- text model: tokenizer, chat, batch ---------------------------------------- */

@@ -45,7 +45,7 @@ static void usage(FILE *f) {
         "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
         "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
         "                     prompts prefilled together, then decoded in lockstep\n"
-        "                     (a regular file of at most 64 MiB)\n"
+        "                     (a regular file of at most 64 MiB, no NUL bytes)\n"
         "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed)\n"
         "  -n N               tokens to generate per prompt, the first included (default %d;\n"
         "                     0 runs only the prompt)\n"
@@ -300,14 +300,24 @@ static char *read_input(const char *flag, const char *path, size_t max, size_t *
     return buf;
 }
 
-/* One prompt per non-blank line ("\r\n" endings accepted). */
+/* One prompt per non-blank line ("\r\n" and "\r" endings accepted). A NUL
+ * byte is refused: it would end the prompt there and drop the rest. */
 static int read_prompt_file(const char *path, prompts *p) {
-    size_t n_bytes = 0;
+    size_t n_bytes = 0, line_no = 1;
     char *buf = read_input("-f", path, PROMPT_FILE_MAX, &n_bytes), *line;
     int n = 0, rc = -1;
     if (!buf) return -1;
-    for (size_t i = 0; i < n_bytes; i++)
-        if (buf[i] == '\n' || buf[i] == '\r') buf[i] = '\0';
+    for (size_t i = 0; i < n_bytes; i++) {
+        if (buf[i] == '\0') {
+            fprintf(stderr, "moe8 " CMD ": -f: '%s' line %zu holds a NUL byte (byte offset %zu); "
+                    "a prompt is text\n", path, line_no, i);
+            goto done;
+        }
+        if (buf[i] != '\n' && buf[i] != '\r') continue;
+        if (buf[i] == '\r' && i + 1 < n_bytes && buf[i + 1] == '\n') buf[i++] = '\0';
+        buf[i] = '\0';
+        line_no++;
+    }
     for (size_t i = 0; i < n_bytes; i += strlen(buf + i) + 1) n += buf[i] != '\0';
     if (n == 0) {
         fprintf(stderr, "moe8 " CMD ": prompt file '%s' holds no prompt (empty or blank lines)\n",
