@@ -41,7 +41,6 @@ static int cli_within(int seconds, const char *args) {
     snprintf(err, sizeof err, "%s/gen_stderr.txt", MOE8_TEST_TMP);
     if (seconds > 0) snprintf(limit, sizeof limit, "timeout %d ", seconds);
     snprintf(cmd, sizeof cmd, "%s'%s' generate %s >'%s' 2>'%s'", limit, MOE8_CLI, args, out, err);
-
     rc = system(cmd);
     read_text(out, g_out, sizeof g_out);
     read_text(err, g_err, sizeof g_err);
@@ -409,11 +408,11 @@ static void make_sparse(const char *path, off_t size) {
     CHECK(truncate(path, size) == 0);
 }
 
-/* -f reads only a regular file within its cap, refused at once otherwise (a
- * FIFO used to block forever, /dev/zero or a huge sparse file to read until
- * memory ran out); a NUL byte in a -f line is refused. */
+/* -f and --prompt-ids-file read only regular files within their cap, refused
+ * at once otherwise (a FIFO used to block forever, /dev/zero or a huge sparse
+ * file to read until memory ran out); a NUL byte in a -f line is refused. */
 static void test_prompt_files(const char *small, const char *text) {
-    static const char *flags[] = {"-f"};
+    static const char *flags[] = {"-f", "--prompt-ids-file"};
     char args[16384], path[4200];
     for (int f = 0; f < (int)(sizeof flags / sizeof flags[0]); f++) {
         const char *model = f ? small : text, *extra = f ? "--ids" : "-n 1";
@@ -445,6 +444,61 @@ static void test_prompt_files(const char *small, const char *text) {
     test_write_file(path, "hello\r\n\nab\0cd\nlast\n", 19);
     snprintf(args, sizeof args, "-m '%s' -f '%s' -n 1", text, path);
     expect_fail(args, "nul_prompts.txt' line 3 holds a NUL byte (byte offset 10)");
+}
+
+/* --prompt-ids-file: the --prompt-ids syntax from a file, same output; errors
+ * name the file and the token's position. */
+static void test_ids_file(const char *dir) {
+    static const struct { const char *content, *want; } bad[] = {
+        {"5,17,x,3", "token 3 (byte offset 5): expected a token id in [0, 2147483647]"},
+        {"5,,3", "token 2 (byte offset 2): expected a token id"},
+        {"5\n17\n-1\n", "token 3 (byte offset 5): expected a token id"},
+        {"5 17 99999999999", "token 3 (byte offset 5): expected a token id"},
+        {"5,3,\n", "token 3 (byte offset 5): expected a token id after the last comma"},
+        {",5", "token 1 (byte offset 0)"},
+        {" \n\t\n", "no token ids"},
+        {"", "no token ids"},
+        {"5 +3", "token 2 (byte offset 2)"},
+    };
+    static char expect[sizeof g_out];
+    char args[16384], file[4200], want[4400];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 8 --ids --ignore-eos", dir,
+             ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    snprintf(expect, sizeof expect, "%s", g_out);
+    snprintf(file, sizeof file, "%s/prompt_ids.txt", MOE8_TEST_TMP);
+    snprintf(want, sizeof want, " %d, %d\n%d %d,%d\r\n\t%d\n", PROMPT[0], PROMPT[1], PROMPT[2],
+             PROMPT[3], PROMPT[4], PROMPT[5]);
+    test_write_file(file, want, strlen(want));
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' -n 8 --ids --ignore-eos", dir, file);
+    CHECKF(cli(args) == 0 && !strcmp(g_out, expect), "ids file: '%s' vs '%s' (%s)", g_out, expect,
+           g_err);
+    /* --prompt-ids takes the same syntax */
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids '%d %d, %d,%d  %d,%d' -n 8 --ids --ignore-eos",
+             dir, PROMPT[0], PROMPT[1], PROMPT[2], PROMPT[3], PROMPT[4], PROMPT[5]);
+    CHECKF(cli(args) == 0 && !strcmp(g_out, expect), "spaced --prompt-ids: '%s' (%s)", g_out, g_err);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        test_write_file(file, bad[i].content, strlen(bad[i].content));
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids", dir, file);
+        snprintf(want, sizeof want, "--prompt-ids-file '%s': %s", file, bad[i].want);
+        expect_fail(args, want);
+    }
+    test_write_file(file, "1 2 256", 7); /* a valid id outside the model's vocabulary */
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids", dir, file);
+    expect_fail(args, "token id 256 is not in the model's vocabulary");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s/missing_ids.txt' --ids", dir,
+             MOE8_TEST_TMP);
+    expect_fail(args, "--prompt-ids-file: cannot open '");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --chat --ids", dir, file);
+    expect_fail(args, "cannot wrap --prompt-ids-file");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --prompt-ids 1 --ids", dir, file);
+    expect_fail(args, "exactly one");
+    test_write_file(file, "1 2", 3);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids --dump-logits '%s'", dir,
+             file, file);
+    expect_fail(args, "is the prompt file (--prompt-ids-file");
+    CHECK(test_file_contains(file, "1 2"));
+    CHECK(cli("-h") == 0 && strstr(g_out, "--prompt-ids-file FILE"));
 }
 
 /* ---- text model: tokenizer, chat, batch ---------------------------------------- */
@@ -634,6 +688,7 @@ int main(void) {
     test_dump_refused(small, text);
     test_dump_special(small);
     test_prompt_files(small, text);
+    test_ids_file(small);
     test_im_end(text, ot);
     test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);
