@@ -514,9 +514,13 @@ moe8_status moe8_generate(moe8_context *ctx, moe8_sampler *sampler,
  * the call then fails with MOE8_ERR_CANCELLED and leaves nothing behind. */
 typedef int (*moe8_progress_fn)(void *user, const char *stage, uint64_t done, uint64_t total);
 
-/* Both tools write into a temporary sibling folder and rename it into place,
- * so the output folder never holds a partial model. An existing non-empty
- * output folder is refused unless `force` (then it is replaced). */
+/* Both tools write into a temporary sibling folder ".<name>.tmp.<pid>" and
+ * rename it into place, so the output folder never holds a partial model. An
+ * existing non-empty output folder is refused unless `force` (then it is
+ * replaced). A run killed before it could clean up leaves its temporary
+ * folder; the next run into the same output removes those whose process no
+ * longer exists (never one of a live process) and logs each removal at
+ * MOE8_LOG_WARN (moe8_set_log). */
 
 /* Synthetic Qwen3-MoE presets. Append-only. */
 typedef enum {

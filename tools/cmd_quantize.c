@@ -149,6 +149,7 @@ int cmd_quantize(int argc, char **argv) {
     }
     p.progress = progress;
     p.progress_user = &ps;
+    cli_log_warnings("quantize"); /* e.g. a removed leftover of a killed run */
     if (moe8_quantize(in, out, &p, &s, &err) != MOE8_OK) {
         free(text);
         if (ps.tty && ps.last >= 0 && ps.last < 100) fputc('\n', stderr);
