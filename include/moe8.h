@@ -716,9 +716,13 @@ moe8_status moe8_generate(moe8_context *ctx, moe8_sampler *sampler,
  * the call then fails with MOE8_ERR_CANCELLED and leaves nothing behind. */
 typedef int (*moe8_progress_fn)(void *user, const char *stage, uint64_t done, uint64_t total);
 
-/* Both tools write into a temporary sibling folder and rename it into place,
- * so the output folder never holds a partial model. An existing non-empty
- * output folder is refused unless `force` (then it is replaced). */
+/* Both tools write into a temporary sibling folder ".<name>.tmp.<pid>" and
+ * rename it into place, so the output folder never holds a partial model. An
+ * existing non-empty output folder is refused unless `force` (then it is
+ * replaced). A run killed before it could clean up leaves its temporary
+ * folder; the next run into the same output removes those whose process no
+ * longer exists (never one of a live process) and logs each removal at
+ * MOE8_LOG_WARN (moe8_set_log). */
 
 /* Synthetic Qwen3-MoE presets. Append-only. */
 typedef enum {
@@ -992,6 +996,18 @@ void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
 
 /* Name of the kernel set in use: "avx2" or "ref" (MOE8_FORCE_REF=1 forces ref). */
 const char *moe8_kernel_isa(void);
+
+/* Read the whole file `path` into a NUL-terminated heap buffer *data (free it
+ * with free(); a NUL inside the file stays, *len says the real length; len may
+ * be NULL). Only a regular file is read: the open never blocks (O_NONBLOCK), a
+ * FIFO, a device such as /dev/zero or a folder fails with MOE8_ERR_IO, and a
+ * file of more than max_bytes fails with MOE8_ERR_FORMAT before anything is
+ * allocated (the message gives both sizes); a missing file is
+ * MOE8_ERR_NOT_FOUND. Every message names the file. *data is NULL on failure.
+ * This is how moe8 itself reads config.json, tokenizer.json and the
+ * safetensors index. */
+moe8_status moe8_read_file(const char *path, size_t max_bytes, char **data, size_t *len,
+                           moe8_error *err);
 
 /* ======================================================================== */
 /* Tokenizer: byte-level BPE from tokenizer.json (SPEC §9)                   */

@@ -32,18 +32,22 @@ static void read_text(const char *path, char *buf, size_t cap) {
     if (f) fclose(f);
 }
 
-/* Run `moe8 generate ARGS`; stdout in g_out, stderr in g_err; exit status. */
-static int cli(const char *args) {
-    char cmd[24576], out[4200], err[4200];
+/* Run `moe8 generate ARGS` (killed after `seconds` when > 0: exit 124);
+ * stdout in g_out, stderr in g_err; exit status. */
+static int cli_within(int seconds, const char *args) {
+    char cmd[24576], out[4200], err[4200], limit[32] = "";
     int rc;
     snprintf(out, sizeof out, "%s/gen_stdout.txt", MOE8_TEST_TMP);
     snprintf(err, sizeof err, "%s/gen_stderr.txt", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "'%s' generate %s >'%s' 2>'%s'", MOE8_CLI, args, out, err);
+    if (seconds > 0) snprintf(limit, sizeof limit, "timeout %d ", seconds);
+    snprintf(cmd, sizeof cmd, "%s'%s' generate %s >'%s' 2>'%s'", limit, MOE8_CLI, args, out, err);
     rc = system(cmd);
     read_text(out, g_out, sizeof g_out);
     read_text(err, g_err, sizeof g_err);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
+
+static int cli(const char *args) { return cli_within(0, args); }
 
 /* 1 when no entry of `dir` has a name containing `part`. */
 static int no_tmp_files(const char *dir, const char *part) {
@@ -364,6 +368,139 @@ static void test_bad_inputs(const char *small, const char *text) {
     CHECK(cli("-h") == 0 && strstr(g_out, "usage: moe8 generate") && strstr(g_out, "--dump-logits"));
 }
 
+/* --dump-logits renames its file over PATH: anything there but a regular file
+ * (a FIFO, a device) is refused before the model loads and left as it was. The
+ * /dev/null cases run on an empty model folder, so even a regressed check
+ * fails on the model and never reaches the rename over /dev/null. */
+static void test_dump_special(const char *dir) {
+    char args[16384], fifo[4200], link[4200], empty[4200];
+    struct stat sb;
+    snprintf(fifo, sizeof fifo, "%s/dump.fifo", MOE8_TEST_TMP);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1,2 -n 1 --ids --dump-logits '%s'", dir, fifo);
+    CHECKF(cli_within(60, args) == 1 && strstr(g_err, "--dump-logits '") &&
+               strstr(g_err, "dump.fifo' is a fifo, expected a regular file") &&
+               !strstr(g_err, "load_s="), "%s", g_err);
+    CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK(no_tmp_files(MOE8_TEST_TMP, "dump.fifo.tmp."));
+    unlink(fifo);
+    snprintf(empty, sizeof empty, "%s/dump_empty_model", MOE8_TEST_TMP);
+    mkdir(empty, 0755);
+    snprintf(link, sizeof link, "%s/dump_devnull", MOE8_TEST_TMP);
+    unlink(link);
+    CHECK(symlink("/dev/null", link) == 0);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits '%s'", empty, link);
+    CHECKF(cli_within(60, args) == 1 && strstr(g_err, "dump_devnull' is a character device"),
+           "%s", g_err);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --dump-logits /dev/null", empty);
+    CHECKF(cli_within(60, args) == 1 &&
+               strstr(g_err, "--dump-logits '/dev/null' is a character device"), "%s", g_err);
+    CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    unlink(link);
+    rmdir(empty);
+}
+
+/* A sparse file of `size` bytes (no disk used). */
+static void make_sparse(const char *path, off_t size) {
+    test_write_file(path, "", 0);
+    CHECK(truncate(path, size) == 0);
+}
+
+/* -f and --prompt-ids-file read only regular files within their cap, refused
+ * at once otherwise (a FIFO used to block forever, /dev/zero or a huge sparse
+ * file to read until memory ran out); a NUL byte in a -f line is refused. */
+static void test_prompt_files(const char *small, const char *text) {
+    static const char *flags[] = {"-f", "--prompt-ids-file"};
+    char args[16384], path[4200];
+    for (int f = 0; f < (int)(sizeof flags / sizeof flags[0]); f++) {
+        const char *model = f ? small : text, *extra = f ? "--ids" : "-n 1";
+        snprintf(path, sizeof path, "%s/prompts.fifo", MOE8_TEST_TMP);
+        unlink(path);
+        CHECK(mkfifo(path, 0600) == 0);
+        snprintf(args, sizeof args, "-m '%s' %s '%s' %s", model, flags[f], path, extra);
+        CHECKF(cli_within(60, args) == 1 && strstr(g_err, flags[f]) &&
+                   strstr(g_err, "prompts.fifo' is not a regular file (a fifo)"),
+               "%s fifo: %s", flags[f], g_err);
+        unlink(path);
+        snprintf(args, sizeof args, "-m '%s' %s /dev/zero %s", model, flags[f], extra);
+        CHECKF(cli_within(60, args) == 1 &&
+                   strstr(g_err, "'/dev/zero' is not a regular file (a character device)"),
+               "%s /dev/zero: %s", flags[f], g_err);
+        snprintf(path, sizeof path, "%s/prompts_big.txt", MOE8_TEST_TMP);
+        make_sparse(path, f ? (64 << 20) + 1 : (off_t)2 << 30);
+        snprintf(args, sizeof args, "-m '%s' %s '%s' %s", model, flags[f], path, extra);
+        CHECKF(cli_within(60, args) == 1 &&
+                   strstr(g_err, f ? "prompts_big.txt' is 67108865 bytes, more than the 67108864 "
+                                     "allowed"
+                                   : "prompts_big.txt' is 2147483648 bytes, more than the "
+                                     "67108864 allowed"),
+               "%s sparse: %s", flags[f], g_err);
+        unlink(path);
+    }
+    /* a NUL inside a -f line: refused, naming the file and the line */
+    snprintf(path, sizeof path, "%s/nul_prompts.txt", MOE8_TEST_TMP);
+    test_write_file(path, "hello\r\n\nab\0cd\nlast\n", 19);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -n 1", text, path);
+    expect_fail(args, "nul_prompts.txt' line 3 holds a NUL byte (byte offset 10)");
+}
+
+/* --prompt-ids-file: the --prompt-ids syntax from a file, same output; errors
+ * name the file and the token's position. */
+static void test_ids_file(const char *dir) {
+    static const struct { const char *content, *want; } bad[] = {
+        {"5,17,x,3", "token 3 (byte offset 5): expected a token id in [0, 2147483647]"},
+        {"5,,3", "token 2 (byte offset 2): expected a token id"},
+        {"5\n17\n-1\n", "token 3 (byte offset 5): expected a token id"},
+        {"5 17 99999999999", "token 3 (byte offset 5): expected a token id"},
+        {"5,3,\n", "token 3 (byte offset 5): expected a token id after the last comma"},
+        {",5", "token 1 (byte offset 0)"},
+        {" \n\t\n", "no token ids"},
+        {"", "no token ids"},
+        {"5 +3", "token 2 (byte offset 2)"},
+    };
+    static char expect[sizeof g_out];
+    char args[16384], file[4200], want[4400];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 8 --ids --ignore-eos", dir,
+             ids_arg(PROMPT, 6));
+    CHECKF(cli(args) == 0, "%s", g_err);
+    snprintf(expect, sizeof expect, "%s", g_out);
+    snprintf(file, sizeof file, "%s/prompt_ids.txt", MOE8_TEST_TMP);
+    snprintf(want, sizeof want, " %d, %d\n%d %d,%d\r\n\t%d\n", PROMPT[0], PROMPT[1], PROMPT[2],
+             PROMPT[3], PROMPT[4], PROMPT[5]);
+    test_write_file(file, want, strlen(want));
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' -n 8 --ids --ignore-eos", dir, file);
+    CHECKF(cli(args) == 0 && !strcmp(g_out, expect), "ids file: '%s' vs '%s' (%s)", g_out, expect,
+           g_err);
+    /* --prompt-ids takes the same syntax */
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids '%d %d, %d,%d  %d,%d' -n 8 --ids --ignore-eos",
+             dir, PROMPT[0], PROMPT[1], PROMPT[2], PROMPT[3], PROMPT[4], PROMPT[5]);
+    CHECKF(cli(args) == 0 && !strcmp(g_out, expect), "spaced --prompt-ids: '%s' (%s)", g_out, g_err);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        test_write_file(file, bad[i].content, strlen(bad[i].content));
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids", dir, file);
+        snprintf(want, sizeof want, "--prompt-ids-file '%s': %s", file, bad[i].want);
+        expect_fail(args, want);
+    }
+    test_write_file(file, "1 2 256", 7); /* a valid id outside the model's vocabulary */
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids", dir, file);
+    expect_fail(args, "token id 256 is not in the model's vocabulary");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s/missing_ids.txt' --ids", dir,
+             MOE8_TEST_TMP);
+    expect_fail(args, "--prompt-ids-file: cannot open '");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --chat --ids", dir, file);
+    expect_fail(args, "cannot wrap --prompt-ids-file");
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --prompt-ids 1 --ids", dir, file);
+    expect_fail(args, "exactly one");
+    test_write_file(file, "1 2", 3);
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids-file '%s' --ids --dump-logits '%s'", dir,
+             file, file);
+    expect_fail(args, "is the prompt file (--prompt-ids-file");
+    CHECK(test_file_contains(file, "1 2"));
+    CHECK(cli("-h") == 0 && strstr(g_out, "--prompt-ids-file FILE"));
+}
+
 /* ---- text model: tokenizer, chat, batch ---------------------------------------- */
 
 static int lib_tokenize(const moe8_tokenizer *t, const char *text, int32_t *ids) {
@@ -549,6 +686,9 @@ int main(void) {
     test_n0(small);
     test_bad_inputs(small, text);
     test_dump_refused(small, text);
+    test_dump_special(small);
+    test_prompt_files(small, text);
+    test_ids_file(small);
     test_im_end(text, ot);
     test_text(text); /* last user of `text`: edits its tokenizer_config.json */
     test_long_run(small);

@@ -327,6 +327,52 @@ static void test_cli(const char *base) {
     }
 }
 
+/* A pid that no process has: a child that has exited and been reaped (a
+ * pid is not reused that soon). */
+static long dead_pid(void) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    CHECK(pid > 0 && waitpid(pid, NULL, 0) == pid);
+    return (long)pid;
+}
+
+/* A run killed with SIGKILL leaves ".<name>.tmp.<pid>": the next run into
+ * the same output removes it when that process is gone (saying so on
+ * stderr) and never touches the folder of a live process. */
+static void test_leftovers(const char *base) {
+    char cmd[8192], log[4200], dead[4200], live[4200], other[4200], want[4400];
+    struct stat sb;
+    long pid = dead_pid();
+    FMT(log, "%s/leftover.log", base);
+    FMT(dead, "%s/.left.tmp.%ld", base, pid);
+    FMT(live, "%s/.left.tmp.%ld", base, (long)getpid());
+    FMT(other, "%s/.other.tmp.%ld", base, pid); /* another output's: not ours to remove */
+    CHECK(mkdir(dead, 0755) == 0 && mkdir(live, 0755) == 0 && mkdir(other, 0755) == 0);
+    FMT(cmd, "%s/model.safetensors", dead);
+    test_write_file(cmd, "partial", 7);
+    FMT(cmd, "%s/model.safetensors", live);
+    test_write_file(cmd, "in use", 6);
+    FMT(cmd, "'%s' make-model --preset tiny --layers 1 --vocab 2048 -o '%s/left' "
+             "--tokenizer '%s' 2>'%s'", MOE8_CLI, base, TOK, log);
+    CHECK(test_run(cmd) == 0);
+    CHECKF(stat(dead, &sb) != 0, "%s still exists", dead);
+    FMT(want, "/.left.tmp.%ld' of process %ld (no longer running)", pid, pid);
+    CHECK(test_file_contains(log, "moe8 make-model: removed leftover temporary folder '") &&
+          test_file_contains(log, want));
+    {
+        size_t n = 0;
+        unsigned char *text = test_slurp(log, &n);
+        FMT(want, ".left.tmp.%ld'", (long)getpid());
+        CHECKF(text && !strstr((char *)text, want), "%s", text ? (char *)text : "(no log)");
+        free(text);
+    }
+    FMT(cmd, "%s/model.safetensors", live);
+    CHECK(test_file_contains(cmd, "in use"));
+    CHECK(stat(other, &sb) == 0 && S_ISDIR(sb.st_mode));
+    FMT(cmd, "rm -rf '%s' '%s'", live, other);
+    CHECK(test_run(cmd) == 0);
+}
+
 int main(void) {
     const char *base = test_tmpdir("make_model");
     char tiny[4096];
@@ -341,5 +387,6 @@ int main(void) {
     test_shards(base);
     test_folder_rules(base);
     test_cli(base);
+    test_leftovers(base);
     return test_summary();
 }

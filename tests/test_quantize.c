@@ -441,18 +441,33 @@ static void test_cli_errors(const char *base, const char *src) {
         FMT(dir, "%s/t_out", base);
         CHECK(access(dir, F_OK) != 0);
     }
-    /* calibration text: a folder, a file of 64 MiB (sparse), a missing file */
+    /* calibration text: only a regular file of at most 64 MiB, refused before anything is
+     * read: a folder, a FIFO without a writer (used to block forever: run under timeout),
+     * /dev/zero (used to read until memory ran out), a sparse file of 64 MiB + 1, a
+     * missing file */
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, base,
         log);
-    CHECK(test_run(cmd) == 1 && test_file_contains(log, "is a folder, expected a file") &&
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "--calib: '") &&
+          test_file_contains(log, "' is not a regular file (a directory)") &&
           test_file_contains(log, base));
+    FMT(dir, "%s/calib.fifo", base);
+    unlink(dir);
+    CHECK(mkfifo(dir, 0600) == 0);
+    FMT(cmd, "timeout 60 '%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src,
+        base, dir, log);
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "calib.fifo' is not a regular file (a fifo)"));
+    unlink(dir);
+    FMT(cmd, "timeout 60 '%s' quantize -i '%s' -o '%s/c_out' --calib /dev/zero 2>'%s'", MOE8_CLI,
+        src, base, log);
+    CHECK(test_run(cmd) == 1 &&
+          test_file_contains(log, "--calib: '/dev/zero' is not a regular file (a character device)"));
     FMT(dir, "%s/big_calib.txt", base);
     test_write_file(dir, "", 0);
-    CHECK(truncate(dir, 64 << 20) == 0);
+    CHECK(truncate(dir, (64 << 20) + 1) == 0);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s' 2>'%s'", MOE8_CLI, src, base, dir,
         log);
-    CHECK(test_run(cmd) == 1 && test_file_contains(log, "big_calib.txt' is 67108864 bytes, expected under "
-                                              "67108864 (64 MiB)"));
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "big_calib.txt' is 67108865 bytes, more "
+                                                        "than the 67108864 allowed"));
     unlink(dir);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s/c_out' --calib '%s/missing.txt' 2>'%s'", MOE8_CLI, src,
         base, base, log);

@@ -18,4 +18,8 @@ int cmd_make_model(int argc, char **argv);
 /* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
 int cli_fail(const char *cmd, const moe8_error *err);
 
+/* Route the library's warnings and errors (moe8_set_log) to stderr as
+ * "moe8 <cmd>: <message>"; `cmd` must outlive the process's library calls. */
+void cli_log_warnings(const char *cmd);
+
 #endif

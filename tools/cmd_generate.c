@@ -4,7 +4,7 @@
  *
  * Flow: parse flags (strictly: every number checked for syntax and range) ->
  * collect the prompts (-p TEXT, -f FILE with one prompt per line, or
- * --prompt-ids) -> load the model and, when text is involved, the tokenizer
+ * --prompt-ids[-file]) -> load the model and, when text is involved, the tokenizer
  * -> tokenize (Qwen chat format with --chat; BOS only when the tokenizer says
  * add_bos) -> one context with a KV slot per prompt -> prefill every prompt
  * (one moe8_decode when they fit n_batch) -> decode the live prompts in
@@ -17,6 +17,10 @@
  * stats line (key=value pairs, always the last line of stderr) on stderr.
  * Uses only the public header. Does not: echo the prompt, hold a
  * conversation, or stop on strings (only on stop ids).
+ *
+ * Input files (-f, --prompt-ids-file) are read whole through moe8_read_file:
+ * regular files only (a FIFO or a device is refused at once, never read), at
+ * most 64 MiB each. --dump-logits writes only over a regular file or a new name.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -40,12 +44,18 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS) [options]\n"
+        "usage: moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS |\n"
+        "                             --prompt-ids-file FILE) [options]\n"
         "  -m DIR             model folder (config.json, *.safetensors, tokenizer.json, ...)\n"
         "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
         "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
         "                     prompts prefilled together, then decoded in lockstep\n"
-        "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed)\n"
+        "                     (a regular file of at most 64 MiB, no NUL bytes)\n"
+        "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed),\n"
+        "                     separated by commas and/or whitespace\n"
+        "  --prompt-ids-file FILE\n"
+        "                     one prompt as token ids read from FILE, same syntax (for\n"
+        "                     prompts longer than a command line; at most 64 MiB)\n"
         "  -n N               tokens to generate per prompt, the first included (default %d;\n"
         "                     0 runs only the prompt)\n"
         "  -c N               context length per prompt (default %d, at most the model's\n"
@@ -60,10 +70,11 @@ static void usage(FILE *f) {
         "  --ignore-eos       do not stop on the stop ids (the model's eos ids + <|im_end|>)\n"
         "  --threads N        threads (default: OpenMP's)\n"
         "  --ids              print generated token ids instead of text (no tokenizer needed\n"
-        "                     with --prompt-ids): space-separated, one line per prompt\n"
+        "                     with token id prompts): space-separated, one line per prompt\n"
         "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
-        "                     line per vocabulary id (%%.9g), single prompt only; never\n"
-        "                     inside the model folder or the -f file (written whole, then renamed)\n"
+        "                     line per vocabulary id (%%.9g), single prompt only; FILE is a\n"
+        "                     regular file or a new name, never inside the model folder or a\n"
+        "                     prompt file (written whole, then renamed over FILE)\n"
         "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
         "  --tp N             run as N ranks started by mpirun -np N (tensor parallel:\n"
         "                     attention heads, dense MLPs and experts split over the ranks;\n"
@@ -86,7 +97,7 @@ static void usage(FILE *f) {
 /* ======================================================================== */
 
 typedef struct {
-    const char *dir, *text, *file, *prompt_ids, *dump;
+    const char *dir, *text, *file, *prompt_ids, *ids_file, *dump;
     char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
     int64_t n_predict, n_ctx;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
@@ -137,9 +148,9 @@ static int parse_seed(const char *s, uint64_t *out) {
 }
 
 static int is_valued(const char *a) {
-    static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--dump-logits", "-n",
-                                        "-c", "--threads", "--top-k", "--temp", "--top-p",
-                                        "--min-p", "--seed", "--tp"};
+    static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
+                                        "--dump-logits", "-n", "-c", "--threads", "--top-k",
+                                        "--temp", "--top-p", "--min-p", "--seed", "--tp"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -152,6 +163,7 @@ static int parse_valued(opts *o, const char *a, const char *v) {
     else if (!strcmp(a, "-p")) o->text = v;
     else if (!strcmp(a, "-f")) o->file = v;
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+    else if (!strcmp(a, "--prompt-ids-file")) o->ids_file = v;
     else if (!strcmp(a, "--dump-logits")) o->dump = v;
     else if (!strcmp(a, "-n")) return parse_int(a, v, 0, INT32_MAX, &o->n_predict) ? -1 : 1;
     else if (!strcmp(a, "-c")) {
@@ -212,16 +224,18 @@ static int parse_args(int argc, char **argv, opts *o) {
         fprintf(stderr, "moe8 " CMD ": no model folder (-m DIR)\n");
         return 2;
     }
-    if (!!o->text + !!o->file + !!o->prompt_ids != 1) {
-        fprintf(stderr, "moe8 " CMD ": give exactly one of -p TEXT, -f FILE, --prompt-ids IDS\n");
+    if (!!o->text + !!o->file + !!o->prompt_ids + !!o->ids_file != 1) {
+        fprintf(stderr, "moe8 " CMD ": give exactly one of -p TEXT, -f FILE, --prompt-ids IDS, "
+                "--prompt-ids-file FILE\n");
         return 2;
     }
     if (o->expert_parallel && o->tp < 2) {
         fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N >= 2\n");
         return 2;
     }
-    if (o->chat && o->prompt_ids) {
-        fprintf(stderr, "moe8 " CMD ": --chat formats text prompts; it cannot wrap --prompt-ids\n");
+    if (o->chat && (o->prompt_ids || o->ids_file)) {
+        fprintf(stderr, "moe8 " CMD ": --chat formats text prompts; it cannot wrap %s\n",
+                o->prompt_ids ? "--prompt-ids" : "--prompt-ids-file");
         return 2;
     }
     return 0;
@@ -260,71 +274,124 @@ static int prompts_alloc(prompts *p, int n, int with_text) {
     return -1;
 }
 
-/* "1,2,3": ids in [0, INT32_MAX], checked against the vocabulary later. */
-static int parse_prompt_ids(const char *s, prompts *p) {
-    size_t n = 1;
-    const char *c = s;
-    for (const char *q = s; *q; q++) n += *q == ',';
-    if (prompts_alloc(p, 1, 0) || !(p->ids[0] = malloc(n * sizeof(int32_t)))) return -1;
-    for (size_t i = 0; i < n; i++) {
-        char buf[32];
-        size_t k = strcspn(c, ",");
-        int64_t v;
-        if (k == 0 || k >= sizeof buf)
-            return bad_value("--prompt-ids", "comma-separated token ids like '1,2,3'", s);
-        memcpy(buf, c, k);
-        buf[k] = '\0';
-        if (!isdigit((unsigned char)buf[0]) || parse_int("--prompt-ids", buf, 0, INT32_MAX, &v))
-            return bad_value("--prompt-ids", "comma-separated token ids like '1,2,3'", s);
-        p->ids[0][i] = (int32_t)v;
-        c += k + (c[k] == ',');
+/* Token ids "1,2,3", "1 2 3" or "1, 2,\n3": decimal ids in [0, INT32_MAX]
+ * (checked against the vocabulary later) separated by whitespace and/or one
+ * comma. Fills ids[] when it is not NULL; *n gets the count. 0, or -1 after a
+ * message naming `what` (the flag, and the file) and the offending id's
+ * position: its index from 1 and its byte offset. */
+static int scan_ids(const char *what, const char *s, size_t len, int32_t *ids, size_t *n) {
+    size_t i = 0, k = 0;
+    *n = 0;
+    while (i < len && isspace((unsigned char)s[i])) i++;
+    if (i == len) {
+        fprintf(stderr, "moe8 " CMD ": %s: no token ids\n", what);
+        return -1;
     }
+    while (i < len) {
+        size_t start = i, d;
+        long long v = -1;
+        while (i < len && s[i] != ',' && !isspace((unsigned char)s[i])) i++;
+        d = i - start;
+        if (d > 0 && d < 16) {
+            char buf[16], *end;
+            memcpy(buf, s + start, d);
+            buf[d] = '\0';
+            v = isdigit((unsigned char)buf[0]) ? strtoll(buf, &end, 10) : -1;
+            if (v >= 0 && *end) v = -1;
+        }
+        if (v < 0 || v > INT32_MAX) {
+            char shown[40];
+            size_t m = d < 32 ? d : 32;
+            for (size_t j = 0; j < m; j++)
+                shown[j] = isprint((unsigned char)s[start + j]) ? s[start + j] : '?';
+            shown[m] = '\0';
+            fprintf(stderr, "moe8 " CMD ": %s: token %zu (byte offset %zu): expected a token id "
+                    "in [0, %d] (ids separated by commas or whitespace), got '%s%s'\n", what,
+                    k + 1, start, INT32_MAX, shown, d > m ? "..." : "");
+            return -1;
+        }
+        if (ids) ids[k] = (int32_t)v;
+        k++;
+        while (i < len && isspace((unsigned char)s[i])) i++;
+        if (i < len && s[i] == ',') { /* a comma: another id must follow */
+            i++;
+            while (i < len && isspace((unsigned char)s[i])) i++;
+            if (i == len) {
+                fprintf(stderr, "moe8 " CMD ": %s: token %zu (byte offset %zu): expected a token "
+                        "id after the last comma, got the end\n", what, k + 1, i);
+                return -1;
+            }
+        }
+    }
+    *n = k;
+    return 0;
+}
+
+/* One prompt of ids: `s` from --prompt-ids or a --prompt-ids-file's text. */
+static int parse_prompt_ids(const char *what, const char *s, size_t len, prompts *p) {
+    size_t n = 0;
+    if (scan_ids(what, s, len, NULL, &n)) return -1;
+    if (n > INT32_MAX) {
+        fprintf(stderr, "moe8 " CMD ": %s: %zu token ids, more than a prompt holds\n", what, n);
+        return -1;
+    }
+    if (prompts_alloc(p, 1, 0)) return -1;
+    if (!(p->ids[0] = malloc(n * sizeof(int32_t)))) {
+        fprintf(stderr, "moe8 " CMD ": out of memory for %zu token ids\n", n);
+        return -1;
+    }
+    scan_ids(what, s, len, p->ids[0], &n);
     p->len[0] = (int32_t)n;
     p->n_tokens = (int64_t)n;
     return 0;
 }
 
-static char *read_all(const char *path, size_t *n_out) {
-    FILE *f = fopen(path, "rb");
+#define PROMPT_FILE_MAX ((size_t)64 << 20) /* -f: 64 MiB */
+#define IDS_FILE_MAX ((size_t)64 << 20)    /* --prompt-ids-file: 64 MiB */
+
+/* A whole input file (regular files only: a FIFO or a device is refused at
+ * once, never read), or NULL after a message naming the flag and the file. */
+static char *read_input(const char *flag, const char *path, size_t max, size_t *n_out) {
+    moe8_error err;
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int ok = 1;
-    if (!f) {
-        fprintf(stderr, "moe8 " CMD ": cannot open prompt file '%s': %s\n", path, strerror(errno));
+    if (moe8_read_file(path, max, &buf, n_out, &err) != MOE8_OK) {
+        fprintf(stderr, "moe8 " CMD ": %s: %s\n", flag, err.message);
         return NULL;
     }
-    while (ok) {
-        size_t r;
-        if (cap - n < 4096) {
-            char *nb = realloc(buf, cap = 2 * cap + 65536);
-            if (!(ok = nb != NULL)) break;
-            buf = nb;
-        }
-        r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (!ok || ferror(f)) {
-        fprintf(stderr, "moe8 " CMD ": cannot read prompt file '%s'%s\n", path,
-                ok ? "" : ": out of memory");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *n_out = n;
-    }
-    fclose(f);
     return buf;
 }
 
-/* One prompt per non-blank line ("\r\n" endings accepted). */
-static int read_prompt_file(const char *path, prompts *p) {
+/* --prompt-ids-file: one prompt of ids, the --prompt-ids syntax. */
+static int read_ids_file(const char *path, prompts *p) {
+    char what[PATH_MAX + 32];
     size_t n_bytes = 0;
-    char *buf = read_all(path, &n_bytes), *line;
+    char *buf = read_input("--prompt-ids-file", path, IDS_FILE_MAX, &n_bytes);
+    int rc;
+    if (!buf) return -1;
+    snprintf(what, sizeof what, "--prompt-ids-file '%s'", path);
+    rc = parse_prompt_ids(what, buf, n_bytes, p);
+    free(buf);
+    return rc;
+}
+
+/* One prompt per non-blank line ("\r\n" and "\r" endings accepted). A NUL
+ * byte is refused: it would end the prompt there and drop the rest. */
+static int read_prompt_file(const char *path, prompts *p) {
+    size_t n_bytes = 0, line_no = 1;
+    char *buf = read_input("-f", path, PROMPT_FILE_MAX, &n_bytes), *line;
     int n = 0, rc = -1;
     if (!buf) return -1;
-    for (size_t i = 0; i < n_bytes; i++)
-        if (buf[i] == '\n' || buf[i] == '\r') buf[i] = '\0';
+    for (size_t i = 0; i < n_bytes; i++) {
+        if (buf[i] == '\0') {
+            fprintf(stderr, "moe8 " CMD ": -f: '%s' line %zu holds a NUL byte (byte offset %zu); "
+                    "a prompt is text\n", path, line_no, i);
+            goto done;
+        }
+        if (buf[i] != '\n' && buf[i] != '\r') continue;
+        if (buf[i] == '\r' && i + 1 < n_bytes && buf[i + 1] == '\n') buf[i++] = '\0';
+        buf[i] = '\0';
+        line_no++;
+    }
     for (size_t i = 0; i < n_bytes; i += strlen(buf + i) + 1) n += buf[i] != '\0';
     if (n == 0) {
         fprintf(stderr, "moe8 " CMD ": prompt file '%s' holds no prompt (empty or blank lines)\n",
@@ -550,11 +617,26 @@ static void on_finish(runner *r, int i) {
     else if (!r->o->print_ids) print_completion(r, i);
 }
 
+/* NULL when `path` (canonical) is missing or a regular file; else what it is.
+ * The dump is renamed over its path, so anything else there (a FIFO, a
+ * device such as /dev/null, a socket) would be replaced by a text file. */
+static const char *dump_target_kind(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISREG(sb.st_mode)) return NULL;
+    return S_ISDIR(sb.st_mode)    ? "a folder"
+           : S_ISFIFO(sb.st_mode) ? "a fifo"
+           : S_ISCHR(sb.st_mode)  ? "a character device"
+           : S_ISBLK(sb.st_mode)  ? "a block device"
+           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                  : "a special file";
+}
+
 /* Prompt logits of every vocabulary id, "id value" per line, %.9g (round-trips
  * a float), written to "<path>.tmp.<pid>" and renamed over `path` (the
  * canonical path check_dump_path found): a failed run leaves no half file. */
 static int dump_logits(const char *shown, const char *path, const float *logits, int32_t n_vocab) {
     char tmp[PATH_MAX + 300];
+    const char *kind;
     FILE *f = NULL;
     int fd, ok;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -569,7 +651,13 @@ static int dump_logits(const char *shown, const char *path, const float *logits,
     }
     for (int32_t v = 0; v < n_vocab; v++) fprintf(f, "%d %.9g\n", v, logits[v]);
     ok = !ferror(f);
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+    ok = fclose(f) == 0 && ok;
+    if (ok && (kind = dump_target_kind(path))) { /* appeared since check_dump_path */
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is now %s; not replaced\n", shown, kind);
+        unlink(tmp);
+        return -1;
+    }
+    if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s': %s\n", shown,
                 strerror(errno));
         unlink(tmp);
@@ -614,18 +702,21 @@ static int path_inside(const char *path, const char *dir) {
 }
 
 /* --dump-logits never overwrites the model (its files are memory-mapped: a
- * truncated one kills the run) nor the -f prompt file. Fills o->dump_real. */
+ * truncated one kills the run), the prompt file (-f, --prompt-ids-file), nor
+ * anything but a regular file (as root, renaming over /dev/null replaced the
+ * device with a text file). Fills o->dump_real. */
 static int check_dump_path(opts *o) {
     char model[PATH_MAX], prompt[PATH_MAX];
-    struct stat sb;
+    const char *kind;
     if (!o->dump) return 0;
     if (canonical_path(o->dump, o->dump_real, sizeof o->dump_real) != 0) {
         fprintf(stderr, "moe8 " CMD ": --dump-logits '%s': cannot resolve the path: %s\n", o->dump,
                 strerror(errno));
         return -1;
     }
-    if (stat(o->dump_real, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is a folder, expected a file\n", o->dump);
+    if ((kind = dump_target_kind(o->dump_real))) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is %s, expected a regular file (or a "
+                "new name): it would be replaced\n", o->dump, kind);
         return -1;
     }
     if (realpath(o->dir, model) && path_inside(o->dump_real, model)) {
@@ -636,6 +727,11 @@ static int check_dump_path(opts *o) {
     if (o->file && realpath(o->file, prompt) && !strcmp(prompt, o->dump_real)) {
         fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is the prompt file (-f '%s')\n", o->dump,
                 o->file);
+        return -1;
+    }
+    if (o->ids_file && realpath(o->ids_file, prompt) && !strcmp(prompt, o->dump_real)) {
+        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is the prompt file "
+                "(--prompt-ids-file '%s')\n", o->dump, o->ids_file);
         return -1;
     }
     return 0;
@@ -802,7 +898,7 @@ static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
 static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
     char path[4096];
     moe8_error err;
-    int needed = !o->prompt_ids || !o->print_ids;
+    int needed = !(o->prompt_ids || o->ids_file) || !o->print_ids;
     if (snprintf(path, sizeof path, "%s/tokenizer.json", o->dir) >= (int)sizeof path) {
         fprintf(stderr, "moe8 " CMD ": model folder path too long\n");
         return -1;
@@ -810,7 +906,7 @@ static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
     if (access(path, F_OK) != 0) {
         if (!needed) return 0;
         fprintf(stderr, "moe8 " CMD ": '%s' not found: text prompts and text output need the "
-                "tokenizer (use --prompt-ids with --ids without one)\n", path);
+                "tokenizer (use --prompt-ids or --prompt-ids-file with --ids without one)\n", path);
         return -1;
     }
     if (moe8_tokenizer_load(o->dir, tok, &err) != MOE8_OK) {
@@ -820,9 +916,11 @@ static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
     return 0;
 }
 
-/* The prompts as given: text (-p, -f) or ids (--prompt-ids). */
+/* The prompts as given: text (-p, -f) or ids (--prompt-ids, --prompt-ids-file). */
 static int read_prompts(const opts *o, prompts *p) {
-    if (o->prompt_ids) return parse_prompt_ids(o->prompt_ids, p);
+    if (o->prompt_ids)
+        return parse_prompt_ids("--prompt-ids", o->prompt_ids, strlen(o->prompt_ids), p);
+    if (o->ids_file) return read_ids_file(o->ids_file, p);
     if (o->file) return read_prompt_file(o->file, p);
     if (prompts_alloc(p, 1, 1) || !(p->text[0] = strdup(o->text))) return -1;
     return 0;

@@ -159,6 +159,7 @@ int cmd_make_model(int argc, char **argv) {
     }
     p.progress = progress;
     p.progress_user = &ps;
+    cli_log_warnings("make-model"); /* e.g. a removed leftover of a killed run */
     if (moe8_make_model(&p, out, &err) != MOE8_OK) {
         if (ps.tty) fputc('\n', stderr);
         return cli_fail("make-model", &err);

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -21,7 +20,8 @@ static void usage(FILE *f) {
             "  -i DIR              float model folder (only read)\n"
             "  -o DIR              output folder (must not exist or be empty, unless --force;\n"
             "                      never the input or inside it)\n"
-            "  --calib FILE        calibration text for the W8A8 attention (default: built in)\n"
+            "  --calib FILE        calibration text for the W8A8 attention, a regular file of\n"
+            "                      at most 64 MiB (default: built in)\n"
             "  --linear w8a8|float attention and dense MLP: W8A8 static (default) or FLOAT\n"
             "  --deq-dtype int64|float32  storage of deq_scale (default int64: fp32 bits)\n"
             "  --shard-size N[K|M|G]      most tensor bytes per safetensors file (default 4G)\n"
@@ -64,40 +64,17 @@ static int parse_size(const char *s, uint64_t *out) {
     return 0;
 }
 
-#define CALIB_MAX_BYTES (64L << 20)
+#define CALIB_MAX_BYTES ((size_t)64 << 20) /* --calib: 64 MiB */
 
-/* The whole calibration file, or NULL after a message saying why. */
+/* The whole calibration file, or NULL after a message saying why. Regular
+ * files only (a FIFO or /dev/zero is refused at once, never read). */
 static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    struct stat sb;
+    moe8_error err;
     char *buf = NULL;
-    long n;
-    if (!f || fstat(fileno(f), &sb) != 0) {
-        fprintf(stderr, "moe8 quantize: cannot read calibration text '%s': %s\n", path,
-                strerror(errno));
-        if (f) fclose(f);
+    if (moe8_read_file(path, CALIB_MAX_BYTES, &buf, len, &err) != MOE8_OK) {
+        fprintf(stderr, "moe8 quantize: --calib: %s\n", err.message);
         return NULL;
     }
-    n = (long)sb.st_size;
-    if (S_ISDIR(sb.st_mode))
-        fprintf(stderr, "moe8 quantize: calibration text '%s' is a folder, expected a file\n", path);
-    else if (!S_ISREG(sb.st_mode))
-        fprintf(stderr, "moe8 quantize: calibration text '%s' is not a regular file\n", path);
-    else if (sb.st_size >= CALIB_MAX_BYTES)
-        fprintf(stderr, "moe8 quantize: calibration text '%s' is %lld bytes, expected under "
-                "%ld (64 MiB)\n", path, (long long)sb.st_size, CALIB_MAX_BYTES);
-    else if (!(buf = malloc((size_t)n + 1)))
-        fprintf(stderr, "moe8 quantize: calibration text '%s': out of memory\n", path);
-    else if (fread(buf, 1, (size_t)n, f) != (size_t)n || fgetc(f) != EOF) {
-        fprintf(stderr, "moe8 quantize: cannot read calibration text '%s': %s\n", path,
-                ferror(f) ? strerror(errno) : "its size changed while reading");
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    fclose(f);
     return buf;
 }
 
@@ -172,6 +149,7 @@ int cmd_quantize(int argc, char **argv) {
     }
     p.progress = progress;
     p.progress_user = &ps;
+    cli_log_warnings("quantize"); /* e.g. a removed leftover of a killed run */
     if (moe8_quantize(in, out, &p, &s, &err) != MOE8_OK) {
         free(text);
         if (ps.tty && ps.last >= 0 && ps.last < 100) fputc('\n', stderr);

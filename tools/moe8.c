@@ -25,6 +25,12 @@ int cli_fail(const char *cmd, const moe8_error *err) {
     return 1;
 }
 
+static void log_to_stderr(moe8_log_level level, const char *message, void *user) {
+    if (level >= MOE8_LOG_WARN) fprintf(stderr, "moe8 %s: %s\n", (const char *)user, message);
+}
+
+void cli_log_warnings(const char *cmd) { moe8_set_log(log_to_stderr, (void *)cmd); }
+
 static const struct {
     const char *name;
     int (*fn)(int, char **);

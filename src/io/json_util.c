@@ -1,19 +1,15 @@
 /*
- * json_util.c — exact-integer checks over cJSON numbers, bounded whole-file
- * reads, and strict JSON parsing: byte offsets in errors, nothing but
- * whitespace after the value, and no object anywhere with a key twice (cJSON
+ * json_util.c — exact-integer checks over cJSON numbers and strict JSON
+ * parsing: byte offsets in errors, nothing but whitespace after the value,
+ * and no object anywhere with a key twice (cJSON
  * would silently keep the first copy where Python's json keeps the last, so a
  * file with duplicates means different things to different readers).
  * Does not: stream, or validate anything about what the JSON says.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "io/json_util.h"
 
@@ -25,77 +21,6 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out) {
     if (v > MOE8_JSON_MAX_EXACT || v < -MOE8_JSON_MAX_EXACT) return -1;
     *out = (int64_t)v;
     return 0;
-}
-
-/* ---- whole-file reads ---------------------------------------------------- */
-
-/* Open `path` read-only and check it is a regular file. O_NONBLOCK makes
- * opening a FIFO return at once instead of waiting for a writer (it changes
- * nothing for regular files). */
-moe8_status moe8_open_regular(const char *path, int *fd_out, struct stat *st, moe8_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    *fd_out = -1;
-    if (fd < 0)
-        return moe8_fail(err, errno == ENOENT ? MOE8_ERR_NOT_FOUND : MOE8_ERR_IO, -1,
-                         "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, st) != 0) {
-        int e = errno;
-        close(fd);
-        return moe8_fail(err, MOE8_ERR_IO, -1, "cannot stat '%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(st->st_mode)) {
-        close(fd);
-        return moe8_fail(err, MOE8_ERR_IO, -1, "'%s' is not a regular file (%s)", path,
-                         S_ISFIFO(st->st_mode) ? "a fifo" : S_ISDIR(st->st_mode) ? "a directory"
-                                                                                 : "a special file");
-    }
-    *fd_out = fd;
-    return MOE8_OK;
-}
-
-static moe8_status read_all(int fd, const char *path, char *buf, size_t len, moe8_error *err) {
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, buf + got, len - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return moe8_fail(err, MOE8_ERR_IO, (int64_t)got, "cannot read '%s': %s", path,
-                             r == 0 ? "unexpected end of file" : strerror(errno));
-        got += (size_t)r;
-    }
-    return MOE8_OK;
-}
-
-moe8_status moe8_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
-                           moe8_error *err) {
-    struct stat st;
-    char *buf;
-    size_t len;
-    int fd;
-    moe8_status s;
-    *out = NULL;
-    if (out_len) *out_len = 0;
-    if ((s = moe8_open_regular(path, &fd, &st, err)) != MOE8_OK) return s;
-    if ((uint64_t)st.st_size > max_bytes) {
-        close(fd);
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s' is %lld bytes, more than the %zu allowed",
-                         path, (long long)st.st_size, max_bytes);
-    }
-    len = (size_t)st.st_size;
-    if (!(buf = malloc(len + 1))) {
-        close(fd);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes for '%s'", len + 1, path);
-    }
-    s = read_all(fd, path, buf, len, err);
-    close(fd);
-    if (s != MOE8_OK) {
-        free(buf);
-        return s;
-    }
-    buf[len] = '\0';
-    *out = buf;
-    if (out_len) *out_len = len;
-    return MOE8_OK;
 }
 
 /* ---- duplicate keys ------------------------------------------------------ */

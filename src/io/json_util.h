@@ -1,14 +1,14 @@
 /*
- * json_util.h — small helpers over cJSON and whole-file reads, shared by the
- * safetensors, config and quant-description parsers. Every number read from a
- * file is hostile: cJSON holds numbers as doubles, so integers are checked to
- * be exact before conversion.
+ * json_util.h — small helpers over cJSON, shared by the safetensors, config,
+ * tokenizer and quant-description parsers (whole files are read with
+ * moe8_read_file, io/file.h). Every number read from a file is hostile:
+ * cJSON holds numbers as doubles, so integers are checked to be exact before
+ * conversion.
  */
 #ifndef MOE8_JSON_UTIL_H
 #define MOE8_JSON_UTIL_H
 
 #include <stdint.h>
-#include <sys/stat.h>
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
@@ -19,15 +19,6 @@
 /* 0 and *out set if `item` is a JSON number holding an exact integer in
  * [-2^53, 2^53]; -1 otherwise (not a number, fractional, NaN, out of range). */
 int moe8_json_exact_int(const cJSON *item, int64_t *out);
-
-/* Open `path` read-only (O_NONBLOCK, so a FIFO cannot block) and fill *st;
- * fails naming the file unless it is a regular file. Close *fd when done. */
-moe8_status moe8_open_regular(const char *path, int *fd, struct stat *st, moe8_error *err);
-
-/* Read a whole regular file of at most `max_bytes` into a NUL-terminated heap
- * buffer (free with free()). Errors name the file. */
-moe8_status moe8_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
-                           moe8_error *err);
 
 /* Parse `text` (length `len`, need not be NUL-terminated) as JSON. Fails with
  * MOE8_ERR_FORMAT naming `label` on a syntax error or on anything but

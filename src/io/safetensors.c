@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/file.h"
 #include "io/json_util.h"
 #include "io/safetensors_internal.h"
 

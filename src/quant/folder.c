@@ -5,7 +5,11 @@
  * An output folder is built at "<parent>/.<name>.tmp.<pid>" and renamed to
  * "<parent>/<name>" at the end (rename(2) replaces an empty folder; a
  * non-empty one, with force, is first moved aside to ".<name>.old.<pid>" and
- * removed after). Paths are compared canonically (realpath of the existing
+ * removed after). A run killed with SIGKILL cannot remove its temporary
+ * folder, so begin removes such leftovers beside the output: folders named
+ * ".<name>.tmp.<pid>" whose process no longer exists (kill(pid, 0) fails
+ * with ESRCH; a live or foreign process's folder is never touched), each
+ * reported through the log callback. Paths are compared canonically (realpath of the existing
  * part) so an output can never be, contain or sit inside a protected input.
  *
  * Shards: tensors are planned in write order, in groups; a new file starts
@@ -21,6 +25,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +110,52 @@ static void rm_tree(const char *path) {
 /* Output folder                                                             */
 /* ======================================================================== */
 
+/* The pid of a temporary folder name "<prefix><digits>", or 0. */
+static long leftover_pid(const char *name, const char *prefix, size_t n_prefix) {
+    const char *d = name + n_prefix;
+    char *end;
+    long pid;
+    if (strncmp(name, prefix, n_prefix) || *d < '1' || *d > '9') return 0;
+    errno = 0;
+    pid = strtol(d, &end, 10);
+    return errno || *end || pid > INT_MAX ? 0 : pid;
+}
+
+/* Remove ".<name>.tmp.<pid>" folders of `o->final` left by runs that were
+ * killed (their process is gone). A pid that exists (kill(pid, 0) succeeds
+ * or fails with EPERM: another user's) keeps its folder; so does anything
+ * that is not a real folder. A pid reused since the crash keeps the leftover
+ * until a later run. */
+static void remove_dead_leftovers(const moe8_outdir *o) {
+    const char *slash = strrchr(o->final, '/');
+    char parent[PATH_MAX], prefix[PATH_MAX], path[2 * PATH_MAX];
+    size_t n_prefix;
+    struct dirent *e;
+    DIR *d;
+    snprintf(parent, sizeof parent, "%.*s", slash == o->final ? 1 : (int)(slash - o->final),
+             o->final);
+    n_prefix = (size_t)snprintf(prefix, sizeof prefix, ".%s.tmp.", slash + 1);
+    if (n_prefix >= sizeof prefix || !(d = opendir(parent))) return;
+    while ((e = readdir(d))) {
+        long pid = leftover_pid(e->d_name, prefix, n_prefix);
+        struct stat sb;
+        if (pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", slash == o->final ? "" : parent,
+                             e->d_name) >= sizeof path ||
+            lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            continue;
+        rm_tree(path);
+        if (lstat(path, &sb) != 0)
+            moe8_log(MOE8_LOG_WARN, "removed leftover temporary folder '%s' of process %ld "
+                     "(no longer running)", path, pid);
+        else
+            moe8_log(MOE8_LOG_WARN, "cannot remove leftover temporary folder '%s' of process %ld",
+                     path, pid);
+    }
+    closedir(d);
+}
+
 static moe8_status check_protect(const moe8_outdir *o, const char *out_dir,
                                  const char *const *protect, int n, moe8_error *err) {
     for (int i = 0; i < n; i++) {
@@ -147,6 +198,7 @@ moe8_status moe8_outdir_begin(moe8_outdir *o, const char *out_dir, int force,
     if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%.*s/.%s.tmp.%ld", (int)(slash - o->final),
                          o->final, slash + 1, (long)getpid()) >= sizeof o->tmp)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "output folder '%s': path too long", out_dir);
+    remove_dead_leftovers(o);
     rm_tree(o->tmp);   /* a leftover of a crashed run with our pid */
     if (mkdir(o->tmp, 0755) != 0) {
         moe8_status r = moe8_fail(err, MOE8_ERR_IO, -1, "cannot create folder '%s': %s", o->tmp,

@@ -32,7 +32,9 @@ typedef struct {
  * parent does not exist, when out_dir exists and is not a folder, when it is
  * a non-empty folder and !force, or when it equals, contains or lies inside
  * one of the `protect[n_protect]` folders (existing inputs: the input model,
- * the tokenizer source), which are never written or removed. */
+ * the tokenizer source), which are never written or removed. Once the checks
+ * pass, removes the temporary folders of out_dir left by killed runs (their
+ * pid no longer exists), logging each at MOE8_LOG_WARN. */
 moe8_status moe8_outdir_begin(moe8_outdir *o, const char *out_dir, int force,
                               const char *const *protect, int n_protect, moe8_error *err);
 /* Move tmp into place (removing the old folder when replacing). */
