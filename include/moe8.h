@@ -304,6 +304,10 @@ typedef struct {
 } moe8_memory_estimate;
 moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
                               moe8_error *err);
+/* Bytes of one KV cache block of the whole model: every layer's fp32 K and V
+ * of MOE8_KV_BLOCK_TOKENS positions (2 x layers x kv_heads x head_dim x 16 x
+ * 4). moe8_context_params.kv_bytes counts in these. */
+size_t moe8_model_kv_block_bytes(const moe8_model *m);
 
 /* ======================================================================== */
 /* Distributed: tensor and expert parallelism over MPI (SPEC §8)             */

@@ -6,17 +6,18 @@
  * collect the prompts (-p TEXT, -f FILE with one prompt per line, or
  * --prompt-ids[-file]) -> load the model and, when text is involved, the tokenizer
  * -> tokenize (Qwen chat format with --chat; BOS only when the tokenizer says
- * add_bos) -> one context with a KV slot per prompt -> prefill every prompt
- * (one moe8_decode when they fit n_batch) -> decode the live prompts in
- * lockstep, one token each per moe8_decode, so the MoE layer sees T = live
- * prompts. The loop mirrors moe8_generate (same sampling order, same stop and
- * context-full rules) but is written on moe8_decode so it can time the prompt
- * pass on its own and dump the prompt's logits.
+ * add_bos) -> one context (a sequence per prompt, a paged KV pool of --kv-mb
+ * or what the prompts need) -> every prompt a request of one scheduler
+ * (moe8_sched, the library's one scheduling path, as moe8_generate): steps
+ * until all end, its events streamed (one prompt) or gathered per prompt.
+ * The first step that has given every prompt its first token ends the
+ * "prefill" time; the prompt's logits for --dump-logits come with its first
+ * token's event.
  *
  * Output: text (or ids with --ids) on stdout; errors, notes and the final
  * stats line (key=value pairs, always the last line of stderr) on stderr.
  * Uses only the public header. Does not: echo the prompt, hold a
- * conversation, or stop on strings (only on stop ids).
+ * conversation, or stop on strings (only on stop ids; the library can).
  *
  * Input files (-f, --prompt-ids-file) are read whole through moe8_read_file:
  * regular files only (a FIFO or a device is refused at once, never read), at
@@ -48,8 +49,9 @@ static void usage(FILE *f) {
         "                             --prompt-ids-file FILE) [options]\n"
         "  -m DIR             model folder (config.json, *.safetensors, tokenizer.json, ...)\n"
         "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
-        "  -f FILE            one prompt per line (blank lines skipped), run as one batch:\n"
-        "                     prompts prefilled together, then decoded in lockstep\n"
+        "  -f FILE            one prompt per line (blank lines skipped), run together as\n"
+        "                     requests of one scheduler (decode tokens first, then prompt\n"
+        "                     chunks, within --max-batch-tokens)\n"
         "                     (a regular file of at most 64 MiB, no NUL bytes)\n"
         "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed),\n"
         "                     separated by commas and/or whitespace\n"
@@ -69,6 +71,13 @@ static void usage(FILE *f) {
         "  --seed S           sampling seed (default 0)\n"
         "  --ignore-eos       do not stop on the stop ids (the model's eos ids + <|im_end|>)\n"
         "  --threads N        threads (default: OpenMP's)\n"
+        "  --kv-mb N          KV cache budget in MiB, paged in blocks of 16 positions and\n"
+        "                     shared by the prompts (default: what every prompt needs for\n"
+        "                     its whole length); prompts wait or are recomputed when it is\n"
+        "                     short, with the same output\n"
+        "  --max-batch-tokens N\n"
+        "                     most tokens per forward pass (default %d): longer prompts are\n"
+        "                     read in chunks, with the same output\n"
         "  --ids              print generated token ids instead of text (no tokenizer needed\n"
         "                     with token id prompts): space-separated, one line per prompt\n"
         "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
@@ -89,7 +98,7 @@ static void usage(FILE *f) {
         "weight preparation; decode excludes each prompt's first token, which comes from\n"
         "the prompt pass). With --tp, rank 0 alone prints; a line before it gives each\n"
         "rank's resident and peak memory and its time in communication.\n",
-        DEFAULT_N_PREDICT, DEFAULT_N_CTX);
+        DEFAULT_N_PREDICT, DEFAULT_N_CTX, MAX_N_BATCH);
 }
 
 /* ======================================================================== */
@@ -99,7 +108,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *dir, *text, *file, *prompt_ids, *ids_file, *dump;
     char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
-    int64_t n_predict, n_ctx;
+    int64_t n_predict, n_ctx, kv_mb, max_batch;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
     moe8_sampler_params sp;
 } opts;
@@ -150,7 +159,8 @@ static int parse_seed(const char *s, uint64_t *out) {
 static int is_valued(const char *a) {
     static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
                                         "--dump-logits", "-n", "-c", "--threads", "--top-k",
-                                        "--temp", "--top-p", "--min-p", "--seed", "--tp"};
+                                        "--temp", "--top-p", "--min-p", "--seed", "--tp", "--kv-mb",
+                                        "--max-batch-tokens"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -172,6 +182,10 @@ static int parse_valued(opts *o, const char *a, const char *v) {
     } else if (!strcmp(a, "--threads")) {
         if (parse_int(a, v, 1, 4096, &x)) return -1;
         o->n_threads = (int)x;
+    } else if (!strcmp(a, "--kv-mb")) {
+        return parse_int(a, v, 1, (int64_t)1 << 24, &o->kv_mb) ? -1 : 1;
+    } else if (!strcmp(a, "--max-batch-tokens")) {
+        return parse_int(a, v, 1, MAX_N_BATCH, &o->max_batch) ? -1 : 1;
     } else if (!strcmp(a, "--tp")) {
         if (parse_int(a, v, 1, 4096, &x)) return -1;
         o->tp = (int)x;
@@ -468,135 +482,78 @@ static int check_prompts(const prompts *p, int64_t n_ctx, int64_t n_vocab) {
 /* Generation state                                                          */
 /* ======================================================================== */
 
+/* The prompts run as requests of one scheduler (moe8_sched): events drive
+ * the output, rank 0 prints. */
 typedef struct {
     const opts *o;
     const prompts *pr;
     moe8_dist *dist;
     int quiet;             /* ranks other than 0 print nothing */
     moe8_context *ctx;
-    moe8_sampler *smp;
-    moe8_detok *detok;     /* NULL with --ids */
-    int32_t stop[MOE8_MAX_STOP_IDS + 1];
+    moe8_sched *sched;
+    int32_t stop[MOE8_MAX_STOP_IDS + 1]; /* eos ids: the model's + <|im_end|> */
     int n_stop;
-    int32_t n_ctx, n_batch;
-    int32_t *b_tok, *b_pos, *b_seq; /* [n_batch] */
-    int8_t *b_lg;                   /* [n_batch] */
-    int32_t *row;          /* [n_seq] batch index of its logits in this pass, or -1 */
-    int32_t *next;         /* [n_seq] token to feed next */
+    int32_t n_ctx;
     int32_t *count;        /* [n_seq] tokens generated */
-    int32_t *fin;          /* [n_seq] moe8_finish */
-    int32_t *sampled;      /* [n_seq] tokens of one pass, sampled by rank 0 */
-    int32_t *out;          /* [n_seq][cap_out] generated ids */
+    int32_t *fin;          /* [n_seq] moe8_finish, 0 while running */
+    int32_t *out;          /* [n_seq][cap_out] generated ids (--ids batch) */
     int32_t cap_out;
-    int in_prefill;
-    char *text;            /* batch text of one completion */
-    size_t text_len, text_cap;
+    int n_started;         /* prompts with their first token (or ended) */
+    char **text;           /* [n_seq] batch: each completion's text so far */
+    size_t *text_len, *text_cap;
 } runner;
 
 static int runner_alloc(runner *r) {
     const int n_seq = r->pr->n;
     int64_t cap = r->o->n_predict < (int64_t)r->n_ctx + 1 ? r->o->n_predict : r->n_ctx + 1;
     r->cap_out = (int32_t)(cap > 0 ? cap : 1);
-    r->sampled = malloc((size_t)n_seq * sizeof(int32_t));
-    r->b_tok = malloc((size_t)r->n_batch * sizeof(int32_t));
-    r->b_pos = malloc((size_t)r->n_batch * sizeof(int32_t));
-    r->b_seq = malloc((size_t)r->n_batch * sizeof(int32_t));
-    r->b_lg = malloc((size_t)r->n_batch);
-    r->row = malloc((size_t)n_seq * sizeof(int32_t));
-    r->next = calloc((size_t)n_seq, sizeof(int32_t));
     r->count = calloc((size_t)n_seq, sizeof(int32_t));
     r->fin = calloc((size_t)n_seq, sizeof(int32_t));
     r->out = malloc((size_t)n_seq * (size_t)r->cap_out * sizeof(int32_t));
-    if (r->b_tok && r->b_pos && r->b_seq && r->b_lg && r->row && r->next && r->count && r->fin &&
-        r->out && r->sampled) {
-        for (int i = 0; i < n_seq; i++) r->row[i] = -1;
-        return 0;
-    }
+    r->text = calloc((size_t)n_seq, sizeof *r->text);
+    r->text_len = calloc((size_t)n_seq, sizeof *r->text_len);
+    r->text_cap = calloc((size_t)n_seq, sizeof *r->text_cap);
+    if (r->count && r->fin && r->out && r->text && r->text_len && r->text_cap) return 0;
     fprintf(stderr, "moe8 " CMD ": out of memory for %d prompts\n", n_seq);
     return -1;
 }
 
 static void runner_free(runner *r) {
-    free(r->sampled);
-    free(r->b_tok);
-    free(r->b_pos);
-    free(r->b_seq);
-    free(r->b_lg);
-    free(r->row);
-    free(r->next);
+    for (int i = 0; r->text && i < r->pr->n; i++) free(r->text[i]);
+    free(r->text);
+    free(r->text_len);
+    free(r->text_cap);
     free(r->count);
     free(r->fin);
     free(r->out);
-    free(r->text);
 }
 
 /* ======================================================================== */
 /* Output                                                                    */
 /* ======================================================================== */
 
-/* Text of one token through the streaming detokenizer; ids the tokenizer
- * does not know (a model vocab larger than the tokenizer's) print nothing. */
-static void token_text(runner *r, int32_t tok, const char **s, size_t *n) {
-    if (moe8_detok_feed(r->detok, tok, s, n, NULL) != MOE8_OK) *n = 0;
-}
-
-static void text_append(runner *r, const char *s, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = 2 * (r->text_len + n + 1) + 256;
-        char *nb = realloc(r->text, cap);
+static void text_append(runner *r, int i, const char *s, size_t n) {
+    if (r->text_len[i] + n + 1 > r->text_cap[i]) {
+        size_t cap = 2 * (r->text_len[i] + n + 1) + 256;
+        char *nb = realloc(r->text[i], cap);
         if (!nb) return; /* output truncated rather than a crash */
-        r->text = nb;
-        r->text_cap = cap;
+        r->text[i] = nb;
+        r->text_cap[i] = cap;
     }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
+    memcpy(r->text[i] + r->text_len[i], s, n);
+    r->text_len[i] += n;
+    r->text[i][r->text_len[i]] = '\0';
 }
 
 /* Batch mode: the whole completion of prompt i, each line prefixed "[i] ". */
-static void print_completion(runner *r, int i) {
-    const char *s;
-    size_t n;
-    r->text_len = 0;
-    text_append(r, "", 0);
-    moe8_detok_reset(r->detok);
-    for (int32_t k = 0; k < r->count[i] && k < r->cap_out; k++) {
-        token_text(r, r->out[(size_t)i * r->cap_out + k], &s, &n);
-        text_append(r, s, n);
-    }
-    moe8_detok_flush(r->detok, &s, &n);
-    text_append(r, s, n);
-    for (const char *line = r->text ? r->text : "", *nl;; line = nl + 1) {
+static void print_completion(const runner *r, int i) {
+    for (const char *line = r->text[i] ? r->text[i] : "", *nl;; line = nl + 1) {
         nl = strchr(line, '\n');
         printf("[%d] ", i);
         fwrite(line, 1, nl ? (size_t)(nl - line) : strlen(line), stdout);
         putchar('\n');
         if (!nl) break;
     }
-    fflush(stdout);
-}
-
-/* Single prompt: stream each token as it arrives. */
-static void stream_token(runner *r, int32_t tok) {
-    const char *s;
-    size_t n;
-    if (r->o->print_ids) {
-        printf("%s%d", r->count[0] > 1 ? " " : "", tok);
-    } else {
-        token_text(r, tok, &s, &n);
-        fwrite(s, 1, n, stdout);
-    }
-    fflush(stdout);
-}
-
-static void stream_end(runner *r) {
-    const char *s;
-    size_t n;
-    if (!r->o->print_ids) {
-        moe8_detok_flush(r->detok, &s, &n);
-        fwrite(s, 1, n, stdout);
-    }
-    putchar('\n');
     fflush(stdout);
 }
 
@@ -609,12 +566,39 @@ static void print_ids_batch(const runner *r) {
     fflush(stdout);
 }
 
-static void on_finish(runner *r, int i) {
+/* Text of an event: streamed (one prompt) or kept for the completion. */
+static void put_text(runner *r, int i, const moe8_event *e) {
+    if (r->quiet || r->o->print_ids || !e->text_len) return;
+    if (r->pr->n == 1) {
+        fwrite(e->text, 1, e->text_len, stdout);
+        fflush(stdout);
+    } else {
+        text_append(r, i, e->text, e->text_len);
+    }
+}
+
+static void on_token(runner *r, int i, const moe8_event *e) {
+    if (r->count[i] < r->cap_out) r->out[(size_t)i * r->cap_out + r->count[i]] = e->token;
+    r->count[i]++;
+    if (r->pr->n == 1 && r->o->print_ids && !r->quiet) {
+        printf("%s%d", r->count[i] > 1 ? " " : "", e->token);
+        fflush(stdout);
+    }
+    put_text(r, i, e);
+}
+
+static void on_finish(runner *r, int i, const moe8_event *e) {
+    r->fin[i] = e->finish;
+    put_text(r, i, e);
     if (r->quiet) return;
-    if (r->fin[i] == MOE8_FINISH_CONTEXT)
+    if (e->finish == MOE8_FINISH_CONTEXT)
         fprintf(stderr, "moe8 " CMD ": prompt %d stopped at the context length %d\n", i, r->n_ctx);
-    if (r->pr->n == 1) stream_end(r);
-    else if (!r->o->print_ids) print_completion(r, i);
+    if (r->pr->n == 1) {
+        putchar('\n');
+        fflush(stdout);
+    } else if (!r->o->print_ids) {
+        print_completion(r, i);
+    }
 }
 
 /* NULL when `path` (canonical) is missing or a regular file; else what it is.
@@ -738,102 +722,71 @@ static int check_dump_path(opts *o) {
 }
 
 /* ======================================================================== */
-/* Prefill and decode                                                        */
+/* Running                                                                   */
 /* ======================================================================== */
 
-/* A sampled token of prompt i (as moe8_generate: a stop id is not emitted;
- * the sequence ends at n_predict tokens or a full cache). */
-static void take(runner *r, int i, int32_t tok) {
-    for (int j = 0; !r->o->ignore_eos && j < r->n_stop; j++)
-        if (r->stop[j] == tok) {
-            r->fin[i] = MOE8_FINISH_STOP;
-            on_finish(r, i);
-            return;
-        }
-    if (r->count[i] < r->cap_out) r->out[(size_t)i * r->cap_out + r->count[i]] = tok;
-    r->count[i]++;
-    if (r->pr->n == 1 && !r->quiet) stream_token(r, tok);
-    if (r->count[i] >= r->o->n_predict) r->fin[i] = MOE8_FINISH_LENGTH;
-    else if (moe8_context_seq_len(r->ctx, i) >= r->n_ctx) r->fin[i] = MOE8_FINISH_CONTEXT;
-    else r->next[i] = tok;
-    if (r->fin[i] != MOE8_FINISH_NONE) on_finish(r, i);
-}
-
-/* Decode the n queued tokens, then sample for every prompt with a row. */
-static int flush(runner *r, int n) {
-    const moe8_batch b = {n, r->b_tok, r->b_pos, r->b_seq, r->b_lg};
+/* One scheduler step; its events to the output. *dumped: this step gave
+ * the prompt's logits to --dump-logits (1 ok, -1 failed; rank 0). */
+static int step(runner *r, int *dumped) {
+    const moe8_event *ev;
+    int32_t n_ev;
     moe8_error err;
-    if (n == 0) return 0;
-    int32_t stop = 0;
-    int k = 0;
-    if (moe8_decode(r->ctx, &b, &err) != MOE8_OK) return r->quiet ? 1 : cli_fail(CMD, &err);
-    /* Rank 0 samples (and dumps); every rank takes the tokens it broadcasts. */
-    for (int i = 0; i < r->pr->n && !r->quiet; i++) {
-        const float *logits;
-        if (r->row[i] < 0) continue;
-        logits = moe8_context_logits(r->ctx, r->row[i]);
-        if (r->in_prefill && r->o->dump &&
-            dump_logits(r->o->dump, r->o->dump_real, logits, moe8_context_n_vocab(r->ctx)))
-            stop = 1;
-        if (r->o->n_predict > 0) r->sampled[k++] = moe8_sampler_sample(r->smp, logits);
-    }
-    for (int i = 0; i < r->pr->n && r->quiet; i++) k += r->row[i] >= 0 && r->o->n_predict > 0;
-    if (moe8_dist_bcast_tokens(r->dist, r->sampled, k, &stop, &err) != MOE8_OK)
+    if (moe8_sched_step(r->sched, &ev, &n_ev, &err) != MOE8_OK)
         return r->quiet ? 1 : cli_fail(CMD, &err);
-    if (stop) return 1;
-    k = 0;
+    for (int32_t k = 0; k < n_ev; k++) {
+        const int i = (int)(intptr_t)ev[k].user;
+        const int first = ev[k].type == MOE8_EVENT_FINISH ? r->count[i] == 0 : r->count[i] == 0;
+        if (first) r->n_started++;
+        if (first && r->o->dump && ev[k].logits) {
+            *dumped = r->quiet ? 1
+                      : dump_logits(r->o->dump, r->o->dump_real, ev[k].logits,
+                                    moe8_context_n_vocab(r->ctx)) ? -1 : 1;
+        }
+        if (ev[k].type == MOE8_EVENT_TOKEN) on_token(r, i, &ev[k]);
+        else on_finish(r, i, &ev[k]);
+    }
+    return 0;
+}
+
+static int add_requests(runner *r) {
     for (int i = 0; i < r->pr->n; i++) {
-        int row = r->row[i];
-        r->row[i] = -1;
-        if (row < 0) continue;
-        if (r->o->n_predict == 0) {
-            r->fin[i] = MOE8_FINISH_LENGTH;
-            on_finish(r, i);
-        } else {
-            take(r, i, r->sampled[k++]);
+        moe8_request q = moe8_request_default();
+        moe8_error err;
+        int64_t id;
+        q.prompt = r->pr->ids[i];
+        q.n_prompt = r->pr->len[i];
+        q.sampling = r->o->sp;
+        q.max_tokens = (int32_t)(r->o->n_predict < INT32_MAX ? r->o->n_predict : INT32_MAX);
+        q.ignore_eos = r->o->ignore_eos;
+        q.user = (void *)(intptr_t)i;
+        if (moe8_sched_add(r->sched, &q, &id, &err) != MOE8_OK) {
+            fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", i, err.message);
+            return 1;
         }
     }
     return 0;
 }
 
-/* Every prompt, in passes of up to n_batch tokens (one pass when they fit). */
-static int prefill(runner *r) {
-    const prompts *p = r->pr;
-    int n = 0;
-    r->in_prefill = 1;
-    for (int i = 0; i < p->n; i++)
-        for (int32_t j = 0; j < p->len[i]; j++) {
-            int last = j == p->len[i] - 1;
-            r->b_tok[n] = p->ids[i][j];
-            r->b_pos[n] = j;
-            r->b_seq[n] = i;
-            r->b_lg[n] = (int8_t)last;
-            if (last) r->row[i] = n;
-            if (++n == r->n_batch) {
-                if (flush(r, n)) return 1;
-                n = 0;
-            }
-        }
-    if (flush(r, n)) return 1;
-    r->in_prefill = 0;
-    return 0;
-}
+/* Every prompt to its end. *t_first, *n_first: when every prompt had its
+ * first token (or ended), and the tokens generated by then. */
+static double now_s(void);
+static int agree(moe8_dist *d, int failed);
 
-/* Lockstep: each step feeds one token of every live prompt. */
-static int decode_steps(runner *r) {
-    for (;;) {
-        int n = 0;
-        for (int i = 0; i < r->pr->n; i++) {
-            if (r->fin[i] != MOE8_FINISH_NONE) continue;
-            r->b_tok[n] = r->next[i];
-            r->b_pos[n] = moe8_context_seq_len(r->ctx, i);
-            r->b_seq[n] = i;
-            r->b_lg[n] = 1;
-            r->row[i] = n++;
+static int run_all(runner *r, double *t_first, int64_t *n_first) {
+    *t_first = 0;
+    *n_first = 0;
+    while (moe8_sched_pending(r->sched) > 0) {
+        int dumped = 0;
+        if (step(r, &dumped)) return 1;
+        /* a failed dump on rank 0 ends every rank */
+        if (dumped && agree(r->dist, dumped < 0)) return 1;
+        if (*t_first == 0 && r->n_started == r->pr->n) {
+            *t_first = now_s();
+            for (int i = 0; i < r->pr->n; i++) *n_first += r->count[i];
         }
-        if (n == 0) return 0;
-        if (flush(r, n)) return 1;
     }
+    if (*t_first == 0) *t_first = now_s();
+    return 0;
 }
 
 /* ======================================================================== */
@@ -869,7 +822,8 @@ static int agree(moe8_dist *d, int failed) {
 static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
     int64_t head[16] = {o->n_predict, o->n_ctx, o->ctx_set, o->chat, o->ignore_eos,
                         o->float_experts, o->tp, o->expert_parallel, o->sp.top_k,
-                        (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids};
+                        (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids, o->kv_mb,
+                        o->max_batch};
     float f[3] = {o->sp.temperature, o->sp.top_p, o->sp.min_p};
     size_t n = sizeof head + sizeof f + (size_t)p->n_tokens * sizeof(int32_t), u = 0;
     char *buf = malloc(n);
@@ -943,21 +897,38 @@ static void collect_stops(runner *r, const moe8_config *c, const moe8_tokenizer 
     if (im_end >= 0) r->stop[r->n_stop++] = im_end;
 }
 
-static int make_context(const opts *o, moe8_model *m, const prompts *p, runner *r) {
+/* KV pool: --kv-mb, or what every prompt needs for its whole length. */
+static uint64_t kv_budget(const opts *o, const moe8_model *m, const prompts *p, int32_t n_ctx) {
+    const int64_t bs = MOE8_KV_BLOCK_TOKENS;
+    int64_t blocks = 0;
+    if (o->kv_mb) return (uint64_t)o->kv_mb << 20;
+    for (int i = 0; i < p->n; i++) {
+        int64_t n = p->len[i] + o->n_predict;
+        blocks += ((n < n_ctx ? n : n_ctx) + bs - 1) / bs;
+    }
+    return (uint64_t)blocks * moe8_model_kv_block_bytes(m);
+}
+
+static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const prompts *p,
+                        runner *r) {
     moe8_context_params cp = moe8_context_params_default();
+    moe8_sched_params sp = moe8_sched_params_default();
     moe8_error err;
     int64_t nb = p->n_tokens < MAX_N_BATCH ? p->n_tokens : MAX_N_BATCH;
+    if (o->max_batch && nb > o->max_batch) nb = o->max_batch;
     cp.n_ctx = r->n_ctx;
     cp.n_seq_max = p->n;
     cp.n_batch = (int32_t)(nb > p->n ? nb : p->n);
     cp.n_outputs = p->n;
     cp.n_threads = o->n_threads;
     cp.float_experts = o->float_experts;
+    cp.kv_bytes = kv_budget(o, m, p, r->n_ctx);
     if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) /* agreed by every rank */
         return r->quiet ? 1 : cli_fail(CMD, &err);
-    r->n_batch = moe8_context_get_params(r->ctx).n_batch;
-    if (moe8_sampler_create(&o->sp, moe8_context_n_vocab(r->ctx), &r->smp, &err) != MOE8_OK)
-        return cli_fail(CMD, &err);
+    sp.tok = o->print_ids ? NULL : tok;
+    sp.eos_ids = r->stop;
+    sp.n_eos_ids = r->n_stop;
+    if (moe8_sched_create(r->ctx, &sp, &r->sched, &err) != MOE8_OK) return cli_fail(CMD, &err);
     return 0;
 }
 
@@ -1038,27 +1009,20 @@ static int run(const opts *o, moe8_dist *d, moe8_model *m, moe8_tokenizer *tok, 
     collect_stops(&r, moe8_model_config(m), tok);
     /* Same model and prompts on every rank (checked at load): these agree. */
     if (resolve_n_ctx(o, moe8_model_config(m), &r.n_ctx) ||
-        check_prompts(p, r.n_ctx, moe8_model_config(m)->vocab_size) || make_context(o, m, p, &r))
+        check_prompts(p, r.n_ctx, moe8_model_config(m)->vocab_size) ||
+        make_context(o, m, tok, p, &r))
         goto done;
-    bad = runner_alloc(&r) != 0;
-    if (!bad && !o->print_ids && !r.quiet) {
-        moe8_error err;
-        if ((bad = moe8_detok_new(tok, 0, &r.detok, &err) != MOE8_OK)) cli_fail(CMD, &err);
-    }
+    bad = runner_alloc(&r) != 0 || add_requests(&r) != 0;
     if (agree(d, bad)) goto done;
     t1 = now_s();
-    if (prefill(&r)) goto done;
-    t2 = now_s();
-    for (int i = 0; i < p->n; i++) n_first += r.count[i];
-    if (decode_steps(&r)) goto done;
+    if (run_all(&r, &t2, &n_first)) goto done;
     t3 = now_s();
     if (p->n > 1 && o->print_ids && !r.quiet) print_ids_batch(&r);
     if (print_rank_memory(d)) goto done;
     if (!r.quiet) print_stats(t1 - t0, p, t2 - t1, &r, n_first, t3 - t2);
     rc = 0;
 done:
-    moe8_detok_free(r.detok);
-    moe8_sampler_free(r.smp);
+    moe8_sched_free(r.sched);
     moe8_context_free(r.ctx);
     runner_free(&r);
     return rc;

@@ -217,10 +217,9 @@ static moe8_status alloc_moe_ws(moe8_context *x, moe8_error *err) {
     return MOE8_OK;
 }
 
-/* Bytes of one KV block: every layer's K and V of MOE8_KV_BLOCK_TOKENS
- * positions. Sized from the whole model's kv heads, so every rank of a TP
- * group derives the same block count from the same budget. */
-static size_t block_bytes(const moe8_model *m) {
+/* Sized from the whole model's kv heads, so every rank of a TP group derives
+ * the same block count from the same budget. */
+size_t moe8_model_kv_block_bytes(const moe8_model *m) {
     const moe8_config *c = &m->cfg;
     return (size_t)c->num_hidden_layers * 2 * (size_t)c->num_key_value_heads * MOE8_KV_BLOCK_TOKENS *
            (size_t)c->head_dim * sizeof(float);
@@ -233,12 +232,12 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
     moe8_status st;
     if (x->p.kv_bytes) {
-        n_blocks = (int64_t)(x->p.kv_bytes / block_bytes(x->model));
+        n_blocks = (int64_t)(x->p.kv_bytes / moe8_model_kv_block_bytes(x->model));
         if (n_blocks < 1)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_bytes %llu holds no kv block "
                              "(one block of %d positions takes %zu bytes)",
                              (unsigned long long)x->p.kv_bytes, MOE8_KV_BLOCK_TOKENS,
-                             block_bytes(x->model));
+                             moe8_model_kv_block_bytes(x->model));
     }
     if (n_blocks > INT32_MAX / 2)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache of %lld blocks is too large",
