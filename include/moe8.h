@@ -204,7 +204,7 @@ typedef enum {
 
 const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC" */
 
-/* config.json of a qwen3_moe model (SPEC §7), defaults filled in (those of
+/* config.json of a qwen3_moe model (SEMANTICS §7), defaults filled in (those of
  * Hugging Face's Qwen3MoeConfig where it has one). */
 #define MOE8_MAX_STOP_IDS 16
 #define MOE8_MAX_LAYERS 512       /* num_hidden_layers above this is refused */
@@ -239,7 +239,7 @@ typedef struct {
  * numbers, with messages naming the field and its value. */
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err);
-/* 1 if layer `layer` is a MoE layer (SPEC §7), 0 if it has a dense MLP. */
+/* 1 if layer `layer` is a MoE layer (SEMANTICS §7), 0 if it has a dense MLP. */
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer);
 
 typedef struct moe8_model moe8_model;
@@ -250,13 +250,13 @@ typedef struct moe8_dist moe8_dist;   /* see "Distributed" below */
 typedef struct {
     int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default; at most 4096 */
     moe8_dist *dist;              /* NULL (or one rank): single process. Else this rank's share
-                                   * of the model (SPEC §8); must outlive the model */
+                                   * of the model (SEMANTICS §8); must outlive the model */
 } moe8_model_params;
 moe8_model_params moe8_model_params_default(void);
 
 /* Open a model folder: config.json (+ generation_config.json), the
  * safetensors file(s), quant_model_description.json (absent = every tensor
- * FLOAT). Resolves each layer's quant types (SPEC §6) and checks every tensor
+ * FLOAT). Resolves each layer's quant types (SEMANTICS §6) and checks every tensor
  * the forward pass reads (names, dtypes, shapes, scale/offset values) before
  * returning. Tensors stay memory-mapped; nothing is packed or computed yet.
  * `params` may be NULL (defaults). */
@@ -293,7 +293,7 @@ typedef struct {
 } moe8_model_stats;
 void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out);
 
-/* Rough memory need for a context of n_ctx tokens (SPEC §6b): the checkpoint's
+/* Rough memory need for a context of n_ctx tokens (SEMANTICS §6b): the checkpoint's
  * tensor bytes, an fp32 KV cache (2 x layers x kv_heads x head_dim x n_ctx x 4)
  * and a scratch estimate for one sequence. */
 typedef struct {
@@ -310,7 +310,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_es
 size_t moe8_model_kv_block_bytes(const moe8_model *m);
 
 /* ======================================================================== */
-/* Distributed: tensor and expert parallelism over MPI (SPEC §8)             */
+/* Distributed: tensor and expert parallelism over MPI (SEMANTICS §8)             */
 /* ======================================================================== */
 
 /* N processes (ranks), started together by mpirun, run one model: attention
@@ -417,7 +417,7 @@ int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
 void moe8_sampler_free(moe8_sampler *s);
 
 /* ======================================================================== */
-/* Generation: contexts, batches, decode, generate (SPEC §7)                 */
+/* Generation: contexts, batches, decode, generate (SEMANTICS §7)                 */
 /* ======================================================================== */
 
 /* A moe8_model holds the weights; a moe8_context holds what one stream of
@@ -437,7 +437,7 @@ void moe8_sampler_free(moe8_sampler *s);
  *
  * Preparation: the first context of a model prepares it — W8A8 linears and
  * experts are repacked into memory moe8 owns and their mapped pages released
- * (SPEC §6b); moe8_model_load stays cheap (`inspect` never prepares). The
+ * (SEMANTICS §6b); moe8_model_load stays cheap (`inspect` never prepares). The
  * prepared weights are shared by every context of the model (with the same
  * float_experts setting) and freed with the last of them.
  *
@@ -732,7 +732,7 @@ typedef int (*moe8_progress_fn)(void *user, const char *stage, uint64_t done, ui
 typedef enum {
     MOE8_PRESET_TINY = 0,       /* 4 layers (layer 0 dense via mlp_only_layers), H 256, 8/2
                                  * heads of 32, E 16, top-4, I 128, dense 512 */
-    MOE8_PRESET_A3B_SLICE = 1,  /* Qwen3-30B-A3B shapes (SPEC §7), 4 of its 48 layers */
+    MOE8_PRESET_A3B_SLICE = 1,  /* Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of its 48 layers */
 } moe8_preset;
 
 /* Initialise with moe8_make_model_params_default(); fields are only appended. */
@@ -790,7 +790,7 @@ typedef struct {
  * (which must not be, contain or lie inside in_dir; in_dir is only read):
  *   experts      W8A8_DYNAMIC: weight I8 [N][K] = rintf(W / (amax_row / 127)),
  *                weight_scale F32 [N][1] = amax_row / 127, weight_offset F32 [N][1] = 0
- *   q/k/v/o and  W8A8 static (SPEC §5): weight, weight_scale, weight_offset as
+ *   q/k/v/o and  W8A8 static (SEMANTICS §5): weight, weight_scale, weight_offset as
  *   dense MLPs   above; input_scale F32 [1] and input_offset I8 [1] from the
  *                min/max of the layer's input over the calibration text (q/k/v
  *                share one; scale = (max - min) / 255, offset = rint(-128 -
@@ -807,10 +807,10 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
                           moe8_quantize_stats *stats, moe8_error *err);
 
 /* ======================================================================== */
-/* MoE layer (SPEC §1-§4)                                                    */
+/* MoE layer (SEMANTICS §1-§4)                                                    */
 /* ======================================================================== */
 
-/* Router scoring (SPEC §2). Append-only. */
+/* Router scoring (SEMANTICS §2). Append-only. */
 typedef enum {
     MOE8_SCORING_SOFTMAX = 0,
     MOE8_SCORING_SIGMOID = 1,
@@ -946,7 +946,7 @@ moe8_status moe8_moe_layer_forward(const moe8_moe_layer *layer, moe8_moe_workspa
 void moe8_moe_workspace_routing(const moe8_moe_workspace *ws, int *n_tokens,
                                 const int32_t **ids, const float **weights);
 
-/* The part of a model's MoE layer one process builds (SPEC §8). */
+/* The part of a model's MoE layer one process builds (SEMANTICS §8). */
 typedef struct {
     int i_begin, i_end;             /* TP slice of I; 0,0 = whole */
     int expert_first, expert_last;  /* EP range; 0,0 = all experts */
@@ -960,7 +960,7 @@ typedef struct {
  * routing from config.json (top_k = num_experts_per_tok, renormalize =
  * norm_topk_prob, softmax), experts as the layer stores them: W8A8_DYNAMIC
  * repacked, after which the mapped pages of the local experts' tensors are
- * released (SPEC §6b), or FLOAT used in place. `part` may be NULL (the whole
+ * released (SEMANTICS §6b), or FLOAT used in place. `part` may be NULL (the whole
  * layer). The model must outlive the layer. */
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer,
                                       const moe8_moe_part *part, moe8_moe_layer **out,
@@ -1014,7 +1014,7 @@ moe8_status moe8_read_file(const char *path, size_t max_bytes, char **data, size
                            moe8_error *err);
 
 /* ======================================================================== */
-/* Tokenizer: byte-level BPE from tokenizer.json (SPEC §9)                   */
+/* Tokenizer: byte-level BPE from tokenizer.json (SEMANTICS §9)                   */
 /* ======================================================================== */
 
 /* Loaded once, read-only afterwards: every call below that takes a

@@ -9,7 +9,7 @@
  * Writes config.json, generation_config.json (optional), model.safetensors or
  * two shards + model.safetensors.index.json, and quant_model_description.json
  * (quantized models, or float ones with o.float_desc). Tensor names follow
- * SPEC §6. Storage per option:
+ * SEMANTICS §6. Storage per option:
  *   quant 0: every linear float (o.float_dtype: BF16 or F32)
  *   quant 1: q/k/v/o (and dense MLP) W8A8 static: weight I8 [out][in],
  *            input_scale [1] F32, input_offset [1] (I8 when deq_i64, else

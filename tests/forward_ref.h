@@ -1,6 +1,6 @@
 /*
  * forward_ref.h — an independent double-precision Qwen3-MoE forward pass for
- * tests, written from SPEC §4, §5 and §7 and Hugging Face's Qwen3MoE code.
+ * tests, written from SEMANTICS §4, §5 and §7 and Hugging Face's Qwen3MoE code.
  * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
  * values as written to the file) by name and computes everything in double,
  * except the activation codes of quantized layers, which it computes in fp32
@@ -71,7 +71,7 @@ static float ref_deq(const fx_tensor *t, int64_t i) {
     return (float)fx_get(t, i);
 }
 
-/* W8A8 static (SPEC §5): codes in fp32, exact integer sum, then double. */
+/* W8A8 static (SEMANTICS §5): codes in fp32, exact integer sum, then double. */
 static void ref_lin_static(double *y, const double *x, const ref_model *rm, const char *prefix,
                            long long l) {
     char f[320];
@@ -96,7 +96,7 @@ static void ref_lin_static(double *y, const double *x, const ref_model *rm, cons
     free(q);
 }
 
-/* W8A8 dynamic (SPEC §4) or its dequantized twin (float_experts). */
+/* W8A8 dynamic (SEMANTICS §4) or its dequantized twin (float_experts). */
 static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, const char *prefix,
                             long long l, long long e) {
     char f[320];

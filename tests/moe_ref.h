@@ -1,9 +1,9 @@
 /*
- * moe_ref.h — an independent reference of the MoE layer (SPEC §1-§4) for
+ * moe_ref.h — an independent reference of the MoE layer (SEMANTICS §1-§4) for
  * the tests. Shares no code with src/: plain loops over the checkpoint
  * layout ([out][in] weights, per-expert arrays), no packing, no threads.
  *
- * Precision: activation codes are computed in fp32 exactly as SPEC §4 writes
+ * Precision: activation codes are computed in fp32 exactly as SEMANTICS §4 writes
  * them; from the int32 accumulator on everything is double. Routing is double
  * (scores ranked exactly: by logit on the plain path).
  */
@@ -33,7 +33,7 @@ static inline double ref_f16(uint16_t b) {
     return sign ? -v : v;
 }
 
-/* ---- SPEC §4 per-row quantization, fp32 ---------------------------------- */
+/* ---- SEMANTICS §4 per-row quantization, fp32 ---------------------------------- */
 
 static inline void ref_quant_row(const float *x, int k, int8_t *q, float *sx, int32_t *sum) {
     float amax = 0.0f;
@@ -53,7 +53,7 @@ static inline void ref_quant_row(const float *x, int k, int8_t *q, float *sx, in
     *sum = s;
 }
 
-/* ---- routing (SPEC §2) ---------------------------------------------------- */
+/* ---- routing (SEMANTICS §2) ---------------------------------------------------- */
 
 typedef struct {
     int top_k, renorm, sigmoid, grouped, n_group, topk_group, top2;
@@ -153,7 +153,7 @@ static inline double ref_w(const ref_expert *x, int proj, int ld, int n, int c) 
  * ("the same quantized operands"); NULL = quantize the reference's own A. */
 typedef const int8_t *(*ref_a_codes_fn)(void *user, int t, int j, float *sa, int32_t *asum);
 
-/* Quantized layer (SPEC §1, §4): out [T][H] (double) given routing ids/w.
+/* Quantized layer (SEMANTICS §1, §4): out [T][H] (double) given routing ids/w.
  * *a_mismatch counts A codes of the provider that differ from the
  * reference's own codes, *a_maxdiff the largest difference. */
 static inline void ref_moe_quant(const ref_layer *L, const float *h, int T, const int32_t *ids,

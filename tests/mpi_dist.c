@@ -1,5 +1,5 @@
 /*
- * mpi_dist.c — tensor and expert parallelism through the library API (SPEC
+ * mpi_dist.c — tensor and expert parallelism through the library API (SEMANTICS
  * §8), run by ctest under mpirun with 2 and 3 ranks. Every rank loads each
  * fixture twice: alone (the single-process reference, computed in this
  * process) and as its rank's shard, and compares:

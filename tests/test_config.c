@@ -1,5 +1,5 @@
 /*
- * test_config.c — config.json parsing (SPEC §7): Hugging Face defaults, a real
+ * test_config.c — config.json parsing (SEMANTICS §7): Hugging Face defaults, a real
  * Qwen3-30B-A3B config, every validation error with its message, eos lists,
  * mlp_only_layers and the MoE-layer rule.
  */

@@ -1,5 +1,5 @@
 /*
- * test_dist.c — `mpirun -np N moe8 generate --tp N` (SPEC §8) end to end,
+ * test_dist.c — `mpirun -np N moe8 generate --tp N` (SEMANTICS §8) end to end,
  * against single-process runs of the same CLI:
  *   - the reference case: W8A8 model with the Qwen3 tokenizer, prompt
  *     "Hello, my name is", 5 greedy tokens at TP=2 equal TP=1's; last-token

@@ -1,6 +1,6 @@
 /*
  * test_kernels.c — every kernel of the dispatch tables against references
- * written here from SPEC §4 (independent of kernels_ref.c and of the packed
+ * written here from SEMANTICS §4 (independent of kernels_ref.c and of the packed
  * layout), and every AVX2 kernel against its scalar twin bit for bit:
  * activation codes, xsum, int32 accumulators and dequantized floats. Float
  * GEMMs (F32/F16/BF16 weights) are checked against a double-precision sum
@@ -129,7 +129,7 @@ static void test_quant(void) {
     }
 }
 
-/* SPEC §4 fixes round-half-to-even: a host program's fesetround must not
+/* SEMANTICS §4 fixes round-half-to-even: a host program's fesetround must not
  * change the codes (rintf and _MM_FROUND_CUR_DIRECTION would follow it). */
 static void test_quant_rounding_mode(void) {
     enum { K = 300 };

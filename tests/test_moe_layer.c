@@ -1,5 +1,5 @@
 /*
- * test_moe_layer.c — the W8A8 dynamic MoE layer (SPEC §1-§4) against the
+ * test_moe_layer.c — the W8A8 dynamic MoE layer (SEMANTICS §1-§4) against the
  * independent reference in moe_ref.h, on a table of shapes (H, I not
  * multiples of 32/64; E up to 128; T up to 300): activation codes and int32
  * accumulators exact, output within 1e-5 of the reference on the same

@@ -1,5 +1,5 @@
 /*
- * test_quant_desc.c — quant_model_description.json resolution (SPEC §6)
+ * test_quant_desc.c — quant_model_description.json resolution (SEMANTICS §6)
  * without safetensors: the checkpoint's tensor names are a list, the
  * description is built with cJSON and edited once per defect.
  */

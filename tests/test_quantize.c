@@ -3,7 +3,7 @@
  * model (2 layers: layer 0 dense, layer 1 MoE; vocabulary cut to 16384 for
  * speed): layer types after load, FLOAT tensors byte-identical, int8 codes
  * and scales, deq_scale and quant_bias recomputed here, layer 0's
- * calibration range recomputed from the embeddings, SPEC §5's formula
+ * calibration range recomputed from the embeddings, SEMANTICS §5's formula
  * cancelling the offset, W8A8 vs float logits and greedy tokens, the
  * float32-deq_scale, float-linear and sharded variants, cancellation, bad
  * inputs (library and CLI), and the input folder unchanged afterwards.
@@ -248,7 +248,7 @@ static void check_layer0_range(const char *src_dir, const char *q_dir) {
         }
         CHECK_NEAR(is, (hi - lo) / 255.0, 1e-5 * (hi - lo));
         CHECKF(abs(io - (int)rint(-128.0 - lo / ((hi - lo) / 255.0))) <= 1, "offset %d", io);
-        /* SPEC §5 on the last calibration token: (xq·Wq^T + bias)·deq ≈ x·W^T */
+        /* SEMANTICS §5 on the last calibration token: (xq·Wq^T + bias)·deq ≈ x·W^T */
         {
             const int64_t id = ids[n - 1] % V;
             const moe8_tensor *dq = moe8_st_find(q, "model.layers.0.self_attn.q_proj.deq_scale");

@@ -1,5 +1,5 @@
 /*
- * test_route.c — expert selection (SPEC §2) and dispatch/combine (SPEC §3)
+ * test_route.c — expert selection (SEMANTICS §2) and dispatch/combine (SEMANTICS §3)
  * against the independent reference in moe_ref.h: every routing variant,
  * ties, dropped groups, zero-sum weights, custom callbacks, parameter errors,
  * the counting sort with local expert ranges.

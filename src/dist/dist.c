@@ -1,5 +1,5 @@
 /*
- * dist.c — the public "Distributed" API of moe8.h (SPEC §8) on top of the
+ * dist.c — the public "Distributed" API of moe8.h (SEMANTICS §8) on top of the
  * communicator of comm.h: joining the group, agreeing on outcomes, the shard
  * of each rank, and the model-folder fingerprint compared at load.
  *

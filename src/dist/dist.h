@@ -1,7 +1,7 @@
 /*
  * dist.h — internal: the moe8_dist handle of moe8.h (a communicator plus the
  * parallel mode) and the pieces the model loader and the forward use: the
- * shard of one rank (SPEC §8) and the collective check at the end of a model
+ * shard of one rank (SEMANTICS §8) and the collective check at the end of a model
  * load (agree on every rank's outcome, then compare folder fingerprints).
  */
 #ifndef MOE8_DIST_H

@@ -1,5 +1,5 @@
 /*
- * config.c — config.json of a qwen3_moe model (SPEC §7) into moe8_config.
+ * config.c — config.json of a qwen3_moe model (SEMANTICS §7) into moe8_config.
  *
  * Every field Hugging Face's Qwen3MoeConfig (transformers 4.51) knows gets its
  * default when absent or null: vocab 151936, hidden 2048, intermediate 6144,

@@ -1,5 +1,5 @@
 /*
- * quant_desc.c — ModelSlim quant_model_description.json (SPEC §6): a flat
+ * quant_desc.c — ModelSlim quant_model_description.json (SEMANTICS §6): a flat
  * JSON object mapping tensor names to "FLOAT" / "W8A8" / "W8A8_DYNAMIC", plus
  * metadata keys (model_quant_type, version, fa_quant_type, group_size, ...).
  *
@@ -98,7 +98,7 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && !memcmp(s + n - m, suffix, m);
 }
 
-/* Tensors that are float whatever the description says (SPEC §6). */
+/* Tensors that are float whatever the description says (SEMANTICS §6). */
 static int float_only(const char *name) {
     return ends_with(name, "norm.weight") || ends_with(name, ".mlp.gate.weight") ||
            !strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "lm_head.weight");

@@ -1,5 +1,5 @@
 /*
- * quant_desc.h — internal: ModelSlim quant_model_description.json (SPEC §6)
+ * quant_desc.h — internal: ModelSlim quant_model_description.json (SEMANTICS §6)
  * and the per-layer quant types resolved from it, plus the eos_token_id
  * reader shared by config.json and generation_config.json.
  *
@@ -32,7 +32,7 @@ int moe8_quant_desc_get(const moe8_quant_desc *qd, const char *name, moe8_quant_
 /* 1 if the checkpoint holds a tensor of that name. */
 typedef int (*moe8_tensor_exists_fn)(void *user, const char *name);
 
-/* Fill layers[cfg->num_hidden_layers] (SPEC §6 lookup rules). `qd` NULL means
+/* Fill layers[cfg->num_hidden_layers] (SEMANTICS §6 lookup rules). `qd` NULL means
  * no description file: every layer FLOAT. Every key naming a tensor must hold
  * FLOAT, W8A8 or W8A8_DYNAMIC; required `.weight` keys must be present;
  * packed shards (q/k/v, gate/up, experts.0 gate/up/down) must agree; linears

@@ -46,7 +46,7 @@ static inline int8_t moe8_qmat_at(const moe8_qmat *w, int i, int j) {
     return w->data[((p * (size_t)(w->k_pad / 2) + kk) * MOE8_QK_NR + c) * 2 + t];
 }
 
-/* Per-row dynamic quantization (SPEC §4), m rows of k values:
+/* Per-row dynamic quantization (SEMANTICS §4), m rows of k values:
  *   sx[r] = max|x[r]| / 127.0f; xq = clamp(rintf(x / sx), -127, 127); 0 for an all-zero row
  *   xsum[r] = sum of xq[r] (for weight offsets)
  * xq rows have stride ldq >= round_up(k, KALIGN); the tail k..round_up(k,KALIGN) is zeroed. */
@@ -58,7 +58,7 @@ typedef void (*moe8_quant_rows_fn)(int8_t *xq, int ldq, float *sx, int32_t *xsum
 typedef void (*moe8_gemm_q8_i32_fn)(int32_t *acc, int ldc, const int8_t *xq, int ldq,
                                     const moe8_qmat *w, int m, int n0, int n1);
 
-/* y[r][j] = ((float)(acc[r][j] + O[j]*xsum[r]) * sx[r]) * S[j]   (SPEC §4, fp32 in this order).
+/* y[r][j] = ((float)(acc[r][j] + O[j]*xsum[r]) * sx[r]) * S[j]   (SEMANTICS §4, fp32 in this order).
  * Bit-identical across variants (the integer part is exact, the float part fixed). */
 typedef void (*moe8_gemm_q8_f32_fn)(float *y, int ldy, const int8_t *xq, int ldq,
                                     const float *sx, const int32_t *xsum, const moe8_qmat *w,

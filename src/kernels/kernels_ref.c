@@ -1,7 +1,7 @@
 /*
  * kernels_ref.c — scalar reference kernels: the definition every optimized
  * kernel is tested against. Plain loops, no tricks; the integer parts are
- * exact int32, the float parts follow SPEC §4 operation by operation.
+ * exact int32, the float parts follow SEMANTICS §4 operation by operation.
  */
 #include <math.h>
 #include <string.h>

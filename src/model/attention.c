@@ -1,5 +1,5 @@
 /*
- * attention.c — the attention block's arithmetic (SPEC §7): RMSNorm (whole
+ * attention.c — the attention block's arithmetic (SEMANTICS §7): RMSNorm (whole
  * rows and per head), NEOX rotary embedding from a precomputed cos/sin table,
  * and causal grouped-query attention over the paged fp32 KV cache.
  *

@@ -1,12 +1,12 @@
 /*
- * forward.c — the Qwen3-MoE forward pass (SPEC §7) and the prepared weights
+ * forward.c — the Qwen3-MoE forward pass (SEMANTICS §7) and the prepared weights
  * it reads.
  *
  * moe8_weights_build turns a loaded model (model.h: tensors checked, still
  * mapped) into what the loop runs: W8A8 static linears packed (linear.c),
  * MoE layers built with moe8_moe_layer_create (experts repacked), norm
  * vectors converted to fp32 (a few KB); the mapped pages of every packed int8
- * weight are released (SPEC §6b).
+ * weight are released (SEMANTICS §6b).
  * Embeddings, lm_head, the router and FLOAT linears stay in the map in their
  * stored dtype. In float-experts mode W8A8 experts are dequantized to fp32,
  * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
@@ -19,7 +19,7 @@
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * Every buffer comes from the context's scratch: nothing is allocated here.
  *
- * Tensor / expert parallelism (SPEC §8, model.h shard): each rank builds
+ * Tensor / expert parallelism (SEMANTICS §8, model.h shard): each rank builds
  * only its share — q/k/v rows of its heads, o_proj columns (quant_bias on
  * rank 0 only), dense gate/up rows and down columns of its F slice, its MoE
  * part (an I slice, or a block of whole experts) — and the forward

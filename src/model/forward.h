@@ -1,5 +1,5 @@
 /*
- * forward.h — internal: the pieces of the Qwen3-MoE forward pass (SPEC §5,
+ * forward.h — internal: the pieces of the Qwen3-MoE forward pass (SEMANTICS §5,
  * §7), the prepared weights they read and the context they run in.
  *
  *   linear.c     FLOAT and W8A8-static linear layers (moe8_proj)
@@ -43,7 +43,7 @@ typedef struct {
  * packs the weight and decodes deq_scale / quant_bias (`with_bias` 0 drops
  * the bias, for row-parallel layers off rank 0). */
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err);
-/* The same for the block rows [r0, r1) x columns [c0, c1) of src (SPEC §8:
+/* The same for the block rows [r0, r1) x columns [c0, c1) of src (SEMANTICS §8:
  * column-parallel layers take rows, row-parallel ones columns); FLOAT reads
  * the block in place with a row stride, W8A8 packs it. */
 moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
@@ -51,7 +51,7 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
 void moe8_proj_free(moe8_proj *p);
 size_t moe8_proj_owned_bytes(const moe8_proj *p);
 
-/* Activation codes of a W8A8 static linear (SPEC §5): xq[T][ldq] int8 with
+/* Activation codes of a W8A8 static linear (SEMANTICS §5): xq[T][ldq] int8 with
  * ldq >= round_up(k, KALIGN), tail zeroed. */
 void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k, float scale,
                      float offset);

@@ -1,5 +1,5 @@
 /*
- * linear.c — the dense linear layers of the forward pass (SPEC §5, §7).
+ * linear.c — the dense linear layers of the forward pass (SEMANTICS §5, §7).
  *
  * FLOAT: y = x @ W^T with W[n][k] in its stored dtype (F32/F16/BF16) read in
  * place from the memory map by gemm_f32_wf; nothing is copied.
@@ -15,7 +15,7 @@
  * deq_scale comes as int64 holding the float32 bit pattern (fp16 exports) or
  * as float32 (bf16 exports); moe8_deq_scale_at reads either.
  *
- * Tensor parallelism (SPEC §8): a proj may be a block of the checkpoint's
+ * Tensor parallelism (SEMANTICS §8): a proj may be a block of the checkpoint's
  * weight — rows (column-parallel q/k/v, dense gate/up) or columns
  * (row-parallel o_proj, dense down, whose quant_bias only rank 0 adds).
  * Values were checked by moe8_model_load (model.h). Does not: fuse q/k/v into

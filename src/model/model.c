@@ -1,5 +1,5 @@
 /*
- * model.c — open a Qwen3-MoE model folder (SPEC §6, §7): config.json,
+ * model.c — open a Qwen3-MoE model folder (SEMANTICS §6, §7): config.json,
  * generation_config.json (optional: more stop ids), the safetensors file(s),
  * quant_model_description.json (optional: absent = every tensor FLOAT).
  *

@@ -36,7 +36,7 @@ typedef struct {
     moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts) */
     int64_t n_out, n_in;
     const moe8_tensor *weight;        /* [n_out][n_in]: BF16/F16/F32 if FLOAT, else I8 */
-    /* W8A8 static (SPEC §5); NULL otherwise: */
+    /* W8A8 static (SEMANTICS §5); NULL otherwise: */
     const moe8_tensor *input_scale;   /* [1] F32/F16/BF16, finite, > 0 */
     const moe8_tensor *input_offset;  /* [1] I8 or integer-valued F32/F16/BF16 */
     const moe8_tensor *deq_scale;     /* [n_out] I64 (fp32 bits in the low 32, high word 0
@@ -70,7 +70,7 @@ typedef struct {
     moe8_linear k;                    /* [NKV*D][H] */
     moe8_linear v;                    /* [NKV*D][H] */
     moe8_linear o;                    /* [H][NH*D] */
-    int qkv_input_differ;             /* W8A8: q/k/v input_scale/offset not all equal (SPEC §5) */
+    int qkv_input_differ;             /* W8A8: q/k/v input_scale/offset not all equal (SEMANTICS §5) */
     /* MoE layers (info.is_moe): */
     const moe8_tensor *router;        /* mlp.gate [E][H], float */
     moe8_expert *experts;             /* [E], into moe8_model.expert_store */
@@ -91,7 +91,7 @@ struct moe8_model {
     const moe8_tensor *lm_head;       /* lm_head.weight [V][H] float; == embed when tied */
     moe8_layer *layers;               /* [num_hidden_layers] */
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
-    moe8_dist_shard shard;            /* this rank's share (SPEC §8); all of it without a dist */
+    moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */
     int refs;                         /* 1 for the caller + 1 per context (atomic) */
 };
 

@@ -1,5 +1,5 @@
 /*
- * dispatch.c — dispatch and combine of the MoE layer (SPEC §3, AllGather
+ * dispatch.c — dispatch and combine of the MoE layer (SEMANTICS §3, AllGather
  * style), for the local experts [first, last).
  *
  * Slots are flat: i = t*K + j (token t, its j-th expert). Dispatch is a

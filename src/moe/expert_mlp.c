@@ -1,12 +1,12 @@
 /*
- * expert_mlp.c — the expert MLP of the MoE layer (SPEC §1, §4), one entry for
+ * expert_mlp.c — the expert MLP of the MoE layer (SEMANTICS §1, §4), one entry for
  * quantized and float experts (vllm-ascend's unified_apply_mlp):
  *
  *   Y1 = X @ [gate; up]^T     -> [m][2I]  gate at columns [0, I), up at [I, 2I)
  *   A  = silu(gate) * up      fp32, written over the gate columns of Y1
  *   Y2 = A @ down^T           -> [m][H]   (quantized: A re-quantized per row)
  *
- * Quantized experts use gemm_q8_f32 (exact int32 + SPEC §4 dequant, weight
+ * Quantized experts use gemm_q8_f32 (exact int32 + SEMANTICS §4 dequant, weight
  * offsets included through qmat.offset and the row sums); float experts use
  * gemm_f32_wf on the weights in their stored dtype. Both phases work on a
  * column range so moe_layer.c can split them across threads; every output

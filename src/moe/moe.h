@@ -3,7 +3,7 @@
  * and combine, the expert MLP and the layer/workspace structs. Tests include
  * it to check intermediate results; nothing here is public API.
  *
- * Flow of one forward (SPEC §1): router logits -> route.c (ids, weights per
+ * Flow of one forward (SEMANTICS §1): router logits -> route.c (ids, weights per
  * token) -> quantize each token once -> dispatch.c (counting sort of the local
  * slots by expert, row_of) -> gather rows -> expert_mlp.c (gate/up GEMM,
  * silu*up, requantize, down GEMM) -> dispatch.c combine (slot order).
@@ -14,7 +14,7 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 
-/* Largest H or I accepted: keeps acc + O*xsum exact in int32 (SPEC §4). */
+/* Largest H or I accepted: keeps acc + O*xsum exact in int32 (SEMANTICS §4). */
 #define MOE8_MOE_MAX_DIM 65536
 
 /* ======================================================================== */
@@ -37,7 +37,7 @@ moe8_status moe8_route_check(const int32_t *ids, const float *weights, int n_tok
 /* dispatch.c                                                                */
 /* ======================================================================== */
 
-/* Stable counting sort of the local slots (SPEC §3). Experts [first, last):
+/* Stable counting sort of the local slots (SEMANTICS §3). Experts [first, last):
  *   count[e-first] slots per expert, offs[e-first] first row of expert e
  *   (offs has last-first+1 entries), order[r] = flat slot of row r,
  *   row_of[i] = row of slot i or -1. Returns M, the number of local slots. */

@@ -3,8 +3,8 @@
  * router weight mlp.gate [E][H] in place, routing from config.json
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax),
  * experts W8A8_DYNAMIC repacked or FLOAT in place, for one TP slice and/or EP
- * range (SPEC §8). After packing, the mapped pages of the local experts'
- * tensors are released (SPEC §6b: not resident twice).
+ * range (SEMANTICS §8). After packing, the mapped pages of the local experts'
+ * tensors are released (SEMANTICS §6b: not resident twice).
  *
  * Dequantize mode (part->dequantize, W8A8_DYNAMIC experts): the part is
  * dequantized to fp32, W = S·(Wq + O), into one block the layer owns —

@@ -1,6 +1,6 @@
 /*
  * moe_layer.c — the MoE layer object: build (validate, repack), workspace,
- * forward (SPEC §1-§4) with OpenMP.
+ * forward (SEMANTICS §1-§4) with OpenMP.
  *
  * Build: each local quantized expert is packed into three moe8_qmat (gate and
  * up [I_loc][H] from rows [i_begin, i_end), down [H][I_loc] from columns

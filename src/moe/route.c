@@ -1,5 +1,5 @@
 /*
- * route.c — expert selection (SPEC §2): router logits [T][E] -> the top-k
+ * route.c — expert selection (SEMANTICS §2): router logits [T][E] -> the top-k
  * expert ids [T][K] (int32) and their weights [T][K] (fp32) of every token.
  *
  * Plain path: rank the experts by logit (the order of softmax and sigmoid

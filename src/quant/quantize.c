@@ -1,6 +1,6 @@
 /*
  * quantize.c — moe8_quantize: a float Qwen3-MoE folder to a ModelSlim-layout
- * W8A8 checkpoint (moe8.h "Model tools"; SPEC §4-§6).
+ * W8A8 checkpoint (moe8.h "Model tools"; SEMANTICS §4-§6).
  *
  * Steps: load the input with moe8_model_load (so a bad folder gets the
  * loader's error), refuse a quantized input, calibrate the W8A8 static
@@ -16,7 +16,7 @@
  *   W8A8          the three above, .input_scale F32 [1], .input_offset I8 [1],
  *                 .deq_scale [N] I64 (fp32 bits, sign-extended as ModelSlim
  *                 does) or F32, .quant_bias I32 [N]
- * With x ~ s·(xq - o) and W ~ ws·Wq (SPEC §5):
+ * With x ~ s·(xq - o) and W ~ ws·Wq (SEMANTICS §5):
  *   x·W^T ~ s·ws·(xq·Wq^T - o·Σ_k Wq)  =>  deq_scale = fp32(s·ws),
  *   quant_bias = -o·Σ_k Wq
  * (an all-zero row, output 0 whatever its scale, gets deq_scale FLT_MIN, as

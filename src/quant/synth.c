@@ -3,7 +3,7 @@
  * Face layout, deterministic in a seed (moe8.h "Model tools").
  *
  * Folder written (through a temporary folder, folder.c):
- *   config.json              every SPEC §7 field (+ architectures, torch_dtype)
+ *   config.json              every SEMANTICS §7 field (+ architectures, torch_dtype)
  *   generation_config.json   Qwen3's (eos [151645, 151643])
  *   model.safetensors        or shards + model.safetensors.index.json
  *   tokenizer.json, tokenizer_config.json (+ vocab.json, merges.txt if there)

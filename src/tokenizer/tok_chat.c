@@ -1,5 +1,5 @@
 /*
- * tok_chat.c — the Qwen chat prompt (ChatML, SPEC §9) as text:
+ * tok_chat.c — the Qwen chat prompt (ChatML, SEMANTICS §9) as text:
  *   <|im_start|>{role}\n{content}<|im_end|>\n      per message
  *   <|im_start|>assistant\n                          with MOE8_CHAT_ADD_ASSISTANT
  *   <think>\n\n</think>\n\n                          ... and MOE8_CHAT_NO_THINKING

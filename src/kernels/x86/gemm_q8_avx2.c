@@ -2,7 +2,7 @@
  * gemm_q8_avx2.c — exact int8 x int8 -> int32 GEMM over the packed weight
  * layout of kernels.h (panels of 16 channels, K in pairs, 32 bytes per pair):
  *     acc[r][j] = sum_k xq[r][k] * W[j][k]
- * and the fused dequant epilogue of SPEC §4.
+ * and the fused dequant epilogue of SEMANTICS §4.
  *
  * Why vpmaddwd: AVX2 has no exact 8-bit dot product (vpmaddubsw saturates to
  * int16 on full-range data). Both operands are sign-extended to int16 and

@@ -1,5 +1,5 @@
 /*
- * quant_avx2.c — per-row dynamic int8 quantization (SPEC §4), AVX2.
+ * quant_avx2.c — per-row dynamic int8 quantization (SEMANTICS §4), AVX2.
  * Bit-identical to moe8_quant_rows_ref: amax with NaN ignored (max_ps keeps
  * its second operand on NaN, as fmaxf does), fp32 true division, round half
  * to even whatever the caller's rounding mode (moe8_round_even), clamp to ±127 with NaN -> -127, exactly as
