@@ -1,0 +1,252 @@
+/*
+ * cmd_bench_sched.c — `moe8 bench sched -m DIR`: the scheduler on a real
+ * model folder, two tables (Markdown on stdout, progress on stderr).
+ *
+ * 1. Decode with R running requests, for each R of --running: R requests of
+ *    --prompt synthetic tokens each (distinct), started together; once every
+ *    one has its first token, --steps decode steps are timed. Per row: the
+ *    prompt phase, ms per step, aggregate and per-request tok/s, and the KV
+ *    memory per request: what the paged pool holds for it (blocks in use x
+ *    block bytes / R) against what a cache of n_ctx positions per sequence
+ *    (the layout before paging) reserves.
+ * 2. Prefix cache: a request of --shared-total tokens whose first
+ *    --shared tokens a finished request already computed, against a cold one
+ *    of the same length (no shared tokens): time to first token, cached
+ *    tokens. Best of --reps.
+ * Uses the public API only; greedy, eos ignored.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+#define CMD "bench sched"
+#define MAX_LIST 16
+
+typedef struct {
+    const char *dir;
+    int running[MAX_LIST], n_running;
+    int prompt, steps, threads, n_ctx, shared, shared_total, reps;
+} sched_opts;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_pos(const char *flag, const char *s, int hi, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 1 || v > hi) {
+        fprintf(stderr, "moe8 " CMD ": %s wants an integer in [1, %d], got '%s'\n", flag, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: moe8 bench sched -m DIR [--running 1,4,16,64] [--prompt 32] [--steps 16]\n"
+            "                        [--ctx 4096] [--shared 240] [--shared-total 256]\n"
+            "                        [--reps 3] [--threads N]\n");
+    return 2;
+}
+
+static int parse(int argc, char **argv, sched_opts *o) {
+    static const int def[] = {1, 4, 16, 64};
+    memset(o, 0, sizeof *o);
+    memcpy(o->running, def, sizeof def);
+    o->n_running = 4;
+    o->prompt = 32, o->steps = 16, o->n_ctx = 4096, o->shared = 240, o->shared_total = 256;
+    o->reps = 3;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0;
+        if (!v) return usage();
+        if (!strcmp(a, "-m")) o->dir = v;
+        else if (!strcmp(a, "--running")) {
+            char buf[256], *tok, *save = NULL;
+            snprintf(buf, sizeof buf, "%s", v);
+            o->n_running = 0;
+            for (tok = strtok_r(buf, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save))
+                rc = o->n_running == MAX_LIST ? -1
+                                              : parse_pos(a, tok, 4096, &o->running[o->n_running++]);
+        } else if (!strcmp(a, "--prompt")) rc = parse_pos(a, v, 1 << 20, &o->prompt);
+        else if (!strcmp(a, "--steps")) rc = parse_pos(a, v, 1 << 20, &o->steps);
+        else if (!strcmp(a, "--ctx")) rc = parse_pos(a, v, 1 << 24, &o->n_ctx);
+        else if (!strcmp(a, "--shared")) rc = parse_pos(a, v, 1 << 20, &o->shared);
+        else if (!strcmp(a, "--shared-total")) rc = parse_pos(a, v, 1 << 20, &o->shared_total);
+        else if (!strcmp(a, "--reps")) rc = parse_pos(a, v, 100, &o->reps);
+        else if (!strcmp(a, "--threads")) rc = parse_pos(a, v, 4096, &o->threads);
+        else return usage();
+        if (rc) return 2;
+        i++;
+    }
+    if (!o->dir) return usage();
+    if (o->shared >= o->shared_total) {
+        fprintf(stderr, "moe8 " CMD ": --shared %d must be below --shared-total %d\n", o->shared,
+                o->shared_total);
+        return 2;
+    }
+    return 0;
+}
+
+/* Deterministic synthetic token ids in [0, V). */
+static void fill_ids(int32_t *ids, int n, uint64_t seed, int32_t V) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((seed >> 33) % (uint64_t)V);
+    }
+}
+
+static int make(moe8_model *m, const sched_opts *o, int n_seq, int n_batch, uint64_t kv_bytes,
+                moe8_context **ctx, moe8_sched **s) {
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_error err;
+    cp.n_ctx = o->n_ctx;
+    cp.n_seq_max = n_seq;
+    cp.n_batch = n_batch;
+    cp.n_outputs = n_seq;
+    cp.n_threads = o->threads;
+    cp.kv_bytes = kv_bytes;
+    if (moe8_context_create(m, &cp, ctx, &err) || moe8_sched_create(*ctx, NULL, s, &err))
+        return cli_fail(CMD, &err);
+    return 0;
+}
+
+static int add(moe8_sched *s, const int32_t *ids, int n, int max_tokens, int64_t *id) {
+    moe8_request q = moe8_request_default();
+    moe8_error err;
+    q.prompt = ids;
+    q.n_prompt = n;
+    q.max_tokens = max_tokens;
+    q.ignore_eos = 1;
+    return moe8_sched_add(s, &q, id, &err) ? cli_fail(CMD, &err) : 0;
+}
+
+/* Steps until n_tokens token events have come (or nothing is pending);
+ * *ttft: the FINISH event's time to first token, when one came. */
+static int run_until(moe8_sched *s, int64_t n_tokens, double *ttft, int32_t *cached) {
+    int64_t seen = 0;
+    while (seen < n_tokens && moe8_sched_pending(s) > 0) {
+        const moe8_event *ev;
+        int32_t n;
+        moe8_error err;
+        if (moe8_sched_step(s, &ev, &n, &err)) return cli_fail(CMD, &err);
+        for (int32_t k = 0; k < n; k++) {
+            if (ev[k].type == MOE8_EVENT_TOKEN) seen++;
+            else {
+                if (ttft) *ttft = ev[k].ttft_s;
+                if (cached) *cached = ev[k].n_cached;
+            }
+        }
+    }
+    return 0;
+}
+
+static int decode_row(moe8_model *m, const sched_opts *o, int R) {
+    const int32_t V = (int32_t)moe8_model_config(m)->vocab_size;
+    const size_t bb = moe8_model_kv_block_bytes(m);
+    const int per_req = o->prompt + o->steps + 2;
+    const uint64_t kv = (uint64_t)R * (uint64_t)((per_req + MOE8_KV_BLOCK_TOKENS - 1) /
+                                                  MOE8_KV_BLOCK_TOKENS) * bb;
+    int32_t *ids = malloc((size_t)o->prompt * sizeof *ids);
+    moe8_context *ctx = NULL;
+    moe8_sched *s = NULL;
+    moe8_sched_stats st;
+    double t0, t1, t2;
+    int rc = 1, nb = R * o->prompt < 4096 ? R * o->prompt : 4096;
+    if (!ids || make(m, o, R, nb > R ? nb : R, kv, &ctx, &s)) goto done;
+    for (int r = 0; r < R; r++) {
+        int64_t id;
+        fill_ids(ids, o->prompt, 1000 + (uint64_t)r, V);
+        if (add(s, ids, o->prompt, o->steps + 2, &id)) goto done; /* still running after */
+    }
+    fprintf(stderr, "moe8 " CMD ": %d running: prompts\n", R);
+    t0 = now_s();
+    if (run_until(s, R, NULL, NULL)) goto done;
+    t1 = now_s();
+    fprintf(stderr, "moe8 " CMD ": %d running: %d decode steps\n", R, o->steps);
+    if (run_until(s, (int64_t)R * o->steps, NULL, NULL)) goto done;
+    t2 = now_s();
+    moe8_sched_get_stats(s, &st);
+    {
+        const double step_ms = 1e3 * (t2 - t1) / o->steps, tok_s = R * o->steps / (t2 - t1);
+        const double paged = (double)(st.kv.n_used) * (double)bb / R / 1048576.0;
+        const double before = (double)o->n_ctx * (double)bb / MOE8_KV_BLOCK_TOKENS / 1048576.0;
+        printf("| %d | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f | %.0fx |\n", R, t1 - t0, step_ms,
+               tok_s, tok_s / R, paged, before, before / paged);
+    }
+    rc = 0;
+done:
+    moe8_sched_free(s);
+    moe8_context_free(ctx);
+    free(ids);
+    return rc;
+}
+
+/* Best of reps: warm = a prefix of `shared` tokens computed by an earlier request. */
+static int prefix_rows(moe8_model *m, const sched_opts *o) {
+    const int32_t V = (int32_t)moe8_model_config(m)->vocab_size;
+    const int n = o->shared_total;
+    int32_t *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    double best_cold = 1e30, best_warm = 1e30;
+    int32_t cached_warm = 0, cached_cold = 0;
+    moe8_context *ctx = NULL;
+    moe8_sched *s = NULL;
+    int rc = 1;
+    if (!a || !b || make(m, o, 2, n, 0, &ctx, &s)) goto done;
+    for (int rep = 0; rep < o->reps; rep++) {
+        double t;
+        int32_t c;
+        int64_t id;
+        fill_ids(a, n, 77 + 2 * (uint64_t)rep, V);            /* cold: never seen */
+        if (add(s, a, n, 1, &id) || run_until(s, 1, &t, &c) || run_until(s, 1 << 30, &t, &c))
+            goto done;
+        if (t < best_cold) best_cold = t, cached_cold = c;
+        memcpy(b, a, (size_t)o->shared * sizeof *b);          /* warm: a's first `shared` */
+        fill_ids(b + o->shared, n - o->shared, 78 + 2 * (uint64_t)rep, V);
+        if (add(s, b, n, 1, &id) || run_until(s, 1 << 30, &t, &c)) goto done;
+        if (t < best_warm) best_warm = t, cached_warm = c;
+    }
+    printf("| cold | %d | 0 | %d | %.1f | |\n", n, cached_cold, 1e3 * best_cold);
+    printf("| shared prefix | %d | %d | %d | %.1f | %.1fx |\n", n, o->shared, cached_warm,
+           1e3 * best_warm, best_cold / best_warm);
+    rc = 0;
+done:
+    moe8_sched_free(s);
+    moe8_context_free(ctx);
+    free(a);
+    free(b);
+    return rc;
+}
+
+int cmd_bench_sched(int argc, char **argv) {
+    sched_opts o;
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_model *m = NULL;
+    moe8_error err;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc;
+    mp.n_threads = o.threads;
+    if (moe8_model_load(o.dir, &mp, &m, &err)) return cli_fail(CMD, &err);
+    printf("decode with R running requests (%d-token prompts, %d timed steps, n_ctx %d, %s "
+           "kernels)\n\n", o.prompt, o.steps, o.n_ctx, moe8_kernel_isa());
+    printf("| running | prompt phase s | ms / step | aggregate tok/s | tok/s per request | KV MiB "
+           "per request (paged) | KV MiB per request (n_ctx reserved) | saved |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < o.n_running && !rc; i++) rc = decode_row(m, &o, o.running[i]);
+    if (!rc) {
+        printf("\nprefix cache: time to first token of a %d-token prompt (best of %d)\n\n",
+               o.shared_total, o.reps);
+        printf("| request | prompt tokens | shared with a finished request | cached | TTFT ms "
+               "| cold / warm |\n|---|---:|---:|---:|---:|---:|\n");
+        rc = prefix_rows(m, &o);
+    }
+    moe8_model_free(m);
+    return rc;
+}
