@@ -712,6 +712,51 @@ moe8_status moe8_generate(moe8_context *ctx, moe8_sampler *sampler,
                           const moe8_generate_request *req, moe8_error *err);
 
 /* ======================================================================== */
+/* Server: OpenAI-compatible HTTP (libmoe8_server; `moe8 serve`)            */
+/* ======================================================================== */
+
+/* A line for the caller to print (the library never prints). */
+typedef void (*moe8_serve_line_fn)(void *user, const char *line);
+
+/* Initialise with moe8_serve_params_default(); fields are only appended. */
+typedef struct {
+    const char *host;              /* address to listen on; default "127.0.0.1" */
+    int port;                      /* default 8080; 0: the OS picks a free port */
+    int parallel;                  /* most running requests; default 16 */
+    int32_t ctx_size;              /* longest prompt + completion; 0 = min(4096,
+                                    * max_position_embeddings) */
+    int32_t max_batch_tokens;      /* most tokens per step; default 2048 */
+    uint64_t kv_bytes;             /* KV pool; 0 = parallel x ctx_size positions */
+    int n_threads;                 /* 0 = the model's */
+    const char *api_key;           /* NULL: no auth; else every endpoint but /health needs
+                                    * "Authorization: Bearer KEY" */
+    const char *model_dir;         /* the folder: generation_config.json sampling defaults and
+                                    * the default served name */
+    const char *served_model_name; /* NULL: the folder's name */
+    int max_queue;                 /* waiting requests before 503; default 256 */
+    int prefix_cache;              /* default 1 */
+    double timeout_s;              /* a connection idle or sending its body slower than this
+                                    * is closed; default 30 */
+    double drain_s;                /* on stop: seconds running requests may still finish
+                                    * before they are cancelled; default 5 */
+    moe8_dist *dist;               /* the model's TP/EP group, or NULL */
+    moe8_serve_line_fn on_ready;   /* "listening on http://HOST:PORT", once, when ready */
+    moe8_serve_line_fn on_access;  /* one access-log line per request */
+    void *user;
+} moe8_serve_params;
+moe8_serve_params moe8_serve_params_default(void);
+
+/* Serve `m` (its tokenizer `tok`) until *stop becomes non-zero (set it from a
+ * signal handler), then stop accepting, let running requests finish for
+ * drain_s, cancel the rest (streams get a final event), and return MOE8_OK.
+ * Endpoints: POST /v1/completions, /v1/chat/completions, /tokenize,
+ * /detokenize; GET /v1/models, /health, /metrics. Under TP/EP every rank
+ * calls it: rank 0 listens and schedules, the others follow its steps;
+ * a failed collective ends it with MOE8_ERR_COMM. */
+moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *p,
+                       volatile int *stop, moe8_error *err);
+
+/* ======================================================================== */
 /* Model tools: synthetic models, quantization (moe8 make-model / quantize)  */
 /* ======================================================================== */
 

@@ -1,0 +1,366 @@
+/*
+ * engine.c — the scheduler thread of moe8 serve: takes the jobs the HTTP
+ * thread queued, adds them to the scheduler, steps it, and turns every
+ * event into the job's output (openai.c), waking the connection that waits
+ * for it. Also: cancels the jobs whose client left (reported by MHD, or
+ * found by peeking at the sockets of waiting connections), keeps the
+ * metrics, and on stop drains: no new requests, running ones finish within
+ * drain_s, then the rest are cancelled (streams get a final event).
+ *
+ * Under TP/EP (SEMANTICS §8, §10) rank 0 runs this loop and, before each of
+ * its iterations, broadcasts what changes the schedulers: the requests
+ * added and the ids cancelled, and whether to step or stop. The other ranks
+ * (engine_follow) apply the same calls to their own schedulers and step
+ * with it, so every rank runs the same decode; their events are dropped.
+ * While idle, rank 0 still broadcasts every 100 ms (a heartbeat the
+ * collectives' watchdog can time), so a rank that stops answering is found.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "dist/comm.h"
+#include "dist/dist.h"
+#include "server/server.h"
+
+#define TICK_S 0.1 /* idle wake-up: disconnect peeks, heartbeats, the stop flag */
+
+/* ---- the message rank 0 broadcasts each iteration --------------------------------- */
+
+typedef struct {
+    int32_t n_add, n_cancel, step, stop;
+} msg_head;
+
+/* Serialized moe8_request: fixed fields, then prompt, stop ids, stop strings. */
+typedef struct {
+    int32_t n_prompt, max_tokens, n_stop_ids, n_stop, logprobs, ignore_eos;
+    float temperature, top_p, min_p;
+    int32_t top_k;
+    uint64_t seed;
+    uint32_t stop_len[MOE8_MAX_STOP_STRINGS];
+} msg_req;
+
+static void put_req(sbuf *b, const moe8_request *r) {
+    msg_req m;
+    memset(&m, 0, sizeof m);
+    m.n_prompt = r->n_prompt, m.max_tokens = r->max_tokens, m.n_stop_ids = r->n_stop_ids;
+    m.n_stop = r->n_stop, m.logprobs = r->logprobs, m.ignore_eos = r->ignore_eos;
+    m.temperature = r->sampling.temperature, m.top_p = r->sampling.top_p;
+    m.min_p = r->sampling.min_p, m.top_k = r->sampling.top_k, m.seed = r->sampling.seed;
+    for (int i = 0; i < r->n_stop; i++) m.stop_len[i] = (uint32_t)strlen(r->stop[i]);
+    sbuf_add(b, (const char *)&m, sizeof m);
+    sbuf_add(b, (const char *)r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    if (r->n_stop_ids) sbuf_add(b, (const char *)r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
+    for (int i = 0; i < r->n_stop; i++) sbuf_add(b, r->stop[i], m.stop_len[i] + 1);
+}
+
+/* Add the serialized request at *at to the follower's scheduler. */
+static moe8_status take_req(srv *s, const char *buf, size_t n, size_t *at, moe8_error *err) {
+    moe8_request r = moe8_request_default();
+    const char *stop[MOE8_MAX_STOP_STRINGS];
+    msg_req m;
+    int64_t id;
+    if (*at + sizeof m > n) return moe8_fail(err, MOE8_ERR_COMM, -1, "serve: short step message");
+    memcpy(&m, buf + *at, sizeof m);
+    *at += sizeof m;
+    r.n_prompt = m.n_prompt, r.max_tokens = m.max_tokens, r.n_stop_ids = m.n_stop_ids;
+    r.n_stop = m.n_stop, r.logprobs = m.logprobs, r.ignore_eos = m.ignore_eos;
+    r.sampling.temperature = m.temperature, r.sampling.top_p = m.top_p, r.sampling.min_p = m.min_p;
+    r.sampling.top_k = m.top_k, r.sampling.seed = m.seed;
+    r.prompt = (const int32_t *)(const void *)(buf + *at);
+    *at += (size_t)m.n_prompt * sizeof(int32_t);
+    r.stop_ids = (const int32_t *)(const void *)(buf + *at);
+    *at += (size_t)m.n_stop_ids * sizeof(int32_t);
+    for (int i = 0; i < m.n_stop && i < MOE8_MAX_STOP_STRINGS; i++) {
+        stop[i] = buf + *at;
+        *at += m.stop_len[i] + 1;
+    }
+    r.stop = stop;
+    if (*at > n) return moe8_fail(err, MOE8_ERR_COMM, -1, "serve: short step message");
+    return moe8_sched_add(s->sched, &r, &id, err);
+}
+
+/* Rank 0: the message of this iteration to every rank (nothing alone). */
+static moe8_status broadcast(srv *s, sbuf *msg, moe8_error *err) {
+    uint64_t n = msg->n;
+    moe8_status st;
+    if (moe8_dist_size(s->p.dist) <= 1) return MOE8_OK;
+    if ((st = moe8_comm_bcast(s->p.dist->comm, &n, sizeof n, 0, err))) return st;
+    return moe8_comm_bcast(s->p.dist->comm, msg->p, msg->n, 0, err);
+}
+
+moe8_status engine_follow(srv *s, moe8_error *err) {
+    sbuf msg = {0};
+    moe8_status st = MOE8_OK;
+    for (;;) {
+        uint64_t n = 0;
+        msg_head h;
+        size_t at = sizeof h;
+        if ((st = moe8_comm_bcast(s->p.dist->comm, &n, sizeof n, 0, err))) break;
+        if (n < sizeof h || n > ((uint64_t)1 << 32) || sbuf_reserve(&msg, (size_t)n)) {
+            st = moe8_fail(err, MOE8_ERR_COMM, -1, "serve: bad step message of %llu bytes",
+                           (unsigned long long)n);
+            break;
+        }
+        msg.n = (size_t)n;
+        if ((st = moe8_comm_bcast(s->p.dist->comm, msg.p, (size_t)n, 0, err))) break;
+        memcpy(&h, msg.p, sizeof h);
+        for (int32_t i = 0; i < h.n_add && !st; i++) st = take_req(s, msg.p, msg.n, &at, err);
+        for (int32_t i = 0; i < h.n_cancel && !st && at + 8 <= msg.n; i++, at += 8) {
+            int64_t id;
+            memcpy(&id, msg.p + at, 8);
+            moe8_sched_cancel(s->sched, id);
+        }
+        if (st || h.stop) break;
+        if (h.step && (st = moe8_sched_step(s->sched, NULL, NULL, err)) == MOE8_ERR_COMM) break;
+        st = MOE8_OK;
+    }
+    sbuf_free(&msg);
+    return st;
+}
+
+/* ---- rank 0 -------------------------------------------------------------------------- */
+
+static void live_remove(srv *s, job *j) {
+    for (int i = 0; i < s->n_live; i++)
+        if (s->live[i] == j) {
+            s->live[i] = s->live[--s->n_live];
+            return;
+        }
+}
+
+/* j is done (under the lock): the engine's reference goes; returns the
+ * connection to wake, or NULL. */
+static void *job_done(srv *s, job *j) {
+    void *wake = NULL;
+    j->done = 1;
+    if (j->suspended && j->conn) {
+        j->suspended = 0;
+        wake = j->conn;
+    }
+    if (--j->refs == 0) job_free(j);
+    (void)s;
+    return wake;
+}
+
+/* Connections to wake once the lock is released. */
+typedef struct {
+    void **c;
+    int n, cap;
+} wake_list;
+
+static void wake_add(wake_list *w, void *conn) {
+    if (!conn) return;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        void **p = realloc(w->c, (size_t)cap * sizeof *p);
+        if (!p) return; /* it stays suspended until its next output or the stop */
+        w->c = p;
+        w->cap = cap;
+    }
+    w->c[w->n++] = conn;
+}
+
+static void wake_all(wake_list *w) {
+    for (int i = 0; i < w->n; i++) http_resume(w->c[i]);
+    w->n = 0;
+}
+
+/* New jobs from the HTTP thread into the scheduler; `msg` gets them. */
+static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
+    job *list;
+    pthread_mutex_lock(&s->lock);
+    list = s->submit_head;
+    s->submit_head = s->submit_tail = NULL;
+    s->n_submitted = 0;
+    pthread_mutex_unlock(&s->lock);
+    while (list) {
+        job *j = list;
+        moe8_error e;
+        int64_t id;
+        list = j->next;
+        j->next = NULL;
+        pthread_mutex_lock(&s->lock);
+        if (j->cancel) { /* left before it started */
+            wake_add(w, job_done(s, j));
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (moe8_sched_add(s->sched, &j->rq, &id, &e) != MOE8_OK) {
+            pthread_mutex_lock(&s->lock);
+            oa_error(&j->out, "invalid_request_error", NULL, NULL, "%s", e.message);
+            j->status = 400;
+            if (j->stream) {
+                sbuf body = {0};
+                sbuf_add(&body, j->out.p, j->out.n);
+                j->out.n = 0;
+                sbuf_str(&j->out, "data: ");
+                sbuf_add(&j->out, body.p, body.n);
+                sbuf_str(&j->out, "\n\ndata: [DONE]\n\n");
+                sbuf_free(&body);
+            }
+            wake_add(w, job_done(s, j));
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
+        put_req(msg, &j->rq);
+        (*n_add)++;
+        pthread_mutex_lock(&s->lock);
+        j->sched_id = id;
+        j->started = 1;
+        if (s->n_live == s->cap_live) {
+            int cap = s->cap_live ? 2 * s->cap_live : 64;
+            job **p = realloc(s->live, (size_t)cap * sizeof *p);
+            MOE8_ASSERT(p != NULL); /* a few bytes per request */
+            s->live = p;
+            s->cap_live = cap;
+        }
+        s->live[s->n_live++] = j;
+        s->m.prompt_tokens += (uint64_t)j->n_prompt;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Cancel jobs whose client left (or all, at the drain deadline); `msg` gets the ids. */
+static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel, int peek) {
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->n_live; i++) {
+        job *j = s->live[i];
+        if (peek && j->suspended && j->conn && http_peer_gone(j)) j->cancel = 1;
+        if ((j->cancel || all) && j->started != 2) {
+            j->started = 2; /* cancel sent */
+            moe8_sched_cancel(s->sched, j->sched_id);
+            sbuf_add(msg, (const char *)&j->sched_id, 8);
+            (*n_cancel)++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void on_events(srv *s, const moe8_event *ev, int32_t n, wake_list *w) {
+    const double t = srv_now();
+    pthread_mutex_lock(&s->lock);
+    for (int32_t k = 0; k < n; k++) {
+        job *j = ev[k].user;
+        if (ev[k].type == MOE8_EVENT_TOKEN) {
+            if (j->n_gen == 0) hist_observe(&s->m.ttft, t - j->t_arrive);
+            else hist_observe(&s->m.itl, t - j->t_last);
+            j->t_last = t;
+            s->m.generation_tokens++;
+            oa_on_token(s, j, &ev[k]);
+        } else {
+            oa_on_finish(s, j, &ev[k]);
+            hist_observe(&s->m.e2e, t - j->t_arrive);
+            if (ev[k].finish == MOE8_FINISH_STOP) s->m.success_stop++;
+            else if (ev[k].finish == MOE8_FINISH_LENGTH || ev[k].finish == MOE8_FINISH_CONTEXT)
+                s->m.success_length++;
+            else s->m.success_abort++;
+            live_remove(s, j);
+            wake_add(w, job_done(s, j));
+            continue;
+        }
+        if (j->stream && j->suspended && j->conn && j->sent < j->out.n) {
+            j->suspended = 0;
+            wake_add(w, j->conn);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void update_gauges(srv *s) {
+    moe8_sched_stats st;
+    moe8_sched_get_stats(s->sched, &st);
+    pthread_mutex_lock(&s->lock);
+    s->m.running = st.n_running;
+    s->m.waiting = st.n_waiting + s->n_submitted;
+    s->m.kv_usage = st.kv.n_blocks ? (double)st.kv.n_used / st.kv.n_blocks : 0;
+    s->m.prefix_hits = (uint64_t)st.prefix_hits;
+    s->m.prefix_queries = (uint64_t)st.prefix_queries;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void idle_wait(srv *s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(TICK_S * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&s->lock);
+    if (!s->submit_head) pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+    pthread_mutex_unlock(&s->lock);
+}
+
+moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
+    wake_list w = {0};
+    sbuf msg = {0};
+    double t_stop = 0, t_peek = 0;
+    moe8_status st = MOE8_OK;
+    for (;;) {
+        msg_head h = {0, 0, 0, 0};
+        const double now = srv_now();
+        int drained;
+        msg.n = 0;
+        sbuf_add(&msg, (const char *)&h, sizeof h);
+        if (*stop && !t_stop) {
+            t_stop = now;
+            pthread_mutex_lock(&s->lock);
+            s->stopping = 1;
+            pthread_mutex_unlock(&s->lock);
+            http_quiesce(s);
+        }
+        intake(s, &msg, &h.n_add, &w);
+        cancels(s, t_stop && now - t_stop > s->p.drain_s, &msg, &h.n_cancel, now - t_peek > TICK_S);
+        if (now - t_peek > TICK_S) t_peek = now;
+        wake_all(&w);
+        pthread_mutex_lock(&s->lock);
+        drained = t_stop && s->n_live == 0 && !s->submit_head;
+        pthread_mutex_unlock(&s->lock);
+        h.step = moe8_sched_pending(s->sched) > 0;
+        h.stop = drained;
+        memcpy(msg.p, &h, sizeof h);
+        if ((st = broadcast(s, &msg, err))) break;
+        if (drained) break;
+        if (!h.step) {
+            update_gauges(s);
+            idle_wait(s);
+            continue;
+        }
+        {
+            const moe8_event *ev;
+            int32_t n;
+            moe8_error e;
+            st = moe8_sched_step(s->sched, &ev, &n, &e);
+            on_events(s, ev, n, &w);
+            wake_all(&w);
+            update_gauges(s);
+            if (st == MOE8_ERR_COMM) {
+                if (err) *err = e;
+                break;
+            }
+            st = MOE8_OK;
+        }
+    }
+    free(w.c);
+    sbuf_free(&msg);
+    return st;
+}
+
+void engine_abandon(srv *s) {
+    wake_list w = {0};
+    pthread_mutex_lock(&s->lock);
+    for (job *j = s->submit_head, *n; j; j = n) {
+        n = j->next;
+        j->cancel = 1;
+        wake_add(&w, job_done(s, j));
+    }
+    s->submit_head = s->submit_tail = NULL;
+    while (s->n_live > 0) {
+        job *j = s->live[--s->n_live];
+        j->cancel = 1;
+        wake_add(&w, job_done(s, j));
+    }
+    pthread_mutex_unlock(&s->lock);
+    wake_all(&w);
+    free(w.c);
+}

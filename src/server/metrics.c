@@ -1,0 +1,116 @@
+/*
+ * metrics.c — `GET /metrics` of moe8 serve: the Prometheus text format
+ * (version 0.0.4) with vLLM's metric names under the `moe8:` prefix, each
+ * labelled with the served model_name:
+ *   counters   moe8:prompt_tokens_total, moe8:generation_tokens_total,
+ *              moe8:request_success_total{finished_reason="stop|length|abort"},
+ *              moe8:prefix_cache_hits_total, moe8:prefix_cache_queries_total (tokens)
+ *   gauges     moe8:num_requests_running, moe8:num_requests_waiting,
+ *              moe8:kv_cache_usage_perc (fraction of KV blocks in use, 1 = all)
+ *   histograms moe8:time_to_first_token_seconds, moe8:inter_token_latency_seconds
+ *              (one observation per token after the first),
+ *              moe8:e2e_request_latency_seconds
+ * The engine thread updates the numbers under the server lock; rendering
+ * reads them under the same lock.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/server.h"
+
+static const double TTFT_LE[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+static const double ITL_LE[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                                1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double E2E_LE[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                                40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+static void hist_init(srv_hist *h, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->le = le;
+    h->n = n;
+}
+
+void metrics_init(srv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    hist_init(&m->ttft, TTFT_LE, (int)(sizeof TTFT_LE / sizeof *TTFT_LE));
+    hist_init(&m->itl, ITL_LE, (int)(sizeof ITL_LE / sizeof *ITL_LE));
+    hist_init(&m->e2e, E2E_LE, (int)(sizeof E2E_LE / sizeof *E2E_LE));
+}
+
+void hist_observe(srv_hist *h, double v) {
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->total++;
+}
+
+static void line(sbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(sbuf *out, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n > 0) sbuf_add(out, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+static void head(sbuf *out, const char *name, const char *type, const char *help) {
+    line(out, "# HELP moe8:%s %s\n# TYPE moe8:%s %s\n", name, help, name, type);
+}
+
+static void counter(sbuf *out, const char *name, const char *help, const char *model, uint64_t v) {
+    head(out, name, "counter", help);
+    line(out, "moe8:%s{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)v);
+}
+
+static void gauge(sbuf *out, const char *name, const char *help, const char *model, double v) {
+    head(out, name, "gauge", help);
+    line(out, "moe8:%s{model_name=\"%s\"} %.17g\n", name, model, v);
+}
+
+static void hist(sbuf *out, const char *name, const char *help, const char *model, const srv_hist *h) {
+    uint64_t acc = 0;
+    head(out, name, "histogram", help);
+    for (int i = 0; i < h->n; i++) {
+        acc += h->count[i];
+        line(out, "moe8:%s_bucket{le=\"%g\",model_name=\"%s\"} %llu\n", name, h->le[i], model,
+             (unsigned long long)acc);
+    }
+    line(out, "moe8:%s_bucket{le=\"+Inf\",model_name=\"%s\"} %llu\n", name, model,
+         (unsigned long long)h->total);
+    line(out, "moe8:%s_sum{model_name=\"%s\"} %.17g\n", name, model, h->sum);
+    line(out, "moe8:%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->total);
+}
+
+int metrics_render(const srv_metrics *m, const char *model, sbuf *out) {
+    static const char *const reason[3] = {"stop", "length", "abort"};
+    const uint64_t n[3] = {m->success_stop, m->success_length, m->success_abort};
+    out->n = 0;
+    counter(out, "prompt_tokens_total", "Number of prefill tokens processed.", model, m->prompt_tokens);
+    counter(out, "generation_tokens_total", "Number of generation tokens processed.", model,
+            m->generation_tokens);
+    head(out, "request_success_total", "counter", "Count of successfully processed requests.");
+    for (int i = 0; i < 3; i++)
+        line(out, "moe8:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} %llu\n",
+             reason[i], model, (unsigned long long)n[i]);
+    counter(out, "prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+            model, m->prefix_hits);
+    counter(out, "prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.", model, m->prefix_queries);
+    gauge(out, "num_requests_running", "Number of requests in model execution batches.", model,
+          m->running);
+    gauge(out, "num_requests_waiting", "Number of requests waiting to be processed.", model,
+          m->waiting);
+    gauge(out, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", model, m->kv_usage);
+    hist(out, "time_to_first_token_seconds", "Histogram of time to first token in seconds.", model,
+         &m->ttft);
+    hist(out, "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", model,
+         &m->itl);
+    hist(out, "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", model,
+         &m->e2e);
+    return 0;
+}

@@ -1,0 +1,852 @@
+/*
+ * openai.c — the OpenAI API's JSON for `moe8 serve`: request bodies become
+ * validated jobs, scheduler events become streamed chunks or whole
+ * responses (completions: object "text_completion"; chat: "chat.completion"
+ * and "chat.completion.chunk"), plus /tokenize, /detokenize, /v1/models.
+ *
+ * Validation names the field and what was expected, with OpenAI's error
+ * body {"error": {"message", "type", "param", "code"}}. Sampling defaults
+ * come from the model folder's generation_config.json where it sets them,
+ * else OpenAI's (temperature 1, top_p 1).
+ *
+ * Chat output is split as vLLM's Qwen3 reasoning parser does: text between
+ * <think> and </think> is reasoning_content, the rest content; a tag split
+ * across tokens is held back until it is decided, never shown in part.
+ * Token strings in log-probs are the token's bytes with invalid UTF-8
+ * replaced by U+FFFD ("bytes" keeps the raw values).
+ *
+ * Does not: run anything (engine.c does), or talk HTTP (http.c does).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <utf8proc.h>
+
+#include "server/server.h"
+
+#define T_INVALID "invalid_request_error"
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+int sbuf_add(sbuf *b, const char *s, size_t n) {
+    if (!n && b->p) return 0;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *p;
+        while (cap < b->n + n + 1) cap *= 2;
+        if (!(p = realloc(b->p, cap))) return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return 0;
+}
+
+int sbuf_str(sbuf *b, const char *s) { return sbuf_add(b, s, strlen(s)); }
+
+int sbuf_reserve(sbuf *b, size_t n) {
+    char *p;
+    if (n + 1 <= b->cap) return 0;
+    if (!(p = realloc(b->p, n + 1))) return -1;
+    b->p = p;
+    b->cap = n + 1;
+    return 0;
+}
+
+void sbuf_free(sbuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...) {
+    char msg[1024];
+    cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+    char *txt;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    txt = cJSON_PrintUnformatted(root);
+    out->n = 0;
+    if (txt) sbuf_str(out, txt);
+    free(txt);
+    cJSON_Delete(root);
+}
+
+static int bad(sbuf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(sbuf *err, const char *param, const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    oa_error(err, T_INVALID, param, NULL, "%s", msg);
+    return 400;
+}
+
+/* Valid UTF-8 (and no NUL): the offset of the first bad byte, or -1. */
+static ptrdiff_t bad_utf8(const char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (k <= 0 || c == 0) return (ptrdiff_t)i;
+        i += (size_t)k;
+    }
+    return -1;
+}
+
+/* `bytes` with every invalid UTF-8 sequence replaced by U+FFFD. */
+static void utf8_clean(sbuf *out, const char *s, size_t n) {
+    size_t i = 0;
+    out->n = 0;
+    sbuf_add(out, "", 0);
+    while (i < n) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (k <= 0) {
+            sbuf_add(out, "\xEF\xBF\xBD", 3);
+            i++;
+        } else {
+            sbuf_add(out, s + i, (size_t)k);
+            i += (size_t)k;
+        }
+    }
+}
+
+/* ---- field readers --------------------------------------------------------------- */
+
+static const char *type_name(const cJSON *v) {
+    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
+           : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
+}
+
+/* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
+static int get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
+                   double *out, int *present, sbuf *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    double x;
+    if (present) *present = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v))
+        return bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
+                   type_name(v));
+    x = v->valuedouble;
+    if (!isfinite(x) || (integer && x != floor(x)))
+        return bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
+    if (x < lo || x > hi || (lo_open && x == lo))
+        return bad(err, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
+    *out = x;
+    if (present) *present = 1;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return bad(err, key, "'%s' must be a boolean, got %s", key, type_name(v));
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* ---- prompts ------------------------------------------------------------------------ */
+
+static int tokenize_text(srv *s, const char *text, int32_t **ids, int32_t *n, const char *param,
+                         sbuf *err) {
+    size_t len = strlen(text), need = 0;
+    const int bos = moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
+    moe8_error e;
+    if (moe8_tokenize(s->tok, text, len, NULL, 0, &need, &e) != MOE8_OK && need == 0 && len > 0)
+        return bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+    if (!(*ids = malloc((need + 1) * sizeof **ids))) return bad(err, param, "out of memory");
+    if (bos) (*ids)[0] = moe8_tokenizer_bos_id(s->tok);
+    if (moe8_tokenize(s->tok, text, len, *ids + bos, need, &need, &e) != MOE8_OK) {
+        free(*ids);
+        *ids = NULL;
+        return bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+    }
+    *n = (int32_t)need + bos;
+    return 0;
+}
+
+static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, const char *param,
+                          sbuf *err) {
+    int k = 0, count = cJSON_GetArraySize(a);
+    const cJSON *v;
+    if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return bad(err, param, "out of memory");
+    cJSON_ArrayForEach(v, a) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble >= s->n_vocab) {
+            free(*ids);
+            *ids = NULL;
+            return bad(err, param, "'%s'[%d] must be a token id in [0, %d)", param, k, s->n_vocab);
+        }
+        (*ids)[k++] = (int32_t)v->valuedouble;
+    }
+    *n = k;
+    return 0;
+}
+
+/* The text of a message's content: a string, or an array of {type: "text", text}. */
+static int content_text(const cJSON *c, int i, sbuf *out, sbuf *err) {
+    const cJSON *part;
+    int k = 0;
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (cJSON_IsString(c)) return sbuf_str(out, c->valuestring) ? bad(err, param, "out of memory") : 0;
+    if (!cJSON_IsArray(c))
+        return bad(err, param, "'%s' must be a string or an array of text parts, got %s", param,
+                   type_name(c));
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type"),
+                    *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "text") ||
+            !cJSON_IsString(tx))
+            return bad(err, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": string} (only "
+                       "text parts are supported)", param, k);
+        sbuf_str(out, tx->valuestring);
+        k++;
+    }
+    return 0;
+}
+
+/* messages -> the chat prompt (the model's ChatML format). */
+static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids, int32_t *n, sbuf *err) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages"), *m;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    int count, i = 0, rc = 0, thinking = 1;
+    moe8_chat_message *cm;
+    sbuf *texts;
+    size_t need = 0;
+    char *out = NULL;
+    if (!msgs) return bad(err, "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return bad(err, "messages", "'messages' must be an array, got %s", type_name(msgs));
+    if ((count = cJSON_GetArraySize(msgs)) == 0) return bad(err, "messages", "'messages' must not be empty");
+    if (kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw))
+            return bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
+                       type_name(kw));
+        if ((rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    }
+    cm = calloc((size_t)count, sizeof *cm);
+    texts = calloc((size_t)count, sizeof *texts);
+    if (!cm || !texts) {
+        free(cm);
+        free(texts);
+        return bad(err, "messages", "out of memory");
+    }
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
+                    *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        char param[48];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        if (!cJSON_IsObject(m)) {
+            rc = bad(err, "messages", "'messages'[%d] must be an object, got %s", i, type_name(m));
+            break;
+        }
+        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") &&
+                                      strcmp(role->valuestring, "user") &&
+                                      strcmp(role->valuestring, "assistant"))) {
+            rc = bad(err, param, "'%s' must be \"system\", \"user\" or \"assistant\"", param);
+            break;
+        }
+        if (!content || cJSON_IsNull(content)) {
+            snprintf(param, sizeof param, "messages[%d].content", i);
+            rc = bad(err, param, "'%s' is required", param);
+            break;
+        }
+        if ((rc = content_text(content, i, &texts[i], err))) break;
+        cm[i].role = role->valuestring;
+        cm[i].content = texts[i].p ? texts[i].p : "";
+        i++;
+    }
+    if (!rc) {
+        unsigned flags = (gen_prompt ? MOE8_CHAT_ADD_ASSISTANT : 0) | (thinking ? 0 : MOE8_CHAT_NO_THINKING);
+        moe8_chat_format(cm, (size_t)count, flags, NULL, 0, &need, NULL);
+        if (!(out = malloc(need + 1)) ||
+            moe8_chat_format(cm, (size_t)count, flags, out, need + 1, &need, NULL) != MOE8_OK)
+            rc = bad(err, "messages", "out of memory");
+    }
+    if (!rc) rc = tokenize_text(s, out, ids, n, "messages", err);
+    for (int k = 0; k < count; k++) sbuf_free(&texts[k]);
+    free(texts);
+    free(cm);
+    free(out);
+    return rc;
+}
+
+static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, sbuf *err) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p || cJSON_IsNull(p)) return bad(err, "prompt", "'prompt' is required");
+    if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, ids, n, "prompt", err);
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0) {
+        const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (cJSON_IsString(first)) {
+            if (cJSON_GetArraySize(p) > 1)
+                return bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
+                           "supported", cJSON_GetArraySize(p));
+            return tokenize_text(s, first->valuestring, ids, n, "prompt", err);
+        }
+        if (cJSON_IsArray(first))
+            return bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
+                       "not supported; send one prompt per request");
+        return ids_from_array(s, p, ids, n, "prompt", err);
+    }
+    return bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
+               cJSON_IsArray(p) ? "an empty array" : type_name(p));
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
+
+static int parse_stop(const cJSON *root, job *j, sbuf *err) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stop"), *v;
+    int k = 0;
+    if (!st || cJSON_IsNull(st)) return 0;
+    if (cJSON_IsString(st)) {
+        if (!st->valuestring[0]) return bad(err, "stop", "'stop' must not be an empty string");
+        j->stop_store[0] = strdup(st->valuestring);
+        j->rq.n_stop = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(st)) return bad(err, "stop", "'stop' must be a string or an array of strings, got %s", type_name(st));
+    if (cJSON_GetArraySize(st) > MOE8_MAX_STOP_STRINGS)
+        return bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
+    cJSON_ArrayForEach(v, st) {
+        if (!cJSON_IsString(v) || !v->valuestring[0])
+            return bad(err, "stop", "'stop'[%d] must be a non-empty string", k);
+        j->stop_store[k++] = strdup(v->valuestring);
+    }
+    j->rq.n_stop = k;
+    return 0;
+}
+
+static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
+    moe8_sampler_params *sp = &j->rq.sampling;
+    double x;
+    int rc, has;
+    *sp = s->defaults;
+    if ((rc = get_num(root, "temperature", 0, 1e6, 0, 0, &x, &has, err))) return rc;
+    if (has) sp->temperature = (float)x;
+    if ((rc = get_num(root, "top_p", 0, 1, 1, 0, &x, &has, err))) return rc;
+    if (has) sp->top_p = (float)x;
+    if ((rc = get_num(root, "top_k", -1, 1e9, 0, 1, &x, &has, err))) return rc;
+    if (has) sp->top_k = x < 0 ? 0 : (int)x; /* -1: off, as vLLM */
+    if ((rc = get_num(root, "min_p", 0, 1, 0, 0, &x, &has, err))) return rc;
+    if (has) sp->min_p = (float)x;
+    if ((rc = get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
+    if (has) sp->seed = (uint64_t)(int64_t)x;
+    return 0;
+}
+
+static int parse_logprobs(const cJSON *root, job *j, sbuf *err) {
+    double x;
+    int rc, has, on = 0;
+    if (j->kind == JOB_COMPLETION) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+        if (v && cJSON_IsBool(v))
+            return bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
+                       MOE8_MAX_LOGPROBS);
+        if ((rc = get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+        if (has) j->rq.logprobs = (int32_t)x;
+        return 0;
+    }
+    if ((rc = get_bool(root, "logprobs", &on, err))) return rc;
+    if ((rc = get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+    if (has && !on) return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    j->chat_logprobs = on;
+    if (on) j->rq.logprobs = has ? (int32_t)x : 0;
+    return 0;
+}
+
+static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    double x;
+    int rc, has, has2, echo = 0, ignore_eos = 0;
+    int64_t max_tokens;
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) return bad(err, "model", "'model' must be a string, got %s", type_name(model));
+        if (strcmp(model->valuestring, s->model_name)) {
+            oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
+                     "this server serves '%s'", model->valuestring, s->model_name);
+            return 400;
+        }
+    }
+    if ((rc = get_bool(root, "stream", &j->stream, err))) return rc;
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return bad(err, "stream_options", "'stream_options' must be an object, got %s", type_name(so));
+        if ((rc = get_bool(so, "include_usage", &j->include_usage, err))) return rc;
+    }
+    if ((rc = get_num(root, "n", -1e9, 1e9, 0, 1, &x, &has, err))) return rc;
+    if (has && x != 1) return bad(err, "n", "'n' must be 1 (one choice per request), got %g", x);
+    if ((rc = get_bool(root, "echo", &echo, err))) return rc;
+    if (echo) return bad(err, "echo", "'echo': true is not supported");
+    if ((rc = get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
+    j->rq.ignore_eos = ignore_eos;
+    if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
+        (rc = parse_logprobs(root, j, err)))
+        return rc;
+    if (j->kind == JOB_CHAT) rc = chat_prompt(s, root, 1, &j->prompt, &j->n_prompt, err);
+    else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
+    if (rc) return rc;
+    if (j->n_prompt < 1) return bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if ((rc = get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
+    if (j->kind == JOB_CHAT) {
+        double y;
+        if ((rc = get_num(root, "max_completion_tokens", -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
+        if (has2) {
+            x = y;
+            has = 1;
+        }
+    }
+    if (has && x < 1)
+        return bad(err, j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens",
+                   "'max_tokens' must be at least 1, got %g", x);
+    max_tokens = has ? (int64_t)x : j->kind == JOB_CHAT ? (int64_t)s->n_ctx - j->n_prompt : 16;
+    if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
+        return bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
+                            : (j->kind == JOB_CHAT ? "messages" : "prompt"),
+                   "this model's maximum context length is %d tokens; the request has %d prompt "
+                   "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
+                   j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
+    j->rq.max_tokens = (int32_t)max_tokens;
+    return 0;
+}
+
+int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err) {
+    cJSON *root = NULL;
+    job *j;
+    ptrdiff_t at;
+    int rc;
+    static uint64_t counter;
+    *out = NULL;
+    if ((at = bad_utf8(body, n)) >= 0)
+        return bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+    if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return bad(err, NULL, "the body must be a JSON object");
+    }
+    if (!(j = calloc(1, sizeof *j))) {
+        cJSON_Delete(root);
+        return bad(err, NULL, "out of memory");
+    }
+    j->kind = kind;
+    j->rq = moe8_request_default();
+    j->conn_fd = -1;
+    if ((rc = parse_request(s, root, j, err))) {
+        cJSON_Delete(root);
+        job_free(j);
+        return rc;
+    }
+    cJSON_Delete(root);
+    j->rq.prompt = j->prompt;
+    j->rq.n_prompt = j->n_prompt;
+    j->rq.stop = (const char *const *)j->stop_store;
+    j->rq.user = j;
+    j->created = (int64_t)time(NULL);
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)j->created, (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffffff));
+    *out = j;
+    return 0;
+}
+
+void job_free(job *j) {
+    if (!j) return;
+    free(j->prompt);
+    for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
+    sbuf_free(&j->out);
+    sbuf_free(&j->text);
+    sbuf_free(&j->reasoning);
+    sbuf_free(&j->hold);
+    cJSON_Delete(j->lp_json);
+    free(j);
+}
+
+/* ---- tokenize / detokenize / models ------------------------------------------------ */
+
+static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
+    cJSON *root;
+    ptrdiff_t at;
+    *rc = 0;
+    if ((at = bad_utf8(body, n)) >= 0) {
+        *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        return NULL;
+    }
+    if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        *rc = bad(err, NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+static void print_json(cJSON *root, sbuf *out) {
+    char *txt = cJSON_PrintUnformatted(root);
+    out->n = 0;
+    if (txt) sbuf_str(out, txt);
+    free(txt);
+    cJSON_Delete(root);
+}
+
+int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
+    int rc, gen = 1;
+    cJSON *root = parse_object(body, n, out, &rc), *res;
+    int32_t *ids = NULL, n_ids = 0;
+    if (!root) return rc;
+    if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
+        if (!(rc = get_bool(root, "add_generation_prompt", &gen, out)))
+            rc = chat_prompt(s, root, gen, &ids, &n_ids, out);
+    } else {
+        rc = prompt_ids(s, root, &ids, &n_ids, out);
+    }
+    cJSON_Delete(root);
+    if (rc) return rc;
+    res = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(res, "tokens");
+    for (int32_t i = 0; i < n_ids; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    cJSON_AddNumberToObject(res, "count", n_ids);
+    cJSON_AddNumberToObject(res, "max_model_len", s->n_ctx);
+    free(ids);
+    print_json(res, out);
+    return 0;
+}
+
+int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
+    int rc;
+    cJSON *root = parse_object(body, n, out, &rc), *res;
+    const cJSON *t;
+    int32_t *ids = NULL, n_ids = 0;
+    size_t need = 0;
+    char *text;
+    if (!root) return rc;
+    t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!cJSON_IsArray(t)) rc = bad(out, "tokens", "'tokens' must be an array of token ids");
+    else if ((rc = ids_from_array(s, t, &ids, &n_ids, "tokens", out))) {
+    } else {
+        for (int32_t i = 0; i < n_ids && !rc; i++)
+            if (!moe8_tokenizer_token_bytes(s->tok, ids[i], NULL, NULL))
+                rc = bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
+    }
+    cJSON_Delete(root);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, NULL, 0, &need, NULL);
+    if (!(text = malloc(need + 1)) ||
+        moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, text, need + 1, &need, NULL) != MOE8_OK) {
+        free(text);
+        free(ids);
+        return bad(out, NULL, "out of memory");
+    }
+    free(ids);
+    res = cJSON_CreateObject();
+    cJSON_AddStringToObject(res, "prompt", text);
+    free(text);
+    print_json(res, out);
+    return 0;
+}
+
+void oa_models(srv *s, sbuf *out) {
+    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data"),
+          *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "moe8");
+    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
+    cJSON_AddItemToArray(data, m);
+    print_json(root, out);
+}
+
+/* ---- output: reasoning split ------------------------------------------------------- */
+
+/* Longest tail of b[0..n) that is a proper prefix of tag. */
+static size_t tag_tail(const char *b, size_t n, const char *tag) {
+    size_t t = strlen(tag);
+    for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--)
+        if (!memcmp(b + n - k, tag, k)) return k;
+    return 0;
+}
+
+/* Split new chat text into content and reasoning (appended); `final`
+ * releases what was held. */
+static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *reason, int final) {
+    sbuf in = {0};
+    size_t at = 0;
+    sbuf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
+    sbuf_add(&in, txt, n);
+    j->hold.n = 0;
+    while (at < in.n) {
+        const char *tag = j->think == 1 ? "</think>" : "<think>";
+        const char *rest = in.p + at, *hit = j->think == 2 ? NULL : strstr(rest, tag);
+        sbuf *dst = j->think == 1 ? reason : content;
+        size_t len = in.n - at, keep;
+        if (hit) {
+            sbuf_add(dst, rest, (size_t)(hit - rest));
+            at += (size_t)(hit - rest) + strlen(tag);
+            j->think++;
+            continue;
+        }
+        keep = j->think == 2 || final ? 0 : tag_tail(rest, len, tag);
+        sbuf_add(dst, rest, len - keep);
+        sbuf_add(&j->hold, rest + len - keep, keep);
+        break;
+    }
+    sbuf_free(&in);
+}
+
+/* ---- output: JSON pieces ------------------------------------------------------------ */
+
+static cJSON *token_entry(srv *s, int32_t tok, float lp, int chat) {
+    size_t nb = 0;
+    const char *b = moe8_tokenizer_token_bytes(s->tok, tok, &nb, NULL);
+    sbuf clean = {0};
+    cJSON *e = cJSON_CreateObject();
+    utf8_clean(&clean, b ? b : "", b ? nb : 0);
+    cJSON_AddStringToObject(e, "token", clean.p);
+    cJSON_AddNumberToObject(e, "logprob", lp);
+    if (chat) {
+        cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
+        for (size_t i = 0; i < nb; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)b[i]));
+    }
+    sbuf_free(&clean);
+    return e;
+}
+
+/* Log-probs of one token, appended to `lp` (chat: {content: [...]};
+ * completions: {tokens, token_logprobs, top_logprobs, text_offset}). */
+static void add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
+    if (j->kind == JOB_CHAT) {
+        cJSON *content = cJSON_GetObjectItem(lp, "content"), *ent = token_entry(s, e->token, e->logprob, 1);
+        cJSON *top = cJSON_AddArrayToObject(ent, "top_logprobs");
+        for (int32_t k = 0; k < e->n_top; k++)
+            cJSON_AddItemToArray(top, token_entry(s, e->top[k].token, e->top[k].logprob, 1));
+        cJSON_AddItemToArray(content, ent);
+        return;
+    }
+    cJSON *ent = token_entry(s, e->token, e->logprob, 0), *top = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(ent, "token"), 1));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(e->logprob));
+    for (int32_t k = 0; k < e->n_top; k++) {
+        cJSON *alt = token_entry(s, e->top[k].token, 0, 0);
+        const char *key = cJSON_GetObjectItem(alt, "token")->valuestring;
+        if (!cJSON_GetObjectItemCaseSensitive(top, key)) cJSON_AddNumberToObject(top, key, e->top[k].logprob);
+        cJSON_Delete(alt);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(j->n_offset));
+    cJSON_Delete(ent);
+}
+
+static cJSON *new_logprobs(const job *j) {
+    cJSON *lp = cJSON_CreateObject();
+    if (j->kind == JOB_CHAT) {
+        cJSON_AddArrayToObject(lp, "content");
+    } else {
+        cJSON_AddArrayToObject(lp, "tokens");
+        cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON_AddArrayToObject(lp, "top_logprobs");
+        cJSON_AddArrayToObject(lp, "text_offset");
+    }
+    return lp;
+}
+
+static cJSON *envelope(srv *s, const job *j, const char *object) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", j->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)j->created);
+    cJSON_AddStringToObject(root, "model", s->model_name);
+    return root;
+}
+
+static cJSON *usage(const job *j) {
+    cJSON *u = cJSON_CreateObject(), *d;
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
+    d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
+    return u;
+}
+
+static void sse(job *j, cJSON *root) {
+    char *txt = cJSON_PrintUnformatted(root);
+    if (txt) {
+        sbuf_str(&j->out, "data: ");
+        sbuf_str(&j->out, txt);
+        sbuf_str(&j->out, "\n\n");
+    }
+    free(txt);
+    cJSON_Delete(root);
+}
+
+/* One streamed chunk: text (completions), or content / reasoning deltas. */
+static void stream_chunk(srv *s, job *j, const char *content, size_t nc, const char *reason, size_t nr,
+                         const char *finish, cJSON *lp) {
+    const int chat = j->kind == JOB_CHAT;
+    cJSON *root = envelope(s, j, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        sbuf t = {0};
+        if (nr) {
+            sbuf_add(&t, reason, nr);
+            cJSON_AddStringToObject(d, "reasoning_content", t.p);
+            t.n = 0;
+        }
+        if (nc || (!nr && !finish)) {
+            sbuf_add(&t, content ? content : "", nc);
+            cJSON_AddStringToObject(d, "content", t.p ? t.p : "");
+        }
+        sbuf_free(&t);
+    } else {
+        sbuf t = {0};
+        sbuf_add(&t, content ? content : "", nc);
+        cJSON_AddStringToObject(c, "text", t.p);
+        sbuf_free(&t);
+    }
+    if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
+    else cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(choices, c);
+    sse(j, root);
+}
+
+/* ---- output: the engine's callbacks ------------------------------------------------- */
+
+void oa_on_start(srv *s, job *j) {
+    if (j->stream && j->kind == JOB_CHAT) {
+        cJSON *root = envelope(s, j, "chat.completion.chunk");
+        cJSON *c = cJSON_CreateObject(), *d = cJSON_AddObjectToObject(c, "delta");
+        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddStringToObject(d, "content", "");
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddNullToObject(c, "finish_reason");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), c);
+        sse(j, root);
+    }
+}
+
+/* New text of the job (chat: split); streamed at once or kept. */
+static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_event *tok_ev,
+                      int final, const char *finish) {
+    sbuf content = {0}, reason = {0};
+    cJSON *lp = NULL;
+    if (j->kind == JOB_CHAT) think_split(j, txt, n, &content, &reason, final);
+    else sbuf_add(&content, txt, n);
+    if (tok_ev && j->rq.logprobs >= 0) {
+        if (j->stream) lp = new_logprobs(j);
+        else if (!j->lp_json) j->lp_json = new_logprobs(j);
+        add_logprobs(s, j, lp ? lp : (cJSON *)j->lp_json, tok_ev);
+    }
+    j->n_offset += (int32_t)n;
+    if (j->stream) {
+        if (content.n || reason.n || lp || finish)
+            stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp);
+    } else {
+        sbuf_add(&j->text, content.p ? content.p : "", content.n);
+        sbuf_add(&j->reasoning, reason.p ? reason.p : "", reason.n);
+    }
+    sbuf_free(&content);
+    sbuf_free(&reason);
+}
+
+void oa_on_token(srv *s, job *j, const moe8_event *e) {
+    j->n_gen++;
+    emit_text(s, j, e->text, e->text_len, e, 0, NULL);
+}
+
+static const char *finish_name(moe8_finish f) {
+    switch (f) {
+    case MOE8_FINISH_STOP: return "stop";
+    case MOE8_FINISH_LENGTH:
+    case MOE8_FINISH_CONTEXT: return "length";
+    default: return "abort";
+    }
+}
+
+static void whole_response(srv *s, job *j, const char *finish) {
+    const int chat = j->kind == JOB_CHAT;
+    cJSON *root = envelope(s, j, chat ? "chat.completion" : "text_completion");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", j->text.p ? j->text.p : "");
+        if (j->reasoning.n) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p);
+        else cJSON_AddNullToObject(m, "reasoning_content");
+    } else {
+        cJSON_AddStringToObject(c, "text", j->text.p ? j->text.p : "");
+    }
+    if (j->lp_json) {
+        cJSON_AddItemToObject(c, "logprobs", j->lp_json);
+        j->lp_json = NULL;
+    } else {
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    cJSON_AddStringToObject(c, "finish_reason", finish);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), c);
+    cJSON_AddItemToObject(root, "usage", usage(j));
+    j->out.n = 0;
+    j->sent = 0;
+    {
+        char *txt = cJSON_PrintUnformatted(root);
+        if (txt) sbuf_str(&j->out, txt);
+        free(txt);
+    }
+    cJSON_Delete(root);
+    j->status = 200;
+}
+
+void oa_on_finish(srv *s, job *j, const moe8_event *e) {
+    const char *finish = finish_name(e->finish);
+    j->n_cached = e->n_cached;
+    if (e->finish == MOE8_FINISH_ERROR) {
+        sbuf body = {0};
+        oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
+                 e->message ? e->message : moe8_status_str(e->status));
+        if (j->stream) {
+            sbuf_str(&j->out, "data: ");
+            sbuf_add(&j->out, body.p, body.n);
+            sbuf_str(&j->out, "\n\ndata: [DONE]\n\n");
+        } else {
+            j->out.n = 0;
+            sbuf_add(&j->out, body.p, body.n);
+            j->status = 500;
+        }
+        sbuf_free(&body);
+        return;
+    }
+    emit_text(s, j, e->text, e->text_len, NULL, 1, j->stream ? finish : NULL);
+    if (!j->stream) {
+        whole_response(s, j, finish);
+        return;
+    }
+    if (j->include_usage) {
+        cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(root, "choices");
+        cJSON_AddItemToObject(root, "usage", usage(j));
+        sse(j, root);
+    }
+    sbuf_str(&j->out, "data: [DONE]\n\n");
+}

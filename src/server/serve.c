@@ -1,0 +1,145 @@
+/*
+ * serve.c — moe8_serve: set up a server over a loaded model (its context,
+ * scheduler, sampling defaults, served name), start the HTTP side (rank 0),
+ * run the engine until the stop flag and the drain, and take it all down.
+ *
+ * Sampling defaults: generation_config.json of the model folder where it
+ * sets temperature / top_p / top_k / min_p, else OpenAI's (temperature 1,
+ * top_p 1, top-k and min-p off).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/core.h"
+#include "server/server.h"
+
+moe8_serve_params moe8_serve_params_default(void) {
+    moe8_serve_params p;
+    memset(&p, 0, sizeof p);
+    p.host = "127.0.0.1";
+    p.port = 8080;
+    p.parallel = 16;
+    p.max_batch_tokens = 2048;
+    p.max_queue = 256;
+    p.prefix_cache = 1;
+    p.timeout_s = 30;
+    p.drain_s = 5;
+    return p;
+}
+
+static void sampling_defaults(srv *s) {
+    char path[4096], *data = NULL;
+    size_t n = 0;
+    cJSON *root;
+    const cJSON *v;
+    s->defaults = moe8_sampler_defaults();
+    s->defaults.temperature = 1.0f;
+    if (!s->p.model_dir ||
+        snprintf(path, sizeof path, "%s/generation_config.json", s->p.model_dir) >= (int)sizeof path ||
+        moe8_read_file(path, 1 << 20, &data, &n, NULL) != MOE8_OK)
+        return;
+    if ((root = cJSON_ParseWithLength(data, n))) {
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && v->valuedouble >= 0)
+            s->defaults.temperature = (float)v->valuedouble;
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && v->valuedouble > 0 &&
+            v->valuedouble <= 1)
+            s->defaults.top_p = (float)v->valuedouble;
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "top_k")) && v->valuedouble >= 0)
+            s->defaults.top_k = (int)v->valuedouble;
+        if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "min_p")) && v->valuedouble >= 0 &&
+            v->valuedouble <= 1)
+            s->defaults.min_p = (float)v->valuedouble;
+        cJSON_Delete(root);
+    }
+    free(data);
+}
+
+static void model_name(srv *s) {
+    const char *name = s->p.served_model_name;
+    if (!name && s->p.model_dir) {
+        size_t n = strlen(s->p.model_dir);
+        while (n > 1 && s->p.model_dir[n - 1] == '/') n--;
+        name = s->p.model_dir;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (s->p.model_dir[i] == '/') name = s->p.model_dir + i + 1;
+        snprintf(s->model_name, sizeof s->model_name, "%.*s", (int)(s->p.model_dir + n - name), name);
+        return;
+    }
+    snprintf(s->model_name, sizeof s->model_name, "%s", name ? name : "moe8");
+}
+
+static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m, moe8_error *err) {
+    const int64_t max_pos = moe8_model_config(m)->max_position_embeddings;
+    if (p->port < 0 || p->port > 65535)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "port %d must be in [0, 65535]", p->port);
+    if (p->parallel < 1 || p->parallel > 4096)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "parallel %d must be in [1, 4096]", p->parallel);
+    if (p->ctx_size < 0 || p->ctx_size > max_pos)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "ctx_size %d must be in [1, "
+                         "max_position_embeddings %lld]", p->ctx_size, (long long)max_pos);
+    if (p->max_batch_tokens < 1 || p->max_queue < 1 || !(p->timeout_s > 0) || !(p->drain_s >= 0))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "max_batch_tokens (%d) and max_queue (%d) "
+                         "must be >= 1, timeout > 0, drain >= 0", p->max_batch_tokens, p->max_queue);
+    if (!p->host) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "no host to listen on");
+    return MOE8_OK;
+}
+
+moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *params,
+                       volatile int *stop, moe8_error *err) {
+    srv *s;
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_sched_params sp = moe8_sched_params_default();
+    moe8_status st;
+    const int rank0 = params ? moe8_dist_rank(params->dist) == 0 : 1;
+    if (!m || !tok || !params || !stop)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "serve: no model, tokenizer, params or flag");
+    if ((st = check_params(params, m, err))) return st;
+    if (!(s = calloc(1, sizeof *s))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    s->p = *params;
+    s->model = m;
+    s->tok = tok;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    metrics_init(&s->m);
+    sampling_defaults(s);
+    model_name(s);
+    cp.n_ctx = params->ctx_size ? params->ctx_size
+               : moe8_model_config(m)->max_position_embeddings < 4096
+                   ? (int32_t)moe8_model_config(m)->max_position_embeddings : 4096;
+    cp.n_seq_max = params->parallel;
+    cp.n_outputs = params->parallel;
+    cp.n_batch = params->max_batch_tokens > params->parallel ? params->max_batch_tokens : params->parallel;
+    cp.n_threads = params->n_threads;
+    cp.kv_bytes = params->kv_bytes;
+    cp.prefix_cache = params->prefix_cache;
+    s->n_ctx = cp.n_ctx;
+    st = moe8_context_create(m, &cp, &s->ctx, err); /* agreed by every rank */
+    if (!st) {
+        s->n_vocab = moe8_context_n_vocab(s->ctx);
+        sp.tok = tok;
+        st = moe8_sched_create(s->ctx, &sp, &s->sched, err);
+    }
+    if (!st && rank0) st = http_start(s, err);
+    if (moe8_dist_size(params->dist) > 1) st = moe8_dist_agree(params->dist, st, err);
+    if (!st && rank0) {
+        char line[300];
+        snprintf(line, sizeof line, "listening on http://%s:%d", params->host, s->port);
+        if (params->on_ready) params->on_ready(params->user, line);
+        st = engine_run(s, stop, err);
+        engine_abandon(s);         /* nothing is left suspended: the daemon can close it all */
+        http_wait_idle(s, 2.0);    /* last bytes of finished answers */
+    } else if (!st) {
+        st = engine_follow(s, err);
+    }
+    http_stop(s);
+    moe8_sched_free(s->sched);
+    moe8_context_free(s->ctx);
+    free(s->live);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return st;
+}

@@ -1,0 +1,161 @@
+/*
+ * server.h — internal: `moe8 serve`, an OpenAI-compatible HTTP front end on
+ * the scheduler (libmoe8_server: links libmicrohttpd; libmoe8 never does).
+ *
+ *   http.c     libmicrohttpd daemon (one epoll thread), routing, bodies,
+ *              auth, errors, suspend/resume, SSE, disconnects, access log
+ *   openai.c   OpenAI JSON: requests -> jobs (validated), events -> chunks
+ *              and responses, <think> split, log-probs, tokenize endpoints
+ *   engine.c   the scheduler thread: jobs -> moe8_sched, events -> jobs,
+ *              under TP every step's adds and cancels broadcast by rank 0
+ *   metrics.c  Prometheus counters, gauges and histograms (vLLM's names)
+ *
+ * Threads: the HTTP thread parses and validates a request into a job and
+ * queues it; the engine thread (the caller of moe8_serve, which also does
+ * all MPI) owns the scheduler and writes each job's output. One mutex (the
+ * server's `lock`) guards every job's shared fields and the queues.
+ * Nothing below sched/ knows HTTP exists.
+ */
+#ifndef MOE8_SERVER_H
+#define MOE8_SERVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe8.h"
+
+#define SRV_MAX_BODY (4u << 20) /* request bodies above this: 413 */
+
+/* ---- growing byte buffer --------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+int sbuf_add(sbuf *b, const char *s, size_t n);
+int sbuf_str(sbuf *b, const char *s);
+int sbuf_reserve(sbuf *b, size_t n); /* room for n bytes (+ NUL) */
+void sbuf_free(sbuf *b);
+
+/* ---- metrics (metrics.c) ------------------------------------------------------- */
+
+#define SRV_HIST_MAX 24
+
+typedef struct {
+    int n;                          /* buckets */
+    const double *le;               /* [n] upper bounds */
+    uint64_t count[SRV_HIST_MAX + 1]; /* [n + 1] (last: +Inf) */
+    double sum;
+    uint64_t total;
+} srv_hist;
+
+typedef struct {
+    uint64_t prompt_tokens, generation_tokens;
+    uint64_t success_stop, success_length, success_abort;
+    uint64_t prefix_hits, prefix_queries;
+    int32_t running, waiting;
+    double kv_usage;
+    srv_hist ttft, itl, e2e;
+} srv_metrics;
+
+void metrics_init(srv_metrics *m);
+/* Prometheus text exposition of m. */
+int metrics_render(const srv_metrics *m, const char *model, sbuf *out);
+void hist_observe(srv_hist *h, double v);
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+typedef enum { JOB_COMPLETION = 0, JOB_CHAT = 1 } job_kind;
+
+typedef struct job {
+    /* set by the HTTP thread before queuing; read-only afterwards */
+    job_kind kind;
+    int stream, include_usage;
+    int32_t *prompt, n_prompt;
+    moe8_request rq;            /* prompt, stop strings point into this job */
+    char *stop_store[MOE8_MAX_STOP_STRINGS];
+    int chat_logprobs;          /* chat: logprobs true */
+    char id[48];
+    int64_t created;
+    double t_arrive;            /* seconds, monotonic */
+    /* shared, under the server lock */
+    int refs;                   /* the connection and the engine */
+    int queued, started, done;  /* handed to the engine, scheduled, finished */
+    int cancel;                 /* the client is gone, or the server stops */
+    int64_t sched_id;
+    sbuf out;                   /* bytes for the client: SSE events, or the final body */
+    size_t sent;
+    int status;                 /* HTTP status of a non-stream response */
+    void *conn;                 /* struct MHD_Connection *, NULL once it completed */
+    int conn_fd;
+    int suspended;              /* the connection waits for output */
+    struct job *next;           /* engine's submit queue */
+    /* engine thread only */
+    sbuf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
+    int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think> */
+    void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
+    int32_t n_gen, n_cached, n_offset;
+    double t_first, t_last;
+} job;
+
+/* ---- the server ------------------------------------------------------------------ */
+
+typedef struct srv {
+    moe8_serve_params p;
+    moe8_model *model;
+    const moe8_tokenizer *tok;
+    moe8_context *ctx;
+    moe8_sched *sched;
+    int32_t n_ctx, n_vocab;
+    char model_name[256];
+    moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;        /* a job was queued or cancelled */
+    job *submit_head, *submit_tail;
+    int n_submitted;            /* queued, not started */
+    int stopping;               /* no new requests: 503 */
+    job **live;                 /* engine: jobs added to the scheduler */
+    int n_live, cap_live;
+    srv_metrics m;
+    void *daemon;               /* struct MHD_Daemon * */
+    int port;
+} srv;
+
+/* openai.c: the HTTP thread's side. Each returns 0, or an HTTP status with
+ * the error body in *err_body (OpenAI's {"error": {...}}). */
+int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err_body);
+int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out);
+int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out);
+void oa_models(srv *s, sbuf *out);
+/* An OpenAI error body. */
+void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void job_free(job *j);
+
+/* openai.c: the engine's side (under the lock). */
+void oa_on_start(srv *s, job *j);        /* stream: the first chunk (chat: the role) */
+void oa_on_token(srv *s, job *j, const moe8_event *e);
+void oa_on_finish(srv *s, job *j, const moe8_event *e);
+
+/* engine.c */
+moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err);
+moe8_status engine_follow(srv *s, moe8_error *err); /* ranks > 0 under TP */
+/* After engine_run: every job still live is cancelled and let go. */
+void engine_abandon(srv *s);
+
+/* http.c */
+moe8_status http_start(srv *s, moe8_error *err);
+void http_quiesce(srv *s);
+/* Wait until no connection is open, at most `seconds`. */
+void http_wait_idle(srv *s, double seconds);
+void http_stop(srv *s);
+/* Wake a connection that waits for j's output (call without the lock). */
+void http_resume(void *conn);
+/* Connections waiting on output whose client has gone: 1 if j's is gone. */
+int http_peer_gone(const job *j);
+
+double srv_now(void);
+
+#endif

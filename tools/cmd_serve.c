@@ -1,0 +1,202 @@
+/*
+ * cmd_serve.c — `moe8 serve -m DIR`: an OpenAI-compatible HTTP server
+ * (moe8_serve, libmoe8_server) on a model folder.
+ *
+ * Flow: parse flags (every number checked) -> MPI only with --tp > 1 ->
+ * load the tokenizer and the model (every rank) -> moe8_serve until SIGINT
+ * or SIGTERM, which stop accepting, let running requests finish for a few
+ * seconds (then cancel them, streams with a final event) and exit 0.
+ * stderr: exactly one "moe8 serve: listening on http://HOST:PORT" line when
+ * ready (with the real port, also for --port 0), then one access-log line
+ * per request. Uses only the public header.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+#define CMD "serve"
+
+static volatile int g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: moe8 serve -m DIR [options]\n"
+        "  -m DIR                 model folder (config.json, *.safetensors, tokenizer.json)\n"
+        "  --host ADDR            address to listen on (default 127.0.0.1)\n"
+        "  --port N               port (default 8080; 0 picks a free one, printed when ready)\n"
+        "  --parallel N           most requests running at once (default 16)\n"
+        "  --ctx-size N           longest prompt + completion (default min(4096, the model's))\n"
+        "  --max-batch-tokens N   most tokens per forward pass (default 2048)\n"
+        "  --kv-mb N              KV cache budget in MiB (default: parallel x ctx-size)\n"
+        "  --threads N            threads (default: OpenMP's)\n"
+        "  --api-key KEY          require 'Authorization: Bearer KEY' (or env MOE8_API_KEY);\n"
+        "                         /health stays open\n"
+        "  --served-model-name N  the model's name in the API (default: the folder's name)\n"
+        "  --max-queue N          waiting requests before 503 (default 256)\n"
+        "  --no-prefix-cache      do not reuse the KV of shared prompt prefixes\n"
+        "  --timeout S            close connections idle, or sending a body, longer (default 30)\n"
+        "  --tp N                 run as N ranks under mpirun -np N (rank 0 serves HTTP)\n"
+        "  --expert-parallel      with --tp: split the experts as whole experts\n"
+        "  -h, --help             this text\n"
+        "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
+        "GET /v1/models, /health, /metrics (Prometheus).\n");
+}
+
+typedef struct {
+    const char *dir;
+    int tp, expert_parallel;
+    int64_t kv_mb;
+    moe8_serve_params sp;
+} opts;
+
+static int num(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v;
+    errno = 0;
+    v = strtod(s, &end);
+    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "moe8 " CMD ": %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int integer(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "moe8 " CMD ": %s wants an integer in [%lld, %lld], got '%s'\n", flag,
+                (long long)lo, (long long)hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* 0 ok, 1 help, 2 bad usage. */
+static int parse(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->sp = moe8_serve_params_default();
+    o->tp = 1;
+    o->sp.api_key = getenv("MOE8_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+        double d;
+        int rc = 0, valued = 1;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 1;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) o->sp.prefix_cache = 0, valued = 0;
+        else if (!strcmp(a, "--expert-parallel")) o->expert_parallel = 1, valued = 0;
+        else if (!v) {
+            fprintf(stderr, "moe8 " CMD ": %s needs a value (or is unknown; see -h)\n", a);
+            return 2;
+        } else if (!strcmp(a, "-m")) o->dir = v;
+        else if (!strcmp(a, "--host")) o->sp.host = v;
+        else if (!strcmp(a, "--api-key")) o->sp.api_key = v;
+        else if (!strcmp(a, "--served-model-name")) o->sp.served_model_name = v;
+        else if (!strcmp(a, "--port")) rc = integer(a, v, 0, 65535, &x), o->sp.port = (int)x;
+        else if (!strcmp(a, "--parallel")) rc = integer(a, v, 1, 4096, &x), o->sp.parallel = (int)x;
+        else if (!strcmp(a, "--ctx-size")) rc = integer(a, v, 1, INT32_MAX, &x), o->sp.ctx_size = (int32_t)x;
+        else if (!strcmp(a, "--max-batch-tokens")) rc = integer(a, v, 1, 65536, &x), o->sp.max_batch_tokens = (int32_t)x;
+        else if (!strcmp(a, "--kv-mb")) rc = integer(a, v, 1, (int64_t)1 << 24, &o->kv_mb);
+        else if (!strcmp(a, "--threads")) rc = integer(a, v, 1, 4096, &x), o->sp.n_threads = (int)x;
+        else if (!strcmp(a, "--max-queue")) rc = integer(a, v, 1, 1 << 20, &x), o->sp.max_queue = (int)x;
+        else if (!strcmp(a, "--timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.timeout_s = d;
+        else if (!strcmp(a, "--tp")) rc = integer(a, v, 1, 4096, &x), o->tp = (int)x;
+        else {
+            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
+            return 2;
+        }
+        if (rc) return 2;
+        i += valued;
+    }
+    if (!o->dir) {
+        fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
+        return 2;
+    }
+    if (o->expert_parallel && o->tp < 2) {
+        fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N > 1\n");
+        return 2;
+    }
+    o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
+    o->sp.model_dir = o->dir;
+    return 0;
+}
+
+static void print_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "moe8 " CMD ": %s\n", line);
+    fflush(stderr);
+}
+
+int cmd_serve(int argc, char **argv) {
+    opts o;
+    moe8_dist *d = NULL;
+    moe8_model *m = NULL;
+    moe8_tokenizer *tok = NULL;
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_error err;
+    struct sigaction sa;
+    struct stat sb;
+    int rc = parse(argc, argv, &o), bad = 0;
+    if (rc) return rc == 1 ? 0 : 2;
+    /* The HTTP thread shares the cores with the OpenMP team: idle team
+     * threads sleep instead of spinning (read by OpenMP at its first use). */
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    o.sp.dist = d;
+    o.sp.on_ready = print_line;
+    o.sp.on_access = print_line;
+    rc = 1;
+    if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);
+        bad = 1;
+    } else if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) {
+        cli_fail(CMD, &err);
+        bad = 1;
+    }
+    if (moe8_dist_size(d) > 1 &&
+        moe8_dist_agree(d, bad ? MOE8_ERR_INVALID_ARG : MOE8_OK, &err) != MOE8_OK && !bad) {
+        if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
+        bad = 1;
+    }
+    if (bad) goto done;
+    mp.n_threads = o.sp.n_threads;
+    mp.dist = d;
+    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
+        if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
+        goto done;
+    }
+    if (moe8_serve(m, tok, &o.sp, &g_stop, &err) != MOE8_OK) {
+        cli_fail(CMD, &err);
+        if (moe8_dist_size(d) > 1) moe8_dist_abort(d, 1); /* a rank left behind never hangs */
+        goto done;
+    }
+    rc = 0;
+done:
+    moe8_model_free(m);
+    moe8_tokenizer_free(tok);
+    moe8_dist_free(d);
+    return rc;
+}
