@@ -8,7 +8,10 @@
  *    prompt phase, ms per step, aggregate and per-request tok/s, and the KV
  *    memory per request: what the paged pool holds for it (blocks in use x
  *    block bytes / R) against what a cache of n_ctx positions per sequence
- *    (the layout before paging) reserves.
+ *    (the layout before paging) reserves; the share of the decode time in
+ *    int8 GEMMs (experts, W8A8 projections) and float GEMMs (lm_head,
+ *    router, FLOAT linears) from the library's kernel-time accounting (with
+ *    --threads N, summed kernel time / N).
  * 2. Prefix cache: a request of --shared-total tokens whose first
  *    --shared tokens a finished request already computed, against a cold one
  *    of the same length (no shared tokens): time to first token, cached
@@ -158,7 +161,9 @@ static int decode_row(moe8_model *m, const sched_opts *o, int R) {
     moe8_context *ctx = NULL;
     moe8_sched *s = NULL;
     moe8_sched_stats st;
+    moe8_kernel_times kt;
     double t0, t1, t2;
+    const int nt = o->threads ? o->threads : 1;
     int rc = 1, nb = R * o->prompt < 4096 ? R * o->prompt : 4096;
     if (!ids || make(m, o, R, nb > R ? nb : R, kv, &ctx, &s)) goto done;
     for (int r = 0; r < R; r++) {
@@ -171,15 +176,19 @@ static int decode_row(moe8_model *m, const sched_opts *o, int R) {
     if (run_until(s, R, NULL, NULL)) goto done;
     t1 = now_s();
     fprintf(stderr, "moe8 " CMD ": %d running: %d decode steps\n", R, o->steps);
+    moe8_bench_kernel_times(&kt, 1);
     if (run_until(s, (int64_t)R * o->steps, NULL, NULL)) goto done;
     t2 = now_s();
+    moe8_bench_kernel_times(&kt, 0);
     moe8_sched_get_stats(s, &st);
     {
         const double step_ms = 1e3 * (t2 - t1) / o->steps, tok_s = R * o->steps / (t2 - t1);
         const double paged = (double)(st.kv.n_used) * (double)bb / R / 1048576.0;
         const double before = (double)o->n_ctx * (double)bb / MOE8_KV_BLOCK_TOKENS / 1048576.0;
-        printf("| %d | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f | %.0fx |\n", R, t1 - t0, step_ms,
-               tok_s, tok_s / R, paged, before, before / paged);
+        const double wall = (t2 - t1) * nt; /* kernel times are summed over threads */
+        printf("| %d | %.2f | %.1f | %.1f | %.2f | %.0f%% | %.0f%% | %.2f | %.1f | %.0fx |\n", R,
+               t1 - t0, step_ms, tok_s, tok_s / R, 100 * kt.gemm_q8_s / wall,
+               100 * kt.gemm_f32_s / wall, paged, before, before / paged);
     }
     rc = 0;
 done:
@@ -233,12 +242,14 @@ int cmd_bench_sched(int argc, char **argv) {
     int rc = parse(argc, argv, &o);
     if (rc) return rc;
     mp.n_threads = o.threads;
+    moe8_bench_kernel_timing(1); /* before the context: its kernel table records times */
     if (moe8_model_load(o.dir, &mp, &m, &err)) return cli_fail(CMD, &err);
     printf("decode with R running requests (%d-token prompts, %d timed steps, n_ctx %d, %s "
            "kernels)\n\n", o.prompt, o.steps, o.n_ctx, moe8_kernel_isa());
-    printf("| running | prompt phase s | ms / step | aggregate tok/s | tok/s per request | KV MiB "
-           "per request (paged) | KV MiB per request (n_ctx reserved) | saved |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| running | prompt phase s | ms / step | aggregate tok/s | tok/s per request | int8 "
+           "GEMM | float GEMM | KV MiB per request (paged) | KV MiB per request (n_ctx reserved) "
+           "| saved |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < o.n_running && !rc; i++) rc = decode_row(m, &o, o.running[i]);
     if (!rc) {
         printf("\nprefix cache: time to first token of a %d-token prompt (best of %d)\n\n",
