@@ -23,9 +23,11 @@
  * max_tokens); the first failure is printed to stderr, the counts in the table.
  *
  * Synthetic prompts are --input-len words from a list of 256 common English
- * words (about one token each): the first --shared-prefix words are the same in
- * every prompt, the next ones spell the prompt's index in base 256, so no two
- * prompts share more than the prefix; the rest are seeded random words.
+ * words, each one token for the Qwen3 tokenizer with or without its leading
+ * space (so N words are N prompt tokens there; other tokenizers: about N): the
+ * first --shared-prefix words are the same in every prompt, the next (up to 3)
+ * spell the prompt's index in base 256, so no two prompts share more than the
+ * prefix; the rest are seeded random words.
  *
  * It talks only to --url (http or https; no redirects, no proxies), sends at
  * most 1e6 requests, each bounded by --timeout. Results on stdout as a table,
@@ -242,7 +244,7 @@ static const char *const words[N_WORDS] = {
     "case", "week", "car", "room", "door", "head", "face", "mind", "voice", "girl", "boy", "king",
     "art", "sea", "sun", "fire", "air", "eye", "game", "love", "food", "real", "blue", "red",
     "south", "north", "east", "west", "stone", "horse", "bird", "ship", "star", "moon", "rain",
-    "snow", "wind", "glass", "gold", "iron", "wood", "milk", "bread", "salt", "tea", "song",
+    "snow", "wind", "glass", "gold", "iron", "wood", "dog", "bread", "salt", "tea", "song",
     "dance", "film", "news", "model", "train", "plan", "test", "rule", "rock", "hill", "lake",
     "farm", "shop", "bank", "club"};
 
@@ -521,7 +523,7 @@ typedef struct {
     float *itl;
     size_t n_itl, cap_itl;
     int64_t in_tokens, out_tokens;
-    int no_usage;               /* some request's counts were estimated */
+    int no_usage_in, no_usage_out; /* some request's counts were estimated */
     int printed_error, peak;
 } results;
 
@@ -638,7 +640,7 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
     } else {
         const int64_t out = r->completion_tokens >= 0 ? r->completion_tokens : r->n_text;
         int64_t in = r->prompt_tokens;
-        if (in < 0 || r->completion_tokens < 0) s->no_usage = 1;
+        s->no_usage_in |= in < 0, s->no_usage_out |= r->completion_tokens < 0;
         if (in < 0) in = b->ps->n_lines ? b->ps->n_words[r->index % b->ps->n_lines] : b->o->input_len;
         const double ttft = r->t_first - r->t_send, e2el = r->t_done - r->t_send;
         s->ttft[s->n_ok] = ttft;
@@ -882,8 +884,9 @@ static void print_results(bench *b, double dur) {
     ROW("Failed requests:", "%d%s", s->n_failed, fail);
     ROW("Benchmark duration (s):", "%.2f", dur);
     ROW("Total input tokens:", "%lld%s", (long long)s->in_tokens,
-        s->no_usage ? " (some in words, some output tokens as text events: no usage sent)" : "");
-    ROW("Total generated tokens:", "%lld", (long long)s->out_tokens);
+        s->no_usage_in ? " (some counted as words: no usage from the server)" : "");
+    ROW("Total generated tokens:", "%lld%s", (long long)s->out_tokens,
+        s->no_usage_out ? " (some counted as text events: no usage from the server)" : "");
     ROW("Request throughput (req/s):", "%.2f", s->n_ok / dur);
     ROW("Output token throughput (tok/s):", "%.2f", (double)s->out_tokens / dur);
     ROW("Total token throughput (tok/s):", "%.2f", (double)(s->in_tokens + s->out_tokens) / dur);
