@@ -258,7 +258,8 @@ typedef struct {
 /* Prompt i of the synthetic set, into *buf (grown as needed); NULL on no memory. */
 static char *synth_prompt(const serve_opts *o, int i, char **buf, size_t *cap) {
     const size_t need = (size_t)o->input_len * 8 + 1; /* longest word 7 + a space */
-    uint64_t shared = o->seed ^ 0x5851f42d4c957f2dULL, own = o->seed + 0x9e3779b9ULL * (uint64_t)(i + 1);
+    uint64_t shared = o->seed ^ 0x5851f42d4c957f2dULL;
+    uint64_t own = o->seed + 0x9e3779b9ULL * (uint64_t)(i + 1);
     uint32_t digits = (uint32_t)i;
     char *p;
     if (*cap < need) {
@@ -374,7 +375,7 @@ typedef struct request {
     char *body;
     char errbuf[CURL_ERROR_SIZE];
     double t_send, t_first, t_last, t_done; /* monotonic s; t_first = 0: no text yet */
-    int64_t n_text;                         /* text events */
+    int64_t n_events, n_text;               /* data: lines, those with text */
     int64_t prompt_tokens, completion_tokens; /* -1: no usage seen */
     long status;                            /* HTTP status; 0 until the body starts */
     int done;                               /* data: [DONE] seen */
@@ -446,12 +447,14 @@ static void on_event(request *r, const char *s, size_t n, double t) {
         req_fail(r, FAIL_STREAM, "error event in the stream: %s", shown);
     }
     ch = cJSON_GetObjectItemCaseSensitive(j, "choices");
-    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0 && text_of(cJSON_GetArrayItem(ch, 0), r->chat)) {
+    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0 &&
+        text_of(cJSON_GetArrayItem(ch, 0), r->chat)) {
         if (r->n_text++ == 0) r->t_first = t;
         else if (push_itl(r, t - r->t_last)) req_fail(r, FAIL_STREAM, "%s", "out of memory");
         r->t_last = t;
         if (r->n_text > r->max_text)
-            req_fail(r, FAIL_STREAM, "malformed stream: more than %lld text events for max_tokens %d",
+            req_fail(r, FAIL_STREAM,
+                     "malformed stream: more than %lld text events for max_tokens %d",
                      (long long)r->max_text, r->max_tokens);
     }
     if (cJSON_IsObject(u = cJSON_GetObjectItemCaseSensitive(j, "usage"))) {
@@ -471,6 +474,7 @@ static void on_line(request *r, char *s, size_t n, double t) {
     if (n < 5 || memcmp(s, "data:", 5)) return;
     s += 5, n -= 5;
     if (n && *s == ' ') s++, n--;
+    r->n_events++;
     on_event(r, s, n, t);
 }
 
@@ -511,7 +515,8 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *user) {
         }
     memmove(r->buf, r->buf + start, r->len - start);
     r->len -= start;
-    if (r->len > MAX_LINE) req_fail(r, FAIL_STREAM, "malformed stream: a line over %zu MiB", MAX_LINE >> 20);
+    if (r->len > MAX_LINE)
+        req_fail(r, FAIL_STREAM, "malformed stream: a line over %zu MiB", MAX_LINE >> 20);
     return r->fail ? 0 : n;
 }
 
@@ -626,6 +631,8 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
         r->fail = FAIL_TIMEOUT;
     } else if (code != CURLE_OK && !r->fail) {
         req_fail(r, FAIL_CONNECT, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(code));
+    } else if (!r->fail && !r->n_events) {
+        req_fail(r, FAIL_STREAM, "not a stream: no data: line in the answer (stream ignored?)");
     } else if (!r->fail && !r->done) {
         req_fail(r, FAIL_STREAM, "malformed stream: it ended before data: [DONE]");
     } else if (!r->fail && !r->n_text) {
@@ -641,7 +648,8 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
         const int64_t out = r->completion_tokens >= 0 ? r->completion_tokens : r->n_text;
         int64_t in = r->prompt_tokens;
         s->no_usage_in |= in < 0, s->no_usage_out |= r->completion_tokens < 0;
-        if (in < 0) in = b->ps->n_lines ? b->ps->n_words[r->index % b->ps->n_lines] : b->o->input_len;
+        if (in < 0)
+            in = b->ps->n_lines ? b->ps->n_words[r->index % b->ps->n_lines] : b->o->input_len;
         const double ttft = r->t_first - r->t_send, e2el = r->t_done - r->t_send;
         s->ttft[s->n_ok] = ttft;
         s->e2el[s->n_ok++] = e2el;

@@ -11,8 +11,9 @@ data: [DONE]. Chunked HTTP/1.1 with TCP_NODELAY, one thread per connection.
 Faults, counted over POST requests 1, 2, 3, ...: --fail-every K answers HTTP 500;
 --malformed-every K sends a chunk that is not JSON; --hang-every K never answers;
 --no-usage drops the usage chunk; --quirky writes the stream one byte per
-chunk with CRLF line ends, `data:` without a space, comments and event: lines. --log FILE appends one JSON line per POST
-(arrival time, path, Authorization header, body).
+chunk with CRLF line ends, `data:` without a space, comments and event: lines.
+--log FILE appends one JSON line per POST (arrival time, path, Authorization
+header, body).
 
     python3 tests/data/mock_openai_server.py --port 8399 --ttft-ms 200 --itl-ms 20
 """
