@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(cmake make gcc pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libomp-dev libmicrohttpd-dev)
+      libcurl4-openssl-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libomp-dev
+      libmicrohttpd-dev)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
