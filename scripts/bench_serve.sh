@@ -21,7 +21,7 @@ trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 600); do grep -q "listening on" "$log" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$log" | head -1)
 metric() { curl -s "$url/metrics" | awk -v m="moe8:$1" '$1 ~ "^"m"[{]" {print $2}'; }
-val() { sed -n "s/^$1 *\([0-9.]*\).*/\1/p" <<<"$2"; }
+val() { sed -n "s|^$1 *\([0-9.]*\).*|\1|p" <<<"$2"; }
 printf '| concurrency | prompts | requests | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms | prefix hit rate | server peak RSS MB |\n'
 printf '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
 run() { # concurrency, shared prefix words, label
