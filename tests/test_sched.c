@@ -93,8 +93,8 @@ typedef struct {
     float lp[MAXG];
     int32_t n_top[MAXG];
     moe8_logprob top[MAXG][MOE8_MAX_LOGPROBS];
-    float logits0[VOCAB];        /* the first TOKEN event's logits */
-    int has_logits0;
+    float logits0[VOCAB];        /* the first TOKEN event's logits (or FINISH's, max_tokens 0) */
+    int has_logits0;             /* 1: from a TOKEN event, 2: from the FINISH */
     size_t cum[MAXG];            /* text released up to and including TOKEN event i */
     char text[MAXTEXT];          /* all text, TOKEN events then FINISH */
     size_t n_text;
@@ -102,7 +102,11 @@ typedef struct {
     int bad_lp;                  /* TOKEN events whose log-probs miss the reference */
     moe8_finish finish;
     int32_t n_prompt, n_generated, n_cached;
+    double ttft;
 } result;
+
+/* Steps whose events had a FINISH before a TOKEN (moe8.h: tokens, then finishes). */
+static int g_order_bad;
 
 /* stops[4] receives the stop string pointers (moe8_sched_add copies them). */
 static moe8_request to_request(const spec *q, result *r, const char **stops) {
@@ -163,6 +167,11 @@ static int logprobs_ok(const moe8_event *e) {
 
 /* Events of one step into the results they belong to (user). */
 static void collect(const moe8_event *ev, int32_t n) {
+    for (int32_t k = 1; k < n; k++)
+        if (ev[k].type == MOE8_EVENT_TOKEN && ev[k - 1].type == MOE8_EVENT_FINISH) {
+            g_order_bad++;
+            break;
+        }
     for (int32_t k = 0; k < n; k++) {
         const moe8_event *e = &ev[k];
         result *r = e->user;
@@ -192,7 +201,12 @@ static void collect(const moe8_event *ev, int32_t n) {
             r->n_prompt = e->n_prompt;
             r->n_generated = e->n_generated;
             r->n_cached = e->n_cached;
+            r->ttft = e->ttft_s;
             add_text(r, e->text, e->text_len);
+            if (r->n_tok == 0 && e->logits) {
+                memcpy(r->logits0, e->logits, sizeof r->logits0);
+                r->has_logits0 = 2;
+            }
         }
     }
 }
@@ -228,7 +242,9 @@ static int same_result(const result *a, const result *b) {
            !memcmp(a->n_top, b->n_top, (size_t)n * sizeof a->n_top[0]) &&
            !memcmp(a->top, b->top, (size_t)n * sizeof a->top[0]) && a->n_text == b->n_text &&
            !memcmp(a->text, b->text, a->n_text) && a->finish == b->finish &&
-           a->n_generated == b->n_generated && a->n_prompt == b->n_prompt;
+           a->n_generated == b->n_generated && a->n_prompt == b->n_prompt &&
+           a->has_logits0 == b->has_logits0 &&
+           (!a->has_logits0 || !memcmp(a->logits0, b->logits0, sizeof a->logits0));
 }
 
 static void check_same(const result *got, const result *want, const char *what, int i) {
@@ -245,6 +261,8 @@ static void check_events(const result *r, const char *what, int i) {
     CHECKF(r->n_generated == r->n_tok, "%s request %d: n_generated %d, %d token events", what, i,
            r->n_generated, r->n_tok);
     CHECKF(r->bad_lp == 0, "%s request %d: %d tokens with wrong log-probs", what, i, r->bad_lp);
+    CHECKF(r->n_tok > 0 ? r->ttft >= 0 && r->ttft < 600 : r->ttft == -1,
+           "%s request %d: ttft %g after %d tokens", what, i, r->ttft, r->n_tok);
 }
 
 /* The text against the detokenized tokens: all of it, or everything before
@@ -450,6 +468,21 @@ static void test_random_one(uint64_t seed) {
         g_cov.stop += mix[i].finish == MOE8_FINISH_STOP;
         g_cov.length += mix[i].finish == MOE8_FINISH_LENGTH;
     }
+    {
+        int64_t gen = 0, prompt = 0;
+        for (int i = 0; i < n_req; i++) {
+            gen += mix[i].n_tok;
+            prompt += q[i].n_prompt;
+            if (q[i].max_tokens == 0 && !mix[i].cancelled)
+                CHECKF(mix[i].has_logits0 == 2, "%s request %d: max_tokens 0 without the "
+                       "prompt's logits", what, i);
+        }
+        CHECKF(st.generated_tokens == gen && st.prompt_tokens == prompt && st.n_steps <= steps &&
+                   st.n_steps > 0,
+               "%s: stats %lld generated (%lld), %lld prompt (%lld), %lld steps (%d)", what,
+               (long long)st.generated_tokens, (long long)gen, (long long)st.prompt_tokens,
+               (long long)prompt, (long long)st.n_steps, steps);
+    }
     CHECKF(st.prefix_hits == hits && st.prefix_queries >= queries_min &&
                st.prefix_queries <= queries_max && (c.prefix_cache || hits == 0),
            "%s: prefix stats %lld/%lld, events %lld, queries in [%lld, %lld]", what,
@@ -470,6 +503,7 @@ static void test_random(void) {
            (long long)g_cov.steps, (long long)g_cov.cancelled, (long long)g_cov.stop,
            (long long)g_cov.length, (long long)g_cov.hits, (long long)g_cov.preempted);
     CHECK(g_cov.cancelled > 0 && g_cov.stop > 0 && g_cov.hits > 0 && g_cov.preempted > 0);
+    CHECKF(g_order_bad == 0, "%d steps gave a FINISH event before a TOKEN event", g_order_bad);
 }
 
 /* ---- 2. chunked prefill, thread counts ------------------------------------------------- */
