@@ -441,8 +441,14 @@ static void test_random_one(uint64_t seed) {
     CHECKF(moe8_sched_pending(s) == 0, "%s: %d pending after %d steps", what,
            moe8_sched_pending(s), steps);
     for (int i = 0; i < n_req; i++) {
+        int lp_ok = 1;
         check_events(&mix[i], what, i);
         check_text(&q[i], &mix[i], what, i);
+        for (int k = 0; k < mix[i].n_tok && k < MAXG; k++)
+            lp_ok &= isnan(mix[i].lp[k]) == (q[i].logprobs < 0) &&
+                     mix[i].n_top[k] == (q[i].logprobs > 0 ? q[i].logprobs : 0);
+        CHECKF(lp_ok && mix[i].n_prompt == q[i].n_prompt, "%s request %d: log-probs asked %d, "
+               "n_prompt %d of %d", what, i, q[i].logprobs, mix[i].n_prompt, q[i].n_prompt);
         hits += mix[i].n_cached;
         queries_max += q[i].n_prompt;
         if (!mix[i].cancelled) queries_min += q[i].n_prompt;
@@ -890,6 +896,12 @@ static void check_stop_run(const spec *q0, const result *base, const char *const
         rel = expect_release(base->text, base->cum[k], stop, n_stop, &matched);
         if (k < r->n_tok) ok &= r->cum[k] == rel && r->tok[k] == base->tok[k];
     }
+    /* some text was held back at a token boundary inside the (partial) match */
+    {
+        int held = 0;
+        for (int i = 0; i < r->n_tok && i < k && i < MAXG; i++) held += r->cum[i] < base->cum[i];
+        CHECKF(held > 0, "%s: no text held back", label);
+    }
     /* k tokens: the last completed the match (or all of base's) */
     CHECKF(ok && r->n_tok == k, "%s: %d tokens (expected %d), releases differ %d", label, r->n_tok,
            k, !ok);
@@ -1325,6 +1337,33 @@ static void test_many(void) {
         CHECKF(compared == want, "%d of %d sampled requests equal their alone run", compared, want);
     }
     check_pool_empty(s, "500 requests");
+    /* a burst: 150 requests added, 100 of them cancelled, all reported in one step */
+    {
+        int64_t ids[150];
+        const moe8_event *ev;
+        int32_t n_ev, n_fin = 0, ok = 1;
+        for (int i = 0; i < 150; i++) {
+            memset(&r[i], 0, sizeof r[i]);
+            ids[i] = add(s, &q[i], &r[i]);
+        }
+        for (int i = 0; i < 150; i += 3) {
+            CHECK(moe8_sched_cancel(s, ids[i + 1]) == MOE8_OK && moe8_sched_cancel(s, ids[i + 2]) == MOE8_OK);
+            r[i + 1].cancelled = r[i + 2].cancelled = 1;
+        }
+        CHECK(moe8_sched_step(s, &ev, &n_ev, NULL) == MOE8_OK);
+        for (int32_t k = 0; k < n_ev; k++)
+            if (ev[k].type == MOE8_EVENT_FINISH && ev[k].finish == MOE8_FINISH_CANCELLED) {
+                result *x = ev[k].user;
+                n_fin++;
+                ok &= x->cancelled && ev[k].request == x->id && ev[k].text != NULL &&
+                      ev[k].text_len == 0 && ev[k].n_generated == 0;
+            }
+        CHECKF(n_fin == 100 && ok, "burst of cancels: %d finish events in the step (ok %d)", n_fin, ok);
+        collect(ev, n_ev);
+        drain(s, 5000);
+        for (int i = 0; i < 150; i++) check_events(&r[i], "burst", i);
+        check_pool_empty(s, "burst");
+    }
     moe8_sched_free(s);
     moe8_context_free(x);
     free(q);
@@ -1383,6 +1422,19 @@ static void test_bad_requests(void) {
     BAD((rq.stop = empty, rq.n_stop = 2), "stop string 1 is empty");
     BAD(rq.n_stop_ids = 2, "n_stop_ids");
 #undef BAD
+    /* bad scheduler parameters */
+    {
+        moe8_sched_params sp = moe8_sched_params_default();
+        moe8_sched *bad = NULL;
+        moe8_error e;
+        sp.max_running = -1;
+        CHECKF(moe8_sched_create(x0, &sp, &bad, &e) == MOE8_ERR_INVALID_ARG && !bad &&
+                   strstr(e.message, "max_running"), "max_running -1: '%s'", e.message);
+        sp = moe8_sched_params_default();
+        sp.n_eos_ids = 2;
+        CHECKF(moe8_sched_create(x0, &sp, &bad, &e) == MOE8_ERR_INVALID_ARG && !bad &&
+                   strstr(e.message, "eos"), "eos ids without an array: '%s'", e.message);
+    }
     /* stop strings without a tokenizer */
     rq = moe8_request_default();
     rq.prompt = prompt;
