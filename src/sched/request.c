@@ -72,7 +72,32 @@ static int text_add(ev_buf *b, const char *s, size_t n) {
     return 0;
 }
 
+/* Token events first, then finishes (moe8.h), each kind in the order it
+ * came: finishes are pushed as they happen (cancels before the batch, a
+ * request's end right after its token), so move each token event up past
+ * the finishes before it. */
+static void tokens_first(ev_buf *b) {
+    for (int32_t i = 0, t = 0; i < b->n; i++) {
+        moe8_event e;
+        size_t to, po;
+        if (b->ev[i].type != MOE8_EVENT_TOKEN) continue;
+        if (i > t) {
+            e = b->ev[i];
+            to = b->text_off[i];
+            po = b->top_off[i];
+            memmove(b->ev + t + 1, b->ev + t, (size_t)(i - t) * sizeof *b->ev);
+            memmove(b->text_off + t + 1, b->text_off + t, (size_t)(i - t) * sizeof *b->text_off);
+            memmove(b->top_off + t + 1, b->top_off + t, (size_t)(i - t) * sizeof *b->top_off);
+            b->ev[t] = e;
+            b->text_off[t] = to;
+            b->top_off[t] = po;
+        }
+        t++;
+    }
+}
+
 void ev_finalize(ev_buf *b) {
+    tokens_first(b);
     for (int32_t i = 0; i < b->n; i++) {
         moe8_event *e = &b->ev[i];
         e->text = b->text ? b->text + b->text_off[i] : "";
