@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -157,8 +158,14 @@ int cmd_serve(int argc, char **argv) {
     int rc = parse(argc, argv, &o), bad = 0;
     if (rc) return rc == 1 ? 0 : 2;
     /* The HTTP thread shares the cores with the OpenMP team: idle team
-     * threads sleep instead of spinning (read by OpenMP at its first use). */
-    setenv("OMP_WAIT_POLICY", "passive", 0);
+     * threads must sleep, not spin. libgomp reads OMP_WAIT_POLICY when it is
+     * loaded, so the process starts again with it set (argv[-1] is the
+     * program: main passes argv + 1). */
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv - 1);
+        /* exec failed: go on with the default policy */
+    }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
