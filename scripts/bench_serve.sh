@@ -29,7 +29,7 @@ run() { # concurrency, shared prefix words, label
     n=$((c < 4 ? 4 * c : 2 * c)); [ "$n" -lt 8 ] && n=8
     q0=$(metric prefix_cache_queries_total); h0=$(metric prefix_cache_hits_total)
     out=$("$MOE8" bench serve --url "$url" -n "$n" --input-len "$IN" --output-len "$OUT" \
-          --max-concurrency "$c" --shared-prefix "$sp" 2>/dev/null)
+          --max-concurrency "$c" --shared-prefix "$sp" --seed "$((1000 * c + sp))" 2>/dev/null)
     q1=$(metric prefix_cache_queries_total); h1=$(metric prefix_cache_hits_total)
     printf '| %d | %s | %d | %s | %s | %s | %s | %s | %s | %.1f%% | %.0f |\n' "$c" "$label" "$n" \
         "$(val 'Request throughput (req/s):' "$out")" "$(val 'Output token throughput (tok/s):' "$out")" \
