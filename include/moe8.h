@@ -599,12 +599,16 @@ typedef struct {
                                      * and this many best alternatives */
     int ignore_eos;                 /* do not end on the scheduler's eos ids */
     void *user;                     /* handed back in its events */
+    int32_t n_prompt_logits;        /* the logits of the last n_prompt_logits prompt positions
+                                     * come as MOE8_EVENT_PROMPT_LOGITS events, each once, in
+                                     * position order (0: none; perplexity, scoring) */
 } moe8_request;
 moe8_request moe8_request_default(void);
 
 typedef enum {
     MOE8_EVENT_TOKEN = 1,           /* a new token */
     MOE8_EVENT_FINISH = 2,          /* the request ended (its last event) */
+    MOE8_EVENT_PROMPT_LOGITS = 3,   /* the logits at prompt position `pos` (n_prompt_logits) */
 } moe8_event_type;
 
 typedef struct {
@@ -634,6 +638,7 @@ typedef struct {
     double ttft_s;                  /* FINISH: seconds from add to the first token (-1: none) */
     moe8_status status;             /* FINISH with ERROR: why */
     const char *message;
+    int32_t pos;                    /* PROMPT_LOGITS: the prompt position (token = its id) */
 } moe8_event;
 
 /* Counters since create, and the state now. */
@@ -663,8 +668,9 @@ moe8_status moe8_sched_cancel(moe8_sched *s, int64_t id);
 /* Requests not finished yet (waiting or running, or cancelled not reported). */
 int32_t moe8_sched_pending(const moe8_sched *s);
 
-/* One step. *events / *n_events: what happened (token events in batch order,
- * then finishes). When the forward fails, the requests of the batch end
+/* One step. *events / *n_events: what happened (token and prompt-logits
+ * events in batch order, then finishes). A step computes at most the
+ * context's n_outputs logits rows: prompt chunks that want more are cut. When the forward fails, the requests of the batch end
  * with MOE8_FINISH_ERROR and the status is returned as well (the others keep
  * their state; a communication failure under TP is fatal to the group). */
 moe8_status moe8_sched_step(moe8_sched *s, const moe8_event **events, int32_t *n_events,

@@ -72,7 +72,7 @@ static int text_add(ev_buf *b, const char *s, size_t n) {
     return 0;
 }
 
-/* Token events first, then finishes (moe8.h), each kind in the order it
+/* Token (and prompt-logits) events first, then finishes (moe8.h), each kind in the order it
  * came: finishes are pushed as they happen (cancels before the batch, a
  * request's end right after its token), so move each token event up past
  * the finishes before it. */
@@ -80,7 +80,7 @@ static void tokens_first(ev_buf *b) {
     for (int32_t i = 0, t = 0; i < b->n; i++) {
         moe8_event e;
         size_t to, po;
-        if (b->ev[i].type != MOE8_EVENT_TOKEN) continue;
+        if (b->ev[i].type == MOE8_EVENT_FINISH) continue;
         if (i > t) {
             e = b->ev[i];
             to = b->text_off[i];

@@ -61,6 +61,8 @@ struct moe8_sched {
     int8_t *b_lg;
     rq **b_rq;                  /* [max_running] requests in the batch */
     int32_t *b_row, *b_chunk;   /* [max_running] batch index of its logits (-1), tokens */
+    int32_t *b_first;           /* [max_running] batch index of its chunk's first token */
+    int32_t max_rows, n_rows;   /* logits rows per step (n_outputs), used by this batch */
     int32_t *sampled;           /* [max_running] */
     int32_t n_b, n_brq;
     int32_t *match;             /* [max_blocks] prefix-cache hits */
@@ -132,6 +134,7 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
     if (p.max_running && p.max_running < s->max_running) s->max_running = p.max_running;
     s->max_batch = p.max_batch_tokens && p.max_batch_tokens < cp.n_batch ? p.max_batch_tokens
                                                                           : cp.n_batch;
+    s->max_rows = cp.n_outputs;
     s->next_id = 1;
     st = set_eos(s, &p);
     if (!st) st = moe8_sampler_create(NULL, s->n_vocab, &s->smp, err);
@@ -145,10 +148,11 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
         s->b_rq = malloc((size_t)s->max_running * sizeof *s->b_rq);
         s->b_row = malloc((size_t)s->max_running * sizeof *s->b_row);
         s->b_chunk = malloc((size_t)s->max_running * sizeof *s->b_chunk);
+        s->b_first = malloc((size_t)s->max_running * sizeof *s->b_first);
         s->sampled = malloc((size_t)s->max_running * sizeof *s->sampled);
         s->match = malloc((size_t)s->kv->max_blocks * sizeof *s->match);
         if (!s->run || !s->free_seq || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_lg ||
-            !s->b_rq || !s->b_row || !s->b_chunk || !s->sampled || !s->match)
+            !s->b_rq || !s->b_row || !s->b_chunk || !s->b_first || !s->sampled || !s->match)
             st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the scheduler");
     } else if (st == MOE8_ERR_NOMEM) {
         moe8_fail(err, st, -1, "cannot allocate the scheduler");
@@ -188,6 +192,7 @@ void moe8_sched_free(moe8_sched *s) {
     free(s->b_rq);
     free(s->b_row);
     free(s->b_chunk);
+    free(s->b_first);
     free(s->sampled);
     free(s->match);
     free(s);
@@ -222,6 +227,9 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     if (r->n_stop_ids < 0 || (r->n_stop_ids && !r->stop_ids))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_stop_ids %d without ids",
                          r->n_stop_ids);
+    if (r->n_prompt_logits < 0 || r->n_prompt_logits > r->n_prompt)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_prompt_logits %d must be in "
+                         "[0, n_prompt %d]", r->n_prompt_logits, r->n_prompt);
     if (r->n_stop < 0 || r->n_stop > MOE8_MAX_STOP_STRINGS || (r->n_stop && !r->stop))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: %d stop strings; expected "
                          "0..%d", r->n_stop, MOE8_MAX_STOP_STRINGS);
@@ -260,6 +268,8 @@ static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
     moe8_sampler_seed(r->rng, q->sampling.seed);
     r->logprobs = q->logprobs;
     r->ignore_eos = q->ignore_eos;
+    r->plog_from = r->plog_done = q->n_prompt - q->n_prompt_logits;
+    if (!q->n_prompt_logits) r->plog_from = r->plog_done = q->n_prompt;
     r->user = q->user;
     r->seq = -1;
     r->ttft = -1;
@@ -386,15 +396,46 @@ static void report_cancels(moe8_sched *s) {
 
 /* ---- building the batch ------------------------------------------------------------- */
 
+/* Prompt positions of the chunk [c0, c0 + want) of r that get logits events. */
+static void plog_range(const rq *r, int32_t c0, int32_t want, int32_t *lo, int32_t *hi) {
+    *lo = c0 > r->plog_done ? c0 : r->plog_done;
+    *hi = c0 + want < r->n_prompt ? c0 + want : r->n_prompt;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* Logits rows the chunk needs: its prompt-logits positions, and its last
+ * token when that completes r. */
+static int32_t rows_of(const rq *r, int32_t want) {
+    int32_t lo, hi, end = r->n_computed + want;
+    plog_range(r, r->n_computed, want, &lo, &hi);
+    return hi - lo + (end == r->n_tok && !(end - 1 >= lo && end - 1 < hi));
+}
+
+/* `want` cut so the chunk's rows fit what the step has left (0: none fit). */
+static int32_t fit_rows(const moe8_sched *s, const rq *r, int32_t want) {
+    const int32_t left = s->max_rows - s->n_rows;
+    int32_t lo, hi;
+    if (rows_of(r, want) <= left) return want;
+    plog_range(r, r->n_computed, want, &lo, &hi);
+    want = lo - r->n_computed + (left > 0 ? left : 0);
+    while (want > 0 && rows_of(r, want) > left) want--;
+    return want;
+}
+
 /* The next `want` tokens of r into the batch (its blocks taken now). */
 static void batch_add(moe8_sched *s, rq *r, int32_t want) {
+    int32_t lo, hi;
     MOE8_ASSERT(kv_reserve(s->kv, r->seq, r->n_computed + want) == 0);
+    plog_range(r, r->n_computed, want, &lo, &hi);
+    s->b_first[s->n_brq] = s->n_b;
     for (int32_t j = 0; j < want; j++) {
-        s->b_tok[s->n_b] = r->tok[r->n_computed + j];
-        s->b_pos[s->n_b] = r->n_computed + j;
+        const int32_t pos = r->n_computed + j;
+        s->b_tok[s->n_b] = r->tok[pos];
+        s->b_pos[s->n_b] = pos;
         s->b_seq[s->n_b] = r->seq;
-        s->b_lg[s->n_b++] = 0;
+        s->b_lg[s->n_b++] = (int8_t)(pos >= lo && pos < hi);
     }
+    s->n_rows += rows_of(r, want);
     s->b_rq[s->n_brq] = r;
     s->b_chunk[s->n_brq] = want;
     s->b_row[s->n_brq] = -1;
@@ -430,6 +471,7 @@ static int32_t schedule_running(moe8_sched *s, int32_t budget) {
             }
         }
         if (!r) break;
+        if ((want = fit_rows(s, r, want)) < 1) continue; /* no logits row left this step */
         batch_add(s, r, want);
         budget -= want;
     }
@@ -443,9 +485,18 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
         if (s->kv->prefix_cache) m = kv_match(s->kv, r->tok, r->n_tok - 1, s->match, s->kv->max_blocks);
         for (int32_t j = 0; j < m; j++) ref0 += s->kv->b[s->match[j]].ref == 0;
         cached = m * KV_BS;
+        if (cached > r->plog_done) { /* its prompt logits must be computed */
+            m = r->plog_done / KV_BS;
+            ref0 = 0;
+            for (int32_t j = 0; j < m; j++) ref0 += s->kv->b[s->match[j]].ref == 0;
+            cached = m * KV_BS;
+        }
         want = r->n_tok - cached < budget ? r->n_tok - cached : budget;
+        r->n_computed = cached; /* for fit_rows; set for good below */
+        want = fit_rows(s, r, want);
+        r->n_computed = 0;
         need = (cached + want + KV_BS - 1) / KV_BS - m;
-        if (need + ref0 > kv_available(s->kv)) break; /* it waits; nobody passes it */
+        if (want < 1 || need + ref0 > kv_available(s->kv)) break; /* it waits; nobody passes it */
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         r->next = NULL;
@@ -500,6 +551,18 @@ static void take_tokens(moe8_sched *s) {
         const float *logits;
         int32_t tok;
         int rc;
+        if (r->plog_done < r->n_prompt) { /* its prompt logits, in position order */
+            int32_t lo, hi;
+            plog_range(r, r->n_computed, s->b_chunk[j], &lo, &hi);
+            for (int32_t p = lo; p < hi; p++) {
+                moe8_event *e = ev_push(&s->ev, MOE8_EVENT_PROMPT_LOGITS, r);
+                if (!e) break;
+                e->pos = p;
+                e->token = r->tok[p];
+                e->logits = moe8_context_logits(s->ctx, s->b_first[j] + (p - r->n_computed));
+            }
+            r->plog_done = hi > r->plog_done ? hi : r->plog_done;
+        }
         r->n_computed += s->b_chunk[j];
         if (s->b_row[j] < 0) continue;
         logits = moe8_context_logits(s->ctx, s->b_row[j]);
@@ -531,7 +594,7 @@ moe8_status moe8_sched_step(moe8_sched *s, const moe8_event **events, int32_t *n
     if (!s) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "scheduler: NULL");
     s->ev.n = 0;
     s->ev.n_text = s->ev.n_top = 0;
-    s->n_b = s->n_brq = 0;
+    s->n_b = s->n_brq = s->n_rows = 0;
     s->preempted = 0;
     report_cancels(s);
     schedule_waiting(s, schedule_running(s, s->max_batch));

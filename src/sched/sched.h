@@ -32,6 +32,8 @@ typedef struct rq {
     int32_t n_stop;
     int32_t logprobs;           /* -1 or 0..MOE8_MAX_LOGPROBS */
     int ignore_eos;
+    int32_t plog_from;          /* prompt positions from here get PROMPT_LOGITS events */
+    int32_t plog_done;          /* ... those before this were sent (recompute sends none) */
     moe8_detok *detok;          /* NULL without a tokenizer */
     char *held;                 /* text decoded but not released (could start a stop string) */
     size_t n_held, cap_held;
