@@ -20,6 +20,7 @@ STUB(cmd_generate, "generate")
 STUB(cmd_quantize, "quantize")
 STUB(cmd_make_model, "make-model")
 STUB(cmd_serve, "serve")
+STUB(cmd_perplexity, "perplexity")
 
 int cli_fail(const char *cmd, const moe8_error *err) {
     fprintf(stderr, "moe8 %s: %s\n", cmd, err->message[0] ? err->message : moe8_status_str(err->code));
@@ -41,6 +42,7 @@ static const struct {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
     {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
+    {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
     {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|sched)"},
 };
