@@ -1,0 +1,364 @@
+/*
+ * test_perplexity.c — `moe8 perplexity` against the test's own computation.
+ *
+ * The reference runs each chunk through moe8_decode with the logits of every
+ * position and computes llama-perplexity's numbers in double precision:
+ * chunks of c tokens of the tokenized text (the first replaced by BOS when
+ * the tokenizer adds one), positions c/2 .. c-2 scored against the next
+ * token. Checked: the final PPL and its uncertainty (1e-4 relative), that
+ * shifting the scored range by one position changes the answer (so the
+ * positions are exactly those), BOS substitution, the base file (header,
+ * tokens, every uint16 row within its quantization step of the true
+ * log-probabilities), the KL divergence of a model against its own base
+ * (<= 1e-5, same top token everywhere) and of W8A8 against float vs the
+ * test's own KLD from the decoded base rows, bad base files and arguments,
+ * and TP=2 vs one process (with MPI).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "test.h"
+#include "fixture_model.h"
+
+#define C 64            /* tokens per chunk */
+#define CHUNKS 6
+#define TEXT "/usr/share/common-licenses/GPL-3"
+
+static char g_out[1 << 16];
+
+/* Run the CLI; stdout+stderr into g_out; the exit status. */
+static int cli(const char *args) {
+    char cmd[8192], path[4096];
+    size_t n = 0;
+    unsigned char *b;
+    int rc;
+    snprintf(path, sizeof path, "%s/ppl_out.txt", test_tmpdir("ppl_run"));
+    snprintf(cmd, sizeof cmd, "OMP_WAIT_POLICY=passive timeout 300 %s perplexity %s >'%s' 2>&1",
+             MOE8_CLI, args, path);
+    rc = test_run(cmd);
+    b = test_slurp(path, &n);
+    snprintf(g_out, sizeof g_out, "%s", b ? (char *)b : "");
+    free(b);
+    return rc;
+}
+
+static double field(const char *label) {
+    const char *p = strstr(g_out, label);
+    return p ? atof(p + strlen(label)) : NAN;
+}
+
+/* The text's tokens as the CLI makes them. */
+static int32_t *text_tokens(const moe8_tokenizer *tok, size_t *n) {
+    size_t len = 0, need = 0;
+    unsigned char *text = test_slurp(TEXT, &len);
+    const int bos = moe8_tokenizer_add_bos(tok);
+    int32_t *ids;
+    moe8_tokenize(tok, (const char *)text, len, NULL, 0, &need, NULL);
+    ids = malloc((need + 1) * sizeof *ids);
+    CHECK(moe8_tokenize(tok, (const char *)text, len, ids + bos, need, &need, NULL) == MOE8_OK);
+    if (bos) ids[0] = moe8_tokenizer_bos_id(tok);
+    *n = need + (size_t)bos;
+    free(text);
+    return ids;
+}
+
+/* logits[CHUNKS][C][V] of every chunk position (BOS substituted). */
+static float *all_logits(const char *dir, int32_t *V_out, int32_t **tokens_out) {
+    moe8_model *m = test_load_model(dir);
+    moe8_tokenizer *tok = NULL;
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_context *x = NULL;
+    int32_t V = (int32_t)moe8_model_config(m)->vocab_size, pos[C], seq[C], chunk[C];
+    int8_t want[C];
+    size_t n;
+    float *out;
+    int32_t *ids;
+    CHECK(moe8_tokenizer_load(dir, &tok, NULL) == MOE8_OK);
+    ids = text_tokens(tok, &n);
+    CHECK(n >= (size_t)C * CHUNKS);
+    cp.n_ctx = C, cp.n_batch = C, cp.n_outputs = C;
+    CHECK(moe8_context_create(m, &cp, &x, NULL) == MOE8_OK);
+    out = malloc((size_t)CHUNKS * C * V * sizeof *out);
+    for (int i = 0; i < CHUNKS; i++) {
+        moe8_batch b = {C, chunk, pos, seq, want};
+        memcpy(chunk, ids + (size_t)i * C, sizeof chunk);
+        if (moe8_tokenizer_add_bos(tok)) chunk[0] = moe8_tokenizer_bos_id(tok);
+        for (int p = 0; p < C; p++) pos[p] = p, seq[p] = 0, want[p] = 1;
+        CHECK(moe8_context_seq_truncate(x, 0, 0, NULL) == MOE8_OK);
+        CHECK(moe8_decode(x, &b, NULL) == MOE8_OK);
+        for (int p = 0; p < C; p++)
+            memcpy(out + ((size_t)i * C + p) * V, moe8_context_logits(x, p), (size_t)V * sizeof *out);
+    }
+    moe8_context_free(x);
+    moe8_tokenizer_free(tok);
+    moe8_model_free(m);
+    *V_out = V;
+    *tokens_out = ids;
+    return out;
+}
+
+static double nll_at(const float *l, int32_t V, int32_t tok) {
+    double mx = l[0], s = 0;
+    for (int32_t i = 1; i < V; i++) mx = fmax(mx, l[i]);
+    for (int32_t i = 0; i < V; i++) s += exp((double)l[i] - mx);
+    return mx + log(s) - l[tok];
+}
+
+/* PPL and its uncertainty over positions [p0, p1] of every chunk. */
+static void ref_ppl(const float *lg, int32_t V, const int32_t *ids, int p0, int p1, double *ppl,
+                    double *unc) {
+    double s = 0, s2 = 0;
+    int n = 0;
+    for (int i = 0; i < CHUNKS; i++)
+        for (int p = p0; p <= p1; p++) {
+            double v = nll_at(lg + ((size_t)i * C + p) * V, V, ids[i * C + p + 1]);
+            s += v, s2 += v * v, n++;
+        }
+    s /= n, s2 = s2 / n - s * s;
+    *ppl = exp(s);
+    *unc = sqrt(s2 / (n - 1)) * *ppl;
+}
+
+static void test_ppl(const char *dir, const char *label) {
+    int32_t V, *ids;
+    float *lg = all_logits(dir, &V, &ids);
+    double ppl, unc, lo, hi, u;
+    char args[4200];
+    snprintf(args, sizeof args, "-m '%s' -f %s -c %d --chunks %d --threads 2", dir, TEXT, C, CHUNKS);
+    CHECK(cli(args) == 0);
+    ref_ppl(lg, V, ids, C / 2, C - 2, &ppl, &unc);
+    CHECKF(fabs(field("Final estimate: PPL = ") - ppl) <= 1e-4 * ppl, "%s: PPL %s vs reference %.6f",
+           label, g_out, ppl);
+    {
+        const char *p = strstr(g_out, "+/- ");
+        CHECKF(p && fabs(atof(p + 4) - unc) <= 1e-3 * unc, "%s: uncertainty vs %.6f", label, unc);
+    }
+    CHECK(strstr(g_out, "scored 186 tokens in 6 chunks") != NULL);
+    ref_ppl(lg, V, ids, C / 2 - 1, C - 2, &lo, &u);   /* one position too early */
+    ref_ppl(lg, V, ids, C / 2 + 1, C - 2, &hi, &u);   /* one too few */
+    CHECKF(fabs(lo - ppl) > 1e-4 * ppl && fabs(hi - ppl) > 1e-4 * ppl,
+           "%s: the scored range is not distinguishable (%.6f %.6f %.6f)", label, lo, ppl, hi);
+    printf("%-10s PPL %.4f (reference %.4f, shifted ranges %.4f / %.4f)\n", label,
+           field("Final estimate: PPL = "), ppl, lo, hi);
+    free(lg);
+    free(ids);
+}
+
+/* The base file: header, tokens, rows within their step of the true log-probs. */
+static void test_base_file(const char *dir, const char *base) {
+    int32_t V, *ids;
+    float *lg = all_logits(dir, &V, &ids);
+    size_t n = 0;
+    unsigned char *b = test_slurp(base, &n);
+    const int nv = 2 * ((V + 1) / 2) + 4, first = C / 2, n_score = C - 1 - first;
+    int32_t head[3];
+    double worst = 0;
+    CHECK(b && n == 8 + 12 + (size_t)CHUNKS * C * 4 + (size_t)CHUNKS * n_score * nv * 2);
+    if (!b || n < 20) return;
+    CHECK(!memcmp(b, "_logits_", 8));
+    memcpy(head, b + 8, 12);
+    CHECK(head[0] == C && head[1] == V && head[2] == CHUNKS);
+    CHECK(!memcmp(b + 20, ids, (size_t)CHUNKS * C * 4));
+    for (int i = 0; i < CHUNKS; i++)
+        for (int k = 0; k < n_score; k++) {
+            const uint16_t *row = (const uint16_t *)(b + 20 + (size_t)CHUNKS * C * 4) +
+                                  ((size_t)i * n_score + k) * nv;
+            const float *l = lg + ((size_t)i * C + first + k) * V;
+            float scale, min_lp;
+            double mx = l[0], s = 0;
+            memcpy(&scale, row, 4);
+            memcpy(&min_lp, row + 2, 4);
+            for (int32_t j = 1; j < V; j++) mx = fmax(mx, l[j]);
+            for (int32_t j = 0; j < V; j++) s += exp((double)l[j] - mx);
+            for (int32_t j = 0; j < V; j += 97) {
+                const double truth = l[j] - mx - log(s), got = scale * row[4 + j] + min_lp;
+                if (truth >= min_lp) worst = fmax(worst, fabs(got - truth) / (0.5 * scale + 2e-5));
+                else CHECK(row[4 + j] == 0);
+            }
+        }
+    CHECKF(worst <= 1.0 + 1e-3, "base rows: worst error %.3f quantization steps", worst);
+    printf("base file  %zu bytes, worst row error %.3f of half a step\n", n, worst);
+    free(b);
+    free(lg);
+    free(ids);
+}
+
+/* KLD of `dir` against `base`, recomputed from the decoded base rows. */
+static double ref_kld(const char *dir, const char *base, double *same_top) {
+    int32_t V, *ids;
+    float *lg = all_logits(dir, &V, &ids);
+    size_t n = 0;
+    unsigned char *b = test_slurp(base, &n);
+    const int nv = 2 * ((V + 1) / 2) + 4, first = C / 2, n_score = C - 1 - first;
+    double sum = 0;
+    int count = 0, same = 0;
+    for (int i = 0; i < CHUNKS; i++)
+        for (int k = 0; k < n_score; k++) {
+            const uint16_t *row = (const uint16_t *)(b + 20 + (size_t)CHUNKS * C * 4) +
+                                  ((size_t)i * n_score + k) * nv;
+            const float *l = lg + ((size_t)i * C + first + k) * V;
+            float scale, min_lp;
+            double mx = l[0], s = 0, kl = 0, bmax = -1e30;
+            int32_t imax = 0, ibase = 0;
+            memcpy(&scale, row, 4);
+            memcpy(&min_lp, row + 2, 4);
+            for (int32_t j = 1; j < V; j++)
+                if (l[j] > mx) mx = l[j], imax = j;
+            for (int32_t j = 0; j < V; j++) s += exp((double)l[j] - mx);
+            for (int32_t j = 0; j < V; j++) {
+                const double lb = (double)scale * row[4 + j] + min_lp;
+                if (lb > bmax) bmax = lb, ibase = j;
+                if (lb > -16) kl += exp(lb) * (lb - (l[j] - mx - log(s)));
+            }
+            sum += kl, count++, same += imax == ibase;
+        }
+    free(b);
+    free(lg);
+    free(ids);
+    *same_top = 100.0 * same / count;
+    return sum / count;
+}
+
+static void test_kld(const char *fdir, const char *qdir, const char *base) {
+    char args[8400];
+    double same, k_self, k_q;
+    snprintf(args, sizeof args, "-m '%s' -f %s -c %d --chunks %d --kl-divergence-base '%s'", fdir, TEXT,
+             C, CHUNKS, base);
+    CHECK(cli(args) == 0);
+    test_base_file(fdir, base);
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence", fdir, base);
+    CHECK(cli(args) == 0);
+    k_self = field("Mean    KLD:");
+    CHECKF(k_self >= 0 && k_self <= 1e-5 && field("Same top p:") == 100.0,
+           "self KLD %g, same top %g", k_self, field("Same top p:"));
+    CHECK(strstr(g_out, "====== Perplexity statistics ======") && strstr(g_out, "Mean PPL(Q)/PPL(base)") &&
+          strstr(g_out, "RMS Δp") && strstr(g_out, "99.9%   KLD:") && strstr(g_out, "Cor(ln(PPL(Q)), ln(PPL(base)))"));
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence --threads 2", qdir, base);
+    CHECK(cli(args) == 0);
+    k_q = field("Mean    KLD:");
+    {
+        const double ref = ref_kld(qdir, base, &same);
+        CHECKF(k_q > 0 && fabs(k_q - ref) <= 1e-3 * ref + 1e-6, "W8A8 KLD %g vs reference %g", k_q, ref);
+        CHECKF(fabs(field("Same top p:") - same) < 1e-3, "same top %g vs %g", field("Same top p:"), same);
+        printf("KLD        self %.2e, W8A8 vs float %.6f (reference %.6f), same top %.3f%%\n", k_self,
+               k_q, ref, same);
+    }
+}
+
+static void test_bad(const char *dir, const char *base) {
+    char args[8400], bad[4200];
+    size_t n = 0;
+    unsigned char *b = test_slurp(base, &n);
+    int32_t v;
+    snprintf(bad, sizeof bad, "%s/bad.kld", test_tmpdir("ppl_bad"));
+    /* truncated */
+    test_write_file(bad, b, n - 100);
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence", dir, bad);
+    CHECKF(cli(args) != 0 && strstr(g_out, "truncated") && strstr(g_out, "n_vocab"), "truncated: %s", g_out);
+    /* foreign */
+    memcpy(b, "_logitz_", 8);
+    test_write_file(bad, b, n);
+    CHECKF(cli(args) != 0 && strstr(g_out, "\"_logits_\""), "foreign: %s", g_out);
+    memcpy(b, "_logits_", 8);
+    /* another vocabulary */
+    memcpy(&v, b + 12, 4);
+    v += 8;
+    memcpy(b + 12, &v, 4);
+    test_write_file(bad, b, n);
+    CHECKF(cli(args) != 0 && strstr(g_out, "n_vocab"), "vocab: %s", g_out);
+    /* another context size */
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence -c 32", dir, base);
+    CHECKF(cli(args) != 0 && strstr(g_out, "n_ctx 64, not -c 32"), "ctx: %s", g_out);
+    /* a token out of range */
+    v -= 8;
+    memcpy(b + 12, &v, 4);
+    v = 1 << 30;
+    memcpy(b + 20 + 4 * 5, &v, 4);
+    test_write_file(bad, b, n);
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence", dir, bad);
+    CHECKF(cli(args) != 0 && strstr(g_out, "token 5"), "token: %s", g_out);
+    free(b);
+    /* arguments */
+    snprintf(args, sizeof args, "-m '%s' -f %s -c 100000", dir, TEXT);
+    CHECKF(cli(args) != 0 && strstr(g_out, "you need at least 200000 tokens"), "short text: %s", g_out);
+    snprintf(args, sizeof args, "-m '%s' -f %s --kl-divergence", dir, TEXT);
+    CHECKF(cli(args) == 2 && strstr(g_out, "--kl-divergence takes"), "flags: %s", g_out);
+    snprintf(args, sizeof args, "-m '%s' -f /dev/zero", dir);
+    CHECKF(cli(args) != 0 && strstr(g_out, "regular"), "device: %s", g_out);
+    snprintf(args, sizeof args, "-m '%s' -f %s --kl-divergence-base /dev/null", dir, TEXT);
+    CHECKF(cli(args) != 0 && strstr(g_out, "not a regular file"), "base /dev/null: %s", g_out);
+}
+
+/* The first chunk token becomes BOS when the tokenizer adds one. */
+static const char *bos_model(fx_opts *o) {
+    const char *dir = fx_test_model("ppl_bos", o, 1);
+    char path[4200];
+    size_t n = 0;
+    unsigned char *b;
+    cJSON *root;
+    char *txt;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    b = test_slurp(path, &n);
+    root = cJSON_ParseWithLength((const char *)b, n);
+    cJSON_DeleteItemFromObject(root, "add_bos_token");
+    cJSON_DeleteItemFromObject(root, "bos_token");
+    cJSON_AddTrueToObject(root, "add_bos_token");
+    cJSON_AddStringToObject(root, "bos_token", "<|endoftext|>");
+    txt = cJSON_PrintUnformatted(root);
+    test_write_file(path, txt, strlen(txt));
+    free(txt);
+    cJSON_Delete(root);
+    free(b);
+    return dir;
+}
+
+static void test_tp(const char *dir) {
+#ifdef MOE8_MPIEXEC
+    char cmd[8400], path[4200];
+    double one;
+    snprintf(cmd, sizeof cmd, "-m '%s' -f %s -c %d --chunks %d", dir, TEXT, C, CHUNKS);
+    CHECK(cli(cmd) == 0);
+    one = field("Final estimate: PPL = ");
+    snprintf(path, sizeof path, "%s/tp.txt", test_tmpdir("ppl_tp"));
+    snprintf(cmd, sizeof cmd, "timeout 300 %s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
+             "--chunks %d --tp 2 --threads 1 >'%s' 2>&1", MOE8_MPIEXEC, MOE8_CLI, dir, TEXT, C, CHUNKS, path);
+    CHECK(test_run(cmd) == 0);
+    {
+        size_t n = 0;
+        unsigned char *b = test_slurp(path, &n);
+        snprintf(g_out, sizeof g_out, "%s", b ? (char *)b : "");
+        free(b);
+    }
+    CHECKF(fabs(field("Final estimate: PPL = ") - one) <= 1e-4 * one, "TP=2 PPL %g vs %g",
+           field("Final estimate: PPL = "), one);
+    printf("TP=2       PPL %.4f, one process %.4f\n", field("Final estimate: PPL = "), one);
+#else
+    (void)dir;
+    printf("TP=2       skipped: built without MPI\n");
+#endif
+}
+
+int main(void) {
+    fx_opts o = fx_default_opts();
+    const char *fdir, *qdir, *bdir;
+    char base[4200];
+    o.vocab = 151936;
+    o.dense_layer = 1;
+    fdir = fx_test_model("ppl_float", &o, 1);
+    o.quant = 1;
+    qdir = fx_test_model("ppl_w8a8", &o, 1);
+    o.quant = 0;
+    bdir = bos_model(&o);
+    snprintf(base, sizeof base, "%s/base.kld", test_tmpdir("ppl_base"));
+    test_ppl(fdir, "float");
+    test_ppl(qdir, "W8A8");
+    test_ppl(bdir, "BOS");
+    test_kld(fdir, qdir, base);
+    test_bad(fdir, base);
+    test_tp(fdir); /* float: W8A8 under TP quantizes each rank's expert slice on its own (SEMANTICS §8) */
+    return test_summary();
+}
