@@ -274,6 +274,7 @@ static void update_gauges(srv *s) {
     moe8_sched_get_stats(s->sched, &st);
     pthread_mutex_lock(&s->lock);
     s->m.running = st.n_running;
+    s->sched_waiting = st.n_waiting;
     s->m.waiting = st.n_waiting + s->n_submitted;
     s->m.kv_usage = st.kv.n_blocks ? (double)st.kv.n_used / st.kv.n_blocks : 0;
     s->m.prefix_hits = (uint64_t)st.prefix_hits;

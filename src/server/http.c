@@ -129,6 +129,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t k = j->out.n - j->sent < max ? j->out.n - j->sent : max;
         memcpy(buf, j->out.p + j->sent, k);
         j->sent += k;
+        if (j->sent == j->out.n) j->sent = j->out.n = 0; /* sent: the buffer starts over */
         n = (ssize_t)k;
     } else if (j->done) {
         n = MHD_CONTENT_READER_END_OF_STREAM;
@@ -146,7 +147,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static int submit(srv *s, job *j, struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (s->stopping) return 1;
-    if (s->n_submitted + s->m.waiting >= s->p.max_queue) return 2;
+    if (s->n_submitted + s->sched_waiting >= s->p.max_queue) return 2;
     j->conn = c;
     j->conn_fd = ci ? ci->connect_fd : -1;
     j->refs = 2;

@@ -115,6 +115,7 @@ typedef struct srv {
     pthread_cond_t wake;        /* a job was queued or cancelled */
     job *submit_head, *submit_tail;
     int n_submitted;            /* queued, not started */
+    int sched_waiting;          /* waiting in the scheduler (engine's last count) */
     int stopping;               /* no new requests: 503 */
     job **live;                 /* engine: jobs added to the scheduler */
     int n_live, cap_live;
