@@ -20,6 +20,11 @@
  * waits a grace period (GRACE_S, or the timeout when shorter); the ranks that
  * sent no pong are named, and the collective fails with MOE8_ERR_COMM:
  *   "rank 1 stopped answering: no reply within 60 s in all-reduce".
+ * When every rank answers (a slow one has just arrived) the wait goes on for
+ * one more timeout; stuck again with every rank answering, the ranks are out
+ * of step and the collective fails saying so. A rank computing between two
+ * collectives cannot answer (MPI is called from one thread), so the timeout
+ * must exceed the longest such gap (a slow rank's model load, say).
  * The failed collective's request stays as it is: the communicator is broken
  * (comm.h), no collective runs on it again and free skips MPI_Finalize.
  */
@@ -47,11 +52,12 @@ typedef struct {
     int initialised_here;  /* we called MPI_Init_thread, so we finalise */
     MPI_Comm ctl;          /* duplicate of MPI_COMM_WORLD for pings and pongs */
     int ping_in;           /* payload of the ping being answered */
-    int ping_out;          /* payload of this rank's pings */
+    int ping_seq;          /* this rank's ping rounds so far: each ping's payload */
+    int *ping_out;         /* [size] payload of the ping in flight to each rank */
     int *pong_out;         /* [size] payload of the pong in flight to each rank */
     int *pong_in;          /* [size] pong received from each rank */
     MPI_Request *pong_req; /* [size] pong in flight to each rank, or MPI_REQUEST_NULL */
-    MPI_Request *ping_req; /* [size] this rank's ping to each rank */
+    MPI_Request *ping_req; /* [size] this rank's ping in flight to each rank */
     MPI_Request *wait_req; /* [size] the pong awaited from each rank */
 } mpi_state;
 
@@ -65,6 +71,7 @@ static moe8_status mpi_error(moe8_error *err, int rc, const char *what) {
 
 static void state_free(mpi_state *s) {
     if (!s) return;
+    free(s->ping_out);
     free(s->pong_out);
     free(s->pong_in);
     free(s->pong_req);
@@ -78,8 +85,10 @@ static void mpi_free(moe8_comm *c) {
     int finalized = 0;
     /* A broken group cannot finalise: MPI_Finalize waits for the silent peer. */
     if (s && !c->failed && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
-        for (int r = 0; s->pong_req && r < c->size; r++) /* pongs finish on their own */
+        for (int r = 0; s->pong_req && r < c->size; r++) { /* these finish on their own */
             if (s->pong_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&s->pong_req[r]);
+            if (s->ping_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&s->ping_req[r]);
+        }
         if (s->ctl != MPI_COMM_NULL) MPI_Comm_free(&s->ctl);
         if (s->initialised_here) MPI_Finalize();
     }
@@ -112,66 +121,86 @@ static void serve_pings(mpi_state *s) {
     }
 }
 
-/* The collective `what` timed out: ping every other rank, wait the grace
- * period (answering the pings of ranks doing the same), name the silent ones. */
-static moe8_status name_silent(moe8_comm *c, const char *what, moe8_error *err) {
+/* Ping every other rank and wait the grace period for their pongs,
+ * answering the pings of ranks doing the same and watching *req: when the
+ * collective completes meanwhile the round ends with *done = 1. Returns how
+ * many ranks sent no pong, listed in names[cap] ("1" or "1, 3"). */
+static int ping_round(moe8_comm *c, MPI_Request *req, int *done, char *names, size_t cap) {
     mpi_state *s = c->impl;
     const int n = c->size;
     const double grace = c->timeout_s < GRACE_S ? c->timeout_s : GRACE_S;
     const double t_end = moe8_now_s() + grace;
-    char names[256] = "";
     size_t used = 0;
-    int n_open = 0, n_silent = 0, done;
-    s->ping_out++;
+    int n_open = 0, n_silent = 0, got;
+    names[0] = '\0';
+    s->ping_seq++;
     for (int r = 0; r < n; r++) {
-        s->ping_req[r] = s->wait_req[r] = MPI_REQUEST_NULL;
+        s->wait_req[r] = MPI_REQUEST_NULL;
+        got = 1;
         if (r == c->rank) continue;
-        if (MPI_Irecv(&s->pong_in[r], 1, MPI_INT, r, TAG_PONG, s->ctl, &s->wait_req[r]) ||
-            MPI_Isend(&s->ping_out, 1, MPI_INT, r, TAG_PING, s->ctl, &s->ping_req[r]))
-            continue; /* cannot even post it: the rank stays silent */
+        if (MPI_Irecv(&s->pong_in[r], 1, MPI_INT, r, TAG_PONG, s->ctl, &s->wait_req[r]))
+            continue;
         n_open++;
+        if (s->ping_req[r] != MPI_REQUEST_NULL) MPI_Test(&s->ping_req[r], &got, MPI_STATUS_IGNORE);
+        if (!got) continue; /* the last ping is not even delivered: no second one */
+        s->ping_out[r] = s->ping_seq;
+        MPI_Isend(&s->ping_out[r], 1, MPI_INT, r, TAG_PING, s->ctl, &s->ping_req[r]);
     }
-    while (n_open > 0 && moe8_now_s() < t_end) {
-        for (int r = 0; r < n; r++)
-            if (s->wait_req[r] != MPI_REQUEST_NULL &&
-                MPI_Test(&s->wait_req[r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
-                n_open--;
+    while (n_open > 0 && !*done && moe8_now_s() < t_end) {
+        for (int r = 0; r < n; r++) {
+            if (s->wait_req[r] == MPI_REQUEST_NULL ||
+                MPI_Test(&s->wait_req[r], &got, MPI_STATUS_IGNORE) != MPI_SUCCESS || !got)
+                continue;
+            if (s->pong_in[r] == s->ping_seq) n_open--;
+            else /* a late pong of an earlier round: wait for this round's */
+                MPI_Irecv(&s->pong_in[r], 1, MPI_INT, r, TAG_PONG, s->ctl, &s->wait_req[r]);
+        }
         serve_pings(s);
-        if (n_open > 0) nap(GRACE_NAP_NS);
+        if (MPI_Test(req, done, MPI_STATUS_IGNORE) != MPI_SUCCESS) *done = 0; /* reported later */
+        if (n_open > 0 && !*done) nap(GRACE_NAP_NS);
     }
     for (int r = 0; r < n; r++) {
-        const int silent = r != c->rank && s->wait_req[r] != MPI_REQUEST_NULL;
-        if (s->ping_req[r] != MPI_REQUEST_NULL) MPI_Request_free(&s->ping_req[r]);
-        if (!silent) continue;
+        if (s->wait_req[r] == MPI_REQUEST_NULL) continue;
         MPI_Cancel(&s->wait_req[r]);
         MPI_Request_free(&s->wait_req[r]);
-        if (used < sizeof names)
-            used += (size_t)snprintf(names + used, sizeof names - used, "%s%d",
-                                     n_silent ? ", " : "", r);
+        if (used < cap)
+            used += (size_t)snprintf(names + used, cap - used, "%s%d", n_silent ? ", " : "", r);
         n_silent++;
     }
-    if (n_silent == 0)
-        return moe8_fail(err, MOE8_ERR_COMM, -1, "no reply within %g s in %s, although every "
-                         "rank answers: do the ranks run the same collectives in the same order?",
-                         c->timeout_s, what);
-    return moe8_fail(err, MOE8_ERR_COMM, -1, "rank%s %s stopped answering: no reply within %g s "
-                     "in %s", n_silent > 1 ? "s" : "", names, c->timeout_s, what);
+    return n_silent;
 }
 
 /* Complete the collective `what` of *req: spin, then nap with a growing
- * back-off, answering pings; past the timeout, name the silent ranks. */
+ * back-off, answering pings. Past the timeout, a ping round: silent ranks
+ * fail the collective; when every rank answers (a slow one just arrived) it
+ * waits one more timeout, and fails only if it is still stuck with every
+ * rank alive (ranks out of step). */
 static moe8_status complete(moe8_comm *c, MPI_Request *req, const char *what, moe8_error *err) {
     const double t0 = moe8_now_s();
+    double deadline = t0 + c->timeout_s;
+    char names[256];
     long ns = 0;
-    int done = 0, rc;
+    int done = 0, rounds = 0, rc, n_silent;
     for (;;) {
-        double waited;
+        double now;
         if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
             return mpi_error(err, rc, what);
         if (done) return MOE8_OK;
-        if ((waited = moe8_now_s() - t0) < SPIN_S) continue;
+        if ((now = moe8_now_s()) - t0 < SPIN_S) continue;
         serve_pings(c->impl);
-        if (c->timeout_s > 0 && waited > c->timeout_s) return name_silent(c, what, err);
+        if (c->timeout_s > 0 && now > deadline) {
+            n_silent = ping_round(c, req, &done, names, sizeof names);
+            if (done) continue; /* MPI_Test above confirms it */
+            if (n_silent)
+                return moe8_fail(err, MOE8_ERR_COMM, -1, "rank%s %s stopped answering: no reply "
+                                 "within %g s in %s", n_silent > 1 ? "s" : "", names,
+                                 c->timeout_s, what);
+            if (rounds++)
+                return moe8_fail(err, MOE8_ERR_COMM, -1, "%s has not completed after %.0f s "
+                                 "although every rank answers: do the ranks run the same "
+                                 "collectives in the same order?", what, moe8_now_s() - t0);
+            deadline = moe8_now_s() + c->timeout_s;
+        }
         ns = ns == 0 ? NAP_MIN_NS : ns * 2 > NAP_MAX_NS ? NAP_MAX_NS : ns * 2;
         nap(ns);
     }
@@ -239,12 +268,13 @@ static const moe8_comm_ops mpi_ops = {
 
 static moe8_status state_alloc(mpi_state *s, int size) {
     const size_t n = (size_t)size;
+    s->ping_out = calloc(n, sizeof *s->ping_out);
     s->pong_out = calloc(n, sizeof *s->pong_out);
     s->pong_in = calloc(n, sizeof *s->pong_in);
     s->pong_req = malloc(n * sizeof *s->pong_req);
     s->ping_req = malloc(n * sizeof *s->ping_req);
     s->wait_req = malloc(n * sizeof *s->wait_req);
-    if (!s->pong_out || !s->pong_in || !s->pong_req || !s->ping_req || !s->wait_req)
+    if (!s->ping_out || !s->pong_out || !s->pong_in || !s->pong_req || !s->ping_req || !s->wait_req)
         return MOE8_ERR_NOMEM;
     for (size_t r = 0; r < n; r++)
         s->pong_req[r] = s->ping_req[r] = s->wait_req[r] = MPI_REQUEST_NULL;
