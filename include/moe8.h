@@ -328,7 +328,13 @@ size_t moe8_model_kv_block_bytes(const moe8_model *m);
  * split) fails the call on every rank with that rank's message
  * ("rank R: ..."); the load then compares a fingerprint of the model folder
  * (config.json, quant description, safetensors headers and file sizes). A
- * rank that dies is handled by mpirun (it ends the others). MPI is
+ * rank that dies is handled by mpirun (it ends the others). A rank that
+ * stops answering (a stopped process, a stuck node) is caught by a watchdog
+ * on every collective (moe8_dist_set_timeout, default 60 s): a rank left
+ * waiting sleeps instead of spinning, and after the timeout the collective
+ * fails with MOE8_ERR_COMM naming the silent rank ("rank 1 stopped
+ * answering: no reply within 60 s in all-reduce"); the group is then broken
+ * (moe8_dist_failure) and the caller ends the job with moe8_dist_abort. MPI is
  * initialised only by moe8_dist_init with n_ranks > 1; nothing else in moe8
  * touches it. The MPI transport is used from the calling thread only.
  *
@@ -345,7 +351,8 @@ int moe8_dist_mpi_available(void);
  * processes, and (MOE8_ERR_UNSUPPORTED) in a program linked without
  * libmoe8_mpi. On failure nothing is left initialised. */
 moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err);
-/* Collective when n_ranks > 1 (finalises MPI). NULL is a no-op. */
+/* Collective when n_ranks > 1 (finalises MPI, except in a broken group:
+ * moe8_dist_failure). NULL is a no-op. */
 void moe8_dist_free(moe8_dist *d);
 int moe8_dist_rank(const moe8_dist *d);
 int moe8_dist_size(const moe8_dist *d);
@@ -353,6 +360,20 @@ int moe8_dist_expert_parallel(const moe8_dist *d);
 /* Wall seconds this rank spent in collectives (all-reduce, all-gather,
  * broadcast), waiting for slower ranks included; 0 with one rank. */
 double moe8_dist_comm_seconds(const moe8_dist *d);
+
+/* Seconds a collective may wait for the other ranks before it fails with
+ * MOE8_ERR_COMM naming the ranks that stopped answering (they are found by
+ * pinging every rank, which costs up to one more second). Default 60; 0 =
+ * no timeout (negative and NaN count as 0). Local to this rank: give every
+ * rank the same value. No effect with one rank or d NULL. */
+void moe8_dist_set_timeout(moe8_dist *d, double seconds);
+/* MOE8_OK while the group works. Once a collective has failed with
+ * MOE8_ERR_COMM (a rank stopped answering, or the transport failed) the
+ * group is broken: this returns MOE8_ERR_COMM with that first message,
+ * every later collective fails at once the same way, and moe8_dist_free does
+ * not finalise MPI (it would wait for the silent rank). End the job with
+ * moe8_dist_abort. */
+moe8_status moe8_dist_failure(const moe8_dist *d, moe8_error *err);
 
 /* Collective: every rank passes its own outcome (`local`; when it is an error
  * err->message holds its message). Returns MOE8_OK when every rank
@@ -366,6 +387,9 @@ moe8_status moe8_dist_check_same(moe8_dist *d, const void *bytes, size_t n, cons
 /* Collective: rank 0's tokens[n] and *flag replace every rank's. */
 moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t *flag,
                                    moe8_error *err);
+/* Collective: rank 0's buf[bytes] replaces every rank's (every rank passes
+ * the same `bytes`). One rank, or d NULL: a no-op. */
+moe8_status moe8_dist_bcast(moe8_dist *d, void *buf, size_t bytes, moe8_error *err);
 /* Collective: recv[size][bytes] = every rank's send[bytes], in rank order. */
 moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size_t bytes,
                                 moe8_error *err);

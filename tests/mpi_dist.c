@@ -14,7 +14,10 @@
  *   - kv heads fewer than ranks (replicated) at 3 ranks, split at 2;
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
- *     (config.json fingerprint), an impossible split, different settings.
+ *     (config.json fingerprint), an impossible split, different settings;
+ *   - moe8_dist_bcast: rank 0's bytes on every rank (odd and large sizes),
+ *     0 bytes and a NULL dist leave the buffer alone; under a set timeout
+ *     the group stays healthy (moe8_dist_failure).
  * Each rank writes its own fixture folders (no shared files between ranks).
  */
 #include <math.h>
@@ -283,6 +286,29 @@ static void callbacks(moe8_dist *d) {
     moe8_model_free(m);
 }
 
+/* moe8_dist_bcast: every rank ends with rank 0's bytes. */
+static void bcast(moe8_dist *d) {
+    static const size_t sizes[] = {1, 1001, (size_t)3 << 20};
+    moe8_error e;
+    moe8_dist_set_timeout(d, 30);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t n = sizes[k];
+        unsigned char *buf = malloc(n);
+        size_t bad = 0;
+        for (size_t i = 0; buf && i < n; i++) buf[i] = (unsigned char)(i * 7 + (size_t)g_rank * 13);
+        CHECK(buf && moe8_dist_bcast(d, buf, n, &e) == MOE8_OK);
+        for (size_t i = 0; buf && i < n; i++) bad += buf[i] != (unsigned char)(i * 7);
+        CHECKF(bad == 0, "bcast of %zu bytes: %zu differ from rank 0's on rank %d", n, bad, g_rank);
+        free(buf);
+    }
+    int32_t v[2] = {g_rank, g_rank};
+    CHECK(moe8_dist_bcast(d, v, 0, &e) == MOE8_OK && v[0] == g_rank);  /* 0 bytes: no-op */
+    CHECK(moe8_dist_bcast(NULL, v, sizeof v, &e) == MOE8_OK && v[1] == g_rank); /* one rank */
+    CHECK(moe8_dist_bcast(d, v, sizeof v, &e) == MOE8_OK && v[0] == 0 && v[1] == 0);
+    CHECK(moe8_dist_failure(d, &e) == MOE8_OK);
+    moe8_dist_set_timeout(d, 60);
+}
+
 int main(void) {
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     moe8_dist *tp = NULL;
@@ -306,6 +332,7 @@ int main(void) {
     compare("w8a8_tp", 1, 0, &ep_view, tp);
     compare("w8a8_ep", 1, 1, &ep_view, tp);
     callbacks(tp);
+    bcast(tp);
     failures(tp);
     moe8_dist_free(tp);
     if (g_rank == 0) return test_summary();

@@ -1,6 +1,7 @@
 /*
  * test_comm.c — the one-rank communicator: identities of every collective;
- * abort on one rank (a local dist, or none) returns instead of exiting.
+ * abort on one rank (a local dist, or none) returns instead of exiting; a
+ * timeout changes nothing and a one-rank broadcast leaves the buffer alone.
  */
 #include "test.h"
 #include "dist/comm.h"
@@ -22,12 +23,18 @@ int main(void) {
     CHECK(moe8_comm_bcast(c, buf, sizeof buf, 1, &err) == MOE8_ERR_INVALID_ARG);
     CHECK(strstr(err.message, "root 1") != NULL);
     CHECK(moe8_comm_barrier(c, &err) == MOE8_OK);
+    moe8_comm_set_timeout(c, 0.001); /* no peer to wait for */
+    CHECK(moe8_comm_barrier(c, &err) == MOE8_OK && moe8_comm_failure(c, &err) == MOE8_OK);
     moe8_comm_abort(c, 3); /* one rank: returns, this process goes on */
     CHECK(moe8_comm_size(c) == 1);
     moe8_comm_free(c);
 
     moe8_dist *d;
     CHECK(moe8_dist_init(1, 0, &d, &err) == MOE8_OK);
+    moe8_dist_set_timeout(d, 5);
+    send[0] = 42;
+    CHECK(moe8_dist_bcast(d, send, sizeof send, &err) == MOE8_OK && send[0] == 42);
+    CHECK(moe8_dist_failure(d, &err) == MOE8_OK);
     moe8_dist_abort(d, 3);
     CHECK(moe8_dist_size(d) == 1);
     moe8_dist_free(d);

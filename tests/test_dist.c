@@ -10,7 +10,10 @@
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
  *     rank, a split the model cannot take, -np and --tp that disagree, and a
- *     rank killed mid-run.
+ *     rank killed mid-run;
+ *   - a rank stopped mid-run (SIGSTOP) with --comm-timeout 3: the job ends
+ *     non-zero within 20 s, rank 0 naming rank 1, and while it waits rank 0
+ *     uses under 30% of a core.
  * Skipped (with a message) when this build has no MPI.
  */
 #include <math.h>
@@ -206,6 +209,108 @@ static void test_kill(const char *text) {
            "after a rank was killed mpirun took %.1f s, status %d", waited, status);
 }
 
+/* utime + stime of `pid` in seconds (-1 when it is gone). */
+static double cpu_seconds(pid_t pid) {
+    char path[64], buf[1024], *p;
+    unsigned long long ut = 0, st = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    read_text(path, buf, sizeof buf);
+    /* fields after the command name "(...)": state is 3rd, utime the 14th */
+    if (!(p = strrchr(buf, ')')) ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The MPI rank of process `pid` (from the environment mpirun gave it), or -1. */
+static int rank_of(pid_t pid) {
+    static const char key[] = "OMPI_COMM_WORLD_RANK=";
+    char path[64], buf[1 << 15];
+    size_t n;
+    FILE *f;
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    if (!(f = fopen(path, "rb"))) return -1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+        if (!strncmp(buf + i, key, sizeof key - 1)) return atoi(buf + i + sizeof key - 1);
+    return -1;
+}
+
+static long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* A rank stopped (SIGSTOP) in the middle of decoding: the watchdog of the
+ * collectives ends the job after --comm-timeout, rank 0 naming rank 1, and
+ * rank 0 sleeps while it waits. Nothing outlives the test: rank 1 is
+ * continued and killed whatever happens. */
+static void test_stop(const char *text) {
+    char out[4200], err[4200];
+    pid_t pid, kids[4], r0 = -1, r1 = -1;
+    int status = 0, n = 0, ended = 0;
+    double t0, waited, c0, c1, cpu = -1;
+    snprintf(out, sizeof out, "%s/dist_stop_out.txt", MOE8_TEST_TMP);
+    snprintf(err, sizeof err, "%s/dist_stop_err.txt", MOE8_TEST_TMP);
+    remove(out);
+    pid = fork();
+    if (pid == 0) {
+        char cmd[9000];
+        snprintf(cmd, sizeof cmd, "exec " MPIRUN " -np 2 '%s' generate -m '%s' --prompt-ids 1,2,3 "
+                 "-n 100000 -c 4096 --ids --ignore-eos --threads 1 --tp 2 --comm-timeout 3 "
+                 ">'%s' 2>'%s'", MOE8_CLI, text, out, err);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* Both ranks up (told apart by their environment), then into decoding
+     * (60 s at most: ASan is slow). */
+    for (int i = 0; i < 200 && !ended && (r0 < 0 || r1 < 0); i++) {
+        usleep(50000);
+        ended = waitpid(pid, &status, WNOHANG) == pid;
+        n = children(pid, kids, 4);
+        for (int k = 0; k < n; k++) {
+            int rk = rank_of(kids[k]);
+            if (rk == 0) r0 = kids[k];
+            if (rk == 1) r1 = kids[k];
+        }
+    }
+    for (int i = 0; i < 1200 && !ended && file_size(out) < 64; i++) {
+        usleep(50000);
+        ended = waitpid(pid, &status, WNOHANG) == pid;
+    }
+    read_text(err, g_err, sizeof g_err);
+    CHECKF(!ended && r0 > 0 && r1 > 0 && file_size(out) >= 64, "mpirun not decoding (ended %d, "
+           "ranks %d %d, %ld bytes out): %s", ended, (int)r0, (int)r1, file_size(out), g_err);
+    if (!ended && r1 > 0) kill(r1, SIGSTOP);
+    t0 = now_s();
+    if (!ended && r0 > 0) { /* rank 0 over one second, half a second into its wait */
+        double ta;
+        usleep(500000);
+        c0 = cpu_seconds(r0), ta = now_s();
+        usleep(1000000);
+        c1 = cpu_seconds(r0);
+        if (c0 >= 0 && c1 >= 0) cpu = (c1 - c0) / (now_s() - ta);
+    }
+    while (!ended && now_s() - t0 < 30)
+        if (!(ended = waitpid(pid, &status, WNOHANG) == pid)) usleep(20000);
+    waited = now_s() - t0;
+    if (!ended) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    for (int k = 0; k < 2; k++) { /* leave nothing behind, stopped or not */
+        pid_t p = k ? r1 : r0;
+        if (p > 0 && rank_of(p) == k) kill(p, SIGCONT), kill(p, SIGKILL);
+    }
+    read_text(err, g_err, sizeof g_err);
+    CHECKF(waited < 20 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0),
+           "after rank 1 stopped mpirun took %.1f s, status %d", waited, status);
+    CHECKF(strstr(g_err, "rank 1 stopped answering: no reply within 3 s in "), "stderr: %s", g_err);
+    CHECKF(cpu >= 0 && cpu < 0.3, "rank 0 used %.0f%% of a core waiting for a stopped rank "
+           "(negative: not measured)", 100 * cpu);
+    printf("test_dist: stopped rank: job ended after %.1f s, rank 0 at %.1f%% of a core\n", waited,
+           100 * cpu);
+}
+
 int main(void) {
     setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);   /* ctest sets these too */
@@ -236,6 +341,7 @@ int main(void) {
     test_float(flt);
     test_failures(good, bad, heads6);
     test_kill(text);
+    test_stop(text);
     return test_summary();
 }
 #else

@@ -89,6 +89,9 @@ static void usage(FILE *f) {
         "                     attention heads, dense MLPs and experts split over the ranks;\n"
         "                     every rank gets the same flags and model folder)\n"
         "  --expert-parallel  with --tp: split the experts as whole experts instead\n"
+        "  --comm-timeout S   with --tp: seconds a rank waits for the others in a collective\n"
+        "                     before the job ends, naming the rank that stopped answering\n"
+        "                     (default 60; 0: wait forever)\n"
         "  -h, --help         this text\n"
         "output: one prompt streams its text as it is generated; a batch prints each\n"
         "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
@@ -111,6 +114,7 @@ typedef struct {
     int64_t n_predict, n_ctx, kv_mb, max_batch;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
     moe8_sampler_params sp;
+    float comm_timeout; /* seconds, 0 = none */
 } opts;
 
 static int bad_value(const char *flag, const char *want, const char *got) {
@@ -160,7 +164,7 @@ static int is_valued(const char *a) {
     static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
                                         "--dump-logits", "-n", "-c", "--threads", "--top-k",
                                         "--temp", "--top-p", "--min-p", "--seed", "--tp", "--kv-mb",
-                                        "--max-batch-tokens"};
+                                        "--max-batch-tokens", "--comm-timeout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -196,6 +200,8 @@ static int parse_valued(opts *o, const char *a, const char *v) {
     else if (!strcmp(a, "--top-p")) return parse_num(a, v, 0, 1, 1, &o->sp.top_p) ? -1 : 1;
     else if (!strcmp(a, "--min-p")) return parse_num(a, v, 0, 1, 0, &o->sp.min_p) ? -1 : 1;
     else if (!strcmp(a, "--seed")) return parse_seed(v, &o->sp.seed) ? -1 : 1;
+    else if (!strcmp(a, "--comm-timeout"))
+        return parse_num(a, v, 0, 1e6, 0, &o->comm_timeout) ? -1 : 1;
     else return 0;
     return 1;
 }
@@ -216,6 +222,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->n_predict = DEFAULT_N_PREDICT;
     o->n_ctx = DEFAULT_N_CTX;
     o->tp = 1;
+    o->comm_timeout = 60;
     o->sp = moe8_sampler_defaults();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -824,7 +831,7 @@ static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
                         o->float_experts, o->tp, o->expert_parallel, o->sp.top_k,
                         (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids, o->kv_mb,
                         o->max_batch};
-    float f[3] = {o->sp.temperature, o->sp.top_p, o->sp.min_p};
+    float f[4] = {o->sp.temperature, o->sp.top_p, o->sp.min_p, o->comm_timeout};
     size_t n = sizeof head + sizeof f + (size_t)p->n_tokens * sizeof(int32_t), u = 0;
     char *buf = malloc(n);
     moe8_error err;
@@ -1042,6 +1049,7 @@ int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     /* MPI starts here, and only with --tp > 1. */
     if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    moe8_dist_set_timeout(d, o.comm_timeout);
     memset(&p, 0, sizeof p);
     rc = 1;
     bad = read_prompts(&o, &p) != 0;
@@ -1066,6 +1074,10 @@ int cmd_generate(int argc, char **argv) {
     }
     rc = run(&o, d, m, tok, &p, t0);
 done:
+    if (moe8_dist_failure(d, &err)) { /* a rank stopped answering: nothing can finish */
+        if (moe8_dist_rank(d) != 0) cli_fail(CMD, &err); /* rank 0 printed it where it failed */
+        moe8_dist_abort(d, 1);
+    }
     prompts_free(&p);
     moe8_tokenizer_free(tok);
     moe8_model_free(m);

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "moe8.h"
 
@@ -48,6 +49,13 @@ static inline float moe8_round_even(float x) {
     float f = __builtin_floorf(x), d = x - f;
     if (d > 0.5f || (d == 0.5f && __builtin_fmodf(f, 2.0f) != 0.0f)) f += 1.0f;
     return f;
+}
+
+/* Seconds on the monotonic clock (for intervals only). */
+static inline double moe8_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* 64-byte aligned allocation (NULL on failure or overflow); free with moe8_free_aligned. */

@@ -9,6 +9,13 @@
  * Collectives are blocking and must be called by every rank in the same
  * order. Reductions are deterministic for a fixed rank count: every rank gets
  * the same bits.
+ *
+ * Watchdog (MPI): a collective that waits longer than the timeout (default
+ * 60 s) fails with MOE8_ERR_COMM naming the ranks that stopped answering.
+ * That first failure breaks the communicator: every later collective fails
+ * at once with the same message (a broken group never waits again), and
+ * moe8_comm_free no longer finalises MPI (that would wait for the silent
+ * peer); the caller ends the job with moe8_comm_abort.
  */
 #ifndef MOE8_COMM_H
 #define MOE8_COMM_H
@@ -42,6 +49,12 @@ moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size
 /* buf[bytes] of `root` copied to every rank. */
 moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err);
 moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err);
+/* Seconds a collective may wait for the other ranks (MPI; default 60);
+ * 0 = wait forever (still without burning a core). No-op for the local comm. */
+void moe8_comm_set_timeout(moe8_comm *c, double seconds);
+/* MOE8_OK, or MOE8_ERR_COMM with the first failure's message once a
+ * collective has failed (the communicator is broken). */
+moe8_status moe8_comm_failure(const moe8_comm *c, moe8_error *err);
 /* Seconds spent inside the collectives so far (waiting for peers included). */
 double moe8_comm_busy_seconds(const moe8_comm *c);
 /* Bring every rank down with `code` (after this rank reported its error):
@@ -64,6 +77,9 @@ struct moe8_comm {
     const moe8_comm_ops *ops;
     int rank, size;
     double busy_s;      /* wall time spent in all-reduce, all-gather and broadcast */
+    double timeout_s;   /* watchdog of each collective, 0 = none (MPI only) */
+    moe8_status failed; /* MOE8_ERR_COMM once a collective failed: sticky */
+    char failure[MOE8_ERROR_MESSAGE_MAX]; /* that failure's message */
     void *impl; /* implementation state */
 };
 

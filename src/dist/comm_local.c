@@ -6,10 +6,13 @@
  *
  * The MPI communicator is reached through a weak reference: it is NULL in a
  * program linked without libmoe8_mpi, so libmoe8.a never needs -lmpi.
+ *
+ * The dispatch keeps the first MOE8_ERR_COMM of a collective (comm.h): from
+ * then on every collective fails at once with that message.
  */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "dist/comm.h"
@@ -80,44 +83,84 @@ void moe8_comm_free(moe8_comm *c) {
 int moe8_comm_rank(const moe8_comm *c) { return c->rank; }
 int moe8_comm_size(const moe8_comm *c) { return c->size; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* A broken communicator fails every collective at once with its first
+ * failure's message. */
+static moe8_status broken(const moe8_comm *c, moe8_error *err) {
+    return moe8_fail(err, c->failed, -1, "%s", c->failure);
+}
+
+/* The outcome of a collective, run with the error struct `e` (the
+ * implementation always gets one, so the message is kept even when the
+ * caller passed NULL): a communication failure breaks the communicator. */
+static moe8_status settle(moe8_comm *c, moe8_status st, const moe8_error *e, moe8_error *err) {
+    if (!st) return MOE8_OK;
+    if (err) *err = *e;
+    if (st == MOE8_ERR_COMM) {
+        c->failed = st;
+        snprintf(c->failure, sizeof c->failure, "%s", e->message);
+    }
+    return st;
+}
+
+static moe8_status timed_allreduce(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
+    double t0 = moe8_now_s();
+    moe8_status st = c->ops->allreduce_sum_f32(c, buf, n, err);
+    c->busy_s += moe8_now_s() - t0;
+    return st;
+}
+
+static moe8_status timed_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                                   moe8_error *err) {
+    double t0 = moe8_now_s();
+    moe8_status st = c->ops->allgather(c, send, recv, bytes, err);
+    c->busy_s += moe8_now_s() - t0;
+    return st;
+}
+
+static moe8_status timed_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
+    double t0 = moe8_now_s();
+    moe8_status st = c->ops->bcast(c, buf, bytes, root, err);
+    c->busy_s += moe8_now_s() - t0;
+    return st;
 }
 
 /* One rank never communicates: no clock reads on the single-process path. */
 moe8_status moe8_comm_allreduce_sum_f32(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
-    double t0;
-    moe8_status st;
+    moe8_error e;
     if (c->size == 1) return MOE8_OK;
-    t0 = now_s();
-    st = c->ops->allreduce_sum_f32(c, buf, n, err);
-    c->busy_s += now_s() - t0;
-    return st;
+    if (c->failed) return broken(c, err);
+    return settle(c, timed_allreduce(c, buf, n, &e), &e, err);
 }
 
 moe8_status moe8_comm_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
                                 moe8_error *err) {
-    double t0 = now_s();
-    moe8_status st = c->ops->allgather(c, send, recv, bytes, err);
-    c->busy_s += now_s() - t0;
-    return st;
+    moe8_error e;
+    if (c->failed) return broken(c, err);
+    return settle(c, timed_allgather(c, send, recv, bytes, &e), &e, err);
 }
 
 moe8_status moe8_comm_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
-    double t0;
-    moe8_status st;
+    moe8_error e;
     if (root < 0 || root >= c->size)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast root %d of %d ranks", root, c->size);
-    t0 = now_s();
-    st = c->ops->bcast(c, buf, bytes, root, err);
-    c->busy_s += now_s() - t0;
-    return st;
+    if (c->failed) return broken(c, err);
+    return settle(c, timed_bcast(c, buf, bytes, root, &e), &e, err);
+}
+
+moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err) {
+    moe8_error e;
+    if (c->failed) return broken(c, err);
+    return settle(c, c->ops->barrier(c, &e), &e, err);
 }
 
 double moe8_comm_busy_seconds(const moe8_comm *c) { return c->busy_s; }
 
-moe8_status moe8_comm_barrier(moe8_comm *c, moe8_error *err) { return c->ops->barrier(c, err); }
+void moe8_comm_set_timeout(moe8_comm *c, double seconds) {
+    c->timeout_s = seconds > 0 ? seconds : 0; /* NaN and negatives: none */
+}
+
+moe8_status moe8_comm_failure(const moe8_comm *c, moe8_error *err) {
+    return c->failed ? broken(c, err) : MOE8_OK;
+}
 
 void moe8_comm_abort(moe8_comm *c, int code) { c->ops->abort(c, code); }

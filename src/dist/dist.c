@@ -78,6 +78,14 @@ int moe8_dist_size(const moe8_dist *d) { return d ? moe8_comm_size(d->comm) : 1;
 int moe8_dist_expert_parallel(const moe8_dist *d) { return d ? d->expert_parallel : 0; }
 double moe8_dist_comm_seconds(const moe8_dist *d) { return d ? moe8_comm_busy_seconds(d->comm) : 0; }
 
+void moe8_dist_set_timeout(moe8_dist *d, double seconds) {
+    if (d) moe8_comm_set_timeout(d->comm, seconds);
+}
+
+moe8_status moe8_dist_failure(const moe8_dist *d, moe8_error *err) {
+    return d ? moe8_comm_failure(d->comm, err) : MOE8_OK;
+}
+
 /* ---- collectives ------------------------------------------------------------- */
 
 typedef struct {
@@ -160,6 +168,12 @@ moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t
     if (n > 0 && (st = moe8_comm_bcast(d->comm, tokens, (size_t)n * sizeof *tokens, 0, err)))
         return st;
     return flag ? moe8_comm_bcast(d->comm, flag, sizeof *flag, 0, err) : MOE8_OK;
+}
+
+moe8_status moe8_dist_bcast(moe8_dist *d, void *buf, size_t bytes, moe8_error *err) {
+    if (moe8_dist_size(d) == 1 || bytes == 0) return MOE8_OK;
+    if (!buf) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast of %zu bytes from NULL", bytes);
+    return moe8_comm_bcast(d->comm, buf, bytes, 0, err);
 }
 
 moe8_status moe8_dist_allgather(moe8_dist *d, const void *send, void *recv, size_t bytes,
