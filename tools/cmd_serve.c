@@ -47,6 +47,8 @@ static void usage(FILE *f) {
         "  --no-prefix-cache      do not reuse the KV of shared prompt prefixes\n"
         "  --timeout S            close connections idle, or sending a body, longer (default 30)\n"
         "  --tp N                 run as N ranks under mpirun -np N (rank 0 serves HTTP)\n"
+        "  --comm-timeout S       with --tp: a rank silent this long in a collective ends the\n"
+        "                         server, named (default 60; 0 waits forever)\n"
         "  --expert-parallel      with --tp: split the experts as whole experts\n"
         "  -h, --help             this text\n"
         "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
@@ -57,6 +59,7 @@ typedef struct {
     const char *dir;
     int tp, expert_parallel;
     int64_t kv_mb;
+    double comm_timeout;
     moe8_serve_params sp;
 } opts;
 
@@ -92,6 +95,7 @@ static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->sp = moe8_serve_params_default();
     o->tp = 1;
+    o->comm_timeout = 60;
     o->sp.api_key = getenv("MOE8_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -120,6 +124,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--max-queue")) rc = integer(a, v, 1, 1 << 20, &x), o->sp.max_queue = (int)x;
         else if (!strcmp(a, "--timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.timeout_s = d;
         else if (!strcmp(a, "--tp")) rc = integer(a, v, 1, 4096, &x), o->tp = (int)x;
+        else if (!strcmp(a, "--comm-timeout")) rc = num(a, v, 0, 86400, &o->comm_timeout);
         else {
             fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
             return 2;
@@ -172,6 +177,7 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    moe8_dist_set_timeout(d, o.comm_timeout);
     o.sp.dist = d;
     o.sp.on_ready = print_line;
     o.sp.on_access = print_line;

@@ -12,8 +12,9 @@
  * added and the ids cancelled, and whether to step or stop. The other ranks
  * (engine_follow) apply the same calls to their own schedulers and step
  * with it, so every rank runs the same decode; their events are dropped.
- * While idle, rank 0 still broadcasts every 100 ms (a heartbeat the
- * collectives' watchdog can time), so a rank that stops answering is found.
+ * While idle, rank 0 still broadcasts every 100 ms and every rank joins a
+ * barrier (a heartbeat the collectives' watchdog times), so a rank that
+ * stops answering is found even when no request runs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +114,11 @@ moe8_status engine_follow(srv *s, moe8_error *err) {
             moe8_sched_cancel(s->sched, id);
         }
         if (st || h.stop) break;
-        if (h.step && (st = moe8_sched_step(s->sched, NULL, NULL, err)) == MOE8_ERR_COMM) break;
+        if (!h.step) { /* the idle heartbeat: every rank must answer it */
+            if ((st = moe8_comm_barrier(s->p.dist->comm, err))) break;
+            continue;
+        }
+        if ((st = moe8_sched_step(s->sched, NULL, NULL, err)) == MOE8_ERR_COMM) break;
         st = MOE8_OK;
     }
     sbuf_free(&msg);
@@ -323,6 +328,8 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
         if ((st = broadcast(s, &msg, err))) break;
         if (drained) break;
         if (!h.step) {
+            /* idle: a heartbeat every rank answers, so one that stopped is found */
+            if (moe8_dist_size(s->p.dist) > 1 && (st = moe8_comm_barrier(s->p.dist->comm, err))) break;
             update_gauges(s);
             idle_wait(s);
             continue;
