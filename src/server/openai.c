@@ -416,6 +416,9 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
         return bad(err, j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens",
                    "'max_tokens' must be at least 1, got %g", x);
     max_tokens = has ? (int64_t)x : j->kind == JOB_CHAT ? (int64_t)s->n_ctx - j->n_prompt : 16;
+    if (!has && max_tokens < 1) /* chat's default (the rest of the context) is nothing */
+        return bad(err, "messages", "this model's maximum context length is %d tokens; the request "
+                   "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
     if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
         return bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
                             : (j->kind == JOB_CHAT ? "messages" : "prompt"),
