@@ -109,6 +109,17 @@ static ptrdiff_t bad_utf8(const char *s, size_t n) {
     return -1;
 }
 
+/* A \u0000 escape (cJSON would cut the string there): its offset, or -1.
+ * Each backslash escapes the next byte, so "\\u0000" is not one. */
+static ptrdiff_t nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (ptrdiff_t)i;
+        i++;
+    }
+    return -1;
+}
+
 /* `bytes` with every invalid UTF-8 sequence replaced by U+FFFD. */
 static void utf8_clean(sbuf *out, const char *s, size_t n) {
     size_t i = 0;
@@ -438,6 +449,9 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     *out = NULL;
     if ((at = bad_utf8(body, n)) >= 0)
         return bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+    if ((at = nul_escape(body, n)) >= 0)
+        return bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
+                   "contain NUL", at);
     if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return bad(err, NULL, "the body must be a JSON object");
@@ -486,6 +500,11 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
     *rc = 0;
     if ((at = bad_utf8(body, n)) >= 0) {
         *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        return NULL;
+    }
+    if ((at = nul_escape(body, n)) >= 0) {
+        *rc = bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
+                  "contain NUL", at);
         return NULL;
     }
     if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
