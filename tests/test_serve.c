@@ -108,11 +108,13 @@ typedef struct {
     int any_status;  /* mpirun signalled: its exit status is OpenMPI's, not ours */
 } server;
 
-static pid_t g_groups[64];
-static int g_n_groups;
+static pid_t g_groups[64], g_ranks[64]; /* live servers' process groups; mpirun's ranks */
+static int g_n_groups, g_n_ranks;
 
 /* Last resort (exit, or a fatal signal): no process of ours outlives the test. */
 static void kill_groups(void) {
+    for (int i = 0; i < g_n_ranks; i++)
+        if (g_ranks[i] > 0) kill(g_ranks[i], SIGKILL), g_ranks[i] = 0;
     for (int i = 0; i < g_n_groups; i++)
         if (g_groups[i] > 0) {
             kill(-g_groups[i], SIGKILL);
@@ -204,6 +206,7 @@ static int server_start(server *sv, const char *name, const char *prefix, const 
         sleep_s(0.02);
     }
     if (prefix && *prefix) sv->n_ranks = children(sv->pid, sv->ranks, 8);
+    for (int r = 0; r < sv->n_ranks && g_n_ranks < 64; r++) g_ranks[g_n_ranks++] = sv->ranks[r];
     buf_free(&e);
     return 0;
 }
@@ -257,6 +260,9 @@ static double server_stop(server *sv, double limit) {
         sleep_s(0.05);
     }
     forget_group(sv->pid);
+    for (int i = 0; i < g_n_ranks; i++)
+        for (int r = 0; r < sv->n_ranks; r++)
+            if (g_ranks[i] == sv->ranks[r]) g_ranks[i] = 0;
     read_text(sv->err, &e);
     CHECKF(!sanitizer_report(buf_s(&e)), "server %s: sanitizer report:\n%s", sv->err, buf_s(&e));
     CHECKF(count_lines(buf_s(&e), "moe8 serve: listening on ") == 1, "%s", buf_s(&e));
@@ -924,7 +930,8 @@ static int cli_generate(const char *dir, const rq *r, cli_res *out) {
         argv[a++] = (char *)dir;
         if (r->ids) {
             size_t u = 0;
-            for (int i = 0; i < r->n_ids; i++) u += (size_t)snprintf(ids_s + u, sizeof ids_s - u, "%s%d", i ? "," : "", r->ids[i]);
+            for (int i = 0; i < r->n_ids; i++)
+                u += (size_t)snprintf(ids_s + u, sizeof ids_s - u, "%s%d", i ? "," : "", r->ids[i]);
             argv[a++] = "--prompt-ids";
             argv[a++] = ids_s;
         } else {
@@ -1188,7 +1195,10 @@ static const int32_t IDS_PROMPT[] = {9707, 11, 847, 829, 374, 151644, 77091, 198
 static int g_n_cases;
 static double g_t0;
 
-static void phase(const char *what) { printf("test_serve: %-28s done at %6.1f s\n", what, now_s() - g_t0); fflush(stdout); }
+static void phase(const char *what) {
+    printf("test_serve: %-28s done at %6.1f s\n", what, now_s() - g_t0);
+    fflush(stdout);
+}
 
 /* Each case streamed (with and without usage) and not. */
 static void test_completions(server *sv, lib_env *L, const char *dir) {
@@ -1225,7 +1235,8 @@ static void test_completions(server *sv, lib_env *L, const char *dir) {
             char what[256];
             r.stream = mode > 0;
             r.usage = mode == 2;
-            snprintf(what, sizeof what, "%s, %s", names[c], mode == 0 ? "whole" : mode == 1 ? "stream" : "stream+usage");
+            snprintf(what, sizeof what, "%s, %s", names[c],
+                     mode == 0 ? "whole" : mode == 1 ? "stream" : "stream+usage");
             check_case(sv, L, what, &r, cli[c], &cr, ref);
             g_n_cases++;
         }
@@ -1359,7 +1370,8 @@ static void test_bad_requests(server *sv) {
     result res;
     rq good = rq_default();
     u += (size_t)snprintf(long_prompt + u, sizeof long_prompt - u, "{\"prompt\":[");
-    for (int i = 0; i < 400; i++) u += (size_t)snprintf(long_prompt + u, sizeof long_prompt - u, "%s%d", i ? "," : "", 100 + i);
+    for (int i = 0; i < 400; i++)
+        u += (size_t)snprintf(long_prompt + u, sizeof long_prompt - u, "%s%d", i ? "," : "", 100 + i);
     snprintf(long_prompt + u, sizeof long_prompt - u, "],\"max_tokens\":200}");
     u = (size_t)snprintf(long_chat, sizeof long_chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
     for (int i = 0; i < 600; i++) u += (size_t)snprintf(long_chat + u, sizeof long_chat - u, " x");
@@ -1633,8 +1645,10 @@ static void test_queue_disconnect(const char *dir) {
     server sv;
     char args[4400];
     buf a = {0}, b = {0}, out = {0};
-    const char *long_stream = "{\"prompt\":[1,2,3],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
-    const char *chat_stream = "{" MSG ",\"max_tokens\":50,\"stream\":true,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    const char *long_stream =
+        "{\"prompt\":[1,2,3],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
+    const char *chat_stream =
+        "{" MSG ",\"max_tokens\":50,\"stream\":true,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     const char *short_whole = "{\"prompt\":[1,2,3],\"max_tokens\":5,\"temperature\":0}";
     int fa, fb, n_chat_prompt;
     rq chat = rq_default();
@@ -1788,7 +1802,8 @@ static void test_burst(const char *dir) {
         switch (i % 4) {
         case 0: /* hangs up after its first events */
             m[i].path = CMPL;
-            m[i].body = strdup("{\"prompt\":[9,8,7,6],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true,\"logprobs\":3}");
+            m[i].body = strdup("{\"prompt\":[9,8,7,6],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true,"
+                               "\"logprobs\":3}");
             m[i].abort_at = 400;
             break;
         case 1: /* bad */
@@ -2064,25 +2079,29 @@ static void test_node_client(server *sv, const char *dir) {
     cli_generate(dir, &chat, &chat_ref);
     cli_generate(dir, &cmpl, &cmpl_ref);
     snprintf(outp, sizeof outp, "%s/serve_node.json", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "node '%s/tests/openai_client.mjs' '%s' 'http://127.0.0.1:%d/v1' serve_text '%s' '%s' 12 >'%s'",
+    snprintf(cmd, sizeof cmd,
+             "node '%s/tests/openai_client.mjs' '%s' 'http://127.0.0.1:%d/v1' serve_text '%s' '%s' 12 >'%s'",
              MOE8_SOURCE_DIR, MOE8_OPENAI_NODE, sv->port, chat.text, cmpl.text, outp);
     CHECKF(test_run(cmd) == 0, "the OpenAI Node client failed (see above)");
     read_text(outp, &out);
     o = cJSON_Parse(buf_s(&out));
     CHECKF(o != NULL, "node printed: %s", buf_s(&out));
     if (o) {
-        const cJSON *cs = J(o, "chat_stream"), *cw = J(o, "chat"), *pw = J(o, "completion"), *ps = J(o, "completion_stream");
+        const cJSON *cs = J(o, "chat_stream"), *cw = J(o, "chat"), *pw = J(o, "completion"),
+                    *ps = J(o, "completion_stream");
         const char *ver = jstr(o, "version");
         const cJSON *sections[4] = {cs, cw, pw, ps};
         const cli_res *refs[4] = {&chat_ref, &chat_ref, &cmpl_ref, &cmpl_ref};
         static const char *names[4] = {"chat stream", "chat", "completion", "completion stream"};
         sv->n_req += J(o, "requests") ? J(o, "requests")->valueint : 0;
         CHECKF(ver && !strncmp(ver, "6.", 2), "openai version '%s'", ver ? ver : "?");
-        CHECK(cJSON_GetArraySize(J(o, "models")) == 1 && !strcmp(cJSON_GetArrayItem(J(o, "models"), 0)->valuestring, "serve_text"));
+        CHECK(cJSON_GetArraySize(J(o, "models")) == 1 &&
+              !strcmp(cJSON_GetArrayItem(J(o, "models"), 0)->valuestring, "serve_text"));
         for (int k = 0; k < 4; k++) {
             const char *txt = jstr(sections[k], "text");
             CHECKF(txt && strlen(txt) == refs[k]->text.n && !memcmp(txt, refs[k]->text.p, refs[k]->text.n),
-                   "OpenAI client %s: '%s', moe8 generate: '%s'", names[k], txt ? txt : "(none)", buf_s(&refs[k]->text));
+                   "OpenAI client %s: '%s', moe8 generate: '%s'", names[k], txt ? txt : "(none)",
+                   buf_s(&refs[k]->text));
             CHECKF(jstr(sections[k], "finish_reason") &&
                    !strcmp(jstr(sections[k], "finish_reason"), refs[k]->n_ids == 12 ? "length" : "stop"),
                    "OpenAI client %s: finish_reason", names[k]);
