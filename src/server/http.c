@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -377,7 +378,10 @@ moe8_status http_start(srv *s, moe8_error *err) {
 }
 
 void http_quiesce(srv *s) {
-    if (s->daemon) MHD_quiesce_daemon(s->daemon);
+    /* MHD hands the listening socket back: closed, new connections are
+     * refused at once instead of waiting in its backlog until the exit. */
+    MHD_socket fd = s->daemon ? MHD_quiesce_daemon(s->daemon) : MHD_INVALID_SOCKET;
+    if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
 void http_wait_idle(srv *s, double seconds) {

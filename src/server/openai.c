@@ -109,6 +109,17 @@ static ptrdiff_t bad_utf8(const char *s, size_t n) {
     return -1;
 }
 
+/* A \u0000 escape (cJSON would cut the string there): its offset, or -1.
+ * Each backslash escapes the next byte, so "\\u0000" is not one. */
+static ptrdiff_t nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (ptrdiff_t)i;
+        i++;
+    }
+    return -1;
+}
+
 /* `bytes` with every invalid UTF-8 sequence replaced by U+FFFD. */
 static void utf8_clean(sbuf *out, const char *s, size_t n) {
     size_t i = 0;
@@ -416,6 +427,9 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
         return bad(err, j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens",
                    "'max_tokens' must be at least 1, got %g", x);
     max_tokens = has ? (int64_t)x : j->kind == JOB_CHAT ? (int64_t)s->n_ctx - j->n_prompt : 16;
+    if (!has && max_tokens < 1) /* chat's default (the rest of the context) is nothing */
+        return bad(err, "messages", "this model's maximum context length is %d tokens; the request "
+                   "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
     if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
         return bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
                             : (j->kind == JOB_CHAT ? "messages" : "prompt"),
@@ -435,6 +449,9 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     *out = NULL;
     if ((at = bad_utf8(body, n)) >= 0)
         return bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+    if ((at = nul_escape(body, n)) >= 0)
+        return bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
+                   "contain NUL", at);
     if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return bad(err, NULL, "the body must be a JSON object");
@@ -483,6 +500,11 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
     *rc = 0;
     if ((at = bad_utf8(body, n)) >= 0) {
         *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        return NULL;
+    }
+    if ((at = nul_escape(body, n)) >= 0) {
+        *rc = bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
+                  "contain NUL", at);
         return NULL;
     }
     if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {

@@ -1,0 +1,2206 @@
+/*
+ * test_serve.c — `moe8 serve` (the CLI at MOE8_CLI) end to end over HTTP
+ * (libcurl, and raw sockets where a test needs to hang up or stay silent),
+ * against independent references:
+ *   - completions (string and token-array prompts) and chat, streamed and
+ *     not, greedy and seeded sampling, stop strings: the text equals
+ *     `moe8 generate`'s, the tokens its --ids, and every token, log-prob and
+ *     top alternative equals this process's own moe8_sched run (bit-exact as
+ *     floats); usage = /tokenize's count; SSE framing byte-exact;
+ *   - <think> split into reasoning_content, on a model that says exactly one
+ *     thing (tags whole and in pieces, streamed: never shown in part);
+ *   - 64 concurrent streams (libcurl multi; mixed prompts, lengths, sampling,
+ *     a KV pool small enough to preempt): each bit-identical to it alone;
+ *   - a table of bad requests: status, error.type, error.param, the message
+ *     naming the field; the server stays up;
+ *   - auth on and off; the idle --timeout; a non-stream answer slower than
+ *     --timeout still arrives;
+ *   - 503 past --max-queue; disconnects mid-stream and while queued (gauges
+ *     back to 0, aborts counted); metrics counters = the sum of usages;
+ *   - SIGTERM during a stream (final chunk, [DONE], new connections refused,
+ *     exit 0); a burst of streams, hang-ups and bad requests (the ASan build
+ *     runs this program on the ASan CLI: every server's stderr is checked for
+ *     reports);
+ *   - mpirun -np 2 serve --tp 2 (and --expert-parallel) when MPI is built;
+ *   - the official OpenAI Node client (.deps/openai-node) when node exists.
+ * The ASan build (-O0, ~50x slower) runs the same program with fewer and
+ * shorter requests, without most CLI comparisons and without mpirun.
+ * Every server runs in its own process group, listens on 127.0.0.1 port 0,
+ * and is stopped (SIGTERM, SIGKILL after a timeout; also on the way out of
+ * a failing test) so that nothing outlives the test.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+
+#include "test.h"
+#include "fixture_model.h"
+
+#define QWEN_VOCAB 151669
+#define MAXT 512 /* most tokens one checked request generates */
+
+#ifndef MOE8_TEST_SANITIZE
+#define MOE8_TEST_SANITIZE ""
+#endif
+static int g_asan; /* the ASan build: smaller sizes, longer waits */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- growing buffer ------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static void buf_add(buf *b, const void *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->n + n + 1) cap *= 2;
+        if (!(b->p = realloc(b->p, cap))) abort();
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void buf_str(buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+static void buf_free(buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static const char *buf_s(const buf *b) { return b->p ? b->p : ""; }
+
+/* ---- servers ----------------------------------------------------------------------- */
+
+typedef struct {
+    pid_t pid;       /* also its process group */
+    int port;
+    int n_req;       /* requests sent (each must give one access-log line) */
+    int log_check;   /* count access-log lines at the stop */
+    char err[4200];  /* its stderr */
+    pid_t ranks[8];  /* under mpirun: the ranks (each in its own process group) */
+    int n_ranks;
+    pid_t term;      /* the process server_stop signals (0: pid) */
+    int any_status;  /* mpirun signalled: its exit status is OpenMPI's, not ours */
+} server;
+
+static pid_t g_groups[64], g_ranks[64]; /* live servers' process groups; mpirun's ranks */
+static int g_n_groups, g_n_ranks;
+
+/* Last resort (exit, or a fatal signal): no process of ours outlives the test. */
+static void kill_groups(void) {
+    for (int i = 0; i < g_n_ranks; i++)
+        if (g_ranks[i] > 0) kill(g_ranks[i], SIGKILL), g_ranks[i] = 0;
+    for (int i = 0; i < g_n_groups; i++)
+        if (g_groups[i] > 0) {
+            kill(-g_groups[i], SIGKILL);
+            waitpid(g_groups[i], NULL, 0);
+            g_groups[i] = 0;
+        }
+}
+
+static void on_fatal(int sig) {
+    kill_groups();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void forget_group(pid_t pid) {
+    for (int i = 0; i < g_n_groups; i++)
+        if (g_groups[i] == pid) g_groups[i] = 0;
+}
+
+/* The whole file (also /proc files, whose size reads 0). */
+static void read_text(const char *path, buf *b) {
+    FILE *f = fopen(path, "rb");
+    char tmp[65536];
+    size_t k;
+    b->n = 0;
+    buf_add(b, "", 0);
+    while (f && (k = fread(tmp, 1, sizeof tmp, f)) > 0) buf_add(b, tmp, k);
+    if (f) fclose(f);
+}
+
+/* Pids of the children of `parent` (mpirun's ranks). */
+static int children(pid_t parent, pid_t *out, int cap) {
+    char path[64];
+    buf b = {0};
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)parent, (int)parent);
+    read_text(path, &b);
+    for (char *p = b.p, *end; p && n < cap; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (pid_t)v;
+    }
+    buf_free(&b);
+    return n;
+}
+
+/* Start `[prefix] moe8 serve ARGS --host 127.0.0.1 --port 0` in its own
+ * process group; wait for the one "listening" line. 0 when it is up. */
+static int server_start(server *sv, const char *name, const char *prefix, const char *args) {
+    char cmd[16384], line[128];
+    const double t0 = now_s(), limit = g_asan ? 120 : 40;
+    buf e = {0};
+    memset(sv, 0, sizeof *sv);
+    sv->log_check = 1;
+    snprintf(sv->err, sizeof sv->err, "%s/serve_%s.err", MOE8_TEST_TMP, name);
+    snprintf(cmd, sizeof cmd, "exec %s '%s' serve %s --host 127.0.0.1 --port 0 >/dev/null 2>'%s'",
+             prefix ? prefix : "", MOE8_CLI, args, sv->err);
+    remove(sv->err);
+    fflush(NULL);
+    sv->pid = fork();
+    if (sv->pid < 0) return -1;
+    if (sv->pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the test died: so does the server */
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(sv->pid, sv->pid);
+    g_groups[g_n_groups++] = sv->pid;
+    for (;;) {
+        const char *at;
+        int status = 0;
+        read_text(sv->err, &e);
+        if ((at = strstr(buf_s(&e), "moe8 serve: listening on http://127.0.0.1:"))) {
+            sv->port = atoi(at + strlen("moe8 serve: listening on http://127.0.0.1:"));
+            snprintf(line, sizeof line, "moe8 serve: listening on http://127.0.0.1:%d\n", sv->port);
+            if (sv->port > 0 && strstr(buf_s(&e), line)) break;
+        }
+        if (waitpid(sv->pid, &status, WNOHANG) == sv->pid || now_s() - t0 > limit) {
+            CHECKF(0, "server %s did not start within %.0f s (%s, status 0x%x): %s", name, now_s() - t0,
+                   kill(sv->pid, 0) == 0 ? "running" : "exited", status, buf_s(&e));
+            kill(-sv->pid, SIGKILL);
+            waitpid(sv->pid, NULL, 0);
+            forget_group(sv->pid);
+            sv->pid = 0;
+            buf_free(&e);
+            return -1;
+        }
+        sleep_s(0.02);
+    }
+    if (prefix && *prefix) sv->n_ranks = children(sv->pid, sv->ranks, 8);
+    for (int r = 0; r < sv->n_ranks && g_n_ranks < 64; r++) g_ranks[g_n_ranks++] = sv->ranks[r];
+    buf_free(&e);
+    return 0;
+}
+
+/* Lines of the server's stderr that start with `prefix`. */
+static int count_lines(const char *text, const char *prefix) {
+    int n = 0;
+    size_t k = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        n += !strncmp(p, prefix, k);
+    return n;
+}
+
+static int sanitizer_report(const char *text) {
+    return strstr(text, "ERROR: AddressSanitizer") || strstr(text, "ERROR: LeakSanitizer") ||
+           strstr(text, "runtime error:") || strstr(text, "WARNING: ThreadSanitizer");
+}
+
+/* SIGTERM, then SIGKILL after `limit` s. Checks: it exited 0 within the
+ * limit, nothing of its group (or its ranks) is left, no sanitizer report,
+ * exactly one "listening" line and one access-log line per request.
+ * Returns the seconds it took. */
+static double server_stop(server *sv, double limit) {
+    const double t0 = now_s();
+    double secs;
+    int status = 0, exited = 0;
+    buf e = {0};
+    if (sv->pid <= 0) return 0;
+    if (g_asan) limit *= 3;
+    kill(sv->term ? sv->term : sv->pid, SIGTERM);
+    while (!(exited = waitpid(sv->pid, &status, WNOHANG) == sv->pid) && now_s() - t0 < limit)
+        sleep_s(0.01);
+    secs = now_s() - t0;
+    CHECKF(exited && (sv->any_status || (WIFEXITED(status) && WEXITSTATUS(status) == 0)),
+           "server %s: %s after SIGTERM (%.1f s, status 0x%x)", sv->err,
+           exited ? "bad exit" : "still running", secs, status);
+    if (!exited) {
+        kill(-sv->pid, SIGKILL);
+        waitpid(sv->pid, &status, 0);
+    }
+    /* Its group and its ranks are gone (a moment for ranks to be reaped). */
+    for (int k = 0; k < 100; k++) {
+        int alive = kill(-sv->pid, 0) == 0;
+        for (int r = 0; r < sv->n_ranks; r++) alive |= kill(sv->ranks[r], 0) == 0;
+        if (!alive) break;
+        if (k == 99) {
+            CHECKF(0, "server %s: processes outlived it", sv->err);
+            kill(-sv->pid, SIGKILL);
+            for (int r = 0; r < sv->n_ranks; r++) kill(sv->ranks[r], SIGKILL);
+        }
+        sleep_s(0.05);
+    }
+    forget_group(sv->pid);
+    for (int i = 0; i < g_n_ranks; i++)
+        for (int r = 0; r < sv->n_ranks; r++)
+            if (g_ranks[i] == sv->ranks[r]) g_ranks[i] = 0;
+    read_text(sv->err, &e);
+    CHECKF(!sanitizer_report(buf_s(&e)), "server %s: sanitizer report:\n%s", sv->err, buf_s(&e));
+    CHECKF(count_lines(buf_s(&e), "moe8 serve: listening on ") == 1, "%s", buf_s(&e));
+    if (sv->log_check) {
+        int n = count_lines(buf_s(&e), "moe8 serve: GET ") + count_lines(buf_s(&e), "moe8 serve: POST ") +
+                count_lines(buf_s(&e), "moe8 serve: PUT ") + count_lines(buf_s(&e), "moe8 serve: DELETE ");
+        CHECKF(n == sv->n_req, "server %s: %d access-log lines for %d requests", sv->err, n, sv->n_req);
+    }
+    buf_free(&e);
+    sv->pid = 0;
+    return secs;
+}
+
+/* ---- HTTP: libcurl ------------------------------------------------------------------- */
+
+static size_t on_body(char *p, size_t size, size_t n, void *user) {
+    buf_add(user, p, size * n);
+    return size * n;
+}
+
+/* A request on a new handle: method, path, body (NULL: none), an
+ * Authorization header value (NULL: none). The status, or 0 (no answer). */
+static long http(server *sv, const char *method, const char *path, const char *body, size_t n,
+                 const char *auth, buf *out) {
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    char url[256], hdr[512];
+    long status = 0;
+    out->n = 0;
+    buf_add(out, "", 0);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv->port, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, g_asan ? 300L : 120L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    if (auth) {
+        snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
+        h = curl_slist_append(h, hdr);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    }
+    if (strcmp(method, body ? "POST" : "GET")) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    sv->n_req++;
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return status;
+}
+
+static long post(server *sv, const char *path, const char *body, buf *out) {
+    return http(sv, "POST", path, body, strlen(body), NULL, out);
+}
+
+/* Many requests at once (libcurl multi): bodies POSTed to `path`; a request
+ * with abort_at > 0 hangs up once it has received that many bytes. */
+typedef struct {
+    const char *path;
+    char *body;
+    buf out;
+    long status;
+    size_t abort_at;
+    long timeout_ms;        /* > 0: the client gives up after this long */
+    int aborted;
+} mreq;
+
+static size_t on_mbody(char *p, size_t size, size_t n, void *user) {
+    mreq *r = user;
+    buf_add(&r->out, p, size * n);
+    if (r->abort_at && r->out.n >= r->abort_at) {
+        r->aborted = 1;
+        return 0; /* libcurl closes the connection */
+    }
+    return size * n;
+}
+
+static void multi_run(server *sv, mreq *r, int n) {
+    CURLM *m = curl_multi_init();
+    CURL **e = calloc((size_t)n, sizeof *e);
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    char url[256];
+    int running = 1;
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
+    for (int i = 0; i < n; i++) {
+        e[i] = curl_easy_init();
+        snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv->port, r[i].path);
+        curl_easy_setopt(e[i], CURLOPT_URL, url);
+        curl_easy_setopt(e[i], CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e[i], CURLOPT_TIMEOUT, g_asan ? 600L : 180L);
+        curl_easy_setopt(e[i], CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(e[i], CURLOPT_POSTFIELDS, r[i].body);
+        curl_easy_setopt(e[i], CURLOPT_WRITEFUNCTION, on_mbody);
+        curl_easy_setopt(e[i], CURLOPT_WRITEDATA, &r[i]);
+        curl_easy_setopt(e[i], CURLOPT_FORBID_REUSE, 1L);
+        if (r[i].timeout_ms > 0) curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, r[i].timeout_ms);
+        buf_add(&r[i].out, "", 0);
+        curl_multi_add_handle(m, e[i]);
+        sv->n_req++;
+    }
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    for (int i = 0; i < n; i++) {
+        curl_easy_getinfo(e[i], CURLINFO_RESPONSE_CODE, &r[i].status);
+        if (r[i].timeout_ms > 0 && r[i].status == 0) r[i].aborted = 1;
+        curl_multi_remove_handle(m, e[i]);
+        curl_easy_cleanup(e[i]);
+    }
+    curl_slist_free_all(h);
+    curl_multi_cleanup(m);
+    free(e);
+}
+
+/* ---- HTTP: raw sockets (hang-ups, silence) ------------------------------------------- */
+
+static int raw_connect(int port) {
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Send one POST; the socket (the caller closes it), or -1. */
+static int raw_post(server *sv, const char *path, const char *body) {
+    char head[512];
+    int fd = raw_connect(sv->port);
+    size_t n = strlen(body);
+    if (fd < 0) return -1;
+    snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n", path, n);
+    if (write(fd, head, strlen(head)) != (ssize_t)strlen(head) || write(fd, body, n) != (ssize_t)n) {
+        close(fd);
+        return -1;
+    }
+    sv->n_req++;
+    return fd;
+}
+
+/* Read from fd into b until it holds `needle` (NULL: until EOF) or `secs`
+ * pass; 1 when found (or EOF reached). */
+static int raw_read_until(int fd, buf *b, const char *needle, double secs) {
+    const double t0 = now_s();
+    char tmp[16384];
+    while (now_s() - t0 < secs) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ssize_t k;
+        if (needle && b->p && strstr(b->p, needle)) return 1;
+        if (poll(&p, 1, 50) <= 0) continue;
+        k = read(fd, tmp, sizeof tmp);
+        if (k <= 0) return needle ? b->p && strstr(b->p, needle) : 1;
+        buf_add(b, tmp, (size_t)k);
+    }
+    return needle && b->p && strstr(b->p, needle);
+}
+
+/* ---- metrics --------------------------------------------------------------------------- */
+
+/* The value of the sample `name{...label...}`, or -1. */
+static double metric_in(const char *text, const char *name, const char *label) {
+    size_t k = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        const char *eol = strchr(p, '\n'), *sp;
+        if (strncmp(p, name, k) || (p[k] != '{' && p[k] != ' ')) continue;
+        if (!eol) eol = p + strlen(p);
+        if (label) {
+            const char *hit = strstr(p, label);
+            if (!hit || hit > eol) continue;
+        }
+        for (sp = eol; sp > p && sp[-1] != ' '; sp--) {}
+        return strtod(sp, NULL);
+    }
+    return -1;
+}
+
+static double metric(server *sv, const char *name, const char *label) {
+    buf b = {0};
+    double v = -1;
+    if (http(sv, "GET", "/metrics", NULL, 0, NULL, &b) == 200) v = metric_in(buf_s(&b), name, label);
+    buf_free(&b);
+    return v;
+}
+
+/* Poll until running 0, waiting 0 and KV usage 0, at most `secs`; 1 when so. */
+static int wait_idle(server *sv, double secs) {
+    const double t0 = now_s();
+    if (g_asan) secs *= 3;
+    while (now_s() - t0 < secs) {
+        if (metric(sv, "moe8:num_requests_running", NULL) == 0 &&
+            metric(sv, "moe8:num_requests_waiting", NULL) == 0 &&
+            metric(sv, "moe8:kv_cache_usage_perc", NULL) == 0)
+            return 1;
+        sleep_s(0.05);
+    }
+    return 0;
+}
+
+/* Poll until metric `name` reaches `want`, at most `secs`. */
+static int wait_metric(server *sv, const char *name, const char *label, double want, double secs) {
+    const double t0 = now_s();
+    if (g_asan) secs *= 3;
+    while (now_s() - t0 < secs) {
+        if (metric(sv, name, label) == want) return 1;
+        sleep_s(0.02);
+    }
+    return 0;
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+typedef struct {
+    int chat, stream, usage;       /* chat or completion; stream; stream_options.include_usage */
+    const char *text;              /* prompt string / the user message */
+    const int32_t *ids;            /* or a token-array prompt */
+    int n_ids;
+    int max_tokens;
+    double temp, top_p;            /* top_p 0: not sent */
+    int top_k;                     /* 0: not sent */
+    long long seed;                /* -1: not sent */
+    int logprobs;                  /* -1: none; completions: logprobs N; chat: true + top_logprobs N */
+    int thinking;                  /* chat: -1 not sent, else enable_thinking */
+    const char *stop;
+    int ignore_eos;
+} rq;
+
+static rq rq_default(void) {
+    rq r;
+    memset(&r, 0, sizeof r);
+    r.max_tokens = 8;
+    r.seed = -1;
+    r.logprobs = -1;
+    r.thinking = 0;
+    return r;
+}
+
+static const char *rq_path(const rq *r) { return r->chat ? "/v1/chat/completions" : "/v1/completions"; }
+
+static char *rq_body(const rq *r) {
+    cJSON *o = cJSON_CreateObject();
+    char *s;
+    cJSON_AddStringToObject(o, "model", "serve_text");
+    if (r->chat) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", r->text);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "messages"), m);
+        if (r->thinking >= 0)
+            cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "chat_template_kwargs"), "enable_thinking",
+                                  r->thinking);
+    } else if (r->ids) {
+        cJSON *a = cJSON_AddArrayToObject(o, "prompt");
+        for (int i = 0; i < r->n_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(r->ids[i]));
+    } else {
+        cJSON_AddStringToObject(o, "prompt", r->text);
+    }
+    cJSON_AddNumberToObject(o, "max_tokens", r->max_tokens);
+    cJSON_AddNumberToObject(o, "temperature", r->temp);
+    if (r->top_p > 0) cJSON_AddNumberToObject(o, "top_p", r->top_p);
+    if (r->top_k > 0) cJSON_AddNumberToObject(o, "top_k", r->top_k);
+    if (r->seed >= 0) cJSON_AddNumberToObject(o, "seed", (double)r->seed);
+    if (r->stream) {
+        cJSON_AddBoolToObject(o, "stream", 1);
+        if (r->usage) cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage", 1);
+    }
+    if (r->logprobs >= 0) {
+        if (r->chat) {
+            cJSON_AddBoolToObject(o, "logprobs", 1);
+            cJSON_AddNumberToObject(o, "top_logprobs", r->logprobs);
+        } else {
+            cJSON_AddNumberToObject(o, "logprobs", r->logprobs);
+        }
+    }
+    if (r->stop) cJSON_AddStringToObject(o, "stop", r->stop);
+    if (r->ignore_eos) cJSON_AddBoolToObject(o, "ignore_eos", 1);
+    s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* ---- responses: parse, and check the shape and SSE framing -------------------------------- */
+
+typedef struct {
+    int ok;                 /* parsed, shape and framing right */
+    buf text, reason;       /* content (text) / reasoning_content, concatenated */
+    char finish[16];
+    int has_usage, prompt_tokens, completion_tokens, total_tokens;
+    cJSON *lp;              /* [n] per token: {token, bytes (chat), logprob, top} */
+    buf norm;               /* the events (or body) without id and created (bit-identity) */
+} result;
+
+static void result_free(result *r) {
+    buf_free(&r->text);
+    buf_free(&r->reason);
+    buf_free(&r->norm);
+    cJSON_Delete(r->lp);
+    memset(r, 0, sizeof *r);
+}
+
+static const cJSON *J(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
+
+static const char *jstr(const cJSON *o, const char *key) {
+    const cJSON *v = J(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+#define FAILR(...)                                                                \
+    do {                                                                          \
+        CHECKF(0, __VA_ARGS__);                                                   \
+        return 0;                                                                 \
+    } while (0)
+
+/* Per-token log-probs of one choice into r->lp (completions: from the
+ * parallel arrays; chat: the content entries). */
+static int take_logprobs(result *r, int chat, const cJSON *lp) {
+    if (!lp || cJSON_IsNull(lp)) return 1;
+    if (!r->lp) r->lp = cJSON_CreateArray();
+    if (chat) {
+        const cJSON *e;
+        if (!cJSON_IsArray(J(lp, "content"))) FAILR("chat logprobs without content[]");
+        cJSON_ArrayForEach(e, J(lp, "content")) cJSON_AddItemToArray(r->lp, cJSON_Duplicate(e, 1));
+        return 1;
+    }
+    const cJSON *tk = J(lp, "tokens"), *tl = J(lp, "token_logprobs"), *tp = J(lp, "top_logprobs"),
+                *to = J(lp, "text_offset");
+    int n = cJSON_GetArraySize(tk);
+    if (!cJSON_IsArray(tk) || cJSON_GetArraySize(tl) != n || cJSON_GetArraySize(tp) != n ||
+        cJSON_GetArraySize(to) != n)
+        FAILR("completion logprobs arrays of different lengths");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToObject(e, "token", cJSON_Duplicate(cJSON_GetArrayItem(tk, i), 1));
+        cJSON_AddItemToObject(e, "logprob", cJSON_Duplicate(cJSON_GetArrayItem(tl, i), 1));
+        cJSON_AddItemToObject(e, "top", cJSON_Duplicate(cJSON_GetArrayItem(tp, i), 1));
+        cJSON_AddItemToObject(e, "text_offset", cJSON_Duplicate(cJSON_GetArrayItem(to, i), 1));
+        cJSON_AddItemToArray(r->lp, e);
+    }
+    return 1;
+}
+
+static int take_usage(result *r, const cJSON *u) {
+    const cJSON *pt = J(u, "prompt_tokens"), *ct = J(u, "completion_tokens"), *tt = J(u, "total_tokens");
+    if (!cJSON_IsNumber(pt) || !cJSON_IsNumber(ct) || !cJSON_IsNumber(tt) ||
+        !cJSON_IsNumber(J(J(u, "prompt_tokens_details"), "cached_tokens")))
+        FAILR("usage fields missing");
+    r->has_usage = 1;
+    r->prompt_tokens = pt->valueint;
+    r->completion_tokens = ct->valueint;
+    r->total_tokens = tt->valueint;
+    return 1;
+}
+
+/* The body without id / created / cached_tokens, printed again. */
+static void norm_add(result *r, cJSON *o) {
+    cJSON *c = cJSON_Duplicate(o, 1);
+    char *s;
+    cJSON_DeleteItemFromObject(c, "id");
+    cJSON_DeleteItemFromObject(c, "created");
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItemCaseSensitive(c, "usage"), "prompt_tokens_details");
+    s = cJSON_PrintUnformatted(c);
+    buf_str(&r->norm, s);
+    buf_str(&r->norm, "\n");
+    free(s);
+    cJSON_Delete(c);
+}
+
+static int envelope_ok(const cJSON *o, const char *object, const char *id) {
+    const char *ob = jstr(o, "object"), *i = jstr(o, "id"), *m = jstr(o, "model");
+    if (!ob || strcmp(ob, object)) FAILR("object '%s', want '%s'", ob ? ob : "(none)", object);
+    if (!i || (id && strcmp(i, id))) FAILR("id '%s' changed from '%s'", i ? i : "(none)", id ? id : "");
+    if (!m || strcmp(m, "serve_text")) FAILR("model '%s'", m ? m : "(none)");
+    if (!cJSON_IsNumber(J(o, "created"))) FAILR("no created");
+    return 1;
+}
+
+/* A whole (non-stream) answer. */
+static int parse_whole(result *r, int chat, const char *body) {
+    cJSON *o = cJSON_Parse(body);
+    const cJSON *c = cJSON_GetArrayItem(J(o, "choices"), 0);
+    int ok = 0;
+    if (!o || cJSON_GetArraySize(J(o, "choices")) != 1 || !c) {
+        CHECKF(0, "bad answer: %s", body);
+        goto done;
+    }
+    if (!envelope_ok(o, chat ? "chat.completion" : "text_completion", NULL)) goto done;
+    if (chat) {
+        const cJSON *m = J(c, "message");
+        const char *role = jstr(m, "role"), *content = jstr(m, "content"), *rc = jstr(m, "reasoning_content");
+        if (!role || strcmp(role, "assistant") || !content) {
+            CHECKF(0, "bad message: %s", body);
+            goto done;
+        }
+        buf_str(&r->text, content);
+        if (rc) buf_str(&r->reason, rc);
+    } else {
+        if (!jstr(c, "text")) {
+            CHECKF(0, "no text: %s", body);
+            goto done;
+        }
+        buf_str(&r->text, jstr(c, "text"));
+    }
+    if (!jstr(c, "finish_reason") || !take_logprobs(r, chat, J(c, "logprobs")) || !take_usage(r, J(o, "usage")))
+        goto done;
+    snprintf(r->finish, sizeof r->finish, "%s", jstr(c, "finish_reason"));
+    norm_add(r, o);
+    ok = 1;
+done:
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* A stream: every event exactly "data: <json>\n\n", the last "data: [DONE]\n\n";
+ * chat's first delta has role "assistant"; one chunk with a finish_reason,
+ * after every other choice; then (include_usage) one chunk with empty choices
+ * and usage. */
+static int parse_stream(result *r, int chat, int include_usage, const char *body) {
+    const char *p = body;
+    char id[64] = "";
+    int n_ev = 0, finished = 0, done = 0;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        cJSON *o;
+        const cJSON *ch, *c;
+        if (done) FAILR("bytes after [DONE]: '%.40s'", p);
+        if (strncmp(p, "data: ", 6) || !end) FAILR("event %d is not 'data: ...\\n\\n': '%.60s'", n_ev, p);
+        if (memchr(p, '\n', (size_t)(end - p))) FAILR("event %d holds a newline", n_ev);
+        if (end - p == 12 && !strncmp(p + 6, "[DONE]", 6)) {
+            done = 1;
+            p = end + 2;
+            continue;
+        }
+        if (!(o = cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6))) || !cJSON_IsObject(o))
+            FAILR("event %d is not a JSON object: '%.80s'", n_ev, p);
+        if (!envelope_ok(o, chat ? "chat.completion.chunk" : "text_completion", n_ev ? id : NULL)) {
+            cJSON_Delete(o);
+            return 0;
+        }
+        snprintf(id, sizeof id, "%s", jstr(o, "id"));
+        ch = J(o, "choices");
+        c = cJSON_GetArrayItem(ch, 0);
+        if (finished == 1) { /* only the usage chunk may follow the finish */
+            if (!include_usage || cJSON_GetArraySize(ch) != 0 || !cJSON_IsArray(ch) ||
+                !take_usage(r, J(o, "usage"))) {
+                cJSON_Delete(o);
+                FAILR("after the finish chunk: '%.200s'", p);
+            }
+            finished = 2;
+        } else if (finished == 2 || cJSON_GetArraySize(ch) != 1 || J(o, "usage")) {
+            cJSON_Delete(o);
+            FAILR("event %d: want one choice, no usage: '%.200s'", n_ev, p);
+        } else {
+            const cJSON *fr = J(c, "finish_reason");
+            if (chat) {
+                const cJSON *d = J(c, "delta");
+                const char *role = jstr(d, "role");
+                if (!cJSON_IsObject(d) || (n_ev == 0) != (role && !strcmp(role, "assistant")) ||
+                    (n_ev && role)) {
+                    cJSON_Delete(o);
+                    FAILR("event %d: delta/role wrong: '%.200s'", n_ev, p);
+                }
+                if (jstr(d, "content")) buf_str(&r->text, jstr(d, "content"));
+                if (jstr(d, "reasoning_content")) buf_str(&r->reason, jstr(d, "reasoning_content"));
+            } else if (jstr(c, "text")) {
+                buf_str(&r->text, jstr(c, "text"));
+            } else {
+                cJSON_Delete(o);
+                FAILR("event %d: no text", n_ev);
+            }
+            if (!take_logprobs(r, chat, J(c, "logprobs"))) {
+                cJSON_Delete(o);
+                return 0;
+            }
+            if (!cJSON_IsNull(fr)) {
+                if (!cJSON_IsString(fr)) {
+                    cJSON_Delete(o);
+                    FAILR("finish_reason not a string or null");
+                }
+                snprintf(r->finish, sizeof r->finish, "%s", fr->valuestring);
+                finished = 1;
+            }
+        }
+        norm_add(r, o);
+        cJSON_Delete(o);
+        n_ev++;
+        p = end + 2;
+    }
+    if (!done) FAILR("the stream does not end with 'data: [DONE]\\n\\n'");
+    if (!finished) FAILR("no chunk with a finish_reason");
+    if (include_usage && finished != 2) FAILR("no usage chunk");
+    return 1;
+}
+
+/* Send r; parse its answer into res (CHECKs the status and the shape). */
+static int run_rq(server *sv, const rq *r, result *res) {
+    char *body = rq_body(r);
+    buf out = {0};
+    long st = post(sv, rq_path(r), body, &out);
+    int ok;
+    memset(res, 0, sizeof *res);
+    CHECKF(st == 200, "status %ld: %s", st, buf_s(&out));
+    ok = st == 200 && (r->stream ? parse_stream(res, r->chat, r->usage, buf_s(&out))
+                                 : parse_whole(res, r->chat, buf_s(&out)));
+    if (!ok) fprintf(stderr, "  request: %s\n  answer: %.2000s\n", body, buf_s(&out));
+    res->ok = ok;
+    free(body);
+    buf_free(&out);
+    return ok;
+}
+
+/* ---- references: the library's scheduler, and `moe8 generate` ---------------------------- */
+
+typedef struct {
+    moe8_model *model;
+    moe8_tokenizer *tok;
+    moe8_context *ctx;
+    moe8_sched *sched;
+} lib_env;
+
+typedef struct {
+    int32_t prompt[4096];
+    int n_prompt;
+    int n;                                   /* tokens */
+    int32_t tok[MAXT];
+    float lp[MAXT];
+    int n_top[MAXT];
+    moe8_logprob top[MAXT][MOE8_MAX_LOGPROBS];
+    buf text;
+    moe8_finish finish;
+} lib_res;
+
+static void lib_open(lib_env *L, const char *dir) {
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_sched_params sp = moe8_sched_params_default();
+    moe8_error e;
+    memset(L, 0, sizeof *L);
+    L->model = test_load_model(dir);
+    if (moe8_tokenizer_load(dir, &L->tok, &e) != MOE8_OK) {
+        fprintf(stderr, "tokenizer %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    cp.n_ctx = 1024;
+    cp.n_seq_max = 1;
+    if (moe8_context_create(L->model, &cp, &L->ctx, &e) != MOE8_OK) exit(2);
+    sp.tok = L->tok;
+    if (moe8_sched_create(L->ctx, &sp, &L->sched, &e) != MOE8_OK) exit(2);
+}
+
+static void lib_close(lib_env *L) {
+    moe8_sched_free(L->sched);
+    moe8_context_free(L->ctx);
+    moe8_tokenizer_free(L->tok);
+    moe8_model_free(L->model);
+}
+
+/* The prompt ids of r as the server should make them (chat: the ChatML
+ * format, thinking as asked). */
+static int lib_prompt(lib_env *L, const rq *r, int32_t *ids, int cap) {
+    char text[16384];
+    size_t n = 0;
+    if (r->ids) {
+        memcpy(ids, r->ids, (size_t)r->n_ids * sizeof *ids);
+        return r->n_ids;
+    }
+    if (r->chat) {
+        moe8_chat_message m = {"user", r->text};
+        unsigned fl = MOE8_CHAT_ADD_ASSISTANT | (r->thinking == 0 ? MOE8_CHAT_NO_THINKING : 0);
+        if (moe8_chat_format(&m, 1, fl, text, sizeof text, &n, NULL) != MOE8_OK) abort();
+    } else {
+        snprintf(text, sizeof text, "%s", r->text);
+    }
+    if (moe8_tokenize(L->tok, text, strlen(text), ids, (size_t)cap, &n, NULL) != MOE8_OK) abort();
+    return (int)n;
+}
+
+/* r run alone on this process's own scheduler. */
+static void lib_run(lib_env *L, const rq *r, lib_res *out) {
+    moe8_request q = moe8_request_default();
+    const char *stop[1] = {r->stop};
+    int64_t id;
+    moe8_error e;
+    out->n = 0;
+    out->text.n = 0;
+    buf_add(&out->text, "", 0);
+    out->n_prompt = lib_prompt(L, r, out->prompt, 4096);
+    q.prompt = out->prompt;
+    q.n_prompt = out->n_prompt;
+    q.max_tokens = r->max_tokens;
+    q.sampling = moe8_sampler_defaults();
+    q.sampling.temperature = (float)r->temp;
+    if (r->top_p > 0) q.sampling.top_p = (float)r->top_p;
+    q.sampling.top_k = r->top_k;
+    if (r->seed >= 0) q.sampling.seed = (uint64_t)r->seed;
+    q.logprobs = r->logprobs < 0 ? 0 : r->logprobs;
+    q.ignore_eos = r->ignore_eos;
+    if (r->stop) q.stop = stop, q.n_stop = 1;
+    CHECKF(moe8_sched_add(L->sched, &q, &id, &e) == MOE8_OK, "%s", e.message);
+    while (moe8_sched_pending(L->sched) > 0) {
+        const moe8_event *ev;
+        int32_t n;
+        if (moe8_sched_step(L->sched, &ev, &n, &e) != MOE8_OK) abort();
+        for (int32_t k = 0; k < n; k++) {
+            buf_add(&out->text, ev[k].text ? ev[k].text : "", ev[k].text_len);
+            if (ev[k].type == MOE8_EVENT_FINISH) {
+                out->finish = ev[k].finish;
+            } else if (out->n < MAXT) {
+                out->tok[out->n] = ev[k].token;
+                out->lp[out->n] = ev[k].logprob;
+                out->n_top[out->n] = ev[k].n_top;
+                if (ev[k].n_top > 0) memcpy(out->top[out->n], ev[k].top, (size_t)ev[k].n_top * sizeof(moe8_logprob));
+                out->n++;
+            }
+        }
+    }
+}
+
+/* Run `moe8 ARGV...` (no shell); stdout into out, stderr into err; exit status. */
+static int cli_run(char *const *argv, buf *out, buf *err) {
+    char po[4200], pe[4200];
+    pid_t pid;
+    int status = 0;
+    snprintf(po, sizeof po, "%s/serve_cli.out", MOE8_TEST_TMP);
+    snprintf(pe, sizeof pe, "%s/serve_cli.err", MOE8_TEST_TMP);
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(MOE8_CLI, argv);
+        _exit(127);
+    }
+    waitpid(pid, &status, 0);
+    read_text(po, out);
+    read_text(pe, err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+typedef struct {
+    buf text;                /* stdout without the final newline */
+    int32_t ids[MAXT];       /* with --ids */
+    int n_ids;
+    int prompt_tokens;       /* the stats line */
+} cli_res;
+
+/* `moe8 generate` on r's prompt and sampling: once for the text, once --ids. */
+static int cli_generate(const char *dir, const rq *r, cli_res *out) {
+    char n_s[32], t_s[32], p_s[32], k_s[32], seed_s[32], ids_s[65536];
+    char *argv[32];
+    buf o = {0}, e = {0};
+    int rc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int a = 0;
+        argv[a++] = "moe8";
+        argv[a++] = "generate";
+        argv[a++] = "-m";
+        argv[a++] = (char *)dir;
+        if (r->ids) {
+            size_t u = 0;
+            for (int i = 0; i < r->n_ids; i++)
+                u += (size_t)snprintf(ids_s + u, sizeof ids_s - u, "%s%d", i ? "," : "", r->ids[i]);
+            argv[a++] = "--prompt-ids";
+            argv[a++] = ids_s;
+        } else {
+            argv[a++] = "-p";
+            argv[a++] = (char *)r->text;
+        }
+        if (r->chat) argv[a++] = "--chat";
+        snprintf(n_s, sizeof n_s, "%d", r->max_tokens);
+        argv[a++] = "-n";
+        argv[a++] = n_s;
+        if (r->temp > 0) {
+            snprintf(t_s, sizeof t_s, "%.17g", r->temp);
+            argv[a++] = "--temp";
+            argv[a++] = t_s;
+        }
+        if (r->top_p > 0) {
+            snprintf(p_s, sizeof p_s, "%.17g", r->top_p);
+            argv[a++] = "--top-p";
+            argv[a++] = p_s;
+        }
+        if (r->top_k > 0) {
+            snprintf(k_s, sizeof k_s, "%d", r->top_k);
+            argv[a++] = "--top-k";
+            argv[a++] = k_s;
+        }
+        if (r->seed >= 0) {
+            snprintf(seed_s, sizeof seed_s, "%lld", r->seed);
+            argv[a++] = "--seed";
+            argv[a++] = seed_s;
+        }
+        if (r->ignore_eos) argv[a++] = "--ignore-eos";
+        if (pass) argv[a++] = "--ids";
+        argv[a] = NULL;
+        rc |= cli_run(argv, &o, &e);
+        CHECKF(rc == 0, "moe8 generate failed: %s", buf_s(&e));
+        if (!pass) {
+            const char *pt = strstr(buf_s(&e), "prompt_tokens=");
+            out->text.n = 0;
+            buf_add(&out->text, buf_s(&o), o.n && o.p[o.n - 1] == '\n' ? o.n - 1 : o.n);
+            out->prompt_tokens = pt ? atoi(pt + 14) : -1;
+        } else {
+            char *p = o.p, *end;
+            out->n_ids = 0;
+            while (p && out->n_ids < MAXT) {
+                long v = strtol(p, &end, 10);
+                if (end == p) break;
+                out->ids[out->n_ids++] = (int32_t)v;
+                p = end;
+            }
+        }
+    }
+    buf_free(&o);
+    buf_free(&e);
+    return rc;
+}
+
+/* The token's bytes with each invalid UTF-8 byte replaced by U+FFFD (how the
+ * API shows a token's text), written here independently of the server. */
+static void utf8_shown(const unsigned char *s, size_t n, buf *out) {
+    size_t i = 0;
+    out->n = 0;
+    buf_add(out, "", 0);
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
+                 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        int ok = k > 0 && i + k <= n && c != 0;
+        for (size_t j = 1; ok && j < k; j++) ok = (s[i + j] & 0xC0) == 0x80;
+        if (ok && k == 3) {
+            unsigned c1 = s[i + 1];
+            ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0); /* overlong, surrogates */
+        }
+        if (ok && k == 4) {
+            unsigned c1 = s[i + 1];
+            ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+        }
+        if (ok) {
+            buf_add(out, s + i, k);
+            i += k;
+        } else {
+            buf_add(out, "\xEF\xBF\xBD", 3);
+            i++;
+        }
+    }
+}
+
+static void token_shown(lib_env *L, int32_t id, buf *out) {
+    size_t nb = 0;
+    const char *b = moe8_tokenizer_token_bytes(L->tok, id, &nb, NULL);
+    utf8_shown((const unsigned char *)(b ? b : ""), b ? nb : 0, out);
+}
+
+/* One server entry (chat: {token, bytes, logprob}) against token `id` and its log-prob. */
+static int entry_matches(lib_env *L, const cJSON *e, int chat, int32_t id, float lp, buf *tmp) {
+    size_t nb = 0;
+    const unsigned char *b = (const unsigned char *)moe8_tokenizer_token_bytes(L->tok, id, &nb, NULL);
+    const cJSON *v = J(e, "logprob");
+    token_shown(L, id, tmp);
+    if (!jstr(e, "token") || strcmp(jstr(e, "token"), buf_s(tmp))) return 0;
+    if (!cJSON_IsNumber(v) || (float)v->valuedouble != lp || fabs(v->valuedouble - lp) > 1e-6) return 0;
+    if (chat) {
+        const cJSON *by = J(e, "bytes");
+        if (cJSON_GetArraySize(by) != (int)nb) return 0;
+        for (size_t i = 0; i < nb; i++)
+            if (cJSON_GetArrayItem(by, (int)i)->valueint != b[i]) return 0;
+    }
+    return 1;
+}
+
+/* The server's per-token log-probs equal the library's: every token, its
+ * log-prob (as a float, bit for bit) and the top alternatives in order. */
+static void check_logprobs(lib_env *L, const rq *r, const result *res, const lib_res *ref) {
+    buf tmp = {0};
+    int n = cJSON_GetArraySize(res->lp), bad = -1, offset = 0;
+    CHECKF(res->lp && n == ref->n, "%d log-prob entries for %d tokens", n, ref->n);
+    for (int i = 0; i < n && i < ref->n && bad < 0; i++) {
+        const cJSON *e = cJSON_GetArrayItem(res->lp, i);
+        const cJSON *top = r->chat ? J(e, "top_logprobs") : J(e, "top");
+        if (!entry_matches(L, e, r->chat, ref->tok[i], ref->lp[i], &tmp)) bad = i;
+        if (r->chat) {
+            if (cJSON_GetArraySize(top) != ref->n_top[i] || ref->n_top[i] != r->logprobs) bad = i;
+            for (int k = 0; k < ref->n_top[i] && bad < 0; k++)
+                if (!entry_matches(L, cJSON_GetArrayItem(top, k), 1, ref->top[i][k].token,
+                                   ref->top[i][k].logprob, &tmp))
+                    bad = i;
+        } else {
+            /* a dict by shown text: the first (best) alternative of each text */
+            int distinct = 0;
+            for (int k = 0; k < ref->n_top[i] && bad < 0; k++) {
+                const cJSON *v;
+                int first = 1;
+                buf t2 = {0};
+                token_shown(L, ref->top[i][k].token, &tmp);
+                for (int q = 0; q < k && first; q++) {
+                    token_shown(L, ref->top[i][q].token, &t2);
+                    first = strcmp(buf_s(&t2), buf_s(&tmp)) != 0;
+                }
+                buf_free(&t2);
+                if (!first) continue;
+                distinct++;
+                v = J(top, buf_s(&tmp));
+                if (!cJSON_IsNumber(v) || (float)v->valuedouble != ref->top[i][k].logprob) bad = i;
+            }
+            if (cJSON_GetArraySize(top) != distinct || ref->n_top[i] != r->logprobs) bad = i;
+            /* offsets into the text: from 0, never back, within it */
+            if (!cJSON_IsNumber(J(e, "text_offset")) || J(e, "text_offset")->valueint < offset ||
+                (i == 0 && J(e, "text_offset")->valueint != 0) ||
+                J(e, "text_offset")->valueint > (int)res->text.n)
+                bad = i;
+            else
+                offset = J(e, "text_offset")->valueint;
+        }
+    }
+    if (bad >= 0) {
+        char *s = cJSON_PrintUnformatted(cJSON_GetArrayItem(res->lp, bad));
+        CHECKF(0, "log-probs of token %d (id %d, lp %.9g) differ from the library's: %s", bad,
+               ref->tok[bad], ref->lp[bad], s);
+        free(s);
+    }
+    buf_free(&tmp);
+}
+
+/* ---- completions and chat against the references ------------------------------------------- */
+
+static int64_t g_sum_prompt, g_sum_gen, g_n_stop, g_n_length, g_n_tokens_reqs;
+
+static const char *finish_name(moe8_finish f) {
+    return f == MOE8_FINISH_STOP ? "stop" : f == MOE8_FINISH_LENGTH || f == MOE8_FINISH_CONTEXT ? "length" : "abort";
+}
+
+/* /tokenize of r's prompt: the ids into ids, the count returned (-1: failed). */
+static int server_tokenize(server *sv, const rq *r, int32_t *ids, int cap) {
+    cJSON *o = cJSON_CreateObject(), *ans;
+    char *s;
+    buf out = {0};
+    int n = -1;
+    if (r->chat) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", r->text);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "messages"), m);
+        if (r->thinking >= 0)
+            cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "chat_template_kwargs"), "enable_thinking", r->thinking);
+    } else if (r->ids) {
+        cJSON *a = cJSON_AddArrayToObject(o, "prompt");
+        for (int i = 0; i < r->n_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(r->ids[i]));
+    } else {
+        cJSON_AddStringToObject(o, "prompt", r->text);
+    }
+    s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (post(sv, "/tokenize", s, &out) == 200 && (ans = cJSON_Parse(buf_s(&out)))) {
+        const cJSON *t = J(ans, "tokens"), *c = J(ans, "count");
+        if (cJSON_IsArray(t) && cJSON_IsNumber(c) && c->valueint == cJSON_GetArraySize(t) &&
+            cJSON_IsNumber(J(ans, "max_model_len"))) {
+            n = c->valueint;
+            for (int i = 0; i < n && i < cap; i++) ids[i] = cJSON_GetArrayItem(t, i)->valueint;
+        }
+        cJSON_Delete(ans);
+    }
+    CHECKF(n >= 0, "/tokenize: %s", buf_s(&out));
+    free(s);
+    buf_free(&out);
+    return n;
+}
+
+/* r sent to the server equals the library's run and (when `cli`) moe8 generate's. */
+static void check_case(server *sv, lib_env *L, const char *what, const rq *r, int cli, cli_res *cr,
+                       lib_res *ref) {
+    static int32_t tids[4096];
+    result res;
+    int nt;
+    if (!run_rq(sv, r, &res)) {
+        fprintf(stderr, "  case: %s\n", what);
+        result_free(&res);
+        return;
+    }
+    lib_run(L, r, ref);
+    nt = server_tokenize(sv, r, tids, 4096);
+    CHECKF(nt == ref->n_prompt && !memcmp(tids, ref->prompt, (size_t)nt * sizeof *tids),
+           "%s: /tokenize gives %d ids, the library %d", what, nt, ref->n_prompt);
+    /* usage */
+    if (!r->stream || r->usage) {
+        CHECKF(res.has_usage && res.prompt_tokens == nt && res.completion_tokens == ref->n &&
+               res.total_tokens == nt + ref->n, "%s: usage %d+%d=%d, want %d+%d", what,
+               res.prompt_tokens, res.completion_tokens, res.total_tokens, nt, ref->n);
+    } else {
+        CHECKF(!res.has_usage, "%s: usage without include_usage", what);
+    }
+    CHECKF(!strcmp(res.finish, finish_name(ref->finish)), "%s: finish '%s', library '%s'", what, res.finish,
+           finish_name(ref->finish));
+    /* text: the library's events, and the CLI's */
+    CHECKF(res.reason.n == 0 || r->thinking != 0, "%s: reasoning with thinking off", what);
+    if (res.reason.n == 0) {
+        CHECKF(res.text.n == ref->text.n && !memcmp(buf_s(&res.text), buf_s(&ref->text), res.text.n),
+               "%s: text '%s' differs from the library's '%s'", what, buf_s(&res.text), buf_s(&ref->text));
+    }
+    if (cli) {
+        CHECKF(cr->n_ids == ref->n && !memcmp(cr->ids, ref->tok, (size_t)ref->n * sizeof(int32_t)),
+               "%s: moe8 generate --ids gives %d tokens, the library %d", what, cr->n_ids, ref->n);
+        CHECKF(cr->prompt_tokens == nt, "%s: moe8 generate read %d prompt tokens, /tokenize %d", what,
+               cr->prompt_tokens, nt);
+        CHECKF(res.text.n == cr->text.n && !memcmp(buf_s(&res.text), buf_s(&cr->text), res.text.n),
+               "%s: text '%s' differs from moe8 generate's '%s'", what, buf_s(&res.text), buf_s(&cr->text));
+    }
+    if (r->logprobs >= 0) check_logprobs(L, r, &res, ref);
+    else CHECKF(res.lp == NULL, "%s: log-probs not asked for", what);
+    if (res.has_usage) { /* for the metrics check (streams without usage: the library's count) */
+        g_sum_prompt += res.prompt_tokens, g_sum_gen += res.completion_tokens;
+    } else {
+        g_sum_prompt += nt, g_sum_gen += ref->n;
+    }
+    g_n_stop += !strcmp(res.finish, "stop");
+    g_n_length += !strcmp(res.finish, "length");
+    g_n_tokens_reqs += ref->n > 0;
+    result_free(&res);
+}
+
+static const int32_t IDS_PROMPT[] = {9707, 11, 847, 829, 374, 151644, 77091, 198, 3, 100000, 42, 2048, 1, 0};
+
+static int g_n_cases;
+static double g_t0;
+
+static void phase(const char *what) {
+    printf("test_serve: %-28s done at %6.1f s\n", what, now_s() - g_t0);
+    fflush(stdout);
+}
+
+/* Each case streamed (with and without usage) and not. */
+static void test_completions(server *sv, lib_env *L, const char *dir) {
+    rq cases[8];
+    const char *names[8];
+    int n = 0, cli[8];
+    lib_res *ref = calloc(1, sizeof *ref);
+    cli_res cr;
+    memset(&cr, 0, sizeof cr);
+    cases[n] = rq_default(), names[n] = "completion, string prompt, greedy, logprobs 3", cli[n] = 1;
+    cases[n].text = "Hello, my name is", cases[n].max_tokens = 12, cases[n].logprobs = 3, n++;
+    cases[n] = rq_default(), names[n] = "completion, token ids, greedy, logprobs 5", cli[n] = 1;
+    cases[n].ids = IDS_PROMPT, cases[n].n_ids = (int)(sizeof IDS_PROMPT / sizeof *IDS_PROMPT);
+    cases[n].max_tokens = 10, cases[n].logprobs = 5, n++;
+    cases[n] = rq_default(), names[n] = "completion, seeded sampling, top-k, top-p", cli[n] = 1;
+    cases[n].text = "The capital of France is", cases[n].max_tokens = 16, cases[n].temp = 0.8;
+    cases[n].top_p = 0.9, cases[n].top_k = 40, cases[n].seed = 1234, cases[n].logprobs = 0, n++;
+    cases[n] = rq_default(), names[n] = "chat, thinking off, greedy, top_logprobs 2", cli[n] = 1;
+    cases[n].chat = 1, cases[n].text = "Write a haiku about the sea.", cases[n].max_tokens = 12;
+    cases[n].logprobs = 2, n++;
+    cases[n] = rq_default(), names[n] = "chat, thinking off, seeded sampling", cli[n] = 1;
+    cases[n].chat = 1, cases[n].text = "Tell me a joke", cases[n].max_tokens = 6, cases[n].temp = 1.2;
+    cases[n].seed = 7, cases[n].ignore_eos = 1, n++; /* temperature alone: the whole vocabulary sorted */
+    cases[n] = rq_default(), names[n] = "chat, thinking on (default), greedy", cli[n] = 0;
+    cases[n].chat = 1, cases[n].text = "Write a haiku about the sea.", cases[n].max_tokens = 8;
+    cases[n].thinking = -1, cases[n].logprobs = 1, n++;
+    for (int c = 0; c < n; c++) {
+        /* ASan (-O0): a string completion and the two chats, few tokens, the library alone */
+        if (g_asan && c != 0 && c != 3 && c != 5) continue;
+        if (g_asan) cli[c] = 0, cases[c].max_tokens = 3;
+        if (cli[c]) cli_generate(dir, &cases[c], &cr);
+        for (int mode = 0; mode < 3; mode++) { /* whole, stream, stream + usage */
+            rq r = cases[c];
+            char what[256];
+            r.stream = mode > 0;
+            r.usage = mode == 2;
+            snprintf(what, sizeof what, "%s, %s", names[c],
+                     mode == 0 ? "whole" : mode == 1 ? "stream" : "stream+usage");
+            check_case(sv, L, what, &r, cli[c], &cr, ref);
+            g_n_cases++;
+        }
+    }
+    /* thinking on and off are different prompts (the empty think block) */
+    {
+        static int32_t a[4096], b[4096];
+        int na = server_tokenize(sv, &cases[3], a, 4096), nb = server_tokenize(sv, &cases[5], b, 4096);
+        rq t = cases[5];
+        CHECKF(na > 0 && nb > 0 && na == nb + 4, "thinking off: %d prompt tokens, on: %d", na, nb);
+        t.thinking = 1; /* explicit true = the default */
+        CHECK(server_tokenize(sv, &t, a, 4096) == nb && !memcmp(a, b, (size_t)nb * sizeof *a));
+    }
+    /* a stop string taken from the greedy text: the text ends before it */
+    if (!g_asan) {
+        rq r = cases[0], g = cases[0];
+        char stop[8] = "";
+        g.max_tokens = 24;
+        lib_run(L, &g, ref);
+        for (size_t i = 4; i + 3 <= ref->text.n && !stop[0]; i++) {
+            const unsigned char *t = (const unsigned char *)ref->text.p + i;
+            if (t[0] > 32 && t[0] < 127 && t[1] > 32 && t[1] < 127 && t[2] > 32 && t[2] < 127) memcpy(stop, t, 3);
+        }
+        CHECKF(stop[0], "no ASCII in the greedy text '%s'", buf_s(&ref->text));
+        if (stop[0]) {
+            const char *at = strstr(buf_s(&ref->text), stop);
+            size_t keep = (size_t)(at - ref->text.p);
+            r.stop = stop;
+            r.max_tokens = 24;
+            for (int mode = 0; mode < 2; mode++) {
+                result res;
+                r.stream = mode;
+                if (run_rq(sv, &r, &res)) {
+                    lib_res *sref = calloc(1, sizeof *sref);
+                    lib_run(L, &r, sref);
+                    CHECKF(!strcmp(res.finish, "stop") && sref->finish == MOE8_FINISH_STOP,
+                           "stop '%s': finish '%s'", stop, res.finish);
+                    CHECKF(res.text.n == keep && !memcmp(res.text.p, ref->text.p, keep) &&
+                           sref->text.n == keep && !memcmp(sref->text.p, ref->text.p, keep),
+                           "stop '%s': text '%s', want '%.*s'", stop, buf_s(&res.text), (int)keep, ref->text.p);
+                    if (!mode) g_sum_prompt += res.prompt_tokens, g_sum_gen += res.completion_tokens;
+                    else g_sum_prompt += sref->n_prompt, g_sum_gen += sref->n;
+                    g_n_stop++, g_n_tokens_reqs += sref->n > 0;
+                    buf_free(&sref->text);
+                    free(sref);
+                }
+                result_free(&res);
+                g_n_cases++;
+            }
+        }
+    }
+    buf_free(&ref->text);
+    buf_free(&cr.text);
+    free(ref);
+}
+
+/* /v1/models, /health, /detokenize, and auth off (any Authorization header is fine). */
+static void test_endpoints(server *sv, lib_env *L) {
+    buf out = {0};
+    cJSON *o;
+    int32_t ids[64];
+    size_t n = 0;
+    char body[2048];
+    CHECK(http(sv, "GET", "/v1/models", NULL, 0, NULL, &out) == 200);
+    o = cJSON_Parse(buf_s(&out));
+    CHECKF(o && !strcmp(jstr(o, "object") ? jstr(o, "object") : "", "list") &&
+           cJSON_GetArraySize(J(o, "data")) == 1 &&
+           !strcmp(jstr(cJSON_GetArrayItem(J(o, "data"), 0), "id"), "serve_text") &&
+           J(cJSON_GetArrayItem(J(o, "data"), 0), "max_model_len")->valueint == 512, "%s", buf_s(&out));
+    cJSON_Delete(o);
+    CHECK(http(sv, "GET", "/health", NULL, 0, NULL, &out) == 200 && strstr(buf_s(&out), "\"ok\""));
+    CHECK(http(sv, "GET", "/health", NULL, 0, "Bearer anything", &out) == 200);
+    CHECK(http(sv, "GET", "/v1/models", NULL, 0, "Bearer anything", &out) == 200);
+    /* detokenize(tokenize(text)) = text, ids = the library's */
+    CHECK(moe8_tokenize(L->tok, "Hello, wörld — ok", strlen("Hello, wörld — ok"), ids, 64, &n, NULL) == MOE8_OK);
+    {
+        size_t u = (size_t)snprintf(body, sizeof body, "{\"tokens\":[");
+        for (size_t i = 0; i < n; i++) u += (size_t)snprintf(body + u, sizeof body - u, "%s%d", i ? "," : "", ids[i]);
+        snprintf(body + u, sizeof body - u, "]}");
+    }
+    CHECK(post(sv, "/detokenize", body, &out) == 200);
+    o = cJSON_Parse(buf_s(&out));
+    CHECKF(o && jstr(o, "prompt") && !strcmp(jstr(o, "prompt"), "Hello, wörld — ok"), "%s", buf_s(&out));
+    cJSON_Delete(o);
+    buf_free(&out);
+}
+
+/* ---- bad requests ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *method, *path;
+    const char *body;       /* NULL: none */
+    size_t n;               /* 0: strlen(body) */
+    int status;
+    const char *type, *param, *code; /* param/code NULL: JSON null */
+    const char *msg;        /* a part of the message */
+} bad_case;
+
+static int g_n_bad;
+
+static void check_bad(server *sv, const bad_case *b, const char *auth) {
+    buf out = {0};
+    long st = http(sv, b->method, b->path, b->body, b->body ? (b->n ? b->n : strlen(b->body)) : 0, auth, &out);
+    cJSON *o = cJSON_Parse(buf_s(&out));
+    const cJSON *e = J(o, "error");
+    const cJSON *param = J(e, "param"), *code = J(e, "code");
+    const char *type = jstr(e, "type"), *msg = jstr(e, "message");
+    int ok = st == b->status && cJSON_IsObject(e) && type && !strcmp(type, b->type) && msg &&
+             strstr(msg, b->msg) &&
+             (b->param ? cJSON_IsString(param) && !strcmp(param->valuestring, b->param) : cJSON_IsNull(param)) &&
+             (b->code ? cJSON_IsString(code) && !strcmp(code->valuestring, b->code) : cJSON_IsNull(code));
+    CHECKF(ok, "%s %s %.120s%s: got %ld %s; want %d %s param=%s code=%s msg~'%s'", b->method, b->path,
+           b->body ? b->body : "", b->body && strlen(b->body) > 120 ? "..." : "", st, buf_s(&out), b->status,
+           b->type, b->param ? b->param : "null", b->code ? b->code : "null", b->msg);
+    g_n_bad++;
+    cJSON_Delete(o);
+    buf_free(&out);
+}
+
+#define INV "invalid_request_error"
+#define CMPL "/v1/completions"
+#define CHAT "/v1/chat/completions"
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+/* The main server: --ctx-size 512, model "serve_text". */
+static void test_bad_requests(server *sv) {
+    char long_prompt[8192], long_chat[16384];
+    char *huge;
+    size_t u = 0;
+    const size_t huge_n = (4u << 20) + 100;
+    result res;
+    rq good = rq_default();
+    u += (size_t)snprintf(long_prompt + u, sizeof long_prompt - u, "{\"prompt\":[");
+    for (int i = 0; i < 400; i++)
+        u += (size_t)snprintf(long_prompt + u, sizeof long_prompt - u, "%s%d", i ? "," : "", 100 + i);
+    snprintf(long_prompt + u, sizeof long_prompt - u, "],\"max_tokens\":200}");
+    u = (size_t)snprintf(long_chat, sizeof long_chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (int i = 0; i < 600; i++) u += (size_t)snprintf(long_chat + u, sizeof long_chat - u, " x");
+    snprintf(long_chat + u, sizeof long_chat - u, "\"}]}");
+    huge = malloc(huge_n + 1);
+    memset(huge, ' ', huge_n);
+    memcpy(huge, "{\"prompt\":\"", 11);
+    memcpy(huge + huge_n - 2, "\"}", 2);
+    huge[huge_n] = 0;
+    const bad_case T[] = {
+        /* the body */
+        {"POST", CMPL, "{\"prompt\": \"hi\",", 0, 400, INV, NULL, NULL, "JSON"},
+        {"POST", CMPL, "[1, 2, 3]", 0, 400, INV, NULL, NULL, "JSON object"},
+        {"POST", CMPL, "", 0, 400, INV, NULL, NULL, "JSON"},
+        {"POST", CMPL, "{\"prompt\": \"\xff\xfe hi\"}", 0, 400, INV, NULL, NULL, "UTF-8"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 0, 400, INV, NULL, NULL, "UTF-8"},
+        {"POST", CMPL, "{\"prompt\": \"a\0b\"}", 17, 400, INV, NULL, NULL, "UTF-8"},
+        {"POST", CMPL, "{\"prompt\": \"a\\u0000b\"}", 0, 400, INV, NULL, NULL, "NUL"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000\"}]}", 0, 400, INV, NULL, NULL, "NUL"},
+        {"POST", "/tokenize", "{\"prompt\": \"a\\u0000b\"}", 0, 400, INV, NULL, NULL, "NUL"},
+        /* types */
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"max_tokens\":\"5\"}", 0, 400, INV, "max_tokens", NULL, "'max_tokens' must be an integer, got a string"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stream\":\"yes\"}", 0, 400, INV, "stream", NULL, "'stream' must be a boolean"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stream\":1}", 0, 400, INV, "stream", NULL, "'stream' must be a boolean, got a number"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"temperature\":\"hot\"}", 0, 400, INV, "temperature", NULL, "'temperature'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"seed\":\"x\"}", 0, 400, INV, "seed", NULL, "'seed'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stop\":5}", 0, 400, INV, "stop", NULL, "'stop'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stop\":\"\"}", 0, 400, INV, "stop", NULL, "'stop'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stream\":true,\"stream_options\":\"x\"}", 0, 400, INV, "stream_options", NULL, "'stream_options'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}", 0, 400, INV, "include_usage", NULL, "'include_usage'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"model\":5}", 0, 400, INV, "model", NULL, "'model'"},
+        {"POST", CMPL, "{\"prompt\":5}", 0, 400, INV, "prompt", NULL, "'prompt'"},
+        /* ranges */
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"max_tokens\":0}", 0, 400, INV, "max_tokens", NULL, "'max_tokens' must be at least 1"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"max_tokens\":-3}", 0, 400, INV, "max_tokens", NULL, "'max_tokens'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"max_tokens\":2.5}", 0, 400, INV, "max_tokens", NULL, "integer"},
+        {"POST", CHAT, "{" MSG ",\"max_completion_tokens\":0}", 0, 400, INV, "max_completion_tokens", NULL, "at least 1"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"temperature\":-0.5}", 0, 400, INV, "temperature", NULL, "'temperature' must be in"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"temperature\":1e999}", 0, 400, INV, "temperature", NULL, "'temperature'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"top_p\":0}", 0, 400, INV, "top_p", NULL, "'top_p' must be in (0, 1]"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"top_p\":1.5}", 0, 400, INV, "top_p", NULL, "'top_p' must be in (0, 1]"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"top_k\":1.5}", 0, 400, INV, "top_k", NULL, "'top_k'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"min_p\":2}", 0, 400, INV, "min_p", NULL, "'min_p'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"logprobs\":21}", 0, 400, INV, "logprobs", NULL, "'logprobs'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"logprobs\":true}", 0, 400, INV, "logprobs", NULL, "integer in [0, 20]"},
+        {"POST", CHAT, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 0, 400, INV, "top_logprobs", NULL, "'top_logprobs'"},
+        {"POST", CHAT, "{" MSG ",\"top_logprobs\":3}", 0, 400, INV, "top_logprobs", NULL, "'logprobs': true"},
+        {"POST", CHAT, "{" MSG ",\"logprobs\":5}", 0, 400, INV, "logprobs", NULL, "'logprobs' must be a boolean"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"n\":2}", 0, 400, INV, "n", NULL, "'n' must be 1"},
+        {"POST", CHAT, "{" MSG ",\"n\":3}", 0, 400, INV, "n", NULL, "'n' must be 1"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"echo\":true}", 0, 400, INV, "echo", NULL, "'echo'"},
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"model\":\"gpt-4\"}", 0, 400, INV, "model", "model_not_found", "'gpt-4' does not exist"},
+        /* prompts */
+        {"POST", CMPL, "{\"max_tokens\":3}", 0, 400, INV, "prompt", NULL, "'prompt' is required"},
+        {"POST", CMPL, "{\"prompt\":[]}", 0, 400, INV, "prompt", NULL, "'prompt'"},
+        {"POST", CMPL, "{\"prompt\":[1,-5]}", 0, 400, INV, "prompt", NULL, "'prompt'[1]"},
+        {"POST", CMPL, "{\"prompt\":[1,151669]}", 0, 400, INV, "prompt", NULL, "[0, 151669)"},
+        {"POST", CMPL, "{\"prompt\":[1,2.5]}", 0, 400, INV, "prompt", NULL, "'prompt'[1]"},
+        {"POST", CMPL, "{\"prompt\":[\"a\",\"b\"]}", 0, 400, INV, "prompt", NULL, "one prompt per request"},
+        {"POST", CMPL, "{\"prompt\":[[1,2],[3]]}", 0, 400, INV, "prompt", NULL, "one prompt per request"},
+        {"POST", CMPL, long_prompt, 0, 400, INV, "max_tokens", NULL, "maximum context length is 512 tokens; the request has 400 prompt tokens and asks for 200"},
+        {"POST", CHAT, long_chat, 0, 400, INV, "messages", NULL, "maximum context length is 512"},
+        /* chat messages */
+        {"POST", CHAT, "{\"max_tokens\":3}", 0, 400, INV, "messages", NULL, "'messages' is required"},
+        {"POST", CHAT, "{\"messages\":[]}", 0, 400, INV, "messages", NULL, "must not be empty"},
+        {"POST", CHAT, "{\"messages\":\"hi\"}", 0, 400, INV, "messages", NULL, "must be an array"},
+        {"POST", CHAT, "{\"messages\":[5]}", 0, 400, INV, "messages", NULL, "must be an object"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", 0, 400, INV, "messages[0].role", NULL, "'messages[0].role'"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"content\":\"hi\"}]}", 0, 400, INV, "messages[1].role", NULL, "'messages[1].role'"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\"}]}", 0, 400, INV, "messages[0].content", NULL, "is required"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":7}]}", 0, 400, INV, "messages[0].content", NULL, "'messages[0].content'"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x/y.png\"}}]}]}", 0, 400, INV, "messages[0].content", NULL, "only text parts"},
+        {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 0, 400, INV, "messages[0].content", NULL, "text"},
+        {"POST", CHAT, "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", 0, 400, INV, "enable_thinking", NULL, "'enable_thinking'"},
+        {"POST", CHAT, "{" MSG ",\"chat_template_kwargs\":3}", 0, 400, INV, "chat_template_kwargs", NULL, "'chat_template_kwargs'"},
+        /* tokenize / detokenize */
+        {"POST", "/tokenize", "{\"prompt\":", 0, 400, INV, NULL, NULL, "JSON"},
+        {"POST", "/tokenize", "{\"prompt\":[-1]}", 0, 400, INV, "prompt", NULL, "'prompt'[0]"},
+        {"POST", "/detokenize", "{\"tokens\":\"abc\"}", 0, 400, INV, "tokens", NULL, "'tokens'"},
+        {"POST", "/detokenize", "{\"tokens\":[5,999999]}", 0, 400, INV, "tokens", NULL, "'tokens'[1]"},
+        /* routing, methods, size */
+        {"GET", "/v1/nothing", NULL, 0, 404, INV, NULL, "not_found", "/v1/nothing"},
+        {"POST", "/v1/embeddings", "{}", 0, 404, INV, NULL, "not_found", "/v1/embeddings"},
+        {"GET", CMPL, NULL, 0, 405, INV, NULL, "method_not_allowed", "takes POST, not GET"},
+        {"DELETE", CHAT, NULL, 0, 405, INV, NULL, "method_not_allowed", "not DELETE"},
+        {"POST", "/health", "{}", 0, 405, INV, NULL, "method_not_allowed", "takes GET, not POST"},
+        {"PUT", "/metrics", "{}", 0, 405, INV, NULL, "method_not_allowed", "takes GET, not PUT"},
+        {"POST", CMPL, huge, huge_n, 413, INV, NULL, "body_too_large", "larger than 4194304 bytes"},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++) check_bad(sv, &T[i], NULL);
+    free(huge);
+    /* an escaped backslash before "u0000" is text, not NUL */
+    {
+        buf out = {0};
+        CHECKF(post(sv, "/tokenize", "{\"prompt\": \"a\\\\u0000b\"}", &out) == 200 &&
+               strstr(buf_s(&out), "\"count\":"), "%s", buf_s(&out));
+        buf_free(&out);
+    }
+    /* still serving */
+    good.text = "After the errors";
+    good.max_tokens = 4;
+    CHECK(run_rq(sv, &good, &res) && res.completion_tokens == 4 && !strcmp(res.finish, "length"));
+    g_sum_prompt += res.prompt_tokens, g_sum_gen += res.completion_tokens, g_n_length++, g_n_tokens_reqs++;
+    result_free(&res);
+}
+
+/* ---- concurrency: each stream bit-identical to itself alone -------------------------------- */
+
+static const char *SENTENCE = "The quick brown fox jumps over the lazy dog and keeps running. ";
+
+/* Request i of the mix: completions with token-array prompts of 1..300 ids,
+ * string prompts and chats; 1..40 tokens; greedy or seeded; some log-probs. */
+static char *mix_body(int i, const char **path, char *text, size_t cap) {
+    test_rng g = {0x9E3779B97F4A7C15ull * (unsigned long long)(i + 1)};
+    static int32_t ids[300];
+    rq r = rq_default();
+    r.stream = 1;
+    r.usage = i % 2;
+    r.max_tokens = 1 + (int)(test_rng_u64(&g) % (g_asan ? 6 : 40));
+    if (i % 3 == 0) r.temp = 0.9, r.seed = 1000 + i, r.top_k = i ? 50 : 0;
+    if (i % 5 == 0) r.logprobs = 2;
+    r.ignore_eos = i % 2;
+    if (i % 4 == 3 || i % 4 == 1) { /* text: a chat or a string prompt */
+        size_t u = 0;
+        int reps = 1 + (int)(test_rng_u64(&g) % (g_asan ? 2 : 12));
+        for (int k = 0; k < reps; k++) u += (size_t)snprintf(text + u, cap - u, "%s", SENTENCE);
+        snprintf(text + u, cap - u, "%d", i);
+        r.text = text;
+        r.chat = i % 4 == 3;
+    } else {
+        r.n_ids = 1 + (int)(test_rng_u64(&g) % (g_asan ? 40 : 300));
+        for (int k = 0; k < r.n_ids; k++) ids[k] = (int32_t)(test_rng_u64(&g) % 150000);
+        r.ids = ids;
+    }
+    *path = rq_path(&r);
+    return rq_body(&r);
+}
+
+static void test_concurrent(const char *dir) {
+    server sv;
+    char args[4400], text[2048];
+    const int n = g_asan ? 8 : 64;
+    mreq *m = calloc((size_t)n, sizeof *m);
+    int n_same = 0, n_ok = 0;
+    double t0;
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 512 --parallel 8 --kv-mb 1 --threads 2", dir);
+    if (server_start(&sv, "concurrent", NULL, args)) {
+        free(m);
+        return;
+    }
+    for (int i = 0; i < n; i++) m[i].body = mix_body(i, &m[i].path, text, sizeof text);
+    t0 = now_s();
+    multi_run(&sv, m, n);
+    printf("test_serve: %d concurrent streams in %.2f s\n", n, now_s() - t0);
+    for (int i = 0; i < n; i++) {
+        result a, b;
+        buf alone = {0};
+        const int chat = strstr(m[i].path, "chat") != NULL, usage = strstr(m[i].body, "include_usage") != NULL;
+        long st = post(&sv, m[i].path, m[i].body, &alone);
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        int ok = m[i].status == 200 && st == 200 && parse_stream(&a, chat, usage, buf_s(&m[i].out)) &&
+                 parse_stream(&b, chat, usage, buf_s(&alone));
+        n_ok += ok;
+        if (ok && a.norm.n == b.norm.n && !memcmp(a.norm.p, b.norm.p, a.norm.n)) n_same++;
+        else if (ok) fprintf(stderr, "  request %d: %s\n  concurrent: %.600s\n  alone: %.600s\n", i, m[i].body,
+                             buf_s(&a.norm), buf_s(&b.norm));
+        result_free(&a);
+        result_free(&b);
+        buf_free(&alone);
+        buf_free(&m[i].out);
+        free(m[i].body);
+    }
+    CHECKF(n_ok == n, "%d of %d concurrent streams well-formed", n_ok, n);
+    CHECKF(n_same == n, "%d of %d concurrent streams equal the same request alone", n_same, n);
+    CHECK(wait_idle(&sv, 5));
+    CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"") == 0);
+    CHECK(metric(&sv, "moe8:time_to_first_token_seconds_count", NULL) == 2 * n);
+    CHECK(metric(&sv, "moe8:e2e_request_latency_seconds_count", NULL) == 2 * n);
+    server_stop(&sv, 10);
+    free(m);
+}
+
+/* ---- auth, the served name, timeouts ------------------------------------------------------ */
+
+static void test_auth_timeout(const char *dir) {
+    static const struct { const char *method, *path, *body; int ok; } E[] = {
+        {"POST", CMPL, "{\"prompt\":\"hi\",\"max_tokens\":2}", 200},
+        {"POST", CHAT, "{" MSG ",\"max_tokens\":2}", 200},
+        {"POST", "/tokenize", "{\"prompt\":\"hi\"}", 200},
+        {"POST", "/detokenize", "{\"tokens\":[1,2]}", 200},
+        {"GET", "/v1/models", NULL, 200},
+        {"GET", "/metrics", NULL, 200},
+        {"GET", "/v1/nothing", NULL, 404},
+    };
+    static const char *wrong[] = {NULL, "Bearer wrong", "Bearer sekre", "Bearer sekret2", "Basic sekret",
+                                  "bearer sekret", "Bearer "};
+    server sv;
+    char args[4400];
+    buf out = {0};
+    double t0, idle = -1, slow;
+    int fd;
+    snprintf(args, sizeof args, "-m '%s' --api-key sekret --served-model-name other --timeout 1 "
+             "--ctx-size 4096 --threads 2", dir);
+    if (server_start(&sv, "auth", NULL, args)) return;
+    for (size_t i = 0; i < sizeof E / sizeof *E; i++) {
+        for (size_t w = 0; w < sizeof wrong / sizeof *wrong; w++) {
+            bad_case b = {E[i].method, E[i].path, E[i].body, 0, 401, INV, NULL, "invalid_api_key", "API key"};
+            check_bad(&sv, &b, wrong[w]);
+        }
+        long st = http(&sv, E[i].method, E[i].path, E[i].body, E[i].body ? strlen(E[i].body) : 0,
+                       "Bearer sekret", &out);
+        CHECKF(st == E[i].ok, "%s %s with the key: %ld %s", E[i].method, E[i].path, st, buf_s(&out));
+    }
+    CHECK(http(&sv, "GET", "/health", NULL, 0, NULL, &out) == 200);
+    CHECK(http(&sv, "GET", "/health", NULL, 0, "Bearer wrong", &out) == 200);
+    CHECK(http(&sv, "GET", "/v1/models", NULL, 0, "Bearer sekret", &out) == 200 &&
+          strstr(buf_s(&out), "\"id\":\"other\""));
+    {
+        bad_case b = {"POST", CMPL, "{\"prompt\":\"hi\",\"model\":\"serve_text\"}", 0, 400, INV, "model",
+                      "model_not_found", "this server serves 'other'"};
+        check_bad(&sv, &b, "Bearer sekret");
+    }
+    /* a connection that sends nothing, or half a request, is closed after --timeout 1 */
+    for (int k = 0; k < 2; k++) {
+        fd = raw_connect(sv.port);
+        CHECK(fd >= 0);
+        if (fd < 0) continue;
+        if (k == 1) CHECK(write(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 40) == 40);
+        t0 = now_s();
+        buf_free(&out);
+        CHECK(raw_read_until(fd, &out, NULL, g_asan ? 20 : 8));
+        idle = now_s() - t0;
+        CHECKF(idle >= 0.5 && idle < (g_asan ? 8 : 4), "%s connection closed after %.2f s (--timeout 1)",
+               k ? "a half-sent" : "an idle", idle);
+        close(fd);
+    }
+    /* MHD answers a timed-out half request with nothing or 408: either way one log line at most;
+     * the half-sent request may or may not be logged. */
+    sv.log_check = 0;
+    /* a non-stream answer that takes longer than --timeout still arrives
+     * (longer answers until one takes over 1.5 s, whatever the machine) */
+    for (int n_tok = g_asan ? 40 : 1000; n_tok <= 4000; n_tok *= 2) {
+        char body[256];
+        long st;
+        cJSON *o;
+        snprintf(body, sizeof body, "{\"prompt\":[1,2,3],\"max_tokens\":%d,\"ignore_eos\":true,"
+                 "\"temperature\":0,\"model\":\"other\"}", n_tok);
+        t0 = now_s();
+        st = http(&sv, "POST", CMPL, body, strlen(body), "Bearer sekret", &out);
+        slow = now_s() - t0;
+        o = cJSON_Parse(buf_s(&out));
+        CHECKF(st == 200 && J(J(o, "usage"), "completion_tokens") &&
+               J(J(o, "usage"), "completion_tokens")->valueint == n_tok,
+               "a %.1f s answer: %ld %.300s", slow, st, buf_s(&out));
+        cJSON_Delete(o);
+        if (slow > 1.5 || n_tok * 2 > 4000) {
+            CHECKF(slow > 1.5, "a %d-token answer took only %.2f s", n_tok, slow);
+            printf("test_serve: idle connection closed after %.2f s; a %d-token answer took %.2f s\n", idle,
+                   n_tok, slow);
+            break;
+        }
+    }
+    buf_free(&out);
+    server_stop(&sv, 10);
+}
+
+/* ---- the queue, 503, hang-ups ------------------------------------------------------------- */
+
+static void test_queue_disconnect(const char *dir) {
+    server sv;
+    char args[4400];
+    buf a = {0}, b = {0}, out = {0};
+    const char *long_stream =
+        "{\"prompt\":[1,2,3],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
+    const char *chat_stream =
+        "{" MSG ",\"max_tokens\":50,\"stream\":true,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    const char *short_whole = "{\"prompt\":[1,2,3],\"max_tokens\":5,\"temperature\":0}";
+    int fa, fb, n_chat_prompt;
+    rq chat = rq_default();
+    int32_t ids[64];
+    double gen;
+    snprintf(args, sizeof args, "-m '%s' --parallel 1 --max-queue 1 --ctx-size 4096 --threads 2", dir);
+    if (server_start(&sv, "queue", NULL, args)) return;
+    chat.chat = 1, chat.text = "hi";
+    n_chat_prompt = server_tokenize(&sv, &chat, ids, 64);
+    /* A runs; B waits (its role chunk comes at once) */
+    fa = raw_post(&sv, CMPL, long_stream);
+    CHECK(fa >= 0 && raw_read_until(fa, &a, "data: ", 20));
+    CHECK(wait_metric(&sv, "moe8:num_requests_running", NULL, 1, 5));
+    fb = raw_post(&sv, CHAT, chat_stream);
+    CHECK(fb >= 0 && raw_read_until(fb, &b, "\"role\":\"assistant\"", 20));
+    CHECK(wait_metric(&sv, "moe8:num_requests_waiting", NULL, 1, 5));
+    /* the queue is full */
+    {
+        bad_case c = {"POST", CMPL, short_whole, 0, 503, "server_error", NULL, "overloaded", "--max-queue"};
+        check_bad(&sv, &c, NULL);
+        bad_case d = {"POST", CHAT, chat_stream, 0, 503, "server_error", NULL, "overloaded", "--max-queue"};
+        check_bad(&sv, &d, NULL);
+    }
+    /* B hangs up while queued */
+    close(fb);
+    CHECK(wait_metric(&sv, "moe8:num_requests_waiting", NULL, 0, 5));
+    CHECK(wait_metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"", 1, 5));
+    /* so does a non-stream request */
+    fb = raw_post(&sv, CMPL, short_whole);
+    CHECK(fb >= 0 && wait_metric(&sv, "moe8:num_requests_waiting", NULL, 1, 5));
+    close(fb);
+    CHECK(wait_metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"", 2, 5));
+    CHECK(metric(&sv, "moe8:num_requests_running", NULL) == 1);
+    /* A hangs up mid-stream: nothing runs, no KV held */
+    close(fa);
+    CHECK(wait_idle(&sv, 5));
+    CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"") == 3);
+    CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"stop\"") == 0);
+    CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"length\"") == 0);
+    CHECKF(metric(&sv, "moe8:prompt_tokens_total", NULL) == 3 + n_chat_prompt + 3, "prompt tokens %g, want %d",
+           metric(&sv, "moe8:prompt_tokens_total", NULL), 6 + n_chat_prompt);
+    gen = metric(&sv, "moe8:generation_tokens_total", NULL);
+    CHECKF(gen >= 1 && gen < 4000, "generated %g tokens before the hang-up", gen);
+    /* served as before */
+    CHECK(post(&sv, CMPL, short_whole, &out) == 200 && strstr(buf_s(&out), "\"completion_tokens\":5"));
+    CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"length\"") == 1);
+    CHECK(metric(&sv, "moe8:generation_tokens_total", NULL) == gen + 5);
+    CHECK(wait_idle(&sv, 5));
+    buf_free(&a);
+    buf_free(&b);
+    buf_free(&out);
+    server_stop(&sv, 10);
+}
+
+/* ---- SIGTERM during a stream ------------------------------------------------------------------ */
+
+typedef struct {
+    buf out;
+    server *sv;
+    double t_term;
+    double refused;  /* seconds after SIGTERM until new connections are refused (-1: never) */
+} term_ctx;
+
+static size_t on_term_body(char *p, size_t size, size_t n, void *user) {
+    term_ctx *t = user;
+    buf_add(&t->out, p, size * n);
+    if (!t->t_term && strstr(buf_s(&t->out), "\"text\"")) {
+        t->t_term = now_s();
+        kill(t->sv->pid, SIGTERM);
+        /* while it drains, a new connection is refused, not left waiting */
+        t->refused = -1;
+        while (now_s() - t->t_term < 3) {
+            int fd = raw_connect(t->sv->port);
+            if (fd < 0 && errno == ECONNREFUSED) {
+                t->refused = now_s() - t->t_term;
+                break;
+            }
+            if (fd >= 0) close(fd);
+            sleep_s(0.05);
+        }
+    }
+    return size * n;
+}
+
+static void test_sigterm(const char *dir) {
+    server sv;
+    char args[4400], url[128];
+    term_ctx t;
+    result res;
+    int status = 0, exited = 0;
+    double waited;
+    const char *body = "{\"prompt\":[5,6,7],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
+    CURL *c;
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 2", dir);
+    if (server_start(&sv, "sigterm", NULL, args)) return;
+    memset(&t, 0, sizeof t);
+    t.sv = &sv;
+    c = curl_easy_init();
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv.port, CMPL);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_term_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+    sv.n_req++;
+    CHECK(curl_easy_perform(c) == CURLE_OK);
+    curl_easy_cleanup(c);
+    memset(&res, 0, sizeof res);
+    CHECKF(t.t_term > 0 && parse_stream(&res, 0, 0, buf_s(&t.out)), "stream after SIGTERM: %.300s",
+           buf_s(&t.out));
+    CHECKF(!strcmp(res.finish, "length") || !strcmp(res.finish, "abort"), "finish '%s'", res.finish);
+    CHECKF(t.refused >= 0 && t.refused < 1, "connections during the drain: refused after %.2f s (-1: never)",
+           t.refused);
+    while (t.t_term && !(exited = waitpid(sv.pid, &status, WNOHANG) == sv.pid) && now_s() - t.t_term < 30)
+        sleep_s(0.01);
+    waited = now_s() - t.t_term;
+    printf("test_serve: SIGTERM mid-stream: finish '%s', exit %.2f s later\n", res.finish, waited);
+    CHECKF(exited && WIFEXITED(status) && WEXITSTATUS(status) == 0 && waited < (g_asan ? 20 : 8),
+           "after SIGTERM: status 0x%x after %.1f s", status, waited);
+    if (exited) { /* reaped here: server_stop checks the rest */
+        buf e = {0};
+        read_text(sv.err, &e);
+        CHECKF(!sanitizer_report(buf_s(&e)), "%s", buf_s(&e));
+        CHECK(count_lines(buf_s(&e), "moe8 serve: POST ") == 1);
+        buf_free(&e);
+        forget_group(sv.pid);
+        CHECK(kill(-sv.pid, 0) != 0);
+    } else {
+        server_stop(&sv, 5);
+    }
+    result_free(&res);
+    buf_free(&t.out);
+}
+
+/* ---- a burst: streams, hang-ups, client timeouts, bad requests (ASan) ------------------------ */
+
+static void test_burst(const char *dir) {
+    server sv;
+    char args[4400], text[2048];
+    const int n = g_asan ? 16 : 32;
+    mreq *m = calloc((size_t)n, sizeof *m);
+    int n_hung = 0, n_bad = 0, n_good = 0, ok = 1;
+    buf out = {0};
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --parallel 4 --threads 2", dir);
+    if (server_start(&sv, "burst", NULL, args)) {
+        free(m);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        switch (i % 4) {
+        case 0: /* hangs up after its first events */
+            m[i].path = CMPL;
+            m[i].body = strdup("{\"prompt\":[9,8,7,6],\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true,"
+                               "\"logprobs\":3}");
+            m[i].abort_at = 400;
+            break;
+        case 1: /* bad */
+            m[i].path = i % 8 == 1 ? CHAT : CMPL;
+            m[i].body = strdup(i % 8 == 1 ? "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}"
+                                          : "{\"prompt\": [1, 2,");
+            break;
+        default:
+            if (i % 8 == 6) { /* a non-stream answer the client stops waiting for */
+                m[i].path = CMPL;
+                m[i].body = strdup("{\"prompt\":[4,4,4],\"max_tokens\":4000,\"ignore_eos\":true}");
+                m[i].timeout_ms = g_asan ? 1500 : 300;
+            } else {
+                m[i].body = mix_body(i, &m[i].path, text, sizeof text);
+            }
+            break;
+        }
+    }
+    multi_run(&sv, m, n);
+    for (int i = 0; i < n; i++) {
+        if (i % 4 == 0 || i % 8 == 6) n_hung += m[i].aborted, ok &= m[i].aborted;
+        else if (i % 4 == 1) n_bad += m[i].status == 400, ok &= m[i].status == 400;
+        else n_good += m[i].status == 200, ok &= m[i].status == 200;
+        if (!ok) {
+            fprintf(stderr, "  burst request %d: %ld %.300s\n", i, m[i].status, buf_s(&m[i].out));
+            ok = 1;
+        }
+        buf_free(&m[i].out);
+        free(m[i].body);
+    }
+    CHECKF(n_hung == n / 4 + n / 8 && n_bad == n / 4 && n_good == n / 2 - n / 8, "burst: %d hung up, %d bad, %d good",
+           n_hung, n_bad, n_good);
+    CHECK(wait_idle(&sv, 10));
+    CHECKF(metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"") == n_hung, "aborts %g, want %d",
+           metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\""), n_hung);
+    CHECK(post(&sv, CMPL, "{\"prompt\":\"still here\",\"max_tokens\":3}", &out) == 200);
+    CHECK(http(&sv, "GET", "/health", NULL, 0, NULL, &out) == 200);
+    buf_free(&out);
+    server_stop(&sv, 10);
+    free(m);
+}
+
+/* ---- TP / EP under mpirun ------------------------------------------------------------------ */
+
+#ifdef MOE8_MPIEXEC
+/* Greedy request i (no log-probs: TP's logits differ in the last bits). */
+static char *tp_body(int i, const char **path, char *text, size_t cap) {
+    test_rng g = {0xD1B54A32D192ED03ull * (unsigned long long)(i + 3)};
+    static int32_t ids[200];
+    rq r = rq_default();
+    r.stream = i % 2;
+    r.usage = 1;
+    r.max_tokens = 4 + (int)(test_rng_u64(&g) % 12);
+    if (i % 3 == 2) {
+        snprintf(text, cap, "%s%s %d", SENTENCE, SENTENCE, i);
+        r.text = text;
+        r.chat = 1;
+    } else {
+        r.n_ids = 1 + (int)(test_rng_u64(&g) % 200);
+        for (int k = 0; k < r.n_ids; k++) ids[k] = (int32_t)(test_rng_u64(&g) % 150000);
+        r.ids = ids;
+    }
+    *path = rq_path(&r);
+    return rq_body(&r);
+}
+
+static void test_mpi(const char *dir, server *single) {
+    static const char *modes[2] = {"--tp 2", "--tp 2 --expert-parallel"};
+    enum { N = 8 };
+    char args[4400], text[1024], prefix[512];
+    mreq m[N];
+    result ref[N];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < N; i++) { /* the references: one process, one request at a time */
+        buf out = {0};
+        int chat, stream;
+        m[i].body = tp_body(i, &m[i].path, text, sizeof text);
+        chat = strstr(m[i].path, "chat") != NULL, stream = strstr(m[i].body, "\"stream\":true") != NULL;
+        memset(&ref[i], 0, sizeof ref[i]);
+        CHECK(post(single, m[i].path, m[i].body, &out) == 200);
+        CHECK(stream ? parse_stream(&ref[i], chat, 1, buf_s(&out)) : parse_whole(&ref[i], chat, buf_s(&out)));
+        buf_free(&out);
+    }
+    snprintf(prefix, sizeof prefix, "%s --oversubscribe -np 2", MOE8_MPIEXEC);
+    for (int k = 0; k < 2; k++) {
+        server sv;
+        int n_same = 0;
+        snprintf(args, sizeof args, "-m '%s' %s --ctx-size 512 --parallel 4 --threads 1", dir, modes[k]);
+        if (server_start(&sv, k ? "ep" : "tp", prefix, args)) continue;
+        CHECKF(sv.n_ranks == 2, "%s: %d ranks under mpirun", modes[k], sv.n_ranks);
+        /* --tp 2: SIGTERM to rank 0, which stops the others, and mpirun exits 0.
+         * --expert-parallel: SIGTERM to mpirun, which signals every rank and
+         * exits 1 (OpenMPI's way); every rank must end all the same. */
+        if (k == 0) {
+            for (int r = 0; r < sv.n_ranks; r++) {
+                char path[64];
+                buf env = {0};
+                snprintf(path, sizeof path, "/proc/%d/environ", (int)sv.ranks[r]);
+                read_text(path, &env);
+                for (size_t at = 0; at < env.n; at += strlen(env.p + at) + 1)
+                    if (!strcmp(env.p + at, "OMPI_COMM_WORLD_RANK=0")) sv.term = sv.ranks[r];
+                buf_free(&env);
+            }
+            CHECKF(sv.term > 0, "no rank 0 among mpirun's children");
+        } else {
+            sv.any_status = 1;
+        }
+        multi_run(&sv, m, N);
+        for (int i = 0; i < N; i++) {
+            result r;
+            const int chat = strstr(m[i].path, "chat") != NULL, stream = strstr(m[i].body, "\"stream\":true") != NULL;
+            memset(&r, 0, sizeof r);
+            if (m[i].status == 200 &&
+                (stream ? parse_stream(&r, chat, 1, buf_s(&m[i].out)) : parse_whole(&r, chat, buf_s(&m[i].out))) &&
+                r.norm.n == ref[i].norm.n && !memcmp(r.norm.p, ref[i].norm.p, r.norm.n))
+                n_same++;
+            else
+                fprintf(stderr, "  %s request %d: %.400s\n  single process: %.400s\n", modes[k], i,
+                        buf_s(&m[i].out), buf_s(&ref[i].norm));
+            result_free(&r);
+            buf_free(&m[i].out);
+        }
+        CHECKF(n_same == N, "%s: %d of %d concurrent greedy requests equal single-process serving", modes[k],
+               n_same, N);
+        CHECK(wait_idle(&sv, 5));
+        printf("test_serve: mpirun -np 2 serve %s: %d/%d equal; stopped in %.2f s\n", modes[k], n_same, N,
+               server_stop(&sv, 15));
+    }
+    for (int i = 0; i < N; i++) {
+        free(m[i].body);
+        result_free(&ref[i]);
+    }
+}
+#endif
+
+/* ---- reasoning: <think> ... </think> split out of chat answers ---------------------------- */
+
+/* A model that says exactly one thing: each edge's token is by far the most
+ * likely after its first token (a one-hot embedding read by one lm_head
+ * entry; the layers add little). Chat prompts end with "\n" (198) when
+ * thinking is on and "\n\n" (271) when it is off, so greedy chat answers are
+ *   on:  "<think>" "Let" " me" " think" "</" "think" ">" "Hello" "!" <|im_end|>
+ *   off: " Hmm" "<th" "ink" ">" "Hello" "!" <|im_end|>
+ * with one tag whole and one in three pieces each time. */
+static const int32_t CHAIN[][2] = {
+    {198, 151667}, {151667, 10061}, {10061, 752}, {752, 1744}, {1744, 522}, {522, 26865},
+    {26865, 29}, {29, 9707}, {9707, 0}, {0, 151645}, {271, 88190}, {88190, 13708}, {13708, 766}, {766, 29},
+};
+#define N_CHAIN (int)(sizeof CHAIN / sizeof *CHAIN)
+
+static void chain_hook(void *user, fx_tensor *t) {
+    const int64_t H = t->shape[1];
+    (void)user;
+    if (!strcmp(t->name, "model.embed_tokens.weight"))
+        for (int i = 0; i < N_CHAIN; i++)
+            for (int64_t h = 0; h < H; h++) fx_set(t, (int64_t)CHAIN[i][0] * H + h, h == i ? 20.0 : 0.0);
+    if (!strcmp(t->name, "lm_head.weight"))
+        for (int i = 0; i < N_CHAIN; i++)
+            for (int k = 0; k < N_CHAIN; k++)
+                if (CHAIN[k][0] == CHAIN[i][0]) fx_set(t, (int64_t)CHAIN[i][1] * H + k, 50.0);
+}
+
+/* The split written here: content before <think>, reasoning up to </think>
+ * (or the end), content after. */
+static void think_ref(const char *raw, buf *content, buf *reason) {
+    const char *open = strstr(raw, "<think>"), *close;
+    content->n = reason->n = 0;
+    buf_add(content, "", 0);
+    buf_add(reason, "", 0);
+    if (!open) {
+        buf_str(content, raw);
+        return;
+    }
+    buf_add(content, raw, (size_t)(open - raw));
+    open += 7;
+    if (!(close = strstr(open, "</think>"))) {
+        buf_str(reason, open);
+        return;
+    }
+    buf_add(reason, open, (size_t)(close - open));
+    buf_str(content, close + 8);
+}
+
+static void test_reasoning(const char *dir) {
+    static const struct { int thinking, max_tokens; const char *content, *reason, *finish; } C[] = {
+        {-1, 16, "Hello!", "Let me think", "stop"},
+        {1, 16, "Hello!", "Let me think", "stop"},
+        {0, 16, " Hmm", "Hello!", "stop"},
+        {-1, 3, "", "Let me", "length"},
+        {-1, 6, "", "Let me think</think", "length"},  /* the held tag piece, released at the end */
+        {0, 2, " Hmm<th", "", "length"},
+    };
+    server sv;
+    lib_env L;
+    lib_res *ref = calloc(1, sizeof *ref);
+    buf c = {0}, r = {0}, out = {0};
+    char args[4400];
+    int n_checked = 0;
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 256 --threads 2 --served-model-name serve_text", dir);
+    lib_open(&L, dir);
+    if (server_start(&sv, "reasoning", NULL, args) == 0) {
+        for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+            for (int stream = 0; stream < 2; stream++) {
+                rq q = rq_default();
+                result res;
+                q.chat = 1, q.text = "Hi there", q.thinking = C[i].thinking, q.max_tokens = C[i].max_tokens;
+                q.stream = stream, q.usage = stream;
+                lib_run(&L, &q, ref);
+                think_ref(buf_s(&ref->text), &c, &r);
+                if (!run_rq(&sv, &q, &res)) continue;
+                CHECKF(!strcmp(buf_s(&res.text), C[i].content) && !strcmp(buf_s(&res.reason), C[i].reason) &&
+                       !strcmp(res.finish, C[i].finish),
+                       "thinking %d, %d tokens, stream %d: content '%s' reasoning '%s' finish %s; want '%s' '%s' %s",
+                       C[i].thinking, C[i].max_tokens, stream, buf_s(&res.text), buf_s(&res.reason), res.finish,
+                       C[i].content, C[i].reason, C[i].finish);
+                CHECKF(!strcmp(buf_s(&c), C[i].content) && !strcmp(buf_s(&r), C[i].reason),
+                       "the library's text '%s' splits into '%s' + '%s'", buf_s(&ref->text), buf_s(&c), buf_s(&r));
+                CHECK(res.completion_tokens == ref->n);
+                /* streamed: a tag is never shown in part (held back until decided) */
+                if (stream && C[i].finish[0] == 's')
+                    CHECKF(!strchr(buf_s(&res.norm), '<') && !strchr(buf_s(&res.norm), '>') &&
+                           !strstr(buf_s(&res.norm), "\"ink\""), "a tag in part: %s", buf_s(&res.norm));
+                n_checked++;
+                result_free(&res);
+            }
+        }
+        /* completions are not split */
+        {
+            static const int32_t p[] = {1, 2, 198};
+            rq q = rq_default();
+            result res;
+            q.ids = p, q.n_ids = 3, q.max_tokens = 16;
+            for (int stream = 0; stream < 2; stream++) {
+                q.stream = stream;
+                if (run_rq(&sv, &q, &res))
+                    CHECKF(!strcmp(buf_s(&res.text), "<think>Let me think</think>Hello!") && res.reason.n == 0,
+                           "completion: '%s'", buf_s(&res.text));
+                result_free(&res);
+            }
+        }
+        printf("test_serve: reasoning split: %d chat answers\n", n_checked);
+        server_stop(&sv, 10);
+    }
+    lib_close(&L);
+    buf_free(&c);
+    buf_free(&r);
+    buf_free(&out);
+    buf_free(&ref->text);
+    free(ref);
+}
+
+/* ---- the official OpenAI Node client ------------------------------------------------------- */
+
+static void test_node_client(server *sv, const char *dir) {
+    char pkg[4200], cmd[16384], outp[4200];
+    buf out = {0};
+    cli_res chat_ref, cmpl_ref;
+    rq chat = rq_default(), cmpl = rq_default();
+    cJSON *o;
+    if (test_run("command -v node >/dev/null 2>&1") != 0) {
+        printf("test_serve: OpenAI Node client: skipped: node not found (make deps installs it)\n");
+        return;
+    }
+    snprintf(pkg, sizeof pkg, "%s/node_modules/openai/package.json", MOE8_OPENAI_NODE);
+    if (access(pkg, R_OK) != 0) {
+        CHECKF(0, "node is here but the openai package is not (%s): run make deps", pkg);
+        return;
+    }
+    memset(&chat_ref, 0, sizeof chat_ref);
+    memset(&cmpl_ref, 0, sizeof cmpl_ref);
+    chat.chat = 1, chat.text = "Hello there, who are you?", chat.max_tokens = 12;
+    cmpl.text = "Once upon a time", cmpl.max_tokens = 12;
+    cli_generate(dir, &chat, &chat_ref);
+    cli_generate(dir, &cmpl, &cmpl_ref);
+    snprintf(outp, sizeof outp, "%s/serve_node.json", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd,
+             "node '%s/tests/openai_client.mjs' '%s' 'http://127.0.0.1:%d/v1' serve_text '%s' '%s' 12 >'%s'",
+             MOE8_SOURCE_DIR, MOE8_OPENAI_NODE, sv->port, chat.text, cmpl.text, outp);
+    CHECKF(test_run(cmd) == 0, "the OpenAI Node client failed (see above)");
+    read_text(outp, &out);
+    o = cJSON_Parse(buf_s(&out));
+    CHECKF(o != NULL, "node printed: %s", buf_s(&out));
+    if (o) {
+        const cJSON *cs = J(o, "chat_stream"), *cw = J(o, "chat"), *pw = J(o, "completion"),
+                    *ps = J(o, "completion_stream");
+        const char *ver = jstr(o, "version");
+        const cJSON *sections[4] = {cs, cw, pw, ps};
+        const cli_res *refs[4] = {&chat_ref, &chat_ref, &cmpl_ref, &cmpl_ref};
+        static const char *names[4] = {"chat stream", "chat", "completion", "completion stream"};
+        sv->n_req += J(o, "requests") ? J(o, "requests")->valueint : 0;
+        CHECKF(ver && !strncmp(ver, "6.", 2), "openai version '%s'", ver ? ver : "?");
+        CHECK(cJSON_GetArraySize(J(o, "models")) == 1 &&
+              !strcmp(cJSON_GetArrayItem(J(o, "models"), 0)->valuestring, "serve_text"));
+        for (int k = 0; k < 4; k++) {
+            const char *txt = jstr(sections[k], "text");
+            CHECKF(txt && strlen(txt) == refs[k]->text.n && !memcmp(txt, refs[k]->text.p, refs[k]->text.n),
+                   "OpenAI client %s: '%s', moe8 generate: '%s'", names[k], txt ? txt : "(none)",
+                   buf_s(&refs[k]->text));
+            CHECKF(jstr(sections[k], "finish_reason") &&
+                   !strcmp(jstr(sections[k], "finish_reason"), refs[k]->n_ids == 12 ? "length" : "stop"),
+                   "OpenAI client %s: finish_reason", names[k]);
+            if (k < 3) {
+                const cJSON *u = J(sections[k], "usage");
+                CHECKF(J(u, "prompt_tokens") && J(u, "prompt_tokens")->valueint == refs[k]->prompt_tokens &&
+                       J(u, "completion_tokens")->valueint == refs[k]->n_ids,
+                       "OpenAI client %s: usage", names[k]);
+            }
+        }
+        CHECK(jstr(cs, "role") && !strcmp(jstr(cs, "role"), "assistant") && jstr(cw, "role"));
+        printf("test_serve: OpenAI Node client %s: chat and completion (streamed and whole) equal moe8 generate\n",
+               ver ? ver : "?");
+    }
+    cJSON_Delete(o);
+    buf_free(&out);
+    buf_free(&chat_ref.text);
+    buf_free(&cmpl_ref.text);
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+int main(void) {
+    fx_opts ot = fx_default_opts();
+    server sv;
+    lib_env L;
+    char args[4400];
+    const char *dir;
+    double t0 = g_t0 = now_s();
+    g_asan = MOE8_TEST_SANITIZE[0] != '\0';
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* ctest sets these too */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    unsetenv("MOE8_API_KEY");
+    atexit(kill_groups);
+    signal(SIGINT, on_fatal);
+    signal(SIGTERM, on_fatal);
+    signal(SIGABRT, on_fatal);
+    signal(SIGSEGV, on_fatal);
+    signal(SIGPIPE, SIG_IGN);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    ot.quant = 1;
+    ot.vocab = QWEN_VOCAB;
+    ot.hidden = 32;
+    ot.dense_layer = 0;
+    dir = fx_test_model("serve_text", &ot, 1);
+    lib_open(&L, dir);
+
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 512 --threads 2", dir);
+    if (server_start(&sv, "main", NULL, args) == 0) {
+        test_endpoints(&sv, &L);
+        phase("endpoints");
+        test_completions(&sv, &L, dir);
+        phase("completions and chat");
+        test_bad_requests(&sv);
+        phase("bad requests");
+        /* the counters add up to what was sent */
+        CHECK(wait_idle(&sv, 5));
+        CHECKF(metric(&sv, "moe8:prompt_tokens_total", NULL) == (double)g_sum_prompt, "prompt tokens %g, sent %lld",
+               metric(&sv, "moe8:prompt_tokens_total", NULL), (long long)g_sum_prompt);
+        CHECKF(metric(&sv, "moe8:generation_tokens_total", NULL) == (double)g_sum_gen, "generated %g, answered %lld",
+               metric(&sv, "moe8:generation_tokens_total", NULL), (long long)g_sum_gen);
+        CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"stop\"") == (double)g_n_stop);
+        CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"length\"") == (double)g_n_length);
+        CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"") == 0);
+        CHECK(metric(&sv, "moe8:e2e_request_latency_seconds_count", NULL) == (double)(g_n_stop + g_n_length));
+        CHECK(metric(&sv, "moe8:time_to_first_token_seconds_count", NULL) == (double)g_n_tokens_reqs);
+        CHECK(metric(&sv, "moe8:inter_token_latency_seconds_count", NULL) == (double)(g_sum_gen - g_n_tokens_reqs));
+        CHECK(metric(&sv, "moe8:prefix_cache_hits_total", NULL) > 0);
+        test_node_client(&sv, dir);
+        phase("openai node client");
+#ifdef MOE8_MPIEXEC
+        if (g_asan) printf("test_serve: mpirun serve --tp 2: in the release build only\n");
+        else test_mpi(dir, &sv);
+        phase("mpirun serve");
+#else
+        printf("test_serve: mpirun serve --tp 2: skipped: this build has no MPI\n");
+#endif
+        server_stop(&sv, 10);
+    }
+    printf("test_serve: %d request cases, %d bad requests; %.1f s so far\n", g_n_cases, g_n_bad, now_s() - t0);
+    {
+        fx_opts oc = ot;
+        oc.tensor_hook = chain_hook;
+        test_reasoning(fx_test_model("serve_chain", &oc, 1));
+        phase("reasoning");
+    }
+    test_concurrent(dir);
+    phase("concurrent");
+    test_auth_timeout(dir);
+    phase("auth, timeout");
+    test_queue_disconnect(dir);
+    phase("queue, disconnects");
+    test_sigterm(dir);
+    phase("sigterm");
+    test_burst(dir);
+    phase("burst");
+    lib_close(&L);
+    curl_global_cleanup();
+    printf("test_serve: %.1f s\n", now_s() - t0);
+    return test_summary();
+}
