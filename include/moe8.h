@@ -416,7 +416,9 @@ void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out);
 
 /* Filters apply in vLLM's order: logits / temperature -> softmax -> top-k ->
  * top-p -> min-p -> renormalize -> draw. Candidates are ranked by probability,
- * ties by lower id, so a seed reproduces the same tokens everywhere. */
+ * ties by lower id (without any of the three filters the draw walks the ids
+ * in order: nothing to rank), so a seed reproduces the same tokens
+ * everywhere. */
 typedef struct {
     float temperature; /* 0 = greedy (arg-max, ties to the lower id); default 0 */
     int top_k;         /* keep the k most likely; 0 = off */

@@ -115,6 +115,27 @@ static void test_greedy_and_draws(void) {
                expect[i]);
     }
 
+    /* No filter (the unsorted path): the same frequencies as the distribution. */
+    {
+        moe8_sampler_params q = moe8_sampler_defaults();
+        int c2[8] = {0};
+        cand r2[8];
+        double e2[8] = {0};
+        int n2;
+        q.temperature = 0.7f, q.seed = 11;
+        CHECK(moe8_sampler_create(&q, 8, &s, NULL) == MOE8_OK);
+        for (int i = 0; i < N; i++) c2[moe8_sampler_sample(s, logits)]++;
+        moe8_sampler_free(s);
+        n2 = ref_filter(logits, 8, q, r2);
+        CHECK(n2 == 8);
+        for (int i = 0; i < n2; i++) e2[r2[i].id] = r2[i].p;
+        for (int i = 0; i < 8; i++) {
+            double f = (double)c2[i] / N, sd = sqrt(e2[i] * (1 - e2[i]) / N);
+            CHECKF(fabs(f - e2[i]) <= 5 * sd + 1e-12, "no filter: token %d: frequency %.5f, expected "
+                   "%.5f", i, f, e2[i]);
+        }
+    }
+
     /* Same seed, same stream; another seed, another stream. */
     CHECK(moe8_sampler_create(&p, 8, &s, NULL) == MOE8_OK);
     CHECK(moe8_sampler_create(&p, 8, &s2, NULL) == MOE8_OK);

@@ -8,6 +8,10 @@
  * Candidates are ordered by probability, ties by id, so a seed gives the same
  * tokens on every machine and thread count.
  *
+ * Without top-k, top-p or min-p there is nothing to rank: the draw walks the
+ * whole distribution in id order, O(n_vocab) with no sort (sorting 151936
+ * candidates per token cost ~40 ms).
+ *
  * The generator may live outside the sampler (moe8_sampler_draw): the
  * scheduler keeps one per request, seeded by the request's seed, and shares
  * one sampler's buffers between all requests.
@@ -213,6 +217,20 @@ int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_
         for (int i = 1; i < s->n_vocab; i++)
             if (logits[i] > logits[best]) best = i;
         return best;
+    }
+    if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) {
+        /* no filter: the whole distribution, walked in id order (no sort) */
+        float mx = -INFINITY, *pr = s->work;
+        double sum = 0.0;
+        for (int i = 0; i < s->n_vocab; i++) mx = fmaxf(mx, logits[i]);
+        for (int i = 0; i < s->n_vocab; i++) sum += pr[i] = expf((logits[i] - mx) / p->temperature);
+        if (!(sum > 0.0)) return 0; /* all logits NaN */
+        u = (double)(xoshiro_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+        for (int i = 0; i < s->n_vocab; i++) {
+            acc += pr[i];
+            if (u < acc) return i;
+        }
+        return s->n_vocab - 1;
     }
     n = candidates(s, p, logits, &ids, &probs);
     if (n <= 0) return 0; /* all logits NaN: nothing sensible to draw */
