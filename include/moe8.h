@@ -283,6 +283,17 @@ typedef struct {
 /* 0 and *out filled, or -1 when `layer` is out of range. */
 int moe8_model_layer_info(const moe8_model *m, int64_t layer, moe8_layer_info *out);
 
+/* Storage of the output projection (lm_head). */
+typedef struct {
+    moe8_quant_type quant;        /* FLOAT, or W8A8_DYNAMIC (int8 rows, per-row scale) */
+    int tied;                     /* 1: it is model.embed_tokens.weight (tie_word_embeddings) */
+    moe8_dtype dtype;             /* of the weight: BF16/F16/F32, or I8 */
+    uint64_t weight_bytes;        /* bytes of the weight tensor in the checkpoint */
+    uint64_t scale_bytes;         /* W8A8_DYNAMIC: weight_scale + weight_offset bytes; else 0 */
+} moe8_lm_head_info;
+/* 0 and *out filled, or -1 when m or out is NULL. */
+int moe8_model_lm_head_info(const moe8_model *m, moe8_lm_head_info *out);
+
 /* Checkpoint totals over every tensor of the safetensors file(s). */
 typedef struct {
     int n_files;                          /* safetensors files */
