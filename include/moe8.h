@@ -831,6 +831,8 @@ typedef struct {
     int n_threads;              /* calibration threads; 0 = OpenMP default; at most 4096 */
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
+    int lm_head_w8a8;           /* also write lm_head.weight as W8A8_DYNAMIC (default FLOAT, as
+                                 * ModelSlim); refused for tie_word_embeddings models */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 
@@ -852,8 +854,10 @@ typedef struct {
  *                share one; scale = (max - min) / 255, offset = rint(-128 -
  *                min / scale)); deq_scale [N] = fp32(input_scale * weight_scale)
  *                (I64 bits or F32); quant_bias I32 [N] = -input_offset * sum_k Wq
- *   the rest     FLOAT, bytes and dtype unchanged (router, embeddings, norms,
- *                lm_head)
+ *   lm_head      FLOAT (as ModelSlim), or with lm_head_w8a8 W8A8_DYNAMIC like the
+ *                experts (MOE8_ERR_UNSUPPORTED when tie_word_embeddings: the shared
+ *                embedding must stay float)
+ *   the rest     FLOAT, bytes and dtype unchanged (router, embeddings, norms)
  * plus quant_model_description.json (every tensor written, with its type;
  * model_quant_type "W8A8_DYNAMIC", version "1.0.0") and copies of config.json,
  * generation_config.json and the tokenizer files. The input is loaded (and so
