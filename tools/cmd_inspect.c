@@ -1,10 +1,10 @@
 /*
  * cmd_inspect.c — `moe8 inspect -m DIR`: load a model folder (every tensor
  * checked) and describe it on stdout: architecture, per-layer quant types
- * with runs of identical layers collapsed, lm_head's quant type and bytes,
- * tensor bytes by dtype, and the
+ * with runs of identical layers collapsed, tensor bytes by dtype, and the
  * estimated memory at a context length (default 4096).
  * Uses only the public header. Does not run the model.
+ * lm_head gets a line of its own: quant type, dtype and bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
