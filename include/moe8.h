@@ -283,6 +283,17 @@ typedef struct {
 /* 0 and *out filled, or -1 when `layer` is out of range. */
 int moe8_model_layer_info(const moe8_model *m, int64_t layer, moe8_layer_info *out);
 
+/* Storage of the output projection (lm_head). */
+typedef struct {
+    moe8_quant_type quant;        /* FLOAT, or W8A8_DYNAMIC (int8 rows, per-row scale) */
+    int tied;                     /* 1: it is model.embed_tokens.weight (tie_word_embeddings) */
+    moe8_dtype dtype;             /* of the weight: BF16/F16/F32, or I8 */
+    uint64_t weight_bytes;        /* bytes of the weight tensor in the checkpoint */
+    uint64_t scale_bytes;         /* W8A8_DYNAMIC: weight_scale + weight_offset bytes; else 0 */
+} moe8_lm_head_info;
+/* 0 and *out filled, or -1 when m or out is NULL. */
+int moe8_model_lm_head_info(const moe8_model *m, moe8_lm_head_info *out);
+
 /* Checkpoint totals over every tensor of the safetensors file(s). */
 typedef struct {
     int n_files;                          /* safetensors files */
@@ -852,6 +863,8 @@ typedef struct {
     int n_threads;              /* calibration threads; 0 = OpenMP default; at most 4096 */
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
+    int lm_head_w8a8;           /* also write lm_head.weight as W8A8_DYNAMIC (default FLOAT, as
+                                 * ModelSlim); refused for tie_word_embeddings models */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 
@@ -873,8 +886,10 @@ typedef struct {
  *                share one; scale = (max - min) / 255, offset = rint(-128 -
  *                min / scale)); deq_scale [N] = fp32(input_scale * weight_scale)
  *                (I64 bits or F32); quant_bias I32 [N] = -input_offset * sum_k Wq
- *   the rest     FLOAT, bytes and dtype unchanged (router, embeddings, norms,
- *                lm_head)
+ *   lm_head      FLOAT (as ModelSlim), or with lm_head_w8a8 W8A8_DYNAMIC like the
+ *                experts (MOE8_ERR_UNSUPPORTED when tie_word_embeddings: the shared
+ *                embedding must stay float)
+ *   the rest     FLOAT, bytes and dtype unchanged (router, embeddings, norms)
  * plus quant_model_description.json (every tensor written, with its type;
  * model_quant_type "W8A8_DYNAMIC", version "1.0.0") and copies of config.json,
  * generation_config.json and the tokenizer files. The input is loaded (and so

@@ -17,6 +17,7 @@
  *            quant_bias [out] I32, weight_scale/weight_offset [out] F32;
  *            experts W8A8_DYNAMIC: weight I8, weight_scale and weight_offset
  *            [N] or [N][1] (scale_2d) in o.scale_dtype.
+ *   lm_head_w8a8: lm_head W8A8_DYNAMIC like the experts (either quant).
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
  *
@@ -61,6 +62,9 @@ typedef struct {
     int n_shards;             /* 1 or 2 */
     int dense_layer;          /* a layer listed in mlp_only_layers, -1 for none */
     int tie;                  /* tie_word_embeddings (no lm_head.weight written) */
+    int lm_head_w8a8;         /* lm_head W8A8_DYNAMIC: weight I8 [V][H], weight_scale and
+                               * weight_offset as the experts' (scale_dtype, scale_2d,
+                               * nonzero_offsets); a description is written */
     int nonzero_offsets;      /* expert weight_offset values in [-2, 2] instead of 0 */
     int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
     int float_desc;           /* write an all-FLOAT description for a float model */
@@ -311,7 +315,8 @@ static inline void fx_build(fx_list *L) {
     fx_add_float(L, "model.embed_tokens.weight", 2, o->vocab, o->hidden, 1.0, 0.0);
     for (int64_t l = 0; l < o->n_layers; l++) fx_add_layer(L, l);
     fx_add_float(L, "model.norm.weight", 1, o->hidden, 0, 0.1, 1.0);
-    if (!o->tie) fx_add_float(L, "lm_head.weight", 2, o->vocab, o->hidden, 1.0 / sqrt((double)o->hidden), 0);
+    if (!o->tie && o->lm_head_w8a8) fx_add_linear(L, "lm_head", "W8A8_DYNAMIC", o->vocab, o->hidden, 0, 0);
+    else if (!o->tie) fx_add_float(L, "lm_head.weight", 2, o->vocab, o->hidden, 1.0 / sqrt((double)o->hidden), 0);
 }
 
 static inline void fx_list_free(fx_list *L) {
@@ -435,7 +440,7 @@ static inline int fx_write_model(const char *dir, const fx_opts *o) {
         rc = fx_write_st(path, &L, 0, L.n);
     }
     if (rc == 0) rc = fx_write_json(dir, "config.json", fx_config_json(o), o);
-    if (rc == 0 && (o->quant || o->float_desc))
+    if (rc == 0 && (o->quant || o->float_desc || o->lm_head_w8a8))
         rc = fx_write_json(dir, "quant_model_description.json", fx_desc_json(&L), o);
     if (rc == 0 && o->generation_config) {
         cJSON *g = cJSON_CreateObject(), *eos = cJSON_AddArrayToObject(g, "eos_token_id");

@@ -96,16 +96,12 @@ static void ref_lin_static(double *y, const double *x, const ref_model *rm, cons
     free(q);
 }
 
-/* W8A8 dynamic (SEMANTICS §4) or its dequantized twin (float_experts). */
-static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, const char *prefix,
-                            long long l, long long e) {
-    char f[320];
-    const fx_tensor *w, *sc, *of;
-    snprintf(f, sizeof f, "%.200s.weight", prefix); w = ref_t(rm, f, l, e);
-    snprintf(f, sizeof f, "%.200s.weight_scale", prefix); sc = ref_t(rm, f, l, e);
-    snprintf(f, sizeof f, "%.200s.weight_offset", prefix); of = ref_t(rm, f, l, e);
+/* W8A8 dynamic (SEMANTICS §4) of weight w, scales sc, offsets of; with
+ * `dequant` its dequantized twin S·(Wq + O) in double. */
+static void ref_dynamic(double *y, const double *x, const fx_tensor *w, const fx_tensor *sc,
+                        const fx_tensor *of, int dequant) {
     int64_t n = w->shape[0], k = w->shape[1];
-    if (rm->float_experts) {
+    if (dequant) {
         for (int64_t i = 0; i < n; i++) {
             double a = 0, s = fx_get(sc, i), o = fx_get(of, i);
             for (int64_t j = 0; j < k; j++) a += x[j] * s * (fx_get(w, i * k + j) + o);
@@ -129,6 +125,17 @@ static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, con
         y[i] = (double)acc * (double)sx * fx_get(sc, i);
     }
     free(q);
+}
+
+/* An expert's W8A8 dynamic linear, or its dequantized twin (float_experts). */
+static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, const char *prefix,
+                            long long l, long long e) {
+    char f[320];
+    const fx_tensor *w, *sc, *of;
+    snprintf(f, sizeof f, "%.200s.weight", prefix); w = ref_t(rm, f, l, e);
+    snprintf(f, sizeof f, "%.200s.weight_scale", prefix); sc = ref_t(rm, f, l, e);
+    snprintf(f, sizeof f, "%.200s.weight_offset", prefix); of = ref_t(rm, f, l, e);
+    ref_dynamic(y, x, w, sc, of, rm->float_experts);
 }
 
 /* A linear "model.layers.<l>.<rest>" of the model's attention/dense storage. */
@@ -294,6 +301,11 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *
     for (long long l = 0; l < o->n_layers; l++) ref_layer(x, n, rm, l);
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0), 1e-6);
+        if (o->lm_head_w8a8 && !o->tie) { /* always quantized: float_experts is the experts' */
+            ref_dynamic(logits + t * V, h, head, ref_t(rm, "lm_head.weight_scale", 0, 0),
+                        ref_t(rm, "lm_head.weight_offset", 0, 0), 0);
+            continue;
+        }
         for (int64_t j = 0; j < V; j++) {
             double a = 0;
             for (int64_t i = 0; i < H; i++) a += h[i] * fx_get(head, j * H + i);

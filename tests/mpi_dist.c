@@ -11,6 +11,9 @@
  *   - W8A8 model, TP: logits cosine >= 0.999 and 5 greedy tokens of
  *     moe8_generate equal to the single process's; packed expert bytes of a
  *     rank about 1/N;
+ *   - the same with an int8 (W8A8_DYNAMIC) lm_head: float body TP and EP within
+ *     1e-5 relative, W8A8 body TP cosine >= 0.999 and the same tokens; each
+ *     rank packs only its ceil(V/N) vocabulary rows, together all V;
  *   - kv heads fewer than ranks (replicated) at 3 ranks, split at 2;
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
@@ -143,8 +146,22 @@ static size_t moe_bytes(moe8_model *m) {
     return n;
 }
 
-static void compare(const char *what, int quant, int ep, moe8_dist *d1, moe8_dist *dn) {
+/* Rows of the int8 lm_head this rank packed (its vocabulary chunk). */
+static int lm_head_rows(moe8_model *m) {
+    moe8_weights *w = NULL;
+    int n = -1;
+    CHECK(moe8_weights_build(m, 0, 1, &w, NULL) == MOE8_OK);
+    if (w && w->v_chunk && w->v_count == 0) n = 0;
+    else if (w && w->lm_head.type == MOE8_QUANT_W8A8_DYNAMIC) n = w->lm_head.n;
+    moe8_weights_free(w);
+    return n;
+}
+
+static void compare(const char *what, int quant, int ep, int lm_head, moe8_dist *d1,
+                    moe8_dist *dn) {
     fx_opts o = opts_for(quant);
+    o.lm_head_w8a8 = lm_head;
+    o.nonzero_offsets = lm_head && !quant; /* a W8A8 body stays w8a8_tp's */
     const char *dir = write_fixture(what, &o);
     moe8_model *ref = load(dir, NULL), *m = load(dir, ep ? d1 : dn);
     static float a[(NP + 1) * MAXV], b[(NP + 1) * MAXV];
@@ -165,6 +182,17 @@ static void compare(const char *what, int quant, int ep, moe8_dist *d1, moe8_dis
     } else {
         double rel = rel_max(a, b, sizeof a / sizeof a[0]);
         CHECKF(rel <= 1e-5, "%s: logits differ by %.3g relative", what, rel);
+    }
+    /* int8 lm_head: each rank packs its vocabulary rows, together all of them */
+    if (lm_head) {
+        int mine = lm_head_rows(m), all[3], sum = 0;
+        CHECK(moe8_dist_allgather(ep ? d1 : dn, &mine, all, sizeof mine, NULL) == MOE8_OK);
+        for (int r = 0; r < g_size; r++) sum += all[r];
+        CHECKF(sum == (int)o.vocab && mine == ((int)o.vocab + g_size - 1) / g_size -
+                   (g_rank == g_size - 1 ? g_size * (((int)o.vocab + g_size - 1) / g_size) - (int)o.vocab : 0),
+               "%s: rank %d packed %d lm_head rows, all ranks %d of %d", what, g_rank, mine, sum,
+               (int)o.vocab);
+        CHECK(lm_head_rows(ref) == (int)o.vocab);
     }
     /* Expert memory: each rank packs only its share (quantized experts). */
     if (quant) {
@@ -327,10 +355,14 @@ int main(void) {
     /* EP uses the same communicator under another mode. */
     moe8_dist ep_view = *tp;
     ep_view.expert_parallel = 1;
-    compare("float_tp", 0, 0, &ep_view, tp);
-    compare("float_ep", 0, 1, &ep_view, tp);
-    compare("w8a8_tp", 1, 0, &ep_view, tp);
-    compare("w8a8_ep", 1, 1, &ep_view, tp);
+    compare("float_tp", 0, 0, 0, &ep_view, tp);
+    compare("float_ep", 0, 1, 0, &ep_view, tp);
+    compare("w8a8_tp", 1, 0, 0, &ep_view, tp);
+    compare("w8a8_ep", 1, 1, 0, &ep_view, tp);
+    /* int8 lm_head (W8A8_DYNAMIC, non-zero offsets), split by vocabulary rows */
+    compare("float_lmhead_tp", 0, 0, 1, &ep_view, tp);
+    compare("float_lmhead_ep", 0, 1, 1, &ep_view, tp);
+    compare("w8a8_lmhead_tp", 1, 0, 1, &ep_view, tp);
     callbacks(tp);
     bcast(tp);
     failures(tp);

@@ -6,7 +6,8 @@
  *     logits (--dump-logits) cosine >= 0.999; rank 0 alone prints (one line
  *     of ids, one stats line, a line with each rank's memory);
  *   - --expert-parallel at 2 ranks: logits within 1e-5 relative, same tokens;
- *   - float model at TP=2: logits within 1e-5 relative;
+ *   - float model at TP=2: logits within 1e-5 relative, also with an int8
+ *     (W8A8_DYNAMIC) lm_head;
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
  *     rank, a split the model cannot take, -np and --tp that disagree, and a
@@ -325,6 +326,9 @@ int main(void) {
     of.float_dtype = MOE8_DT_F32;
     of.dense_layer = 1;
     const char *flt = fx_test_model("dist_float", &of, 0);
+    of.lm_head_w8a8 = 1;   /* int8 lm_head, split by vocabulary rows */
+    of.nonzero_offsets = 1;
+    const char *flt_lm = fx_test_model("dist_float_lmhead", &of, 0);
     fx_opts ob = fx_default_opts();
     ob.quant = 1;
     const char *good = fx_test_model("dist_good", &ob, 0);
@@ -339,6 +343,7 @@ int main(void) {
     const char *heads6 = fx_test_model("dist_heads6", &oh, 0);
     test_reference_case(text);
     test_float(flt);
+    test_float(flt_lm);
     test_failures(good, bad, heads6);
     test_kill(text);
     test_stop(text);

@@ -1,7 +1,8 @@
 /*
  * test_forward.c — the Qwen3-MoE forward pass and the generation API against
  * an independent double-precision reference (forward_ref.h) on tiny synthetic
- * models (fixture_model.h): float and W8A8 checkpoints, ref vs AVX2 kernels
+ * models (fixture_model.h): float and W8A8 checkpoints, each also with an int8
+ * (W8A8_DYNAMIC) lm_head, the W8A8_DYNAMIC linear itself, ref vs AVX2 kernels
  * (re-running itself with MOE8_FORCE_REF=1), thread counts, batching,
  * token-by-token decode vs prefill, context overflow, callbacks, bad batches.
  */
@@ -117,7 +118,11 @@ static const char *write_fixture(const char *name, const fx_opts *o) {
 
 /* ---- float and W8A8 vs the reference ---------------------------------------- */
 
-static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int quantized) {
+/* quantized 0: float model, rel err <= 1e-4; else the least cosine per position
+ * (`cos_min`), and for a float body with an int8 lm_head (o->lm_head_w8a8,
+ * !o->quant) also rel err <= 1e-5: the reference runs the same W8A8 dynamic
+ * maths on its own double hidden state. */
+static void check_vs_ref_cos(const char *label, const fx_opts *o, int float_ex, double cos_min) {
     const char *dir = write_fixture(label, o);
     moe8_model *m = test_load_model(dir);
     moe8_context *c = new_ctx(m, 32, 1, 2, float_ex);
@@ -129,7 +134,7 @@ static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int 
     rm.float_experts = float_ex;
     ref_forward(&rm, PROMPT, n, want);
     CHECK(prefill(c, 0, PROMPT, n, got) == MOE8_OK);
-    if (!quantized) {
+    if (!cos_min) {
         double worst = 0;
         for (int t = 0; t < n; t++) worst = fmax(worst, max_rel(got + t * V, want + t * V, V));
         printf("%-26s last-token rel err %.3g, worst position %.3g\n", label,
@@ -142,15 +147,25 @@ static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int 
         for (int t = 0; t < n; t++) worst = fmin(worst, cosine(got + t * V, want + t * V, V));
         printf("%-26s last-token cosine %.8f, worst position %.8f\n", label,
                cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
-        CHECKF(cosine(got + (n - 1) * V, want + (n - 1) * V, V) >= 0.9999 && worst >= 0.9999,
+        CHECKF(cosine(got + (n - 1) * V, want + (n - 1) * V, V) >= cos_min && worst >= cos_min,
                "%s: last-token cosine %.8f, worst position %.8f", label,
                cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+        if (o->lm_head_w8a8 && !o->quant) {
+            double rel = 0;
+            for (int t = 0; t < n; t++) rel = fmax(rel, max_rel(got + t * V, want + t * V, V));
+            printf("%-26s worst position rel err %.3g\n", label, rel);
+            CHECKF(rel <= 1e-5, "%s: rel err %.3g vs the double W8A8-dynamic reference", label, rel);
+        }
     }
     ref_free(&rm);
     free(got);
     free(want);
     moe8_context_free(c);
     moe8_model_free(m);
+}
+
+static void check_vs_ref(const char *label, const fx_opts *o, int float_ex, int quantized) {
+    check_vs_ref_cos(label, o, float_ex, quantized ? 0.9999 : 0);
 }
 
 static void test_vs_reference(void) {
@@ -164,6 +179,110 @@ static void test_vs_reference(void) {
     check_vs_ref("fwd_w8a8_float_experts", &o, 1, 1);
     o = w8a8_opts(1);
     check_vs_ref("fwd_w8a8_deq_f32", &o, 0, 1);
+    /* int8 lm_head: on a float body the reference's codes of the final-normed
+     * row are the engine's but for fp32 noise in that row */
+    o = float_opts();
+    o.lm_head_w8a8 = 1;
+    check_vs_ref_cos("fwd_float_lmhead_w8a8", &o, 0, 0.99999);
+    o.nonzero_offsets = 1;
+    o.scale_2d = 1;
+    o.scale_dtype = MOE8_DT_BF16;
+    check_vs_ref_cos("fwd_float_lmhead_offsets", &o, 0, 0.99999);
+    o = w8a8_opts(0);
+    o.lm_head_w8a8 = 1;
+    check_vs_ref("fwd_w8a8_lmhead_w8a8", &o, 0, 1);
+    check_vs_ref("fwd_w8a8_lmhead_float_ex", &o, 1, 1);
+}
+
+/* ---- W8A8_DYNAMIC linear (the int8 lm_head), both kernel tables ------------ */
+
+/* Codes, scales and outputs of a W8A8_DYNAMIC proj against this test's own
+ * SEMANTICS §4 arithmetic: codes in fp32, then exact integer sums, outputs
+ * bit for bit ((float)(acc + O·xsum) · sx) · S; a row block (TP's vocabulary
+ * split) equals those rows of the whole; the result is near the double
+ * product with the dequantized weight. */
+static void dynamic_case(int with_offsets) {
+    enum { N = 37, K = 70, T = 4, R0 = 16 };
+    int8_t w[N * K];
+    float sc[N], of[N], x[T * K];
+    test_rng r = {4242 + (uint64_t)with_offsets};
+    for (int i = 0; i < N * K; i++) w[i] = (int8_t)(i % 7 == 0 ? -128 : (int)(test_rng_u64(&r) % 256) - 128);
+    for (int i = 0; i < N; i++) {
+        sc[i] = (float)((0.5 + test_rng_uniform(&r)) * 1e-3);
+        of[i] = with_offsets ? (float)((int)(test_rng_u64(&r) % 7) - 3) : 0.0f;
+    }
+    for (int i = 0; i < T * K; i++) x[i] = (float)(test_rng_normal(&r) * (1 + i / K));
+    for (int k = 0; k < K; k++) x[2 * K + k] = 0.0f; /* a zero row: sx 0, output exactly 0 */
+    x[5] = 37.5f;                                       /* row 0's amax: code 127 */
+    moe8_tensor tw = {"lm_head.weight", MOE8_DT_I8, 2, {N, K}, N * K, w, sizeof w, 0, 0};
+    moe8_tensor ts = {"lm_head.weight_scale", MOE8_DT_F32, 2, {N, 1}, N, sc, sizeof sc, 0, 0};
+    moe8_tensor to = {"lm_head.weight_offset", MOE8_DT_F32, 2, {N, 1}, N, of, sizeof of, 0, 0};
+    moe8_linear src;
+    memset(&src, 0, sizeof src);
+    src.quant = MOE8_QUANT_W8A8_DYNAMIC;
+    src.n_out = N;
+    src.n_in = K;
+    src.weight = &tw;
+    src.weight_scale = &ts;
+    src.weight_offset = &to;
+    src.nonzero_offset = with_offsets;
+    moe8_proj p, blk;
+    CHECK(moe8_proj_init(&p, &src, 0, NULL) == MOE8_OK && p.type == MOE8_QUANT_W8A8_DYNAMIC);
+    CHECK(moe8_proj_init_slice(&blk, &src, R0, N, 0, K, 0, NULL) == MOE8_OK && blk.n == N - R0);
+    CHECK((p.bias != NULL) == with_offsets);
+    int ldq = moe8_round_up(K, 64), bad_code = 0, bad_y = 0, bad_blk = 0;
+    int8_t *xq = moe8_alloc_aligned((size_t)T * ldq), *xq2 = moe8_alloc_aligned((size_t)T * ldq);
+    float sx[T], sx2[T], y_ref[T * N], y_opt[T * N], y_blk[T * N];
+    int32_t xsum[T], xsum2[T];
+    double ab = 0, aa = 0, bb = 0;
+    moe8_kernels_ref()->quant_rows(xq, ldq, sx, xsum, x, K, T, K);
+    moe8_kernels_get()->quant_rows(xq2, ldq, sx2, xsum2, x, K, T, K);
+    for (int t = 0; t < T; t++) {
+        float amax = 0, s;
+        int32_t sum = 0;
+        for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[t * K + k]));
+        s = amax / 127.0f;
+        bad_code += sx[t] != s || sx2[t] != s;
+        for (int k = 0; k < K; k++) {
+            float v = s > 0 ? rintf(x[t * K + k] / s) : 0.0f;
+            int8_t c = (int8_t)fminf(fmaxf(v, -127.0f), 127.0f);
+            bad_code += xq[t * ldq + k] != c || xq2[t * ldq + k] != c;
+            sum += c;
+        }
+        bad_code += xsum[t] != sum || xsum2[t] != sum;
+    }
+    CHECKF(bad_code == 0, "dynamic codes: %d differ from the fp32 rule", bad_code);
+    moe8_proj_apply(&p, moe8_kernels_ref(), y_ref, N, x, K, xq, ldq, sx, xsum, T, 1);
+    moe8_proj_apply(&p, moe8_kernels_get(), y_opt, N, x, K, xq, ldq, sx, xsum, T, 2);
+    moe8_proj_apply(&blk, moe8_kernels_get(), y_blk, N, x, K, xq, ldq, sx, xsum, T, 2);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < N; j++) {
+            int32_t acc = (int32_t)of[j] * xsum[t];
+            double ref = 0;
+            for (int k = 0; k < K; k++) {
+                acc += (int32_t)xq[t * ldq + k] * w[j * K + k];
+                ref += (double)x[t * K + k] * sc[j] * ((double)w[j * K + k] + of[j]);
+            }
+            float want = ((float)acc * sx[t]) * sc[j];
+            bad_y += y_ref[t * N + j] != want || y_opt[t * N + j] != want;
+            bad_blk += j >= R0 && y_blk[t * N + j - R0] != want;
+            ab += ref * y_opt[t * N + j], aa += ref * ref, bb += (double)y_opt[t * N + j] * y_opt[t * N + j];
+        }
+    CHECKF(bad_y == 0 && bad_blk == 0, "offsets %d: %d outputs, %d block outputs differ from "
+           "((float)(acc + O*xsum) * sx) * S (%s kernels)", with_offsets, bad_y, bad_blk,
+           moe8_kernel_isa());
+    for (int j = 0; j < N; j++) CHECK(y_opt[2 * N + j] == 0.0f);
+    CHECKF(ab / sqrt(aa * bb) >= 0.999, "dynamic vs double dequantized: cosine %.6f",
+           ab / sqrt(aa * bb));
+    moe8_free_aligned(xq);
+    moe8_free_aligned(xq2);
+    moe8_proj_free(&p);
+    moe8_proj_free(&blk);
+}
+
+static void test_dynamic_linear(void) {
+    dynamic_case(0);
+    dynamic_case(1);
 }
 
 /* ---- W8A8 static linear with -128 codes, both kernel tables ----------------- */
@@ -298,6 +417,14 @@ static void test_threads(const char *dir) {
     run_dump(dir, 2, &b);
     CHECKF(!memcmp(a.logits, b.logits, sizeof a.logits), "1 vs 2 threads: logits differ");
     CHECK(!memcmp(a.tokens, b.tokens, sizeof a.tokens));
+}
+
+/* int8 lm_head: thread counts bit-identical, AVX2 vs reference kernels. */
+static void test_lm_head_threads_ref(const char *self) {
+    fx_opts o = w8a8_opts(0);
+    o.lm_head_w8a8 = 1;
+    test_threads(write_fixture("fwd_threads_lmhead", &o));
+    compare_force_ref(self, "fwd_forceref_w8a8_lmhead", &o, 1e-5);
 }
 
 static moe8_status gen(moe8_context *c, int n_seq, const int32_t *const *prompts,
@@ -494,6 +621,7 @@ static void test_concurrent_contexts(moe8_model *m) {
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3]);
     test_static_linear_full_range();
+    test_dynamic_linear();
     test_vs_reference();
     test_force_ref(argv[0]);
     fx_opts o = w8a8_opts(0);
@@ -501,6 +629,7 @@ int main(int argc, char **argv) {
     test_threads(dir);
     fx_opts of = float_opts();
     test_threads(write_fixture("fwd_threads_float", &of));
+    test_lm_head_threads_ref(argv[0]);
     moe8_model *m = test_load_model(dir);
     test_batch_vs_alone(m);
     test_decode_vs_prefill(m);

@@ -1,7 +1,7 @@
 /*
  * test_model_load.c — moe8_model_load on synthetic folders (fixture_model.h):
- * good folders in every storage variant, checked tensor by tensor against the
- * generator's own bytes; one bad folder per contract defect (status + message);
+ * good folders in every storage variant (int8 lm_head included), checked tensor
+ * by tensor against the generator's own bytes; one bad folder per contract defect (status + message);
  * and the built `moe8 inspect` on a good and a bad folder.
  */
 #include "test.h"
@@ -150,7 +150,21 @@ static void test_good(const char *name, fx_opts o) {
     CHECK(moe8_model_layer_info(m, -1, &li) == -1);
     CHECK(m->embed == moe8_st_find(m->st, "model.embed_tokens.weight"));
     CHECK(m->final_norm == moe8_st_find(m->st, "model.norm.weight"));
-    CHECK(m->lm_head == (o.tie ? m->embed : moe8_st_find(m->st, "lm_head.weight")));
+    CHECK(m->lm_head.weight == (o.tie ? m->embed : moe8_st_find(m->st, "lm_head.weight")));
+    CHECK(m->lm_head.n_out == o.vocab && m->lm_head.n_in == o.hidden);
+    {
+        moe8_lm_head_info lh;
+        const int q = o.lm_head_w8a8 && !o.tie;
+        CHECK(moe8_model_lm_head_info(m, &lh) == 0 && moe8_model_lm_head_info(NULL, &lh) == -1);
+        CHECK(lh.tied == o.tie && lh.quant == (q ? MOE8_QUANT_W8A8_DYNAMIC : MOE8_QUANT_FLOAT));
+        CHECK(m->lm_head.quant == lh.quant);
+        CHECK(lh.dtype == (q ? MOE8_DT_I8 : o.float_dtype));
+        CHECK(lh.weight_bytes == (uint64_t)(o.vocab * o.hidden) * moe8_dtype_size(lh.dtype));
+        CHECK(lh.scale_bytes == (q ? 2 * (uint64_t)o.vocab * moe8_dtype_size(o.scale_dtype) : 0));
+        CHECK(m->lm_head.weight_scale == (q ? moe8_st_find(m->st, "lm_head.weight_scale") : NULL));
+        CHECK(m->lm_head.weight_offset == (q ? moe8_st_find(m->st, "lm_head.weight_offset") : NULL));
+        CHECK(m->lm_head.nonzero_offset == (q && o.nonzero_offsets));
+    }
     CHECK(m->embed->dtype == o.float_dtype);
     moe8_model_free(m);
 }
@@ -190,6 +204,17 @@ static void test_good_folders(void) {
     o.n_experts = 0; /* a dense model: every layer a SwiGLU MLP */
     o.quant = 1;
     test_good("dense_w8a8", o);
+    /* int8 lm_head (moe8 quantize --lm-head w8a8), on a W8A8 and on a float body */
+    o = fx_default_opts();
+    o.quant = 1;
+    o.lm_head_w8a8 = 1;
+    test_good("w8a8_lmhead", o);
+    o.quant = 0;
+    o.scale_dtype = MOE8_DT_BF16;
+    o.scale_2d = 1;
+    o.nonzero_offsets = 1;
+    o.n_shards = 2;
+    test_good("float_lmhead_bf16_2d_offsets", o);
 }
 
 /* n_threads outside [0, 4096]: MOE8_ERR_INVALID_ARG from model load and
@@ -304,6 +329,11 @@ static fx_opts q_opts(void) {
     return o;
 }
 static fx_opts f_opts(void) { return fx_default_opts(); }
+static fx_opts ql_opts(void) {
+    fx_opts o = q_opts();
+    o.lm_head_w8a8 = 1;
+    return o;
+}
 static fx_opts q64_opts(void) {
     fx_opts o = q_opts();
     o.deq_i64 = 1;
@@ -410,6 +440,43 @@ static const defect defects[] = {
      NULL, NULL, MOE8_ERR_FORMAT, "found U8"},
     {"missing_lm_head", f_opts, D_OMIT, "lm_head.weight", 0, 0, 0, 0, {0, 0}, NULL, NULL, NULL,
      MOE8_ERR_NOT_FOUND, "tensor 'lm_head.weight' not found"},
+    /* int8 lm_head: the experts' contract */
+    {"lmhead_bf16_but_dyn", ql_opts, D_RETYPE, "lm_head.weight", 0, 0, MOE8_DT_BF16, 2, {256, 64},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight': expected dtype I8 (W8A8_DYNAMIC), found BF16"},
+    {"lmhead_shape", ql_opts, D_RETYPE, "lm_head.weight", 0, 0, MOE8_DT_I8, 2, {255, 64}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "tensor 'lm_head.weight': expected shape [256, 64], found [255, 64]"},
+    {"lmhead_missing_scale", ql_opts, D_OMIT, "lm_head.weight_scale", 0, 0, 0, 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "tensor 'lm_head.weight_scale' not found"},
+    {"lmhead_scale_len", ql_opts, D_RETYPE, "lm_head.weight_scale", 0, 0, MOE8_DT_F32, 1, {128, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight_scale': expected shape [256], found [128]"},
+    {"lmhead_scale_i32", ql_opts, D_RETYPE, "lm_head.weight_scale", 0, 0, MOE8_DT_I32, 1, {256, 0},
+     NULL, NULL, NULL, MOE8_ERR_FORMAT, "expected dtype F32, BF16 or F16, found I32"},
+    {"lmhead_scale_inf", ql_opts, D_SET, "lm_head.weight_scale", INFINITY, 9, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight_scale': element 9 is inf, expected a finite value"},
+    {"lmhead_offset_frac", ql_opts, D_SET, "lm_head.weight_offset", 0.25, 3, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight_offset': element 3 is 0.25, expected an integer in [-128, 127]"},
+    {"lmhead_offset_300", ql_opts, D_SET, "lm_head.weight_offset", 300, 200, 0, 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "element 200 is 300, expected an integer in [-128, 127]"},
+    {"lmhead_offset_shape", ql_opts, D_RETYPE, "lm_head.weight_offset", 0, 0, MOE8_DT_F32, 2,
+     {256, 1}, NULL, NULL, NULL, MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight_offset': shape differs from 'lm_head.weight_scale'"},
+    {"lmhead_desc_w8a8", ql_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",
+     "lm_head.weight", "\"W8A8\"", MOE8_ERR_UNSUPPORTED,
+     "tensor 'lm_head.weight': quant type W8A8 not supported (expected FLOAT or W8A8_DYNAMIC)"},
+    {"lmhead_desc_float_int8", ql_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0},
+     "quant_model_description.json", "lm_head.weight", "\"FLOAT\"", MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight': expected dtype BF16, F16 or F32 (FLOAT), found I8"},
+    {"lmhead_desc_dyn_bf16", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0},
+     "quant_model_description.json", "lm_head.weight", "\"W8A8_DYNAMIC\"", MOE8_ERR_FORMAT,
+     "tensor 'lm_head.weight': expected dtype I8 (W8A8_DYNAMIC), found BF16"},
+    {"lmhead_dyn_tied", ql_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json",
+     "tie_word_embeddings", "true", MOE8_ERR_UNSUPPORTED,
+     "lm_head.weight is W8A8_DYNAMIC but tie_word_embeddings is true: a tied lm_head is the "
+     "float embedding"},
     {"missing_final_norm", f_opts, D_OMIT, "model.norm.weight", 0, 0, 0, 0, {0, 0}, NULL, NULL, NULL,
      MOE8_ERR_NOT_FOUND, "tensor 'model.norm.weight' not found"},
     {"config_topk", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "num_experts_per_tok", "10",
@@ -628,6 +695,22 @@ static void test_inspect(void) {
     snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
     CHECK(run(cmd, out, sizeof out) == 0);
     CHECKF(strstr(out, "layers 0-1: attn FLOAT, experts FLOAT, router FLOAT") != NULL, "%s", out);
+    CHECKF(strstr(out, "\nlm_head: FLOAT, BF16, 0.0 MiB (32768 bytes)\n") != NULL, "%s", out);
+
+    o.lm_head_w8a8 = 1; /* V 256 x H 64 int8 + 256 F32 scales and offsets */
+    dir = make("inspect_lmhead", &o);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "\nlm_head: W8A8_DYNAMIC, I8, 0.0 MiB (16384 bytes) + scales 0.0 MiB "
+                       "(2048 bytes)\n") != NULL, "%s", out);
+    o = fx_default_opts();
+    o.tie = 1;
+    o.float_dtype = MOE8_DT_F32;
+    dir = make("inspect_tied", &o);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "\nlm_head: FLOAT, F32, 0.1 MiB (65536 bytes), tied to "
+                       "model.embed_tokens.weight\n") != NULL, "%s", out);
 
     const defect *d = &defects[3]; /* missing expert 3 down_proj scale */
     o = d->opts();

@@ -237,6 +237,48 @@ static void test_w8a8_experts(void) {
            e.message);
 }
 
+/* lm_head.weight: FLOAT when absent, keyless or not a tensor; W8A8_DYNAMIC
+ * accepted (moe8 extension); W8A8 refused with the supported types named. */
+static moe8_quant_type lm_head_of(cJSON *d, moe8_status *st, moe8_error *e) {
+    char *text = cJSON_PrintUnformatted(d);
+    moe8_quant_desc *qd = NULL;
+    moe8_layer_info li[3];
+    moe8_quant_type q = (moe8_quant_type)-1;
+    *st = moe8_quant_desc_parse(text, strlen(text), "qd.json", &qd, e);
+    if (*st == MOE8_OK) *st = moe8_quant_desc_resolve(qd, &cfg, exists, NULL, li, e);
+    if (*st == MOE8_OK) q = moe8_quant_desc_lm_head(qd, exists, NULL);
+    moe8_quant_desc_free(qd);
+    free(text);
+    cJSON_Delete(d);
+    return q;
+}
+
+static void test_lm_head(void) {
+    moe8_status st;
+    moe8_error e;
+    cJSON *d = good_desc();
+    CHECK(lm_head_of(d, &st, &e) == MOE8_QUANT_FLOAT && st == MOE8_OK);
+    d = good_desc();
+    set(d, "lm_head.weight", cJSON_CreateString("W8A8_DYNAMIC"));
+    CHECKF(lm_head_of(d, &st, &e) == MOE8_QUANT_W8A8_DYNAMIC && st == MOE8_OK, "%s", e.message);
+    d = good_desc();
+    cJSON_DeleteItemFromObjectCaseSensitive(d, "lm_head.weight");
+    CHECK(lm_head_of(d, &st, &e) == MOE8_QUANT_FLOAT && st == MOE8_OK);
+    /* a key without a tensor (tied model) is metadata */
+    d = good_desc();
+    set(d, "lm_head.weight", cJSON_CreateString("W8A8_DYNAMIC"));
+    n_names--; /* lm_head.weight was the last name added */
+    CHECK(lm_head_of(d, &st, &e) == MOE8_QUANT_FLOAT && st == MOE8_OK);
+    d = good_desc();
+    set(d, "lm_head.weight", cJSON_CreateString("W8A8"));
+    lm_head_of(d, &st, &e);
+    CHECKF(st == MOE8_ERR_UNSUPPORTED &&
+               strstr(e.message, "'qd.json': tensor 'lm_head.weight': quant type W8A8 not "
+                                 "supported (expected FLOAT or W8A8_DYNAMIC)"),
+           "%s", e.message);
+    CHECK(moe8_quant_desc_lm_head(NULL, exists, NULL) == MOE8_QUANT_FLOAT);
+}
+
 static void test_get(void) {
     const char *s = "{\"a.weight\":\"W8A8\",\"b.weight\":\"W4A8\",\"c\":1}";
     moe8_quant_desc *qd = NULL;
@@ -260,6 +302,7 @@ int main(void) {
     test_no_description();
     test_defects();
     test_w8a8_experts();
+    test_lm_head();
     test_get();
     return test_summary();
 }

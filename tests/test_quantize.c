@@ -5,12 +5,13 @@
  * and scales, deq_scale and quant_bias recomputed here, layer 0's
  * calibration range recomputed from the embeddings, SEMANTICS §5's formula
  * cancelling the offset, W8A8 vs float logits and greedy tokens, the
- * float32-deq_scale, float-linear and sharded variants, cancellation, bad
+ * float32-deq_scale, float-linear, int8-lm_head and sharded variants, cancellation, bad
  * inputs (library and CLI), and the input folder unchanged afterwards.
  */
 #include <dirent.h>
 
 #include "test.h"
+#include "fixture_model.h"   /* before V and H below */
 
 #include "moe8.h"
 
@@ -53,8 +54,8 @@ static uint64_t hash_folder(const char *dir) {
 static const int32_t prompt[] = {9707, 11, 847, 829, 374}; /* "Hello, my name is" */
 #define N_PROMPT 5
 
-/* Last-token logits of the prompt, and 5 greedy tokens. */
-static void run_model(const char *dir, float *logits, int32_t *greedy) {
+/* Last-token logits of the prompt, and n_greedy (5 unless given) greedy tokens. */
+static void run_model_n(const char *dir, float *logits, int32_t *greedy, int n_greedy) {
     moe8_model *m = test_load_model(dir);
     moe8_context_params cp = moe8_context_params_default();
     moe8_context *c = NULL;
@@ -62,7 +63,7 @@ static void run_model(const char *dir, float *logits, int32_t *greedy) {
     int32_t pos[N_PROMPT], seq[N_PROMPT] = {0}, n_out = 0;
     const int32_t *pp = prompt, np = N_PROMPT;
     moe8_error e;
-    cp.n_ctx = 32;
+    cp.n_ctx = 32; /* 5 prompt + at most 16 generated tokens */
     if (moe8_context_create(m, &cp, &c, &e) != MOE8_OK) {
         fprintf(stderr, "context %s: %s\n", dir, e.message);
         exit(2);
@@ -75,12 +76,16 @@ static void run_model(const char *dir, float *logits, int32_t *greedy) {
     }
     CHECK(moe8_sampler_create(NULL, V, &s, NULL) == MOE8_OK);
     {
-        moe8_generate_request r = {1, &pp, &np, 5, NULL, 0, NULL, NULL, greedy, &n_out, NULL};
-        CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK && n_out == 5);
+        moe8_generate_request r = {1, &pp, &np, n_greedy, NULL, 0, NULL, NULL, greedy, &n_out, NULL};
+        CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK && n_out == n_greedy);
     }
     moe8_sampler_free(s);
     moe8_context_free(c);
     moe8_model_free(m);
+}
+
+static void run_model(const char *dir, float *logits, int32_t *greedy) {
+    run_model_n(dir, logits, greedy, 5);
 }
 
 static double cosine(const float *a, const float *b, int n) {
@@ -101,8 +106,9 @@ static float f32_at(const moe8_tensor *t, int64_t i) {
 /* ---- tensor-level checks ----------------------------------------------------- */
 
 /* The test's own rule for what is quantized: 0 FLOAT, 1 W8A8, 2 W8A8_DYNAMIC. */
-static int kind_of(const char *name, int linear_float) {
+static int kind_of(const char *name, int linear_float, int lm_head) {
     if (strstr(name, ".mlp.experts.") && strstr(name, "_proj.weight")) return 2;
+    if (lm_head && !strcmp(name, "lm_head.weight")) return 2;
     if (linear_float) return 0;
     if (strstr(name, ".self_attn.") && strstr(name, "_proj.weight")) return 1;
     if (!strncmp(name, "model.layers.0.mlp.", 19) && strstr(name, "_proj.weight")) return 1;
@@ -178,7 +184,8 @@ static void check_quantized(const moe8_tensor *src, const moe8_st *q, int kind, 
 }
 
 /* Every source tensor: FLOAT ones byte-identical, quantized ones recomputed. */
-static void check_tensors(const char *src_dir, const char *q_dir, int linear_float, int deq_f32) {
+static void check_tensors(const char *src_dir, const char *q_dir, int linear_float, int deq_f32,
+                          int lm_head) {
     moe8_st *s = NULL, *q = NULL;
     int n_float = 0, n_q = 0;
     CHECK(moe8_st_open(src_dir, &s, NULL) == MOE8_OK);
@@ -186,7 +193,7 @@ static void check_tensors(const char *src_dir, const char *q_dir, int linear_flo
     if (!s || !q) return;
     for (size_t i = 0; i < moe8_st_count(s); i++) {
         const moe8_tensor *t = moe8_st_get(s, i), *o;
-        int kind = kind_of(t->name, linear_float);
+        int kind = kind_of(t->name, linear_float, lm_head);
         if (kind) {
             check_quantized(t, q, kind, deq_f32);
             n_q++;
@@ -197,7 +204,8 @@ static void check_tensors(const char *src_dir, const char *q_dir, int linear_flo
                !memcmp(o->data, t->data, t->n_bytes), "FLOAT tensor %s differs", t->name);
         n_float++;
     }
-    CHECKF(n_float == (linear_float ? 23 : 12) && n_q == (linear_float ? 48 : 59), "%d float, %d quantized", n_float, n_q);
+    CHECKF(n_float == (linear_float ? 23 : 12) - lm_head && n_q == (linear_float ? 48 : 59) + lm_head,
+           "%d float, %d quantized", n_float, n_q);
     moe8_st_close(s);
     moe8_st_close(q);
 }
@@ -328,7 +336,7 @@ static void test_library(const char *base, const char *src) {
     CHECK(st.n_files == 1 && st.n_tensors_in == 71 && st.n_calib_tokens > 40);
     CHECK(st.n_tensors_out == 12 + 48 * 3 + 11 * 7);
     check_types(out, MOE8_QUANT_W8A8);
-    check_tensors(src, out, 0, 0);
+    check_tensors(src, out, 0, 0, 0);
     check_layer0_range(src, out);
     run_model(src, lf, gf);
     run_model(out, lq, gq);
@@ -342,7 +350,7 @@ static void test_library(const char *base, const char *src) {
     p.deq_scale_f32 = 1;
     p.progress = NULL;
     CHECKF(moe8_quantize(src, out2, &p, NULL, &e) == MOE8_OK, "%s", e.message);
-    check_tensors(src, out2, 0, 1);
+    check_tensors(src, out2, 0, 1, 0);
     run_model(out2, lv, gv);
     CHECK(!memcmp(lv, lq, sizeof lv) && !memcmp(gv, gq, sizeof gv));
 
@@ -353,7 +361,7 @@ static void test_library(const char *base, const char *src) {
     CHECKF(moe8_quantize(src, out2, &p, &st, &e) == MOE8_OK, "%s", e.message);
     CHECK(st.n_calib_tokens == 0);
     check_types(out2, MOE8_QUANT_FLOAT);
-    check_tensors(src, out2, 1, 0);
+    check_tensors(src, out2, 1, 0, 0);
     run_model(out2, lv, gv);
     CHECKF(cosine(lf, lv, V) >= 0.995, "float-linear vs float cosine %.5f", cosine(lf, lv, V));
 
@@ -373,6 +381,112 @@ static void test_library(const char *base, const char *src) {
     /* non-empty output without force; with force it is replaced */
     CHECKF(moe8_quantize(src, out, NULL, NULL, &e) == MOE8_ERR_INVALID_ARG &&
            strstr(e.message, "not empty"), "%s", e.message);
+}
+
+/* The quant type the description records for `name`, "" if none. */
+static const char *desc_type(const char *dir, const char *name) {
+    static char out[32];
+    char path[4200];
+    size_t len = 0;
+    char *text;
+    cJSON *root, *it;
+    FMT(path, "%s/quant_model_description.json", dir);
+    text = (char *)test_slurp(path, &len);
+    root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    it = cJSON_GetObjectItemCaseSensitive(root, name);
+    snprintf(out, sizeof out, "%s", cJSON_IsString(it) ? it->valuestring : "");
+    cJSON_Delete(root);
+    free(text);
+    return out;
+}
+
+/* lm_head_w8a8: lm_head.weight W8A8_DYNAMIC with the experts' rules (codes,
+ * per-row scales and zero offsets recomputed here), listed so in the
+ * description; its logits vs the bf16 lm_head's of the same W8A8 body:
+ * cosine >= 0.999 and the same 16 greedy tokens; the CLI's --lm-head w8a8
+ * the same bytes of logits; a tied model and an int8 lm_head input refused. */
+static void test_lm_head(const char *base, const char *src) {
+    static float lq[V], ll[V], lf[V], lc[V];
+    int32_t gq[16], gl[16], gf[16], gc[16];
+    char out[4096], dir[4096], cmd[16384], log[4200], cf[4200];
+    moe8_quantize_params p = moe8_quantize_params_default();
+    moe8_quantize_stats st;
+    moe8_lm_head_info li;
+    moe8_model *m;
+    moe8_error e;
+    FMT(out, "%s/w8lm", base);
+    p.calib_text = calib;
+    p.calib_len = strlen(calib);
+    CHECK(moe8_quantize_params_default().lm_head_w8a8 == 0);   /* off by default */
+    p.lm_head_w8a8 = 1;
+    CHECKF(moe8_quantize(src, out, &p, &st, &e) == MOE8_OK, "%s", e.message);
+    CHECK(st.n_tensors_out == 12 + 48 * 3 + 11 * 7 + 2);
+    check_types(out, MOE8_QUANT_W8A8);
+    check_tensors(src, out, 0, 0, 1);
+    CHECK(!strcmp(desc_type(out, "lm_head.weight"), "W8A8_DYNAMIC") &&
+          !strcmp(desc_type(out, "lm_head.weight_scale"), "W8A8_DYNAMIC") &&
+          !strcmp(desc_type(out, "lm_head.weight_offset"), "W8A8_DYNAMIC") &&
+          !strcmp(desc_type(out, "model.embed_tokens.weight"), "FLOAT"));
+    m = test_load_model(out);
+    CHECK(moe8_model_lm_head_info(m, &li) == 0 && li.quant == MOE8_QUANT_W8A8_DYNAMIC && !li.tied &&
+          li.dtype == MOE8_DT_I8 && li.weight_bytes == (uint64_t)V * H && li.scale_bytes == 8 * V);
+    moe8_model_free(m);
+    FMT(dir, "%s/w8", base);   /* test_library's: the same body, bf16 lm_head */
+    CHECK(!strcmp(desc_type(dir, "lm_head.weight"), "FLOAT"));
+    run_model_n(dir, lq, gq, 16);
+    run_model_n(out, ll, gl, 16);
+    run_model_n(src, lf, gf, 16);
+    printf("int8 vs bf16 lm_head: cosine %.6f, 16 greedy tokens %s; vs float model: cosine %.5f\n",
+           cosine(ll, lq, V), memcmp(gl, gq, sizeof gl) ? "DIFFER" : "equal", cosine(ll, lf, V));
+    CHECKF(cosine(ll, lq, V) >= 0.999, "int8 vs bf16 lm_head cosine %.6f", cosine(ll, lq, V));
+    CHECK(!memcmp(gl, gq, sizeof gl));
+    CHECKF(cosine(ll, lf, V) >= 0.99, "int8 lm_head vs float model cosine %.5f", cosine(ll, lf, V));
+    CHECK(memcmp(ll, lq, sizeof ll) != 0);   /* it did change lm_head */
+
+    /* the CLI flag: the same checkpoint, the same logits */
+    FMT(cf, "%s/calib_lm.txt", base);
+    test_write_file(cf, calib, strlen(calib));
+    FMT(dir, "%s/w8lm_cli", base);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --calib '%s' --lm-head w8a8 >/dev/null", MOE8_CLI, src,
+        dir, cf);
+    CHECK(test_run(cmd) == 0);
+    run_model_n(dir, lc, gc, 16);
+    CHECK(!memcmp(lc, ll, sizeof lc) && !memcmp(gc, gl, sizeof gc));
+
+    /* tied embeddings: refused, nothing written */
+    FMT(dir, "%s/tied", base);
+    FMT(cmd, "rm -rf '%s' && cp -r '%s' '%s' && sed -i 's/\"tie_word_embeddings\":[[:space:]]*false/"
+        "\"tie_word_embeddings\": true/' '%s/config.json' && grep -q '\"tie_word_embeddings\": true' "
+        "'%s/config.json'", dir, src, dir, dir, dir);
+    CHECK(test_run(cmd) == 0);
+    FMT(out, "%s/tied_out", base);
+    CHECKF(moe8_quantize(dir, out, &p, NULL, &e) == MOE8_ERR_UNSUPPORTED &&
+               strstr(e.message, "cannot quantize lm_head: tie_word_embeddings is true and the "
+                                 "shared embedding must stay float"), "%s", e.message);
+    CHECK(access(out, F_OK) != 0);
+    FMT(log, "%s/lm_err.log", base);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --lm-head w8a8 2>'%s' >/dev/null", MOE8_CLI, dir, out,
+        log);
+    CHECK(test_run(cmd) == 1 && test_file_contains(log, "tie_word_embeddings is true"));
+    CHECK(access(out, F_OK) != 0);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --lm-head int4 2>'%s' >/dev/null", MOE8_CLI, src, out,
+        log);
+    CHECK(test_run(cmd) == 2 && test_file_contains(log, "bad option '--lm-head int4'"));
+
+    /* an input whose lm_head alone is int8 is already quantized */
+    {
+        fx_opts o = fx_default_opts();
+        char fxdir[1024];   /* the fixture's own paths add a file name */
+        o.lm_head_w8a8 = 1;
+        FMT(fxdir, "%s/lmhead_in", base);
+        FMT(cmd, "mkdir -p '%s' && cp '%s/tokenizer.json' '%s/'", fxdir, TOK, fxdir);
+        CHECK(test_run(cmd) == 0 && fx_write_model(fxdir, &o) == 0);
+        CHECKF(moe8_quantize(fxdir, out, &p, NULL, &e) == MOE8_ERR_UNSUPPORTED &&
+                   strstr(e.message, "lm_head is already quantized"), "%s", e.message);
+        CHECK(access(out, F_OK) != 0);
+    }
+    FMT(cmd, "rm -rf '%s/tied' '%s/w8lm_cli' '%s/lmhead_in'", base, base, base);
+    CHECK(test_run(cmd) == 0);
 }
 
 /* Sharded output through the CLI: several files + index, same logits. */
@@ -588,6 +702,7 @@ int main(void) {
     }
     before = hash_folder(src);
     test_library(base, src);
+    test_lm_head(base, src);
     test_cli_shards(base, src);
     test_cli_errors(base, src);
     test_nonfinite(base, src);

@@ -4,6 +4,7 @@
  * with runs of identical layers collapsed, tensor bytes by dtype, and the
  * estimated memory at a context length (default 4096).
  * Uses only the public header. Does not run the model.
+ * lm_head gets a line of its own: quant type, dtype and bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,18 @@ static void print_quant(const moe8_model *m, int64_t n_layers) {
     else printf("  layers %lld-%lld: %s\n", (long long)start, (long long)(n_layers - 1), cur);
 }
 
+/* "lm_head: W8A8_DYNAMIC, I8, 144.9 MiB + scales 1.2 MiB" or "lm_head: FLOAT, BF16, ..." */
+static void print_lm_head(const moe8_model *m) {
+    moe8_lm_head_info li;
+    if (moe8_model_lm_head_info(m, &li) != 0) return;
+    printf("lm_head: %s, %s, %.1f MiB (%llu bytes)", moe8_quant_type_name(li.quant),
+           moe8_dtype_name(li.dtype), mib(li.weight_bytes), (unsigned long long)li.weight_bytes);
+    if (li.scale_bytes)
+        printf(" + scales %.1f MiB (%llu bytes)", mib(li.scale_bytes),
+               (unsigned long long)li.scale_bytes);
+    printf("%s\n", li.tied ? ", tied to model.embed_tokens.weight" : "");
+}
+
 static void print_tensors(const moe8_model_stats *s) {
     printf("tensors: %lld, %.1f MiB (%llu bytes)\n", (long long)s->n_tensors, mib(s->total_bytes),
            (unsigned long long)s->total_bytes);
@@ -123,6 +136,7 @@ int cmd_inspect(int argc, char **argv) {
     const moe8_config *c = moe8_model_config(m);
     print_arch(dir, c);
     print_quant(m, c->num_hidden_layers);
+    print_lm_head(m);
     moe8_model_get_stats(m, &s);
     print_tensors(&s);
     if (moe8_model_memory(m, (int64_t)n_ctx, &me, &err) != MOE8_OK) {

@@ -6,7 +6,9 @@
  * Lookup rules (the reference's): only `<prefix>.weight` keys decide a
  * module's type; keys naming no tensor of the checkpoint are metadata; packed
  * modules of qwen3_moe (qkv_proj, gate_up_proj, experts via expert 0) must
- * agree across shards. Tensor names are Qwen3-MoE's:
+ * agree across shards. lm_head.weight (no key: FLOAT) may also be
+ * W8A8_DYNAMIC, a moe8 extension (`moe8 quantize --lm-head w8a8`); ModelSlim
+ * writes it FLOAT. Tensor names are Qwen3-MoE's:
  *   model.layers.N.self_attn.{q,k,v,o}_proj.weight
  *   model.layers.N.mlp.gate.weight                       (router)
  *   model.layers.N.mlp.{gate,up,down}_proj.weight         (dense layers)
@@ -98,10 +100,12 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && !memcmp(s + n - m, suffix, m);
 }
 
+#define LM_HEAD "lm_head.weight"
+
 /* Tensors that are float whatever the description says (SEMANTICS §6). */
 static int float_only(const char *name) {
     return ends_with(name, "norm.weight") || ends_with(name, ".mlp.gate.weight") ||
-           !strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "lm_head.weight");
+           !strcmp(name, "model.embed_tokens.weight");
 }
 
 static moe8_status check_values(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
@@ -122,6 +126,10 @@ static moe8_status check_values(const moe8_quant_desc *qd, moe8_tensor_exists_fn
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': tensor '%s': quant type %s not supported (must be FLOAT)",
                              qd->label, it->string, moe8_quant_type_name(q));
+        if (!strcmp(it->string, LM_HEAD) && q == MOE8_QUANT_W8A8)
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                             "'%s': tensor '%s': quant type W8A8 not supported (expected FLOAT "
+                             "or W8A8_DYNAMIC)", qd->label, it->string);
     }
     return MOE8_OK;
 }
@@ -215,6 +223,14 @@ static moe8_status resolve_dense(const moe8_quant_desc *qd, int64_t l, moe8_laye
     if ((st = linear_ok(qd, l, "gate_up_proj", li->mlp_gate_up, err)) != MOE8_OK) return st;
     if ((st = required(qd, l, "mlp.down_proj", &li->mlp_down, err)) != MOE8_OK) return st;
     return linear_ok(qd, l, "mlp.down_proj", li->mlp_down, err);
+}
+
+moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
+                                        void *user) {
+    moe8_quant_type q = MOE8_QUANT_FLOAT;
+    if (!qd || !exists(user, LM_HEAD) || moe8_quant_desc_get(qd, LM_HEAD, &q) != 0)
+        return MOE8_QUANT_FLOAT;
+    return q;
 }
 
 moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config *cfg,

@@ -36,11 +36,16 @@ typedef int (*moe8_tensor_exists_fn)(void *user, const char *name);
  * no description file: every layer FLOAT. Every key naming a tensor must hold
  * FLOAT, W8A8 or W8A8_DYNAMIC; required `.weight` keys must be present;
  * packed shards (q/k/v, gate/up, experts.0 gate/up/down) must agree; linears
- * are FLOAT or W8A8, experts FLOAT or W8A8_DYNAMIC; embeddings, norms, router
- * and lm_head FLOAT. */
+ * are FLOAT or W8A8, experts FLOAT or W8A8_DYNAMIC; embeddings, norms and
+ * router FLOAT; lm_head FLOAT or W8A8_DYNAMIC. */
 moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config *cfg,
                                     moe8_tensor_exists_fn exists, void *user,
                                     moe8_layer_info *layers, moe8_error *err);
+/* The type of lm_head.weight: FLOAT without a description, without such a
+ * tensor or without its key; else its key's value (FLOAT or W8A8_DYNAMIC
+ * once moe8_quant_desc_resolve has accepted the description). */
+moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
+                                        void *user);
 
 /* Add the eos_token_id of `root` (absent/null, an int, or a list of ints, each
  * in [0, vocab)) to ids[*n], skipping duplicates; at most MOE8_MAX_STOP_IDS.

@@ -171,6 +171,10 @@ static void carve_scratch(carver *c, moe8_context *x) {
     s->lm_part = w->v_chunk ? carve(c, (size_t)x->p.n_outputs, (size_t)w->v_chunk * 4) : NULL;
     s->lm_all = w->v_chunk ? carve(c, (size_t)x->p.n_outputs * w->n_ranks, (size_t)w->v_chunk * 4)
                            : NULL;
+    if (w->lm_head.type == MOE8_QUANT_W8A8_DYNAMIC) { /* codes go to xq */
+        s->lm_sx = carve(c, (size_t)x->p.n_outputs, 4);
+        s->lm_xsum = carve(c, (size_t)x->p.n_outputs, 4);
+    }
     x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);

@@ -7,8 +7,9 @@
  * MoE layers built with moe8_moe_layer_create (experts repacked), norm
  * vectors converted to fp32 (a few KB); the mapped pages of every packed int8
  * weight are released (SEMANTICS §6b).
- * Embeddings, lm_head, the router and FLOAT linears stay in the map in their
- * stored dtype. In float-experts mode W8A8 experts are dequantized to fp32,
+ * Embeddings, the router, FLOAT linears and a FLOAT lm_head stay in the map in
+ * their stored dtype; a W8A8_DYNAMIC lm_head is packed like the W8A8 linears
+ * and runs per-token dynamic quantization of the final-normed rows. In float-experts mode W8A8 experts are dequantized to fp32,
  * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
  *
  * moe8_forward, for T tokens each tagged (seq, pos):
@@ -143,11 +144,36 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
     return n;
 }
 
+/* lm_head, FLOAT in place or W8A8_DYNAMIC packed (its mapped pages then
+ * released). Under TP split by vocabulary: rank r computes rows [r*C, (r+1)*C)
+ * of the logits and an all-gather assembles them (one token per step reads
+ * 1/N of lm_head per rank). */
+static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_error *err) {
+    const moe8_linear *src = &m->lm_head;
+    moe8_status st = MOE8_OK;
+    if (w->n_ranks > 1) {
+        w->v_chunk = (w->V + w->n_ranks - 1) / w->n_ranks;
+        w->v_begin = m->shard.rank * w->v_chunk;
+        w->v_count = w->V - w->v_begin < w->v_chunk ? w->V - w->v_begin : w->v_chunk;
+        if (w->v_count < 0) w->v_count = 0;
+        if (w->v_count > 0)
+            st = moe8_proj_init_slice(&w->lm_head, src, w->v_begin, w->v_begin + w->v_count, 0,
+                                      w->H, 0, err);
+    } else {
+        st = moe8_proj_init(&w->lm_head, src, 0, err);
+    }
+    if (!st && w->lm_head.type == MOE8_QUANT_W8A8_DYNAMIC) {
+        moe8_st_release(m->st, src->weight);
+        w->owned_bytes += moe8_proj_owned_bytes(&w->lm_head);
+    }
+    if (st) moe8_error_prefix(err, "lm_head");
+    return st;
+}
+
 moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,
                                moe8_weights **out, moe8_error *err) {
     const moe8_config *c = &m->cfg;
     moe8_weights *w = calloc(1, sizeof *w);
-    moe8_linear lm;
     moe8_status st;
     *out = NULL;
     if (!w) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
@@ -165,29 +191,12 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     w->float_experts = float_experts;
     w->embed = m->embed->data;
     w->embed_dt = m->embed->dtype;
-    memset(&lm, 0, sizeof lm);
-    lm.quant = MOE8_QUANT_FLOAT;
-    lm.n_out = c->vocab_size;
-    lm.n_in = c->hidden_size;
-    lm.weight = m->lm_head;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
     st = w->layers ? MOE8_OK : moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate layers");
     if (!st && (w->D % 2 || w->D <= 0))
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "head_dim %d must be even", w->D);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
-    if (!st && w->n_ranks > 1) {
-        /* lm_head split by vocabulary: rank r computes rows [r*C, (r+1)*C) of the logits and
-         * an all-gather assembles them (one token per step reads 1/N of lm_head per rank). */
-        w->v_chunk = (w->V + w->n_ranks - 1) / w->n_ranks;
-        w->v_begin = m->shard.rank * w->v_chunk;
-        w->v_count = w->V - w->v_begin < w->v_chunk ? w->V - w->v_begin : w->v_chunk;
-        if (w->v_count < 0) w->v_count = 0;
-        if (w->v_count > 0)
-            st = moe8_proj_init_slice(&w->lm_head, &lm, w->v_begin, w->v_begin + w->v_count, 0,
-                                      w->H, 0, err);
-    } else if (!st) {
-        st = moe8_proj_init(&w->lm_head, &lm, 0, err);
-    }
+    if (!st) st = build_lm_head(w, m, err);
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         st = build_layer(w, i, float_experts, n_threads, err);
@@ -221,6 +230,7 @@ void moe8_weights_free(moe8_weights *w) {
         moe8_moe_layer_free(fl->moe);
     }
     free(w->layers);
+    moe8_proj_free(&w->lm_head);
     free(w->final_norm);
     free(w);
 }
@@ -321,15 +331,29 @@ static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, moe8_err
     return MOE8_OK;
 }
 
+/* y[n_out][ldy] = this rank's lm_head rows of the final-normed s->h. A
+ * W8A8_DYNAMIC lm_head first quantizes each row per token (SEMANTICS §4);
+ * under TP every rank computes the same codes of the same whole row. */
+static void lm_head_apply(const fwd_run *r, float *y, int ldy, int n_out, int n_threads) {
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    if (w->lm_head.type != MOE8_QUANT_W8A8_DYNAMIC) {
+        moe8_proj_apply(&w->lm_head, r->kt, y, ldy, s->h, w->H, NULL, 0, NULL, NULL, n_out,
+                        n_threads);
+        return;
+    }
+    r->kt->quant_rows(s->xq, s->ldq, s->lm_sx, s->lm_xsum, s->h, w->H, n_out, w->H);
+    moe8_proj_apply(&w->lm_head, r->kt, y, ldy, s->h, w->H, s->xq, s->ldq, s->lm_sx, s->lm_xsum,
+                    n_out, n_threads);
+}
+
 /* TP logits: this rank's vocab rows, all-gathered into [n_out][V] on every rank. */
 static moe8_status lm_head_split(const fwd_run *r, int n_out, int n_threads, moe8_error *err) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
     const int C = w->v_chunk;
     moe8_status st;
-    if (w->v_count > 0)
-        moe8_proj_apply(&w->lm_head, r->kt, s->lm_part, C, s->h, w->H, NULL, 0, NULL, NULL, n_out,
-                        n_threads);
+    if (w->v_count > 0) lm_head_apply(r, s->lm_part, C, n_out, n_threads);
     for (int i = 0; i < n_out; i++) /* the last rank's short chunk: no stale bytes on the wire */
         memset(s->lm_part + (size_t)i * C + w->v_count, 0, (size_t)(C - w->v_count) * sizeof(float));
     st = moe8_comm_allgather(w->comm, s->lm_part, s->lm_all, (size_t)n_out * C * sizeof(float), err);
@@ -370,8 +394,7 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
         moe8_rmsnorm_rows(s->h + (size_t)i * H, H, s->x + (size_t)out_idx[i] * H, H, 1, H,
                           w->final_norm, w->eps);
     if (n_out > 0 && !w->v_chunk)
-        moe8_proj_apply(&w->lm_head, r.kt, s->logits, w->V, s->h, H, NULL, 0, NULL, NULL, n_out,
-                        n_threads);
+        lm_head_apply(&r, s->logits, w->V, n_out, n_threads);
     else if (n_out > 0)
         return lm_head_split(&r, n_out, n_threads, err);
     return MOE8_OK;

@@ -24,24 +24,26 @@
 /* ======================================================================== */
 
 /* A linear layer of model.h made ready to run: y[T][n] = x[T][k] @ W^T with W
- * FLOAT (read in place) or W8A8 static (packed here). */
+ * FLOAT (read in place), W8A8 static or W8A8_DYNAMIC (packed here). */
 typedef struct {
-    moe8_quant_type type;   /* MOE8_QUANT_FLOAT or MOE8_QUANT_W8A8 */
+    moe8_quant_type type;   /* MOE8_QUANT_FLOAT, MOE8_QUANT_W8A8 or MOE8_QUANT_W8A8_DYNAMIC */
     int n, k;               /* W[n][k] */
     const void *w;          /* FLOAT: [n][ldw] F32/F16/BF16 inside the memory map */
     int ldw;                /* FLOAT: row stride of w (elements) */
     moe8_dtype wdt;
-    moe8_qmat q;            /* W8A8: packed weight; q.offset = bias, q.scale = deq */
+    moe8_qmat q;            /* int8: packed weight; q.offset = bias, q.scale = deq */
     float in_scale;         /* W8A8: > 0, finite */
     float in_offset;        /* W8A8: integer in [-128, 127] */
-    int32_t *bias;          /* [n] quant_bias (owned), NULL when not added (TP rank != 0) */
-    float *deq;             /* [n] deq_scale as fp32 (owned) */
+    int32_t *bias;          /* [n] (owned): W8A8 quant_bias, NULL when not added (TP rank
+                             * != 0); W8A8_DYNAMIC weight_offset, NULL when all 0 */
+    float *deq;             /* [n] (owned): W8A8 deq_scale, W8A8_DYNAMIC weight_scale, fp32 */
     int8_t *packed;         /* owned storage behind q.data */
 } moe8_proj;
 
 /* Make `src` (checked by moe8_model_load) ready: FLOAT keeps a pointer, W8A8
  * packs the weight and decodes deq_scale / quant_bias (`with_bias` 0 drops
- * the bias, for row-parallel layers off rank 0). */
+ * the bias, for row-parallel layers off rank 0), W8A8_DYNAMIC packs it and
+ * decodes weight_scale / weight_offset (`with_bias` unused). */
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err);
 /* The same for the block rows [r0, r1) x columns [c0, c1) of src (SEMANTICS §8:
  * column-parallel layers take rows, row-parallel ones columns); FLOAT reads
@@ -58,13 +60,15 @@ void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k,
 /* 1 when two W8A8 linears quantize their input identically. */
 int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b);
 
-/* y[T][n] (stride ldy) = p(x[T][k]). W8A8 reads the codes xq (from
- * moe8_proj_quant, stride ldq) and needs ones[T] = 1.0f, ones_i[T] = 1; FLOAT
- * reads x. Columns are split over n_threads in blocks of MOE8_QK_NR, so the
- * result does not depend on the thread count. */
+/* y[T][n] (stride ldy) = p(x[T][k]). FLOAT reads x. The int8 types read the
+ * codes xq (stride ldq) with the row scales sx[T] and code sums xsum[T]:
+ * W8A8 codes from moe8_proj_quant with sx = 1.0f, xsum = 1 (the bias enters
+ * as offset x 1); W8A8_DYNAMIC codes, sx and xsum from the kernels'
+ * quant_rows. Columns are split over n_threads in blocks of MOE8_QK_NR, so
+ * the result does not depend on the thread count. */
 void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
-                     const float *x, int ldx, const int8_t *xq, int ldq, const float *ones,
-                     const int32_t *ones_i, int T, int n_threads);
+                     const float *x, int ldx, const int8_t *xq, int ldq, const float *sx,
+                     const int32_t *xsum, int T, int n_threads);
 
 /* ======================================================================== */
 /* attention.c                                                               */
@@ -146,8 +150,8 @@ typedef struct {
     float eps;
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;
-    moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied); under TP rows
-                                    * [v_begin, v_begin + v_count) only */
+    moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied) or W8A8_DYNAMIC
+                                    * packed; under TP rows [v_begin, v_begin + v_count) only */
     int v_chunk;                   /* TP: vocab rows per rank (ceil(V / ranks)); 0: whole vocab */
     int v_begin, v_count;          /* TP: this rank's lm_head rows */
     int n_ranks;                   /* 1 without TP/EP */
@@ -179,6 +183,8 @@ typedef struct {
     moe8_moe_workspace **moe_ws;           /* [n_layer]: set for layers with ws_layer == itself */
     float *logits;                         /* [n_out][V] */
     float *lm_part, *lm_all;               /* TP: [n_out][v_chunk], [ranks][n_out][v_chunk] */
+    float *lm_sx;                          /* W8A8_DYNAMIC lm_head: [n_out] row scales */
+    int32_t *lm_xsum;                      /*   and [n_out] code sums (codes in xq) */
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;

@@ -15,6 +15,12 @@
  * deq_scale comes as int64 holding the float32 bit pattern (fp16 exports) or
  * as float32 (bf16 exports); moe8_deq_scale_at reads either.
  *
+ * W8A8_DYNAMIC (the lm_head of `moe8 quantize --lm-head w8a8`; SEMANTICS §4):
+ * the caller quantizes each input row with the kernels' quant_rows (row
+ * scale sx = amax/127, codes +-127, code sum xsum) and the same gemm_q8_f32
+ * computes ((float)(acc + O*xsum) * sx) * S with S = weight_scale and
+ * O = weight_offset (NULL, costing nothing, when every offset is 0).
+ *
  * Tensor parallelism (SEMANTICS §8): a proj may be a block of the checkpoint's
  * weight — rows (column-parallel q/k/v, dense gate/up) or columns
  * (row-parallel o_proj, dense down, whose quant_bias only rank 0 adds).
@@ -53,12 +59,18 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
         p->ldw = (int)ld;
         return MOE8_OK;
     }
-    if (src->quant != MOE8_QUANT_W8A8 || w->dtype != MOE8_DT_I8)
+    if ((src->quant != MOE8_QUANT_W8A8 && src->quant != MOE8_QUANT_W8A8_DYNAMIC) ||
+        w->dtype != MOE8_DT_I8)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': a linear layer must be "
-                         "FLOAT or W8A8, not %s", w->name, moe8_quant_type_name(src->quant));
-    p->type = MOE8_QUANT_W8A8;
-    p->in_scale = src->in_scale;
-    p->in_offset = (float)src->in_offset;
+                         "FLOAT, W8A8 or W8A8_DYNAMIC, not %s", w->name,
+                         moe8_quant_type_name(src->quant));
+    p->type = src->quant;
+    if (p->type == MOE8_QUANT_W8A8) {
+        p->in_scale = src->in_scale;
+        p->in_offset = (float)src->in_offset;
+    } else {
+        with_bias = src->nonzero_offset; /* the weight offsets take the bias's place */
+    }
     p->deq = malloc((size_t)p->n * sizeof(float));
     p->bias = with_bias ? malloc((size_t)p->n * sizeof(int32_t)) : NULL;
     p->packed = moe8_alloc_aligned(moe8_qmat_bytes(p->n, p->k));
@@ -67,9 +79,17 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate packed weight",
                          w->name);
     }
-    for (int j = 0; j < p->n; j++) p->deq[j] = moe8_deq_scale_at(src->deq_scale, r0 + j);
-    if (with_bias)
-        memcpy(p->bias, (const int32_t *)src->quant_bias->data + r0, (size_t)p->n * sizeof(int32_t));
+    if (p->type == MOE8_QUANT_W8A8_DYNAMIC) {
+        for (int j = 0; j < p->n; j++) {
+            p->deq[j] = moe8_tensor_f32_at(src->weight_scale, r0 + j);
+            if (with_bias) p->bias[j] = (int32_t)moe8_tensor_f32_at(src->weight_offset, r0 + j);
+        }
+    } else {
+        for (int j = 0; j < p->n; j++) p->deq[j] = moe8_deq_scale_at(src->deq_scale, r0 + j);
+        if (with_bias)
+            memcpy(p->bias, (const int32_t *)src->quant_bias->data + r0,
+                   (size_t)p->n * sizeof(int32_t));
+    }
     moe8_qmat_pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
                    (int)ld);
     p->q.n = p->n;
@@ -91,7 +111,7 @@ void moe8_proj_free(moe8_proj *p) {
 }
 
 size_t moe8_proj_owned_bytes(const moe8_proj *p) {
-    if (p->type != MOE8_QUANT_W8A8) return 0;
+    if (p->type == MOE8_QUANT_FLOAT) return 0;
     return moe8_qmat_bytes(p->n, p->k) + (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
 }
 
@@ -116,8 +136,8 @@ int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b) {
 }
 
 void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
-                     const float *x, int ldx, const int8_t *xq, int ldq, const float *ones,
-                     const int32_t *ones_i, int T, int n_threads) {
+                     const float *x, int ldx, const int8_t *xq, int ldq, const float *sx,
+                     const int32_t *xsum, int T, int n_threads) {
     const int n_blocks = moe8_round_up(p->n, MOE8_QK_NR) / MOE8_QK_NR;
     int n_chunks = n_threads < n_blocks ? n_threads : n_blocks;
     if (n_chunks < 1) n_chunks = 1;
@@ -130,6 +150,6 @@ void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int l
         if (p->type == MOE8_QUANT_FLOAT)
             kt->gemm_f32_wf(y, ldy, x, ldx, p->w, p->wdt, p->ldw, T, n0, n1, p->k);
         else
-            kt->gemm_q8_f32(y, ldy, xq, ldq, ones, ones_i, &p->q, T, n0, n1);
+            kt->gemm_q8_f32(y, ldy, xq, ldq, sx, xsum, &p->q, T, n0, n1);
     }
 }

@@ -341,16 +341,33 @@ static moe8_status bind_dense(moe8_model *m, int64_t l, moe8_layer *ly, moe8_err
     return bind_linear(m, p, ly->info.mlp_down, H, F, &ly->mlp_down, err);
 }
 
-static moe8_status bind_all(moe8_model *m, moe8_error *err) {
+/* lm_head [V][H] of type q (resolve_quant): the embedding when tied, which
+ * stays float (so a W8A8_DYNAMIC lm_head.weight is refused there); else
+ * lm_head.weight, FLOAT or W8A8_DYNAMIC with the experts' contract (I8
+ * weight, finite weight_scale [V] or [V][1], optional integer offsets). */
+static moe8_status bind_lm_head(moe8_model *m, moe8_quant_type q, moe8_error *err) {
+    const moe8_config *c = &m->cfg;
+    if (!c->tie_word_embeddings)
+        return bind_linear(m, "lm_head", q, c->vocab_size, c->hidden_size, &m->lm_head, err);
+    if (q != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': lm_head.weight is %s but "
+                         "tie_word_embeddings is true: a tied lm_head is the float embedding",
+                         m->dir, moe8_quant_type_name(q));
+    memset(&m->lm_head, 0, sizeof m->lm_head);
+    m->lm_head.quant = MOE8_QUANT_FLOAT;
+    m->lm_head.n_out = c->vocab_size;
+    m->lm_head.n_in = c->hidden_size;
+    m->lm_head.weight = m->embed;
+    return MOE8_OK;
+}
+
+static moe8_status bind_all(moe8_model *m, moe8_quant_type lm_head, moe8_error *err) {
     const moe8_config *c = &m->cfg;
     int64_t V = c->vocab_size, H = c->hidden_size, n_moe = 0;
     moe8_status st;
     if ((st = float_tensor(m, "model.embed_tokens.weight", V, H, &m->embed, err)) != MOE8_OK) return st;
     if ((st = float_tensor(m, "model.norm.weight", H, -1, &m->final_norm, err)) != MOE8_OK) return st;
-    if (c->tie_word_embeddings)
-        m->lm_head = m->embed;
-    else if ((st = float_tensor(m, "lm_head.weight", V, H, &m->lm_head, err)) != MOE8_OK)
-        return st;
+    if ((st = bind_lm_head(m, lm_head, err)) != MOE8_OK) return st;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += m->layers[l].info.is_moe;
     if (n_moe > 0) {
         /* n_moe <= 512 and E <= 4096 (config caps): no overflow */
@@ -427,7 +444,7 @@ static int st_has(void *user, const char *name) {
     return moe8_st_find((const moe8_st *)user, name) != NULL;
 }
 
-static moe8_status resolve_quant(moe8_model *m, moe8_error *err) {
+static moe8_status resolve_quant(moe8_model *m, moe8_quant_type *lm_head, moe8_error *err) {
     char *text = NULL, *path = NULL;
     size_t len = 0;
     moe8_quant_desc *qd = NULL;
@@ -447,6 +464,7 @@ static moe8_status resolve_quant(moe8_model *m, moe8_error *err) {
         st = moe8_quant_desc_resolve(qd, &m->cfg, st_has, m->st, li, err);
     for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++)
         m->layers[l].info = li[l];
+    *lm_head = moe8_quant_desc_lm_head(qd, st_has, m->st);
     free(li);
     moe8_quant_desc_free(qd);
     return st;
@@ -455,13 +473,14 @@ static moe8_status resolve_quant(moe8_model *m, moe8_error *err) {
 /* Everything moe8_model_load does on one rank. */
 static moe8_status load_parts(moe8_model *m, const char *dir, const moe8_model_params *params,
                               moe8_error *err) {
+    moe8_quant_type lm_head = MOE8_QUANT_FLOAT;
     moe8_status st;
     m->params = params ? *params : moe8_model_params_default();
     if ((st = load_config(m, err)) != MOE8_OK) return st;
     if ((st = load_generation_config(m, err)) != MOE8_OK) return st;
     if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) return st;
-    if ((st = resolve_quant(m, err)) != MOE8_OK) return st;
-    return bind_all(m, err);
+    if ((st = resolve_quant(m, &lm_head, err)) != MOE8_OK) return st;
+    return bind_all(m, lm_head, err);
 }
 
 /* ======================================================================== */
@@ -528,6 +547,20 @@ const moe8_config *moe8_model_config(const moe8_model *m) { return m ? &m->cfg :
 int moe8_model_layer_info(const moe8_model *m, int64_t layer, moe8_layer_info *out) {
     if (!m || !out || layer < 0 || layer >= m->cfg.num_hidden_layers) return -1;
     *out = m->layers[layer].info;
+    return 0;
+}
+
+int moe8_model_lm_head_info(const moe8_model *m, moe8_lm_head_info *out) {
+    const moe8_linear *L;
+    if (!m || !out) return -1;
+    L = &m->lm_head;
+    memset(out, 0, sizeof *out);
+    out->quant = L->quant;
+    out->tied = m->cfg.tie_word_embeddings != 0;
+    out->dtype = L->weight->dtype;
+    out->weight_bytes = L->weight->n_bytes;
+    if (L->weight_scale) out->scale_bytes += L->weight_scale->n_bytes;
+    if (L->weight_offset) out->scale_bytes += L->weight_offset->n_bytes;
     return 0;
 }
 

@@ -33,7 +33,8 @@
 
 /* One linear map y = x @ weight^T, in any storage. */
 typedef struct {
-    moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts) */
+    moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts,
+                                       * lm_head) */
     int64_t n_out, n_in;
     const moe8_tensor *weight;        /* [n_out][n_in]: BF16/F16/F32 if FLOAT, else I8 */
     /* W8A8 static (SEMANTICS §5); NULL otherwise: */
@@ -88,7 +89,8 @@ struct moe8_model {
     int has_quant_desc;               /* quant_model_description.json was present */
     const moe8_tensor *embed;         /* model.embed_tokens.weight [V][H] float */
     const moe8_tensor *final_norm;    /* model.norm.weight [H] */
-    const moe8_tensor *lm_head;       /* lm_head.weight [V][H] float; == embed when tied */
+    moe8_linear lm_head;              /* [V][H]: lm_head.weight FLOAT or W8A8_DYNAMIC (int8,
+                                       * per-row scale); weight == embed (FLOAT) when tied */
     moe8_layer *layers;               /* [num_hidden_layers] */
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
     moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */

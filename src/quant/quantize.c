@@ -7,6 +7,9 @@
  * linears on the float model (calib.c), drop the model, then stream every
  * tensor of the input's safetensors set, in the set's order:
  *   experts.E.{gate,up,down}_proj.weight            -> W8A8_DYNAMIC
+ *   lm_head.weight, with lm_head_w8a8               -> W8A8_DYNAMIC (a moe8
+ *                                                      extension; refused when
+ *                                                      tied: embed stays float)
  *   self_attn.{q,k,v,o}_proj.weight, dense MLP      -> W8A8 static
  *   anything else (router, embed, norms, lm_head)   -> FLOAT, bytes unchanged
  * Output tensors of one source tensor (a "group") are planned together and
@@ -27,7 +30,7 @@
  * Each source tensor's mapped pages are released once written, so resident
  * memory stays near one tensor (its int8 codes and one fp32 row per thread).
  *
- * Does not: quantize embeddings, router, norms or lm_head; smooth or clip
+ * Does not: quantize embeddings, router, norms, or lm_head unless asked; smooth or clip
  * activations; handle already-quantized or non-Qwen3-MoE inputs.
  */
 #include <float.h>
@@ -83,13 +86,16 @@ typedef enum { KIND_FLOAT = 0, KIND_STATIC, KIND_DYNAMIC } qkind;
 #define MATCHES(name, fmt, ...) (sscanf(name, fmt "%n", __VA_ARGS__, &end) >= 0 && end > 0 && \
                                  name[end] == '\0')
 
-static qkind classify(const moe8_tensor *t, const moe8_config *c, int linear_float, int *layer,
-                      int *site) {
+static qkind classify(const moe8_tensor *t, const moe8_config *c, const moe8_quantize_params *p,
+                      int *layer, int *site) {
+    const int linear_float = p->linear_float;
     int l = -1, e = -1, end = 0;
     char which[16];
     if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
                            t->dtype != MOE8_DT_F16))
         return KIND_FLOAT;
+    if (!strcmp(t->name, "lm_head.weight"))   /* untied: moe8_quantize refuses tied models */
+        return p->lm_head_w8a8 ? KIND_DYNAMIC : KIND_FLOAT;
     if (MATCHES(t->name, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight", &l, &e, which))
         return l >= 0 && l < c->num_hidden_layers && moe8_config_is_moe_layer(c, l) && e >= 0 &&
                e < c->num_experts && (!strcmp(which, "gate") || !strcmp(which, "up") ||
@@ -327,12 +333,12 @@ static moe8_status write_tensors(qz *z, const char *dir, moe8_error *err) {
     int layer = 0, site = 0;
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        st = plan_group(z, t, classify(t, &z->cfg, z->p->linear_float, &layer, &site), err);
+        st = plan_group(z, t, classify(t, &z->cfg, z->p, &layer, &site), err);
         total += t->n_bytes;
     }
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        qkind k = classify(t, &z->cfg, z->p->linear_float, &layer, &site);
+        qkind k = classify(t, &z->cfg, z->p, &layer, &site);
         st = k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
                              : write_quant(z, t, k, layer, site, err);
         moe8_st_release(z->src, t);
@@ -363,6 +369,9 @@ static moe8_status check_float_model(const moe8_model *m, const char *dir, moe8_
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': layer %lld is already "
                              "quantized; quantize expects a float model", dir, (long long)l);
     }
+    if (m->lm_head.quant != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': lm_head is already quantized; "
+                         "quantize expects a float model", dir);
     return MOE8_OK;
 }
 
@@ -377,6 +386,10 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     if ((st = moe8_model_load(in_dir, &mp, &m, err))) return st;
     z->cfg = *moe8_model_config(m);
     st = check_float_model(m, in_dir, err);
+    if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
+                       "tie_word_embeddings is true and the shared embedding must stay float "
+                       "(quantize lm_head only for an untied model)", in_dir);
     if (!st) st = moe8_tokenizer_load(in_dir, &tok, err);
     if (!st && !p->linear_float) {
         const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
