@@ -1035,6 +1035,7 @@ typedef struct {
     double gemm_q8_s;    /* int8 GEMMs (both variants) */
     double gemm_f32_s;   /* float GEMMs */
     int64_t n_calls;
+    double attn_s;       /* flash-attention tiles */
 } moe8_kernel_times;
 void moe8_bench_kernel_timing(int on);
 void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
