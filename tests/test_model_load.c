@@ -248,12 +248,21 @@ static void test_queries(void) {
     for (int d = 0; d < MOE8_DT_COUNT; d++) CHECKF(s.bytes_by_dtype[d] == bytes[d], "dtype %d", d);
     CHECK(s.bytes_by_dtype[MOE8_DT_I8] > 0 && s.bytes_by_dtype[MOE8_DT_I64] == 0);
     fx_list_free(&L);
-    CHECK(moe8_model_memory(m, 4096, &me, &e) == MOE8_OK);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_F32, &me, &e) == MOE8_OK);
     CHECK(me.weight_bytes == total);
     CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 4);
     CHECK(me.scratch_bytes >= (1u << 20) && me.scratch_bytes < (4u << 20));
     CHECK(me.total_bytes == me.weight_bytes + me.kv_bytes + me.scratch_bytes);
-    CHECK(moe8_model_memory(m, 0, &me, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_F16, &me, &e) == MOE8_OK);
+    CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 2);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_BF16, &me, &e) == MOE8_OK);
+    CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 2);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_F32) == 2u * 2 * 2 * 16 * 16 * 4);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_F16) == 2u * 2 * 2 * 16 * 16 * 2);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_I8) == 0);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_I8, &me, &e) == MOE8_ERR_INVALID_ARG &&
+          strstr(e.message, "kv type I8"));
+    CHECK(moe8_model_memory(m, 0, MOE8_DT_F16, &me, &e) == MOE8_ERR_INVALID_ARG);
     test_thread_counts(dir, m);
     moe8_model_free(m);
     moe8_model_free(NULL);

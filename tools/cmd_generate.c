@@ -906,7 +906,7 @@ static uint64_t kv_budget(const opts *o, const moe8_model *m, const prompts *p, 
         int64_t n = p->len[i] + o->n_predict;
         blocks += ((n < n_ctx ? n : n_ctx) + bs - 1) / bs;
     }
-    return (uint64_t)blocks * moe8_model_kv_block_bytes(m);
+    return (uint64_t)blocks * moe8_model_kv_block_bytes(m, moe8_context_params_default().kv_type);
 }
 
 static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const prompts *p,

@@ -125,7 +125,8 @@ int cmd_inspect(int argc, char **argv) {
     print_quant(m, c->num_hidden_layers);
     moe8_model_get_stats(m, &s);
     print_tensors(&s);
-    if (moe8_model_memory(m, (int64_t)n_ctx, &me, &err) != MOE8_OK) {
+    if (moe8_model_memory(m, (int64_t)n_ctx, moe8_context_params_default().kv_type, &me, &err) !=
+        MOE8_OK) {
         moe8_model_free(m);
         return cli_fail("inspect", &err);
     }
