@@ -628,9 +628,19 @@ static void test_inspect(void) {
         "safetensors files: 2",
         "I8 ",
         "context 4096",
+        "KV cache 2.0 (f16)", /* 2 x 4 layers x 2 kv heads x 16 x 4096 x 2 bytes */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECKF(strstr(out, want[i]) != NULL, "inspect output lacks '%s':\n%s", want[i], out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' -c 2048 --kv-type f32 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "context 2048") && strstr(out, "KV cache 2.0 (f32)"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --kv-type bf16 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "KV cache 2.0 (bf16)") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --kv-type f8 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "--kv-type wants f32, f16 or bf16, got 'f8'") != NULL, "%s", out);
 
     o = fx_default_opts();
     dir = make("inspect_float", &o);
