@@ -91,8 +91,9 @@ typedef struct {
  * running max, a running sum and a rescaled accumulator (online softmax) and
  * is computed in an order that depends only on D and its own position, never
  * on the other rows of the tile (batch invariance, SEMANTICS §10). Variants
- * differ by FMA and exp rounding: relative error vs a double reference
- * <= ~1e-6 (fp32 sums of D products, 16-key softmax steps).
+ * differ by FMA and exp rounding: relative error vs a double reference ~1e-6
+ * for scores of unit scale; large scores add their own fp32 rounding (at
+ * |s| ~ 60, ulp 4e-6 moves a weight by as much).
  * work: moe8_attn_work_floats(D, n_tok * G) floats. */
 typedef void (*moe8_flash_attn_fn)(float *out, int ldo, const float *q, int ldq, int n_tok,
                                    int G, int D, int32_t pos0, float scale,
