@@ -349,6 +349,38 @@ static void test_driver(void) {
     driver_case(1, 2, 12, MOE8_DT_F32);   /* head dim off the SIMD path */
 }
 
+/* A NaN query or an inf key makes the rows that see it NaN in both tables,
+ * never a finite number (a broken model must not look like a working one). */
+static void test_non_finite(void) {
+    static const int32_t len[1] = {20};
+    const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
+    const int D = 16, G = 2;
+    float q[2 * 2 * 16], out[2 * 2 * 16], work[1024];
+    paged c;
+    paged_init(&c, 1, D, MOE8_DT_F32, 1, len, 1.0);
+    const moe8_kv_pages kv = pages(&c, 0, 0);
+    MOE8_ASSERT(moe8_attn_work_floats(D, 2 * G) <= 1024);
+    for (int v = 0; v < 2; v++) {
+        if (!tables[v]) continue;
+        for (int i = 0; i < 2 * G * D; i++) q[i] = (float)test_rng_normal(&rng);
+        q[5] = NAN; /* token 0, head 0 */
+        tables[v]->flash_attn(out, G * D, q, G * D, 2, G, D, 18, 0.25f, &kv, work);
+        CHECKF(isnan(out[0]) && isfinite(out[D]) && isfinite(out[2 * D]),
+               "%s: a NaN query gives %g (its row), %g, %g", tables[v]->isa, out[0], out[D],
+               out[2 * D]);
+    }
+    float *k16 = (float *)(void *)(c.pool + (size_t)c.table[1] * c.block_bytes);
+    for (int d = 0; d < D; d++) k16[d] = INFINITY;
+    for (int v = 0; v < 2; v++) { /* key 16 is inf: rows at positions 18, 19 see it */
+        if (!tables[v]) continue;
+        for (int i = 0; i < 2 * G * D; i++) q[i] = 1.0f;
+        tables[v]->flash_attn(out, G * D, q, G * D, 2, G, D, 18, 0.25f, &kv, work);
+        CHECKF(isnan(out[0]) && isnan(out[G * D]), "%s: an inf key gives %g, %g",
+               tables[v]->isa, out[0], out[G * D]);
+    }
+    paged_free(&c);
+}
+
 /* ---- K/V rows into the cache ------------------------------------------------------ */
 
 static void test_kv_store(void) {
@@ -372,5 +404,6 @@ int main(void) {
     test_kv_store();
     test_tiles();
     test_driver();
+    test_non_finite();
     return test_summary();
 }

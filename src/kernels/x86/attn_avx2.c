@@ -26,12 +26,13 @@
 #define INLINE static inline __attribute__((always_inline))
 
 /* exp(x) for x <= 0: Cephes' range reduction x = n ln2 + r and degree-5
- * polynomial (within 2 ulp); exactly 1 at 0, exactly 0 below -87 and at -inf. */
+ * polynomial (within 2 ulp); exactly 1 at 0, exactly 0 below -87 and at -inf,
+ * NaN for NaN (max_ps returns its second operand when one is NaN). */
 INLINE __m256 exp_ps(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
     __m256 n, r, y;
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_max_ps(lo, x);
     n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
