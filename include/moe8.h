@@ -305,20 +305,22 @@ typedef struct {
 void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out);
 
 /* Rough memory need for a context of n_ctx tokens (SEMANTICS §6b): the checkpoint's
- * tensor bytes, an fp32 KV cache (2 x layers x kv_heads x head_dim x n_ctx x 4)
- * and a scratch estimate for one sequence. */
+ * tensor bytes, a KV cache of kv_type elements (2 x layers x kv_heads x head_dim
+ * x n_ctx x 4 bytes for F32, x 2 for F16 and BF16) and a scratch estimate for
+ * one sequence. */
 typedef struct {
     uint64_t weight_bytes;
     uint64_t kv_bytes;
     uint64_t scratch_bytes;
     uint64_t total_bytes;
 } moe8_memory_estimate;
-moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
-                              moe8_error *err);
-/* Bytes of one KV cache block of the whole model: every layer's fp32 K and V
- * of MOE8_KV_BLOCK_TOKENS positions (2 x layers x kv_heads x head_dim x 16 x
- * 4). moe8_context_params.kv_bytes counts in these. */
-size_t moe8_model_kv_block_bytes(const moe8_model *m);
+moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_type,
+                              moe8_memory_estimate *out, moe8_error *err);
+/* Bytes of one KV cache block of the whole model: every layer's K and V of
+ * MOE8_KV_BLOCK_TOKENS positions as kv_type (2 x layers x kv_heads x head_dim
+ * x 16 x 4 bytes for F32, x 2 for F16 and BF16; 0 for any other type).
+ * moe8_context_params.kv_bytes counts in these. */
+size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type);
 
 /* ======================================================================== */
 /* Distributed: tensor and expert parallelism over MPI (SEMANTICS §8)             */
@@ -463,7 +465,8 @@ void moe8_sampler_free(moe8_sampler *s);
  * allocates).
  *
  * Paged KV cache: a pool of blocks of MOE8_KV_BLOCK_TOKENS positions (every
- * layer's K and V, fp32); each sequence holds the blocks its positions need,
+ * layer's K and V as kv_type: F16 by default, BF16, or F32 as computed; read
+ * back widened to fp32); each sequence holds the blocks its positions need,
  * through a block table. The pool is sized by kv_bytes (default: enough for
  * every sequence to reach n_ctx). moe8_decode takes the blocks a batch needs
  * and fails cleanly when the pool has too few (the scheduler below never lets
@@ -506,6 +509,9 @@ typedef struct {
     uint64_t kv_bytes;    /* KV pool budget in bytes (whole model, also under TP); 0 =
                            * n_seq_max x n_ctx positions */
     int prefix_cache;     /* register full KV blocks for reuse; default 1 */
+    moe8_dtype kv_type;   /* KV cache elements: MOE8_DT_F16 (default), MOE8_DT_BF16 (half the
+                           * memory of F32, K/V rounded to nearest even when written) or
+                           * MOE8_DT_F32 (exact) */
 } moe8_context_params;
 moe8_context_params moe8_context_params_default(void);
 
@@ -1082,6 +1088,7 @@ typedef struct {
     double gemm_q8_s;    /* int8 GEMMs (both variants) */
     double gemm_f32_s;   /* float GEMMs */
     int64_t n_calls;
+    double attn_s;       /* flash-attention tiles */
 } moe8_kernel_times;
 void moe8_bench_kernel_timing(int on);
 void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);

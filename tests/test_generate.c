@@ -72,10 +72,10 @@ static int parse_ids(const char *line, int32_t *ids, int cap) {
     return n;
 }
 
-/* The library's own generation: n_predict tokens of one prompt. */
-static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
-                        const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
-                        int float_experts, int32_t *out) {
+/* The library's own generation: n_predict tokens of one prompt, a KV cache of kv_type. */
+static int lib_generate_kv(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
+                           const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
+                           int float_experts, moe8_dtype kv_type, int32_t *out) {
     moe8_model *m = test_load_model(dir);
     moe8_context_params cp = moe8_context_params_default();
     moe8_context *c = NULL;
@@ -83,6 +83,7 @@ static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, in
     int32_t n_out = -1;
     cp.n_ctx = 1024;
     cp.float_experts = float_experts;
+    cp.kv_type = kv_type;
     moe8_generate_request r = {1, &prompt, &n_prompt, n_predict, stops, n_stop, NULL, NULL,
                                out, &n_out, NULL};
     CHECK(moe8_context_create(m, &cp, &c, NULL) == MOE8_OK);
@@ -92,6 +93,13 @@ static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, in
     moe8_context_free(c);
     moe8_model_free(m);
     return n_out;
+}
+
+static int lib_generate(const char *dir, const int32_t *prompt, int n_prompt, int n_predict,
+                        const int32_t *stops, int n_stop, const moe8_sampler_params *sp,
+                        int float_experts, int32_t *out) {
+    return lib_generate_kv(dir, prompt, n_prompt, n_predict, stops, n_stop, sp, float_experts,
+                           moe8_context_params_default().kv_type, out);
 }
 
 static const char *ids_arg(const int32_t *ids, int n) {
@@ -163,6 +171,21 @@ static void test_ids_vs_library(const char *dir) {
     n_got = parse_ids(g_out, got, MAXN);
     CHECKF(n_lib == 24 && n_got == 24 && !memcmp(lib, got, 24 * sizeof(int32_t)),
            "sampled ids differ from the library's");
+
+    /* --kv-type: the library with the same cache type */
+    static const char *kv_names[3] = {"f32", "f16", "bf16"};
+    static const moe8_dtype kv_types[3] = {MOE8_DT_F32, MOE8_DT_F16, MOE8_DT_BF16};
+    for (int k = 0; k < 3; k++) {
+        n_lib = lib_generate_kv(dir, PROMPT, 6, 16, NULL, 0, NULL, 0, kv_types[k], lib);
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 16 --ids --ignore-eos --kv-type %s",
+                 dir, ids_arg(PROMPT, 6), kv_names[k]);
+        CHECKF(cli(args) == 0, "%s", g_err);
+        n_got = parse_ids(g_out, got, MAXN);
+        CHECKF(n_lib == 16 && n_got == 16 && !memcmp(lib, got, 16 * sizeof(int32_t)),
+               "--kv-type %s: ids differ from the library's", kv_names[k]);
+    }
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --kv-type f8", dir);
+    CHECK(cli(args) == 2 && strstr(g_err, "--kv-type wants f32, f16 or bf16, got 'f8'"));
 
     /* --float-experts */
     n_lib = lib_generate(dir, PROMPT, 6, 12, NULL, 0, NULL, 1, lib);

@@ -352,8 +352,22 @@ static void test_timing(void) {
     moe8_kernels_get()->gemm_q8_i32(b, 64, xq, 256, &p.q, 1, 0, 64);
     moe8_bench_kernel_times(&t, 1);
     CHECK(!strcmp(kt->isa, "timed") && t.n_calls == 1 && t.gemm_q8_s > 0.0 && t.quant_s == 0.0);
-    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, b, sizeof a) == 0 && t.attn_s == 0.0);
     qprob_free(&p);
+
+    /* flash attention: one query on one key (the output is its value) */
+    float kv[2 * 16 * 8] = {0}, q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, o[8], work[512];
+    const int32_t blocks[1] = {0};
+    const moe8_kv_pages pg = {(const char *)kv, sizeof kv, 16 * 8 * sizeof(float), blocks, MOE8_DT_F32};
+    for (int d = 0; d < 8; d++) kv[16 * 8 + d] = (float)(d - 3);
+    MOE8_ASSERT(moe8_attn_work_floats(8, 1) <= 512);
+    moe8_bench_kernel_timing(1);
+    kt = moe8_kernels_get();
+    kt->flash_attn(o, 8, q, 8, 1, 1, 8, 0, 0.35f, &pg, work);
+    moe8_bench_kernel_timing(0);
+    moe8_bench_kernel_times(&t, 1);
+    CHECK(t.n_calls == 1 && t.attn_s > 0.0 && t.gemm_q8_s == 0.0);
+    for (int d = 0; d < 8; d++) CHECK(o[d] == (float)(d - 3));
 }
 
 int main(void) {

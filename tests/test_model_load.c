@@ -273,12 +273,21 @@ static void test_queries(void) {
     for (int d = 0; d < MOE8_DT_COUNT; d++) CHECKF(s.bytes_by_dtype[d] == bytes[d], "dtype %d", d);
     CHECK(s.bytes_by_dtype[MOE8_DT_I8] > 0 && s.bytes_by_dtype[MOE8_DT_I64] == 0);
     fx_list_free(&L);
-    CHECK(moe8_model_memory(m, 4096, &me, &e) == MOE8_OK);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_F32, &me, &e) == MOE8_OK);
     CHECK(me.weight_bytes == total);
     CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 4);
     CHECK(me.scratch_bytes >= (1u << 20) && me.scratch_bytes < (4u << 20));
     CHECK(me.total_bytes == me.weight_bytes + me.kv_bytes + me.scratch_bytes);
-    CHECK(moe8_model_memory(m, 0, &me, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_F16, &me, &e) == MOE8_OK);
+    CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 2);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_BF16, &me, &e) == MOE8_OK);
+    CHECK(me.kv_bytes == 2ull * 2 * 2 * 16 * 4096 * 2);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_F32) == 2u * 2 * 2 * 16 * 16 * 4);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_F16) == 2u * 2 * 2 * 16 * 16 * 2);
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_I8) == 0);
+    CHECK(moe8_model_memory(m, 4096, MOE8_DT_I8, &me, &e) == MOE8_ERR_INVALID_ARG &&
+          strstr(e.message, "kv type I8"));
+    CHECK(moe8_model_memory(m, 0, MOE8_DT_F16, &me, &e) == MOE8_ERR_INVALID_ARG);
     test_thread_counts(dir, m);
     moe8_model_free(m);
     moe8_model_free(NULL);
@@ -686,9 +695,19 @@ static void test_inspect(void) {
         "safetensors files: 2",
         "I8 ",
         "context 4096",
+        "KV cache 2.0 (f16)", /* 2 x 4 layers x 2 kv heads x 16 x 4096 x 2 bytes */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECKF(strstr(out, want[i]) != NULL, "inspect output lacks '%s':\n%s", want[i], out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' -c 2048 --kv-type f32 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "context 2048") && strstr(out, "KV cache 2.0 (f32)"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --kv-type bf16 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    CHECKF(strstr(out, "KV cache 2.0 (bf16)") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --kv-type f8 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "--kv-type wants f32, f16 or bf16, got 'f8'") != NULL, "%s", out);
 
     o = fx_default_opts();
     dir = make("inspect_float", &o);

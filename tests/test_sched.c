@@ -1,8 +1,8 @@
 /*
  * test_sched.c — the step scheduler (moe8_sched_*) over the paged KV cache:
  * batch invariance (random add / step / cancel schedules against each
- * request run alone, bit for bit), chunked prefill and thread counts, the
- * prefix cache and its LRU eviction, preemption, stop strings across token
+ * request run alone, bit for bit), chunked prefill and thread counts (with
+ * each KV cache type), the prefix cache and its LRU eviction, preemption, stop strings across token
  * boundaries, log-probabilities against an independent double-precision
  * log-softmax of the CLI's --dump-logits, library defects (sampler
  * vocabulary, model freed before its context), 500 requests, bad requests.
@@ -34,10 +34,11 @@ typedef struct {
     int kv_blocks;               /* 0: the default pool */
     int max_batch, max_running;  /* scheduler; 0: defaults */
     int float_experts;
+    moe8_dtype kv_type;
 } cfg;
 
 static cfg cfg_default(void) {
-    cfg c = {1, 1, 1, 0, 0, 0, 0};
+    cfg c = {1, 1, 1, 0, 0, 0, 0, moe8_context_params_default().kv_type};
     return c;
 }
 
@@ -50,7 +51,8 @@ static moe8_context *new_ctx(moe8_model *m, const cfg *c) {
     p.n_threads = c->n_threads;
     p.prefix_cache = c->prefix_cache;
     p.float_experts = c->float_experts;
-    p.kv_bytes = (uint64_t)c->kv_blocks * g_block_bytes;
+    p.kv_type = c->kv_type;
+    p.kv_bytes = (uint64_t)c->kv_blocks * moe8_model_kv_block_bytes(m, c->kv_type);
     if (moe8_context_create(m, &p, &x, &e) != MOE8_OK) {
         fprintf(stderr, "context: %s\n", e.message);
         exit(2);
@@ -295,10 +297,8 @@ static void check_pool_empty(moe8_sched *s, const char *what) {
 
 /* The request alone in a fresh context (one sequence, one thread, no prefix
  * cache) and scheduler. */
-static void run_alone_fx(const spec *q, result *r, int float_experts) {
-    cfg c = cfg_default();
+static void run_alone_cfg(cfg c, const spec *q, result *r) {
     c.prefix_cache = 0;
-    c.float_experts = float_experts;
     moe8_context *x = new_ctx(g_model, &c);
     moe8_sched *s = new_sched(x, &c, g_tok);
     memset(r, 0, sizeof *r);
@@ -308,6 +308,12 @@ static void run_alone_fx(const spec *q, result *r, int float_experts) {
     check_text(q, r, "alone", 0);
     moe8_sched_free(s);
     moe8_context_free(x);
+}
+
+static void run_alone_fx(const spec *q, result *r, int float_experts) {
+    cfg c = cfg_default();
+    c.float_experts = float_experts;
+    run_alone_cfg(c, q, r);
 }
 
 static void run_alone(const spec *q, result *r) { run_alone_fx(q, r, 0); }
@@ -569,6 +575,38 @@ static void test_chunking_threads(void) {
     }
     free(ref);
     free(ref_fx);
+    free(got);
+}
+
+/* Chunking, threads and a short pool with F32 and BF16 caches (F16, the
+ * default, is everywhere else), against each request alone with that cache. */
+static void test_kv_types(void) {
+    static const moe8_dtype types[2] = {MOE8_DT_F32, MOE8_DT_BF16};
+    static const struct { int max_batch, n_threads, n_seq, kv_blocks; } v[] = {
+        {1, 1, 4, 0}, {7, 3, 3, 0}, {0, 2, 6, 0}, {16, 2, 6, 14},
+    };
+    spec q[6];
+    result *ref = calloc(6, sizeof *ref), *got = calloc(6, sizeof *got);
+    const int n = fixed_specs(q);
+    for (int k = 0; k < 2; k++) {
+        cfg a = cfg_default();
+        a.kv_type = types[k];
+        for (int i = 0; i < n; i++) run_alone_cfg(a, &q[i], &ref[i]);
+        for (size_t j = 0; j < sizeof v / sizeof v[0]; j++) {
+            cfg c = cfg_default();
+            char what[96];
+            c.kv_type = types[k];
+            c.max_batch = v[j].max_batch;
+            c.n_threads = v[j].n_threads;
+            c.n_seq = v[j].n_seq;
+            c.kv_blocks = v[j].kv_blocks;
+            snprintf(what, sizeof what, "%s KV, max_batch_tokens %d, %d threads, %d blocks",
+                     moe8_dtype_name(types[k]), c.max_batch, c.n_threads, c.kv_blocks);
+            run_together(&c, q, n, got, NULL);
+            for (int i = 0; i < n; i++) check_same(&got[i], &ref[i], what, i);
+        }
+    }
+    free(ref);
     free(got);
 }
 
@@ -1517,6 +1555,8 @@ int main(int argc, char **argv) {
     moe8_context_kv_stats(keeper, &kv);
     g_block_bytes = kv.block_bytes;
     CHECK(kv.block_tokens == MOE8_KV_BLOCK_TOKENS && kv.n_blocks == NCTX / 16 && kv.n_used == 0);
+    CHECK(g_block_bytes == moe8_model_kv_block_bytes(g_model, c.kv_type) &&
+          c.kv_type == MOE8_DT_F16);
 #define TIMED(f)                                                                                 \
     do {                                                                                         \
         struct timespec ts;                                                                      \
@@ -1539,6 +1579,7 @@ int main(int argc, char **argv) {
     TIMED(test_free_pending);
     TIMED(test_preemption);
     TIMED(test_chunking_threads);
+    TIMED(test_kv_types);
     TIMED(test_random);
     TIMED(test_many);
     moe8_context_free(keeper);

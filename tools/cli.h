@@ -22,6 +22,11 @@ int cmd_perplexity(int argc, char **argv);
 /* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
 int cli_fail(const char *cmd, const moe8_error *err);
 
+/* A KV cache type flag value: "f32", "f16" or "bf16" -> 0 and *out, else -1. */
+int cli_kv_type(const char *s, moe8_dtype *out);
+/* Its spelling back: "f32", "f16", "bf16". */
+const char *cli_kv_type_name(moe8_dtype t);
+
 /* Route the library's warnings and errors (moe8_set_log) to stderr as
  * "moe8 <cmd>: <message>"; `cmd` must outlive the process's library calls. */
 void cli_log_warnings(const char *cmd);

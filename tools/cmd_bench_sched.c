@@ -153,7 +153,7 @@ static int run_until(moe8_sched *s, int64_t n_tokens, double *ttft, int32_t *cac
 
 static int decode_row(moe8_model *m, const sched_opts *o, int R) {
     const int32_t V = (int32_t)moe8_model_config(m)->vocab_size;
-    const size_t bb = moe8_model_kv_block_bytes(m);
+    const size_t bb = moe8_model_kv_block_bytes(m, moe8_context_params_default().kv_type);
     const int per_req = o->prompt + o->steps + 2;
     const uint64_t kv = (uint64_t)R * (uint64_t)((per_req + MOE8_KV_BLOCK_TOKENS - 1) /
                                                   MOE8_KV_BLOCK_TOKENS) * bb;

@@ -75,6 +75,8 @@ static void usage(FILE *f) {
         "                     shared by the prompts (default: what every prompt needs for\n"
         "                     its whole length); prompts wait or are recomputed when it is\n"
         "                     short, with the same output\n"
+        "  --kv-type T        KV cache elements: f16 (default), bf16 (half the memory of f32,\n"
+        "                     K/V rounded to nearest even) or f32 (exact)\n"
         "  --max-batch-tokens N\n"
         "                     most tokens per forward pass (default %d): longer prompts are\n"
         "                     read in chunks, with the same output\n"
@@ -113,6 +115,7 @@ typedef struct {
     char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
     int64_t n_predict, n_ctx, kv_mb, max_batch;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
+    moe8_dtype kv_type;
     moe8_sampler_params sp;
     float comm_timeout; /* seconds, 0 = none */
 } opts;
@@ -164,7 +167,7 @@ static int is_valued(const char *a) {
     static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
                                         "--dump-logits", "-n", "-c", "--threads", "--top-k",
                                         "--temp", "--top-p", "--min-p", "--seed", "--tp", "--kv-mb",
-                                        "--max-batch-tokens", "--comm-timeout"};
+                                        "--max-batch-tokens", "--comm-timeout", "--kv-type"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -188,6 +191,8 @@ static int parse_valued(opts *o, const char *a, const char *v) {
         o->n_threads = (int)x;
     } else if (!strcmp(a, "--kv-mb")) {
         return parse_int(a, v, 1, (int64_t)1 << 24, &o->kv_mb) ? -1 : 1;
+    } else if (!strcmp(a, "--kv-type")) {
+        if (cli_kv_type(v, &o->kv_type)) return bad_value(a, "f32, f16 or bf16", v);
     } else if (!strcmp(a, "--max-batch-tokens")) {
         return parse_int(a, v, 1, MAX_N_BATCH, &o->max_batch) ? -1 : 1;
     } else if (!strcmp(a, "--tp")) {
@@ -223,6 +228,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->n_ctx = DEFAULT_N_CTX;
     o->tp = 1;
     o->comm_timeout = 60;
+    o->kv_type = moe8_context_params_default().kv_type;
     o->sp = moe8_sampler_defaults();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -830,7 +836,7 @@ static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
     int64_t head[16] = {o->n_predict, o->n_ctx, o->ctx_set, o->chat, o->ignore_eos,
                         o->float_experts, o->tp, o->expert_parallel, o->sp.top_k,
                         (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids, o->kv_mb,
-                        o->max_batch};
+                        o->max_batch, o->kv_type};
     float f[4] = {o->sp.temperature, o->sp.top_p, o->sp.min_p, o->comm_timeout};
     size_t n = sizeof head + sizeof f + (size_t)p->n_tokens * sizeof(int32_t), u = 0;
     char *buf = malloc(n);
@@ -913,7 +919,7 @@ static uint64_t kv_budget(const opts *o, const moe8_model *m, const prompts *p, 
         int64_t n = p->len[i] + o->n_predict;
         blocks += ((n < n_ctx ? n : n_ctx) + bs - 1) / bs;
     }
-    return (uint64_t)blocks * moe8_model_kv_block_bytes(m);
+    return (uint64_t)blocks * moe8_model_kv_block_bytes(m, o->kv_type);
 }
 
 static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const prompts *p,
@@ -930,6 +936,7 @@ static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const
     cp.n_threads = o->n_threads;
     cp.float_experts = o->float_experts;
     cp.kv_bytes = kv_budget(o, m, p, r->n_ctx);
+    cp.kv_type = o->kv_type;
     if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) /* agreed by every rank */
         return r->quiet ? 1 : cli_fail(CMD, &err);
     sp.tok = o->print_ids ? NULL : tok;

@@ -2,7 +2,8 @@
  * cmd_inspect.c — `moe8 inspect -m DIR`: load a model folder (every tensor
  * checked) and describe it on stdout: architecture, per-layer quant types
  * with runs of identical layers collapsed, tensor bytes by dtype, and the
- * estimated memory at a context length (default 4096).
+ * estimated memory at a context length (default 4096) and KV cache type
+ * (default f16, as contexts).
  * Uses only the public header. Does not run the model.
  * lm_head gets a line of its own: quant type, dtype and bytes.
  */
@@ -13,9 +14,11 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: moe8 inspect -m DIR [-c N]\n"
-               "  -m DIR   model folder (config.json, *.safetensors, quant_model_description.json)\n"
-               "  -c N     context length for the memory estimate (default 4096)\n");
+    fprintf(f, "usage: moe8 inspect -m DIR [-c N] [--kv-type T]\n"
+               "  -m DIR         model folder (config.json, *.safetensors,\n"
+               "                 quant_model_description.json)\n"
+               "  -c N           context length for the memory estimate (default 4096)\n"
+               "  --kv-type T    KV cache elements for the estimate: f16 (default), bf16, f32\n");
 }
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
@@ -105,6 +108,7 @@ static void print_tensors(const moe8_model_stats *s) {
 int cmd_inspect(int argc, char **argv) {
     const char *dir = NULL;
     long long n_ctx = 4096;
+    moe8_dtype kv_type = moe8_context_params_default().kv_type;
     moe8_model *m = NULL;
     moe8_model_stats s;
     moe8_memory_estimate me;
@@ -120,6 +124,12 @@ int cmd_inspect(int argc, char **argv) {
             n_ctx = strtoll(argv[++i], &end, 10);
             if (*end || n_ctx < 1) {
                 fprintf(stderr, "moe8 inspect: -c wants a positive integer, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
+            if (cli_kv_type(argv[++i], &kv_type)) {
+                fprintf(stderr, "moe8 inspect: --kv-type wants f32, f16 or bf16, got '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else {
@@ -139,12 +149,13 @@ int cmd_inspect(int argc, char **argv) {
     print_lm_head(m);
     moe8_model_get_stats(m, &s);
     print_tensors(&s);
-    if (moe8_model_memory(m, (int64_t)n_ctx, &me, &err) != MOE8_OK) {
+    if (moe8_model_memory(m, (int64_t)n_ctx, kv_type, &me, &err) != MOE8_OK) {
         moe8_model_free(m);
         return cli_fail("inspect", &err);
     }
-    printf("memory at context %lld: %.1f MiB = weights %.1f + KV cache %.1f + scratch %.1f\n", n_ctx,
-           mib(me.total_bytes), mib(me.weight_bytes), mib(me.kv_bytes), mib(me.scratch_bytes));
+    printf("memory at context %lld: %.1f MiB = weights %.1f + KV cache %.1f (%s) + scratch %.1f\n",
+           n_ctx, mib(me.total_bytes), mib(me.weight_bytes), mib(me.kv_bytes),
+           cli_kv_type_name(kv_type), mib(me.scratch_bytes));
     moe8_model_free(m);
     return 0;
 }

@@ -27,6 +27,18 @@ int cli_fail(const char *cmd, const moe8_error *err) {
     return 1;
 }
 
+int cli_kv_type(const char *s, moe8_dtype *out) {
+    if (!strcmp(s, "f32")) *out = MOE8_DT_F32;
+    else if (!strcmp(s, "f16")) *out = MOE8_DT_F16;
+    else if (!strcmp(s, "bf16")) *out = MOE8_DT_BF16;
+    else return -1;
+    return 0;
+}
+
+const char *cli_kv_type_name(moe8_dtype t) {
+    return t == MOE8_DT_F32 ? "f32" : t == MOE8_DT_F16 ? "f16" : t == MOE8_DT_BF16 ? "bf16" : "?";
+}
+
 static void log_to_stderr(moe8_log_level level, const char *message, void *user) {
     if (level >= MOE8_LOG_WARN) fprintf(stderr, "moe8 %s: %s\n", (const char *)user, message);
 }

@@ -18,7 +18,8 @@
 extern const moe8_kernels moe8_kernels_avx2;
 
 static const moe8_kernels ref_table = {
-    "ref", moe8_quant_rows_ref, moe8_gemm_q8_i32_ref, moe8_gemm_q8_f32_ref, moe8_gemm_f32_wf_ref,
+    "ref", moe8_quant_rows_ref, moe8_gemm_q8_i32_ref, moe8_gemm_q8_f32_ref,
+    moe8_gemm_f32_wf_ref, moe8_flash_attn_ref,
 };
 
 const moe8_kernels *moe8_kernels_ref(void) { return &ref_table; }
@@ -32,7 +33,7 @@ static const moe8_kernels *chosen(void) {
 /* ---- kernel-time accounting ---------------------------------------------- */
 
 static atomic_int timing_on;
-static atomic_llong ns_quant, ns_q8, ns_f32, n_calls;
+static atomic_llong ns_quant, ns_q8, ns_f32, ns_attn, n_calls;
 
 static long long now_ns(void) {
     struct timespec ts;
@@ -73,8 +74,15 @@ static void timed_f32(float *y, int ldy, const float *x, int ldx, const void *w,
     add_time(&ns_f32, t0);
 }
 
+static void timed_attn(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                       int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
+    long long t0 = now_ns();
+    chosen()->flash_attn(out, ldo, q, ldq, n_tok, G, D, pos0, scale, kv, work);
+    add_time(&ns_attn, t0);
+}
+
 static const moe8_kernels timed_table = {
-    "timed", timed_quant, timed_q8_i32, timed_q8_f32, timed_f32,
+    "timed", timed_quant, timed_q8_i32, timed_q8_f32, timed_f32, timed_attn,
 };
 
 void moe8_bench_kernel_timing(int on) { atomic_store(&timing_on, on ? 1 : 0); }
@@ -83,11 +91,13 @@ void moe8_bench_kernel_times(moe8_kernel_times *out, int reset) {
     out->quant_s = 1e-9 * (double)atomic_load(&ns_quant);
     out->gemm_q8_s = 1e-9 * (double)atomic_load(&ns_q8);
     out->gemm_f32_s = 1e-9 * (double)atomic_load(&ns_f32);
+    out->attn_s = 1e-9 * (double)atomic_load(&ns_attn);
     out->n_calls = atomic_load(&n_calls);
     if (reset) {
         atomic_store(&ns_quant, 0);
         atomic_store(&ns_q8, 0);
         atomic_store(&ns_f32, 0);
+        atomic_store(&ns_attn, 0);
         atomic_store(&n_calls, 0);
     }
 }

@@ -70,12 +70,50 @@ typedef void (*moe8_gemm_q8_f32_fn)(float *y, int ldy, const int8_t *xq, int ldq
 typedef void (*moe8_gemm_f32_wf_fn)(float *y, int ldy, const float *x, int ldx, const void *w,
                                     moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
 
+/* The K/V of one sequence and one kv head of one layer in the paged cache
+ * (SEMANTICS §7, §10): key block b (positions 16b .. 16b+15) is K[16][D] of
+ * dtype dt at base + blocks[b] * block_bytes, its values V[16][D] v_off bytes
+ * further. dt is F32, F16 or BF16; values are widened to fp32 on reading. */
+typedef struct {
+    const char *base;        /* K rows of block 0 (of this layer and kv head) */
+    size_t block_bytes;      /* stride between blocks */
+    size_t v_off;            /* bytes from a block's K rows to its V rows */
+    const int32_t *blocks;   /* the sequence's block table */
+    moe8_dtype dt;
+} moe8_kv_pages;
+
+/* Flash attention of a tile of queries against one kv head: n_tok
+ * consecutive tokens of one sequence, token i at position pos0 + i attending
+ * to positions 0..pos0+i, times G query heads sharing the kv head. Query row
+ * (i, g) is q[i*ldq + g*D .. +D), its output out[i*ldo + g*D .. +D):
+ *     out = sum_p softmax_p(scale * q.k_p) v_p
+ * Key blocks are read once per tile, in position order; each row keeps a
+ * running max, a running sum and a rescaled accumulator (online softmax) and
+ * is computed in an order that depends only on D and its own position, never
+ * on the other rows of the tile (batch invariance, SEMANTICS §10). Variants
+ * differ by FMA and exp rounding: relative error vs a double reference ~1e-6
+ * for scores of unit scale; large scores add their own fp32 rounding (at
+ * |s| ~ 60, ulp 4e-6 moves a weight by as much).
+ * work: moe8_attn_work_floats(D, n_tok * G) floats. */
+typedef void (*moe8_flash_attn_fn)(float *out, int ldo, const float *q, int ldq, int n_tok,
+                                   int G, int D, int32_t pos0, float scale,
+                                   const moe8_kv_pages *kv, float *work);
+
+/* Scratch floats of one flash-attention tile of `rows` query rows: widened
+ * K and V blocks [16][D] each, then scores [rows][16], max, sum, rescale [rows]
+ * (a multiple of 16 floats, so per-thread slices stay 64-byte aligned). */
+static inline size_t moe8_attn_work_floats(int D, int rows) {
+    size_t n = 2 * (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D + 19 * (size_t)rows;
+    return (n + 15) / 16 * 16;
+}
+
 typedef struct {
     const char *isa;                 /* "ref", "avx2" */
     moe8_quant_rows_fn quant_rows;
     moe8_gemm_q8_i32_fn gemm_q8_i32;
     moe8_gemm_q8_f32_fn gemm_q8_f32;
     moe8_gemm_f32_wf_fn gemm_f32_wf;
+    moe8_flash_attn_fn flash_attn;
 } moe8_kernels;
 
 /* The table in use: AVX2 when available unless MOE8_FORCE_REF=1. */
@@ -91,5 +129,7 @@ void moe8_gemm_q8_f32_ref(float *y, int ldy, const int8_t *xq, int ldq, const fl
                           const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1);
 void moe8_gemm_f32_wf_ref(float *y, int ldy, const float *x, int ldx, const void *w,
                           moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
+void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                         int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
 
 #endif

@@ -104,3 +104,69 @@ void moe8_gemm_f32_wf_ref(float *y, int ldy, const float *x, int ldx, const void
             y[(size_t)r * ldy + j] = a;
         }
 }
+
+/* ---- flash attention ------------------------------------------------------ */
+
+static inline float load_kv(const char *row, moe8_dtype dt, int d) {
+    if (dt == MOE8_DT_F32) return ((const float *)(const void *)row)[d];
+    return load_wf(row, dt, (size_t)d);
+}
+
+/* q.k with 8 lane sums (lane l takes d = l mod 8, in order) added as
+ * ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)): the order of the AVX2 twin. */
+static float attn_dot(const float *q, const char *k, moe8_dtype dt, int D) {
+    float p[8] = {0};
+    for (int d = 0; d < D; d++) p[d % 8] += q[d] * load_kv(k, dt, d);
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/* One row against key block b: the online-softmax step (kernels.h). */
+static void attn_row_block(float *o, float *m, float *l, const float *q, const char *kblk,
+                           const char *vblk, moe8_dtype dt, int D, int c, float scale) {
+    const size_t row_bytes = (size_t)D * moe8_dtype_size(dt);
+    float s[MOE8_KV_BLOCK_TOKENS], t[8], mx = -INFINITY, m_new, alpha, sum;
+    for (int j = 0; j < MOE8_KV_BLOCK_TOKENS; j++) {
+        s[j] = j < c ? attn_dot(q, kblk + j * row_bytes, dt, D) * scale : -INFINITY;
+        mx = fmaxf(mx, s[j]);
+    }
+    m_new = fmaxf(*m, mx);
+    alpha = expf(*m - m_new);
+    for (int j = 0; j < MOE8_KV_BLOCK_TOKENS; j++) s[j] = j < c ? expf(s[j] - m_new) : 0.0f;
+    for (int j = 0; j < 8; j++) t[j] = s[j] + s[j + 8];
+    sum = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+    *l = *l * alpha + sum;
+    *m = m_new;
+    for (int d = 0; d < D; d++) {
+        float a = o[d] * alpha;
+        for (int j = 0; j < c; j++) a += s[j] * load_kv(vblk + j * row_bytes, dt, d);
+        o[d] = a;
+    }
+}
+
+void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                         int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
+    const int R = n_tok * G, BS = MOE8_KV_BLOCK_TOKENS;
+    const int32_t last = pos0 + n_tok - 1;
+    float *M = work, *L = work + R;
+    for (int r = 0; r < R; r++) {
+        M[r] = -INFINITY;
+        L[r] = 0.0f;
+        memset(out + (size_t)(r / G) * ldo + (size_t)(r % G) * D, 0, (size_t)D * sizeof(float));
+    }
+    for (int32_t b = 0; b <= last / BS; b++) {
+        const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+        const int nv = last + 1 - b * BS < BS ? last + 1 - b * BS : BS;
+        const int i0 = b * BS - pos0 > 0 ? b * BS - pos0 : 0; /* first token that sees block b */
+        for (int r = i0 * G; r < R; r++) {
+            const int i = r / G, g = r % G, seen = pos0 + i - b * BS + 1; /* keys of b it sees */
+            const int c = seen < nv ? seen : nv;
+            attn_row_block(out + (size_t)i * ldo + (size_t)g * D, &M[r], &L[r],
+                           q + (size_t)i * ldq + (size_t)g * D, kblk, kblk + kv->v_off, kv->dt, D,
+                           c, scale);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = out + (size_t)(r / G) * ldo + (size_t)(r % G) * D;
+        for (int d = 0; d < D; d++) o[d] = o[d] / L[r];
+    }
+}

@@ -1,21 +1,28 @@
 /*
  * attention.c — the attention block's arithmetic (SEMANTICS §7): RMSNorm (whole
  * rows and per head), NEOX rotary embedding from a precomputed cos/sin table,
- * and causal grouped-query attention over the paged fp32 KV cache.
+ * K/V rows into the paged cache (F32, F16 or BF16), and causal grouped-query
+ * attention over it.
  *
  * Cache layout (forward.h moe8_kv_view): blocks of MOE8_KV_BLOCK_TOKENS
  * positions, [n_kv][BS][D] per layer and k/v, found through the sequence's
- * block table. Query head h reads kv head h / (n_head / n_kv). Each (token,
- * head) pair is computed by one thread in position order with a
- * max-subtracted softmax and a fixed summation order, so the result depends
- * neither on the thread count nor on the batch around the token.
+ * block table. Query head h reads kv head h / G, G = n_head / n_kv.
  *
- * Does not: write the cache (the forward pass does, before calling this),
- * quantize the cache, or handle sliding windows / rope scaling.
+ * Attention work is cut into items (query tile, kv head[, part of its head
+ * group]): a tile is a run of consecutive tokens of one sequence (at most
+ * 128 / G of them, cut at positions that are multiples of that), and each
+ * item is one call of the flash-attention kernel (kernels.h) on one thread,
+ * writing its own rows of out. Nothing is summed across items, and the
+ * kernel computes each row the same way whatever rows share its tile, so the
+ * result depends neither on the thread count nor on the batch around a token.
+ *
+ * Does not: handle sliding windows / rope scaling.
  */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+
+#include "core/core.h"
 
 #include "model/forward.h"
 
@@ -59,50 +66,79 @@ void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
     }
 }
 
-/* q·k with 8 interleaved partial sums added pairwise at the end: the order
- * is fixed by the code, not left to the vectorizer (whose loop peeling could
- * depend on the pointers' alignment). */
-static float dot(const float *a, const float *b, int n) {
-    float p[8] = {0};
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int j = 0; j < 8; j++) p[j] += a[d + j] * b[d + j];
-    for (; d < n; d++) p[d % 8] += a[d] * b[d];
-    return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+/* ---- the KV cache ---------------------------------------------------------- */
+
+moe8_attn_cache moe8_attn_cache_layer(const moe8_kv_view *kv, int n_head, int n_kv, int D,
+                                      int layer) {
+    const size_t head = (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D * moe8_dtype_size(kv->dt);
+    moe8_attn_cache c = {n_head, n_kv, D, kv->dt, kv->data + (size_t)layer * 2 * n_kv * head,
+                         kv->block_bytes, (size_t)n_kv * head, head, kv->table, kv->max_blocks};
+    return c;
 }
 
-/* One query head against positions 0..p of its kv head in the paged cache; out[D]. */
-static void attend_one(float *out, const float *q, const moe8_attn_cache *c, int32_t seq, int kvh,
-                       int32_t p, float scale, float *sc) {
-    const int D = c->D;
-    float mx = -INFINITY, sum = 0.0f;
-    for (int32_t i = 0; i <= p; i++) {
-        float s = dot(q, c->k0 + moe8_kv_row(c, seq, kvh, i), D) * scale;
-        sc[i] = s;
-        if (s > mx) mx = s;
-    }
-    for (int32_t i = 0; i <= p; i++) {
-        sc[i] = expf(sc[i] - mx);
-        sum += sc[i];
-    }
-    memset(out, 0, (size_t)D * sizeof(float));
-    for (int32_t i = 0; i <= p; i++) {
-        const float *vi = c->k0 + moe8_kv_row(c, seq, kvh, i) + c->v_off;
-        float wgt = sc[i] / sum;
-        for (int d = 0; d < D; d++) out[d] += wgt * vi[d];
+void moe8_kv_store(void *dst, const float *src, int D, moe8_dtype dt) {
+    uint16_t *h = dst;
+    switch (dt) {
+    case MOE8_DT_F32: memcpy(dst, src, (size_t)D * sizeof(float)); break;
+    case MOE8_DT_F16: for (int d = 0; d < D; d++) h[d] = moe8_f32_to_f16(src[d]); break;
+    case MOE8_DT_BF16: for (int d = 0; d < D; d++) h[d] = moe8_f32_to_bf16(src[d]); break;
+    default: MOE8_ASSERT(!"kv type must be F32, F16 or BF16");
     }
 }
 
-void moe8_attention(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
-                    const int32_t *pos, int T, float *work, int64_t n_ctx, int n_threads) {
-    const int n_head = c->n_head, group = n_head / c->n_kv, D = c->D;
+/* ---- attention --------------------------------------------------------------- */
+
+#define TILE_ROWS 128 /* query rows (tokens x heads of a group) per kernel call */
+
+/* Tokens per query tile: TILE_ROWS / G, a multiple of the block size when it
+ * reaches one, at least 1. */
+static int tile_tokens(int G) {
+    int n = G < TILE_ROWS ? TILE_ROWS / G : 1;
+    return n >= MOE8_KV_BLOCK_TOKENS ? n / MOE8_KV_BLOCK_TOKENS * MOE8_KV_BLOCK_TOKENS : n;
+}
+
+size_t moe8_attention_work_floats(int D, int G) {
+    return moe8_attn_work_floats(D, tile_tokens(G) * G);
+}
+
+/* Cut the batch into tiles: start[i], len[i] (consecutive batch rows of one
+ * sequence at consecutive positions, a new tile at each multiple of n_tok). */
+static int make_tiles(int32_t *start, int32_t *len, const int32_t *seq, const int32_t *pos,
+                      int T, int n_tok) {
+    int n = 0;
+    for (int t = 0; t < T;) {
+        int k = 1;
+        while (t + k < T && k < n_tok && seq[t + k] == seq[t] && pos[t + k] == pos[t] + k &&
+               pos[t + k] % n_tok != 0)
+            k++;
+        start[n] = t;
+        len[n++] = k;
+        t += k;
+    }
+    return n;
+}
+
+void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
+                    const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
+                    size_t work_floats, int n_threads) {
+    const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
     const float scale = (float)(1.0 / sqrt((double)D));
-    const int64_t n_pairs = (int64_t)T * n_head;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1 && n_pairs > 1)
-    for (int64_t i = 0; i < n_pairs; i++) {
-        int t = (int)(i / n_head), h = (int)(i % n_head);
-        float *sc = work + (size_t)omp_get_thread_num() * (size_t)n_ctx;
-        attend_one(out + ((size_t)t * n_head + h) * D, q + ((size_t)t * n_head + h) * D, c, seq[t],
-                   h / group, pos[t], scale, sc);
+    const int n_tiles = make_tiles(tiles, tiles + T, seq, pos, T, tile_tokens(G));
+    int split = 1; /* parts of a head group, when tiles x kv heads leave threads idle */
+    while ((int64_t)n_tiles * NKV * split < n_threads && split < G)
+        do split++; while (G % split);
+    const int Gs = G / split;
+    const int64_t n_items = (int64_t)n_tiles * NKV * split;
+    /* Later tiles of a sequence read more blocks: hand them out first. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1 && n_items > 1)
+    for (int64_t it = n_items - 1; it >= 0; it--) {
+        const int tile = (int)(it / (NKV * split)), kvh = (int)(it / split % NKV);
+        const int part = (int)(it % split), t0 = tiles[tile];
+        const size_t row = ((size_t)t0 * NH + (size_t)kvh * G + (size_t)part * Gs) * D;
+        const moe8_kv_pages kv = {(const char *)c->k0 + (size_t)kvh * c->head_bytes,
+                                  c->block_bytes, c->v_off,
+                                  c->table + (size_t)seq[t0] * c->max_blocks, c->dt};
+        kt->flash_attn(out + row, NH * D, q + row, NH * D, tiles[T + tile], Gs, D, pos[t0], scale,
+                       &kv, work + (size_t)omp_get_thread_num() * work_floats);
     }
 }

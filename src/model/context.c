@@ -3,8 +3,8 @@
  *
  * A context owns the paged KV cache (sched/kv_pool.h: a pool of blocks of
  * MOE8_KV_BLOCK_TOKENS positions shared by its n_seq_max sequences, each with
- * a block table), the RoPE table [n_ctx][D/2][2], the length of each
- * sequence, and the forward scratch (forward.h) sized for n_batch tokens and
+ * a block table; elements of kv_type), the RoPE table [n_ctx][D/2][2], the
+ * length of each sequence, and the forward scratch (forward.h) sized for n_batch tokens and
  * n_outputs logits rows — all allocated at create, so decode never
  * allocates. moe8_decode reserves the blocks a batch needs before the
  * forward (all or nothing) and registers the blocks it filled in the prefix
@@ -105,6 +105,7 @@ moe8_context_params moe8_context_params_default(void) {
     p.n_ctx = 4096;
     p.n_seq_max = 1;
     p.prefix_cache = 1;
+    p.kv_type = MOE8_DT_F16;
     return p;
 }
 
@@ -120,6 +121,9 @@ static moe8_status resolve_params(const moe8_model *m, moe8_context_params *p, m
     if (p->n_threads < 0 || p->n_threads > MOE8_MAX_THREADS)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_threads %d must be in [0, %d] (0 = "
                          "default)", p->n_threads, MOE8_MAX_THREADS);
+    if (!moe8_model_kv_block_bytes(m, p->kv_type))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_type %s must be F32, F16 or BF16",
+                         moe8_dtype_name(p->kv_type));
     if (p->n_batch == 0) p->n_batch = p->n_ctx;
     if (p->n_outputs == 0) p->n_outputs = p->n_seq_max;
     if (p->n_outputs > p->n_batch) p->n_outputs = p->n_batch;
@@ -166,7 +170,9 @@ static void carve_scratch(carver *c, moe8_context *x) {
     s->xq = carve(c, B, (size_t)s->ldq);
     s->ones = carve(c, B, 4);
     s->ones_i = carve(c, B, 4);
-    s->attn_work = carve(c, (size_t)x->p.n_threads, (size_t)x->p.n_ctx * 4);
+    s->attn_work_floats = moe8_attention_work_floats(w->D, w->n_head / w->n_kv);
+    s->attn_work = carve(c, (size_t)x->p.n_threads, s->attn_work_floats * 4);
+    s->attn_tiles = carve(c, 2 * B, 4);
     s->logits = carve(c, (size_t)x->p.n_outputs, (size_t)w->V * 4);
     s->lm_part = w->v_chunk ? carve(c, (size_t)x->p.n_outputs, (size_t)w->v_chunk * 4) : NULL;
     s->lm_all = w->v_chunk ? carve(c, (size_t)x->p.n_outputs * w->n_ranks, (size_t)w->v_chunk * 4)
@@ -223,34 +229,37 @@ static moe8_status alloc_moe_ws(moe8_context *x, moe8_error *err) {
 
 /* Sized from the whole model's kv heads, so every rank of a TP group derives
  * the same block count from the same budget. */
-size_t moe8_model_kv_block_bytes(const moe8_model *m) {
+size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type) {
     const moe8_config *c = &m->cfg;
+    if (kv_type != MOE8_DT_F32 && kv_type != MOE8_DT_F16 && kv_type != MOE8_DT_BF16) return 0;
     return (size_t)c->num_hidden_layers * 2 * (size_t)c->num_key_value_heads * MOE8_KV_BLOCK_TOKENS *
-           (size_t)c->head_dim * sizeof(float);
+           (size_t)c->head_dim * moe8_dtype_size(kv_type);
 }
 
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
     const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
-    const size_t floats = (size_t)w->n_layer * 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS * (size_t)w->D;
+    const size_t bytes = (size_t)w->n_layer * 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS *
+                         (size_t)w->D * moe8_dtype_size(x->p.kv_type);
+    const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type);
     int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
     moe8_status st;
     if (x->p.kv_bytes) {
-        n_blocks = (int64_t)(x->p.kv_bytes / moe8_model_kv_block_bytes(x->model));
+        n_blocks = (int64_t)(x->p.kv_bytes / model_block);
         if (n_blocks < 1)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_bytes %llu holds no kv block "
-                             "(one block of %d positions takes %zu bytes)",
-                             (unsigned long long)x->p.kv_bytes, MOE8_KV_BLOCK_TOKENS,
-                             moe8_model_kv_block_bytes(x->model));
+                             "(one block of %d positions takes %zu bytes as %s)",
+                             (unsigned long long)x->p.kv_bytes, MOE8_KV_BLOCK_TOKENS, model_block,
+                             moe8_dtype_name(x->p.kv_type));
     }
     if (n_blocks > INT32_MAX / 2)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache of %lld blocks is too large",
                          (long long)n_blocks);
-    st = kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, floats,
+    st = kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, bytes,
                       (uint64_t)(uintptr_t)x->w, err);
     if (st) return st;
     x->kv.prefix_cache = x->p.prefix_cache != 0;
-    x->kv_bytes = (size_t)n_blocks * floats * sizeof(float);
+    x->kv_bytes = (size_t)n_blocks * bytes;
     return MOE8_OK;
 }
 
@@ -328,7 +337,7 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
     memset(out, 0, sizeof *out);
     out->n_blocks = x->kv.n_blocks;
     out->block_tokens = MOE8_KV_BLOCK_TOKENS;
-    out->block_bytes = x->kv.block_floats * sizeof(float);
+    out->block_bytes = x->kv.block_bytes;
     out->n_used = kv_used(&x->kv);
     out->n_cached = x->kv.n_cached;
     out->n_free = x->kv.n_free;
@@ -406,7 +415,8 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
 }
 
 moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
-    const moe8_kv_view kv = {x->kv.data, x->kv.block_floats, x->kv.table, x->kv.max_blocks};
+    const moe8_kv_view kv = {x->kv.data, x->kv.block_bytes, x->p.kv_type, x->kv.table,
+                             x->kv.max_blocks};
     int n_out = 0;
     moe8_status st;
     x->n_last = 0;

@@ -275,7 +275,7 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     moe8_fwd_scratch *s = r->s;
     moe8_status st;
     const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
-    float *kc = (float *)cache->k0;
+    unsigned char *kc = cache->k0;
     moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
     observe(r, L, 0, s->h, H);
     lin(r, &L->q, NULL, s->q, s->h, T);
@@ -285,16 +285,17 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     moe8_rmsnorm_heads(s->k, T, NKV, D, L->k_norm, w->eps);
     for (int t = 0; t < T; t++) {
         const float *cs = rope + (size_t)pos[t] * (size_t)D;
+        MOE8_ASSERT(pos[t] < n_ctx); /* its rope row and its block exist */
         moe8_rope_neox(s->q + (size_t)t * NH * D, NH, D, cs);
         moe8_rope_neox(s->k + (size_t)t * NKV * D, NKV, D, cs);
         for (int h = 0; h < NKV; h++) {
             size_t off = moe8_kv_row(cache, seq[t], h, pos[t]);
-            memcpy(kc + off, s->k + ((size_t)t * NKV + h) * D, (size_t)D * sizeof(float));
-            memcpy(kc + off + cache->v_off, s->v + ((size_t)t * NKV + h) * D,
-                   (size_t)D * sizeof(float));
+            moe8_kv_store(kc + off, s->k + ((size_t)t * NKV + h) * D, D, cache->dt);
+            moe8_kv_store(kc + off + cache->v_off, s->v + ((size_t)t * NKV + h) * D, D, cache->dt);
         }
     }
-    moe8_attention(s->att, s->q, cache, seq, pos, T, s->attn_work, n_ctx, r->nt);
+    moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
+                   s->attn_work_floats, r->nt);
     observe(r, L, 1, s->att, NH * D);
     lin(r, &L->o, NULL, s->tmp, s->att, T);
     if ((st = allreduce(r, s->tmp, err))) return st;
@@ -374,16 +375,13 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
     const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads};
     const int H = w->H;
     const size_t esz = moe8_dtype_size(w->embed_dt);
-    const size_t layer_floats = 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS * (size_t)w->D;
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
     for (int t = 0; t < T; t++)
         moe8_convert_to_f32(s->x + (size_t)t * H, (const char *)w->embed + (size_t)token[t] * H * esz,
                             w->embed_dt, (size_t)H, NULL);
     for (int l = 0; l < w->n_layer; l++) {
-        const moe8_attn_cache cache = {w->n_head, w->n_kv, w->D, kv->data + (size_t)l * layer_floats,
-                                       kv->block_floats, layer_floats / 2, kv->table,
-                                       kv->max_blocks};
+        const moe8_attn_cache cache = moe8_attn_cache_layer(kv, w->n_head, w->n_kv, w->D, l);
         if ((st = attn_block(&r, &w->layers[l], &cache, n_ctx, rope, seq, pos, err)) ||
             (st = ffn_block(&r, &w->layers[l], err))) {
             moe8_error_prefix(err, "layer %d", l);

@@ -3,7 +3,7 @@
  * §7), the prepared weights they read and the context they run in.
  *
  *   linear.c     FLOAT and W8A8-static linear layers (moe8_proj)
- *   attention.c  RMSNorm, NEOX RoPE, causal GQA attention
+ *   attention.c  RMSNorm, NEOX RoPE, KV writes, causal GQA flash attention
  *   forward.c    prepared weights (moe8_weights) and the per-layer loop
  *   context.c    contexts (KV cache, scratch), batches, moe8_generate
  *
@@ -86,11 +86,13 @@ void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta);
 void moe8_rope_neox(float *x, int n_head, int D, const float *cs);
 
 /* The paged KV cache as the forward sees it (sched/kv_pool.h has the pool):
- * data[block][n_layer][2 (k, v)][n_kv][BS][D] fp32, BS = MOE8_KV_BLOCK_TOKENS;
- * position p of sequence s is slot p % BS of block table[s][p / BS]. */
+ * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),
+ * BS = MOE8_KV_BLOCK_TOKENS; position p of sequence s is slot p % BS of
+ * block table[s][p / BS]. */
 typedef struct {
-    float *data;
-    size_t block_floats;     /* floats per block */
+    unsigned char *data;
+    size_t block_bytes;      /* bytes per block */
+    moe8_dtype dt;
     const int32_t *table;    /* [n_seq][max_blocks] */
     int32_t max_blocks;
 } moe8_kv_view;
@@ -98,28 +100,46 @@ typedef struct {
 /* One layer of it, for attention. */
 typedef struct {
     int n_head, n_kv, D;
-    const float *k0;         /* K of this layer in block 0 (V follows at v_off) */
-    size_t block_floats, v_off; /* v_off = n_kv * BS * D */
+    moe8_dtype dt;
+    unsigned char *k0;       /* K of this layer in block 0 (V follows at v_off) */
+    size_t block_bytes;
+    size_t v_off;            /* n_kv * BS * D elements, in bytes */
+    size_t head_bytes;       /* BS * D elements (one kv head's rows of a block), in bytes */
     const int32_t *table;
     int32_t max_blocks;
 } moe8_attn_cache;
 
-/* Offset (floats from k0) of the K row of (seq, kv head, pos); its V row is
+/* Layer `layer` of the cache for n_kv kv heads of head dim D. */
+moe8_attn_cache moe8_attn_cache_layer(const moe8_kv_view *kv, int n_head, int n_kv, int D,
+                                      int layer);
+
+/* Offset (bytes from k0) of the K row of (seq, kv head, pos); its V row is
  * v_off further. */
 static inline size_t moe8_kv_row(const moe8_attn_cache *c, int32_t seq, int kvh, int32_t pos) {
     const int32_t blk = c->table[(size_t)seq * c->max_blocks + pos / MOE8_KV_BLOCK_TOKENS];
-    return (size_t)blk * c->block_floats +
-           ((size_t)kvh * MOE8_KV_BLOCK_TOKENS + (size_t)(pos % MOE8_KV_BLOCK_TOKENS)) * c->D;
+    return (size_t)blk * c->block_bytes + (size_t)kvh * c->head_bytes +
+           (size_t)(pos % MOE8_KV_BLOCK_TOKENS) * (c->head_bytes / MOE8_KV_BLOCK_TOKENS);
 }
 
+/* A K or V row into the cache: src[D] fp32 as dt (F16, BF16: rounded to
+ * nearest even). */
+void moe8_kv_store(void *dst, const float *src, int D, moe8_dtype dt);
+
+/* Scratch of moe8_attention: per thread, for heads of group size G = n_head / n_kv. */
+size_t moe8_attention_work_floats(int D, int G);
+
 /* Causal GQA attention: out[T][n_head*D] from q[T][n_head*D]; token t reads
- * positions 0..pos[t] of sequence seq[t] (already in the cache). Scale
- * 1/sqrt(D), max-subtracted softmax; (token, head) pairs run in parallel, each
- * in position order with a fixed summation order, so a token's result depends
- * neither on the thread count nor on the other tokens of the batch.
- * work: [n_threads][n_ctx] floats. */
-void moe8_attention(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
-                    const int32_t *pos, int T, float *work, int64_t n_ctx, int n_threads);
+ * positions 0..pos[t] of sequence seq[t] (already in the cache). Tokens
+ * are cut into query tiles (consecutive tokens of one sequence, at most 128
+ * query rows), and each (tile, kv head) runs the flash-attention kernel
+ * (kernels.h) on one thread: the group's query heads share every K/V block
+ * read, scale 1/sqrt(D), online softmax over blocks in position order. A
+ * row's result depends only on its own query, position and sequence, so
+ * neither the thread count nor the other tokens of the batch change it.
+ * tiles: [2][T] int32; work: [n_threads][work_floats]. */
+void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
+                    const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
+                    size_t work_floats, int n_threads);
 
 /* ======================================================================== */
 /* forward.c                                                                 */
@@ -179,7 +199,9 @@ typedef struct {
     int8_t *xq;                            /* [B][ldq] W8A8 codes */
     float *ones;                           /* [B] */
     int32_t *ones_i;                       /* [B] */
-    float *attn_work;                      /* [n_threads][n_ctx] */
+    float *attn_work;                      /* [n_threads][attn_work_floats] */
+    size_t attn_work_floats;               /* moe8_attention_work_floats */
+    int32_t *attn_tiles;                   /* [2][B] query tiles */
     moe8_moe_workspace **moe_ws;           /* [n_layer]: set for layers with ws_layer == itself */
     float *logits;                         /* [n_out][V] */
     float *lm_part, *lm_all;               /* TP: [n_out][v_chunk], [ranks][n_out][v_chunk] */

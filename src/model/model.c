@@ -579,8 +579,8 @@ void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out) {
     }
 }
 
-moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_estimate *out,
-                              moe8_error *err) {
+moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_type,
+                              moe8_memory_estimate *out, moe8_error *err) {
     const moe8_config *c;
     moe8_model_stats s;
     uint64_t kv, scratch, per_tok, wide;
@@ -588,19 +588,23 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_memory_es
     if (n_ctx < 1 || n_ctx > (INT64_C(1) << 24))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: context %lld outside [1, 16777216]",
                          (long long)n_ctx);
+    if (kv_type != MOE8_DT_F32 && kv_type != MOE8_DT_F16 && kv_type != MOE8_DT_BF16)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: kv type %s is not F32, "
+                         "F16 or BF16", moe8_dtype_name(kv_type));
     c = &m->cfg;
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
     kv = 2ull * (uint64_t)c->num_hidden_layers * (uint64_t)c->num_key_value_heads *
-         (uint64_t)c->head_dim * (uint64_t)n_ctx * 4ull;
+         (uint64_t)c->head_dim * (uint64_t)n_ctx * moe8_dtype_size(kv_type);
     /* one decode step: residual, normed, q/k/v/attn-out, MLP hidden (dense or
-     * top-k experts, gate+up), router logits, attention scores, vocab logits */
+     * top-k experts, gate+up), router logits, one attention tile (K/V blocks
+     * widened, scores of 128 query rows), vocab logits */
     wide = (uint64_t)(2 * c->intermediate_size);
     if ((uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size) > wide && c->num_experts > 0)
         wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
     per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
-              (uint64_t)c->num_attention_heads * (uint64_t)n_ctx + (uint64_t)c->vocab_size;
+              32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;
     scratch = per_tok * 4ull + (1ull << 20);
     out->weight_bytes = s.total_bytes;
     out->kv_bytes = kv;

@@ -175,6 +175,7 @@ moe8_status moe8_calibrate(moe8_model *m, const moe8_tokenizer *tok, const char 
     cp.n_ctx = (int32_t)n;
     cp.n_batch = (int32_t)n;
     cp.n_threads = n_threads;
+    cp.kv_type = MOE8_DT_F32; /* the ranges of the model as computed, not of a rounded cache */
     if ((st = moe8_context_create(m, &cp, &ctx, err))) goto done;
     moe8_context_set_observer(ctx, observe, &cs);
     {

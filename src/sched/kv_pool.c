@@ -125,19 +125,19 @@ static void register_block(kv_pool *p, int32_t id, int32_t parent) {
 /* ---- pool ---------------------------------------------------------------------- */
 
 moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
-                         size_t block_floats, uint64_t seed, moe8_error *err) {
+                         size_t block_bytes, uint64_t seed, moe8_error *err) {
     size_t bytes;
     memset(p, 0, sizeof *p);
     p->n_blocks = n_blocks;
-    p->block_floats = block_floats;
+    p->block_bytes = block_bytes;
     p->n_seq = n_seq;
     p->max_blocks = (n_ctx + KV_BS - 1) / KV_BS;
     p->seed = seed;
     p->prefix_cache = 1;
     for (p->n_bucket = 64; p->n_bucket < 2 * n_blocks && p->n_bucket < (1 << 30);) p->n_bucket *= 2;
-    if (n_blocks < 1 || moe8_mul_size((size_t)n_blocks, block_floats * sizeof(float), &bytes))
-        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache: %d blocks of %zu floats",
-                         n_blocks, block_floats);
+    if (n_blocks < 1 || moe8_mul_size((size_t)n_blocks, block_bytes, &bytes))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache: %d blocks of %zu bytes",
+                         n_blocks, block_bytes);
     p->data = moe8_alloc_aligned(bytes);
     p->b = calloc((size_t)n_blocks, sizeof *p->b);
     p->tokens = malloc((size_t)n_blocks * KV_BS * sizeof *p->tokens);
@@ -191,8 +191,8 @@ int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
             int32_t c;
             if (kv_available(p) < 1) return -1;
             c = take_block(p);
-            memcpy(p->data + (size_t)c * p->block_floats, p->data + (size_t)id * p->block_floats,
-                   p->block_floats * sizeof(float));
+            memcpy(p->data + (size_t)c * p->block_bytes, p->data + (size_t)id * p->block_bytes,
+                   p->block_bytes);
             memcpy(p->tokens + (size_t)c * KV_BS, p->tokens + (size_t)id * KV_BS,
                    KV_BS * sizeof(int32_t));
             drop_ref(p, id);

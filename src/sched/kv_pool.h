@@ -4,7 +4,7 @@
  * The cache is a pool of fixed-size blocks shared by every sequence of the
  * context. A block holds MOE8_KV_BLOCK_TOKENS consecutive positions of one
  * sequence for every layer:
- *     data[block][layer][2 (k, v)][n_kv][MOE8_KV_BLOCK_TOKENS][D]   fp32
+ *     data[block][layer][2 (k, v)][n_kv][MOE8_KV_BLOCK_TOKENS][D]   F32, F16 or BF16
  * Each sequence has a block table (its blocks in position order); position p
  * of sequence s lives in block table[s][p / BS], slot p % BS.
  *
@@ -44,8 +44,8 @@ typedef struct {
 
 typedef struct kv_pool {
     int32_t n_blocks;
-    size_t block_floats;    /* floats per block: n_layer * 2 * n_kv * BS * D */
-    float *data;            /* [n_blocks][block_floats] */
+    size_t block_bytes;     /* n_layer * 2 * n_kv * BS * D * element size */
+    unsigned char *data;    /* [n_blocks][block_bytes] */
     kv_block *b;            /* [n_blocks] */
     int32_t *tokens;        /* [n_blocks][BS] token ids written in each block */
     int32_t free_head, n_free;
@@ -60,7 +60,7 @@ typedef struct kv_pool {
 } kv_pool;
 
 moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
-                         size_t block_floats, uint64_t seed, moe8_error *err);
+                         size_t block_bytes, uint64_t seed, moe8_error *err);
 void kv_pool_free(kv_pool *p);
 
 /* Blocks that can be handed out now: free ones plus evictable cached ones. */

@@ -6,5 +6,5 @@
 
 const moe8_kernels moe8_kernels_avx2 = {
     "avx2", moe8_quant_rows_avx2, moe8_gemm_q8_i32_avx2, moe8_gemm_q8_f32_avx2,
-    moe8_gemm_f32_wf_avx2,
+    moe8_gemm_f32_wf_avx2, moe8_flash_attn_avx2,
 };

@@ -17,6 +17,8 @@ void moe8_gemm_q8_f32_avx2(float *y, int ldy, const int8_t *xq, int ldq, const f
                            const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1);
 void moe8_gemm_f32_wf_avx2(float *y, int ldy, const float *x, int ldx, const void *w,
                            moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
+void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                          int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
 
 /* Roofline probes (roofline_avx2.c). */
 /* Seconds to read n_bytes (64-byte aligned, multiple of 256) once with ymm loads;

@@ -1,0 +1,251 @@
+/*
+ * attn_avx2.c — flash attention of a tile of queries over the paged KV cache
+ * (kernels.h moe8_flash_attn_fn), AVX2 + FMA; F16 K/V widened with F16C,
+ * BF16 by a 16-bit shift.
+ *
+ * Per key block of 16 positions (read once for the whole tile; F16/BF16
+ * widened once into the work buffer, F32 read in place):
+ *   scores  S[r][j] = scale * q_r.k_j   2 rows x 4 keys at a time, 8 lane
+ *           partial sums per pair reduced as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))
+ *   softmax m' = max(m, max_j S), alpha = exp(m - m'), p = exp(S - m'),
+ *           l = l alpha + sum p (masked keys: p = 0 exactly)
+ *   values  o_r = o_r alpha + sum_j p_j v_j, j in order, up to 6 rows x 16 dims
+ * and o_r / l at the end. Every row's operations are fixed by D and its own
+ * position (masked keys add exact zeros), so a row's result is the same
+ * whatever rows share its tile. Differs from moe8_flash_attn_ref by FMA
+ * rounding and the polynomial exp (within 2 ulp): ~1e-6 relative.
+ *
+ * Does not: handle D % 8 != 0 (the reference runs those), or write the cache.
+ */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/x86/kernels_avx2.h"
+
+#define BS MOE8_KV_BLOCK_TOKENS
+#define INLINE static inline __attribute__((always_inline))
+
+/* exp(x) for x <= 0: Cephes' range reduction x = n ln2 + r and degree-5
+ * polynomial (within 2 ulp); exactly 1 at 0, exactly 0 below -87 and at -inf,
+ * NaN for NaN (max_ps returns its second operand when one is NaN). */
+INLINE __m256 exp_ps(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 n, r, y;
+    x = _mm256_max_ps(lo, x);
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(
+                             _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)));
+    return _mm256_andnot_ps(under, y);
+}
+
+INLINE float hsum(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+INLINE float hmax(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* The 4 dot products of a0..a3 (8 lane sums each), lanes added as
+ * ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)). */
+INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* ---- one tile ------------------------------------------------------------- */
+
+typedef struct {
+    float *out;
+    const float *q;
+    int ldo, ldq, G, D;
+    float scale;
+    float *S, *M, *L, *A;   /* [R][16] scores then weights, [R] max, sum, rescale */
+} tile;
+
+INLINE const float *qrow(const tile *t, int r) {
+    return t->q + (size_t)(r / t->G) * t->ldq + (size_t)(r % t->G) * t->D;
+}
+INLINE float *orow(const tile *t, int r) {
+    return t->out + (size_t)(r / t->G) * t->ldo + (size_t)(r % t->G) * t->D;
+}
+
+/* Raw dot products S[r][j] of mr (1, 2) rows from r and keys j < 4*ng of K[16][D]. */
+INLINE void scores(const tile *t, int r, const float *K, int ng, const int mr) {
+    const int D = t->D;
+    const float *q0 = qrow(t, r), *q1 = mr > 1 ? qrow(t, r + 1) : q0;
+    for (int g = 0; g < ng; g++) {
+        const float *k = K + (size_t)g * 4 * D;
+        __m256 a[2][4];
+        for (int i = 0; i < 2; i++)
+            for (int c = 0; c < 4; c++) a[i][c] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8) {
+            __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = mr > 1 ? _mm256_loadu_ps(q1 + d) : x0;
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m256 kv = _mm256_loadu_ps(k + (size_t)c * D + d);
+                a[0][c] = _mm256_fmadd_ps(x0, kv, a[0][c]);
+                if (mr > 1) a[1][c] = _mm256_fmadd_ps(x1, kv, a[1][c]);
+            }
+        }
+        _mm_storeu_ps(t->S + (size_t)r * BS + 4 * g, reduce4(a[0][0], a[0][1], a[0][2], a[0][3]));
+        if (mr > 1)
+            _mm_storeu_ps(t->S + (size_t)(r + 1) * BS + 4 * g,
+                          reduce4(a[1][0], a[1][1], a[1][2], a[1][3]));
+    }
+}
+
+/* The online-softmax step of row r over its first c keys: S[r] becomes the weights. */
+INLINE void softmax_step(const tile *t, int r, int c) {
+    const __m256i vc = _mm256_set1_epi32(c);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(t->scale);
+    float *s = t->S + (size_t)r * BS;
+    __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(s), sc);
+    __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(s + 8), sc);
+    const __m256i j0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i j8 = _mm256_add_epi32(j0, _mm256_set1_epi32(8));
+    __m256 m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vc, j0));
+    __m256 m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vc, j8));
+    float m_new, alpha;
+    __m256 vm;
+    s0 = _mm256_blendv_ps(ninf, s0, m0);
+    s1 = _mm256_blendv_ps(ninf, s1, m1);
+    m_new = hmax(_mm256_max_ps(s0, s1));
+    m_new = t->M[r] > m_new ? t->M[r] : m_new;
+    vm = _mm256_set1_ps(m_new);
+    alpha = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(t->M[r] - m_new)));
+    s0 = exp_ps(_mm256_sub_ps(s0, vm));
+    s1 = exp_ps(_mm256_sub_ps(s1, vm));
+    t->L[r] = t->L[r] * alpha + hsum(_mm256_add_ps(s0, s1));
+    t->M[r] = m_new;
+    t->A[r] = alpha;
+    _mm256_storeu_ps(s, s0);
+    _mm256_storeu_ps(s + 8, s1);
+}
+
+/* o_r = o_r alpha_r + sum_{j < nv} p_rj v_j for mr (1..6) rows from r, dims
+ * [d0, d0 + 8*nd) (nd 1 or 2). */
+INLINE void pv(const tile *t, int r, const float *V, int nv, int d0, const int mr, const int nd) {
+    const int D = t->D;
+    __m256 acc[6][2];
+    float *o[6];
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+        const __m256 al = _mm256_set1_ps(t->A[r + i]);
+        o[i] = orow(t, r + i) + d0;
+#pragma GCC unroll 2
+        for (int e = 0; e < nd; e++) acc[i][e] = _mm256_mul_ps(_mm256_loadu_ps(o[i] + 8 * e), al);
+    }
+    for (int j = 0; j < nv; j++) {
+        __m256 v[2];
+#pragma GCC unroll 2
+        for (int e = 0; e < nd; e++) v[e] = _mm256_loadu_ps(V + (size_t)j * D + d0 + 8 * e);
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            const __m256 p = _mm256_broadcast_ss(t->S + (size_t)(r + i) * BS + j);
+#pragma GCC unroll 2
+            for (int e = 0; e < nd; e++) acc[i][e] = _mm256_fmadd_ps(p, v[e], acc[i][e]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int e = 0; e < nd; e++) _mm256_storeu_ps(o[i] + 8 * e, acc[i][e]);
+}
+
+INLINE void pv_rows(const tile *t, int r, const float *V, int nv, const int mr) {
+    int d0 = 0;
+    for (; d0 + 16 <= t->D; d0 += 16) pv(t, r, V, nv, d0, mr, 2);
+    if (d0 < t->D) pv(t, r, V, nv, d0, mr, 1);
+}
+
+/* F16/BF16 rows [n][D] -> fp32 dst[n][D]; rows n..n_pad zeroed. */
+static void widen(float *dst, const char *src, moe8_dtype dt, int n, int n_pad, int D) {
+    const uint16_t *h = (const uint16_t *)(const void *)src;
+    for (size_t i = 0; i < (size_t)n * D; i += 8) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(h + i));
+        __m256 f = dt == MOE8_DT_F16
+                       ? _mm256_cvtph_ps(x)
+                       : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+        _mm256_storeu_ps(dst + i, f);
+    }
+    for (size_t i = (size_t)n * D; i < (size_t)n_pad * D; i++) dst[i] = 0.0f;
+}
+
+/* Rows [r0, R) of the tile against one key block of nv valid keys. */
+static void block_step(const tile *t, int r0, int R, const float *K, const float *V, int nv,
+                       int32_t pos0, int32_t kpos0) {
+    const int ng = (nv + 3) / 4, G = t->G;
+    int r = r0;
+    for (; r + 2 <= R; r += 2) scores(t, r, K, ng, 2);
+    if (r < R) scores(t, r, K, ng, 1);
+    for (r = r0; r < R; r++) {
+        const int32_t c = pos0 + r / G - kpos0 + 1;
+        softmax_step(t, r, c < nv ? (int)c : nv);
+    }
+    for (r = r0; r + 6 <= R; r += 6) pv_rows(t, r, V, nv, 6);
+    switch (R - r) {
+    case 5: pv_rows(t, r, V, nv, 5); break;
+    case 4: pv_rows(t, r, V, nv, 4); break;
+    case 3: pv_rows(t, r, V, nv, 3); break;
+    case 2: pv_rows(t, r, V, nv, 2); break;
+    case 1: pv_rows(t, r, V, nv, 1); break;
+    default: break;
+    }
+}
+
+void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                          int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
+    const int R = n_tok * G;
+    const int32_t last = pos0 + n_tok - 1;
+    float *kb = work, *vb = work + (size_t)BS * D, *S = vb + (size_t)BS * D;
+    tile t = {out, q, ldo, ldq, G, D, scale, S, S + (size_t)R * BS, S + (size_t)R * (BS + 1),
+              S + (size_t)R * (BS + 2)};
+    if (D % 8) {
+        moe8_flash_attn_ref(out, ldo, q, ldq, n_tok, G, D, pos0, scale, kv, work);
+        return;
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = orow(&t, r);
+        t.M[r] = -INFINITY;
+        t.L[r] = 0.0f;
+        for (int d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_setzero_ps());
+    }
+    for (int32_t b = 0; b <= last / BS; b++) {
+        const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+        const int nv = last + 1 - b * BS < BS ? (int)(last + 1 - b * BS) : BS;
+        const int i0 = b * BS - pos0 > 0 ? (int)(b * BS - pos0) : 0;
+        const float *K = (const float *)(const void *)kblk;
+        const float *V = (const float *)(const void *)(kblk + kv->v_off);
+        if (kv->dt != MOE8_DT_F32) {
+            widen(kb, kblk, kv->dt, nv, (nv + 3) / 4 * 4, D);
+            widen(vb, kblk + kv->v_off, kv->dt, nv, nv, D);
+            K = kb;
+            V = vb;
+        }
+        block_step(&t, i0 * G, R, K, V, nv, pos0, b * BS);
+    }
+    for (int r = 0; r < R; r++) {
+        float *o = orow(&t, r);
+        const __m256 l = _mm256_set1_ps(t.L[r]);
+        for (int d = 0; d < D; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), l));
+    }
+}
