@@ -1645,8 +1645,11 @@ static void test_queue_disconnect(const char *dir) {
     server sv;
     char args[4400];
     buf a = {0}, b = {0}, out = {0};
+    /* A must still run when the checks below are done, on any machine: 4000 tokens, each with
+     * 20 log-prob alternatives (a log-softmax over the vocabulary), on one thread */
     const char *long_stream =
-        "{\"prompt\":[1,2,3],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true}";
+        "{\"prompt\":[1,2,3],\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,\"stream\":true,"
+        "\"logprobs\":20}";
     const char *chat_stream =
         "{" MSG ",\"max_tokens\":50,\"stream\":true,\"chat_template_kwargs\":{\"enable_thinking\":false}}";
     const char *short_whole = "{\"prompt\":[1,2,3],\"max_tokens\":5,\"temperature\":0}";
@@ -1654,7 +1657,7 @@ static void test_queue_disconnect(const char *dir) {
     rq chat = rq_default();
     int32_t ids[64];
     double gen;
-    snprintf(args, sizeof args, "-m '%s' --parallel 1 --max-queue 1 --ctx-size 4096 --threads 2", dir);
+    snprintf(args, sizeof args, "-m '%s' --parallel 1 --max-queue 1 --ctx-size 4096 --threads 1", dir);
     if (server_start(&sv, "queue", NULL, args)) return;
     chat.chat = 1, chat.text = "hi";
     n_chat_prompt = server_tokenize(&sv, &chat, ids, 64);
