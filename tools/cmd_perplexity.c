@@ -488,8 +488,9 @@ static void print_kld_final(run *r) {
 
 static int on_logits(run *r, int chunk, int32_t pos, const float *logits) {
     const int32_t idx = pos - r->first;
-    const int32_t tok = r->tokens[(size_t)chunk * r->n_ctx + pos + 1];
+    int32_t tok;
     if (idx < 0 || idx >= r->n_score) return 0; /* the last position predicts nothing */
+    tok = r->tokens[(size_t)chunk * r->n_ctx + pos + 1];
     if (r->o->kld) {
         const size_t at = (size_t)chunk * r->n_score + (size_t)idx;
         if (read_all(r->fd_base, r->row, row_bytes(r), header_bytes(r) + (off_t)(at * row_bytes(r)))) {
