@@ -223,6 +223,7 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
             s->cap_live = cap;
         }
         s->live[s->n_live++] = j;
+        s->sched_waiting++; /* waiting in the scheduler until the next count: never uncounted */
         s->m.prompt_tokens += (uint64_t)j->n_prompt;
         pthread_mutex_unlock(&s->lock);
     }
