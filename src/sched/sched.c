@@ -71,12 +71,6 @@ struct moe8_sched {
     moe8_error fail;            /* why the last failed step failed (its events point here) */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 moe8_sched_params moe8_sched_params_default(void) {
     moe8_sched_params p;
     memset(&p, 0, sizeof p);
@@ -273,7 +267,7 @@ static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
     r->user = q->user;
     r->seq = -1;
     r->ttft = -1;
-    r->t_add = now_s();
+    r->t_add = moe8_now_s();
     return r;
 }
 
@@ -544,7 +538,7 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
 }
 
 static void take_tokens(moe8_sched *s) {
-    const double t = now_s();
+    const double t = moe8_now_s();
     int32_t k = 0;
     for (int32_t j = 0; j < s->n_brq; j++) {
         rq *r = s->b_rq[j];

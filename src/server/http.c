@@ -49,12 +49,6 @@ typedef struct {
     double t0;
 } req;
 
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- answers ------------------------------------------------------------------- */
 
 static enum MHD_Result answer(req *q, struct MHD_Connection *c, int status, const char *type,
@@ -153,7 +147,7 @@ static int submit(srv *s, job *j, struct MHD_Connection *c) {
     j->conn_fd = ci ? ci->connect_fd : -1;
     j->refs = 2;
     j->queued = 1;
-    j->t_arrive = srv_now();
+    j->t_arrive = moe8_now_s();
     oa_on_start(s, j);
     if (s->submit_tail) s->submit_tail->next = j;
     else s->submit_head = j;
@@ -286,14 +280,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!q) {
         if (!(q = calloc(1, sizeof *q))) return MHD_NO;
         q->s = s;
-        q->t0 = srv_now();
+        q->t0 = moe8_now_s();
         snprintf(q->method, sizeof q->method, "%s", method);
         snprintf(q->path, sizeof q->path, "%s", url);
         *con_cls = q;
         return MHD_YES;
     }
     if (*data_size) {
-        if (srv_now() - q->t0 > s->p.timeout_s) return MHD_NO; /* a body slower than the timeout */
+        if (moe8_now_s() - q->t0 > s->p.timeout_s) return MHD_NO; /* a body slower than the timeout */
         if (q->body.n + *data_size > SRV_MAX_BODY) q->too_large = 1;
         else if (sbuf_add(&q->body, data, *data_size)) return MHD_NO;
         *data_size = 0;
@@ -328,7 +322,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (s->p.on_access) {
         char line[320];
         snprintf(line, sizeof line, "%s %s %d prompt_tokens=%d gen_tokens=%d ms=%.1f%s", q->method,
-                 q->path, q->status ? q->status : 499, n_prompt, n_gen, 1e3 * (srv_now() - q->t0),
+                 q->path, q->status ? q->status : 499, n_prompt, n_gen, 1e3 * (moe8_now_s() - q->t0),
                  why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
                  : why == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? " (timed out)"
                  : why == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN ? " (server stopped)"
@@ -385,8 +379,8 @@ void http_quiesce(srv *s) {
 }
 
 void http_wait_idle(srv *s, double seconds) {
-    const double t_end = srv_now() + seconds;
-    while (s->daemon && srv_now() < t_end) {
+    const double t_end = moe8_now_s() + seconds;
+    while (s->daemon && moe8_now_s() < t_end) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
         struct timespec ts = {0, 10 * 1000 * 1000};
         if (!di || di->num_connections == 0) return;

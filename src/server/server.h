@@ -157,6 +157,5 @@ void http_resume(void *conn);
 /* Connections waiting on output whose client has gone: 1 if j's is gone. */
 int http_peer_gone(const job *j);
 
-double srv_now(void);
 
 #endif
