@@ -93,7 +93,8 @@ static void usage(FILE *f) {
         "  --expert-parallel  with --tp: split the experts as whole experts instead\n"
         "  --comm-timeout S   with --tp: seconds a rank waits for the others in a collective\n"
         "                     before the job ends, naming the rank that stopped answering\n"
-        "                     (default 60; 0: wait forever)\n"
+        "                     while generating (default 60, also the limit while loading;\n"
+        "                     0: wait forever)\n"
         "  -h, --help         this text\n"
         "output: one prompt streams its text as it is generated; a batch prints each\n"
         "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
@@ -1028,6 +1029,9 @@ static int run(const opts *o, moe8_dist *d, moe8_model *m, moe8_tokenizer *tok, 
         goto done;
     bad = runner_alloc(&r) != 0 || add_requests(&r) != 0;
     if (agree(d, bad)) goto done;
+    /* The watchdog times generation only: loading and packing a large model may keep a rank
+     * away from the collectives far longer than --comm-timeout. */
+    moe8_dist_set_timeout(d, o->comm_timeout);
     t1 = now_s();
     if (run_all(&r, &t2, &n_first)) goto done;
     t3 = now_s();
@@ -1056,7 +1060,6 @@ int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     /* MPI starts here, and only with --tp > 1. */
     if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    moe8_dist_set_timeout(d, o.comm_timeout);
     memset(&p, 0, sizeof p);
     rc = 1;
     bad = read_prompts(&o, &p) != 0;
