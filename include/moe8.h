@@ -1093,6 +1093,38 @@ typedef struct {
 void moe8_bench_kernel_timing(int on);
 void moe8_bench_kernel_times(moe8_kernel_times *out, int reset);
 
+/* Exact fp32 FMA peak in GFLOP/s (1 FMA = 2 flops) of n_threads threads each
+ * running independent fused multiply-add chains of the widest float vectors
+ * of the kernel set in use, on registers only; *how (may be NULL) names it. */
+double moe8_bench_f32_peak_gflops(int n_threads, const char **how);
+
+/* Forward-phase accounting (for `moe8 bench forward`): while on, every
+ * moe8_decode adds the wall time of each phase of its forward pass, as seen
+ * by the calling thread (the phases run one after another, each on all
+ * threads), to process-wide counters. Layer phases are summed over layers.
+ * Costs two clock reads per phase when on, one branch when off. */
+typedef enum {
+    MOE8_PHASE_ATTN_PROJ,   /* q/k/v/o linears, their activation quantization */
+    MOE8_PHASE_ATTN_CORE,   /* causal attention over the KV cache */
+    MOE8_PHASE_ELEMENTWISE, /* embedding, RMSNorms, q/k norms, RoPE, KV writes, residual adds */
+    MOE8_PHASE_ROUTER,      /* router GEMM, top-k, token quantization */
+    MOE8_PHASE_EXPERTS,     /* dispatch, expert MLPs, combine */
+    MOE8_PHASE_DENSE_MLP,   /* dense (non-MoE) layers' gate/up/SwiGLU/down */
+    MOE8_PHASE_LM_HEAD,     /* final norm, lm_head, its quantization */
+    MOE8_PHASE_COMM,        /* TP/EP all-reduces and the logits all-gather */
+    MOE8_PHASE_COUNT
+} moe8_phase;
+typedef struct {
+    double phase_s[MOE8_PHASE_COUNT];
+    double forward_s;        /* whole moe8_decode calls */
+    int64_t n_forward;       /* moe8_decode calls */
+    int64_t expert_blocks;   /* sum over MoE layer calls of local experts with >= 1 row */
+    int64_t moe_calls;       /* MoE layer calls */
+} moe8_forward_times;
+const char *moe8_phase_name(moe8_phase phase); /* "attention projections", ... */
+void moe8_bench_forward_timing(int on);
+void moe8_bench_forward_times(moe8_forward_times *out, int reset);
+
 /* ======================================================================== */
 /* Utilities                                                                 */
 /* ======================================================================== */

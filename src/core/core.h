@@ -58,9 +58,19 @@ static inline double moe8_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Forward-phase accounting (phase.c; moe8.h moe8_bench_forward_timing). */
+int moe8_phase_on(void);
+void moe8_phase_add(moe8_phase phase, double seconds);
+void moe8_phase_forward(double seconds);     /* one whole moe8_decode */
+void moe8_phase_moe(int active_experts);     /* one MoE layer call */
+
 /* 64-byte aligned allocation (NULL on failure or overflow); free with moe8_free_aligned. */
 void *moe8_alloc_aligned(size_t n_bytes);
 void moe8_free_aligned(void *p);
+/* Write a zero into every 4 KB page of [p, p + n_bytes) on n_threads threads,
+ * split as the row loops split their rows, so scratch is resident (and, on
+ * NUMA, local to the threads that use it) before the first forward. */
+void moe8_touch_pages(void *p, size_t n_bytes, int n_threads);
 
 /* CPU features probed once at run time. */
 typedef struct {

@@ -103,3 +103,11 @@ void *moe8_alloc_aligned(size_t n_bytes) {
 }
 
 void moe8_free_aligned(void *p) { free(p); }
+
+void moe8_touch_pages(void *p, size_t n_bytes, int n_threads) {
+    unsigned char *b = p;
+    const size_t page = 4096, n_pages = (n_bytes + page - 1) / page;
+    if (!p || n_bytes == 0) return;
+#pragma omp parallel for schedule(static) num_threads(n_threads > 0 ? n_threads : 1) if (n_threads > 1 && n_pages > 64)
+    for (size_t i = 0; i < n_pages; i++) b[i * page < n_bytes ? i * page : n_bytes - 1] = 0;
+}

@@ -203,7 +203,8 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
     x->s.block = c.base;
     x->scratch_bytes = c.used;
     c.used = 0;
-    carve_scratch(&c, x);   /* left untouched: pages become resident only when used */
+    carve_scratch(&c, x);
+    moe8_touch_pages(c.base, c.used, x->p.n_threads); /* not in the first forward */
     memset(x->seq_len, 0, (size_t)x->p.n_seq_max * sizeof(int32_t));
     for (int i = 0; i < x->p.n_batch; i++) {
         x->s.ones[i] = 1.0f;
@@ -417,6 +418,7 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
 moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     const moe8_kv_view kv = {x->kv.data, x->kv.block_bytes, x->p.kv_type, x->kv.table,
                              x->kv.max_blocks};
+    const double t0 = moe8_phase_on() ? moe8_now_s() : 0.0;
     int n_out = 0;
     moe8_status st;
     x->n_last = 0;
@@ -433,6 +435,7 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
         kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
+    if (t0 > 0) moe8_phase_forward(moe8_now_s() - t0);
     return MOE8_OK;
 }
 

@@ -242,7 +242,31 @@ typedef struct {
     moe8_fwd_scratch *s;
     const moe8_kernels *kt;
     int T, nt;
+    double *clock;   /* phase accounting (moe8_bench_forward_timing): start of the
+                      * current phase; NULL when off */
 } fwd_run;
+
+/* The phase that just ended: its time goes to `ph` (nothing when timing is
+ * off); ph < 0 only restarts the clock (the MoE layer times itself). */
+static void mark(const fwd_run *r, int ph) {
+    if (!r->clock) return;
+    const double now = moe8_now_s();
+    if (ph >= 0) moe8_phase_add((moe8_phase)ph, now - *r->clock);
+    *r->clock = now;
+}
+
+/* Row loops between the GEMMs run on all threads (`omp parallel for` over
+ * rows, split statically): a row's result is computed the same way whichever
+ * thread takes it, so nothing depends on the thread count. */
+
+/* Activation codes of a W8A8 static linear for T rows, on all threads. */
+static void quant_static(const fwd_run *r, const moe8_proj *p, const float *x, int T) {
+    moe8_fwd_scratch *s = r->s;
+#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && T > 1)
+    for (int t = 0; t < T; t++)
+        moe8_proj_quant(s->xq + (size_t)t * s->ldq, s->ldq, x + (size_t)t * p->k, p->k, 1, p->k,
+                        p->in_scale, p->in_offset);
+}
 
 /* y[T][p->n] = p(x[T][p->k]); W8A8 codes are reused when `prev` was applied
  * to the same x with the same input scale/offset. */
@@ -250,7 +274,7 @@ static void lin(const fwd_run *r, const moe8_proj *p, const moe8_proj *prev, flo
                 const float *x, int T) {
     moe8_fwd_scratch *s = r->s;
     if (p->type == MOE8_QUANT_W8A8 && !(prev && moe8_proj_same_input(p, prev)))
-        moe8_proj_quant(s->xq, s->ldq, x, p->k, T, p->k, p->in_scale, p->in_offset);
+        quant_static(r, p, x, T);
     moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->ones, s->ones_i, T, r->nt);
 }
 
@@ -258,48 +282,78 @@ static void observe(const fwd_run *r, const moe8_fwd_layer *L, int site, const f
     if (r->s->observe) r->s->observe(r->s->observe_user, (int)(L - r->w->layers), site, x, r->T, n);
 }
 
-static void add_rows(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
+/* The residual add x += tmp, then (norm != NULL) h = rmsnorm(x) * norm: one
+ * pass over each row, on all threads. */
+static void add_norm(const fwd_run *r, const float *norm) {
+    const int H = r->w->H;
+    float *h = r->s->h, *x = r->s->x;
+    const float *y = r->s->tmp;
+#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && r->T > 1)
+    for (int t = 0; t < r->T; t++) {
+        float *xr = x + (size_t)t * H;
+        const float *yr = y + (size_t)t * H;
+        for (int j = 0; j < H; j++) xr[j] += yr[j];
+        if (norm) moe8_rmsnorm_rows(h + (size_t)t * H, H, xr, H, 1, H, norm, r->w->eps);
+    }
 }
 
 /* Sum a partial [T][H] result over the ranks (nothing with one rank). */
 static moe8_status allreduce(const fwd_run *r, float *y, moe8_error *err) {
     if (!r->w->comm) return MOE8_OK;
-    return moe8_comm_allreduce_sum_f32(r->w->comm, y, (size_t)r->T * (size_t)r->w->H, err);
+    moe8_status st = moe8_comm_allreduce_sum_f32(r->w->comm, y, (size_t)r->T * (size_t)r->w->H, err);
+    mark(r, MOE8_PHASE_COMM);
+    return st;
 }
 
-static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
-                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
-                              const int32_t *seq, const int32_t *pos, moe8_error *err) {
+/* Per token: RMSNorm of each q and k head, NEOX RoPE, K/V into the cache. */
+static void qk_rope_store(const fwd_run *r, const moe8_fwd_layer *L, const moe8_attn_cache *cache,
+                          int64_t n_ctx, const float *rope, const int32_t *seq,
+                          const int32_t *pos) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
-    moe8_status st;
-    const int T = r->T, H = w->H, NH = w->n_head, NKV = w->n_kv, D = w->D;
+    const int NH = w->n_head, NKV = w->n_kv, D = w->D;
     unsigned char *kc = cache->k0;
-    moe8_rmsnorm_rows(s->h, H, s->x, H, T, H, L->attn_norm, w->eps);
-    observe(r, L, 0, s->h, H);
-    lin(r, &L->q, NULL, s->q, s->h, T);
-    lin(r, &L->k, &L->q, s->k, s->h, T);
-    lin(r, &L->v, &L->k, s->v, s->h, T);
-    moe8_rmsnorm_heads(s->q, T, NH, D, L->q_norm, w->eps);
-    moe8_rmsnorm_heads(s->k, T, NKV, D, L->k_norm, w->eps);
-    for (int t = 0; t < T; t++) {
+#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && r->T > 1)
+    for (int t = 0; t < r->T; t++) {
         const float *cs = rope + (size_t)pos[t] * (size_t)D;
+        float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
         MOE8_ASSERT(pos[t] < n_ctx); /* its rope row and its block exist */
-        moe8_rope_neox(s->q + (size_t)t * NH * D, NH, D, cs);
-        moe8_rope_neox(s->k + (size_t)t * NKV * D, NKV, D, cs);
+        moe8_rmsnorm_heads(q, 1, NH, D, L->q_norm, w->eps);
+        moe8_rmsnorm_heads(k, 1, NKV, D, L->k_norm, w->eps);
+        moe8_rope_neox(q, NH, D, cs);
+        moe8_rope_neox(k, NKV, D, cs);
         for (int h = 0; h < NKV; h++) {
             size_t off = moe8_kv_row(cache, seq[t], h, pos[t]);
-            moe8_kv_store(kc + off, s->k + ((size_t)t * NKV + h) * D, D, cache->dt);
+            moe8_kv_store(kc + off, k + (size_t)h * D, D, cache->dt);
             moe8_kv_store(kc + off + cache->v_off, s->v + ((size_t)t * NKV + h) * D, D, cache->dt);
         }
     }
+}
+
+/* x += o_proj(attention(rmsnorm(x))); on entry h = rmsnorm(x) * attn_norm, on
+ * exit h = rmsnorm(x) * ffn_norm. */
+static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
+                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                              const int32_t *seq, const int32_t *pos, moe8_error *err) {
+    moe8_fwd_scratch *s = r->s;
+    moe8_status st;
+    const int T = r->T;
+    observe(r, L, 0, s->h, r->w->H);
+    lin(r, &L->q, NULL, s->q, s->h, T);
+    lin(r, &L->k, &L->q, s->k, s->h, T);
+    lin(r, &L->v, &L->k, s->v, s->h, T);
+    mark(r, MOE8_PHASE_ATTN_PROJ);
+    qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
+    mark(r, MOE8_PHASE_ELEMENTWISE);
     moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
                    s->attn_work_floats, r->nt);
-    observe(r, L, 1, s->att, NH * D);
+    mark(r, MOE8_PHASE_ATTN_CORE);
+    observe(r, L, 1, s->att, r->w->n_head * r->w->D);
     lin(r, &L->o, NULL, s->tmp, s->att, T);
+    mark(r, MOE8_PHASE_ATTN_PROJ);
     if ((st = allreduce(r, s->tmp, err))) return st;
-    add_rows(s->x, s->tmp, (size_t)T * H);
+    add_norm(r, L->ffn_norm);
+    mark(r, MOE8_PHASE_ELEMENTWISE);
     return MOE8_OK;
 }
 
@@ -310,25 +364,31 @@ static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
     observe(r, L, 2, s->h, L->gate.k);
     lin(r, &L->gate, NULL, g, s->h, T);
     lin(r, &L->up, &L->gate, u, s->h, T);
-    for (size_t i = 0; i < (size_t)T * F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && T > 1)
+    for (int t = 0; t < T; t++)
+        for (size_t i = (size_t)t * F; i < (size_t)(t + 1) * F; i++)
+            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     observe(r, L, 3, g, F);
     lin(r, &L->down, NULL, s->tmp, g, T);
 }
 
-static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, moe8_error *err) {
-    const moe8_weights *w = r->w;
+/* x += MLP(h) (MoE or dense), then h = rmsnorm(x) * next_norm (NULL after
+ * the last layer: the final norm reads only the output rows). */
+static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, const float *next_norm,
+                             moe8_error *err) {
     moe8_fwd_scratch *s = r->s;
     moe8_status st;
-    moe8_rmsnorm_rows(s->h, w->H, s->x, w->H, r->T, w->H, L->ffn_norm, w->eps);
     if (L->is_moe) {
-        st = moe8_moe_layer_forward(L->moe, s->moe_ws[L->ws_layer], s->h, r->T, NULL,
-                                                s->tmp, err);
+        st = moe8_moe_layer_forward(L->moe, s->moe_ws[L->ws_layer], s->h, r->T, NULL, s->tmp, err);
+        mark(r, -1); /* the layer timed its router and experts itself */
         if (st) return st;
     } else {
         dense_mlp(r, L);
+        mark(r, MOE8_PHASE_DENSE_MLP);
     }
     if ((st = allreduce(r, s->tmp, err))) return st;
-    add_rows(s->x, s->tmp, (size_t)r->T * w->H);
+    add_norm(r, next_norm);
+    mark(r, MOE8_PHASE_ELEMENTWISE);
     return MOE8_OK;
 }
 
@@ -343,7 +403,10 @@ static void lm_head_apply(const fwd_run *r, float *y, int ldy, int n_out, int n_
                         n_threads);
         return;
     }
-    r->kt->quant_rows(s->xq, s->ldq, s->lm_sx, s->lm_xsum, s->h, w->H, n_out, w->H);
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && n_out > 1)
+    for (int i = 0; i < n_out; i++)
+        r->kt->quant_rows(s->xq + (size_t)i * s->ldq, s->ldq, s->lm_sx + i, s->lm_xsum + i,
+                          s->h + (size_t)i * w->H, w->H, 1, w->H);
     moe8_proj_apply(&w->lm_head, r->kt, y, ldy, s->h, w->H, s->xq, s->ldq, s->lm_sx, s->lm_xsum,
                     n_out, n_threads);
 }
@@ -357,7 +420,9 @@ static moe8_status lm_head_split(const fwd_run *r, int n_out, int n_threads, moe
     if (w->v_count > 0) lm_head_apply(r, s->lm_part, C, n_out, n_threads);
     for (int i = 0; i < n_out; i++) /* the last rank's short chunk: no stale bytes on the wire */
         memset(s->lm_part + (size_t)i * C + w->v_count, 0, (size_t)(C - w->v_count) * sizeof(float));
+    mark(r, MOE8_PHASE_LM_HEAD);
     st = moe8_comm_allgather(w->comm, s->lm_part, s->lm_all, (size_t)n_out * C * sizeof(float), err);
+    mark(r, MOE8_PHASE_COMM);
     if (st) return st;
     for (int rk = 0; rk < w->n_ranks; rk++) {
         const int v0 = rk * C, cnt = w->V - v0 < C ? w->V - v0 : C;
@@ -372,28 +437,39 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err) {
-    const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads};
+    double clock = moe8_now_s();
+    const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads, moe8_phase_on() ? &clock : NULL};
     const int H = w->H;
     const size_t esz = moe8_dtype_size(w->embed_dt);
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
-    for (int t = 0; t < T; t++)
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && T > 1)
+    for (int t = 0; t < T; t++) {
         moe8_convert_to_f32(s->x + (size_t)t * H, (const char *)w->embed + (size_t)token[t] * H * esz,
                             w->embed_dt, (size_t)H, NULL);
+        if (w->n_layer > 0)
+            moe8_rmsnorm_rows(s->h + (size_t)t * H, H, s->x + (size_t)t * H, H, 1, H,
+                              w->layers[0].attn_norm, w->eps);
+    }
+    mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {
         const moe8_attn_cache cache = moe8_attn_cache_layer(kv, w->n_head, w->n_kv, w->D, l);
+        const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
         if ((st = attn_block(&r, &w->layers[l], &cache, n_ctx, rope, seq, pos, err)) ||
-            (st = ffn_block(&r, &w->layers[l], err))) {
+            (st = ffn_block(&r, &w->layers[l], next_norm, err))) {
             moe8_error_prefix(err, "layer %d", l);
             return st;
         }
     }
+#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && n_out > 1)
     for (int i = 0; i < n_out; i++)
         moe8_rmsnorm_rows(s->h + (size_t)i * H, H, s->x + (size_t)out_idx[i] * H, H, 1, H,
                           w->final_norm, w->eps);
-    if (n_out > 0 && !w->v_chunk)
+    if (n_out > 0 && !w->v_chunk) {
         lm_head_apply(&r, s->logits, w->V, n_out, n_threads);
-    else if (n_out > 0)
-        return lm_head_split(&r, n_out, n_threads, err);
-    return MOE8_OK;
+    } else if (n_out > 0) {
+        st = lm_head_split(&r, n_out, n_threads, err);
+    }
+    mark(&r, MOE8_PHASE_LM_HEAD);
+    return st;
 }

@@ -390,6 +390,7 @@ moe8_status moe8_moe_workspace_create(const moe8_moe_layer *L, int max_tokens, i
                          max_tokens);
     }
     w->block = c.base;
+    moe8_touch_pages(c.base, c.used, w->max_threads); /* resident before the first forward */
     c.used = 0;
     carve_all(&c, w, L, T, M);
     *out = w;
@@ -425,6 +426,8 @@ typedef struct {
     int need_gather;         /* some expert has >= 2 rows (set by the dispatching thread) */
     moe8_status st;          /* custom routing result */
     moe8_error *err;
+    double t_routed;         /* phase accounting (moe8_bench_forward_timing): when
+                              * routing ended (thread 0); 0 when off */
 } fwd_ctx;
 
 /* [*a, *b) = part `i` of `n` of [0, total). */
@@ -594,6 +597,7 @@ static void forward_thread(fwd_ctx *c, int tid, int nt) {
     }
     phase_tokens(c, tid, nt);
 #pragma omp barrier
+    if (tid == 0 && c->t_routed > 0) c->t_routed = moe8_now_s();
     if (c->st != MOE8_OK) return;
     if (tid == 0) phase_dispatch(c);
 #pragma omp barrier
@@ -613,7 +617,8 @@ static void forward_thread(fwd_ctx *c, int tid, int nt) {
 moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace *w,
                                      const moe8_kernels *k, const float *h, int n_tokens,
                                      const float *router_logits, float *out, moe8_error *err) {
-    fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err};
+    fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err, 0.0};
+    const double t0 = moe8_phase_on() ? moe8_now_s() : 0.0;
     int nt;
     if (!L || !w || !h || !out || n_tokens < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe forward: bad arguments");
@@ -636,11 +641,19 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
     w->n_rows = 0;
     if (n_tokens == 0) return MOE8_OK;
     nt = w->max_threads;
+    c.t_routed = t0;
     if (nt > 1 && !omp_in_parallel()) {
 #pragma omp parallel num_threads(nt)
         forward_thread(&c, omp_get_thread_num(), omp_get_num_threads());
     } else {
         forward_thread(&c, 0, 1);
+    }
+    if (t0 > 0) {
+        int active = 0;
+        for (int le = 0; le < L->last - L->first; le++) active += w->count[le] > 0;
+        moe8_phase_add(MOE8_PHASE_ROUTER, c.t_routed - t0);
+        moe8_phase_add(MOE8_PHASE_EXPERTS, moe8_now_s() - c.t_routed);
+        moe8_phase_moe(active);
     }
     return c.st;
 }

@@ -27,5 +27,8 @@ double moe8_read_stream_avx2(const void *buf, size_t n_bytes, uint32_t *sink);
 /* Seconds for n_iter iterations of 12 vpmaddwd + 12 vpaddd on registers
  * (12 x 16 = 192 int8-range MACs per iteration). */
 double moe8_maddwd_peak_avx2(long n_iter, uint32_t *sink);
+/* Seconds for n_iter iterations of 10 independent vfmadd231ps ymm chains
+ * (80 fp32 FMAs per iteration). */
+double moe8_fma_peak_avx2(long n_iter, uint32_t *sink);
 
 #endif
