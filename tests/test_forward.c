@@ -356,6 +356,98 @@ static void test_static_linear_full_range(void) {
     moe8_proj_free(&p);
 }
 
+/* Activation codes at the rounding edges: scale 0.5 makes x / scale exact, so
+ * x = (j - 600) / 4 lands on .0, .25, .5 and .75 (ties go to even), plus
+ * values far outside the range, infinities, NaN (-> -128), -0 and denormals.
+ * The reference is rint() in the default rounding mode of the fp32 value
+ * x / scale + offset, clamped. */
+static void test_static_quant_edges(void) {
+    enum { N_X = 2400 + 8 };
+    static float x[N_X];
+    static int8_t xq[N_X + 64];
+    const float scale = 0.5f, off = -3.0f;
+    int bad = 0, ties = 0;
+    for (int j = 0; j < 2400; j++) x[j] = (float)(j - 1200) / 4.0f;
+    x[2400] = NAN, x[2401] = INFINITY, x[2402] = -INFINITY, x[2403] = 1e30f;
+    x[2404] = -1e30f, x[2405] = -0.0f, x[2406] = 1e-40f, x[2407] = -1e-40f;
+    moe8_proj_quant(xq, N_X + 64, x, N_X, 1, N_X, scale, off);
+    for (int j = 0; j < N_X; j++) {
+        const float v = x[j] / scale + off;
+        const double r = isnan(v) ? -128.0 : rint((double)v);
+        const int8_t want = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);
+        ties += v - floorf(v) == 0.5f;
+        if (xq[j] != want && bad++ < 5) CHECKF(0, "x = %g: code %d, expected %d", x[j], xq[j], want);
+    }
+    CHECKF(bad == 0, "%d of %d activation codes wrong", bad, N_X);
+    CHECKF(ties >= 500, "only %d ties tested", ties);
+}
+
+/* moe8_proj_apply_group (q, k and v in one pass) equals separate calls bit for
+ * bit, for int8 and float projections and 1-3 threads. */
+static void test_proj_group(void) {
+    enum { K = 96, T = 3, N1 = 40, N2 = 24, N3 = 17 };
+    static int8_t w[(N1 + N2 + N3) * K];
+    static float wf[(N1 + N2 + N3) * K], deq[N1 + N2 + N3], x[T * K];
+    static float y_sep[T * (N1 + N2 + N3)], y_grp[T * (N1 + N2 + N3)];
+    static int32_t bias[N1 + N2 + N3];
+    const int ns[3] = {N1, N2, N3};
+    test_rng r = {91};
+    for (int i = 0; i < (N1 + N2 + N3) * K; i++) {
+        w[i] = (int8_t)((int)(test_rng_u64(&r) % 256) - 128);
+        wf[i] = (float)test_rng_normal(&r);
+    }
+    for (int i = 0; i < N1 + N2 + N3; i++) deq[i] = 1e-3f * (float)(i + 1), bias[i] = i * 7 - 100;
+    for (int i = 0; i < T * K; i++) x[i] = (float)(test_rng_normal(&r) * 3.0);
+    for (int is_float = 0; is_float < 2; is_float++) {
+        moe8_proj p[3];
+        moe8_tensor tw[3], td[3], tb[3];
+        const moe8_proj *pp[3];
+        int row = 0;
+        for (int i = 0; i < 3; i++) {
+            moe8_linear src;
+            memset(&src, 0, sizeof src);
+            tw[i] = (moe8_tensor){"w", is_float ? MOE8_DT_F32 : MOE8_DT_I8, 2, {ns[i], K}, ns[i] * K,
+                                  is_float ? (void *)(wf + row * K) : (void *)(w + row * K), 0, 0, 0};
+            td[i] = (moe8_tensor){"deq", MOE8_DT_F32, 1, {ns[i]}, ns[i], deq + row, 0, 0, 0};
+            tb[i] = (moe8_tensor){"bias", MOE8_DT_I32, 1, {ns[i]}, ns[i], bias + row, 0, 0, 0};
+            src.quant = is_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8;
+            src.n_out = ns[i];
+            src.n_in = K;
+            src.weight = &tw[i];
+            src.deq_scale = &td[i];
+            src.quant_bias = &tb[i];
+            src.in_scale = 0.03f;
+            src.in_offset = 2;
+            CHECK(moe8_proj_init(&p[i], &src, 1, NULL) == MOE8_OK);
+            pp[i] = &p[i];
+            row += ns[i];
+        }
+        const int ldq = moe8_round_up(K, 64);
+        int8_t *xq = moe8_alloc_aligned((size_t)T * ldq);
+        float ones[T];
+        int32_t ones_i[T];
+        for (int i = 0; i < T; i++) ones[i] = 1.0f, ones_i[i] = 1;
+        moe8_proj_quant(xq, ldq, x, K, T, K, 0.03f, 2.0f);
+        for (int nt = 1; nt <= 3; nt++) {
+            float *ys[3] = {y_grp, y_grp + T * N1, y_grp + T * (N1 + N2)};
+            const int ldy[3] = {N1, N2, N3};
+            row = 0;
+            for (int i = 0; i < 3; i++) {
+                moe8_proj_apply(&p[i], moe8_kernels_get(), y_sep + T * row, ns[i], x, K, xq, ldq,
+                                ones, ones_i, T, 1);
+                row += ns[i];
+            }
+            memset(y_grp, 0, sizeof y_grp);
+            moe8_proj_apply_group(pp, ys, ldy, 3, moe8_kernels_get(), x, K, xq, ldq, ones, ones_i,
+                                  T, nt);
+            CHECKF(!memcmp(y_sep, y_grp, sizeof y_sep), "%s group of 3 projections, %d threads: "
+                   "differs from separate calls", is_float ? "float" : "W8A8", nt);
+        }
+        moe8_free_aligned(xq);
+        for (int i = 0; i < 3; i++) moe8_proj_free(&p[i]);
+    }
+}
+
 /* ---- MOE8_FORCE_REF=1 in a child process vs this one ------------------------- */
 
 /* Logits of every prompt position + N_GREEDY greedy tokens. */
@@ -715,6 +807,8 @@ static void test_concurrent_contexts(moe8_model *m) {
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3], argv[4]);
     test_static_linear_full_range();
+    test_static_quant_edges();
+    test_proj_group();
     test_dynamic_linear();
     test_vs_reference();
     test_force_ref(argv[0]);

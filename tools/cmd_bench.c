@@ -92,6 +92,7 @@ static int usage(void) {
             "  --threads LIST    OpenMP thread counts (default 1,2)\n"
             "  --reps N          timed forwards per row (default: auto, >= 5, ~0.5 s)\n"
             "  --bw-mb N         buffer of the bandwidth probe in MB (default 1024)\n"
+            "       moe8 bench forward -m DIR ... (the whole forward, phase by phase: moe8 bench forward -h)\n"
             "       moe8 bench sched -m DIR ...   (the scheduler on a model: moe8 bench sched -h)\n"
             "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n");
     return 2;
@@ -416,6 +417,7 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     if (argc >= 2 && !strcmp(argv[1], "sched")) return cmd_bench_sched(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "forward")) return cmd_bench_forward(argc, argv);
     if (argc < 2 || strcmp(argv[1], "moe")) return usage();
     if (parse_opts(argc, argv, &o)) return 2;
     if (o.n_layers > 16 || o.n_float_layers > 16) {

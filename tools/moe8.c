@@ -56,7 +56,7 @@ static const struct {
     {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
-    {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|sched)"},
+    {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve)"},
 };
 
 static void usage(FILE *f) {

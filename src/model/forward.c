@@ -7,8 +7,9 @@
  * MoE layers built with moe8_moe_layer_create (experts repacked), norm
  * vectors converted to fp32 (a few KB); the mapped pages of every packed int8
  * weight are released (SEMANTICS §6b).
- * Embeddings, the router, FLOAT linears and a FLOAT lm_head stay in the map in
- * their stored dtype; a W8A8_DYNAMIC lm_head is packed like the W8A8 linears
+ * Embeddings, the router, FLOAT linears and a tied lm_head stay in the map in
+ * their stored dtype; an untied FLOAT lm_head is copied into owned memory (it
+ * streams faster there) and its pages released; a W8A8_DYNAMIC lm_head is packed like the W8A8 linears
  * and runs per-token dynamic quantization of the final-normed rows. In float-experts mode W8A8 experts are dequantized to fp32,
  * W = S·(Wq + O), and run as FLOAT experts (a comparison aid; 4x the memory).
  *
@@ -162,7 +163,11 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
     } else {
         st = moe8_proj_init(&w->lm_head, src, 0, err);
     }
-    if (!st && w->lm_head.type == MOE8_QUANT_W8A8_DYNAMIC) {
+    /* A FLOAT lm_head (untied) is copied out of the map: read every token, it
+     * streams faster from anonymous memory (moe8_proj_own_float). */
+    if (!st && w->lm_head.type == MOE8_QUANT_FLOAT && !m->cfg.tie_word_embeddings && w->lm_head.n)
+        st = moe8_proj_own_float(&w->lm_head, err);
+    if (!st && w->lm_head.packed) {
         moe8_st_release(m->st, src->weight);
         w->owned_bytes += moe8_proj_owned_bytes(&w->lm_head);
     }
@@ -339,9 +344,20 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     moe8_status st;
     const int T = r->T;
     observe(r, L, 0, s->h, r->w->H);
-    lin(r, &L->q, NULL, s->q, s->h, T);
-    lin(r, &L->k, &L->q, s->k, s->h, T);
-    lin(r, &L->v, &L->k, s->v, s->h, T);
+    if (L->q.type == L->k.type && L->k.type == L->v.type &&
+        (L->q.type == MOE8_QUANT_FLOAT ||
+         (moe8_proj_same_input(&L->q, &L->k) && moe8_proj_same_input(&L->k, &L->v)))) {
+        const moe8_proj *p[3] = {&L->q, &L->k, &L->v};
+        float *const y[3] = {s->q, s->k, s->v};
+        const int ldy[3] = {L->q.n, L->k.n, L->v.n};
+        if (L->q.type == MOE8_QUANT_W8A8) quant_static(r, &L->q, s->h, T);
+        moe8_proj_apply_group(p, y, ldy, 3, r->kt, s->h, L->q.k, s->xq, s->ldq, s->ones,
+                              s->ones_i, T, r->nt);
+    } else {
+        lin(r, &L->q, NULL, s->q, s->h, T);
+        lin(r, &L->k, &L->q, s->k, s->h, T);
+        lin(r, &L->v, &L->k, s->v, s->h, T);
+    }
     mark(r, MOE8_PHASE_ATTN_PROJ);
     qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
     mark(r, MOE8_PHASE_ELEMENTWISE);

@@ -37,7 +37,7 @@ typedef struct {
     int32_t *bias;          /* [n] (owned): W8A8 quant_bias, NULL when not added (TP rank
                              * != 0); W8A8_DYNAMIC weight_offset, NULL when all 0 */
     float *deq;             /* [n] (owned): W8A8 deq_scale, W8A8_DYNAMIC weight_scale, fp32 */
-    int8_t *packed;         /* owned storage behind q.data */
+    int8_t *packed;         /* owned storage behind q.data (int8) or w (a FLOAT copy) */
 } moe8_proj;
 
 /* Make `src` (checked by moe8_model_load) ready: FLOAT keeps a pointer, W8A8
@@ -52,6 +52,12 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
                                  int c1, int with_bias, moe8_error *err);
 void moe8_proj_free(moe8_proj *p);
 size_t moe8_proj_owned_bytes(const moe8_proj *p);
+/* A FLOAT proj: copy its block of the weight out of the memory map into
+ * memory it owns (same dtype, rows packed). Streaming file-backed pages is
+ * slower than anonymous memory (measured 19 vs 24-26 GB/s for the bf16
+ * lm_head at decode on this project's test machine); the caller may then
+ * release the mapped pages. No-op for the int8 types. */
+moe8_status moe8_proj_own_float(moe8_proj *p, moe8_error *err);
 
 /* Activation codes of a W8A8 static linear (SEMANTICS §5): xq[T][ldq] int8 with
  * ldq >= round_up(k, KALIGN), tail zeroed. */
@@ -69,6 +75,14 @@ int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b);
 void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
                      const float *x, int ldx, const int8_t *xq, int ldq, const float *sx,
                      const int32_t *xsum, int T, int n_threads);
+/* n projections of the same input x / codes xq (same type, same k; for W8A8
+ * the same input scale and offset) at once: y[i] (stride ldy[i]) = p[i](x).
+ * Their panels are split over the threads as one sequence, so each thread
+ * streams its share of all of them in one pass (decode: q, k and v). The
+ * results equal n moe8_proj_apply calls bit for bit. */
+void moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int *ldy, int n,
+                           const moe8_kernels *kt, const float *x, int ldx, const int8_t *xq,
+                           int ldq, const float *sx, const int32_t *xsum, int T, int n_threads);
 
 /* ======================================================================== */
 /* attention.c                                                               */

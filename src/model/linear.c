@@ -102,6 +102,21 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
     return MOE8_OK;
 }
 
+moe8_status moe8_proj_own_float(moe8_proj *p, moe8_error *err) {
+    const size_t es = moe8_dtype_size(p->wdt), row = (size_t)p->k * es;
+    unsigned char *copy;
+    if (p->type != MOE8_QUANT_FLOAT) return MOE8_OK;
+    if (!(copy = moe8_alloc_aligned((size_t)p->n * row)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes for a float weight",
+                         (size_t)p->n * row);
+    for (int j = 0; j < p->n; j++)
+        memcpy(copy + (size_t)j * row, (const unsigned char *)p->w + (size_t)j * p->ldw * es, row);
+    p->w = copy;
+    p->ldw = p->k;
+    p->packed = (int8_t *)copy;
+    return MOE8_OK;
+}
+
 void moe8_proj_free(moe8_proj *p) {
     if (!p) return;
     free(p->deq);
@@ -111,8 +126,25 @@ void moe8_proj_free(moe8_proj *p) {
 }
 
 size_t moe8_proj_owned_bytes(const moe8_proj *p) {
-    if (p->type == MOE8_QUANT_FLOAT) return 0;
+    if (p->type == MOE8_QUANT_FLOAT)
+        return p->packed ? (size_t)p->n * (size_t)p->k * moe8_dtype_size(p->wdt) : 0;
     return moe8_qmat_bytes(p->n, p->k) + (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
+}
+
+/* One activation code: clamp(round_half_even(x / scale + offset), -128, 127).
+ * Clamping to [-129, 128] first changes no result (those round to values the
+ * final clamp maps the same way) and keeps the integer conversions in range;
+ * floor is done in integers (v is in range, (int)v truncates toward zero), so
+ * the loop vectorizes on any x86-64 and no rounding mode enters. A NaN input
+ * becomes -128, as fmaxf makes it. */
+static inline int8_t quant_code(float x, float scale, float offset) {
+    float v = x / scale + offset; /* true division, rounded to fp32, then the add */
+    v = fminf(fmaxf(v, -129.0f), 128.0f);
+    int i = (int)v;
+    i -= (float)i > v;            /* floor */
+    const float d = v - (float)i; /* exact */
+    i += (d > 0.5f) | ((d == 0.5f) & (i & 1));
+    return (int8_t)(i < -128 ? -128 : i > 127 ? 127 : i);
 }
 
 void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k, float scale,
@@ -121,11 +153,7 @@ void moe8_proj_quant(int8_t *xq, int ldq, const float *x, int ldx, int T, int k,
     for (int r = 0; r < T; r++) {
         const float *xr = x + (size_t)r * ldx;
         int8_t *qr = xq + (size_t)r * ldq;
-        for (int j = 0; j < k; j++) {
-            float v = xr[j] / scale;   /* true division, rounded to fp32 */
-            v = moe8_round_even(v + offset);
-            qr[j] = (int8_t)fminf(fmaxf(v, -128.0f), 127.0f);
-        }
+        for (int j = 0; j < k; j++) qr[j] = quant_code(xr[j], scale, offset);
         for (int j = k; j < k_pad; j++) qr[j] = 0;
     }
 }
@@ -138,18 +166,37 @@ int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b) {
 void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
                      const float *x, int ldx, const int8_t *xq, int ldq, const float *sx,
                      const int32_t *xsum, int T, int n_threads) {
-    const int n_blocks = moe8_round_up(p->n, MOE8_QK_NR) / MOE8_QK_NR;
-    int n_chunks = n_threads < n_blocks ? n_threads : n_blocks;
+    float *const ys[1] = {y};
+    const int ldys[1] = {ldy};
+    moe8_proj_apply_group(&p, ys, ldys, 1, kt, x, ldx, xq, ldq, sx, xsum, T, n_threads);
+}
+
+/* The panels of all n projections, numbered one after another, are cut into
+ * n_chunks contiguous runs, one per thread: every thread streams its run
+ * across projection boundaries with no barrier between them (at decode the
+ * q, k and v weights are one stream per thread, as the experts' are). */
+void moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int *ldy, int n,
+                           const moe8_kernels *kt, const float *x, int ldx, const int8_t *xq,
+                           int ldq, const float *sx, const int32_t *xsum, int T, int n_threads) {
+    int64_t n_blocks = 0;
+    for (int i = 0; i < n; i++) n_blocks += moe8_round_up(p[i]->n, MOE8_QK_NR) / MOE8_QK_NR;
+    int n_chunks = n_threads < n_blocks ? n_threads : (int)n_blocks;
     if (n_chunks < 1) n_chunks = 1;
 #pragma omp parallel for schedule(static, 1) num_threads(n_chunks) if (n_chunks > 1)
     for (int c = 0; c < n_chunks; c++) {
-        int n0 = (int)((int64_t)n_blocks * c / n_chunks) * MOE8_QK_NR;
-        int n1 = (int)((int64_t)n_blocks * (c + 1) / n_chunks) * MOE8_QK_NR;
-        if (n1 > p->n) n1 = p->n;
-        if (n0 >= n1) continue;
-        if (p->type == MOE8_QUANT_FLOAT)
-            kt->gemm_f32_wf(y, ldy, x, ldx, p->w, p->wdt, p->ldw, T, n0, n1, p->k);
-        else
-            kt->gemm_q8_f32(y, ldy, xq, ldq, sx, xsum, &p->q, T, n0, n1);
+        const int64_t b0 = n_blocks * c / n_chunks, b1 = n_blocks * (c + 1) / n_chunks;
+        int64_t first = 0; /* global number of the current projection's first panel */
+        for (int i = 0; i < n && first < b1; i++) {
+            const moe8_proj *q = p[i];
+            const int64_t nb = moe8_round_up(q->n, MOE8_QK_NR) / MOE8_QK_NR;
+            const int64_t lo = b0 > first ? b0 - first : 0, hi = b1 - first < nb ? b1 - first : nb;
+            first += nb;
+            if (lo >= hi) continue;
+            const int n0 = (int)lo * MOE8_QK_NR, n1 = (int)hi * MOE8_QK_NR < q->n ? (int)hi * MOE8_QK_NR : q->n;
+            if (q->type == MOE8_QUANT_FLOAT)
+                kt->gemm_f32_wf(y[i], ldy[i], x, ldx, q->w, q->wdt, q->ldw, T, n0, n1, q->k);
+            else
+                kt->gemm_q8_f32(y[i], ldy[i], xq, ldq, sx, xsum, &q->q, T, n0, n1);
+        }
     }
 }

@@ -176,17 +176,20 @@ INLINE void pv_rows(const tile *t, int r, const float *V, int nv, const int mr) 
     if (d0 < t->D) pv(t, r, V, nv, d0, mr, 1);
 }
 
-/* F16/BF16 rows [n][D] -> fp32 dst[n][D]; rows n..n_pad zeroed. */
+/* F16/BF16 rows [n][D] -> fp32 dst[n][D]; rows n..n_pad zeroed. The dtype
+ * test is outside the loops (D % 8 == 0: whole vectors). */
 static void widen(float *dst, const char *src, moe8_dtype dt, int n, int n_pad, int D) {
     const uint16_t *h = (const uint16_t *)(const void *)src;
-    for (size_t i = 0; i < (size_t)n * D; i += 8) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(h + i));
-        __m256 f = dt == MOE8_DT_F16
-                       ? _mm256_cvtph_ps(x)
-                       : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-        _mm256_storeu_ps(dst + i, f);
+    const size_t n_el = (size_t)n * D;
+    if (dt == MOE8_DT_F16) {
+        for (size_t i = 0; i < n_el; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    } else {
+        for (size_t i = 0; i < n_el; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i))), 16)));
     }
-    for (size_t i = (size_t)n * D; i < (size_t)n_pad * D; i++) dst[i] = 0.0f;
+    for (size_t i = n_el; i < (size_t)n_pad * D; i++) dst[i] = 0.0f;
 }
 
 /* Rows [r0, R) of the tile against one key block of nv valid keys. */
