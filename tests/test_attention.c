@@ -215,13 +215,16 @@ static void tile_case(const paged *c, int s, int h, int G, int32_t pos0, int n_t
 static void test_tiles(void) {
     static const int Ds[4] = {16, 64, 128, 12}, Gs[4] = {1, 2, 4, 8};
     static const moe8_dtype dts[3] = {MOE8_DT_F32, MOE8_DT_F16, MOE8_DT_BF16};
-    static const int32_t lens[3] = {17, 1, 100}; /* three sequences: BS+1, 1, several blocks */
+    /* four sequences: BS+1, 1, several blocks, several chunks of the optimized
+     * kernels (MOE8_ATTN_CHUNK_BLOCKS blocks per softmax step) */
+    static const int32_t lens[4] = {17, 1, 100, 200};
+    const int CK = MOE8_ATTN_CHUNK_BLOCKS * BS;
     int n_case = 0;
     for (int di = 0; di < 4; di++)
         for (int ti = 0; ti < 3; ti++) {
             const double amp = (di + ti) % 2 ? 4.0 : 1.0; /* 4: score gaps past exp's range */
             paged c;
-            paged_init(&c, 2, Ds[di], dts[ti], 3, lens, amp);
+            paged_init(&c, 2, Ds[di], dts[ti], 4, lens, amp);
             for (int gi = 0; gi < 4; gi++) {
                 const int G = Gs[gi];
                 static const int32_t prefill[4] = {1, BS - 1, BS, BS + 1};
@@ -233,7 +236,12 @@ static void test_tiles(void) {
                 tile_case(&c, 2, 0, G, 13, 7, amp);           /* mid-block, across a boundary */
                 tile_case(&c, 2, 1, G, 47, BS + 2, amp);      /* last slot of a block onwards */
                 tile_case(&c, 0, 0, G, BS, 1, amp);           /* first slot of block 1 */
-                n_case += 6;
+                tile_case(&c, 3, 1, G, CK - 1, 1, amp);       /* last key of a chunk */
+                tile_case(&c, 3, 0, G, CK, 1, amp);           /* first key of chunk 1 */
+                tile_case(&c, 3, 1, G, 2 * CK + 1, 1, amp);   /* into chunk 2 */
+                tile_case(&c, 3, 0, G, CK - 4, 11, amp);      /* a tile across a chunk edge */
+                tile_case(&c, 3, 1, G, 199, 1, amp);          /* decode at the end: 3+ chunks */
+                n_case += 11;
             }
             paged_free(&c);
         }
@@ -355,11 +363,11 @@ static void test_non_finite(void) {
     static const int32_t len[1] = {20};
     const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
     const int D = 16, G = 2;
-    float q[2 * 2 * 16], out[2 * 2 * 16], work[1024];
+    float q[2 * 2 * 16], out[2 * 2 * 16], work[4096];
     paged c;
     paged_init(&c, 1, D, MOE8_DT_F32, 1, len, 1.0);
     const moe8_kv_pages kv = pages(&c, 0, 0);
-    MOE8_ASSERT(moe8_attn_work_floats(D, 2 * G) <= 1024);
+    MOE8_ASSERT(moe8_attn_work_floats(D, 2 * G) <= 4096);
     for (int v = 0; v < 2; v++) {
         if (!tables[v]) continue;
         for (int i = 0; i < 2 * G * D; i++) q[i] = (float)test_rng_normal(&rng);

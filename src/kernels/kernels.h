@@ -99,11 +99,17 @@ typedef void (*moe8_flash_attn_fn)(float *out, int ldo, const float *q, int ldq,
                                    int G, int D, int32_t pos0, float scale,
                                    const moe8_kv_pages *kv, float *work);
 
+/* Key blocks per online-softmax step of the optimized kernels (the reference
+ * takes one block at a time). */
+#define MOE8_ATTN_CHUNK_BLOCKS 4
+
 /* Scratch floats of one flash-attention tile of `rows` query rows: widened
- * K and V blocks [16][D] each, then scores [rows][16], max, sum, rescale [rows]
- * (a multiple of 16 floats, so per-thread slices stay 64-byte aligned). */
+ * K and V of a chunk of MOE8_ATTN_CHUNK_BLOCKS blocks ([C*16][D] each), then
+ * scores [rows][C*16], max, sum, rescale [rows] (a multiple of 16 floats, so
+ * per-thread slices stay 64-byte aligned). */
 static inline size_t moe8_attn_work_floats(int D, int rows) {
-    size_t n = 2 * (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D + 19 * (size_t)rows;
+    const size_t keys = (size_t)MOE8_ATTN_CHUNK_BLOCKS * MOE8_KV_BLOCK_TOKENS;
+    size_t n = 2 * keys * (size_t)D + (keys + 3) * (size_t)rows;
     return (n + 15) / 16 * 16;
 }
 

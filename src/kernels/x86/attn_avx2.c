@@ -3,13 +3,16 @@
  * (kernels.h moe8_flash_attn_fn), AVX2 + FMA; F16 K/V widened with F16C,
  * BF16 by a 16-bit shift.
  *
- * Per key block of 16 positions (read once for the whole tile; F16/BF16
- * widened once into the work buffer, F32 read in place):
+ * Per chunk of MOE8_ATTN_CHUNK_BLOCKS key blocks (64 positions, chunks
+ * aligned to multiples of 64; each block read once for the whole tile;
+ * F16/BF16 widened once into the work buffer, F32 read in place):
  *   scores  S[r][j] = scale * q_r.k_j   2 rows x 4 keys at a time, 8 lane
  *           partial sums per pair reduced as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))
  *   softmax m' = max(m, max_j S), alpha = exp(m - m'), p = exp(S - m'),
- *           l = l alpha + sum p (masked keys: p = 0 exactly)
+ *           l = l alpha + sum p (masked keys: p = 0 exactly), once per chunk
  *   values  o_r = o_r alpha + sum_j p_j v_j, j in order, up to 6 rows x 16 dims
+ * One softmax step and one rescale of the accumulators per 64 keys instead of
+ * per 16 is what makes the chunk: they cost as much as the dot products at 16.
  * and o_r / l at the end. Every row's operations are fixed by D and its own
  * position (masked keys add exact zeros), so a row's result is the same
  * whatever rows share its tile. Differs from moe8_flash_attn_ref by FMA
@@ -23,6 +26,8 @@
 #include "kernels/x86/kernels_avx2.h"
 
 #define BS MOE8_KV_BLOCK_TOKENS
+#define CH MOE8_ATTN_CHUNK_BLOCKS
+#define CK (CH * BS) /* keys per chunk */
 #define INLINE static inline __attribute__((always_inline))
 
 /* exp(x) for x <= 0: Cephes' range reduction x = n ln2 + r and degree-5
@@ -77,7 +82,7 @@ typedef struct {
     const float *q;
     int ldo, ldq, G, D;
     float scale;
-    float *S, *M, *L, *A;   /* [R][16] scores then weights, [R] max, sum, rescale */
+    float *S, *M, *L, *A;   /* [R][CK] scores then weights, [R] max, sum, rescale */
 } tile;
 
 INLINE const float *qrow(const tile *t, int r) {
@@ -87,8 +92,8 @@ INLINE float *orow(const tile *t, int r) {
     return t->out + (size_t)(r / t->G) * t->ldo + (size_t)(r % t->G) * t->D;
 }
 
-/* Raw dot products S[r][j] of mr (1, 2) rows from r and keys j < 4*ng of K[16][D]. */
-INLINE void scores(const tile *t, int r, const float *K, int ng, const int mr) {
+/* Raw dot products S[r][j0 + j] of mr (1, 2) rows from r and keys j < 4*ng of K[16][D]. */
+INLINE void scores(const tile *t, int r, const float *K, int ng, int j0, const int mr) {
     const int D = t->D;
     const float *q0 = qrow(t, r), *q1 = mr > 1 ? qrow(t, r + 1) : q0;
     for (int g = 0; g < ng; g++) {
@@ -105,44 +110,49 @@ INLINE void scores(const tile *t, int r, const float *K, int ng, const int mr) {
                 if (mr > 1) a[1][c] = _mm256_fmadd_ps(x1, kv, a[1][c]);
             }
         }
-        _mm_storeu_ps(t->S + (size_t)r * BS + 4 * g, reduce4(a[0][0], a[0][1], a[0][2], a[0][3]));
+        _mm_storeu_ps(t->S + (size_t)r * CK + j0 + 4 * g,
+                      reduce4(a[0][0], a[0][1], a[0][2], a[0][3]));
         if (mr > 1)
-            _mm_storeu_ps(t->S + (size_t)(r + 1) * BS + 4 * g,
+            _mm_storeu_ps(t->S + (size_t)(r + 1) * CK + j0 + 4 * g,
                           reduce4(a[1][0], a[1][1], a[1][2], a[1][3]));
     }
 }
 
-/* The online-softmax step of row r over its first c keys: S[r] becomes the weights. */
-INLINE void softmax_step(const tile *t, int r, int c) {
+/* The online-softmax step of row r over its first c keys of the chunk
+ * (nk keys written, a multiple of 8 after padding): S[r] becomes the weights. */
+INLINE void softmax_step(const tile *t, int r, int c, int nk) {
     const __m256i vc = _mm256_set1_epi32(c);
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(t->scale);
-    float *s = t->S + (size_t)r * BS;
-    __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(s), sc);
-    __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(s + 8), sc);
-    const __m256i j0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i j8 = _mm256_add_epi32(j0, _mm256_set1_epi32(8));
-    __m256 m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vc, j0));
-    __m256 m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vc, j8));
-    float m_new, alpha;
-    __m256 vm;
-    s0 = _mm256_blendv_ps(ninf, s0, m0);
-    s1 = _mm256_blendv_ps(ninf, s1, m1);
-    m_new = hmax(_mm256_max_ps(s0, s1));
+    float *s = t->S + (size_t)r * CK;
+    __m256 v[CK / 8], mx = ninf;
+    const int nvec = (nk + 7) / 8;
+    for (int i = 0; i < nvec; i++) {
+        const __m256i j = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32(8 * i));
+        const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vc, j));
+        v[i] = _mm256_blendv_ps(ninf, _mm256_mul_ps(_mm256_loadu_ps(s + 8 * i), sc), m);
+        mx = _mm256_max_ps(mx, v[i]);
+    }
+    float m_new = hmax(mx), alpha;
     m_new = t->M[r] > m_new ? t->M[r] : m_new;
-    vm = _mm256_set1_ps(m_new);
+    const __m256 vm = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
     alpha = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(t->M[r] - m_new)));
-    s0 = exp_ps(_mm256_sub_ps(s0, vm));
-    s1 = exp_ps(_mm256_sub_ps(s1, vm));
-    t->L[r] = t->L[r] * alpha + hsum(_mm256_add_ps(s0, s1));
+    for (int i = 0; i < nvec; i++) {
+        v[i] = exp_ps(_mm256_sub_ps(v[i], vm));
+        sum = _mm256_add_ps(sum, v[i]);
+        _mm256_storeu_ps(s + 8 * i, v[i]);
+    }
+    t->L[r] = t->L[r] * alpha + hsum(sum);
     t->M[r] = m_new;
     t->A[r] = alpha;
-    _mm256_storeu_ps(s, s0);
-    _mm256_storeu_ps(s + 8, s1);
 }
 
-/* o_r = o_r alpha_r + sum_{j < nv} p_rj v_j for mr (1..6) rows from r, dims
+/* o_r = o_r alpha_r + sum_j p_rj v_j over the chunk's keys in order (block b
+ * of the chunk: nv[b] rows at V[b]) for mr (1..6) rows from r, dims
  * [d0, d0 + 8*nd) (nd 1 or 2). */
-INLINE void pv(const tile *t, int r, const float *V, int nv, int d0, const int mr, const int nd) {
+INLINE void pv(const tile *t, int r, const float *const *V, const int *nv, int nb, int d0,
+               const int mr, const int nd) {
     const int D = t->D;
     __m256 acc[6][2];
     float *o[6];
@@ -153,15 +163,18 @@ INLINE void pv(const tile *t, int r, const float *V, int nv, int d0, const int m
 #pragma GCC unroll 2
         for (int e = 0; e < nd; e++) acc[i][e] = _mm256_mul_ps(_mm256_loadu_ps(o[i] + 8 * e), al);
     }
-    for (int j = 0; j < nv; j++) {
-        __m256 v[2];
+    for (int b = 0; b < nb; b++) {
+        const float *Vb = V[b] + d0, *Sb = t->S + (size_t)r * CK + b * BS;
+        for (int j = 0; j < nv[b]; j++) {
+            __m256 v[2];
 #pragma GCC unroll 2
-        for (int e = 0; e < nd; e++) v[e] = _mm256_loadu_ps(V + (size_t)j * D + d0 + 8 * e);
+            for (int e = 0; e < nd; e++) v[e] = _mm256_loadu_ps(Vb + (size_t)j * D + 8 * e);
 #pragma GCC unroll 6
-        for (int i = 0; i < mr; i++) {
-            const __m256 p = _mm256_broadcast_ss(t->S + (size_t)(r + i) * BS + j);
+            for (int i = 0; i < mr; i++) {
+                const __m256 p = _mm256_broadcast_ss(Sb + (size_t)i * CK + j);
 #pragma GCC unroll 2
-            for (int e = 0; e < nd; e++) acc[i][e] = _mm256_fmadd_ps(p, v[e], acc[i][e]);
+                for (int e = 0; e < nd; e++) acc[i][e] = _mm256_fmadd_ps(p, v[e], acc[i][e]);
+            }
         }
     }
 #pragma GCC unroll 6
@@ -170,10 +183,11 @@ INLINE void pv(const tile *t, int r, const float *V, int nv, int d0, const int m
         for (int e = 0; e < nd; e++) _mm256_storeu_ps(o[i] + 8 * e, acc[i][e]);
 }
 
-INLINE void pv_rows(const tile *t, int r, const float *V, int nv, const int mr) {
+INLINE void pv_rows(const tile *t, int r, const float *const *V, const int *nv, int nb,
+                    const int mr) {
     int d0 = 0;
-    for (; d0 + 16 <= t->D; d0 += 16) pv(t, r, V, nv, d0, mr, 2);
-    if (d0 < t->D) pv(t, r, V, nv, d0, mr, 1);
+    for (; d0 + 16 <= t->D; d0 += 16) pv(t, r, V, nv, nb, d0, mr, 2);
+    if (d0 < t->D) pv(t, r, V, nv, nb, d0, mr, 1);
 }
 
 /* F16/BF16 rows [n][D] -> fp32 dst[n][D]; rows n..n_pad zeroed. The dtype
@@ -192,24 +206,34 @@ static void widen(float *dst, const char *src, moe8_dtype dt, int n, int n_pad, 
     for (size_t i = n_el; i < (size_t)n_pad * D; i++) dst[i] = 0.0f;
 }
 
-/* Rows [r0, R) of the tile against one key block of nv valid keys. */
-static void block_step(const tile *t, int r0, int R, const float *K, const float *V, int nv,
-                       int32_t pos0, int32_t kpos0) {
-    const int ng = (nv + 3) / 4, G = t->G;
-    int r = r0;
-    for (; r + 2 <= R; r += 2) scores(t, r, K, ng, 2);
-    if (r < R) scores(t, r, K, ng, 1);
-    for (r = r0; r < R; r++) {
-        const int32_t c = pos0 + r / G - kpos0 + 1;
-        softmax_step(t, r, c < nv ? (int)c : nv);
+/* Rows [r0, R) of the tile against one chunk of nb key blocks (block b: K[b],
+ * V[b], nv[b] valid keys; all full but the last), the chunk's first key at
+ * position kpos0. */
+static void chunk_step(const tile *t, int r0, int R, const float *const *K, const float *const *V,
+                       const int *nv, int nb, int32_t pos0, int32_t kpos0) {
+    const int G = t->G;
+    int n_keys = 0;
+    for (int b = 0; b < nb; b++) {
+        const int ng = (nv[b] + 3) / 4;
+        /* rows before this block's first key see none of it: skip their scores */
+        const int rb = (int)(kpos0 + b * BS - pos0) * G > r0 ? (int)(kpos0 + b * BS - pos0) * G : r0;
+        int r = rb;
+        for (; r + 2 <= R; r += 2) scores(t, r, K[b], ng, b * BS, 2);
+        if (r < R) scores(t, r, K[b], ng, b * BS, 1);
+        n_keys = b * BS + nv[b];
     }
-    for (r = r0; r + 6 <= R; r += 6) pv_rows(t, r, V, nv, 6);
+    for (int r = r0; r < R; r++) {
+        const int32_t c = pos0 + r / G - kpos0 + 1;
+        softmax_step(t, r, c < n_keys ? (int)c : n_keys, n_keys);
+    }
+    int r = r0;
+    for (; r + 6 <= R; r += 6) pv_rows(t, r, V, nv, nb, 6);
     switch (R - r) {
-    case 5: pv_rows(t, r, V, nv, 5); break;
-    case 4: pv_rows(t, r, V, nv, 4); break;
-    case 3: pv_rows(t, r, V, nv, 3); break;
-    case 2: pv_rows(t, r, V, nv, 2); break;
-    case 1: pv_rows(t, r, V, nv, 1); break;
+    case 5: pv_rows(t, r, V, nv, nb, 5); break;
+    case 4: pv_rows(t, r, V, nv, nb, 4); break;
+    case 3: pv_rows(t, r, V, nv, nb, 3); break;
+    case 2: pv_rows(t, r, V, nv, nb, 2); break;
+    case 1: pv_rows(t, r, V, nv, nb, 1); break;
     default: break;
     }
 }
@@ -218,9 +242,9 @@ void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_to
                           int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
     const int R = n_tok * G;
     const int32_t last = pos0 + n_tok - 1;
-    float *kb = work, *vb = work + (size_t)BS * D, *S = vb + (size_t)BS * D;
-    tile t = {out, q, ldo, ldq, G, D, scale, S, S + (size_t)R * BS, S + (size_t)R * (BS + 1),
-              S + (size_t)R * (BS + 2)};
+    float *kb = work, *vb = work + (size_t)CK * D, *S = vb + (size_t)CK * D;
+    tile t = {out, q, ldo, ldq, G, D, scale, S, S + (size_t)R * CK, S + (size_t)R * (CK + 1),
+              S + (size_t)R * (CK + 2)};
     if (D % 8) {
         moe8_flash_attn_ref(out, ldo, q, ldq, n_tok, G, D, pos0, scale, kv, work);
         return;
@@ -231,19 +255,25 @@ void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_to
         t.L[r] = 0.0f;
         for (int d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_setzero_ps());
     }
-    for (int32_t b = 0; b <= last / BS; b++) {
-        const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
-        const int nv = last + 1 - b * BS < BS ? (int)(last + 1 - b * BS) : BS;
-        const int i0 = b * BS - pos0 > 0 ? (int)(b * BS - pos0) : 0;
-        const float *K = (const float *)(const void *)kblk;
-        const float *V = (const float *)(const void *)(kblk + kv->v_off);
-        if (kv->dt != MOE8_DT_F32) {
-            widen(kb, kblk, kv->dt, nv, (nv + 3) / 4 * 4, D);
-            widen(vb, kblk + kv->v_off, kv->dt, nv, nv, D);
-            K = kb;
-            V = vb;
+    for (int32_t c0 = 0; c0 <= last / BS; c0 += CH) {
+        const float *K[CH], *V[CH];
+        int nv[CH], nb = 0;
+        /* the first token that sees the chunk's first key */
+        const int i0 = c0 * BS - pos0 > 0 ? (int)(c0 * BS - pos0) : 0;
+        for (int32_t b = c0; b < c0 + CH && b <= last / BS; b++, nb++) {
+            const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+            nv[nb] = last + 1 - b * BS < BS ? (int)(last + 1 - b * BS) : BS;
+            K[nb] = (const float *)(const void *)kblk;
+            V[nb] = (const float *)(const void *)(kblk + kv->v_off);
+            if (kv->dt != MOE8_DT_F32) {
+                float *kd = kb + (size_t)nb * BS * D, *vd = vb + (size_t)nb * BS * D;
+                widen(kd, kblk, kv->dt, nv[nb], (nv[nb] + 3) / 4 * 4, D);
+                widen(vd, kblk + kv->v_off, kv->dt, nv[nb], nv[nb], D);
+                K[nb] = kd;
+                V[nb] = vd;
+            }
         }
-        block_step(&t, i0 * G, R, K, V, nv, pos0, b * BS);
+        chunk_step(&t, i0 * G, R, K, V, nv, nb, pos0, c0 * BS);
     }
     for (int r = 0; r < R; r++) {
         float *o = orow(&t, r);
