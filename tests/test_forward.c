@@ -448,6 +448,74 @@ static void test_proj_group(void) {
     }
 }
 
+/* Forward-phase accounting (moe8_bench_forward_timing): on, a prefill adds
+ * time to every phase the model has, the phases sum to no more than the
+ * whole moe8_decode, the MoE counters count each MoE layer once, and the
+ * logits are those of a run with it off (it only reads clocks). Off, nothing
+ * moves. Then `moe8 bench forward` prints its table on the same model. */
+static void test_phase_timing(moe8_model *m, const char *dir) {
+    const moe8_config *cfg = moe8_model_config(m);
+    const int V = (int)cfg->vocab_size, n = 9;
+    int n_moe = 0;
+    for (int64_t l = 0; l < cfg->num_hidden_layers; l++) n_moe += moe8_config_is_moe_layer(cfg, l);
+    float *a = malloc(sizeof(float) * (size_t)V * n), *b = malloc(sizeof(float) * (size_t)V * n);
+    moe8_forward_times ft;
+    moe8_context *c1 = new_ctx(m, 64, 1, 2, 0), *c2 = new_ctx(m, 64, 1, 2, 0);
+    moe8_bench_forward_times(&ft, 1);
+    CHECK(prefill(c1, 0, PROMPT, n, a) == MOE8_OK);
+    moe8_bench_forward_times(&ft, 1);
+    CHECKF(ft.n_forward == 0 && ft.forward_s == 0.0 && ft.phase_s[MOE8_PHASE_ATTN_CORE] == 0.0,
+           "timing off, yet %lld forwards counted", (long long)ft.n_forward);
+    moe8_bench_forward_timing(1);
+    CHECK(prefill(c2, 0, PROMPT, n, b) == MOE8_OK);
+    moe8_bench_forward_timing(0);
+    moe8_bench_forward_times(&ft, 1);
+    CHECKF(!memcmp(a, b, sizeof(float) * (size_t)V * n), "logits differ with phase timing on");
+    double sum = 0.0;
+    for (int p = 0; p < MOE8_PHASE_COUNT; p++) {
+        sum += ft.phase_s[p];
+        const int expect = p == MOE8_PHASE_COMM ? 0
+                           : p == MOE8_PHASE_ROUTER || p == MOE8_PHASE_EXPERTS ? n_moe > 0
+                           : p == MOE8_PHASE_DENSE_MLP ? n_moe < cfg->num_hidden_layers : 1;
+        CHECKF((ft.phase_s[p] > 0.0) == expect, "phase '%s': %g s (expected %s)",
+               moe8_phase_name((moe8_phase)p), ft.phase_s[p], expect ? "> 0" : "0");
+    }
+    CHECKF(ft.n_forward == 1 && sum <= ft.forward_s * (1 + 1e-9) + 1e-6,
+           "%lld forwards; phases sum to %g s of a %g s forward", (long long)ft.n_forward, sum,
+           ft.forward_s);
+    CHECKF(ft.moe_calls == n_moe && ft.expert_blocks >= n_moe &&
+           ft.expert_blocks <= (int64_t)n_moe * cfg->num_experts,
+           "%lld MoE calls (want %d), %lld active experts", (long long)ft.moe_calls, n_moe,
+           (long long)ft.expert_blocks);
+    CHECK(strcmp(moe8_phase_name(MOE8_PHASE_ATTN_CORE), "attention core") == 0 &&
+          strcmp(moe8_phase_name((moe8_phase)MOE8_PHASE_COUNT), "?") == 0);
+    moe8_context_free(c1);
+    moe8_context_free(c2);
+    free(a);
+    free(b);
+
+    char cmd[8192], out[4200], line[1024], mdir[4096];
+    int rows = 0, whole = 0, decode = 0;
+    snprintf(mdir, sizeof mdir, "%s", dir); /* test_tmpdir reuses its buffer */
+    dir = mdir;
+    snprintf(out, sizeof out, "%s/bench_forward.md", test_tmpdir("fwd_bench"));
+    snprintf(cmd, sizeof cmd, "'%s' bench forward -m '%s' --tokens 1,8 --ctx 12 --steps 2 --reps 1 "
+             "--bw-mb 16 --threads 2 >'%s' 2>/dev/null", MOE8_CLI, dir, out);
+    CHECKF(system(cmd) == 0, "%s failed", cmd);
+    FILE *f = fopen(out, "r");
+    CHECK(f != NULL);
+    while (f && fgets(line, sizeof line, f)) {
+        rows += !strncmp(line, "| attention core |", 18) || !strncmp(line, "| experts |", 11);
+        whole += !strncmp(line, "| **whole forward** |", 21);
+        decode += !strncmp(line, "decode: ", 8);
+    }
+    if (f) fclose(f);
+    CHECKF(rows == 4 && whole == 2 && decode == 1, "bench forward tables: %d phase rows, %d whole-"
+           "forward lines, %d decode lines (want 4, 2, 1)", rows, whole, decode);
+    snprintf(cmd, sizeof cmd, "'%s' bench forward -m '%s' --tokens 0 >/dev/null 2>&1", MOE8_CLI, dir);
+    CHECKF(WEXITSTATUS(system(cmd)) == 2, "bench forward --tokens 0 should fail with usage (2)");
+}
+
 /* ---- MOE8_FORCE_REF=1 in a child process vs this one ------------------------- */
 
 /* Logits of every prompt position + N_GREEDY greedy tokens. */
@@ -821,6 +889,7 @@ int main(int argc, char **argv) {
     test_lm_head_threads_ref(argv[0]);
     moe8_model *m = test_load_model(dir);
     test_bad_kv_type(m);
+    test_phase_timing(m, dir);
     for (int i = 0; i < 3; i++) {
         g_kv = i == 0 ? MOE8_DT_F32 : i == 1 ? MOE8_DT_F16 : MOE8_DT_BF16;
         test_decode_vs_prefill(m);

@@ -10,7 +10,8 @@
  * their share of the layer, the rate they reached, and their roofline — the
  * time the phase would take at the ceiling that bounds it, measured by the
  * same probes as `bench moe` (streaming read bandwidth, exact int8 peak) and
- * the fp32 FMA probe:
+ * the fp32 FMA probe, re-measured just before each table (on a shared machine
+ * the ceilings move):
  *   attention projections  max(2 MACs / int8 (or fp32) peak, weight bytes / BW)
  *   attention core         max(4 NH D (pos+1) flops per token / fp32 peak,
  *                              K/V bytes read once / BW)
@@ -207,6 +208,19 @@ static const char *bound_name(const work *w, const ceilings *c) {
     return w->int8 ? "int8 peak" : "fp32 FMA peak";
 }
 
+/* The ceilings, measured now: on a shared machine they move between runs, so
+ * each table is compared with probes taken just before it. */
+static void measure(ceilings *c, int n_threads, int bw_mb) {
+    c->bw = moe8_bench_read_gbs((size_t)bw_mb << 20, n_threads, 3);
+    c->int8 = moe8_bench_int8_peak_gops(n_threads, NULL);
+    c->f32 = moe8_bench_f32_peak_gflops(n_threads, NULL);
+}
+
+static void print_ceilings(const ceilings *c) {
+    printf("ceilings now: streaming read %.1f GB/s, int8 %.1f GOP/s, fp32 %.1f GFLOP/s\n\n",
+           c->bw, c->int8, c->f32);
+}
+
 /* ---- running --------------------------------------------------------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -286,7 +300,7 @@ static void report(const moe8_model *m, const moe8_forward_times *ft, int n_runs
 }
 
 static int bench_prefill(moe8_model *m, moe8_context *ctx, const fwd_opts *o, int T,
-                         const ceilings *c, int32_t *tok, int32_t *pos, int32_t *seq) {
+                         ceilings *c, int32_t *tok, int32_t *pos, int32_t *seq) {
     moe8_forward_times best, ft;
     moe8_error err;
     double best_s = 0.0;
@@ -301,13 +315,15 @@ static int bench_prefill(moe8_model *m, moe8_context *ctx, const fwd_opts *o, in
         if (rep == 0 || ft.forward_s < best_s) best = ft, best_s = ft.forward_s;
         fprintf(stderr, "moe8 " CMD ": prefill T=%d rep %d: %.3f s\n", T, rep + 1, ft.forward_s);
     }
+    measure(c, moe8_context_get_params(ctx).n_threads, o->bw_mb);
     printf("### prefill, T = %d tokens (best of %d)\n\n", T, o->reps);
+    print_ceilings(c);
     report(m, &best, 1, T, 0, o->kv_type, c);
     return 0;
 }
 
 static int bench_decode(moe8_model *m, moe8_context *ctx, const fwd_opts *o, int n_ctx,
-                        const ceilings *c, int32_t *tok, int32_t *pos, int32_t *seq, int n_batch) {
+                        ceilings *c, int32_t *tok, int32_t *pos, int32_t *seq, int n_batch) {
     moe8_forward_times ft;
     moe8_error err;
     int rc;
@@ -321,7 +337,9 @@ static int bench_decode(moe8_model *m, moe8_context *ctx, const fwd_opts *o, int
     moe8_bench_forward_timing(0);
     if (rc) return rc;
     moe8_bench_forward_times(&ft, 1);
+    measure(c, moe8_context_get_params(ctx).n_threads, o->bw_mb);
     printf("### decode, context %d (mean of %d steps)\n\n", n_ctx, o->steps);
+    print_ceilings(c);
     report(m, &ft, o->steps, 1, n_ctx + o->steps / 2, o->kv_type, c);
     return 0;
 }
@@ -376,8 +394,9 @@ int cmd_bench_forward(int argc, char **argv) {
                (long long)cfg->num_attention_heads, (long long)cfg->num_key_value_heads,
                (long long)cfg->head_dim, (long long)cfg->num_experts,
                (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size);
-        printf("%d threads, %s kernels, KV %s; ceilings: streaming read %.1f GB/s, int8 %.1f "
-               "GOP/s (%s), fp32 %.1f GFLOP/s (%s)\n\n",
+        printf("%d threads, %s kernels, KV %s; ceilings (probes of `bench moe`, re-measured "
+               "before each table): streaming read %.1f GB/s, int8 %.1f GOP/s (%s), fp32 %.1f "
+               "GFLOP/s (%s)\n\n",
                cp.n_threads, moe8_kernel_isa(), cli_kv_type_name(o.kv_type), c.bw, c.int8, how8,
                c.f32, howf);
     }
