@@ -12,7 +12,9 @@
  *   text  what decoding emits: raw bytes, the per-token steps of the decoder
  *         already applied ("▁Hello" -> " Hello", "<0x0A>" -> "\n"), so
  *         detokenizing is a concatenation plus the decoder's Strip at the start.
- * A ByteLevel tokenizer's key and text are the same bytes (key_pool NULL).
+ * A ByteLevel tokenizer's key and text are the same bytes (key_pool NULL); a
+ * vocab entry outside its alphabet (an added token) keeps its spelling and is
+ * left out of the key map, as BPE can never produce it.
  */
 #ifndef MOE8_TOKENIZER_INTERNAL_H
 #define MOE8_TOKENIZER_INTERNAL_H
@@ -32,8 +34,8 @@ struct cJSON;   /* tok_pipeline_load reads a parsed tokenizer.json */
 #define TOK_MAX_NORM ((size_t)INT32_MAX - 64) /* longest normalized stretch */
 #define TOK_MAX_STEPS 8                  /* normalizer steps, Split regexes, decoder Replaces */
 
-/* Raw bytes -> token id, open addressing over ids whose bytes live in the
- * tokenizer's pool. */
+/* Token key -> id, open addressing over ids whose keys (tok_key) live in the
+ * tokenizer's pools. */
 typedef struct {
     int32_t *slots;   /* [mask + 1], -1 = empty */
     size_t mask;      /* slot count - 1 (a power of two minus one) */
@@ -79,7 +81,7 @@ struct moe8_tokenizer {
     size_t pool_len;
     size_t max_token_len;   /* longest text in bytes */
     uint32_t *key_off;      /* [n_vocab] offset of a token's key in key_pool (NULL: key = text) */
-    uint32_t *key_len;      /* [n_vocab] key length (0: no key, an added token only) */
+    uint32_t *key_len;      /* [n_vocab] key length (an added token's key is its content) */
     char *key_pool;         /* [key_pool_len] model.vocab spellings; NULL for ByteLevel */
     size_t key_pool_len;
     size_t max_key_len;     /* longest key in bytes */
