@@ -242,8 +242,8 @@ static moe8_status decoder_item(pipe_loader *P, const cJSON *d, const char *fiel
     if (kind < *stage || (kind == *stage && kind != DEC_REPLACE) ||
         (kind == DEC_STRIP && *stage != DEC_FUSE))
         return moe8_fail(P->err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': %s: %s is supported only once, in the order Replace, ByteFallback, "
-                         "Fuse, Strip (Strip right after Fuse)", P->path, field, ty);
+                         "'%s': %s: %s out of order (supported: Replace..., ByteFallback, Fuse, "
+                         "Strip, in this order, Strip right after Fuse)", P->path, field, ty);
     *stage = kind;
     if (kind == DEC_REPLACE) {
         if ((st = string_pattern(P, d, field, &from)) != MOE8_OK) return st;
