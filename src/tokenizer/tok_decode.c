@@ -2,15 +2,19 @@
  * tok_decode.c — ids -> text: token queries, the streaming detokenizer and
  * whole-sequence detokenization.
  *
- * A token's text is its raw bytes (ByteLevel already decoded at load; added
- * tokens are their content verbatim). Concatenated bytes need not be UTF-8 —
+ * A token's text is its raw bytes (ByteLevel, or the decoder's Replace and
+ * ByteFallback steps, already applied at load; ByteLevel added tokens are their
+ * content verbatim, as transformers does). Concatenated bytes need not be UTF-8 —
  * one character can straddle tokens ("🚀" = 11162 248 222), and a model can
  * emit any sequence. The detokenizer emits only complete characters: a valid
  * but incomplete tail (at most 3 bytes) waits for the next token, an invalid
  * sequence becomes U+FFFD (one per maximal subpart, as Rust's
  * String::from_utf8_lossy, which the reference decoder uses), and a tail left
- * at flush becomes one U+FFFD.
- * Not done: the HF decoder's clean_up_tokenization_spaces (Qwen sets it false).
+ * at flush becomes one U+FFFD (tokenizers' ByteFallback decoder would turn every
+ * byte of an invalid <0xNN> run into U+FFFD; transformers.js and moe8 replace
+ * maximal subparts). The decoder's Strip (Llama/Mistral: one leading space)
+ * acts on the first characters a stream emits, unless MOE8_DETOK_CONTINUE.
+ * Not done: clean_up_tokenization_spaces (refused at load when true).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -61,11 +65,13 @@ int32_t moe8_tokenizer_bos_id(const moe8_tokenizer *t) { return t->bos_id; }
 int32_t moe8_tokenizer_eos_id(const moe8_tokenizer *t) { return t->eos_id; }
 
 int32_t moe8_tokenizer_token_id(const moe8_tokenizer *t, const char *text) {
+    const tok_added_set *sets[2] = {&t->added_raw, &t->added_norm};
     size_t len = strlen(text), have;
-    for (int32_t i = 0; i < t->n_added; i++) {
-        const char *s = tok_bytes(t, t->added[i], &have);
-        if (have == len && memcmp(s, text, len) == 0) return t->added[i];
-    }
+    for (int k = 0; k < 2; k++)
+        for (int32_t i = 0; i < sets[k]->n; i++) {
+            const char *s = tok_key(t, sets[k]->ids[i], &have);   /* an added token's content */
+            if (have == len && memcmp(s, text, len) == 0) return sets[k]->ids[i];
+        }
     return len ? tok_strmap_get(&t->vocab, t, text, len) : -1;
 }
 
@@ -88,6 +94,7 @@ struct moe8_detok {
     int n_tail;
     uint8_t *in;          /* [max_token_len + 4] tail + token bytes */
     char *out;            /* [3 * (max_token_len + 4)] every byte may become U+FFFD */
+    int strip_left;       /* decoder Strip: leading characters still to drop */
 };
 
 moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
@@ -104,6 +111,7 @@ moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok
     }
     d->tok = tok;
     d->flags = flags;
+    moe8_detok_reset(d);
     *out = d;
     return MOE8_OK;
 }
@@ -115,7 +123,26 @@ void moe8_detok_free(moe8_detok *d) {
     free(d);
 }
 
-void moe8_detok_reset(moe8_detok *d) { d->n_tail = 0; }
+void moe8_detok_reset(moe8_detok *d) {
+    d->n_tail = 0;
+    d->strip_left = d->flags & MOE8_DETOK_CONTINUE ? 0 : d->tok->strip_start;
+}
+
+/* The decoder's Strip on the start of the text: drop up to strip_left leading
+ * strip_char (emit_utf8 hands over whole characters only). */
+static void strip_start(moe8_detok *d, const char **text, size_t *len) {
+    const moe8_tokenizer *t = d->tok;
+    size_t k = (size_t)t->strip_char_len;
+    while (d->strip_left > 0 && *len > 0) {
+        if (*len < k || memcmp(*text, t->strip_char, k) != 0) {
+            d->strip_left = 0;
+            break;
+        }
+        *text += k;
+        *len -= k;
+        d->strip_left--;
+    }
+}
 
 /* Emit the complete characters of in[0..n) into d->out; keep a valid
  * incomplete tail unless `final`, where it becomes U+FFFD. */
@@ -155,6 +182,7 @@ moe8_status moe8_detok_feed(moe8_detok *d, int32_t id, const char **text, size_t
     memcpy(d->in, d->tail, (size_t)d->n_tail);
     memcpy(d->in + d->n_tail, s, n);
     *len = emit_utf8(d, d->in, (size_t)d->n_tail + n, 0);
+    strip_start(d, text, len);
     return MOE8_OK;
 }
 
@@ -164,6 +192,7 @@ void moe8_detok_flush(moe8_detok *d, const char **text, size_t *len) {
     memcpy(tail, d->tail, n);
     *text = d->out;
     *len = emit_utf8(d, tail, n, 1);
+    strip_start(d, text, len);
 }
 
 /* ---- whole sequence --------------------------------------------------- */

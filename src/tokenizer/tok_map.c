@@ -1,8 +1,8 @@
 /*
  * tok_map.c — the tokenizer's two hash maps, both open addressing with linear
  * probing at a load factor of at most one half:
- *   tok_strmap:  raw token bytes -> id (keys are not copied: a slot holds the
- *                id, whose bytes live in the tokenizer's pool);
+ *   tok_strmap:  token key -> id (keys are not copied: a slot holds the id,
+ *                whose key, tok_key, lives in the tokenizer's pools);
  *   tok_pairmap: (left id, right id) -> (merge rank, merged id).
  * Built once at load, read-only afterwards (safe to read from many threads).
  * No deletion, no resizing: the key count is known before building.
@@ -52,7 +52,7 @@ void tok_strmap_free(tok_strmap *m) {
 
 int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id) {
     size_t len, olen;
-    const char *s = tok_bytes(t, id, &len);
+    const char *s = tok_key(t, id, &len);
     size_t i = (size_t)hash_bytes(s, len) & m->mask;
     for (;; i = (i + 1) & m->mask) {
         int32_t other = m->slots[i];
@@ -60,7 +60,7 @@ int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id
             m->slots[i] = id;
             return -1;
         }
-        const char *o = tok_bytes(t, other, &olen);
+        const char *o = tok_key(t, other, &olen);
         if (olen == len && memcmp(o, s, len) == 0) return other;
     }
 }
@@ -72,7 +72,7 @@ int32_t tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, cons
     for (;; i = (i + 1) & m->mask) {
         int32_t other = m->slots[i];
         if (other < 0) return -1;
-        const char *o = tok_bytes(t, other, &olen);
+        const char *o = tok_key(t, other, &olen);
         if (olen == len && memcmp(o, s, len) == 0) return other;
     }
 }

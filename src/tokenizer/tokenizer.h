@@ -1,11 +1,20 @@
 /*
- * tokenizer.h — internal layout of the byte-level BPE tokenizer shared by
- * tok_load.c (building it), tok_encode.c (text -> ids), tok_decode.c
- * (ids -> text) and tok_map.c (the two hash maps). Not part of the public API.
+ * tokenizer.h — internal layout of the BPE tokenizer shared by tok_load.c
+ * (building it from tokenizer.json), tok_norm.c (the pipeline stages around the
+ * model: normalizer, pre-tokenizer, decoder), tok_encode.c (text -> ids),
+ * tok_decode.c (ids -> text) and tok_map.c (the two hash maps). Not part of
+ * the public API.
  *
- * Tokens are stored as their raw bytes (the ByteLevel "Ġ"-style spelling of
- * tokenizer.json is decoded once at load), so BPE runs directly on the bytes
- * of the text and decoding is a plain concatenation.
+ * Every token has two spellings:
+ *   key   what BPE looks up: the model.vocab string, except that a ByteLevel
+ *         tokenizer's "Ġ"-style spelling is decoded to raw bytes once at load
+ *         (BPE then runs directly on the bytes of the text);
+ *   text  what decoding emits: raw bytes, the per-token steps of the decoder
+ *         already applied ("▁Hello" -> " Hello", "<0x0A>" -> "\n"), so
+ *         detokenizing is a concatenation plus the decoder's Strip at the start.
+ * A ByteLevel tokenizer's key and text are the same bytes (key_pool NULL); a
+ * vocab entry outside its alphabet (an added token) keeps its spelling and is
+ * left out of the key map, as BPE can never produce it.
  */
 #ifndef MOE8_TOKENIZER_INTERNAL_H
 #define MOE8_TOKENIZER_INTERNAL_H
@@ -18,11 +27,15 @@
 
 #include "core/core.h"
 
+struct cJSON;   /* tok_pipeline_load reads a parsed tokenizer.json */
+
 /* Longest accepted text for one moe8_tokenize call: BPE positions are int32. */
 #define TOK_MAX_TEXT ((size_t)1 << 29)   /* NFC may grow text up to 3x */
+#define TOK_MAX_NORM ((size_t)INT32_MAX - 64) /* longest normalized stretch */
+#define TOK_MAX_STEPS 8                  /* normalizer steps, Split regexes, decoder Replaces */
 
-/* Raw bytes -> token id, open addressing over ids whose bytes live in the
- * tokenizer's pool. */
+/* Token key -> id, open addressing over ids whose keys (tok_key) live in the
+ * tokenizer's pools. */
 typedef struct {
     int32_t *slots;   /* [mask + 1], -1 = empty */
     size_t mask;      /* slot count - 1 (a power of two minus one) */
@@ -40,27 +53,61 @@ typedef struct {
     size_t mask;
 } tok_pairmap;
 
+/* One string rewrite: a normalizer step (NFC, Prepend, Replace) or a decoder
+ * Replace. Strings are NUL-terminated UTF-8 owned by the step. */
+typedef enum { TOK_NFC = 1, TOK_PREPEND, TOK_REPLACE } tok_step_type;
+typedef struct {
+    tok_step_type type;
+    char *from;             /* REPLACE: the pattern (non-empty) */
+    char *to;               /* PREPEND: the prefix; REPLACE: the replacement */
+    size_t n_from, n_to;
+} tok_step;
+
+/* Added tokens matched on one kind of text (raw or normalized), leftmost-longest. */
+typedef struct {
+    int32_t n;
+    int32_t *ids;           /* [n] sorted by first byte, then longest first */
+    uint32_t *off, *len;    /* [n] each pattern's bytes in pat */
+    char *pat;              /* patterns: the content, or the normalized content */
+    int32_t first[257];     /* ids[first[b] .. first[b+1]) start with byte b */
+} tok_added_set;
+
 struct moe8_tokenizer {
     int32_t n_vocab;        /* largest id + 1 (ids may have holes) */
-    uint32_t *tok_off;      /* [n_vocab] offset of a token's bytes in pool */
-    uint32_t *tok_len;      /* [n_vocab] byte length; TOK_UNASSIGNED for a hole */
+    uint32_t *tok_off;      /* [n_vocab] offset of a token's text in pool */
+    uint32_t *tok_len;      /* [n_vocab] text length; TOK_UNASSIGNED for a hole */
     uint8_t *tok_flags;     /* [n_vocab] MOE8_TOKEN_* bits */
-    char *pool;             /* [pool_len] raw bytes of every token */
+    char *pool;             /* [pool_len] the text of every token */
     size_t pool_len;
-    size_t max_token_len;   /* longest token in bytes */
+    size_t max_token_len;   /* longest text in bytes */
+    uint32_t *key_off;      /* [n_vocab] offset of a token's key in key_pool (NULL: key = text) */
+    uint32_t *key_len;      /* [n_vocab] key length (an added token's key is its content) */
+    char *key_pool;         /* [key_pool_len] model.vocab spellings; NULL for ByteLevel */
+    size_t key_pool_len;
+    size_t max_key_len;     /* longest key in bytes */
 
-    tok_strmap vocab;       /* regular ("model.vocab") tokens only */
+    tok_strmap vocab;       /* key -> id, regular ("model.vocab") tokens only */
     tok_pairmap merges;
-    int32_t byte_id[256];   /* id of the one-byte token of each byte value */
-    int ignore_merges;      /* model.ignore_merges: whole-word lookup first */
-    int nfc;                /* normalizer is NFC */
+    int ignore_merges;      /* model.ignore_merges: whole-piece lookup first */
+    int byte_level;         /* ByteLevel pre-tokenizer and decoder: BPE starts from bytes */
+    int byte_fallback;      /* model.byte_fallback: an unknown character becomes <0xNN> tokens */
+    int fuse_unk;           /* model.fuse_unk: a run of unknown characters is one unk */
+    int32_t unk_id;         /* model.unk_token, or -1 (unknown characters are then dropped) */
+    int32_t byte_id[256];   /* ByteLevel: the token of each byte; byte_fallback: <0xNN>; else -1 */
 
-    int32_t n_added;        /* "added_tokens", matched before everything else */
-    int32_t *added;         /* [n_added] ids sorted by first byte, then longest first */
-    int32_t added_first[257]; /* added[added_first[b] .. added_first[b+1]) start with byte b */
+    int n_norm;             /* normalizer steps, applied in order */
+    tok_step norm[TOK_MAX_STEPS];
+    int n_split;            /* Split pre-tokenizers (Isolated), applied in order */
+    pcre2_code *split[TOK_MAX_STEPS]; /* UTF, UCP; JIT when available */
+    int n_dec_replace;      /* decoder Replace steps (before ByteFallback), applied at load */
+    tok_step dec_replace[TOK_MAX_STEPS];
+    int dec_byte_fallback;  /* decoder ByteFallback: "<0xNN>" texts are that byte */
+    int strip_start;        /* decoder Strip after Fuse: leading strip_char removed, at most */
+    char strip_char[5];     /* ... this many times at the start of a decoded sequence */
+    int strip_char_len;
 
-    pcre2_code *re;         /* Split pre-tokenizer regex (UTF, UCP; JIT when available) */
-    int re_jit;             /* pcre2_jit_compile succeeded */
+    tok_added_set added_raw;  /* added tokens with normalized false: cut from the raw text */
+    tok_added_set added_norm; /* normalized true: cut from each normalized stretch */
 
     int add_bos;            /* tokenizer_config.json add_bos_token */
     int32_t bos_id, eos_id; /* tokenizer_config.json bos_token / eos_token, or -1 */
@@ -73,11 +120,17 @@ static inline const char *tok_bytes(const struct moe8_tokenizer *t, int32_t id, 
     return t->pool + t->tok_off[id];
 }
 
-/* tok_map.c */
+static inline const char *tok_key(const struct moe8_tokenizer *t, int32_t id, size_t *len) {
+    if (!t->key_pool) return tok_bytes(t, id, len);
+    *len = t->key_len[id];
+    return t->key_pool + t->key_off[id];
+}
+
+/* tok_map.c (keys are tok_key spellings) */
 int tok_strmap_init(tok_strmap *m, size_t n_keys);
 void tok_strmap_free(tok_strmap *m);
-/* Insert id (its bytes are already in the pool); returns the id already
- * holding the same bytes, or -1 when the insert happened. */
+/* Insert id (its key is already in place); returns the id already holding
+ * the same key, or -1 when the insert happened. */
 int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id);
 int32_t tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
                        size_t len);
@@ -93,6 +146,22 @@ const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t righ
 moe8_status tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
                           size_t cfg_len, const char *cfg_path, struct moe8_tokenizer **out,
                           moe8_error *err);
+
+/* tok_norm.c: read the normalizer, pre_tokenizer and decoder sections of
+ * tokenizer.json (root) into t; `path` names the file in errors. */
+moe8_status tok_pipeline_load(struct moe8_tokenizer *t, const struct cJSON *root,
+                              const char *path, moe8_error *err);
+void tok_pipeline_free(struct moe8_tokenizer *t);
+/* Normalize s[0..n) with t's normalizer. The result goes to out and out_len:
+ * s itself when no step changed it, else a heap copy also left in own (free
+ * it; NULL otherwise). off names the stretch's byte offset in errors. */
+moe8_status tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t n, size_t off,
+                          const char **out, size_t *out_len, char **own, moe8_error *err);
+/* The decoded text of one token whose spelling is s[0..n) (decoder Replace
+ * steps, then ByteFallback) into a heap buffer *out of *out_len bytes; -1
+ * when out of memory. */
+int tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
+                   size_t *out_len);
 
 /* tok_decode.c: one UTF-8 character at s[0..n): returns its length (> 0) when
  * valid and complete, 0 when s is a valid but incomplete prefix, or -k when
