@@ -494,7 +494,7 @@ static void test_phase_timing(moe8_model *m, const char *dir) {
     free(a);
     free(b);
 
-    char cmd[8192], out[4200], line[1024], mdir[4096];
+    char cmd[16384], out[4200], line[1024], mdir[4096];
     int rows = 0, whole = 0, decode = 0;
     snprintf(mdir, sizeof mdir, "%s", dir); /* test_tmpdir reuses its buffer */
     dir = mdir;
