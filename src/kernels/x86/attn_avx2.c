@@ -143,7 +143,7 @@ INLINE void softmax_step(const tile *t, int r, int c, int nk) {
         sum = _mm256_add_ps(sum, v[i]);
         _mm256_storeu_ps(s + 8 * i, v[i]);
     }
-    t->L[r] = t->L[r] * alpha + hsum(sum);
+    t->L[r] = fmaf(t->L[r], alpha, hsum(sum)); /* one rounding, as the few-row path */
     t->M[r] = m_new;
     t->A[r] = alpha;
 }
@@ -238,6 +238,172 @@ static void chunk_step(const tile *t, int r0, int R, const float *const *K, cons
     }
 }
 
+/* ---- few rows (decode): up to 8 query rows, one per vector lane ---------------
+ *
+ * With R <= 8 rows (one decode token and its G query heads) the tile path
+ * spends as much time widening K/V into the work buffer and walking scores
+ * row by row as on the dot products. Here every key's scores of all rows are
+ * one vector (lanes = rows): K and V rows are widened in registers as they
+ * are used, the softmax runs on vectors of rows, and nothing but the scores
+ * [CK][8] and the rows' state is written. The arithmetic of each row is the
+ * tile path's, operation for operation (the same lane partial sums over d
+ * and reduction tree per score, the same lane-then-tree order of the sum of
+ * weights, FMA for the running sum, the accumulator rescaled then updated key
+ * by key), so a token's attention is the same bits whichever path its tile
+ * takes (batch invariance). */
+
+/* 8 key-row elements at d, as fp32. */
+INLINE __m256 kv8(const char *row, int d, moe8_dtype dt) {
+    if (dt == MOE8_DT_F32) return _mm256_loadu_ps((const float *)(const void *)row + d);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)(const void *)row + d));
+    if (dt == MOE8_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+typedef struct {
+    const float *q[8];       /* row r's query (rows >= R repeat the last) */
+    float *o[8];             /* row r's output (accumulator until the end) */
+    __m256i pos;             /* lane r: row r's position */
+    __m256 M, L;             /* running max and sum, lane r */
+    int R, D;
+    float scale;
+} few_rows;
+
+/* Scores of one key block (nv keys at K, row stride es*D bytes) into
+ * ST[j0 + j][8], raw (unscaled), as reduce4 forms them for the tile path. */
+INLINE void few_scores(const few_rows *f, const char *K, size_t row_bytes, int nv, float *ST,
+                       int j0, const moe8_dtype dt) {
+    for (int j = 0; j < nv; j++) {
+        const char *k = K + (size_t)j * row_bytes;
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+        for (int d = 0; d < f->D; d += 8) {
+            const __m256 kv = kv8(k, d, dt);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(f->q[r] + d), kv, a[r]);
+        }
+        const __m128 lo = reduce4(a[0], a[1], a[2], a[3]), hi = reduce4(a[4], a[5], a[6], a[7]);
+        _mm256_storeu_ps(ST + (size_t)(j0 + j) * 8, _mm256_set_m128(hi, lo));
+    }
+}
+
+/* One chunk: nb blocks (K[b], V[b] raw rows of dtype dt, nv[b] keys), the
+ * chunk's first key at kpos0. */
+static void few_chunk(few_rows *f, const char *const *K, const char *const *V, const int *nv,
+                      int nb, int32_t kpos0, moe8_dtype dt, float *ST) {
+    const size_t row_bytes = (size_t)f->D * (dt == MOE8_DT_F32 ? 4 : 2);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(f->scale);
+    int n_keys = 0;
+    for (int b = 0; b < nb; b++) {
+        if (dt == MOE8_DT_F32) few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F32);
+        else if (dt == MOE8_DT_F16) few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F16);
+        else few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_BF16);
+        n_keys = b * BS + nv[b];
+    }
+    /* the tile path's vectors: keys 8i..8i+7; keys past n_keys are masked there */
+    const int nvec = (n_keys + 7) / 8;
+    __m256 mx = ninf;
+    for (int j = 0; j < nvec * 8; j++) {
+        /* lane r sees key j when kpos0 + j <= pos_r */
+        const __m256 hidden = _mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(kpos0 + j), f->pos));
+        __m256 v = j < n_keys ? _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(ST + (size_t)j * 8), sc),
+                                                 ninf, hidden)
+                              : ninf;
+        _mm256_storeu_ps(ST + (size_t)j * 8, v);
+        mx = _mm256_max_ps(mx, v);
+    }
+    const __m256 m_new = _mm256_max_ps(f->M, mx);
+    const __m256 alpha = exp_ps(_mm256_sub_ps(f->M, m_new));
+    __m256 part[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) part[l] = _mm256_setzero_ps();
+    for (int i = 0; i < nvec; i++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            float *p = ST + (size_t)(8 * i + l) * 8;
+            const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(p), m_new));
+            _mm256_storeu_ps(p, e);
+            part[l] = _mm256_add_ps(part[l], e);
+        }
+    /* hsum's tree over the lane sums: ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)) */
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(part[0], part[4]),
+                                                   _mm256_add_ps(part[2], part[6])),
+                                     _mm256_add_ps(_mm256_add_ps(part[1], part[5]),
+                                                   _mm256_add_ps(part[3], part[7])));
+    f->L = _mm256_fmadd_ps(f->L, alpha, sum);
+    f->M = m_new;
+    float al[8];
+    _mm256_storeu_ps(al, alpha);
+    /* o_r = o_r alpha_r + sum_j p_rj v_j, 8 dims at a time, keys in order */
+    for (int d = 0; d < f->D; d += 8) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            acc[r] = _mm256_mul_ps(_mm256_loadu_ps(f->o[r] + d), _mm256_set1_ps(al[r]));
+        for (int b = 0; b < nb; b++)
+            for (int j = 0; j < nv[b]; j++) {
+                const __m256 v = kv8(V[b] + (size_t)j * row_bytes, d, dt);
+                const float *p = ST + (size_t)(b * BS + j) * 8;
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++)
+                    acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r), v, acc[r]);
+            }
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) _mm256_storeu_ps(f->o[r] + d, acc[r]);
+    }
+}
+
+/* Rows beyond R point at a spare buffer (part of work) and are never read. */
+static void few_attn(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
+                     int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
+    const int R = n_tok * G;
+    const int32_t last = pos0 + n_tok - 1;
+    float *ST = work, *spare = work + (size_t)CK * 8;
+    few_rows f;
+    int32_t pos[8];
+    f.R = R, f.D = D, f.scale = scale;
+    for (int r = 0; r < 8; r++) {
+        const int rr = r < R ? r : R - 1;
+        f.q[r] = q + (size_t)(rr / G) * ldq + (size_t)(rr % G) * D;
+        f.o[r] = r < R ? out + (size_t)(r / G) * ldo + (size_t)(r % G) * D : spare + (size_t)(r - R) * D;
+        pos[r] = pos0 + rr / G;
+        for (int d = 0; d < D; d += 8) _mm256_storeu_ps(f.o[r] + d, _mm256_setzero_ps());
+    }
+    f.pos = _mm256_loadu_si256((const __m256i *)pos);
+    f.M = _mm256_set1_ps(-INFINITY);
+    f.L = _mm256_setzero_ps();
+    for (int32_t c0 = 0; c0 <= last / BS; c0 += CH) {
+        const char *K[CH], *V[CH];
+        int nv[CH], nb = 0;
+        for (int32_t b = c0; b < c0 + CH && b <= last / BS; b++, nb++) {
+            const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+            nv[nb] = last + 1 - b * BS < BS ? (int)(last + 1 - b * BS) : BS;
+            K[nb] = kblk;
+            V[nb] = kblk + kv->v_off;
+        }
+        if (c0 + CH <= last / BS) { /* the next chunk's K and V rows, into L2 (~8% at 8192) */
+            const size_t bytes = (size_t)BS * D * (kv->dt == MOE8_DT_F32 ? 4 : 2);
+            for (int32_t b = c0 + CH; b < c0 + 2 * CH && b <= last / BS; b++) {
+                const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+                for (size_t i = 0; i < bytes; i += 64) {
+                    _mm_prefetch(kblk + i, _MM_HINT_T1);
+                    _mm_prefetch(kblk + kv->v_off + i, _MM_HINT_T1);
+                }
+            }
+        }
+        few_chunk(&f, K, V, nv, nb, c0 * BS, kv->dt, ST);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, f.L);
+    for (int r = 0; r < R; r++) {
+        const __m256 lv = _mm256_set1_ps(l[r]);
+        for (int d = 0; d < D; d += 8)
+            _mm256_storeu_ps(f.o[r] + d, _mm256_div_ps(_mm256_loadu_ps(f.o[r] + d), lv));
+    }
+}
+
 void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
                           int32_t pos0, float scale, const moe8_kv_pages *kv, float *work) {
     const int R = n_tok * G;
@@ -247,6 +413,10 @@ void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_to
               S + (size_t)R * (CK + 2)};
     if (D % 8) {
         moe8_flash_attn_ref(out, ldo, q, ldq, n_tok, G, D, pos0, scale, kv, work);
+        return;
+    }
+    if (R <= 8) {
+        few_attn(out, ldo, q, ldq, n_tok, G, D, pos0, scale, kv, work);
         return;
     }
     for (int r = 0; r < R; r++) {
