@@ -164,6 +164,8 @@ const char *moe8_st_metadata(const moe8_st *st, int file_index, const char *key)
 /* Give back the resident pages of a tensor's data (madvise DONTNEED on the
  * whole pages it covers). Reading it again pages it in from the file. */
 void moe8_st_release(const moe8_st *st, const moe8_tensor *t);
+/* The same for bytes [offset, offset + n) of its data (whole pages inside). */
+void moe8_st_release_range(const moe8_st *st, const moe8_tensor *t, size_t offset, size_t n);
 
 /* ======================================================================== */
 /* safetensors: writer                                                       */

@@ -763,12 +763,17 @@ const char *moe8_st_metadata(const moe8_st *st, int file_index, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-void moe8_st_release(const moe8_st *st, const moe8_tensor *t) {
+void moe8_st_release_range(const moe8_st *st, const moe8_tensor *t, size_t offset, size_t n) {
     uintptr_t page, begin, end;
     if (!st || !t || t->file_index < 0 || t->file_index >= st->n_files) return;
-    if (!st->files[t->file_index].mapped || t->n_bytes == 0) return;
+    if (!st->files[t->file_index].mapped || offset >= t->n_bytes) return;
+    if (n > t->n_bytes - offset) n = t->n_bytes - offset;
     page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    begin = ((uintptr_t)t->data + page - 1) & ~(page - 1);
-    end = ((uintptr_t)t->data + t->n_bytes) & ~(page - 1);
+    begin = ((uintptr_t)t->data + offset + page - 1) & ~(page - 1);
+    end = ((uintptr_t)t->data + offset + n) & ~(page - 1);
     if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
+void moe8_st_release(const moe8_st *st, const moe8_tensor *t) {
+    if (t) moe8_st_release_range(st, t, 0, t->n_bytes);
 }

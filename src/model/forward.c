@@ -166,9 +166,9 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
     /* A FLOAT lm_head (untied) is copied out of the map: read every token, it
      * streams faster from anonymous memory (moe8_proj_own_float). */
     if (!st && w->lm_head.type == MOE8_QUANT_FLOAT && !m->cfg.tie_word_embeddings && w->lm_head.n)
-        st = moe8_proj_own_float(&w->lm_head, err);
+        st = moe8_proj_own_float(&w->lm_head, m->st, src->weight, err);
     if (!st && w->lm_head.packed) {
-        moe8_st_release(m->st, src->weight);
+        if (w->lm_head.type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
         w->owned_bytes += moe8_proj_owned_bytes(&w->lm_head);
     }
     if (st) moe8_error_prefix(err, "lm_head");

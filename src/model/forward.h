@@ -55,9 +55,12 @@ size_t moe8_proj_owned_bytes(const moe8_proj *p);
 /* A FLOAT proj: copy its block of the weight out of the memory map into
  * memory it owns (same dtype, rows packed). Streaming file-backed pages is
  * slower than anonymous memory (measured 19 vs 24-26 GB/s for the bf16
- * lm_head at decode on this project's test machine); the caller may then
- * release the mapped pages. No-op for the int8 types. */
-moe8_status moe8_proj_own_float(moe8_proj *p, moe8_error *err);
+ * lm_head at decode on this project's test machine). With st and t (the
+ * tensor p reads), the mapped pages of each 16 MB slice are released as soon
+ * as it is copied, so the copy never holds twice the weight resident.
+ * No-op for the int8 types. */
+moe8_status moe8_proj_own_float(moe8_proj *p, const moe8_st *st, const moe8_tensor *t,
+                                moe8_error *err);
 
 /* Activation codes of a W8A8 static linear (SEMANTICS §5): xq[T][ldq] int8 with
  * ldq >= round_up(k, KALIGN), tail zeroed. */

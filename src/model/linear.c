@@ -102,15 +102,24 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
     return MOE8_OK;
 }
 
-moe8_status moe8_proj_own_float(moe8_proj *p, moe8_error *err) {
+moe8_status moe8_proj_own_float(moe8_proj *p, const moe8_st *st, const moe8_tensor *t,
+                                moe8_error *err) {
     const size_t es = moe8_dtype_size(p->wdt), row = (size_t)p->k * es;
+    const size_t slice = (16u << 20) / row + 1; /* rows per copied-then-released slice */
     unsigned char *copy;
     if (p->type != MOE8_QUANT_FLOAT) return MOE8_OK;
     if (!(copy = moe8_alloc_aligned((size_t)p->n * row)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes for a float weight",
                          (size_t)p->n * row);
-    for (int j = 0; j < p->n; j++)
-        memcpy(copy + (size_t)j * row, (const unsigned char *)p->w + (size_t)j * p->ldw * es, row);
+    for (size_t j0 = 0; j0 < (size_t)p->n; j0 += slice) {
+        const size_t j1 = j0 + slice < (size_t)p->n ? j0 + slice : (size_t)p->n;
+        const unsigned char *src = (const unsigned char *)p->w + j0 * p->ldw * es;
+        for (size_t j = j0; j < j1; j++)
+            memcpy(copy + j * row, (const unsigned char *)p->w + j * p->ldw * es, row);
+        if (st && t && p->ldw == p->k) /* whole rows: the copied bytes are contiguous */
+            moe8_st_release_range(st, t, (size_t)(src - (const unsigned char *)t->data),
+                                  (j1 - j0) * row);
+    }
     p->w = copy;
     p->ldw = p->k;
     p->packed = (int8_t *)copy;
