@@ -201,13 +201,15 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     if (!st && (w->D % 2 || w->D <= 0))
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "head_dim %d must be even", w->D);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
-    if (!st) st = build_lm_head(w, m, err);
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         st = build_layer(w, i, float_experts, n_threads, err);
         if (st) moe8_error_prefix(err, "layer %d", i);
         else w->owned_bytes += layer_owned(&w->layers[i], w);
     }
+    /* last: its copy (or packing) then does not add to the transient of a
+     * layer's mapped pages being packed (the peak resident memory of loading) */
+    if (!st) st = build_lm_head(w, m, err);
     if (st) {
         moe8_weights_free(w);
         return st;
