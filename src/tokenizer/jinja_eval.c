@@ -377,8 +377,8 @@ static int arith(jctx *c, const jnode *n, int op, const jv *a, const jv *b, jv *
     if (op == OP_ADD && a->t == JV_LIST && b->t == JV_LIST && a->flag == b->flag) {
         jlist *l = jl_new(c, n, a->u.l->n + b->u.l->n);
         if (!l || jx_charge(c, n, l->cap / 8)) return -1;
-        memcpy(l->v, a->u.l->v, a->u.l->n * sizeof *l->v);
-        memcpy(l->v + a->u.l->n, b->u.l->v, b->u.l->n * sizeof *l->v);
+        if (a->u.l->n) memcpy(l->v, a->u.l->v, a->u.l->n * sizeof *l->v);
+        if (b->u.l->n) memcpy(l->v + a->u.l->n, b->u.l->v, b->u.l->n * sizeof *l->v);
         l->n = a->u.l->n + b->u.l->n;
         *out = list_of(l, a->flag);
         return 0;
@@ -406,7 +406,10 @@ static int contains(jctx *c, const jnode *n, const jv *seq, const jv *x, int *re
     case JV_LIST:
         for (size_t i = 0; !*res && i < seq->u.l->n; i++) *res = jv_equal(c, &seq->u.l->v[i], x);
         return 0;
-    case JV_DICT: *res = jd_get(c, seq->u.d, x) != NULL; return 0;
+    case JV_DICT:
+        if (!jv_hashable(x)) return jx_fail(c, n, "unhashable type: '%s'", jv_type_name(x));
+        *res = jd_get(c, seq->u.d, x) != NULL;
+        return 0;
     case JV_UNDEF: return 0;
     default: return jx_fail(c, n, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
@@ -598,8 +601,11 @@ static int eval_node(jctx *c, const jnode *n, jv *out) {
     case N_DICT: {
         jdict *d = jd_new(c, n, n->n_kids / 2);
         if (!d) return -1;
-        for (uint32_t i = 0; i + 1 < n->n_kids; i += 2)
-            if (eval(c, n->kids[i], &a) || eval(c, n->kids[i + 1], &b) || jd_set(c, n, d, a, b)) return -1;
+        for (uint32_t i = 0; i + 1 < n->n_kids; i += 2) {
+            if (eval(c, n->kids[i], &a) || eval(c, n->kids[i + 1], &b)) return -1;
+            if (!jv_hashable(&a)) return jx_fail(c, n->kids[i], "unhashable type: '%s'", jv_type_name(&a));
+            if (jd_set(c, n, d, a, b)) return -1;
+        }
         out->t = JV_DICT, out->flag = 0, out->u.d = d;
         return 0;
     }

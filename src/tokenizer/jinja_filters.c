@@ -10,11 +10,12 @@
  *                 removeprefix removesuffix replace rfind rindex rsplit rstrip
  *                 split splitlines startswith strip title upper
  *   dict methods  get items keys values      list methods  count index
- *   filters       abs attr capitalize count d default dictsort e escape first
- *                 float indent int items join last length list lower map max
- *                 min reject rejectattr replace reverse round safe select
+ *   filters       abs attr capitalize count d default dictsort first float
+ *                 indent int items join last length list lower map max min
+ *                 reject rejectattr replace reverse round safe select
  *                 selectattr sort string sum title tojson trim unique upper
- *                 wordcount
+ *                 wordcount (not escape/e: its Markup changes what + does,
+ *                 and HTML escaping has no place in a prompt)
  *   tests         defined undefined none boolean false true integer float
  *                 number string mapping iterable sequence callable lower upper
  *                 odd even divisibleby eq equalto ne lt lessthan le gt
@@ -22,7 +23,8 @@
  * Methods that would modify a container are refused as the immutable sandbox
  * refuses them. Not matched: case mappings are utf8proc's one-to-one ones
  * ('ß'.upper() stays 'ß'; Python gives 'SS'); `sameas` compares values, not
- * object identity; dict views, range() and reverse give lists.
+ * object identity; dict views, range() and reverse give lists; `safe` is
+ * the identity (jinja2's Markup would HTML-escape a string added to it).
  */
 #include <math.h>
 #include <stdio.h>
@@ -829,7 +831,7 @@ static int sorted(jctx *c, const jnode *n, const jlist *items, const jv *attr, i
 /* ---- filters ---------------------------------------------------------------------------- */
 
 enum {
-    F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST,
+    F_ABS, F_ATTR, F_CAPITALIZE, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_FIRST,
     F_FLOAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX,
     F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR,
     F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT, F_COUNT_,
@@ -848,8 +850,6 @@ static const jsig FILTERS[F_COUNT_] = {
     [F_D] = {"d", {"default_value", "boolean", NULL}},
     [F_DEFAULT] = {"default", {"default_value", "boolean", NULL}},
     [F_DICTSORT] = {"dictsort", {"case_sensitive", "by", "reverse", NULL}},
-    [F_E] = {"e", {NULL}},
-    [F_ESCAPE] = {"escape", {NULL}},
     [F_FIRST] = {"first", {NULL}},
     [F_FLOAT] = {"float", {"default", NULL}},
     [F_INDENT] = {"indent", {"width", "first", "blank", NULL}},
@@ -1011,7 +1011,8 @@ static int f_indent(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     jbuf b = {0};
     int64_t w = 4;
     char *sp;
-    if (as_text(c, n, in, &s)) return -1;
+    if (want_str(c, n, in, "indent's value")) return -1; /* jinja2 appends "\n" to it: a str only */
+    s = *in;
     if (wv && wv->t == JV_STR) ind = *wv;
     else if (wv) {
         if (want_int(c, n, wv, "indent's width", &w)) return -1;
@@ -1048,6 +1049,11 @@ static int f_seq(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, 
     jargs rest = {0};
     const jv *attr = NULL, *name = NULL, *dflt = NULL;
     int by_attr = id == F_SELECTATTR || id == F_REJECTATTR;
+    if (!jv_truthy(in)) { /* jinja2 iterates only a true value: none, 0, false give nothing */
+        if (!(l = jl_new(c, n, 0))) return -1;
+        *out = list_val(l, 0);
+        return 0;
+    }
     if (jv_iterate(c, n, in, &items) || !(l = jl_new(c, n, items->n))) return -1;
     if (id == F_MAP) {
         for (size_t i = 0; i < a->n_kw; i++) {
@@ -1165,25 +1171,6 @@ static int f_order(jctx *c, const jnode *n, int id, const jv *in, const jargs *a
     return 0;
 }
 
-static int f_html_escape(jctx *c, const jnode *n, const jv *in, jv *out) {
-    jv s;
-    jbuf b = {0};
-    if (as_text(c, n, in, &s)) return -1;
-    for (size_t i = 0; i < s.n; i++) {
-        const char *e = NULL;
-        switch (s.u.s[i]) {
-        case '&': e = "&amp;"; break;
-        case '<': e = "&lt;"; break;
-        case '>': e = "&gt;"; break;
-        case '"': e = "&#34;"; break;
-        case '\'': e = "&#39;"; break;
-        }
-        if (e ? jbuf_add(c, n, &b, e, strlen(e)) : jbuf_add(c, n, &b, s.u.s + i, 1)) return -1;
-    }
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
-}
-
 static int f_length(jctx *c, const jnode *n, const jv *in, jv *out) {
     switch (in->t) {
     case JV_UNDEF: *out = jv_int(0); return 0;
@@ -1288,7 +1275,6 @@ int jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a,
     case F_LENGTH: case F_COUNT: return f_length(c, n, in, out);
     case F_STRING: return as_text(c, n, in, out);
     case F_SAFE: *out = *in; return 0;
-    case F_E: case F_ESCAPE: return f_html_escape(c, n, in, out);
     case F_TRIM:
         if (as_text(c, n, in, &s)) return -1;
         return do_strip(c, n, &s, arg(a, 0, p), 3, out);
@@ -1409,6 +1395,21 @@ int jtest_id(const char *name, size_t n) {
     return -1;
 }
 
+/* Python's x % m for numbers (the sign of m), as odd/even/divisibleby use it. */
+static int num_mod(jctx *c, const jnode *n, const jv *x, const jv *m, double *out) {
+    double a, b, r;
+    if (x->t == JV_UNDEF) return jx_undefined(c, n, x);
+    if ((x->t != JV_INT && x->t != JV_BOOL && x->t != JV_FLOAT) || (m->t != JV_INT && m->t != JV_BOOL && m->t != JV_FLOAT))
+        return jx_fail(c, n, "this test needs numbers, not %s and %s", jv_type_name(x), jv_type_name(m));
+    a = x->t == JV_FLOAT ? x->u.f : (double)(x->t == JV_INT ? x->u.i : x->u.b);
+    b = m->t == JV_FLOAT ? m->u.f : (double)(m->t == JV_INT ? m->u.i : m->u.b);
+    if (b == 0) return jx_fail(c, n, "integer division or modulo by zero");
+    r = fmod(a, b);
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    *out = r;
+    return 0;
+}
+
 static int int_of(jctx *c, const jnode *n, const jv *v, int64_t *out) {
     if (v->t == JV_INT || v->t == JV_BOOL) {
         *out = v->t == JV_INT ? v->u.i : v->u.b;
@@ -1446,15 +1447,22 @@ int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, i
         *out = str_case(&s, id == T_UPPER);
         return 0;
     }
-    case T_ODD: case T_EVEN:
-        if (int_of(c, n, in, &i)) return -1;
-        *out = (i % 2 != 0) == (id == T_ODD);
+    case T_ODD: case T_EVEN: case T_DIVISIBLEBY: {
+        jv two = jv_int(2);
+        double r = 0;
+        if ((in->t == JV_INT || in->t == JV_BOOL) && (id != T_DIVISIBLEBY || x->t == JV_INT || x->t == JV_BOOL)) {
+            if (int_of(c, n, in, &i) || (id == T_DIVISIBLEBY && int_of(c, n, x, &k))) return -1;
+            if (id != T_DIVISIBLEBY) k = 2;
+            if (k == 0) return jx_fail(c, n, "integer division or modulo by zero");
+            int64_t m = k == -1 ? 0 : i % k;
+            if (m != 0 && ((m < 0) != (k < 0))) m += k;
+            *out = id == T_ODD ? m == 1 : m == 0;
+            return 0;
+        }
+        if (num_mod(c, n, in, id == T_DIVISIBLEBY ? x : &two, &r)) return -1;
+        *out = id == T_ODD ? r == 1 : r == 0;
         return 0;
-    case T_DIVISIBLEBY:
-        if (int_of(c, n, in, &i) || int_of(c, n, x, &k)) return -1;
-        if (k == 0) return jx_fail(c, n, "integer division or modulo by zero");
-        *out = k == -1 || i % k == 0;
-        return 0;
+    }
     case T_EQ: *out = jv_equal(c, in, x); return 0;
     case T_NE: *out = !jv_equal(c, in, x); return 0;
     case T_LT: return jv_less(c, n, in, x, out);

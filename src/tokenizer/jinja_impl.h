@@ -217,6 +217,9 @@ int jbuf_add(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len);
 
 const char *jv_type_name(const jv *v);   /* Python's: 'str', 'int', 'dict', ... */
 int jv_truthy(const jv *v);
+/* Python could hash it (a dict key): not a list, dict or namespace (a tuple
+ * only when its items are). */
+int jv_hashable(const jv *v);
 /* Python's ==. Work is spent on c: past the step limit the answer is
  * meaningless, and the render fails at its next jx_charge. */
 int jv_equal(jctx *c, const jv *a, const jv *b);

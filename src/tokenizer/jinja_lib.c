@@ -185,6 +185,14 @@ int jv_truthy(const jv *v) {
     }
 }
 
+int jv_hashable(const jv *v) {
+    if (v->t == JV_DICT || v->t == JV_NS || (v->t == JV_LIST && !v->flag)) return 0;
+    if (v->t == JV_LIST)
+        for (size_t i = 0; i < v->u.l->n; i++)
+            if (!jv_hashable(&v->u.l->v[i])) return 0;
+    return 1;
+}
+
 static int is_num(const jv *v) { return v->t == JV_INT || v->t == JV_BOOL || v->t == JV_FLOAT; }
 static int64_t as_int(const jv *v) { return v->t == JV_BOOL ? v->u.b : v->u.i; }
 

@@ -805,9 +805,18 @@ static jnode *parse_subscript(jparser *P, jnode *node) {
         pfail(P, t->pos, MOE8_ERR_FORMAT, "expected an index or slice inside '[]'");
         return NULL;
     }
-    if (k.n > 1) {
-        pfail(P, t->pos, MOE8_ERR_UNSUPPORTED, "a tuple as an index is not supported");
-        return NULL;
+    if (k.n > 1) { /* x[a, b]: the key is the tuple (a, b) */
+        jnode *tuple = new_node(P, N_TUPLE, t->pos);
+        for (uint32_t i = 0; tuple && i < k.n; i++)
+            if (k.v[i]->kind == N_SLICE) {
+                pfail(P, k.v[i]->pos, MOE8_ERR_UNSUPPORTED, "a slice inside a tuple index is not supported");
+                return NULL;
+            }
+        if (!tuple || !(n = new_node(P, N_ITEM, t->pos))) return NULL;
+        kids_set(tuple, &k);
+        n->a = node;
+        n->b = tuple;
+        return n;
     }
     if (k.v[0]->kind == N_SLICE) {
         k.v[0]->a = node;
