@@ -1249,10 +1249,11 @@ const char *moe8_chat_template_builtin(const char *name);
  * per message; with MOE8_CHAT_ADD_ASSISTANT then "<|im_start|>assistant\n", and
  * with MOE8_CHAT_NO_THINKING also "<think>\n\n</think>\n\n". Content is copied
  * verbatim (special-token text in it will tokenize as special tokens). For
- * one user message this is what Qwen3's template renders; for more it is
- * not (the template drops earlier turns' <think> blocks): prefer
- * moe8_chat_apply. Output NUL-terminated in out[0..cap); *n_out and a
- * too-small cap as moe8_detokenize. */
+ * conversations without assistant turns this is what Qwen3's template
+ * renders; with them it is not (the template writes the last turn's <think>
+ * block and drops earlier ones): prefer moe8_chat_apply. Output
+ * NUL-terminated in out[0..cap); *n_out and a too-small cap as
+ * moe8_detokenize. */
 #define MOE8_CHAT_ADD_ASSISTANT 1u
 #define MOE8_CHAT_NO_THINKING 2u
 moe8_status moe8_chat_format(const moe8_chat_message *msgs, size_t n_msgs, unsigned flags,
