@@ -283,6 +283,18 @@ static void test_limits(void) {
     /* a value that holds itself cannot print forever */
     expect_err("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", NULL, NULL, MOE8_ERR_INVALID_ARG,
                "nests more than 100 deep", NULL);
+    /* a source over 1 MiB is refused before anything is parsed */
+    {
+        size_t big = ((size_t)1 << 20) + 1;
+        char *src = malloc(big + 1);
+        jinja_template *t = NULL;
+        moe8_error e;
+        memset(src, 'x', big);
+        src[big] = '\0';
+        CHECK(jinja_parse(src, big, "chat template", &t, &e) == MOE8_ERR_UNSUPPORTED && !t &&
+              strstr(e.message, "more than the 1048576 supported"));
+        free(src);
+    }
     /* parser nesting */
     {
         char src[1024];

@@ -22,7 +22,9 @@
  * refused with its line and column, as is a filter or test name the
  * interpreter lacks.
  *
- * Bounded: expressions and blocks nest at most PARSE_MAX_DEPTH deep.
+ * Bounded: a source of at most SRC_MAX bytes, expressions and blocks nested
+ * at most PARSE_MAX_DEPTH deep, the tree in an arena of at most 64 bytes per
+ * source byte.
  */
 #include <errno.h>
 #include <math.h>
@@ -33,7 +35,7 @@
 #include "tokenizer/jinja_impl.h"
 
 #define PARSE_MAX_DEPTH 200
-#define SRC_MAX ((size_t)16 << 20)
+#define SRC_MAX ((size_t)1 << 20) /* chat templates are tens of KiB */
 
 /* ---- arena ------------------------------------------------------------------ */
 
