@@ -1242,15 +1242,79 @@ moe8_status moe8_detokenize(const moe8_tokenizer *tok, const int32_t *ids, size_
                             unsigned flags, char *out, size_t cap, size_t *n_out,
                             moe8_error *err);
 
-/* Qwen chat prompt (ChatML): "<|im_start|>{role}\n{content}<|im_end|>\n" per
- * message; with MOE8_CHAT_ADD_ASSISTANT then "<|im_start|>assistant\n", and
- * with MOE8_CHAT_NO_THINKING also "<think>\n\n</think>\n\n". Content is copied
- * verbatim (special-token text in it will tokenize as special tokens). Output
- * NUL-terminated in out[0..cap); *n_out and a too-small cap as moe8_detokenize. */
+/* ======================================================================== */
+/* Chat templates: the model's own prompt format (SEMANTICS §9)              */
+/* ======================================================================== */
+
+/* One message of a conversation. */
 typedef struct {
-    const char *role;    /* "system", "user", "assistant", ... */
-    const char *content; /* UTF-8, NUL-terminated */
+    const char *role;    /* "system", "user", "assistant", "tool", ... */
+    const char *content; /* UTF-8, NUL-terminated; NULL is None to a template */
 } moe8_chat_message;
+
+/* A parsed Jinja2 chat template (the `chat_template` of a Hugging Face
+ * tokenizer_config.json), rendered by moe8's interpreter of the Jinja subset
+ * chat templates use, as transformers' apply_chat_template renders it
+ * (trim_blocks, lstrip_blocks, loop controls, raise_exception, tojson).
+ * Read-only once parsed: renders of one template may run concurrently. */
+typedef struct moe8_chat_template moe8_chat_template;
+
+/* Parse source[0..len) (UTF-8). bos_token / eos_token: what the template
+ * sees under those names (NULL: left undefined, as transformers leaves an
+ * unset token). Syntax errors fail with MOE8_ERR_FORMAT, syntax outside the
+ * subset (include, import, call blocks, recursive loops, an unknown filter,
+ * ...) with MOE8_ERR_UNSUPPORTED; both messages say "line L, column C". */
+moe8_status moe8_chat_template_parse(const char *source, size_t len, const char *bos_token,
+                                     const char *eos_token, moe8_chat_template **out,
+                                     moe8_error *err);
+void moe8_chat_template_free(moe8_chat_template *tmpl);
+
+/* Render msgs[0..n_msgs) into out[0..cap) (NUL-terminated; *n_out and a
+ * too-small cap as moe8_detokenize, so out=NULL, cap=0 measures). The
+ * template sees messages (a list of {role, content}), add_generation_prompt,
+ * tools and documents (None), bos_token/eos_token and every key of the JSON
+ * object kwargs_json (NULL: none), e.g. {"enable_thinking": false} for
+ * Qwen3; kwargs may override bos_token or set tools, not messages or
+ * add_generation_prompt. The template's raise_exception(msg) fails with
+ * MOE8_ERR_INVALID_ARG and msg in the message ("chat template: msg"), as do
+ * other errors of this conversation (an undefined value used, a limit:
+ * 16 MiB of text, 20 M steps). Bad kwargs JSON: MOE8_ERR_INVALID_ARG. */
+moe8_status moe8_chat_template_render(const moe8_chat_template *tmpl,
+                                      const moe8_chat_message *msgs, size_t n_msgs,
+                                      int add_generation_prompt, const char *kwargs_json,
+                                      char *out, size_t cap, size_t *n_out, moe8_error *err);
+
+/* The tokenizer's own template: chat_template.jinja in its folder, else
+ * tokenizer_config.json's chat_template (a string, or Hugging Face's list of
+ * {name, template}: the one named "default"), with its bos/eos/pad/unk
+ * tokens. A folder without one fails with MOE8_ERR_NOT_FOUND (moe8 does not
+ * guess a format, as transformers and vLLM do not); a template moe8 cannot
+ * parse fails here with the parse error (loading the tokenizer succeeds:
+ * completions need no template). *tmpl lives as long as tok. */
+moe8_status moe8_tokenizer_chat_template(const moe8_tokenizer *tok,
+                                         const moe8_chat_template **tmpl, moe8_error *err);
+
+/* moe8_chat_template_render with the tokenizer's own template. The text
+ * holds the template's special tokens (BOS too, when it writes one), so
+ * tokenize it as it is, without adding BOS. */
+moe8_status moe8_chat_apply(const moe8_tokenizer *tok, const moe8_chat_message *msgs,
+                            size_t n_msgs, int add_generation_prompt, const char *kwargs_json,
+                            char *out, size_t cap, size_t *n_out, moe8_error *err);
+
+/* Source text of a template moe8 carries for families whose tokenizer files
+ * ship none: "mixtral-instruct" (Mixtral-8x7B-Instruct-v0.1's). NULL for
+ * any other name. */
+const char *moe8_chat_template_builtin(const char *name);
+
+/* Qwen's ChatML, without a template: "<|im_start|>{role}\n{content}<|im_end|>\n"
+ * per message; with MOE8_CHAT_ADD_ASSISTANT then "<|im_start|>assistant\n", and
+ * with MOE8_CHAT_NO_THINKING also "<think>\n\n</think>\n\n". Content is copied
+ * verbatim (special-token text in it will tokenize as special tokens). For
+ * conversations without assistant turns this is what Qwen3's template
+ * renders; with them it is not (the template writes the last turn's <think>
+ * block and drops earlier ones): prefer moe8_chat_apply. Output
+ * NUL-terminated in out[0..cap); *n_out and a too-small cap as
+ * moe8_detokenize. */
 #define MOE8_CHAT_ADD_ASSISTANT 1u
 #define MOE8_CHAT_NO_THINKING 2u
 moe8_status moe8_chat_format(const moe8_chat_message *msgs, size_t n_msgs, unsigned flags,

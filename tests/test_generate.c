@@ -365,6 +365,10 @@ static void test_bad_inputs(const char *small, const char *text) {
     expect_fail(args, "tokenizer.json");
     snprintf(args, sizeof args, "-m '%s' --chat --prompt-ids 1,2 --ids", small);
     expect_fail(args, "--chat");
+    snprintf(args, sizeof args, "-m '%s' -p hi --chat-template-kwargs '{}' --ids", small);
+    expect_fail(args, "--chat-template-kwargs goes with --chat");
+    snprintf(args, sizeof args, "-m '%s' -p hi --chat --chat-template-kwargs '[1]' --ids", small);
+    expect_fail(args, "--chat-template-kwargs wants a JSON object");
     snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1,2,256", small);
     expect_fail(args, "256");
     snprintf(args, sizeof args, "-m '%s' --ids --prompt-ids 1,2,3,4,5,6,7,8,9 -c 8", small);
@@ -557,16 +561,18 @@ static void test_text(const char *dir) {
     strcat(expect, "\n");
     CHECKF(!strcmp(g_out, expect), "text '%s' vs '%s'", g_out, expect);
 
-    /* --chat: the Qwen chat format, thinking off */
-    {
+    /* --chat: the model's template (Qwen3's; for one user turn the ChatML of
+     * moe8_chat_format), thinking off unless --chat-template-kwargs turns it on */
+    for (int think = 0; think < 2; think++) {
         moe8_chat_message msg = {"user", "Hi"};
         char chat[256];
         size_t nc;
-        CHECK(moe8_chat_format(&msg, 1, MOE8_CHAT_ADD_ASSISTANT | MOE8_CHAT_NO_THINKING, chat,
-                               sizeof chat, &nc, NULL) == MOE8_OK);
+        CHECK(moe8_chat_format(&msg, 1, MOE8_CHAT_ADD_ASSISTANT | (think ? 0 : MOE8_CHAT_NO_THINKING),
+                               chat, sizeof chat, &nc, NULL) == MOE8_OK);
         n = lib_tokenize(tok, chat, ids);
         n_lib = lib_generate(dir, ids, n, 5, NULL, 0, NULL, 0, lib);
-        snprintf(args, sizeof args, "-m '%s' --chat -p Hi -n 5 --ids --ignore-eos", dir);
+        snprintf(args, sizeof args, "-m '%s' --chat -p Hi -n 5 --ids --ignore-eos%s", dir,
+                 think ? " --chat-template-kwargs '{\"enable_thinking\": true, \"x\": [1]}'" : "");
         CHECKF(cli(args) == 0, "%s", g_err);
         CHECK(n_lib == 5 && parse_ids(g_out, got, MAXN) == 5 && !memcmp(got, lib, 5 * sizeof(int32_t)));
         double st[8];
@@ -616,6 +622,18 @@ static void test_text(const char *dir) {
     /* -n 0 in text mode prints an empty line */
     snprintf(args, sizeof args, "-m '%s' -p hello -n 0", dir);
     CHECK(cli(args) == 0 && !strcmp(g_out, "\n"));
+
+    /* a template's raise_exception, or no template at all: --chat fails with the message */
+    {
+        static const char raising[] = "{\"chat_template\": \"{% if messages[0].role == 'user' %}"
+                                      "{{ raise_exception('Only system turns, please') }}{% endif %}\"}";
+        snprintf(file, sizeof file, "%s/tokenizer_config.json", dir);
+        test_write_file(file, raising, strlen(raising));
+        snprintf(args, sizeof args, "-m '%s' --chat -p Hi -n 2 --ids", dir);
+        expect_fail(args, "prompt 0: chat template: Only system turns, please");
+        test_write_file(file, "{}", 2);
+        expect_fail(args, "prompt 0: this model has no chat template");
+    }
 
     /* a tokenizer that asks for BOS gets it prepended (last: edits the folder) */
     {

@@ -7,6 +7,8 @@
  *     `moe8 generate`'s, the tokens its --ids, and every token, log-prob and
  *     top alternative equals this process's own moe8_sched run (bit-exact as
  *     floats); usage = /tokenize's count; SSE framing byte-exact;
+ *   - the model's chat template: BOS written once, chat_template_kwargs, a
+ *     raise_exception as a 400 with its message, no template as a 400;
  *   - <think> split into reasoning_content, on a model that says exactly one
  *     thing (tags whole and in pieces, streamed: never shown in part);
  *   - 64 concurrent streams (libcurl multi; mixed prompts, lengths, sampling,
@@ -1990,6 +1992,89 @@ static void think_ref(const char *raw, buf *content, buf *reason) {
     buf_str(content, close + 8);
 }
 
+/* ---- the model's chat template ------------------------------------------------------------------ */
+
+/* The model folder's tokenizer_config.json swapped for one whose template
+ * writes BOS (add_bos_token is on: it must not come twice), reads a kwarg,
+ * and raises on one message; then for one without a template. */
+static void test_chat_template(const char *dir, lib_env *L) {
+    static const char tmpl[] =
+        "{{ bos_token }}{% for m in messages %}{% if m.content == 'forbidden' %}"
+        "{{ raise_exception('the word ' ~ m.content ~ ' is not allowed') }}{% endif %}"
+        "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{{ greeting|default('') }}{% endif %}";
+    char path[4200], args[4400], saved_path[4300];
+    cJSON *cfg = cJSON_CreateObject();
+    char *cfg_text;
+    server sv;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    snprintf(saved_path, sizeof saved_path, "%s.saved", path);
+    CHECK(rename(path, saved_path) == 0);
+    cJSON_AddBoolToObject(cfg, "add_bos_token", 1);
+    cJSON_AddStringToObject(cfg, "bos_token", "<|endoftext|>");
+    cJSON_AddStringToObject(cfg, "chat_template", tmpl);
+    cfg_text = cJSON_PrintUnformatted(cfg);
+    test_write_file(path, cfg_text, strlen(cfg_text));
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 256 --threads 2 --served-model-name serve_text", dir);
+    if (server_start(&sv, "template", NULL, args) == 0) {
+        static const struct { const char *body, *want_text; } T[] = {
+            {"{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"hi\"}]}",
+             "<|endoftext|><|im_start|>system\ns<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"},
+            {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"add_generation_prompt\":false}",
+             "<|endoftext|><|im_start|>user\nhi<|im_end|>\n"},
+            {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template_kwargs\":{\"greeting\":\"Sure: \"}}",
+             "<|endoftext|><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure: "},
+            {"{\"prompt\":\"hi\"}", "<|endoftext|>hi"}, /* a completion prompt still gets its BOS */
+        };
+        for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+            int32_t want[64], got[64];
+            size_t nw = 0;
+            buf out = {0};
+            cJSON *o;
+            int n = -1;
+            CHECK(moe8_tokenize(L->tok, T[i].want_text, strlen(T[i].want_text), want, 64, &nw, NULL) == MOE8_OK);
+            if (post(&sv, "/tokenize", T[i].body, &out) == 200 && (o = cJSON_Parse(buf_s(&out)))) {
+                n = cJSON_GetArraySize(J(o, "tokens"));
+                for (int k = 0; k < n && k < 64; k++) got[k] = cJSON_GetArrayItem(J(o, "tokens"), k)->valueint;
+                cJSON_Delete(o);
+            }
+            CHECKF(n == (int)nw && !memcmp(got, want, nw * sizeof *want), "/tokenize %s: %s", T[i].body, buf_s(&out));
+            buf_free(&out);
+        }
+        /* the template's raise_exception, and kwargs it cannot take: 400s with the message */
+        bad_case B[] = {
+            {"POST", CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"forbidden\"}]}", 0, 400, INV,
+             "messages", NULL, "chat template: the word forbidden is not allowed"},
+            {"POST", "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"forbidden\"}]}", 0, 400, INV,
+             "messages", NULL, "the word forbidden is not allowed"},
+            {"POST", CHAT, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 0, 400, INV,
+             "chat_template_kwargs", NULL, "cannot set 'messages'"},
+        };
+        for (size_t i = 0; i < sizeof B / sizeof *B; i++) check_bad(&sv, &B[i], NULL);
+        /* a chat that renders still runs */
+        {
+            buf out = {0};
+            CHECK(post(&sv, CHAT, "{" MSG ",\"max_tokens\":2}", &out) == 200 && strstr(buf_s(&out), "chat.completion"));
+            buf_free(&out);
+        }
+        server_stop(&sv, 10);
+    }
+    /* no chat template: chat is a 400 saying so (and the server said so at start) */
+    test_write_file(path, "{}", 2);
+    if (server_start(&sv, "no_template", NULL, args) == 0) {
+        bad_case b = {"POST", CHAT, "{" MSG "}", 0, 400, INV, "messages", NULL, "this model has no chat template"};
+        buf e = {0};
+        check_bad(&sv, &b, NULL);
+        read_text(sv.err, &e);
+        CHECKF(strstr(buf_s(&e), "note: /v1/chat/completions will answer 400"), "%s", buf_s(&e));
+        buf_free(&e);
+        server_stop(&sv, 10);
+    }
+    CHECK(rename(saved_path, path) == 0);
+    cJSON_free(cfg_text);
+    cJSON_Delete(cfg);
+}
+
 static void test_reasoning(const char *dir) {
     static const struct { int thinking, max_tokens; const char *content, *reason, *finish; } C[] = {
         {-1, 16, "Hello!", "Let me think", "stop"},
@@ -2186,6 +2271,8 @@ int main(void) {
         server_stop(&sv, 10);
     }
     printf("test_serve: %d request cases, %d bad requests; %.1f s so far\n", g_n_cases, g_n_bad, now_s() - t0);
+    test_chat_template(dir, &L);
+    phase("chat template");
     {
         fx_opts oc = ot;
         oc.tensor_hook = chain_hook;

@@ -5,8 +5,9 @@
  * Flow: parse flags (strictly: every number checked for syntax and range) ->
  * collect the prompts (-p TEXT, -f FILE with one prompt per line, or
  * --prompt-ids[-file]) -> load the model and, when text is involved, the tokenizer
- * -> tokenize (Qwen chat format with --chat; BOS only when the tokenizer says
- * add_bos) -> one context (a sequence per prompt, a paged KV pool of --kv-mb
+ * -> tokenize (with --chat, a user turn in the model's chat template, which
+ * writes any BOS itself; else BOS only when the tokenizer says add_bos) -> one
+ * context (a sequence per prompt, a paged KV pool of --kv-mb
  * or what the prompts need) -> every prompt a request of one scheduler
  * (moe8_sched, the library's one scheduling path, as moe8_generate): steps
  * until all end, its events streamed (one prompt) or gathered per prompt.
@@ -36,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 #define CMD "generate"
@@ -62,8 +65,13 @@ static void usage(FILE *f) {
         "                     0 runs only the prompt)\n"
         "  -c N               context length per prompt (default %d, at most the model's\n"
         "                     max_position_embeddings)\n"
-        "  --chat             wrap each prompt as a user turn of the Qwen chat format\n"
-        "                     (thinking off)\n"
+        "  --chat             wrap each prompt as a user turn in the model's chat template\n"
+        "                     (chat_template of tokenizer_config.json, or chat_template.jinja),\n"
+        "                     with the generation prompt; thinking off (enable_thinking\n"
+        "                     false) unless --chat-template-kwargs sets it\n"
+        "  --chat-template-kwargs JSON\n"
+        "                     with --chat: variables for the template, a JSON object, e.g.\n"
+        "                     '{\"enable_thinking\": true}' (as vLLM's chat_template_kwargs)\n"
         "  --temp T           temperature (default 0: greedy)\n"
         "  --top-k K          keep the K most likely tokens (default 0: off)\n"
         "  --top-p P          nucleus mass in (0, 1] (default 1: off)\n"
@@ -112,7 +120,7 @@ static void usage(FILE *f) {
 /* ======================================================================== */
 
 typedef struct {
-    const char *dir, *text, *file, *prompt_ids, *ids_file, *dump;
+    const char *dir, *text, *file, *prompt_ids, *ids_file, *dump, *chat_kwargs;
     char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
     int64_t n_predict, n_ctx, kv_mb, max_batch;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
@@ -168,7 +176,8 @@ static int is_valued(const char *a) {
     static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
                                         "--dump-logits", "-n", "-c", "--threads", "--top-k",
                                         "--temp", "--top-p", "--min-p", "--seed", "--tp", "--kv-mb",
-                                        "--max-batch-tokens", "--comm-timeout", "--kv-type"};
+                                        "--max-batch-tokens", "--comm-timeout", "--kv-type",
+                                        "--chat-template-kwargs"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(a, names[i])) return 1;
     return 0;
@@ -183,6 +192,13 @@ static int parse_valued(opts *o, const char *a, const char *v) {
     else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
     else if (!strcmp(a, "--prompt-ids-file")) o->ids_file = v;
     else if (!strcmp(a, "--dump-logits")) o->dump = v;
+    else if (!strcmp(a, "--chat-template-kwargs")) {
+        cJSON *kw = cJSON_Parse(v);
+        int ok = cJSON_IsObject(kw);
+        cJSON_Delete(kw);
+        if (!ok) return bad_value(a, "a JSON object", v);
+        o->chat_kwargs = v;
+    }
     else if (!strcmp(a, "-n")) return parse_int(a, v, 0, INT32_MAX, &o->n_predict) ? -1 : 1;
     else if (!strcmp(a, "-c")) {
         o->ctx_set = 1;
@@ -259,6 +275,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     }
     if (o->expert_parallel && o->tp < 2) {
         fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N >= 2\n");
+        return 2;
+    }
+    if (o->chat_kwargs && !o->chat) {
+        fprintf(stderr, "moe8 " CMD ": --chat-template-kwargs goes with --chat\n");
         return 2;
     }
     if (o->chat && (o->prompt_ids || o->ids_file)) {
@@ -438,19 +458,53 @@ done:
     return rc;
 }
 
-/* Text -> ids (chat format, BOS when the tokenizer asks for it). */
-static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, int chat,
+/* --chat's template variables: {"enable_thinking": false} (thinking off) under
+ * the keys of --chat-template-kwargs. NULL when out of memory. */
+static char *chat_kwargs(const char *user) {
+    cJSON *kw = cJSON_CreateObject(), *u = user ? cJSON_Parse(user) : NULL, *it;
+    char *text = NULL;
+    if (kw && cJSON_AddBoolToObject(kw, "enable_thinking", 0)) {
+        cJSON_ArrayForEach(it, u) {
+            cJSON_DeleteItemFromObjectCaseSensitive(kw, it->string);
+            cJSON_AddItemToObject(kw, it->string, cJSON_Duplicate(it, 1));
+        }
+        text = cJSON_PrintUnformatted(kw);
+    }
+    cJSON_Delete(u);
+    cJSON_Delete(kw);
+    return text;
+}
+
+/* The prompt as one user turn in the model's chat template (malloc'd), or
+ * NULL with err filled. */
+static char *render_chat(const moe8_tokenizer *tok, const char *text, const char *kwargs,
+                         moe8_error *err) {
+    moe8_chat_message msg = {"user", text};
+    size_t cap = strlen(text) + 4096, need = 0;
+    for (int k = 0; k < 2; k++) {
+        char *buf = malloc(cap);
+        if (!buf) break;
+        if (moe8_chat_apply(tok, &msg, 1, 1, kwargs, buf, cap, &need, err) == MOE8_OK) return buf;
+        free(buf);
+        if (need < cap) return NULL; /* a real error: err says it */
+        cap = need + 1;
+    }
+    snprintf(err->message, sizeof err->message, "cannot format the prompt: out of memory");
+    return NULL;
+}
+
+/* Text -> ids (the chat template with --chat, else BOS when the tokenizer asks). */
+static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, const char *kwargs,
                         int32_t **ids, int32_t *len) {
     moe8_error err;
     char *chat_buf = NULL;
-    size_t n = 0, n_chat = 0, bos = moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
+    size_t n = 0, bos = !kwargs && moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
     int rc = -1;
-    if (chat) {
-        moe8_chat_message msg = {"user", text};
-        size_t cap = strlen(text) + 256;
-        unsigned fl = MOE8_CHAT_ADD_ASSISTANT | MOE8_CHAT_NO_THINKING;
-        if (!(chat_buf = malloc(cap)) || moe8_chat_format(&msg, 1, fl, chat_buf, cap, &n_chat, &err))
-            goto fail;
+    if (kwargs) {
+        if (!(chat_buf = render_chat(tok, text, kwargs, &err))) {
+            fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", index, err.message);
+            return -1;
+        }
         text = chat_buf;
     }
     moe8_tokenize(tok, text, strlen(text), NULL, 0, &n, NULL); /* count */
@@ -464,7 +518,7 @@ static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, 
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "moe8 " CMD ": cannot format/tokenize the prompt (out of memory)\n");
+    fprintf(stderr, "moe8 " CMD ": cannot tokenize the prompt (out of memory)\n");
 done:
     free(chat_buf);
     return rc;
@@ -895,11 +949,18 @@ static int read_prompts(const opts *o, prompts *p) {
 }
 
 static int tokenize_prompts(const opts *o, const moe8_tokenizer *tok, prompts *p) {
-    for (int i = 0; p->text && i < p->n; i++) {
-        if (tokenize_one(tok, i, p->text[i], o->chat, &p->ids[i], &p->len[i])) return -1;
+    char *kwargs = NULL;
+    int rc = 0;
+    if (o->chat && p->text && !(kwargs = chat_kwargs(o->chat_kwargs))) {
+        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        return -1;
+    }
+    for (int i = 0; p->text && i < p->n && !rc; i++) {
+        rc = tokenize_one(tok, i, p->text[i], kwargs, &p->ids[i], &p->len[i]);
         p->n_tokens += p->len[i];
     }
-    return 0;
+    cJSON_free(kwargs);
+    return rc;
 }
 
 /* Stop ids: the model's eos ids (config + generation_config) and <|im_end|>. */

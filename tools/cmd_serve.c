@@ -188,6 +188,11 @@ int cmd_serve(int argc, char **argv) {
     } else if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) {
         cli_fail(CMD, &err);
         bad = 1;
+    } else {
+        const moe8_chat_template *ct;
+        if (moe8_tokenizer_chat_template(tok, &ct, &err) != MOE8_OK && moe8_dist_rank(d) == 0)
+            fprintf(stderr, "moe8 " CMD ": note: /v1/chat/completions will answer 400: %s\n",
+                    err.message);
     }
     if (moe8_dist_size(d) > 1 &&
         moe8_dist_agree(d, bad ? MOE8_ERR_INVALID_ARG : MOE8_OK, &err) != MOE8_OK && !bad) {

@@ -9,6 +9,10 @@
  * come from the model folder's generation_config.json where it sets them,
  * else OpenAI's (temperature 1, top_p 1).
  *
+ * Chat prompts are the model's chat template (moe8_chat_apply) over the
+ * messages, with the request's chat_template_kwargs as template variables,
+ * tokenized without an added BOS (the template writes its own), as vLLM
+ * does; a template's raise_exception is a 400 with its message.
  * Chat output is split as vLLM's Qwen3 reasoning parser does: text between
  * <think> and </think> is reasoning_content, the rest content; a tag split
  * across tokens is held back until it is decided, never shown in part.
@@ -175,10 +179,11 @@ static int get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
 
 /* ---- prompts ------------------------------------------------------------------------ */
 
-static int tokenize_text(srv *s, const char *text, int32_t **ids, int32_t *n, const char *param,
-                         sbuf *err) {
+/* with_bos: prepend BOS when the tokenizer asks for it (prompts, not chats). */
+static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, int32_t *n,
+                         const char *param, sbuf *err) {
     size_t len = strlen(text), need = 0;
-    const int bos = moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
+    const int bos = with_bos && moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
     moe8_error e;
     if (moe8_tokenize(s->tok, text, len, NULL, 0, &need, &e) != MOE8_OK && need == 0 && len > 0)
         return bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
@@ -234,15 +239,45 @@ static int content_text(const cJSON *c, int i, sbuf *out, sbuf *err) {
     return 0;
 }
 
-/* messages -> the chat prompt (the model's ChatML format). */
+/* The chat template over the messages, into a malloc'd *out; a 400 when it
+ * fails (its raise_exception, no template, ...). */
+static int render_chat(srv *s, const moe8_chat_message *cm, int count, int gen_prompt,
+                       const char *kwargs, char **out, sbuf *err) {
+    size_t cap = 4096, need = 0;
+    moe8_error e;
+    moe8_status st = MOE8_ERR_NOMEM;
+    const char *where;
+    for (int k = 0; k < count; k++) cap += strlen(cm[k].content) + strlen(cm[k].role);
+    for (int k = 0; k < 2; k++) {
+        if (!(*out = malloc(cap))) break;
+        if ((st = moe8_chat_apply(s->tok, cm, (size_t)count, gen_prompt, kwargs, *out, cap, &need,
+                                  &e)) == MOE8_OK)
+            return 0;
+        free(*out);
+        *out = NULL;
+        if (need < cap) break;
+        cap = need + 1;
+    }
+    if (st == MOE8_ERR_NOMEM) return bad(err, "messages", "out of memory");
+    if (st == MOE8_ERR_NOT_FOUND)
+        return bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
+                   "no chat_template); send a formatted prompt to /v1/completions");
+    if (st == MOE8_ERR_INVALID_ARG) /* the template refused this conversation, or bad kwargs */
+        return bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
+                   e.message);
+    /* one moe8 cannot use: the message starts with the file's path, which clients need not see */
+    where = strstr(e.message, "chat template");
+    return bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
+}
+
+/* messages -> the chat prompt (the model's chat template). */
 static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids, int32_t *n, sbuf *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages"), *m;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     int count, i = 0, rc = 0, thinking = 1;
     moe8_chat_message *cm;
     sbuf *texts;
-    size_t need = 0;
-    char *out = NULL;
+    char *out = NULL, *kwargs = NULL;
     if (!msgs) return bad(err, "messages", "'messages' is required");
     if (!cJSON_IsArray(msgs)) return bad(err, "messages", "'messages' must be an array, got %s", type_name(msgs));
     if ((count = cJSON_GetArraySize(msgs)) == 0) return bad(err, "messages", "'messages' must not be empty");
@@ -251,12 +286,14 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
             return bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
                        type_name(kw));
         if ((rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+        if (!(kwargs = cJSON_PrintUnformatted(kw))) return bad(err, "chat_template_kwargs", "out of memory");
     }
     cm = calloc((size_t)count, sizeof *cm);
     texts = calloc((size_t)count, sizeof *texts);
     if (!cm || !texts) {
         free(cm);
         free(texts);
+        cJSON_free(kwargs);
         return bad(err, "messages", "out of memory");
     }
     cJSON_ArrayForEach(m, msgs) {
@@ -284,32 +321,27 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
         cm[i].content = texts[i].p ? texts[i].p : "";
         i++;
     }
-    if (!rc) {
-        unsigned flags = (gen_prompt ? MOE8_CHAT_ADD_ASSISTANT : 0) | (thinking ? 0 : MOE8_CHAT_NO_THINKING);
-        moe8_chat_format(cm, (size_t)count, flags, NULL, 0, &need, NULL);
-        if (!(out = malloc(need + 1)) ||
-            moe8_chat_format(cm, (size_t)count, flags, out, need + 1, &need, NULL) != MOE8_OK)
-            rc = bad(err, "messages", "out of memory");
-    }
-    if (!rc) rc = tokenize_text(s, out, ids, n, "messages", err);
+    if (!rc) rc = render_chat(s, cm, count, gen_prompt, kwargs, &out, err);
+    if (!rc) rc = tokenize_text(s, out, 0, ids, n, "messages", err);
     for (int k = 0; k < count; k++) sbuf_free(&texts[k]);
     free(texts);
     free(cm);
     free(out);
+    cJSON_free(kwargs);
     return rc;
 }
 
 static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, sbuf *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p || cJSON_IsNull(p)) return bad(err, "prompt", "'prompt' is required");
-    if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, ids, n, "prompt", err);
+    if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, 1, ids, n, "prompt", err);
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0) {
         const cJSON *first = cJSON_GetArrayItem(p, 0);
         if (cJSON_IsString(first)) {
             if (cJSON_GetArraySize(p) > 1)
                 return bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
                            "supported", cJSON_GetArraySize(p));
-            return tokenize_text(s, first->valuestring, ids, n, "prompt", err);
+            return tokenize_text(s, first->valuestring, 1, ids, n, "prompt", err);
         }
         if (cJSON_IsArray(first))
             return bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "

@@ -3,8 +3,9 @@
  *   <|im_start|>{role}\n{content}<|im_end|>\n      per message
  *   <|im_start|>assistant\n                          with MOE8_CHAT_ADD_ASSISTANT
  *   <think>\n\n</think>\n\n                          ... and MOE8_CHAT_NO_THINKING
- * Not done: the rest of Qwen3's Jinja template (tool calls, stripping earlier
- * assistant turns' <think> blocks); content is copied verbatim.
+ * Content is copied verbatim. This is ChatML by name, without a template:
+ * the model's own template (Qwen3's does tool calls and <think> blocks of
+ * assistant turns too) is rendered by moe8_chat_apply (tok_template.c).
  */
 #include <string.h>
 

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "io/json_util.h"
+#include "tokenizer/tok_template.h"
 #include "tokenizer/tokenizer.h"
 
 #define TOK_JSON_MAX ((size_t)1 << 30)
@@ -518,6 +519,7 @@ static moe8_status apply_config(struct moe8_tokenizer *t, const char *text, size
     if (t->add_bos && t->bos_id < 0)
         st = moe8_fail(err, MOE8_ERR_FORMAT, -1,
                        "'%s': add_bos_token is true but bos_token is missing or not a token", path);
+    if (st == MOE8_OK) st = tok_chat_from_config(t, cfg, path, err);
 out:
     cJSON_Delete(cfg);
     return st;
@@ -586,6 +588,10 @@ moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_erro
         if (st == MOE8_ERR_NOT_FOUND) st = MOE8_OK;   /* optional: defaults */
     }
     if (st == MOE8_OK) st = tok_load_json(text, len, path, cfg, cfg_len, cfg_path, out, err);
+    if (st == MOE8_OK && (st = tok_chat_from_dir(*out, dir, err)) != MOE8_OK) {
+        moe8_tokenizer_free(*out);
+        *out = NULL;
+    }
     free(cfg);
     free(text);
     return st;
@@ -612,5 +618,6 @@ void moe8_tokenizer_free(moe8_tokenizer *t) {
     free_added_set(&t->added_raw);
     free_added_set(&t->added_norm);
     tok_pipeline_free(t);
+    tok_chat_free(t->chat);
     free(t);
 }

@@ -111,6 +111,7 @@ struct moe8_tokenizer {
 
     int add_bos;            /* tokenizer_config.json add_bos_token */
     int32_t bos_id, eos_id; /* tokenizer_config.json bos_token / eos_token, or -1 */
+    struct tok_chat *chat;  /* chat template (tok_template.c), NULL without tokenizer_config.json */
 };
 
 #define TOK_UNASSIGNED UINT32_MAX
