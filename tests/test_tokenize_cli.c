@@ -144,9 +144,9 @@ static void test_errors(const char *dir) {
     snprintf(args, sizeof args, "-m '%s' -p", dir);
     CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("-p needs a value"));
     snprintf(args, sizeof args, "-m '%s' -p x -f y", dir);
-    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("-p TEXT or -f FILE"));
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("give the text with -p TEXT"));
     snprintf(args, sizeof args, "-m '%s'", dir);
-    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("-p TEXT or -f FILE"));
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("give the text with -p TEXT"));
     CHECK(run_tokenize("-p x", NULL, 0, got, sizeof got) == 2 && err_has("-m DIR is required"));
     snprintf(args, sizeof args, "-m '%s' -f '%s/no_such_file'", dir, TMP);
     CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 1 && err_has("no_such_file"));
@@ -158,6 +158,42 @@ static void test_errors(const char *dir) {
     CHECK(run_tokenize(args, "ok \xff", 4, got, sizeof got) == 1 &&
           err_has("moe8 tokenize: tokenize: invalid utf-8 at byte 3 (0xff)"));
     CHECK(run_tokenize("-h", NULL, 0, got, sizeof got) == 0 && strstr(got, "--no-special"));
+}
+
+/* --messages: the conversation rendered with the model's own template (Qwen3's
+ * gives ChatML for turns without an assistant message; thinking off writes the
+ * empty think block), --render prints that text, the ids are those of the text
+ * tokenized as it is (no BOS added); errors name the file and message. */
+static void test_messages(const char *llama_dir) {
+    static const char conv[] =
+        "[{\"role\": \"system\", \"content\": \"You are terse.\"},"
+        " {\"role\": \"user\", \"content\": \"Hi there\"}]";
+    static const char want[] = "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\n"
+                               "Hi there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    char msgs[4200], args[9000], got[4096], ids_text[4096];
+    snprintf(msgs, sizeof msgs, "%s/msgs.json", TMP);
+    test_write_file(msgs, conv, strlen(conv));
+    snprintf(args, sizeof args, "-m '%s' --messages '%s' --add-generation-prompt "
+             "--template-kwargs '{\"enable_thinking\": false}' --render", MOE8_TOKENIZER_DIR, msgs);
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 0);
+    CHECKF(!strcmp(got, want), "rendered: [%s]", got);
+    snprintf(args, sizeof args, "-m '%s' --messages '%s' --add-generation-prompt "
+             "--template-kwargs '{\"enable_thinking\": false}'", MOE8_TOKENIZER_DIR, msgs);
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 0);
+    snprintf(args, sizeof args, "-m '%s' --no-bos", MOE8_TOKENIZER_DIR);
+    CHECK(run_tokenize(args, want, strlen(want), ids_text, sizeof ids_text) == 0);
+    CHECKF(!strcmp(got, ids_text) && !strncmp(got, "151644 8948 198", 15),
+           "--messages ids [%s] vs the rendered text's [%s]", got, ids_text);
+    snprintf(args, sizeof args, "-m '%s' --messages '%s'", llama_dir, msgs); /* no template */
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 1 && err_has("has no chat template"));
+    test_write_file(msgs, "[{\"role\": 1}]", 13);
+    snprintf(args, sizeof args, "-m '%s' --messages '%s'", MOE8_TOKENIZER_DIR, msgs);
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 1 &&
+          err_has("msgs.json': message 0: expected an object with a string \"role\""));
+    test_write_file(msgs, "{\"role\": \"user\"}", 17);
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 1 && err_has("expected a JSON array"));
+    snprintf(args, sizeof args, "-m '%s' -p hi --render", MOE8_TOKENIZER_DIR);
+    CHECK(run_tokenize(args, NULL, 0, got, sizeof got) == 2 && err_has("apply to --messages"));
 }
 
 int main(void) {
@@ -178,5 +214,6 @@ int main(void) {
     test_qwen();
     test_model_folder(llama);
     test_errors(llama);
+    test_messages(llama);
     return test_summary();
 }

@@ -4,16 +4,21 @@
  * tokenizer_config.json says add_bos_token (as Hugging Face tokenizers add
  * it), then moe8_tokenize's ids.
  *
- * The text comes from -p or -f, in one place (input_text): the chat-template
- * options (--messages, --render, --add-generation-prompt, --template-kwargs)
- * are to become a third source there, rendering the messages to the text that
- * is then tokenized as any other.
+ * The text comes from -p, -f or --messages, in one place (input_text):
+ * --messages FILE.json (an OpenAI-style [{"role", "content"}, ...] list) is
+ * rendered with the model's own chat template (moe8_chat_apply, with
+ * --add-generation-prompt and --template-kwargs JSON, as llama-server's
+ * /apply-template and transformers' apply_chat_template); the rendered text
+ * holds the template's own BOS, so none is added to it. --render prints the
+ * rendered text instead of ids.
  *
  * Uses only the public header.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 
@@ -24,21 +29,33 @@ typedef struct {
     const char *dir;       /* -m: model folder or tokenizer folder */
     const char *prompt;    /* -p TEXT */
     const char *file;      /* -f FILE */
+    const char *messages;  /* --messages FILE.json */
+    const char *kwargs;    /* --template-kwargs JSON */
+    int add_gen;           /* --add-generation-prompt */
+    int render;            /* --render */
     int no_special;        /* --no-special */
     int no_bos;            /* --no-bos */
 } opts;
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: moe8 tokenize -m DIR (-p TEXT | -f FILE) [--no-special] [--no-bos]\n"
+        "usage: moe8 tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json)\n"
+        "                     [--add-generation-prompt] [--template-kwargs JSON] [--render]\n"
+        "                     [--no-special] [--no-bos]\n"
         "  -m DIR        a model folder, or a folder holding just tokenizer.json\n"
         "                (+ tokenizer_config.json)\n"
         "  -p TEXT       the text (UTF-8)\n"
         "  -f FILE       the text of a file (UTF-8, regular, at most 256 MiB)\n"
+        "  --messages FILE.json\n"
+        "                a conversation, [{\"role\": ..., \"content\": ...}, ...], rendered with\n"
+        "                the model's chat template (its text carries the template's BOS)\n"
+        "  --add-generation-prompt   end with the assistant's turn opening\n"
+        "  --template-kwargs JSON    extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+        "  --render      print the rendered conversation instead of its ids\n"
         "  --no-special  special tokens' text is plain text (\"<|im_end|>\" is not one token)\n"
         "  --no-bos      no BOS, even when tokenizer_config.json says add_bos_token\n"
         "output: stdout the ids, space-separated on one line (BOS first when the tokenizer\n"
-        "adds one).\n");
+        "adds one to a text).\n");
 }
 
 /* 0: parsed; 1: help printed; 2: bad command line (said on stderr). */
@@ -51,8 +68,14 @@ static int parse(int argc, char **argv, opts *o) {
             return 1;
         }
         const char **value = !strcmp(a, "-m") ? &o->dir : !strcmp(a, "-p") ? &o->prompt
-                           : !strcmp(a, "-f") ? &o->file : NULL;
-        if (!strcmp(a, "--no-special")) {
+                           : !strcmp(a, "-f") ? &o->file
+                           : !strcmp(a, "--messages") ? &o->messages
+                           : !strcmp(a, "--template-kwargs") ? &o->kwargs : NULL;
+        if (!strcmp(a, "--add-generation-prompt")) {
+            o->add_gen = 1;
+        } else if (!strcmp(a, "--render")) {
+            o->render = 1;
+        } else if (!strcmp(a, "--no-special")) {
             o->no_special = 1;
         } else if (!strcmp(a, "--no-bos")) {
             o->no_bos = 1;
@@ -71,16 +94,91 @@ static int parse(int argc, char **argv, opts *o) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
         return 2;
     }
-    if (!o->prompt == !o->file) {
-        fprintf(stderr, "moe8 " CMD ": give the text with -p TEXT or -f FILE (one of them)\n");
+    if (!!o->prompt + !!o->file + !!o->messages != 1) {
+        fprintf(stderr, "moe8 " CMD ": give the text with -p TEXT, -f FILE or --messages "
+                "FILE.json (one of them)\n");
+        return 2;
+    }
+    if (!o->messages && (o->add_gen || o->kwargs || o->render)) {
+        fprintf(stderr, "moe8 " CMD ": --add-generation-prompt, --template-kwargs and --render "
+                "apply to --messages\n");
         return 2;
     }
     return 0;
 }
 
-/* The text to tokenize into a heap buffer; 0, or 1 after saying why not. */
-static int input_text(const opts *o, char **text, size_t *len) {
+/* --messages FILE.json -> msgs[*n] pointing into *root (cJSON, freed by the
+ * caller); 0, or 1 after saying what is wrong where. */
+static int read_messages(const char *path, cJSON **root, moe8_chat_message **msgs, size_t *n) {
     moe8_error err;
+    char *json = NULL;
+    size_t len = 0;
+    int i = 0;
+    const cJSON *m;
+    *root = NULL, *msgs = NULL, *n = 0;
+    if (moe8_read_file(path, MAX_TEXT, &json, &len, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    *root = cJSON_ParseWithLength(json, len);
+    free(json);
+    if (!*root || !cJSON_IsArray(*root)) {
+        fprintf(stderr, "moe8 " CMD ": '%s': expected a JSON array of {\"role\", \"content\"} "
+                "messages\n", path);
+        return 1;
+    }
+    *msgs = calloc((size_t)cJSON_GetArraySize(*root) + 1, sizeof **msgs);
+    if (!*msgs) {
+        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        return 1;
+    }
+    cJSON_ArrayForEach(m, *root) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+            fprintf(stderr, "moe8 " CMD ": '%s': message %d: expected an object with a string "
+                    "\"role\"\n", path, i);
+            return 1;
+        }
+        if (content && !cJSON_IsString(content) && !cJSON_IsNull(content)) {
+            fprintf(stderr, "moe8 " CMD ": '%s': message %d: \"content\" must be a string or "
+                    "null\n", path, i);
+            return 1;
+        }
+        (*msgs)[i].role = role->valuestring;
+        (*msgs)[i].content = cJSON_IsString(content) ? content->valuestring : NULL;
+        i++;
+    }
+    *n = (size_t)i;
+    return 0;
+}
+
+/* The conversation rendered with the tokenizer's template into a heap buffer. */
+static int render_messages(const opts *o, const moe8_tokenizer *tok, char **text, size_t *len) {
+    moe8_chat_message *msgs;
+    moe8_error err;
+    cJSON *root;
+    size_t n, need = 0;
+    int rc = read_messages(o->messages, &root, &msgs, &n);
+    if (!rc && moe8_chat_apply(tok, msgs, n, o->add_gen, o->kwargs, NULL, 0, &need, &err) !=
+                   MOE8_OK && need == 0)
+        rc = cli_fail(CMD, &err);
+    if (!rc && !(*text = malloc(need + 1))) {
+        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        rc = 1;
+    }
+    if (!rc && moe8_chat_apply(tok, msgs, n, o->add_gen, o->kwargs, *text, need + 1, len, &err) !=
+                   MOE8_OK) {
+        free(*text);
+        *text = NULL;
+        rc = cli_fail(CMD, &err);
+    }
+    free(msgs);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The text to tokenize into a heap buffer; 0, or 1 after saying why not. */
+static int input_text(const opts *o, const moe8_tokenizer *tok, char **text, size_t *len) {
+    moe8_error err;
+    if (o->messages) return render_messages(o, tok, text, len);
     if (o->prompt) {
         *len = strlen(o->prompt);
         if (!(*text = strdup(o->prompt))) {
@@ -105,8 +203,15 @@ int cmd_tokenize(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     flags = o.no_special ? MOE8_TOKENIZE_NO_SPECIAL : 0;
     if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    if ((rc = input_text(&o, &text, &len)) != 0) goto free_tok;
-    bos = moe8_tokenizer_add_bos(tok) && !o.no_bos;
+    if ((rc = input_text(&o, tok, &text, &len)) != 0) goto free_tok;
+    if (o.render) {
+        if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+            fprintf(stderr, "moe8 " CMD ": cannot write the rendered text to stdout\n");
+            rc = 1;
+        }
+        goto free_text;
+    }
+    bos = moe8_tokenizer_add_bos(tok) && !o.no_bos && !o.messages;
     moe8_tokenize_ex(tok, text, len, flags, NULL, 0, &n, NULL);   /* count */
     if (!(ids = malloc((n + 1) * sizeof *ids))) {
         fprintf(stderr, "moe8 " CMD ": out of memory for %zu ids\n", n + 1);
