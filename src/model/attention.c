@@ -118,27 +118,48 @@ static int make_tiles(int32_t *start, int32_t *len, const int32_t *seq, const in
     return n;
 }
 
+/* One work item: query tile `tile`, kv head kvh, part `part` of its head group. */
+typedef struct {
+    const moe8_kernels *kt;
+    float *out;
+    const float *q;
+    const moe8_attn_cache *c;
+    const int32_t *seq, *pos, *tiles;
+    int T, split, Gs;
+    float scale;
+    float *work;
+    size_t work_floats;
+} attn_items;
+
+static void attn_item(const attn_items *a, int64_t it, int thread) {
+    const moe8_attn_cache *c = a->c;
+    const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
+    const int tile = (int)(it / (NKV * a->split)), kvh = (int)(it / a->split % NKV);
+    const int part = (int)(it % a->split), t0 = a->tiles[tile];
+    const size_t row = ((size_t)t0 * NH + (size_t)kvh * G + (size_t)part * a->Gs) * D;
+    const moe8_kv_pages kv = {(const char *)c->k0 + (size_t)kvh * c->head_bytes, c->block_bytes,
+                              c->v_off, c->table + (size_t)a->seq[t0] * c->max_blocks, c->dt};
+    a->kt->flash_attn(a->out + row, NH * D, a->q + row, NH * D, a->tiles[a->T + tile], a->Gs, D,
+                      a->pos[t0], a->scale, &kv, a->work + (size_t)thread * a->work_floats);
+}
+
 void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
                     const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
                     size_t work_floats, int n_threads) {
     const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
-    const float scale = (float)(1.0 / sqrt((double)D));
     const int n_tiles = make_tiles(tiles, tiles + T, seq, pos, T, tile_tokens(G));
     int split = 1; /* parts of a head group, when tiles x kv heads leave threads idle */
     while ((int64_t)n_tiles * NKV * split < n_threads && split < G)
         do split++; while (G % split);
-    const int Gs = G / split;
     const int64_t n_items = (int64_t)n_tiles * NKV * split;
-    /* Later tiles of a sequence read more blocks: hand them out first. */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads) if (n_threads > 1 && n_items > 1)
-    for (int64_t it = n_items - 1; it >= 0; it--) {
-        const int tile = (int)(it / (NKV * split)), kvh = (int)(it / split % NKV);
-        const int part = (int)(it % split), t0 = tiles[tile];
-        const size_t row = ((size_t)t0 * NH + (size_t)kvh * G + (size_t)part * Gs) * D;
-        const moe8_kv_pages kv = {(const char *)c->k0 + (size_t)kvh * c->head_bytes,
-                                  c->block_bytes, c->v_off,
-                                  c->table + (size_t)seq[t0] * c->max_blocks, c->dt};
-        kt->flash_attn(out + row, NH * D, q + row, NH * D, tiles[T + tile], Gs, D, pos[t0], scale,
-                       &kv, work + (size_t)omp_get_thread_num() * work_floats);
+    const attn_items a = {kt, out, q, c, seq, pos, tiles, T, split, G / split,
+                          (float)(1.0 / sqrt((double)D)), work, work_floats};
+    /* Later tiles of a sequence read more blocks: hand them out first. One
+     * thread or item runs inline (an `if (0)` parallel region still allocates). */
+    if (n_threads > 1 && n_items > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+        for (int64_t it = n_items - 1; it >= 0; it--) attn_item(&a, it, omp_get_thread_num());
+    } else {
+        for (int64_t it = n_items - 1; it >= 0; it--) attn_item(&a, it, 0);
     }
 }

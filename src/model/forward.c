@@ -262,17 +262,40 @@ static void mark(const fwd_run *r, int ph) {
     *r->clock = now;
 }
 
-/* Row loops between the GEMMs run on all threads (`omp parallel for` over
- * rows, split statically): a row's result is computed the same way whichever
- * thread takes it, so nothing depends on the thread count. */
+/* One row t of a row loop, with what the loop passes in ctx. */
+typedef void (*row_fn)(const fwd_run *r, const void *ctx, int t);
+
+/* The row loops between the GEMMs run on all threads (`omp parallel for`
+ * over rows, split statically): a row's result is computed the same way
+ * whichever thread takes it, so nothing depends on the thread count. One row
+ * (decode) or one thread runs inline: libgomp allocates a team even for a
+ * parallel region whose `if` is false, which would cost several allocations
+ * per layer and step. */
+static void for_rows(const fwd_run *r, int n, row_fn fn, const void *ctx) {
+    if (r->nt > 1 && n > 1) {
+#pragma omp parallel for schedule(static) num_threads(r->nt)
+        for (int t = 0; t < n; t++) fn(r, ctx, t);
+    } else {
+        for (int t = 0; t < n; t++) fn(r, ctx, t);
+    }
+}
+
+typedef struct {
+    const moe8_proj *p;
+    const float *x;
+} quant_ctx;
+
+static void quant_row(const fwd_run *r, const void *ctx, int t) {
+    const quant_ctx *c = ctx;
+    moe8_fwd_scratch *s = r->s;
+    moe8_proj_quant(s->xq + (size_t)t * s->ldq, s->ldq, c->x + (size_t)t * c->p->k, c->p->k, 1,
+                    c->p->k, c->p->in_scale, c->p->in_offset);
+}
 
 /* Activation codes of a W8A8 static linear for T rows, on all threads. */
 static void quant_static(const fwd_run *r, const moe8_proj *p, const float *x, int T) {
-    moe8_fwd_scratch *s = r->s;
-#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && T > 1)
-    for (int t = 0; t < T; t++)
-        moe8_proj_quant(s->xq + (size_t)t * s->ldq, s->ldq, x + (size_t)t * p->k, p->k, 1, p->k,
-                        p->in_scale, p->in_offset);
+    const quant_ctx c = {p, x};
+    for_rows(r, T, quant_row, &c);
 }
 
 /* y[T][p->n] = p(x[T][p->k]); W8A8 codes are reused when `prev` was applied
@@ -289,19 +312,18 @@ static void observe(const fwd_run *r, const moe8_fwd_layer *L, int site, const f
     if (r->s->observe) r->s->observe(r->s->observe_user, (int)(L - r->w->layers), site, x, r->T, n);
 }
 
+static void add_norm_row(const fwd_run *r, const void *norm, int t) {
+    const int H = r->w->H;
+    float *xr = r->s->x + (size_t)t * H;
+    const float *yr = r->s->tmp + (size_t)t * H;
+    for (int j = 0; j < H; j++) xr[j] += yr[j];
+    if (norm) moe8_rmsnorm_rows(r->s->h + (size_t)t * H, H, xr, H, 1, H, norm, r->w->eps);
+}
+
 /* The residual add x += tmp, then (norm != NULL) h = rmsnorm(x) * norm: one
  * pass over each row, on all threads. */
 static void add_norm(const fwd_run *r, const float *norm) {
-    const int H = r->w->H;
-    float *h = r->s->h, *x = r->s->x;
-    const float *y = r->s->tmp;
-#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && r->T > 1)
-    for (int t = 0; t < r->T; t++) {
-        float *xr = x + (size_t)t * H;
-        const float *yr = y + (size_t)t * H;
-        for (int j = 0; j < H; j++) xr[j] += yr[j];
-        if (norm) moe8_rmsnorm_rows(h + (size_t)t * H, H, xr, H, 1, H, norm, r->w->eps);
-    }
+    for_rows(r, r->T, add_norm_row, norm);
 }
 
 /* Sum a partial [T][H] result over the ranks (nothing with one rank). */
@@ -312,29 +334,41 @@ static moe8_status allreduce(const fwd_run *r, float *y, moe8_error *err) {
     return st;
 }
 
+typedef struct {
+    const moe8_fwd_layer *L;
+    const moe8_attn_cache *cache;
+    int64_t n_ctx;
+    const float *rope;
+    const int32_t *seq, *pos;
+} qk_ctx;
+
+static void qk_row(const fwd_run *r, const void *ctx, int t) {
+    const qk_ctx *c = ctx;
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int NH = w->n_head, NKV = w->n_kv, D = w->D;
+    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)D;
+    float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
+    unsigned char *kc = c->cache->k0;
+    MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
+    moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
+    moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
+    moe8_rope_neox(q, NH, D, cs);
+    moe8_rope_neox(k, NKV, D, cs);
+    for (int h = 0; h < NKV; h++) {
+        size_t off = moe8_kv_row(c->cache, c->seq[t], h, c->pos[t]);
+        moe8_kv_store(kc + off, k + (size_t)h * D, D, c->cache->dt);
+        moe8_kv_store(kc + off + c->cache->v_off, s->v + ((size_t)t * NKV + h) * D, D,
+                      c->cache->dt);
+    }
+}
+
 /* Per token: RMSNorm of each q and k head, NEOX RoPE, K/V into the cache. */
 static void qk_rope_store(const fwd_run *r, const moe8_fwd_layer *L, const moe8_attn_cache *cache,
                           int64_t n_ctx, const float *rope, const int32_t *seq,
                           const int32_t *pos) {
-    const moe8_weights *w = r->w;
-    moe8_fwd_scratch *s = r->s;
-    const int NH = w->n_head, NKV = w->n_kv, D = w->D;
-    unsigned char *kc = cache->k0;
-#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && r->T > 1)
-    for (int t = 0; t < r->T; t++) {
-        const float *cs = rope + (size_t)pos[t] * (size_t)D;
-        float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
-        MOE8_ASSERT(pos[t] < n_ctx); /* its rope row and its block exist */
-        moe8_rmsnorm_heads(q, 1, NH, D, L->q_norm, w->eps);
-        moe8_rmsnorm_heads(k, 1, NKV, D, L->k_norm, w->eps);
-        moe8_rope_neox(q, NH, D, cs);
-        moe8_rope_neox(k, NKV, D, cs);
-        for (int h = 0; h < NKV; h++) {
-            size_t off = moe8_kv_row(cache, seq[t], h, pos[t]);
-            moe8_kv_store(kc + off, k + (size_t)h * D, D, cache->dt);
-            moe8_kv_store(kc + off + cache->v_off, s->v + ((size_t)t * NKV + h) * D, D, cache->dt);
-        }
-    }
+    const qk_ctx c = {L, cache, n_ctx, rope, seq, pos};
+    for_rows(r, r->T, qk_row, &c);
 }
 
 /* x += o_proj(attention(rmsnorm(x))); on entry h = rmsnorm(x) * attn_norm, on
@@ -375,17 +409,28 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     return MOE8_OK;
 }
 
+typedef struct {
+    float *g;
+    const float *u;
+    int F;
+} swiglu_ctx;
+
+static void swiglu_row(const fwd_run *r, const void *ctx, int t) {
+    const swiglu_ctx *c = ctx;
+    (void)r;
+    for (size_t i = (size_t)t * c->F; i < (size_t)(t + 1) * c->F; i++)
+        c->g[i] = c->g[i] / (1.0f + expf(-c->g[i])) * c->u[i];
+}
+
 static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
     moe8_fwd_scratch *s = r->s;
     const int T = r->T, F = L->gate.n;
     float *g = s->mlp, *u = s->mlp + (size_t)T * F;
+    const swiglu_ctx sc = {g, u, F};
     observe(r, L, 2, s->h, L->gate.k);
     lin(r, &L->gate, NULL, g, s->h, T);
     lin(r, &L->up, &L->gate, u, s->h, T);
-#pragma omp parallel for schedule(static) num_threads(r->nt) if (r->nt > 1 && T > 1)
-    for (int t = 0; t < T; t++)
-        for (size_t i = (size_t)t * F; i < (size_t)(t + 1) * F; i++)
-            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for_rows(r, T, swiglu_row, &sc);
     observe(r, L, 3, g, F);
     lin(r, &L->down, NULL, s->tmp, g, T);
 }
@@ -410,6 +455,14 @@ static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, const fl
     return MOE8_OK;
 }
 
+static void lm_quant_row(const fwd_run *r, const void *ctx, int i) {
+    moe8_fwd_scratch *s = r->s;
+    const int H = r->w->H;
+    (void)ctx;
+    r->kt->quant_rows(s->xq + (size_t)i * s->ldq, s->ldq, s->lm_sx + i, s->lm_xsum + i,
+                      s->h + (size_t)i * H, H, 1, H);
+}
+
 /* y[n_out][ldy] = this rank's lm_head rows of the final-normed s->h. A
  * W8A8_DYNAMIC lm_head first quantizes each row per token (SEMANTICS §4);
  * under TP every rank computes the same codes of the same whole row. */
@@ -421,10 +474,7 @@ static void lm_head_apply(const fwd_run *r, float *y, int ldy, int n_out, int n_
                         n_threads);
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && n_out > 1)
-    for (int i = 0; i < n_out; i++)
-        r->kt->quant_rows(s->xq + (size_t)i * s->ldq, s->ldq, s->lm_sx + i, s->lm_xsum + i,
-                          s->h + (size_t)i * w->H, w->H, 1, w->H);
+    for_rows(r, n_out, lm_quant_row, NULL);
     moe8_proj_apply(&w->lm_head, r->kt, y, ldy, s->h, w->H, s->xq, s->ldq, s->lm_sx, s->lm_xsum,
                     n_out, n_threads);
 }
@@ -451,24 +501,35 @@ static moe8_status lm_head_split(const fwd_run *r, int n_out, int n_threads, moe
     return MOE8_OK;
 }
 
+/* x = embed[token], h = rmsnorm(x) * the first layer's attn_norm. */
+static void embed_row(const fwd_run *r, const void *token, int t) {
+    const moe8_weights *w = r->w;
+    const int H = w->H;
+    const int32_t id = ((const int32_t *)token)[t];
+    float *x = r->s->x + (size_t)t * H;
+    moe8_convert_to_f32(x, (const char *)w->embed + (size_t)id * H * moe8_dtype_size(w->embed_dt),
+                        w->embed_dt, (size_t)H, NULL);
+    if (w->n_layer > 0)
+        moe8_rmsnorm_rows(r->s->h + (size_t)t * H, H, x, H, 1, H, w->layers[0].attn_norm, w->eps);
+}
+
+/* h[i] = rmsnorm(x[out_idx[i]]) * final_norm. */
+static void final_norm_row(const fwd_run *r, const void *out_idx, int i) {
+    const int H = r->w->H;
+    moe8_rmsnorm_rows(r->s->h + (size_t)i * H, H,
+                      r->s->x + (size_t)((const int32_t *)out_idx)[i] * H, H, 1, H,
+                      r->w->final_norm, r->w->eps);
+}
+
 moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err) {
     double clock = moe8_now_s();
     const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads, moe8_phase_on() ? &clock : NULL};
-    const int H = w->H;
-    const size_t esz = moe8_dtype_size(w->embed_dt);
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && T > 1)
-    for (int t = 0; t < T; t++) {
-        moe8_convert_to_f32(s->x + (size_t)t * H, (const char *)w->embed + (size_t)token[t] * H * esz,
-                            w->embed_dt, (size_t)H, NULL);
-        if (w->n_layer > 0)
-            moe8_rmsnorm_rows(s->h + (size_t)t * H, H, s->x + (size_t)t * H, H, 1, H,
-                              w->layers[0].attn_norm, w->eps);
-    }
+    for_rows(&r, T, embed_row, token);
     mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {
         const moe8_attn_cache cache = moe8_attn_cache_layer(kv, w->n_head, w->n_kv, w->D, l);
@@ -479,10 +540,7 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
             return st;
         }
     }
-#pragma omp parallel for schedule(static) num_threads(n_threads) if (n_threads > 1 && n_out > 1)
-    for (int i = 0; i < n_out; i++)
-        moe8_rmsnorm_rows(s->h + (size_t)i * H, H, s->x + (size_t)out_idx[i] * H, H, 1, H,
-                          w->final_norm, w->eps);
+    for_rows(&r, n_out, final_norm_row, out_idx);
     if (n_out > 0 && !w->v_chunk) {
         lm_head_apply(&r, s->logits, w->V, n_out, n_threads);
     } else if (n_out > 0) {

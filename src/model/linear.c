@@ -180,6 +180,27 @@ void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int l
     moe8_proj_apply_group(&p, ys, ldys, 1, kt, x, ldx, xq, ldq, sx, xsum, T, n_threads);
 }
 
+/* Panels [b0, b1) of the group's panels numbered one after another. */
+static void group_chunk(const moe8_proj *const *p, float *const *y, const int *ldy, int n,
+                        const moe8_kernels *kt, const float *x, int ldx, const int8_t *xq,
+                        int ldq, const float *sx, const int32_t *xsum, int T, int64_t b0,
+                        int64_t b1) {
+    int64_t first = 0; /* number of the current projection's first panel */
+    for (int i = 0; i < n && first < b1; i++) {
+        const moe8_proj *q = p[i];
+        const int64_t nb = moe8_round_up(q->n, MOE8_QK_NR) / MOE8_QK_NR;
+        const int64_t lo = b0 > first ? b0 - first : 0, hi = b1 - first < nb ? b1 - first : nb;
+        first += nb;
+        if (lo >= hi) continue;
+        const int n0 = (int)lo * MOE8_QK_NR;
+        const int n1 = (int)hi * MOE8_QK_NR < q->n ? (int)hi * MOE8_QK_NR : q->n;
+        if (q->type == MOE8_QUANT_FLOAT)
+            kt->gemm_f32_wf(y[i], ldy[i], x, ldx, q->w, q->wdt, q->ldw, T, n0, n1, q->k);
+        else
+            kt->gemm_q8_f32(y[i], ldy[i], xq, ldq, sx, xsum, &q->q, T, n0, n1);
+    }
+}
+
 /* The panels of all n projections, numbered one after another, are cut into
  * n_chunks contiguous runs, one per thread: every thread streams its run
  * across projection boundaries with no barrier between them (at decode the
@@ -191,21 +212,12 @@ void moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int
     for (int i = 0; i < n; i++) n_blocks += moe8_round_up(p[i]->n, MOE8_QK_NR) / MOE8_QK_NR;
     int n_chunks = n_threads < n_blocks ? n_threads : (int)n_blocks;
     if (n_chunks < 1) n_chunks = 1;
-#pragma omp parallel for schedule(static, 1) num_threads(n_chunks) if (n_chunks > 1)
-    for (int c = 0; c < n_chunks; c++) {
-        const int64_t b0 = n_blocks * c / n_chunks, b1 = n_blocks * (c + 1) / n_chunks;
-        int64_t first = 0; /* global number of the current projection's first panel */
-        for (int i = 0; i < n && first < b1; i++) {
-            const moe8_proj *q = p[i];
-            const int64_t nb = moe8_round_up(q->n, MOE8_QK_NR) / MOE8_QK_NR;
-            const int64_t lo = b0 > first ? b0 - first : 0, hi = b1 - first < nb ? b1 - first : nb;
-            first += nb;
-            if (lo >= hi) continue;
-            const int n0 = (int)lo * MOE8_QK_NR, n1 = (int)hi * MOE8_QK_NR < q->n ? (int)hi * MOE8_QK_NR : q->n;
-            if (q->type == MOE8_QUANT_FLOAT)
-                kt->gemm_f32_wf(y[i], ldy[i], x, ldx, q->w, q->wdt, q->ldw, T, n0, n1, q->k);
-            else
-                kt->gemm_q8_f32(y[i], ldy[i], xq, ldq, sx, xsum, &q->q, T, n0, n1);
-        }
+    if (n_chunks == 1) { /* inline: an `if (0)` parallel region still allocates a team */
+        group_chunk(p, y, ldy, n, kt, x, ldx, xq, ldq, sx, xsum, T, 0, n_blocks);
+        return;
     }
+#pragma omp parallel for schedule(static, 1) num_threads(n_chunks)
+    for (int c = 0; c < n_chunks; c++)
+        group_chunk(p, y, ldy, n, kt, x, ldx, xq, ldq, sx, xsum, T, n_blocks * c / n_chunks,
+                    n_blocks * (c + 1) / n_chunks);
 }
