@@ -204,8 +204,18 @@ typedef enum {
 
 const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC" */
 
-/* config.json of a qwen3_moe model (SEMANTICS §7), defaults filled in (those of
- * Hugging Face's Qwen3MoeConfig where it has one). */
+/* Model families (config.json "model_type"), one descriptor each (src/arch,
+ * docs/MODELS.md). Append-only. */
+typedef enum {
+    MOE8_ARCH_QWEN3_MOE = 0,      /* "qwen3_moe": q/k RMSNorm, no biases */
+    MOE8_ARCH_COUNT
+} moe8_arch;
+
+/* The model_type string of a family ("qwen3_moe"), or "?" out of range. */
+const char *moe8_arch_name(moe8_arch a);
+
+/* config.json of a supported model (SEMANTICS §7), defaults filled in (those of
+ * Hugging Face's config class of its family where it has one). */
 #define MOE8_MAX_STOP_IDS 16
 #define MOE8_MAX_LAYERS 512       /* num_hidden_layers above this is refused */
 typedef struct {
@@ -231,12 +241,17 @@ typedef struct {
     int64_t eos_token_ids[MOE8_MAX_STOP_IDS]; /* [n_eos_ids], distinct */
     int n_mlp_only_layers;
     int64_t mlp_only_layers[MOE8_MAX_LAYERS]; /* [n_mlp_only_layers], distinct, each < layers */
+    /* appended with the model families: */
+    moe8_arch arch;               /* the family model_type names */
+    int64_t shared_expert_intermediate_size; /* width S of a shared expert; 0 = none */
+    int qkv_bias;                 /* q/k/v projections carry a bias */
 } moe8_config;
 
 /* Parse and validate a config.json image (`len` bytes, need not be
  * NUL-terminated; `label` names it in errors). Refuses model types other than
- * qwen3_moe, rope_scaling, wrong JSON types, non-integral or out-of-range
- * numbers, with messages naming the field and its value. */
+ * those of moe8_arch (deepseek_v2 / deepseek_v3 as "not supported yet"),
+ * rope_scaling, wrong JSON types, non-integral or out-of-range numbers, with
+ * messages naming the field and its value. */
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err);
 /* 1 if layer `layer` is a MoE layer (SEMANTICS §7), 0 if it has a dense MLP. */
@@ -278,6 +293,13 @@ typedef struct {
     moe8_quant_type experts;      /* MoE layers: FLOAT or W8A8_DYNAMIC */
     moe8_quant_type mlp_gate_up;  /* dense layers: gate/up (packed: always equal) */
     moe8_quant_type mlp_down;     /* dense layers: down_proj */
+    /* appended with the model families: */
+    moe8_quant_type experts_down; /* MoE layers: the experts' down_proj; equals `experts`, or
+                                   * FLOAT beside W8A8_DYNAMIC gate/up */
+    int has_shared;               /* MoE layer with a shared expert */
+    moe8_quant_type shared_gate_up; /* shared expert gate/up: FLOAT, W8A8 or W8A8_DYNAMIC */
+    moe8_quant_type shared_down;  /* shared expert down_proj */
+    int qkv_bias;                 /* q/k/v carry a bias (FLOAT: added; W8A8: in quant_bias) */
 } moe8_layer_info;
 
 /* 0 and *out filled, or -1 when `layer` is out of range. */
@@ -822,11 +844,12 @@ typedef int (*moe8_progress_fn)(void *user, const char *stage, uint64_t done, ui
  * longer exists (never one of a live process) and logs each removal at
  * MOE8_LOG_WARN (moe8_set_log). */
 
-/* Synthetic Qwen3-MoE presets. Append-only. */
+/* Synthetic model presets. Append-only. */
 typedef enum {
-    MOE8_PRESET_TINY = 0,       /* 4 layers (layer 0 dense via mlp_only_layers), H 256, 8/2
-                                 * heads of 32, E 16, top-4, I 128, dense 512 */
-    MOE8_PRESET_A3B_SLICE = 1,  /* Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of its 48 layers */
+    MOE8_PRESET_TINY = 0,       /* qwen3_moe: 4 layers (layer 0 dense via mlp_only_layers), H 256,
+                                 * 8/2 heads of 32, E 16, top-4, I 128, dense 512 */
+    MOE8_PRESET_A3B_SLICE = 1,  /* qwen3_moe: Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of its 48
+                                 * layers */
 } moe8_preset;
 
 /* Initialise with moe8_make_model_params_default(); fields are only appended. */
@@ -842,6 +865,7 @@ typedef struct {
     int force;                  /* replace a non-empty output folder */
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
+    moe8_arch arch;             /* the family (default MOE8_ARCH_QWEN3_MOE) */
 } moe8_make_model_params;
 moe8_make_model_params moe8_make_model_params_default(void);
 

@@ -103,8 +103,8 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     int f0, f1;
     if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
-        (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err)) ||
-        (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err)) ||
+        (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
+        (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
         (st = build_attn(fl, m, L, w->D, err)))
         return st;
     fl->is_moe = L->info.is_moe;
@@ -323,8 +323,8 @@ static void qk_rope_store(const fwd_run *r, const moe8_fwd_layer *L, const moe8_
         const float *cs = rope + (size_t)pos[t] * (size_t)D;
         float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
         MOE8_ASSERT(pos[t] < n_ctx); /* its rope row and its block exist */
-        moe8_rmsnorm_heads(q, 1, NH, D, L->q_norm, w->eps);
-        moe8_rmsnorm_heads(k, 1, NKV, D, L->k_norm, w->eps);
+        if (L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, L->q_norm, w->eps);
+        if (L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, L->k_norm, w->eps);
         moe8_rope_neox(q, NH, D, cs);
         moe8_rope_neox(k, NKV, D, cs);
         for (int h = 0; h < NKV; h++) {

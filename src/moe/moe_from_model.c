@@ -116,7 +116,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
         weight_of(&ex[e].up, &L->experts[e].up);
         weight_of(&ex[e].down, &L->experts[e].down);
     }
-    snprintf(name, sizeof name, "model.layers.%lld.mlp", (long long)layer);
+    snprintf(name, sizeof name, m->arch->moe_block, (long long)layer);
     desc_of(&d, m, L, part, ex, name);
     deq_mode = part && part->dequantize && d.quant == MOE8_QUANT_W8A8_DYNAMIC;
     st = MOE8_OK;

@@ -43,6 +43,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch/arch.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -82,40 +83,39 @@ float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum) {
 
 typedef enum { KIND_FLOAT = 0, KIND_STATIC, KIND_DYNAMIC } qkind;
 
-/* 1 if `name` is exactly the pattern (a sscanf format ending in %n). */
-#define MATCHES(name, fmt, ...) (sscanf(name, fmt "%n", __VA_ARGS__, &end) >= 0 && end > 0 && \
-                                 name[end] == '\0')
-
-static qkind classify(const moe8_tensor *t, const moe8_config *c, const moe8_quantize_params *p,
-                      int *layer, int *site) {
-    const int linear_float = p->linear_float;
-    int l = -1, e = -1, end = 0;
-    char which[16];
+/* What to write for source tensor t of a model of family a and config c
+ * (a name the descriptor does not know stays FLOAT); for W8A8 static also
+ * the layer and calibration site of its input. */
+static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_config *c,
+                      const moe8_quantize_params *p, int *layer, int *site) {
+    const moe8_role_info *ri;
+    moe8_role r;
+    int64_t l, e;
+    const char *suffix;
     if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
                            t->dtype != MOE8_DT_F16))
         return KIND_FLOAT;
-    if (!strcmp(t->name, "lm_head.weight"))   /* untied: moe8_quantize refuses tied models */
+    if (moe8_arch_parse(a, t->name, &r, &l, &e, &suffix) || strcmp(suffix, "weight"))
+        return KIND_FLOAT;
+    ri = moe8_role_of(r);
+    if (r == MOE8_R_LM_HEAD)   /* untied: moe8_quantize refuses tied models */
         return p->lm_head_w8a8 ? KIND_DYNAMIC : KIND_FLOAT;
-    if (MATCHES(t->name, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight", &l, &e, which))
-        return l >= 0 && l < c->num_hidden_layers && moe8_config_is_moe_layer(c, l) && e >= 0 &&
-               e < c->num_experts && (!strcmp(which, "gate") || !strcmp(which, "up") ||
-                                      !strcmp(which, "down")) ? KIND_DYNAMIC : KIND_FLOAT;
-    end = 0;
-    if (!linear_float && MATCHES(t->name, "model.layers.%d.self_attn.%15[a-z]_proj.weight", &l, which)
-        && l >= 0 && l < c->num_hidden_layers && strchr("qkvo", which[0]) && !which[1]) {
-        *layer = l;
-        *site = which[0] == 'o' ? MOE8_CALIB_O : MOE8_CALIB_QKV;
+    if (l < 0 || l >= c->num_hidden_layers || !moe8_arch_in_layer(a, c, r, l)) return KIND_FLOAT;
+    switch (ri->kind) {
+    case MOE8_KIND_EXPERT:
+        if (e < 0 || e >= c->num_experts) return KIND_FLOAT;
+        return KIND_DYNAMIC;
+    case MOE8_KIND_LINEAR:
+        if (p->linear_float) return KIND_FLOAT;
+        *layer = (int)l;
+        *site = r == MOE8_R_O          ? MOE8_CALIB_O
+                : r == MOE8_R_MLP_DOWN ? MOE8_CALIB_DOWN
+                : r == MOE8_R_MLP_GATE || r == MOE8_R_MLP_UP ? MOE8_CALIB_MLP
+                                                             : MOE8_CALIB_QKV;
         return KIND_STATIC;
+    default:
+        return KIND_FLOAT;
     }
-    end = 0;
-    if (!linear_float && MATCHES(t->name, "model.layers.%d.mlp.%15[a-z]_proj.weight", &l, which) &&
-        l >= 0 && l < c->num_hidden_layers && !moe8_config_is_moe_layer(c, l) &&
-        (!strcmp(which, "gate") || !strcmp(which, "up") || !strcmp(which, "down"))) {
-        *layer = l;
-        *site = which[0] == 'd' ? MOE8_CALIB_DOWN : MOE8_CALIB_MLP;
-        return KIND_STATIC;
-    }
-    return KIND_FLOAT;
 }
 
 /* ======================================================================== */
@@ -125,6 +125,7 @@ static qkind classify(const moe8_tensor *t, const moe8_config *c, const moe8_qua
 typedef struct {
     const moe8_quantize_params *p;
     moe8_config cfg;
+    const moe8_arch_desc *arch;
     moe8_range *ranges;        /* [layers][MOE8_CALIB_SITES], NULL with linear_float */
     moe8_st *src;
     moe8_shards *sh;
@@ -333,12 +334,12 @@ static moe8_status write_tensors(qz *z, const char *dir, moe8_error *err) {
     int layer = 0, site = 0;
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        st = plan_group(z, t, classify(t, &z->cfg, z->p, &layer, &site), err);
+        st = plan_group(z, t, classify(t, z->arch, &z->cfg, z->p, &layer, &site), err);
         total += t->n_bytes;
     }
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        qkind k = classify(t, &z->cfg, z->p, &layer, &site);
+        qkind k = classify(t, z->arch, &z->cfg, z->p, &layer, &site);
         st = k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
                              : write_quant(z, t, k, layer, site, err);
         moe8_st_release(z->src, t);
@@ -385,6 +386,7 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     mp.n_threads = p->n_threads;
     if ((st = moe8_model_load(in_dir, &mp, &m, err))) return st;
     z->cfg = *moe8_model_config(m);
+    z->arch = moe8_arch_get(z->cfg.arch);
     st = check_float_model(m, in_dir, err);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
