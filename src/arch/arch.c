@@ -93,6 +93,7 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
 
 static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_QWEN3_MOE] = &moe8_arch_qwen3_moe,
+    [MOE8_ARCH_QWEN2_MOE] = &moe8_arch_qwen2_moe,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -120,6 +121,18 @@ const char *moe8_arch_list(void) {
 const char *moe8_arch_name(moe8_arch a) {
     const moe8_arch_desc *d = moe8_arch_get(a);
     return d ? d->model_type : "?";
+}
+
+int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
+    const moe8_arch_desc *d = moe8_arch_get(a);
+    if (!d || !out) return -1;
+    out->model_type = d->model_type;
+    out->hf_class = d->hf_class;
+    out->qk_norm = (d->flags & MOE8_ARCH_QK_NORM) != 0;
+    out->shared_expert = (d->flags & MOE8_ARCH_SHARED_EXPERT) != 0;
+    out->sparse_step = (d->flags & MOE8_ARCH_SPARSE_STEP) != 0;
+    out->always_renorm = (d->flags & MOE8_ARCH_ALWAYS_RENORM) != 0;
+    return 0;
 }
 
 /* ======================================================================== */

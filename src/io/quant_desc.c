@@ -99,7 +99,7 @@ int moe8_quant_desc_get(const moe8_quant_desc *qd, const char *name, moe8_quant_
 /* Values of keys that name tensors                                          */
 /* ------------------------------------------------------------------------ */
 
-#define LM_HEAD "lm_head.weight"
+#define LM_HEAD "lm_head.weight"   /* the output projection of every family (src/arch) */
 
 /* Tensors that are float whatever the description says (SEMANTICS §6): the
  * family's norms, embedding, router and shared-expert gate. */
@@ -141,8 +141,8 @@ static moe8_status check_values(const moe8_quant_desc *qd, const moe8_arch_desc 
 /* Required keys and packed modules                                          */
 /* ------------------------------------------------------------------------ */
 
-/* One module of layer `layer` (expert `expert` for expert roles): its role
- * and, filled by `required`, its full and short names. */
+/* Where the required keys of one layer are looked up: the description, the
+ * family's names, the layer (expert roles: expert 0, which decides). */
 typedef struct {
     const moe8_quant_desc *qd;
     const moe8_arch_desc *a;
