@@ -209,6 +209,8 @@ const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_D
 typedef enum {
     MOE8_ARCH_QWEN3_MOE = 0,      /* "qwen3_moe": q/k RMSNorm, no biases */
     MOE8_ARCH_QWEN2_MOE = 1,      /* "qwen2_moe": q/k/v biases, a sigmoid-gated shared expert */
+    MOE8_ARCH_MIXTRAL = 2,        /* "mixtral": block_sparse_moe, w1/w3/w2 experts, top-k always
+                                   * renormalized, every layer MoE */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -866,7 +868,8 @@ typedef enum {
     MOE8_PRESET_TINY = 0,       /* every family. qwen3_moe: 4 layers (layer 0 dense via
                                  * mlp_only_layers), H 256, 8/2 heads of 32, E 16, top-4, I 128,
                                  * dense 512; qwen2_moe: the same plus q/k/v biases and a shared
-                                 * expert of 256, I 64 */
+                                 * expert of 256, I 64; mixtral: 4 MoE layers, H 256, 8/2 heads,
+                                 * E 8, top-2, I 256, vocab 32000 */
     MOE8_PRESET_A3B_SLICE = 1,  /* qwen3_moe only: Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of
                                  * its 48 layers */
 } moe8_preset;

@@ -1,6 +1,7 @@
 /*
- * test_arch.c — the model families beside Qwen3-MoE (docs/MODELS.md), each
- * against the test's own reading of Hugging Face's config and modeling code:
+ * test_arch.c — the model families beside Qwen3-MoE (docs/MODELS.md): Qwen2-MoE
+ * and Mixtral, each against the test's own reading of Hugging Face's config
+ * and modeling code:
  *   - config.json: the config class's defaults, a released model's config,
  *     every family-specific refusal, and the families moe8 refuses
  *     (deepseek_v2 / deepseek_v3 "not supported yet");
@@ -8,7 +9,8 @@
  *     family (forward_ref.h): last-token logits within 1e-4 relative;
  *   - W8A8 checkpoints (fixture_model.h, ModelSlim layout) against the
  *     reference's double W8A8 maths: cosine >= 0.9999 at every position;
- *   - make-model's tiny preset of the family, quantized by moe8 quantize:
+ *   - make-model's tiny preset of the family (Mixtral with the Qwen tokenizer
+ *     until this build reads Mistral's SentencePiece one), quantized by moe8 quantize:
  *     cosine >= 0.99 against the float source and 5 greedy tokens equal,
  *     plus the layout quantize writes (q/k/v biases folded into quant_bias);
  *   - a corrupt-folder table: missing and mis-shaped tensors named in the
@@ -374,6 +376,33 @@ static const defect defects[] = {
     {"q2_desc_no_shared_key", 1, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
      L0 "mlp.shared_expert.down_proj.weight", NULL, MOE8_ERR_NOT_FOUND,
      "required key '" L0 "mlp.shared_expert.down_proj.weight' missing"},
+    /* Mixtral */
+#define BSM L0 "block_sparse_moe."
+    {"mx_no_w2", 2, 0, D_OMIT, BSM "experts.3.w2.weight", 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "tensor '" BSM "experts.3.w2.weight' not found"},
+    {"mx_w3_shape", 2, 0, D_SHAPE, BSM "experts.1.w3.weight", 2, {32, 60}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "experts.1.w3.weight': expected shape [32, 64], found [32, 60]"},
+    {"mx_router_shape", 2, 0, D_SHAPE, BSM "gate.weight", 2, {3, 64}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "block_sparse_moe.gate.weight': expected shape [4, 64], found [3, 64]"},
+    {"mx_qwen_names", 2, 0, D_OMIT, BSM "gate.weight", 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "tensor '" BSM "gate.weight' not found"},
+    {"mx_w1_scale", 2, 1, D_OMIT, BSM "experts.2.w1.weight_scale", 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "experts.2.w1.weight_scale' not found"},
+    {"mx_cfg_experts", 2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "num_local_experts", "0",
+     MOE8_ERR_FORMAT, "num_local_experts (0) outside [1, 4096]"},
+    {"mx_cfg_width", 2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "intermediate_size", "40",
+     MOE8_ERR_FORMAT, "experts.0.w1.weight': expected shape [40, 64], found [32, 64]"},
+    {"mx_cfg_window", 2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "sliding_window", "4096",
+     MOE8_ERR_UNSUPPORTED, "sliding_window 4096 not supported (must be null or absent)"},
+    {"mx_cfg_topk", 2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "num_experts_per_tok", "5",
+     MOE8_ERR_FORMAT, "num_experts_per_tok (5) > num_experts (4)"},
+    {"mx_desc_mixed", 2, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
+     BSM "experts.0.w3.weight", "\"FLOAT\"", MOE8_ERR_FORMAT,
+     "shards of packed experts disagree: block_sparse_moe.experts.0.w1 is W8A8_DYNAMIC, "
+     "block_sparse_moe.experts.0.w3 is FLOAT"},
+    {"mx_desc_router", 2, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
+     BSM "gate.weight", "\"W8A8\"", MOE8_ERR_UNSUPPORTED,
+     "block_sparse_moe.gate.weight': quant type W8A8 not supported (must be FLOAT)"},
 };
 
 static void test_defects(int arch) {
@@ -443,6 +472,44 @@ static void test_config_qwen2(void) {
           !moe8_config_is_moe_layer(&c, 3) && !c.qkv_bias);
 }
 
+static const char *mixtral_8x7b =
+    "{\"architectures\": [\"MixtralForCausalLM\"], \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 4096,"
+    " \"initializer_range\": 0.02, \"intermediate_size\": 14336, \"max_position_embeddings\": 32768,"
+    " \"model_type\": \"mixtral\", \"num_attention_heads\": 32, \"num_experts_per_tok\": 2,"
+    " \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, \"num_local_experts\": 8,"
+    " \"output_router_logits\": false, \"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0,"
+    " \"router_aux_loss_coef\": 0.02, \"sliding_window\": null, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.36.0.dev0\", \"use_cache\": true,"
+    " \"vocab_size\": 32000}";
+
+static void test_config_mixtral(void) {
+    moe8_config c;
+    moe8_error e;
+    /* MixtralConfig defaults */
+    CHECK(parse("{\"model_type\": \"mixtral\"}", &c, &e) == MOE8_OK);
+    CHECK(c.arch == MOE8_ARCH_MIXTRAL && !strcmp(c.model_type, "mixtral"));
+    CHECK(c.vocab_size == 32000 && c.hidden_size == 4096 && c.moe_intermediate_size == 14336);
+    CHECK(c.num_hidden_layers == 32 && c.num_attention_heads == 32 && c.num_key_value_heads == 8);
+    CHECK(c.head_dim == 128 && c.max_position_embeddings == 131072 && c.rms_norm_eps == 1e-5);
+    CHECK(c.rope_theta == 1e6 && !c.tie_word_embeddings && c.num_experts_per_tok == 2);
+    CHECK(c.num_experts == 8 && c.norm_topk_prob == 1 && !c.qkv_bias);
+    CHECK(c.shared_expert_intermediate_size == 0);
+    CHECK(c.bos_token_id == 1 && c.n_eos_ids == 1 && c.eos_token_ids[0] == 2);
+    /* Mixtral-8x7B-v0.1's config.json; every layer MoE whatever Qwen keys say */
+    CHECK(parse(mixtral_8x7b, &c, &e) == MOE8_OK);
+    CHECK(c.max_position_embeddings == 32768 && c.num_experts == 8 && c.moe_intermediate_size == 14336);
+    for (int l = 0; l < 32; l++) CHECK(moe8_config_is_moe_layer(&c, l));
+    CHECK(parse("{\"model_type\":\"mixtral\",\"num_hidden_layers\":4,\"decoder_sparse_step\":2,"
+                "\"mlp_only_layers\":[0],\"norm_topk_prob\":false,\"num_key_value_heads\":null,"
+                "\"eos_token_id\":[5,6],\"bos_token_id\":null}", &c, &e) == MOE8_OK);
+    for (int l = 0; l < 4; l++) CHECK(moe8_config_is_moe_layer(&c, l));
+    CHECK(c.norm_topk_prob == 1 && c.num_key_value_heads == 32 && c.bos_token_id == -1);
+    CHECK(c.n_eos_ids == 2 && c.eos_token_ids[0] == 5 && c.eos_token_ids[1] == 6);
+    CHECK(parse("{\"model_type\":\"mixtral\",\"vocab_size\":2}", &c, &e) == MOE8_ERR_FORMAT &&
+          strstr(e.message, "default eos_token_id (2) outside [0, vocab_size 2)"));
+}
+
 static void test_config_errors(void) {
     static const struct {
         const char *json;
@@ -453,7 +520,16 @@ static void test_config_errors(void) {
          "model_type \"deepseek_v3\" not supported yet (multi-head latent attention"},
         {"{\"model_type\":\"deepseek_v2\"}", MOE8_ERR_UNSUPPORTED,
          "model_type \"deepseek_v2\" not supported yet"},
-        {"{\"model_type\":\"llama\"}", MOE8_ERR_UNSUPPORTED, "expected one of qwen3_moe, qwen2_moe"},
+        {"{\"model_type\":\"llama\"}", MOE8_ERR_UNSUPPORTED,
+         "expected one of qwen3_moe, qwen2_moe, mixtral"},
+        {"{\"model_type\":\"mixtral\",\"sliding_window\":4096}", MOE8_ERR_UNSUPPORTED,
+         "sliding_window 4096 not supported (must be null or absent)"},
+        {"{\"model_type\":\"mixtral\",\"sliding_window\":\"x\"}", MOE8_ERR_UNSUPPORTED,
+         "sliding_window not supported"},
+        {"{\"model_type\":\"mixtral\",\"num_local_experts\":4,\"num_experts_per_tok\":6}",
+         MOE8_ERR_FORMAT, "num_experts_per_tok (6) > num_experts (4)"},
+        {"{\"model_type\":\"mixtral\",\"num_key_value_heads\":5}", MOE8_ERR_FORMAT,
+         "num_attention_heads (32) is not a multiple of num_key_value_heads (5)"},
         {"{\"model_type\":\"qwen2_moe\",\"use_sliding_window\":true}", MOE8_ERR_UNSUPPORTED,
          "use_sliding_window true not supported"},
         {"{\"model_type\":\"qwen2_moe\",\"shared_expert_intermediate_size\":2e6}", MOE8_ERR_FORMAT,
@@ -486,6 +562,15 @@ static void test_presets(void) {
     p.preset = MOE8_PRESET_A3B_SLICE;
     CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_ERR_INVALID_ARG &&
           strstr(e.message, "qwen2_moe has only the tiny preset"));
+    p = moe8_make_model_params_default();
+    p.arch = MOE8_ARCH_MIXTRAL;
+    CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK);
+    CHECK(c.arch == MOE8_ARCH_MIXTRAL && c.vocab_size == 32000 && c.num_experts == 8);
+    CHECK(c.num_experts_per_tok == 2 && c.moe_intermediate_size == 256 && c.rms_norm_eps == 1e-5);
+    CHECK(c.norm_topk_prob && c.n_mlp_only_layers == 0 && c.bos_token_id == 1 && c.eos_token_ids[0] == 2);
+    for (int l = 0; l < 4; l++) CHECK(moe8_config_is_moe_layer(&c, l));
+    p.arch = MOE8_ARCH_COUNT;
+    CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_ERR_INVALID_ARG);
 }
 
 /* ======================================================================== */
@@ -508,6 +593,20 @@ static void test_inspect(void) {
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECKF(strstr(out, want[i]) != NULL, "inspect lacks '%s':\n%s", want[i], out);
+    o = family_opts(2, 1);
+    dir = write_fixture("inspect_mixtral", &o);
+    FMT(cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 0);
+    static const char *const want_mx[] = {
+        "architecture: mixtral (MixtralForCausalLM)",
+        "attention: no q/k norm, no biases",
+        "routing: softmax top-2 of 4, always renormalized",
+        "dense mlp: none (every layer is MoE)",
+        "layers 0-2: attn W8A8, experts W8A8_DYNAMIC, router FLOAT",
+    };
+    for (size_t i = 0; i < sizeof want_mx / sizeof want_mx[0]; i++)
+        CHECKF(strstr(out, want_mx[i]) != NULL, "inspect lacks '%s':\n%s", want_mx[i], out);
+    CHECK(strstr(out, "shared expert") == NULL);
 }
 
 int main(void) {
@@ -517,6 +616,10 @@ int main(void) {
     test_forward(MOE8_ARCH_QWEN2_MOE);
     test_defects(MOE8_ARCH_QWEN2_MOE);
     test_make_quantize(MOE8_ARCH_QWEN2_MOE);
+    test_config_mixtral();
+    test_forward(MOE8_ARCH_MIXTRAL);
+    test_defects(MOE8_ARCH_MIXTRAL);
+    test_make_quantize(MOE8_ARCH_MIXTRAL);
     test_inspect();
     return test_summary();
 }

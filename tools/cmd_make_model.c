@@ -5,8 +5,8 @@
  *
  * The tokenizer files come from --tokenizer DIR, else $MOE8_TOKENIZER_DIR,
  * else the family's folder under .deps (qwen3-tokenizer for the Qwen
- * families) next to or above the binary's folder, else the source tree's
- * .deps compiled in. Uses only moe8.h.
+ * families, llama2-tokenizer for Mixtral) next to or above the binary's
+ * folder, else the source tree's .deps compiled in. Uses only moe8.h.
  */
 #include <errno.h>
 #include <limits.h>
@@ -25,7 +25,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moe8 make-model [--arch A] --preset tiny|a3b-slice -o DIR [options]\n"
-            "  --arch A         qwen3_moe (default) or qwen2_moe\n"
+            "  --arch A         qwen3_moe (default), qwen2_moe or mixtral\n"
             "  --preset P       tiny (4 layers, H 256; every family) or a3b-slice\n"
             "                   (Qwen3-30B-A3B shapes; qwen3_moe)\n"
             "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
@@ -59,7 +59,7 @@ static int exists_tok(const char *dir) {
 
 /* The folder under .deps holding a family's tokenizer. */
 static const char *tokenizer_folder(moe8_arch a) {
-    return a == MOE8_ARCH_QWEN3_MOE || a == MOE8_ARCH_QWEN2_MOE ? "qwen3-tokenizer" : "?";
+    return a == MOE8_ARCH_MIXTRAL ? "llama2-tokenizer" : "qwen3-tokenizer";
 }
 
 /* The default tokenizer folder of family a, or NULL. */
@@ -140,7 +140,7 @@ int cmd_make_model(int argc, char **argv) {
             p.tokenizer_dir = val;
         } else if (!strcmp(a, "--arch")) {
             if (parse_arch(val, &p.arch)) {
-                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe or qwen2_moe\n",
+                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe, qwen2_moe or mixtral\n",
                         val);
                 return 2;
             }

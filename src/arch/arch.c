@@ -94,6 +94,7 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
 static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_QWEN3_MOE] = &moe8_arch_qwen3_moe,
     [MOE8_ARCH_QWEN2_MOE] = &moe8_arch_qwen2_moe,
+    [MOE8_ARCH_MIXTRAL] = &moe8_arch_mixtral,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

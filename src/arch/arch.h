@@ -228,5 +228,6 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
 
 extern const moe8_arch_desc moe8_arch_qwen3_moe;
 extern const moe8_arch_desc moe8_arch_qwen2_moe;
+extern const moe8_arch_desc moe8_arch_mixtral;
 
 #endif

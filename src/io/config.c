@@ -236,14 +236,27 @@ moe8_status moe8_config_read_eos(const cJSON *root, const char *label, int64_t v
     return MOE8_OK;
 }
 
+/* bos / eos: a key present replaces the family's default (null: none, as in
+ * Hugging Face); defaults kept must lie in the vocabulary too. */
 static moe8_status read_token_ids(const cJSON *root, const char *label, moe8_config *c,
                                   moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
     moe8_status st;
+    if (it && cJSON_IsNull(it)) c->bos_token_id = -1;
     if (it && !cJSON_IsNull(it)) {
         st = token_id(label, "bos_token_id", it, c->vocab_size, &c->bos_token_id, err);
         if (st != MOE8_OK) return st;
+    } else if (c->bos_token_id >= c->vocab_size) {
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': default bos_token_id (%lld) outside "
+                         "[0, vocab_size %lld)", label, (long long)c->bos_token_id,
+                         (long long)c->vocab_size);
     }
+    if (cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")) c->n_eos_ids = 0;
+    for (int i = 0; i < c->n_eos_ids; i++)
+        if (c->eos_token_ids[i] >= c->vocab_size)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': default eos_token_id (%lld) outside "
+                             "[0, vocab_size %lld)", label, (long long)c->eos_token_ids[i],
+                             (long long)c->vocab_size);
     return moe8_config_read_eos(root, label, c->vocab_size, c->eos_token_ids, &c->n_eos_ids, err);
 }
 

@@ -453,7 +453,9 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "
                        "(quantize lm_head only for an untied model)", in_dir);
-    if (!st) st = moe8_tokenizer_load(in_dir, &tok, err);
+    /* the tokenizer is read only to calibrate (with linear_float it is only
+     * copied: a family whose tokenizer this build cannot parse still quantizes) */
+    if (!st && !p->linear_float) st = moe8_tokenizer_load(in_dir, &tok, err);
     if (!st && !p->linear_float) {
         const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
         size_t len = p->calib_text ? p->calib_len : strlen(text);
