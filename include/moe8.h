@@ -919,6 +919,9 @@ typedef struct {
     void *progress_user;
     int lm_head_w8a8;           /* also write lm_head.weight as W8A8_DYNAMIC (default FLOAT, as
                                  * ModelSlim); refused for tie_word_embeddings models */
+    int down_proj_float;        /* keep every expert's down_proj (routed and shared) FLOAT
+                                 * beside W8A8_DYNAMIC gate/up (msModelSlim's DeepSeek-V2-Lite
+                                 * default) */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 
@@ -1045,6 +1048,9 @@ typedef struct {
     moe8_dtype router_dtype;
     moe8_router_params router_params;
     int n_threads;                  /* forward threads; 0 = omp_get_max_threads() */
+    int down_float;                 /* with quant W8A8_DYNAMIC: gate/up are int8 but every
+                                     * down is a float weight (data F32/BF16/F16 [H][I]),
+                                     * fed the float A (no second quantization) */
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 
@@ -1073,7 +1079,8 @@ typedef struct {
 void moe8_moe_layer_get_info(const moe8_moe_layer *layer, moe8_moe_layer_info *out);
 
 /* 1 when a workspace made for one layer serves the other: same shape
- * (E, H, local I, local experts, quant, top_k, router present, threads). */
+ * (E, H, local I, local experts, quant and down_float, top_k, router
+ * present, threads). */
 int moe8_moe_layer_same_shape(const moe8_moe_layer *a, const moe8_moe_layer *b);
 
 /* Workspace for up to max_tokens tokens per forward, run with n_threads
@@ -1106,12 +1113,14 @@ typedef struct {
                                      * FLOAT experts (a comparison aid: 4x the memory) */
 } moe8_moe_part;
 
-/* Build MoE layer `layer` of a loaded model: router weight mlp.gate in place,
- * routing from config.json (top_k = num_experts_per_tok, renormalize =
- * norm_topk_prob, softmax), experts as the layer stores them: W8A8_DYNAMIC
- * repacked, after which the mapped pages of the local experts' tensors are
- * released (SEMANTICS §6b), or FLOAT used in place. `part` may be NULL (the whole
- * layer). The model must outlive the layer. */
+/* Build MoE layer `layer` of a loaded model: router weight (mlp.gate, or the
+ * family's name for it) in place, routing from config.json (top_k =
+ * num_experts_per_tok, renormalize = norm_topk_prob, always for Mixtral,
+ * softmax), experts as the layer stores them: W8A8_DYNAMIC repacked, after
+ * which the mapped pages of the local experts' int8 tensors are released
+ * (SEMANTICS §6b), or FLOAT used in place; a FLOAT down_proj beside
+ * W8A8_DYNAMIC gate/up is used in place too (moe8_moe_layer_desc.down_float).
+ * `part` may be NULL (the whole layer). The model must outlive the layer. */
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer,
                                       const moe8_moe_part *part, moe8_moe_layer **out,
                                       moe8_error *err);

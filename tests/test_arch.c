@@ -13,6 +13,10 @@
  *     until this build reads Mistral's SentencePiece one), quantized by moe8 quantize:
  *     cosine >= 0.99 against the float source and 5 greedy tokens equal,
  *     plus the layout quantize writes (q/k/v biases folded into quant_bias);
+ *   - the mixed layout of quantize --down-proj float (every expert down_proj
+ *     FLOAT beside W8A8_DYNAMIC gate/up; Qwen3-MoE too) against the double
+ *     maths (cosine >= 0.9999), thread counts bit-identical, and through
+ *     make-model + quantize and the CLI;
  *   - a corrupt-folder table: missing and mis-shaped tensors named in the
  *     error, config fields out of range named;
  *   - `moe8 inspect` showing the family's parts.
@@ -44,6 +48,8 @@ static moe8_status parse(const char *json, moe8_config *c, moe8_error *e) {
     return moe8_config_parse(json, strlen(json), "config.json", c, e);
 }
 
+static int g_threads = 2; /* of new_ctx */
+
 static moe8_context *new_ctx(moe8_model *m, int n_ctx) {
     moe8_context_params p = moe8_context_params_default();
     moe8_context *c = NULL;
@@ -51,7 +57,7 @@ static moe8_context *new_ctx(moe8_model *m, int n_ctx) {
     p.kv_type = MOE8_DT_F32;
     p.n_ctx = n_ctx;
     p.n_outputs = 16;
-    p.n_threads = 2;
+    p.n_threads = g_threads;
     if (moe8_context_create(m, &p, &c, &e) != MOE8_OK) {
         fprintf(stderr, "context: %s\n", e.message);
         exit(2);
@@ -149,7 +155,8 @@ static void check_vs_ref(const char *label, const fx_opts *o) {
     } else {
         double worst = 1;
         for (int t = 0; t < n; t++) worst = fmin(worst, cosine_d(got + t * V, want + t * V, V));
-        printf("%-28s W8A8 vs double W8A8 maths: worst cosine %.8f\n", label, worst);
+        printf("%-28s W8A8 vs double W8A8 maths: worst cosine %.10f (1 - cos %.2e)\n", label,
+               worst, 1 - worst);
         CHECKF(worst >= 0.9999, "%s: cosine %.8f", label, worst);
     }
     ref_free(&rm);
@@ -172,6 +179,39 @@ static fx_opts family_opts(int arch, int quant) {
     return o;
 }
 
+/* The mixed layout of --down-proj float: every expert's down_proj (routed
+ * and shared) FLOAT beside W8A8_DYNAMIC gate/up, against the reference's
+ * double maths (the down product takes the float SwiGLU output), and the
+ * same logits bit for bit on 1 and 3 threads. */
+static void test_down_float(int arch) {
+    char label[64];
+    fx_opts o = family_opts(arch, 1);
+    o.down_float = 1;
+    o.seed += 100;
+    FMT(label, "%s_w8a8_down_float", moe8_arch_name((moe8_arch)arch));
+    check_vs_ref(label, &o);
+    {
+        const char *dir = write_fixture("down_float_threads", &o);
+        moe8_model *m = test_load_model(dir);
+        moe8_layer_info li;
+        const int V = (int)o.vocab;
+        float *a = malloc(sizeof(float) * 9 * V), *b = malloc(sizeof(float) * 9 * V);
+        CHECK(moe8_model_layer_info(m, 0, &li) == 0 && li.experts == MOE8_QUANT_W8A8_DYNAMIC &&
+              li.experts_down == MOE8_QUANT_FLOAT);
+        if (li.has_shared)
+            CHECK(li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == MOE8_QUANT_FLOAT);
+        g_threads = 1;
+        prefill(m, PROMPT, 9, a);
+        g_threads = 3;
+        prefill(m, PROMPT, 9, b);
+        g_threads = 2;
+        CHECKF(!memcmp(a, b, sizeof(float) * 9 * V), "%s: 1 vs 3 threads differ", label);
+        free(a);
+        free(b);
+        moe8_model_free(m);
+    }
+}
+
 static void test_forward(int arch) {
     char label[64];
     fx_opts o = family_opts(arch, 0);
@@ -192,6 +232,7 @@ static void test_forward(int arch) {
     o.no_renorm = 1;
     FMT(label, "%s_w8a8_variant", moe8_arch_name((moe8_arch)arch));
     check_vs_ref(label, &o);
+    test_down_float(arch);
 }
 
 /* ======================================================================== */
@@ -254,7 +295,7 @@ done:
     moe8_st_close(q);
 }
 
-static void test_make_quantize(int arch) {
+static void test_make_quantize(int arch, int down_float) {
     const char *name = moe8_arch_name((moe8_arch)arch);
     static const int32_t prompt[5] = {9707, 11, 847, 829, 374};
     char fdir[4096], qdir[4096], label[64];
@@ -264,17 +305,20 @@ static void test_make_quantize(int arch) {
     float *lf = malloc(sizeof(float) * 5 * QV), *lq = malloc(sizeof(float) * 5 * QV);
     int32_t tf[5], tq[5];
     FMT(label, "mk_%s", name);
-    FMT(fdir, "%s", test_tmpdir(label));
-    FMT(label, "mkq_%s", name);
+    if (down_float) FMT(fdir, "%s/%s", MOE8_TEST_TMP, label); /* made by the first run */
+    else FMT(fdir, "%s", test_tmpdir(label));
+    FMT(label, "mkq_%s%s", name, down_float ? "_down_float" : "");
     FMT(qdir, "%s", test_tmpdir(label));
     mp.arch = (moe8_arch)arch;
     mp.vocab_size = QV;
     mp.tokenizer_dir = TOK;
     mp.force = 1;
     mp.seed = 3;
-    CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
+    if (!down_float)   /* the down_float run reuses the float model */
+        CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
     qp.force = 1;
     qp.n_threads = 2;
+    qp.down_proj_float = down_float;
     CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize %s: %s", name, e.message);
     moe8_model *mf = test_load_model(fdir), *mq = test_load_model(qdir);
     CHECK(moe8_model_config(mf)->arch == (moe8_arch)arch && moe8_model_config(mq)->arch == (moe8_arch)arch);
@@ -283,20 +327,22 @@ static void test_make_quantize(int arch) {
     double worst = 1;
     for (int t = 0; t < 5; t++) worst = fmin(worst, cosine_f(lq + t * QV, lf + t * QV, QV));
     CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
-    printf("%-28s W8A8 vs float source: worst cosine %.6f, greedy %s\n", name, worst,
+    printf("%-28s W8A8%s vs float source: worst cosine %.6f, greedy %s\n", name,
+           down_float ? " (down_proj FLOAT)" : "", worst,
            memcmp(tf, tq, sizeof tf) ? "DIFFER" : "equal");
     CHECKF(worst >= 0.99, "%s: W8A8 vs float cosine %.6f", name, worst);
     CHECKF(!memcmp(tf, tq, sizeof tf), "%s: greedy tokens of W8A8 differ from the float model", name);
     {
         moe8_layer_info li;
         CHECK(moe8_model_layer_info(mq, 1, &li) == 0 && li.is_moe);
-        CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC && li.experts_down == MOE8_QUANT_W8A8_DYNAMIC);
+        const moe8_quant_type down = down_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8_DYNAMIC;
+        CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC && li.experts_down == down);
         CHECK(li.qkv == MOE8_QUANT_W8A8 && li.o == MOE8_QUANT_W8A8);
         CHECK(li.has_shared == (arch == MOE8_ARCH_QWEN2_MOE));
         if (li.has_shared)
-            CHECK(li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == MOE8_QUANT_W8A8_DYNAMIC);
+            CHECK(li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == down);
     }
-    if (arch == MOE8_ARCH_QWEN2_MOE) check_folded_bias(fdir, qdir);
+    if (arch == MOE8_ARCH_QWEN2_MOE && !down_float) check_folded_bias(fdir, qdir);
     moe8_model_free(mf);
     moe8_model_free(mq);
     free(lf);
@@ -376,6 +422,13 @@ static const defect defects[] = {
     {"q2_desc_no_shared_key", 1, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
      L0 "mlp.shared_expert.down_proj.weight", NULL, MOE8_ERR_NOT_FOUND,
      "required key '" L0 "mlp.shared_expert.down_proj.weight' missing"},
+    /* Qwen3-MoE: the mixed down_proj layout and what it does not allow */
+    {"q3_desc_down_dynamic", 0, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
+     L0 "mlp.experts.0.down_proj.weight", "\"W8A8\"", MOE8_ERR_UNSUPPORTED,
+     "layer 0: experts are W8A8, not supported on experts"},
+    {"q3_desc_down_float", 0, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
+     L0 "mlp.experts.0.down_proj.weight", "\"FLOAT\"", MOE8_ERR_FORMAT,
+     "experts.0.down_proj.weight': expected dtype BF16, F16 or F32 (FLOAT), found I8"},
     /* Mixtral */
 #define BSM L0 "block_sparse_moe."
     {"mx_no_w2", 2, 0, D_OMIT, BSM "experts.3.w2.weight", 0, {0, 0}, NULL, NULL, NULL,
@@ -609,17 +662,61 @@ static void test_inspect(void) {
     CHECK(strstr(out, "shared expert") == NULL);
 }
 
+/* The MoE layer API: down_float only beside int8 gate/up. */
+static void test_layer_desc(void) {
+    float w[4 * 8] = {0};
+    moe8_moe_expert ex[2];
+    moe8_moe_layer_desc d = moe8_moe_layer_desc_default();
+    moe8_moe_layer *L = NULL;
+    moe8_error e;
+    memset(ex, 0, sizeof ex);
+    for (int i = 0; i < 2; i++)
+        ex[i].gate = ex[i].up = ex[i].down = (moe8_moe_weight){w, MOE8_DT_F32, NULL, MOE8_DT_F32,
+                                                               NULL, MOE8_DT_F32};
+    d.name = "mixed";
+    d.n_expert = 2, d.hidden = 8, d.intermediate = 4, d.experts = ex;
+    d.router_params.top_k = 1;
+    d.quant = MOE8_QUANT_FLOAT;
+    d.down_float = 1;
+    CHECK(moe8_moe_layer_create(&d, &L, &e) == MOE8_ERR_INVALID_ARG && !L &&
+          strstr(e.message, "down_float needs W8A8_DYNAMIC gate/up experts"));
+    d.quant = MOE8_QUANT_W8A8_DYNAMIC;  /* float gate data: refused as the int8 weight it is not */
+    CHECK(moe8_moe_layer_create(&d, &L, &e) == MOE8_ERR_INVALID_ARG && !L &&
+          strstr(e.message, "expert 0 gate_proj: expected int8 (I8) weight data, got F32"));
+}
+
+/* `moe8 quantize --down-proj`: a bad value is a usage error; float through
+ * the CLI gives the mixed layout (inspect says so). */
+static void test_cli_down_proj(void) {
+    char cmd[9000], out[16384], q[4096];
+    fx_opts o = family_opts(2, 0);
+    const char *dir = fx_test_model("cli_down_mixtral", &o, 1);
+    FMT(q, "%s", test_tmpdir("cli_down_mixtral_q"));
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --down-proj int4 2>&1", MOE8_CLI, dir, q);
+    CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "bad option '--down-proj int4'"));
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --down-proj float --linear float --force 2>&1 && "
+        "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir, q, MOE8_CLI, q);
+    CHECKF(run(cmd, out, sizeof out) == 0 &&
+           strstr(out, "layers 0-2: attn FLOAT, experts W8A8_DYNAMIC (down_proj FLOAT), router FLOAT"),
+           "%s", out);
+}
+
 int main(void) {
     test_config_qwen2();
     test_config_errors();
     test_presets();
     test_forward(MOE8_ARCH_QWEN2_MOE);
     test_defects(MOE8_ARCH_QWEN2_MOE);
-    test_make_quantize(MOE8_ARCH_QWEN2_MOE);
+    test_make_quantize(MOE8_ARCH_QWEN2_MOE, 0);
+    test_make_quantize(MOE8_ARCH_QWEN2_MOE, 1);
     test_config_mixtral();
     test_forward(MOE8_ARCH_MIXTRAL);
     test_defects(MOE8_ARCH_MIXTRAL);
-    test_make_quantize(MOE8_ARCH_MIXTRAL);
+    test_make_quantize(MOE8_ARCH_MIXTRAL, 0);
+    test_down_float(MOE8_ARCH_QWEN3_MOE);
+    test_defects(MOE8_ARCH_QWEN3_MOE);
     test_inspect();
+    test_layer_desc();
+    test_cli_down_proj();
     return test_summary();
 }

@@ -7,7 +7,8 @@
  * loader's error), refuse a quantized input, calibrate the W8A8 static
  * linears on the float model (calib.c), drop the model, then stream every
  * tensor of the input's safetensors set, in the set's order:
- *   experts' (and a shared expert's) linears        -> W8A8_DYNAMIC
+ *   experts' (and a shared expert's) linears        -> W8A8_DYNAMIC (down_proj FLOAT
+ *                                                      with down_proj_float)
  *   lm_head.weight, with lm_head_w8a8               -> W8A8_DYNAMIC (a moe8
  *                                                      extension; refused when
  *                                                      tied: embed stays float)
@@ -115,9 +116,9 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     switch (ri->kind) {
     case MOE8_KIND_EXPERT:
         if (e < 0 || e >= c->num_experts) return KIND_FLOAT;
-        return KIND_DYNAMIC;
+        return r == MOE8_R_EXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
     case MOE8_KIND_SHARED:   /* like the routed experts (docs/MODELS.md) */
-        return KIND_DYNAMIC;
+        return r == MOE8_R_SHEXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
     case MOE8_KIND_LINEAR:
         if (p->linear_float) return KIND_FLOAT;
         *layer = (int)l;
