@@ -309,7 +309,7 @@ static inline void fx_add_linear(fx_list *L, const char *prefix, const char *q, 
 /* q/k/v bias "<prefix>.bias" [n_out] of FX_QWEN2, N(0, 0.1²). */
 static inline void fx_add_bias(fx_list *L, const char *prefix, int64_t n_out) {
     char n[160];
-    snprintf(n, sizeof n, "%s.bias", prefix);
+    snprintf(n, sizeof n, "%.150s.bias", prefix);
     fx_add_float(L, n, 1, n_out, 0, 0.1, 0.0);
 }
 

@@ -295,6 +295,10 @@ done:
     moe8_st_close(q);
 }
 
+static const char calib[] =
+    "It was a bright cold day in April, and the clocks were striking thirteen. The quick brown "
+    "fox jumps over the lazy dog; 42 apples cost $3.50 at the market.\n";
+
 static void test_make_quantize(int arch, int down_float) {
     const char *name = moe8_arch_name((moe8_arch)arch);
     static const int32_t prompt[5] = {9707, 11, 847, 829, 374};
@@ -314,11 +318,14 @@ static void test_make_quantize(int arch, int down_float) {
     mp.tokenizer_dir = TOK;
     mp.force = 1;
     mp.seed = 3;
+    mp.n_layers = 2;   /* qwen2_moe: layer 0 dense, layer 1 MoE; mixtral: both MoE */
     if (!down_float)   /* the down_float run reuses the float model */
         CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
     qp.force = 1;
     qp.n_threads = 2;
     qp.down_proj_float = down_float;
+    qp.calib_text = calib;
+    qp.calib_len = strlen(calib);
     CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize %s: %s", name, e.message);
     moe8_model *mf = test_load_model(fdir), *mq = test_load_model(qdir);
     CHECK(moe8_model_config(mf)->arch == (moe8_arch)arch && moe8_model_config(mq)->arch == (moe8_arch)arch);
@@ -327,7 +334,7 @@ static void test_make_quantize(int arch, int down_float) {
     double worst = 1;
     for (int t = 0; t < 5; t++) worst = fmin(worst, cosine_f(lq + t * QV, lf + t * QV, QV));
     CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
-    printf("%-28s W8A8%s vs float source: worst cosine %.6f, greedy %s\n", name,
+    printf("%-28s W8A8%s vs float source: worst cosine %.10f, greedy %s\n", name,
            down_float ? " (down_proj FLOAT)" : "", worst,
            memcmp(tf, tq, sizeof tf) ? "DIFFER" : "equal");
     CHECKF(worst >= 0.99, "%s: W8A8 vs float cosine %.6f", name, worst);
