@@ -206,8 +206,34 @@ typedef enum {
 
 const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC" */
 
-/* config.json of a qwen3_moe model (SEMANTICS §7), defaults filled in (those of
- * Hugging Face's Qwen3MoeConfig where it has one). */
+/* Model families (config.json "model_type"), one descriptor each (src/arch,
+ * docs/MODELS.md). Append-only. */
+typedef enum {
+    MOE8_ARCH_QWEN3_MOE = 0,      /* "qwen3_moe": q/k RMSNorm, no biases */
+    MOE8_ARCH_QWEN2_MOE = 1,      /* "qwen2_moe": q/k/v biases, a sigmoid-gated shared expert */
+    MOE8_ARCH_MIXTRAL = 2,        /* "mixtral": block_sparse_moe, w1/w3/w2 experts, top-k always
+                                   * renormalized, every layer MoE */
+    MOE8_ARCH_COUNT
+} moe8_arch;
+
+/* The model_type string of a family ("qwen3_moe"), or "?" out of range. */
+const char *moe8_arch_name(moe8_arch a);
+
+/* What a family's forward does beyond the common decoder (docs/MODELS.md). */
+typedef struct {
+    const char *model_type;       /* "qwen2_moe" */
+    const char *hf_class;         /* "Qwen2MoeForCausalLM" */
+    int qk_norm;                  /* per-head RMSNorm of q and k before RoPE */
+    int shared_expert;            /* MoE layers add a sigmoid-gated shared expert */
+    int sparse_step;              /* decoder_sparse_step / mlp_only_layers pick dense layers
+                                   * (else every layer is MoE) */
+    int always_renorm;            /* top-k weights always renormalized (else norm_topk_prob) */
+} moe8_arch_info;
+/* 0 and *out filled, or -1 for an unknown family. */
+int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);
+
+/* config.json of a supported model (SEMANTICS §7), defaults filled in (those of
+ * Hugging Face's config class of its family where it has one). */
 #define MOE8_MAX_STOP_IDS 16
 #define MOE8_MAX_LAYERS 512       /* num_hidden_layers above this is refused */
 typedef struct {
@@ -233,12 +259,18 @@ typedef struct {
     int64_t eos_token_ids[MOE8_MAX_STOP_IDS]; /* [n_eos_ids], distinct */
     int n_mlp_only_layers;
     int64_t mlp_only_layers[MOE8_MAX_LAYERS]; /* [n_mlp_only_layers], distinct, each < layers */
+    /* appended with the model families: */
+    moe8_arch arch;               /* the family model_type names */
+    int64_t shared_expert_intermediate_size; /* qwen2_moe: width S of the shared expert;
+                                   * 0 = no shared expert (the other families) */
+    int qkv_bias;                 /* q/k/v projections carry a bias (qwen2_moe: default 1) */
 } moe8_config;
 
 /* Parse and validate a config.json image (`len` bytes, need not be
  * NUL-terminated; `label` names it in errors). Refuses model types other than
- * qwen3_moe, rope_scaling, wrong JSON types, non-integral or out-of-range
- * numbers, with messages naming the field and its value. */
+ * those of moe8_arch (deepseek_v2 / deepseek_v3 as "not supported yet"),
+ * rope_scaling, wrong JSON types, non-integral or out-of-range numbers, with
+ * messages naming the field and its value. */
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err);
 /* 1 if layer `layer` is a MoE layer (SEMANTICS §7), 0 if it has a dense MLP. */
@@ -280,6 +312,13 @@ typedef struct {
     moe8_quant_type experts;      /* MoE layers: FLOAT or W8A8_DYNAMIC */
     moe8_quant_type mlp_gate_up;  /* dense layers: gate/up (packed: always equal) */
     moe8_quant_type mlp_down;     /* dense layers: down_proj */
+    /* appended with the model families: */
+    moe8_quant_type experts_down; /* MoE layers: the experts' down_proj; equals `experts`, or
+                                   * FLOAT beside W8A8_DYNAMIC gate/up (quantize --down-proj float) */
+    int has_shared;               /* MoE layer with a shared expert (qwen2_moe) */
+    moe8_quant_type shared_gate_up; /* shared expert gate/up: FLOAT, W8A8 or W8A8_DYNAMIC */
+    moe8_quant_type shared_down;  /* shared expert down_proj */
+    int qkv_bias;                 /* q/k/v carry a bias (FLOAT: added; W8A8: in quant_bias) */
 } moe8_layer_info;
 
 /* 0 and *out filled, or -1 when `layer` is out of range. */
@@ -422,6 +461,8 @@ typedef struct {
     int i_begin, i_end;              /* expert intermediate slice (whole under EP) */
     int expert_first, expert_last;   /* local experts (all under TP) */
     int f_begin, f_end;              /* dense MLP intermediate slice */
+    int s_begin, s_end;              /* shared expert intermediate slice (split like a dense
+                                      * MLP under TP and EP); 0, 0 without a shared expert */
 } moe8_dist_shard;
 void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out);
 
@@ -824,11 +865,15 @@ typedef int (*moe8_progress_fn)(void *user, const char *stage, uint64_t done, ui
  * longer exists (never one of a live process) and logs each removal at
  * MOE8_LOG_WARN (moe8_set_log). */
 
-/* Synthetic Qwen3-MoE presets. Append-only. */
+/* Synthetic model presets (per family: docs/MODELS.md). Append-only. */
 typedef enum {
-    MOE8_PRESET_TINY = 0,       /* 4 layers (layer 0 dense via mlp_only_layers), H 256, 8/2
-                                 * heads of 32, E 16, top-4, I 128, dense 512 */
-    MOE8_PRESET_A3B_SLICE = 1,  /* Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of its 48 layers */
+    MOE8_PRESET_TINY = 0,       /* every family. qwen3_moe: 4 layers (layer 0 dense via
+                                 * mlp_only_layers), H 256, 8/2 heads of 32, E 16, top-4, I 128,
+                                 * dense 512; qwen2_moe: the same plus q/k/v biases and a shared
+                                 * expert of 256, I 64; mixtral: 4 MoE layers, H 256, 8/2 heads,
+                                 * E 8, top-2, I 256, vocab 32000 */
+    MOE8_PRESET_A3B_SLICE = 1,  /* qwen3_moe only: Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of
+                                 * its 48 layers */
 } moe8_preset;
 
 /* Initialise with moe8_make_model_params_default(); fields are only appended. */
@@ -838,12 +883,13 @@ typedef struct {
     uint64_t seed;              /* weights are a pure function of (seed, tensor name) */
     moe8_dtype dtype;           /* float tensors: MOE8_DT_BF16 (default) or MOE8_DT_F32 */
     const char *tokenizer_dir;  /* required: tokenizer.json (+ tokenizer_config.json) copied */
-    int64_t vocab_size;         /* 0 = 151936 (real Qwen3); smaller only for fast tests (bos/eos
-                                 * ids then fold into range) */
+    int64_t vocab_size;         /* 0 = the family's (151936 for the Qwen families); smaller
+                                 * only for fast tests (bos/eos ids then fold into range) */
     uint64_t shard_bytes;       /* most tensor bytes per file; 0 = 4 GiB */
     int force;                  /* replace a non-empty output folder */
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
+    moe8_arch arch;             /* the family (default MOE8_ARCH_QWEN3_MOE) */
 } moe8_make_model_params;
 moe8_make_model_params moe8_make_model_params_default(void);
 
@@ -852,11 +898,13 @@ moe8_make_model_params moe8_make_model_params_default(void);
 moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config *out,
                                    moe8_error *err);
 
-/* Write a synthetic Qwen3-MoE in Hugging Face layout to `out_dir`: config.json,
- * generation_config.json, model.safetensors (or shards + index), the
- * tokenizer files. Weights are deterministic in the seed: linears N(0, 0.02²),
- * norms 1 + N(0, 0.05²), router rows scaled so routing is far from uniform,
- * untied lm_head. Streams tensor by tensor (peak memory: the largest tensor). */
+/* Write a synthetic model of family p->arch in Hugging Face layout to
+ * `out_dir`: config.json and generation_config.json as the family writes
+ * them, model.safetensors (or shards + index), the tokenizer files. Weights
+ * are deterministic in the seed: linears N(0, 0.02²), norms 1 + N(0, 0.05²),
+ * router rows scaled so routing is far from uniform, q/k/v biases N(0, 0.1²)
+ * where the family has them, untied lm_head. Streams tensor by tensor (peak
+ * memory: the largest tensor). */
 moe8_status moe8_make_model(const moe8_make_model_params *p, const char *out_dir,
                             moe8_error *err);
 
@@ -873,6 +921,9 @@ typedef struct {
     void *progress_user;
     int lm_head_w8a8;           /* also write lm_head.weight as W8A8_DYNAMIC (default FLOAT, as
                                  * ModelSlim); refused for tie_word_embeddings models */
+    int down_proj_float;        /* keep every expert's down_proj (routed and shared) FLOAT
+                                 * beside W8A8_DYNAMIC gate/up (msModelSlim's DeepSeek-V2-Lite
+                                 * default) */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 
@@ -884,16 +935,20 @@ typedef struct {
     int64_t n_calib_tokens;         /* 0 with linear_float */
 } moe8_quantize_stats;
 
-/* Write a ModelSlim-layout W8A8 copy of the float model `in_dir` to `out_dir`
- * (which must not be, contain or lie inside in_dir; in_dir is only read):
+/* Write a ModelSlim-layout W8A8 copy of the float model `in_dir` (any
+ * supported family; tensor names from its descriptor) to `out_dir` (which
+ * must not be, contain or lie inside in_dir; in_dir is only read):
  *   experts      W8A8_DYNAMIC: weight I8 [N][K] = rintf(W / (amax_row / 127)),
- *                weight_scale F32 [N][1] = amax_row / 127, weight_offset F32 [N][1] = 0
+ *   (routed and  weight_scale F32 [N][1] = amax_row / 127, weight_offset F32 [N][1] = 0
+ *   shared)
  *   q/k/v/o and  W8A8 static (SEMANTICS §5): weight, weight_scale, weight_offset as
  *   dense MLPs   above; input_scale F32 [1] and input_offset I8 [1] from the
  *                min/max of the layer's input over the calibration text (q/k/v
  *                share one; scale = (max - min) / 255, offset = rint(-128 -
  *                min / scale)); deq_scale [N] = fp32(input_scale * weight_scale)
- *                (I64 bits or F32); quant_bias I32 [N] = -input_offset * sum_k Wq
+ *                (I64 bits or F32); quant_bias I32 [N] = -input_offset * sum_k Wq,
+ *                plus round(bias / deq_scale) for a q/k/v bias (qwen2_moe; the
+ *                float .bias is then not written: msModelSlim's form)
  *   lm_head      FLOAT (as ModelSlim), or with lm_head_w8a8 W8A8_DYNAMIC like the
  *                experts (MOE8_ERR_UNSUPPORTED when tie_word_embeddings: the shared
  *                embedding must stay float)
@@ -995,6 +1050,9 @@ typedef struct {
     moe8_dtype router_dtype;
     moe8_router_params router_params;
     int n_threads;                  /* forward threads; 0 = omp_get_max_threads() */
+    int down_float;                 /* with quant W8A8_DYNAMIC: gate/up are int8 but every
+                                     * down is a float weight (data F32/BF16/F16 [H][I]),
+                                     * fed the float A (no second quantization) */
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 
@@ -1023,7 +1081,8 @@ typedef struct {
 void moe8_moe_layer_get_info(const moe8_moe_layer *layer, moe8_moe_layer_info *out);
 
 /* 1 when a workspace made for one layer serves the other: same shape
- * (E, H, local I, local experts, quant, top_k, router present, threads). */
+ * (E, H, local I, local experts, quant and down_float, top_k, router
+ * present, threads). */
 int moe8_moe_layer_same_shape(const moe8_moe_layer *a, const moe8_moe_layer *b);
 
 /* Workspace for up to max_tokens tokens per forward, run with n_threads
@@ -1056,12 +1115,14 @@ typedef struct {
                                      * FLOAT experts (a comparison aid: 4x the memory) */
 } moe8_moe_part;
 
-/* Build MoE layer `layer` of a loaded model: router weight mlp.gate in place,
- * routing from config.json (top_k = num_experts_per_tok, renormalize =
- * norm_topk_prob, softmax), experts as the layer stores them: W8A8_DYNAMIC
- * repacked, after which the mapped pages of the local experts' tensors are
- * released (SEMANTICS §6b), or FLOAT used in place. `part` may be NULL (the whole
- * layer). The model must outlive the layer. */
+/* Build MoE layer `layer` of a loaded model: router weight (mlp.gate, or the
+ * family's name for it) in place, routing from config.json (top_k =
+ * num_experts_per_tok, renormalize = norm_topk_prob, always for Mixtral,
+ * softmax), experts as the layer stores them: W8A8_DYNAMIC repacked, after
+ * which the mapped pages of the local experts' int8 tensors are released
+ * (SEMANTICS §6b), or FLOAT used in place; a FLOAT down_proj beside
+ * W8A8_DYNAMIC gate/up is used in place too (moe8_moe_layer_desc.down_float).
+ * `part` may be NULL (the whole layer). The model must outlive the layer. */
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer,
                                       const moe8_moe_part *part, moe8_moe_layer **out,
                                       moe8_error *err);

@@ -1,6 +1,9 @@
 /*
- * fixture_model.h — header-only generator of tiny synthetic Qwen3-MoE model
- * folders in ModelSlim layout, for tests. Include after test.h.
+ * fixture_model.h — header-only generator of tiny synthetic model folders in
+ * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE or Mixtral
+ * with o.arch (tensor names and config.json keys as Hugging Face spells them
+ * for each family, written here independently of src/arch). Include after
+ * test.h.
  *
  *   fx_opts o = fx_default_opts();       // H 64, 2 layers, 4/2 heads, D 16,
  *   o.quant = 1;                         // E 4, top-2, I 32, F 96, vocab 256
@@ -18,6 +21,18 @@
  *            experts W8A8_DYNAMIC: weight I8, weight_scale and weight_offset
  *            [N] or [N][1] (scale_2d) in o.scale_dtype.
  *   lm_head_w8a8: lm_head W8A8_DYNAMIC like the experts (either quant).
+ * Families (o.arch):
+ *   FX_QWEN3 (0)  q_norm/k_norm, no biases, mlp.experts.N.{gate,up,down}_proj
+ *   FX_QWEN2 (1)  no q/k norm; q/k/v biases: float `.bias` [out] (quant 0), or
+ *                 folded into quant_bias (quant 1; the float `.bias` is also
+ *                 written with o.bias_tensor, to be ignored); a shared expert
+ *                 mlp.shared_expert.{gate,up,down}_proj of width shared_inter
+ *                 (FLOAT, or W8A8_DYNAMIC like the experts) and its gate
+ *                 mlp.shared_expert_gate [1][H]; norm_topk_prob = !no_renorm
+ *   FX_MIXTRAL (2) no q/k norm, no biases, block_sparse_moe.gate and
+ *                 block_sparse_moe.experts.N.{w1,w3,w2} (gate, up, down), every
+ *                 layer MoE (dense_layer ignored), eps 1e-5, always renormalized
+ *   down_float (quant 1): every expert's down_proj (routed and shared) FLOAT.
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
  *
@@ -69,6 +84,11 @@ typedef struct {
     int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
     int float_desc;           /* write an all-FLOAT description for a float model */
     int generation_config;    /* write generation_config.json (eos [2, 7]) */
+    int arch;                 /* FX_QWEN3, FX_QWEN2 or FX_MIXTRAL */
+    int64_t shared_inter;     /* FX_QWEN2: shared expert width (default 48) */
+    int no_renorm;            /* qwen families: norm_topk_prob false */
+    int down_float;           /* quant 1: every expert down_proj FLOAT (routed and shared) */
+    int bias_tensor;          /* quant 1, FX_QWEN2: also write the (folded) float q/k/v .bias */
     uint64_t seed;
     void (*tensor_hook)(void *user, fx_tensor *t);
     void (*json_hook)(void *user, const char *file, cJSON *root);
@@ -93,8 +113,26 @@ static inline fx_opts fx_default_opts(void) {
     o.n_shards = 1;
     o.dense_layer = -1;
     o.qkv_same_input = 1;
+    o.shared_inter = 48;
     o.seed = 1234;
     return o;
+}
+
+enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2 };
+
+/* The family's MoE module inside a layer and its expert projections
+ * (0 gate, 1 up, 2 down). */
+static inline const char *fx_moe_block(const fx_opts *o) {
+    return o->arch == FX_MIXTRAL ? "block_sparse_moe" : "mlp";
+}
+static inline const char *fx_expert_proj(const fx_opts *o, int i) {
+    static const char *const qwen[3] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const mixtral[3] = {"w1", "w3", "w2"};
+    return o->arch == FX_MIXTRAL ? mixtral[i] : qwen[i];
+}
+/* 1 if layer l has a dense MLP. */
+static inline int fx_dense(const fx_opts *o, int64_t l) {
+    return o->n_experts == 0 || (o->arch != FX_MIXTRAL && l == o->dense_layer);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -268,9 +306,18 @@ static inline void fx_add_linear(fx_list *L, const char *prefix, const char *q, 
     for (int64_t i = 0; i < n_out; i++) fx_set(t, i, (double)(int)(test_rng_u64(&L->rng) % 2001) - 1000);
 }
 
+/* q/k/v bias "<prefix>.bias" [n_out] of FX_QWEN2, N(0, 0.1²). */
+static inline void fx_add_bias(fx_list *L, const char *prefix, int64_t n_out) {
+    char n[160];
+    snprintf(n, sizeof n, "%.150s.bias", prefix);
+    fx_add_float(L, n, 1, n_out, 0, 0.1, 0.0);
+}
+
 static inline void fx_add_layer(fx_list *L, int64_t l) {
     const fx_opts *o = L->o;
     const char *lin = o->quant ? "W8A8" : "FLOAT", *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
+    const char *exd = o->quant && !o->down_float ? "W8A8_DYNAMIC" : "FLOAT";
+    const char *moe = fx_moe_block(o);
     static const char *qkvo[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
     int64_t H = o->hidden, qd = o->n_heads * o->head_dim, kvd = o->n_kv_heads * o->head_dim;
     int64_t outs[4] = {qd, kvd, kvd, H}, ins[4] = {H, H, H, qd};
@@ -279,17 +326,21 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
     snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
     fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
-    snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
-    fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
-    snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
-    fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+    if (o->arch == FX_QWEN3) {
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
+        fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
+        fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+    }
     for (int i = 0; i < 4; i++) {
         double s = o->qkv_same_input && i < 3 ? 0.03 : 0.02 + 0.005 * i;
         double off = o->qkv_same_input && i < 3 ? 3.0 : (double)(i - 1);
         snprintf(n, sizeof n, "model.layers.%lld.self_attn.%s", (long long)l, qkvo[i]);
         fx_add_linear(L, n, lin, outs[i], ins[i], s, off);
+        if (o->arch == FX_QWEN2 && i < 3 && (!o->quant || o->bias_tensor))
+            fx_add_bias(L, n, outs[i]);
     }
-    if (l == o->dense_layer || o->n_experts == 0) {
+    if (fx_dense(o, l)) {
         snprintf(n, sizeof n, "model.layers.%lld.mlp.gate_proj", (long long)l);
         fx_add_linear(L, n, lin, o->inter, H, 0.04, 0.0);
         snprintf(n, sizeof n, "model.layers.%lld.mlp.up_proj", (long long)l);
@@ -298,16 +349,28 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
         fx_add_linear(L, n, lin, H, o->inter, 0.05, -1.0);
         return;
     }
-    snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.weight", (long long)l);
+    snprintf(n, sizeof n, "model.layers.%lld.%s.gate.weight", (long long)l, moe);
     fx_add_float(L, n, 2, o->n_experts, H, 1.0 / sqrt((double)H), 0.0);
     for (int64_t e = 0; e < o->n_experts; e++) {
-        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.gate_proj", (long long)l, (long long)e);
+        snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
+                 fx_expert_proj(o, 0));
         fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
-        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.up_proj", (long long)l, (long long)e);
+        snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
+                 fx_expert_proj(o, 1));
         fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
-        snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.down_proj", (long long)l, (long long)e);
-        fx_add_linear(L, n, ex, H, o->moe_inter, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
+                 fx_expert_proj(o, 2));
+        fx_add_linear(L, n, exd, H, o->moe_inter, 0, 0);
     }
+    if (o->arch != FX_QWEN2) return;
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_expert.gate_proj", (long long)l);
+    fx_add_linear(L, n, ex, o->shared_inter, H, 0, 0);
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_expert.up_proj", (long long)l);
+    fx_add_linear(L, n, ex, o->shared_inter, H, 0, 0);
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_expert.down_proj", (long long)l);
+    fx_add_linear(L, n, exd, H, o->shared_inter, 0, 0);
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_expert_gate.weight", (long long)l);
+    fx_add_float(L, n, 2, 1, H, 1.0 / sqrt((double)H), 0.0);
 }
 
 static inline void fx_build(fx_list *L) {
@@ -362,8 +425,58 @@ done:
     return rc;
 }
 
-static inline cJSON *fx_config_json(const fx_opts *o) {
+/* config.json of FX_QWEN2 and FX_MIXTRAL with their families' keys. */
+static inline cJSON *fx_config_json_family(const fx_opts *o) {
+    static const char *const type[3] = {"qwen3_moe", "qwen2_moe", "mixtral"};
+    static const char *const cls[3] = {"Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
+                                       "MixtralForCausalLM"};
     cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "architectures", cJSON_CreateString(cls[o->arch]));
+    cJSON_AddStringToObject(c, "model_type", type[o->arch]);
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->n_kv_heads);
+    if (o->arch == FX_QWEN3 || o->head_dim != o->hidden / o->n_heads)
+        cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->top_k);
+    if (o->arch == FX_MIXTRAL) {
+        cJSON_AddNumberToObject(c, "intermediate_size", (double)o->moe_inter);
+        cJSON_AddNumberToObject(c, "num_local_experts", (double)o->n_experts);
+        cJSON_AddNullToObject(c, "sliding_window");
+        cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-5);
+    } else {
+        cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
+        cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+        cJSON_AddNumberToObject(c, "num_experts", (double)o->n_experts);
+        cJSON_AddBoolToObject(c, "norm_topk_prob", !o->no_renorm);
+        cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+        cJSON *mlp_only = cJSON_AddArrayToObject(c, "mlp_only_layers");
+        if (o->dense_layer >= 0)
+            cJSON_AddItemToArray(mlp_only, cJSON_CreateNumber((double)o->dense_layer));
+        cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
+    }
+    if (o->arch == FX_QWEN2) {
+        cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)o->shared_inter);
+        cJSON_AddBoolToObject(c, "use_sliding_window", 0);
+        cJSON_AddNumberToObject(c, "sliding_window", 4096);
+    }
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 4096);
+    cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
+    cJSON_AddNullToObject(c, "rope_scaling");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddStringToObject(c, "torch_dtype", o->float_dtype == MOE8_DT_F32 ? "float32" : "bfloat16");
+    return c;
+}
+
+static inline cJSON *fx_config_json(const fx_opts *o) {
+    cJSON *c;
+    if (o->arch != FX_QWEN3) return fx_config_json_family(o);
+    c = cJSON_CreateObject();
     cJSON_AddItemToObject(c, "architectures", cJSON_CreateString("Qwen3MoeForCausalLM"));
     cJSON_AddStringToObject(c, "model_type", "qwen3_moe");
     cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);

@@ -1,6 +1,11 @@
 /*
- * forward_ref.h — an independent double-precision Qwen3-MoE forward pass for
- * tests, written from SEMANTICS §4, §5 and §7 and Hugging Face's Qwen3MoE code.
+ * forward_ref.h — an independent double-precision forward pass for tests,
+ * written from SEMANTICS §4, §5 and §7 and Hugging Face's modeling code of
+ * each family the fixture writes (fixture_model.h o.arch): Qwen3MoE (q/k
+ * norms), Qwen2MoE (q/k/v biases added after the float linears, or already
+ * in a W8A8 linear's quant_bias; the shared expert, sigmoid(h . g) *
+ * shared(h), added to the routed experts' sum; norm_topk_prob as written)
+ * and Mixtral (softmax over all experts, top-2, divided by their sum).
  * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
  * values as written to the file) by name and computes everything in double,
  * except the activation codes of quantized layers, which it computes in fp32
@@ -11,7 +16,9 @@
  *   ref_free(&rm);
  *
  * rm.float_experts = 1 runs W8A8_DYNAMIC experts with dequantized weights
- * S·(Wq + O) in double (what --float-experts computes).
+ * S·(Wq + O) in double (what --float-experts computes). An expert's (or the
+ * shared expert's) FLOAT down_proj beside W8A8_DYNAMIC gate/up (o.down_float)
+ * takes the float A: no second quantization.
  */
 #ifndef MOE8_FORWARD_REF_H
 #define MOE8_FORWARD_REF_H
@@ -143,11 +150,17 @@ static void ref_lin(double *y, const double *x, const ref_model *rm, long long l
     char prefix[200];
     snprintf(prefix, sizeof prefix, "model.layers.%%lld.%s", rest);
     if (rm->o.quant) {
-        ref_lin_static(y, x, rm, prefix, l);
+        ref_lin_static(y, x, rm, prefix, l);   /* a q/k/v bias is inside quant_bias */
     } else {
         char f[320];
         snprintf(f, sizeof f, "%.200s.weight", prefix);
         ref_lin_float(y, x, ref_t(rm, f, l, 0));
+        if (rm->o.arch == FX_QWEN2 && strstr(rest, "self_attn.") && !strstr(rest, "o_proj")) {
+            const fx_tensor *b;
+            snprintf(f, sizeof f, "%.200s.bias", prefix);
+            b = ref_t(rm, f, l, 0);
+            for (int64_t i = 0; i < b->shape[0]; i++) y[i] += fx_get(b, i);
+        }
     }
 }
 
@@ -172,34 +185,68 @@ static void ref_rope(double *x, int64_t n_head, int64_t D, int64_t pos, double t
 
 static double ref_silu(double v) { return v / (1.0 + exp(-v)); }
 
-static void ref_expert(double *y, const double *h, const ref_model *rm, long long l, long long e) {
-    int64_t H = rm->o.hidden, I = rm->o.moe_inter;
+/* One SwiGLU expert "<prefix>.{gate,up,down}" (module names without
+ * ".weight") of width I: W8A8_DYNAMIC when the model is quantized, the down
+ * projection FLOAT with o.down_float. */
+static void ref_swiglu(double *y, const double *h, const ref_model *rm, const char *gate,
+                       const char *up, const char *down, int64_t I) {
+    char f[320];
     double *g = malloc(sizeof(double) * I), *u = malloc(sizeof(double) * I);
     if (rm->o.quant) {
-        ref_lin_dynamic(g, h, rm, "model.layers.%lld.mlp.experts.%lld.gate_proj", l, e);
-        ref_lin_dynamic(u, h, rm, "model.layers.%lld.mlp.experts.%lld.up_proj", l, e);
+        ref_lin_dynamic(g, h, rm, gate, 0, 0);
+        ref_lin_dynamic(u, h, rm, up, 0, 0);
     } else {
-        ref_lin_float(g, h, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", l, e));
-        ref_lin_float(u, h, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", l, e));
+        snprintf(f, sizeof f, "%.200s.weight", gate);
+        ref_lin_float(g, h, ref_t(rm, f, 0, 0));
+        snprintf(f, sizeof f, "%.200s.weight", up);
+        ref_lin_float(u, h, ref_t(rm, f, 0, 0));
     }
     for (int64_t i = 0; i < I; i++) g[i] = ref_silu(g[i]) * u[i];
-    if (rm->o.quant)
-        ref_lin_dynamic(y, g, rm, "model.layers.%lld.mlp.experts.%lld.down_proj", l, e);
-    else
-        ref_lin_float(y, g, ref_t(rm, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", l, e));
-    (void)H;
+    if (rm->o.quant && !rm->o.down_float) {
+        ref_lin_dynamic(y, g, rm, down, 0, 0);
+    } else {
+        snprintf(f, sizeof f, "%.200s.weight", down);
+        ref_lin_float(y, g, ref_t(rm, f, 0, 0));
+    }
     free(g);
     free(u);
 }
 
-/* softmax over the E router logits, top-k (ties to the lower id), renormalize. */
+static void ref_expert(double *y, const double *h, const ref_model *rm, long long l, long long e) {
+    char p[3][200];
+    for (int i = 0; i < 3; i++)
+        snprintf(p[i], sizeof p[i], "model.layers.%lld.%s.experts.%lld.%s", l, fx_moe_block(&rm->o),
+                 e, fx_expert_proj(&rm->o, i));
+    ref_swiglu(y, h, rm, p[0], p[1], p[2], rm->o.moe_inter);
+}
+
+/* Qwen2-MoE's shared expert with its gate: sigmoid(h . g) * shared(h). */
+static void ref_shared(double *y, const double *h, const ref_model *rm, long long l) {
+    const int64_t H = rm->o.hidden;
+    char p[3][200];
+    double z = 0;
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    const fx_tensor *g = ref_t(rm, "model.layers.%lld.mlp.shared_expert_gate.weight", l, 0);
+    for (int i = 0; i < 3; i++)
+        snprintf(p[i], sizeof p[i], "model.layers.%lld.mlp.shared_expert.%s", l, proj[i]);
+    ref_swiglu(y, h, rm, p[0], p[1], p[2], rm->o.shared_inter);
+    for (int64_t i = 0; i < H; i++) z += h[i] * fx_get(g, i);
+    for (int64_t i = 0; i < H; i++) y[i] *= 1.0 / (1.0 + exp(-z));
+}
+
+/* softmax over the E router logits, top-k (ties to the lower id),
+ * renormalized (Mixtral always, the Qwen families unless o.no_renorm), then
+ * the shared expert (Qwen2-MoE). */
 static void ref_moe(double *out, const double *h, const ref_model *rm, long long l) {
     int64_t H = rm->o.hidden, E = rm->o.n_experts, K = rm->o.top_k;
     double *lg = malloc(sizeof(double) * E), *y = malloc(sizeof(double) * H), mx = -INFINITY, sum = 0;
     int *used = calloc((size_t)E, sizeof(int));
     int64_t ids[64];
     double w[64], wsum = 0;
-    ref_lin_float(lg, h, ref_t(rm, "model.layers.%lld.mlp.gate.weight", l, 0));
+    char rn[200];
+    const int renorm = rm->o.arch == FX_MIXTRAL || !rm->o.no_renorm;
+    snprintf(rn, sizeof rn, "model.layers.%%lld.%s.gate.weight", fx_moe_block(&rm->o));
+    ref_lin_float(lg, h, ref_t(rm, rn, l, 0));
     for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[e]);
     for (int64_t e = 0; e < E; e++) sum += (lg[e] = exp(lg[e] - mx));
     for (int64_t j = 0; j < K; j++) {
@@ -214,7 +261,11 @@ static void ref_moe(double *out, const double *h, const ref_model *rm, long long
     memset(out, 0, sizeof(double) * H);
     for (int64_t j = 0; j < K; j++) {
         ref_expert(y, h, rm, l, ids[j]);
-        for (int64_t i = 0; i < H; i++) out[i] += w[j] / wsum * y[i];
+        for (int64_t i = 0; i < H; i++) out[i] += (renorm ? w[j] / wsum : w[j]) * y[i];
+    }
+    if (rm->o.arch == FX_QWEN2) {
+        ref_shared(y, h, rm, l);
+        for (int64_t i = 0; i < H; i++) out[i] += y[i];
     }
     free(lg);
     free(y);
@@ -260,19 +311,19 @@ static void ref_attend(double *att, const double *q, const double *k, const doub
 static void ref_layer(double *x, int n, const ref_model *rm, long long l) {
     const fx_opts *o = &rm->o;
     const int64_t H = o->hidden, NH = o->n_heads, NKV = o->n_kv_heads, D = o->head_dim;
-    const double eps = 1e-6, theta = 1e6;
+    const double eps = o->arch == FX_MIXTRAL ? 1e-5 : 1e-6, theta = 1e6;
     double *h = malloc(sizeof(double) * n * H), *q = malloc(sizeof(double) * n * NH * D);
     double *k = malloc(sizeof(double) * n * NKV * D), *v = malloc(sizeof(double) * n * NKV * D);
     double *att = malloc(sizeof(double) * n * NH * D), *y = malloc(sizeof(double) * H);
-    const fx_tensor *qn = ref_t(rm, "model.layers.%lld.self_attn.q_norm.weight", l, 0);
-    const fx_tensor *kn = ref_t(rm, "model.layers.%lld.self_attn.k_norm.weight", l, 0);
+    const fx_tensor *qn = o->arch == FX_QWEN3 ? ref_t(rm, "model.layers.%lld.self_attn.q_norm.weight", l, 0) : NULL;
+    const fx_tensor *kn = o->arch == FX_QWEN3 ? ref_t(rm, "model.layers.%lld.self_attn.k_norm.weight", l, 0) : NULL;
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(h + t * H, x + t * H, H, ref_t(rm, "model.layers.%lld.input_layernorm.weight", l, 0), eps);
         ref_lin(q + t * NH * D, h + t * H, rm, l, "self_attn.q_proj");
         ref_lin(k + t * NKV * D, h + t * H, rm, l, "self_attn.k_proj");
         ref_lin(v + t * NKV * D, h + t * H, rm, l, "self_attn.v_proj");
-        for (int64_t i = 0; i < NH; i++) ref_rmsnorm(q + (t * NH + i) * D, q + (t * NH + i) * D, D, qn, eps);
-        for (int64_t i = 0; i < NKV; i++) ref_rmsnorm(k + (t * NKV + i) * D, k + (t * NKV + i) * D, D, kn, eps);
+        for (int64_t i = 0; qn && i < NH; i++) ref_rmsnorm(q + (t * NH + i) * D, q + (t * NH + i) * D, D, qn, eps);
+        for (int64_t i = 0; kn && i < NKV; i++) ref_rmsnorm(k + (t * NKV + i) * D, k + (t * NKV + i) * D, D, kn, eps);
         ref_rope(q + t * NH * D, NH, D, t, theta);
         ref_rope(k + t * NKV * D, NKV, D, t, theta);
     }
@@ -282,7 +333,7 @@ static void ref_layer(double *x, int n, const ref_model *rm, long long l) {
         for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
         ref_rmsnorm(h + t * H, x + t * H, H,
                     ref_t(rm, "model.layers.%lld.post_attention_layernorm.weight", l, 0), eps);
-        if (l == o->dense_layer || o->n_experts == 0) ref_dense(y, h + t * H, rm, l);
+        if (fx_dense(o, l)) ref_dense(y, h + t * H, rm, l);
         else ref_moe(y, h + t * H, rm, l);
         for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
     }
@@ -300,7 +351,8 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *
         for (int64_t i = 0; i < H; i++) x[t * H + i] = fx_get(emb, (int64_t)ids[t] * H + i);
     for (long long l = 0; l < o->n_layers; l++) ref_layer(x, n, rm, l);
     for (int t = 0; t < n; t++) {
-        ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0), 1e-6);
+        ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0),
+                    o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
         if (o->lm_head_w8a8 && !o->tie) { /* always quantized: float_experts is the experts' */
             ref_dynamic(logits + t * V, h, head, ref_t(rm, "lm_head.weight_scale", 0, 0),
                         ref_t(rm, "lm_head.weight_offset", 0, 0), 0);

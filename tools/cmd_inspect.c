@@ -1,6 +1,7 @@
 /*
  * cmd_inspect.c — `moe8 inspect -m DIR`: load a model folder (every tensor
- * checked) and describe it on stdout: architecture, per-layer quant types
+ * checked) and describe it on stdout: architecture (the family, its attention
+ * kind, routing and shared expert), per-layer quant types
  * with runs of identical layers collapsed, tensor bytes by dtype, and the
  * estimated memory at a context length (default 4096) and KV cache type
  * (default f16, as contexts).
@@ -23,9 +24,25 @@ static void usage(FILE *f) {
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
+/* The family's parts: attention kind, routing, shared expert. */
+static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
+    printf("architecture: %s (%s)\n", ai->model_type, ai->hf_class);
+    printf("attention: %s%s\n", ai->qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
+           c->qkv_bias ? ", q/k/v bias" : ", no biases");
+    printf("routing: softmax top-%lld of %lld, %s\n", (long long)c->num_experts_per_tok,
+           (long long)c->num_experts,
+           ai->always_renorm ? "always renormalized"
+           : c->norm_topk_prob ? "renormalized (norm_topk_prob)" : "not renormalized (norm_topk_prob false)");
+    if (ai->shared_expert && c->shared_expert_intermediate_size > 0)
+        printf("shared expert: intermediate %lld, sigmoid gate\n",
+               (long long)c->shared_expert_intermediate_size);
+}
+
 static void print_arch(const char *dir, const moe8_config *c) {
+    moe8_arch_info ai;
     printf("model: %s\n", dir);
     printf("model_type: %s\n", c->model_type);
+    if (moe8_arch_get_info(c->arch, &ai) == 0) print_family(c, &ai);
     printf("hidden: %lld, layers: %lld, vocab: %lld, tie_word_embeddings: %s\n",
            (long long)c->hidden_size, (long long)c->num_hidden_layers, (long long)c->vocab_size,
            c->tie_word_embeddings ? "yes" : "no");
@@ -34,8 +51,12 @@ static void print_arch(const char *dir, const moe8_config *c) {
     printf("experts: %lld, top-%lld, intermediate %lld, norm_topk_prob %s\n",
            (long long)c->num_experts, (long long)c->num_experts_per_tok,
            (long long)c->moe_intermediate_size, c->norm_topk_prob ? "yes" : "no");
-    printf("dense mlp: intermediate %lld, decoder_sparse_step %lld, mlp_only_layers %d\n",
-           (long long)c->intermediate_size, (long long)c->decoder_sparse_step, c->n_mlp_only_layers);
+    if (moe8_arch_get_info(c->arch, &ai) == 0 && ai.sparse_step)
+        printf("dense mlp: intermediate %lld, decoder_sparse_step %lld, mlp_only_layers %d\n",
+               (long long)c->intermediate_size, (long long)c->decoder_sparse_step,
+               c->n_mlp_only_layers);
+    else
+        printf("dense mlp: none (every layer is MoE)\n");
     printf("rope_theta: %g, rms_norm_eps: %g, max_position_embeddings: %lld\n", c->rope_theta,
            c->rms_norm_eps, (long long)c->max_position_embeddings);
     printf("bos id: %lld, stop ids:", (long long)c->bos_token_id);
@@ -52,9 +73,20 @@ static void describe(const moe8_layer_info *li, char *buf, size_t n) {
         u = (size_t)snprintf(buf, n, "attn qkv %s o %s", moe8_quant_type_name(li->qkv),
                              moe8_quant_type_name(li->o));
     if (u >= n) return;
-    if (li->is_moe)
-        snprintf(buf + u, n - u, ", experts %s, router %s", moe8_quant_type_name(li->experts),
-                 moe8_quant_type_name(li->router));
+    if (li->is_moe) {
+        u += (size_t)snprintf(buf + u, n - u, ", experts %s", moe8_quant_type_name(li->experts));
+        if (u < n && li->experts_down != li->experts)
+            u += (size_t)snprintf(buf + u, n - u, " (down_proj %s)",
+                                  moe8_quant_type_name(li->experts_down));
+        if (u < n && li->has_shared && li->shared_gate_up == li->shared_down)
+            u += (size_t)snprintf(buf + u, n - u, ", shared expert %s",
+                                  moe8_quant_type_name(li->shared_gate_up));
+        else if (u < n && li->has_shared)
+            u += (size_t)snprintf(buf + u, n - u, ", shared expert %s (down_proj %s)",
+                                  moe8_quant_type_name(li->shared_gate_up),
+                                  moe8_quant_type_name(li->shared_down));
+        if (u < n) snprintf(buf + u, n - u, ", router %s", moe8_quant_type_name(li->router));
+    }
     else if (li->mlp_gate_up == li->mlp_down)
         snprintf(buf + u, n - u, ", mlp %s", moe8_quant_type_name(li->mlp_down));
     else
@@ -63,7 +95,7 @@ static void describe(const moe8_layer_info *li, char *buf, size_t n) {
 }
 
 static void print_quant(const moe8_model *m, int64_t n_layers) {
-    char cur[160], next[160];
+    char cur[256], next[256];
     int64_t start = 0;
     moe8_layer_info li;
     printf("quant:\n");

@@ -1,10 +1,12 @@
 /*
- * cmd_make_model.c — `moe8 make-model`: write a synthetic Qwen3-MoE folder
- * (moe8_make_model) with a progress line on stderr.
+ * cmd_make_model.c — `moe8 make-model`: write a synthetic model folder of a
+ * family (--arch, default qwen3_moe; moe8_make_model) with a progress line
+ * on stderr.
  *
  * The tokenizer files come from --tokenizer DIR, else $MOE8_TOKENIZER_DIR,
- * else .deps/qwen3-tokenizer next to or above the binary's folder, else the
- * source tree's .deps/qwen3-tokenizer compiled in. Uses only moe8.h.
+ * else the family's folder under .deps (qwen3-tokenizer for the Qwen
+ * families, llama2-tokenizer for Mixtral) next to or above the binary's
+ * folder, else the source tree's .deps compiled in. Uses only moe8.h.
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,8 +24,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moe8 make-model --preset tiny|a3b-slice -o DIR [options]\n"
-            "  --preset P       tiny (4 layers, H 256, E 16) or a3b-slice (Qwen3-30B-A3B shapes)\n"
+            "usage: moe8 make-model [--arch A] --preset tiny|a3b-slice -o DIR [options]\n"
+            "  --arch A         qwen3_moe (default), qwen2_moe or mixtral\n"
+            "  --preset P       tiny (4 layers, H 256; every family) or a3b-slice\n"
+            "                   (Qwen3-30B-A3B shapes; qwen3_moe)\n"
             "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
             "  --layers N       number of layers, 1 to 512 (default 4)\n"
             "  --seed S         weights seed (default 0)\n"
@@ -53,10 +57,15 @@ static int exists_tok(const char *dir) {
     return access(p, R_OK) == 0;
 }
 
-/* The default tokenizer folder, or NULL. */
-static const char *default_tokenizer(char *buf, size_t cap) {
-    const char *env = getenv("MOE8_TOKENIZER_DIR");
-    static const char *rel[] = {"/.deps/qwen3-tokenizer", "/../.deps/qwen3-tokenizer"};
+/* The folder under .deps holding a family's tokenizer. */
+static const char *tokenizer_folder(moe8_arch a) {
+    return a == MOE8_ARCH_MIXTRAL ? "llama2-tokenizer" : "qwen3-tokenizer";
+}
+
+/* The default tokenizer folder of family a, or NULL. */
+static const char *default_tokenizer(moe8_arch a, char *buf, size_t cap) {
+    const char *env = getenv("MOE8_TOKENIZER_DIR"), *name = tokenizer_folder(a);
+    static const char *rel[] = {"/.deps/", "/../.deps/"};
     char exe[PATH_MAX];
     ssize_t n;
     if (env && *env) return env;
@@ -65,14 +74,25 @@ static const char *default_tokenizer(char *buf, size_t cap) {
         exe[n] = '\0';
         if ((slash = strrchr(exe, '/'))) *slash = '\0';
         for (size_t i = 0; i < 2; i++) {
-            snprintf(buf, cap, "%s%s", exe, rel[i]);
+            snprintf(buf, cap, "%s%s%s", exe, rel[i], name);
             if (exists_tok(buf)) return buf;
         }
     }
-#ifdef MOE8_DEFAULT_TOKENIZER_DIR
-    if (exists_tok(MOE8_DEFAULT_TOKENIZER_DIR)) return MOE8_DEFAULT_TOKENIZER_DIR;
+#ifdef MOE8_DEFAULT_DEPS_DIR
+    snprintf(buf, cap, "%s/%s", MOE8_DEFAULT_DEPS_DIR, name);
+    if (exists_tok(buf)) return buf;
 #endif
     return NULL;
+}
+
+/* --arch value: a family's model_type. */
+static int parse_arch(const char *s, moe8_arch *out) {
+    for (int a = 0; a < MOE8_ARCH_COUNT; a++)
+        if (!strcmp(s, moe8_arch_name((moe8_arch)a))) {
+            *out = (moe8_arch)a;
+            return 0;
+        }
+    return -1;
 }
 
 /* Whole string a decimal integer in [lo, hi]; else a message naming the
@@ -118,6 +138,12 @@ int cmd_make_model(int argc, char **argv) {
             out = val;
         } else if (!strcmp(a, "--tokenizer")) {
             p.tokenizer_dir = val;
+        } else if (!strcmp(a, "--arch")) {
+            if (parse_arch(val, &p.arch)) {
+                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe, qwen2_moe or mixtral\n",
+                        val);
+                return 2;
+            }
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(val, "bf16")) p.dtype = MOE8_DT_BF16;
             else if (!strcmp(val, "f32")) p.dtype = MOE8_DT_F32;
@@ -152,9 +178,10 @@ int cmd_make_model(int argc, char **argv) {
         fprintf(stderr, "moe8 make-model: --preset '%s': expected tiny or a3b-slice\n", preset);
         return 2;
     }
-    if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(tokbuf, sizeof tokbuf))) {
-        fprintf(stderr, "moe8 make-model: no tokenizer folder found (.deps/qwen3-tokenizer: run "
-                        "scripts/deps.sh) — pass --tokenizer DIR\n");
+    if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(p.arch, tokbuf, sizeof tokbuf))) {
+        fprintf(stderr, "moe8 make-model: no tokenizer folder found for %s (.deps/%s: run "
+                        "scripts/deps.sh) — pass --tokenizer DIR\n", moe8_arch_name(p.arch),
+                tokenizer_folder(p.arch));
         return 1;
     }
     p.progress = progress;

@@ -1,9 +1,10 @@
 /*
  * cmd_quantize.c — `moe8 quantize -i DIR -o DIR`: write a ModelSlim-layout
- * W8A8 copy of a float Qwen3-MoE folder (moe8_quantize): experts
- * W8A8_DYNAMIC, attention (and dense MLP) W8A8 static calibrated on a
- * built-in text or --calib FILE, lm_head FLOAT or (--lm-head w8a8)
- * W8A8_DYNAMIC, the rest FLOAT. Progress on stderr, a
+ * W8A8 copy of a float model folder of any supported family
+ * (moe8_quantize): experts (routed and shared) W8A8_DYNAMIC, their down_proj
+ * FLOAT with --down-proj float, attention (and dense MLP) W8A8 static
+ * calibrated on a built-in text or --calib FILE, lm_head FLOAT or
+ * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT. Progress on stderr, a
  * summary on stdout. Uses only moe8.h.
  */
 #include <ctype.h>
@@ -26,6 +27,8 @@ static void usage(FILE *f) {
             "  --linear w8a8|float attention and dense MLP: W8A8 static (default) or FLOAT\n"
             "  --lm-head float|w8a8  lm_head: FLOAT (default, as ModelSlim) or W8A8_DYNAMIC\n"
             "                      (int8 rows, per-row scale; refused with tie_word_embeddings)\n"
+            "  --down-proj w8a8|float  every expert's down_proj (routed and shared): W8A8_DYNAMIC\n"
+            "                      (default) or FLOAT beside W8A8_DYNAMIC gate/up\n"
             "  --deq-dtype int64|float32  storage of deq_scale (default int64: fp32 bits)\n"
             "  --shard-size N[K|M|G]      most tensor bytes per safetensors file (default 4G)\n"
             "  -t N                threads for calibration, 1 to 4096 (default: all)\n"
@@ -117,6 +120,8 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
             p->linear_float = !strcmp(val, "float");
         else if (!strcmp(a, "--lm-head") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
             p->lm_head_w8a8 = !strcmp(val, "w8a8");
+        else if (!strcmp(a, "--down-proj") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
+            p->down_proj_float = !strcmp(val, "float");
         else if (!strcmp(a, "--deq-dtype") && (!strcmp(val, "int64") || !strcmp(val, "float32")))
             p->deq_scale_f32 = !strcmp(val, "float32");
         else if (!strcmp(a, "--shard-size") && !parse_size(val, &p->shard_bytes)) {

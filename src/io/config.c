@@ -1,34 +1,26 @@
 /*
- * config.c — config.json of a qwen3_moe model (SEMANTICS §7) into moe8_config.
+ * config.c — config.json of a supported model (SEMANTICS §7) into moe8_config.
  *
- * Every field Hugging Face's Qwen3MoeConfig (transformers 4.51) knows gets its
- * default when absent or null: vocab 151936, hidden 2048, intermediate 6144,
- * moe_intermediate 768, 24 layers, 32 heads, 4 kv heads, head_dim =
- * hidden / heads, 128 experts, top-8, norm_topk_prob false, sparse step 1,
- * max positions 32768, eps 1e-6, theta 10000, untied, mlp_only_layers [].
- * Keys moe8 does not use (architectures, torch_dtype, ...) are ignored.
+ * model_type picks the family's descriptor (src/arch): its Hugging Face
+ * config-class defaults fill every field first, then its own checks run
+ * (booleans, refused features), then the integer keys every family shares
+ * and those of its table, the common relations, the token ids and, for
+ * families with decoder_sparse_step, mlp_only_layers. Keys moe8 does not use
+ * (architectures, torch_dtype, ...) are ignored, as Hugging Face does.
+ * deepseek_v2 / deepseek_v3 (multi-head latent attention) are refused as
+ * not supported yet.
  *
  * Every number is hostile: integers must be exact, dimensions positive and
- * below caps chosen so that products such as vocab x hidden, E x I x H x
- * layers and the KV cache size fit in int64 with room to spare.
- * It does not read generation_config.json (see model.c) nor check tensors.
+ * below the caps of arch.h. It does not read generation_config.json (see
+ * model.c) nor check tensors.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "arch/arch.h"
 #include "io/json_util.h"
 #include "io/quant_desc.h"
-
-/* Caps: generous next to real models (Qwen3-235B: H 4096, 94 layers, E 128). */
-#define CAP_VOCAB (INT64_C(1) << 24)
-#define CAP_HIDDEN (INT64_C(1) << 16)
-#define CAP_WIDTH (INT64_C(1) << 20) /* intermediate sizes */
-#define CAP_HEADS INT64_C(1024)
-#define CAP_HEAD_DIM INT64_C(1024)
-#define CAP_EXPERTS INT64_C(4096)
-#define CAP_POSITIONS (INT64_C(1) << 24)
-#define CAP_ATTN_WIDTH (INT64_C(1) << 18) /* heads x head_dim */
 
 /* One int64 field: absent or null keeps *v (the default). */
 static moe8_status get_int(const cJSON *root, const char *label, const char *key, int64_t lo,
@@ -48,14 +40,40 @@ static moe8_status get_int(const cJSON *root, const char *label, const char *key
     return MOE8_OK;
 }
 
-static moe8_status get_bool(const cJSON *root, const char *label, const char *key, int *v,
-                            moe8_error *err) {
+moe8_status moe8_cfg_read_int(const cJSON *root, const char *label, const moe8_cfg_int *f,
+                              moe8_config *c, moe8_error *err) {
+    return get_int(root, label, f->key, f->lo, f->hi, (int64_t *)((char *)c + f->offset), err);
+}
+
+moe8_status moe8_cfg_read_bool(const cJSON *root, const char *label, const char *key, int *v,
+                               moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!it || cJSON_IsNull(it)) return MOE8_OK;
     if (!cJSON_IsBool(it))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s must be true or false", label, key);
     *v = cJSON_IsTrue(it) ? 1 : 0;
     return MOE8_OK;
+}
+
+moe8_status moe8_cfg_refuse_true(const cJSON *root, const char *label, const char *key,
+                                 moe8_error *err) {
+    int flag = 0;
+    moe8_status st = moe8_cfg_read_bool(root, label, key, &flag, err);
+    if (st == MOE8_OK && flag)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s true not supported", label, key);
+    return st;
+}
+
+moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const char *key,
+                                     moe8_error *err) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (cJSON_IsNumber(it))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': %s %.17g not supported (must be null or absent)", label, key,
+                         it->valuedouble);
+    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                     "'%s': %s not supported (must be null or absent)", label, key);
 }
 
 /* A positive finite number. */
@@ -72,51 +90,32 @@ static moe8_status get_pos_double(const cJSON *root, const char *label, const ch
     return MOE8_OK;
 }
 
-static void set_defaults(moe8_config *c) {
-    memset(c, 0, sizeof *c);
-    c->vocab_size = 151936;
-    c->hidden_size = 2048;
-    c->intermediate_size = 6144;
-    c->moe_intermediate_size = 768;
-    c->num_hidden_layers = 24;
-    c->num_attention_heads = 32;
-    c->num_key_value_heads = 4;
-    c->head_dim = 0; /* filled from hidden / heads after parsing */
-    c->num_experts = 128;
-    c->num_experts_per_tok = 8;
-    c->norm_topk_prob = 0;
-    c->decoder_sparse_step = 1;
-    c->max_position_embeddings = 32768;
-    c->rms_norm_eps = 1e-6;
-    c->rope_theta = 10000.0;
-    c->tie_word_embeddings = 0;
-    c->bos_token_id = -1;
-}
-
 /* ------------------------------------------------------------------------ */
-/* String-valued and unsupported fields                                      */
+/* Family and unsupported fields                                             */
 /* ------------------------------------------------------------------------ */
 
-static moe8_status check_model_type(const cJSON *root, const char *label, moe8_config *c,
-                                    moe8_error *err) {
+static moe8_status find_arch(const cJSON *root, const char *label, const moe8_arch_desc **out,
+                             moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!it)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type missing (expected \"qwen3_moe\")",
-                         label);
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type missing (expected one of %s)",
+                         label, moe8_arch_list());
     if (!cJSON_IsString(it))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type must be a string", label);
-    if (strcmp(it->valuestring, "qwen3_moe") != 0)
+    if (!strcmp(it->valuestring, "deepseek_v2") || !strcmp(it->valuestring, "deepseek_v3"))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': model_type \"%.64s\" not supported (expected \"qwen3_moe\")", label,
-                         it->valuestring);
-    snprintf(c->model_type, sizeof c->model_type, "%s", it->valuestring);
+                         "'%s': model_type \"%s\" not supported yet (multi-head latent "
+                         "attention, MLA, is not implemented; supported: %s)",
+                         label, it->valuestring, moe8_arch_list());
+    if (!(*out = moe8_arch_find(it->valuestring)))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': model_type \"%.64s\" not supported (expected one of %s)", label,
+                         it->valuestring, moe8_arch_list());
     return MOE8_OK;
 }
 
 static moe8_status check_unsupported(const cJSON *root, const char *label, moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    int flag = 0;
-    moe8_status st;
     if (it && !cJSON_IsNull(it))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': rope_scaling not supported (must be null or absent)", label);
@@ -129,14 +128,6 @@ static moe8_status check_unsupported(const cJSON *root, const char *label, moe8_
                              "'%s': hidden_act \"%.64s\" not supported (expected \"silu\")", label,
                              it->valuestring);
     }
-    if ((st = get_bool(root, label, "attention_bias", &flag, err)) != MOE8_OK) return st;
-    if (flag)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': attention_bias true not supported", label);
-    if ((st = get_bool(root, label, "use_sliding_window", &flag, err)) != MOE8_OK) return st;
-    if (flag)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': use_sliding_window true not supported", label);
     return MOE8_OK;
 }
 
@@ -144,31 +135,28 @@ static moe8_status check_unsupported(const cJSON *root, const char *label, moe8_
 /* Numeric fields                                                            */
 /* ------------------------------------------------------------------------ */
 
-static moe8_status read_dims(const cJSON *root, const char *label, moe8_config *c,
-                             moe8_error *err) {
-    const struct {
-        const char *key;
-        int64_t lo, hi, *v;
-    } f[] = {
-        {"vocab_size", 1, CAP_VOCAB, &c->vocab_size},
-        {"hidden_size", 1, CAP_HIDDEN, &c->hidden_size},
-        {"intermediate_size", 1, CAP_WIDTH, &c->intermediate_size},
-        {"moe_intermediate_size", 1, CAP_WIDTH, &c->moe_intermediate_size},
-        {"num_hidden_layers", 1, MOE8_MAX_LAYERS, &c->num_hidden_layers},
-        {"num_attention_heads", 1, CAP_HEADS, &c->num_attention_heads},
-        {"num_key_value_heads", 1, CAP_HEADS, &c->num_key_value_heads},
-        {"head_dim", 1, CAP_HEAD_DIM, &c->head_dim},
-        {"num_experts", 0, CAP_EXPERTS, &c->num_experts},
-        {"num_experts_per_tok", 1, CAP_EXPERTS, &c->num_experts_per_tok},
-        {"decoder_sparse_step", 1, MOE8_MAX_LAYERS, &c->decoder_sparse_step},
-        {"max_position_embeddings", 1, CAP_POSITIONS, &c->max_position_embeddings},
-    };
+/* Keys every family reads (the family's own follow, from its table). */
+static const moe8_cfg_int common_fields[] = {
+    {"vocab_size", 1, MOE8_CAP_VOCAB, offsetof(moe8_config, vocab_size)},
+    {"hidden_size", 1, MOE8_CAP_HIDDEN, offsetof(moe8_config, hidden_size)},
+    {"num_hidden_layers", 1, MOE8_MAX_LAYERS, offsetof(moe8_config, num_hidden_layers)},
+    {"num_attention_heads", 1, MOE8_CAP_HEADS, offsetof(moe8_config, num_attention_heads)},
+    {"num_key_value_heads", 1, MOE8_CAP_HEADS, offsetof(moe8_config, num_key_value_heads)},
+    {"head_dim", 1, MOE8_CAP_HEAD_DIM, offsetof(moe8_config, head_dim)},
+    {"num_experts_per_tok", 1, MOE8_CAP_EXPERTS, offsetof(moe8_config, num_experts_per_tok)},
+    {"max_position_embeddings", 1, MOE8_CAP_POSITIONS,
+     offsetof(moe8_config, max_position_embeddings)},
+};
+
+static moe8_status read_dims(const cJSON *root, const char *label, const moe8_arch_desc *a,
+                             moe8_config *c, moe8_error *err) {
     moe8_status st;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if ((st = get_int(root, label, f[i].key, f[i].lo, f[i].hi, f[i].v, err)) != MOE8_OK)
-            return st;
-    if ((st = get_bool(root, label, "norm_topk_prob", &c->norm_topk_prob, err)) != MOE8_OK) return st;
-    if ((st = get_bool(root, label, "tie_word_embeddings", &c->tie_word_embeddings, err)) != MOE8_OK)
+    for (size_t i = 0; i < sizeof common_fields / sizeof common_fields[0]; i++)
+        if ((st = moe8_cfg_read_int(root, label, &common_fields[i], c, err)) != MOE8_OK) return st;
+    for (int i = 0; i < a->n_fields; i++)
+        if ((st = moe8_cfg_read_int(root, label, &a->fields[i], c, err)) != MOE8_OK) return st;
+    if ((st = moe8_cfg_read_bool(root, label, "tie_word_embeddings", &c->tie_word_embeddings, err)) !=
+        MOE8_OK)
         return st;
     if ((st = get_pos_double(root, label, "rms_norm_eps", &c->rms_norm_eps, err)) != MOE8_OK)
         return st;
@@ -178,13 +166,14 @@ static moe8_status read_dims(const cJSON *root, const char *label, moe8_config *
 static moe8_status check_relations(const char *label, moe8_config *c, moe8_error *err) {
     if (c->head_dim == 0) {
         c->head_dim = c->hidden_size / c->num_attention_heads;
-        if (c->head_dim < 1 || c->head_dim > CAP_HEAD_DIM)
+        if (c->head_dim < 1 || c->head_dim > MOE8_CAP_HEAD_DIM)
             return moe8_fail(err, MOE8_ERR_FORMAT, -1,
                              "'%s': default head_dim = hidden_size (%lld) / num_attention_heads "
                              "(%lld) = %lld outside [1, %lld]",
                              label, (long long)c->hidden_size, (long long)c->num_attention_heads,
-                             (long long)c->head_dim, (long long)CAP_HEAD_DIM);
+                             (long long)c->head_dim, (long long)MOE8_CAP_HEAD_DIM);
     }
+    if (c->num_key_value_heads == 0) c->num_key_value_heads = c->num_attention_heads;
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1,
                          "'%s': num_attention_heads (%lld) is not a multiple of "
@@ -194,7 +183,7 @@ static moe8_status check_relations(const char *label, moe8_config *c, moe8_error
     if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) > num_experts (%lld)",
                          label, (long long)c->num_experts_per_tok, (long long)c->num_experts);
-    if (c->num_attention_heads * c->head_dim > CAP_ATTN_WIDTH)
+    if (c->num_attention_heads * c->head_dim > MOE8_CAP_ATTN_WIDTH)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1,
                          "'%s': num_attention_heads x head_dim (%lld x %lld) too large", label,
                          (long long)c->num_attention_heads, (long long)c->head_dim);
@@ -247,14 +236,27 @@ moe8_status moe8_config_read_eos(const cJSON *root, const char *label, int64_t v
     return MOE8_OK;
 }
 
+/* bos / eos: a key present replaces the family's default (null: none, as in
+ * Hugging Face); defaults kept must lie in the vocabulary too. */
 static moe8_status read_token_ids(const cJSON *root, const char *label, moe8_config *c,
                                   moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
     moe8_status st;
+    if (it && cJSON_IsNull(it)) c->bos_token_id = -1;
     if (it && !cJSON_IsNull(it)) {
         st = token_id(label, "bos_token_id", it, c->vocab_size, &c->bos_token_id, err);
         if (st != MOE8_OK) return st;
+    } else if (c->bos_token_id >= c->vocab_size) {
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': default bos_token_id (%lld) outside "
+                         "[0, vocab_size %lld)", label, (long long)c->bos_token_id,
+                         (long long)c->vocab_size);
     }
+    if (cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")) c->n_eos_ids = 0;
+    for (int i = 0; i < c->n_eos_ids; i++)
+        if (c->eos_token_ids[i] >= c->vocab_size)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': default eos_token_id (%lld) outside "
+                             "[0, vocab_size %lld)", label, (long long)c->eos_token_ids[i],
+                             (long long)c->vocab_size);
     return moe8_config_read_eos(root, label, c->vocab_size, c->eos_token_ids, &c->n_eos_ids, err);
 }
 
@@ -287,30 +289,33 @@ static moe8_status read_mlp_only(const cJSON *root, const char *label, moe8_conf
 
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err) {
+    const moe8_arch_desc *a;
     cJSON *root = NULL;
     moe8_status st;
     if (!json || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "config: NULL argument");
     if (!label) label = "config.json";
-    set_defaults(out);
+    memset(out, 0, sizeof *out);
+    out->bos_token_id = -1;
     if ((st = moe8_json_parse(json, len, label, &root, err)) != MOE8_OK) return st;
     if (!cJSON_IsObject(root)) {
         st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': expected a JSON object", label);
         goto done;
     }
-    if ((st = check_model_type(root, label, out, err)) != MOE8_OK) goto done;
+    if ((st = find_arch(root, label, &a, err)) != MOE8_OK) goto done;
+    out->arch = a->id;
+    snprintf(out->model_type, sizeof out->model_type, "%s", a->model_type);
+    a->defaults(out);   /* head_dim 0: hidden / heads after parsing */
     if ((st = check_unsupported(root, label, err)) != MOE8_OK) goto done;
-    if ((st = read_dims(root, label, out, err)) != MOE8_OK) goto done;
+    if ((st = a->check(root, label, out, err)) != MOE8_OK) goto done;
+    if ((st = read_dims(root, label, a, out, err)) != MOE8_OK) goto done;
     if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
     if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
-    st = read_mlp_only(root, label, out, err);
+    if (a->flags & MOE8_ARCH_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
 done:
     cJSON_Delete(root);
     return st;
 }
 
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer) {
-    if (!c || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
-    for (int i = 0; i < c->n_mlp_only_layers; i++)
-        if (c->mlp_only_layers[i] == layer) return 0;
-    return (layer + 1) % c->decoder_sparse_step == 0;
+    return moe8_arch_is_moe_layer(c, layer);
 }

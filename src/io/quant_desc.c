@@ -3,22 +3,26 @@
  * JSON object mapping tensor names to "FLOAT" / "W8A8" / "W8A8_DYNAMIC", plus
  * metadata keys (model_quant_type, version, fa_quant_type, group_size, ...).
  *
- * Lookup rules (the reference's): only `<prefix>.weight` keys decide a
+ * Lookup rules (the reference's): only `<module>.weight` keys decide a
  * module's type; keys naming no tensor of the checkpoint are metadata; packed
- * modules of qwen3_moe (qkv_proj, gate_up_proj, experts via expert 0) must
- * agree across shards. lm_head.weight (no key: FLOAT) may also be
- * W8A8_DYNAMIC, a moe8 extension (`moe8 quantize --lm-head w8a8`); ModelSlim
- * writes it FLOAT. Tensor names are Qwen3-MoE's:
+ * modules (qkv_proj, gate_up_proj, the experts' gate/up via expert 0, the
+ * shared expert's gate/up) must agree across shards. Module names come from
+ * the family's descriptor (src/arch): Qwen3-MoE's are
  *   model.layers.N.self_attn.{q,k,v,o}_proj.weight
  *   model.layers.N.mlp.gate.weight                       (router)
  *   model.layers.N.mlp.{gate,up,down}_proj.weight         (dense layers)
  *   model.layers.N.mlp.experts.0.{gate,up,down}_proj.weight (MoE layers)
- * It does not look at tensor data; model.c checks dtypes and shapes.
+ * An expert's down_proj may be FLOAT beside W8A8_DYNAMIC gate/up (quantize
+ * --down-proj float). lm_head.weight (no key: FLOAT) may also be
+ * W8A8_DYNAMIC, a moe8 extension (`moe8 quantize --lm-head w8a8`); ModelSlim
+ * writes it FLOAT. It does not look at tensor data; model.c checks dtypes and
+ * shapes.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch/arch.h"
 #include "io/json_util.h"
 #include "io/quant_desc.h"
 
@@ -95,21 +99,20 @@ int moe8_quant_desc_get(const moe8_quant_desc *qd, const char *name, moe8_quant_
 /* Values of keys that name tensors                                          */
 /* ------------------------------------------------------------------------ */
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !memcmp(s + n - m, suffix, m);
+#define LM_HEAD "lm_head.weight"   /* the output projection of every family (src/arch) */
+
+/* Tensors that are float whatever the description says (SEMANTICS §6): the
+ * family's norms, embedding, router and shared-expert gate. */
+static int float_only(const moe8_arch_desc *a, const char *name) {
+    moe8_role r;
+    int64_t l, e;
+    const char *suffix;
+    if (moe8_arch_parse(a, name, &r, &l, &e, &suffix) != 0 || strcmp(suffix, "weight")) return 0;
+    return moe8_role_of(r)->kind == MOE8_KIND_NORM || moe8_role_of(r)->kind == MOE8_KIND_FLOAT;
 }
 
-#define LM_HEAD "lm_head.weight"
-
-/* Tensors that are float whatever the description says (SEMANTICS §6). */
-static int float_only(const char *name) {
-    return ends_with(name, "norm.weight") || ends_with(name, ".mlp.gate.weight") ||
-           !strcmp(name, "model.embed_tokens.weight");
-}
-
-static moe8_status check_values(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
-                                void *user, moe8_error *err) {
+static moe8_status check_values(const moe8_quant_desc *qd, const moe8_arch_desc *a,
+                                moe8_tensor_exists_fn exists, void *user, moe8_error *err) {
     const cJSON *it;
     cJSON_ArrayForEach(it, qd->root) {
         moe8_quant_type q;
@@ -122,7 +125,7 @@ static moe8_status check_values(const moe8_quant_desc *qd, moe8_tensor_exists_fn
                              "'%s': tensor '%s': quant type \"%.64s\" not supported (expected FLOAT, "
                              "W8A8 or W8A8_DYNAMIC)",
                              qd->label, it->string, it->valuestring);
-        if (float_only(it->string) && q != MOE8_QUANT_FLOAT)
+        if (float_only(a, it->string) && q != MOE8_QUANT_FLOAT)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': tensor '%s': quant type %s not supported (must be FLOAT)",
                              qd->label, it->string, moe8_quant_type_name(q));
@@ -138,91 +141,141 @@ static moe8_status check_values(const moe8_quant_desc *qd, moe8_tensor_exists_fn
 /* Required keys and packed modules                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Type of the required key "model.layers.<layer>.<module>.weight". */
-static moe8_status required(const moe8_quant_desc *qd, int64_t layer, const char *module,
+/* Where the required keys of one layer are looked up: the description, the
+ * family's names, the layer (expert roles: expert 0, which decides). */
+typedef struct {
+    const moe8_quant_desc *qd;
+    const moe8_arch_desc *a;
+    int64_t layer;
+} lookup;
+
+/* "model.layers.3.self_attn.q_proj" -> "self_attn.q_proj" (the name inside the layer). */
+static const char *short_name(const char *full, int64_t layer) {
+    char pre[64];
+    int n = snprintf(pre, sizeof pre, "model.layers.%lld.", (long long)layer);
+    return n > 0 && !strncmp(full, pre, (size_t)n) ? full + n : full;
+}
+
+/* Type of the required key "<module of role r>.weight"; `module` gets the
+ * module's short name (for messages). */
+static moe8_status required(const lookup *k, moe8_role r, char *module, size_t cap,
                             moe8_quant_type *out, moe8_error *err) {
-    char name[160];
+    char name[200];
     const cJSON *it;
-    snprintf(name, sizeof name, "model.layers.%lld.%s.weight", (long long)layer, module);
-    it = cJSON_GetObjectItemCaseSensitive(qd->root, name);
+    if (moe8_arch_tensor_name(k->a, r, k->layer, 0, "weight", name, sizeof name))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': no name for %s",
+                         k->qd->label, moe8_role_of(r)->what);
+    snprintf(module, cap, "%.*s", (int)(strlen(short_name(name, k->layer)) - strlen(".weight")),
+             short_name(name, k->layer));
+    it = cJSON_GetObjectItemCaseSensitive(k->qd->root, name);
     if (!it)
-        return moe8_fail(err, MOE8_ERR_NOT_FOUND, -1, "'%s': required key '%s' missing", qd->label,
-                         name);
+        return moe8_fail(err, MOE8_ERR_NOT_FOUND, -1, "'%s': required key '%s' missing",
+                         k->qd->label, name);
     if (!cJSON_IsString(it) || parse_type(it->valuestring, out) != 0)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': tensor '%s': quant type %s%.64s%s not supported (expected FLOAT, "
                          "W8A8 or W8A8_DYNAMIC)",
-                         qd->label, name, cJSON_IsString(it) ? "\"" : "",
+                         k->qd->label, name, cJSON_IsString(it) ? "\"" : "",
                          cJSON_IsString(it) ? it->valuestring : "(not a string)",
                          cJSON_IsString(it) ? "\"" : "");
     return MOE8_OK;
 }
 
 /* Resolve the n shards of one packed module to one type. */
-static moe8_status packed(const moe8_quant_desc *qd, int64_t layer, const char *packed_name,
-                          const char *const *shards, int n, moe8_quant_type *out, moe8_error *err) {
+static moe8_status packed(const lookup *k, const char *packed_name, const moe8_role *shards,
+                          int n, moe8_quant_type *out, moe8_error *err) {
     moe8_quant_type q[3];
+    char mod[3][160];
     moe8_status st;
     for (int i = 0; i < n; i++)
-        if ((st = required(qd, layer, shards[i], &q[i], err)) != MOE8_OK) return st;
+        if ((st = required(k, shards[i], mod[i], sizeof mod[i], &q[i], err)) != MOE8_OK) return st;
     for (int i = 1; i < n; i++)
         if (q[i] != q[0])
             return moe8_fail(err, MOE8_ERR_FORMAT, -1,
                              "'%s': layer %lld: shards of packed %s disagree: %s is %s, %s is %s",
-                             qd->label, (long long)layer, packed_name, shards[0],
-                             moe8_quant_type_name(q[0]), shards[i], moe8_quant_type_name(q[i]));
+                             k->qd->label, (long long)k->layer, packed_name, mod[0],
+                             moe8_quant_type_name(q[0]), mod[i], moe8_quant_type_name(q[i]));
     *out = q[0];
     return MOE8_OK;
 }
 
 /* A linear layer (FLOAT or W8A8 only). */
-static moe8_status linear_ok(const moe8_quant_desc *qd, int64_t layer, const char *module,
-                             moe8_quant_type q, moe8_error *err) {
+static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_type q,
+                             moe8_error *err) {
     if (q == MOE8_QUANT_W8A8_DYNAMIC)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': layer %lld: %s is W8A8_DYNAMIC, not supported on linear layers "
                          "(expected FLOAT or W8A8)",
-                         qd->label, (long long)layer, module);
+                         k->qd->label, (long long)k->layer, module);
     return MOE8_OK;
 }
 
-static moe8_status resolve_attention(const moe8_quant_desc *qd, int64_t l, moe8_layer_info *li,
-                                     moe8_error *err) {
-    static const char *const qkv[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"};
+static moe8_status resolve_attention(const lookup *k, moe8_layer_info *li, moe8_error *err) {
+    static const moe8_role qkv[] = {MOE8_R_Q, MOE8_R_K, MOE8_R_V};
+    char mod[160];
     moe8_status st;
-    if ((st = packed(qd, l, "qkv_proj", qkv, 3, &li->qkv, err)) != MOE8_OK) return st;
-    if ((st = linear_ok(qd, l, "qkv_proj", li->qkv, err)) != MOE8_OK) return st;
-    if ((st = required(qd, l, "self_attn.o_proj", &li->o, err)) != MOE8_OK) return st;
-    return linear_ok(qd, l, "self_attn.o_proj", li->o, err);
+    if ((st = packed(k, "qkv_proj", qkv, 3, &li->qkv, err)) != MOE8_OK) return st;
+    if ((st = linear_ok(k, "qkv_proj", li->qkv, err)) != MOE8_OK) return st;
+    if ((st = required(k, MOE8_R_O, mod, sizeof mod, &li->o, err)) != MOE8_OK) return st;
+    return linear_ok(k, mod, li->o, err);
 }
 
-static moe8_status resolve_moe(const moe8_quant_desc *qd, int64_t l, moe8_layer_info *li,
-                               moe8_error *err) {
-    static const char *const ex[] = {"mlp.experts.0.gate_proj", "mlp.experts.0.up_proj",
-                                     "mlp.experts.0.down_proj"};
+/* The routed experts (expert 0 decides): gate/up agree and are FLOAT or
+ * W8A8_DYNAMIC; down is the same type, or FLOAT beside W8A8_DYNAMIC. */
+static moe8_status resolve_experts(const lookup *k, moe8_layer_info *li, moe8_error *err) {
+    static const moe8_role gu[] = {MOE8_R_EXP_GATE, MOE8_R_EXP_UP};
+    char mod[160];
     moe8_status st;
-    if ((st = required(qd, l, "mlp.gate", &li->router, err)) != MOE8_OK) return st;
-    if (li->router != MOE8_QUANT_FLOAT)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': layer %lld: router mlp.gate is %s, only FLOAT is supported",
-                         qd->label, (long long)l, moe8_quant_type_name(li->router));
-    if ((st = packed(qd, l, "experts", ex, 3, &li->experts, err)) != MOE8_OK) return st;
-    if (li->experts == MOE8_QUANT_W8A8)
+    if ((st = packed(k, "experts", gu, 2, &li->experts, err)) != MOE8_OK) return st;
+    if ((st = required(k, MOE8_R_EXP_DOWN, mod, sizeof mod, &li->experts_down, err)) != MOE8_OK)
+        return st;
+    if (li->experts == MOE8_QUANT_W8A8 || li->experts_down == MOE8_QUANT_W8A8)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': layer %lld: experts are W8A8, not supported on experts (expected "
                          "FLOAT or W8A8_DYNAMIC)",
-                         qd->label, (long long)l);
+                         k->qd->label, (long long)k->layer);
+    if (li->experts_down != li->experts && li->experts_down != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1,
+                         "'%s': layer %lld: shards of packed experts disagree: gate/up are %s, "
+                         "%s is %s (only a FLOAT down_proj beside W8A8_DYNAMIC gate/up is "
+                         "supported)",
+                         k->qd->label, (long long)k->layer, moe8_quant_type_name(li->experts), mod,
+                         moe8_quant_type_name(li->experts_down));
     return MOE8_OK;
 }
 
-static moe8_status resolve_dense(const moe8_quant_desc *qd, int64_t l, moe8_layer_info *li,
-                                 moe8_error *err) {
-    static const char *const gu[] = {"mlp.gate_proj", "mlp.up_proj"};
+/* Router (and shared-expert gate) FLOAT; experts; the shared expert. */
+static moe8_status resolve_moe(const lookup *k, moe8_layer_info *li, moe8_error *err) {
+    static const moe8_role sgu[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP};
+    moe8_quant_type q;
+    char mod[160];
     moe8_status st;
-    if ((st = packed(qd, l, "gate_up_proj", gu, 2, &li->mlp_gate_up, err)) != MOE8_OK) return st;
-    if ((st = linear_ok(qd, l, "gate_up_proj", li->mlp_gate_up, err)) != MOE8_OK) return st;
-    if ((st = required(qd, l, "mlp.down_proj", &li->mlp_down, err)) != MOE8_OK) return st;
-    return linear_ok(qd, l, "mlp.down_proj", li->mlp_down, err);
+    if ((st = required(k, MOE8_R_ROUTER, mod, sizeof mod, &li->router, err)) != MOE8_OK) return st;
+    if (li->router != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': layer %lld: router %s is %s, only FLOAT is supported",
+                         k->qd->label, (long long)k->layer, mod, moe8_quant_type_name(li->router));
+    if ((st = resolve_experts(k, li, err)) != MOE8_OK) return st;
+    if (!li->has_shared) return MOE8_OK;
+    if ((st = required(k, MOE8_R_SHEXP_SCORE, mod, sizeof mod, &q, err)) != MOE8_OK) return st;
+    if (q != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': layer %lld: %s is %s, only FLOAT is supported", k->qd->label,
+                         (long long)k->layer, mod, moe8_quant_type_name(q));
+    if ((st = packed(k, "shared_expert.gate_up_proj", sgu, 2, &li->shared_gate_up, err)) != MOE8_OK)
+        return st;
+    return required(k, MOE8_R_SHEXP_DOWN, mod, sizeof mod, &li->shared_down, err);
+}
+
+static moe8_status resolve_dense(const lookup *k, moe8_layer_info *li, moe8_error *err) {
+    static const moe8_role gu[] = {MOE8_R_MLP_GATE, MOE8_R_MLP_UP};
+    char mod[160];
+    moe8_status st;
+    if ((st = packed(k, "gate_up_proj", gu, 2, &li->mlp_gate_up, err)) != MOE8_OK) return st;
+    if ((st = linear_ok(k, "gate_up_proj", li->mlp_gate_up, err)) != MOE8_OK) return st;
+    if ((st = required(k, MOE8_R_MLP_DOWN, mod, sizeof mod, &li->mlp_down, err)) != MOE8_OK)
+        return st;
+    return linear_ok(k, mod, li->mlp_down, err);
 }
 
 moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
@@ -236,17 +289,23 @@ moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_e
 moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config *cfg,
                                     moe8_tensor_exists_fn exists, void *user,
                                     moe8_layer_info *layers, moe8_error *err) {
+    const moe8_arch_desc *a = moe8_arch_get(cfg->arch);
     moe8_status st;
+    if (!a) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quant description: unknown family");
     for (int64_t l = 0; l < cfg->num_hidden_layers; l++) {
         memset(&layers[l], 0, sizeof layers[l]); /* every field FLOAT */
         layers[l].is_moe = moe8_config_is_moe_layer(cfg, l);
+        layers[l].has_shared = layers[l].is_moe && moe8_arch_has(a, MOE8_R_SHEXP_GATE) &&
+                               cfg->shared_expert_intermediate_size > 0;
+        layers[l].qkv_bias = cfg->qkv_bias;
     }
     if (!qd) return MOE8_OK;
-    if ((st = check_values(qd, exists, user, err)) != MOE8_OK) return st;
+    if ((st = check_values(qd, a, exists, user, err)) != MOE8_OK) return st;
     for (int64_t l = 0; l < cfg->num_hidden_layers; l++) {
+        const lookup k = {qd, a, l};
         moe8_layer_info *li = &layers[l];
-        if ((st = resolve_attention(qd, l, li, err)) != MOE8_OK) return st;
-        st = li->is_moe ? resolve_moe(qd, l, li, err) : resolve_dense(qd, l, li, err);
+        if ((st = resolve_attention(&k, li, err)) != MOE8_OK) return st;
+        st = li->is_moe ? resolve_moe(&k, li, err) : resolve_dense(&k, li, err);
         if (st != MOE8_OK) return st;
     }
     return MOE8_OK;

@@ -181,6 +181,14 @@ static void carve_scratch(carver *c, moe8_context *x) {
         s->lm_sx = carve(c, (size_t)x->p.n_outputs, 4);
         s->lm_xsum = carve(c, (size_t)x->p.n_outputs, 4);
     }
+    if (w->has_dynamic) { /* codes go to xq */
+        s->dyn_sx = carve(c, B, 4);
+        s->dyn_xsum = carve(c, B, 4);
+    }
+    if (w->has_shared) {
+        s->sh_out = carve(c, B * H, 4);
+        s->sh_score = carve(c, B, 4);
+    }
     x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);

@@ -1,6 +1,8 @@
 /*
- * forward.c — the Qwen3-MoE forward pass (SEMANTICS §7) and the prepared weights
- * it reads.
+ * forward.c — the forward pass of every family (SEMANTICS §7; docs/MODELS.md)
+ * and the prepared weights it reads. What differs between families comes
+ * from the model's descriptor through the loaded layers: q/k norms present
+ * or not, q/k/v biases, a shared expert.
  *
  * moe8_weights_build turns a loaded model (model.h: tensors checked, still
  * mapped) into what the loop runs: W8A8 static linears packed (linear.c),
@@ -15,16 +17,19 @@
  *
  * moe8_forward, for T tokens each tagged (seq, pos):
  *   x = embed[token]
- *   per layer: h = rmsnorm(x); q,k,v = h@W^T; per-head rmsnorm of q,k; NEOX
- *              RoPE; k,v -> cache at (seq, pos); causal GQA attention;
- *              x += o_proj(att); h = rmsnorm(x); x += MoE(h) or SwiGLU MLP(h)
+ *   per layer: h = rmsnorm(x); q,k,v = h@W^T (+ bias); per-head rmsnorm of
+ *              q,k (qwen3_moe); NEOX RoPE; k,v -> cache at (seq, pos); causal
+ *              GQA attention;
+ *              x += o_proj(att); h = rmsnorm(x); x += MoE(h) (+ the gated
+ *              shared expert, qwen2_moe) or SwiGLU MLP(h)
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * Every buffer comes from the context's scratch: nothing is allocated here.
  *
  * Tensor / expert parallelism (SEMANTICS §8, model.h shard): each rank builds
  * only its share — q/k/v rows of its heads, o_proj columns (quant_bias on
- * rank 0 only), dense gate/up rows and down columns of its F slice, its MoE
- * part (an I slice, or a block of whole experts) — and the forward
+ * rank 0 only), dense gate/up rows and down columns of its F slice (the
+ * shared expert's likewise of its S slice, under TP and EP), its MoE part
+ * (an I slice, or a block of whole experts) — and the forward
  * all-reduces the three partial sums (o_proj, dense down, MoE output) before
  * adding them to x. Embeddings, norms and the router are replicated; lm_head
  * is split by vocabulary rows and the logits all-gathered, so every rank ends
@@ -70,7 +75,7 @@ static moe8_status build_moe(moe8_fwd_layer *fl, const moe8_model *m, int li, in
 static moe8_status proj_rows(moe8_proj *p, const moe8_model *m, const moe8_linear *src, int r0,
                              int r1, moe8_error *err) {
     moe8_status st = moe8_proj_init_slice(p, src, r0, r1, 0, (int)src->n_in, 1, err);
-    if (!st && p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+    if (!st && p->type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
     return st;
 }
 
@@ -78,7 +83,7 @@ static moe8_status proj_cols(moe8_proj *p, const moe8_model *m, const moe8_linea
                              int c1, moe8_error *err) {
     moe8_status st = moe8_proj_init_slice(p, src, 0, (int)src->n_out, c0, c1,
                                           m->shard.rank == 0, err);
-    if (!st && p->type == MOE8_QUANT_W8A8) moe8_st_release(m->st, src->weight);
+    if (!st && p->type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
     return st;
 }
 
@@ -93,6 +98,31 @@ static moe8_status build_attn(moe8_fwd_layer *fl, const moe8_model *m, const moe
     return proj_cols(&fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
+/* The shared expert: gate/up rows and down columns of this rank's S slice,
+ * like a dense MLP; its gate [1][H] whole. */
+static moe8_status build_shared(moe8_weights *w, moe8_fwd_layer *fl, const moe8_model *m,
+                                const moe8_layer *L, moe8_error *err) {
+    const moe8_dist_shard *sh = &m->shard;
+    const int s0 = sh->size > 1 ? sh->s_begin : 0;
+    const int s1 = sh->size > 1 ? sh->s_end : (int)L->sh_gate.n_out;
+    moe8_status st;
+    if ((st = proj_rows(&fl->sh_gate, m, &L->sh_gate, s0, s1, err)) ||
+        (st = proj_rows(&fl->sh_up, m, &L->sh_up, s0, s1, err)) ||
+        (st = proj_cols(&fl->sh_down, m, &L->sh_down, s0, s1, err)))
+        return st;
+    {
+        const moe8_linear score = {.quant = MOE8_QUANT_FLOAT, .n_out = 1,
+                                   .n_in = L->sh_score->shape[1], .weight = L->sh_score};
+        if ((st = moe8_proj_init(&fl->sh_score, &score, 0, err))) return st;
+    }
+    fl->has_shared = 1;
+    w->has_shared = 1;
+    w->has_dynamic |= fl->sh_gate.type == MOE8_QUANT_W8A8_DYNAMIC ||
+                      fl->sh_down.type == MOE8_QUANT_W8A8_DYNAMIC;
+    if (fl->sh_gate.n > w->F_max) w->F_max = fl->sh_gate.n;
+    return MOE8_OK;
+}
+
 static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n_threads,
                                moe8_error *err) {
     const moe8_model *m = w->model;
@@ -103,11 +133,12 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     int f0, f1;
     if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
-        (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err)) ||
-        (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err)) ||
+        (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
+        (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
         (st = build_attn(fl, m, L, w->D, err)))
         return st;
     fl->is_moe = L->info.is_moe;
+    if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
     if (fl->is_moe) return build_moe(fl, m, li, float_experts, n_threads, err);
     f0 = sh->size > 1 ? sh->f_begin : 0;
     f1 = sh->size > 1 ? sh->f_end : (int)L->mlp_gate.n_out;
@@ -136,7 +167,9 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
     size_t n = moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
                moe8_proj_owned_bytes(&fl->v) + moe8_proj_owned_bytes(&fl->o) +
                moe8_proj_owned_bytes(&fl->gate) + moe8_proj_owned_bytes(&fl->up) +
-               moe8_proj_owned_bytes(&fl->down) + (size_t)(2 * w->H + 2 * w->D) * sizeof(float);
+               moe8_proj_owned_bytes(&fl->down) + moe8_proj_owned_bytes(&fl->sh_gate) +
+               moe8_proj_owned_bytes(&fl->sh_up) + moe8_proj_owned_bytes(&fl->sh_down) +
+               (size_t)(2 * w->H + 2 * w->D) * sizeof(float);
     if (fl->moe) {
         moe8_moe_layer_info info;
         moe8_moe_layer_get_info(fl->moe, &info);
@@ -234,6 +267,10 @@ void moe8_weights_free(moe8_weights *w) {
         moe8_proj_free(&fl->gate);
         moe8_proj_free(&fl->up);
         moe8_proj_free(&fl->down);
+        moe8_proj_free(&fl->sh_gate);
+        moe8_proj_free(&fl->sh_up);
+        moe8_proj_free(&fl->sh_down);
+        moe8_proj_free(&fl->sh_score);
         moe8_moe_layer_free(fl->moe);
     }
     free(w->layers);
@@ -298,14 +335,54 @@ static void quant_static(const fwd_run *r, const moe8_proj *p, const float *x, i
     for_rows(r, T, quant_row, &c);
 }
 
-/* y[T][p->n] = p(x[T][p->k]); W8A8 codes are reused when `prev` was applied
- * to the same x with the same input scale/offset. */
+typedef struct {
+    const float *x;
+    int k;
+} dyn_ctx;
+
+static void quant_dyn_row(const fwd_run *r, const void *ctx, int t) {
+    const dyn_ctx *c = ctx;
+    moe8_fwd_scratch *s = r->s;
+    r->kt->quant_rows(s->xq + (size_t)t * s->ldq, s->ldq, s->dyn_sx + t, s->dyn_xsum + t,
+                      c->x + (size_t)t * c->k, c->k, 1, c->k);
+}
+
+/* Per-token codes of a W8A8_DYNAMIC linear (SEMANTICS §4) for T rows, on all threads. */
+static void quant_dynamic(const fwd_run *r, const float *x, int k, int T) {
+    const dyn_ctx c = {x, k};
+    for_rows(r, T, quant_dyn_row, &c);
+}
+
+/* y[T][p->n] = p(x[T][p->k]); int8 codes are reused when `prev` was applied
+ * to the same x and quantized it the same way (W8A8: the same input
+ * scale/offset; W8A8_DYNAMIC: per token, so any dynamic prev of that x). */
 static void lin(const fwd_run *r, const moe8_proj *p, const moe8_proj *prev, float *y,
                 const float *x, int T) {
     moe8_fwd_scratch *s = r->s;
+    if (p->type == MOE8_QUANT_W8A8_DYNAMIC) {
+        if (!(prev && prev->type == MOE8_QUANT_W8A8_DYNAMIC && prev->k == p->k))
+            quant_dynamic(r, x, p->k, T);
+        moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->dyn_sx, s->dyn_xsum, T,
+                        r->nt);
+        return;
+    }
     if (p->type == MOE8_QUANT_W8A8 && !(prev && moe8_proj_same_input(p, prev)))
         quant_static(r, p, x, T);
     moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->ones, s->ones_i, T, r->nt);
+}
+
+static void qkv_bias_row(const fwd_run *r, const void *layer, int t) {
+    const moe8_fwd_layer *L = layer;
+    moe8_fwd_scratch *s = r->s;
+    moe8_proj_add_bias(&L->q, s->q + (size_t)t * L->q.n, L->q.n, 1);
+    moe8_proj_add_bias(&L->k, s->k + (size_t)t * L->k.n, L->k.n, 1);
+    moe8_proj_add_bias(&L->v, s->v + (size_t)t * L->v.n, L->v.n, 1);
+}
+
+/* q/k/v biases (FLOAT q/k/v of qwen2_moe), added after the products. */
+static void qkv_bias(const fwd_run *r, const moe8_fwd_layer *L) {
+    if (!L->q.fbias && !L->k.fbias && !L->v.fbias) return;
+    for_rows(r, r->T, qkv_bias_row, L);
 }
 
 static void observe(const fwd_run *r, const moe8_fwd_layer *L, int site, const float *x, int n) {
@@ -351,8 +428,8 @@ static void qk_row(const fwd_run *r, const void *ctx, int t) {
     float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
     unsigned char *kc = c->cache->k0;
     MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
-    moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
-    moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
+    if (c->L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
+    if (c->L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
     moe8_rope_neox(q, NH, D, cs);
     moe8_rope_neox(k, NKV, D, cs);
     for (int h = 0; h < NKV; h++) {
@@ -394,6 +471,7 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
         lin(r, &L->k, &L->q, s->k, s->h, T);
         lin(r, &L->v, &L->k, s->v, s->h, T);
     }
+    qkv_bias(r, L);
     mark(r, MOE8_PHASE_ATTN_PROJ);
     qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
     mark(r, MOE8_PHASE_ELEMENTWISE);
@@ -435,6 +513,34 @@ static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
     lin(r, &L->down, NULL, s->tmp, g, T);
 }
 
+/* tmp[t] += sigmoid(score[t]) * shared_out[t]. */
+static void shared_add_row(const fwd_run *r, const void *ctx, int t) {
+    moe8_fwd_scratch *s = r->s;
+    const int H = r->w->H;
+    const float gate = 1.0f / (1.0f + expf(-s->sh_score[t]));
+    float *o = s->tmp + (size_t)t * H;
+    const float *y = s->sh_out + (size_t)t * H;
+    (void)ctx;
+    for (int j = 0; j < H; j++) o[j] += gate * y[j];
+}
+
+/* The shared expert (qwen2_moe), added to the MoE output in s->tmp:
+ * tmp[t] += sigmoid(h[t] . g) * down(silu(gate(h[t])) * up(h[t])), in fp32,
+ * the sigmoid as 1 / (1 + expf(-z)). Under TP each rank adds its S slice's
+ * partial down product; the all-reduce after it sums the parts. */
+static void shared_expert(const fwd_run *r, const moe8_fwd_layer *L) {
+    moe8_fwd_scratch *s = r->s;
+    const int T = r->T, S = L->sh_gate.n, H = r->w->H;
+    float *g = s->mlp, *u = s->mlp + (size_t)T * S;
+    lin(r, &L->sh_gate, NULL, g, s->h, T);
+    lin(r, &L->sh_up, &L->sh_gate, u, s->h, T);
+    const swiglu_ctx sc = {g, u, S};
+    moe8_proj_apply(&L->sh_score, r->kt, s->sh_score, 1, s->h, H, NULL, 0, NULL, NULL, T, r->nt);
+    for_rows(r, T, swiglu_row, &sc);
+    lin(r, &L->sh_down, NULL, s->sh_out, g, T);
+    for_rows(r, T, shared_add_row, NULL);
+}
+
 /* x += MLP(h) (MoE or dense), then h = rmsnorm(x) * next_norm (NULL after
  * the last layer: the final norm reads only the output rows). */
 static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, const float *next_norm,
@@ -445,6 +551,10 @@ static moe8_status ffn_block(const fwd_run *r, const moe8_fwd_layer *L, const fl
         st = moe8_moe_layer_forward(L->moe, s->moe_ws[L->ws_layer], s->h, r->T, NULL, s->tmp, err);
         mark(r, -1); /* the layer timed its router and experts itself */
         if (st) return st;
+        if (L->has_shared) {
+            shared_expert(r, L);
+            mark(r, MOE8_PHASE_EXPERTS);
+        }
     } else {
         dense_mlp(r, L);
         mark(r, MOE8_PHASE_DENSE_MLP);

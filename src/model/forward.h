@@ -1,6 +1,6 @@
 /*
- * forward.h — internal: the pieces of the Qwen3-MoE forward pass (SEMANTICS §5,
- * §7), the prepared weights they read and the context they run in.
+ * forward.h — internal: the pieces of the forward pass of every family
+ * (SEMANTICS §5, §7), the prepared weights they read and the context they run in.
  *
  *   linear.c     FLOAT and W8A8-static linear layers (moe8_proj)
  *   attention.c  RMSNorm, NEOX RoPE, KV writes, causal GQA flash attention
@@ -36,6 +36,8 @@ typedef struct {
     float in_offset;        /* W8A8: integer in [-128, 127] */
     int32_t *bias;          /* [n] (owned): W8A8 quant_bias, NULL when not added (TP rank
                              * != 0); W8A8_DYNAMIC weight_offset, NULL when all 0 */
+    float *fbias;           /* [n] (owned): FLOAT linear bias (qwen2_moe q/k/v), added
+                             * after the product by the caller (moe8_proj_add_bias); else NULL */
     float *deq;             /* [n] (owned): W8A8 deq_scale, W8A8_DYNAMIC weight_scale, fp32 */
     int8_t *packed;         /* owned storage behind q.data (int8) or w (a FLOAT copy) */
 } moe8_proj;
@@ -51,6 +53,8 @@ moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, 
 moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
                                  int c1, int with_bias, moe8_error *err);
 void moe8_proj_free(moe8_proj *p);
+/* y[t][j] += p->fbias[j] for T rows of stride ldy (no-op without a bias). */
+void moe8_proj_add_bias(const moe8_proj *p, float *y, int ldy, int T);
 size_t moe8_proj_owned_bytes(const moe8_proj *p);
 /* A FLOAT proj: copy its block of the weight out of the memory map into
  * memory it owns (same dtype, rows packed). Streaming file-backed pages is
@@ -172,6 +176,9 @@ typedef struct {
     int ws_layer;                  /* MoE layers: first layer of the same shape, whose
                                     * workspace this one uses */
     moe8_proj gate, up, down;      /* dense layers: [F][H] x2, [H][F] (this rank's F slice) */
+    int has_shared;                /* MoE layer with a shared expert (qwen2_moe): */
+    moe8_proj sh_gate, sh_up, sh_down; /* [S][H] x2, [H][S] (this rank's S slice) */
+    moe8_proj sh_score;            /* shared_expert_gate [1][H], FLOAT */
 } moe8_fwd_layer;
 
 /* Everything the forward pass reads, built once per model and shared
@@ -182,7 +189,10 @@ typedef struct {
 typedef struct {
     const moe8_model *model;
     struct moe8_comm *comm;        /* NULL: single process */
-    int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP, 0 if none */
+    int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP or shared expert
+                                    * (this rank's slice), 0 if none */
+    int has_shared;                /* some layer has a shared expert */
+    int has_dynamic;               /* some dense-path linear is W8A8_DYNAMIC */
     int E, K;
     float eps;
     const void *embed;             /* [V][H] in place */
@@ -224,6 +234,9 @@ typedef struct {
     float *lm_part, *lm_all;               /* TP: [n_out][v_chunk], [ranks][n_out][v_chunk] */
     float *lm_sx;                          /* W8A8_DYNAMIC lm_head: [n_out] row scales */
     int32_t *lm_xsum;                      /*   and [n_out] code sums (codes in xq) */
+    float *dyn_sx;                         /* W8A8_DYNAMIC linears (shared expert): [B] row */
+    int32_t *dyn_xsum;                     /*   scales and [B] code sums (codes in xq) */
+    float *sh_out, *sh_score;              /* shared expert: [B][H] output, [B] gate logit */
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;

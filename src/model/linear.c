@@ -2,7 +2,9 @@
  * linear.c — the dense linear layers of the forward pass (SEMANTICS §5, §7).
  *
  * FLOAT: y = x @ W^T with W[n][k] in its stored dtype (F32/F16/BF16) read in
- * place from the memory map by gemm_f32_wf; nothing is copied.
+ * place from the memory map by gemm_f32_wf; nothing is copied. A FLOAT
+ * linear's bias (qwen2_moe q/k/v) is converted to fp32 once and added by
+ * the caller after the product, y = (x @ W^T) + b in fp32.
  *
  * W8A8 static (ModelSlim attention projections and dense MLPs):
  *     xq = clamp(rintf(x / input_scale + input_offset), -128, 127)   fp32, true division
@@ -15,7 +17,8 @@
  * deq_scale comes as int64 holding the float32 bit pattern (fp16 exports) or
  * as float32 (bf16 exports); moe8_deq_scale_at reads either.
  *
- * W8A8_DYNAMIC (the lm_head of `moe8 quantize --lm-head w8a8`; SEMANTICS §4):
+ * W8A8_DYNAMIC (the lm_head of `moe8 quantize --lm-head w8a8`, the shared
+ * expert of qwen2_moe; SEMANTICS §4):
  * the caller quantizes each input row with the kernels' quant_rows (row
  * scale sx = amax/127, codes +-127, code sum xsum) and the same gemm_q8_f32
  * computes ((float)(acc + O*xsum) * sx) * S with S = weight_scale and
@@ -57,6 +60,13 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
         p->w = (const char *)w->data + ((size_t)r0 * ld + (size_t)c0) * moe8_dtype_size(w->dtype);
         p->wdt = w->dtype;
         p->ldw = (int)ld;
+        if (!src->bias) return MOE8_OK;
+        /* a bias belongs to whole rows: column-parallel slices only */
+        MOE8_ASSERT(c0 == 0 && c1 == src->n_in);
+        if (!(p->fbias = malloc((size_t)p->n * sizeof(float))))
+            return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate its bias",
+                             w->name);
+        for (int j = 0; j < p->n; j++) p->fbias[j] = moe8_tensor_f32_at(src->bias, r0 + j);
         return MOE8_OK;
     }
     if ((src->quant != MOE8_QUANT_W8A8 && src->quant != MOE8_QUANT_W8A8_DYNAMIC) ||
@@ -126,8 +136,15 @@ moe8_status moe8_proj_own_float(moe8_proj *p, const moe8_st *st, const moe8_tens
     return MOE8_OK;
 }
 
+void moe8_proj_add_bias(const moe8_proj *p, float *y, int ldy, int T) {
+    if (!p->fbias) return;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < p->n; j++) y[(size_t)t * ldy + j] += p->fbias[j];
+}
+
 void moe8_proj_free(moe8_proj *p) {
     if (!p) return;
+    free(p->fbias);
     free(p->deq);
     free(p->bias);
     moe8_free_aligned(p->packed);

@@ -1,10 +1,12 @@
 /*
- * model.c — open a Qwen3-MoE model folder (SEMANTICS §6, §7): config.json,
- * generation_config.json (optional: more stop ids), the safetensors file(s),
- * quant_model_description.json (optional: absent = every tensor FLOAT).
+ * model.c — open a model folder of a supported family (SEMANTICS §6, §7,
+ * docs/MODELS.md): config.json, generation_config.json (optional: more stop
+ * ids), the safetensors file(s), quant_model_description.json (optional:
+ * absent = every tensor FLOAT).
  *
  * Load = parse the JSON files, map the tensors, resolve each layer's quant
- * types, then bind every tensor the forward pass reads into moe8_layer /
+ * types, then bind every tensor the family's descriptor (src/arch) names for
+ * each layer — in the role table's order, with its shapes — into moe8_layer /
  * moe8_linear (model.h) while checking its contract: present, dtype and shape
  * consistent with the config and the quant type, and the few values used as
  * parameters (input scale/offset, deq_scale, weight scales/offsets) sane.
@@ -275,30 +277,97 @@ static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_qua
 /* Layers                                                                    */
 /* ======================================================================== */
 
-static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
-    const moe8_config *c = &m->cfg;
-    int64_t H = c->hidden_size, D = c->head_dim;
-    int64_t qd = c->num_attention_heads * D, kvd = c->num_key_value_heads * D;
-    char p[160];
+/* Quant type of linear role r in a layer of resolved types li. */
+static moe8_quant_type quant_of(const moe8_layer_info *li, moe8_role r) {
+    switch (r) {
+    case MOE8_R_Q: case MOE8_R_K: case MOE8_R_V: return li->qkv;
+    case MOE8_R_O: return li->o;
+    case MOE8_R_EXP_GATE: case MOE8_R_EXP_UP: return li->experts;
+    case MOE8_R_EXP_DOWN: return li->experts_down;
+    case MOE8_R_SHEXP_GATE: case MOE8_R_SHEXP_UP: return li->shared_gate_up;
+    case MOE8_R_SHEXP_DOWN: return li->shared_down;
+    case MOE8_R_MLP_GATE: case MOE8_R_MLP_UP: return li->mlp_gate_up;
+    case MOE8_R_MLP_DOWN: return li->mlp_down;
+    default: return MOE8_QUANT_FLOAT;
+    }
+}
+
+/* Where role r of layer ly (expert e for expert roles) is bound. */
+static moe8_linear *linear_of(moe8_layer *ly, moe8_role r, int64_t e) {
+    switch (r) {
+    case MOE8_R_Q: return &ly->q;
+    case MOE8_R_K: return &ly->k;
+    case MOE8_R_V: return &ly->v;
+    case MOE8_R_O: return &ly->o;
+    case MOE8_R_EXP_GATE: return &ly->experts[e].gate;
+    case MOE8_R_EXP_UP: return &ly->experts[e].up;
+    case MOE8_R_EXP_DOWN: return &ly->experts[e].down;
+    case MOE8_R_SHEXP_GATE: return &ly->sh_gate;
+    case MOE8_R_SHEXP_UP: return &ly->sh_up;
+    case MOE8_R_SHEXP_DOWN: return &ly->sh_down;
+    case MOE8_R_MLP_GATE: return &ly->mlp_gate;
+    case MOE8_R_MLP_UP: return &ly->mlp_up;
+    case MOE8_R_MLP_DOWN: return &ly->mlp_down;
+    default: return NULL;
+    }
+}
+
+static const moe8_tensor **tensor_of(moe8_layer *ly, moe8_role r) {
+    switch (r) {
+    case MOE8_R_ATTN_NORM: return &ly->attn_norm;
+    case MOE8_R_FFN_NORM: return &ly->ffn_norm;
+    case MOE8_R_Q_NORM: return &ly->q_norm;
+    case MOE8_R_K_NORM: return &ly->k_norm;
+    case MOE8_R_ROUTER: return &ly->router;
+    case MOE8_R_SHEXP_SCORE: return &ly->sh_score;
+    default: return NULL;
+    }
+}
+
+/* "<prefix>.bias" [n_out] float: required on a FLOAT linear (added after
+ * it), optional and unused on a W8A8 one (folded into quant_bias). */
+static moe8_status bind_bias(const moe8_model *m, const char *prefix, moe8_linear *L,
+                             moe8_error *err) {
+    char name[256];
+    const moe8_tensor *t;
     moe8_status st;
-#define LAYER_NAME(fmt) snprintf(p, sizeof p, "model.layers.%lld." fmt, (long long)l)
-    LAYER_NAME("input_layernorm.weight");
-    if ((st = float_tensor(m, p, H, -1, &ly->attn_norm, err)) != MOE8_OK) return st;
-    LAYER_NAME("post_attention_layernorm.weight");
-    if ((st = float_tensor(m, p, H, -1, &ly->ffn_norm, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.q_norm.weight");
-    if ((st = float_tensor(m, p, D, -1, &ly->q_norm, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.k_norm.weight");
-    if ((st = float_tensor(m, p, D, -1, &ly->k_norm, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.q_proj");
-    if ((st = bind_linear(m, p, ly->info.qkv, qd, H, &ly->q, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.k_proj");
-    if ((st = bind_linear(m, p, ly->info.qkv, kvd, H, &ly->k, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.v_proj");
-    if ((st = bind_linear(m, p, ly->info.qkv, kvd, H, &ly->v, err)) != MOE8_OK) return st;
-    LAYER_NAME("self_attn.o_proj");
-    if ((st = bind_linear(m, p, ly->info.o, H, qd, &ly->o, err)) != MOE8_OK) return st;
-#undef LAYER_NAME
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    if ((st = find(m, name, L->quant == MOE8_QUANT_FLOAT, &t, err)) != MOE8_OK || !t) return st;
+    if ((st = float_tensor(m, name, L->n_out, -1, &t, err)) != MOE8_OK) return st;
+    if (L->quant == MOE8_QUANT_FLOAT) L->bias = t;
+    return MOE8_OK;
+}
+
+/* Bind role r of layer l (expert e for expert roles) with its contract:
+ * shape from the role table, storage from the layer's resolved types. */
+static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, moe8_layer *ly,
+                             moe8_error *err) {
+    const moe8_role_info *ri = moe8_role_of(r);
+    const int64_t d0 = moe8_dim_of(&m->cfg, ri->out);
+    const int64_t d1 = ri->in == MOE8_DIM_NONE ? -1 : moe8_dim_of(&m->cfg, ri->in);
+    char p[200];
+    moe8_linear *L;
+    moe8_status st;
+    if (moe8_arch_tensor_name(m->arch, r, l, e, NULL, p, sizeof p - 8))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': no tensor name for %s", m->dir,
+                         ri->what);
+    if (ri->kind == MOE8_KIND_NORM || ri->kind == MOE8_KIND_FLOAT) {
+        strcat(p, ".weight");
+        return float_tensor(m, p, d0, d1, tensor_of(ly, r), err);
+    }
+    L = linear_of(ly, r, e);
+    if ((st = bind_linear(m, p, quant_of(&ly->info, r), d0, d1, L, err)) != MOE8_OK) return st;
+    if (m->cfg.qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
+        return bind_bias(m, p, L, err);
+    return MOE8_OK;
+}
+
+static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    moe8_status st;
+    for (int r = MOE8_R_ATTN_NORM; r <= MOE8_R_O; r++)
+        if (moe8_arch_has(m->arch, (moe8_role)r) &&
+            (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
+            return st;
     if (ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
@@ -310,35 +379,23 @@ static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8
 }
 
 static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
-    const moe8_config *c = &m->cfg;
-    int64_t H = c->hidden_size, I = c->moe_intermediate_size;
-    moe8_quant_type q = ly->info.experts;
-    char p[160];
+    static const moe8_role shared[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP, MOE8_R_SHEXP_DOWN,
+                                       MOE8_R_SHEXP_SCORE};
     moe8_status st;
-    snprintf(p, sizeof p, "model.layers.%lld.mlp.gate.weight", (long long)l);
-    if ((st = float_tensor(m, p, c->num_experts, H, &ly->router, err)) != MOE8_OK) return st;
-    for (int64_t e = 0; e < c->num_experts; e++) {
-        moe8_expert *x = &ly->experts[e];
-        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.gate_proj", (long long)l, (long long)e);
-        if ((st = bind_linear(m, p, q, I, H, &x->gate, err)) != MOE8_OK) return st;
-        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.up_proj", (long long)l, (long long)e);
-        if ((st = bind_linear(m, p, q, I, H, &x->up, err)) != MOE8_OK) return st;
-        snprintf(p, sizeof p, "model.layers.%lld.mlp.experts.%lld.down_proj", (long long)l, (long long)e);
-        if ((st = bind_linear(m, p, q, H, I, &x->down, err)) != MOE8_OK) return st;
-    }
+    if ((st = bind_role(m, l, -1, MOE8_R_ROUTER, ly, err)) != MOE8_OK) return st;
+    for (int64_t e = 0; e < m->cfg.num_experts; e++)
+        for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++)
+            if ((st = bind_role(m, l, e, (moe8_role)r, ly, err)) != MOE8_OK) return st;
+    for (size_t i = 0; ly->info.has_shared && i < sizeof shared / sizeof shared[0]; i++)
+        if ((st = bind_role(m, l, -1, shared[i], ly, err)) != MOE8_OK) return st;
     return MOE8_OK;
 }
 
 static moe8_status bind_dense(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
-    int64_t H = m->cfg.hidden_size, F = m->cfg.intermediate_size;
-    char p[160];
     moe8_status st;
-    snprintf(p, sizeof p, "model.layers.%lld.mlp.gate_proj", (long long)l);
-    if ((st = bind_linear(m, p, ly->info.mlp_gate_up, F, H, &ly->mlp_gate, err)) != MOE8_OK) return st;
-    snprintf(p, sizeof p, "model.layers.%lld.mlp.up_proj", (long long)l);
-    if ((st = bind_linear(m, p, ly->info.mlp_gate_up, F, H, &ly->mlp_up, err)) != MOE8_OK) return st;
-    snprintf(p, sizeof p, "model.layers.%lld.mlp.down_proj", (long long)l);
-    return bind_linear(m, p, ly->info.mlp_down, H, F, &ly->mlp_down, err);
+    for (int r = MOE8_R_MLP_GATE; r <= MOE8_R_MLP_DOWN; r++)
+        if ((st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK) return st;
+    return MOE8_OK;
 }
 
 /* lm_head [V][H] of type q (resolve_quant): the embedding when tied, which
@@ -347,8 +404,10 @@ static moe8_status bind_dense(moe8_model *m, int64_t l, moe8_layer *ly, moe8_err
  * weight, finite weight_scale [V] or [V][1], optional integer offsets). */
 static moe8_status bind_lm_head(moe8_model *m, moe8_quant_type q, moe8_error *err) {
     const moe8_config *c = &m->cfg;
+    char name[200];
+    moe8_arch_tensor_name(m->arch, MOE8_R_LM_HEAD, 0, 0, NULL, name, sizeof name);
     if (!c->tie_word_embeddings)
-        return bind_linear(m, "lm_head", q, c->vocab_size, c->hidden_size, &m->lm_head, err);
+        return bind_linear(m, name, q, c->vocab_size, c->hidden_size, &m->lm_head, err);
     if (q != MOE8_QUANT_FLOAT)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': lm_head.weight is %s but "
                          "tie_word_embeddings is true: a tied lm_head is the float embedding",
@@ -365,8 +424,11 @@ static moe8_status bind_all(moe8_model *m, moe8_quant_type lm_head, moe8_error *
     const moe8_config *c = &m->cfg;
     int64_t V = c->vocab_size, H = c->hidden_size, n_moe = 0;
     moe8_status st;
-    if ((st = float_tensor(m, "model.embed_tokens.weight", V, H, &m->embed, err)) != MOE8_OK) return st;
-    if ((st = float_tensor(m, "model.norm.weight", H, -1, &m->final_norm, err)) != MOE8_OK) return st;
+    char name[200];
+    moe8_arch_tensor_name(m->arch, MOE8_R_EMBED, 0, 0, "weight", name, sizeof name);
+    if ((st = float_tensor(m, name, V, H, &m->embed, err)) != MOE8_OK) return st;
+    moe8_arch_tensor_name(m->arch, MOE8_R_FINAL_NORM, 0, 0, "weight", name, sizeof name);
+    if ((st = float_tensor(m, name, H, -1, &m->final_norm, err)) != MOE8_OK) return st;
     if ((st = bind_lm_head(m, lm_head, err)) != MOE8_OK) return st;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += m->layers[l].info.is_moe;
     if (n_moe > 0) {
@@ -413,6 +475,7 @@ static moe8_status load_config(moe8_model *m, moe8_error *err) {
     moe8_status st = read_json_file(m->dir, "config.json", MOE8_CONFIG_MAX_BYTES, 0, &text, &len,
                                     &path, err);
     if (st == MOE8_OK) st = moe8_config_parse(text, len, path, &m->cfg, err);
+    if (st == MOE8_OK) m->arch = moe8_arch_get(m->cfg.arch);
     free(text);
     free(path);
     return st;
@@ -602,6 +665,8 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     wide = (uint64_t)(2 * c->intermediate_size);
     if ((uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size) > wide && c->num_experts > 0)
         wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
+    if ((uint64_t)(2 * c->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
+        wide = (uint64_t)(2 * c->shared_expert_intermediate_size);
     per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
               32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;

@@ -11,13 +11,15 @@
  * Shapes are [out][in] as stored (checkpoint layout), with
  *   H = hidden_size, V = vocab_size, D = head_dim, NH = num_attention_heads,
  *   NKV = num_key_value_heads, E = num_experts, I = moe_intermediate_size,
- *   F = intermediate_size (dense MLP).
+ *   F = intermediate_size (dense MLP), S = shared_expert_intermediate_size.
+ * Names come from the family's descriptor (src/arch).
  */
 #ifndef MOE8_MODEL_H
 #define MOE8_MODEL_H
 
 #include <string.h>
 
+#include "arch/arch.h"
 #include "core/core.h"
 #include "io/quant_desc.h"
 #include "moe8.h"
@@ -51,6 +53,9 @@ typedef struct {
     const moe8_tensor *weight_scale;  /* [n_out] or [n_out][1]: F32/BF16/F16, finite */
     const moe8_tensor *weight_offset; /* same shape as weight_scale; integer values in [-128, 127] */
     int nonzero_offset;               /* 1 if weight_offset holds a non-zero value */
+    /* FLOAT q/k/v of families with qkv_bias: y = x @ W^T + bias; NULL otherwise
+     * (a W8A8 linear's bias is folded into quant_bias, SEMANTICS §5): */
+    const moe8_tensor *bias;          /* [n_out] F32/BF16/F16 */
 } moe8_linear;
 
 /* One expert of a MoE layer. */
@@ -65,7 +70,7 @@ typedef struct {
     moe8_layer_info info;             /* is_moe and resolved quant types */
     const moe8_tensor *attn_norm;     /* input_layernorm [H] */
     const moe8_tensor *ffn_norm;      /* post_attention_layernorm [H] */
-    const moe8_tensor *q_norm;        /* [D] */
+    const moe8_tensor *q_norm;        /* [D]; NULL for families without q/k norm */
     const moe8_tensor *k_norm;        /* [D] */
     moe8_linear q;                    /* [NH*D][H] */
     moe8_linear k;                    /* [NKV*D][H] */
@@ -75,6 +80,11 @@ typedef struct {
     /* MoE layers (info.is_moe): */
     const moe8_tensor *router;        /* mlp.gate [E][H], float */
     moe8_expert *experts;             /* [E], into moe8_model.expert_store */
+    /* the shared expert of a MoE layer (info.has_shared): */
+    moe8_linear sh_gate;              /* [S][H] */
+    moe8_linear sh_up;                /* [S][H] */
+    moe8_linear sh_down;              /* [H][S] */
+    const moe8_tensor *sh_score;      /* shared_expert_gate [1][H], float */
     /* dense layers (!info.is_moe): */
     moe8_linear mlp_gate;             /* [F][H] */
     moe8_linear mlp_up;               /* [F][H] */
@@ -84,6 +94,7 @@ typedef struct {
 struct moe8_model {
     char *dir;                        /* the folder as given */
     moe8_config cfg;                  /* eos ids: config.json + generation_config.json */
+    const moe8_arch_desc *arch;       /* the family's descriptor */
     moe8_model_params params;
     moe8_st *st;                      /* owns the mapped tensors */
     int has_quant_desc;               /* quant_model_description.json was present */

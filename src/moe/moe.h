@@ -104,14 +104,16 @@ struct moe8_moe_layer {
     int inter_full;                /* I of the checkpoint */
     int i_begin, inter;            /* TP slice: [i_begin, i_begin + inter) */
     int first, last;               /* local experts [first, last) */
-    moe8_quant_type quant;         /* FLOAT or W8A8_DYNAMIC */
+    moe8_quant_type quant;         /* FLOAT or W8A8_DYNAMIC (of gate/up) */
+    int down_float;                /* W8A8_DYNAMIC gate/up with FLOAT down: qe holds gate/up,
+                                    * fe the down weights, A is not re-quantized */
     moe8_router_params rp;         /* bias points at `bias` below */
     float *bias;                   /* [E] copy, or NULL */
     const void *router;            /* [E][H] in router_dt, caller-owned, or NULL */
     moe8_dtype router_dt;
     int n_threads;                 /* 0 = omp_get_max_threads() */
-    moe8_qexpert *qe;              /* [last-first] (quantized) */
-    moe8_fexpert *fe;              /* [last-first] (float) */
+    moe8_qexpert *qe;              /* [last-first] (quantized; down unused with down_float) */
+    moe8_fexpert *fe;              /* [last-first] (float; only down with down_float) */
     int8_t *qdata;                 /* packed int8 of every local expert */
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */

@@ -2,12 +2,14 @@
  * moe_from_model.c — builds the MoE layer of a loaded model (src/model):
  * router weight mlp.gate [E][H] in place, routing from config.json
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax),
- * experts W8A8_DYNAMIC repacked or FLOAT in place, for one TP slice and/or EP
- * range (SEMANTICS §8). After packing, the mapped pages of the local experts'
- * tensors are released (SEMANTICS §6b: not resident twice).
+ * experts W8A8_DYNAMIC repacked or FLOAT in place (and a FLOAT down_proj
+ * beside W8A8_DYNAMIC gate/up in place: down_float), for one TP slice and/or
+ * EP range (SEMANTICS §8). After packing, the mapped pages of the local
+ * experts' packed tensors are released (SEMANTICS §6b: not resident twice).
  *
  * Dequantize mode (part->dequantize, W8A8_DYNAMIC experts): the part is
- * dequantized to fp32, W = S·(Wq + O), into one block the layer owns —
+ * dequantized to fp32, W = S·(Wq + O) (a FLOAT down widened), into one block
+ * the layer owns —
  * gate/up [I_loc][H] and down [H][I_loc] per local expert — and run as FLOAT
  * experts; the layer reports the part's slice as usual.
  *
@@ -35,13 +37,16 @@ static void release_linear(const moe8_model *m, const moe8_linear *l) {
     if (l->weight_offset) moe8_st_release(m->st, l->weight_offset);
 }
 
-/* dst[n][k] = S·(Wq + O) of rows [r0, r0+n), columns [c0, c0+k) of l; d
- * describes dst as an F32 weight. */
+/* dst[n][k] = S·(Wq + O) of rows [r0, r0+n), columns [c0, c0+k) of l (a
+ * FLOAT l: its values widened to fp32); d describes dst as an F32 weight. */
 static void dequant(float *dst, int n, int k, int r0, int c0, const moe8_linear *l,
                     moe8_moe_weight *d) {
     const int64_t ld = l->n_in;
     const int8_t *wq = (const int8_t *)l->weight->data;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; l->quant == MOE8_QUANT_FLOAT && i < n; i++)
+        for (int j = 0; j < k; j++)
+            dst[(size_t)i * k + j] = moe8_tensor_f32_at(l->weight, (int64_t)(r0 + i) * ld + c0 + j);
+    for (int i = 0; l->quant != MOE8_QUANT_FLOAT && i < n; i++) {
         float s = moe8_tensor_f32_at(l->weight_scale, r0 + i);
         float o = l->weight_offset ? moe8_tensor_f32_at(l->weight_offset, r0 + i) : 0.0f;
         const int8_t *row = wq + (size_t)(r0 + i) * (size_t)ld + c0;
@@ -78,6 +83,8 @@ static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_laye
     d->hidden = (int)c->hidden_size;
     d->intermediate = (int)c->moe_intermediate_size;
     d->quant = L->info.experts;
+    d->down_float = L->info.experts == MOE8_QUANT_W8A8_DYNAMIC &&
+                    L->info.experts_down == MOE8_QUANT_FLOAT;
     d->experts = ex;
     d->router = L->router->data;
     d->router_dtype = L->router->dtype;
@@ -116,7 +123,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
         weight_of(&ex[e].up, &L->experts[e].up);
         weight_of(&ex[e].down, &L->experts[e].down);
     }
-    snprintf(name, sizeof name, "model.layers.%lld.mlp", (long long)layer);
+    snprintf(name, sizeof name, m->arch->moe_block, (long long)layer);
     desc_of(&d, m, L, part, ex, name);
     deq_mode = part && part->dequantize && d.quant == MOE8_QUANT_W8A8_DYNAMIC;
     st = MOE8_OK;
@@ -131,6 +138,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
                            "experts [%d, %d))", name, d.i_begin, d.i_end, first, last);
         if (!st) st = dequant_part(L, d.hidden, first, last, i0, n_i, ex, &deq, err);
         d.quant = MOE8_QUANT_FLOAT;
+        d.down_float = 0;
         d.intermediate = n_i;
         d.i_begin = d.i_end = 0;
     }
@@ -152,7 +160,8 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
     for (int e = (*out)->first; e < (*out)->last; e++) {
         release_linear(m, &L->experts[e].gate);
         release_linear(m, &L->experts[e].up);
-        release_linear(m, &L->experts[e].down);
+        if (L->info.experts_down != MOE8_QUANT_FLOAT || deq_mode)
+            release_linear(m, &L->experts[e].down);
     }
     return MOE8_OK;
 }

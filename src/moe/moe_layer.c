@@ -6,7 +6,9 @@
  * up [I_loc][H] from rows [i_begin, i_end), down [H][I_loc] from columns
  * [i_begin, i_end)), scales (and offsets, only when one is non-zero)
  * converted to fp32/int32, all in memory the layer owns. Float experts and the
- * router weight stay where the caller keeps them, in their dtype.
+ * router weight stay where the caller keeps them, in their dtype. A layer
+ * with down_float packs gate/up only and keeps every down in place as a float
+ * expert's: its down GEMM reads the float A (SwiGLU output), unquantized.
  *
  * Forward: one parallel region, phases separated by barriers:
  *   [router GEMM by expert panels] -> quantize tokens + route tokens ->
@@ -143,17 +145,36 @@ static void pack_proj(moe8_moe_layer *L, int le, int proj, const moe8_moe_weight
                      qdst, sdst, any ? odst : NULL};
 }
 
+/* The float down weights of a layer with down_float (TP: columns of the slice). */
+static moe8_status build_float_down(moe8_moe_layer *L, const moe8_moe_expert *ex,
+                                    moe8_error *err) {
+    const int n_local = L->last - L->first;
+    moe8_status st;
+    L->fe = calloc((size_t)n_local, sizeof *L->fe);
+    if (!L->fe) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", L->name);
+    for (int le = 0; le < n_local; le++) {
+        const moe8_moe_weight *d = &ex[L->first + le].down;
+        if ((st = check_fweight(L, L->first + le, 2, d, err)) != MOE8_OK) return st;
+        L->fe[le].down_dt = d->dtype;
+        L->fe[le].ld_down = L->inter_full;
+        L->fe[le].down = (const char *)d->data + (size_t)L->i_begin * moe8_dtype_size(d->dtype);
+    }
+    return MOE8_OK;
+}
+
 static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
                                    moe8_error *err) {
     const int n_local = L->last - L->first, I = L->inter, H = L->hidden;
-    const size_t qb_gu = moe8_qmat_bytes(I, H), qb_d = moe8_qmat_bytes(H, I);
-    const size_t q_stride = 2 * qb_gu + qb_d, s_stride = 2 * (size_t)I + H;
+    const int n_proj = L->down_float ? 2 : 3;
+    const size_t qb_gu = moe8_qmat_bytes(I, H), qb_d = L->down_float ? 0 : moe8_qmat_bytes(H, I);
+    const size_t q_stride = 2 * qb_gu + qb_d, s_stride = 2 * (size_t)I + (L->down_float ? 0 : H);
     int nonzero = 0;
     moe8_status st;
     for (int e = L->first; e < L->last; e++)
-        for (int p = 0; p < 3; p++)
+        for (int p = 0; p < n_proj; p++)
             if ((st = check_qweight(L, e, p, proj_of(&ex[e], p), &nonzero, err)) != MOE8_OK)
                 return st;
+    if (L->down_float && (st = build_float_down(L, ex, err)) != MOE8_OK) return st;
     L->qe = calloc((size_t)n_local, sizeof *L->qe);
     L->qdata = moe8_alloc_aligned(q_stride * n_local);
     L->scales = moe8_alloc_aligned(s_stride * n_local * sizeof(float));
@@ -167,7 +188,7 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
     for (int le = 0; le < n_local; le++) {
         const size_t soff[3] = {0, (size_t)I, 2 * (size_t)I};
         const size_t qoff[3] = {0, qb_gu, 2 * qb_gu};
-        for (int p = 0; p < 3; p++) {
+        for (int p = 0; p < n_proj; p++) {
             size_t so = s_stride * le + soff[p];
             pack_proj(L, le, p, proj_of(&ex[L->first + le], p), L->qdata + q_stride * le + qoff[p],
                       L->scales + so, L->offsets ? L->offsets + so : NULL);
@@ -223,6 +244,9 @@ static moe8_status check_desc(const moe8_moe_layer_desc *d, const char *nm, moe8
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': experts of type %s not supported (FLOAT or W8A8_DYNAMIC)", nm,
                          moe8_quant_type_name(d->quant));
+    if (d->down_float && d->quant != MOE8_QUANT_W8A8_DYNAMIC)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                         "'%s': down_float needs W8A8_DYNAMIC gate/up experts", nm);
     if (!d->experts)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': no expert weights", nm);
     if (d->router && !is_float_dt(d->router_dtype))
@@ -254,6 +278,7 @@ moe8_status moe8_moe_layer_create(const moe8_moe_layer_desc *d, moe8_moe_layer *
     L->first = d->expert_first;
     L->last = d->expert_last > d->expert_first ? d->expert_last : d->n_expert;
     L->quant = d->quant;
+    L->down_float = d->down_float != 0;
     L->rp = d->router_params;
     L->router = d->router;
     L->router_dt = d->router_dtype;
@@ -291,6 +316,7 @@ void moe8_moe_layer_free(moe8_moe_layer *L) {
 int moe8_moe_layer_same_shape(const moe8_moe_layer *a, const moe8_moe_layer *b) {
     return a->n_expert == b->n_expert && a->hidden == b->hidden && a->inter == b->inter &&
            a->first == b->first && a->last == b->last && a->quant == b->quant &&
+           a->down_float == b->down_float &&
            a->rp.top_k == b->rp.top_k && (a->router != NULL) == (b->router != NULL) &&
            a->n_threads == b->n_threads;
 }
@@ -351,9 +377,10 @@ static void carve_all(carver *c, moe8_moe_workspace *w, const moe8_moe_layer *L,
     w->xsum_g = q ? carve(c, M, sizeof(int32_t)) : NULL;
     w->xf_g = q ? NULL : carve(c, M * H, sizeof(float));
     w->y1 = carve(c, M * 2 * I, sizeof(float));
-    w->aq = q ? carve(c, M, (size_t)w->lda) : NULL;
-    w->sa = q ? carve(c, M, sizeof(float)) : NULL;
-    w->asum = q ? carve(c, M, sizeof(int32_t)) : NULL;
+    const int qa = q && !L->down_float;  /* A is re-quantized for an int8 down */
+    w->aq = qa ? carve(c, M, (size_t)w->lda) : NULL;
+    w->sa = qa ? carve(c, M, sizeof(float)) : NULL;
+    w->asum = qa ? carve(c, M, sizeof(int32_t)) : NULL;
     w->y2 = carve(c, M * H, sizeof(float));
     w->scratch = carve(c, (size_t)w->max_threads, w->scratch_stride * sizeof(float));
 }
@@ -581,7 +608,8 @@ static void phase_down_combine(fwd_ctx *c, int tid, int nt) {
     for (int le = 0; le < L->last - L->first; le++) {
         if (!w->count[le]) continue;
         moe8_mlp_rows a = rows_a(c, le);
-        moe8_mlp_down(c->k, L->qe ? &L->qe[le] : NULL, L->fe ? &L->fe[le] : NULL, L->inter, &a,
+        moe8_mlp_down(c->k, L->qe && !L->down_float ? &L->qe[le] : NULL,
+                      L->fe ? &L->fe[le] : NULL, L->inter, &a,
                       w->y2 + (size_t)w->offs[le] * L->hidden, L->hidden, c0, c1);
     }
     moe8_moe_combine(c->out, L->hidden, w->y2, L->hidden, w->weights, w->row_of, c->T,

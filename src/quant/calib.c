@@ -107,7 +107,8 @@ typedef struct {
  * whole float model would end up resident. */
 static void release_layer(const moe8_model *m, int l) {
     const moe8_layer *L = &m->layers[l];
-    const moe8_linear *lin[] = {&L->q, &L->k, &L->v, &L->o, &L->mlp_gate, &L->mlp_up, &L->mlp_down};
+    const moe8_linear *lin[] = {&L->q, &L->k, &L->v, &L->o, &L->mlp_gate, &L->mlp_up,
+                                &L->mlp_down, &L->sh_gate, &L->sh_up, &L->sh_down};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
         if (lin[i]->weight) moe8_st_release(m->st, lin[i]->weight);
     if (!L->info.is_moe) return;

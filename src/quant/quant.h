@@ -4,7 +4,7 @@
  *
  *   folder.c    output folders (temp folder + rename, overwrite and
  *               self-overwrite checks), file copies, the sharded writer
- *   synth.c     synthetic Qwen3-MoE checkpoints (moe8_make_model)
+ *   synth.c     synthetic checkpoints of every family (moe8_make_model)
  *   calib.c     activation ranges of the float model over a calibration text
  *   quantize.c  the ModelSlim W8A8 / W8A8_DYNAMIC writer (moe8_quantize)
  */

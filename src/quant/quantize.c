@@ -1,16 +1,20 @@
 /*
- * quantize.c — moe8_quantize: a float Qwen3-MoE folder to a ModelSlim-layout
- * W8A8 checkpoint (moe8.h "Model tools"; SEMANTICS §4-§6).
+ * quantize.c — moe8_quantize: a float model folder of any supported family to
+ * a ModelSlim-layout W8A8 checkpoint (moe8.h "Model tools"; SEMANTICS §4-§6).
+ * Which tensor is what comes from the family's descriptor (src/arch).
  *
  * Steps: load the input with moe8_model_load (so a bad folder gets the
  * loader's error), refuse a quantized input, calibrate the W8A8 static
  * linears on the float model (calib.c), drop the model, then stream every
  * tensor of the input's safetensors set, in the set's order:
- *   experts.E.{gate,up,down}_proj.weight            -> W8A8_DYNAMIC
+ *   experts' (and a shared expert's) linears        -> W8A8_DYNAMIC (down_proj FLOAT
+ *                                                      with down_proj_float)
  *   lm_head.weight, with lm_head_w8a8               -> W8A8_DYNAMIC (a moe8
  *                                                      extension; refused when
  *                                                      tied: embed stays float)
  *   self_attn.{q,k,v,o}_proj.weight, dense MLP      -> W8A8 static
+ *   self_attn.{q,k,v}_proj.bias (qwen2_moe)         -> folded into that linear's
+ *                                                      quant_bias, not written
  *   anything else (router, embed, norms, lm_head)   -> FLOAT, bytes unchanged
  * Output tensors of one source tensor (a "group") are planned together and
  * stay in one file:
@@ -23,7 +27,8 @@
  *   x·W^T ~ s·ws·(xq·Wq^T - o·Σ_k Wq)  =>  deq_scale = fp32(s·ws),
  *   quant_bias = -o·Σ_k Wq
  * (an all-zero row, output 0 whatever its scale, gets deq_scale FLT_MIN, as
- * the loader wants it > 0). What the loader would refuse is refused here:
+ * the loader wants it > 0). A float bias b of q/k/v is folded as msModelSlim
+ * does: quant_bias += round(b / deq_scale) (fp32 division, ties to even). What the loader would refuse is refused here:
  * a non-finite weight (MOE8_ERR_FORMAT naming tensor and row), a non-finite
  * activation in calibration (calib.c), a width or quant_bias at which the
  * int32 accumulator could wrap.
@@ -31,7 +36,7 @@
  * memory stays near one tensor (its int8 codes and one fp32 row per thread).
  *
  * Does not: quantize embeddings, router, norms, or lm_head unless asked; smooth or clip
- * activations; handle already-quantized or non-Qwen3-MoE inputs.
+ * activations; handle already-quantized inputs.
  */
 #include <float.h>
 #include <limits.h>
@@ -43,6 +48,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch/arch.h"
 #include "core/core.h"
 #include "model/model.h"
 #include "quant/quant.h"
@@ -80,42 +86,50 @@ float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum) {
 /* Which tensors are quantized                                               */
 /* ======================================================================== */
 
-typedef enum { KIND_FLOAT = 0, KIND_STATIC, KIND_DYNAMIC } qkind;
+typedef enum {
+    KIND_FLOAT = 0,
+    KIND_STATIC,
+    KIND_DYNAMIC,
+    KIND_FOLDED,   /* the bias of a W8A8 static q/k/v: folded into its quant_bias, not written */
+} qkind;
 
-/* 1 if `name` is exactly the pattern (a sscanf format ending in %n). */
-#define MATCHES(name, fmt, ...) (sscanf(name, fmt "%n", __VA_ARGS__, &end) >= 0 && end > 0 && \
-                                 name[end] == '\0')
-
-static qkind classify(const moe8_tensor *t, const moe8_config *c, const moe8_quantize_params *p,
-                      int *layer, int *site) {
-    const int linear_float = p->linear_float;
-    int l = -1, e = -1, end = 0;
-    char which[16];
+/* What to write for source tensor t of a model of family a and config c
+ * (a name the descriptor does not know stays FLOAT); for W8A8 static also
+ * the layer and calibration site of its input. */
+static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_config *c,
+                      const moe8_quantize_params *p, int *layer, int *site) {
+    const moe8_role_info *ri;
+    moe8_role r;
+    int64_t l, e;
+    const char *suffix;
+    if (moe8_arch_parse(a, t->name, &r, &l, &e, &suffix)) return KIND_FLOAT;
+    if (!strcmp(suffix, "bias") && c->qkv_bias && !p->linear_float && l >= 0 &&
+        l < c->num_hidden_layers && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
+        return KIND_FOLDED;
     if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
-                           t->dtype != MOE8_DT_F16))
+                           t->dtype != MOE8_DT_F16) || strcmp(suffix, "weight"))
         return KIND_FLOAT;
-    if (!strcmp(t->name, "lm_head.weight"))   /* untied: moe8_quantize refuses tied models */
+    ri = moe8_role_of(r);
+    if (r == MOE8_R_LM_HEAD)   /* untied: moe8_quantize refuses tied models */
         return p->lm_head_w8a8 ? KIND_DYNAMIC : KIND_FLOAT;
-    if (MATCHES(t->name, "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight", &l, &e, which))
-        return l >= 0 && l < c->num_hidden_layers && moe8_config_is_moe_layer(c, l) && e >= 0 &&
-               e < c->num_experts && (!strcmp(which, "gate") || !strcmp(which, "up") ||
-                                      !strcmp(which, "down")) ? KIND_DYNAMIC : KIND_FLOAT;
-    end = 0;
-    if (!linear_float && MATCHES(t->name, "model.layers.%d.self_attn.%15[a-z]_proj.weight", &l, which)
-        && l >= 0 && l < c->num_hidden_layers && strchr("qkvo", which[0]) && !which[1]) {
-        *layer = l;
-        *site = which[0] == 'o' ? MOE8_CALIB_O : MOE8_CALIB_QKV;
+    if (l < 0 || l >= c->num_hidden_layers || !moe8_arch_in_layer(a, c, r, l)) return KIND_FLOAT;
+    switch (ri->kind) {
+    case MOE8_KIND_EXPERT:
+        if (e < 0 || e >= c->num_experts) return KIND_FLOAT;
+        return r == MOE8_R_EXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
+    case MOE8_KIND_SHARED:   /* like the routed experts (docs/MODELS.md) */
+        return r == MOE8_R_SHEXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
+    case MOE8_KIND_LINEAR:
+        if (p->linear_float) return KIND_FLOAT;
+        *layer = (int)l;
+        *site = r == MOE8_R_O          ? MOE8_CALIB_O
+                : r == MOE8_R_MLP_DOWN ? MOE8_CALIB_DOWN
+                : r == MOE8_R_MLP_GATE || r == MOE8_R_MLP_UP ? MOE8_CALIB_MLP
+                                                             : MOE8_CALIB_QKV;
         return KIND_STATIC;
+    default:
+        return KIND_FLOAT;
     }
-    end = 0;
-    if (!linear_float && MATCHES(t->name, "model.layers.%d.mlp.%15[a-z]_proj.weight", &l, which) &&
-        l >= 0 && l < c->num_hidden_layers && !moe8_config_is_moe_layer(c, l) &&
-        (!strcmp(which, "gate") || !strcmp(which, "up") || !strcmp(which, "down"))) {
-        *layer = l;
-        *site = which[0] == 'd' ? MOE8_CALIB_DOWN : MOE8_CALIB_MLP;
-        return KIND_STATIC;
-    }
-    return KIND_FLOAT;
 }
 
 /* ======================================================================== */
@@ -125,6 +139,7 @@ static qkind classify(const moe8_tensor *t, const moe8_config *c, const moe8_qua
 typedef struct {
     const moe8_quantize_params *p;
     moe8_config cfg;
+    const moe8_arch_desc *arch;
     moe8_range *ranges;        /* [layers][MOE8_CALIB_SITES], NULL with linear_float */
     moe8_st *src;
     moe8_shards *sh;
@@ -156,6 +171,7 @@ static moe8_status plan_group(qz *z, const moe8_tensor *t, qkind k, moe8_error *
     const moe8_dtype deq = z->p->deq_scale_f32 ? MOE8_DT_F32 : MOE8_DT_I64;
     char n[512];
     moe8_status st;
+    if (k == KIND_FOLDED) return MOE8_OK;
     if (k == KIND_FLOAT) {
         moe8_shards_group(z->sh, t->n_bytes);
         if (!cJSON_AddStringToObject(z->desc, t->name, "FLOAT"))
@@ -192,6 +208,7 @@ typedef struct {
     int64_t *sum;      /* [N] Σ_k codes */
     int64_t *deq;      /* [N] I64 or F32 (fits either) */
     int32_t *bias;     /* [N] */
+    float *bias_in;    /* [N] the float bias of a W8A8 q/k/v (qkv_bias), or NULL */
 } qbufs;
 
 static void qbufs_free(qbufs *b) {
@@ -201,6 +218,7 @@ static void qbufs_free(qbufs *b) {
     free(b->sum);
     free(b->deq);
     free(b->bias);
+    free(b->bias_in);
 }
 
 /* The first non-finite element of row i of t (file: its path), as an error. */
@@ -254,10 +272,32 @@ static moe8_status quant_weight(const moe8_tensor *t, const char *file, qbufs *b
     return MOE8_OK;
 }
 
-/* deq_scale and quant_bias of a W8A8 static linear with input (s, o), within
- * what moe8_model_load accepts: deq_scale finite and > 0 (an all-zero row,
- * whose output is 0 whatever its scale, gets FLT_MIN), |quant_bias| +
- * 16384 x K <= INT32_MAX so the int32 accumulator cannot wrap. */
+/* The float bias of q/k/v row i, folded into quant_bias as msModelSlim
+ * does: round(bias / deq_scale) in fp32, ties to even (an all-zero row, whose
+ * product is 0, gets deq_scale |bias| / 16384 so the bias stays exact to
+ * 1/16384 of itself). *d is the row's deq_scale (may be changed). */
+static moe8_status fold_bias(const moe8_tensor *t, int64_t i, float bias, int zero_row, float *d,
+                             int64_t *q, moe8_error *err) {
+    float v;
+    if (!isfinite(bias))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': row %lld: bias %g is not "
+                         "finite", t->name, (long long)i, bias);
+    if (zero_row && bias != 0.0f) *d = fabsf(bias) / 16384.0f > FLT_MIN ? fabsf(bias) / 16384.0f
+                                                                      : FLT_MIN;
+    v = moe8_round_even(bias / *d);
+    if (!(fabsf(v) <= 2147483648.0f))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': row %lld: bias %g / "
+                         "deq_scale %g does not fit the int32 quant_bias", t->name, (long long)i,
+                         bias, *d);
+    *q += (int64_t)v;
+    return MOE8_OK;
+}
+
+/* deq_scale and quant_bias of a W8A8 static linear with input (s, o) and
+ * float bias b->bias_in (NULL: none), within what moe8_model_load accepts:
+ * deq_scale finite and > 0 (an all-zero row, whose output is 0 whatever its
+ * scale, gets FLT_MIN), |quant_bias| + 16384 x K <= INT32_MAX so the int32
+ * accumulator cannot wrap. */
 static moe8_status static_params(const moe8_tensor *t, qbufs *b, float s, int o, int deq_f32,
                                  moe8_error *err) {
     const int64_t room = INT32_MAX - MOE8_W8A8_MAX_PRODUCT * t->shape[1];
@@ -269,6 +309,10 @@ static moe8_status static_params(const moe8_tensor *t, qbufs *b, float s, int o,
         float d = b->scale[i] == 0.0f ? FLT_MIN : s * b->scale[i];
         int64_t bias = -(int64_t)o * b->sum[i];
         uint32_t bits;
+        moe8_status st;
+        if (b->bias_in &&
+            (st = fold_bias(t, i, b->bias_in[i], b->scale[i] == 0.0f, &d, &bias, err)))
+            return st;
         if (bias < -room || bias > room)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': row %lld: quant_bias "
                              "%lld: |bias| + %d x %lld inputs overflows the int32 accumulator",
@@ -286,6 +330,21 @@ static moe8_status static_params(const moe8_tensor *t, qbufs *b, float s, int o,
     return MOE8_OK;
 }
 
+/* b->bias_in = fp32 "<prefix>.bias" of weight t when the source has it. */
+static moe8_status read_bias(const qz *z, const moe8_tensor *t, qbufs *b, moe8_error *err) {
+    char n[512];
+    const moe8_tensor *bt;
+    companion(n, sizeof n, t->name, "bias");
+    if (!(bt = moe8_st_find(z->src, n))) return MOE8_OK;
+    if (bt->n_elements != t->shape[0])
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': %lld elements, expected %lld",
+                         n, (long long)bt->n_elements, (long long)t->shape[0]);
+    if (!(b->bias_in = malloc((size_t)t->shape[0] * sizeof(float))))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", n);
+    for (int64_t i = 0; i < t->shape[0]; i++) b->bias_in[i] = moe8_tensor_f32_at(bt, i);
+    return MOE8_OK;
+}
+
 static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, int site,
                                moe8_error *err) {
     const int64_t N = t->shape[0], K = t->shape[1];
@@ -298,6 +357,8 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
     const char *file = moe8_st_file_path(z->src, t->file_index);
     memset(&b, 0, sizeof b);
     st = quant_weight(t, file ? file : "?", &b, err);
+    if (!st && k == KIND_STATIC && z->cfg.qkv_bias && site == MOE8_CALIB_QKV)
+        st = read_bias(z, t, &b, err);
     if (!st && k == KIND_STATIC) {
         if (moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o))
             st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': calibration range of layer %d "
@@ -333,14 +394,15 @@ static moe8_status write_tensors(qz *z, const char *dir, moe8_error *err) {
     int layer = 0, site = 0;
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        st = plan_group(z, t, classify(t, &z->cfg, z->p, &layer, &site), err);
+        st = plan_group(z, t, classify(t, z->arch, &z->cfg, z->p, &layer, &site), err);
         total += t->n_bytes;
     }
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        qkind k = classify(t, &z->cfg, z->p, &layer, &site);
-        st = k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
-                             : write_quant(z, t, k, layer, site, err);
+        qkind k = classify(t, z->arch, &z->cfg, z->p, &layer, &site);
+        st = k == KIND_FOLDED ? MOE8_OK
+             : k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
+                               : write_quant(z, t, k, layer, site, err);
         moe8_st_release(z->src, t);
         done += t->n_bytes;
         if (!st && z->p->progress && z->p->progress(z->p->progress_user, "quantize", done, total))
@@ -365,7 +427,8 @@ static moe8_status check_float_model(const moe8_model *m, const char *dir, moe8_
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         moe8_layer_info li;
         moe8_model_layer_info(m, l, &li);
-        if (li.qkv || li.o || li.experts || li.mlp_gate_up || li.mlp_down)
+        if (li.qkv || li.o || li.experts || li.experts_down || li.mlp_gate_up || li.mlp_down ||
+            li.shared_gate_up || li.shared_down)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': layer %lld is already "
                              "quantized; quantize expects a float model", dir, (long long)l);
     }
@@ -385,12 +448,15 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     mp.n_threads = p->n_threads;
     if ((st = moe8_model_load(in_dir, &mp, &m, err))) return st;
     z->cfg = *moe8_model_config(m);
+    z->arch = moe8_arch_get(z->cfg.arch);
     st = check_float_model(m, in_dir, err);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "
                        "(quantize lm_head only for an untied model)", in_dir);
-    if (!st) st = moe8_tokenizer_load(in_dir, &tok, err);
+    /* the tokenizer is read only to calibrate (with linear_float it is only
+     * copied: a family whose tokenizer this build cannot parse still quantizes) */
+    if (!st && !p->linear_float) st = moe8_tokenizer_load(in_dir, &tok, err);
     if (!st && !p->linear_float) {
         const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
         size_t len = p->calib_text ? p->calib_len : strlen(text);

@@ -1,15 +1,18 @@
 /*
- * synth.c — moe8_make_model: a synthetic Qwen3-MoE checkpoint in Hugging
- * Face layout, deterministic in a seed (moe8.h "Model tools").
+ * synth.c — moe8_make_model: a synthetic checkpoint of any supported family
+ * in Hugging Face layout, deterministic in a seed (moe8.h "Model tools").
  *
  * Folder written (through a temporary folder, folder.c):
- *   config.json              every SEMANTICS §7 field (+ architectures, torch_dtype)
- *   generation_config.json   Qwen3's (eos [151645, 151643])
+ *   config.json              the family's keys as Hugging Face writes them
+ *                            (its descriptor's config_json, src/arch)
+ *   generation_config.json   the family's (Qwen3: eos [151645, 151643])
  *   model.safetensors        or shards + model.safetensors.index.json
  *   tokenizer.json, tokenizer_config.json (+ vocab.json, merges.txt if there)
  *                            copied from the tokenizer folder
- * Tensors, in order: embed, per layer (norms, q/k/v/o, q/k norms, router +
- * experts or dense MLP), final norm, lm_head. Values: element j of row r of
+ * Tensors, in order: embed, per layer (input norm, q/k/v/o with their biases,
+ * q/k norms, post-attention norm, router + experts + shared expert or dense
+ * MLP; each where the family has it), final norm, lm_head. Names come from
+ * the descriptor. Values: element j of row r of
  * tensor "name" comes from a generator seeded by (seed, name, r), so rows
  * are generated in parallel and the bytes never depend on the thread count.
  * Normal draws are Irwin-Hall (sum of 4 uniforms, scaled to unit variance):
@@ -27,6 +30,8 @@
  *   norms: 1 + N(0, 0.05²)
  *   router: N(0, (2/sqrt(H))²), so router logits of a unit-RMS hidden state
  *           have a standard deviation near 2 and routing is far from uniform.
+ *   q/k/v biases: N(0, 0.1²); shared-expert gate: N(0, (1/sqrt(H))²), so
+ *           its sigmoid spreads over (0, 1).
  *
  * Does not: hold more than one tensor in memory, or produce a model that
  * says anything meaningful.
@@ -41,12 +46,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch/arch.h"
 #include "core/core.h"
 #include "quant/quant.h"
 
-#define QWEN3_VOCAB 151936
-#define QWEN3_BOS 151643
-#define QWEN3_EOS 151645
+#define MAX_VOCAB 151936  /* the largest family vocabulary (Qwen's) */
 
 /* ======================================================================== */
 /* Presets                                                                   */
@@ -60,32 +64,15 @@ moe8_make_model_params moe8_make_model_params_default(void) {
     return p;
 }
 
-static void fill_dims(moe8_config *c, moe8_preset preset) {
-    if (preset == MOE8_PRESET_TINY) {
-        c->hidden_size = 256;
-        c->num_attention_heads = 8;
-        c->num_key_value_heads = 2;
-        c->head_dim = 32;
-        c->num_experts = 16;
-        c->num_experts_per_tok = 4;
-        c->moe_intermediate_size = 128;
-        c->intermediate_size = 512;
-    } else {
-        c->hidden_size = 2048;
-        c->num_attention_heads = 32;
-        c->num_key_value_heads = 4;
-        c->head_dim = 128;
-        c->num_experts = 128;
-        c->num_experts_per_tok = 8;
-        c->moe_intermediate_size = 768;
-        c->intermediate_size = 6144;
-    }
-}
-
 moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config *c,
                                    moe8_error *err) {
+    const moe8_arch_desc *a;
     int64_t layers;
+    moe8_status st;
     if (!p || !c) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: NULL argument");
+    if (!(a = moe8_arch_get(p->arch)))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown architecture %d",
+                         (int)p->arch);
     if (p->preset != MOE8_PRESET_TINY && p->preset != MOE8_PRESET_A3B_SLICE)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown preset %d", (int)p->preset);
     layers = p->n_layers ? p->n_layers : 4;
@@ -95,27 +82,18 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     if (p->dtype != MOE8_DT_BF16 && p->dtype != MOE8_DT_F32)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: dtype %s not supported "
                          "(expected BF16 or F32)", moe8_dtype_name(p->dtype));
-    if (p->vocab_size && (p->vocab_size < 1024 || p->vocab_size > QWEN3_VOCAB))
+    if (p->vocab_size && (p->vocab_size < 1024 || p->vocab_size > MAX_VOCAB))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: vocab %lld not in [1024, %d]",
-                         (long long)p->vocab_size, QWEN3_VOCAB);
+                         (long long)p->vocab_size, MAX_VOCAB);
     memset(c, 0, sizeof *c);
-    snprintf(c->model_type, sizeof c->model_type, "qwen3_moe");
-    fill_dims(c, p->preset);
-    c->vocab_size = p->vocab_size ? p->vocab_size : QWEN3_VOCAB;
+    c->arch = a->id;
+    snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
+    if ((st = a->preset(p->preset, c, err))) return st;
+    if (p->vocab_size) c->vocab_size = p->vocab_size;
     c->num_hidden_layers = layers;
-    c->norm_topk_prob = 1;
-    c->decoder_sparse_step = 1;
-    c->max_position_embeddings = 40960;
-    c->rms_norm_eps = 1e-6;
-    c->rope_theta = 1e6;
-    c->tie_word_embeddings = 0;
-    c->bos_token_id = QWEN3_BOS % c->vocab_size;
-    c->n_eos_ids = 1;
-    c->eos_token_ids[0] = QWEN3_EOS % c->vocab_size;
-    if (p->preset == MOE8_PRESET_TINY && layers >= 2) {
-        c->n_mlp_only_layers = 1;   /* exercise the dense path too */
-        c->mlp_only_layers[0] = 0;
-    }
+    if (layers < 2) c->n_mlp_only_layers = 0;   /* the dense layer needs a MoE one beside it */
+    c->bos_token_id %= c->vocab_size;
+    for (int i = 0; i < c->n_eos_ids; i++) c->eos_token_ids[i] %= c->vocab_size;
     return MOE8_OK;
 }
 
@@ -123,65 +101,9 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
 /* JSON files                                                                */
 /* ======================================================================== */
 
-static char *config_json(const moe8_config *c, moe8_dtype dt) {
-    cJSON *j = cJSON_CreateObject(), *arr;
-    char *text;
-    if (!j) return NULL;
-    arr = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arr, cJSON_CreateString("Qwen3MoeForCausalLM"));
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
-    cJSON_AddNumberToObject(j, "attention_dropout", 0);
-    cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
-    cJSON_AddNumberToObject(j, "decoder_sparse_step", (double)c->decoder_sparse_step);
-    cJSON_AddNumberToObject(j, "eos_token_id", (double)c->eos_token_ids[0]);
-    cJSON_AddNumberToObject(j, "head_dim", (double)c->head_dim);
-    cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddNumberToObject(j, "hidden_size", (double)c->hidden_size);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    cJSON_AddNumberToObject(j, "intermediate_size", (double)c->intermediate_size);
-    cJSON_AddNumberToObject(j, "max_position_embeddings", (double)c->max_position_embeddings);
-    cJSON_AddNumberToObject(j, "max_window_layers", (double)c->num_hidden_layers);
-    arr = cJSON_AddArrayToObject(j, "mlp_only_layers");
-    for (int i = 0; i < c->n_mlp_only_layers; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)c->mlp_only_layers[i]));
-    cJSON_AddStringToObject(j, "model_type", "qwen3_moe");
-    cJSON_AddNumberToObject(j, "moe_intermediate_size", (double)c->moe_intermediate_size);
-    cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk_prob);
-    cJSON_AddNumberToObject(j, "num_attention_heads", (double)c->num_attention_heads);
-    cJSON_AddNumberToObject(j, "num_experts", (double)c->num_experts);
-    cJSON_AddNumberToObject(j, "num_experts_per_tok", (double)c->num_experts_per_tok);
-    cJSON_AddNumberToObject(j, "num_hidden_layers", (double)c->num_hidden_layers);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", (double)c->num_key_value_heads);
-    cJSON_AddBoolToObject(j, "output_router_logits", 0);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddNullToObject(j, "rope_scaling");
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(j, "router_aux_loss_coef", 0.001);
-    cJSON_AddNullToObject(j, "sliding_window");
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
-    cJSON_AddStringToObject(j, "torch_dtype", dt == MOE8_DT_F32 ? "float32" : "bfloat16");
-    cJSON_AddBoolToObject(j, "use_cache", 1);
-    cJSON_AddBoolToObject(j, "use_sliding_window", 0);
-    cJSON_AddNumberToObject(j, "vocab_size", (double)c->vocab_size);
-    text = cJSON_Print(j);
-    cJSON_Delete(j);
-    return text;
-}
-
-static char *generation_json(const moe8_config *c) {
-    cJSON *j = cJSON_CreateObject(), *eos;
-    char *text;
-    if (!j) return NULL;
-    cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
-    cJSON_AddBoolToObject(j, "do_sample", 1);
-    eos = cJSON_AddArrayToObject(j, "eos_token_id");
-    cJSON_AddItemToArray(eos, cJSON_CreateNumber((double)c->eos_token_ids[0]));
-    cJSON_AddItemToArray(eos, cJSON_CreateNumber((double)c->bos_token_id));
-    cJSON_AddNumberToObject(j, "pad_token_id", (double)c->bos_token_id);
-    cJSON_AddNumberToObject(j, "temperature", 0.6);
-    cJSON_AddNumberToObject(j, "top_k", 20);
-    cJSON_AddNumberToObject(j, "top_p", 0.95);
-    text = cJSON_Print(j);
+/* cJSON_Print of a descriptor's JSON object (NULL when it could not be made). */
+static char *print_json(cJSON *j) {
+    char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     return text;
 }
@@ -254,38 +176,54 @@ static void add(syn_list *L, int64_t d0, int64_t d1, float std, float mean, cons
 #define LM_EMBED 1.0f     /* lm_head = LM_EMBED * permuted embed + N(0, LM_NOISE²) */
 #define LM_NOISE 0.02f
 
-static void add_layer(syn_list *L, const moe8_config *c, int64_t l) {
-    const int64_t H = c->hidden_size, D = c->head_dim, I = c->moe_intermediate_size;
-    const int64_t QD = c->num_attention_heads * D, KD = c->num_key_value_heads * D;
-    const long long li = (long long)l;
-    add(L, H, 0, NORM_STD, 1, "model.layers.%lld.input_layernorm.weight", li);
-    add(L, QD, H, W_STD, 0, "model.layers.%lld.self_attn.q_proj.weight", li);
-    add(L, KD, H, W_STD, 0, "model.layers.%lld.self_attn.k_proj.weight", li);
-    add(L, KD, H, W_STD, 0, "model.layers.%lld.self_attn.v_proj.weight", li);
-    add(L, H, QD, W_STD, 0, "model.layers.%lld.self_attn.o_proj.weight", li);
-    add(L, D, 0, NORM_STD, 1, "model.layers.%lld.self_attn.q_norm.weight", li);
-    add(L, D, 0, NORM_STD, 1, "model.layers.%lld.self_attn.k_norm.weight", li);
-    add(L, H, 0, NORM_STD, 1, "model.layers.%lld.post_attention_layernorm.weight", li);
+#define BIAS_STD 0.1f
+
+/* Role r of layer l (expert e) with the role table's shape, if the family has it. */
+static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, moe8_role r,
+                     int64_t l, int64_t e) {
+    const moe8_role_info *ri = moe8_role_of(r);
+    const int64_t d0 = moe8_dim_of(c, ri->out), d1 = moe8_dim_of(c, ri->in);
+    char name[160];
+    float std = W_STD, mean = 0.0f;
+    if (moe8_arch_tensor_name(a, r, l, e, "weight", name, sizeof name)) return;
+    if (ri->kind == MOE8_KIND_NORM) std = NORM_STD, mean = 1.0f;
+    if (r == MOE8_R_ROUTER) std = 2.0f / sqrtf((float)c->hidden_size);
+    if (r == MOE8_R_SHEXP_SCORE) std = 1.0f / sqrtf((float)c->hidden_size);
+    add(L, d0, d1, std, mean, "%s", name);
+    if (c->qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V) &&
+        !moe8_arch_tensor_name(a, r, l, e, "bias", name, sizeof name))
+        add(L, d0, 0, BIAS_STD, 0, "%s", name);
+}
+
+static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, int64_t l) {
+    static const moe8_role attn[] = {MOE8_R_ATTN_NORM, MOE8_R_Q, MOE8_R_K, MOE8_R_V, MOE8_R_O,
+                                     MOE8_R_Q_NORM, MOE8_R_K_NORM, MOE8_R_FFN_NORM};
+    static const moe8_role shared[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP, MOE8_R_SHEXP_DOWN,
+                                       MOE8_R_SHEXP_SCORE};
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) add_role(L, a, c, attn[i], l, -1);
     if (!moe8_config_is_moe_layer(c, l)) {
-        add(L, c->intermediate_size, H, W_STD, 0, "model.layers.%lld.mlp.gate_proj.weight", li);
-        add(L, c->intermediate_size, H, W_STD, 0, "model.layers.%lld.mlp.up_proj.weight", li);
-        add(L, H, c->intermediate_size, W_STD, 0, "model.layers.%lld.mlp.down_proj.weight", li);
+        for (int r = MOE8_R_MLP_GATE; r <= MOE8_R_MLP_DOWN; r++) add_role(L, a, c, (moe8_role)r, l, -1);
         return;
     }
-    add(L, c->num_experts, H, 2.0f / sqrtf((float)H), 0, "model.layers.%lld.mlp.gate.weight", li);
-    for (long long e = 0; e < c->num_experts; e++) {
-        add(L, I, H, W_STD, 0, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", li, e);
-        add(L, I, H, W_STD, 0, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", li, e);
-        add(L, H, I, W_STD, 0, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", li, e);
-    }
+    add_role(L, a, c, MOE8_R_ROUTER, l, -1);
+    for (int64_t e = 0; e < c->num_experts; e++)
+        for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++) add_role(L, a, c, (moe8_role)r, l, e);
+    for (size_t i = 0; c->shared_expert_intermediate_size > 0 && i < sizeof shared / sizeof shared[0];
+         i++)
+        add_role(L, a, c, shared[i], l, -1);
 }
 
 static void build_list(syn_list *L, const moe8_config *c) {
-    add(L, c->vocab_size, c->hidden_size, EMBED_STD, 0, "model.embed_tokens.weight");
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) add_layer(L, c, l);
-    add(L, c->hidden_size, 0, NORM_STD, 1, "model.norm.weight");
-    add(L, c->vocab_size, c->hidden_size, LM_NOISE, 0, "lm_head.weight");
-    if (!L->oom) L->t[L->n - 1].lm_head = 1;
+    const moe8_arch_desc *a = moe8_arch_get(c->arch);
+    add_role(L, a, c, MOE8_R_EMBED, -1, -1);
+    if (!L->oom) L->t[0].std = EMBED_STD;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) add_layer(L, a, c, l);
+    add_role(L, a, c, MOE8_R_FINAL_NORM, -1, -1);
+    add_role(L, a, c, MOE8_R_LM_HEAD, -1, -1);
+    if (!L->oom) {
+        L->t[L->n - 1].std = LM_NOISE;
+        L->t[L->n - 1].lm_head = 1;
+    }
 }
 
 static uint64_t mix64(uint64_t x) {   /* splitmix64 finalizer */
@@ -375,7 +313,7 @@ static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_con
         free(L.t);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     }
-    syn_gen g = {p->seed, name_hash("model.embed_tokens.weight", p->seed), 0, 0,
+    syn_gen g = {p->seed, name_hash(L.t[0].name, p->seed), 0, 0,
                  (uint64_t)c->vocab_size};
     g.perm_mul = 40503;   /* odd prime: coprime with any vocab it does not divide */
     while (gcd(g.perm_mul, g.vocab) != 1) g.perm_mul += 2;
@@ -408,8 +346,10 @@ static moe8_status write_folder(const moe8_make_model_params *p, const moe8_conf
     if ((st = moe8_copy_file(p->tokenizer_dir, dir, "tokenizer.json", 0, err))) return st;
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if ((st = moe8_copy_file(p->tokenizer_dir, dir, optional[i], 1, err))) return st;
-    if ((st = write_json(dir, "config.json", config_json(c, p->dtype), err))) return st;
-    if ((st = write_json(dir, "generation_config.json", generation_json(c), err))) return st;
+    const moe8_arch_desc *a = moe8_arch_get(c->arch);
+    if ((st = write_json(dir, "config.json", print_json(a->config_json(c, p->dtype)), err))) return st;
+    if ((st = write_json(dir, "generation_config.json", print_json(a->generation_json(c)), err)))
+        return st;
     return write_tensors(p, c, dir, err);
 }
 

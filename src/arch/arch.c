@@ -1,0 +1,210 @@
+/*
+ * arch.c — what every family shares: the role table (where each tensor
+ * occurs, its shape, storage kind and TP split), the list of families, and
+ * tensor names built from or parsed against a descriptor's formats (arch.h).
+ *
+ * Names: a descriptor's format holds 0 ("lm_head"), 1 (layer) or 2 (layer,
+ * expert) "%lld". Parsing tries every role of the family with sscanf on its
+ * format and then rebuilds the name from the numbers it read, so only the
+ * canonical spelling matches (sscanf alone would take " 3", "+3" or "03").
+ *
+ * Does not: read config.json (config.c), check tensors (model/model.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "arch/arch.h"
+
+/* ======================================================================== */
+/* Roles                                                                     */
+/* ======================================================================== */
+
+static const moe8_role_info roles[MOE8_R_COUNT] = {
+    [MOE8_R_EMBED] = {"embed_tokens", MOE8_SCOPE_MODEL, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE,
+                      MOE8_DIM_V, MOE8_DIM_H},
+    [MOE8_R_FINAL_NORM] = {"norm", MOE8_SCOPE_MODEL, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_H,
+                           MOE8_DIM_NONE},
+    [MOE8_R_LM_HEAD] = {"lm_head", MOE8_SCOPE_MODEL, MOE8_KIND_LM_HEAD, MOE8_SPLIT_VOCAB,
+                        MOE8_DIM_V, MOE8_DIM_H},
+    [MOE8_R_ATTN_NORM] = {"input_layernorm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                          MOE8_DIM_H, MOE8_DIM_NONE},
+    [MOE8_R_FFN_NORM] = {"post_attention_layernorm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM,
+                         MOE8_SPLIT_NONE, MOE8_DIM_H, MOE8_DIM_NONE},
+    [MOE8_R_Q_NORM] = {"q_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_D,
+                       MOE8_DIM_NONE},
+    [MOE8_R_K_NORM] = {"k_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_D,
+                       MOE8_DIM_NONE},
+    [MOE8_R_Q] = {"q_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_QD,
+                  MOE8_DIM_H},
+    [MOE8_R_K] = {"k_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_KD,
+                  MOE8_DIM_H},
+    [MOE8_R_V] = {"v_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_KD,
+                  MOE8_DIM_H},
+    [MOE8_R_O] = {"o_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_COLS, MOE8_DIM_H,
+                  MOE8_DIM_QD},
+    [MOE8_R_ROUTER] = {"router", MOE8_SCOPE_MOE, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE, MOE8_DIM_E,
+                       MOE8_DIM_H},
+    [MOE8_R_EXP_GATE] = {"expert gate_proj", MOE8_SCOPE_EXPERT, MOE8_KIND_EXPERT,
+                         MOE8_SPLIT_ROWS, MOE8_DIM_I, MOE8_DIM_H},
+    [MOE8_R_EXP_UP] = {"expert up_proj", MOE8_SCOPE_EXPERT, MOE8_KIND_EXPERT, MOE8_SPLIT_ROWS,
+                       MOE8_DIM_I, MOE8_DIM_H},
+    [MOE8_R_EXP_DOWN] = {"expert down_proj", MOE8_SCOPE_EXPERT, MOE8_KIND_EXPERT,
+                         MOE8_SPLIT_COLS, MOE8_DIM_H, MOE8_DIM_I},
+    [MOE8_R_SHEXP_GATE] = {"shared expert gate_proj", MOE8_SCOPE_MOE, MOE8_KIND_SHARED,
+                           MOE8_SPLIT_ROWS, MOE8_DIM_S, MOE8_DIM_H},
+    [MOE8_R_SHEXP_UP] = {"shared expert up_proj", MOE8_SCOPE_MOE, MOE8_KIND_SHARED,
+                         MOE8_SPLIT_ROWS, MOE8_DIM_S, MOE8_DIM_H},
+    [MOE8_R_SHEXP_DOWN] = {"shared expert down_proj", MOE8_SCOPE_MOE, MOE8_KIND_SHARED,
+                           MOE8_SPLIT_COLS, MOE8_DIM_H, MOE8_DIM_S},
+    [MOE8_R_SHEXP_SCORE] = {"shared_expert_gate", MOE8_SCOPE_MOE, MOE8_KIND_FLOAT,
+                            MOE8_SPLIT_NONE, MOE8_DIM_ONE, MOE8_DIM_H},
+    [MOE8_R_MLP_GATE] = {"gate_proj", MOE8_SCOPE_DENSE, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS,
+                         MOE8_DIM_F, MOE8_DIM_H},
+    [MOE8_R_MLP_UP] = {"up_proj", MOE8_SCOPE_DENSE, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS,
+                       MOE8_DIM_F, MOE8_DIM_H},
+    [MOE8_R_MLP_DOWN] = {"down_proj", MOE8_SCOPE_DENSE, MOE8_KIND_LINEAR, MOE8_SPLIT_COLS,
+                         MOE8_DIM_H, MOE8_DIM_F},
+};
+
+const moe8_role_info *moe8_role_of(moe8_role r) {
+    return (unsigned)r < MOE8_R_COUNT ? &roles[r] : NULL;
+}
+
+int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
+    switch (d) {
+    case MOE8_DIM_NONE: return 0;
+    case MOE8_DIM_ONE: return 1;
+    case MOE8_DIM_H: return c->hidden_size;
+    case MOE8_DIM_V: return c->vocab_size;
+    case MOE8_DIM_D: return c->head_dim;
+    case MOE8_DIM_QD: return c->num_attention_heads * c->head_dim;
+    case MOE8_DIM_KD: return c->num_key_value_heads * c->head_dim;
+    case MOE8_DIM_E: return c->num_experts;
+    case MOE8_DIM_I: return c->moe_intermediate_size;
+    case MOE8_DIM_F: return c->intermediate_size;
+    case MOE8_DIM_S: return c->shared_expert_intermediate_size;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Families                                                                  */
+/* ======================================================================== */
+
+static const moe8_arch_desc *const families[] = {
+    [MOE8_ARCH_QWEN3_MOE] = &moe8_arch_qwen3_moe,
+    [MOE8_ARCH_QWEN2_MOE] = &moe8_arch_qwen2_moe,
+    [MOE8_ARCH_MIXTRAL] = &moe8_arch_mixtral,
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+const moe8_arch_desc *moe8_arch_get(moe8_arch id) {
+    return (unsigned)id < N_FAMILIES ? families[id] : NULL;
+}
+
+const moe8_arch_desc *moe8_arch_find(const char *model_type) {
+    for (size_t i = 0; model_type && i < N_FAMILIES; i++)
+        if (families[i] && !strcmp(families[i]->model_type, model_type)) return families[i];
+    return NULL;
+}
+
+const char *moe8_arch_list(void) {
+    static char list[256];
+    if (!list[0]) {
+        size_t u = 0;
+        for (size_t i = 0; i < N_FAMILIES && u < sizeof list; i++)
+            u += (size_t)snprintf(list + u, sizeof list - u, "%s%s", i ? ", " : "",
+                                  families[i]->model_type);
+    }
+    return list;
+}
+
+const char *moe8_arch_name(moe8_arch a) {
+    const moe8_arch_desc *d = moe8_arch_get(a);
+    return d ? d->model_type : "?";
+}
+
+int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
+    const moe8_arch_desc *d = moe8_arch_get(a);
+    if (!d || !out) return -1;
+    out->model_type = d->model_type;
+    out->hf_class = d->hf_class;
+    out->qk_norm = (d->flags & MOE8_ARCH_QK_NORM) != 0;
+    out->shared_expert = (d->flags & MOE8_ARCH_SHARED_EXPERT) != 0;
+    out->sparse_step = (d->flags & MOE8_ARCH_SPARSE_STEP) != 0;
+    out->always_renorm = (d->flags & MOE8_ARCH_ALWAYS_RENORM) != 0;
+    return 0;
+}
+
+/* ======================================================================== */
+/* Names                                                                     */
+/* ======================================================================== */
+
+/* "%lld" specifiers of a format (0, 1 or 2). */
+static int n_indices(const char *fmt) {
+    int k = 0;
+    for (const char *p = fmt; (p = strstr(p, "%lld")); p += 4) k++;
+    return k;
+}
+
+int moe8_arch_tensor_name(const moe8_arch_desc *a, moe8_role r, int64_t layer, int64_t expert,
+                          const char *suffix, char *buf, size_t n) {
+    const char *fmt = (unsigned)r < MOE8_R_COUNT ? a->names[r] : NULL;
+    int len;
+    if (!fmt || !n) return -1;
+    len = snprintf(buf, n, fmt, (long long)layer, (long long)expert);
+    if (len < 0 || (size_t)len >= n) return -1;
+    if (suffix && (size_t)snprintf(buf + len, n - (size_t)len, ".%s", suffix) >= n - (size_t)len)
+        return -1;
+    return 0;
+}
+
+int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, int64_t *layer,
+                    int64_t *expert, const char **suffix) {
+    for (int r = 0; r < MOE8_R_COUNT; r++) {
+        const char *fmt = a->names[r];
+        char f[200], canon[256];
+        long long l = -1, e = -1;
+        int end = -1, k;
+        if (!fmt || snprintf(f, sizeof f, "%s%%n", fmt) >= (int)sizeof f) continue;
+        k = n_indices(fmt);
+        if (k == 0) sscanf(name, f, &end);
+        else if (k == 1) sscanf(name, f, &l, &end);
+        else sscanf(name, f, &l, &e, &end);
+        if (end <= 0 || name[end] != '.' || !name[end + 1]) continue;
+        if (snprintf(canon, sizeof canon, fmt, l, e) != end || memcmp(canon, name, (size_t)end))
+            continue;
+        *role = (moe8_role)r;
+        *layer = k >= 1 ? (int64_t)l : -1;
+        *expert = k >= 2 ? (int64_t)e : -1;
+        *suffix = name + end + 1;
+        return 0;
+    }
+    return -1;
+}
+
+/* ======================================================================== */
+/* Layer structure                                                           */
+/* ======================================================================== */
+
+int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
+    const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
+    if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
+    if (!(a->flags & MOE8_ARCH_SPARSE_STEP)) return 1;
+    for (int i = 0; i < c->n_mlp_only_layers; i++)
+        if (c->mlp_only_layers[i] == layer) return 0;
+    return (layer + 1) % c->decoder_sparse_step == 0;
+}
+
+int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l) {
+    const moe8_role_info *ri = moe8_role_of(r);
+    if (!ri || !moe8_arch_has(a, r)) return 0;
+    switch (ri->scope) {
+    case MOE8_SCOPE_MODEL: return 1;
+    case MOE8_SCOPE_LAYER: return 1;
+    case MOE8_SCOPE_MOE:
+    case MOE8_SCOPE_EXPERT: return moe8_arch_is_moe_layer(c, l);
+    case MOE8_SCOPE_DENSE: return !moe8_arch_is_moe_layer(c, l);
+    }
+    return 0;
+}

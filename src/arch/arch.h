@@ -1,0 +1,233 @@
+/*
+ * arch.h — internal: one descriptor per model family (docs/MODELS.md). A
+ * descriptor holds what differs between families and nothing else:
+ *
+ *   config.json   model_type, the keys the family reads beyond the common
+ *                 ones (with their ranges), Hugging Face's defaults of its
+ *                 config class, the values it refuses
+ *   tensor names  a printf format per tensor role (llama.cpp's per-arch
+ *                 table): "%lld" the layer, then "%lld" the expert; NULL when
+ *                 the family has no such tensor (Mixtral has no q_norm)
+ *   structure     flags: q/k RMSNorm, shared expert, the dense-vs-MoE rule,
+ *                 always-renormalized routing
+ *   make-model    its presets and config.json / generation_config.json
+ *
+ * What is common to every family lives in arch.c's role table: where a
+ * tensor occurs (model, every layer, dense or MoE layers, each expert), its
+ * shape in config symbols, how it may be stored (SEMANTICS §6) and how TP
+ * splits it (SEMANTICS §8). The loader, the quant description, the forward,
+ * the sharding, make-model, quantize and inspect read names and structure
+ * from here and spell none themselves.
+ *
+ * Adding a family: one src/arch/<family>.c defining a moe8_arch_desc, its
+ * entry in arch.c's list and in moe8_arch, tests and docs/MODELS.md.
+ */
+#ifndef MOE8_ARCH_H
+#define MOE8_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "moe8.h"
+
+/* ======================================================================== */
+/* Tensor roles (in the loader's binding order)                             */
+/* ======================================================================== */
+
+typedef enum {
+    /* model */
+    MOE8_R_EMBED,          /* model.embed_tokens [V][H] */
+    MOE8_R_FINAL_NORM,     /* model.norm [H] */
+    MOE8_R_LM_HEAD,        /* lm_head [V][H] (absent when tied) */
+    /* every layer */
+    MOE8_R_ATTN_NORM,      /* input_layernorm [H] */
+    MOE8_R_FFN_NORM,       /* post_attention_layernorm [H] */
+    MOE8_R_Q_NORM,         /* [D] (qwen3_moe) */
+    MOE8_R_K_NORM,         /* [D] */
+    MOE8_R_Q,              /* [NH*D][H] (+ bias [NH*D] when config qkv_bias) */
+    MOE8_R_K,              /* [NKV*D][H] */
+    MOE8_R_V,              /* [NKV*D][H] */
+    MOE8_R_O,              /* [H][NH*D] */
+    /* MoE layers */
+    MOE8_R_ROUTER,         /* [E][H] */
+    MOE8_R_EXP_GATE,       /* per expert [I][H] */
+    MOE8_R_EXP_UP,         /* per expert [I][H] */
+    MOE8_R_EXP_DOWN,       /* per expert [H][I] */
+    MOE8_R_SHEXP_GATE,     /* shared expert [S][H] */
+    MOE8_R_SHEXP_UP,       /* [S][H] */
+    MOE8_R_SHEXP_DOWN,     /* [H][S] */
+    MOE8_R_SHEXP_SCORE,    /* shared_expert_gate [1][H] */
+    /* dense layers */
+    MOE8_R_MLP_GATE,       /* [F][H] */
+    MOE8_R_MLP_UP,         /* [F][H] */
+    MOE8_R_MLP_DOWN,       /* [H][F] */
+    MOE8_R_COUNT
+} moe8_role;
+
+/* Where a role occurs. */
+typedef enum {
+    MOE8_SCOPE_MODEL,      /* once */
+    MOE8_SCOPE_LAYER,      /* every layer */
+    MOE8_SCOPE_MOE,        /* MoE layers */
+    MOE8_SCOPE_EXPERT,     /* each expert of MoE layers */
+    MOE8_SCOPE_DENSE,      /* dense layers */
+} moe8_scope;
+
+/* How it may be stored (SEMANTICS §6). */
+typedef enum {
+    MOE8_KIND_NORM,        /* float vector; FLOAT only */
+    MOE8_KIND_FLOAT,       /* float matrix never quantized: embedding, router, shared gate */
+    MOE8_KIND_LINEAR,      /* FLOAT or W8A8 static: attention, dense MLP */
+    MOE8_KIND_EXPERT,      /* FLOAT or W8A8_DYNAMIC: routed experts */
+    MOE8_KIND_SHARED,      /* FLOAT, W8A8 or W8A8_DYNAMIC: the shared expert */
+    MOE8_KIND_LM_HEAD,     /* FLOAT or W8A8_DYNAMIC */
+} moe8_kind;
+
+/* How tensor parallelism splits it (SEMANTICS §8). */
+typedef enum {
+    MOE8_SPLIT_NONE,       /* replicated */
+    MOE8_SPLIT_ROWS,       /* column-parallel: output rows of the rank's heads / slice */
+    MOE8_SPLIT_COLS,       /* row-parallel: input columns; a W8A8 quant_bias on rank 0 only */
+    MOE8_SPLIT_VOCAB,      /* lm_head: vocabulary rows in chunks of ceil(V/N) */
+} moe8_split;
+
+/* Dimensions, in config symbols. */
+typedef enum {
+    MOE8_DIM_NONE,         /* second dimension of a vector */
+    MOE8_DIM_ONE,
+    MOE8_DIM_H,            /* hidden_size */
+    MOE8_DIM_V,            /* vocab_size */
+    MOE8_DIM_D,            /* head_dim */
+    MOE8_DIM_QD,           /* num_attention_heads x head_dim */
+    MOE8_DIM_KD,           /* num_key_value_heads x head_dim */
+    MOE8_DIM_E,            /* num_experts */
+    MOE8_DIM_I,            /* moe_intermediate_size (per expert) */
+    MOE8_DIM_F,            /* intermediate_size (dense MLP) */
+    MOE8_DIM_S,            /* shared_expert_intermediate_size */
+} moe8_dim;
+
+typedef struct {
+    const char *what;      /* short name for messages ("q_proj") */
+    moe8_scope scope;
+    moe8_kind kind;
+    moe8_split split;
+    moe8_dim out, in;      /* shape [out][in], or [out] when in is MOE8_DIM_NONE */
+} moe8_role_info;
+
+const moe8_role_info *moe8_role_of(moe8_role r);
+/* Value of a dimension symbol for config c. */
+int64_t moe8_dim_of(const moe8_config *c, moe8_dim d);
+
+/* ======================================================================== */
+/* Config fields                                                             */
+/* ======================================================================== */
+
+/* An integer field: key, range, and where it goes in moe8_config. */
+typedef struct {
+    const char *key;
+    int64_t lo, hi;
+    size_t offset;         /* offsetof(moe8_config, ...) of an int64_t */
+} moe8_cfg_int;
+
+/* Readers for family code (config.c): absent or null keeps the default. */
+moe8_status moe8_cfg_read_int(const cJSON *root, const char *label, const moe8_cfg_int *f,
+                              moe8_config *c, moe8_error *err);
+moe8_status moe8_cfg_read_bool(const cJSON *root, const char *label, const char *key, int *v,
+                               moe8_error *err);
+/* Refuse `key` when it is present and true (`what` names the feature). */
+moe8_status moe8_cfg_refuse_true(const cJSON *root, const char *label, const char *key,
+                                 moe8_error *err);
+/* Refuse `key` when it is present and not null. */
+moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const char *key,
+                                     moe8_error *err);
+
+/* Caps on dimensions: generous next to real models (Qwen3-235B: H 4096,
+ * 94 layers, E 128), low enough that vocab x hidden, E x I x H x layers and
+ * the KV cache size fit in int64 with room to spare. */
+#define MOE8_CAP_VOCAB (INT64_C(1) << 24)
+#define MOE8_CAP_HIDDEN (INT64_C(1) << 16)
+#define MOE8_CAP_WIDTH (INT64_C(1) << 20) /* intermediate sizes */
+#define MOE8_CAP_HEADS INT64_C(1024)
+#define MOE8_CAP_HEAD_DIM INT64_C(1024)
+#define MOE8_CAP_EXPERTS INT64_C(4096)
+#define MOE8_CAP_POSITIONS (INT64_C(1) << 24)
+#define MOE8_CAP_ATTN_WIDTH (INT64_C(1) << 18) /* heads x head_dim */
+
+/* ======================================================================== */
+/* The descriptor                                                            */
+/* ======================================================================== */
+
+#define MOE8_ARCH_QK_NORM       0x1u  /* per-head RMSNorm of q and k before RoPE */
+#define MOE8_ARCH_SHARED_EXPERT 0x2u  /* MoE layers add a sigmoid-gated shared expert */
+#define MOE8_ARCH_SPARSE_STEP   0x4u  /* decoder_sparse_step / mlp_only_layers pick dense
+                                       * layers; without it every layer is MoE */
+#define MOE8_ARCH_ALWAYS_RENORM 0x8u  /* top-k weights always renormalized (norm_topk_prob is
+                                       * not a key of the family and reads as 1) */
+
+typedef struct {
+    moe8_arch id;
+    const char *model_type;            /* config.json "model_type" */
+    const char *hf_class;              /* "architectures" entry make-model writes */
+    const char *moe_block;             /* MoE module of a layer ("model.layers.%lld.mlp"),
+                                        * names the layer in errors */
+    const char *names[MOE8_R_COUNT];   /* module name formats ("<name>.weight" etc.) */
+    unsigned flags;                    /* MOE8_ARCH_* */
+    /* config.json: integer keys beyond the common ones (config.c), Hugging
+     * Face's defaults, then the family's own checks (booleans, refusals,
+     * relations), called after every integer key was read. */
+    const moe8_cfg_int *fields;
+    int n_fields;
+    void (*defaults)(moe8_config *c);
+    moe8_status (*check)(const cJSON *root, const char *label, moe8_config *c, moe8_error *err);
+    /* make-model: a preset's config (layers and vocab come from the caller
+     * afterwards; ids are folded into a smaller vocab), then the JSON files. */
+    moe8_status (*preset)(moe8_preset p, moe8_config *c, moe8_error *err);
+    cJSON *(*config_json)(const moe8_config *c, moe8_dtype dt);
+    cJSON *(*generation_json)(const moe8_config *c);
+} moe8_arch_desc;
+
+/* The descriptor of a family (never NULL for a valid id; NULL otherwise). */
+const moe8_arch_desc *moe8_arch_get(moe8_arch id);
+/* The descriptor whose model_type is `s`, or NULL. */
+const moe8_arch_desc *moe8_arch_find(const char *model_type);
+/* "qwen3_moe, qwen2_moe, mixtral" */
+const char *moe8_arch_list(void);
+
+/* 1 if the family has tensors of role r. */
+static inline int moe8_arch_has(const moe8_arch_desc *a, moe8_role r) {
+    return a->names[r] != NULL;
+}
+
+/* Module name of role r at (layer, expert) into buf[n] ("model.layers.3.self_attn.q_proj");
+ * with `suffix` non-NULL, "<module>.<suffix>". Returns 0, or -1 when the
+ * family has no such role or the name does not fit. */
+int moe8_arch_tensor_name(const moe8_arch_desc *a, moe8_role r, int64_t layer, int64_t expert,
+                          const char *suffix, char *buf, size_t n);
+
+/* Parse a tensor name "<module>.<suffix>" of any role of the family: 0 and
+ * role, layer, expert (-1 where the role has none) and the suffix ("weight",
+ * "bias", "weight_scale", ...) inside `name`; -1 if no role matches. Only the
+ * canonical spelling matches ("model.layers.03" does not), layer and expert
+ * are not checked against a config. */
+int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, int64_t *layer,
+                    int64_t *expert, const char **suffix);
+
+/* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, for
+ * families with MOE8_ARCH_SPARSE_STEP, l not in mlp_only_layers and
+ * (l + 1) % decoder_sparse_step == 0. moe8_config_is_moe_layer is this. */
+int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
+
+/* 1 if role r occurs in layer l of c (model roles: 1). */
+int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l);
+
+/* ======================================================================== */
+/* Families                                                                  */
+/* ======================================================================== */
+
+extern const moe8_arch_desc moe8_arch_qwen3_moe;
+extern const moe8_arch_desc moe8_arch_qwen2_moe;
+extern const moe8_arch_desc moe8_arch_mixtral;
+
+#endif
