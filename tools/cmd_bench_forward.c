@@ -18,7 +18,8 @@
  *   norms + RoPE + resid.  bytes moved (x, h, q, k, v, codes) / BW
  *   router + top-k         max(2 T E H / fp32 peak, router bytes / BW)
  *   experts                max(2 T K 3 I H / int8 peak, distinct experts'
- *                              bytes / BW) — distinct experts as counted
+ *                              bytes / BW) — distinct experts as counted; a
+ *                              shared expert (qwen2_moe) adds its 3 S H
  *   dense MLP              as the projections
  *   lm_head (per forward)  max(2 n_out V H / peak, lm_head bytes / BW)
  *   communication          no roofline (TP/EP only)
@@ -179,6 +180,11 @@ static fwd_work forward_work(const moe8_model *m, int T, int p0, int n_out, doub
             x->macs += Tn * K * 3 * I * H;
             x->bytes += experts_per_moe * 3 * I * H * qsize(li.experts, fsz);
             x->int8 = li.experts != MOE8_QUANT_FLOAT;
+            if (c->shared_expert_intermediate_size > 0) { /* qwen2_moe: read once per forward */
+                const double S = (double)c->shared_expert_intermediate_size;
+                x->macs += Tn * (3 * S * H + H);
+                x->bytes += 3 * S * H * qsize(li.experts, fsz) + H * fsz;
+            }
         } else {
             work *d = &w.ph[MOE8_PHASE_DENSE_MLP];
             d->macs += Tn * 3 * F * H;
