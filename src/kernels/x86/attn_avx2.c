@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels/x86/avx2_load.h"
 #include "kernels/x86/kernels_avx2.h"
 
 #define BS MOE8_KV_BLOCK_TOKENS
@@ -193,15 +194,13 @@ INLINE void pv_rows(const tile *t, int r, const float *const *V, const int *nv, 
 /* F16/BF16 rows [n][D] -> fp32 dst[n][D]; rows n..n_pad zeroed. The dtype
  * test is outside the loops (D % 8 == 0: whole vectors). */
 static void widen(float *dst, const char *src, moe8_dtype dt, int n, int n_pad, int D) {
-    const uint16_t *h = (const uint16_t *)(const void *)src;
     const size_t n_el = (size_t)n * D;
     if (dt == MOE8_DT_F16) {
         for (size_t i = 0; i < n_el; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+            _mm256_storeu_ps(dst + i, moe8_avx2_load8(src, i, MOE8_DT_F16));
     } else {
         for (size_t i = 0; i < n_el; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i))), 16)));
+            _mm256_storeu_ps(dst + i, moe8_avx2_load8(src, i, MOE8_DT_BF16));
     }
     for (size_t i = n_el; i < (size_t)n_pad * D; i++) dst[i] = 0.0f;
 }
@@ -253,12 +252,7 @@ static void chunk_step(const tile *t, int r0, int R, const float *const *K, cons
  * takes (batch invariance). */
 
 /* 8 key-row elements at d, as fp32. */
-INLINE __m256 kv8(const char *row, int d, moe8_dtype dt) {
-    if (dt == MOE8_DT_F32) return _mm256_loadu_ps((const float *)(const void *)row + d);
-    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)(const void *)row + d));
-    if (dt == MOE8_DT_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
+INLINE __m256 kv8(const char *row, int d, moe8_dtype dt) { return moe8_avx2_load8(row, (size_t)d, dt); }
 
 typedef struct {
     const float *q[8];       /* row r's query (rows >= R repeat the last) */

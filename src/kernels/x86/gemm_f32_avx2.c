@@ -12,18 +12,14 @@
  */
 #include <immintrin.h>
 
+#include "kernels/x86/avx2_load.h"
 #include "kernels/x86/kernels_avx2.h"
 
 #define L2_BLOCK (512 * 1024) /* weight bytes per block of channels */
 #define INLINE static inline __attribute__((always_inline))
 
-/* 8 weights at element i, widened to fp32; dt is a compile-time constant after inlining. */
-INLINE __m256 load8(const void *w, size_t i, const int dt) {
-    if (dt == MOE8_DT_F32) return _mm256_loadu_ps((const float *)w + i);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
-    if (dt == MOE8_DT_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
+/* 8 weights at element i, widened to fp32. */
+#define load8 moe8_avx2_load8
 
 INLINE float load1(const void *w, size_t i, const int dt) {
     if (dt == MOE8_DT_F32) return ((const float *)w)[i];

@@ -9,6 +9,7 @@
 
 #include "kernels/kernels.h"
 
+
 void moe8_quant_rows_avx2(int8_t *xq, int ldq, float *sx, int32_t *xsum, const float *x, int ldx,
                           int m, int k);
 void moe8_gemm_q8_i32_avx2(int32_t *acc, int ldc, const int8_t *xq, int ldq, const moe8_qmat *w,
