@@ -26,6 +26,12 @@ int cli_fail(const char *cmd, const moe8_error *err);
 
 /* A KV cache type flag value: "f32", "f16" or "bf16" -> 0 and *out, else -1. */
 int cli_kv_type(const char *s, moe8_dtype *out);
+/* A whole string that is a decimal integer in [lo, hi] (no sign, blanks or
+ * suffix) -> 0 and *out, else -1. */
+int cli_parse_int(const char *s, long lo, long hi, int *out);
+/* Comma-separated such integers, at most cap of them: their count, or -1. */
+int cli_parse_list(const char *s, long lo, long hi, int *out, int cap);
+
 /* Its spelling back: "f32", "f16", "bf16". */
 const char *cli_kv_type_name(moe8_dtype t);
 

@@ -18,7 +18,6 @@
  * and the float/W8A8 time ratio. Uses the public API only. Results go to
  * stdout as a Markdown table, progress to stderr.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,34 +53,6 @@ static float rng_float(uint64_t *s) {
     return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-/* Whole string a decimal integer in [lo, hi] (no sign, blanks or suffix). */
-static int parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    long v;
-    if (*s < '0' || *s > '9') return -1;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* Comma-separated integers in [1, hi], at most cap of them; the count or -1. */
-static int parse_list(const char *s, long hi, int *out, int cap) {
-    int n = 0;
-    while (n < cap) {
-        char item[32];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof item) return -1;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (parse_int(item, 1, hi, &out[n++])) return -1;
-        if (!s[len]) return n;
-        s += len + 1;
-    }
-    return -1;
-}
-
 static int usage(void) {
     fprintf(stderr,
             "usage: moe8 bench moe [--layers N] [--float-layers N] [--tokens 1,2,...]\n"
@@ -110,18 +81,18 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         const char *want = NULL;
         if (!v) return usage();
         if (!strcmp(a, "--layers")) {
-            if (parse_int(v, 1, 1024, &o->n_layers)) want = "an integer in [1, 1024]";
+            if (cli_parse_int(v, 1, 1024, &o->n_layers)) want = "an integer in [1, 1024]";
         } else if (!strcmp(a, "--float-layers")) {
-            if (parse_int(v, 0, 1024, &o->n_float_layers)) want = "an integer in [0, 1024]";
+            if (cli_parse_int(v, 0, 1024, &o->n_float_layers)) want = "an integer in [0, 1024]";
         } else if (!strcmp(a, "--reps")) {
-            if (parse_int(v, 0, 1000000, &o->reps)) want = "an integer in [0, 1000000]";
+            if (cli_parse_int(v, 0, 1000000, &o->reps)) want = "an integer in [0, 1000000]";
         } else if (!strcmp(a, "--bw-mb")) {
-            if (parse_int(v, 1, 1 << 20, &o->bw_mb)) want = "an integer in [1, 1048576]";
+            if (cli_parse_int(v, 1, 1 << 20, &o->bw_mb)) want = "an integer in [1, 1048576]";
         } else if (!strcmp(a, "--tokens")) {
-            if ((o->n_tokens_list = parse_list(v, 1 << 20, o->tokens, MAX_LIST)) < 1)
+            if ((o->n_tokens_list = cli_parse_list(v, 1, 1 << 20, o->tokens, MAX_LIST)) < 1)
                 want = "up to 32 comma-separated integers in [1, 1048576]";
         } else if (!strcmp(a, "--threads")) {
-            if ((o->n_threads_list = parse_list(v, 4096, o->threads, MAX_LIST)) < 1)
+            if ((o->n_threads_list = cli_parse_list(v, 1, 4096, o->threads, MAX_LIST)) < 1)
                 want = "up to 32 comma-separated integers in [1, 4096]";
         } else {
             return usage();

@@ -51,25 +51,19 @@ typedef struct {
     double bw, int8, f32; /* GB/s, GOP/s, GFLOP/s */
 } ceilings;
 
-static int parse_list(const char *flag, const char *s, int lo, int hi, int *out, int *n) {
-    char buf[512], *tok, *save = NULL;
-    snprintf(buf, sizeof buf, "%s", s);
-    *n = 0;
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*n == MAX_LIST || !*tok || *end || v < lo || v > hi) {
-            fprintf(stderr, "moe8 " CMD ": %s wants up to %d integers in [%d, %d], got '%s'\n",
-                    flag, MAX_LIST, lo, hi, s);
-            return -1;
-        }
-        out[(*n)++] = (int)v;
-    }
-    if (*n == 0) {
-        fprintf(stderr, "moe8 " CMD ": %s wants a list, got '%s'\n", flag, s);
-        return -1;
-    }
-    return 0;
+/* --flag LIST into out[*n]; 0, or -1 after saying what it wants. */
+static int opt_list(const char *flag, const char *s, int lo, int hi, int *out, int *n) {
+    if ((*n = cli_parse_list(s, lo, hi, out, MAX_LIST)) >= 1) return 0;
+    fprintf(stderr, "moe8 " CMD ": %s wants up to %d integers in [%d, %d], got '%s'\n", flag,
+            MAX_LIST, lo, hi, s);
+    return -1;
+}
+
+/* --flag N into *out; 0, or -1 after saying what it wants. */
+static int opt_int(const char *flag, const char *s, int lo, int hi, int *out) {
+    if (!cli_parse_int(s, lo, hi, out)) return 0;
+    fprintf(stderr, "moe8 " CMD ": %s wants an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+    return -1;
 }
 
 static int usage(void) {
@@ -94,15 +88,15 @@ static int parse(int argc, char **argv, fwd_opts *o) {
     o->kv_type = MOE8_DT_F16;
     for (int i = 2; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int one = 0, rc = 0;
+        int rc = 0;
         if (!v) return usage();
         if (!strcmp(a, "-m")) o->dir = v;
-        else if (!strcmp(a, "--tokens")) rc = parse_list(a, v, 1, 1 << 20, o->tokens, &o->n_tokens);
-        else if (!strcmp(a, "--ctx")) rc = parse_list(a, v, 1, 1 << 24, o->ctx, &o->n_ctx);
-        else if (!strcmp(a, "--threads")) rc = parse_list(a, v, 1, 4096, &o->threads, &one);
-        else if (!strcmp(a, "--steps")) rc = parse_list(a, v, 1, 1 << 20, &o->steps, &one);
-        else if (!strcmp(a, "--reps")) rc = parse_list(a, v, 1, 1000, &o->reps, &one);
-        else if (!strcmp(a, "--bw-mb")) rc = parse_list(a, v, 16, 1 << 16, &o->bw_mb, &one);
+        else if (!strcmp(a, "--tokens")) rc = opt_list(a, v, 1, 1 << 20, o->tokens, &o->n_tokens);
+        else if (!strcmp(a, "--ctx")) rc = opt_list(a, v, 1, 1 << 24, o->ctx, &o->n_ctx);
+        else if (!strcmp(a, "--threads")) rc = opt_int(a, v, 1, 4096, &o->threads);
+        else if (!strcmp(a, "--steps")) rc = opt_int(a, v, 1, 1 << 20, &o->steps);
+        else if (!strcmp(a, "--reps")) rc = opt_int(a, v, 1, 1000, &o->reps);
+        else if (!strcmp(a, "--bw-mb")) rc = opt_int(a, v, 16, 1 << 16, &o->bw_mb);
         else if (!strcmp(a, "--kv-type")) {
             if (cli_kv_type(v, &o->kv_type)) {
                 fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
@@ -112,10 +106,7 @@ static int parse(int argc, char **argv, fwd_opts *o) {
             fprintf(stderr, "moe8 " CMD ": unknown option '%s'\n", a);
             return usage();
         }
-        if (rc || one > 1) {
-            if (one > 1) fprintf(stderr, "moe8 " CMD ": %s wants one integer, got '%s'\n", a, v);
-            return 2;
-        }
+        if (rc) return 2;
     }
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required\n");

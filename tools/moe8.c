@@ -2,7 +2,9 @@
  * moe8.c — entry point of the moe8 CLI: dispatches to a subcommand.
  * Subcommands not built yet are weak stubs that say so and fail.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -33,6 +35,32 @@ int cli_kv_type(const char *s, moe8_dtype *out) {
     else if (!strcmp(s, "bf16")) *out = MOE8_DT_BF16;
     else return -1;
     return 0;
+}
+
+int cli_parse_int(const char *s, long lo, long hi, int *out) {
+    char *end;
+    long v;
+    if (*s < '0' || *s > '9') return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int cli_parse_list(const char *s, long lo, long hi, int *out, int cap) {
+    int n = 0;
+    while (n < cap) {
+        char item[32];
+        size_t len = strcspn(s, ",");
+        if (len == 0 || len >= sizeof item) return -1;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (cli_parse_int(item, lo, hi, &out[n++])) return -1;
+        if (!s[len]) return n;
+        s += len + 1;
+    }
+    return -1;
 }
 
 const char *cli_kv_type_name(moe8_dtype t) {
