@@ -75,26 +75,35 @@ static double peak_scalar(long n_iter, uint32_t *sink) {
     return t;
 }
 
-double moe8_bench_int8_peak_gops(int n_threads, const char **how) {
-    const int avx2 = use_avx2();
-    const long n_iter = avx2 ? 20000000L : 50000000L;
-    const double macs_per_iter = avx2 ? 12 * 16 : 8;
-    double best = 0.0; /* per run the slowest thread sets the rate; best of 3 runs */
+/* A register-only probe: seconds for n_iter iterations; *sink keeps it alive. */
+typedef double (*probe_fn)(long n_iter, uint32_t *sink);
+
+/* G(ops)/s of `probe` on n_threads threads, ops_per_iter operations (2 per
+ * multiply-accumulate) an iteration: per run the slowest thread sets the
+ * rate; best of 3 runs. */
+static double register_peak(probe_fn probe, long n_iter, double ops_per_iter, int n_threads) {
+    double best = 0.0;
     uint32_t sink = 0;
     if (n_threads <= 0) n_threads = omp_get_max_threads();
-    if (how)
-        *how = avx2 ? "vpmaddwd+vpaddd ymm (int16 pairs -> int32, exact), 12 chains"
-                    : "scalar int32 multiply-add, 8 chains";
     for (int rep = 0; rep < 3; rep++) {
         double t_max = 0.0;
         #pragma omp parallel num_threads(n_threads) reduction(max : t_max) reduction(^ : sink)
         {
-            t_max = avx2 ? moe8_maddwd_peak_avx2(n_iter, &sink) : peak_scalar(n_iter, &sink);
+            t_max = probe(n_iter, &sink);
         }
-        const double gops = 2.0 * macs_per_iter * (double)n_iter * n_threads / t_max * 1e-9;
-        if (gops > best) best = gops;
+        const double g = ops_per_iter * (double)n_iter * n_threads / t_max * 1e-9;
+        if (g > best) best = g;
     }
-    return sink == 0x5a5a5a5a ? best * (1 + 1e-12) : best;
+    return sink == 0x5a5a5a5a ? best * (1 + 1e-12) : best; /* keep the sink alive */
+}
+
+double moe8_bench_int8_peak_gops(int n_threads, const char **how) {
+    const int avx2 = use_avx2();
+    if (how)
+        *how = avx2 ? "vpmaddwd+vpaddd ymm (int16 pairs -> int32, exact), 12 chains"
+                    : "scalar int32 multiply-add, 8 chains";
+    return avx2 ? register_peak(moe8_maddwd_peak_avx2, 20000000L, 2.0 * 12 * 16, n_threads)
+                : register_peak(peak_scalar, 50000000L, 2.0 * 8, n_threads);
 }
 
 /* Portable twin of the FMA probe: 8 independent float multiply-add chains. */
@@ -114,20 +123,7 @@ static double fma_scalar(long n_iter, uint32_t *sink) {
 
 double moe8_bench_f32_peak_gflops(int n_threads, const char **how) {
     const int avx2 = use_avx2();
-    const long n_iter = avx2 ? 20000000L : 50000000L;
-    const double fma_per_iter = avx2 ? 10 * 8 : 8;
-    double best = 0.0; /* per run the slowest thread sets the rate; best of 3 runs */
-    uint32_t sink = 0;
-    if (n_threads <= 0) n_threads = omp_get_max_threads();
     if (how) *how = avx2 ? "vfmadd231ps ymm, 10 chains" : "scalar float multiply-add, 8 chains";
-    for (int rep = 0; rep < 3; rep++) {
-        double t_max = 0.0;
-        #pragma omp parallel num_threads(n_threads) reduction(max : t_max) reduction(^ : sink)
-        {
-            t_max = avx2 ? moe8_fma_peak_avx2(n_iter, &sink) : fma_scalar(n_iter, &sink);
-        }
-        const double gf = 2.0 * fma_per_iter * (double)n_iter * n_threads / t_max * 1e-9;
-        if (gf > best) best = gf;
-    }
-    return sink == 0x5a5a5a5a ? best * (1 + 1e-12) : best;
+    return avx2 ? register_peak(moe8_fma_peak_avx2, 20000000L, 2.0 * 10 * 8, n_threads)
+                : register_peak(fma_scalar, 50000000L, 2.0 * 8, n_threads);
 }
