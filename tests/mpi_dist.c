@@ -51,12 +51,6 @@ static double rel_max(const float *a, const float *b, size_t n) {
     return den > 0 ? num / den : num;
 }
 
-static double cosine(const float *a, const float *b, size_t n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb);
-}
-
 static fx_opts opts_for(int quant) {
     fx_opts o = fx_default_opts();
     o.arch = g_arch;
@@ -193,7 +187,7 @@ static void compare(const char *what, int quant, int ep, int lm_head, moe8_dist 
         int32_t t1[5], tn[5];
         double cmin = 1;
         for (int r = 0; r <= NP; r++) {
-            double cs = cosine(a + r * MAXV, b + r * MAXV, MAXV);
+            double cs = test_cosine(a + r * MAXV, b + r * MAXV, MAXV);
             if (cs < cmin) cmin = cs;
         }
         CHECKF(cmin >= 0.999, "%s: logits cosine %.6f < 0.999", what, cmin);

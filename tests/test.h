@@ -38,6 +38,39 @@ static int test_n_pass, test_n_fail;
     CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %g)",       \
            (double)(a), (double)(b), (double)(tol))
 
+/* Cosine similarity of a and b in double (the tests' accuracy measure). */
+static inline double test_cosine(const float *a, const float *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+/* The same against a double-precision reference. */
+static inline double test_cosine_ref(const float *a, const double *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) ab += a[i] * b[i], aa += (double)a[i] * a[i], bb += b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+/* Undo the vector files' escapes ("\\" and "\xNN") of s[0..n) into out; its length. */
+static inline size_t test_unescape(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\\') {
+            out[o++] = '\\';
+            i++;
+        } else if (s[i] == '\\' && i + 3 < n && s[i + 1] == 'x') {
+            char hex[3] = {s[i + 2], s[i + 3], 0};
+            out[o++] = (char)strtol(hex, NULL, 16);
+            i += 3;
+        } else {
+            out[o++] = s[i];
+        }
+    }
+    return o;
+}
+
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", test_n_pass, test_n_fail);
     return test_n_fail ? 1 : 0;

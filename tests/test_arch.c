@@ -98,19 +98,6 @@ static double max_rel(const float *a, const double *b, int n) {
     return d / m;
 }
 
-static double cosine_d(const float *a, const double *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += a[i] * b[i], aa += (double)a[i] * a[i], bb += b[i] * b[i];
-    return ab / sqrt(aa * bb);
-}
-
-static double cosine_f(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++)
-        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb);
-}
-
 static const char *write_fixture(const char *name, const fx_opts *o) {
     static char dirs[8][4096];
     static int n;
@@ -154,7 +141,7 @@ static void check_vs_ref(const char *label, const fx_opts *o) {
         CHECKF(last <= 1e-4 && worst <= 1e-4, "%s: rel err %.3g (worst %.3g)", label, last, worst);
     } else {
         double worst = 1;
-        for (int t = 0; t < n; t++) worst = fmin(worst, cosine_d(got + t * V, want + t * V, V));
+        for (int t = 0; t < n; t++) worst = fmin(worst, test_cosine_ref(got + t * V, want + t * V, V));
         printf("%-28s W8A8 vs double W8A8 maths: worst cosine %.10f (1 - cos %.2e)\n", label,
                worst, 1 - worst);
         CHECKF(worst >= 0.9999, "%s: cosine %.8f", label, worst);
@@ -332,7 +319,7 @@ static void test_make_quantize(int arch, int down_float) {
     prefill(mf, prompt, 5, lf);
     prefill(mq, prompt, 5, lq);
     double worst = 1;
-    for (int t = 0; t < 5; t++) worst = fmin(worst, cosine_f(lq + t * QV, lf + t * QV, QV));
+    for (int t = 0; t < 5; t++) worst = fmin(worst, test_cosine(lq + t * QV, lf + t * QV, QV));
     CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
     printf("%-28s W8A8%s vs float source: worst cosine %.10f, greedy %s\n", name,
            down_float ? " (down_proj FLOAT)" : "", worst,

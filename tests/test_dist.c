@@ -79,12 +79,6 @@ static double rel_max(const float *a, const float *b, int n) {
     return num / den;
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
-    return ab / sqrt(aa * bb);
-}
-
 static float g_ref[QWEN_VOCAB], g_par[QWEN_VOCAB];
 
 /* One run: `prefix` ("" or an mpirun prefix), generate args; the ids line
@@ -112,7 +106,7 @@ static void test_reference_case(const char *text) {
     CHECK(n1 == QWEN_VOCAB && n2 == n1);
     CHECKF(!strcmp(ids1, ids2), "TP=2 tokens '%s' differ from TP=1 '%s'", ids2, ids1);
     CHECK(strchr(ids2, '\n') == strrchr(ids2, '\n'));   /* one line: rank 0 alone prints */
-    double cs = cosine(g_par, g_ref, n1);
+    double cs = test_cosine(g_par, g_ref, n1);
     CHECKF(cs >= 0.999, "TP=2 logits cosine %.6f", cs);
     CHECKF(strstr(g_err, "ranks=2 mode=tp rank0_rss_mb=") && strstr(g_err, "rank1_peak_rss_mb=") &&
            strstr(g_err, "decode_tok_s="), "stats: %s", g_err);

@@ -80,16 +80,6 @@ static double max_rel_f(const float *a, const float *b, int n) {
     return d / m;
 }
 
-static double cosine(const float *a, const double *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 static const int32_t PROMPT[9] = {5, 17, 200, 3, 99, 42, 7, 128, 64};
 
 static fx_opts float_opts(void) {
@@ -151,12 +141,12 @@ static void check_vs_ref_cos(const char *label, const fx_opts *o, int float_ex, 
                max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst);
     } else {
         double worst = 1;
-        for (int t = 0; t < n; t++) worst = fmin(worst, cosine(got + t * V, want + t * V, V));
+        for (int t = 0; t < n; t++) worst = fmin(worst, test_cosine_ref(got + t * V, want + t * V, V));
         printf("%-26s last-token cosine %.8f, worst position %.8f\n", label,
-               cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
-        CHECKF(cosine(got + (n - 1) * V, want + (n - 1) * V, V) >= cos_min && worst >= cos_min,
+               test_cosine_ref(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+        CHECKF(test_cosine_ref(got + (n - 1) * V, want + (n - 1) * V, V) >= cos_min && worst >= cos_min,
                "%s: last-token cosine %.8f, worst position %.8f", label,
-               cosine(got + (n - 1) * V, want + (n - 1) * V, V), worst);
+               test_cosine_ref(got + (n - 1) * V, want + (n - 1) * V, V), worst);
         if (o->lm_head_w8a8 && !o->quant) {
             double rel = 0;
             for (int t = 0; t < n; t++) rel = fmax(rel, max_rel(got + t * V, want + t * V, V));
@@ -585,16 +575,6 @@ static void test_force_ref(const char *self) {
 
 /* ---- KV cache types ------------------------------------------------------------ */
 
-static double cosine_f(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 /* F16 and BF16 caches against the F32 one: the same greedy tokens, and every
  * position's logits within 1e-2 relative (max|a-b| / max|b|) on float models.
  * On W8A8 ones a rounded K/V may move an activation code of the static o_proj
@@ -616,7 +596,7 @@ static void check_kv_types(const char *label, const fx_opts *o) {
             worst = fmax(worst, max_rel_f(d[i].logits + t * V, d[0].logits + t * V, V));
         double cos = 1;
         for (int t = 0; t < 9; t++)
-            cos = fmin(cos, cosine_f(d[i].logits + t * V, d[0].logits + t * V, V));
+            cos = fmin(cos, test_cosine(d[i].logits + t * V, d[0].logits + t * V, V));
         printf("%-26s %s KV vs F32 KV: last-token rel diff %.3g, worst position %.3g, "
                "cosine %.6f\n", label, kv_name(types[i]), last, worst, cos);
         if (!o->quant) {

@@ -88,16 +88,6 @@ static void run_model(const char *dir, float *logits, int32_t *greedy) {
     run_model_n(dir, logits, greedy, 5);
 }
 
-static double cosine(const float *a, const float *b, int n) {
-    double ab = 0, aa = 0, bb = 0;
-    for (int i = 0; i < n; i++) {
-        ab += (double)a[i] * b[i];
-        aa += (double)a[i] * a[i];
-        bb += (double)b[i] * b[i];
-    }
-    return ab / sqrt(aa * bb);
-}
-
 static float f32_at(const moe8_tensor *t, int64_t i) {
     if (t->dtype == MOE8_DT_BF16) return moe8_bf16_to_f32(((const uint16_t *)t->data)[i]);
     return ((const float *)t->data)[i];
@@ -340,10 +330,10 @@ static void test_library(const char *base, const char *src) {
     check_layer0_range(src, out);
     run_model(src, lf, gf);
     run_model(out, lq, gq);
-    CHECKF(cosine(lf, lq, V) >= 0.99, "W8A8 vs float logits cosine %.5f", cosine(lf, lq, V));
+    CHECKF(test_cosine(lf, lq, V) >= 0.99, "W8A8 vs float logits cosine %.5f", test_cosine(lf, lq, V));
     CHECK(!memcmp(gf, gq, sizeof gf));
     printf("W8A8 vs float: cosine %.5f, greedy %d %d %d %d %d vs %d %d %d %d %d\n",
-           cosine(lf, lq, V), gq[0], gq[1], gq[2], gq[3], gq[4], gf[0], gf[1], gf[2], gf[3], gf[4]);
+           test_cosine(lf, lq, V), gq[0], gq[1], gq[2], gq[3], gq[4], gf[0], gf[1], gf[2], gf[3], gf[4]);
 
     /* deq_scale as float32: same values, same logits */
     FMT(out2, "%s/w8f", base);
@@ -363,7 +353,7 @@ static void test_library(const char *base, const char *src) {
     check_types(out2, MOE8_QUANT_FLOAT);
     check_tensors(src, out2, 1, 0, 0);
     run_model(out2, lv, gv);
-    CHECKF(cosine(lf, lv, V) >= 0.995, "float-linear vs float cosine %.5f", cosine(lf, lv, V));
+    CHECKF(test_cosine(lf, lv, V) >= 0.995, "float-linear vs float cosine %.5f", test_cosine(lf, lv, V));
 
     /* cancelled: nothing left behind */
     FMT(out2, "%s/cancelled", base);
@@ -437,10 +427,10 @@ static void test_lm_head(const char *base, const char *src) {
     run_model_n(out, ll, gl, 16);
     run_model_n(src, lf, gf, 16);
     printf("int8 vs bf16 lm_head: cosine %.6f, 16 greedy tokens %s; vs float model: cosine %.5f\n",
-           cosine(ll, lq, V), memcmp(gl, gq, sizeof gl) ? "DIFFER" : "equal", cosine(ll, lf, V));
-    CHECKF(cosine(ll, lq, V) >= 0.999, "int8 vs bf16 lm_head cosine %.6f", cosine(ll, lq, V));
+           test_cosine(ll, lq, V), memcmp(gl, gq, sizeof gl) ? "DIFFER" : "equal", test_cosine(ll, lf, V));
+    CHECKF(test_cosine(ll, lq, V) >= 0.999, "int8 vs bf16 lm_head cosine %.6f", test_cosine(ll, lq, V));
     CHECK(!memcmp(gl, gq, sizeof gl));
-    CHECKF(cosine(ll, lf, V) >= 0.99, "int8 lm_head vs float model cosine %.5f", cosine(ll, lf, V));
+    CHECKF(test_cosine(ll, lf, V) >= 0.99, "int8 lm_head vs float model cosine %.5f", test_cosine(ll, lf, V));
     CHECK(memcmp(ll, lq, sizeof ll) != 0);   /* it did change lm_head */
 
     /* the CLI flag: the same checkpoint, the same logits */

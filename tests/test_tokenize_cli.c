@@ -39,23 +39,6 @@ static int err_has(const char *needle) {
     return test_file_contains(path, needle);
 }
 
-static size_t unescape(const char *s, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\\') {
-            out[o++] = '\\';
-            i++;
-        } else if (s[i] == '\\' && i + 3 < n && s[i + 1] == 'x') {
-            char hex[3] = {s[i + 2], s[i + 3], 0};
-            out[o++] = (char)strtol(hex, NULL, 16);
-            i += 3;
-        } else {
-            out[o++] = s[i];
-        }
-    }
-    return o;
-}
-
 /* The expected line: "BOS IDS\n" (no BOS when bos < 0). */
 static void expect_line(int32_t bos, const char *ids, char *out, size_t cap) {
     if (bos < 0) snprintf(out, cap, "%s\n", ids);
@@ -86,7 +69,7 @@ static void test_vectors(const char *name, const char *dir, int32_t bos, int ste
         int special = strcmp(col[4], "=") != 0;
         if (k++ % step != 0 && !(special && n_special < 6)) continue;
         n_special += special;
-        size_t n = unescape(col[0], strlen(col[0]), text);
+        size_t n = test_unescape(col[0], strlen(col[0]), text);
         snprintf(args, sizeof args, "-m '%s'", dir);
         expect_line(bos, col[1], want, sizeof want);
         int ok = run_tokenize(args, text, n, got, sizeof got) == 0 && !strcmp(got, want);

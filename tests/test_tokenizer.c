@@ -37,23 +37,6 @@ static int valid_utf8(const unsigned char *s, size_t n) {
     return 1;
 }
 
-static size_t unescape(const char *s, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\\') {
-            out[o++] = '\\';
-            i++;
-        } else if (s[i] == '\\' && i + 3 < n && s[i + 1] == 'x') {
-            char hex[3] = {s[i + 2], s[i + 3], 0};
-            out[o++] = (char)strtol(hex, NULL, 16);
-            i += 3;
-        } else {
-            out[o++] = s[i];
-        }
-    }
-    return o;
-}
-
 static size_t parse_ids(const char *s, int32_t *ids, size_t cap) {
     size_t n = 0;
     char *end;
@@ -136,10 +119,10 @@ static void test_vector_file(void) {
         t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
         CHECKF(t2 != NULL, "malformed vector line: %s", line);
         if (!t2) continue;
-        nt = unescape(line, (size_t)(t1 - line), text);
+        nt = test_unescape(line, (size_t)(t1 - line), text);
         nw = parse_ids(t1 + 1, want, 20000);
         nwt = strcmp(t2 + 1, "=") == 0 ? (memcpy(want_text, text, nt), nt)
-                                       : unescape(t2 + 1, strlen(t2 + 1), want_text);
+                                       : test_unescape(t2 + 1, strlen(t2 + 1), want_text);
         int ok = encode(text, nt, ids, 20000, &n) == MOE8_OK && same_ids(ids, n, want, nw);
         size_t ng = stream_decode(ids, n, got, sizeof got, &chunks_ok);
         ok = ok && chunks_ok && ng == nwt && memcmp(got, want_text, ng) == 0;

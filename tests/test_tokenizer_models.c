@@ -20,23 +20,6 @@
 
 /* ---- helpers --------------------------------------------------------- */
 
-static size_t unescape(const char *s, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\\') {
-            out[o++] = '\\';
-            i++;
-        } else if (s[i] == '\\' && i + 3 < n && s[i + 1] == 'x') {
-            char hex[3] = {s[i + 2], s[i + 3], 0};
-            out[o++] = (char)strtol(hex, NULL, 16);
-            i += 3;
-        } else {
-            out[o++] = s[i];
-        }
-    }
-    return o;
-}
-
 static size_t parse_ids(const char *s, int32_t *ids, size_t cap) {
     size_t n = 0;
     char *end;
@@ -121,15 +104,15 @@ static int parse_vector(char *line, vector *v) {
         *p++ = '\0';
     }
     if (n != 6) return -1;
-    v->n_text = unescape(col[0], strlen(col[0]), v->text);
+    v->n_text = test_unescape(col[0], strlen(col[0]), v->text);
     v->n_ids = parse_ids(col[1], v->ids, 20000);
-    if (strcmp(col[2], "=")) v->n_dec = unescape(col[2], strlen(col[2]), v->dec);
+    if (strcmp(col[2], "=")) v->n_dec = test_unescape(col[2], strlen(col[2]), v->dec);
     else memcpy(v->dec, v->text, v->n_dec = v->n_text);
-    if (strcmp(col[3], "=")) v->n_skip = unescape(col[3], strlen(col[3]), v->skip);
+    if (strcmp(col[3], "=")) v->n_skip = test_unescape(col[3], strlen(col[3]), v->skip);
     else memcpy(v->skip, v->dec, v->n_skip = v->n_dec);
     if (strcmp(col[4], "=")) v->n_ns = parse_ids(col[4], v->ns, 20000);
     else memcpy(v->ns, v->ids, (v->n_ns = v->n_ids) * sizeof *v->ids);
-    if (strcmp(col[5], "=")) v->n_ns_dec = unescape(col[5], strlen(col[5]), v->ns_dec);
+    if (strcmp(col[5], "=")) v->n_ns_dec = test_unescape(col[5], strlen(col[5]), v->ns_dec);
     else memcpy(v->ns_dec, v->dec, v->n_ns_dec = v->n_dec);
     return 0;
 }
