@@ -425,6 +425,18 @@ done:
     return rc;
 }
 
+/* The keys every family's fixture config.json ends with. */
+static inline cJSON *fx_config_tail(cJSON *c, const fx_opts *o) {
+    cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
+    cJSON_AddNullToObject(c, "rope_scaling");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddStringToObject(c, "torch_dtype", o->float_dtype == MOE8_DT_F32 ? "float32" : "bfloat16");
+    return c;
+}
+
 /* config.json of FX_QWEN2 and FX_MIXTRAL with their families' keys. */
 static inline cJSON *fx_config_json_family(const fx_opts *o) {
     static const char *const type[3] = {"qwen3_moe", "qwen2_moe", "mixtral"};
@@ -463,14 +475,7 @@ static inline cJSON *fx_config_json_family(const fx_opts *o) {
         cJSON_AddNumberToObject(c, "sliding_window", 4096);
     }
     cJSON_AddNumberToObject(c, "max_position_embeddings", 4096);
-    cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
-    cJSON_AddNullToObject(c, "rope_scaling");
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
-    cJSON_AddNumberToObject(c, "bos_token_id", 1);
-    cJSON_AddNumberToObject(c, "eos_token_id", 2);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddStringToObject(c, "torch_dtype", o->float_dtype == MOE8_DT_F32 ? "float32" : "bfloat16");
-    return c;
+    return fx_config_tail(c, o);
 }
 
 static inline cJSON *fx_config_json(const fx_opts *o) {
@@ -495,14 +500,7 @@ static inline cJSON *fx_config_json(const fx_opts *o) {
     if (o->dense_layer >= 0) cJSON_AddItemToArray(mlp_only, cJSON_CreateNumber((double)o->dense_layer));
     cJSON_AddNumberToObject(c, "max_position_embeddings", 4096);
     cJSON_AddNumberToObject(c, "rms_norm_eps", 1e-6);
-    cJSON_AddNumberToObject(c, "rope_theta", 1000000.0);
-    cJSON_AddNullToObject(c, "rope_scaling");
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
-    cJSON_AddNumberToObject(c, "bos_token_id", 1);
-    cJSON_AddNumberToObject(c, "eos_token_id", 2);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    cJSON_AddStringToObject(c, "torch_dtype", o->float_dtype == MOE8_DT_F32 ? "float32" : "bfloat16");
-    return c;
+    return fx_config_tail(c, o);
 }
 
 static inline cJSON *fx_desc_json(const fx_list *L) {
