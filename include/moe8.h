@@ -213,6 +213,11 @@ typedef enum {
     MOE8_ARCH_QWEN2_MOE = 1,      /* "qwen2_moe": q/k/v biases, a sigmoid-gated shared expert */
     MOE8_ARCH_MIXTRAL = 2,        /* "mixtral": block_sparse_moe, w1/w3/w2 experts, top-k always
                                    * renormalized, every layer MoE */
+    MOE8_ARCH_DEEPSEEK_V2 = 3,    /* "deepseek_v2": multi-head latent attention (MLA), shared
+                                   * experts, first_k_dense_replace, softmax greedy or
+                                   * group-limited routing, YaRN */
+    MOE8_ARCH_DEEPSEEK_V3 = 4,    /* "deepseek_v3": MLA; sigmoid routing with
+                                   * e_score_correction_bias and grouped top-k (top-2 sums) */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -264,6 +269,29 @@ typedef struct {
     int64_t shared_expert_intermediate_size; /* qwen2_moe: width S of the shared expert;
                                    * 0 = no shared expert (the other families) */
     int qkv_bias;                 /* q/k/v projections carry a bias (qwen2_moe: default 1) */
+    /* appended with DeepSeek-V2/V3 (docs/MODELS.md); 0 for the other families except
+     * v_head_dim (= head_dim) and routed_scaling_factor / moe_layer_freq (1): */
+    int64_t kv_lora_rank;         /* > 0: multi-head latent attention; the latent width L */
+    int64_t q_lora_rank;          /* 0 (null): q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
+    int64_t qk_nope_head_dim;     /* MLA: per-head q/k width without rotary */
+    int64_t qk_rope_head_dim;     /* MLA: rotary width R (one k_pe shared by all heads);
+                                   * head_dim = qk_nope_head_dim + qk_rope_head_dim */
+    int64_t v_head_dim;           /* per-head value width (= head_dim outside MLA) */
+    int64_t n_shared_experts;     /* deepseek: shared_experts of width n x moe_intermediate_size
+                                   * (shared_expert_intermediate_size), ungated */
+    int64_t first_k_dense_replace;/* deepseek: layers [0, k) have a dense MLP */
+    int64_t moe_layer_freq;       /* deepseek: MoE layers are l >= k with l % freq == 0 */
+    int64_t n_group, topk_group;  /* grouped routing: experts in n_group groups, the best
+                                   * topk_group kept (V2 group_limited_greedy, V3 always) */
+    int topk_grouped;             /* route through the groups (n_group, topk_group) */
+    int group_top2;               /* a group's score: sum of its two best (V3), else its best (V2) */
+    int scoring_sigmoid;          /* router scores sigmoid (V3) instead of softmax */
+    int e_score_bias;             /* mlp.gate.e_score_correction_bias [E] (V3): selection only */
+    double routed_scaling_factor; /* top-k weights x this after renormalization */
+    int rope_interleave;          /* rotary on pairs (2i, 2i+1) (deepseek), else halves (NEOX) */
+    double yarn_factor;           /* rope_scaling {"type": "yarn"} (deepseek); 0 = none */
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int64_t yarn_original_max_position_embeddings;
 } moe8_config;
 
 /* Parse and validate a config.json image (`len` bytes, need not be
@@ -319,6 +347,11 @@ typedef struct {
     moe8_quant_type shared_gate_up; /* shared expert gate/up: FLOAT, W8A8 or W8A8_DYNAMIC */
     moe8_quant_type shared_down;  /* shared expert down_proj */
     int qkv_bias;                 /* q/k/v carry a bias (FLOAT: added; W8A8: in quant_bias) */
+    /* appended with DeepSeek (MLA layers): `qkv` is then the type of q_proj or q_a_proj and
+     * kv_a_proj_with_mqa (they read the same input and must agree), `o` of o_proj, and: */
+    int mla;                      /* 1: multi-head latent attention */
+    moe8_quant_type q_b;          /* q_b_proj (q_lora_rank > 0), FLOAT or W8A8 */
+    moe8_quant_type kv_b;         /* kv_b_proj: FLOAT or W8A8, run dequantized (absorbed) */
 } moe8_layer_info;
 
 /* 0 and *out filled, or -1 when `layer` is out of range. */
@@ -874,6 +907,10 @@ typedef enum {
                                  * E 8, top-2, I 256, vocab 32000 */
     MOE8_PRESET_A3B_SLICE = 1,  /* qwen3_moe only: Qwen3-30B-A3B shapes (SEMANTICS §7), 4 of
                                  * its 48 layers */
+    MOE8_PRESET_SLICE = 2,      /* the shapes of the family's reference model, a few layers
+                                 * (docs/MODELS.md): qwen3_moe Qwen3-30B-A3B (= A3B_SLICE),
+                                 * mixtral Mixtral-8x7B, deepseek_v2 DeepSeek-V2-Lite,
+                                 * deepseek_v3 Moonlight-16B-A3B */
 } moe8_preset;
 
 /* Initialise with moe8_make_model_params_default(); fields are only appended. */
