@@ -233,6 +233,8 @@ typedef struct {
     int sparse_step;              /* decoder_sparse_step / mlp_only_layers pick dense layers
                                    * (else every layer is MoE) */
     int always_renorm;            /* top-k weights always renormalized (else norm_topk_prob) */
+    int mla;                      /* multi-head latent attention (deepseek) */
+    int first_k_dense;            /* first_k_dense_replace / moe_layer_freq pick dense layers */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);
