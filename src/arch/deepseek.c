@@ -3,7 +3,7 @@
  * DeepSeek-V2, DeepSeek-V3/R1, Moonlight-16B-A3B): Hugging Face's
  * DeepseekV2Config / DeepseekV3Config and the models' modeling_deepseek.py.
  *
- *   attention   multi-head latent attention (docs/SEMANTICS.md §7b): q from
+ *   attention   multi-head latent attention (docs/SEMANTICS.md §7d): q from
  *               q_proj, or q_b_proj(q_a_layernorm(q_a_proj(h))) when
  *               q_lora_rank is set; kv_a_proj_with_mqa gives the latent c
  *               (kv_lora_rank) and one rotary key k_pe (qk_rope_head_dim)
