@@ -684,12 +684,12 @@ static moe8_status attn_block_mla(const fwd_run *r, const moe8_fwd_layer *L,
         for_rows(r, T, mla_rope_row, &c);
     }
     mark(r, MOE8_PHASE_ELEMENTWISE);
+    /* the absorbed products are timed with the attention core they replace */
     for_rows(r, w->n_head, absorb_q_head, L);
-    mark(r, MOE8_PHASE_ATTN_PROJ);
     moe8_attention(r->kt, s->att, s->qc, cache, seq, pos, T, s->attn_tiles, s->attn_work,
                    s->attn_work_floats, r->nt);
-    mark(r, MOE8_PHASE_ATTN_CORE);
     for_rows(r, w->n_head, absorb_v_head, L);
+    mark(r, MOE8_PHASE_ATTN_CORE);
     observe(r, L, 1, s->attv, w->n_head * w->DV);
     lin(r, &L->o, NULL, s->tmp, s->attv, T);
     mark(r, MOE8_PHASE_ATTN_PROJ);
