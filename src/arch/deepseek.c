@@ -368,6 +368,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: %s has the tiny and slice "
                          "presets", v3 ? "deepseek_v3" : "deepseek_v2");
     }
+    c->num_hidden_layers = 4;     /* one dense layer, three MoE */
     c->vocab_size = DS_VOCAB;
     c->bos_token_id = DS_BOS;
     c->n_eos_ids = 1;
