@@ -485,36 +485,18 @@ static cJSON *generation_json(const moe8_config *c) {
     [MOE8_R_MLP_UP] = "model.layers.%lld.mlp.up_proj",                                         \
     [MOE8_R_MLP_DOWN] = "model.layers.%lld.mlp.down_proj"
 
-const moe8_arch_desc moe8_arch_deepseek_v2 = {
-    .id = MOE8_ARCH_DEEPSEEK_V2,
-    .model_type = "deepseek_v2",
-    .hf_class = "DeepseekV2ForCausalLM",
-    .moe_block = "model.layers.%lld.mlp",
-    .names = {DS_NAMES},
-    .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,
-    .fields = fields,
-    .n_fields = (int)(sizeof fields / sizeof fields[0]),
-    .defaults = defaults_v2,
-    .check = check_v2,
-    .finish = finish,
-    .preset = preset,
-    .config_json = config_json,
-    .generation_json = generation_json,
-};
+/* The two descriptors differ in their id, names of the class, defaults and checks. */
+#define DS_DESC(ID, TYPE, CLASS, DEFAULTS, CHECK)                                              \
+    {                                                                                          \
+        .id = ID, .model_type = TYPE, .hf_class = CLASS, .moe_block = "model.layers.%lld.mlp", \
+        .names = {DS_NAMES},                                                                   \
+        .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,            \
+        .fields = fields, .n_fields = (int)(sizeof fields / sizeof fields[0]),                 \
+        .defaults = DEFAULTS, .check = CHECK, .finish = finish, .preset = preset,              \
+        .config_json = config_json, .generation_json = generation_json,                        \
+    }
 
-const moe8_arch_desc moe8_arch_deepseek_v3 = {
-    .id = MOE8_ARCH_DEEPSEEK_V3,
-    .model_type = "deepseek_v3",
-    .hf_class = "DeepseekV3ForCausalLM",
-    .moe_block = "model.layers.%lld.mlp",
-    .names = {DS_NAMES},
-    .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,
-    .fields = fields,
-    .n_fields = (int)(sizeof fields / sizeof fields[0]),
-    .defaults = defaults_v3,
-    .check = check_v3,
-    .finish = finish,
-    .preset = preset,
-    .config_json = config_json,
-    .generation_json = generation_json,
-};
+const moe8_arch_desc moe8_arch_deepseek_v2 = DS_DESC(MOE8_ARCH_DEEPSEEK_V2, "deepseek_v2",
+                                                     "DeepseekV2ForCausalLM", defaults_v2, check_v2);
+const moe8_arch_desc moe8_arch_deepseek_v3 = DS_DESC(MOE8_ARCH_DEEPSEEK_V3, "deepseek_v3",
+                                                     "DeepseekV3ForCausalLM", defaults_v3, check_v3);
