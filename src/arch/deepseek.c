@@ -211,6 +211,12 @@ static moe8_status check_common(const cJSON *root, const char *label, moe8_confi
     if ((st = moe8_cfg_read_pos_double(root, label, "routed_scaling_factor",
                                        &c->routed_scaling_factor, err)))
         return st;
+    {   /* the latent width has no "none": MLA needs it */
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "kv_lora_rank");
+        if (it && cJSON_IsNull(it))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': kv_lora_rank must be an integer "
+                             "(null given; multi-head latent attention needs its width)", label);
+    }
     null_is_zero(root, "q_lora_rank", &c->q_lora_rank);
     null_is_zero(root, "n_routed_experts", &c->num_experts);
     null_is_zero(root, "n_shared_experts", &c->n_shared_experts);
