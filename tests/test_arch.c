@@ -563,10 +563,10 @@ static void test_config_errors(void) {
         moe8_status code;
         const char *msg;
     } cases[] = {
-        {"{\"model_type\":\"deepseek_v3\"}", MOE8_ERR_UNSUPPORTED,
-         "model_type \"deepseek_v3\" not supported yet (multi-head latent attention"},
-        {"{\"model_type\":\"deepseek_v2\"}", MOE8_ERR_UNSUPPORTED,
-         "model_type \"deepseek_v2\" not supported yet"},
+        {"{\"model_type\":\"deepseek_v3\",\"topk_method\":\"greedy\"}", MOE8_ERR_UNSUPPORTED,
+         "topk_method \"greedy\" not supported (expected \"noaux_tc\")"},
+        {"{\"model_type\":\"deepseek_v2\"}", MOE8_ERR_FORMAT,
+         "num_experts_per_tok missing (needed with 64 n_routed_experts)"},
         {"{\"model_type\":\"llama\"}", MOE8_ERR_UNSUPPORTED,
          "expected one of qwen3_moe, qwen2_moe, mixtral"},
         {"{\"model_type\":\"mixtral\",\"sliding_window\":4096}", MOE8_ERR_UNSUPPORTED,

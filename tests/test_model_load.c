@@ -493,7 +493,11 @@ static const defect defects[] = {
     {"config_dense_layer", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "mlp_only_layers",
      "[0]", MOE8_ERR_NOT_FOUND, "tensor 'model.layers.0.mlp.gate_proj.weight' not found"},
     {"config_model_type", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "model_type",
-     "\"deepseek_v3\"", MOE8_ERR_UNSUPPORTED, "model_type \"deepseek_v3\" not supported yet"},
+     "\"llama\"", MOE8_ERR_UNSUPPORTED, "model_type \"llama\" not supported (expected one of"},
+    /* a Qwen3 folder read as DeepSeek-V3 (q_lora_rank 1536 by default): its MLA tensors */
+    {"config_model_type_mla", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json",
+     "model_type", "\"deepseek_v3\"", MOE8_ERR_NOT_FOUND,
+     "tensor 'model.layers.0.self_attn.q_a_proj.weight' not found"},
     {"config_head_dim", f_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "config.json", "head_dim", "8",
      MOE8_ERR_FORMAT, "q_norm.weight': expected shape [8], found [16]"},
     {"desc_missing_key", q_opts, D_NONE, NULL, 0, 0, 0, 0, {0, 0}, "quant_model_description.json",

@@ -25,7 +25,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: moe8 make-model [--arch A] --preset tiny|a3b-slice -o DIR [options]\n"
-            "  --arch A         qwen3_moe (default), qwen2_moe or mixtral\n"
+            "  --arch A         qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2 or deepseek_v3\n"
             "  --preset P       tiny (4 layers, H 256; every family) or a3b-slice\n"
             "                   (Qwen3-30B-A3B shapes; qwen3_moe)\n"
             "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
@@ -59,6 +59,7 @@ static int exists_tok(const char *dir) {
 
 /* The folder under .deps holding a family's tokenizer. */
 static const char *tokenizer_folder(moe8_arch a) {
+    if (a == MOE8_ARCH_DEEPSEEK_V2 || a == MOE8_ARCH_DEEPSEEK_V3) return "deepseek-v3-tokenizer";
     return a == MOE8_ARCH_MIXTRAL ? "llama2-tokenizer" : "qwen3-tokenizer";
 }
 
@@ -140,7 +141,7 @@ int cmd_make_model(int argc, char **argv) {
             p.tokenizer_dir = val;
         } else if (!strcmp(a, "--arch")) {
             if (parse_arch(val, &p.arch)) {
-                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe, qwen2_moe or mixtral\n",
+                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe, qwen2_moe, mixtral, deepseek_v2 or deepseek_v3\n",
                         val);
                 return 2;
             }

@@ -40,8 +40,20 @@ static const moe8_role_info roles[MOE8_R_COUNT] = {
                   MOE8_DIM_H},
     [MOE8_R_V] = {"v_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_KD,
                   MOE8_DIM_H},
+    [MOE8_R_Q_A] = {"q_a_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE, MOE8_DIM_QL,
+                    MOE8_DIM_H},
+    [MOE8_R_Q_A_NORM] = {"q_a_layernorm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                         MOE8_DIM_QL, MOE8_DIM_NONE},
+    [MOE8_R_Q_B] = {"q_b_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_QD,
+                    MOE8_DIM_QL},
+    [MOE8_R_KV_A] = {"kv_a_proj_with_mqa", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
+                     MOE8_DIM_KVA, MOE8_DIM_H},
+    [MOE8_R_KV_A_NORM] = {"kv_a_layernorm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                          MOE8_DIM_KVL, MOE8_DIM_NONE},
+    [MOE8_R_KV_B] = {"kv_b_proj", MOE8_SCOPE_LAYER, MOE8_KIND_ABSORBED, MOE8_SPLIT_ROWS,
+                     MOE8_DIM_KVB, MOE8_DIM_KVL},
     [MOE8_R_O] = {"o_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_COLS, MOE8_DIM_H,
-                  MOE8_DIM_QD},
+                  MOE8_DIM_OD},
     [MOE8_R_ROUTER] = {"router", MOE8_SCOPE_MOE, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE, MOE8_DIM_E,
                        MOE8_DIM_H},
     [MOE8_R_EXP_GATE] = {"expert gate_proj", MOE8_SCOPE_EXPERT, MOE8_KIND_EXPERT,
@@ -83,6 +95,11 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_I: return c->moe_intermediate_size;
     case MOE8_DIM_F: return c->intermediate_size;
     case MOE8_DIM_S: return c->shared_expert_intermediate_size;
+    case MOE8_DIM_OD: return c->num_attention_heads * c->v_head_dim;
+    case MOE8_DIM_QL: return c->q_lora_rank;
+    case MOE8_DIM_KVL: return c->kv_lora_rank;
+    case MOE8_DIM_KVA: return c->kv_lora_rank + c->qk_rope_head_dim;
+    case MOE8_DIM_KVB: return c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim);
     }
     return 0;
 }
@@ -95,6 +112,8 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_QWEN3_MOE] = &moe8_arch_qwen3_moe,
     [MOE8_ARCH_QWEN2_MOE] = &moe8_arch_qwen2_moe,
     [MOE8_ARCH_MIXTRAL] = &moe8_arch_mixtral,
+    [MOE8_ARCH_DEEPSEEK_V2] = &moe8_arch_deepseek_v2,
+    [MOE8_ARCH_DEEPSEEK_V3] = &moe8_arch_deepseek_v3,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -190,15 +209,41 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
+    if (a->flags & MOE8_ARCH_FIRST_K_DENSE)
+        return layer >= c->first_k_dense_replace && layer % c->moe_layer_freq == 0;
     if (!(a->flags & MOE8_ARCH_SPARSE_STEP)) return 1;
     for (int i = 0; i < c->n_mlp_only_layers; i++)
         if (c->mlp_only_layers[i] == layer) return 0;
     return (layer + 1) % c->decoder_sparse_step == 0;
 }
 
+moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c) {
+    moe8_kv_shape k = {2, c->num_key_value_heads, c->head_dim};
+    if (c->kv_lora_rank > 0) {
+        k.planes = 1;
+        k.heads = 1;
+        k.dim = c->kv_lora_rank + c->qk_rope_head_dim;
+    }
+    return k;
+}
+
+void moe8_arch_fill_derived(moe8_config *c) {
+    if (!c->kv_lora_rank) c->v_head_dim = c->head_dim;
+    if (!(c->routed_scaling_factor > 0)) c->routed_scaling_factor = 1.0;
+    if (c->moe_layer_freq < 1) c->moe_layer_freq = 1;
+}
+
 int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l) {
     const moe8_role_info *ri = moe8_role_of(r);
     if (!ri || !moe8_arch_has(a, r)) return 0;
+    if (a->flags & MOE8_ARCH_MLA) {
+        if (r == MOE8_R_Q && c->q_lora_rank > 0) return 0;
+        if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && c->q_lora_rank <= 0)
+            return 0;
+    }
+    if ((r == MOE8_R_SHEXP_GATE || r == MOE8_R_SHEXP_UP || r == MOE8_R_SHEXP_DOWN ||
+         r == MOE8_R_SHEXP_SCORE) && c->shared_expert_intermediate_size <= 0)
+        return 0;
     switch (ri->scope) {
     case MOE8_SCOPE_MODEL: return 1;
     case MOE8_SCOPE_LAYER: return 1;

@@ -49,7 +49,14 @@ typedef enum {
     MOE8_R_Q,              /* [NH*D][H] (+ bias [NH*D] when config qkv_bias) */
     MOE8_R_K,              /* [NKV*D][H] */
     MOE8_R_V,              /* [NKV*D][H] */
-    MOE8_R_O,              /* [H][NH*D] */
+    /* multi-head latent attention (deepseek; docs/MODELS.md), beside MOE8_R_Q or instead of it */
+    MOE8_R_Q_A,            /* q_a_proj [QL][H] (q_lora_rank > 0) */
+    MOE8_R_Q_A_NORM,       /* q_a_layernorm [QL] (eps 1e-6) */
+    MOE8_R_Q_B,            /* q_b_proj [NH*D][QL] */
+    MOE8_R_KV_A,           /* kv_a_proj_with_mqa [L+R][H] */
+    MOE8_R_KV_A_NORM,      /* kv_a_layernorm [L] (eps 1e-6) */
+    MOE8_R_KV_B,           /* kv_b_proj [NH*(DN+DV)][L] */
+    MOE8_R_O,              /* [H][NH*DV] (DV = D outside MLA) */
     /* MoE layers */
     MOE8_R_ROUTER,         /* [E][H] */
     MOE8_R_EXP_GATE,       /* per expert [I][H] */
@@ -83,6 +90,8 @@ typedef enum {
     MOE8_KIND_EXPERT,      /* FLOAT or W8A8_DYNAMIC: routed experts */
     MOE8_KIND_SHARED,      /* FLOAT, W8A8 or W8A8_DYNAMIC: the shared expert */
     MOE8_KIND_LM_HEAD,     /* FLOAT or W8A8_DYNAMIC */
+    MOE8_KIND_ABSORBED,    /* FLOAT or W8A8 static, run as its dequantized float weight
+                            * (kv_b_proj, absorbed into MLA attention); quantize keeps it FLOAT */
 } moe8_kind;
 
 /* How tensor parallelism splits it (SEMANTICS §8). */
@@ -106,6 +115,11 @@ typedef enum {
     MOE8_DIM_I,            /* moe_intermediate_size (per expert) */
     MOE8_DIM_F,            /* intermediate_size (dense MLP) */
     MOE8_DIM_S,            /* shared_expert_intermediate_size */
+    MOE8_DIM_OD,           /* num_attention_heads x v_head_dim (o_proj's input) */
+    MOE8_DIM_QL,           /* q_lora_rank */
+    MOE8_DIM_KVL,          /* kv_lora_rank */
+    MOE8_DIM_KVA,          /* kv_lora_rank + qk_rope_head_dim */
+    MOE8_DIM_KVB,          /* num_attention_heads x (qk_nope_head_dim + v_head_dim) */
 } moe8_dim;
 
 typedef struct {
@@ -136,6 +150,9 @@ moe8_status moe8_cfg_read_int(const cJSON *root, const char *label, const moe8_c
                               moe8_config *c, moe8_error *err);
 moe8_status moe8_cfg_read_bool(const cJSON *root, const char *label, const char *key, int *v,
                                moe8_error *err);
+/* A positive finite number: absent or null keeps *v. */
+moe8_status moe8_cfg_read_pos_double(const cJSON *root, const char *label, const char *key,
+                                     double *v, moe8_error *err);
 /* Refuse `key` when it is present and true (`what` names the feature). */
 moe8_status moe8_cfg_refuse_true(const cJSON *root, const char *label, const char *key,
                                  moe8_error *err);
@@ -165,6 +182,9 @@ moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const
                                        * layers; without it every layer is MoE */
 #define MOE8_ARCH_ALWAYS_RENORM 0x8u  /* top-k weights always renormalized (norm_topk_prob is
                                        * not a key of the family and reads as 1) */
+#define MOE8_ARCH_FIRST_K_DENSE 0x10u /* first_k_dense_replace / moe_layer_freq pick the MoE
+                                       * layers (deepseek) */
+#define MOE8_ARCH_MLA           0x20u /* multi-head latent attention (deepseek) */
 
 typedef struct {
     moe8_arch id;
@@ -181,6 +201,8 @@ typedef struct {
     int n_fields;
     void (*defaults)(moe8_config *c);
     moe8_status (*check)(const cJSON *root, const char *label, moe8_config *c, moe8_error *err);
+    /* Derived fields and relations after every key was read (NULL: none). */
+    moe8_status (*finish)(const char *label, moe8_config *c, moe8_error *err);
     /* make-model: a preset's config (layers and vocab come from the caller
      * afterwards; ids are folded into a smaller vocab), then the JSON files. */
     moe8_status (*preset)(moe8_preset p, moe8_config *c, moe8_error *err);
@@ -216,10 +238,28 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 
 /* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, for
  * families with MOE8_ARCH_SPARSE_STEP, l not in mlp_only_layers and
- * (l + 1) % decoder_sparse_step == 0. moe8_config_is_moe_layer is this. */
+ * (l + 1) % decoder_sparse_step == 0; with MOE8_ARCH_FIRST_K_DENSE,
+ * l >= first_k_dense_replace and l % moe_layer_freq == 0.
+ * moe8_config_is_moe_layer is this. */
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
 
-/* 1 if role r occurs in layer l of c (model roles: 1). */
+/* What the KV cache holds per position and layer: `planes` (2: K and V; 1:
+ * the MLA row [normed latent (L), rotated k_pe (R)], read as K and as V)
+ * x `heads` x `dim` values. Whole model (TP ranks hold their kv heads). */
+typedef struct {
+    int64_t planes, heads, dim;
+} moe8_kv_shape;
+moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c);
+
+/* The fields every family derives the same way once its own are known:
+ * v_head_dim = head_dim outside MLA, routed_scaling_factor 1 and
+ * moe_layer_freq 1 when unset (config parsing and make-model). */
+void moe8_arch_fill_derived(moe8_config *c);
+
+/* 1 if role r occurs in layer l of c (model roles: 1): the family has it, the
+ * layer is of its scope, and the config uses it (MLA: q_proj without
+ * q_lora_rank, q_a_proj / q_a_layernorm / q_b_proj with it; shared expert
+ * roles with a shared width). */
 int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l);
 
 /* ======================================================================== */
@@ -229,5 +269,7 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
 extern const moe8_arch_desc moe8_arch_qwen3_moe;
 extern const moe8_arch_desc moe8_arch_qwen2_moe;
 extern const moe8_arch_desc moe8_arch_mixtral;
+extern const moe8_arch_desc moe8_arch_deepseek_v2;
+extern const moe8_arch_desc moe8_arch_deepseek_v3;
 
 #endif

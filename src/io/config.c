@@ -7,8 +7,6 @@
  * and those of its table, the common relations, the token ids and, for
  * families with decoder_sparse_step, mlp_only_layers. Keys moe8 does not use
  * (architectures, torch_dtype, ...) are ignored, as Hugging Face does.
- * deepseek_v2 / deepseek_v3 (multi-head latent attention) are refused as
- * not supported yet.
  *
  * Every number is hostile: integers must be exact, dimensions positive and
  * below the caps of arch.h. It does not read generation_config.json (see
@@ -76,6 +74,9 @@ moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const
                      "'%s': %s not supported (must be null or absent)", label, key);
 }
 
+moe8_status moe8_cfg_read_pos_double(const cJSON *root, const char *label, const char *key,
+                                     double *v, moe8_error *err);
+
 /* A positive finite number. */
 static moe8_status get_pos_double(const cJSON *root, const char *label, const char *key, double *v,
                                   moe8_error *err) {
@@ -90,6 +91,11 @@ static moe8_status get_pos_double(const cJSON *root, const char *label, const ch
     return MOE8_OK;
 }
 
+moe8_status moe8_cfg_read_pos_double(const cJSON *root, const char *label, const char *key,
+                                     double *v, moe8_error *err) {
+    return get_pos_double(root, label, key, v, err);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Family and unsupported fields                                             */
 /* ------------------------------------------------------------------------ */
@@ -102,11 +108,6 @@ static moe8_status find_arch(const cJSON *root, const char *label, const moe8_ar
                          label, moe8_arch_list());
     if (!cJSON_IsString(it))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': model_type must be a string", label);
-    if (!strcmp(it->valuestring, "deepseek_v2") || !strcmp(it->valuestring, "deepseek_v3"))
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': model_type \"%s\" not supported yet (multi-head latent "
-                         "attention, MLA, is not implemented; supported: %s)",
-                         label, it->valuestring, moe8_arch_list());
     if (!(*out = moe8_arch_find(it->valuestring)))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': model_type \"%.64s\" not supported (expected one of %s)", label,
@@ -114,9 +115,11 @@ static moe8_status find_arch(const cJSON *root, const char *label, const moe8_ar
     return MOE8_OK;
 }
 
-static moe8_status check_unsupported(const cJSON *root, const char *label, moe8_error *err) {
+/* rope_scaling: the families with MLA read YaRN themselves; the others have none. */
+static moe8_status check_unsupported(const cJSON *root, const char *label, const moe8_arch_desc *a,
+                                     moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (it && !cJSON_IsNull(it))
+    if (it && !cJSON_IsNull(it) && !(a->flags & MOE8_ARCH_MLA))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': rope_scaling not supported (must be null or absent)", label);
     it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
@@ -305,10 +308,12 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
     out->arch = a->id;
     snprintf(out->model_type, sizeof out->model_type, "%s", a->model_type);
     a->defaults(out);   /* head_dim 0: hidden / heads after parsing */
-    if ((st = check_unsupported(root, label, err)) != MOE8_OK) goto done;
+    if ((st = check_unsupported(root, label, a, err)) != MOE8_OK) goto done;
     if ((st = a->check(root, label, out, err)) != MOE8_OK) goto done;
     if ((st = read_dims(root, label, a, out, err)) != MOE8_OK) goto done;
+    if (a->finish && (st = a->finish(label, out, err)) != MOE8_OK) goto done;
     if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
+    moe8_arch_fill_derived(out);
     if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
     if (a->flags & MOE8_ARCH_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
 done:

@@ -210,10 +210,34 @@ static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_typ
     return MOE8_OK;
 }
 
-static moe8_status resolve_attention(const lookup *k, moe8_layer_info *li, moe8_error *err) {
+/* Multi-head latent attention: q_proj or q_a_proj and kv_a_proj_with_mqa
+ * read the layer input (vLLM packs them as fused_qkv_a_proj) and agree;
+ * q_b_proj and kv_b_proj each FLOAT or W8A8. */
+static moe8_status resolve_mla(const lookup *k, const moe8_config *c, moe8_layer_info *li,
+                               moe8_error *err) {
+    const moe8_role qa[] = {c->q_lora_rank > 0 ? MOE8_R_Q_A : MOE8_R_Q, MOE8_R_KV_A};
+    char mod[160];
+    moe8_status st;
+    if ((st = packed(k, "fused_qkv_a_proj", qa, 2, &li->qkv, err)) != MOE8_OK ||
+        (st = linear_ok(k, "fused_qkv_a_proj", li->qkv, err)) != MOE8_OK)
+        return st;
+    if (c->q_lora_rank > 0 &&
+        ((st = required(k, MOE8_R_Q_B, mod, sizeof mod, &li->q_b, err)) != MOE8_OK ||
+         (st = linear_ok(k, mod, li->q_b, err)) != MOE8_OK))
+        return st;
+    if ((st = required(k, MOE8_R_KV_B, mod, sizeof mod, &li->kv_b, err)) != MOE8_OK ||
+        (st = linear_ok(k, mod, li->kv_b, err)) != MOE8_OK)
+        return st;
+    if ((st = required(k, MOE8_R_O, mod, sizeof mod, &li->o, err)) != MOE8_OK) return st;
+    return linear_ok(k, mod, li->o, err);
+}
+
+static moe8_status resolve_attention(const lookup *k, const moe8_config *c, moe8_layer_info *li,
+                                     moe8_error *err) {
     static const moe8_role qkv[] = {MOE8_R_Q, MOE8_R_K, MOE8_R_V};
     char mod[160];
     moe8_status st;
+    if (li->mla) return resolve_mla(k, c, li, err);
     if ((st = packed(k, "qkv_proj", qkv, 3, &li->qkv, err)) != MOE8_OK) return st;
     if ((st = linear_ok(k, "qkv_proj", li->qkv, err)) != MOE8_OK) return st;
     if ((st = required(k, MOE8_R_O, mod, sizeof mod, &li->o, err)) != MOE8_OK) return st;
@@ -247,7 +271,7 @@ static moe8_status resolve_experts(const lookup *k, moe8_layer_info *li, moe8_er
 /* Router (and shared-expert gate) FLOAT; experts; the shared expert. */
 static moe8_status resolve_moe(const lookup *k, moe8_layer_info *li, moe8_error *err) {
     static const moe8_role sgu[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP};
-    moe8_quant_type q;
+    moe8_quant_type q = MOE8_QUANT_FLOAT;
     char mod[160];
     moe8_status st;
     if ((st = required(k, MOE8_R_ROUTER, mod, sizeof mod, &li->router, err)) != MOE8_OK) return st;
@@ -257,8 +281,10 @@ static moe8_status resolve_moe(const lookup *k, moe8_layer_info *li, moe8_error 
                          k->qd->label, (long long)k->layer, mod, moe8_quant_type_name(li->router));
     if ((st = resolve_experts(k, li, err)) != MOE8_OK) return st;
     if (!li->has_shared) return MOE8_OK;
-    if ((st = required(k, MOE8_R_SHEXP_SCORE, mod, sizeof mod, &q, err)) != MOE8_OK) return st;
-    if (q != MOE8_QUANT_FLOAT)
+    if (moe8_arch_has(k->a, MOE8_R_SHEXP_SCORE) &&
+        (st = required(k, MOE8_R_SHEXP_SCORE, mod, sizeof mod, &q, err)) != MOE8_OK)
+        return st;
+    if (moe8_arch_has(k->a, MOE8_R_SHEXP_SCORE) && q != MOE8_QUANT_FLOAT)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': layer %lld: %s is %s, only FLOAT is supported", k->qd->label,
                          (long long)k->layer, mod, moe8_quant_type_name(q));
@@ -298,13 +324,14 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
         layers[l].has_shared = layers[l].is_moe && moe8_arch_has(a, MOE8_R_SHEXP_GATE) &&
                                cfg->shared_expert_intermediate_size > 0;
         layers[l].qkv_bias = cfg->qkv_bias;
+        layers[l].mla = (a->flags & MOE8_ARCH_MLA) != 0;
     }
     if (!qd) return MOE8_OK;
     if ((st = check_values(qd, a, exists, user, err)) != MOE8_OK) return st;
     for (int64_t l = 0; l < cfg->num_hidden_layers; l++) {
         const lookup k = {qd, a, l};
         moe8_layer_info *li = &layers[l];
-        if ((st = resolve_attention(&k, li, err)) != MOE8_OK) return st;
+        if ((st = resolve_attention(&k, cfg, li, err)) != MOE8_OK) return st;
         st = li->is_moe ? resolve_moe(&k, li, err) : resolve_dense(&k, li, err);
         if (st != MOE8_OK) return st;
     }

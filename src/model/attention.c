@@ -16,7 +16,12 @@
  * kernel computes each row the same way whatever rows share its tile, so the
  * result depends neither on the thread count nor on the batch around a token.
  *
- * Does not: handle sliding windows / rope scaling.
+ * Multi-head latent attention (DeepSeek, SEMANTICS §7b) runs here in its
+ * absorbed form as one kv head of width L + R whose first L values are also
+ * the value (v_off 0), with the model's softmax scale; YaRN rotary tables
+ * and the pair-wise rotation are here too.
+ *
+ * Does not: handle sliding windows.
  */
 #include <math.h>
 #include <omp.h>
@@ -25,6 +30,10 @@
 #include "core/core.h"
 
 #include "model/forward.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
 
 void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n, const float *w,
                        float eps) {
@@ -66,14 +75,79 @@ void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
     }
 }
 
+int moe8_rope_dim(const moe8_config *c) {
+    return (int)(c->kv_lora_rank > 0 ? c->qk_rope_head_dim : c->head_dim);
+}
+
+/* YaRN's attention factor: 0.1 m ln(s) + 1 (1 for s <= 1). */
+static double yarn_mscale(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
+
+/* The dimension whose frequency turns n_rot times over the original context. */
+static double yarn_dim(double n_rot, int R, double base, double orig) {
+    return R * log(orig / (n_rot * 2 * M_PI)) / (2 * log(base));
+}
+
+void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c) {
+    const int R = moe8_rope_dim(c), half = R / 2;
+    const double base = c->rope_theta, f = c->yarn_factor;
+    double lo = 0, hi = 0, ms = 1.0;
+    if (!(f > 0)) {
+        moe8_rope_table(cs, n_pos, R, base);
+        return;
+    }
+    lo = floor(yarn_dim(c->yarn_beta_fast, R, base, (double)c->yarn_original_max_position_embeddings));
+    hi = ceil(yarn_dim(c->yarn_beta_slow, R, base, (double)c->yarn_original_max_position_embeddings));
+    if (lo < 0) lo = 0;
+    if (hi > R - 1) hi = R - 1;
+    if (lo == hi) hi += 0.001;
+    ms = yarn_mscale(f, c->yarn_mscale) / yarn_mscale(f, c->yarn_mscale_all_dim);
+    for (int64_t p = 0; p < n_pos; p++)
+        for (int i = 0; i < half; i++) {
+            const double extra = pow(base, -2.0 * i / R), inter = extra / f;
+            double ramp = ((double)i - lo) / (hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            const double mask = 1.0 - ramp; /* 1: keep the original frequency */
+            const double a = (double)p * (inter * (1.0 - mask) + extra * mask);
+            cs[((size_t)p * half + i) * 2 + 0] = (float)(cos(a) * ms);
+            cs[((size_t)p * half + i) * 2 + 1] = (float)(sin(a) * ms);
+        }
+}
+
+float moe8_attn_scale(const moe8_config *c) {
+    double s = 1.0 / sqrt((double)c->head_dim);
+    if (c->yarn_factor > 0 && c->yarn_mscale_all_dim != 0) {
+        const double m = yarn_mscale(c->yarn_factor, c->yarn_mscale_all_dim);
+        s *= m * m;
+    }
+    return (float)s;
+}
+
+void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs) {
+    for (int h = 0; h < n_head; h++) {
+        float *xh = x + (size_t)h * stride;
+        for (int i = 0; i < R / 2; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const float x1 = xh[2 * i], x2 = xh[2 * i + 1];
+            xh[2 * i] = x1 * c - x2 * s;
+            xh[2 * i + 1] = x2 * c + x1 * s;
+        }
+    }
+}
+
 /* ---- the KV cache ---------------------------------------------------------- */
+
+moe8_attn_cache moe8_attn_cache_layer_ex(const moe8_kv_view *kv, int n_head, int n_kv, int D,
+                                         int planes, float scale, int layer) {
+    const size_t head = (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D * moe8_dtype_size(kv->dt);
+    moe8_attn_cache c = {n_head, n_kv, D, kv->dt, scale,
+                         kv->data + (size_t)layer * (size_t)planes * n_kv * head, kv->block_bytes,
+                         planes == 2 ? (size_t)n_kv * head : 0, head, kv->table, kv->max_blocks};
+    return c;
+}
 
 moe8_attn_cache moe8_attn_cache_layer(const moe8_kv_view *kv, int n_head, int n_kv, int D,
                                       int layer) {
-    const size_t head = (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D * moe8_dtype_size(kv->dt);
-    moe8_attn_cache c = {n_head, n_kv, D, kv->dt, kv->data + (size_t)layer * 2 * n_kv * head,
-                         kv->block_bytes, (size_t)n_kv * head, head, kv->table, kv->max_blocks};
-    return c;
+    return moe8_attn_cache_layer_ex(kv, n_head, n_kv, D, 2, (float)(1.0 / sqrt((double)D)), layer);
 }
 
 void moe8_kv_store(void *dst, const float *src, int D, moe8_dtype dt) {
@@ -146,14 +220,14 @@ static void attn_item(const attn_items *a, int64_t it, int thread) {
 void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
                     const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
                     size_t work_floats, int n_threads) {
-    const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
+    const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV;
     const int n_tiles = make_tiles(tiles, tiles + T, seq, pos, T, tile_tokens(G));
     int split = 1; /* parts of a head group, when tiles x kv heads leave threads idle */
     while ((int64_t)n_tiles * NKV * split < n_threads && split < G)
         do split++; while (G % split);
     const int64_t n_items = (int64_t)n_tiles * NKV * split;
-    const attn_items a = {kt, out, q, c, seq, pos, tiles, T, split, G / split,
-                          (float)(1.0 / sqrt((double)D)), work, work_floats};
+    const attn_items a = {kt, out, q, c, seq, pos, tiles, T, split, G / split, c->scale, work,
+                          work_floats};
     /* Later tiles of a sequence read more blocks: hand them out first. One
      * thread or item runs inline (an `if (0)` parallel region still allocates). */
     if (n_threads > 1 && n_items > 1) {

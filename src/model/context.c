@@ -89,7 +89,7 @@ struct moe8_context {
     moe8_context_params p;        /* zeros resolved */
     kv_pool kv;                   /* the paged KV cache */
     size_t kv_bytes;
-    float *rope;                  /* [n_ctx][D/2][2] */
+    float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
     int32_t *out_idx;             /* [n_outputs] batch rows with logits */
@@ -158,19 +158,26 @@ static void carve_scratch(carver *c, moe8_context *x) {
     const moe8_weights *w = x->w;
     const size_t B = (size_t)x->p.n_batch, H = (size_t)w->H;
     const size_t QD = (size_t)w->n_head * w->D, KD = (size_t)w->n_kv * w->D;
+    const size_t QC = (size_t)w->n_head * w->C; /* MLA: absorbed queries / latent outputs */
     moe8_fwd_scratch *s = &x->s;
     s->x = carve(c, B * H, 4);
     s->h = carve(c, B * H, 4);
     s->tmp = carve(c, B * H, 4);
     s->q = carve(c, B * QD, 4);
-    s->att = carve(c, B * QD, 4);
-    s->k = carve(c, B * KD, 4);
-    s->v = carve(c, B * KD, 4);
+    s->att = carve(c, B * (QC > QD ? QC : QD), 4);
+    s->k = w->mla ? NULL : carve(c, B * KD, 4);
+    s->v = w->mla ? NULL : carve(c, B * KD, 4);
+    if (w->mla) {
+        s->qa = w->QL ? carve(c, B * (size_t)w->QL, 4) : NULL;
+        s->kva = carve(c, B * (size_t)w->C, 4);
+        s->qc = carve(c, B * QC, 4);
+        s->attv = carve(c, B * (size_t)w->n_head * (size_t)w->DV, 4);
+    }
     s->mlp = w->F_max ? carve(c, B * 2 * (size_t)w->F_max, 4) : NULL;
     s->xq = carve(c, B, (size_t)s->ldq);
     s->ones = carve(c, B, 4);
     s->ones_i = carve(c, B, 4);
-    s->attn_work_floats = moe8_attention_work_floats(w->D, w->n_head / w->n_kv);
+    s->attn_work_floats = moe8_attention_work_floats(w->C, w->n_head / w->n_kv);
     s->attn_work = carve(c, (size_t)x->p.n_threads, s->attn_work_floats * 4);
     s->attn_tiles = carve(c, 2 * B, 4);
     s->logits = carve(c, (size_t)x->p.n_outputs, (size_t)w->V * 4);
@@ -189,7 +196,7 @@ static void carve_scratch(carver *c, moe8_context *x) {
         s->sh_out = carve(c, B * H, 4);
         s->sh_score = carve(c, B, 4);
     }
-    x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->D / 2), 8);
+    x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->rope_dim / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);
     x->out_idx = carve(c, (size_t)x->p.n_outputs, 4);
@@ -201,6 +208,8 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
     int kmax = w->H > w->n_head * w->D ? w->H : w->n_head * w->D;
     carver c = {0};
     if (w->F_max > kmax) kmax = w->F_max;
+    if (w->QL > kmax) kmax = w->QL;                        /* MLA: q_b_proj's input */
+    if (w->n_head * w->DV > kmax) kmax = w->n_head * w->DV; /* o_proj's input */
     x->s.ldq = moe8_round_up(kmax, 64);
     x->s.n_batch = x->p.n_batch;
     x->s.n_out = x->p.n_outputs;
@@ -218,7 +227,7 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
         x->s.ones[i] = 1.0f;
         x->s.ones_i[i] = 1;
     }
-    moe8_rope_table(x->rope, x->p.n_ctx, w->D, x->model->cfg.rope_theta);
+    moe8_rope_table_cfg(x->rope, x->p.n_ctx, &x->model->cfg);
     return MOE8_OK;
 }
 
@@ -241,15 +250,16 @@ static moe8_status alloc_moe_ws(moe8_context *x, moe8_error *err) {
 size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type) {
     const moe8_config *c = &m->cfg;
     if (kv_type != MOE8_DT_F32 && kv_type != MOE8_DT_F16 && kv_type != MOE8_DT_BF16) return 0;
-    return (size_t)c->num_hidden_layers * 2 * (size_t)c->num_key_value_heads * MOE8_KV_BLOCK_TOKENS *
-           (size_t)c->head_dim * moe8_dtype_size(kv_type);
+    const moe8_kv_shape k = moe8_arch_kv_shape(c);
+    return (size_t)c->num_hidden_layers * (size_t)k.planes * (size_t)k.heads *
+           MOE8_KV_BLOCK_TOKENS * (size_t)k.dim * moe8_dtype_size(kv_type);
 }
 
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
     const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
-    const size_t bytes = (size_t)w->n_layer * 2 * (size_t)w->n_kv * MOE8_KV_BLOCK_TOKENS *
-                         (size_t)w->D * moe8_dtype_size(x->p.kv_type);
+    const size_t bytes = (size_t)w->n_layer * (size_t)w->kv_planes * (size_t)w->n_kv *
+                         MOE8_KV_BLOCK_TOKENS * (size_t)w->C * moe8_dtype_size(x->p.kv_type);
     const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type);
     int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
     moe8_status st;

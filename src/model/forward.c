@@ -98,6 +98,85 @@ static moe8_status build_attn(moe8_fwd_layer *fl, const moe8_model *m, const moe
     return proj_cols(&fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
+/* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7b): uk[h][c][d]
+ * = W[h(DN+DV) + d][c] (k_nope rows, transposed) and uv[h][v][c] =
+ * W[h(DN+DV) + DN + v][c]. A FLOAT weight keeps its dtype; a W8A8 one is
+ * dequantized, W = deq_scale[j] / input_scale * Wq[j][c], its quant_bias
+ * beyond the input offset's term, deq_scale[j] * (quant_bias[j] +
+ * input_offset * sum_c Wq[j][c]), a bias: on k_nope it adds the same to
+ * every score of a query and cancels in the softmax; on v it is added to
+ * the output (uv_bias). */
+static moe8_status build_absorbed(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_model *m,
+                                  const moe8_linear *kvb, int h0, int h1, moe8_error *err) {
+    const int Lr = w->L, DN = w->DN, DV = w->DV, NHl = h1 - h0;
+    const moe8_tensor *t = kvb->weight;
+    const int quant = kvb->quant != MOE8_QUANT_FLOAT;
+    const moe8_dtype dt = quant ? MOE8_DT_F32 : t->dtype;
+    const size_t es = moe8_dtype_size(dt), ld = (size_t)Lr;
+    unsigned char *uk = moe8_alloc_aligned((size_t)NHl * Lr * DN * es + 64);
+    unsigned char *uv = moe8_alloc_aligned((size_t)NHl * DV * Lr * es + 64);
+    int any_bias = 0;
+    fl->uk = uk;
+    fl->uv = uv;
+    fl->uk_dt = dt;
+    if (!uk || !uv || (quant && !(fl->uv_bias = calloc((size_t)NHl * DV, sizeof(float)))))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate its absorbed "
+                         "form", t->name);
+    for (int h = 0; h < NHl; h++)
+        for (int i = 0; i < DN + DV; i++) {
+            const size_t j = (size_t)(h0 + h) * (DN + DV) + (size_t)i;
+            unsigned char *dst = i < DN ? uk + ((size_t)h * Lr * DN + (size_t)i) * es
+                                        : uv + ((size_t)h * DV + (size_t)(i - DN)) * ld * es;
+            const size_t step = i < DN ? (size_t)DN * es : es; /* between latent columns */
+            if (!quant) {
+                const unsigned char *src = (const unsigned char *)t->data + j * ld * es;
+                for (int c = 0; c < Lr; c++) memcpy(dst + (size_t)c * step, src + (size_t)c * es, es);
+                continue;
+            }
+            const int8_t *row = (const int8_t *)t->data + j * ld;
+            const float deq = moe8_deq_scale_at(kvb->deq_scale, (int64_t)j), s = deq / kvb->in_scale;
+            int64_t sum = 0;
+            int32_t qb;
+            for (int c = 0; c < Lr; c++) {
+                const float v = s * (float)row[c];
+                memcpy(dst + (size_t)c * step, &v, 4);
+                sum += row[c];
+            }
+            memcpy(&qb, (const char *)kvb->quant_bias->data + j * 4, 4);
+            const double b = (double)deq * ((double)qb + (double)kvb->in_offset * (double)sum);
+            if (i >= DN) fl->uv_bias[(size_t)h * DV + (size_t)(i - DN)] = (float)b;
+            any_bias |= i >= DN && b != 0.0;
+        }
+    if (!any_bias) {
+        free(fl->uv_bias);
+        fl->uv_bias = NULL;
+    }
+    moe8_st_release(m->st, t);
+    return MOE8_OK;
+}
+
+/* Multi-head latent attention of this rank's heads: q_proj or q_a_proj
+ * (replicated) + q_b_proj rows of its heads; kv_a_proj_with_mqa and the
+ * norms replicated; kv_b_proj absorbed for its heads; o_proj columns. */
+static moe8_status build_mla(moe8_weights *w, moe8_fwd_layer *fl, const moe8_model *m,
+                             const moe8_layer *L, moe8_error *err) {
+    const int h0 = m->shard.head_begin, h1 = m->shard.head_end, D = w->D;
+    moe8_status st;
+    if (w->QL) {
+        if ((st = proj_rows(&fl->q_a, m, &L->q_a, 0, w->QL, err)) ||
+            (st = norm_copy(&fl->q_a_norm, L->q_a_norm, w->QL, err)) ||
+            (st = proj_rows(&fl->q_b, m, &L->q_b, h0 * D, h1 * D, err)))
+            return st;
+    } else if ((st = proj_rows(&fl->q, m, &L->q, h0 * D, h1 * D, err))) {
+        return st;
+    }
+    if ((st = proj_rows(&fl->kv_a, m, &L->kv_a, 0, w->C, err)) ||
+        (st = norm_copy(&fl->kv_a_norm, L->kv_a_norm, w->L, err)) ||
+        (st = build_absorbed(w, fl, m, &L->kv_b, h0, h1, err)))
+        return st;
+    return proj_cols(&fl->o, m, &L->o, h0 * w->DV, h1 * w->DV, err);
+}
+
 /* The shared expert: gate/up rows and down columns of this rank's S slice,
  * like a dense MLP; its gate [1][H] whole. */
 static moe8_status build_shared(moe8_weights *w, moe8_fwd_layer *fl, const moe8_model *m,
@@ -110,7 +189,7 @@ static moe8_status build_shared(moe8_weights *w, moe8_fwd_layer *fl, const moe8_
         (st = proj_rows(&fl->sh_up, m, &L->sh_up, s0, s1, err)) ||
         (st = proj_cols(&fl->sh_down, m, &L->sh_down, s0, s1, err)))
         return st;
-    {
+    if (L->sh_score) { /* qwen2_moe's sigmoid gate; deepseek's shared experts have none */
         const moe8_linear score = {.quant = MOE8_QUANT_FLOAT, .n_out = 1,
                                    .n_in = L->sh_score->shape[1], .weight = L->sh_score};
         if ((st = moe8_proj_init(&fl->sh_score, &score, 0, err))) return st;
@@ -135,7 +214,7 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
         (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
         (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
-        (st = build_attn(fl, m, L, w->D, err)))
+        (st = w->mla ? build_mla(w, fl, m, L, err) : build_attn(fl, m, L, w->D, err)))
         return st;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
@@ -169,7 +248,12 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
                moe8_proj_owned_bytes(&fl->gate) + moe8_proj_owned_bytes(&fl->up) +
                moe8_proj_owned_bytes(&fl->down) + moe8_proj_owned_bytes(&fl->sh_gate) +
                moe8_proj_owned_bytes(&fl->sh_up) + moe8_proj_owned_bytes(&fl->sh_down) +
-               (size_t)(2 * w->H + 2 * w->D) * sizeof(float);
+               moe8_proj_owned_bytes(&fl->q_a) + moe8_proj_owned_bytes(&fl->q_b) +
+               moe8_proj_owned_bytes(&fl->kv_a) +
+               (size_t)(2 * w->H + 2 * w->D + w->QL + w->L) * sizeof(float);
+    if (fl->uk)
+        n += (size_t)w->n_head * (size_t)w->L * (size_t)(w->DN + w->DV) *
+             moe8_dtype_size(fl->uk_dt);
     if (fl->moe) {
         moe8_moe_layer_info info;
         moe8_moe_layer_get_info(fl->moe, &info);
@@ -226,13 +310,26 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     w->E = (int)c->num_experts;
     w->K = (int)c->num_experts_per_tok;
     w->eps = (float)c->rms_norm_eps;
+    w->mla = c->kv_lora_rank > 0;
+    w->L = (int)c->kv_lora_rank;
+    w->R = (int)c->qk_rope_head_dim;
+    w->DN = (int)c->qk_nope_head_dim;
+    w->DV = (int)c->v_head_dim;
+    w->QL = (int)c->q_lora_rank;
+    w->kv_planes = w->mla ? 1 : 2;
+    w->C = w->mla ? w->L + w->R : w->D;
+    if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
+    w->rope_dim = moe8_rope_dim(c);
+    w->rope_pairs = (int)c->rope_interleave;
+    w->attn_scale = moe8_attn_scale(c);
     w->float_experts = float_experts;
     w->embed = m->embed->data;
     w->embed_dt = m->embed->dtype;
     w->layers = calloc((size_t)w->n_layer, sizeof *w->layers);
     st = w->layers ? MOE8_OK : moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate layers");
-    if (!st && (w->D % 2 || w->D <= 0))
-        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "head_dim %d must be even", w->D);
+    if (!st && (w->rope_dim % 2 || w->rope_dim <= 0))
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "rotary width %d must be even",
+                       w->rope_dim);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
@@ -271,6 +368,14 @@ void moe8_weights_free(moe8_weights *w) {
         moe8_proj_free(&fl->sh_up);
         moe8_proj_free(&fl->sh_down);
         moe8_proj_free(&fl->sh_score);
+        moe8_proj_free(&fl->q_a);
+        moe8_proj_free(&fl->q_b);
+        moe8_proj_free(&fl->kv_a);
+        free(fl->q_a_norm);
+        free(fl->kv_a_norm);
+        moe8_free_aligned(fl->uk);
+        moe8_free_aligned(fl->uv);
+        free(fl->uv_bias);
         moe8_moe_layer_free(fl->moe);
     }
     free(w->layers);
@@ -424,7 +529,7 @@ static void qk_row(const fwd_run *r, const void *ctx, int t) {
     const moe8_weights *w = r->w;
     moe8_fwd_scratch *s = r->s;
     const int NH = w->n_head, NKV = w->n_kv, D = w->D;
-    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)D;
+    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)w->rope_dim;
     float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
     unsigned char *kc = c->cache->k0;
     MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
@@ -487,6 +592,113 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     return MOE8_OK;
 }
 
+
+/* ---- multi-head latent attention (SEMANTICS §7b) --------------------------- */
+
+static void q_a_norm_row(const fwd_run *r, const void *layer, int t) {
+    const moe8_fwd_layer *L = layer;
+    float *x = r->s->qa + (size_t)t * r->w->QL;
+    moe8_rmsnorm_rows(x, r->w->QL, x, r->w->QL, 1, r->w->QL, L->q_a_norm, MOE8_MLA_NORM_EPS);
+}
+
+/* Per token: the latent c normed (kv_a_layernorm), k_pe and each head's q_pe
+ * rotated, the cache row [c, k_pe] stored, q_pe copied beside the head's
+ * absorbed query in qc. */
+static void mla_rope_row(const fwd_run *r, const void *ctx, int t) {
+    const qk_ctx *c = ctx;
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int NH = w->n_head, D = w->D, C = w->C, Lr = w->L, R = w->R;
+    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)R;
+    float *kv = s->kva + (size_t)t * C, *q = s->q + (size_t)t * NH * D;
+    float *qc = s->qc + (size_t)t * NH * C;
+    MOE8_ASSERT(c->pos[t] < c->n_ctx);
+    moe8_rmsnorm_rows(kv, Lr, kv, Lr, 1, Lr, c->L->kv_a_norm, MOE8_MLA_NORM_EPS);
+    moe8_rope_pairs(kv + Lr, 1, R, R, cs);
+    moe8_rope_pairs(q + w->DN, NH, D, R, cs);
+    moe8_kv_store(c->cache->k0 + moe8_kv_row(c->cache, c->seq[t], 0, c->pos[t]), kv, C,
+                  c->cache->dt);
+    for (int h = 0; h < NH; h++)
+        memcpy(qc + (size_t)h * C + Lr, q + (size_t)h * D + w->DN, (size_t)R * sizeof(float));
+}
+
+/* Head h: qc[t][h][0:L] = q_nope[t][h] @ uk[h]^T (the query in latent space). */
+static void absorb_q_head(const fwd_run *r, const void *layer, int h) {
+    const moe8_fwd_layer *L = layer;
+    const moe8_weights *w = r->w;
+    const size_t es = moe8_dtype_size(L->uk_dt);
+    r->kt->gemm_f32_wf(r->s->qc + (size_t)h * w->C, w->n_head * w->C, r->s->q + (size_t)h * w->D,
+                       w->n_head * w->D, (const char *)L->uk + (size_t)h * w->L * w->DN * es,
+                       L->uk_dt, w->DN, r->T, 0, w->L, w->DN);
+}
+
+/* Head h: attv[t][h] = att[t][h][0:L] @ uv[h]^T (+ a folded v bias). */
+static void absorb_v_head(const fwd_run *r, const void *layer, int h) {
+    const moe8_fwd_layer *L = layer;
+    const moe8_weights *w = r->w;
+    const size_t es = moe8_dtype_size(L->uk_dt);
+    const int ldv = w->n_head * w->DV;
+    float *y = r->s->attv + (size_t)h * w->DV;
+    r->kt->gemm_f32_wf(y, ldv, r->s->att + (size_t)h * w->C, w->n_head * w->C,
+                       (const char *)L->uv + (size_t)h * w->DV * w->L * es, L->uk_dt, w->L, r->T,
+                       0, w->DV, w->L);
+    for (int t = 0; L->uv_bias && t < r->T; t++)
+        for (int j = 0; j < w->DV; j++) y[(size_t)t * ldv + j] += L->uv_bias[(size_t)h * w->DV + j];
+}
+
+/* The MLA form of attn_block: the projections of the layer input (q_proj or
+ * q_a_proj, kv_a_proj_with_mqa: one pass when they can share it), q_b_proj
+ * of the normed q_a, RoPE and the cache row, the absorbed query, MQA flash
+ * attention over the latent rows (one kv head of width L + R, value = its
+ * first L), back to each head's v, o_proj. */
+static moe8_status attn_block_mla(const fwd_run *r, const moe8_fwd_layer *L,
+                                  const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                                  const int32_t *seq, const int32_t *pos, moe8_error *err) {
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int T = r->T;
+    const moe8_proj *qa = w->QL ? &L->q_a : &L->q;
+    float *qa_out = w->QL ? s->qa : s->q;
+    moe8_status st;
+    observe(r, L, 0, s->h, w->H);
+    if (qa->type == L->kv_a.type &&
+        (qa->type == MOE8_QUANT_FLOAT || moe8_proj_same_input(qa, &L->kv_a))) {
+        const moe8_proj *p[2] = {qa, &L->kv_a};
+        float *const y[2] = {qa_out, s->kva};
+        const int ldy[2] = {qa->n, L->kv_a.n};
+        if (qa->type == MOE8_QUANT_W8A8) quant_static(r, qa, s->h, T);
+        moe8_proj_apply_group(p, y, ldy, 2, r->kt, s->h, w->H, s->xq, s->ldq, s->ones, s->ones_i,
+                              T, r->nt);
+    } else {
+        lin(r, qa, NULL, qa_out, s->h, T);
+        lin(r, &L->kv_a, qa, s->kva, s->h, T);
+    }
+    if (w->QL) {
+        for_rows(r, T, q_a_norm_row, L);
+        observe(r, L, 4, s->qa, w->QL);
+        lin(r, &L->q_b, NULL, s->q, s->qa, T);
+    }
+    mark(r, MOE8_PHASE_ATTN_PROJ);
+    {
+        const qk_ctx c = {L, cache, n_ctx, rope, seq, pos};
+        for_rows(r, T, mla_rope_row, &c);
+    }
+    mark(r, MOE8_PHASE_ELEMENTWISE);
+    for_rows(r, w->n_head, absorb_q_head, L);
+    mark(r, MOE8_PHASE_ATTN_PROJ);
+    moe8_attention(r->kt, s->att, s->qc, cache, seq, pos, T, s->attn_tiles, s->attn_work,
+                   s->attn_work_floats, r->nt);
+    mark(r, MOE8_PHASE_ATTN_CORE);
+    for_rows(r, w->n_head, absorb_v_head, L);
+    observe(r, L, 1, s->attv, w->n_head * w->DV);
+    lin(r, &L->o, NULL, s->tmp, s->attv, T);
+    mark(r, MOE8_PHASE_ATTN_PROJ);
+    if ((st = allreduce(r, s->tmp, err))) return st;
+    add_norm(r, L->ffn_norm);
+    mark(r, MOE8_PHASE_ELEMENTWISE);
+    return MOE8_OK;
+}
+
 typedef struct {
     float *g;
     const float *u;
@@ -524,9 +736,19 @@ static void shared_add_row(const fwd_run *r, const void *ctx, int t) {
     for (int j = 0; j < H; j++) o[j] += gate * y[j];
 }
 
-/* The shared expert (qwen2_moe), added to the MoE output in s->tmp:
- * tmp[t] += sigmoid(h[t] . g) * down(silu(gate(h[t])) * up(h[t])), in fp32,
- * the sigmoid as 1 / (1 + expf(-z)). Under TP each rank adds its S slice's
+/* tmp[t] += shared_out[t] (deepseek's ungated shared experts). */
+static void shared_add_plain_row(const fwd_run *r, const void *ctx, int t) {
+    const int H = r->w->H;
+    float *o = r->s->tmp + (size_t)t * H;
+    const float *y = r->s->sh_out + (size_t)t * H;
+    (void)ctx;
+    for (int j = 0; j < H; j++) o[j] += y[j];
+}
+
+/* The shared expert, added to the MoE output in s->tmp:
+ * tmp[t] += sigmoid(h[t] . g) * down(silu(gate(h[t])) * up(h[t])) (qwen2_moe),
+ * in fp32, the sigmoid as 1 / (1 + expf(-z)); without a gate (deepseek's
+ * shared experts) tmp[t] += down(silu(gate(h[t])) * up(h[t])). Under TP each rank adds its S slice's
  * partial down product; the all-reduce after it sums the parts. */
 static void shared_expert(const fwd_run *r, const moe8_fwd_layer *L) {
     moe8_fwd_scratch *s = r->s;
@@ -535,10 +757,12 @@ static void shared_expert(const fwd_run *r, const moe8_fwd_layer *L) {
     lin(r, &L->sh_gate, NULL, g, s->h, T);
     lin(r, &L->sh_up, &L->sh_gate, u, s->h, T);
     const swiglu_ctx sc = {g, u, S};
-    moe8_proj_apply(&L->sh_score, r->kt, s->sh_score, 1, s->h, H, NULL, 0, NULL, NULL, T, r->nt);
+    if (L->sh_score.n)
+        moe8_proj_apply(&L->sh_score, r->kt, s->sh_score, 1, s->h, H, NULL, 0, NULL, NULL, T,
+                        r->nt);
     for_rows(r, T, swiglu_row, &sc);
     lin(r, &L->sh_down, NULL, s->sh_out, g, T);
-    for_rows(r, T, shared_add_row, NULL);
+    for_rows(r, T, L->sh_score.n ? shared_add_row : shared_add_plain_row, NULL);
 }
 
 /* x += MLP(h) (MoE or dense), then h = rmsnorm(x) * next_norm (NULL after
@@ -642,9 +866,11 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
     for_rows(&r, T, embed_row, token);
     mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {
-        const moe8_attn_cache cache = moe8_attn_cache_layer(kv, w->n_head, w->n_kv, w->D, l);
+        const moe8_attn_cache cache = moe8_attn_cache_layer_ex(kv, w->n_head, w->n_kv, w->C,
+                                                               w->kv_planes, w->attn_scale, l);
         const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
-        if ((st = attn_block(&r, &w->layers[l], &cache, n_ctx, rope, seq, pos, err)) ||
+        if ((st = (w->mla ? attn_block_mla : attn_block)(&r, &w->layers[l], &cache, n_ctx, rope,
+                                                         seq, pos, err)) ||
             (st = ffn_block(&r, &w->layers[l], next_norm, err))) {
             moe8_error_prefix(err, "layer %d", l);
             return st;

@@ -98,6 +98,9 @@ void moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int
 /* y[T][n] = rmsnorm(x[T][n]) * w (y may equal x; sum of squares in double). */
 void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n, const float *w,
                        float eps);
+/* Eps of MLA's q_a_layernorm / kv_a_layernorm, hard-coded in DeepSeek's modeling code. */
+#define MOE8_MLA_NORM_EPS 1e-6f
+
 /* x[T][n_head*D] <- per-head rmsnorm with weight w[D]. */
 void moe8_rmsnorm_heads(float *x, int T, int n_head, int D, const float *w, float eps);
 /* cs[n_pos][D/2][2]: cos, sin of pos * theta^(-2i/D), computed in double. */
@@ -105,6 +108,23 @@ void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta);
 /* NEOX rotary embedding of x[n_head][D] with the table row cs[D/2][2] of its
  * position: out[:D/2] = x1 c - x2 s, out[D/2:] = x2 c + x1 s. */
 void moe8_rope_neox(float *x, int n_head, int D, const float *cs);
+/* The rotary table of a model's config: frequencies theta^(-2i/R) over its
+ * rotary width R (head_dim, or qk_rope_head_dim with MLA), blended by YaRN
+ * when rope_scaling is set (the ramp between the correction dims of
+ * beta_fast / beta_slow, interpolated frequencies / factor outside it), cos
+ * and sin times YaRN's mscale(factor, mscale) / mscale(factor,
+ * mscale_all_dim); computed in double. cs[n_pos][R/2][2]. */
+void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c);
+/* Width R of that table. */
+int moe8_rope_dim(const moe8_config *c);
+/* Softmax scale of attention: 1/sqrt(head_dim), times mscale(factor,
+ * mscale_all_dim)^2 with YaRN and a non-zero mscale_all_dim (DeepSeek). */
+float moe8_attn_scale(const moe8_config *c);
+/* Rotary embedding on pairs (deepseek): x[h*stride + 2i], x[h*stride + 2i+1]
+ * of n_head heads rotated by the table row cs[R/2][2]. Equal to Hugging
+ * Face's de-interleave + rotate_half up to the order of the outputs, which
+ * every dot product it feeds ignores (q_pe and k_pe are permuted alike). */
+void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs);
 
 /* The paged KV cache as the forward sees it (sched/kv_pool.h has the pool):
  * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),
@@ -122,7 +142,9 @@ typedef struct {
 typedef struct {
     int n_head, n_kv, D;
     moe8_dtype dt;
-    unsigned char *k0;       /* K of this layer in block 0 (V follows at v_off) */
+    float scale;             /* softmax scale (1/sqrt(D) unless set) */
+    unsigned char *k0;       /* K of this layer in block 0 (V follows at v_off; 0 with MLA:
+                              * the latent row is K and its first L values V) */
     size_t block_bytes;
     size_t v_off;            /* n_kv * BS * D elements, in bytes */
     size_t head_bytes;       /* BS * D elements (one kv head's rows of a block), in bytes */
@@ -133,6 +155,10 @@ typedef struct {
 /* Layer `layer` of the cache for n_kv kv heads of head dim D. */
 moe8_attn_cache moe8_attn_cache_layer(const moe8_kv_view *kv, int n_head, int n_kv, int D,
                                       int layer);
+/* The same for a cache of `planes` (2: K then V; 1: one row read as both) and
+ * a given softmax scale. */
+moe8_attn_cache moe8_attn_cache_layer_ex(const moe8_kv_view *kv, int n_head, int n_kv, int D,
+                                         int planes, float scale, int layer);
 
 /* Offset (bytes from k0) of the K row of (seq, kv head, pos); its V row is
  * v_off further. */
@@ -178,7 +204,16 @@ typedef struct {
     moe8_proj gate, up, down;      /* dense layers: [F][H] x2, [H][F] (this rank's F slice) */
     int has_shared;                /* MoE layer with a shared expert (qwen2_moe): */
     moe8_proj sh_gate, sh_up, sh_down; /* [S][H] x2, [H][S] (this rank's S slice) */
-    moe8_proj sh_score;            /* shared_expert_gate [1][H], FLOAT */
+    moe8_proj sh_score;            /* shared_expert_gate [1][H], FLOAT; n == 0: ungated
+                                    * (deepseek's shared experts) */
+    /* multi-head latent attention (moe8_weights.mla); q above is q_proj when QL == 0: */
+    moe8_proj q_a, q_b, kv_a;      /* [QL][H], [NH*D][QL] (local heads), [C][H] */
+    float *q_a_norm, *kv_a_norm;   /* [QL], [L] */
+    void *uk;                      /* [NH][L][DN] of uk_dt: kv_b_proj's k_nope rows of each
+                                    * local head, transposed (q_nope -> latent) */
+    void *uv;                      /* [NH][DV][L] of uk_dt: its v rows (latent -> v) */
+    moe8_dtype uk_dt;              /* kv_b_proj's dtype when FLOAT, F32 when W8A8 (dequantized) */
+    float *uv_bias;                /* [NH*DV] a W8A8 kv_b_proj's folded bias on v, or NULL */
 } moe8_fwd_layer;
 
 /* Everything the forward pass reads, built once per model and shared
@@ -195,6 +230,12 @@ typedef struct {
     int has_dynamic;               /* some dense-path linear is W8A8_DYNAMIC */
     int E, K;
     float eps;
+    /* attention geometry: the cache holds kv_planes x n_kv x C values per position and layer */
+    int mla;                       /* multi-head latent attention (deepseek) */
+    int kv_planes, C;              /* 2 and D; MLA: 1 and L + R */
+    int L, R, DN, DV, QL;          /* MLA widths (DV = D outside MLA) */
+    int rope_dim, rope_pairs;      /* rotary width; 1: pairs (2i, 2i+1) (deepseek), 0: halves */
+    float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;
     moe8_proj lm_head;             /* [V][H] FLOAT in place (embed when tied) or W8A8_DYNAMIC
@@ -213,8 +254,9 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
 void moe8_weights_free(moe8_weights *w);
 
 /* Calibration hook (quant/calib.c): sees the input x[n_rows][n_cols] of the
- * linears of layer `layer` at `site` (0 q/k/v, 1 o_proj, 2 dense gate/up,
- * 3 dense down). Unset (NULL) in normal use: one test per call site. */
+ * linears of layer `layer` at `site` (0 q/k/v or MLA's q_proj / q_a_proj /
+ * kv_a_proj_with_mqa, 1 o_proj, 2 dense gate/up, 3 dense down, 4 MLA's
+ * q_b_proj). Unset (NULL) in normal use: one test per call site. */
 typedef void (*moe8_observe_fn)(void *user, int layer, int site, const float *x, int n_rows,
                                 int n_cols);
 
@@ -237,6 +279,8 @@ typedef struct {
     float *dyn_sx;                         /* W8A8_DYNAMIC linears (shared expert): [B] row */
     int32_t *dyn_xsum;                     /*   scales and [B] code sums (codes in xq) */
     float *sh_out, *sh_score;              /* shared expert: [B][H] output, [B] gate logit */
+    float *qa, *kva, *qc, *attv;           /* MLA: [B][QL], [B][C], [B][NH*C], [B][NH*DV];
+                                            * att is then [B][NH*C] */
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;

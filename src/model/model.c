@@ -281,6 +281,9 @@ static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_qua
 static moe8_quant_type quant_of(const moe8_layer_info *li, moe8_role r) {
     switch (r) {
     case MOE8_R_Q: case MOE8_R_K: case MOE8_R_V: return li->qkv;
+    case MOE8_R_Q_A: case MOE8_R_KV_A: return li->qkv;
+    case MOE8_R_Q_B: return li->q_b;
+    case MOE8_R_KV_B: return li->kv_b;
     case MOE8_R_O: return li->o;
     case MOE8_R_EXP_GATE: case MOE8_R_EXP_UP: return li->experts;
     case MOE8_R_EXP_DOWN: return li->experts_down;
@@ -299,6 +302,10 @@ static moe8_linear *linear_of(moe8_layer *ly, moe8_role r, int64_t e) {
     case MOE8_R_K: return &ly->k;
     case MOE8_R_V: return &ly->v;
     case MOE8_R_O: return &ly->o;
+    case MOE8_R_Q_A: return &ly->q_a;
+    case MOE8_R_Q_B: return &ly->q_b;
+    case MOE8_R_KV_A: return &ly->kv_a;
+    case MOE8_R_KV_B: return &ly->kv_b;
     case MOE8_R_EXP_GATE: return &ly->experts[e].gate;
     case MOE8_R_EXP_UP: return &ly->experts[e].up;
     case MOE8_R_EXP_DOWN: return &ly->experts[e].down;
@@ -318,6 +325,8 @@ static const moe8_tensor **tensor_of(moe8_layer *ly, moe8_role r) {
     case MOE8_R_FFN_NORM: return &ly->ffn_norm;
     case MOE8_R_Q_NORM: return &ly->q_norm;
     case MOE8_R_K_NORM: return &ly->k_norm;
+    case MOE8_R_Q_A_NORM: return &ly->q_a_norm;
+    case MOE8_R_KV_A_NORM: return &ly->kv_a_norm;
     case MOE8_R_ROUTER: return &ly->router;
     case MOE8_R_SHEXP_SCORE: return &ly->sh_score;
     default: return NULL;
@@ -355,6 +364,9 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
         strcat(p, ".weight");
         return float_tensor(m, p, d0, d1, tensor_of(ly, r), err);
     }
+    if (d0 <= 0 || (ri->in != MOE8_DIM_NONE && d1 <= 0))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s of layer %lld has no width in the "
+                         "config", m->dir, ri->what, (long long)l);
     L = linear_of(ly, r, e);
     if ((st = bind_linear(m, p, quant_of(&ly->info, r), d0, d1, L, err)) != MOE8_OK) return st;
     if (m->cfg.qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
@@ -365,10 +377,10 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
 static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
     moe8_status st;
     for (int r = MOE8_R_ATTN_NORM; r <= MOE8_R_O; r++)
-        if (moe8_arch_has(m->arch, (moe8_role)r) &&
+        if (moe8_arch_in_layer(m->arch, &m->cfg, (moe8_role)r, l) &&
             (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
             return st;
-    if (ly->info.qkv == MOE8_QUANT_W8A8 &&
+    if (!ly->info.mla && ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
         ly->qkv_input_differ = 1;
@@ -383,11 +395,21 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
                                        MOE8_R_SHEXP_SCORE};
     moe8_status st;
     if ((st = bind_role(m, l, -1, MOE8_R_ROUTER, ly, err)) != MOE8_OK) return st;
+    if (m->cfg.e_score_bias) { /* deepseek_v3: "<router>.e_score_correction_bias" [E] */
+        char name[200];
+        moe8_arch_tensor_name(m->arch, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
+                              sizeof name);
+        if ((st = float_tensor(m, name, m->cfg.num_experts, -1, &ly->router_bias, err)) ||
+            (st = check_values(m, ly->router_bias, 0, NULL, err)))
+            return st;
+    }
     for (int64_t e = 0; e < m->cfg.num_experts; e++)
         for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++)
             if ((st = bind_role(m, l, e, (moe8_role)r, ly, err)) != MOE8_OK) return st;
     for (size_t i = 0; ly->info.has_shared && i < sizeof shared / sizeof shared[0]; i++)
-        if ((st = bind_role(m, l, -1, shared[i], ly, err)) != MOE8_OK) return st;
+        if (moe8_arch_in_layer(m->arch, &m->cfg, shared[i], l) &&
+            (st = bind_role(m, l, -1, shared[i], ly, err)) != MOE8_OK)
+            return st;
     return MOE8_OK;
 }
 
@@ -657,8 +679,9 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     c = &m->cfg;
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
-    kv = 2ull * (uint64_t)c->num_hidden_layers * (uint64_t)c->num_key_value_heads *
-         (uint64_t)c->head_dim * (uint64_t)n_ctx * moe8_dtype_size(kv_type);
+    const moe8_kv_shape ks = moe8_arch_kv_shape(c);
+    kv = (uint64_t)ks.planes * (uint64_t)c->num_hidden_layers * (uint64_t)ks.heads *
+         (uint64_t)ks.dim * (uint64_t)n_ctx * moe8_dtype_size(kv_type);
     /* one decode step: residual, normed, q/k/v/attn-out, MLP hidden (dense or
      * top-k experts, gate+up), router logits, one attention tile (K/V blocks
      * widened, scores of 128 query rows), vocab logits */

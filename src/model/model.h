@@ -11,7 +11,9 @@
  * Shapes are [out][in] as stored (checkpoint layout), with
  *   H = hidden_size, V = vocab_size, D = head_dim, NH = num_attention_heads,
  *   NKV = num_key_value_heads, E = num_experts, I = moe_intermediate_size,
- *   F = intermediate_size (dense MLP), S = shared_expert_intermediate_size.
+ *   F = intermediate_size (dense MLP), S = shared_expert_intermediate_size;
+ *   MLA: QL = q_lora_rank, L = kv_lora_rank, R = qk_rope_head_dim, DN =
+ *   qk_nope_head_dim, DV = v_head_dim, D = DN + R.
  * Names come from the family's descriptor (src/arch).
  */
 #ifndef MOE8_MODEL_H
@@ -77,8 +79,16 @@ typedef struct {
     moe8_linear v;                    /* [NKV*D][H] */
     moe8_linear o;                    /* [H][NH*D] */
     int qkv_input_differ;             /* W8A8: q/k/v input_scale/offset not all equal (SEMANTICS §5) */
+    /* multi-head latent attention (info.mla; q above is q_proj when q_lora_rank is 0): */
+    moe8_linear q_a;                  /* [QL][H] (q_lora_rank > 0) */
+    const moe8_tensor *q_a_norm;      /* [QL] */
+    moe8_linear q_b;                  /* [NH*D][QL] */
+    moe8_linear kv_a;                 /* [L+R][H] */
+    const moe8_tensor *kv_a_norm;     /* [L] */
+    moe8_linear kv_b;                 /* [NH*(DN+DV)][L] */
     /* MoE layers (info.is_moe): */
     const moe8_tensor *router;        /* mlp.gate [E][H], float */
+    const moe8_tensor *router_bias;   /* e_score_correction_bias [E], float (deepseek_v3), or NULL */
     moe8_expert *experts;             /* [E], into moe8_model.expert_store */
     /* the shared expert of a MoE layer (info.has_shared): */
     moe8_linear sh_gate;              /* [S][H] */

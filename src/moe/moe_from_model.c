@@ -1,7 +1,9 @@
 /*
  * moe_from_model.c — builds the MoE layer of a loaded model (src/model):
  * router weight mlp.gate [E][H] in place, routing from config.json
- * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax),
+ * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax; for
+ * deepseek sigmoid scores, groups, e_score_correction_bias and
+ * routed_scaling_factor),
  * experts W8A8_DYNAMIC repacked or FLOAT in place (and a FLOAT down_proj
  * beside W8A8_DYNAMIC gate/up in place: down_float), for one TP slice and/or
  * EP range (SEMANTICS §8). After packing, the mapped pages of the local
@@ -74,8 +76,37 @@ static moe8_status dequant_part(const moe8_layer *L, int H, int first, int last,
     return MOE8_OK;
 }
 
+/* Routing from config.json (docs/MODELS.md): top-k, renormalization, and for
+ * deepseek the scoring, the groups, the selection bias (fp32 copy in bias[E])
+ * and the scaling factor. */
+static void routing_of(moe8_router_params *rp, const moe8_config *c, const moe8_layer *L,
+                       float *bias) {
+    rp->top_k = (int)c->num_experts_per_tok;
+    /* DeepSeek-V2's code renormalizes only when top_k > 1 (V3's always) */
+    rp->renormalize = c->norm_topk_prob && !(c->arch == MOE8_ARCH_DEEPSEEK_V2 && rp->top_k == 1);
+    rp->scoring = c->scoring_sigmoid ? MOE8_SCORING_SIGMOID : MOE8_SCORING_SOFTMAX;
+    rp->routed_scaling_factor = (float)c->routed_scaling_factor;
+    if (c->topk_grouped) {
+        rp->use_grouped_topk = 1;
+        rp->num_expert_group = (int)c->n_group;
+        rp->topk_group = (int)c->topk_group;
+        rp->group_score = c->group_top2 ? MOE8_GROUP_SCORE_TOP2_SUM : MOE8_GROUP_SCORE_MAX;
+    }
+    if (L->router_bias && bias) {
+        for (int64_t e = 0; e < c->num_experts; e++) bias[e] = moe8_tensor_f32_at(L->router_bias, e);
+        rp->e_score_correction_bias = bias;
+        if (!rp->use_grouped_topk) { /* the bias acts through the grouped path: one group */
+            rp->use_grouped_topk = 1;
+            rp->num_expert_group = 1;
+            rp->topk_group = 1;
+            rp->group_score = MOE8_GROUP_SCORE_MAX;
+        }
+    }
+}
+
 static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_layer *L,
-                    const moe8_moe_part *part, const moe8_moe_expert *ex, const char *name) {
+                    const moe8_moe_part *part, const moe8_moe_expert *ex, const char *name,
+                    float *bias) {
     const moe8_config *c = &m->cfg;
     *d = moe8_moe_layer_desc_default();
     d->name = name;
@@ -88,8 +119,7 @@ static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_laye
     d->experts = ex;
     d->router = L->router->data;
     d->router_dtype = L->router->dtype;
-    d->router_params.top_k = (int)c->num_experts_per_tok;
-    d->router_params.renormalize = c->norm_topk_prob;
+    routing_of(&d->router_params, c, L, bias);
     d->n_threads = m->params.n_threads;
     if (part) {
         d->i_begin = part->i_begin, d->i_end = part->i_end;
@@ -105,7 +135,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
     moe8_moe_layer_desc d;
     moe8_moe_expert *ex;
     moe8_status st;
-    float *deq = NULL;
+    float *deq = NULL, *bias = NULL;
     int i0 = 0, deq_mode;
     char name[64];
     if (!m || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe layer: bad arguments");
@@ -116,15 +146,20 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
                          "model layer %lld is not a MoE layer (of %lld layers)", (long long)layer,
                          (long long)c->num_hidden_layers);
     L = &m->layers[layer];
-    if (!(ex = calloc((size_t)c->num_experts, sizeof *ex)))
+    ex = calloc((size_t)c->num_experts, sizeof *ex);
+    bias = L->router_bias ? malloc((size_t)c->num_experts * sizeof(float)) : NULL;
+    if (!ex || (L->router_bias && !bias)) {
+        free(ex);
+        free(bias);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    }
     for (int64_t e = 0; e < c->num_experts; e++) {
         weight_of(&ex[e].gate, &L->experts[e].gate);
         weight_of(&ex[e].up, &L->experts[e].up);
         weight_of(&ex[e].down, &L->experts[e].down);
     }
     snprintf(name, sizeof name, m->arch->moe_block, (long long)layer);
-    desc_of(&d, m, L, part, ex, name);
+    desc_of(&d, m, L, part, ex, name, bias);
     deq_mode = part && part->dequantize && d.quant == MOE8_QUANT_W8A8_DYNAMIC;
     st = MOE8_OK;
     if (deq_mode) {
@@ -144,6 +179,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
     }
     if (!st) st = moe8_moe_layer_create(&d, out, err);
     free(ex);
+    free(bias); /* the layer keeps its own copy */
     if (st != MOE8_OK) {
         moe8_free_aligned(deq);
         return st;

@@ -72,7 +72,8 @@ int moe8_range_params(const moe8_range *r, float *scale, int *offset) {
 
 static const char *site_name(int site) {
     static const char *names[MOE8_CALIB_SITES] = {"q/k/v input", "o_proj input",
-                                                  "mlp gate/up input", "mlp down_proj input"};
+                                                  "mlp gate/up input", "mlp down_proj input",
+                                                  "q_b_proj input"};
     return names[site];
 }
 
@@ -107,8 +108,9 @@ typedef struct {
  * whole float model would end up resident. */
 static void release_layer(const moe8_model *m, int l) {
     const moe8_layer *L = &m->layers[l];
-    const moe8_linear *lin[] = {&L->q, &L->k, &L->v, &L->o, &L->mlp_gate, &L->mlp_up,
-                                &L->mlp_down, &L->sh_gate, &L->sh_up, &L->sh_down};
+    const moe8_linear *lin[] = {&L->q,        &L->k,     &L->v,     &L->o,    &L->mlp_gate,
+                                &L->mlp_up,   &L->mlp_down, &L->sh_gate, &L->sh_up, &L->sh_down,
+                                &L->q_a,      &L->q_b,   &L->kv_a,  &L->kv_b};
     for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
         if (lin[i]->weight) moe8_st_release(m->st, lin[i]->weight);
     if (!L->info.is_moe) return;

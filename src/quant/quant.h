@@ -91,11 +91,13 @@ float moe8_quant_row(int8_t *q, const float *w, int64_t k, int64_t *sum);
 
 /* Observed ranges of the inputs of the W8A8 static linears, per layer. */
 enum {
-    MOE8_CALIB_QKV = 0,   /* input of q/k/v (after input_layernorm) */
+    MOE8_CALIB_QKV = 0,   /* input of q/k/v, MLA's q_proj / q_a_proj / kv_a_proj_with_mqa
+                           * (after input_layernorm) */
     MOE8_CALIB_O = 1,     /* input of o_proj (attention output) */
     MOE8_CALIB_MLP = 2,   /* dense layers: input of gate/up */
     MOE8_CALIB_DOWN = 3,  /* dense layers: input of down_proj */
-    MOE8_CALIB_SITES = 4
+    MOE8_CALIB_QB = 4,    /* MLA: input of q_b_proj (after q_a_layernorm) */
+    MOE8_CALIB_SITES = 5
 };
 typedef struct {
     float min, max;       /* over every finite element seen; 0, 0 if none */

@@ -123,11 +123,12 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
         if (p->linear_float) return KIND_FLOAT;
         *layer = (int)l;
         *site = r == MOE8_R_O          ? MOE8_CALIB_O
+                : r == MOE8_R_Q_B      ? MOE8_CALIB_QB
                 : r == MOE8_R_MLP_DOWN ? MOE8_CALIB_DOWN
                 : r == MOE8_R_MLP_GATE || r == MOE8_R_MLP_UP ? MOE8_CALIB_MLP
                                                              : MOE8_CALIB_QKV;
         return KIND_STATIC;
-    default:
+    default: /* MOE8_KIND_ABSORBED (kv_b_proj) stays FLOAT: MLA runs it dequantized anyway */
         return KIND_FLOAT;
     }
 }

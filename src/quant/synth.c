@@ -32,6 +32,7 @@
  *           have a standard deviation near 2 and routing is far from uniform.
  *   q/k/v biases: N(0, 0.1²); shared-expert gate: N(0, (1/sqrt(H))²), so
  *           its sigmoid spreads over (0, 1).
+ *   e_score_correction_bias (deepseek_v3): N(0.02, 0.01²).
  *
  * Does not: hold more than one tensor in memory, or produce a model that
  * says anything meaningful.
@@ -73,7 +74,8 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     if (!(a = moe8_arch_get(p->arch)))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown architecture %d",
                          (int)p->arch);
-    if (p->preset != MOE8_PRESET_TINY && p->preset != MOE8_PRESET_A3B_SLICE)
+    if (p->preset != MOE8_PRESET_TINY && p->preset != MOE8_PRESET_A3B_SLICE &&
+        p->preset != MOE8_PRESET_SLICE)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown preset %d", (int)p->preset);
     layers = p->n_layers ? p->n_layers : 4;
     if (layers < 1 || layers > MOE8_MAX_LAYERS)
@@ -91,7 +93,11 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     if ((st = a->preset(p->preset, c, err))) return st;
     if (p->vocab_size) c->vocab_size = p->vocab_size;
     c->num_hidden_layers = layers;
-    if (layers < 2) c->n_mlp_only_layers = 0;   /* the dense layer needs a MoE one beside it */
+    if (layers < 2) {   /* the dense layer needs a MoE one beside it */
+        c->n_mlp_only_layers = 0;
+        c->first_k_dense_replace = 0;
+    }
+    moe8_arch_fill_derived(c);
     c->bos_token_id %= c->vocab_size;
     for (int i = 0; i < c->n_eos_ids; i++) c->eos_token_ids[i] %= c->vocab_size;
     return MOE8_OK;
@@ -185,6 +191,7 @@ static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
     const int64_t d0 = moe8_dim_of(c, ri->out), d1 = moe8_dim_of(c, ri->in);
     char name[160];
     float std = W_STD, mean = 0.0f;
+    if (l >= 0 && !moe8_arch_in_layer(a, c, r, l)) return;
     if (moe8_arch_tensor_name(a, r, l, e, "weight", name, sizeof name)) return;
     if (ri->kind == MOE8_KIND_NORM) std = NORM_STD, mean = 1.0f;
     if (r == MOE8_R_ROUTER) std = 2.0f / sqrtf((float)c->hidden_size);
@@ -196,8 +203,10 @@ static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
 }
 
 static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, int64_t l) {
-    static const moe8_role attn[] = {MOE8_R_ATTN_NORM, MOE8_R_Q, MOE8_R_K, MOE8_R_V, MOE8_R_O,
-                                     MOE8_R_Q_NORM, MOE8_R_K_NORM, MOE8_R_FFN_NORM};
+    static const moe8_role attn[] = {
+        MOE8_R_ATTN_NORM, MOE8_R_Q,        MOE8_R_K,    MOE8_R_V,         MOE8_R_Q_A,
+        MOE8_R_Q_A_NORM,  MOE8_R_Q_B,      MOE8_R_KV_A, MOE8_R_KV_A_NORM, MOE8_R_KV_B,
+        MOE8_R_O,         MOE8_R_Q_NORM,   MOE8_R_K_NORM, MOE8_R_FFN_NORM};
     static const moe8_role shared[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP, MOE8_R_SHEXP_DOWN,
                                        MOE8_R_SHEXP_SCORE};
     for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) add_role(L, a, c, attn[i], l, -1);
@@ -206,6 +215,12 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
         return;
     }
     add_role(L, a, c, MOE8_R_ROUTER, l, -1);
+    if (c->e_score_bias) { /* deepseek_v3: small, so sigmoid scores + bias stay positive */
+        char name[160];
+        if (!moe8_arch_tensor_name(a, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
+                                   sizeof name))
+            add(L, c->num_experts, 0, BIAS_STD / 10, BIAS_STD / 5, "%s", name);
+    }
     for (int64_t e = 0; e < c->num_experts; e++)
         for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++) add_role(L, a, c, (moe8_role)r, l, e);
     for (size_t i = 0; c->shared_expert_intermediate_size > 0 && i < sizeof shared / sizeof shared[0];
