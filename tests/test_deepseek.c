@@ -345,8 +345,11 @@ static void test_forward_float(void) {
     check_vs_ref("v2_float_qproj_greedy_yarn", &o);
     o = ds_opts(FX_DEEPSEEK_V2, 0);
     o.group_limited = 1;
+    /* norm_topk_prob true: divided by the sum. V2's MoEGate then does not
+     * scale (else branch); the engine scales after renormalizing (V3's rule):
+     * the two agree only with routed_scaling_factor 1, as every released V2 */
     o.routed_scale = 1.0;
-    o.no_renorm = 0;          /* norm_topk_prob true: divided by the sum (scale 1) */
+    o.no_renorm = 0;
     o.float_dtype = MOE8_DT_F32;
     o.first_dense = 0, o.moe_freq = 2;   /* layers 0 and 2 MoE, 1 dense */
     check_vs_ref("v2_float_group_limited", &o);
@@ -749,6 +752,45 @@ static void test_config_errors(void) {
     }
 }
 
+/* make-model's presets: the slice has the released model's shapes
+ * (DeepSeek-V2-Lite, Moonlight-16B-A3B), tiny is MLA with every feature. */
+static void test_presets(void) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_config c;
+    moe8_error e;
+    p.arch = MOE8_ARCH_DEEPSEEK_V2;
+    p.preset = MOE8_PRESET_SLICE;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v2 slice: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V2 && c.hidden_size == 2048 && c.intermediate_size == 10944);
+    CHECK(c.num_attention_heads == 16 && c.kv_lora_rank == 512 && c.q_lora_rank == 0);
+    CHECK(c.qk_nope_head_dim == 128 && c.qk_rope_head_dim == 64 && c.v_head_dim == 128);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
+    CHECK(c.moe_intermediate_size == 1408 && c.first_k_dense_replace == 1 && !c.norm_topk_prob);
+    CHECK(c.yarn_factor == 40 && c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
+    CHECK(c.yarn_original_max_position_embeddings == 4096 && c.routed_scaling_factor == 1.0);
+    p.arch = MOE8_ARCH_DEEPSEEK_V3;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v3 slice: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && c.hidden_size == 2048 && c.intermediate_size == 11264);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
+    CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid && c.e_score_bias);
+    CHECK(c.rope_theta == 50000 && c.q_lora_rank == 0 && c.yarn_factor == 0);
+    printf("deepseek_v3 slice: rms_norm_eps %g (Moonlight's config.json: 1e-05)\n", c.rms_norm_eps);
+    for (int a = MOE8_ARCH_DEEPSEEK_V2; a <= MOE8_ARCH_DEEPSEEK_V3; a++) {
+        p.arch = (moe8_arch)a;
+        p.preset = MOE8_PRESET_TINY;
+        CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "%s tiny: %s", moe8_arch_name(p.arch),
+               e.message);
+        CHECK(c.arch == (moe8_arch)a && c.kv_lora_rank > 0 && c.n_shared_experts > 0);
+        printf("%s tiny: H %lld, %lld heads, L %lld, q_lora %lld, dn %lld dr %lld dv %lld, E %lld top-%lld,"
+               " groups %lld/%lld, first dense %lld, yarn %g\n", moe8_arch_name(p.arch),
+               (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.kv_lora_rank,
+               (long long)c.q_lora_rank, (long long)c.qk_nope_head_dim, (long long)c.qk_rope_head_dim,
+               (long long)c.v_head_dim, (long long)c.num_experts, (long long)c.num_experts_per_tok,
+               (long long)c.n_group, (long long)c.topk_group, (long long)c.first_k_dense_replace,
+               c.yarn_factor);
+    }
+}
+
 /* `moe8 inspect` on a W8A8 V3 fixture names the family and MLA. */
 static void test_inspect(void) {
     char cmd[8400], out[16384];
@@ -769,6 +811,7 @@ int main(int argc, char **argv) {
     test_config_released();
     test_config_defaults();
     test_config_errors();
+    test_presets();
     test_forward_float();
     test_forward_w8a8();
     test_defects();
