@@ -233,6 +233,8 @@ typedef struct {
     int sparse_step;              /* decoder_sparse_step / mlp_only_layers pick dense layers
                                    * (else every layer is MoE) */
     int always_renorm;            /* top-k weights always renormalized (else norm_topk_prob) */
+    int mla;                      /* multi-head latent attention (deepseek) */
+    int first_k_dense;            /* first_k_dense_replace / moe_layer_freq pick dense layers */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);
@@ -380,8 +382,9 @@ void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out);
 
 /* Rough memory need for a context of n_ctx tokens (SEMANTICS §6b): the checkpoint's
  * tensor bytes, a KV cache of kv_type elements (2 x layers x kv_heads x head_dim
- * x n_ctx x 4 bytes for F32, x 2 for F16 and BF16) and a scratch estimate for
- * one sequence. */
+ * x n_ctx x 4 bytes for F32, x 2 for F16 and BF16; MLA: layers x (kv_lora_rank +
+ * qk_rope_head_dim) x n_ctx x the element size) and a scratch estimate for one
+ * sequence. */
 typedef struct {
     uint64_t weight_bytes;
     uint64_t kv_bytes;
@@ -392,7 +395,9 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
                               moe8_memory_estimate *out, moe8_error *err);
 /* Bytes of one KV cache block of the whole model: every layer's K and V of
  * MOE8_KV_BLOCK_TOKENS positions as kv_type (2 x layers x kv_heads x head_dim
- * x 16 x 4 bytes for F32, x 2 for F16 and BF16; 0 for any other type).
+ * x 16 x 4 bytes for F32, x 2 for F16 and BF16; with multi-head latent
+ * attention one row of kv_lora_rank + qk_rope_head_dim per position and
+ * layer instead of K and V; 0 for any other type).
  * moe8_context_params.kv_bytes counts in these. */
 size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type);
 

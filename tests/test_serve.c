@@ -1472,6 +1472,21 @@ static void test_bad_requests(server *sv) {
                strstr(buf_s(&out), "\"count\":"), "%s", buf_s(&out));
         buf_free(&out);
     }
+    /* "developer" is rendered as "system"; "tool" passes to the template */
+    {
+        buf a = {0}, b = {0}, t = {0};
+        CHECK(post(sv, "/tokenize", "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                   "{\"role\":\"user\",\"content\":\"hi\"}]}", &a) == 200);
+        CHECK(post(sv, "/tokenize", "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                   "{\"role\":\"user\",\"content\":\"hi\"}]}", &b) == 200);
+        CHECKF(!strcmp(buf_s(&a), buf_s(&b)), "developer %s vs system %s", buf_s(&a), buf_s(&b));
+        CHECKF(post(sv, "/tokenize", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                    "{\"role\":\"tool\",\"content\":\"42\"}]}", &t) == 200 &&
+               strstr(buf_s(&t), "\"count\":"), "%s", buf_s(&t));
+        buf_free(&a);
+        buf_free(&b);
+        buf_free(&t);
+    }
     /* still serving */
     good.text = "After the errors";
     good.max_tokens = 4;

@@ -150,19 +150,32 @@ static fwd_work forward_work(const moe8_model *m, int T, int p0, int n_out, doub
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         moe8_layer_info li;
         moe8_model_layer_info(m, l, &li);
-        const double qkv = H * D * (NH + 2 * NKV), o = H * NH * D;
-        work *a = &w.ph[MOE8_PHASE_ATTN_PROJ];
-        a->macs += Tn * (qkv + o);
-        a->bytes += qkv * qsize(li.qkv, fsz) + o * qsize(li.o, fsz);
-        a->int8 = li.qkv != MOE8_QUANT_FLOAT;
-        work *at = &w.ph[MOE8_PHASE_ATTN_CORE];
-        at->macs += 2.0 * NH * D * pos_sum;                       /* q k^T and p v */
-        at->bytes += (double)(p0 + T) * NKV * D * 2.0 * kvs;      /* each K/V row once */
-        at->int8 = 0;
+        work *a = &w.ph[MOE8_PHASE_ATTN_PROJ], *at = &w.ph[MOE8_PHASE_ATTN_CORE];
         work *e = &w.ph[MOE8_PHASE_ELEMENTWISE];
-        e->bytes += Tn * (2 * 16 * H + 8 * (NH + 2 * NKV) * D + 2 * NKV * D * kvs + 5 * H +
-                          5 * NH * D);
+        a->int8 = li.qkv != MOE8_QUANT_FLOAT;
+        at->int8 = 0;
         e->int8 = -1;
+        if (li.mla) { /* SEMANTICS §7d: the absorbed products count as attention core */
+            const double QL = (double)c->q_lora_rank, L = (double)c->kv_lora_rank;
+            const double C = L + (double)c->qk_rope_head_dim, DN = (double)c->qk_nope_head_dim;
+            const double DV = (double)c->v_head_dim, o = H * NH * DV;
+            const double qa = QL > 0 ? QL * H : NH * D * H, qb = QL > 0 ? NH * D * QL : 0.0;
+            const double kvb = NH * L * (DN + DV), kvb_sz = li.kv_b == MOE8_QUANT_FLOAT ? fsz : 4.0;
+            a->macs += Tn * (qa + C * H + qb + o);
+            a->bytes += (qa + C * H) * qsize(li.qkv, fsz) + qb * qsize(li.q_b, fsz) +
+                        o * qsize(li.o, fsz);
+            at->macs += 2.0 * NH * C * pos_sum + Tn * kvb;       /* q c^T, p c; absorbs */
+            at->bytes += (double)(p0 + T) * C * kvs + kvb * kvb_sz;
+            e->bytes += Tn * (2 * 16 * H + 8 * (NH * D + C) + C * kvs + 5 * H + 4 * NH * C);
+        } else {
+            const double qkv = H * D * (NH + 2 * NKV), o = H * NH * D;
+            a->macs += Tn * (qkv + o);
+            a->bytes += qkv * qsize(li.qkv, fsz) + o * qsize(li.o, fsz);
+            at->macs += 2.0 * NH * D * pos_sum;                       /* q k^T and p v */
+            at->bytes += (double)(p0 + T) * NKV * D * 2.0 * kvs;      /* each K/V row once */
+            e->bytes += Tn * (2 * 16 * H + 8 * (NH + 2 * NKV) * D + 2 * NKV * D * kvs + 5 * H +
+                              5 * NH * D);
+        }
         if (li.is_moe) {
             work *r = &w.ph[MOE8_PHASE_ROUTER], *x = &w.ph[MOE8_PHASE_EXPERTS];
             r->macs += Tn * E * H;
@@ -171,7 +184,7 @@ static fwd_work forward_work(const moe8_model *m, int T, int p0, int n_out, doub
             x->macs += Tn * K * 3 * I * H;
             x->bytes += experts_per_moe * 3 * I * H * qsize(li.experts, fsz);
             x->int8 = li.experts != MOE8_QUANT_FLOAT;
-            if (c->shared_expert_intermediate_size > 0) { /* qwen2_moe: read once per forward */
+            if (c->shared_expert_intermediate_size > 0) { /* read once per forward */
                 const double S = (double)c->shared_expert_intermediate_size;
                 x->macs += Tn * (3 * S * H + H);
                 x->bytes += 3 * S * H * qsize(li.experts, fsz) + H * fsz;

@@ -27,15 +27,36 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 /* The family's parts: attention kind, routing, shared expert. */
 static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     printf("architecture: %s (%s)\n", ai->model_type, ai->hf_class);
-    printf("attention: %s%s\n", ai->qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
-           c->qkv_bias ? ", q/k/v bias" : ", no biases");
-    printf("routing: softmax top-%lld of %lld, %s\n", (long long)c->num_experts_per_tok,
-           (long long)c->num_experts,
-           ai->always_renorm ? "always renormalized"
-           : c->norm_topk_prob ? "renormalized (norm_topk_prob)" : "not renormalized (norm_topk_prob false)");
+    if (ai->mla) {
+        if (c->q_lora_rank) printf("attention: multi-head latent (q_lora_rank %lld", (long long)c->q_lora_rank);
+        else printf("attention: multi-head latent (q_proj");
+        printf(", kv_lora_rank %lld, q/k nope %lld + rope %lld, v %lld; cache %lld values per "
+               "position and layer)\n", (long long)c->kv_lora_rank, (long long)c->qk_nope_head_dim,
+               (long long)c->qk_rope_head_dim, (long long)c->v_head_dim,
+               (long long)(c->kv_lora_rank + c->qk_rope_head_dim));
+        if (c->yarn_factor > 0)
+            printf("rope_scaling: yarn, factor %g, original_max_position_embeddings %lld, beta "
+                   "%g/%g, mscale %g, mscale_all_dim %g\n", c->yarn_factor,
+                   (long long)c->yarn_original_max_position_embeddings, c->yarn_beta_fast,
+                   c->yarn_beta_slow, c->yarn_mscale, c->yarn_mscale_all_dim);
+    } else {
+        printf("attention: %s%s\n", ai->qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
+               c->qkv_bias ? ", q/k/v bias" : ", no biases");
+    }
+    printf("routing: %s top-%lld of %lld", c->scoring_sigmoid ? "sigmoid" : "softmax",
+           (long long)c->num_experts_per_tok, (long long)c->num_experts);
+    if (c->topk_grouped)
+        printf(", %lld groups keep %lld (ranked by %s)", (long long)c->n_group,
+               (long long)c->topk_group, c->group_top2 ? "the sum of their two best" : "their best");
+    if (c->e_score_bias) printf(", e_score_correction_bias for selection");
+    printf(", %s", ai->always_renorm ? "always renormalized"
+                   : c->norm_topk_prob ? "renormalized (norm_topk_prob)"
+                                       : "not renormalized (norm_topk_prob false)");
+    if (c->routed_scaling_factor != 1.0) printf(", x %g (routed_scaling_factor)", c->routed_scaling_factor);
+    printf("\n");
     if (ai->shared_expert && c->shared_expert_intermediate_size > 0)
-        printf("shared expert: intermediate %lld, sigmoid gate\n",
-               (long long)c->shared_expert_intermediate_size);
+        printf("shared expert: intermediate %lld, %s\n", (long long)c->shared_expert_intermediate_size,
+               ai->mla ? "ungated" : "sigmoid gate");
 }
 
 static void print_arch(const char *dir, const moe8_config *c) {
@@ -55,6 +76,10 @@ static void print_arch(const char *dir, const moe8_config *c) {
         printf("dense mlp: intermediate %lld, decoder_sparse_step %lld, mlp_only_layers %d\n",
                (long long)c->intermediate_size, (long long)c->decoder_sparse_step,
                c->n_mlp_only_layers);
+    else if (moe8_arch_get_info(c->arch, &ai) == 0 && ai.first_k_dense)
+        printf("dense mlp: intermediate %lld, first_k_dense_replace %lld, moe_layer_freq %lld\n",
+               (long long)c->intermediate_size, (long long)c->first_k_dense_replace,
+               (long long)c->moe_layer_freq);
     else
         printf("dense mlp: none (every layer is MoE)\n");
     printf("rope_theta: %g, rms_norm_eps: %g, max_position_embeddings: %lld\n", c->rope_theta,
@@ -67,7 +92,12 @@ static void print_arch(const char *dir, const moe8_config *c) {
 /* "attn W8A8, experts W8A8_DYNAMIC, router FLOAT" or "attn FLOAT, mlp FLOAT". */
 static void describe(const moe8_layer_info *li, char *buf, size_t n) {
     size_t u;
-    if (li->qkv == li->o)
+    if (li->mla)
+        u = (size_t)snprintf(buf, n, "attn %s%s%s (kv_b_proj %s)", moe8_quant_type_name(li->qkv),
+                             li->o != li->qkv ? ", o_proj " : "",
+                             li->o != li->qkv ? moe8_quant_type_name(li->o) : "",
+                             moe8_quant_type_name(li->kv_b));
+    else if (li->qkv == li->o)
         u = (size_t)snprintf(buf, n, "attn %s", moe8_quant_type_name(li->qkv));
     else
         u = (size_t)snprintf(buf, n, "attn qkv %s o %s", moe8_quant_type_name(li->qkv),

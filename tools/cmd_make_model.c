@@ -24,15 +24,19 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moe8 make-model [--arch A] --preset tiny|a3b-slice -o DIR [options]\n"
+            "usage: moe8 make-model [--arch A] --preset tiny|slice -o DIR [options]\n"
             "  --arch A         qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2 or deepseek_v3\n"
-            "  --preset P       tiny (4 layers, H 256; every family) or a3b-slice\n"
-            "                   (Qwen3-30B-A3B shapes; qwen3_moe)\n"
+            "  --preset P       tiny (4 layers, H 256; every family) or slice: the shapes of\n"
+            "                   the family's reference model, a few layers (qwen3_moe:\n"
+            "                   Qwen3-30B-A3B, 4 layers; mixtral: Mixtral-8x7B, 2 layers;\n"
+            "                   deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
+            "                   4 layers); a3b-slice: qwen3_moe's slice\n"
             "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
-            "  --layers N       number of layers, 1 to 512 (default 4)\n"
+            "  --layers N       number of layers, 1 to 512 (default: the preset's)\n"
             "  --seed S         weights seed (default 0)\n"
             "  --dtype D        bf16 (default) or f32\n"
-            "  --tokenizer DIR  folder with tokenizer.json (default: .deps/qwen3-tokenizer)\n"
+            "  --tokenizer DIR  folder with tokenizer.json (default: .deps/qwen3-tokenizer,\n"
+            "                   mixtral .deps/llama2-tokenizer, deepseek .deps/deepseek-v3-tokenizer)\n"
             "  --force          replace a non-empty output folder\n");
 }
 
@@ -174,9 +178,11 @@ int cmd_make_model(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(preset, "tiny")) p.preset = MOE8_PRESET_TINY;
+    else if (!strcmp(preset, "slice")) p.preset = MOE8_PRESET_SLICE;
     else if (!strcmp(preset, "a3b-slice")) p.preset = MOE8_PRESET_A3B_SLICE;
     else {
-        fprintf(stderr, "moe8 make-model: --preset '%s': expected tiny or a3b-slice\n", preset);
+        fprintf(stderr, "moe8 make-model: --preset '%s': expected tiny, slice or a3b-slice\n",
+                preset);
         return 2;
     }
     if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(p.arch, tokbuf, sizeof tokbuf))) {

@@ -152,6 +152,8 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     out->shared_expert = (d->flags & MOE8_ARCH_SHARED_EXPERT) != 0;
     out->sparse_step = (d->flags & MOE8_ARCH_SPARSE_STEP) != 0;
     out->always_renorm = (d->flags & MOE8_ARCH_ALWAYS_RENORM) != 0;
+    out->mla = (d->flags & MOE8_ARCH_MLA) != 0;
+    out->first_k_dense = (d->flags & MOE8_ARCH_FIRST_K_DENSE) != 0;
     return 0;
 }
 

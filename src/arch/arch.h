@@ -203,8 +203,9 @@ typedef struct {
     moe8_status (*check)(const cJSON *root, const char *label, moe8_config *c, moe8_error *err);
     /* Derived fields and relations after every key was read (NULL: none). */
     moe8_status (*finish)(const char *label, moe8_config *c, moe8_error *err);
-    /* make-model: a preset's config (layers and vocab come from the caller
-     * afterwards; ids are folded into a smaller vocab), then the JSON files. */
+    /* make-model: a preset's config (its num_hidden_layers is the default the
+     * caller's layer count replaces; a caller's smaller vocab folds the ids),
+     * then the JSON files. */
     moe8_status (*preset)(moe8_preset p, moe8_config *c, moe8_error *err);
     cJSON *(*config_json)(const moe8_config *c, moe8_dtype dt);
     cJSON *(*generation_json)(const moe8_config *c);

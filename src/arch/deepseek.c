@@ -3,7 +3,7 @@
  * DeepSeek-V2, DeepSeek-V3/R1, Moonlight-16B-A3B): Hugging Face's
  * DeepseekV2Config / DeepseekV3Config and the models' modeling_deepseek.py.
  *
- *   attention   multi-head latent attention (docs/SEMANTICS.md §7b): q from
+ *   attention   multi-head latent attention (docs/SEMANTICS.md §7d): q from
  *               q_proj, or q_b_proj(q_a_layernorm(q_a_proj(h))) when
  *               q_lora_rank is set; kv_a_proj_with_mqa gives the latent c
  *               (kv_lora_rank) and one rotary key k_pe (qk_rope_head_dim)
@@ -211,6 +211,12 @@ static moe8_status check_common(const cJSON *root, const char *label, moe8_confi
     if ((st = moe8_cfg_read_pos_double(root, label, "routed_scaling_factor",
                                        &c->routed_scaling_factor, err)))
         return st;
+    {   /* the latent width has no "none": MLA needs it */
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "kv_lora_rank");
+        if (it && cJSON_IsNull(it))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': kv_lora_rank must be an integer "
+                             "(null given; multi-head latent attention needs its width)", label);
+    }
     null_is_zero(root, "q_lora_rank", &c->q_lora_rank);
     null_is_zero(root, "n_routed_experts", &c->num_experts);
     null_is_zero(root, "n_shared_experts", &c->n_shared_experts);
@@ -368,6 +374,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: %s has the tiny and slice "
                          "presets", v3 ? "deepseek_v3" : "deepseek_v2");
     }
+    c->num_hidden_layers = 4;     /* one dense layer, three MoE */
     c->vocab_size = DS_VOCAB;
     c->bos_token_id = DS_BOS;
     c->n_eos_ids = 1;
@@ -484,36 +491,18 @@ static cJSON *generation_json(const moe8_config *c) {
     [MOE8_R_MLP_UP] = "model.layers.%lld.mlp.up_proj",                                         \
     [MOE8_R_MLP_DOWN] = "model.layers.%lld.mlp.down_proj"
 
-const moe8_arch_desc moe8_arch_deepseek_v2 = {
-    .id = MOE8_ARCH_DEEPSEEK_V2,
-    .model_type = "deepseek_v2",
-    .hf_class = "DeepseekV2ForCausalLM",
-    .moe_block = "model.layers.%lld.mlp",
-    .names = {DS_NAMES},
-    .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,
-    .fields = fields,
-    .n_fields = (int)(sizeof fields / sizeof fields[0]),
-    .defaults = defaults_v2,
-    .check = check_v2,
-    .finish = finish,
-    .preset = preset,
-    .config_json = config_json,
-    .generation_json = generation_json,
-};
+/* The two descriptors differ in their id, names of the class, defaults and checks. */
+#define DS_DESC(ID, TYPE, CLASS, DEFAULTS, CHECK)                                              \
+    {                                                                                          \
+        .id = ID, .model_type = TYPE, .hf_class = CLASS, .moe_block = "model.layers.%lld.mlp", \
+        .names = {DS_NAMES},                                                                   \
+        .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,            \
+        .fields = fields, .n_fields = (int)(sizeof fields / sizeof fields[0]),                 \
+        .defaults = DEFAULTS, .check = CHECK, .finish = finish, .preset = preset,              \
+        .config_json = config_json, .generation_json = generation_json,                        \
+    }
 
-const moe8_arch_desc moe8_arch_deepseek_v3 = {
-    .id = MOE8_ARCH_DEEPSEEK_V3,
-    .model_type = "deepseek_v3",
-    .hf_class = "DeepseekV3ForCausalLM",
-    .moe_block = "model.layers.%lld.mlp",
-    .names = {DS_NAMES},
-    .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,
-    .fields = fields,
-    .n_fields = (int)(sizeof fields / sizeof fields[0]),
-    .defaults = defaults_v3,
-    .check = check_v3,
-    .finish = finish,
-    .preset = preset,
-    .config_json = config_json,
-    .generation_json = generation_json,
-};
+const moe8_arch_desc moe8_arch_deepseek_v2 = DS_DESC(MOE8_ARCH_DEEPSEEK_V2, "deepseek_v2",
+                                                     "DeepseekV2ForCausalLM", defaults_v2, check_v2);
+const moe8_arch_desc moe8_arch_deepseek_v3 = DS_DESC(MOE8_ARCH_DEEPSEEK_V3, "deepseek_v3",
+                                                     "DeepseekV3ForCausalLM", defaults_v3, check_v3);

@@ -17,8 +17,10 @@
  *               null; a non-null sliding_window is refused (moe8 has no
  *               windowed attention)
  *
- * make-model preset: tiny. Its tokenizer is Mistral's SentencePiece-style
- * one (.deps/llama2-tokenizer), which the CLI looks for by default.
+ * make-model presets: tiny (4 layers, H 256) and slice (Mixtral-8x7B-v0.1's
+ * shapes, 2 of its 32 layers: ~2.8 GB of bf16 per layer). Its tokenizer is
+ * Mistral's SentencePiece-style one (.deps/llama2-tokenizer), which the CLI
+ * looks for by default.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -60,18 +62,24 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
 /* ---- make-model ---------------------------------------------------------- */
 
 static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
+    defaults(c);
+    c->head_dim = 128;            /* hidden / heads: config.json carries no head_dim */
+    c->max_position_embeddings = 32768;   /* Mixtral-8x7B-v0.1's config.json */
+    if (p == MOE8_PRESET_SLICE) { /* Mixtral-8x7B-v0.1: H 4096, I 14336, 32/8 heads, E 8, top-2 */
+        c->num_hidden_layers = 2; /* bf16 ~6.2 GB with embed + lm_head; W8A8 ~3.4 GB */
+        return MOE8_OK;
+    }
     if (p != MOE8_PRESET_TINY)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: mixtral has only the tiny "
-                         "preset");
-    defaults(c);
+                         "and slice presets");
+    c->num_hidden_layers = 4;
     c->hidden_size = 256;
     c->num_attention_heads = 8;
     c->num_key_value_heads = 2;
-    c->head_dim = 32;             /* hidden / heads: config.json carries no head_dim */
+    c->head_dim = 32;
     c->num_experts = 8;
     c->num_experts_per_tok = 2;
     c->moe_intermediate_size = 256;
-    c->max_position_embeddings = 32768;
     return MOE8_OK;
 }
 

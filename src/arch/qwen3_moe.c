@@ -15,7 +15,8 @@
  *               10000, untied, mlp_only_layers []; attention_bias true and
  *               use_sliding_window true are refused
  *
- * make-model presets: tiny and a3b-slice (moe8.h moe8_preset).
+ * make-model presets: tiny and a3b-slice = slice (Qwen3-30B-A3B shapes), both
+ * 4 layers (moe8.h moe8_preset).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -73,7 +74,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
         c->intermediate_size = 512;
         c->n_mlp_only_layers = 1;   /* exercise the dense path too (from 2 layers) */
         c->mlp_only_layers[0] = 0;
-    } else if (p == MOE8_PRESET_A3B_SLICE) {
+    } else if (p == MOE8_PRESET_A3B_SLICE || p == MOE8_PRESET_SLICE) {
         c->hidden_size = 2048;
         c->num_attention_heads = 32;
         c->num_key_value_heads = 4;
@@ -85,6 +86,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
     } else {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown preset %d", (int)p);
     }
+    c->num_hidden_layers = 4;
     c->vocab_size = QWEN3_VOCAB;
     c->norm_topk_prob = 1;
     c->decoder_sparse_step = 1;

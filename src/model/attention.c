@@ -16,7 +16,7 @@
  * kernel computes each row the same way whatever rows share its tile, so the
  * result depends neither on the thread count nor on the batch around a token.
  *
- * Multi-head latent attention (DeepSeek, SEMANTICS §7b) runs here in its
+ * Multi-head latent attention (DeepSeek, SEMANTICS §7d) runs here in its
  * absorbed form as one kv head of width L + R whose first L values are also
  * the value (v_off 0), with the model's softmax scale; YaRN rotary tables
  * and the pair-wise rotation are here too.

@@ -98,7 +98,7 @@ static moe8_status build_attn(moe8_fwd_layer *fl, const moe8_model *m, const moe
     return proj_cols(&fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
-/* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7b): uk[h][c][d]
+/* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7d): uk[h][c][d]
  * = W[h(DN+DV) + d][c] (k_nope rows, transposed) and uv[h][v][c] =
  * W[h(DN+DV) + DN + v][c]. A FLOAT weight keeps its dtype; a W8A8 one is
  * dequantized, W = deq_scale[j] / input_scale * Wq[j][c], its quant_bias
@@ -593,7 +593,7 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
 }
 
 
-/* ---- multi-head latent attention (SEMANTICS §7b) --------------------------- */
+/* ---- multi-head latent attention (SEMANTICS §7d) --------------------------- */
 
 static void q_a_norm_row(const fwd_run *r, const void *layer, int t) {
     const moe8_fwd_layer *L = layer;
@@ -684,12 +684,12 @@ static moe8_status attn_block_mla(const fwd_run *r, const moe8_fwd_layer *L,
         for_rows(r, T, mla_rope_row, &c);
     }
     mark(r, MOE8_PHASE_ELEMENTWISE);
+    /* the absorbed products are timed with the attention core they replace */
     for_rows(r, w->n_head, absorb_q_head, L);
-    mark(r, MOE8_PHASE_ATTN_PROJ);
     moe8_attention(r->kt, s->att, s->qc, cache, seq, pos, T, s->attn_tiles, s->attn_work,
                    s->attn_work_floats, r->nt);
-    mark(r, MOE8_PHASE_ATTN_CORE);
     for_rows(r, w->n_head, absorb_v_head, L);
+    mark(r, MOE8_PHASE_ATTN_CORE);
     observe(r, L, 1, s->attv, w->n_head * w->DV);
     lin(r, &L->o, NULL, s->tmp, s->attv, T);
     mark(r, MOE8_PHASE_ATTN_PROJ);

@@ -68,7 +68,6 @@ moe8_make_model_params moe8_make_model_params_default(void) {
 moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config *c,
                                    moe8_error *err) {
     const moe8_arch_desc *a;
-    int64_t layers;
     moe8_status st;
     if (!p || !c) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: NULL argument");
     if (!(a = moe8_arch_get(p->arch)))
@@ -77,10 +76,9 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     if (p->preset != MOE8_PRESET_TINY && p->preset != MOE8_PRESET_A3B_SLICE &&
         p->preset != MOE8_PRESET_SLICE)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: unknown preset %d", (int)p->preset);
-    layers = p->n_layers ? p->n_layers : 4;
-    if (layers < 1 || layers > MOE8_MAX_LAYERS)
+    if (p->n_layers && (p->n_layers < 1 || p->n_layers > MOE8_MAX_LAYERS))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: layers %lld not in [1, %d]",
-                         (long long)layers, MOE8_MAX_LAYERS);
+                         (long long)p->n_layers, MOE8_MAX_LAYERS);
     if (p->dtype != MOE8_DT_BF16 && p->dtype != MOE8_DT_F32)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: dtype %s not supported "
                          "(expected BF16 or F32)", moe8_dtype_name(p->dtype));
@@ -92,8 +90,11 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     snprintf(c->model_type, sizeof c->model_type, "%s", a->model_type);
     if ((st = a->preset(p->preset, c, err))) return st;
     if (p->vocab_size) c->vocab_size = p->vocab_size;
-    c->num_hidden_layers = layers;
-    if (layers < 2) {   /* the dense layer needs a MoE one beside it */
+    /* layers: the caller's, else the preset's num_hidden_layers, else 4; a
+     * dense layer needs a MoE one beside it */
+    if (p->n_layers) c->num_hidden_layers = p->n_layers;
+    else if (!c->num_hidden_layers) c->num_hidden_layers = 4;
+    if (c->num_hidden_layers < 2) {
         c->n_mlp_only_layers = 0;
         c->first_k_dense_replace = 0;
     }
@@ -140,7 +141,8 @@ typedef struct {
     uint64_t perm_mul, perm_add, vocab;  /* lm_head row v mirrors embed row (v*mul + add) % vocab */
 } syn_gen;
 
-#define MAX_COLS 8192       /* widest row of any preset (H, I, F) */
+#define MAX_COLS 16384      /* widest row of any preset (H, I, F): Mixtral-8x7B's down_proj
+                            * 14336, DeepSeek-V2-Lite's dense MLP 10944 */
 
 typedef struct {
     syn_tensor *t;

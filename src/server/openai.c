@@ -306,9 +306,12 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
             break;
         }
         if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") &&
+                                      strcmp(role->valuestring, "developer") &&
                                       strcmp(role->valuestring, "user") &&
-                                      strcmp(role->valuestring, "assistant"))) {
-            rc = bad(err, param, "'%s' must be \"system\", \"user\" or \"assistant\"", param);
+                                      strcmp(role->valuestring, "assistant") &&
+                                      strcmp(role->valuestring, "tool"))) {
+            rc = bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", "
+                     "\"assistant\" or \"tool\"", param);
             break;
         }
         if (!content || cJSON_IsNull(content)) {
@@ -317,7 +320,9 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
             break;
         }
         if ((rc = content_text(content, i, &texts[i], err))) break;
-        cm[i].role = role->valuestring;
+        /* OpenAI's "developer" is the system message of newer models; the chat
+         * templates know "system". "tool" results go to the template as they are. */
+        cm[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
         cm[i].content = texts[i].p ? texts[i].p : "";
         i++;
     }
