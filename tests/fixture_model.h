@@ -551,7 +551,7 @@ static inline void fx_list_free(fx_list *L) {
 /* ------------------------------------------------------------------------ */
 
 static inline int fx_write_json(const char *dir, const char *file, cJSON *root, const fx_opts *o) {
-    char path[4096], *text;
+    char path[4096 + 128], *text;
     int rc = 0;
     if (o->json_hook) o->json_hook(o->user, file, root);
     text = cJSON_Print(root);
@@ -725,7 +725,7 @@ static inline cJSON *fx_desc_json(const fx_list *L) {
 
 /* Shards: the first half of the tensors, then the rest. */
 static inline int fx_write_shards(const char *dir, fx_list *L) {
-    char path[4096], file[2][64];
+    char path[4096 + 128], file[2][64];
     int cut = L->n / 2;
     uint64_t total = 0;
     cJSON *idx = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(idx, "metadata");
@@ -750,7 +750,7 @@ static inline int fx_write_shards(const char *dir, fx_list *L) {
 /* Write the whole folder `dir` (must exist, ideally empty). 0 on success. */
 static inline int fx_write_model(const char *dir, const fx_opts *o) {
     fx_list L;
-    char path[4096];
+    char path[4096 + 128];
     int rc;
     memset(&L, 0, sizeof L);
     L.o = o;

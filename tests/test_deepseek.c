@@ -730,6 +730,7 @@ static void test_config_errors(void) {
         {DS2 "\"q_lora_rank\":0}", MOE8_ERR_FORMAT, "q_lora_rank"},
         {DS2 "\"q_lora_rank\":-4}", MOE8_ERR_FORMAT, "q_lora_rank"},
         {DS2 "\"kv_lora_rank\":0}", MOE8_ERR_FORMAT, "kv_lora_rank"},
+        {DS2 "\"kv_lora_rank\":null}", MOE8_ERR_FORMAT, "kv_lora_rank"},
         {DS2 "\"qk_rope_head_dim\":7}", MOE8_ERR_FORMAT, "qk_rope_head_dim"},
         {DS2 "\"qk_rope_head_dim\":0}", MOE8_ERR_FORMAT, "qk_rope_head_dim"},
         {DS2 "\"v_head_dim\":0}", MOE8_ERR_FORMAT, "v_head_dim"},
