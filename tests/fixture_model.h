@@ -32,6 +32,21 @@
  *   FX_MIXTRAL (2) no q/k norm, no biases, block_sparse_moe.gate and
  *                 block_sparse_moe.experts.N.{w1,w3,w2} (gate, up, down), every
  *                 layer MoE (dense_layer ignored), eps 1e-5, always renormalized
+ *   FX_DEEPSEEK_V2 (3), FX_DEEPSEEK_V3 (4)  multi-head latent attention as
+ *                 DeepSeek's modeling code names it: self_attn.q_proj [NH*(dn+dr)][H]
+ *                 (o.q_lora 0), else q_a_proj [QL][H], q_a_layernorm [QL], q_b_proj
+ *                 [NH*(dn+dr)][QL]; kv_a_proj_with_mqa [L+dr][H], kv_a_layernorm [L],
+ *                 kv_b_proj [NH*(dn+dv)][L], o_proj [H][NH*dv]; dense MLPs in layers
+ *                 l < first_dense or l % moe_freq != 0; MoE layers mlp.gate [E][H],
+ *                 mlp.experts.N.*, mlp.shared_experts.* of width n_shared*moe_inter
+ *                 (ungated) and, V3, mlp.gate.e_score_correction_bias [E] F32 in
+ *                 [0, e_bias_max). config.json: HF's DeepseekV2/V3 keys (topk_method
+ *                 greedy / group_limited_greedy (V2), noaux_tc (V3); scoring softmax /
+ *                 sigmoid; rope_scaling yarn with o.yarn). quant 1: q_proj / q_a / q_b /
+ *                 kv_a / o_proj and dense MLPs W8A8 static, kv_b_proj FLOAT (W8A8
+ *                 static with o.kvb_w8a8: its quant_bias = -input_offset * sum_i Wq,
+ *                 which cancels the input offset), routed and shared experts
+ *                 W8A8_DYNAMIC. n_kv_heads and head_dim are ignored.
  *   down_float (quant 1): every expert's down_proj (routed and shared) FLOAT.
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
@@ -89,6 +104,25 @@ typedef struct {
     int no_renorm;            /* qwen families: norm_topk_prob false */
     int down_float;           /* quant 1: every expert down_proj FLOAT (routed and shared) */
     int bias_tensor;          /* quant 1, FX_QWEN2: also write the (folded) float q/k/v .bias */
+    /* FX_DEEPSEEK_V2 / FX_DEEPSEEK_V3 (multi-head latent attention): */
+    int64_t kv_lora;          /* kv_lora_rank L (32) */
+    int64_t q_lora;           /* q_lora_rank QL; 0: null, q_proj (default 0) */
+    int64_t qk_nope, qk_rope, v_head; /* dn 16, dr 8, dv 16 */
+    int64_t n_shared;         /* n_shared_experts (1): shared width n_shared * moe_inter */
+    int64_t first_dense;      /* first_k_dense_replace (1) */
+    int64_t moe_freq;         /* moe_layer_freq (1) */
+    int group_limited;        /* V2: topk_method group_limited_greedy (else greedy) */
+    int64_t n_group, topk_group; /* 4, 2 (V3 and V2 group_limited_greedy) */
+    double routed_scale;      /* routed_scaling_factor (1.5) */
+    double ds_eps;            /* rms_norm_eps (1e-6); q_a/kv_a_layernorm stay 1e-6 */
+    double ds_theta;          /* rope_theta (10000) */
+    int yarn;                 /* rope_scaling {"type": "yarn", ...} with the values below */
+    double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int64_t yarn_orig_max;    /* original_max_position_embeddings */
+    int kvb_w8a8;             /* quant 1: kv_b_proj W8A8 static (else FLOAT) */
+    double e_bias_max;        /* V3: e_score_correction_bias uniform in [0, this) (0.1) */
+    double latent_scale;      /* scales q_a_proj and kv_a_proj_with_mqa's latent rows (1):
+                               * small, the sub-norms' eps matters */
     uint64_t seed;
     void (*tensor_hook)(void *user, fx_tensor *t);
     void (*json_hook)(void *user, const char *file, cJSON *root);
@@ -115,10 +149,34 @@ static inline fx_opts fx_default_opts(void) {
     o.qkv_same_input = 1;
     o.shared_inter = 48;
     o.seed = 1234;
+    o.kv_lora = 32;
+    o.qk_nope = 16;
+    o.qk_rope = 8;
+    o.v_head = 16;
+    o.n_shared = 1;
+    o.first_dense = 1;
+    o.moe_freq = 1;
+    o.n_group = 4;
+    o.topk_group = 2;
+    o.routed_scale = 1.5;
+    o.ds_eps = 1e-6;
+    o.ds_theta = 10000.0;
+    o.yarn_factor = 4.0;
+    o.yarn_beta_fast = 8.0;
+    o.yarn_beta_slow = 1.0;
+    o.yarn_mscale = 1.0;
+    o.yarn_mscale_all_dim = 0.8;
+    o.yarn_orig_max = 512;
+    o.e_bias_max = 0.1;
+    o.latent_scale = 1.0;
     return o;
 }
 
-enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2 };
+enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2, FX_DEEPSEEK_V2 = 3, FX_DEEPSEEK_V3 = 4 };
+
+static inline int fx_deepseek(const fx_opts *o) {
+    return o->arch == FX_DEEPSEEK_V2 || o->arch == FX_DEEPSEEK_V3;
+}
 
 /* The family's MoE module inside a layer and its expert projections
  * (0 gate, 1 up, 2 down). */
@@ -132,6 +190,8 @@ static inline const char *fx_expert_proj(const fx_opts *o, int i) {
 }
 /* 1 if layer l has a dense MLP. */
 static inline int fx_dense(const fx_opts *o, int64_t l) {
+    if (fx_deepseek(o))
+        return o->n_experts == 0 || l < o->first_dense || l % (o->moe_freq > 0 ? o->moe_freq : 1) != 0;
     return o->n_experts == 0 || (o->arch != FX_MIXTRAL && l == o->dense_layer);
 }
 
@@ -313,6 +373,100 @@ static inline void fx_add_bias(fx_list *L, const char *prefix, int64_t n_out) {
     fx_add_float(L, n, 1, n_out, 0, 0.1, 0.0);
 }
 
+/* Multiply a float tensor's elements [from, to) by f. */
+static inline void fx_scale(fx_tensor *t, int64_t from, int64_t to, double f) {
+    for (int64_t i = from; i < to; i++) fx_set(t, i, fx_get(t, i) * f);
+}
+
+/* DeepSeek's multi-head latent attention of layer l. */
+static inline void fx_add_mla(fx_list *L, int64_t l) {
+    const fx_opts *o = L->o;
+    const char *lin = o->quant ? "W8A8" : "FLOAT";
+    const int64_t H = o->hidden, NH = o->n_heads, qd = o->qk_nope + o->qk_rope;
+    const int64_t KL = o->kv_lora, QL = o->q_lora;
+    /* q (or q_a) and kv_a read the same input: one scale/offset unless told otherwise */
+    const double qs = o->qkv_same_input ? 0.03 : 0.025, qo = o->qkv_same_input ? 3.0 : 1.0;
+    const double ks = 0.03, ko = o->qkv_same_input ? 3.0 : -1.0;
+    char n[160];
+    if (QL > 0) {
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_a_proj", (long long)l);
+        fx_add_linear(L, n, lin, QL, H, qs, qo);
+        if (!o->quant && o->latent_scale != 1.0)
+            fx_scale(&L->t[L->n - 1], 0, QL * H, o->latent_scale);
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_a_layernorm.weight", (long long)l);
+        fx_add_float(L, n, 1, QL, 0, 0.1, 1.0);
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_b_proj", (long long)l);
+        fx_add_linear(L, n, lin, NH * qd, QL, 0.03, 2.0);
+    } else {
+        snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_proj", (long long)l);
+        fx_add_linear(L, n, lin, NH * qd, H, qs, qo);
+    }
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.kv_a_proj_with_mqa", (long long)l);
+    fx_add_linear(L, n, lin, KL + o->qk_rope, H, ks, ko);
+    if (!o->quant && o->latent_scale != 1.0) fx_scale(&L->t[L->n - 1], 0, KL * H, o->latent_scale);
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.kv_a_layernorm.weight", (long long)l);
+    fx_add_float(L, n, 1, KL, 0, 0.1, 1.0);
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.kv_b_proj", (long long)l);
+    if (o->quant && o->kvb_w8a8) {
+        const int64_t rows = NH * (o->qk_nope + o->v_head);
+        const double off = 1.0;
+        fx_tensor *w, *qb;
+        fx_add_linear(L, n, "W8A8", rows, KL, 0.03, off);
+        w = &L->t[L->n - 7];   /* weight, input_scale, input_offset, weight_scale,
+                                * weight_offset, deq_scale, quant_bias */
+        qb = &L->t[L->n - 1];
+        for (int64_t j = 0; j < rows; j++) {
+            int64_t sum = 0;
+            for (int64_t i = 0; i < KL; i++) sum += (int64_t)fx_get(w, j * KL + i);
+            fx_set(qb, j, -off * (double)sum);
+        }
+    } else {
+        fx_add_linear(L, n, "FLOAT", NH * (o->qk_nope + o->v_head), KL, 0, 0);
+    }
+    snprintf(n, sizeof n, "model.layers.%lld.self_attn.o_proj", (long long)l);
+    fx_add_linear(L, n, lin, H, NH * o->v_head, 0.035, 2.0);
+}
+
+/* DeepSeek's dense MLP or MoE block (router, experts, shared experts,
+ * V3's e_score_correction_bias) of layer l. */
+static inline void fx_add_mlp_deepseek(fx_list *L, int64_t l) {
+    const fx_opts *o = L->o;
+    const char *lin = o->quant ? "W8A8" : "FLOAT", *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
+    const char *exd = o->quant && !o->down_float ? "W8A8_DYNAMIC" : "FLOAT";
+    const int64_t H = o->hidden, S = o->n_shared * o->moe_inter;
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    char n[160];
+    if (fx_dense(o, l)) {
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.gate_proj", (long long)l);
+        fx_add_linear(L, n, lin, o->inter, H, 0.04, 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.up_proj", (long long)l);
+        fx_add_linear(L, n, lin, o->inter, H, 0.04, 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.down_proj", (long long)l);
+        fx_add_linear(L, n, lin, H, o->inter, 0.05, -1.0);
+        return;
+    }
+    snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.weight", (long long)l);
+    fx_add_float(L, n, 2, o->n_experts, H, 1.0 / sqrt((double)H), 0.0);
+    if (o->arch == FX_DEEPSEEK_V3) {
+        fx_tensor *t;
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.e_score_correction_bias", (long long)l);
+        t = fx_add(L, n, MOE8_DT_F32, 1, o->n_experts, 0, "FLOAT");
+        for (int64_t e = 0; e < o->n_experts; e++) fx_set(t, e, o->e_bias_max * test_rng_uniform(&L->rng));
+    }
+    for (int64_t e = 0; e < o->n_experts; e++)
+        for (int i = 0; i < 3; i++) {
+            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.%s", (long long)l, (long long)e, proj[i]);
+            if (i < 2) fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
+            else fx_add_linear(L, n, exd, H, o->moe_inter, 0, 0);
+        }
+    if (o->n_shared <= 0) return;
+    for (int i = 0; i < 3; i++) {
+        snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_experts.%s", (long long)l, proj[i]);
+        if (i < 2) fx_add_linear(L, n, ex, S, H, 0, 0);
+        else fx_add_linear(L, n, exd, H, S, 0, 0);
+    }
+}
+
 static inline void fx_add_layer(fx_list *L, int64_t l) {
     const fx_opts *o = L->o;
     const char *lin = o->quant ? "W8A8" : "FLOAT", *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
@@ -326,6 +480,11 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
     snprintf(n, sizeof n, "model.layers.%lld.post_attention_layernorm.weight", (long long)l);
     fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+    if (fx_deepseek(o)) {
+        fx_add_mla(L, l);
+        fx_add_mlp_deepseek(L, l);
+        return;
+    }
     if (o->arch == FX_QWEN3) {
         snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
         fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
@@ -392,7 +551,7 @@ static inline void fx_list_free(fx_list *L) {
 /* ------------------------------------------------------------------------ */
 
 static inline int fx_write_json(const char *dir, const char *file, cJSON *root, const fx_opts *o) {
-    char path[4096], *text;
+    char path[4096 + 128], *text;
     int rc = 0;
     if (o->json_hook) o->json_hook(o->user, file, root);
     text = cJSON_Print(root);
@@ -478,8 +637,61 @@ static inline cJSON *fx_config_json_family(const fx_opts *o) {
     return fx_config_tail(c, o);
 }
 
+/* config.json of FX_DEEPSEEK_V2 / FX_DEEPSEEK_V3 with the keys of
+ * DeepSeek's configuration_deepseek.py. */
+static inline cJSON *fx_config_json_deepseek(const fx_opts *o) {
+    const int v3 = o->arch == FX_DEEPSEEK_V3;
+    cJSON *c = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", v3 ? "deepseek_v3" : "deepseek_v2");
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "n_shared_experts", (double)o->n_shared);
+    cJSON_AddNumberToObject(c, "n_routed_experts", (double)o->n_experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->top_k);
+    cJSON_AddNumberToObject(c, "routed_scaling_factor", o->routed_scale);
+    cJSON_AddStringToObject(c, "topk_method", v3 ? "noaux_tc"
+                                                  : o->group_limited ? "group_limited_greedy" : "greedy");
+    cJSON_AddNumberToObject(c, "n_group", v3 || o->group_limited ? (double)o->n_group : 1);
+    cJSON_AddNumberToObject(c, "topk_group", v3 || o->group_limited ? (double)o->topk_group : 1);
+    cJSON_AddStringToObject(c, "scoring_func", v3 ? "sigmoid" : "softmax");
+    cJSON_AddBoolToObject(c, "norm_topk_prob", !o->no_renorm);
+    cJSON_AddNumberToObject(c, "first_k_dense_replace", (double)o->first_dense);
+    cJSON_AddNumberToObject(c, "moe_layer_freq", (double)o->moe_freq);
+    cJSON_AddNumberToObject(c, "kv_lora_rank", (double)o->kv_lora);
+    if (o->q_lora > 0) cJSON_AddNumberToObject(c, "q_lora_rank", (double)o->q_lora);
+    else cJSON_AddNullToObject(c, "q_lora_rank");
+    cJSON_AddNumberToObject(c, "qk_nope_head_dim", (double)o->qk_nope);
+    cJSON_AddNumberToObject(c, "qk_rope_head_dim", (double)o->qk_rope);
+    cJSON_AddNumberToObject(c, "v_head_dim", (double)o->v_head);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", o->ds_eps);
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddNumberToObject(c, "max_position_embeddings",
+                            o->yarn ? (double)o->yarn_orig_max * o->yarn_factor : 4096);
+    fx_config_tail(c, o);
+    cJSON_ReplaceItemInObject(c, "rope_theta", cJSON_CreateNumber(o->ds_theta));
+    if (o->yarn) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "type", "yarn");
+        cJSON_AddNumberToObject(r, "factor", o->yarn_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)o->yarn_orig_max);
+        cJSON_AddNumberToObject(r, "beta_fast", o->yarn_beta_fast);
+        cJSON_AddNumberToObject(r, "beta_slow", o->yarn_beta_slow);
+        cJSON_AddNumberToObject(r, "mscale", o->yarn_mscale);
+        cJSON_AddNumberToObject(r, "mscale_all_dim", o->yarn_mscale_all_dim);
+        cJSON_ReplaceItemInObject(c, "rope_scaling", r);
+    }
+    return c;
+}
+
 static inline cJSON *fx_config_json(const fx_opts *o) {
     cJSON *c;
+    if (fx_deepseek(o)) return fx_config_json_deepseek(o);
     if (o->arch != FX_QWEN3) return fx_config_json_family(o);
     c = cJSON_CreateObject();
     cJSON_AddItemToObject(c, "architectures", cJSON_CreateString("Qwen3MoeForCausalLM"));
@@ -513,7 +725,7 @@ static inline cJSON *fx_desc_json(const fx_list *L) {
 
 /* Shards: the first half of the tensors, then the rest. */
 static inline int fx_write_shards(const char *dir, fx_list *L) {
-    char path[4096], file[2][64];
+    char path[4096 + 128], file[2][64];
     int cut = L->n / 2;
     uint64_t total = 0;
     cJSON *idx = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(idx, "metadata");
@@ -538,7 +750,7 @@ static inline int fx_write_shards(const char *dir, fx_list *L) {
 /* Write the whole folder `dir` (must exist, ideally empty). 0 on success. */
 static inline int fx_write_model(const char *dir, const fx_opts *o) {
     fx_list L;
-    char path[4096];
+    char path[4096 + 128];
     int rc;
     memset(&L, 0, sizeof L);
     L.o = o;

@@ -15,6 +15,26 @@
  *   ref_forward(&rm, ids, n, logits);             // logits [n][vocab], positions 0..n-1
  *   ref_free(&rm);
  *
+ * DeepSeek-V2 / V3 (o.arch FX_DEEPSEEK_V2 / V3) follow DeepSeek-V2-Lite's
+ * modeling_deepseek.py and transformers' modeling_deepseek_v3.py in their
+ * expanded (non-absorbed) form: q = q_proj(h) or q_b(rmsnorm_1e-6(q_a(h)));
+ * kv_a(h) = [c (L), k_pe (dr)]; kv_b(rmsnorm_1e-6(c)) = per head [k_nope, v];
+ * RoPE on q_pe and k_pe only, HF's layout (view [dr/2][2], transpose,
+ * rotate_half: the pairs (2i, 2i+1) at theta^(-2i/dr)), YaRN's inv_freq and
+ * cos/sin x yarn_get_mscale(f, mscale) / yarn_get_mscale(f, mscale_all_dim);
+ * softmax scale (dn+dr)^-0.5 x yarn_get_mscale(f, mscale_all_dim)^2 with
+ * YaRN. Routing (ref_route_deepseek): V2 softmax, greedy or group-limited
+ * (a group's best score, topk_group groups kept), then either w /= sum
+ * (top_k > 1 and norm_topk_prob) or w *= routed_scaling_factor, as V2's
+ * MoEGate does; V3 sigmoid, selection on score + e_score_correction_bias
+ * (a group's two best summed, dropped groups masked to 0.0), weights the
+ * unbiased scores, w /= sum if norm_topk_prob, then always
+ * w *= routed_scaling_factor. Shared experts added ungated. W8A8: the linears
+ * of the attention read static codes (q_b_proj's input is the q_a_layernorm
+ * output); a W8A8 kv_b_proj runs as its dequantized float weight
+ * deq_scale[j] / input_scale * Wq[j][i] (its quant_bias only cancels the
+ * input offset), as the engine absorbs it into attention.
+ *
  * rm.float_experts = 1 runs W8A8_DYNAMIC experts with dequantized weights
  * S·(Wq + O) in double (what --float-experts computes). An expert's (or the
  * shared expert's) FLOAT down_proj beside W8A8_DYNAMIC gate/up (o.down_float)
@@ -340,6 +360,244 @@ static void ref_layer(double *x, int n, const ref_model *rm, long long l) {
     free(h); free(q); free(k); free(v); free(att); free(y);
 }
 
+/* ---- DeepSeek-V2 / V3 --------------------------------------------------------- */
+
+/* DeepSeek's yarn_get_mscale. */
+static double ref_yarn_mscale(double scale, double mscale) {
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+/* inv_freq[dr/2] of the rotary part: plain, or DeepseekV2YarnRotaryEmbedding's. */
+static void ref_ds_inv_freq(const fx_opts *o, double *inv) {
+    const int64_t d = o->qk_rope;
+    const double base = o->ds_theta, pi = 3.14159265358979323846;
+    double low = 0, high = 0;
+    if (o->yarn) {
+        const double m = (double)o->yarn_orig_max;
+        low = floor(d * log(m / (o->yarn_beta_fast * 2 * pi)) / (2 * log(base)));
+        high = ceil(d * log(m / (o->yarn_beta_slow * 2 * pi)) / (2 * log(base)));
+        low = fmax(low, 0.0);
+        high = fmin(high, (double)(d - 1));
+        if (low == high) high += 0.001;
+    }
+    for (int64_t i = 0; i < d / 2; i++) {
+        double extra = 1.0 / pow(base, (double)(2 * i) / (double)d), ramp, mask;
+        if (!o->yarn) {
+            inv[i] = extra;
+            continue;
+        }
+        ramp = fmin(fmax(((double)i - low) / (high - low), 0.0), 1.0);
+        mask = 1.0 - ramp;   /* inv_freq_mask: 1 keeps the extrapolated frequency */
+        inv[i] = extra / o->yarn_factor * (1.0 - mask) + extra * mask;
+    }
+}
+
+/* cos/sin factor and the attention's softmax scale. */
+static double ref_ds_rope_mscale(const fx_opts *o) {
+    return o->yarn ? ref_yarn_mscale(o->yarn_factor, o->yarn_mscale) /
+                         ref_yarn_mscale(o->yarn_factor, o->yarn_mscale_all_dim)
+                   : 1.0;
+}
+static double ref_ds_softmax_scale(const fx_opts *o) {
+    double s = 1.0 / sqrt((double)(o->qk_nope + o->qk_rope));
+    if (o->yarn && o->yarn_mscale_all_dim != 0.0) {
+        double m = ref_yarn_mscale(o->yarn_factor, o->yarn_mscale_all_dim);
+        s *= m * m;
+    }
+    return s;
+}
+
+/* HF's apply_rotary_pos_emb on one rotary vector x[d] at position pos:
+ * de-interleave ([d/2][2] transposed), then x*cos + rotate_half(x)*sin, with
+ * cos/sin x mscale. The result stays in the de-interleaved layout (q_pe and
+ * k_pe alike, so their dot product is that of the interleaved pairs). */
+static void ref_ds_rope(double *x, int64_t d, int64_t pos, const double *inv, double mscale) {
+    double y[256];
+    for (int64_t j = 0; j < d / 2; j++) y[j] = x[2 * j], y[d / 2 + j] = x[2 * j + 1];
+    for (int64_t j = 0; j < d / 2; j++) {
+        double a = (double)pos * inv[j], c = cos(a) * mscale, s = sin(a) * mscale;
+        x[j] = y[j] * c - y[d / 2 + j] * s;
+        x[d / 2 + j] = y[d / 2 + j] * c + y[j] * s;
+    }
+}
+
+/* Top-k of key[0..E) (ties to the lower id) into ids[k]. */
+static void ref_topk(const double *key, int64_t E, int64_t k, int64_t *ids) {
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t i = 0; i < j; i++) taken |= ids[i] == e;
+            if (!taken && (best < 0 || key[e] > key[best])) best = e;
+        }
+        ids[j] = best;
+    }
+}
+
+/* DeepSeek's MoEGate on the router logits lg[E] (bias[E] for V3, else
+ * NULL): the top_k expert ids and their weights. */
+static void ref_route_deepseek(const fx_opts *o, const double *lg, const double *bias, int64_t *ids,
+                               double *w) {
+    const int64_t E = o->n_experts, K = o->top_k;
+    const int v3 = o->arch == FX_DEEPSEEK_V3, grouped = v3 || o->group_limited;
+    double sc[4096], key[4096], mx = -INFINITY, sum = 0;
+    for (int64_t e = 0; e < E; e++) mx = fmax(mx, lg[e]);
+    for (int64_t e = 0; e < E; e++) {
+        sc[e] = v3 ? 1.0 / (1.0 + exp(-lg[e])) : exp(lg[e] - mx);
+        sum += sc[e];
+    }
+    for (int64_t e = 0; e < E; e++) {
+        if (!v3) sc[e] /= sum;
+        key[e] = sc[e] + (v3 && bias ? bias[e] : 0.0);
+    }
+    if (grouped) {
+        const int64_t G = o->n_group, gs = E / G;
+        double gsc[4096] = {0};
+        int64_t keep[4096];
+        for (int64_t g = 0; g < G; g++) {
+            int64_t top[2];
+            ref_topk(key + g * gs, gs, v3 ? 2 : 1, top);
+            gsc[g] = v3 ? key[g * gs + top[0]] + key[g * gs + top[1]] : key[g * gs + top[0]];
+        }
+        ref_topk(gsc, G, o->topk_group, keep);
+        for (int64_t g = 0; g < G; g++) {
+            int kept = 0;
+            for (int64_t i = 0; i < o->topk_group; i++) kept |= keep[i] == g;
+            for (int64_t e = 0; !kept && e < gs; e++) key[g * gs + e] = 0.0; /* masked_fill 0.0 */
+        }
+    }
+    ref_topk(key, E, K, ids);
+    sum = 0;
+    for (int64_t j = 0; j < K; j++) {
+        w[j] = v3 ? sc[ids[j]] : key[ids[j]];   /* V2: topk of the masked scores */
+        sum += w[j];
+    }
+    if (v3) {
+        for (int64_t j = 0; j < K; j++) {
+            if (!o->no_renorm) w[j] /= sum + 1e-20;
+            w[j] *= o->routed_scale;
+        }
+    } else {
+        for (int64_t j = 0; j < K; j++)
+            w[j] = K > 1 && !o->no_renorm ? w[j] / (sum + 1e-20) : w[j] * o->routed_scale;
+    }
+}
+
+/* The MoE block: routed experts by ref_route_deepseek plus the shared
+ * experts, ungated. */
+static void ref_moe_deepseek(double *out, const double *h, const ref_model *rm, long long l) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden, E = o->n_experts, K = o->top_k;
+    double *lg = malloc(sizeof(double) * E), *bias = NULL, *y = malloc(sizeof(double) * H), w[64];
+    int64_t ids[64];
+    char p[3][200];
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    ref_lin_float(lg, h, ref_t(rm, "model.layers.%lld.mlp.gate.weight", l, 0));
+    if (o->arch == FX_DEEPSEEK_V3) {
+        const fx_tensor *b = ref_t(rm, "model.layers.%lld.mlp.gate.e_score_correction_bias", l, 0);
+        bias = malloc(sizeof(double) * E);
+        for (int64_t e = 0; e < E; e++) bias[e] = fx_get(b, e);
+    }
+    ref_route_deepseek(o, lg, bias, ids, w);
+    memset(out, 0, sizeof(double) * H);
+    for (int64_t j = 0; j < K; j++) {
+        ref_expert(y, h, rm, l, ids[j]);
+        for (int64_t i = 0; i < H; i++) out[i] += w[j] * y[i];
+    }
+    if (o->n_shared > 0) {
+        for (int i = 0; i < 3; i++)
+            snprintf(p[i], sizeof p[i], "model.layers.%lld.mlp.shared_experts.%s", l, proj[i]);
+        ref_swiglu(y, h, rm, p[0], p[1], p[2], o->n_shared * o->moe_inter);
+        for (int64_t i = 0; i < H; i++) out[i] += y[i];
+    }
+    free(lg);
+    free(bias);
+    free(y);
+}
+
+/* kv_b_proj: float, or a W8A8 one as its dequantized weight. */
+static void ref_kv_b(double *y, const double *c, const ref_model *rm, long long l) {
+    const fx_tensor *w = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.weight", l, 0);
+    if (!rm->o.quant || !rm->o.kvb_w8a8) {
+        ref_lin_float(y, c, w);
+        return;
+    }
+    const fx_tensor *is = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.input_scale", l, 0);
+    const fx_tensor *dq = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.deq_scale", l, 0);
+    const int64_t n = w->shape[0], k = w->shape[1];
+    const double s = fx_get(is, 0);
+    for (int64_t j = 0; j < n; j++) {
+        double a = 0, d = (double)ref_deq(dq, j) / s;
+        for (int64_t i = 0; i < k; i++) a += c[i] * d * fx_get(w, j * k + i);
+        y[j] = a;
+    }
+}
+
+/* One DeepSeek decoder layer over the n tokens x[n][H] at positions 0..n-1. */
+static void ref_layer_mla(double *x, int n, const ref_model *rm, long long l) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden, NH = o->n_heads, dn = o->qk_nope, dr = o->qk_rope, dv = o->v_head;
+    const int64_t qd = dn + dr, KL = o->kv_lora, QL = o->q_lora;
+    const double eps = o->ds_eps, scale = ref_ds_softmax_scale(o), ms = ref_ds_rope_mscale(o);
+    double inv[128];
+    double *h = malloc(sizeof(double) * n * H), *q = malloc(sizeof(double) * n * NH * qd);
+    double *kn = malloc(sizeof(double) * n * NH * dn), *v = malloc(sizeof(double) * n * NH * dv);
+    double *kpe = malloc(sizeof(double) * n * dr), *att = malloc(sizeof(double) * n * NH * dv);
+    double *tmp = malloc(sizeof(double) * (KL + dr + QL + NH * (dn + dv) + H));
+    double *kv = tmp + KL + dr + QL, *y = kv + NH * (dn + dv), *s = malloc(sizeof(double) * n);
+    ref_ds_inv_freq(o, inv);
+    for (int t = 0; t < n; t++) {
+        double *qt = q + t * NH * qd;
+        ref_rmsnorm(h + t * H, x + t * H, H, ref_t(rm, "model.layers.%lld.input_layernorm.weight", l, 0), eps);
+        if (QL > 0) {
+            double *qa = tmp + KL + dr;
+            ref_lin(qa, h + t * H, rm, l, "self_attn.q_a_proj");
+            ref_rmsnorm(qa, qa, QL, ref_t(rm, "model.layers.%lld.self_attn.q_a_layernorm.weight", l, 0), 1e-6);
+            ref_lin(qt, qa, rm, l, "self_attn.q_b_proj");
+        } else {
+            ref_lin(qt, h + t * H, rm, l, "self_attn.q_proj");
+        }
+        ref_lin(tmp, h + t * H, rm, l, "self_attn.kv_a_proj_with_mqa");
+        memcpy(kpe + t * dr, tmp + KL, sizeof(double) * dr);
+        ref_rmsnorm(tmp, tmp, KL, ref_t(rm, "model.layers.%lld.self_attn.kv_a_layernorm.weight", l, 0), 1e-6);
+        ref_kv_b(kv, tmp, rm, l);
+        for (int64_t hd = 0; hd < NH; hd++) {
+            memcpy(kn + (t * NH + hd) * dn, kv + hd * (dn + dv), sizeof(double) * dn);
+            memcpy(v + (t * NH + hd) * dv, kv + hd * (dn + dv) + dn, sizeof(double) * dv);
+            ref_ds_rope(qt + hd * qd + dn, dr, t, inv, ms);
+        }
+        ref_ds_rope(kpe + t * dr, dr, t, inv, ms);
+    }
+    for (int t = 0; t < n; t++)
+        for (int64_t hd = 0; hd < NH; hd++) {
+            const double *qt = q + (t * NH + hd) * qd;
+            double mx = -INFINITY, sum = 0;
+            for (int i = 0; i <= t; i++) {
+                double a = 0;
+                for (int64_t d = 0; d < dn; d++) a += qt[d] * kn[(i * NH + hd) * dn + d];
+                for (int64_t d = 0; d < dr; d++) a += qt[dn + d] * kpe[i * dr + d];
+                s[i] = a * scale;
+                mx = fmax(mx, s[i]);
+            }
+            for (int i = 0; i <= t; i++) sum += (s[i] = exp(s[i] - mx));
+            for (int64_t d = 0; d < dv; d++) {
+                double a = 0;
+                for (int i = 0; i <= t; i++) a += s[i] / sum * v[(i * NH + hd) * dv + d];
+                att[(t * NH + hd) * dv + d] = a;
+            }
+        }
+    for (int t = 0; t < n; t++) {
+        ref_lin(y, att + t * NH * dv, rm, l, "self_attn.o_proj");
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
+        ref_rmsnorm(h + t * H, x + t * H, H,
+                    ref_t(rm, "model.layers.%lld.post_attention_layernorm.weight", l, 0), eps);
+        if (fx_dense(o, l)) ref_dense(y, h + t * H, rm, l);
+        else ref_moe_deepseek(y, h + t * H, rm, l);
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
+    }
+    free(h); free(q); free(kn); free(v); free(kpe); free(att); free(tmp); free(s);
+}
+
 /* logits[n][vocab] for the tokens ids[0..n) at positions 0..n-1. */
 static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *logits) {
     const fx_opts *o = &rm->o;
@@ -349,10 +607,13 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *
     double *x = malloc(sizeof(double) * n * H), *h = malloc(sizeof(double) * H);
     for (int t = 0; t < n; t++)
         for (int64_t i = 0; i < H; i++) x[t * H + i] = fx_get(emb, (int64_t)ids[t] * H + i);
-    for (long long l = 0; l < o->n_layers; l++) ref_layer(x, n, rm, l);
+    for (long long l = 0; l < o->n_layers; l++) {
+        if (fx_deepseek(o)) ref_layer_mla(x, n, rm, l);
+        else ref_layer(x, n, rm, l);
+    }
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0),
-                    o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
+                    fx_deepseek(o) ? o->ds_eps : o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
         if (o->lm_head_w8a8 && !o->tie) { /* always quantized: float_experts is the experts' */
             ref_dynamic(logits + t * V, h, head, ref_t(rm, "lm_head.weight_scale", 0, 0),
                         ref_t(rm, "lm_head.weight_offset", 0, 0), 0);

@@ -4,7 +4,7 @@
  * and modeling code:
  *   - config.json: the config class's defaults, a released model's config,
  *     every family-specific refusal, and the families moe8 refuses
- *     (deepseek_v2 / deepseek_v3 "not supported yet");
+ *     (DeepSeek-V2/V3 are tests/test_deepseek.c's);
  *   - the float forward against the double-precision reference of the
  *     family (forward_ref.h): last-token logits within 1e-4 relative;
  *   - W8A8 checkpoints (fixture_model.h, ModelSlim layout) against the

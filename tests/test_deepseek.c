@@ -1,0 +1,824 @@
+/*
+ * test_deepseek.c — the DeepSeek-V2 / DeepSeek-V3 families (multi-head latent
+ * attention, shared experts, grouped routing, YaRN) against the test's own
+ * reading of DeepSeek-V2-Lite's modeling_deepseek.py and transformers'
+ * modeling_deepseek_v3.py (fixture_model.h FX_DEEPSEEK_V2/V3, forward_ref.h):
+ *   - the reference itself: YaRN's inv_freq, mscale and softmax scale against
+ *     numbers worked by hand from the formulas, HF's rotary layout against
+ *     rotating the pairs (2i, 2i+1), the routing rules on hand-made scores
+ *     (group-limited V2, V3's top-2 group sums and correction bias), the
+ *     fixture's W8A8 kv_b_proj quant_bias cancelling the input offset;
+ *   - config.json: the config classes' defaults, DeepSeek-V2-Lite's and
+ *     Moonlight-16B-A3B's released config.json, refusals naming the field;
+ *   - the float forward against the reference: logits within 1e-4 relative at
+ *     every position of a 9-token prefill, and of a 4-token prefill followed
+ *     by 5 single-token decode steps (the engine's absorbed decode path);
+ *     V2 (q_proj, greedy, YaRN), V3 (q_lora, grouped sigmoid, bias), V2
+ *     group_limited_greedy, first_k_dense_replace / moe_layer_freq, and a
+ *     small latent whose sub-norm eps (1e-6 whatever rms_norm_eps says) shows;
+ *   - W8A8 checkpoints (kv_b_proj FLOAT or W8A8, FLOAT expert down_proj)
+ *     against the reference's W8A8 maths: cosine >= 0.9999 everywhere;
+ *   - make-model --arch deepseek_v2 / deepseek_v3 --preset tiny quantized by
+ *     moe8_quantize (and with down_proj_float): cosine >= 0.99 against the
+ *     float model and 5 greedy tokens equal;
+ *   - a corrupt-folder table: the error names the tensor or the field.
+ * TP and EP of both families are in mpi_dist.c.
+ */
+#include "test.h"
+
+#include <sys/wait.h>
+
+#include "fixture_model.h"
+#include "forward_ref.h"
+
+#include "moe8.h"
+
+#define FMT(buf, ...)                                                             \
+    do {                                                                          \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
+    } while (0)
+
+static const int32_t PROMPT[9] = {5, 17, 200, 3, 99, 42, 7, 128, 64};
+
+/* ======================================================================== */
+/* Helpers                                                                   */
+/* ======================================================================== */
+
+static moe8_status parse(const char *json, moe8_config *c, moe8_error *e) {
+    memset(e, 0, sizeof *e);
+    return moe8_config_parse(json, strlen(json), "config.json", c, e);
+}
+
+static moe8_context *new_ctx(moe8_model *m, int n_ctx) {
+    moe8_context_params p = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_error e;
+    p.kv_type = MOE8_DT_F32;
+    p.n_ctx = n_ctx;
+    p.n_outputs = 16;
+    p.n_threads = 2;
+    if (moe8_context_create(m, &p, &c, &e) != MOE8_OK) {
+        fprintf(stderr, "context: %s\n", e.message);
+        exit(2);
+    }
+    return c;
+}
+
+/* Logits of every position of ids[0..n) into out[n][V]: the first n_pre
+ * tokens as one batch, then one token per decode step. */
+static void run_logits(moe8_model *m, const int32_t *ids, int n, int n_pre, float *out) {
+    moe8_context *c = new_ctx(m, 32);
+    int32_t pos[16], seq[16] = {0};
+    int8_t want[16];
+    const int V = moe8_context_n_vocab(c);
+    moe8_error e;
+    for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
+    moe8_batch b = {n_pre, ids, pos, seq, want};
+    CHECKF(moe8_decode(c, &b, &e) == MOE8_OK, "decode: %s", e.message);
+    for (int i = 0; i < n_pre; i++) memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
+    for (int i = n_pre; i < n; i++) {
+        moe8_batch b1 = {1, ids + i, pos + i, seq, want};
+        CHECKF(moe8_decode(c, &b1, &e) == MOE8_OK, "decode step %d: %s", i, e.message);
+        memcpy(out + (size_t)i * V, moe8_context_logits(c, 0), sizeof(float) * V);
+    }
+    moe8_context_free(c);
+}
+
+static int greedy(moe8_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n) {
+    moe8_context *c = new_ctx(m, 32);
+    moe8_sampler *s = NULL;
+    int32_t n_out = 0, np = n_prompt;
+    const int32_t *pp = prompt;
+    moe8_generate_request r = {1, &pp, &np, n, NULL, 0, NULL, NULL, out, &n_out, NULL};
+    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    return n_out;
+}
+
+static double max_rel(const float *a, const double *b, int n) {
+    double d = 0, m = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));
+    return d / m;
+}
+
+static const char *write_fixture(const char *name, const fx_opts *o) {
+    static char dirs[8][4096];
+    static int n;
+    char *slot = dirs[n++ % 8];
+    snprintf(slot, 4096, "%s", test_tmpdir(name));
+    if (fx_write_model(slot, o) != 0) exit(2);
+    return slot;
+}
+
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = 0;
+    int st;
+    if (!p) return -1;
+    while (n + 1 < cap && !feof(p)) n += fread(out + n, 1, cap - 1 - n, p);
+    out[n] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The tiny DeepSeek fixture: H 64, 4 heads, dn 16, dr 8, dv 16, L 32, E 8,
+ * top-3, I 32, dense 96, 3 layers (layer 0 dense). */
+static fx_opts ds_opts(int arch, int quant) {
+    fx_opts o = fx_default_opts();
+    o.arch = arch;
+    o.quant = quant;
+    o.n_layers = 3;
+    o.n_experts = 8;
+    o.top_k = 3;
+    o.moe_inter = 32;
+    o.inter = 96;
+    o.seed = 700 + (uint64_t)(10 * arch + quant);
+    if (arch == FX_DEEPSEEK_V3) o.q_lora = 24;
+    else o.no_renorm = 1;   /* V2: norm_topk_prob false, routed_scaling_factor applies */
+    if (quant) {
+        o.nonzero_offsets = 1;
+        o.deq_i64 = 1;
+    }
+    return o;
+}
+
+/* ======================================================================== */
+/* The reference itself                                                      */
+/* ======================================================================== */
+
+static void test_ref_yarn(void) {
+    fx_opts o = fx_default_opts();
+    double inv[4];
+    o.arch = FX_DEEPSEEK_V2;
+    o.qk_rope = 8, o.ds_theta = 500, o.yarn = 1, o.yarn_orig_max = 512;
+    o.yarn_factor = 4, o.yarn_beta_fast = 8, o.yarn_beta_slow = 1;
+    /* correction dims: 8 ln(512 / (8 * 2 pi)) / (2 ln 500) = 1.494 -> floor 1;
+     * 8 ln(512 / (2 pi)) / (2 ln 500) = 2.832 -> ceil 3: the ramp over i is
+     * 0, 0, 0.5, 1, so i = 0, 1 keep theta^(-2i/8), i = 2 takes 0.625 of it,
+     * i = 3 a quarter. */
+    ref_ds_inv_freq(&o, inv);
+    CHECK_NEAR(inv[0], 1.0, 1e-15);
+    CHECK_NEAR(inv[1], pow(500, -0.25), 1e-15);
+    CHECK_NEAR(inv[2], 0.625 * pow(500, -0.5), 1e-15);
+    CHECK_NEAR(inv[3], 0.25 * pow(500, -0.75), 1e-15);
+    o.yarn = 0;
+    ref_ds_inv_freq(&o, inv);
+    CHECK_NEAR(inv[3], pow(500, -0.75), 1e-15);
+    /* DeepSeek-V2-Lite: factor 40, mscale = mscale_all_dim = 0.707: cos/sin
+     * unscaled, softmax scale 192^-0.5 * (1 + 0.0707 ln 40)^2 */
+    o.yarn = 1, o.yarn_factor = 40, o.yarn_mscale = 0.707, o.yarn_mscale_all_dim = 0.707;
+    o.qk_nope = 128, o.qk_rope = 64;
+    CHECK_NEAR(ref_ds_rope_mscale(&o), 1.0, 1e-15);
+    CHECK_NEAR(ref_yarn_mscale(40, 0.707), 1.2608037, 1e-7);
+    CHECK_NEAR(ref_ds_softmax_scale(&o), 0.11472, 1e-5);
+    /* mscale 1, mscale_all_dim 0 (DeepseekV2YarnRotaryEmbedding's defaults):
+     * cos/sin x (1 + 0.1 ln f), softmax scale unchanged */
+    o.yarn_mscale = 1.0, o.yarn_mscale_all_dim = 0.0, o.yarn_factor = 4;
+    CHECK_NEAR(ref_ds_rope_mscale(&o), 1.0 + 0.1 * log(4.0), 1e-15);
+    CHECK_NEAR(ref_ds_softmax_scale(&o), 1.0 / sqrt(192.0), 1e-15);
+    CHECK_NEAR(ref_yarn_mscale(1.0, 5.0), 1.0, 0);
+}
+
+/* HF's layout (de-interleave, rotate_half) gives the scores of rotating
+ * the pairs (2i, 2i+1), and they depend only on the distance. */
+static void test_ref_rope(void) {
+    test_rng r = {99};
+    double q[8], k[8], a[8], b[8], inv[4], pq[8], pk[8];
+    fx_opts o = fx_default_opts();
+    o.qk_rope = 8, o.ds_theta = 10000;
+    ref_ds_inv_freq(&o, inv);
+    for (int i = 0; i < 8; i++) q[i] = test_rng_normal(&r), k[i] = test_rng_normal(&r);
+    for (int p1 = 0; p1 < 6; p1++)
+        for (int p2 = 0; p2 <= p1; p2++) {
+            double d = 0, dp = 0, ds = 0;
+            memcpy(a, q, sizeof a), memcpy(b, k, sizeof b);
+            ref_ds_rope(a, 8, p1, inv, 1.0);
+            ref_ds_rope(b, 8, p2, inv, 1.0);
+            for (int i = 0; i < 8; i++) d += a[i] * b[i];
+            for (int j = 0; j < 4; j++) {
+                double t1 = p1 * inv[j], t2 = p2 * inv[j];
+                pq[2 * j] = q[2 * j] * cos(t1) - q[2 * j + 1] * sin(t1);
+                pq[2 * j + 1] = q[2 * j + 1] * cos(t1) + q[2 * j] * sin(t1);
+                pk[2 * j] = k[2 * j] * cos(t2) - k[2 * j + 1] * sin(t2);
+                pk[2 * j + 1] = k[2 * j + 1] * cos(t2) + k[2 * j] * sin(t2);
+            }
+            for (int i = 0; i < 8; i++) dp += pq[i] * pk[i];
+            memcpy(a, q, sizeof a), memcpy(b, k, sizeof b);
+            ref_ds_rope(a, 8, p1 + 7, inv, 1.0);
+            ref_ds_rope(b, 8, p2 + 7, inv, 1.0);
+            for (int i = 0; i < 8; i++) ds += a[i] * b[i];
+            CHECK_NEAR(d, dp, 1e-12);
+            CHECK_NEAR(d, ds, 1e-12);
+        }
+}
+
+static double logit(double p) { return log(p / (1 - p)); }
+
+static void test_ref_route(void) {
+    fx_opts o = fx_default_opts();
+    int64_t ids[4];
+    double w[4], lg[8], bias[8] = {0};
+    /* V3: sigmoid scores by group (2 experts each): {0.9, 0.1} {0.6, 0.6}
+     * {0.55, 0.55} {0.2, 0.2}; top-2 sums 1.0, 1.2, 1.1, 0.4 keep groups 1
+     * and 2, so the best expert (0) is dropped: experts 2 and 3. */
+    static const double p[8] = {0.9, 0.1, 0.6, 0.6, 0.55, 0.55, 0.2, 0.2};
+    o.arch = FX_DEEPSEEK_V3, o.n_experts = 8, o.top_k = 2, o.n_group = 4, o.topk_group = 2;
+    o.routed_scale = 2.5;
+    for (int e = 0; e < 8; e++) lg[e] = logit(p[e]);
+    ref_route_deepseek(&o, lg, bias, ids, w);
+    CHECK(ids[0] == 2 && ids[1] == 3);
+    CHECK_NEAR(w[0], 0.5 * 2.5, 1e-12);
+    /* a correction bias moves the choice (expert 5 over 3) but not the
+     * weights: the unbiased sigmoid scores, normalized, x 2.5 */
+    bias[5] = 0.1;
+    ref_route_deepseek(&o, lg, bias, ids, w);
+    CHECK(ids[0] == 5 && ids[1] == 2);
+    CHECK_NEAR(w[0], 0.55 / 1.15 * 2.5, 1e-12);
+    CHECK_NEAR(w[1], 0.6 / 1.15 * 2.5, 1e-12);
+    o.no_renorm = 1;   /* norm_topk_prob false: the scores x 2.5 */
+    ref_route_deepseek(&o, lg, bias, ids, w);
+    CHECK_NEAR(w[0], 0.55 * 2.5, 1e-12);
+    /* one group kept of one group: plain top-k */
+    o.n_group = 1, o.topk_group = 1, o.no_renorm = 0;
+    bias[5] = 0;
+    ref_route_deepseek(&o, lg, bias, ids, w);
+    CHECK(ids[0] == 0 && (ids[1] == 2 || ids[1] == 3));
+    /* V2 group_limited_greedy: softmax scores, a group's best: group 0 (0.9)
+     * and group 1 (0.6) kept; experts 0 and 2 */
+    o = fx_default_opts();
+    o.arch = FX_DEEPSEEK_V2, o.n_experts = 8, o.top_k = 2, o.n_group = 4, o.topk_group = 2;
+    o.group_limited = 1, o.no_renorm = 1, o.routed_scale = 3.0;
+    for (int e = 0; e < 8; e++) lg[e] = log(p[e]);
+    ref_route_deepseek(&o, lg, NULL, ids, w);
+    CHECK(ids[0] == 0 && ids[1] == 2);
+    CHECK_NEAR(w[0], 0.9 / 3.7 * 3.0, 1e-12);
+    /* norm_topk_prob with top-k > 1: divided by their sum, not scaled (V2's MoEGate) */
+    o.no_renorm = 0;
+    ref_route_deepseek(&o, lg, NULL, ids, w);
+    CHECK_NEAR(w[0], 0.9 / 1.5, 1e-12);
+    /* groups of 4 (n_group 2) keep one: the first group's best two */
+    o.n_group = 2, o.topk_group = 1;
+    ref_route_deepseek(&o, lg, NULL, ids, w);
+    CHECK(ids[0] == 0 && (ids[1] == 2 || ids[1] == 3));
+    o.group_limited = 0, o.n_group = 4;   /* greedy */
+    ref_route_deepseek(&o, lg, NULL, ids, w);
+    CHECK(ids[0] == 0 && (ids[1] == 2 || ids[1] == 3));
+}
+
+/* The fixture's W8A8 kv_b_proj: quant_bias cancels the input offset, row by
+ * row; the names of both q forms and the V3 bias. */
+static void test_ref_fixture(void) {
+    fx_opts o = ds_opts(FX_DEEPSEEK_V3, 1);
+    ref_model rm;
+    int bad = 0;
+    o.kvb_w8a8 = 1;
+    ref_init(&rm, &o);
+    const fx_tensor *w = ref_t(&rm, "model.layers.%lld.self_attn.kv_b_proj.weight", 1, 0);
+    const fx_tensor *qb = ref_t(&rm, "model.layers.%lld.self_attn.kv_b_proj.quant_bias", 1, 0);
+    const fx_tensor *io = ref_t(&rm, "model.layers.%lld.self_attn.kv_b_proj.input_offset", 1, 0);
+    CHECK(w->shape[0] == 4 * 32 && w->shape[1] == 32);
+    for (int64_t j = 0; j < w->shape[0]; j++) {
+        double sum = 0;
+        for (int64_t i = 0; i < w->shape[1]; i++) sum += fx_get(w, j * w->shape[1] + i);
+        bad += fx_get(qb, j) + fx_get(io, 0) * sum != 0;
+    }
+    CHECK(bad == 0);
+    CHECK(ref_t(&rm, "model.layers.%lld.self_attn.q_b_proj.weight", 2, 0)->shape[1] == 24);
+    CHECK(ref_t(&rm, "model.layers.%lld.mlp.gate.e_score_correction_bias", 2, 0)->dtype == MOE8_DT_F32);
+    CHECK(ref_t(&rm, "model.layers.%lld.mlp.shared_experts.down_proj.weight", 1, 0)->shape[1] == 32);
+    CHECK(ref_t(&rm, "model.layers.%lld.mlp.down_proj.weight", 0, 0)->shape[1] == 96);
+    ref_free(&rm);
+    o = ds_opts(FX_DEEPSEEK_V2, 0);
+    o.first_dense = 0, o.moe_freq = 2;   /* layers 0 and 2 MoE, 1 dense */
+    CHECK(!fx_dense(&o, 0) && fx_dense(&o, 1) && !fx_dense(&o, 2));
+    ref_init(&rm, &o);
+    CHECK(ref_t(&rm, "model.layers.%lld.self_attn.q_proj.weight", 0, 0)->shape[0] == 4 * 24);
+    CHECK(ref_t(&rm, "model.layers.%lld.self_attn.kv_a_proj_with_mqa.weight", 0, 0)->shape[0] == 40);
+    CHECK(ref_t(&rm, "model.layers.%lld.self_attn.o_proj.weight", 0, 0)->shape[1] == 64);
+    ref_free(&rm);
+}
+
+/* ======================================================================== */
+/* Forward against the reference                                             */
+/* ======================================================================== */
+
+/* Float: rel err <= 1e-4 at every position, prefilled and decoded; W8A8:
+ * cosine >= 0.9999 at every position. */
+static void check_vs_ref(const char *label, const fx_opts *o) {
+    const char *dir = write_fixture(label, o);
+    moe8_model *m = test_load_model(dir);
+    const int n = 9, V = (int)o->vocab;
+    float *got = malloc(sizeof(float) * n * V);
+    double *want = malloc(sizeof(double) * n * V);
+    ref_model rm;
+    ref_init(&rm, o);
+    ref_forward(&rm, PROMPT, n, want);
+    for (int mode = 0; mode < 2; mode++) {
+        const int n_pre = mode ? 4 : n;
+        run_logits(m, PROMPT, n, n_pre, got);
+        if (!o->quant) {
+            double last = max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst = 0;
+            for (int t = 0; t < n; t++) worst = fmax(worst, max_rel(got + t * V, want + t * V, V));
+            printf("%-30s %s: last-token rel err %.3g, worst position %.3g\n", label,
+                   mode ? "prefill 4 + 5 decode" : "prefill 9", last, worst);
+            CHECKF(last <= 1e-4 && worst <= 1e-4, "%s (%s): rel err %.3g (worst %.3g)", label,
+                   mode ? "decode" : "prefill", last, worst);
+        } else {
+            double worst = 1;
+            for (int t = 0; t < n; t++) worst = fmin(worst, test_cosine_ref(got + t * V, want + t * V, V));
+            printf("%-30s %s: W8A8 vs double W8A8 maths: worst cosine %.10f\n", label,
+                   mode ? "prefill 4 + 5 decode" : "prefill 9", worst);
+            CHECKF(worst >= 0.9999, "%s (%s): cosine %.8f", label, mode ? "decode" : "prefill", worst);
+        }
+    }
+    ref_free(&rm);
+    free(got);
+    free(want);
+    moe8_model_free(m);
+}
+
+static void test_forward_float(void) {
+    fx_opts o = ds_opts(FX_DEEPSEEK_V2, 0);
+    o.yarn = 1;
+    check_vs_ref("v2_float_qproj_greedy_yarn", &o);
+    o = ds_opts(FX_DEEPSEEK_V2, 0);
+    o.group_limited = 1;
+    /* norm_topk_prob true: divided by the sum. V2's MoEGate then does not
+     * scale (else branch); the engine scales after renormalizing (V3's rule):
+     * the two agree only with routed_scaling_factor 1, as every released V2 */
+    o.routed_scale = 1.0;
+    o.no_renorm = 0;
+    o.float_dtype = MOE8_DT_F32;
+    o.first_dense = 0, o.moe_freq = 2;   /* layers 0 and 2 MoE, 1 dense */
+    check_vs_ref("v2_float_group_limited", &o);
+    o = ds_opts(FX_DEEPSEEK_V3, 0);
+    check_vs_ref("v3_float_qlora_grouped", &o);
+    o.yarn = 1;
+    o.yarn_mscale = 1.0, o.yarn_mscale_all_dim = 1.0;   /* DeepSeek-V3's */
+    o.no_renorm = 1;
+    o.n_shared = 2;
+    o.top_k = 2;
+    check_vs_ref("v3_float_yarn_2shared", &o);
+    /* a small latent (q_a and kv_a's latent rows x 1e-3): q_a/kv_a_layernorm's
+     * eps 1e-6 matters; rms_norm_eps 1e-5 (Moonlight's) must not be used there */
+    o = ds_opts(FX_DEEPSEEK_V3, 0);
+    o.float_dtype = MOE8_DT_F32;
+    o.latent_scale = 1e-3;
+    o.ds_eps = 1e-5;
+    o.n_group = 2, o.topk_group = 1;
+    check_vs_ref("v3_float_small_latent", &o);
+}
+
+static void test_forward_w8a8(void) {
+    fx_opts o = ds_opts(FX_DEEPSEEK_V2, 1);
+    o.yarn = 1;
+    check_vs_ref("v2_w8a8", &o);
+    o.kvb_w8a8 = 1;
+    o.qkv_same_input = 0;
+    o.scale_2d = 1;
+    check_vs_ref("v2_w8a8_kvb_w8a8", &o);
+    o = ds_opts(FX_DEEPSEEK_V3, 1);
+    check_vs_ref("v3_w8a8", &o);
+    o.kvb_w8a8 = 1;
+    o.deq_i64 = 0;
+    check_vs_ref("v3_w8a8_kvb_w8a8", &o);
+    o.down_float = 1;
+    o.seed += 100;
+    check_vs_ref("v3_w8a8_down_float", &o);
+    o = ds_opts(FX_DEEPSEEK_V2, 1);
+    o.down_float = 1;
+    o.group_limited = 1;
+    check_vs_ref("v2_w8a8_down_float_grouped", &o);
+    {   /* what the loader resolved */
+        const char *dir = write_fixture("v3_w8a8_info", &o);
+        moe8_model *m = test_load_model(dir);
+        moe8_layer_info li;
+        CHECK(moe8_model_layer_info(m, 1, &li) == 0 && li.is_moe && li.mla);
+        CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC && li.experts_down == MOE8_QUANT_FLOAT);
+        CHECK(li.has_shared && li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC &&
+              li.shared_down == MOE8_QUANT_FLOAT);
+        CHECK(li.qkv == MOE8_QUANT_W8A8 && li.o == MOE8_QUANT_W8A8 && li.kv_b == MOE8_QUANT_FLOAT);
+        CHECK(moe8_model_layer_info(m, 0, &li) == 0 && !li.is_moe && li.mla &&
+              li.mlp_gate_up == MOE8_QUANT_W8A8);
+        moe8_model_free(m);
+        o = ds_opts(FX_DEEPSEEK_V3, 1);
+        o.kvb_w8a8 = 1;
+        dir = write_fixture("v3_w8a8_info_kvb", &o);
+        m = test_load_model(dir);
+        CHECK(moe8_model_layer_info(m, 2, &li) == 0 && li.mla && li.kv_b == MOE8_QUANT_W8A8 &&
+              li.q_b == MOE8_QUANT_W8A8);
+        moe8_model_free(m);
+    }
+}
+
+/* ======================================================================== */
+/* make-model + quantize                                                     */
+/* ======================================================================== */
+
+#define QV 16384
+
+static const char calib[] =
+    "It was a bright cold day in April, and the clocks were striking thirteen. The quick brown "
+    "fox jumps over the lazy dog; 42 apples cost $3.50 at the market.\n";
+
+static void test_make_quantize(int arch, int down_float) {
+    const char *name = moe8_arch_name((moe8_arch)arch);
+    static const int32_t prompt[5] = {9707, 11, 847, 829, 374};
+    char fdir[4096], qdir[4096], label[64], tok[4096];
+    moe8_make_model_params mp = moe8_make_model_params_default();
+    moe8_quantize_params qp = moe8_quantize_params_default();
+    moe8_error e;
+    float *lf = malloc(sizeof(float) * 5 * QV), *lq = malloc(sizeof(float) * 5 * QV);
+    int32_t tf[5], tq[5];
+    FMT(tok, "%s/.deps/deepseek-v3-tokenizer", MOE8_SOURCE_DIR);
+    FMT(label, "mk_%s", name);
+    if (down_float) FMT(fdir, "%s/%s", MOE8_TEST_TMP, label); /* made by the first run */
+    else FMT(fdir, "%s", test_tmpdir(label));
+    FMT(label, "mkq_%s%s", name, down_float ? "_down_float" : "");
+    FMT(qdir, "%s", test_tmpdir(label));
+    mp.arch = (moe8_arch)arch;
+    mp.vocab_size = QV;
+    mp.tokenizer_dir = access(tok, F_OK) == 0 ? tok : MOE8_TOKENIZER_DIR;
+    mp.force = 1;
+    mp.seed = 3;
+    mp.n_layers = 2;
+    if (!down_float)
+        CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
+    qp.force = 1;
+    qp.n_threads = 2;
+    qp.down_proj_float = down_float;
+    qp.calib_text = calib;
+    qp.calib_len = strlen(calib);
+    CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize %s: %s", name, e.message);
+    moe8_model *mf = test_load_model(fdir), *mq = test_load_model(qdir);
+    CHECK(moe8_model_config(mf)->arch == (moe8_arch)arch && moe8_model_config(mq)->arch == (moe8_arch)arch);
+    run_logits(mf, prompt, 5, 5, lf);
+    run_logits(mq, prompt, 5, 5, lq);
+    double worst = 1;
+    for (int t = 0; t < 5; t++) worst = fmin(worst, test_cosine(lq + t * QV, lf + t * QV, QV));
+    CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
+    printf("%-30s W8A8%s vs float source: worst cosine %.10f, greedy %s\n", name,
+           down_float ? " (down_proj FLOAT)" : "", worst,
+           memcmp(tf, tq, sizeof tf) ? "DIFFER" : "equal");
+    CHECKF(worst >= 0.99, "%s: W8A8 vs float cosine %.6f", name, worst);
+    CHECKF(!memcmp(tf, tq, sizeof tf), "%s: greedy tokens of W8A8 differ from the float model", name);
+    {
+        moe8_layer_info li;
+        const moe8_quant_type down = down_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8_DYNAMIC;
+        const moe8_config *c = moe8_model_config(mq);
+        int64_t l = c->first_k_dense_replace < c->num_hidden_layers ? c->first_k_dense_replace : 0;
+        CHECK(moe8_model_layer_info(mq, l, &li) == 0 && li.mla);
+        CHECKF(li.is_moe, "layer %lld of the tiny preset is not MoE", (long long)l);
+        CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC && li.experts_down == down);
+        CHECK(li.qkv == MOE8_QUANT_W8A8 && li.o == MOE8_QUANT_W8A8);
+        CHECK(li.kv_b == MOE8_QUANT_FLOAT || li.kv_b == MOE8_QUANT_W8A8);
+        CHECK(li.has_shared && li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == down);
+        if (c->q_lora_rank > 0) CHECK(li.q_b == MOE8_QUANT_W8A8);
+    }
+    moe8_model_free(mf);
+    moe8_model_free(mq);
+    free(lf);
+    free(lq);
+}
+
+/* ======================================================================== */
+/* Corrupt folders                                                           */
+/* ======================================================================== */
+
+enum { D_NONE, D_OMIT, D_SHAPE };
+
+typedef struct {
+    const char *label;
+    int arch, quant;
+    int action;               /* on `tensor` */
+    const char *tensor;
+    int n_dims;
+    int64_t shape[2];
+    const char *file, *key, *value;   /* JSON edit: value as JSON text (NULL: delete) */
+    moe8_status code;
+    const char *msg;
+} defect;
+
+static void hook_tensor(void *user, fx_tensor *t) {
+    const defect *d = user;
+    if (!d->tensor || strcmp(t->orig_name, d->tensor)) return;
+    if (d->action == D_OMIT) t->omit = 1;
+    if (d->action == D_SHAPE) fx_retype(t, t->dtype, d->n_dims, d->shape);
+}
+
+static void hook_json(void *user, const char *file, cJSON *root) {
+    const defect *d = user;
+    if (!d->file || strcmp(file, d->file)) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, d->key);
+    if (d->value) cJSON_AddItemToObject(root, d->key, cJSON_Parse(d->value));
+}
+
+#define L1 "model.layers.1."
+#define V2 FX_DEEPSEEK_V2
+#define V3 FX_DEEPSEEK_V3
+static const defect defects[] = {
+    {"ds_no_kvb", V2, 0, D_OMIT, L1 "self_attn.kv_b_proj.weight", 0, {0, 0}, NULL, NULL, NULL,
+     MOE8_ERR_NOT_FOUND, "tensor '" L1 "self_attn.kv_b_proj.weight' not found"},
+    {"ds_kva_shape", V2, 0, D_SHAPE, L1 "self_attn.kv_a_proj_with_mqa.weight", 2, {32, 64}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "kv_a_proj_with_mqa.weight': expected shape [40, 64], found [32, 64]"},
+    {"ds_kvb_shape", V3, 0, D_SHAPE, L1 "self_attn.kv_b_proj.weight", 2, {128, 24}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "kv_b_proj.weight': expected shape [128, 32], found [128, 24]"},
+    {"ds_no_kva_norm", V3, 0, D_OMIT, L1 "self_attn.kv_a_layernorm.weight", 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "tensor '" L1 "self_attn.kv_a_layernorm.weight' not found"},
+    {"ds_no_qa_norm", V3, 0, D_OMIT, L1 "self_attn.q_a_layernorm.weight", 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "tensor '" L1 "self_attn.q_a_layernorm.weight' not found"},
+    {"ds_qb_shape", V3, 0, D_SHAPE, L1 "self_attn.q_b_proj.weight", 2, {96, 20}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "q_b_proj.weight': expected shape [96, 24], found [96, 20]"},
+    {"ds_o_shape", V2, 0, D_SHAPE, L1 "self_attn.o_proj.weight", 2, {64, 96}, NULL, NULL, NULL,
+     MOE8_ERR_FORMAT, "o_proj.weight': expected shape [64, 64], found [64, 96]"},
+    {"ds_no_bias", V3, 0, D_OMIT, L1 "mlp.gate.e_score_correction_bias", 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "tensor '" L1 "mlp.gate.e_score_correction_bias' not found"},
+    {"ds_bias_shape", V3, 0, D_SHAPE, L1 "mlp.gate.e_score_correction_bias", 1, {6, 0}, NULL, NULL,
+     NULL, MOE8_ERR_FORMAT, "e_score_correction_bias': expected shape [8], found [6]"},
+    {"ds_no_shared_down", V2, 0, D_OMIT, L1 "mlp.shared_experts.down_proj.weight", 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_NOT_FOUND, "tensor '" L1 "mlp.shared_experts.down_proj.weight' not found"},
+    {"ds_shared_shape", V2, 0, D_SHAPE, L1 "mlp.shared_experts.up_proj.weight", 2, {48, 64}, NULL,
+     NULL, NULL, MOE8_ERR_FORMAT, "shared_experts.up_proj.weight': expected shape [32, 64], found [48, 64]"},
+    {"ds_dense_layer0", V2, 0, D_OMIT, "model.layers.0.mlp.down_proj.weight", 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_NOT_FOUND, "tensor 'model.layers.0.mlp.down_proj.weight' not found"},
+    {"ds_w8a8_no_kvb", V3, 1, D_OMIT, L1 "self_attn.kv_b_proj.weight", 0, {0, 0}, NULL, NULL,
+     NULL, MOE8_ERR_NOT_FOUND, "kv_b_proj.weight' not found"},
+    {"ds_w8a8_no_qa_scale", V3, 1, D_OMIT, L1 "self_attn.q_a_proj.input_scale", 0, {0, 0}, NULL,
+     NULL, NULL, MOE8_ERR_NOT_FOUND, "q_a_proj.input_scale' not found"},
+    {"ds_cfg_kv_lora", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "kv_lora_rank", "0",
+     MOE8_ERR_FORMAT, "kv_lora_rank"},
+    {"ds_cfg_kv_lora_big", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "kv_lora_rank", "1e9",
+     MOE8_ERR_FORMAT, "kv_lora_rank"},
+    {"ds_cfg_kv_lora_shape", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "kv_lora_rank", "24",
+     MOE8_ERR_FORMAT, "kv_a_proj_with_mqa.weight': expected shape [32, 64], found [40, 64]"},
+    {"ds_cfg_q_lora_zero", V3, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "q_lora_rank", "0",
+     MOE8_ERR_FORMAT, "q_lora_rank"},
+    {"ds_cfg_q_lora_null", V3, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "q_lora_rank", "null",
+     MOE8_ERR_NOT_FOUND, "tensor 'model.layers.0.self_attn.q_proj.weight' not found"},
+    {"ds_cfg_rope_odd", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "qk_rope_head_dim", "7",
+     MOE8_ERR_FORMAT, "qk_rope_head_dim"},
+    {"ds_cfg_group", V3, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "n_group", "3",
+     MOE8_ERR_FORMAT, "n_group"},
+    {"ds_cfg_topk_group", V3, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "topk_group", "5",
+     MOE8_ERR_FORMAT, "topk_group"},
+    {"ds_cfg_method", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "topk_method", "\"gready\"",
+     MOE8_ERR_UNSUPPORTED, "topk_method"},
+    {"ds_cfg_scoring", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "scoring_func", "\"relu\"",
+     MOE8_ERR_UNSUPPORTED, "scoring_func"},
+    {"ds_cfg_attn_bias", V3, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "attention_bias", "true",
+     MOE8_ERR_UNSUPPORTED, "attention_bias true not supported"},
+    {"ds_cfg_rope_linear", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "rope_scaling",
+     "{\"type\": \"linear\", \"factor\": 2.0}", MOE8_ERR_UNSUPPORTED, "rope_scaling"},
+};
+
+static void test_defects(void) {
+    for (size_t i = 0; i < sizeof defects / sizeof defects[0]; i++) {
+        const defect *d = &defects[i];
+        fx_opts o = ds_opts(d->arch, d->quant);
+        moe8_model *m = NULL;
+        moe8_error e;
+        moe8_status st;
+        char label[64];
+        o.n_layers = 2;
+        o.tensor_hook = hook_tensor;
+        o.json_hook = hook_json;
+        o.user = (void *)d;
+        FMT(label, "bad_%s", d->label);
+        memset(&e, 0, sizeof e);
+        st = moe8_model_load(write_fixture(label, &o), NULL, &m, &e);
+        CHECKF(st == d->code, "%s: status %d, want %d (%s)", d->label, st, d->code, e.message);
+        if (d->msg) CHECKF(strstr(e.message, d->msg) != NULL, "%s: '%s' lacks '%s'", d->label,
+                           e.message, d->msg);
+        moe8_model_free(m);
+    }
+}
+
+/* ======================================================================== */
+/* config.json                                                               */
+/* ======================================================================== */
+
+static const char *v2_lite =
+    "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"aux_loss_alpha\": 0.001, \"bos_token_id\": 100000,"
+    " \"eos_token_id\": 100001, \"first_k_dense_replace\": 1, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 10944,"
+    " \"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v2\","
+    " \"moe_intermediate_size\": 1408, \"moe_layer_freq\": 1, \"n_group\": 1,"
+    " \"n_routed_experts\": 64, \"n_shared_experts\": 2, \"norm_topk_prob\": false,"
+    " \"num_attention_heads\": 16, \"num_experts_per_tok\": 6, \"num_hidden_layers\": 27,"
+    " \"num_key_value_heads\": 16, \"pretraining_tp\": 1, \"q_lora_rank\": null,"
+    " \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 0.707,"
+    " \"mscale_all_dim\": 0.707, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"},"
+    " \"rope_theta\": 10000, \"routed_scaling_factor\": 1.0, \"scoring_func\": \"softmax\","
+    " \"seq_aux\": true, \"tie_word_embeddings\": false, \"topk_group\": 1,"
+    " \"topk_method\": \"greedy\", \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.33.1\","
+    " \"use_cache\": true, \"v_head_dim\": 128, \"vocab_size\": 102400}";
+
+static const char *moonlight =
+    "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"aux_loss_alpha\": 0.001, \"bos_token_id\": 163584,"
+    " \"eos_token_id\": 163585, \"first_k_dense_replace\": 1, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 11264,"
+    " \"kv_lora_rank\": 512, \"max_position_embeddings\": 8192, \"model_type\": \"deepseek_v3\","
+    " \"moe_intermediate_size\": 1408, \"moe_layer_freq\": 1, \"n_group\": 1,"
+    " \"n_routed_experts\": 64, \"n_shared_experts\": 2, \"norm_topk_prob\": true,"
+    " \"num_attention_heads\": 16, \"num_experts_per_tok\": 6, \"num_hidden_layers\": 27,"
+    " \"num_key_value_heads\": 16, \"num_nextn_predict_layers\": 0, \"pretraining_tp\": 1,"
+    " \"q_lora_rank\": null, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64,"
+    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": null, \"rope_theta\": 50000.0,"
+    " \"routed_scaling_factor\": 2.446, \"scoring_func\": \"sigmoid\", \"seq_aux\": true,"
+    " \"tie_word_embeddings\": false, \"topk_group\": 1, \"topk_method\": \"noaux_tc\","
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.48.0\", \"use_cache\": true,"
+    " \"v_head_dim\": 128, \"vocab_size\": 163840}";
+
+static void test_config_released(void) {
+    moe8_config c;
+    moe8_error e;
+    CHECKF(parse(v2_lite, &c, &e) == MOE8_OK, "DeepSeek-V2-Lite: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V2 && !strcmp(c.model_type, "deepseek_v2"));
+    CHECK(c.vocab_size == 102400 && c.hidden_size == 2048 && c.intermediate_size == 10944);
+    CHECK(c.moe_intermediate_size == 1408 && c.num_hidden_layers == 27);
+    CHECK(c.num_attention_heads == 16 && c.num_key_value_heads == 16);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
+    CHECK(c.shared_expert_intermediate_size == 2816 && !c.norm_topk_prob);
+    CHECK(c.kv_lora_rank == 512 && c.q_lora_rank == 0 && c.qk_nope_head_dim == 128);
+    CHECK(c.qk_rope_head_dim == 64 && c.v_head_dim == 128 && c.head_dim == 192);
+    CHECK(c.first_k_dense_replace == 1 && c.moe_layer_freq == 1);
+    CHECK(!c.topk_grouped && !c.scoring_sigmoid && !c.e_score_bias && c.rope_interleave);
+    CHECK(c.routed_scaling_factor == 1.0 && c.rope_theta == 10000 && c.rms_norm_eps == 1e-6);
+    CHECK(c.max_position_embeddings == 163840 && c.bos_token_id == 100000);
+    CHECK(c.n_eos_ids == 1 && c.eos_token_ids[0] == 100001);
+    CHECK(c.yarn_factor == 40 && c.yarn_beta_fast == 32 && c.yarn_beta_slow == 1);
+    CHECK(c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
+    CHECK(c.yarn_original_max_position_embeddings == 4096);
+    CHECK(!moe8_config_is_moe_layer(&c, 0));
+    for (int l = 1; l < 27; l++) CHECK(moe8_config_is_moe_layer(&c, l));
+    CHECKF(parse(moonlight, &c, &e) == MOE8_OK, "Moonlight-16B-A3B: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && !strcmp(c.model_type, "deepseek_v3"));
+    CHECK(c.vocab_size == 163840 && c.intermediate_size == 11264 && c.rms_norm_eps == 1e-5);
+    CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid);
+    CHECK(c.e_score_bias && c.n_group == 1 && c.topk_group == 1 && c.group_top2);
+    CHECK(c.rope_theta == 50000 && c.yarn_factor == 0 && c.max_position_embeddings == 8192);
+    CHECK(c.q_lora_rank == 0 && c.kv_lora_rank == 512 && c.bos_token_id == 163584);
+    CHECK(!moe8_config_is_moe_layer(&c, 0) && moe8_config_is_moe_layer(&c, 26));
+    /* moe_layer_freq 2 with first_k_dense_replace 1: MoE at 2, 4, ... */
+    CHECK(parse("{\"model_type\":\"deepseek_v2\",\"num_hidden_layers\":6,\"first_k_dense_replace\":1,"
+                "\"moe_layer_freq\":2,\"n_routed_experts\":8,\"num_experts_per_tok\":2}", &c, &e) == MOE8_OK);
+    for (int l = 0; l < 6; l++) CHECKF(moe8_config_is_moe_layer(&c, l) == (l >= 1 && l % 2 == 0), "layer %d", l);
+    /* V2 group_limited_greedy: a group's best, grouped */
+    CHECK(parse("{\"model_type\":\"deepseek_v2\",\"n_routed_experts\":160,\"num_experts_per_tok\":6,"
+                "\"topk_method\":\"group_limited_greedy\",\"n_group\":8,\"topk_group\":3}", &c, &e) == MOE8_OK);
+    CHECK(c.topk_grouped && !c.group_top2 && c.n_group == 8 && c.topk_group == 3);
+}
+
+/* The defaults of Hugging Face's config classes (missing keys). */
+static void test_config_defaults(void) {
+    moe8_config c;
+    moe8_error e;
+    moe8_status st = parse("{\"model_type\": \"deepseek_v3\"}", &c, &e);
+    CHECKF(st == MOE8_OK, "deepseek_v3 defaults: %s", e.message);
+    /* DeepseekV3Config: DeepSeek-V3's shapes */
+    CHECK(c.vocab_size == 129280 && c.hidden_size == 7168 && c.intermediate_size == 18432);
+    CHECK(c.moe_intermediate_size == 2048 && c.num_hidden_layers == 61);
+    CHECK(c.num_attention_heads == 128 && c.num_key_value_heads == 128);
+    CHECK(c.n_shared_experts == 1 && c.num_experts == 256 && c.num_experts_per_tok == 8);
+    CHECK(c.routed_scaling_factor == 2.5 && c.kv_lora_rank == 512 && c.q_lora_rank == 1536);
+    CHECK(c.qk_rope_head_dim == 64 && c.qk_nope_head_dim == 128 && c.v_head_dim == 128);
+    CHECK(c.n_group == 8 && c.topk_group == 4 && c.first_k_dense_replace == 3 && c.norm_topk_prob);
+    CHECK(c.rms_norm_eps == 1e-6 && c.rope_theta == 10000 && c.bos_token_id == 0);
+    CHECK(c.n_eos_ids == 1 && c.eos_token_ids[0] == 1 && !c.tie_word_embeddings);
+    printf("deepseek_v3 defaults: max_position_embeddings %lld\n", (long long)c.max_position_embeddings);
+    st = parse("{\"model_type\": \"deepseek_v2\", \"num_experts_per_tok\": 6}", &c, &e);
+    CHECKF(st == MOE8_OK, "deepseek_v2 defaults: %s", e.message);
+    CHECK(c.kv_lora_rank == 512 && c.q_lora_rank == 1536 && c.qk_rope_head_dim == 64);
+    CHECK(c.qk_nope_head_dim == 128 && c.v_head_dim == 128 && c.hidden_size == 4096);
+    CHECK(c.intermediate_size == 11008 && c.moe_intermediate_size == 1407);
+    CHECK(c.routed_scaling_factor == 1.0 && !c.norm_topk_prob && c.first_k_dense_replace == 0);
+    CHECK(c.moe_layer_freq == 1 && !c.topk_grouped && !c.scoring_sigmoid);
+    printf("deepseek_v2 defaults: vocab %lld, layers %lld, experts %lld, shared %lld, bos %lld\n",
+           (long long)c.vocab_size, (long long)c.num_hidden_layers, (long long)c.num_experts,
+           (long long)c.n_shared_experts, (long long)c.bos_token_id);
+}
+
+static void test_config_errors(void) {
+#define DS2 "{\"model_type\":\"deepseek_v2\",\"n_routed_experts\":8,\"num_experts_per_tok\":2,"
+#define DS3 "{\"model_type\":\"deepseek_v3\",\"n_routed_experts\":8,\"num_experts_per_tok\":2,\"n_group\":4,\"topk_group\":2,"
+    static const struct {
+        const char *json;
+        moe8_status code;
+        const char *msg;
+    } cases[] = {
+        {DS2 "\"attention_bias\":true}", MOE8_ERR_UNSUPPORTED, "attention_bias true not supported"},
+        {DS3 "\"attention_bias\":true}", MOE8_ERR_UNSUPPORTED, "attention_bias true not supported"},
+        {DS2 "\"topk_method\":\"noaux_tc\"}", MOE8_ERR_UNSUPPORTED, "topk_method"},
+        {DS2 "\"topk_method\":\"gready\"}", MOE8_ERR_UNSUPPORTED, "topk_method"},
+        {DS3 "\"topk_method\":\"greedy\"}", MOE8_ERR_UNSUPPORTED, "topk_method"},
+        {DS2 "\"scoring_func\":\"sigmoid\"}", MOE8_ERR_UNSUPPORTED, "scoring_func"},
+        {DS3 "\"scoring_func\":\"softmax\"}", MOE8_ERR_UNSUPPORTED, "scoring_func"},
+        {DS3 "\"n_group\":3}", MOE8_ERR_FORMAT, "n_group"},
+        {DS3 "\"topk_group\":5}", MOE8_ERR_FORMAT, "topk_group"},
+        {DS3 "\"num_experts_per_tok\":9}", MOE8_ERR_FORMAT, "num_experts_per_tok"},
+        {DS2 "\"topk_method\":\"group_limited_greedy\",\"n_group\":3,\"topk_group\":1}",
+         MOE8_ERR_FORMAT, "n_group"},
+        {DS2 "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}", MOE8_ERR_UNSUPPORTED,
+         "rope_scaling"},
+        {DS3 "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}}", MOE8_ERR_UNSUPPORTED,
+         "rope_scaling"},
+        {DS2 "\"q_lora_rank\":0}", MOE8_ERR_FORMAT, "q_lora_rank"},
+        {DS2 "\"q_lora_rank\":-4}", MOE8_ERR_FORMAT, "q_lora_rank"},
+        {DS2 "\"kv_lora_rank\":0}", MOE8_ERR_FORMAT, "kv_lora_rank"},
+        {DS2 "\"kv_lora_rank\":null}", MOE8_ERR_FORMAT, "kv_lora_rank"},
+        {DS2 "\"qk_rope_head_dim\":7}", MOE8_ERR_FORMAT, "qk_rope_head_dim"},
+        {DS2 "\"qk_rope_head_dim\":0}", MOE8_ERR_FORMAT, "qk_rope_head_dim"},
+        {DS2 "\"v_head_dim\":0}", MOE8_ERR_FORMAT, "v_head_dim"},
+        {DS2 "\"routed_scaling_factor\":\"x\"}", MOE8_ERR_FORMAT, "routed_scaling_factor"},
+        {DS2 "\"moe_layer_freq\":0}", MOE8_ERR_FORMAT, "moe_layer_freq"},
+        {DS2 "\"hidden_act\":\"gelu\"}", MOE8_ERR_UNSUPPORTED, "hidden_act"},
+        {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":-2,\"original_max_position_embeddings\":4096}}",
+         MOE8_ERR_FORMAT, "factor"},
+        {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":0}}",
+         MOE8_ERR_FORMAT, "original_max_position_embeddings"},
+        {DS2 "\"rope_scaling\":{\"factor\":4}}", MOE8_ERR_FORMAT, "rope_scaling.type"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        moe8_config c;
+        moe8_error e;
+        moe8_status st = parse(cases[i].json, &c, &e);
+        CHECKF(st == cases[i].code && strstr(e.message, cases[i].msg),
+               "case %zu %s: status %d '%s' (want %d '%s')", i, cases[i].json, st, e.message,
+               cases[i].code, cases[i].msg);
+    }
+}
+
+/* make-model's presets: the slice has the released model's shapes
+ * (DeepSeek-V2-Lite, Moonlight-16B-A3B), tiny is MLA with every feature. */
+static void test_presets(void) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_config c;
+    moe8_error e;
+    p.arch = MOE8_ARCH_DEEPSEEK_V2;
+    p.preset = MOE8_PRESET_SLICE;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v2 slice: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V2 && c.hidden_size == 2048 && c.intermediate_size == 10944);
+    CHECK(c.num_attention_heads == 16 && c.kv_lora_rank == 512 && c.q_lora_rank == 0);
+    CHECK(c.qk_nope_head_dim == 128 && c.qk_rope_head_dim == 64 && c.v_head_dim == 128);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
+    CHECK(c.moe_intermediate_size == 1408 && c.first_k_dense_replace == 1 && !c.norm_topk_prob);
+    CHECK(c.yarn_factor == 40 && c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
+    CHECK(c.yarn_original_max_position_embeddings == 4096 && c.routed_scaling_factor == 1.0);
+    p.arch = MOE8_ARCH_DEEPSEEK_V3;
+    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v3 slice: %s", e.message);
+    CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && c.hidden_size == 2048 && c.intermediate_size == 11264);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
+    CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid && c.e_score_bias);
+    CHECK(c.rope_theta == 50000 && c.q_lora_rank == 0 && c.yarn_factor == 0);
+    printf("deepseek_v3 slice: rms_norm_eps %g (Moonlight's config.json: 1e-05)\n", c.rms_norm_eps);
+    for (int a = MOE8_ARCH_DEEPSEEK_V2; a <= MOE8_ARCH_DEEPSEEK_V3; a++) {
+        p.arch = (moe8_arch)a;
+        p.preset = MOE8_PRESET_TINY;
+        CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "%s tiny: %s", moe8_arch_name(p.arch),
+               e.message);
+        CHECK(c.arch == (moe8_arch)a && c.kv_lora_rank > 0 && c.n_shared_experts > 0);
+        printf("%s tiny: H %lld, %lld heads, L %lld, q_lora %lld, dn %lld dr %lld dv %lld, E %lld top-%lld,"
+               " groups %lld/%lld, first dense %lld, yarn %g\n", moe8_arch_name(p.arch),
+               (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.kv_lora_rank,
+               (long long)c.q_lora_rank, (long long)c.qk_nope_head_dim, (long long)c.qk_rope_head_dim,
+               (long long)c.v_head_dim, (long long)c.num_experts, (long long)c.num_experts_per_tok,
+               (long long)c.n_group, (long long)c.topk_group, (long long)c.first_k_dense_replace,
+               c.yarn_factor);
+    }
+}
+
+/* `moe8 inspect` on a W8A8 V3 fixture names the family and MLA. */
+static void test_inspect(void) {
+    char cmd[8400], out[16384];
+    fx_opts o = ds_opts(FX_DEEPSEEK_V3, 1);
+    const char *dir = write_fixture("inspect_ds3", &o);
+    FMT(cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
+    CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECKF(strstr(out, "deepseek_v3") != NULL, "inspect lacks deepseek_v3:\n%s", out);
+}
+
+int main(int argc, char **argv) {
+    const int ref_only = argc > 1 && !strcmp(argv[1], "--ref-only");
+    test_ref_yarn();
+    test_ref_rope();
+    test_ref_route();
+    test_ref_fixture();
+    if (ref_only) return test_summary();
+    test_config_released();
+    test_config_defaults();
+    test_config_errors();
+    test_presets();
+    test_forward_float();
+    test_forward_w8a8();
+    test_defects();
+    test_make_quantize(MOE8_ARCH_DEEPSEEK_V2, 0);
+    test_make_quantize(MOE8_ARCH_DEEPSEEK_V2, 1);
+    test_make_quantize(MOE8_ARCH_DEEPSEEK_V3, 0);
+    test_inspect();
+    return test_summary();
+}
