@@ -345,10 +345,9 @@ static void test_forward_float(void) {
     check_vs_ref("v2_float_qproj_greedy_yarn", &o);
     o = ds_opts(FX_DEEPSEEK_V2, 0);
     o.group_limited = 1;
-    /* norm_topk_prob true: divided by the sum. V2's MoEGate then does not
-     * scale (else branch); the engine scales after renormalizing (V3's rule):
-     * the two agree only with routed_scaling_factor 1, as every released V2 */
-    o.routed_scale = 1.0;
+    /* norm_topk_prob true: divided by the sum, and V2's MoEGate then does not
+     * scale (its else branch): a factor of 2 must not reach the weights */
+    o.routed_scale = 2.0;
     o.no_renorm = 0;
     o.float_dtype = MOE8_DT_F32;
     o.first_dense = 0, o.moe_freq = 2;   /* layers 0 and 2 MoE, 1 dense */

@@ -370,6 +370,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
         c->routed_scaling_factor = 2.446;
         c->max_position_embeddings = 8192;
         c->rope_theta = 50000.0;
+        c->rms_norm_eps = 1e-5;
     } else {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: %s has the tiny and slice "
                          "presets", v3 ? "deepseek_v3" : "deepseek_v2");

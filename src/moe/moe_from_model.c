@@ -82,10 +82,13 @@ static moe8_status dequant_part(const moe8_layer *L, int H, int first, int last,
 static void routing_of(moe8_router_params *rp, const moe8_config *c, const moe8_layer *L,
                        float *bias) {
     rp->top_k = (int)c->num_experts_per_tok;
-    /* DeepSeek-V2's code renormalizes only when top_k > 1 (V3's always) */
+    /* DeepSeek-V2's code renormalizes only when top_k > 1, and then does not
+     * scale (it divides by the sum or multiplies by routed_scaling_factor,
+     * never both); V3's renormalizes and scales. */
     rp->renormalize = c->norm_topk_prob && !(c->arch == MOE8_ARCH_DEEPSEEK_V2 && rp->top_k == 1);
     rp->scoring = c->scoring_sigmoid ? MOE8_SCORING_SIGMOID : MOE8_SCORING_SOFTMAX;
     rp->routed_scaling_factor = (float)c->routed_scaling_factor;
+    if (c->arch == MOE8_ARCH_DEEPSEEK_V2 && rp->renormalize) rp->routed_scaling_factor = 1.0f;
     if (c->topk_grouped) {
         rp->use_grouped_topk = 1;
         rp->num_expert_group = (int)c->n_group;
