@@ -1095,6 +1095,12 @@ typedef struct {
     int down_float;                 /* with quant W8A8_DYNAMIC: gate/up are int8 but every
                                      * down is a float weight (data F32/BF16/F16 [H][I]),
                                      * fed the float A (no second quantization) */
+    /* Called once per local quantized expert (global id) as soon as its int8
+     * weights are packed, from the packing thread (several at once), so the
+     * caller can give back their source pages then rather than after the
+     * whole layer (moe8_moe_layer_from_model does). NULL: not called. */
+    void (*on_packed)(void *user, int expert);
+    void *on_packed_user;
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 

@@ -170,7 +170,63 @@ static void run_model(const char *name, int quant, moe8_dtype scale_dt) {
     moe8_model_free(m);
 }
 
+/* kB of a field of /proc/self/status ("VmHWM:", "RssFile:"), -1 if unreadable. */
+static long status_kb(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, strlen(field))) v = strtol(line + strlen(field), NULL, 10);
+    if (f) fclose(f);
+    return v;
+}
+
+/* SEMANTICS §6b: packing never holds a layer's mapped experts beside their
+ * packed copy. With one packing thread, the peak during the build of a layer
+ * of 16 int8 experts (24 MB) stays within the packed bytes plus a few
+ * experts' pages; releasing the pages only after the whole layer would add
+ * all 24 MB. The mapped pages are gone afterwards. */
+static void test_pack_releases(void) {
+    fx_opts o = fx_default_opts();
+    const char *dir;
+    moe8_model *m = NULL;
+    moe8_moe_layer *L = NULL;
+    moe8_moe_layer_info info;
+    moe8_error err;
+    FILE *clear;
+    o.quant = 1;
+    o.hidden = 1024, o.moe_inter = 512, o.n_experts = 16, o.top_k = 2, o.inter = 256;
+    o.n_layers = 2, o.dense_layer = 0;
+    dir = test_tmpdir("moe_model_pack_rss");
+    CHECK(fx_write_model(dir, &o) == 0);
+    CHECKF(moe8_model_load(dir, NULL, &m, &err) == MOE8_OK, "%s", err.message);
+    if (!m) return;
+    const double expert_kb = 3.0 * 1024 * 512 / 1024.0;
+    const long file0 = status_kb("RssFile:");
+    if (!(clear = fopen("/proc/self/clear_refs", "w")) || fputs("5", clear) < 0) {
+        printf("pack rss: /proc/self/clear_refs not writable, peak not checked\n");
+    }
+    if (clear) fclose(clear);
+    const long base = status_kb("VmRSS:");
+    moe8_moe_part part = {0, 0, 0, 0, 1, 0}; /* one packing thread */
+    CHECKF(moe8_moe_layer_from_model(m, 1, &part, &L, &err) == MOE8_OK, "%s", err.message);
+    if (L) {
+        moe8_moe_layer_get_info(L, &info);
+        const long peak = status_kb("VmHWM:"), file1 = status_kb("RssFile:");
+        const double packed_kb = (double)info.packed_bytes / 1024.0;
+        printf("pack rss: peak +%ld kB for %.0f kB packed (%.0f kB of mapped experts), file "
+               "pages %+ld kB\n", peak - base, packed_kb, 16 * expert_kb, file1 - file0);
+        CHECKF(peak - base <= packed_kb * 1.15 + 4 * expert_kb + 2048,
+               "peak %ld kB above the start for %.0f kB packed", peak - base, packed_kb);
+        CHECKF(file1 - file0 <= 2 * expert_kb, "%ld kB of mapped experts still resident",
+               file1 - file0);
+    }
+    moe8_moe_layer_free(L);
+    moe8_model_free(m);
+}
+
 int main(void) {
+    test_pack_releases();
     run_model("moe_model_q", 1, MOE8_DT_BF16);
     run_model("moe_model_q32", 1, MOE8_DT_F32);
     run_model("moe_model_f", 0, MOE8_DT_F32);

@@ -6,8 +6,9 @@
  * routed_scaling_factor),
  * experts W8A8_DYNAMIC repacked or FLOAT in place (and a FLOAT down_proj
  * beside W8A8_DYNAMIC gate/up in place: down_float), for one TP slice and/or
- * EP range (SEMANTICS §8). After packing, the mapped pages of the local
- * experts' packed tensors are released (SEMANTICS §6b: not resident twice).
+ * EP range (SEMANTICS §8). Each local expert's mapped pages are released as
+ * soon as it is packed (SEMANTICS §6b: not resident twice, not even for a
+ * whole layer while it packs).
  *
  * Dequantize mode (part->dequantize, W8A8_DYNAMIC experts): the part is
  * dequantized to fp32, W = S·(Wq + O) (a FLOAT down widened), into one block
@@ -37,6 +38,22 @@ static void release_linear(const moe8_model *m, const moe8_linear *l) {
     moe8_st_release(m->st, l->weight);
     if (l->weight_scale) moe8_st_release(m->st, l->weight_scale);
     if (l->weight_offset) moe8_st_release(m->st, l->weight_offset);
+}
+
+/* The layer whose experts are being packed (on_packed's user). */
+typedef struct {
+    const moe8_model *m;
+    const moe8_layer *L;
+} packing;
+
+/* One expert packed: its int8 gate/up (and down unless FLOAT, kept in
+ * place) leave memory now, so packing a layer never holds all its mapped
+ * experts beside their packed copy (SEMANTICS §6b). */
+static void on_packed(void *user, int e) {
+    const packing *p = user;
+    release_linear(p->m, &p->L->experts[e].gate);
+    release_linear(p->m, &p->L->experts[e].up);
+    if (p->L->info.experts_down != MOE8_QUANT_FLOAT) release_linear(p->m, &p->L->experts[e].down);
 }
 
 /* dst[n][k] = S·(Wq + O) of rows [r0, r0+n), columns [c0, c0+k) of l (a
@@ -180,6 +197,11 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
         d.intermediate = n_i;
         d.i_begin = d.i_end = 0;
     }
+    packing pk = {m, L};
+    if (!deq_mode && d.quant == MOE8_QUANT_W8A8_DYNAMIC) {
+        d.on_packed = on_packed;
+        d.on_packed_user = &pk;
+    }
     if (!st) st = moe8_moe_layer_create(&d, out, err);
     free(ex);
     free(bias); /* the layer keeps its own copy */
@@ -195,12 +217,12 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
         o->i_begin = i0;          /* report the part's slice; the float pointers already */
         o->inter_full = (int)c->moe_intermediate_size;   /* start at it */
     }
-    if (L->info.experts != MOE8_QUANT_W8A8_DYNAMIC) return MOE8_OK;
+    /* packed experts were released one by one (on_packed); dequantized ones here */
+    if (L->info.experts != MOE8_QUANT_W8A8_DYNAMIC || !deq_mode) return MOE8_OK;
     for (int e = (*out)->first; e < (*out)->last; e++) {
         release_linear(m, &L->experts[e].gate);
         release_linear(m, &L->experts[e].up);
-        if (L->info.experts_down != MOE8_QUANT_FLOAT || deq_mode)
-            release_linear(m, &L->experts[e].down);
+        release_linear(m, &L->experts[e].down);
     }
     return MOE8_OK;
 }

@@ -163,7 +163,7 @@ static moe8_status build_float_down(moe8_moe_layer *L, const moe8_moe_expert *ex
 }
 
 static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
-                                   moe8_error *err) {
+                                   const moe8_moe_layer_desc *d, moe8_error *err) {
     const int n_local = L->last - L->first, I = L->inter, H = L->hidden;
     const int n_proj = L->down_float ? 2 : 3;
     const size_t qb_gu = moe8_qmat_bytes(I, H), qb_d = L->down_float ? 0 : moe8_qmat_bytes(H, I);
@@ -193,6 +193,7 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
             pack_proj(L, le, p, proj_of(&ex[L->first + le], p), L->qdata + q_stride * le + qoff[p],
                       L->scales + so, L->offsets ? L->offsets + so : NULL);
         }
+        if (d->on_packed) d->on_packed(d->on_packed_user, L->first + le);
     }
     return MOE8_OK;
 }
@@ -292,7 +293,7 @@ moe8_status moe8_moe_layer_create(const moe8_moe_layer_desc *d, moe8_moe_layer *
         L->rp.e_score_correction_bias = L->bias;
     }
     st = L->quant == MOE8_QUANT_FLOAT ? build_float(L, d->experts, err)
-                                      : build_quantized(L, d->experts, err);
+                                      : build_quantized(L, d->experts, d, err);
     if (st != MOE8_OK) goto fail;
     *out = L;
     return MOE8_OK;
