@@ -2158,6 +2158,54 @@ static void test_reasoning(const char *dir) {
     free(ref);
 }
 
+/* A template whose generation prompt opens the reasoning itself, as
+ * DeepSeek-R1's ("...<|im_start|>assistant\n<think>"): the chain model then
+ * answers "Let" " me" " think" "</" "think" ">" "Hello" without writing
+ * <think>, and the server must still split it (vLLM's DeepSeek-R1 parser). */
+static void test_reasoning_opened(const char *dir) {
+    static const char tmpl[] =
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n<think>{% endif %}";
+    char path[4200], saved[4300], args[4400];
+    cJSON *cfg = cJSON_CreateObject();
+    char *text;
+    server sv;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    snprintf(saved, sizeof saved, "%s.saved", path);
+    CHECK(rename(path, saved) == 0);
+    cJSON_AddStringToObject(cfg, "chat_template", tmpl);
+    text = cJSON_PrintUnformatted(cfg);
+    test_write_file(path, text, strlen(text));
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 256 --threads 2 --served-model-name serve_text", dir);
+    if (server_start(&sv, "reasoning_opened", NULL, args) == 0) {
+        for (int stream = 0; stream < 2; stream++) {
+            rq q = rq_default();
+            result res;
+            q.chat = 1, q.text = "Hi there", q.thinking = -1, q.max_tokens = 7, q.stream = stream;
+            if (!run_rq(&sv, &q, &res)) continue;
+            CHECKF(!strcmp(buf_s(&res.reason), "Let me think") && !strcmp(buf_s(&res.text), "Hello"),
+                   "prompt-opened <think>, stream %d: content '%s' reasoning '%s'", stream,
+                   buf_s(&res.text), buf_s(&res.reason));
+            result_free(&res);
+        }
+        /* completions are never split */
+        {
+            static const int32_t p[] = {1, 2, 151667};
+            rq q = rq_default();
+            result res;
+            q.ids = p, q.n_ids = 3, q.max_tokens = 7;
+            if (run_rq(&sv, &q, &res))
+                CHECKF(!strcmp(buf_s(&res.text), "Let me think</think>Hello") && res.reason.n == 0,
+                       "completion: '%s'", buf_s(&res.text));
+            result_free(&res);
+        }
+        server_stop(&sv, 10);
+    }
+    CHECK(rename(saved, path) == 0);
+    cJSON_free(text);
+    cJSON_Delete(cfg);
+}
+
 /* ---- the official OpenAI Node client ------------------------------------------------------- */
 
 static void test_node_client(server *sv, const char *dir) {
@@ -2291,7 +2339,9 @@ int main(void) {
     {
         fx_opts oc = ot;
         oc.tensor_hook = chain_hook;
-        test_reasoning(fx_test_model("serve_chain", &oc, 1));
+        const char *chain = fx_test_model("serve_chain", &oc, 1);
+        test_reasoning(chain);
+        test_reasoning_opened(chain);
         phase("reasoning");
     }
     test_concurrent(dir);

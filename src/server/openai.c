@@ -15,7 +15,10 @@
  * does; a template's raise_exception is a 400 with its message.
  * Chat output is split as vLLM's Qwen3 reasoning parser does: text between
  * <think> and </think> is reasoning_content, the rest content; a tag split
- * across tokens is held back until it is decided, never shown in part.
+ * across tokens is held back until it is decided, never shown in part. When
+ * the rendered prompt itself ends in an open <think> (DeepSeek-R1's
+ * template), the answer starts as reasoning, as vLLM's DeepSeek-R1 parser
+ * reads it (a leading <think> the model writes anyway is dropped).
  * Token strings in log-probs are the token's bytes with invalid UTF-8
  * replaced by U+FFFD ("bytes" keeps the raw values).
  *
@@ -271,7 +274,17 @@ static int render_chat(srv *s, const moe8_chat_message *cm, int count, int gen_p
 }
 
 /* messages -> the chat prompt (the model's chat template). */
-static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids, int32_t *n, sbuf *err) {
+/* 1 if the rendered prompt ends inside an open <think> (DeepSeek-R1's template
+ * writes "<think>\n" after the assistant tag): the answer starts as reasoning. */
+static int ends_in_think(const char *p) {
+    size_t n = strlen(p);
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == '\t')) n--;
+    return n >= 7 && !memcmp(p + n - 7, "<think>", 7);
+}
+
+/* The chat prompt's ids; *open_think (may be NULL) = ends_in_think of its text. */
+static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids, int32_t *n,
+                       int *open_think, sbuf *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages"), *m;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     int count, i = 0, rc = 0, thinking = 1;
@@ -327,6 +340,7 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
         i++;
     }
     if (!rc) rc = render_chat(s, cm, count, gen_prompt, kwargs, &out, err);
+    if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
     if (!rc) rc = tokenize_text(s, out, 0, ids, n, "messages", err);
     for (int k = 0; k < count; k++) sbuf_free(&texts[k]);
     free(texts);
@@ -447,7 +461,11 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
         (rc = parse_logprobs(root, j, err)))
         return rc;
-    if (j->kind == JOB_CHAT) rc = chat_prompt(s, root, 1, &j->prompt, &j->n_prompt, err);
+    if (j->kind == JOB_CHAT) {
+        int open = 0;
+        rc = chat_prompt(s, root, 1, &j->prompt, &j->n_prompt, &open, err);
+        j->think = open ? 3 : 0;
+    }
     else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
     if (rc) return rc;
     if (j->n_prompt < 1) return bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
@@ -567,7 +585,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
     if (!root) return rc;
     if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
         if (!(rc = get_bool(root, "add_generation_prompt", &gen, out)))
-            rc = chat_prompt(s, root, gen, &ids, &n_ids, out);
+            rc = chat_prompt(s, root, gen, &ids, &n_ids, NULL, out);
     } else {
         rc = prompt_ids(s, root, &ids, &n_ids, out);
     }
@@ -650,6 +668,16 @@ static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *
     sbuf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
     sbuf_add(&in, txt, n);
     j->hold.n = 0;
+    if (j->think == 3) { /* opened by the prompt: a <think> the model writes anyway is dropped */
+        const size_t m = in.n < 7 ? in.n : 7;
+        if (!memcmp(in.p, "<think>", m) && m < 7 && !final) { /* undecided: hold it */
+            sbuf_add(&j->hold, in.p, in.n);
+            sbuf_free(&in);
+            return;
+        }
+        if (m == 7 && !memcmp(in.p, "<think>", 7)) at = 7;
+        j->think = 1;
+    }
     while (at < in.n) {
         const char *tag = j->think == 1 ? "</think>" : "<think>";
         const char *rest = in.p + at, *hit = j->think == 2 ? NULL : strstr(rest, tag);

@@ -94,7 +94,8 @@ typedef struct job {
     struct job *next;           /* engine's submit queue */
     /* engine thread only */
     sbuf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
-    int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think> */
+    int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think>, 3 inside
+                                 * by the prompt, a leading <think> not yet ruled out */
     void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
