@@ -120,6 +120,8 @@ typedef struct {
     double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     int64_t yarn_orig_max;    /* original_max_position_embeddings */
     int kvb_w8a8;             /* quant 1: kv_b_proj W8A8 static (else FLOAT) */
+    int kvb_bias;             /* with kvb_w8a8: quant_bias also holds a folded bias (codes of
+                               * 2000 x ((row % 5) - 2)) beyond the input offset's term */
     double e_bias_max;        /* V3: e_score_correction_bias uniform in [0, this) (0.1) */
     double latent_scale;      /* scales q_a_proj and kv_a_proj_with_mqa's latent rows (1):
                                * small, the sub-norms' eps matters */
@@ -418,7 +420,7 @@ static inline void fx_add_mla(fx_list *L, int64_t l) {
         for (int64_t j = 0; j < rows; j++) {
             int64_t sum = 0;
             for (int64_t i = 0; i < KL; i++) sum += (int64_t)fx_get(w, j * KL + i);
-            fx_set(qb, j, -off * (double)sum);
+            fx_set(qb, j, -off * (double)sum + (o->kvb_bias ? 2000.0 * (double)(j % 5 - 2) : 0.0));
         }
     } else {
         fx_add_linear(L, n, "FLOAT", NH * (o->qk_nope + o->v_head), KL, 0, 0);

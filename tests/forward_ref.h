@@ -523,13 +523,20 @@ static void ref_kv_b(double *y, const double *c, const ref_model *rm, long long 
         return;
     }
     const fx_tensor *is = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.input_scale", l, 0);
+    const fx_tensor *io = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.input_offset", l, 0);
     const fx_tensor *dq = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.deq_scale", l, 0);
+    const fx_tensor *qb = ref_t(rm, "model.layers.%lld.self_attn.kv_b_proj.quant_bias", l, 0);
     const int64_t n = w->shape[0], k = w->shape[1];
-    const double s = fx_get(is, 0);
+    const double s = fx_get(is, 0), off = fx_get(io, 0);
     for (int64_t j = 0; j < n; j++) {
-        double a = 0, d = (double)ref_deq(dq, j) / s;
-        for (int64_t i = 0; i < k; i++) a += c[i] * d * fx_get(w, j * k + i);
-        y[j] = a;
+        /* y = deq (Wq . (x / s + off) + qb): the weight deq / s Wq, the bias
+         * deq (qb + off sum Wq), 0 unless quant_bias folds a real bias */
+        double a = 0, d = (double)ref_deq(dq, j) / s, sum = 0;
+        for (int64_t i = 0; i < k; i++) {
+            a += c[i] * d * fx_get(w, j * k + i);
+            sum += fx_get(w, j * k + i);
+        }
+        y[j] = a + (double)ref_deq(dq, j) * (fx_get(qb, j) + off * sum);
     }
 }
 

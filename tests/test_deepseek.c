@@ -383,6 +383,11 @@ static void test_forward_w8a8(void) {
     o.kvb_w8a8 = 1;
     o.deq_i64 = 0;
     check_vs_ref("v3_w8a8_kvb_w8a8", &o);
+    /* a folded bias in kv_b_proj's quant_bias: on v added to the output, on
+     * k_nope cancelling in the softmax (the reference adds both, expanded) */
+    o.kvb_bias = 1;
+    check_vs_ref("v3_w8a8_kvb_bias", &o);
+    o.kvb_bias = 0;
     o.down_float = 1;
     o.seed += 100;
     check_vs_ref("v3_w8a8_down_float", &o);
