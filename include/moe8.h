@@ -381,7 +381,8 @@ typedef struct {
 void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out);
 
 /* Rough memory need for a context of n_ctx tokens (SEMANTICS §6b): the checkpoint's
- * tensor bytes, a KV cache of kv_type elements (2 x layers x kv_heads x head_dim
+ * tensor bytes (plus, with MLA, 3 bytes per element of a W8A8 kv_b_proj, which
+ * runs as fp32), a KV cache of kv_type elements (2 x layers x kv_heads x head_dim
  * x n_ctx x 4 bytes for F32, x 2 for F16 and BF16; MLA: layers x (kv_lora_rank +
  * qk_rope_head_dim) x n_ctx x the element size) and a scratch estimate for one
  * sequence. */

@@ -575,6 +575,10 @@ static const defect defects[] = {
      MOE8_ERR_UNSUPPORTED, "attention_bias true not supported"},
     {"ds_cfg_rope_linear", V2, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "rope_scaling",
      "{\"type\": \"linear\", \"factor\": 2.0}", MOE8_ERR_UNSUPPORTED, "rope_scaling"},
+    /* the selection bias is a router tensor: FLOAT whatever the description says */
+    {"ds_desc_bias_w8a8", V3, 1, D_NONE, NULL, 0, {0, 0}, "quant_model_description.json",
+     L1 "mlp.gate.e_score_correction_bias", "\"W8A8\"", MOE8_ERR_UNSUPPORTED,
+     "e_score_correction_bias': quant type W8A8 not supported (must be FLOAT)"},
 };
 
 static void test_defects(void) {
@@ -746,6 +750,17 @@ static void test_config_errors(void) {
         {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"original_max_position_embeddings\":0}}",
          MOE8_ERR_FORMAT, "original_max_position_embeddings"},
         {DS2 "\"rope_scaling\":{\"factor\":4}}", MOE8_ERR_FORMAT, "rope_scaling.type"},
+        /* values that would make the rotary tables or the softmax scale inf / NaN */
+        {DS2 "\"rope_theta\":1,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}", MOE8_ERR_FORMAT,
+         "rope_theta 1 with yarn"},
+        {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"mscale\":1e300}}", MOE8_ERR_FORMAT,
+         "mscales <= 1e3"},
+        {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4,\"mscale_all_dim\":1e30}}",
+         MOE8_ERR_FORMAT, "mscale_all_dim 1e+30"},
+        {DS2 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":1e9}}", MOE8_ERR_FORMAT, "factor 1e+09"},
+        /* the latent rows of every head, and v, bounded like q */
+        {DS2 "\"num_attention_heads\":1024,\"qk_nope_head_dim\":1,\"qk_rope_head_dim\":2,"
+             "\"kv_lora_rank\":65536}", MOE8_ERR_FORMAT, "(kv_lora_rank + qk_rope_head_dim)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         moe8_config c;
@@ -754,6 +769,19 @@ static void test_config_errors(void) {
         CHECKF(st == cases[i].code && strstr(e.message, cases[i].msg),
                "case %zu %s: status %d '%s' (want %d '%s')", i, cases[i].json, st, e.message,
                cases[i].code, cases[i].msg);
+    }
+    /* every layer dense (first_k_dense_replace >= layers): no top-k needed, as Hugging Face
+     * loads it; a hand-made config with moe_layer_freq 0 reads as 1, never a division by 0 */
+    {
+        static const char all_dense[] = "{\"model_type\":\"deepseek_v2\",\"num_hidden_layers\":3,"
+                                        "\"first_k_dense_replace\":3}";
+        moe8_config c;
+        moe8_error e;
+        CHECKF(parse(all_dense, &c, &e) == MOE8_OK, "%s", e.message);
+        for (int l = 0; l < 3; l++) CHECK(!moe8_config_is_moe_layer(&c, l));
+        c.first_k_dense_replace = 1;
+        c.moe_layer_freq = 0;
+        CHECK(moe8_config_is_moe_layer(&c, 1) && moe8_config_is_moe_layer(&c, 2));
     }
 }
 

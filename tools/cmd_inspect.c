@@ -93,9 +93,11 @@ static void print_arch(const char *dir, const moe8_config *c) {
 static void describe(const moe8_layer_info *li, char *buf, size_t n) {
     size_t u;
     if (li->mla)
-        u = (size_t)snprintf(buf, n, "attn %s%s%s (kv_b_proj %s)", moe8_quant_type_name(li->qkv),
+        u = (size_t)snprintf(buf, n, "attn %s%s%s%s%s (kv_b_proj %s)", moe8_quant_type_name(li->qkv),
                              li->o != li->qkv ? ", o_proj " : "",
                              li->o != li->qkv ? moe8_quant_type_name(li->o) : "",
+                             li->q_b != li->qkv ? ", q_b_proj " : "",
+                             li->q_b != li->qkv ? moe8_quant_type_name(li->q_b) : "",
                              moe8_quant_type_name(li->kv_b));
     else if (li->qkv == li->o)
         u = (size_t)snprintf(buf, n, "attn %s", moe8_quant_type_name(li->qkv));

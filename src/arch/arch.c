@@ -211,8 +211,9 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
-    if (a->flags & MOE8_ARCH_FIRST_K_DENSE)
-        return layer >= c->first_k_dense_replace && layer % c->moe_layer_freq == 0;
+    if (a->flags & MOE8_ARCH_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
+        return layer >= c->first_k_dense_replace &&
+               layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
     if (!(a->flags & MOE8_ARCH_SPARSE_STEP)) return 1;
     for (int i = 0; i < c->n_mlp_only_layers; i++)
         if (c->mlp_only_layers[i] == layer) return 0;

@@ -177,7 +177,8 @@ moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const
 /* ======================================================================== */
 
 #define MOE8_ARCH_QK_NORM       0x1u  /* per-head RMSNorm of q and k before RoPE */
-#define MOE8_ARCH_SHARED_EXPERT 0x2u  /* MoE layers add a sigmoid-gated shared expert */
+#define MOE8_ARCH_SHARED_EXPERT 0x2u  /* MoE layers add a shared expert: sigmoid-gated when the
+                                       * family has MOE8_R_SHEXP_SCORE (qwen2_moe), else ungated */
 #define MOE8_ARCH_SPARSE_STEP   0x4u  /* decoder_sparse_step / mlp_only_layers pick dense
                                        * layers; without it every layer is MoE */
 #define MOE8_ARCH_ALWAYS_RENORM 0x8u  /* top-k weights always renormalized (norm_topk_prob is

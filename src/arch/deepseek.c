@@ -20,8 +20,9 @@
  *               "group_limited_greedy" (groups ranked by their best score);
  *               V3: sigmoid scores, selection on score + bias, groups ranked
  *               by the sum of their two best, weights the unbiased scores.
- *               Then norm_topk_prob renormalizes and routed_scaling_factor
- *               scales.
+ *               Then V3 renormalizes (norm_topk_prob, also at top-1, as
+ *               transformers does) and scales by routed_scaling_factor; V2
+ *               does one or the other (its MoEGate).
  *   layers      MoE when l >= first_k_dense_replace and l % moe_layer_freq
  *               == 0; dense mlp.{gate,up,down}_proj of intermediate_size
  *               otherwise.
@@ -200,6 +201,13 @@ static moe8_status read_yarn(const cJSON *root, const char *label, moe8_config *
     }
     if (!(c->yarn_factor > 0))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': factor missing (yarn needs it)", sub);
+    /* bounds far beyond any released model keep the tables and the softmax scale finite */
+    if (c->yarn_factor > 1e6 || c->yarn_mscale > 1e3 || c->yarn_mscale_all_dim > 1e3 ||
+        c->yarn_beta_fast > 1e6 || c->yarn_beta_slow > 1e6)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': factor %g, mscale %g, mscale_all_dim %g, "
+                         "beta_fast %g, beta_slow %g: expected factor and betas <= 1e6, mscales "
+                         "<= 1e3", sub, c->yarn_factor, c->yarn_mscale, c->yarn_mscale_all_dim,
+                         c->yarn_beta_fast, c->yarn_beta_slow);
     return MOE8_OK;
 }
 
@@ -267,13 +275,26 @@ static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': qk_rope_head_dim (%lld) must be even",
                          label, (long long)c->qk_rope_head_dim);
     c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* a head_dim key is rotary-only */
+    if (c->num_attention_heads * (c->kv_lora_rank + c->qk_rope_head_dim) > MOE8_CAP_ATTN_WIDTH ||
+        c->num_attention_heads * c->v_head_dim > MOE8_CAP_ATTN_WIDTH)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_attention_heads x (kv_lora_rank + "
+                         "qk_rope_head_dim) (%lld x %lld) or x v_head_dim (%lld) too large "
+                         "(at most %lld)", label, (long long)c->num_attention_heads,
+                         (long long)(c->kv_lora_rank + c->qk_rope_head_dim),
+                         (long long)c->v_head_dim, (long long)MOE8_CAP_ATTN_WIDTH);
+    if (c->yarn_factor > 0 && c->rope_theta == 1.0)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': rope_theta 1 with yarn rope_scaling (its "
+                         "correction dims divide by ln(rope_theta))", label);
     c->num_key_value_heads = c->num_attention_heads;
     c->shared_expert_intermediate_size = c->n_shared_experts * c->moe_intermediate_size;
     if (c->shared_expert_intermediate_size > MOE8_CAP_WIDTH)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': n_shared_experts x moe_intermediate_size "
                          "(%lld x %lld) too large", label, (long long)c->n_shared_experts,
                          (long long)c->moe_intermediate_size);
-    if (E > 0 && c->num_experts_per_tok < 1)
+    int any_moe = 0; /* first_k_dense_replace may leave every layer dense */
+    for (int64_t l = 0; l < c->num_hidden_layers && !any_moe; l++)
+        any_moe = l >= c->first_k_dense_replace && l % c->moe_layer_freq == 0;
+    if (E > 0 && any_moe && c->num_experts_per_tok < 1)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok missing (needed "
                          "with %lld n_routed_experts)", label, (long long)E);
     if (E == 0 || !c->topk_grouped) return MOE8_OK;

@@ -220,13 +220,13 @@ moe8_status moe8_dist_shard_of(const moe8_config *c, int rank, int size, int ep,
     if (dense && (st = split(c->intermediate_size, size, "intermediate_size", mode, rank,
                              &s->f_begin, &s->f_end, err)))
         return st;
-    if (E > 0 && !ep &&
+    int sparse = 0; /* some layer is MoE (DeepSeek's first_k_dense_replace may leave none) */
+    for (int64_t l = 0; l < c->num_hidden_layers && !sparse; l++) sparse = moe8_config_is_moe_layer(c, l);
+    if (sparse && !ep &&
         (st = split(c->moe_intermediate_size, size, "moe_intermediate_size", mode, rank,
                     &s->i_begin, &s->i_end, err)))
         return st;
     /* The shared expert splits like a dense MLP, under TP and EP alike. */
-    int sparse = 0;
-    for (int64_t l = 0; l < c->num_hidden_layers && !sparse; l++) sparse = moe8_config_is_moe_layer(c, l);
     if (sparse && c->shared_expert_intermediate_size > 0 &&
         (st = split(c->shared_expert_intermediate_size, size, "shared_expert_intermediate_size",
                     mode, rank, &s->s_begin, &s->s_end, err)))

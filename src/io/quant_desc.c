@@ -102,12 +102,13 @@ int moe8_quant_desc_get(const moe8_quant_desc *qd, const char *name, moe8_quant_
 #define LM_HEAD "lm_head.weight"   /* the output projection of every family (src/arch) */
 
 /* Tensors that are float whatever the description says (SEMANTICS §6): the
- * family's norms, embedding, router and shared-expert gate. */
+ * family's norms, embedding, router and shared-expert gate, and any other
+ * tensor of those modules (DeepSeek-V3's mlp.gate.e_score_correction_bias). */
 static int float_only(const moe8_arch_desc *a, const char *name) {
     moe8_role r;
     int64_t l, e;
     const char *suffix;
-    if (moe8_arch_parse(a, name, &r, &l, &e, &suffix) != 0 || strcmp(suffix, "weight")) return 0;
+    if (moe8_arch_parse(a, name, &r, &l, &e, &suffix) != 0) return 0;
     return moe8_role_of(r)->kind == MOE8_KIND_NORM || moe8_role_of(r)->kind == MOE8_KIND_FLOAT;
 }
 

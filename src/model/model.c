@@ -690,13 +690,25 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
         wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
     if ((uint64_t)(2 * c->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
         wide = (uint64_t)(2 * c->shared_expert_intermediate_size);
+    if (c->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
+                                * v per head (forward.h) */
+        const uint64_t qc = (uint64_t)(c->num_attention_heads * (c->kv_lora_rank + c->qk_rope_head_dim));
+        wide += (uint64_t)c->q_lora_rank + (uint64_t)(c->kv_lora_rank + c->qk_rope_head_dim) +
+                2 * qc + (uint64_t)(c->num_attention_heads * c->v_head_dim);
+    }
     per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
               32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;
     scratch = per_tok * 4ull + (1ull << 20);
-    out->weight_bytes = s.total_bytes;
+    /* a W8A8 kv_b_proj is absorbed as fp32: 4 bytes per int8 one (forward.c) */
+    uint64_t absorbed = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        if (m->layers[l].info.mla && m->layers[l].info.kv_b != MOE8_QUANT_FLOAT)
+            absorbed += 3ull * (uint64_t)(c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim)) *
+                        (uint64_t)c->kv_lora_rank;
+    out->weight_bytes = s.total_bytes + absorbed;
     out->kv_bytes = kv;
     out->scratch_bytes = scratch;
-    out->total_bytes = s.total_bytes + kv + scratch;
+    out->total_bytes = out->weight_bytes + kv + scratch;
     return MOE8_OK;
 }
