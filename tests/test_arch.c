@@ -28,42 +28,15 @@
 
 #include "fixture_model.h"
 #include "forward_ref.h"
+#include "family_test.h"
 
 #include "moe8.h"
 
 #define TOK MOE8_TOKENIZER_DIR
-#define FMT(buf, ...)                                                             \
-    do {                                                                          \
-        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
-    } while (0)
-
-static const int32_t PROMPT[9] = {5, 17, 200, 3, 99, 42, 7, 128, 64};
 
 /* ======================================================================== */
 /* Helpers                                                                   */
 /* ======================================================================== */
-
-static moe8_status parse(const char *json, moe8_config *c, moe8_error *e) {
-    memset(e, 0, sizeof *e);
-    return moe8_config_parse(json, strlen(json), "config.json", c, e);
-}
-
-static int g_threads = 2; /* of new_ctx */
-
-static moe8_context *new_ctx(moe8_model *m, int n_ctx) {
-    moe8_context_params p = moe8_context_params_default();
-    moe8_context *c = NULL;
-    moe8_error e;
-    p.kv_type = MOE8_DT_F32;
-    p.n_ctx = n_ctx;
-    p.n_outputs = 16;
-    p.n_threads = g_threads;
-    if (moe8_context_create(m, &p, &c, &e) != MOE8_OK) {
-        fprintf(stderr, "context: %s\n", e.message);
-        exit(2);
-    }
-    return c;
-}
 
 /* Logits of every position of ids[0..n) (one sequence) into out[n][V]. */
 static void prefill(moe8_model *m, const int32_t *ids, int n, float *out) {
@@ -77,45 +50,6 @@ static void prefill(moe8_model *m, const int32_t *ids, int n, float *out) {
     CHECKF(moe8_decode(c, &b, &e) == MOE8_OK, "decode: %s", e.message);
     for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
     moe8_context_free(c);
-}
-
-static int greedy(moe8_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n) {
-    moe8_context *c = new_ctx(m, 32);
-    moe8_sampler *s = NULL;
-    int32_t n_out = 0, np = n_prompt;
-    const int32_t *pp = prompt;
-    moe8_generate_request r = {1, &pp, &np, n, NULL, 0, NULL, NULL, out, &n_out, NULL};
-    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
-    CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
-    moe8_sampler_free(s);
-    moe8_context_free(c);
-    return n_out;
-}
-
-static double max_rel(const float *a, const double *b, int n) {
-    double d = 0, m = 0;
-    for (int i = 0; i < n; i++) d = fmax(d, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));
-    return d / m;
-}
-
-static const char *write_fixture(const char *name, const fx_opts *o) {
-    static char dirs[8][4096];
-    static int n;
-    char *slot = dirs[n++ % 8];
-    snprintf(slot, 4096, "%s", test_tmpdir(name));
-    if (fx_write_model(slot, o) != 0) exit(2);
-    return slot;
-}
-
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    size_t n = 0;
-    int st;
-    if (!p) return -1;
-    while (n + 1 < cap && !feof(p)) n += fread(out + n, 1, cap - 1 - n, p);
-    out[n] = '\0';
-    st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* ======================================================================== */
@@ -347,34 +281,6 @@ static void test_make_quantize(int arch, int down_float) {
 /* Corrupt folders                                                           */
 /* ======================================================================== */
 
-enum { D_NONE, D_OMIT, D_SHAPE };
-
-typedef struct {
-    const char *label;
-    int arch, quant;
-    int action;               /* on `tensor` */
-    const char *tensor;
-    int n_dims;
-    int64_t shape[2];
-    const char *file, *key, *value;   /* JSON edit: value as JSON text (NULL: delete) */
-    moe8_status code;
-    const char *msg;
-} defect;
-
-static void hook_tensor(void *user, fx_tensor *t) {
-    const defect *d = user;
-    if (!d->tensor || strcmp(t->orig_name, d->tensor)) return;
-    if (d->action == D_OMIT) t->omit = 1;
-    if (d->action == D_SHAPE) fx_retype(t, t->dtype, d->n_dims, d->shape);
-}
-
-static void hook_json(void *user, const char *file, cJSON *root) {
-    const defect *d = user;
-    if (!d->file || strcmp(file, d->file)) return;
-    cJSON_DeleteItemFromObjectCaseSensitive(root, d->key);
-    if (d->value) cJSON_AddItemToObject(root, d->key, cJSON_Parse(d->value));
-}
-
 #define L0 "model.layers.0."
 static const defect defects[] = {
     /* Qwen2-MoE */
@@ -454,26 +360,11 @@ static const defect defects[] = {
 
 static void test_defects(int arch) {
     for (size_t i = 0; i < sizeof defects / sizeof defects[0]; i++) {
-        const defect *d = &defects[i];
         fx_opts o;
-        moe8_model *m = NULL;
-        moe8_error e;
-        moe8_status st;
-        char label[64];
-        if (d->arch != arch) continue;
-        o = family_opts(arch, d->quant);
-        o.n_layers = 2;
-        o.tensor_hook = hook_tensor;
-        o.json_hook = hook_json;
-        o.user = (void *)d;
-        if (d->quant) o.bias_tensor = 1;
-        FMT(label, "bad_%s", d->label);
-        memset(&e, 0, sizeof e);
-        st = moe8_model_load(write_fixture(label, &o), NULL, &m, &e);
-        CHECKF(st == d->code, "%s: status %d, want %d (%s)", d->label, st, d->code, e.message);
-        if (d->msg) CHECKF(strstr(e.message, d->msg) != NULL, "%s: '%s' lacks '%s'", d->label,
-                           e.message, d->msg);
-        moe8_model_free(m);
+        if (defects[i].arch != arch) continue;
+        o = family_opts(arch, defects[i].quant);
+        if (defects[i].quant) o.bias_tensor = 1;
+        check_defect(&defects[i], o);
     }
 }
 
