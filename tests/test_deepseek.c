@@ -691,13 +691,20 @@ static void test_presets(void) {
     CHECK(c.moe_intermediate_size == 1408 && c.first_k_dense_replace == 1 && !c.norm_topk_prob);
     CHECK(c.yarn_factor == 40 && c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
     CHECK(c.yarn_original_max_position_embeddings == 4096 && c.routed_scaling_factor == 1.0);
+    {   /* all of it: the released config.json with the V3 tokenizer's vocabulary and ids, 4 layers */
+        moe8_config lite;
+        CHECKF(parse(v2_lite, &lite, &e) == MOE8_OK, "%s", e.message);
+        lite.vocab_size = 129280, lite.num_hidden_layers = 4;
+        lite.bos_token_id = 0, lite.eos_token_ids[0] = 1;
+        CHECK(!memcmp(&c, &lite, sizeof c));
+    }
     p.arch = MOE8_ARCH_DEEPSEEK_V3;
     CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v3 slice: %s", e.message);
     CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && c.hidden_size == 2048 && c.intermediate_size == 11264);
     CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
     CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid && c.e_score_bias);
     CHECK(c.rope_theta == 50000 && c.q_lora_rank == 0 && c.yarn_factor == 0);
-    printf("deepseek_v3 slice: rms_norm_eps %g (Moonlight's config.json: 1e-05)\n", c.rms_norm_eps);
+    CHECK(c.rms_norm_eps == 1e-5); /* Moonlight's */
     for (int a = MOE8_ARCH_DEEPSEEK_V2; a <= MOE8_ARCH_DEEPSEEK_V3; a++) {
         p.arch = (moe8_arch)a;
         p.preset = MOE8_PRESET_TINY;

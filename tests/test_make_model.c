@@ -71,52 +71,6 @@ static void test_configs(void) {
            "%s", e.message);
 }
 
-/* DeepSeek-V2-Lite's released config.json. */
-static const char *v2_lite =
-    "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"attention_bias\":false,"
-    "\"attention_dropout\":0.0,\"aux_loss_alpha\":0.001,\"bos_token_id\":100000,"
-    "\"eos_token_id\":100001,\"first_k_dense_replace\":1,\"hidden_act\":\"silu\","
-    "\"hidden_size\":2048,\"initializer_range\":0.02,\"intermediate_size\":10944,"
-    "\"kv_lora_rank\":512,\"max_position_embeddings\":163840,\"model_type\":\"deepseek_v2\","
-    "\"moe_intermediate_size\":1408,\"moe_layer_freq\":1,\"n_group\":1,\"n_routed_experts\":64,"
-    "\"n_shared_experts\":2,\"norm_topk_prob\":false,\"num_attention_heads\":16,"
-    "\"num_experts_per_tok\":6,\"num_hidden_layers\":27,\"num_key_value_heads\":16,"
-    "\"pretraining_tp\":1,\"q_lora_rank\":null,\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,"
-    "\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":32,\"beta_slow\":1,\"factor\":40,"
-    "\"mscale\":0.707,\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4096,"
-    "\"type\":\"yarn\"},\"rope_theta\":10000,\"routed_scaling_factor\":1.0,"
-    "\"scoring_func\":\"softmax\",\"seq_aux\":true,\"tie_word_embeddings\":false,"
-    "\"topk_group\":1,\"topk_method\":\"greedy\",\"torch_dtype\":\"bfloat16\","
-    "\"use_cache\":true,\"v_head_dim\":128,\"vocab_size\":102400}";
-
-/* deepseek_v2's slice is DeepSeek-V2-Lite's config (4 layers, the V3 tokenizer's vocabulary
- * and ids); deepseek_v3's is Moonlight-16B-A3B's shapes. */
-static void test_slice_deepseek(void) {
-    moe8_make_model_params p = moe8_make_model_params_default();
-    moe8_config c, lite;
-    moe8_error e;
-    p.arch = MOE8_ARCH_DEEPSEEK_V2;
-    p.preset = MOE8_PRESET_SLICE;
-    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "%s", e.message);
-    CHECKF(moe8_config_parse(v2_lite, strlen(v2_lite), "config.json", &lite, &e) == MOE8_OK, "%s",
-           e.message);
-    lite.vocab_size = 129280;
-    lite.num_hidden_layers = 4;
-    lite.bos_token_id = 0;
-    lite.eos_token_ids[0] = 1;
-    CHECK(!memcmp(&c, &lite, sizeof c));
-    CHECK(c.kv_lora_rank == 512 && c.q_lora_rank == 0 && c.head_dim == 192 && c.v_head_dim == 128);
-    CHECK(c.yarn_factor == 40 && c.yarn_mscale_all_dim == 0.707 && !c.topk_grouped);
-    CHECK(c.shared_expert_intermediate_size == 2816 && !moe8_config_is_moe_layer(&c, 0) &&
-          moe8_config_is_moe_layer(&c, 1) && moe8_config_is_moe_layer(&c, 3));
-    p.arch = MOE8_ARCH_DEEPSEEK_V3;
-    CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "%s", e.message);
-    CHECK(c.hidden_size == 2048 && c.intermediate_size == 11264 && c.num_experts == 64 &&
-          c.num_experts_per_tok == 6 && c.n_shared_experts == 2 && c.routed_scaling_factor == 2.446);
-    CHECK(c.scoring_sigmoid && c.e_score_bias && c.topk_grouped && c.group_top2 && c.n_group == 1 &&
-          c.norm_topk_prob && c.rope_theta == 50000.0 && c.yarn_factor == 0);
-}
-
 /* slice: the family's reference model. qwen3_moe's is a3b-slice; mixtral's
  * is Mixtral-8x7B-v0.1 (its config.json) with 2 layers by default. */
 static void test_slice_configs(void) {
@@ -476,7 +430,6 @@ int main(void) {
     moe8_error e;
     test_configs();
     test_slice_configs();
-    test_slice_deepseek();
     FMT(tiny, "%s/tiny", base);
     CHECKF(make(tiny, 2, 0, 0, 0, 0, &e) == MOE8_OK, "%s", e.message);
     test_folder(tiny);
