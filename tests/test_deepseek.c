@@ -305,6 +305,28 @@ static void test_forward_float(void) {
     check_vs_ref("v3_float_small_latent", &o);
 }
 
+/* Odd widths everywhere (no multiple of 8 or 16: the kernels' tails, C = L + R
+ * not a multiple of 8 runs the reference attention), one head or several,
+ * q_proj or q_lora, float and W8A8: against the reference, prefill and decode. */
+static void test_forward_odd_shapes(void) {
+    static const struct { int arch, quant, heads, dn, dr, dv, L, QL; } S[] = {
+        {FX_DEEPSEEK_V2, 0, 1, 5, 2, 3, 7, 0},
+        {FX_DEEPSEEK_V3, 0, 3, 9, 6, 11, 13, 5},
+        {FX_DEEPSEEK_V2, 1, 2, 7, 4, 9, 21, 0},
+        {FX_DEEPSEEK_V3, 1, 5, 3, 10, 1, 30, 17},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        fx_opts o = ds_opts(S[i].arch, S[i].quant);
+        char label[64];
+        o.n_heads = S[i].heads, o.qk_nope = S[i].dn, o.qk_rope = S[i].dr, o.v_head = S[i].dv;
+        o.kv_lora = S[i].L, o.q_lora = S[i].QL;
+        o.seed += 31 * i;
+        FMT(label, "odd_%s_%s_%zu", S[i].arch == FX_DEEPSEEK_V2 ? "v2" : "v3",
+            S[i].quant ? "w8a8" : "float", i);
+        check_vs_ref(label, &o);
+    }
+}
+
 static void test_forward_w8a8(void) {
     fx_opts o = ds_opts(FX_DEEPSEEK_V2, 1);
     o.yarn = 1;
@@ -744,6 +766,7 @@ int main(int argc, char **argv) {
     test_presets();
     test_forward_float();
     test_forward_w8a8();
+    test_forward_odd_shapes();
     test_defects();
     test_make_quantize(MOE8_ARCH_DEEPSEEK_V2, 0);
     test_make_quantize(MOE8_ARCH_DEEPSEEK_V2, 1);
