@@ -412,12 +412,18 @@ int cmd_bench_forward(int argc, char **argv) {
     c.f32 = moe8_bench_f32_peak_gflops(cp.n_threads, &howf);
     if (!rc) {
         const moe8_config *cfg = moe8_model_config(m);
-        printf("## moe8 bench forward: %s (%lld layers, H %lld, %lld/%lld heads x %lld, "
-               "%lld experts top-%lld x %lld)\n\n",
-               o.dir, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size,
-               (long long)cfg->num_attention_heads, (long long)cfg->num_key_value_heads,
-               (long long)cfg->head_dim, (long long)cfg->num_experts,
-               (long long)cfg->num_experts_per_tok, (long long)cfg->moe_intermediate_size);
+        char attn[128];
+        if (cfg->kv_lora_rank > 0) /* MLA: the cached latent row per position */
+            snprintf(attn, sizeof attn, "MLA %lld heads x %lld, latent %lld + rope %lld",
+                     (long long)cfg->num_attention_heads, (long long)cfg->head_dim,
+                     (long long)cfg->kv_lora_rank, (long long)cfg->qk_rope_head_dim);
+        else
+            snprintf(attn, sizeof attn, "%lld/%lld heads x %lld", (long long)cfg->num_attention_heads,
+                     (long long)cfg->num_key_value_heads, (long long)cfg->head_dim);
+        printf("## moe8 bench forward: %s (%lld layers, H %lld, %s, %lld experts top-%lld x %lld)\n\n",
+               o.dir, (long long)cfg->num_hidden_layers, (long long)cfg->hidden_size, attn,
+               (long long)cfg->num_experts, (long long)cfg->num_experts_per_tok,
+               (long long)cfg->moe_intermediate_size);
         printf("%d threads, %s kernels, KV %s; ceilings at start (probes of `bench moe`; each "
                "table has its own): streaming read %.1f GB/s, int8 %.1f GOP/s (%s), fp32 %.1f "
                "GFLOP/s (%s)\n\n",
