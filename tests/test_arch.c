@@ -39,18 +39,6 @@
 /* ======================================================================== */
 
 /* Logits of every position of ids[0..n) (one sequence) into out[n][V]. */
-static void prefill(moe8_model *m, const int32_t *ids, int n, float *out) {
-    moe8_context *c = new_ctx(m, 32);
-    int32_t pos[16], seq[16] = {0};
-    int8_t want[16];
-    const int V = moe8_context_n_vocab(c);
-    moe8_error e;
-    for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
-    moe8_batch b = {n, ids, pos, seq, want};
-    CHECKF(moe8_decode(c, &b, &e) == MOE8_OK, "decode: %s", e.message);
-    for (int i = 0; i < n; i++) memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
-    moe8_context_free(c);
-}
 
 /* ======================================================================== */
 /* Forward against the family's reference                                    */
@@ -67,7 +55,7 @@ static void check_vs_ref(const char *label, const fx_opts *o) {
     ref_model rm;
     ref_init(&rm, o);
     ref_forward(&rm, PROMPT, n, want);
-    prefill(m, PROMPT, n, got);
+    run_logits(m, PROMPT, n, n, got);
     if (!o->quant) {
         double last = max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst = 0;
         for (int t = 0; t < n; t++) worst = fmax(worst, max_rel(got + t * V, want + t * V, V));
@@ -122,9 +110,9 @@ static void test_down_float(int arch) {
         if (li.has_shared)
             CHECK(li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == MOE8_QUANT_FLOAT);
         g_threads = 1;
-        prefill(m, PROMPT, 9, a);
+        run_logits(m, PROMPT, 9, 9, a);
         g_threads = 3;
-        prefill(m, PROMPT, 9, b);
+        run_logits(m, PROMPT, 9, 9, b);
         g_threads = 2;
         CHECKF(!memcmp(a, b, sizeof(float) * 9 * V), "%s: 1 vs 3 threads differ", label);
         free(a);
@@ -159,8 +147,6 @@ static void test_forward(int arch) {
 /* ======================================================================== */
 /* make-model + quantize                                                     */
 /* ======================================================================== */
-
-#define QV 16384
 
 static const moe8_tensor *find_t(const moe8_st *st, const char *fmt, int l) {
     char n[200];
@@ -216,50 +202,11 @@ done:
     moe8_st_close(q);
 }
 
-static const char calib[] =
-    "It was a bright cold day in April, and the clocks were striking thirteen. The quick brown "
-    "fox jumps over the lazy dog; 42 apples cost $3.50 at the market.\n";
-
 static void test_make_quantize(int arch, int down_float) {
-    const char *name = moe8_arch_name((moe8_arch)arch);
-    static const int32_t prompt[5] = {9707, 11, 847, 829, 374};
-    char fdir[4096], qdir[4096], label[64];
-    moe8_make_model_params mp = moe8_make_model_params_default();
-    moe8_quantize_params qp = moe8_quantize_params_default();
-    moe8_error e;
-    float *lf = malloc(sizeof(float) * 5 * QV), *lq = malloc(sizeof(float) * 5 * QV);
-    int32_t tf[5], tq[5];
-    FMT(label, "mk_%s", name);
-    if (down_float) FMT(fdir, "%s/%s", MOE8_TEST_TMP, label); /* made by the first run */
-    else FMT(fdir, "%s", test_tmpdir(label));
-    FMT(label, "mkq_%s%s", name, down_float ? "_down_float" : "");
-    FMT(qdir, "%s", test_tmpdir(label));
-    mp.arch = (moe8_arch)arch;
-    mp.vocab_size = QV;
-    mp.tokenizer_dir = TOK;
-    mp.force = 1;
-    mp.seed = 3;
-    mp.n_layers = 2;   /* qwen2_moe: layer 0 dense, layer 1 MoE; mixtral: both MoE */
-    if (!down_float)   /* the down_float run reuses the float model */
-        CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
-    qp.force = 1;
-    qp.n_threads = 2;
-    qp.down_proj_float = down_float;
-    qp.calib_text = calib;
-    qp.calib_len = strlen(calib);
-    CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize %s: %s", name, e.message);
-    moe8_model *mf = test_load_model(fdir), *mq = test_load_model(qdir);
-    CHECK(moe8_model_config(mf)->arch == (moe8_arch)arch && moe8_model_config(mq)->arch == (moe8_arch)arch);
-    prefill(mf, prompt, 5, lf);
-    prefill(mq, prompt, 5, lq);
-    double worst = 1;
-    for (int t = 0; t < 5; t++) worst = fmin(worst, test_cosine(lq + t * QV, lf + t * QV, QV));
-    CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
-    printf("%-28s W8A8%s vs float source: worst cosine %.10f, greedy %s\n", name,
-           down_float ? " (down_proj FLOAT)" : "", worst,
-           memcmp(tf, tq, sizeof tf) ? "DIFFER" : "equal");
-    CHECKF(worst >= 0.99, "%s: W8A8 vs float cosine %.6f", name, worst);
-    CHECKF(!memcmp(tf, tq, sizeof tf), "%s: greedy tokens of W8A8 differ from the float model", name);
+    char fdir[4096], qdir[4096];
+    moe8_model *mf, *mq;
+    /* qwen2_moe: layer 0 dense, layer 1 MoE; mixtral: both MoE */
+    make_quantize_compare(arch, down_float, TOK, fdir, qdir, sizeof fdir, &mf, &mq);
     {
         moe8_layer_info li;
         CHECK(moe8_model_layer_info(mq, 1, &li) == 0 && li.is_moe);
@@ -273,8 +220,6 @@ static void test_make_quantize(int arch, int down_float) {
     if (arch == MOE8_ARCH_QWEN2_MOE && !down_float) check_folded_bias(fdir, qdir);
     moe8_model_free(mf);
     moe8_model_free(mq);
-    free(lf);
-    free(lq);
 }
 
 /* ======================================================================== */

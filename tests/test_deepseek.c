@@ -38,25 +38,6 @@
 /* Helpers                                                                   */
 /* ======================================================================== */
 
-/* Logits of every position of ids[0..n) into out[n][V]: the first n_pre
- * tokens as one batch, then one token per decode step. */
-static void run_logits(moe8_model *m, const int32_t *ids, int n, int n_pre, float *out) {
-    moe8_context *c = new_ctx(m, 32);
-    int32_t pos[16], seq[16] = {0};
-    int8_t want[16];
-    const int V = moe8_context_n_vocab(c);
-    moe8_error e;
-    for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
-    moe8_batch b = {n_pre, ids, pos, seq, want};
-    CHECKF(moe8_decode(c, &b, &e) == MOE8_OK, "decode: %s", e.message);
-    for (int i = 0; i < n_pre; i++) memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
-    for (int i = n_pre; i < n; i++) {
-        moe8_batch b1 = {1, ids + i, pos + i, seq, want};
-        CHECKF(moe8_decode(c, &b1, &e) == MOE8_OK, "decode step %d: %s", i, e.message);
-        memcpy(out + (size_t)i * V, moe8_context_logits(c, 0), sizeof(float) * V);
-    }
-    moe8_context_free(c);
-}
 
 /* The tiny DeepSeek fixture: H 64, 4 heads, dn 16, dr 8, dv 16, L 32, E 8,
  * top-3, I 32, dense 96, 3 layers (layer 0 dense). */
@@ -378,53 +359,12 @@ static void test_forward_w8a8(void) {
 /* make-model + quantize                                                     */
 /* ======================================================================== */
 
-#define QV 16384
-
-static const char calib[] =
-    "It was a bright cold day in April, and the clocks were striking thirteen. The quick brown "
-    "fox jumps over the lazy dog; 42 apples cost $3.50 at the market.\n";
-
 static void test_make_quantize(int arch, int down_float) {
-    const char *name = moe8_arch_name((moe8_arch)arch);
-    static const int32_t prompt[5] = {9707, 11, 847, 829, 374};
-    char fdir[4096], qdir[4096], label[64], tok[4096];
-    moe8_make_model_params mp = moe8_make_model_params_default();
-    moe8_quantize_params qp = moe8_quantize_params_default();
-    moe8_error e;
-    float *lf = malloc(sizeof(float) * 5 * QV), *lq = malloc(sizeof(float) * 5 * QV);
-    int32_t tf[5], tq[5];
+    char fdir[4096], qdir[4096], tok[4096];
+    moe8_model *mf, *mq;
     FMT(tok, "%s/.deps/deepseek-v3-tokenizer", MOE8_SOURCE_DIR);
-    FMT(label, "mk_%s", name);
-    if (down_float) FMT(fdir, "%s/%s", MOE8_TEST_TMP, label); /* made by the first run */
-    else FMT(fdir, "%s", test_tmpdir(label));
-    FMT(label, "mkq_%s%s", name, down_float ? "_down_float" : "");
-    FMT(qdir, "%s", test_tmpdir(label));
-    mp.arch = (moe8_arch)arch;
-    mp.vocab_size = QV;
-    mp.tokenizer_dir = access(tok, F_OK) == 0 ? tok : MOE8_TOKENIZER_DIR;
-    mp.force = 1;
-    mp.seed = 3;
-    mp.n_layers = 2;
-    if (!down_float)
-        CHECKF(moe8_make_model(&mp, fdir, &e) == MOE8_OK, "make-model %s: %s", name, e.message);
-    qp.force = 1;
-    qp.n_threads = 2;
-    qp.down_proj_float = down_float;
-    qp.calib_text = calib;
-    qp.calib_len = strlen(calib);
-    CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize %s: %s", name, e.message);
-    moe8_model *mf = test_load_model(fdir), *mq = test_load_model(qdir);
-    CHECK(moe8_model_config(mf)->arch == (moe8_arch)arch && moe8_model_config(mq)->arch == (moe8_arch)arch);
-    run_logits(mf, prompt, 5, 5, lf);
-    run_logits(mq, prompt, 5, 5, lq);
-    double worst = 1;
-    for (int t = 0; t < 5; t++) worst = fmin(worst, test_cosine(lq + t * QV, lf + t * QV, QV));
-    CHECK(greedy(mf, prompt, 5, tf, 5) == 5 && greedy(mq, prompt, 5, tq, 5) == 5);
-    printf("%-30s W8A8%s vs float source: worst cosine %.10f, greedy %s\n", name,
-           down_float ? " (down_proj FLOAT)" : "", worst,
-           memcmp(tf, tq, sizeof tf) ? "DIFFER" : "equal");
-    CHECKF(worst >= 0.99, "%s: W8A8 vs float cosine %.6f", name, worst);
-    CHECKF(!memcmp(tf, tq, sizeof tf), "%s: greedy tokens of W8A8 differ from the float model", name);
+    make_quantize_compare(arch, down_float, access(tok, F_OK) == 0 ? tok : MOE8_TOKENIZER_DIR, fdir,
+                          qdir, sizeof fdir, &mf, &mq);
     {
         moe8_layer_info li;
         const moe8_quant_type down = down_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8_DYNAMIC;
@@ -440,8 +380,6 @@ static void test_make_quantize(int arch, int down_float) {
     }
     moe8_model_free(mf);
     moe8_model_free(mq);
-    free(lf);
-    free(lq);
 }
 
 /* ======================================================================== */
