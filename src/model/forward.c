@@ -320,7 +320,6 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     w->C = w->mla ? w->L + w->R : w->D;
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
     w->rope_dim = moe8_rope_dim(c);
-    w->rope_pairs = (int)c->rope_interleave;
     w->attn_scale = moe8_attn_scale(c);
     w->float_experts = float_experts;
     w->embed = m->embed->data;
@@ -476,6 +475,32 @@ static void lin(const fwd_run *r, const moe8_proj *p, const moe8_proj *prev, flo
     moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->ones, s->ones_i, T, r->nt);
 }
 
+/* y[i] = p[i](x) for n projections of the same input (q/k/v; MLA's q_proj or
+ * q_a_proj with kv_a_proj_with_mqa): one pass over all of them when they are
+ * FLOAT or W8A8 with one input scale/offset, each on its own otherwise
+ * (codes shared where lin can). */
+static void lin_group(const fwd_run *r, const moe8_proj *const *p, float *const *y, int n,
+                      const float *x, int T) {
+    moe8_fwd_scratch *s = r->s;
+    int one_pass = 1;
+    int ldy[3];
+    MOE8_ASSERT(n <= 3);
+    for (int i = 0; i < n; i++) {
+        ldy[i] = p[i]->n;
+        if (i && (p[i]->type != p[0]->type ||
+                  (p[0]->type != MOE8_QUANT_FLOAT && !moe8_proj_same_input(p[i - 1], p[i]))))
+            one_pass = 0;
+    }
+    if (p[0]->type == MOE8_QUANT_W8A8_DYNAMIC) one_pass = 0;
+    if (!one_pass) {
+        for (int i = 0; i < n; i++) lin(r, p[i], i ? p[i - 1] : NULL, y[i], x, T);
+        return;
+    }
+    if (p[0]->type == MOE8_QUANT_W8A8) quant_static(r, p[0], x, T);
+    moe8_proj_apply_group(p, y, ldy, n, r->kt, x, p[0]->k, s->xq, s->ldq, s->ones, s->ones_i, T,
+                          r->nt);
+}
+
 static void qkv_bias_row(const fwd_run *r, const void *layer, int t) {
     const moe8_fwd_layer *L = layer;
     moe8_fwd_scratch *s = r->s;
@@ -562,19 +587,10 @@ static moe8_status attn_block(const fwd_run *r, const moe8_fwd_layer *L,
     moe8_status st;
     const int T = r->T;
     observe(r, L, 0, s->h, r->w->H);
-    if (L->q.type == L->k.type && L->k.type == L->v.type &&
-        (L->q.type == MOE8_QUANT_FLOAT ||
-         (moe8_proj_same_input(&L->q, &L->k) && moe8_proj_same_input(&L->k, &L->v)))) {
+    {
         const moe8_proj *p[3] = {&L->q, &L->k, &L->v};
         float *const y[3] = {s->q, s->k, s->v};
-        const int ldy[3] = {L->q.n, L->k.n, L->v.n};
-        if (L->q.type == MOE8_QUANT_W8A8) quant_static(r, &L->q, s->h, T);
-        moe8_proj_apply_group(p, y, ldy, 3, r->kt, s->h, L->q.k, s->xq, s->ldq, s->ones,
-                              s->ones_i, T, r->nt);
-    } else {
-        lin(r, &L->q, NULL, s->q, s->h, T);
-        lin(r, &L->k, &L->q, s->k, s->h, T);
-        lin(r, &L->v, &L->k, s->v, s->h, T);
+        lin_group(r, p, y, 3, s->h, T);
     }
     qkv_bias(r, L);
     mark(r, MOE8_PHASE_ATTN_PROJ);
@@ -661,17 +677,10 @@ static moe8_status attn_block_mla(const fwd_run *r, const moe8_fwd_layer *L,
     float *qa_out = w->QL ? s->qa : s->q;
     moe8_status st;
     observe(r, L, 0, s->h, w->H);
-    if (qa->type == L->kv_a.type &&
-        (qa->type == MOE8_QUANT_FLOAT || moe8_proj_same_input(qa, &L->kv_a))) {
+    {
         const moe8_proj *p[2] = {qa, &L->kv_a};
         float *const y[2] = {qa_out, s->kva};
-        const int ldy[2] = {qa->n, L->kv_a.n};
-        if (qa->type == MOE8_QUANT_W8A8) quant_static(r, qa, s->h, T);
-        moe8_proj_apply_group(p, y, ldy, 2, r->kt, s->h, w->H, s->xq, s->ldq, s->ones, s->ones_i,
-                              T, r->nt);
-    } else {
-        lin(r, qa, NULL, qa_out, s->h, T);
-        lin(r, &L->kv_a, qa, s->kva, s->h, T);
+        lin_group(r, p, y, 2, s->h, T);
     }
     if (w->QL) {
         for_rows(r, T, q_a_norm_row, L);
@@ -725,24 +734,16 @@ static void dense_mlp(const fwd_run *r, const moe8_fwd_layer *L) {
     lin(r, &L->down, NULL, s->tmp, g, T);
 }
 
-/* tmp[t] += sigmoid(score[t]) * shared_out[t]. */
-static void shared_add_row(const fwd_run *r, const void *ctx, int t) {
+/* tmp[t] += gate * shared_out[t]: gate = sigmoid(score[t]) with a shared
+ * expert gate (qwen2_moe), 1 without (deepseek; 1 * y is y exactly). */
+static void shared_add_row(const fwd_run *r, const void *layer, int t) {
+    const moe8_fwd_layer *L = layer;
     moe8_fwd_scratch *s = r->s;
     const int H = r->w->H;
-    const float gate = 1.0f / (1.0f + expf(-s->sh_score[t]));
+    const float gate = L->sh_score.n ? 1.0f / (1.0f + expf(-s->sh_score[t])) : 1.0f;
     float *o = s->tmp + (size_t)t * H;
     const float *y = s->sh_out + (size_t)t * H;
-    (void)ctx;
     for (int j = 0; j < H; j++) o[j] += gate * y[j];
-}
-
-/* tmp[t] += shared_out[t] (deepseek's ungated shared experts). */
-static void shared_add_plain_row(const fwd_run *r, const void *ctx, int t) {
-    const int H = r->w->H;
-    float *o = r->s->tmp + (size_t)t * H;
-    const float *y = r->s->sh_out + (size_t)t * H;
-    (void)ctx;
-    for (int j = 0; j < H; j++) o[j] += y[j];
 }
 
 /* The shared expert, added to the MoE output in s->tmp:
@@ -762,7 +763,7 @@ static void shared_expert(const fwd_run *r, const moe8_fwd_layer *L) {
                         r->nt);
     for_rows(r, T, swiglu_row, &sc);
     lin(r, &L->sh_down, NULL, s->sh_out, g, T);
-    for_rows(r, T, L->sh_score.n ? shared_add_row : shared_add_plain_row, NULL);
+    for_rows(r, T, shared_add_row, L);
 }
 
 /* x += MLP(h) (MoE or dense), then h = rmsnorm(x) * next_norm (NULL after

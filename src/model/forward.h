@@ -234,7 +234,7 @@ typedef struct {
     int mla;                       /* multi-head latent attention (deepseek) */
     int kv_planes, C;              /* 2 and D; MLA: 1 and L + R */
     int L, R, DN, DV, QL;          /* MLA widths (DV = D outside MLA) */
-    int rope_dim, rope_pairs;      /* rotary width; 1: pairs (2i, 2i+1) (deepseek), 0: halves */
+    int rope_dim;                  /* rotary width: pairs (2i, 2i+1) with MLA, halves (NEOX) else */
     float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;
