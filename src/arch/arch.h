@@ -268,6 +268,29 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
 /* Families                                                                  */
 /* ======================================================================== */
 
+/* Hugging Face's names the families share, for a descriptor's .names: the
+ * decoder skeleton (embedding, norms, lm_head, q_proj, o_proj), the k/v of
+ * multi-head attention, and the "mlp." MoE block and dense MLP of the Qwen
+ * and DeepSeek families (Mixtral's block is block_sparse_moe). */
+#define MOE8_NAMES_DECODER                                                        \
+    [MOE8_R_EMBED] = "model.embed_tokens", [MOE8_R_FINAL_NORM] = "model.norm",   \
+    [MOE8_R_LM_HEAD] = "lm_head",                                                 \
+    [MOE8_R_ATTN_NORM] = "model.layers.%lld.input_layernorm",                    \
+    [MOE8_R_FFN_NORM] = "model.layers.%lld.post_attention_layernorm",            \
+    [MOE8_R_Q] = "model.layers.%lld.self_attn.q_proj",                           \
+    [MOE8_R_O] = "model.layers.%lld.self_attn.o_proj"
+#define MOE8_NAMES_KV                                                             \
+    [MOE8_R_K] = "model.layers.%lld.self_attn.k_proj",                           \
+    [MOE8_R_V] = "model.layers.%lld.self_attn.v_proj"
+#define MOE8_NAMES_MLP                                                            \
+    [MOE8_R_ROUTER] = "model.layers.%lld.mlp.gate",                              \
+    [MOE8_R_EXP_GATE] = "model.layers.%lld.mlp.experts.%lld.gate_proj",          \
+    [MOE8_R_EXP_UP] = "model.layers.%lld.mlp.experts.%lld.up_proj",              \
+    [MOE8_R_EXP_DOWN] = "model.layers.%lld.mlp.experts.%lld.down_proj",          \
+    [MOE8_R_MLP_GATE] = "model.layers.%lld.mlp.gate_proj",                       \
+    [MOE8_R_MLP_UP] = "model.layers.%lld.mlp.up_proj",                           \
+    [MOE8_R_MLP_DOWN] = "model.layers.%lld.mlp.down_proj"
+
 extern const moe8_arch_desc moe8_arch_qwen3_moe;
 extern const moe8_arch_desc moe8_arch_qwen2_moe;
 extern const moe8_arch_desc moe8_arch_mixtral;

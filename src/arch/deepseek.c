@@ -491,27 +491,16 @@ static cJSON *generation_json(const moe8_config *c) {
 }
 
 #define DS_NAMES                                                                               \
-    [MOE8_R_EMBED] = "model.embed_tokens", [MOE8_R_FINAL_NORM] = "model.norm",                 \
-    [MOE8_R_LM_HEAD] = "lm_head", [MOE8_R_ATTN_NORM] = "model.layers.%lld.input_layernorm",    \
-    [MOE8_R_FFN_NORM] = "model.layers.%lld.post_attention_layernorm",                          \
-    [MOE8_R_Q] = "model.layers.%lld.self_attn.q_proj",                                         \
+    MOE8_NAMES_DECODER, MOE8_NAMES_MLP,                                                        \
     [MOE8_R_Q_A] = "model.layers.%lld.self_attn.q_a_proj",                                     \
     [MOE8_R_Q_A_NORM] = "model.layers.%lld.self_attn.q_a_layernorm",                           \
     [MOE8_R_Q_B] = "model.layers.%lld.self_attn.q_b_proj",                                     \
     [MOE8_R_KV_A] = "model.layers.%lld.self_attn.kv_a_proj_with_mqa",                          \
     [MOE8_R_KV_A_NORM] = "model.layers.%lld.self_attn.kv_a_layernorm",                         \
     [MOE8_R_KV_B] = "model.layers.%lld.self_attn.kv_b_proj",                                   \
-    [MOE8_R_O] = "model.layers.%lld.self_attn.o_proj",                                         \
-    [MOE8_R_ROUTER] = "model.layers.%lld.mlp.gate",                                            \
-    [MOE8_R_EXP_GATE] = "model.layers.%lld.mlp.experts.%lld.gate_proj",                        \
-    [MOE8_R_EXP_UP] = "model.layers.%lld.mlp.experts.%lld.up_proj",                            \
-    [MOE8_R_EXP_DOWN] = "model.layers.%lld.mlp.experts.%lld.down_proj",                        \
     [MOE8_R_SHEXP_GATE] = "model.layers.%lld.mlp.shared_experts.gate_proj",                    \
     [MOE8_R_SHEXP_UP] = "model.layers.%lld.mlp.shared_experts.up_proj",                        \
-    [MOE8_R_SHEXP_DOWN] = "model.layers.%lld.mlp.shared_experts.down_proj",                    \
-    [MOE8_R_MLP_GATE] = "model.layers.%lld.mlp.gate_proj",                                     \
-    [MOE8_R_MLP_UP] = "model.layers.%lld.mlp.up_proj",                                         \
-    [MOE8_R_MLP_DOWN] = "model.layers.%lld.mlp.down_proj"
+    [MOE8_R_SHEXP_DOWN] = "model.layers.%lld.mlp.shared_experts.down_proj"
 
 /* The two descriptors differ in their id, names of the class, defaults and checks. */
 #define DS_DESC(ID, TYPE, CLASS, DEFAULTS, CHECK)                                              \

@@ -131,15 +131,8 @@ const moe8_arch_desc moe8_arch_mixtral = {
     .moe_block = "model.layers.%lld.block_sparse_moe",
     .names =
         {
-            [MOE8_R_EMBED] = "model.embed_tokens",
-            [MOE8_R_FINAL_NORM] = "model.norm",
-            [MOE8_R_LM_HEAD] = "lm_head",
-            [MOE8_R_ATTN_NORM] = "model.layers.%lld.input_layernorm",
-            [MOE8_R_FFN_NORM] = "model.layers.%lld.post_attention_layernorm",
-            [MOE8_R_Q] = "model.layers.%lld.self_attn.q_proj",
-            [MOE8_R_K] = "model.layers.%lld.self_attn.k_proj",
-            [MOE8_R_V] = "model.layers.%lld.self_attn.v_proj",
-            [MOE8_R_O] = "model.layers.%lld.self_attn.o_proj",
+            MOE8_NAMES_DECODER,
+            MOE8_NAMES_KV,
             [MOE8_R_ROUTER] = "model.layers.%lld.block_sparse_moe.gate",
             [MOE8_R_EXP_GATE] = "model.layers.%lld.block_sparse_moe.experts.%lld.w1",
             [MOE8_R_EXP_UP] = "model.layers.%lld.block_sparse_moe.experts.%lld.w3",
