@@ -38,41 +38,11 @@
 /* Helpers                                                                   */
 /* ======================================================================== */
 
-/* Logits of every position of ids[0..n) (one sequence) into out[n][V]. */
 
 /* ======================================================================== */
 /* Forward against the family's reference                                    */
 /* ======================================================================== */
 
-/* quant 0: last-token rel err <= 1e-4 (and printed, worst position too);
- * quant 1: cosine >= 0.9999 at every position. */
-static void check_vs_ref(const char *label, const fx_opts *o) {
-    const char *dir = write_fixture(label, o);
-    moe8_model *m = test_load_model(dir);
-    const int n = 9, V = (int)o->vocab;
-    float *got = malloc(sizeof(float) * n * V);
-    double *want = malloc(sizeof(double) * n * V);
-    ref_model rm;
-    ref_init(&rm, o);
-    ref_forward(&rm, PROMPT, n, want);
-    run_logits(m, PROMPT, n, n, got);
-    if (!o->quant) {
-        double last = max_rel(got + (n - 1) * V, want + (n - 1) * V, V), worst = 0;
-        for (int t = 0; t < n; t++) worst = fmax(worst, max_rel(got + t * V, want + t * V, V));
-        printf("%-28s last-token rel err %.3g, worst position %.3g\n", label, last, worst);
-        CHECKF(last <= 1e-4 && worst <= 1e-4, "%s: rel err %.3g (worst %.3g)", label, last, worst);
-    } else {
-        double worst = 1;
-        for (int t = 0; t < n; t++) worst = fmin(worst, test_cosine_ref(got + t * V, want + t * V, V));
-        printf("%-28s W8A8 vs double W8A8 maths: worst cosine %.10f (1 - cos %.2e)\n", label,
-               worst, 1 - worst);
-        CHECKF(worst >= 0.9999, "%s: cosine %.8f", label, worst);
-    }
-    ref_free(&rm);
-    free(got);
-    free(want);
-    moe8_model_free(m);
-}
 
 static fx_opts family_opts(int arch, int quant) {
     fx_opts o = fx_default_opts();
