@@ -51,15 +51,21 @@ void moe8_rmsnorm_heads(float *x, int T, int n_head, int D, const float *w, floa
     moe8_rmsnorm_rows(x, D, x, D, T * n_head, D, w, eps);
 }
 
-void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta) {
-    const int half = D / 2;
+/* cs[p][i] = cos, sin of p * freq[i], times ms (1 outside YaRN: exact). */
+static void fill_rope(float *cs, int64_t n_pos, int half, const double *freq, double ms) {
     for (int64_t p = 0; p < n_pos; p++)
         for (int i = 0; i < half; i++) {
-            double inv = pow(theta, -2.0 * i / D);
-            double a = (double)p * inv;
-            cs[((size_t)p * half + i) * 2 + 0] = (float)cos(a);
-            cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+            const double a = (double)p * freq[i];
+            cs[((size_t)p * half + i) * 2 + 0] = (float)(cos(a) * ms);
+            cs[((size_t)p * half + i) * 2 + 1] = (float)(sin(a) * ms);
         }
+}
+
+void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta) {
+    double freq[MOE8_CAP_HEAD_DIM / 2];
+    MOE8_ASSERT(D / 2 <= MOE8_CAP_HEAD_DIM / 2);
+    for (int i = 0; i < D / 2; i++) freq[i] = pow(theta, -2.0 * i / D);
+    fill_rope(cs, n_pos, D / 2, freq, 1.0);
 }
 
 void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
@@ -90,7 +96,7 @@ static double yarn_dim(double n_rot, int R, double base, double orig) {
 void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c) {
     const int R = moe8_rope_dim(c), half = R / 2;
     const double base = c->rope_theta, f = c->yarn_factor;
-    double lo = 0, hi = 0, ms = 1.0;
+    double lo = 0, hi = 0, freq[MOE8_CAP_HEAD_DIM / 2];
     if (!(f > 0)) {
         moe8_rope_table(cs, n_pos, R, base);
         return;
@@ -100,17 +106,16 @@ void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c) {
     if (lo < 0) lo = 0;
     if (hi > R - 1) hi = R - 1;
     if (lo == hi) hi += 0.001;
-    ms = yarn_mscale(f, c->yarn_mscale) / yarn_mscale(f, c->yarn_mscale_all_dim);
-    for (int64_t p = 0; p < n_pos; p++)
-        for (int i = 0; i < half; i++) {
-            const double extra = pow(base, -2.0 * i / R), inter = extra / f;
-            double ramp = ((double)i - lo) / (hi - lo);
-            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-            const double mask = 1.0 - ramp; /* 1: keep the original frequency */
-            const double a = (double)p * (inter * (1.0 - mask) + extra * mask);
-            cs[((size_t)p * half + i) * 2 + 0] = (float)(cos(a) * ms);
-            cs[((size_t)p * half + i) * 2 + 1] = (float)(sin(a) * ms);
-        }
+    MOE8_ASSERT(half <= MOE8_CAP_HEAD_DIM / 2);
+    for (int i = 0; i < half; i++) {
+        const double extra = pow(base, -2.0 * i / R), inter = extra / f;
+        double ramp = ((double)i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        const double mask = 1.0 - ramp; /* 1: keep the original frequency */
+        freq[i] = inter * (1.0 - mask) + extra * mask;
+    }
+    fill_rope(cs, n_pos, half, freq,
+              yarn_mscale(f, c->yarn_mscale) / yarn_mscale(f, c->yarn_mscale_all_dim));
 }
 
 float moe8_attn_scale(const moe8_config *c) {
