@@ -115,12 +115,9 @@ static void routing_of(moe8_router_params *rp, const moe8_config *c, const moe8_
     if (L->router_bias && bias) {
         for (int64_t e = 0; e < c->num_experts; e++) bias[e] = moe8_tensor_f32_at(L->router_bias, e);
         rp->e_score_correction_bias = bias;
-        if (!rp->use_grouped_topk) { /* the bias acts through the grouped path: one group */
-            rp->use_grouped_topk = 1;
-            rp->num_expert_group = 1;
-            rp->topk_group = 1;
-            rp->group_score = MOE8_GROUP_SCORE_MAX;
-        }
+        /* the bias acts through the grouped path, which DeepSeek-V3 always takes
+         * (its config reads n_group / topk_group null as one group) */
+        MOE8_ASSERT(rp->use_grouped_topk);
     }
 }
 
