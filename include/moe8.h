@@ -860,20 +860,36 @@ typedef struct {
     uint64_t kv_bytes;             /* KV pool; 0 = parallel x ctx_size positions */
     int n_threads;                 /* 0 = the model's */
     const char *api_key;           /* NULL: no auth; else every endpoint but /health needs
-                                    * "Authorization: Bearer KEY" */
+                                    * "Authorization: Bearer KEY" (scheme in any case);
+                                    * "" is refused */
     const char *model_dir;         /* the folder: generation_config.json sampling defaults and
                                     * the default served name */
     const char *served_model_name; /* NULL: the folder's name */
     int max_queue;                 /* waiting requests before 503; default 256 */
     int prefix_cache;              /* default 1 */
-    double timeout_s;              /* a connection idle or sending its body slower than this
-                                    * is closed; default 30 */
+    double timeout_s;              /* a kept-alive connection idle this long is closed, and so
+                                    * is one whose client does not read its answer or send
+                                    * its body for this long; default 30 */
     double drain_s;                /* on stop: seconds running requests may still finish
                                     * before they are cancelled; default 5 */
     moe8_dist *dist;               /* the model's TP/EP group, or NULL */
     moe8_serve_line_fn on_ready;   /* "listening on http://HOST:PORT", once, when ready */
     moe8_serve_line_fn on_access;  /* one access-log line per request */
     void *user;
+    uint64_t max_body;             /* a request body larger: 413; default 4 MiB */
+    uint64_t max_buffered;         /* bytes of unfinished request heads and bodies held at
+                                    * once; past it, new connections and bodies get 503;
+                                    * default 256 MiB */
+    double header_timeout_s;       /* the request head must be complete this long after the
+                                    * accept (or its first byte); else 408; default 10 */
+    double body_min_rate;          /* bytes/s a body must average after header_timeout_s
+                                    * of grace; else 408; default 4096 */
+    int max_connections;           /* open connections; past it 503; default 8192 (lowered
+                                    * to what RLIMIT_NOFILE allows) */
+    int max_connections_per_ip;    /* open connections from one address; 0 = no limit;
+                                    * default 1024 */
+    moe8_serve_line_fn on_log;     /* notes: limits reached (at most a line per limit per
+                                    * 10 s); NULL: on_access */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

@@ -7,6 +7,8 @@
 #ifndef MOE8_CLI_H
 #define MOE8_CLI_H
 
+#include <stdint.h>
+
 #include "moe8.h"
 
 int cmd_inspect(int argc, char **argv);
@@ -29,6 +31,9 @@ int cli_kv_type(const char *s, moe8_dtype *out);
 /* A whole string that is a decimal integer in [lo, hi] (no sign, blanks or
  * suffix) -> 0 and *out, else -1. */
 int cli_parse_int(const char *s, long lo, long hi, int *out);
+/* A byte count: a positive decimal integer with an optional K, M or G
+ * (binary) suffix -> 0 and *out, else -1. */
+int cli_parse_size(const char *s, uint64_t *out);
 /* Comma-separated such integers, at most cap of them: their count, or -1. */
 int cli_parse_list(const char *s, long lo, long hi, int *out, int cap);
 

@@ -55,21 +55,6 @@ static int progress(void *user, const char *stage, uint64_t done, uint64_t total
     return 0;
 }
 
-static int parse_size(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    uint64_t mul = 1;
-    if (!*s || s[0] == '-' || end == s) return -1;
-    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
-    else if (*end) return -1;
-    if (*end && end[1]) return -1;
-    if (v == 0 || v > UINT64_MAX / mul) return -1;
-    *out = v * mul;
-    return 0;
-}
-
 #define CALIB_MAX_BYTES ((size_t)64 << 20) /* --calib: 64 MiB */
 
 /* The whole calibration file, or NULL after a message saying why. Regular
@@ -124,7 +109,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
             p->down_proj_float = !strcmp(val, "float");
         else if (!strcmp(a, "--deq-dtype") && (!strcmp(val, "int64") || !strcmp(val, "float32")))
             p->deq_scale_f32 = !strcmp(val, "float32");
-        else if (!strcmp(a, "--shard-size") && !parse_size(val, &p->shard_bytes)) {
+        else if (!strcmp(a, "--shard-size") && !cli_parse_size(val, &p->shard_bytes)) {
         } else if (!strcmp(a, "-t")) {
             if (parse_int(val, 1, 4096, &p->n_threads)) {
                 fprintf(stderr, "moe8 quantize: -t '%s': expected an integer in [1, 4096]\n", val);

@@ -40,12 +40,24 @@ static void usage(FILE *f) {
         "  --max-batch-tokens N   most tokens per forward pass (default 2048)\n"
         "  --kv-mb N              KV cache budget in MiB (default: parallel x ctx-size)\n"
         "  --threads N            threads (default: OpenMP's)\n"
-        "  --api-key KEY          require 'Authorization: Bearer KEY' (or env MOE8_API_KEY);\n"
-        "                         /health stays open\n"
+        "  --api-key KEY          require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
+        "                         checked from the headers before any body byte; /health\n"
+        "                         stays open\n"
         "  --served-model-name N  the model's name in the API (default: the folder's name)\n"
         "  --max-queue N          waiting requests before 503 (default 256)\n"
         "  --no-prefix-cache      do not reuse the KV of shared prompt prefixes\n"
-        "  --timeout S            close connections idle, or sending a body, longer (default 30)\n"
+        "  --timeout S            close a kept-alive connection idle this long, and one whose\n"
+        "                         client stops reading its answer or sending its body (default 30)\n"
+        "  --header-timeout S     the request line and headers must arrive within S of the\n"
+        "                         connection (or of the request's first byte): else 408 (default 10)\n"
+        "  --body-min-rate B      bytes/s a body must average after --header-timeout of grace:\n"
+        "                         else 408 (default 4096; 0: no minimum)\n"
+        "  --max-body N[K|M|G]    largest request body: else 413 (default 4M)\n"
+        "  --max-buffered N[K|M|G]  bytes of unfinished request heads and bodies held at once:\n"
+        "                         past it new connections and bodies get 503 (default 256M)\n"
+        "  --max-connections N    open connections: past it 503 (default 8192, within ulimit -n)\n"
+        "  --max-connections-per-ip N  open connections from one address: past it 503\n"
+        "                         (default 1024; 0: no limit)\n"
         "  --tp N                 run as N ranks under mpirun -np N (rank 0 serves HTTP)\n"
         "  --comm-timeout S       with --tp: a rank silent this long in a collective ends the\n"
         "                         server, named (default 60; 0 waits forever)\n"
@@ -57,7 +69,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     const char *dir;
-    int tp, expert_parallel;
+    int tp, expert_parallel, key_from_env;
     int64_t kv_mb;
     double comm_timeout;
     moe8_serve_params sp;
@@ -97,6 +109,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->tp = 1;
     o->comm_timeout = 60;
     o->sp.api_key = getenv("MOE8_API_KEY");
+    o->key_from_env = o->sp.api_key != NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t x;
@@ -113,7 +126,7 @@ static int parse(int argc, char **argv, opts *o) {
             return 2;
         } else if (!strcmp(a, "-m")) o->dir = v;
         else if (!strcmp(a, "--host")) o->sp.host = v;
-        else if (!strcmp(a, "--api-key")) o->sp.api_key = v;
+        else if (!strcmp(a, "--api-key")) o->sp.api_key = v, o->key_from_env = 0;
         else if (!strcmp(a, "--served-model-name")) o->sp.served_model_name = v;
         else if (!strcmp(a, "--port")) rc = integer(a, v, 0, 65535, &x), o->sp.port = (int)x;
         else if (!strcmp(a, "--parallel")) rc = integer(a, v, 1, 4096, &x), o->sp.parallel = (int)x;
@@ -123,6 +136,21 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--threads")) rc = integer(a, v, 1, 4096, &x), o->sp.n_threads = (int)x;
         else if (!strcmp(a, "--max-queue")) rc = integer(a, v, 1, 1 << 20, &x), o->sp.max_queue = (int)x;
         else if (!strcmp(a, "--timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.timeout_s = d;
+        else if (!strcmp(a, "--header-timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.header_timeout_s = d;
+        else if (!strcmp(a, "--body-min-rate")) rc = num(a, v, 0, 1e12, &d), o->sp.body_min_rate = d;
+        else if (!strcmp(a, "--max-body") || !strcmp(a, "--max-buffered")) {
+            uint64_t b;
+            if (cli_parse_size(v, &b)) {
+                fprintf(stderr, "moe8 " CMD ": %s wants a byte count (N, or N with K, M or G), got '%s'\n",
+                        a, v);
+                return 2;
+            }
+            if (a[6] == 'b' && a[7] == 'o') o->sp.max_body = b;
+            else o->sp.max_buffered = b;
+        }
+        else if (!strcmp(a, "--max-connections")) rc = integer(a, v, 1, 1 << 24, &x), o->sp.max_connections = (int)x;
+        else if (!strcmp(a, "--max-connections-per-ip"))
+            rc = integer(a, v, 0, 1 << 24, &x), o->sp.max_connections_per_ip = (int)x;
         else if (!strcmp(a, "--tp")) rc = integer(a, v, 1, 4096, &x), o->tp = (int)x;
         else if (!strcmp(a, "--comm-timeout")) rc = num(a, v, 0, 86400, &o->comm_timeout);
         else {
@@ -134,6 +162,16 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
+        return 2;
+    }
+    if (o->sp.api_key && !o->sp.api_key[0]) {
+        fprintf(stderr, "moe8 " CMD ": %s is empty: give a key, or leave it out to serve without "
+                "authentication\n", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
+        return 2;
+    }
+    if (o->sp.max_buffered < o->sp.max_body) {
+        fprintf(stderr, "moe8 " CMD ": --max-buffered (%llu) must be at least --max-body (%llu)\n",
+                (unsigned long long)o->sp.max_buffered, (unsigned long long)o->sp.max_body);
         return 2;
     }
     if (o->expert_parallel && o->tp < 2) {
@@ -181,6 +219,7 @@ int cmd_serve(int argc, char **argv) {
     o.sp.dist = d;
     o.sp.on_ready = print_line;
     o.sp.on_access = print_line;
+    o.sp.on_log = print_line;
     rc = 1;
     if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);

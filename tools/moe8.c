@@ -48,6 +48,24 @@ int cli_parse_int(const char *s, long lo, long hi, int *out) {
     return 0;
 }
 
+int cli_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v;
+    uint64_t mul = 1;
+    if (*s < '0' || *s > '9') return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
+    else if (*end) return -1;
+    if (*end && end[1]) return -1;
+    if (v == 0 || v > UINT64_MAX / mul) return -1;
+    *out = v * mul;
+    return 0;
+}
+
 int cli_parse_list(const char *s, long lo, long hi, int *out, int cap) {
     int n = 0;
     while (n < cap) {

@@ -1,10 +1,9 @@
 /*
  * engine.c — the scheduler thread of moe8 serve: takes the jobs the HTTP
  * thread queued, adds them to the scheduler, steps it, and turns every
- * event into the job's output (openai.c), waking the connection that waits
- * for it. Also: cancels the jobs whose client left (reported by MHD, or
- * found by peeking at the sockets of waiting connections), keeps the
- * metrics, and on stop drains: no new requests, running ones finish within
+ * event into the job's output (openai.c), telling the connection that waits
+ * for it (http_notify). Also: cancels the jobs whose client left (http.c
+ * sets their cancel flag), keeps the metrics, and on stop drains: no new requests, running ones finish within
  * drain_s, then the rest are cancelled (streams get a final event).
  *
  * Under TP/EP (SEMANTICS §8, §10) rank 0 runs this loop and, before each of
@@ -25,7 +24,7 @@
 #include "dist/dist.h"
 #include "server/server.h"
 
-#define TICK_S 0.1 /* idle wake-up: disconnect peeks, heartbeats, the stop flag */
+#define TICK_S 0.1 /* idle wake-up: heartbeats, the stop flag */
 
 /* ---- the message rank 0 broadcasts each iteration --------------------------------- */
 
@@ -135,45 +134,16 @@ static void live_remove(srv *s, job *j) {
         }
 }
 
-/* j is done (under the lock): the engine's reference goes; returns the
- * connection to wake, or NULL. */
-static void *job_done(srv *s, job *j) {
-    void *wake = NULL;
+/* j is done (under the lock): its connection is told, the engine's
+ * reference goes. */
+static void job_done(srv *s, job *j) {
     j->done = 1;
-    if (j->suspended && j->conn) {
-        j->suspended = 0;
-        wake = j->conn;
-    }
+    http_notify(s, j);
     if (--j->refs == 0) job_free(j);
-    (void)s;
-    return wake;
-}
-
-/* Connections to wake once the lock is released. */
-typedef struct {
-    void **c;
-    int n, cap;
-} wake_list;
-
-static void wake_add(wake_list *w, void *conn) {
-    if (!conn) return;
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 64;
-        void **p = realloc(w->c, (size_t)cap * sizeof *p);
-        if (!p) return; /* it stays suspended until its next output or the stop */
-        w->c = p;
-        w->cap = cap;
-    }
-    w->c[w->n++] = conn;
-}
-
-static void wake_all(wake_list *w) {
-    for (int i = 0; i < w->n; i++) http_resume(w->c[i]);
-    w->n = 0;
 }
 
 /* New jobs from the HTTP thread into the scheduler; `msg` gets them. */
-static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
+static void intake(srv *s, sbuf *msg, int32_t *n_add) {
     job *list;
     pthread_mutex_lock(&s->lock);
     list = s->submit_head;
@@ -188,25 +158,19 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
         j->next = NULL;
         pthread_mutex_lock(&s->lock);
         if (j->cancel) { /* left before it started */
-            wake_add(w, job_done(s, j));
+            job_done(s, j);
             pthread_mutex_unlock(&s->lock);
             continue;
         }
         pthread_mutex_unlock(&s->lock);
         if (moe8_sched_add(s->sched, &j->rq, &id, &e) != MOE8_OK) {
+            /* openai.c validated what the scheduler checks: this is a bug or
+             * out of memory; a stream not started yet still gets the status */
             pthread_mutex_lock(&s->lock);
-            oa_error(&j->out, "invalid_request_error", NULL, NULL, "%s", e.message);
-            j->status = 400;
-            if (j->stream) {
-                sbuf body = {0};
-                sbuf_add(&body, j->out.p, j->out.n);
-                j->out.n = 0;
-                sbuf_str(&j->out, "data: ");
-                sbuf_add(&j->out, body.p, body.n);
-                sbuf_str(&j->out, "\n\ndata: [DONE]\n\n");
-                sbuf_free(&body);
-            }
-            wake_add(w, job_done(s, j));
+            oa_error(&j->out, e.code == MOE8_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                     NULL, NULL, "%s", e.message);
+            j->status = e.code == MOE8_ERR_NOMEM ? 500 : 400;
+            job_done(s, j);
             pthread_mutex_unlock(&s->lock);
             continue;
         }
@@ -215,6 +179,7 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
         pthread_mutex_lock(&s->lock);
         j->sched_id = id;
         j->started = 1;
+        if (j->stream) http_notify(s, j); /* its 200 and first chunk can go */
         if (s->n_live == s->cap_live) {
             int cap = s->cap_live ? 2 * s->cap_live : 64;
             job **p = realloc(s->live, (size_t)cap * sizeof *p);
@@ -230,11 +195,10 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add, wake_list *w) {
 }
 
 /* Cancel jobs whose client left (or all, at the drain deadline); `msg` gets the ids. */
-static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel, int peek) {
+static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->n_live; i++) {
         job *j = s->live[i];
-        if (peek && j->suspended && j->conn && http_peer_gone(j)) j->cancel = 1;
         if ((j->cancel || all) && j->started != 2) {
             j->started = 2; /* cancel sent */
             moe8_sched_cancel(s->sched, j->sched_id);
@@ -245,7 +209,7 @@ static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel, int peek) {
     pthread_mutex_unlock(&s->lock);
 }
 
-static void on_events(srv *s, const moe8_event *ev, int32_t n, wake_list *w) {
+static void on_events(srv *s, const moe8_event *ev, int32_t n) {
     const double t = moe8_now_s();
     pthread_mutex_lock(&s->lock);
     for (int32_t k = 0; k < n; k++) {
@@ -264,13 +228,10 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n, wake_list *w) {
                 s->m.success_length++;
             else s->m.success_abort++;
             live_remove(s, j);
-            wake_add(w, job_done(s, j));
+            job_done(s, j);
             continue;
         }
-        if (j->stream && j->suspended && j->conn && j->sent < j->out.n) {
-            j->suspended = 0;
-            wake_add(w, j->conn);
-        }
+        if (j->stream && j->sent < j->out.n) http_notify(s, j);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -299,9 +260,8 @@ static void idle_wait(srv *s) {
 }
 
 moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
-    wake_list w = {0};
     sbuf msg = {0};
-    double t_stop = 0, t_peek = 0;
+    double t_stop = 0;
     moe8_status st = MOE8_OK;
     for (;;) {
         msg_head h = {0, 0, 0, 0};
@@ -316,10 +276,8 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
             pthread_mutex_unlock(&s->lock);
             http_quiesce(s);
         }
-        intake(s, &msg, &h.n_add, &w);
-        cancels(s, t_stop && now - t_stop > s->p.drain_s, &msg, &h.n_cancel, now - t_peek > TICK_S);
-        if (now - t_peek > TICK_S) t_peek = now;
-        wake_all(&w);
+        intake(s, &msg, &h.n_add);
+        cancels(s, t_stop && now - t_stop > s->p.drain_s, &msg, &h.n_cancel);
         pthread_mutex_lock(&s->lock);
         drained = t_stop && s->n_live == 0 && !s->submit_head;
         pthread_mutex_unlock(&s->lock);
@@ -340,8 +298,7 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
             int32_t n;
             moe8_error e;
             st = moe8_sched_step(s->sched, &ev, &n, &e);
-            on_events(s, ev, n, &w);
-            wake_all(&w);
+            on_events(s, ev, n);
             update_gauges(s);
             if (st == MOE8_ERR_COMM) {
                 if (err) *err = e;
@@ -350,26 +307,27 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
             st = MOE8_OK;
         }
     }
-    free(w.c);
     sbuf_free(&msg);
     return st;
 }
 
+/* A job that never started: 503 for its client (under the lock). */
+static void abandon(srv *s, job *j) {
+    j->cancel = 1;
+    if (!j->started) {
+        oa_error(&j->out, "server_error", NULL, "shutting_down", "the server is shutting down");
+        j->status = 503;
+    }
+    job_done(s, j);
+}
+
 void engine_abandon(srv *s) {
-    wake_list w = {0};
     pthread_mutex_lock(&s->lock);
     for (job *j = s->submit_head, *n; j; j = n) {
         n = j->next;
-        j->cancel = 1;
-        wake_add(&w, job_done(s, j));
+        abandon(s, j);
     }
     s->submit_head = s->submit_tail = NULL;
-    while (s->n_live > 0) {
-        job *j = s->live[--s->n_live];
-        j->cancel = 1;
-        wake_add(&w, job_done(s, j));
-    }
+    while (s->n_live > 0) abandon(s, s->live[--s->n_live]);
     pthread_mutex_unlock(&s->lock);
-    wake_all(&w);
-    free(w.c);
 }

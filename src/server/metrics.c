@@ -49,7 +49,7 @@ void hist_observe(srv_hist *h, double v) {
 
 static void line(sbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(sbuf *out, const char *fmt, ...) {
-    char buf[512];
+    char buf[1024];
     va_list ap;
     int n;
     va_start(ap, fmt);
@@ -86,9 +86,23 @@ static void hist(sbuf *out, const char *name, const char *help, const char *mode
     line(out, "moe8:%s_count{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)h->total);
 }
 
-int metrics_render(const srv_metrics *m, const char *model, sbuf *out) {
+/* A label value in the text format: backslash, double quote and line feed
+ * escaped (\\, \", \n); everything else as it is. */
+static void label_escape(const char *v, char *out, size_t cap) {
+    size_t o = 0;
+    for (; *v && o + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"') out[o++] = '\\', out[o++] = *v;
+        else if (*v == '\n') out[o++] = '\\', out[o++] = 'n';
+        else out[o++] = *v;
+    }
+    out[o] = '\0';
+}
+
+int metrics_render(const srv_metrics *m, const char *model_name, sbuf *out) {
     static const char *const reason[3] = {"stop", "length", "abort"};
     const uint64_t n[3] = {m->success_stop, m->success_length, m->success_abort};
+    char model[600];
+    label_escape(model_name, model, sizeof model);
     out->n = 0;
     counter(out, "prompt_tokens_total", "Number of prefill tokens processed.", model, m->prompt_tokens);
     counter(out, "generation_tokens_total", "Number of generation tokens processed.", model,

@@ -34,6 +34,7 @@
 #include <cjson/cJSON.h>
 #include <utf8proc.h>
 
+#include "io/json_util.h"
 #include "server/server.h"
 
 #define T_INVALID "invalid_request_error"
@@ -127,22 +128,49 @@ static ptrdiff_t nul_escape(const char *s, size_t n) {
     return -1;
 }
 
-/* `bytes` with every invalid UTF-8 sequence replaced by U+FFFD. */
-static void utf8_clean(sbuf *out, const char *s, size_t n) {
+/* s[0..n) appended to b as a JSON string literal, or (json_text) added to o
+ * under `key`: every code point kept
+ * (NUL as \u0000, which a C string would cut), each invalid UTF-8 sequence
+ * replaced by U+FFFD, as vLLM decodes with errors="replace". */
+static void json_quote(sbuf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
     size_t i = 0;
-    out->n = 0;
-    sbuf_add(out, "", 0);
+    sbuf_reserve(b, b->n + n + n / 8 + 16);
+    sbuf_add(b, "\"", 1);
     while (i < n) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (k <= 0) {
-            sbuf_add(out, "\xEF\xBF\xBD", 3);
+        const unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            char esc[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
+            if (c == '"') sbuf_add(b, "\\\"", 2);
+            else if (c == '\\') sbuf_add(b, "\\\\", 2);
+            else if (c == '\n') sbuf_add(b, "\\n", 2);
+            else if (c == '\r') sbuf_add(b, "\\r", 2);
+            else if (c == '\t') sbuf_add(b, "\\t", 2);
+            else if (c < 0x20) sbuf_add(b, esc, 6);
+            else sbuf_add(b, (const char *)&c, 1);
             i++;
-        } else {
-            sbuf_add(out, s + i, (size_t)k);
-            i += (size_t)k;
+            continue;
+        }
+        {
+            utf8proc_int32_t cp;
+            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+            if (k <= 0) {
+                sbuf_add(b, "\xEF\xBF\xBD", 3);
+                i++;
+            } else {
+                sbuf_add(b, s + i, (size_t)k);
+                i += (size_t)k;
+            }
         }
     }
+    sbuf_add(b, "\"", 1);
+}
+
+static void json_text(cJSON *o, const char *key, const char *s, size_t n) {
+    sbuf b = {0};
+    json_quote(&b, s, n);
+    cJSON_AddRawToObject(o, key, b.p ? b.p : "\"\"");
+    sbuf_free(&b);
 }
 
 /* ---- field readers --------------------------------------------------------------- */
@@ -410,6 +438,17 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
     if (has) sp->min_p = (float)x;
     if ((rc = get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
     if (has) sp->seed = (uint64_t)(int64_t)x;
+    /* what the sampler checks, on the float values it gets (top_p 1e-300 is 0 as a float) */
+    if (!(sp->top_p > 0.0f))
+        return bad(err, "top_p", "'top_p' must be in (0, 1] as a 32-bit float, got %g", (double)sp->top_p);
+    {
+        moe8_error e;
+        if (moe8_sampler_params_check(sp, &e) != MOE8_OK)
+            return bad(err, strncmp(e.message, "temperature", 11) == 0 ? "temperature"
+                            : strncmp(e.message, "top_k", 5) == 0 ? "top_k"
+                            : strncmp(e.message, "min_p", 5) == 0 ? "min_p" : "top_p",
+                       "%s", e.message);
+    }
     return 0;
 }
 
@@ -478,10 +517,19 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
             has = 1;
         }
     }
-    if (has && x < 1)
-        return bad(err, j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens",
-                   "'max_tokens' must be at least 1, got %g", x);
+    {
+        const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
+        if (has && x < 1) return bad(err, field, "'%s' must be at least 1, got %g", field, x);
+    }
+    /* a prompt the KV cache cannot hold even alone */
+    if ((int64_t)j->n_prompt > s->kv_positions)
+        return bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt has %d tokens; the "
+                   "KV cache holds %lld positions in all (--kv-mb): shorten the prompt or start the "
+                   "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
+    /* chat's default: the rest of the context, within what the KV cache holds */
     max_tokens = has ? (int64_t)x : j->kind == JOB_CHAT ? (int64_t)s->n_ctx - j->n_prompt : 16;
+    if (!has && j->kind == JOB_CHAT && max_tokens > s->kv_positions + 1 - j->n_prompt)
+        max_tokens = s->kv_positions + 1 - j->n_prompt;
     if (!has && max_tokens < 1) /* chat's default (the rest of the context) is nothing */
         return bad(err, "messages", "this model's maximum context length is %d tokens; the request "
                    "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
@@ -491,33 +539,64 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
                    "this model's maximum context length is %d tokens; the request has %d prompt "
                    "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
                    j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
+    /* every position but the last token's lives in the KV cache: a request
+     * that cannot fit alone would end early; one that fits waits its turn */
+    if ((int64_t)j->n_prompt + max_tokens - 1 > s->kv_positions) {
+        const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
+        return bad(err, has ? field : j->kind == JOB_CHAT ? "messages" : "prompt",
+                   "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
+                   "tokens - 1), the KV cache holds %lld (--kv-mb): lower '%s' to at most %lld or "
+                   "start the server with a larger --kv-mb", (long long)j->n_prompt + max_tokens - 1,
+                   j->n_prompt, (long long)max_tokens, (long long)s->kv_positions, field,
+                   (long long)(s->kv_positions + 1 - j->n_prompt));
+    }
     j->rq.max_tokens = (int32_t)max_tokens;
     return 0;
 }
 
-int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err) {
-    cJSON *root = NULL;
-    job *j;
+/* The body as a JSON object, under the one input policy of every endpoint:
+ * valid UTF-8, no NUL, exactly one value with nothing but whitespace after
+ * it, no object anywhere holding a key twice (refused, naming the key:
+ * parsers disagree on which copy wins), nesting within cJSON's limit. */
+static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
+    cJSON *root;
     ptrdiff_t at;
+    moe8_error e;
+    *rc = 0;
+    if ((at = bad_utf8(body, n)) >= 0) {
+        *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        return NULL;
+    }
+    if ((at = nul_escape(body, n)) >= 0) {
+        *rc = bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
+                  "cannot contain NUL", at);
+        return NULL;
+    }
+    if (moe8_json_parse(body, n, "the body", &root, &e) != MOE8_OK) {
+        *rc = bad(err, NULL, "%s", e.message);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        *rc = bad(err, NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err) {
+    cJSON *root;
+    job *j;
     int rc;
     static uint64_t counter;
     *out = NULL;
-    if ((at = bad_utf8(body, n)) >= 0)
-        return bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
-    if ((at = nul_escape(body, n)) >= 0)
-        return bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
-                   "contain NUL", at);
-    if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return bad(err, NULL, "the body must be a JSON object");
-    }
+    if (!(root = parse_object(body, n, err, &rc))) return rc;
     if (!(j = calloc(1, sizeof *j))) {
         cJSON_Delete(root);
         return bad(err, NULL, "out of memory");
     }
     j->kind = kind;
     j->rq = moe8_request_default();
-    j->conn_fd = -1;
     if ((rc = parse_request(s, root, j, err))) {
         cJSON_Delete(root);
         job_free(j);
@@ -548,27 +627,6 @@ void job_free(job *j) {
 }
 
 /* ---- tokenize / detokenize / models ------------------------------------------------ */
-
-static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
-    cJSON *root;
-    ptrdiff_t at;
-    *rc = 0;
-    if ((at = bad_utf8(body, n)) >= 0) {
-        *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
-        return NULL;
-    }
-    if ((at = nul_escape(body, n)) >= 0) {
-        *rc = bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); text cannot "
-                  "contain NUL", at);
-        return NULL;
-    }
-    if (!(root = cJSON_ParseWithLength(body, n)) || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        *rc = bad(err, NULL, "the body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
 
 static void print_json(cJSON *root, sbuf *out) {
     char *txt = cJSON_PrintUnformatted(root);
@@ -631,7 +689,7 @@ int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
     }
     free(ids);
     res = cJSON_CreateObject();
-    cJSON_AddStringToObject(res, "prompt", text);
+    json_text(res, "prompt", text, need);
     free(text);
     print_json(res, out);
     return 0;
@@ -680,7 +738,8 @@ static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *
     }
     while (at < in.n) {
         const char *tag = j->think == 1 ? "</think>" : "<think>";
-        const char *rest = in.p + at, *hit = j->think == 2 ? NULL : strstr(rest, tag);
+        const char *rest = in.p + at,
+                   *hit = j->think == 2 ? NULL : memmem(rest, in.n - at, tag, strlen(tag));
         sbuf *dst = j->think == 1 ? reason : content;
         size_t len = in.n - at, keep;
         if (hit) {
@@ -702,16 +761,13 @@ static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *
 static cJSON *token_entry(srv *s, int32_t tok, float lp, int chat) {
     size_t nb = 0;
     const char *b = moe8_tokenizer_token_bytes(s->tok, tok, &nb, NULL);
-    sbuf clean = {0};
     cJSON *e = cJSON_CreateObject();
-    utf8_clean(&clean, b ? b : "", b ? nb : 0);
-    cJSON_AddStringToObject(e, "token", clean.p);
+    json_text(e, "token", b ? b : "", b ? nb : 0);
     cJSON_AddNumberToObject(e, "logprob", lp);
     if (chat) {
         cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
         for (size_t i = 0; i < nb; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)b[i]));
     }
-    sbuf_free(&clean);
     return e;
 }
 
@@ -726,16 +782,39 @@ static void add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
         cJSON_AddItemToArray(content, ent);
         return;
     }
-    cJSON *ent = token_entry(s, e->token, e->logprob, 0), *top = cJSON_CreateObject();
+    /* {token text: log-prob} of the alternatives, the first of equal texts kept;
+     * written as JSON text, as the keys may hold NUL */
+    cJSON *ent = token_entry(s, e->token, e->logprob, 0);
+    sbuf top = {0}, key = {0};
+    size_t keys[MOE8_MAX_LOGPROBS + 1][2];
+    int n_keys = 0;
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(ent, "token"), 1));
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(e->logprob));
-    for (int32_t k = 0; k < e->n_top; k++) {
-        cJSON *alt = token_entry(s, e->top[k].token, 0, 0);
-        const char *key = cJSON_GetObjectItem(alt, "token")->valuestring;
-        if (!cJSON_GetObjectItemCaseSensitive(top, key)) cJSON_AddNumberToObject(top, key, e->top[k].logprob);
-        cJSON_Delete(alt);
+    sbuf_add(&top, "{", 1);
+    for (int32_t k = 0; k < e->n_top && k <= MOE8_MAX_LOGPROBS; k++) {
+        size_t nb = 0, at = key.n;
+        const char *b = moe8_tokenizer_token_bytes(s->tok, e->top[k].token, &nb, NULL);
+        int seen = 0;
+        json_quote(&key, b ? b : "", b ? nb : 0);
+        for (int q = 0; q < n_keys && !seen; q++)
+            seen = keys[q][1] == key.n - at && !memcmp(key.p + keys[q][0], key.p + at, key.n - at);
+        if (seen) continue;
+        keys[n_keys][0] = at, keys[n_keys][1] = key.n - at, n_keys++;
+        {
+            cJSON *num = cJSON_CreateNumber(e->top[k].logprob);
+            char *txt = cJSON_PrintUnformatted(num);
+            if (n_keys > 1) sbuf_add(&top, ",", 1);
+            sbuf_add(&top, key.p + at, key.n - at);
+            sbuf_add(&top, ":", 1);
+            sbuf_str(&top, txt ? txt : "0");
+            free(txt);
+            cJSON_Delete(num);
+        }
     }
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+    sbuf_add(&top, "}", 1);
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), cJSON_CreateRaw(top.p));
+    sbuf_free(&top);
+    sbuf_free(&key);
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(j->n_offset));
     cJSON_Delete(ent);
 }
@@ -792,22 +871,10 @@ static void stream_chunk(srv *s, job *j, const char *content, size_t nc, const c
     cJSON_AddNumberToObject(c, "index", 0);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        sbuf t = {0};
-        if (nr) {
-            sbuf_add(&t, reason, nr);
-            cJSON_AddStringToObject(d, "reasoning_content", t.p);
-            t.n = 0;
-        }
-        if (nc || (!nr && !finish)) {
-            sbuf_add(&t, content ? content : "", nc);
-            cJSON_AddStringToObject(d, "content", t.p ? t.p : "");
-        }
-        sbuf_free(&t);
+        if (nr) json_text(d, "reasoning_content", reason, nr);
+        if (nc || (!nr && !finish)) json_text(d, "content", content ? content : "", nc);
     } else {
-        sbuf t = {0};
-        sbuf_add(&t, content ? content : "", nc);
-        cJSON_AddStringToObject(c, "text", t.p);
-        sbuf_free(&t);
+        json_text(c, "text", content ? content : "", nc);
     }
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
@@ -879,11 +946,11 @@ static void whole_response(srv *s, job *j, const char *finish) {
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", j->text.p ? j->text.p : "");
-        if (j->reasoning.n) cJSON_AddStringToObject(m, "reasoning_content", j->reasoning.p);
+        json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
+        if (j->reasoning.n) json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
         else cJSON_AddNullToObject(m, "reasoning_content");
     } else {
-        cJSON_AddStringToObject(c, "text", j->text.p ? j->text.p : "");
+        json_text(c, "text", j->text.p ? j->text.p : "", j->text.n);
     }
     if (j->lp_json) {
         cJSON_AddItemToObject(c, "logprobs", j->lp_json);
@@ -908,6 +975,8 @@ static void whole_response(srv *s, job *j, const char *finish) {
 void oa_on_finish(srv *s, job *j, const moe8_event *e) {
     const char *finish = finish_name(e->finish);
     j->n_cached = e->n_cached;
+    if (e->finish == MOE8_FINISH_CONTEXT) /* "length" for the client, the reason for the log */
+        j->finish_note = "finish_reason=length: the context or the KV cache is full";
     if (e->finish == MOE8_FINISH_ERROR) {
         sbuf body = {0};
         oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",

@@ -27,6 +27,12 @@ moe8_serve_params moe8_serve_params_default(void) {
     p.prefix_cache = 1;
     p.timeout_s = 30;
     p.drain_s = 5;
+    p.max_body = 4u << 20;
+    p.max_buffered = 256u << 20;
+    p.header_timeout_s = 10;
+    p.body_min_rate = 4096;
+    p.max_connections = 8192;
+    p.max_connections_per_ip = 1024;
     return p;
 }
 
@@ -84,6 +90,19 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "max_batch_tokens (%d) and max_queue (%d) "
                          "must be >= 1, timeout > 0, drain >= 0", p->max_batch_tokens, p->max_queue);
     if (!p->host) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "no host to listen on");
+    if (p->api_key && !p->api_key[0])
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "api_key is empty: give a key, or none "
+                         "for no authentication");
+    if (p->max_body < 1 || p->max_buffered < p->max_body)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "max_body (%llu) must be >= 1 and "
+                         "max_buffered (%llu) >= max_body", (unsigned long long)p->max_body,
+                         (unsigned long long)p->max_buffered);
+    if (!(p->header_timeout_s > 0) || !(p->body_min_rate >= 0) || p->max_connections < 1 ||
+        p->max_connections_per_ip < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "header_timeout (%g) must be > 0, "
+                         "body_min_rate (%g) >= 0, max_connections (%d) >= 1, "
+                         "max_connections_per_ip (%d) >= 0", p->header_timeout_s, p->body_min_rate,
+                         p->max_connections, p->max_connections_per_ip);
     return MOE8_OK;
 }
 
@@ -122,6 +141,11 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         sp.tok = tok;
         st = moe8_sched_create(s->ctx, &sp, &s->sched, err);
     }
+    if (!st) {
+        moe8_sched_stats ss;
+        moe8_sched_get_stats(s->sched, &ss);
+        s->kv_positions = (int64_t)ss.kv.n_blocks * ss.kv.block_tokens;
+    }
     if (!st && rank0) st = http_start(s, err);
     if (moe8_dist_size(params->dist) > 1) st = moe8_dist_agree(params->dist, st, err);
     if (!st && rank0) {
@@ -129,7 +153,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         snprintf(line, sizeof line, "listening on http://%s:%d", params->host, s->port);
         if (params->on_ready) params->on_ready(params->user, line);
         st = engine_run(s, stop, err);
-        engine_abandon(s);         /* nothing is left suspended: the daemon can close it all */
+        engine_abandon(s);         /* every job ended: its connection can finish */
         http_wait_idle(s, 2.0);    /* last bytes of finished answers */
     } else if (!st) {
         st = engine_follow(s, err);

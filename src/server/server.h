@@ -1,19 +1,24 @@
 /*
  * server.h — internal: `moe8 serve`, an OpenAI-compatible HTTP front end on
- * the scheduler (libmoe8_server: links libmicrohttpd; libmoe8 never does).
+ * the scheduler (libmoe8_server: sockets and threads; libmoe8 never serves).
  *
- *   http.c     libmicrohttpd daemon (one epoll thread), routing, bodies,
- *              auth, errors, suspend/resume, SSE, disconnects, access log
+ *   http.c     the HTTP/1.1 server: one epoll thread for every socket
+ *              (limits, timeouts, auth, routing, bodies, SSE, disconnects,
+ *              access log) and a small pool of workers for CPU work
+ *   http_parse.c  strict request framing (RFC 9112), pure functions
  *   openai.c   OpenAI JSON: requests -> jobs (validated), events -> chunks
  *              and responses, <think> split, log-probs, tokenize endpoints
  *   engine.c   the scheduler thread: jobs -> moe8_sched, events -> jobs,
  *              under TP every step's adds and cancels broadcast by rank 0
  *   metrics.c  Prometheus counters, gauges and histograms (vLLM's names)
  *
- * Threads: the HTTP thread parses and validates a request into a job and
- * queues it; the engine thread (the caller of moe8_serve, which also does
- * all MPI) owns the scheduler and writes each job's output. One mutex (the
- * server's `lock`) guards every job's shared fields and the queues.
+ * Threads: the HTTP thread reads and frames requests and writes answers,
+ * never blocking and never doing CPU work of a request's size; a worker
+ * parses, validates, tokenizes and renders a request into a job; the engine
+ * thread (the caller of moe8_serve, which also does all MPI) owns the
+ * scheduler and writes each job's output, then tells the HTTP thread
+ * (http_notify). One mutex (the server's `lock`) guards every job's shared
+ * fields and the queues.
  * Nothing below sched/ knows HTTP exists.
  */
 #ifndef MOE8_SERVER_H
@@ -25,7 +30,6 @@
 
 #include "moe8.h"
 
-#define SRV_MAX_BODY (4u << 20) /* request bodies above this: 413 */
 
 /* ---- growing byte buffer --------------------------------------------------- */
 
@@ -87,11 +91,13 @@ typedef struct job {
     int64_t sched_id;
     sbuf out;                   /* bytes for the client: SSE events, or the final body */
     size_t sent;
-    int status;                 /* HTTP status of a non-stream response */
-    void *conn;                 /* struct MHD_Connection *, NULL once it completed */
-    int conn_fd;
-    int suspended;              /* the connection waits for output */
+    int status;                 /* HTTP status of a non-stream response, or of a stream
+                                 * refused before it started */
+    void *conn;                 /* http.c's connection, NULL once it is gone */
+    int notified;               /* on the HTTP thread's ready list */
     struct job *next;           /* engine's submit queue */
+    struct job *ready_next;     /* the HTTP thread's ready list */
+    const char *finish_note;    /* why it ended, for the access log (NULL: nothing to add) */
     /* engine thread only */
     sbuf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
     int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think>, 3 inside
@@ -110,6 +116,7 @@ typedef struct srv {
     moe8_context *ctx;
     moe8_sched *sched;
     int32_t n_ctx, n_vocab;
+    int64_t kv_positions;       /* the KV pool's positions (blocks x block tokens) */
     char model_name[256];
     moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
     pthread_mutex_t lock;
@@ -121,7 +128,8 @@ typedef struct srv {
     job **live;                 /* engine: jobs added to the scheduler */
     int n_live, cap_live;
     srv_metrics m;
-    void *daemon;               /* struct MHD_Daemon * */
+    void *http;                 /* http.c's state */
+    job *ready_head;            /* jobs with news for their connection (http_notify) */
     int port;
 } srv;
 
@@ -149,14 +157,14 @@ void engine_abandon(srv *s);
 
 /* http.c */
 moe8_status http_start(srv *s, moe8_error *err);
+/* Stop accepting: the listening socket is closed (new connections refused). */
 void http_quiesce(srv *s);
 /* Wait until no connection is open, at most `seconds`. */
 void http_wait_idle(srv *s, double seconds);
 void http_stop(srv *s);
-/* Wake a connection that waits for j's output (call without the lock). */
-void http_resume(void *conn);
-/* Connections waiting on output whose client has gone: 1 if j's is gone. */
-int http_peer_gone(const job *j);
+/* j has output, started or ended: its connection is told (call under the
+ * lock; never blocks). */
+void http_notify(srv *s, job *j);
 
 
 #endif
