@@ -6,6 +6,7 @@
  * is routed, so the connection is closed instead of read on.
  */
 #include <string.h>
+#include <strings.h>
 
 #include "server/http_parse.h"
 
@@ -39,12 +40,16 @@ static int ieq(const char *a, size_t n, const char *b) {
 
 long http_head_scan(const char *buf, size_t n, size_t *pos, size_t *skip, const char **why) {
     size_t i = *pos, line_start;
-    /* empty lines before the request line (RFC 9112 §2.2) */
-    if (i == 0) {
-        size_t k = 0;
+    /* empty lines before the request line (RFC 9112 §2.2), a few */
+    if (i == *skip) {
+        size_t k = *skip;
         while (k + 1 < n && buf[k] == '\r' && buf[k + 1] == '\n') k += 2;
+        if (k > HTTP_MAX_EMPTY_LINES * 2) {
+            *why = "too many empty lines before the request line";
+            return -400;
+        }
+        *skip = *pos = k;
         if (k + 1 == n && buf[k] == '\r') return 0;
-        *skip = k;
         i = k;
     }
     line_start = i;
@@ -140,15 +145,29 @@ static int parse_request_line(const char *p, size_t n, http_head *h, const char 
         }
         h->minor = v[7] - '0';
     }
-    if (h->target[0] != '/' && !(h->target_len == 1 && h->target[0] == '*')) {
+    h->path = h->target;
+    h->path_len = h->target_len;
+    /* absolute-form (RFC 9112 §3.2.2), which a server must accept: its path */
+    for (int k = 0; k < 2; k++) {
+        const char *scheme = k ? "https://" : "http://";
+        const size_t sn = strlen(scheme);
+        if (h->target_len > sn && !strncasecmp(h->target, scheme, sn)) {
+            const char *slash = memchr(h->target + sn, '/', h->target_len - sn);
+            if (!slash) {
+                *why = "an absolute request target must have a path ('http://host/...')";
+                return 400;
+            }
+            h->path = slash;
+            h->path_len = (size_t)(h->target + h->target_len - slash);
+        }
+    }
+    if (h->path[0] != '/' && !(h->target_len == 1 && h->target[0] == '*')) {
         *why = "the request target must be a path starting with '/'";
         return 400;
     }
-    h->path = h->target;
-    h->path_len = h->target_len;
     {
-        const char *q = memchr(h->target, '?', h->target_len);
-        if (q) h->path_len = (size_t)(q - h->target);
+        const char *q = memchr(h->path, '?', h->path_len);
+        if (q) h->path_len = (size_t)(q - h->path);
     }
     return 0;
 bad:

@@ -20,6 +20,7 @@
 #define HTTP_MAX_LINE (8u << 10)  /* request line: 414 beyond */
 #define HTTP_MAX_HEAD (32u << 10) /* request line + headers: 431 beyond */
 #define HTTP_MAX_HEADERS 100      /* header lines: 431 beyond */
+#define HTTP_MAX_EMPTY_LINES 8    /* CRLFs skipped before a request line: 400 beyond */
 
 /* What a request head says. Pointers point into the bytes parsed. */
 typedef struct {
@@ -35,8 +36,9 @@ typedef struct {
 } http_head;
 
 /* Scan buf[*pos..n) for the end of a head; *pos is where scanning resumes
- * (start it at 0 for each request). Empty lines before the request line are
- * skipped (*skip gets how many bytes they took). Returns the head's length
+ * (start *pos and *skip at 0 for each request and keep them between calls).
+ * Up to 8 empty lines before the request line are skipped (*skip: the bytes
+ * they took). Returns the head's length
  * (from buf, through its empty line) when complete, 0 when more bytes are
  * needed, or a negative HTTP status (-400 bare LF or CR, -414 request line
  * too long, -431 head too long) with *why set. */
