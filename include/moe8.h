@@ -727,6 +727,21 @@ typedef struct {
     int32_t n_prompt_logits;        /* the logits of the last n_prompt_logits prompt positions
                                      * come as MOE8_EVENT_PROMPT_LOGITS events, each once, in
                                      * position order (0: none; perplexity, scoring) */
+    /* Logits processors, applied in this order to a copy of the logits before
+     * each draw (log-probs and events' logits stay the model's raw ones): */
+    const int32_t *bias_ids;        /* [n_bias] logit_bias: bias[i] added to the logit of
+                                     * bias_ids[i] (copied; -100 all but bans a token) */
+    const float *bias;
+    int32_t n_bias;
+    int32_t min_tokens;             /* the eos and stop ids are banned until this many tokens
+                                     * were generated (<= max_tokens) */
+    float repetition_penalty;       /* vLLM's: each token of the prompt or the output gets
+                                     * logit / p when the logit is > 0, logit * p otherwise;
+                                     * 1 = off (default), > 0 */
+    float frequency_penalty;        /* OpenAI's: minus this times the token's count in the
+                                     * output; 0 = off */
+    float presence_penalty;         /* OpenAI's: minus this for each token the output holds;
+                                     * 0 = off */
 } moe8_request;
 moe8_request moe8_request_default(void);
 
@@ -1410,6 +1425,18 @@ moe8_status moe8_chat_template_render(const moe8_chat_template *tmpl,
                                       int add_generation_prompt, const char *kwargs_json,
                                       char *out, size_t cap, size_t *n_out, moe8_error *err);
 
+/* Render a conversation given as JSON, as OpenAI clients send it and vLLM
+ * passes it to apply_chat_template: messages_json an array of message
+ * objects (role, content a string or null, tool_calls with
+ * function.arguments an object, tool_call_id, name, reasoning_content, ...),
+ * tools_json an array of tool objects or NULL (None), documents_json
+ * likewise. Same output contract as moe8_chat_template_render (an empty
+ * rendering is allowed). */
+moe8_status moe8_chat_template_render_json(const moe8_chat_template *tmpl, const char *messages_json,
+                                           const char *tools_json, const char *documents_json,
+                                           int add_generation_prompt, const char *kwargs_json,
+                                           char *out, size_t cap, size_t *n_out, moe8_error *err);
+
 /* The tokenizer's own template: chat_template.jinja in its folder, else
  * tokenizer_config.json's chat_template (a string, or Hugging Face's list of
  * {name, template}: the one named "default"), with its bos/eos/pad/unk
@@ -1426,6 +1453,12 @@ moe8_status moe8_tokenizer_chat_template(const moe8_tokenizer *tok,
 moe8_status moe8_chat_apply(const moe8_tokenizer *tok, const moe8_chat_message *msgs,
                             size_t n_msgs, int add_generation_prompt, const char *kwargs_json,
                             char *out, size_t cap, size_t *n_out, moe8_error *err);
+
+/* moe8_chat_template_render_json with the tokenizer's own template. */
+moe8_status moe8_chat_apply_json(const moe8_tokenizer *tok, const char *messages_json,
+                                 const char *tools_json, const char *documents_json,
+                                 int add_generation_prompt, const char *kwargs_json, char *out,
+                                 size_t cap, size_t *n_out, moe8_error *err);
 
 /* Source text of a template moe8 carries for families whose tokenizer files
  * ship none: "mixtral-instruct" (Mixtral-8x7B-Instruct-v0.1's). NULL for

@@ -236,6 +236,8 @@ void rq_free(rq *r) {
     free(r->stop);
     free(r->stop_ids);
     free(r->tok);
+    free(r->bias_ids);
+    free(r->bias);
     free(r->held);
     moe8_detok_free(r->detok);
     free(r);

@@ -64,6 +64,7 @@ struct moe8_sched {
     int32_t *b_first;           /* [max_running] batch index of its chunk's first token */
     int32_t max_rows, n_rows;   /* logits rows per step (n_outputs), used by this batch */
     int32_t *sampled;           /* [max_running] */
+    logits_scratch lp;          /* processed logits of one draw (logits.c) */
     int32_t n_b, n_brq;
     int32_t *match;             /* [max_blocks] prefix-cache hits */
     ev_buf ev;
@@ -83,6 +84,7 @@ moe8_request moe8_request_default(void) {
     r.sampling = moe8_sampler_defaults();
     r.max_tokens = 16;
     r.logprobs = -1;
+    r.repetition_penalty = 1.0f;
     return r;
 }
 
@@ -175,6 +177,7 @@ void moe8_sched_free(moe8_sched *s) {
         rq_free(s->run[i]);
     }
     moe8_sampler_free(s->smp);
+    logits_scratch_free(&s->lp);
     ev_free(&s->ev);
     free(s->eos);
     free(s->run);
@@ -233,7 +236,7 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: stop string %d is empty", i);
-    return MOE8_OK;
+    return check_processors(r, s->n_vocab, err);
 }
 
 static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
@@ -265,6 +268,10 @@ static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
     r->ignore_eos = q->ignore_eos;
     r->plog_from = r->plog_done = q->n_prompt - q->n_prompt_logits;
     if (!q->n_prompt_logits) r->plog_from = r->plog_done = q->n_prompt;
+    if (rq_processors_copy(r, q)) {
+        rq_free(r);
+        return NULL;
+    }
     r->user = q->user;
     r->seq = -1;
     r->ttft = -1;
@@ -528,10 +535,12 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
     int32_t k = 0;
     for (int32_t j = 0; j < s->n_brq; j++) {
         rq *r = s->b_rq[j];
+        const float *logits;
         if (s->b_row[j] < 0 || r->n_gen >= r->max_tokens) continue;
-        s->sampled[k++] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng,
-                                                    moe8_context_logits(s->ctx, s->b_row[j]))
-                                : 0;
+        logits = moe8_context_logits(s->ctx, s->b_row[j]);
+        if (rank0 && rq_has_processors(r)) /* a copy, processed: the raw logits stay for log-probs */
+            logits = rq_process_logits(r, logits, s->n_vocab, s->eos, s->n_eos, &s->lp);
+        s->sampled[k++] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
     }
     if (s->model->shard.size > 1 && k > 0)
         return moe8_dist_bcast_tokens(s->model->params.dist, s->sampled, k, NULL, err);

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -94,8 +95,7 @@ void oa_error(sbuf *out, const char *type, const char *param, const char *code, 
     cJSON_Delete(root);
 }
 
-static int bad(sbuf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(sbuf *err, const char *param, const char *fmt, ...) {
+int oa_bad(sbuf *err, const char *param, const char *fmt, ...) {
     char msg[900];
     va_list ap;
     va_start(ap, fmt);
@@ -175,35 +175,35 @@ static void json_text(cJSON *o, const char *key, const char *s, size_t n) {
 
 /* ---- field readers --------------------------------------------------------------- */
 
-static const char *type_name(const cJSON *v) {
+const char *oa_type_name(const cJSON *v) {
     return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
            : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
 }
 
 /* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
-static int get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
+int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
                    double *out, int *present, sbuf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     double x;
     if (present) *present = 0;
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v))
-        return bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
-                   type_name(v));
+        return oa_bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
+                   oa_type_name(v));
     x = v->valuedouble;
     if (!isfinite(x) || (integer && x != floor(x)))
-        return bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
+        return oa_bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
     if (x < lo || x > hi || (lo_open && x == lo))
-        return bad(err, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
+        return oa_bad(err, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
     *out = x;
     if (present) *present = 1;
     return 0;
 }
 
-static int get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
+int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return bad(err, key, "'%s' must be a boolean, got %s", key, type_name(v));
+    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, oa_type_name(v));
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -217,13 +217,13 @@ static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, 
     const int bos = with_bos && moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
     moe8_error e;
     if (moe8_tokenize(s->tok, text, len, NULL, 0, &need, &e) != MOE8_OK && need == 0 && len > 0)
-        return bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
-    if (!(*ids = malloc((need + 1) * sizeof **ids))) return bad(err, param, "out of memory");
+        return oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+    if (!(*ids = malloc((need + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
     if (bos) (*ids)[0] = moe8_tokenizer_bos_id(s->tok);
     if (moe8_tokenize(s->tok, text, len, *ids + bos, need, &need, &e) != MOE8_OK) {
         free(*ids);
         *ids = NULL;
-        return bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+        return oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
     }
     *n = (int32_t)need + bos;
     return 0;
@@ -233,13 +233,13 @@ static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, con
                           sbuf *err) {
     int k = 0, count = cJSON_GetArraySize(a);
     const cJSON *v;
-    if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return bad(err, param, "out of memory");
+    if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
     cJSON_ArrayForEach(v, a) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= s->n_vocab) {
             free(*ids);
             *ids = NULL;
-            return bad(err, param, "'%s'[%d] must be a token id in [0, %d)", param, k, s->n_vocab);
+            return oa_bad(err, param, "'%s'[%d] must be a token id in [0, %d)", param, k, s->n_vocab);
         }
         (*ids)[k++] = (int32_t)v->valuedouble;
     }
@@ -253,16 +253,16 @@ static int content_text(const cJSON *c, int i, sbuf *out, sbuf *err) {
     int k = 0;
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
-    if (cJSON_IsString(c)) return sbuf_str(out, c->valuestring) ? bad(err, param, "out of memory") : 0;
+    if (cJSON_IsString(c)) return sbuf_str(out, c->valuestring) ? oa_bad(err, param, "out of memory") : 0;
     if (!cJSON_IsArray(c))
-        return bad(err, param, "'%s' must be a string or an array of text parts, got %s", param,
-                   type_name(c));
+        return oa_bad(err, param, "'%s' must be a string or an array of text parts, got %s", param,
+                   oa_type_name(c));
     cJSON_ArrayForEach(part, c) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type"),
                     *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsObject(part) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "text") ||
             !cJSON_IsString(tx))
-            return bad(err, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": string} (only "
+            return oa_bad(err, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": string} (only "
                        "text parts are supported)", param, k);
         sbuf_str(out, tx->valuestring);
         k++;
@@ -289,16 +289,16 @@ static int render_chat(srv *s, const moe8_chat_message *cm, int count, int gen_p
         if (need < cap) break;
         cap = need + 1;
     }
-    if (st == MOE8_ERR_NOMEM) return bad(err, "messages", "out of memory");
+    if (st == MOE8_ERR_NOMEM) return oa_bad(err, "messages", "out of memory");
     if (st == MOE8_ERR_NOT_FOUND)
-        return bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
+        return oa_bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
                    "no chat_template); send a formatted prompt to /v1/completions");
     if (st == MOE8_ERR_INVALID_ARG) /* the template refused this conversation, or bad kwargs */
-        return bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
+        return oa_bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
                    e.message);
     /* one moe8 cannot use: the message starts with the file's path, which clients need not see */
     where = strstr(e.message, "chat template");
-    return bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
+    return oa_bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
 }
 
 /* messages -> the chat prompt (the model's chat template). */
@@ -319,15 +319,15 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
     moe8_chat_message *cm;
     sbuf *texts;
     char *out = NULL, *kwargs = NULL;
-    if (!msgs) return bad(err, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return bad(err, "messages", "'messages' must be an array, got %s", type_name(msgs));
-    if ((count = cJSON_GetArraySize(msgs)) == 0) return bad(err, "messages", "'messages' must not be empty");
+    if (!msgs) return oa_bad(err, "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
+    if ((count = cJSON_GetArraySize(msgs)) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
     if (kw && !cJSON_IsNull(kw)) {
         if (!cJSON_IsObject(kw))
-            return bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
-                       type_name(kw));
-        if ((rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
-        if (!(kwargs = cJSON_PrintUnformatted(kw))) return bad(err, "chat_template_kwargs", "out of memory");
+            return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
+                       oa_type_name(kw));
+        if ((rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+        if (!(kwargs = cJSON_PrintUnformatted(kw))) return oa_bad(err, "chat_template_kwargs", "out of memory");
     }
     cm = calloc((size_t)count, sizeof *cm);
     texts = calloc((size_t)count, sizeof *texts);
@@ -335,7 +335,7 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
         free(cm);
         free(texts);
         cJSON_free(kwargs);
-        return bad(err, "messages", "out of memory");
+        return oa_bad(err, "messages", "out of memory");
     }
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
@@ -343,7 +343,7 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
         char param[48];
         snprintf(param, sizeof param, "messages[%d].role", i);
         if (!cJSON_IsObject(m)) {
-            rc = bad(err, "messages", "'messages'[%d] must be an object, got %s", i, type_name(m));
+            rc = oa_bad(err, "messages", "'messages'[%d] must be an object, got %s", i, oa_type_name(m));
             break;
         }
         if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") &&
@@ -351,13 +351,13 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
                                       strcmp(role->valuestring, "user") &&
                                       strcmp(role->valuestring, "assistant") &&
                                       strcmp(role->valuestring, "tool"))) {
-            rc = bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", "
+            rc = oa_bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", "
                      "\"assistant\" or \"tool\"", param);
             break;
         }
         if (!content || cJSON_IsNull(content)) {
             snprintf(param, sizeof param, "messages[%d].content", i);
-            rc = bad(err, param, "'%s' is required", param);
+            rc = oa_bad(err, param, "'%s' is required", param);
             break;
         }
         if ((rc = content_text(content, i, &texts[i], err))) break;
@@ -380,23 +380,23 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
 
 static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, sbuf *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!p || cJSON_IsNull(p)) return bad(err, "prompt", "'prompt' is required");
+    if (!p || cJSON_IsNull(p)) return oa_bad(err, "prompt", "'prompt' is required");
     if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, 1, ids, n, "prompt", err);
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0) {
         const cJSON *first = cJSON_GetArrayItem(p, 0);
         if (cJSON_IsString(first)) {
             if (cJSON_GetArraySize(p) > 1)
-                return bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
+                return oa_bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
                            "supported", cJSON_GetArraySize(p));
             return tokenize_text(s, first->valuestring, 1, ids, n, "prompt", err);
         }
         if (cJSON_IsArray(first))
-            return bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
+            return oa_bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
                        "not supported; send one prompt per request");
         return ids_from_array(s, p, ids, n, "prompt", err);
     }
-    return bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
-               cJSON_IsArray(p) ? "an empty array" : type_name(p));
+    return oa_bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
+               cJSON_IsArray(p) ? "an empty array" : oa_type_name(p));
 }
 
 /* ---- requests ----------------------------------------------------------------------- */
@@ -406,21 +406,32 @@ static int parse_stop(const cJSON *root, job *j, sbuf *err) {
     int k = 0;
     if (!st || cJSON_IsNull(st)) return 0;
     if (cJSON_IsString(st)) {
-        if (!st->valuestring[0]) return bad(err, "stop", "'stop' must not be an empty string");
+        if (!st->valuestring[0]) return oa_bad(err, "stop", "'stop' must not be an empty string");
         j->stop_store[0] = strdup(st->valuestring);
         j->rq.n_stop = 1;
         return 0;
     }
-    if (!cJSON_IsArray(st)) return bad(err, "stop", "'stop' must be a string or an array of strings, got %s", type_name(st));
+    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", oa_type_name(st));
     if (cJSON_GetArraySize(st) > MOE8_MAX_STOP_STRINGS)
-        return bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
+        return oa_bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
     cJSON_ArrayForEach(v, st) {
         if (!cJSON_IsString(v) || !v->valuestring[0])
-            return bad(err, "stop", "'stop'[%d] must be a non-empty string", k);
+            return oa_bad(err, "stop", "'stop'[%d] must be a non-empty string", k);
         j->stop_store[k++] = strdup(v->valuestring);
     }
     j->rq.n_stop = k;
     return 0;
+}
+
+/* A seed nobody chose: from the kernel's generator (the clock if that fails). */
+static uint64_t fresh_seed(void) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+    }
+    return v;
 }
 
 static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
@@ -428,23 +439,24 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
     double x;
     int rc, has;
     *sp = s->defaults;
-    if ((rc = get_num(root, "temperature", 0, 1e6, 0, 0, &x, &has, err))) return rc;
+    if ((rc = oa_get_num(root, "temperature", 0, 1e6, 0, 0, &x, &has, err))) return rc;
     if (has) sp->temperature = (float)x;
-    if ((rc = get_num(root, "top_p", 0, 1, 1, 0, &x, &has, err))) return rc;
+    if ((rc = oa_get_num(root, "top_p", 0, 1, 1, 0, &x, &has, err))) return rc;
     if (has) sp->top_p = (float)x;
-    if ((rc = get_num(root, "top_k", -1, 1e9, 0, 1, &x, &has, err))) return rc;
+    if ((rc = oa_get_num(root, "top_k", -1, 1e9, 0, 1, &x, &has, err))) return rc;
     if (has) sp->top_k = x < 0 ? 0 : (int)x; /* -1: off, as vLLM */
-    if ((rc = get_num(root, "min_p", 0, 1, 0, 0, &x, &has, err))) return rc;
+    if ((rc = oa_get_num(root, "min_p", 0, 1, 0, 0, &x, &has, err))) return rc;
     if (has) sp->min_p = (float)x;
-    if ((rc = get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
+    if ((rc = oa_get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
     if (has) sp->seed = (uint64_t)(int64_t)x;
+    else sp->seed = fresh_seed(); /* "regenerate" gives another answer, as OpenAI's and vLLM's */
     /* what the sampler checks, on the float values it gets (top_p 1e-300 is 0 as a float) */
     if (!(sp->top_p > 0.0f))
-        return bad(err, "top_p", "'top_p' must be in (0, 1] as a 32-bit float, got %g", (double)sp->top_p);
+        return oa_bad(err, "top_p", "'top_p' must be in (0, 1] as a 32-bit float, got %g", (double)sp->top_p);
     {
         moe8_error e;
         if (moe8_sampler_params_check(sp, &e) != MOE8_OK)
-            return bad(err, strncmp(e.message, "temperature", 11) == 0 ? "temperature"
+            return oa_bad(err, strncmp(e.message, "temperature", 11) == 0 ? "temperature"
                             : strncmp(e.message, "top_k", 5) == 0 ? "top_k"
                             : strncmp(e.message, "min_p", 5) == 0 ? "min_p" : "top_p",
                        "%s", e.message);
@@ -458,15 +470,15 @@ static int parse_logprobs(const cJSON *root, job *j, sbuf *err) {
     if (j->kind == JOB_COMPLETION) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
         if (v && cJSON_IsBool(v))
-            return bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
+            return oa_bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
                        MOE8_MAX_LOGPROBS);
-        if ((rc = get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+        if ((rc = oa_get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
         if (has) j->rq.logprobs = (int32_t)x;
         return 0;
     }
-    if ((rc = get_bool(root, "logprobs", &on, err))) return rc;
-    if ((rc = get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
-    if (has && !on) return bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if ((rc = oa_get_bool(root, "logprobs", &on, err))) return rc;
+    if ((rc = oa_get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+    if (has && !on) return oa_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     j->chat_logprobs = on;
     if (on) j->rq.logprobs = has ? (int32_t)x : 0;
     return 0;
@@ -478,27 +490,28 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     double x;
     int rc, has, has2, echo = 0, ignore_eos = 0;
     int64_t max_tokens;
+    if ((rc = oa_check_fields(s, root, j->kind, err))) return rc;
     if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) return bad(err, "model", "'model' must be a string, got %s", type_name(model));
-        if (strcmp(model->valuestring, s->model_name)) {
+        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", oa_type_name(model));
+        if (strcmp(model->valuestring, s->model_name)) { /* OpenAI's and vLLM's answer */
             oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
                      "this server serves '%s'", model->valuestring, s->model_name);
-            return 400;
+            return 404;
         }
     }
-    if ((rc = get_bool(root, "stream", &j->stream, err))) return rc;
+    if ((rc = oa_get_bool(root, "stream", &j->stream, err))) return rc;
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return bad(err, "stream_options", "'stream_options' must be an object, got %s", type_name(so));
-        if ((rc = get_bool(so, "include_usage", &j->include_usage, err))) return rc;
+        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", oa_type_name(so));
+        if ((rc = oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
     }
-    if ((rc = get_num(root, "n", -1e9, 1e9, 0, 1, &x, &has, err))) return rc;
-    if (has && x != 1) return bad(err, "n", "'n' must be 1 (one choice per request), got %g", x);
-    if ((rc = get_bool(root, "echo", &echo, err))) return rc;
-    if (echo) return bad(err, "echo", "'echo': true is not supported");
-    if ((rc = get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
+    if ((rc = oa_get_num(root, "n", -1e9, 1e9, 0, 1, &x, &has, err))) return rc;
+    if (has && x != 1) return oa_bad(err, "n", "'n' other than 1 is not supported yet, got %g", x);
+    if ((rc = oa_get_bool(root, "echo", &echo, err))) return rc;
+    if (echo) return oa_bad(err, "echo", "'echo': true is not supported yet");
+    if ((rc = oa_get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
     j->rq.ignore_eos = ignore_eos;
     if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
-        (rc = parse_logprobs(root, j, err)))
+        (rc = parse_logprobs(root, j, err)) || (rc = oa_parse_processors(s, root, j, err)))
         return rc;
     if (j->kind == JOB_CHAT) {
         int open = 0;
@@ -507,11 +520,11 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     }
     else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
     if (rc) return rc;
-    if (j->n_prompt < 1) return bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
-    if ((rc = get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
+    if (j->n_prompt < 1) return oa_bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if ((rc = oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
     if (j->kind == JOB_CHAT) {
         double y;
-        if ((rc = get_num(root, "max_completion_tokens", -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
+        if ((rc = oa_get_num(root, "max_completion_tokens", -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
         if (has2) {
             x = y;
             has = 1;
@@ -519,11 +532,11 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     }
     {
         const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
-        if (has && x < 1) return bad(err, field, "'%s' must be at least 1, got %g", field, x);
+        if (has && x < 1) return oa_bad(err, field, "'%s' must be at least 1, got %g", field, x);
     }
     /* a prompt the KV cache cannot hold even alone */
     if ((int64_t)j->n_prompt > s->kv_positions)
-        return bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt has %d tokens; the "
+        return oa_bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt has %d tokens; the "
                    "KV cache holds %lld positions in all (--kv-mb): shorten the prompt or start the "
                    "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
     /* chat's default: the rest of the context, within what the KV cache holds */
@@ -531,10 +544,10 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     if (!has && j->kind == JOB_CHAT && max_tokens > s->kv_positions + 1 - j->n_prompt)
         max_tokens = s->kv_positions + 1 - j->n_prompt;
     if (!has && max_tokens < 1) /* chat's default (the rest of the context) is nothing */
-        return bad(err, "messages", "this model's maximum context length is %d tokens; the request "
+        return oa_bad(err, "messages", "this model's maximum context length is %d tokens; the request "
                    "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
     if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
-        return bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
+        return oa_bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
                             : (j->kind == JOB_CHAT ? "messages" : "prompt"),
                    "this model's maximum context length is %d tokens; the request has %d prompt "
                    "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
@@ -543,13 +556,16 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
      * that cannot fit alone would end early; one that fits waits its turn */
     if ((int64_t)j->n_prompt + max_tokens - 1 > s->kv_positions) {
         const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
-        return bad(err, has ? field : j->kind == JOB_CHAT ? "messages" : "prompt",
+        return oa_bad(err, has ? field : j->kind == JOB_CHAT ? "messages" : "prompt",
                    "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
                    "tokens - 1), the KV cache holds %lld (--kv-mb): lower '%s' to at most %lld or "
                    "start the server with a larger --kv-mb", (long long)j->n_prompt + max_tokens - 1,
                    j->n_prompt, (long long)max_tokens, (long long)s->kv_positions, field,
                    (long long)(s->kv_positions + 1 - j->n_prompt));
     }
+    if (j->rq.min_tokens > max_tokens)
+        return oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
+                      "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
     j->rq.max_tokens = (int32_t)max_tokens;
     return 0;
 }
@@ -564,21 +580,21 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
     moe8_error e;
     *rc = 0;
     if ((at = bad_utf8(body, n)) >= 0) {
-        *rc = bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        *rc = oa_bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
         return NULL;
     }
     if ((at = nul_escape(body, n)) >= 0) {
-        *rc = bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
+        *rc = oa_bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
                   "cannot contain NUL", at);
         return NULL;
     }
     if (moe8_json_parse(body, n, "the body", &root, &e) != MOE8_OK) {
-        *rc = bad(err, NULL, "%s", e.message);
+        *rc = oa_bad(err, NULL, "%s", e.message);
         return NULL;
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        *rc = bad(err, NULL, "the body must be a JSON object");
+        *rc = oa_bad(err, NULL, "the body must be a JSON object");
         return NULL;
     }
     return root;
@@ -593,7 +609,7 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     if (!(root = parse_object(body, n, err, &rc))) return rc;
     if (!(j = calloc(1, sizeof *j))) {
         cJSON_Delete(root);
-        return bad(err, NULL, "out of memory");
+        return oa_bad(err, NULL, "out of memory");
     }
     j->kind = kind;
     j->rq = moe8_request_default();
@@ -617,6 +633,8 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
 void job_free(job *j) {
     if (!j) return;
     free(j->prompt);
+    free(j->bias_ids);
+    free(j->bias);
     for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
     sbuf_free(&j->out);
     sbuf_free(&j->text);
@@ -642,7 +660,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
     int32_t *ids = NULL, n_ids = 0;
     if (!root) return rc;
     if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
-        if (!(rc = get_bool(root, "add_generation_prompt", &gen, out)))
+        if (!(rc = oa_get_bool(root, "add_generation_prompt", &gen, out)))
             rc = chat_prompt(s, root, gen, &ids, &n_ids, NULL, out);
     } else {
         rc = prompt_ids(s, root, &ids, &n_ids, out);
@@ -668,12 +686,12 @@ int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
     char *text;
     if (!root) return rc;
     t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(t)) rc = bad(out, "tokens", "'tokens' must be an array of token ids");
+    if (!cJSON_IsArray(t)) rc = oa_bad(out, "tokens", "'tokens' must be an array of token ids");
     else if ((rc = ids_from_array(s, t, &ids, &n_ids, "tokens", out))) {
     } else {
         for (int32_t i = 0; i < n_ids && !rc; i++)
             if (!moe8_tokenizer_token_bytes(s->tok, ids[i], NULL, NULL))
-                rc = bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
+                rc = oa_bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
     }
     cJSON_Delete(root);
     if (rc) {
@@ -685,7 +703,7 @@ int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
         moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, text, need + 1, &need, NULL) != MOE8_OK) {
         free(text);
         free(ids);
-        return bad(out, NULL, "out of memory");
+        return oa_bad(out, NULL, "out of memory");
     }
     free(ids);
     res = cJSON_CreateObject();

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "moe8.h"
 
 
@@ -81,6 +83,8 @@ typedef struct job {
     moe8_request rq;            /* prompt, stop strings point into this job */
     char *stop_store[MOE8_MAX_STOP_STRINGS];
     int chat_logprobs;          /* chat: logprobs true */
+    int32_t *bias_ids;          /* logit_bias, pointed to by rq */
+    float *bias;
     char id[48];
     int64_t created;
     double t_arrive;            /* seconds, monotonic */
@@ -142,6 +146,23 @@ void oa_models(srv *s, sbuf *out);
 /* An OpenAI error body. */
 void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A 400 invalid_request_error naming `param`: returns 400. */
+int oa_bad(sbuf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "a string", "a number", ... for messages. */
+const char *oa_type_name(const cJSON *v);
+/* Optional number field `key` of o in [lo, hi] (lo_open: (lo, hi]), integral when
+ * `integer`: 0 (*present says whether it was there), or 400 with the body. */
+int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
+               double *out, int *present, sbuf *err);
+/* Optional boolean field: 0, or 400. */
+int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err);
+
+/* fields.c: the request's fields against OpenAI's lists (fields.c's table):
+ * 400 for one the server does not implement, a warning line for an unknown
+ * one; then the logits processors (penalties, logit_bias, min_tokens) into
+ * j->rq. Each returns 0 or an HTTP status with the error body. */
+int oa_check_fields(srv *s, const cJSON *root, job_kind kind, sbuf *err);
+int oa_parse_processors(srv *s, const cJSON *root, job *j, sbuf *err);
 void job_free(job *j);
 
 /* openai.c: the engine's side (under the lock). */

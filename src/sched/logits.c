@@ -1,0 +1,125 @@
+/*
+ * logits.c — a request's logits processors (moe8_request's logit_bias,
+ * min_tokens, repetition / frequency / presence penalties), applied on rank
+ * 0 to a copy of the logits before each draw, in vLLM's order: the bias,
+ * the min_tokens ban, then the penalties (repetition over the prompt and the
+ * output, then frequency and presence over the output). The raw logits stay
+ * what log-probs and events report. Each request's processing depends only
+ * on its own tokens: batch invariance holds.
+ *
+ *   repetition p:  x > 0 ? x / p : x * p        for every distinct token of prompt + output
+ *   frequency f:   x - f * count_out(t)
+ *   presence  q:   x - q * [count_out(t) > 0]
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "sched/sched.h"
+
+moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {
+    if (r->n_bias < 0 || (r->n_bias && (!r->bias_ids || !r->bias)))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_bias %d without ids or values",
+                         r->n_bias);
+    for (int32_t i = 0; i < r->n_bias; i++) {
+        if (r->bias_ids[i] < 0 || r->bias_ids[i] >= n_vocab)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: logit bias %d: token id %d not "
+                             "in [0, %d)", i, r->bias_ids[i], n_vocab);
+        if (!isfinite(r->bias[i]))
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: logit bias %d of token %d is "
+                             "not finite", i, r->bias_ids[i]);
+    }
+    if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: min_tokens %d must be in [0, "
+                         "max_tokens %d]", r->min_tokens, r->max_tokens);
+    if (!(r->repetition_penalty > 0.0f) || !isfinite(r->repetition_penalty))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: repetition_penalty %g must be > 0 "
+                         "(1 = off)", (double)r->repetition_penalty);
+    if (!isfinite(r->frequency_penalty) || !isfinite(r->presence_penalty))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: frequency_penalty %g and "
+                         "presence_penalty %g must be finite", (double)r->frequency_penalty,
+                         (double)r->presence_penalty);
+    return MOE8_OK;
+}
+
+int rq_processors_copy(rq *r, const moe8_request *q) {
+    r->n_bias = q->n_bias;
+    if (q->n_bias) {
+        r->bias_ids = malloc((size_t)q->n_bias * sizeof *r->bias_ids);
+        r->bias = malloc((size_t)q->n_bias * sizeof *r->bias);
+        if (!r->bias_ids || !r->bias) return -1;
+        memcpy(r->bias_ids, q->bias_ids, (size_t)q->n_bias * sizeof *r->bias_ids);
+        memcpy(r->bias, q->bias, (size_t)q->n_bias * sizeof *r->bias);
+    }
+    r->min_tokens = q->min_tokens;
+    r->rep_penalty = q->repetition_penalty;
+    r->freq_penalty = q->frequency_penalty;
+    r->pres_penalty = q->presence_penalty;
+    return 0;
+}
+
+int rq_has_processors(const rq *r) {
+    return r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
+           r->freq_penalty != 0.0f || r->pres_penalty != 0.0f;
+}
+
+void logits_scratch_free(logits_scratch *w) {
+    free(w->logits);
+    free(w->mark);
+    free(w->count);
+    memset(w, 0, sizeof *w);
+}
+
+/* Grow the scratch to n_vocab logits and marks. */
+static int scratch(logits_scratch *w, int32_t n_vocab) {
+    if (w->n >= n_vocab) return 0;
+    logits_scratch_free(w);
+    w->logits = malloc((size_t)n_vocab * sizeof *w->logits);
+    w->mark = calloc((size_t)n_vocab, 1);
+    w->count = calloc((size_t)n_vocab, sizeof *w->count);
+    if (!w->logits || !w->mark || !w->count) {
+        logits_scratch_free(w);
+        return -1;
+    }
+    w->n = n_vocab;
+    return 0;
+}
+
+const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, const int32_t *eos,
+                               int32_t n_eos, logits_scratch *w) {
+    float *x;
+    const int32_t *out = r->tok + r->n_prompt;
+    const int32_t n_out = r->n_tok - r->n_prompt;
+    if (scratch(w, n_vocab)) return in; /* out of memory: unprocessed rather than nothing */
+    x = w->logits;
+    memcpy(x, in, (size_t)n_vocab * sizeof *x);
+    for (int32_t i = 0; i < r->n_bias; i++) x[r->bias_ids[i]] += r->bias[i];
+    if (r->n_gen < r->min_tokens) {
+        for (int32_t i = 0; i < n_eos; i++)
+            if (eos[i] >= 0 && eos[i] < n_vocab) x[eos[i]] = -INFINITY;
+        for (int32_t i = 0; i < r->n_stop_ids; i++)
+            if (r->stop_ids[i] >= 0 && r->stop_ids[i] < n_vocab) x[r->stop_ids[i]] = -INFINITY;
+    }
+    if (r->rep_penalty != 1.0f) { /* each distinct token of prompt + output once */
+        const float p = r->rep_penalty;
+        for (int32_t i = 0; i < r->n_tok; i++) {
+            const int32_t t = r->tok[i];
+            if (w->mark[t]) continue;
+            w->mark[t] = 1;
+            x[t] = x[t] > 0 ? x[t] / p : x[t] * p;
+        }
+        for (int32_t i = 0; i < r->n_tok; i++) w->mark[r->tok[i]] = 0;
+    }
+    if (r->freq_penalty != 0.0f || r->pres_penalty != 0.0f) { /* as vLLM: x - f * count, then - q */
+        for (int32_t i = 0; i < n_out; i++) w->count[out[i]]++;
+        for (int32_t i = 0; i < n_out; i++) {
+            const int32_t t = out[i];
+            if (!w->count[t]) continue;
+            x[t] = x[t] - r->freq_penalty * (float)w->count[t];
+            x[t] = x[t] - r->pres_penalty;
+            w->count[t] = 0;
+        }
+    }
+    return x;
+}
