@@ -874,9 +874,9 @@ typedef struct {
     int32_t max_batch_tokens;      /* most tokens per step; default 2048 */
     uint64_t kv_bytes;             /* KV pool; 0 = parallel x ctx_size positions */
     int n_threads;                 /* 0 = the model's */
-    const char *api_key;           /* NULL: no auth; else every endpoint but /health needs
-                                    * "Authorization: Bearer KEY" (scheme in any case);
-                                    * "" is refused */
+    const char *api_key;           /* NULL: no auth; else every endpoint but /health,
+                                    * /version and /metrics needs "Authorization: Bearer KEY"
+                                    * (the scheme in any case); "" is refused */
     const char *model_dir;         /* the folder: generation_config.json sampling defaults and
                                     * the default served name */
     const char *served_model_name; /* NULL: the folder's name */
@@ -905,6 +905,13 @@ typedef struct {
                                     * default 1024 */
     moe8_serve_line_fn on_log;     /* notes: limits reached (at most a line per limit per
                                     * 10 s); NULL: on_access */
+    const char *allowed_origins;   /* CORS: comma-separated origins browsers may call from, or
+                                    * "*"; NULL: none (no CORS headers) */
+    moe8_dtype kv_type;            /* KV cache elements: F16 (default), BF16 or F32 */
+    const char *default_chat_template_kwargs; /* a JSON object of template variables under
+                                    * each chat request's chat_template_kwargs (vLLM's
+                                    * --default-chat-template-kwargs), or NULL: the
+                                    * template's own defaults */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

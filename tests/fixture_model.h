@@ -119,6 +119,7 @@ typedef struct {
     int yarn;                 /* rope_scaling {"type": "yarn", ...} with the values below */
     double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     int64_t yarn_orig_max;    /* original_max_position_embeddings */
+    int rope_halves;          /* V3: "rope_interleave": false (rotate_half on halves) */
     int kvb_w8a8;             /* quant 1: kv_b_proj W8A8 static (else FLOAT) */
     int kvb_bias;             /* with kvb_w8a8: quant_bias also holds a folded bias (codes of
                                * 2000 x ((row % 5) - 2)) beyond the input offset's term */
@@ -677,6 +678,7 @@ static inline cJSON *fx_config_json_deepseek(const fx_opts *o) {
                             o->yarn ? (double)o->yarn_orig_max * o->yarn_factor : 4096);
     fx_config_tail(c, o);
     cJSON_ReplaceItemInObject(c, "rope_theta", cJSON_CreateNumber(o->ds_theta));
+    if (v3) cJSON_AddBoolToObject(c, "rope_interleave", !o->rope_halves);
     if (o->yarn) {
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "type", "yarn");

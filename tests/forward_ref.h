@@ -408,12 +408,15 @@ static double ref_ds_softmax_scale(const fx_opts *o) {
 }
 
 /* HF's apply_rotary_pos_emb on one rotary vector x[d] at position pos:
- * de-interleave ([d/2][2] transposed), then x*cos + rotate_half(x)*sin, with
- * cos/sin x mscale. The result stays in the de-interleaved layout (q_pe and
- * k_pe alike, so their dot product is that of the interleaved pairs). */
-static void ref_ds_rope(double *x, int64_t d, int64_t pos, const double *inv, double mscale) {
+ * de-interleave ([d/2][2] transposed; V3 with rope_interleave false: not),
+ * then x*cos + rotate_half(x)*sin, with cos/sin x mscale. The result stays in
+ * the de-interleaved layout (q_pe and k_pe alike, so their dot product is
+ * that of the interleaved pairs). */
+static void ref_ds_rope(double *x, int64_t d, int64_t pos, const double *inv, double mscale,
+                        int interleave) {
     double y[256];
-    for (int64_t j = 0; j < d / 2; j++) y[j] = x[2 * j], y[d / 2 + j] = x[2 * j + 1];
+    for (int64_t j = 0; j < d / 2; j++)
+        y[j] = interleave ? x[2 * j] : x[j], y[d / 2 + j] = interleave ? x[2 * j + 1] : x[d / 2 + j];
     for (int64_t j = 0; j < d / 2; j++) {
         double a = (double)pos * inv[j], c = cos(a) * mscale, s = sin(a) * mscale;
         x[j] = y[j] * c - y[d / 2 + j] * s;
@@ -571,9 +574,9 @@ static void ref_layer_mla(double *x, int n, const ref_model *rm, long long l) {
         for (int64_t hd = 0; hd < NH; hd++) {
             memcpy(kn + (t * NH + hd) * dn, kv + hd * (dn + dv), sizeof(double) * dn);
             memcpy(v + (t * NH + hd) * dv, kv + hd * (dn + dv) + dn, sizeof(double) * dv);
-            ref_ds_rope(qt + hd * qd + dn, dr, t, inv, ms);
+            ref_ds_rope(qt + hd * qd + dn, dr, t, inv, ms, !o->rope_halves);
         }
-        ref_ds_rope(kpe + t * dr, dr, t, inv, ms);
+        ref_ds_rope(kpe + t * dr, dr, t, inv, ms, !o->rope_halves);
     }
     for (int t = 0; t < n; t++)
         for (int64_t hd = 0; hd < NH; hd++) {

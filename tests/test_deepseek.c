@@ -110,8 +110,8 @@ static void test_ref_rope(void) {
         for (int p2 = 0; p2 <= p1; p2++) {
             double d = 0, dp = 0, ds = 0;
             memcpy(a, q, sizeof a), memcpy(b, k, sizeof b);
-            ref_ds_rope(a, 8, p1, inv, 1.0);
-            ref_ds_rope(b, 8, p2, inv, 1.0);
+            ref_ds_rope(a, 8, p1, inv, 1.0, 1);
+            ref_ds_rope(b, 8, p2, inv, 1.0, 1);
             for (int i = 0; i < 8; i++) d += a[i] * b[i];
             for (int j = 0; j < 4; j++) {
                 double t1 = p1 * inv[j], t2 = p2 * inv[j];
@@ -122,8 +122,8 @@ static void test_ref_rope(void) {
             }
             for (int i = 0; i < 8; i++) dp += pq[i] * pk[i];
             memcpy(a, q, sizeof a), memcpy(b, k, sizeof b);
-            ref_ds_rope(a, 8, p1 + 7, inv, 1.0);
-            ref_ds_rope(b, 8, p2 + 7, inv, 1.0);
+            ref_ds_rope(a, 8, p1 + 7, inv, 1.0, 1);
+            ref_ds_rope(b, 8, p2 + 7, inv, 1.0, 1);
             for (int i = 0; i < 8; i++) ds += a[i] * b[i];
             CHECK_NEAR(d, dp, 1e-12);
             CHECK_NEAR(d, ds, 1e-12);
@@ -242,6 +242,9 @@ static void test_forward_float(void) {
     o.n_shared = 2;
     o.top_k = 2;
     check_vs_ref("v3_float_yarn_2shared", &o);
+    o.rope_halves = 1; /* rope_interleave false: transformers' rotate_half, no de-interleave */
+    check_vs_ref("v3_float_rope_halves", &o);
+    o.rope_halves = 0;
     /* a small latent (q_a and kv_a's latent rows x 1e-3): q_a/kv_a_layernorm's
      * eps 1e-6 matters; rms_norm_eps 1e-5 (Moonlight's) must not be used there */
     o = ds_opts(FX_DEEPSEEK_V3, 0);

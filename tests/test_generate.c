@@ -562,7 +562,8 @@ static void test_text(const char *dir) {
     CHECKF(!strcmp(g_out, expect), "text '%s' vs '%s'", g_out, expect);
 
     /* --chat: the model's template (Qwen3's; for one user turn the ChatML of
-     * moe8_chat_format), thinking off unless --chat-template-kwargs turns it on */
+     * moe8_chat_format) with its own default (thinking on, as moe8 serve),
+     * off when --chat-template-kwargs says so */
     for (int think = 0; think < 2; think++) {
         moe8_chat_message msg = {"user", "Hi"};
         char chat[256];
@@ -572,7 +573,7 @@ static void test_text(const char *dir) {
         n = lib_tokenize(tok, chat, ids);
         n_lib = lib_generate(dir, ids, n, 5, NULL, 0, NULL, 0, lib);
         snprintf(args, sizeof args, "-m '%s' --chat -p Hi -n 5 --ids --ignore-eos%s", dir,
-                 think ? " --chat-template-kwargs '{\"enable_thinking\": true, \"x\": [1]}'" : "");
+                 think ? " --chat-template-kwargs '{\"x\": [1]}'" : " --chat-template-kwargs '{\"enable_thinking\": false}'");
         CHECKF(cli(args) == 0, "%s", g_err);
         CHECK(n_lib == 5 && parse_ids(g_out, got, MAXN) == 5 && !memcmp(got, lib, 5 * sizeof(int32_t)));
         double st[8];

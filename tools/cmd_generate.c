@@ -67,8 +67,8 @@ static void usage(FILE *f) {
         "                     max_position_embeddings)\n"
         "  --chat             wrap each prompt as a user turn in the model's chat template\n"
         "                     (chat_template of tokenizer_config.json, or chat_template.jinja),\n"
-        "                     with the generation prompt; thinking off (enable_thinking\n"
-        "                     false) unless --chat-template-kwargs sets it\n"
+        "                     with the generation prompt and the template's defaults (Qwen3:\n"
+        "                     thinking on, as moe8 serve; '{\"enable_thinking\": false}' turns it off)\n"
         "  --chat-template-kwargs JSON\n"
         "                     with --chat: variables for the template, a JSON object, e.g.\n"
         "                     '{\"enable_thinking\": true}' (as vLLM's chat_template_kwargs)\n"
@@ -458,22 +458,6 @@ done:
     return rc;
 }
 
-/* --chat's template variables: {"enable_thinking": false} (thinking off) under
- * the keys of --chat-template-kwargs. NULL when out of memory. */
-static char *chat_kwargs(const char *user) {
-    cJSON *kw = cJSON_CreateObject(), *u = user ? cJSON_Parse(user) : NULL, *it;
-    char *text = NULL;
-    if (kw && cJSON_AddBoolToObject(kw, "enable_thinking", 0)) {
-        cJSON_ArrayForEach(it, u) {
-            cJSON_DeleteItemFromObjectCaseSensitive(kw, it->string);
-            cJSON_AddItemToObject(kw, it->string, cJSON_Duplicate(it, 1));
-        }
-        text = cJSON_PrintUnformatted(kw);
-    }
-    cJSON_Delete(u);
-    cJSON_Delete(kw);
-    return text;
-}
 
 /* The prompt as one user turn in the model's chat template (malloc'd), or
  * NULL with err filled. */
@@ -949,17 +933,12 @@ static int read_prompts(const opts *o, prompts *p) {
 }
 
 static int tokenize_prompts(const opts *o, const moe8_tokenizer *tok, prompts *p) {
-    char *kwargs = NULL;
     int rc = 0;
-    if (o->chat && p->text && !(kwargs = chat_kwargs(o->chat_kwargs))) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
-        return -1;
-    }
     for (int i = 0; p->text && i < p->n && !rc; i++) {
-        rc = tokenize_one(tok, i, p->text[i], kwargs, &p->ids[i], &p->len[i]);
+        rc = tokenize_one(tok, i, p->text[i], o->chat ? (o->chat_kwargs ? o->chat_kwargs : "{}") : NULL,
+                          &p->ids[i], &p->len[i]);
         p->n_tokens += p->len[i];
     }
-    cJSON_free(kwargs);
     return rc;
 }
 

@@ -47,6 +47,7 @@
 typedef struct {
     const char *dir, *file, *base;
     int kld, n_ctx, ctx_set, chunks, threads, parallel, tp, expert_parallel;
+    moe8_dtype kv_type;
 } opts;
 
 /* llama-perplexity's kl_divergence_result. */
@@ -94,6 +95,8 @@ static void usage(FILE *f) {
         "  -c N                    tokens per chunk (default 512); the second half is scored\n"
         "  --chunks N              at most N chunks (default: all whole chunks of the text)\n"
         "  --parallel N            chunks decoded together (default max(1, 2048 / c))\n"
+        "  --kv-type T             KV cache elements: f16 (default), bf16, or f32 (exact: for\n"
+        "                          a KL-divergence base)\n"
         "  --kl-divergence-base F  with -f: write the model's log-probabilities of every\n"
         "                          scored token to F (llama-perplexity's layout)\n"
         "  --kl-divergence         with --kl-divergence-base and no -f: score F's tokens and\n"
@@ -119,6 +122,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->n_ctx = 512;
     o->chunks = -1;
     o->tp = 1;
+    o->kv_type = moe8_context_params_default().kv_type;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
@@ -146,6 +150,12 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--threads")) rc = parse_int(a, v, 1, 4096, &o->threads);
         else if (!strcmp(a, "--parallel")) rc = parse_int(a, v, 1, 4096, &o->parallel);
         else if (!strcmp(a, "--tp")) rc = parse_int(a, v, 1, 4096, &o->tp);
+        else if (!strcmp(a, "--kv-type")) {
+            if (cli_kv_type(v, &o->kv_type)) {
+                fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
             return 2;
@@ -530,6 +540,7 @@ static int score(run *r, moe8_model *m) {
     cp.n_outputs = cp.n_batch < 256 ? cp.n_batch : 256;
     if (cp.n_outputs < n_par) cp.n_outputs = n_par;
     cp.n_threads = o->threads;
+    cp.kv_type = o->kv_type;
     if (!prompt || moe8_context_create(m, &cp, &ctx, &err) || moe8_sched_create(ctx, NULL, &s, &err)) {
         if (prompt && r->rank0) cli_fail(CMD, &err);
         goto done;

@@ -41,11 +41,17 @@ static void usage(FILE *f) {
         "  --kv-mb N              KV cache budget in MiB (default: parallel x ctx-size)\n"
         "  --threads N            threads (default: OpenMP's)\n"
         "  --api-key KEY          require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
-        "                         checked from the headers before any body byte; /health\n"
-        "                         stays open\n"
+        "                         checked from the headers before any body byte; /health,\n"
+        "                         /version and /metrics stay open\n"
         "  --served-model-name N  the model's name in the API (default: the folder's name)\n"
         "  --max-queue N          waiting requests before 503 (default 256)\n"
         "  --no-prefix-cache      do not reuse the KV of shared prompt prefixes\n"
+        "  --kv-type T            KV cache elements: f16 (default), bf16, or f32 (exact)\n"
+        "  --default-chat-template-kwargs JSON\n"
+        "                         template variables under each request's chat_template_kwargs,\n"
+        "                         e.g. '{\"enable_thinking\": false}' (default: the template's)\n"
+        "  --allowed-origins LIST comma-separated origins browsers may call from (CORS), or '*'\n"
+        "                         (default: none)\n"
         "  --timeout S            close a kept-alive connection idle this long, and one whose\n"
         "                         client stops reading its answer or sending its body (default 30)\n"
         "  --header-timeout S     the request line and headers must arrive within S of the\n"
@@ -64,7 +70,7 @@ static void usage(FILE *f) {
         "  --expert-parallel      with --tp: split the experts as whole experts\n"
         "  -h, --help             this text\n"
         "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
-        "GET /v1/models, /health, /metrics (Prometheus).\n");
+        "GET /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus).\n");
 }
 
 typedef struct {
@@ -128,6 +134,14 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--host")) o->sp.host = v;
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v, o->key_from_env = 0;
         else if (!strcmp(a, "--served-model-name")) o->sp.served_model_name = v;
+        else if (!strcmp(a, "--allowed-origins")) o->sp.allowed_origins = v;
+        else if (!strcmp(a, "--default-chat-template-kwargs")) o->sp.default_chat_template_kwargs = v;
+        else if (!strcmp(a, "--kv-type")) {
+            if (cli_kv_type(v, &o->sp.kv_type)) {
+                fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--port")) rc = integer(a, v, 0, 65535, &x), o->sp.port = (int)x;
         else if (!strcmp(a, "--parallel")) rc = integer(a, v, 1, 4096, &x), o->sp.parallel = (int)x;
         else if (!strcmp(a, "--ctx-size")) rc = integer(a, v, 1, INT32_MAX, &x), o->sp.ctx_size = (int32_t)x;

@@ -35,8 +35,9 @@
  *               shared of 2048, top-8, 8 groups keep 4, scaling 2.5, first 3
  *               dense, norm_topk_prob true, max positions 4096, bos 0, eos 1).
  *               Refused: attention_bias true, scoring / topk methods the
- *               family's code does not run, rope_scaling other than yarn,
- *               V3 rope_interleave false.
+ *               family's code does not run, rope_scaling other than yarn.
+ *               V3's rope_interleave false rotates halves (i, i + R/2), as
+ *               transformers' rotate_half, instead of pairs.
  *
  * make-model presets: tiny, and slice (DeepSeek-V2-Lite's shapes for V2,
  * Moonlight-16B-A3B's for V3), both with the DeepSeek-V3 tokenizer
@@ -262,10 +263,7 @@ static moe8_status check_v3(const cJSON *root, const char *label, moe8_config *c
         (st = read_choice(root, label, "scoring_func", scoring, "sigmoid", &s, err)) ||
         (st = moe8_cfg_read_bool(root, label, "rope_interleave", &c->rope_interleave, err)))
         return st;
-    if (!c->rope_interleave)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': rope_interleave false not "
-                         "supported (DeepSeek's rotary pairs are interleaved)", label);
-    return MOE8_OK;
+    return MOE8_OK; /* rope_interleave false: transformers' rotate-half form */
 }
 
 /* After every integer key: the derived widths and the routing relations. */

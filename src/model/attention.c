@@ -68,10 +68,12 @@ void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta) {
     fill_rope(cs, n_pos, D / 2, freq, 1.0);
 }
 
-void moe8_rope_neox(float *x, int n_head, int D, const float *cs) {
-    const int half = D / 2;
+void moe8_rope_neox(float *x, int n_head, int D, const float *cs) { moe8_rope_halves(x, n_head, D, D, cs); }
+
+void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs) {
+    const int half = R / 2;
     for (int h = 0; h < n_head; h++) {
-        float *xh = x + (size_t)h * D;
+        float *xh = x + (size_t)h * stride;
         for (int i = 0; i < half; i++) {
             float c = cs[2 * i], s = cs[2 * i + 1];
             float x1 = xh[i], x2 = xh[i + half];

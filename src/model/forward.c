@@ -313,6 +313,7 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     w->mla = c->kv_lora_rank > 0;
     w->L = (int)c->kv_lora_rank;
     w->R = (int)c->qk_rope_head_dim;
+    w->rope_interleave = c->rope_interleave;
     w->DN = (int)c->qk_nope_head_dim;
     w->DV = (int)c->v_head_dim;
     w->QL = (int)c->q_lora_rank;
@@ -630,8 +631,13 @@ static void mla_rope_row(const fwd_run *r, const void *ctx, int t) {
     float *qc = s->qc + (size_t)t * NH * C;
     MOE8_ASSERT(c->pos[t] < c->n_ctx);
     moe8_rmsnorm_rows(kv, Lr, kv, Lr, 1, Lr, c->L->kv_a_norm, MOE8_MLA_NORM_EPS);
-    moe8_rope_pairs(kv + Lr, 1, R, R, cs);
-    moe8_rope_pairs(q + w->DN, NH, D, R, cs);
+    if (w->rope_interleave) {
+        moe8_rope_pairs(kv + Lr, 1, R, R, cs);
+        moe8_rope_pairs(q + w->DN, NH, D, R, cs);
+    } else {
+        moe8_rope_halves(kv + Lr, 1, R, R, cs);
+        moe8_rope_halves(q + w->DN, NH, D, R, cs);
+    }
     moe8_kv_store(c->cache->k0 + moe8_kv_row(c->cache, c->seq[t], 0, c->pos[t]), kv, C,
                   c->cache->dt);
     for (int h = 0; h < NH; h++)

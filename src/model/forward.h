@@ -125,6 +125,9 @@ float moe8_attn_scale(const moe8_config *c);
  * Face's de-interleave + rotate_half up to the order of the outputs, which
  * every dot product it feeds ignores (q_pe and k_pe are permuted alike). */
 void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs);
+/* Rotary embedding on halves (NEOX, HF's rotate_half; DeepSeek-V3 with
+ * rope_interleave false): x[h*stride + i] with x[h*stride + i + R/2]. */
+void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs);
 
 /* The paged KV cache as the forward sees it (sched/kv_pool.h has the pool):
  * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),
@@ -234,6 +237,7 @@ typedef struct {
     int mla;                       /* multi-head latent attention (deepseek) */
     int kv_planes, C;              /* 2 and D; MLA: 1 and L + R */
     int L, R, DN, DV, QL;          /* MLA widths (DV = D outside MLA) */
+    int rope_interleave;           /* MLA: rotary on pairs (2i, 2i+1), else on halves */
     int rope_dim;                  /* rotary width: pairs (2i, 2i+1) with MLA, halves (NEOX) else */
     float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */

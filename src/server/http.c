@@ -67,7 +67,10 @@
 #define LOG_EVERY_S 10.0
 #define IP_BUCKETS 4096
 
-typedef enum { R_NONE, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_HEALTH, R_METRICS } route;
+typedef enum {
+    R_NONE, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
+    R_VERSION, R_PREFLIGHT
+} route;
 typedef enum { C_IDLE, C_HEAD, C_BODY, C_WORK, C_CLOSE } cstate;
 
 /* Connections per client address. */
@@ -95,7 +98,7 @@ typedef struct conn {
     /* the request */
     http_head h;
     route r;
-    char method[16], path[128];
+    char method[16], path[300];
     int keep_alive, minor;
     uint64_t body_len;          /* Content-Length */
     int chunked;
@@ -120,6 +123,7 @@ typedef struct conn {
     unsigned ev;                /* epoll events registered */
     int in_ready;               /* on this round's flush list */
     int quiet;                  /* no access-log line: a limit's line counts it */
+    char origin[256];           /* CORS: the Origin to allow in the answer ("" none) */
     double t_probe;             /* last probe of a half-closed client (0: none yet) */
 } conn;
 
@@ -231,6 +235,8 @@ static const char *reason(int st) {
     switch (st) {
     case 100: return "Continue";
     case 200: return "OK";
+    case 204: return "No Content";
+    case 403: return "Forbidden";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";
@@ -260,6 +266,36 @@ static const char *http_date(http *h) {
     return h->date;
 }
 
+/* CORS response headers for an allowed Origin (none without --allowed-origins). */
+static void cors_headers(http *h, conn *c) {
+    (void)h;
+    if (!c->origin[0]) return;
+    sbuf_str(&c->out, "Access-Control-Allow-Origin: ");
+    sbuf_str(&c->out, c->origin);
+    sbuf_str(&c->out, "\r\nVary: Origin\r\n");
+    if (c->r == R_PREFLIGHT)
+        sbuf_str(&c->out, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+                          "Access-Control-Allow-Headers: Authorization, Content-Type, OpenAI-Organization, "
+                          "OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, "
+                          "X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, "
+                          "X-Stainless-Runtime-Version, X-Stainless-Timeout\r\n"
+                          "Access-Control-Max-Age: 600\r\n");
+}
+
+/* 1 if origin[0..n) is one of --allowed-origins (or it is "*"). */
+static int origin_allowed(const srv *s, const char *o, size_t n) {
+    const char *p = s->p.allowed_origins;
+    while (p && *p) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        while (k && *p == ' ') p++, k--;
+        while (k && p[k - 1] == ' ') k--;
+        if ((k == 1 && *p == '*') || (k == n && !strncasecmp(p, o, n))) return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
 /* A whole answer into c->out. */
 static void respond(http *h, conn *c, int status, const char *type, const char *body, size_t n) {
     char head[512];
@@ -267,10 +303,13 @@ static void respond(http *h, conn *c, int status, const char *type, const char *
     if (!c->keep_alive || c->rd_eof) c->close_after = 1;
     if (c->out_off == c->out.n) c->t_write = moe8_now_s(); /* the write timeout starts now */
     k = snprintf(head, sizeof head,
-                 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
+                 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
                  status, reason(status), http_date(h), type, n,
                  status == 401 ? "WWW-Authenticate: Bearer\r\n" : "",
                  c->close_after ? "Connection: close\r\n" : c->minor == 0 ? "Connection: keep-alive\r\n" : "");
+    sbuf_add(&c->out, head, (size_t)k);
+    cors_headers(h, c);
+    k = snprintf(head, sizeof head, "\r\n");
     sbuf_add(&c->out, head, (size_t)k);
     sbuf_add(&c->out, body ? body : "", n);
     c->status = status;
@@ -453,15 +492,22 @@ static route find_route(const char *path, size_t n, const char **want_method) {
         {"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
         {"/tokenize", "POST", R_TOKENIZE},         {"/detokenize", "POST", R_DETOKENIZE},
         {"/v1/models", "GET", R_MODELS},           {"/health", "GET", R_HEALTH},
-        {"/metrics", "GET", R_METRICS},
+        {"/metrics", "GET", R_METRICS},            {"/version", "GET", R_VERSION},
     };
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strlen(table[i].path) == n && !memcmp(path, table[i].path, n)) {
             *want_method = table[i].method;
             return table[i].r;
         }
+    if (n > 11 && !memcmp(path, "/v1/models/", 11)) { /* /v1/models/{id} */
+        *want_method = "GET";
+        return R_MODEL;
+    }
     return R_NONE;
 }
+
+/* Open under --api-key, as in vLLM: probes and scrapers carry no key. */
+static int open_route(route r) { return r == R_HEALTH || r == R_VERSION || r == R_METRICS || r == R_PREFLIGHT; }
 
 static int authorized(const srv *s, const http_head *hd) {
     const char *v = hd->auth;
@@ -502,6 +548,25 @@ static void dispatch(http *h, conn *c) {
     case R_HEALTH:
         respond(h, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
         break;
+    case R_VERSION: {
+        char v[96];
+        const int k = snprintf(v, sizeof v, "{\"version\":\"%s\"}", moe8_version());
+        respond(h, c, 200, "application/json", v, (size_t)k);
+        break;
+    }
+    case R_MODEL: {
+        const char *id = c->path + 11;
+        const size_t n = strlen(id);
+        if (n == strlen(s->model_name) && !memcmp(id, s->model_name, n)) {
+            oa_model(s, &out);
+            respond(h, c, 200, "application/json", out.p, out.n);
+        } else {
+            respond_error(h, c, 404, "invalid_request_error", "model_not_found",
+                          "the model '%.*s' does not exist; this server serves '%s'",
+                          (int)(n < 200 ? n : 200), id, s->model_name);
+        }
+        break;
+    }
     case R_METRICS:
         pthread_mutex_lock(&s->lock);
         metrics_render(&s->m, s->model_name, &out);
@@ -547,7 +612,20 @@ static void on_head(http *h, conn *c, const char *p, size_t n) {
     c->body_len = c->h.content_length > 0 ? (uint64_t)c->h.content_length : 0;
     memset(&c->ck, 0, sizeof c->ck);
     c->r = find_route(c->h.path, c->h.path_len, &want);
-    if (c->r != R_HEALTH && !authorized(s, &c->h)) {
+    c->origin[0] = '\0';
+    if (c->h.origin && s->p.allowed_origins && c->h.origin_len < sizeof c->origin &&
+        origin_allowed(s, c->h.origin, c->h.origin_len))
+        snprintf(c->origin, sizeof c->origin, "%.*s", (int)c->h.origin_len, c->h.origin);
+    if (!strcmp(c->method, "OPTIONS") && s->p.allowed_origins && c->h.origin) { /* a CORS preflight */
+        c->r = R_PREFLIGHT;
+        if (c->chunked || c->body_len) c->close_after = 1;
+        if (!c->origin[0])
+            respond_error(h, c, 403, "invalid_request_error", "origin_not_allowed",
+                          "the origin is not in --allowed-origins");
+        else respond(h, c, 204, "text/plain", "", 0);
+        return;
+    }
+    if (!open_route(c->r) && !authorized(s, &c->h)) {
         if (c->chunked || c->body_len) c->close_after = 1;
         respond_error(h, c, 401, "invalid_request_error", "invalid_api_key",
                       "missing or wrong API key: send 'Authorization: Bearer <key>'");
@@ -899,10 +977,12 @@ static void send_head(http *h, conn *c, const char *type) {
     char head[300];
     if (c->minor == 0) c->close_after = 1;
     if (c->out_off == c->out.n) c->t_write = moe8_now_s();
-    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: %s\r\n%s%s\r\n",
+    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: %s\r\n%s%s",
              http_date(h), type, c->stream ? "Cache-Control: no-cache\r\n" : "",
              c->minor == 0 ? "Connection: close\r\n" : "Transfer-Encoding: chunked\r\n");
     sbuf_str(&c->out, head);
+    cors_headers(h, c);
+    sbuf_str(&c->out, "\r\n");
     c->hdr_sent = 1;
     c->status = 200;
 }

@@ -322,12 +322,24 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids,
     if (!msgs) return oa_bad(err, "messages", "'messages' is required");
     if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
     if ((count = cJSON_GetArraySize(msgs)) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
-    if (kw && !cJSON_IsNull(kw)) {
-        if (!cJSON_IsObject(kw))
-            return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
-                       oa_type_name(kw));
-        if ((rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
-        if (!(kwargs = cJSON_PrintUnformatted(kw))) return oa_bad(err, "chat_template_kwargs", "out of memory");
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
+        return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
+                      oa_type_name(kw));
+    if ((kw && cJSON_IsObject(kw)) || s->default_kwargs) { /* the request's over --default-chat-template-kwargs */
+        cJSON *merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
+        const cJSON *it;
+        if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) {
+            cJSON_Delete(merged);
+            return rc;
+        }
+        if (kw && cJSON_IsObject(kw))
+            cJSON_ArrayForEach(it, kw) {
+                cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
+                cJSON_AddItemToObject(merged, it->string, cJSON_Duplicate(it, 1));
+            }
+        kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
+        cJSON_Delete(merged);
+        if (!kwargs) return oa_bad(err, "chat_template_kwargs", "out of memory");
     }
     cm = calloc((size_t)count, sizeof *cm);
     texts = calloc((size_t)count, sizeof *texts);
@@ -713,18 +725,24 @@ int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
     return 0;
 }
 
-void oa_models(srv *s, sbuf *out) {
-    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data"),
-          *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
+static cJSON *model_object(srv *s) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)time(NULL));
     cJSON_AddStringToObject(m, "owned_by", "moe8");
     cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
-    cJSON_AddItemToArray(data, m);
+    return m;
+}
+
+void oa_models(srv *s, sbuf *out) {
+    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON_AddItemToArray(data, model_object(s));
     print_json(root, out);
 }
+
+void oa_model(srv *s, sbuf *out) { print_json(model_object(s), out); }
 
 /* ---- output: reasoning split ------------------------------------------------------- */
 

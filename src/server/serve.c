@@ -33,6 +33,7 @@ moe8_serve_params moe8_serve_params_default(void) {
     p.body_min_rate = 4096;
     p.max_connections = 8192;
     p.max_connections_per_ip = 1024;
+    p.kv_type = MOE8_DT_F16;
     return p;
 }
 
@@ -90,6 +91,16 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "max_batch_tokens (%d) and max_queue (%d) "
                          "must be >= 1, timeout > 0, drain >= 0", p->max_batch_tokens, p->max_queue);
     if (!p->host) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "no host to listen on");
+    if (p->kv_type != MOE8_DT_F16 && p->kv_type != MOE8_DT_BF16 && p->kv_type != MOE8_DT_F32)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_type must be f16, bf16 or f32");
+    if (p->default_chat_template_kwargs) {
+        cJSON *kw = cJSON_Parse(p->default_chat_template_kwargs);
+        const int ok = cJSON_IsObject(kw);
+        cJSON_Delete(kw);
+        if (!ok)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "default chat template kwargs must be a "
+                             "JSON object, got '%.80s'", p->default_chat_template_kwargs);
+    }
     if (p->api_key && !p->api_key[0])
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "api_key is empty: give a key, or none "
                          "for no authentication");
@@ -123,6 +134,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     metrics_init(&s->m);
+    if (params->default_chat_template_kwargs)
+        s->default_kwargs = cJSON_Parse(params->default_chat_template_kwargs);
     sampling_defaults(s);
     model_name(s);
     cp.n_ctx = params->ctx_size ? params->ctx_size
@@ -133,6 +146,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     cp.n_batch = params->max_batch_tokens > params->parallel ? params->max_batch_tokens : params->parallel;
     cp.n_threads = params->n_threads;
     cp.kv_bytes = params->kv_bytes;
+    cp.kv_type = params->kv_type;
     cp.prefix_cache = params->prefix_cache;
     s->n_ctx = cp.n_ctx;
     st = moe8_context_create(m, &cp, &s->ctx, err); /* agreed by every rank */
@@ -162,6 +176,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     moe8_sched_free(s->sched);
     moe8_context_free(s->ctx);
     free(s->live);
+    cJSON_Delete(s->default_kwargs);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s);

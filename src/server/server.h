@@ -123,6 +123,7 @@ typedef struct srv {
     int64_t kv_positions;       /* the KV pool's positions (blocks x block tokens) */
     char model_name[256];
     moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
+    cJSON *default_kwargs;      /* --default-chat-template-kwargs, or NULL */
     pthread_mutex_t lock;
     pthread_cond_t wake;        /* a job was queued or cancelled */
     job *submit_head, *submit_tail;
@@ -143,6 +144,7 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
 int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out);
 int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out);
 void oa_models(srv *s, sbuf *out);
+void oa_model(srv *s, sbuf *out); /* GET /v1/models/{id} of the served model */
 /* An OpenAI error body. */
 void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
