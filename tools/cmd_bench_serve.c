@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -71,6 +72,7 @@ typedef struct {
     double request_rate;         /* requests/s; INFINITY = all at once */
     double timeout_s;            /* per request */
     uint64_t seed;
+    int seed_set;
 } serve_opts;
 
 static double now_s(void) {
@@ -107,7 +109,8 @@ static void usage(FILE *f) {
             "  --prompt-file FILE   one prompt per line instead (cycled if -n is larger)\n"
             "  --request-rate R     Poisson arrivals at R requests/s (default inf: all at once)\n"
             "  --max-concurrency C  at most C requests in flight (default: no limit)\n"
-            "  --seed S             seed of the prompts and the arrivals (default 0)\n"
+            "  --seed S             seed of the prompts and the arrivals (default: a new one\n"
+            "                       each run, printed, so a run can be repeated)\n"
             "  --timeout S          seconds each request may take (default 1800)\n"
             "Exit status: 0 when every request completed, 1 when some failed, 2 on bad flags.\n");
 }
@@ -192,6 +195,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
             char *end;
             errno = 0;
             o->seed = strtoull(v, &end, 10);
+            o->seed_set = 1;
             if (*v < '0' || *v > '9' || *end || errno) rc = bad(a, v, "an integer in [0, 2^64)");
         } else {
             fprintf(stderr, "moe8 " CMD ": unknown option '%s' (moe8 bench serve -h lists them)\n",
@@ -377,6 +381,7 @@ typedef struct request {
     double t_send, t_first, t_last, t_done; /* monotonic s; t_first = 0: no text yet */
     int64_t n_events, n_text;               /* data: lines, those with text */
     int64_t prompt_tokens, completion_tokens; /* -1: no usage seen */
+    int64_t cached_tokens;      /* usage.prompt_tokens_details.cached_tokens (-1: not given) */
     long status;                            /* HTTP status; 0 until the body starts */
     int done;                               /* data: [DONE] seen */
     int fail;                               /* FAIL_* */
@@ -463,6 +468,11 @@ static void on_event(request *r, const char *s, size_t n, double t) {
         if (cJSON_IsNumber(pt) && pt->valuedouble >= 0) r->prompt_tokens = (int64_t)pt->valuedouble;
         if (cJSON_IsNumber(ct) && ct->valuedouble >= 0)
             r->completion_tokens = (int64_t)ct->valuedouble;
+        {
+            const cJSON *d = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details");
+            const cJSON *c = d ? cJSON_GetObjectItemCaseSensitive(d, "cached_tokens") : NULL;
+            if (cJSON_IsNumber(c) && c->valuedouble >= 0) r->cached_tokens = (int64_t)c->valuedouble;
+        }
     }
     cJSON_Delete(j);
 }
@@ -527,7 +537,8 @@ typedef struct {
     int n_ok, n_tpot, n_failed, n_by[N_FAIL];
     float *itl;
     size_t n_itl, cap_itl;
-    int64_t in_tokens, out_tokens;
+    int64_t in_tokens, out_tokens, cached_tokens;
+    int no_cached;              /* some request's usage had no cached_tokens */
     int no_usage_in, no_usage_out; /* some request's counts were estimated */
     int printed_error, peak;
 } results;
@@ -556,7 +567,7 @@ static int start_request(bench *b, int i, double t) {
         return 1;
     }
     r->index = i, r->t_send = t, r->chat = b->o->chat;
-    r->prompt_tokens = r->completion_tokens = -1;
+    r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
     r->max_tokens = b->o->output_len;
     r->max_text = 2 * (int64_t)b->o->output_len + 16;
     CURL *h = r->h;
@@ -655,6 +666,8 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
         s->e2el[s->n_ok++] = e2el;
         if (out > 1) s->tpot[s->n_tpot++] = (e2el - ttft) / (double)(out - 1);
         s->in_tokens += in, s->out_tokens += out;
+        if (r->cached_tokens >= 0) s->cached_tokens += r->cached_tokens;
+        else s->no_cached = 1;
     }
     free_request(b, r);
 }
@@ -884,6 +897,7 @@ static void print_results(bench *b, double dur) {
     if (dur <= 0) dur = 1e-9;
     printf("============ Serving Benchmark Result ============\n");
     ROW("Endpoint:", "%s", b->endpoint);
+    ROW("Seed:", "%llu", (unsigned long long)b->o->seed);
     ROW("Model:", "%s", b->model);
     ROW("Traffic request rate (req/s):", "%s", rate);
     ROW("Max request concurrency:", "%s", conc);
@@ -893,6 +907,8 @@ static void print_results(bench *b, double dur) {
     ROW("Benchmark duration (s):", "%.2f", dur);
     ROW("Total input tokens:", "%lld%s", (long long)s->in_tokens,
         s->no_usage_in ? " (some counted as words: no usage from the server)" : "");
+    ROW("Cached input tokens:", "%lld%s", (long long)s->cached_tokens,
+        s->no_cached ? " (some requests' usage had no cached_tokens)" : "");
     ROW("Total generated tokens:", "%lld%s", (long long)s->out_tokens,
         s->no_usage_out ? " (some counted as text events: no usage from the server)" : "");
     ROW("Request throughput (req/s):", "%.2f", s->n_ok / dur);
@@ -926,6 +942,11 @@ int cmd_bench_serve(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc; /* -1: -h */
     if ((rc = check_url(o.url, &base))) return rc;
+    if (!o.seed_set) { /* a fresh run: other prompts, so no prefix cache hides the cost */
+        if (getrandom(&o.seed, sizeof o.seed, GRND_NONBLOCK) != (ssize_t)sizeof o.seed)
+            o.seed = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+        o.seed >>= 1; /* printable as a signed number too */
+    }
     if (o.prompt_file && (rc = read_prompts(&o, &ps))) goto done;
     if (o.prompt_file && !o.n_set) o.n_prompts = ps.n_lines;
     if (!o.prompt_file && o.input_len - o.shared_prefix < index_words(o.n_prompts)) {
