@@ -767,8 +767,11 @@ typedef struct {
                                      * still held, when it ends for any reason but a stop string */
     size_t text_len;
     float logprob;                  /* TOKEN: log-softmax of the fp32 logits at `token`; NAN when
-                                     * the request asked for none */
-    int32_t n_top;                  /* TOKEN: alternatives in top, best first (ties: lower id) */
+                                     * the request asked for none. PROMPT_LOGITS: what these
+                                     * logits give the prompt token at pos + 1 (NAN at the last
+                                     * position, or when the request asked for none) */
+    int32_t n_top;                  /* TOKEN (and PROMPT_LOGITS, as logprob): alternatives in top,
+                                     * best first (ties: lower id) */
     const moe8_logprob *top;
     const float *logits;            /* [n_vocab] the logits the token was drawn from (FINISH:
                                      * those of a prompt read with max_tokens 0), or NULL */

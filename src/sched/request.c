@@ -219,6 +219,11 @@ int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab
     return stopped;
 }
 
+int rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab) {
+    if (r->logprobs < 0 || e->pos + 1 >= r->n_prompt) return 0;
+    return logprobs(b, e, r->logprobs, r->tok[e->pos + 1], logits, n_vocab);
+}
+
 int rq_flush_text(ev_buf *b, rq *r, moe8_event *e) {
     const char *s;
     size_t n;

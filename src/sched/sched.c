@@ -564,6 +564,7 @@ static void take_tokens(moe8_sched *s) {
                 e->pos = p;
                 e->token = r->tok[p];
                 e->logits = moe8_context_logits(s->ctx, s->b_first[j] + (p - r->n_computed));
+                if (rq_prompt_logprob(&s->ev, r, e, e->logits, s->n_vocab)) break;
             }
             r->plog_done = hi > r->plog_done ? hi : r->plog_done;
         }

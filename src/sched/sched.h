@@ -85,6 +85,10 @@ void ev_free(ev_buf *b);
  * logits[n_vocab] when asked. Returns 1 when a stop string matched (the text
  * before it was released with this event), 0 otherwise, -1 out of memory. */
 int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab);
+/* A PROMPT_LOGITS event e of r (e->pos set) with logits[n_vocab]: when r
+ * asks for log-probs, the log-probability those logits give the prompt token
+ * at pos + 1 and its best alternatives. 0, or -1 out of memory. */
+int rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab);
 /* The text r still holds, released into a FINISH event `e` (the detokenizer
  * is flushed). */
 int rq_flush_text(ev_buf *b, rq *r, moe8_event *e);

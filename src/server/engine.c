@@ -142,6 +142,33 @@ static void job_done(srv *s, job *j) {
     if (--j->refs == 0) job_free(j);
 }
 
+/* The leader's other choices (under the lock): into the submit queue, at
+ * its head, once the leader's prompt is in the KV cache (`add`); else, or
+ * when their client is gone, ended with the leader's status. */
+static void release_kids(srv *s, job *j, int add) {
+    for (int i = j->n_kids - 1; i >= 0; i--) {
+        job *k = j->kids[i];
+        if (add && !k->cancel) {
+            k->next = s->submit_head;
+            s->submit_head = k;
+            if (!s->submit_tail) s->submit_tail = k;
+            s->n_submitted++;
+            continue;
+        }
+        if (j->status && !j->started) { /* the leader was refused: so are they */
+            k->out.n = 0;
+            sbuf_add(&k->out, j->out.p ? j->out.p : "", j->out.n);
+            k->status = j->status;
+        } else if (!k->status) {
+            oa_error(&k->out, "server_error", NULL, "shutting_down", "the request was cancelled");
+            k->status = 503;
+        }
+        k->cancel = 1;
+        job_done(s, k);
+    }
+    j->n_kids = 0;
+}
+
 /* New jobs from the HTTP thread into the scheduler; `msg` gets them. */
 static void intake(srv *s, sbuf *msg, int32_t *n_add) {
     job *list;
@@ -158,6 +185,7 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add) {
         j->next = NULL;
         pthread_mutex_lock(&s->lock);
         if (j->cancel) { /* left before it started */
+            release_kids(s, j, 0);
             job_done(s, j);
             pthread_mutex_unlock(&s->lock);
             continue;
@@ -170,6 +198,7 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add) {
             oa_error(&j->out, e.code == MOE8_ERR_NOMEM ? "server_error" : "invalid_request_error",
                      NULL, NULL, "%s", e.message);
             j->status = e.code == MOE8_ERR_NOMEM ? 500 : 400;
+            release_kids(s, j, 0);
             job_done(s, j);
             pthread_mutex_unlock(&s->lock);
             continue;
@@ -214,6 +243,11 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
     pthread_mutex_lock(&s->lock);
     for (int32_t k = 0; k < n; k++) {
         job *j = ev[k].user;
+        if (ev[k].type == MOE8_EVENT_PROMPT_LOGITS) {
+            oa_on_prompt_logits(s, j, &ev[k]);
+            continue;
+        }
+        if (j->n_kids) release_kids(s, j, 1); /* its prompt is computed: theirs is cached */
         if (ev[k].type == MOE8_EVENT_TOKEN) {
             if (j->n_gen == 0) hist_observe(&s->m.ttft, t - j->t_arrive);
             else hist_observe(&s->m.itl, t - j->t_last);
@@ -318,6 +352,7 @@ static void abandon(srv *s, job *j) {
         oa_error(&j->out, "server_error", NULL, "shutting_down", "the server is shutting down");
         j->status = 503;
     }
+    release_kids(s, j, 0);
     job_done(s, j);
 }
 

@@ -115,7 +115,8 @@ typedef struct conn {
     int rd_eof;
     size_t lingered;
     /* the job (completions, chat) */
-    job *j;
+    job *jobs[SRV_MAX_N];       /* its choices, the leader first */
+    int n_jobs;
     int stream, hdr_sent;
     int32_t n_prompt, n_gen;
     task *t;                    /* a worker has its request */
@@ -390,20 +391,31 @@ static void access_line(http *h, conn *c, const char *why) {
     s->p.on_access(s->p.user, line);
 }
 
-/* The connection lets go of its job (under the lock): cancelled unless done. */
+/* The connection lets go of its jobs (under the lock): cancelled unless done. */
 static void job_detach(srv *s, conn *c) {
-    job *j = c->j;
-    if (!j) return;
-    if (!j->done) {
-        j->cancel = 1;
-        pthread_cond_signal(&s->wake);
+    if (!c->n_jobs) return;
+    c->n_prompt = c->jobs[0]->n_prompt;
+    c->n_gen = 0;
+    for (int i = 0; i < c->n_jobs; i++) {
+        job *j = c->jobs[i];
+        if (!j->done) {
+            j->cancel = 1;
+            pthread_cond_signal(&s->wake);
+        }
+        c->n_gen += j->n_gen;
+        if (j->finish_note && !c->note) c->note = j->finish_note;
+        j->conn = NULL;
+        if (--j->refs == 0) job_free(j);
+        c->jobs[i] = NULL;
     }
-    c->n_prompt = j->n_prompt;
-    c->n_gen = j->n_gen;
-    if (j->finish_note && !c->note) c->note = j->finish_note;
-    j->conn = NULL;
-    if (--j->refs == 0) job_free(j);
-    c->j = NULL;
+    c->n_jobs = 0;
+}
+
+/* A job nobody else holds yet, with the choices it carries. */
+static void job_drop(job *j) {
+    if (!j) return;
+    for (int i = 0; i < j->n_kids; i++) job_free(j->kids[i]);
+    job_free(j);
 }
 
 static void conn_free(conn *c) {
@@ -419,7 +431,7 @@ static void conn_close(http *h, conn *c, const char *why) {
     srv *s = h->s;
     if (c->fd < 0) return;
     if (c->t_req > 0 && why) access_line(h, c, why);
-    if (c->j) {
+    if (c->n_jobs) {
         pthread_mutex_lock(&s->lock);
         job_detach(s, c);
         pthread_mutex_unlock(&s->lock);
@@ -447,7 +459,7 @@ static void probe(http *h, conn *c, double now);
 /* The current request is over: log it, then the next one (or the close). */
 static int request_done(http *h, conn *c) {
     srv *s = h->s;
-    if (c->j) {
+    if (c->n_jobs) {
         pthread_mutex_lock(&s->lock);
         job_detach(s, c);
         pthread_mutex_unlock(&s->lock);
@@ -839,7 +851,7 @@ static void conn_read(http *h, conn *c) {
                 conn_close(h, c, NULL);
                 return;
             }
-            if (c->st == C_WORK && c->j && !c->answered) probe(h, c, moe8_now_s()); /* or a close? */
+            if (c->st == C_WORK && c->n_jobs && !c->answered) probe(h, c, moe8_now_s()); /* or a close? */
             break; /* a half-close: the answer is still written */
         }
         if (errno == EINTR) continue;
@@ -992,38 +1004,66 @@ static void body_end(conn *c) {
     c->answered = 1;
 }
 
-/* j's news into its connection's output (under the lock). */
-static void pump(http *h, conn *c, job *j) {
-    const int status = j->status ? j->status : 500;
+/* The jobs' news into the connection's output (under the lock): a stream's
+ * events in choice order as they come, its tail once every choice is done;
+ * a whole answer once every choice is done. */
+static void pump(http *h, conn *c) {
+    srv *s = h->s;
+    job *lead = c->jobs[0];
+    int all_done = 1;
+    sbuf b = {0};
+    if (c->answered || !c->n_jobs) return;
     if (c->out_off == c->out.n) c->t_write = moe8_now_s();
-    if (!c->stream) {
-        if (!j->done) return;
-        if (!c->hdr_sent) {
-            respond(h, c, status, "application/json", j->out.p, j->out.n);
+    for (int i = 0; i < c->n_jobs; i++) all_done &= c->jobs[i]->done;
+    if (!c->stream || (lead->done && !lead->started)) {
+        const job *bad = NULL;
+        if (!all_done) return;
+        for (int i = 0; i < c->n_jobs && !bad; i++)
+            if (c->jobs[i]->status != 200 || (c->stream && !c->jobs[i]->started)) bad = c->jobs[i];
+        if (bad) { /* an error: its status, or after probes (the 200 is out) as the body */
+            const int status = bad->status ? bad->status : 500;
+            if (!c->hdr_sent) respond(h, c, status, "application/json", bad->out.p, bad->out.n);
+            else {
+                if (c->stream) chunk(c, "data: ", 6);
+                chunk(c, bad->out.p, bad->out.n);
+                if (c->stream) chunk(c, "\n\ndata: [DONE]\n\n", 16);
+                body_end(c);
+            }
             return;
         }
-        chunk(c, j->out.p, j->out.n); /* after probes: the 200 is out already */
-        body_end(c);
-        return;
-    }
-    if (j->done && !j->started) { /* refused before it started */
-        if (!c->hdr_sent) {
-            respond(h, c, status, "application/json", j->out.p, j->out.n);
-            return;
+        oa_response(s, c->jobs, c->n_jobs, &b);
+        if (!c->hdr_sent) respond(h, c, 200, "application/json", b.p, b.n);
+        else {
+            chunk(c, b.p, b.n);
+            body_end(c);
         }
-        chunk(c, "data: ", 6);
-        chunk(c, j->out.p, j->out.n);
-        chunk(c, "\n\ndata: [DONE]\n\n", 16);
-        body_end(c);
+        sbuf_free(&b);
         return;
     }
-    if (!j->started) return;
+    if (!lead->started) return;
     if (!c->hdr_sent) send_head(h, c, "text/event-stream");
-    if (j->sent < j->out.n) {
-        chunk(c, j->out.p + j->sent, j->out.n - j->sent);
-        j->sent = j->out.n = 0;
+    for (int i = 0; i < c->n_jobs; i++) {
+        job *j = c->jobs[i];
+        if (j->done && !j->started) { /* a choice refused after the leader started: an error event */
+            if (j->out.n) {
+                chunk(c, "data: ", 6);
+                chunk(c, j->out.p, j->out.n);
+                chunk(c, "\n\n", 2);
+                j->out.n = 0;
+            }
+            continue;
+        }
+        if (j->sent < j->out.n) {
+            chunk(c, j->out.p + j->sent, j->out.n - j->sent);
+            j->sent = j->out.n = 0;
+        }
     }
-    if (j->done) body_end(c);
+    if (all_done) {
+        oa_stream_tail(s, c->jobs, c->n_jobs, &b);
+        chunk(c, b.p, b.n);
+        sbuf_free(&b);
+        body_end(c);
+    }
 }
 
 static void probe(http *h, conn *c, double now) {
@@ -1051,7 +1091,7 @@ static void on_kick(http *h) {
         j->notified = 0;
         if (j->conn) {
             conn *c = j->conn;
-            pump(h, c, j);
+            pump(h, c);
             flush_add(h, c);
         }
         if (--j->refs == 0) job_free(j);
@@ -1067,7 +1107,7 @@ static void on_kick(http *h) {
         done = t->next;
         c->t = NULL;
         if (c->dead) {
-            job_free(t->j);
+            job_drop(t->j);
             conn_free(c);
             c = NULL;
         } else if (t->status) {
@@ -1081,22 +1121,29 @@ static void on_kick(http *h) {
             if (s->stopping) rc = 1;
             else if (s->n_submitted + s->sched_waiting >= s->p.max_queue) rc = 2;
             else {
-                j->conn = c;
-                j->refs = 2;
-                j->queued = 1;
-                j->t_arrive = moe8_now_s();
-                oa_on_start(s, j);
+                /* the connection holds every choice; the engine the leader, and
+                 * through it the others until they enter the scheduler */
+                c->n_jobs = 0;
+                c->jobs[c->n_jobs++] = j;
+                for (int i = 0; i < j->n_kids; i++) c->jobs[c->n_jobs++] = j->kids[i];
+                for (int i = 0; i < c->n_jobs; i++) {
+                    job *k = c->jobs[i];
+                    k->conn = c;
+                    k->refs = 2;
+                    k->queued = 1;
+                    k->t_arrive = moe8_now_s();
+                    oa_on_start(s, k);
+                }
                 if (s->submit_tail) s->submit_tail->next = j;
                 else s->submit_head = j;
                 s->submit_tail = j;
                 s->n_submitted++;
-                c->j = j;
                 c->n_prompt = j->n_prompt;
                 pthread_cond_signal(&s->wake);
             }
             pthread_mutex_unlock(&s->lock);
             if (rc) {
-                job_free(j);
+                job_drop(j);
                 respond_error(h, c, 503, "server_error", rc == 1 ? "shutting_down" : "overloaded", "%s",
                               rc == 1 ? "the server is shutting down"
                                       : "too many requests are waiting (--max-queue); try again later");
@@ -1220,7 +1267,7 @@ static void sweep(http *h, double now) {
             if (c->out_off < c->out.n && now - c->t_write > s->p.timeout_s) {
                 limit_hit(h, L_WRITE, c->addr, now);
                 conn_close(h, c, "client stopped reading");
-            } else if (c->rd_eof && c->j && !c->answered && (!c->t_probe || now - c->t_probe >= 1.0)) {
+            } else if (c->rd_eof && c->n_jobs && !c->answered && (!c->t_probe || now - c->t_probe >= 1.0)) {
                 probe(h, c, now);
                 conn_flush(h, c);
             }

@@ -496,6 +496,19 @@ static int parse_logprobs(const cJSON *root, job *j, sbuf *err) {
     return 0;
 }
 
+/* Echo: the prompt's text as the answer's start (a string prompt as sent,
+ * token ids decoded). */
+static int echo_text(srv *s, job *j, sbuf *err) {
+    size_t need = 0;
+    moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, NULL, 0, &need, NULL);
+    if (!(j->echo = malloc(need + 1)) ||
+        moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, j->echo, need + 1, &need, NULL) != MOE8_OK)
+        return oa_bad(err, "echo", "out of memory");
+    j->n_echo = need;
+    j->n_offset = (int32_t)need; /* the completion's text offsets follow the echo */
+    return 0;
+}
+
 static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
@@ -516,10 +529,9 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
         if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", oa_type_name(so));
         if ((rc = oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
     }
-    if ((rc = oa_get_num(root, "n", -1e9, 1e9, 0, 1, &x, &has, err))) return rc;
-    if (has && x != 1) return oa_bad(err, "n", "'n' other than 1 is not supported yet, got %g", x);
-    if ((rc = oa_get_bool(root, "echo", &echo, err))) return rc;
-    if (echo) return oa_bad(err, "echo", "'echo': true is not supported yet");
+    if ((rc = oa_get_num(root, "n", 1, SRV_MAX_N, 0, 1, &x, &has, err))) return rc;
+    j->n_choices = has ? (int)x : 1;
+    if (j->kind == JOB_COMPLETION && (rc = oa_get_bool(root, "echo", &echo, err))) return rc;
     if ((rc = oa_get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
     j->rq.ignore_eos = ignore_eos;
     if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
@@ -533,6 +545,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
     if (rc) return rc;
     if (j->n_prompt < 1) return oa_bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
+    if (echo && (rc = echo_text(s, j, err))) return rc;
     if ((rc = oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
     if (j->kind == JOB_CHAT) {
         double y;
@@ -544,7 +557,8 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     }
     {
         const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
-        if (has && x < 1) return oa_bad(err, field, "'%s' must be at least 1, got %g", field, x);
+        if (has && x < (echo ? 0 : 1)) /* echo with 0: the prompt scored, nothing generated */
+            return oa_bad(err, field, "'%s' must be at least %d, got %g", field, echo ? 0 : 1, x);
     }
     /* a prompt the KV cache cannot hold even alone */
     if ((int64_t)j->n_prompt > s->kv_positions)
@@ -566,7 +580,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
                    j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
     /* every position but the last token's lives in the KV cache: a request
      * that cannot fit alone would end early; one that fits waits its turn */
-    if ((int64_t)j->n_prompt + max_tokens - 1 > s->kv_positions) {
+    if ((int64_t)j->n_prompt + (max_tokens ? max_tokens - 1 : 0) > s->kv_positions) {
         const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
         return oa_bad(err, has ? field : j->kind == JOB_CHAT ? "messages" : "prompt",
                    "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
@@ -579,6 +593,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
         return oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
                       "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
     j->rq.max_tokens = (int32_t)max_tokens;
+    if (echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
     return 0;
 }
 
@@ -612,6 +627,8 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
     return root;
 }
 
+static job *job_clone(const job *j, int i);
+
 int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err) {
     cJSON *root;
     job *j;
@@ -638,8 +655,55 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     j->created = (int64_t)time(NULL);
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffffff));
+    for (int i = 1; i < j->n_choices; i++) {
+        job *k = job_clone(j, i);
+        if (!k) {
+            job_free(j);
+            return oa_bad(err, "n", "out of memory for %d choices", j->n_choices);
+        }
+        j->kids[j->n_kids++] = k;
+    }
     *out = j;
     return 0;
+}
+
+/* Choice i of leader j: the same request, seeded seed + i (vLLM's rule). */
+static job *job_clone(const job *j, int i) {
+    job *k = malloc(sizeof *k);
+    int ok;
+    if (!k) return NULL;
+    *k = *j;
+    k->prompt = malloc((size_t)j->n_prompt * sizeof *k->prompt);
+    k->bias_ids = j->rq.n_bias ? malloc((size_t)j->rq.n_bias * sizeof *k->bias_ids) : NULL;
+    k->bias = j->rq.n_bias ? malloc((size_t)j->rq.n_bias * sizeof *k->bias) : NULL;
+    k->echo = j->echo ? malloc(j->n_echo + 1) : NULL;
+    memset(k->stop_store, 0, sizeof k->stop_store);
+    memset(&k->out, 0, sizeof k->out);
+    memset(&k->text, 0, sizeof k->text);
+    memset(&k->reasoning, 0, sizeof k->reasoning);
+    memset(&k->hold, 0, sizeof k->hold);
+    k->lp_json = k->echo_lp = NULL;
+    k->n_kids = 0;
+    ok = k->prompt && (!j->rq.n_bias || (k->bias_ids && k->bias)) && (!j->echo || k->echo);
+    for (int s = 0; ok && s < j->rq.n_stop; s++) ok = (k->stop_store[s] = strdup(j->stop_store[s])) != NULL;
+    if (!ok) {
+        job_free(k);
+        return NULL;
+    }
+    memcpy(k->prompt, j->prompt, (size_t)j->n_prompt * sizeof *k->prompt);
+    if (j->rq.n_bias) {
+        memcpy(k->bias_ids, j->bias_ids, (size_t)j->rq.n_bias * sizeof *k->bias_ids);
+        memcpy(k->bias, j->bias, (size_t)j->rq.n_bias * sizeof *k->bias);
+    }
+    if (j->echo) memcpy(k->echo, j->echo, j->n_echo + 1);
+    k->rq.prompt = k->prompt;
+    k->rq.bias_ids = k->bias_ids;
+    k->rq.bias = k->bias;
+    k->rq.stop = (const char *const *)k->stop_store;
+    k->rq.sampling.seed = j->rq.sampling.seed + (uint64_t)i;
+    k->rq.user = k;
+    k->index = i;
+    return k;
 }
 
 void job_free(job *j) {
@@ -647,6 +711,8 @@ void job_free(job *j) {
     free(j->prompt);
     free(j->bias_ids);
     free(j->bias);
+    free(j->echo);
+    cJSON_Delete(j->echo_lp);
     for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
     sbuf_free(&j->out);
     sbuf_free(&j->text);
@@ -877,16 +943,6 @@ static cJSON *envelope(srv *s, const job *j, const char *object) {
     return root;
 }
 
-static cJSON *usage(const job *j) {
-    cJSON *u = cJSON_CreateObject(), *d;
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
-    d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
-    return u;
-}
-
 static void sse(job *j, cJSON *root) {
     char *txt = cJSON_PrintUnformatted(root);
     if (txt) {
@@ -904,7 +960,7 @@ static void stream_chunk(srv *s, job *j, const char *content, size_t nc, const c
     const int chat = j->kind == JOB_CHAT;
     cJSON *root = envelope(s, j, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", j->index);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (nr) json_text(d, "reasoning_content", reason, nr);
@@ -926,7 +982,7 @@ void oa_on_start(srv *s, job *j) {
     if (j->stream && j->kind == JOB_CHAT) {
         cJSON *root = envelope(s, j, "chat.completion.chunk");
         cJSON *c = cJSON_CreateObject(), *d = cJSON_AddObjectToObject(c, "delta");
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", j->index);
         cJSON_AddStringToObject(d, "role", "assistant");
         cJSON_AddStringToObject(d, "content", "");
         cJSON_AddNullToObject(c, "logprobs");
@@ -936,11 +992,60 @@ void oa_on_start(srv *s, job *j) {
     }
 }
 
+/* Echo's prompt log-probs (completions): its first token has none. */
+static cJSON *echo_logprobs(srv *s, job *j) {
+    if (!j->echo_lp) {
+        cJSON *lp = new_logprobs(j);
+        size_t nb = 0;
+        const char *b = moe8_tokenizer_token_bytes(s->tok, j->prompt[0], &nb, NULL);
+        cJSON *tok = cJSON_CreateObject();
+        json_text(tok, "t", b ? b : "", b ? nb : 0);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(tok, "t"), 1));
+        cJSON_Delete(tok);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(0));
+        j->echo_lp = lp;
+        j->echo_off = (int32_t)nb;
+    }
+    return j->echo_lp;
+}
+
+void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e) {
+    moe8_event at;
+    size_t nb = 0;
+    if (!j->echo || j->rq.logprobs < 0 || e->pos + 1 >= j->n_prompt) return;
+    echo_logprobs(s, j);
+    at = *e; /* the entry of the prompt token these logits score, at its offset in the echo */
+    at.token = j->prompt[e->pos + 1];
+    {
+        const int32_t keep = j->n_offset;
+        j->n_offset = j->echo_off;
+        add_logprobs(s, j, j->echo_lp, &at);
+        j->n_offset = keep;
+    }
+    moe8_tokenizer_token_bytes(s->tok, at.token, &nb, NULL);
+    j->echo_off += (int32_t)nb;
+}
+
+/* A stream with echo: the prompt's text (and log-probs) first, once. */
+static void echo_chunk(srv *s, job *j) {
+    cJSON *lp = NULL;
+    if (!j->echo || !j->stream || j->echo_sent) return;
+    j->echo_sent = 1;
+    if (j->rq.logprobs >= 0) {
+        lp = echo_logprobs(s, j);
+        j->echo_lp = NULL;
+    }
+    stream_chunk(s, j, j->echo, j->n_echo, NULL, 0, NULL, lp);
+}
+
 /* New text of the job (chat: split); streamed at once or kept. */
 static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_event *tok_ev,
                       int final, const char *finish) {
     sbuf content = {0}, reason = {0};
     cJSON *lp = NULL;
+    echo_chunk(s, j);
     if (j->kind == JOB_CHAT) think_split(j, txt, n, &content, &reason, final);
     else sbuf_add(&content, txt, n);
     if (tok_ev && j->rq.logprobs >= 0) {
@@ -974,11 +1079,13 @@ static const char *finish_name(moe8_finish f) {
     }
 }
 
-static void whole_response(srv *s, job *j, const char *finish) {
+/* A non-stream choice: its object as JSON text in j->out (oa_response puts
+ * the choices of a request together). */
+static void whole_choice(srv *s, job *j, const char *finish) {
     const int chat = j->kind == JOB_CHAT;
-    cJSON *root = envelope(s, j, chat ? "chat.completion" : "text_completion");
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    (void)s;
+    cJSON_AddNumberToObject(c, "index", j->index);
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
@@ -986,26 +1093,82 @@ static void whole_response(srv *s, job *j, const char *finish) {
         if (j->reasoning.n) json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
         else cJSON_AddNullToObject(m, "reasoning_content");
     } else {
-        json_text(c, "text", j->text.p ? j->text.p : "", j->text.n);
+        sbuf t = {0};
+        if (j->echo) sbuf_add(&t, j->echo, j->n_echo);
+        sbuf_add(&t, j->text.p ? j->text.p : "", j->text.n);
+        json_text(c, "text", t.p ? t.p : "", t.n);
+        sbuf_free(&t);
     }
-    if (j->lp_json) {
-        cJSON_AddItemToObject(c, "logprobs", j->lp_json);
-        j->lp_json = NULL;
+    if (j->echo_lp || j->lp_json) { /* echo's prompt entries, then the completion's */
+        cJSON *lp = j->echo_lp ? j->echo_lp : j->lp_json;
+        if (j->echo_lp && j->lp_json) {
+            static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+            for (int k = 0; k < 4; k++) {
+                cJSON *from = cJSON_GetObjectItem(j->lp_json, keys[k]), *to = cJSON_GetObjectItem(lp, keys[k]), *it;
+                while ((it = from->child)) cJSON_AddItemToArray(to, cJSON_DetachItemViaPointer(from, it));
+            }
+            cJSON_Delete(j->lp_json);
+        }
+        cJSON_AddItemToObject(c, "logprobs", lp);
+        j->lp_json = j->echo_lp = NULL;
     } else {
         cJSON_AddNullToObject(c, "logprobs");
     }
     cJSON_AddStringToObject(c, "finish_reason", finish);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), c);
-    cJSON_AddItemToObject(root, "usage", usage(j));
     j->out.n = 0;
     j->sent = 0;
     {
-        char *txt = cJSON_PrintUnformatted(root);
+        char *txt = cJSON_PrintUnformatted(c);
         if (txt) sbuf_str(&j->out, txt);
         free(txt);
     }
-    cJSON_Delete(root);
+    cJSON_Delete(c);
     j->status = 200;
+}
+
+static cJSON *usage_of(job *const *jobs, int n) {
+    cJSON *u = cJSON_CreateObject(), *d;
+    int32_t gen = 0;
+    for (int i = 0; i < n; i++) gen += jobs[i]->n_gen;
+    cJSON_AddNumberToObject(u, "prompt_tokens", jobs[0]->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", gen);
+    cJSON_AddNumberToObject(u, "total_tokens", jobs[0]->n_prompt + gen);
+    d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", jobs[0]->n_cached);
+    return u;
+}
+
+void oa_response(srv *s, job *const *jobs, int n, sbuf *out) {
+    const job *j = jobs[0];
+    cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    char *txt;
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(choices, cJSON_CreateRaw(jobs[i]->out.p ? jobs[i]->out.p : "{}"));
+    cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
+    txt = cJSON_PrintUnformatted(root);
+    out->n = 0;
+    if (txt) sbuf_str(out, txt);
+    free(txt);
+    cJSON_Delete(root);
+}
+
+void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out) {
+    const job *j = jobs[0];
+    if (j->include_usage) {
+        cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
+        char *txt;
+        cJSON_AddArrayToObject(root, "choices");
+        cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
+        txt = cJSON_PrintUnformatted(root);
+        if (txt) {
+            sbuf_str(out, "data: ");
+            sbuf_str(out, txt);
+            sbuf_str(out, "\n\n");
+        }
+        free(txt);
+        cJSON_Delete(root);
+    }
+    sbuf_str(out, "data: [DONE]\n\n");
 }
 
 void oa_on_finish(srv *s, job *j, const moe8_event *e) {
@@ -1017,10 +1180,10 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
         sbuf body = {0};
         oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
                  e->message ? e->message : moe8_status_str(e->status));
-        if (j->stream) {
+        if (j->stream) { /* the [DONE] comes with the request's tail (oa_stream_tail) */
             sbuf_str(&j->out, "data: ");
             sbuf_add(&j->out, body.p, body.n);
-            sbuf_str(&j->out, "\n\ndata: [DONE]\n\n");
+            sbuf_str(&j->out, "\n\n");
         } else {
             j->out.n = 0;
             sbuf_add(&j->out, body.p, body.n);
@@ -1030,15 +1193,5 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
         return;
     }
     emit_text(s, j, e->text, e->text_len, NULL, 1, j->stream ? finish : NULL);
-    if (!j->stream) {
-        whole_response(s, j, finish);
-        return;
-    }
-    if (j->include_usage) {
-        cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
-        cJSON_AddArrayToObject(root, "choices");
-        cJSON_AddItemToObject(root, "usage", usage(j));
-        sse(j, root);
-    }
-    sbuf_str(&j->out, "data: [DONE]\n\n");
+    if (!j->stream) whole_choice(s, j, finish);
 }

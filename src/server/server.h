@@ -75,6 +75,12 @@ void hist_observe(srv_hist *h, double v);
 
 typedef enum { JOB_COMPLETION = 0, JOB_CHAT = 1 } job_kind;
 
+#define SRV_MAX_N 16 /* choices of one request (n) */
+
+/* One choice of a request is one job; a request of n choices has n jobs
+ * (choice i samples with seed + i, as vLLM), the first the leader: the
+ * others enter the scheduler once the leader's prompt is computed, so they
+ * take its KV from the prefix cache. */
 typedef struct job {
     /* set by the HTTP thread before queuing; read-only afterwards */
     job_kind kind;
@@ -83,6 +89,14 @@ typedef struct job {
     moe8_request rq;            /* prompt, stop strings point into this job */
     char *stop_store[MOE8_MAX_STOP_STRINGS];
     int chat_logprobs;          /* chat: logprobs true */
+    int index, n_choices;       /* choice index; the request's n */
+    struct job *kids[SRV_MAX_N - 1]; /* leader: choices 1.. not in the scheduler yet (the
+                                 * engine's references to them) */
+    int n_kids;
+    char *echo;                 /* completions with echo: the prompt's text, else NULL */
+    size_t n_echo;
+    int echo_sent;              /* stream: the echo chunk went out */
+    int32_t echo_off;           /* text offset of the next echo log-prob entry */
     int32_t *bias_ids;          /* logit_bias, pointed to by rq */
     float *bias;
     char id[48];
@@ -107,6 +121,7 @@ typedef struct job {
     int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think>, 3 inside
                                  * by the prompt, a leading <think> not yet ruled out */
     void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
+    void *echo_lp;              /* cJSON: echo's prompt log-probs (completions format) */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
 } job;
@@ -145,6 +160,11 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out);
 int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out);
 void oa_models(srv *s, sbuf *out);
 void oa_model(srv *s, sbuf *out); /* GET /v1/models/{id} of the served model */
+/* The HTTP thread's side, once every choice of a request is done (under the
+ * lock): the whole non-stream answer, or a stream's usage chunk and [DONE]. */
+void oa_response(srv *s, job *const *jobs, int n, sbuf *out);
+void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out);
+
 /* An OpenAI error body. */
 void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -169,6 +189,7 @@ void job_free(job *j);
 
 /* openai.c: the engine's side (under the lock). */
 void oa_on_start(srv *s, job *j);        /* stream: the first chunk (chat: the role) */
+void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e); /* echo's prompt log-probs */
 void oa_on_token(srv *s, job *j, const moe8_event *e);
 void oa_on_finish(srv *s, job *j, const moe8_event *e);
 
