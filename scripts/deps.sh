@@ -11,8 +11,12 @@
 #   tokenizer_config.json of each package); the official
 #   OpenAI Node library (openai@6.49.0, no dependencies) for tests/test_serve,
 #   fetched once into .deps/openai-node/node_modules/openai/ (tarball checked
-#   against its sha256). nodejs/npm are installed only when a fetch is needed
-#   (files missing or not matching their hashes) and npm is absent.
+#   against its sha256); the application clients of tests/clients (the Vercel
+#   AI SDK, LangChain.js, zod, ajv, pinned with their whole tree by
+#   tests/clients/package-lock.json) into .deps/clients/ with `npm ci`,
+#   again only when the lock file changed. nodejs/npm are installed only when
+#   a fetch is needed (files missing or not matching their hashes) and npm is
+#   absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -112,4 +116,20 @@ if ! oai_ok; then
     rm -rf "$OAI_DIR"
     mv "$otmp/package" "$OAI_DIR"
     oai_ok || { echo "deps: $OAI_PKG: unexpected package contents" >&2; exit 1; }
+fi
+
+# The application clients: `npm ci` from the committed lock file (every
+# package's version and integrity pinned), redone only when the lock changes.
+CL_DIR=.deps/clients
+if ! cmp -s tests/clients/package-lock.json "$CL_DIR/package-lock.json" ||
+   [ ! -d "$CL_DIR/node_modules/@ai-sdk/openai-compatible" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    echo "deps: installing the client libraries of tests/clients from npm" >&2
+    ctmp=$(mktemp -d)
+    cp tests/clients/package.json tests/clients/package-lock.json "$ctmp/"
+    (cd "$ctmp" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error </dev/null >&2) ||
+        { rm -rf "$ctmp"; echo "deps: npm ci of tests/clients failed" >&2; exit 1; }
+    mkdir -p .deps
+    rm -rf "$CL_DIR"
+    mv "$ctmp" "$CL_DIR"
 fi
