@@ -1,15 +1,20 @@
 /*
  * tok_template.c — chat templates as the public API has them
- * (moe8_chat_template_*, moe8_chat_apply) and the tokenizer's own: read from
- * tokenizer_config.json's chat_template, or chat_template.jinja beside it,
- * which takes precedence as in transformers.
+ * (moe8_chat_template_*, moe8_chat_apply, moe8_chat_apply_json) and the
+ * tokenizer's own: read from tokenizer_config.json's chat_template, or
+ * chat_template.jinja beside it, which takes precedence as in transformers.
  *
  * A render builds the variables transformers' apply_chat_template passes to
  * jinja2 — the special tokens map (bos_token, eos_token, unk_token,
  * pad_token, ..., additional_special_tokens; unset ones are left undefined),
- * then the caller's kwargs over them, then messages (a list of
- * {role, content}), tools and documents (None unless kwargs set them) and
+ * then the caller's kwargs over them, then messages, tools and documents
+ * (kwargs win over these two, as vLLM passes chat_template_kwargs last) and
  * add_generation_prompt — and runs the interpreter (jinja.h) over them.
+ * Messages come as structs ({role, content}; tools and documents None) or as
+ * JSON (moe8_chat_template_render_json: whole message objects, as vLLM hands
+ * them to apply_chat_template; the server's chat.c makes them from a
+ * request). Both go through one render(). An empty rendering is a valid
+ * result: it fits any buffer, even cap 0.
  *
  * Errors while loading name the file; errors while rendering say "chat
  * template" only (they go back to HTTP clients, who need not see paths).
@@ -84,16 +89,19 @@ void moe8_chat_template_free(moe8_chat_template *t) {
 
 /* ---- rendering ---------------------------------------------------------------- */
 
-static moe8_status add_messages(cJSON *vars, const moe8_chat_message *msgs, size_t n,
-                                moe8_error *err) {
-    cJSON *list = cJSON_AddArrayToObject(vars, "messages");
-    if (!list) return moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
+#define OOM(err) moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory")
+
+/* The struct messages as the JSON list the template sees: [{role, content}]. */
+static moe8_status messages_of_structs(const moe8_chat_message *msgs, size_t n, cJSON **out,
+                                       moe8_error *err) {
+    cJSON *list = cJSON_CreateArray();
+    *out = list;
+    if (!list) return OOM(err);
     for (size_t i = 0; i < n; i++) {
         const char *role = msgs[i].role, *content = msgs[i].content;
         size_t bad;
         cJSON *m = cJSON_CreateObject();
-        if (!m || !cJSON_AddItemToArray(list, m))
-            return cJSON_Delete(m), moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
+        if (!m || !cJSON_AddItemToArray(list, m)) return cJSON_Delete(m), OOM(err);
         if (!role) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, NAME ": message %zu has no role", i);
         if ((bad = tok_utf8_valid(role, strlen(role))) != (size_t)-1 ||
             (content && (bad = tok_utf8_valid(content, strlen(content))) != (size_t)-1))
@@ -104,8 +112,50 @@ static moe8_status add_messages(cJSON *vars, const moe8_chat_message *msgs, size
         if (!cJSON_AddStringToObject(m, "role", role) ||
             !(content ? cJSON_AddStringToObject(m, "content", content)
                       : cJSON_AddNullToObject(m, "content")))
-            return moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
+            return OOM(err);
     }
+    return MOE8_OK;
+}
+
+/* The first string (a value or a key) in j that is not valid UTF-8: its path
+ * into where[0..cap) and 1; 0 when all are valid. Recursion is as deep as
+ * the tree, which cJSON's parser bounds (CJSON_NESTING_LIMIT). */
+static int bad_utf8_in(const cJSON *j, char *where, size_t cap, size_t at) {
+    const cJSON *e;
+    int i = 0;
+    if (cJSON_IsString(j) && tok_utf8_valid(j->valuestring, strlen(j->valuestring)) != (size_t)-1)
+        return 1;
+    if (!cJSON_IsArray(j) && !cJSON_IsObject(j)) return 0;
+    cJSON_ArrayForEach(e, j) {
+        int isobj = cJSON_IsObject(j), bad_key;
+        size_t k = at;
+        bad_key = isobj && tok_utf8_valid(e->string, strlen(e->string)) != (size_t)-1;
+        if (k < cap)
+            k += (size_t)(isobj ? snprintf(where + k, cap - k, bad_key ? " (a key)" : ".%s", e->string)
+                                : snprintf(where + k, cap - k, "[%d]", i));
+        if (bad_key || bad_utf8_in(e, where, cap, k < cap ? k : cap - 1))
+            return 1;
+        i++;
+    }
+    return 0;
+}
+
+/* text (the caller's JSON, NULL: None) parsed into *out: `what` must be an
+ * array (or null), every string valid UTF-8. */
+static moe8_status parse_list(const char *text, const char *what, cJSON **out, moe8_error *err) {
+    char where[256];
+    *out = NULL;
+    if (!text) return (*out = cJSON_CreateNull()) ? MOE8_OK : OOM(err);
+    if (moe8_json_parse(text, strlen(text), what, out, err)) {
+        if (err) err->code = MOE8_ERR_INVALID_ARG; /* the caller's text, not a file */
+        return MOE8_ERR_INVALID_ARG;
+    }
+    if (!cJSON_IsArray(*out) && !cJSON_IsNull(*out))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "chat template: %s must be a JSON array", what);
+    snprintf(where, sizeof where, "%s", what);
+    if (bad_utf8_in(*out, where, sizeof where, strlen(where)))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "chat template: %s: a string is not valid "
+                         "UTF-8", where);
     return MOE8_OK;
 }
 
@@ -138,38 +188,109 @@ static moe8_status add_kwargs(cJSON *vars, const char *kwargs_json, moe8_error *
     return st;
 }
 
-moe8_status moe8_chat_template_render(const moe8_chat_template *t, const moe8_chat_message *msgs,
-                                      size_t n_msgs, int add_generation_prompt,
-                                      const char *kwargs_json, char *out, size_t cap, size_t *n_out,
-                                      moe8_error *err) {
-    cJSON *vars;
+/* vars[key] = *item (taken; *item set to NULL), unless kwargs set it already
+ * (vLLM passes chat_template_kwargs after tools and documents: they win). */
+static int add_unless_set(cJSON *vars, const char *key, cJSON **item) {
+    cJSON *v = *item;
+    *item = NULL;
+    if (cJSON_GetObjectItemCaseSensitive(vars, key)) return cJSON_Delete(v), 1;
+    return cJSON_AddItemToObject(vars, key, v) ? 1 : (cJSON_Delete(v), 0);
+}
+
+/* The one render both APIs share. messages, tools, documents are taken (freed
+ * here). The template's variables, in transformers' order of precedence: the
+ * special tokens, the caller's kwargs over them, then messages, tools and
+ * documents (unless kwargs set those two) and add_generation_prompt. */
+static moe8_status render(const moe8_chat_template *t, cJSON *messages, cJSON *tools,
+                          cJSON *documents, int add_generation_prompt, const char *kwargs_json,
+                          char *out, size_t cap, size_t *n_out, moe8_error *err) {
+    cJSON *vars = cJSON_Duplicate(t->special, 1);
     char *text = NULL;
     size_t len = 0;
     moe8_status st;
-    if (n_out) *n_out = 0;
-    if (!t || (!msgs && n_msgs) || (!out && cap))
-        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "chat_template_render: NULL argument");
-    if (!(vars = cJSON_Duplicate(t->special, 1)))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
-    if ((st = add_kwargs(vars, kwargs_json, err)) || (st = add_messages(vars, msgs, n_msgs, err)))
+    if (!vars) {
+        st = OOM(err);
         goto done;
-    if ((!cJSON_GetObjectItemCaseSensitive(vars, "tools") && !cJSON_AddNullToObject(vars, "tools")) ||
-        (!cJSON_GetObjectItemCaseSensitive(vars, "documents") && !cJSON_AddNullToObject(vars, "documents")) ||
+    }
+    if ((st = add_kwargs(vars, kwargs_json, err))) goto done;
+    if (!cJSON_AddItemToObject(vars, "messages", messages)) {
+        st = OOM(err);
+        goto done;
+    }
+    messages = NULL;
+    if (!add_unless_set(vars, "tools", &tools) || !add_unless_set(vars, "documents", &documents) ||
         !cJSON_AddBoolToObject(vars, "add_generation_prompt", add_generation_prompt != 0)) {
-        st = moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
+        st = OOM(err);
         goto done;
     }
     if ((st = jinja_render(t->jt, vars, NULL, &text, &len, err)) != MOE8_OK) goto done;
     if (n_out) *n_out = len;
-    if (len >= cap) {
+    /* an empty rendering fits any buffer, even none: it is a valid prompt */
+    if (len >= cap && len > 0) {
         st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                        NAME ": output holds %zu bytes, %zu needed (with the NUL)", cap, len + 1);
         goto done;
     }
-    memcpy(out, text, len + 1);
+    if (cap) memcpy(out, text, len + 1);
 done:
     free(text);
+    cJSON_Delete(messages);
+    cJSON_Delete(tools);
+    cJSON_Delete(documents);
     cJSON_Delete(vars);
+    return st;
+}
+
+moe8_status moe8_chat_template_render(const moe8_chat_template *t, const moe8_chat_message *msgs,
+                                      size_t n_msgs, int add_generation_prompt,
+                                      const char *kwargs_json, char *out, size_t cap, size_t *n_out,
+                                      moe8_error *err) {
+    cJSON *messages = NULL;
+    moe8_status st;
+    if (n_out) *n_out = 0;
+    if (!t || (!msgs && n_msgs) || (!out && cap))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "chat_template_render: NULL argument");
+    if ((st = messages_of_structs(msgs, n_msgs, &messages, err))) {
+        cJSON_Delete(messages);
+        return st;
+    }
+    return render(t, messages, cJSON_CreateNull(), cJSON_CreateNull(), add_generation_prompt,
+                  kwargs_json, out, cap, n_out, err);
+}
+
+moe8_status moe8_chat_template_render_json(const moe8_chat_template *t, const char *messages_json,
+                                           const char *tools_json, const char *documents_json,
+                                           int add_generation_prompt, const char *kwargs_json,
+                                           char *out, size_t cap, size_t *n_out, moe8_error *err) {
+    cJSON *messages = NULL, *tools = NULL, *documents = NULL;
+    const cJSON *m;
+    moe8_status st;
+    int i = 0;
+    if (n_out) *n_out = 0;
+    if (!t || !messages_json || (!out && cap))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "chat_template_render_json: NULL argument");
+    if ((st = parse_list(messages_json, "messages", &messages, err)) ||
+        (st = parse_list(tools_json, "tools", &tools, err)) ||
+        (st = parse_list(documents_json, "documents", &documents, err)))
+        goto fail;
+    if (!cJSON_IsArray(messages)) {
+        st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, NAME ": messages must be a JSON array");
+        goto fail;
+    }
+    cJSON_ArrayForEach(m, messages) {
+        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"))) {
+            st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                           NAME ": messages[%d] must be an object with a string 'role'", i);
+            goto fail;
+        }
+        i++;
+    }
+    return render(t, messages, tools, documents, add_generation_prompt, kwargs_json, out, cap, n_out,
+                  err);
+fail:
+    cJSON_Delete(messages);
+    cJSON_Delete(tools);
+    cJSON_Delete(documents);
     return st;
 }
 
@@ -307,4 +428,16 @@ moe8_status moe8_chat_apply(const moe8_tokenizer *tok, const moe8_chat_message *
     if ((st = moe8_tokenizer_chat_template(tok, &t, err)) != MOE8_OK) return st;
     return moe8_chat_template_render(t, msgs, n_msgs, add_generation_prompt, kwargs_json, out, cap,
                                      n_out, err);
+}
+
+moe8_status moe8_chat_apply_json(const moe8_tokenizer *tok, const char *messages_json,
+                                 const char *tools_json, const char *documents_json,
+                                 int add_generation_prompt, const char *kwargs_json, char *out,
+                                 size_t cap, size_t *n_out, moe8_error *err) {
+    const moe8_chat_template *t;
+    moe8_status st;
+    if (n_out) *n_out = 0;
+    if ((st = moe8_tokenizer_chat_template(tok, &t, err)) != MOE8_OK) return st;
+    return moe8_chat_template_render_json(t, messages_json, tools_json, documents_json,
+                                          add_generation_prompt, kwargs_json, out, cap, n_out, err);
 }

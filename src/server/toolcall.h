@@ -1,0 +1,89 @@
+/*
+ * toolcall.h — model output -> OpenAI tool calls, per model family, as the
+ * text streams (vLLM's tool parsers "hermes", "deepseek_v3", "mistral"),
+ * and the GBNF grammar of "a call in this format" for constrained decoding
+ * (tool_choice "required" or a named function). Pure functions: no server
+ * state, no allocation but the parser's own buffers.
+ *
+ * Formats (toolcall.c's header has them in full, with their sources):
+ *   hermes       <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>  (Qwen2.5, Qwen3)
+ *   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+ *   mistral      [TOOL_CALLS] [{"name": N, "arguments": {...}}, ...]           (v3 tokenizers)
+ *                [TOOL_CALLS]N[ARGS]{...}                                      (v11+ tokenizers)
+ */
+#ifndef MOE8_SERVER_TOOLCALL_H
+#define MOE8_SERVER_TOOLCALL_H
+
+#include <stddef.h>
+
+typedef enum {
+    TOOLCALL_INVALID = -1, /* toolcall_format_from_name: no such parser */
+    TOOLCALL_NONE = 0,     /* no tool calls: everything is content */
+    TOOLCALL_HERMES,
+    TOOLCALL_DEEPSEEK_V3,
+    TOOLCALL_MISTRAL
+} toolcall_format;
+
+/* "hermes", "deepseek_v3" (or vLLM's spelling "deepseekv3"), "mistral",
+ * "none"; anything else TOOLCALL_INVALID. */
+toolcall_format toolcall_format_from_name(const char *name);
+/* The name of f ("hermes", ...), "none" for TOOLCALL_NONE, NULL otherwise. */
+const char *toolcall_format_name(toolcall_format f);
+/* The format a chat template writes its assistant tool calls in, from the
+ * markers in its text; TOOLCALL_NONE when it writes none (or source NULL). */
+toolcall_format toolcall_detect(const char *template_source);
+
+/* What the parser finds, in the order of the text. Every callback may be
+ * NULL. index counts the calls reported, from 0 (OpenAI's tool_calls index);
+ * the call's id is the caller's to make. */
+typedef struct {
+    void (*content)(void *u, const char *s, size_t n);                 /* text to show */
+    void (*call_begin)(void *u, int index, const char *name, size_t n); /* the name, whole */
+    void (*call_args)(void *u, int index, const char *s, size_t n);    /* a piece of the arguments */
+    /* ok 1: the call is complete, its arguments (the pieces joined) are the
+     * JSON text of an object. ok 0: the call broke off after it was reported
+     * (bad JSON or a wrong tag later on, or the output ended inside it): its
+     * arguments are not valid JSON, and its whole text comes next as content
+     * (a non-stream answer drops such a call; a stream has sent it already). */
+    void (*call_end)(void *u, int index, int ok);
+    void *u;
+} toolcall_sink;
+
+typedef struct toolcall_parser toolcall_parser;
+
+/* NULL when out of memory or f is not a format. */
+toolcall_parser *toolcall_new(toolcall_format f);
+/* Feed the next s[0..n) of the output (UTF-8 text, split anywhere, even
+ * inside a character). Text goes out as content unless it could still be
+ * the start of a call marker; a call is reported (call_begin, then its
+ * arguments in pieces as they are checked) once its name is known and the
+ * text so far is a well-formed call; text that looks like a call but is not
+ * one (bad JSON, no name, a wrong tag) comes out as content, in order. The
+ * events are the same, joined, however the output is split. Whitespace
+ * between calls and after the last one is part of the format (dropped).
+ * 0, or -1 when out of memory (the parser is then spent). */
+int toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k);
+/* The output ended: what was held back goes out. A call whose JSON is
+ * complete but whose closing tag is missing (hermes </tool_call>, mistral's
+ * "]", deepseek's <｜tool▁calls▁end｜>) is complete, as vLLM takes it; any
+ * other unfinished call is not (call_end ok 0, or content if unreported).
+ * 0, or -1 when out of memory. */
+int toolcall_finish(toolcall_parser *p, const toolcall_sink *k);
+/* Calls reported so far (complete or not). */
+int toolcall_count(const toolcall_parser *p);
+void toolcall_free(toolcall_parser *p);
+
+/* GBNF (llama.cpp's syntax) whose root is one call in format f, or with
+ * `parallel` one or more, to any of the n_tools tools: tool i by its name
+ * names[i], with arguments matching the rule named arg_rules[i] (the caller
+ * appends those rules, e.g. from each tool's parameters schema). The markers
+ * are literal strings; the layout is the one the model's template teaches
+ * (hermes: one <tool_call> block per call, "\n" between; deepseek_v3: one
+ * <｜tool▁calls▁begin｜> block, "\n" between calls; mistral: the v3 array
+ * [TOOL_CALLS] [{...}, {...}]). Rules it adds are named "toolcall-...".
+ * malloc'd text (free()), or NULL: out of memory, n_tools < 1, f not a
+ * format, or an arg rule name that is not a GBNF name ([a-zA-Z0-9-]+). */
+char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
+                       int n_tools, int parallel);
+
+#endif

@@ -1,0 +1,547 @@
+/*
+ * test_toolcall.c — the tool-call parsers (src/server/toolcall.c) and their
+ * grammars. Each fixed model output (complete calls, several, after
+ * content, the v11 and V3.1 forms, and broken ones: bad JSON, wrong tags,
+ * cut short) is parsed whole and checked against its expected events,
+ * written out by hand; then fed split at every byte boundary, at every pair
+ * of boundaries (short outputs), byte by byte and in random pieces, which
+ * must all give the same events joined. Also: text is not held back longer
+ * than a marker could need, calls are reported as soon as their name is
+ * known, the template markers are detected, and the GBNF text.
+ */
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "server/toolcall.h"
+#include "test.h"
+
+#define DATA MOE8_SOURCE_DIR "/tests/data"
+
+/* DeepSeek's markers, as the parser's file spells them */
+#define BAR "\xef\xbd\x9c"
+#define SP "\xe2\x96\x81"
+#define DS_CALLS_BEGIN "<" BAR "tool" SP "calls" SP "begin" BAR ">"
+#define DS_CALLS_END "<" BAR "tool" SP "calls" SP "end" BAR ">"
+#define DS_CALL_BEGIN "<" BAR "tool" SP "call" SP "begin" BAR ">"
+#define DS_CALL_END "<" BAR "tool" SP "call" SP "end" BAR ">"
+#define DS_SEP "<" BAR "tool" SP "sep" BAR ">"
+#define DS_CALL(name, args) DS_CALL_BEGIN "function" DS_SEP name "\n```json\n" args "\n```" DS_CALL_END
+
+/* ---- a sink that writes the events down ---------------------------------------------- */
+
+/* Events joined: "C:text" for content, "B0:name", "A0:args", "E0:1"; kinds
+ * separated by '|'; adjacent content, or arguments of one call, merged. */
+typedef struct {
+    char s[1 << 16];
+    size_t n;
+    char last;          /* kind of the last event */
+    int open;           /* index of the call begun and not ended, or -1 */
+    int next;           /* index the next call_begin must have */
+    int bad;            /* an event out of order, or a complete call whose arguments are no object */
+    int n_content, n_args;
+    char args[1 << 14]; /* the open call's arguments so far */
+    size_t n_a;
+} rec;
+
+static void rec_init(rec *r) {
+    r->s[0] = '\0';
+    r->n = r->n_a = 0;
+    r->last = 0;
+    r->open = -1;
+    r->next = r->bad = r->n_content = r->n_args = 0;
+}
+
+static void put(rec *r, const char *s, size_t n) {
+    if (r->n + n >= sizeof r->s) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(r->s + r->n, s, n);
+    r->n += n;
+    r->s[r->n] = '\0';
+}
+
+static void head(rec *r, char kind, int index) {
+    char h[24];
+    int k = index < 0 ? snprintf(h, sizeof h, "%s%c:", r->n ? "|" : "", kind)
+                      : snprintf(h, sizeof h, "%s%c%d:", r->n ? "|" : "", kind, index);
+    put(r, h, (size_t)k);
+    r->last = kind;
+}
+
+static void on_content(void *u, const char *s, size_t n) {
+    rec *r = u;
+    if (r->open >= 0 || !n) r->bad = 1;
+    if (r->last != 'C') head(r, 'C', -1);
+    put(r, s, n);
+    r->n_content++;
+}
+
+static void on_begin(void *u, int index, const char *name, size_t n) {
+    rec *r = u;
+    if (r->open >= 0 || index != r->next || !n) r->bad = 1;
+    r->open = index;
+    r->next = index + 1;
+    r->n_a = 0;
+    head(r, 'B', index);
+    put(r, name, n);
+}
+
+static void on_args(void *u, int index, const char *s, size_t n) {
+    rec *r = u;
+    if (index != r->open || !n) r->bad = 1;
+    if (r->last != 'A') head(r, 'A', index);
+    put(r, s, n);
+    r->n_args++;
+    if (r->n_a + n < sizeof r->args) memcpy(r->args + r->n_a, s, n);
+    r->n_a += n;
+}
+
+static void on_end(void *u, int index, int ok) {
+    rec *r = u;
+    if (index != r->open || (ok != 0 && ok != 1)) r->bad = 1;
+    if (ok) { /* the arguments of a complete call are the JSON text of an object */
+        cJSON *j = r->n_a < sizeof r->args ? cJSON_ParseWithLength(r->args, r->n_a) : NULL;
+        if (!cJSON_IsObject(j)) r->bad = 1;
+        cJSON_Delete(j);
+    }
+    r->open = -1;
+    head(r, 'E', index);
+    put(r, ok ? "1" : "0", 1);
+}
+
+/* The events of text fed in the pieces that end at cuts[0..n_cuts) (then the rest). */
+static void run(toolcall_format f, const char *text, size_t len, const size_t *cuts, int n_cuts, rec *r) {
+    toolcall_sink k = {on_content, on_begin, on_args, on_end, r};
+    toolcall_parser *p = toolcall_new(f);
+    size_t at = 0;
+    rec_init(r);
+    for (int i = 0; i <= n_cuts; i++) {
+        size_t to = i < n_cuts ? cuts[i] : len;
+        if (toolcall_feed(p, text + at, to - at, &k)) r->bad = 1;
+        at = to;
+    }
+    if (toolcall_finish(p, &k) || r->open >= 0) r->bad = 1;
+    toolcall_free(p);
+}
+
+/* ---- fixed outputs --------------------------------------------------------------------- */
+
+typedef struct {
+    toolcall_format f;
+    const char *name, *text, *want;
+} tcase;
+
+#define H TOOLCALL_HERMES
+#define D TOOLCALL_DEEPSEEK_V3
+#define M TOOLCALL_MISTRAL
+#define HC(body) "<tool_call>\n" body "\n</tool_call>"
+
+static const tcase CASES[] = {
+    /* hermes */
+    {H, "plain", "Hello, world.", "C:Hello, world."},
+    {H, "angle_brackets", "a < b, <tool> x <tool_cal", "C:a < b, <tool> x <tool_cal"},
+    {H, "one", HC("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+     "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {H, "after_content", "Let me check.\n\n" HC("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+     "C:Let me check.\n\n|B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {H, "two", HC("{\"name\": \"a\", \"arguments\": {\"x\": 1}}") "\n" HC("{\"name\": \"b\", \"arguments\": {}}") "\n",
+     "B0:a|A0:{\"x\": 1}|E0:1|B1:b|A1:{}|E1:1"},
+    {H, "compact_normalized",
+     "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":[true,null,{\"c\":\"x, y: z\"}],\"d\":-0.5e+3}}</tool_call>",
+     "B0:f|A0:{\"a\": 1, \"b\": [true, null, {\"c\": \"x, y: z\"}], \"d\": -0.5e+3}|E0:1"},
+    {H, "spaced_normalized", HC("{ \"name\" : \"f\" ,\n \"arguments\" : {\n  \"a\" : [ 1 , 2 ] ,\n  \"e\" : { }\n }\n}"),
+     "B0:f|A0:{\"a\": [1, 2], \"e\": {}}|E0:1"},
+    {H, "arguments_first", HC("{\"arguments\": {\"x\": 2}, \"name\": \"g\"}"), "B0:g|A0:{\"x\": 2}|E0:1"},
+    {H, "no_arguments", HC("{\"name\": \"h\"}"), "B0:h|A0:{}|E0:1"},
+    {H, "other_keys", HC("{\"name\": \"h\", \"id\": 12, \"x\": [1, {\"y\": null}], \"z\": false, \"arguments\": {\"k\": 0}}"),
+     "B0:h|A0:{\"k\": 0}|E0:1"},
+    {H, "strings_verbatim", HC("{\"name\": \"s\", \"arguments\": {\"q\": \"caf\\u00e9 \xe2\x98\x95 \\\"x\\\" \\\\n \\/\"}}"),
+     "B0:s|A0:{\"q\": \"caf\\u00e9 \xe2\x98\x95 \\\"x\\\" \\\\n \\/\"}|E0:1"},
+    {H, "escaped_name", HC("{\"name\": \"get\\u005fweather\", \"arguments\": {}}"), "B0:get_weather|A0:{}|E0:1"},
+    {H, "then_text", HC("{\"name\": \"f\", \"arguments\": {}}") "\nDone.", "B0:f|A0:{}|E0:1|C:\nDone."},
+    {H, "no_end_tag", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": true}}\n",
+     "B0:f|A0:{\"a\": true}|E0:1"},
+    {H, "cut_end_tag", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_c", "B0:f|A0:{}|E0:1"},
+    {H, "bad_json_before_name", HC("{name: \"f\"}") " after", "C:" HC("{name: \"f\"}") " after"},
+    {H, "bad_json_after_name", HC("{\"name\": \"f\", \"arguments\": {\"a\": 1]}"),
+     "B0:f|A0:{\"a\": 1|E0:0|C:" HC("{\"name\": \"f\", \"arguments\": {\"a\": 1]}")},
+    {H, "wrong_end_tag", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_cal> x",
+     "B0:f|A0:{}|E0:0|C:<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_cal> x"},
+    {H, "cut_in_arguments", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Par",
+     "B0:f|A0:{\"city\": \"Par|E0:0|C:<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Par"},
+    {H, "cut_in_name", "Hmm <tool_call>\n{\"name\": \"get_w", "C:Hmm <tool_call>\n{\"name\": \"get_w"},
+    {H, "cut_after_marker", "x<tool_call>", "C:x<tool_call>"},
+    {H, "broken_then_good", "<tool_call>oops</tool_call>" HC("{\"name\": \"f\", \"arguments\": {}}"),
+     "C:<tool_call>oops</tool_call>|B0:f|A0:{}|E0:1"},
+    {H, "marker_after_false_start", "<tool_" HC("{\"name\": \"f\", \"arguments\": {}}"), "C:<tool_|B0:f|A0:{}|E0:1"},
+    {H, "marker_right_after_break", "<tool_call><tool_call>{\"name\": \"f\"}</tool_call>",
+     "C:<tool_call>|B0:f|A0:{}|E0:1"},
+    {H, "empty_name", HC("{\"name\": \"\", \"arguments\": {}}"), "C:" HC("{\"name\": \"\", \"arguments\": {}}")},
+    {H, "name_not_string", HC("{\"name\": 3, \"arguments\": {}}"), "C:" HC("{\"name\": 3, \"arguments\": {}}")},
+    {H, "no_name", HC("{\"arguments\": {\"a\": 1}}"), "C:" HC("{\"arguments\": {\"a\": 1}}")},
+    {H, "duplicate_name", HC("{\"name\": \"a\", \"name\": \"b\"}"),
+     "B0:a|E0:0|C:" HC("{\"name\": \"a\", \"name\": \"b\"}")},
+    {H, "string_arguments", HC("{\"name\": \"f\", \"arguments\": \"{}\"}"),
+     "B0:f|E0:0|C:" HC("{\"name\": \"f\", \"arguments\": \"{}\"}")},
+    {H, "bad_escape", HC("{\"name\": \"f\", \"arguments\": {\"a\": \"\\x\"}}"),
+     "B0:f|A0:{\"a\": \"\\|E0:0|C:" HC("{\"name\": \"f\", \"arguments\": {\"a\": \"\\x\"}}")},
+    {H, "bad_number", HC("{\"name\": \"f\", \"arguments\": {\"a\": 01}}"),
+     "B0:f|A0:{\"a\": 0|E0:0|C:" HC("{\"name\": \"f\", \"arguments\": {\"a\": 01}}")},
+    {H, "raw_newline_in_string", HC("{\"name\": \"f\", \"arguments\": {\"a\": \"x\ny\"}}"),
+     "B0:f|A0:{\"a\": \"x|E0:0|C:" HC("{\"name\": \"f\", \"arguments\": {\"a\": \"x\ny\"}}")},
+    {H, "text_between_calls", HC("{\"name\": \"a\"}") " and " HC("{\"name\": \"b\"}"),
+     "B0:a|A0:{}|E0:1|C: and |B1:b|A1:{}|E1:1"},
+    {TOOLCALL_NONE, "none", HC("{\"name\": \"a\"}"), "C:" HC("{\"name\": \"a\"}")},
+    /* deepseek_v3 */
+    {D, "ds_one", "Sure." DS_CALLS_BEGIN DS_CALL("get_weather", "{\"city\": \"Paris\"}") DS_CALLS_END,
+     "C:Sure.|B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {D, "ds_two", DS_CALLS_BEGIN DS_CALL("a", "{\"x\": 1}") "\n" DS_CALL("b", "{}") DS_CALLS_END,
+     "B0:a|A0:{\"x\": 1}|E0:1|B1:b|A1:{}|E1:1"},
+    {D, "ds_raw_arguments", DS_CALLS_BEGIN DS_CALL("f", "{\"a\":1,  \"b\": [1,2],\n \"c\": {}}") DS_CALLS_END,
+     "B0:f|A0:{\"a\":1,  \"b\": [1,2],\n \"c\": {}}|E0:1"},
+    {D, "ds_v31", DS_CALLS_BEGIN DS_CALL_BEGIN "get_time" DS_SEP "{\"tz\": \"UTC\"}" DS_CALL_END DS_CALL_BEGIN
+     "f" DS_SEP "{}" DS_CALL_END DS_CALLS_END, "B0:get_time|A0:{\"tz\": \"UTC\"}|E0:1|B1:f|A1:{}|E1:1"},
+    {D, "ds_no_calls_end", DS_CALLS_BEGIN DS_CALL("f", "{}"), "B0:f|A0:{}|E0:1"},
+    {D, "ds_then_text", DS_CALLS_BEGIN DS_CALL("f", "{}") DS_CALLS_END " ok", "B0:f|A0:{}|E0:1|C: ok"},
+    {D, "ds_empty_block", "a" DS_CALLS_BEGIN DS_CALLS_END "b", "C:ab"},
+    {D, "ds_wrong_type", DS_CALLS_BEGIN DS_CALL_BEGIN "func" DS_SEP "f\n```json\n{}\n```" DS_CALL_END DS_CALLS_END,
+     "C:" DS_CALLS_BEGIN DS_CALL_BEGIN "func" DS_SEP "f\n```json\n{}\n```" DS_CALL_END DS_CALLS_END},
+    {D, "ds_cut_in_arguments", DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "f\n```json\n{\"a\": [1, ",
+     "B0:f|A0:{\"a\": [1, |E0:0|C:" DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "f\n```json\n{\"a\": [1, "},
+    {D, "ds_bad_json", DS_CALLS_BEGIN DS_CALL("f", "{\"a\" 1}") DS_CALLS_END,
+     "B0:f|A0:{\"a\" |E0:0|C:" DS_CALLS_BEGIN DS_CALL("f", "{\"a\" 1}") DS_CALLS_END},
+    {D, "ds_missing_fence", DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "f\n```json\n{}" DS_CALL_END,
+     "B0:f|A0:{}|E0:0|C:" DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "f\n```json\n{}" DS_CALL_END},
+    {D, "ds_second_broken", DS_CALLS_BEGIN DS_CALL("a", "{}") "\nnope" DS_CALLS_END,
+     "B0:a|A0:{}|E0:1|C:\nnope" DS_CALLS_END},
+    {D, "ds_call_without_block", DS_CALL("f", "{}"), "C:" DS_CALL("f", "{}")},
+    {D, "ds_cut_marker", "x" DS_CALLS_BEGIN DS_CALL_BEGIN "func", "C:x" DS_CALLS_BEGIN DS_CALL_BEGIN "func"},
+    /* mistral */
+    {M, "m_array", "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": "
+     "\"get_time\", \"arguments\": {}}]", "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1|B1:get_time|A1:{}|E1:1"},
+    {M, "m_array_ids", "[TOOL_CALLS][{\"name\":\"f\",\"arguments\":{\"a\":\"b\"},\"id\":\"abc123def\"}]",
+     "B0:f|A0:{\"a\": \"b\"}|E0:1"},
+    {M, "m_after_content", "Checking. [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]",
+     "C:Checking. |B0:f|A0:{}|E0:1"},
+    {M, "m_v11", "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+     "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1|B1:get_time|A1:{}|E1:1"},
+    {M, "m_v11_no_args_token", "[TOOL_CALLS]get_time{\"tz\":\"UTC\"}", "B0:get_time|A0:{\"tz\": \"UTC\"}|E0:1"},
+    {M, "m_lone_object", "[TOOL_CALLS] {\"name\": \"f\", \"arguments\": {\"x\": [1]}}", "B0:f|A0:{\"x\": [1]}|E0:1"},
+    {M, "m_not_marker", "see [TOOLS] and [TOOL_CALLS", "C:see [TOOLS] and [TOOL_CALLS"},
+    {M, "m_unclosed_array", "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}\n", "B0:f|A0:{}|E0:1"},
+    {M, "m_second_broken", "[TOOL_CALLS] [{\"name\": \"a\", \"arguments\": {}}, {\"nam\": 1}]",
+     "B0:a|A0:{}|E0:1|C:, {\"nam\": 1}]"},
+    {M, "m_text", "[TOOL_CALLS] hello world", "C:[TOOL_CALLS] hello world"},
+    {M, "m_empty_array", "[TOOL_CALLS] []", ""},
+    {M, "m_cut", "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": ",
+     "B0:f|A0:{\"a\": |E0:0|C:[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": "},
+    {M, "m_v11_bad_args", "[TOOL_CALLS]f[ARGS]{\"a\"}", "B0:f|A0:{\"a\"|E0:0|C:[TOOL_CALLS]f[ARGS]{\"a\"}"},
+};
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static void show(char *s) {
+    for (; *s; s++)
+        if (*s == '\n') *s = '~';
+}
+
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static long g_runs;
+
+static void test_case(const tcase *c) {
+    static rec whole, part;
+    size_t len = strlen(c->text), cuts[16];
+    int bad = 0;
+    run(c->f, c->text, len, NULL, 0, &whole);
+    if (!(!whole.bad && !strcmp(whole.s, c->want))) {
+        char got[4096], want[4096];
+        snprintf(got, sizeof got, "%.4000s", whole.s);
+        snprintf(want, sizeof want, "%.4000s", c->want);
+        show(got);
+        show(want);
+        CHECKF(0, "%s: bad %d\n got: %s\nwant: %s", c->name, whole.bad, got, want);
+        return;
+    }
+    CHECK(1);
+    /* every split in two, every split in three (short outputs), byte by byte, random pieces */
+    for (size_t i = 1; i < len && !bad; i++) {
+        cuts[0] = i;
+        run(c->f, c->text, len, cuts, 1, &part);
+        g_runs++;
+        if (part.bad || strcmp(part.s, whole.s)) {
+            show(part.s);
+            CHECKF(0, "%s: split at %zu: %s", c->name, i, part.s);
+            bad = 1;
+        }
+        for (size_t j = i + 1; len <= 160 && j < len && !bad; j++) {
+            cuts[1] = j;
+            run(c->f, c->text, len, cuts, 2, &part);
+            g_runs++;
+            if (part.bad || strcmp(part.s, whole.s)) {
+                show(part.s);
+                CHECKF(0, "%s: split at %zu, %zu: %s", c->name, i, j, part.s);
+                bad = 1;
+            }
+        }
+    }
+    {
+        toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
+        toolcall_parser *p = toolcall_new(c->f);
+        rec_init(&part);
+        for (size_t i = 0; i < len; i++) toolcall_feed(p, c->text + i, 1, &k);
+        toolcall_finish(p, &k);
+        toolcall_free(p);
+        g_runs++;
+        CHECKF(!part.bad && !strcmp(part.s, whole.s), "%s: byte by byte: %s", c->name, part.s);
+    }
+    for (int t = 0; t < 200 && !bad && len > 1; t++) {
+        int n = 1 + (int)(rnd() % 12);
+        for (int i = 0; i < n; i++) cuts[i] = 1 + rnd() % (len - 1);
+        qsort(cuts, (size_t)n, sizeof *cuts, cmp_size);
+        run(c->f, c->text, len, cuts, n, &part);
+        g_runs++;
+        if (part.bad || strcmp(part.s, whole.s)) {
+            CHECKF(0, "%s: random pieces (%d): %s", c->name, n, part.s);
+            bad = 1;
+        }
+    }
+    CHECK(!bad);
+}
+
+static void test_cases(void) {
+    int n = (int)(sizeof CASES / sizeof CASES[0]);
+    for (int i = 0; i < n; i++) test_case(&CASES[i]);
+    printf("toolcall: %d outputs, %ld split runs\n", n, g_runs);
+}
+
+/* ---- random outputs made of the formats' pieces ----------------------------------------- */
+
+/* A block without calls (dropped whole: the format's way of saying none). */
+static int has_empty_block(const char *s) {
+    const char *q;
+    for (q = strstr(s, DS_CALLS_BEGIN); q; q = strstr(q + 1, DS_CALLS_BEGIN)) {
+        const char *r = q + strlen(DS_CALLS_BEGIN);
+        while (*r == ' ' || *r == '\n') r++;
+        if (!strncmp(r, DS_CALLS_END, strlen(DS_CALLS_END))) return 1;
+    }
+    for (q = strstr(s, "[TOOL_CALLS]"); q; q = strstr(q + 1, "[TOOL_CALLS]")) {
+        const char *r = q + 12;
+        while (*r == ' ' || *r == '\n') r++;
+        if (*r++ != '[') continue;
+        while (*r == ' ' || *r == '\n') r++;
+        if (*r == ']') return 1;
+    }
+    return 0;
+}
+
+/* Any split gives the events of the whole; no call reported (and no empty
+ * block) means the content is the whole output, byte for byte. */
+static void test_random(void) {
+    static const char *const PIECES[3][24] = {
+        {"<tool_call>", "</tool_call>", "<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"name\": \"g\"}",
+         "\n", " ", "{", "}", "\"name\"", "\"arguments\"", ":", ",", "\"f\"", "[", "]", "1", "true", "\"x\\\"\"",
+         "<", "tool", "abc", "\\", "\"", NULL},
+        {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP, "function", "\n```json\n", "\n```",
+         "{\"a\": [1, 2]}", "{", "}", "f", "\n", " ", "<", "```", "x", "\"", ":", "1", NULL},
+        {"[TOOL_CALLS]", " [", "[ARGS]", "{\"name\": \"f\", \"arguments\": {}}", "{\"name\": \"f\"", ", ", "]",
+         "{", "}", "get_time", "\"arguments\"", ":", "[", "\n", " ", "x", "\"", "1", "null", NULL},
+    };
+    static const toolcall_format F[3] = {TOOLCALL_HERMES, TOOLCALL_DEEPSEEK_V3, TOOLCALL_MISTRAL};
+    static rec whole, part;
+    int bad = 0, n_calls = 0, n_texts = 0;
+    for (int f = 0; f < 3 && !bad; f++) {
+        int n_pieces = 0;
+        while (PIECES[f][n_pieces]) n_pieces++;
+        for (int t = 0; t < 3000 && !bad; t++) {
+            char text[2048];
+            size_t len = 0, cuts[8];
+            int n = 1 + (int)(rnd() % 24);
+            for (int i = 0; i < n; i++) {
+                const char *s = PIECES[f][rnd() % (uint64_t)n_pieces];
+                size_t k = strlen(s);
+                memcpy(text + len, s, k);
+                len += k;
+            }
+            text[len] = '\0';
+            run(F[f], text, len, NULL, 0, &whole);
+            n_texts++;
+            n_calls += strstr(whole.s, "B0:") != NULL;
+            if (whole.bad || (!strstr(whole.s, "B0:") && !has_empty_block(text) &&
+                              !(len == 0 ? whole.n == 0 : !strncmp(whole.s, "C:", 2) && !strcmp(whole.s + 2, text)))) {
+                CHECKF(0, "random %d: '%s' -> '%s' (bad %d)", f, text, whole.s, whole.bad);
+                bad = 1;
+            }
+            for (int r = 0; r < 4 && !bad && len > 1; r++) {
+                int m = r == 0 ? 0 : 1 + (int)(rnd() % 6);
+                if (r == 0) { /* byte by byte */
+                    toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
+                    toolcall_parser *p = toolcall_new(F[f]);
+                    rec_init(&part);
+                    for (size_t i = 0; i < len; i++) toolcall_feed(p, text + i, 1, &k);
+                    toolcall_finish(p, &k);
+                    toolcall_free(p);
+                } else {
+                    for (int i = 0; i < m; i++) cuts[i] = 1 + rnd() % (len - 1);
+                    qsort(cuts, (size_t)m, sizeof *cuts, cmp_size);
+                    run(F[f], text, len, cuts, m, &part);
+                }
+                if (part.bad || strcmp(part.s, whole.s)) {
+                    CHECKF(0, "random %d: '%s' split %d: '%s' vs whole '%s'", f, text, m, part.s, whole.s);
+                    bad = 1;
+                }
+            }
+        }
+    }
+    printf("toolcall: %d random outputs (%d with a call)\n", n_texts, n_calls);
+    CHECK(!bad && n_calls > 300);
+}
+
+/* ---- streaming: held back no longer than needed ---------------------------------------- */
+
+#define FEED(s) toolcall_feed(p, s, strlen(s), &k)
+
+static void test_streaming(void) {
+    static rec r;
+    toolcall_sink k = {on_content, on_begin, on_args, on_end, &r};
+    toolcall_parser *p = toolcall_new(TOOLCALL_HERMES);
+    rec_init(&r);
+    FEED("Hello <");
+    CHECK(!strcmp(r.s, "C:Hello ")); /* only the '<' waits */
+    FEED("b> ");
+    CHECK(!strcmp(r.s, "C:Hello <b> "));
+    FEED("<tool_call>\n{\"name\": \"get_wea");
+    CHECK(!strcmp(r.s, "C:Hello <b> ")); /* a call, but no name yet */
+    FEED("ther\", ");
+    CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather")); /* the name is known: reported */
+    FEED("\"arguments\": {\"city\": \"Pa");
+    CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Pa")); /* arguments as they come */
+    FEED("ris\"}}\n</tool_call>");
+    CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"));
+    CHECK(r.n_args == 2 && toolcall_count(p) == 1);
+    FEED("\n"); /* whitespace after a call waits for what follows */
+    CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"));
+    toolcall_finish(p, &k);
+    CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1") && !r.bad);
+    toolcall_free(p);
+    /* NULL callbacks are fine; a parser of no format is refused */
+    {
+        toolcall_sink none = {0};
+        toolcall_parser *q = toolcall_new(TOOLCALL_MISTRAL);
+        CHECK(toolcall_feed(q, "[TOOL_CALLS] [{\"name\": \"f\"}] x", 31, &none) == 0 &&
+              toolcall_finish(q, &none) == 0 && toolcall_count(q) == 1);
+        toolcall_free(q);
+        CHECK(toolcall_new((toolcall_format)7) == NULL && toolcall_new(TOOLCALL_INVALID) == NULL);
+        toolcall_free(NULL);
+    }
+    /* nesting past the limit breaks the call, it does not overflow */
+    {
+        static char deep[2000];
+        size_t n = (size_t)snprintf(deep, sizeof deep, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ");
+        for (int i = 0; i < 600; i++) deep[n++] = '[';
+        deep[n] = '\0';
+        run(TOOLCALL_HERMES, deep, n, NULL, 0, &r);
+        CHECK(!r.bad && strstr(r.s, "|E0:0|C:<tool_call>") && strlen(strstr(r.s, "|C:") + 3) == n);
+    }
+}
+
+/* ---- names, detection, grammar ---------------------------------------------------------- */
+
+static char *slurp(const char *path) {
+    char *text = NULL;
+    size_t len;
+    moe8_error e;
+    if (moe8_read_file(path, (size_t)1 << 24, &text, &len, &e) != MOE8_OK) {
+        fprintf(stderr, "cannot read %s: %s\n", path, e.message);
+        exit(2);
+    }
+    return text;
+}
+
+static void test_names(void) {
+    static const struct { const char *file; toolcall_format f; } T[] = {
+        {"/jinja/qwen3.jinja", TOOLCALL_HERMES},
+        {"/jinja/deepseek_v3.jinja", TOOLCALL_DEEPSEEK_V3},
+        {"/tool_templates/mistral_v3_tools.jinja", TOOLCALL_MISTRAL},
+        {"/jinja/llama2_chat.jinja", TOOLCALL_NONE},
+        {"/jinja/mixtral_instruct.jinja", TOOLCALL_NONE},
+    };
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        char path[4096], *src;
+        snprintf(path, sizeof path, "%s%s", DATA, T[i].file);
+        src = slurp(path);
+        CHECKF(toolcall_detect(src) == T[i].f, "%s: detected %d", T[i].file, toolcall_detect(src));
+        free(src);
+    }
+    CHECK(toolcall_detect(NULL) == TOOLCALL_NONE);
+    CHECK(toolcall_format_from_name("hermes") == TOOLCALL_HERMES &&
+          toolcall_format_from_name("deepseek_v3") == TOOLCALL_DEEPSEEK_V3 &&
+          toolcall_format_from_name("deepseekv3") == TOOLCALL_DEEPSEEK_V3 &&
+          toolcall_format_from_name("mistral") == TOOLCALL_MISTRAL &&
+          toolcall_format_from_name("none") == TOOLCALL_NONE &&
+          toolcall_format_from_name("llama3_json") == TOOLCALL_INVALID &&
+          toolcall_format_from_name(NULL) == TOOLCALL_INVALID);
+    CHECK(!strcmp(toolcall_format_name(TOOLCALL_DEEPSEEK_V3), "deepseek_v3") &&
+          !strcmp(toolcall_format_name(TOOLCALL_NONE), "none") && !toolcall_format_name(TOOLCALL_INVALID));
+}
+
+static void expect_grammar(toolcall_format f, int parallel, const char *want) {
+    static const char *const names[] = {"get_weather", "say \"hi\"\\"}, *const rules[] = {"weather-args", "say-args"};
+    char *g = toolcall_grammar(f, names, rules, 2, parallel);
+    CHECKF(g && !strcmp(g, want), "grammar %d/%d:\n%s\nwant:\n%s", f, parallel, g ? g : "(null)", want);
+    free(g);
+}
+
+static void test_grammar(void) {
+    const char *const one[] = {"f"}, *const bad_rule[] = {"f_args"};
+    expect_grammar(TOOLCALL_HERMES, 0,
+                   "root ::= toolcall-call\n"
+                   "toolcall-call ::= toolcall-0 | toolcall-1\n"
+                   "toolcall-0 ::= \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" "
+                   "weather-args \"}\\n</tool_call>\"\n"
+                   "toolcall-1 ::= \"<tool_call>\\n{\\\"name\\\": \\\"say \\\\\\\"hi\\\\\\\"\\\\\\\\\\\", "
+                   "\\\"arguments\\\": \" say-args \"}\\n</tool_call>\"\n");
+    expect_grammar(TOOLCALL_HERMES, 1,
+                   "root ::= toolcall-call (\"\\n\" toolcall-call)*\n"
+                   "toolcall-call ::= toolcall-0 | toolcall-1\n"
+                   "toolcall-0 ::= \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" "
+                   "weather-args \"}\\n</tool_call>\"\n"
+                   "toolcall-1 ::= \"<tool_call>\\n{\\\"name\\\": \\\"say \\\\\\\"hi\\\\\\\"\\\\\\\\\\\", "
+                   "\\\"arguments\\\": \" say-args \"}\\n</tool_call>\"\n");
+    expect_grammar(TOOLCALL_MISTRAL, 1,
+                   "root ::= \"[TOOL_CALLS] [\" toolcall-call (\", \" toolcall-call)* \"]\"\n"
+                   "toolcall-call ::= toolcall-0 | toolcall-1\n"
+                   "toolcall-0 ::= \"{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" weather-args \"}\"\n"
+                   "toolcall-1 ::= \"{\\\"name\\\": \\\"say \\\\\\\"hi\\\\\\\"\\\\\\\\\\\", \\\"arguments\\\": \" "
+                   "say-args \"}\"\n");
+    expect_grammar(TOOLCALL_DEEPSEEK_V3, 0,
+                   "root ::= \"" DS_CALLS_BEGIN "\" toolcall-call \"" DS_CALLS_END "\"\n"
+                   "toolcall-call ::= toolcall-0 | toolcall-1\n"
+                   "toolcall-0 ::= \"" DS_CALL_BEGIN "function" DS_SEP "get_weather\\n```json\\n\" weather-args "
+                   "\"\\n```" DS_CALL_END "\"\n"
+                   "toolcall-1 ::= \"" DS_CALL_BEGIN "function" DS_SEP "say \\\"hi\\\"\\\\\\n```json\\n\" say-args "
+                   "\"\\n```" DS_CALL_END "\"\n");
+    CHECK(toolcall_grammar(TOOLCALL_HERMES, one, bad_rule, 1, 0) == NULL);
+    CHECK(toolcall_grammar(TOOLCALL_HERMES, one, one, 0, 0) == NULL);
+    CHECK(toolcall_grammar(TOOLCALL_NONE, one, one, 1, 0) == NULL);
+}
+
+int main(void) {
+    test_cases();
+    test_random();
+    test_streaming();
+    test_names();
+    test_grammar();
+    return test_summary();
+}
