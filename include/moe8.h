@@ -691,6 +691,8 @@ typedef enum {
  * Not thread-safe: one thread drives a scheduler (and its context). */
 typedef struct moe8_sched moe8_sched;
 typedef struct moe8_tokenizer moe8_tokenizer; /* see "Tokenizer" below */
+typedef struct moe8_grammar moe8_grammar;     /* a compiled grammar (moe8_grammar_compile) */
+typedef struct moe8_grammar_vocab moe8_grammar_vocab; /* a vocabulary as the grammar reads it */
 
 /* Initialise with moe8_sched_params_default(); fields are only appended. */
 typedef struct {
@@ -701,6 +703,8 @@ typedef struct {
     const int32_t *eos_ids;    /* end-of-sequence ids (copied), ended on unless a request
                                 * ignores them; NULL = the model's eos ids and the tokenizer's */
     int32_t n_eos_ids;
+    const moe8_grammar_vocab *grammar_vocab; /* for requests with a grammar (moe8_grammar_vocab_new
+                                * over the same eos ids); NULL: made from tok at the first one */
 } moe8_sched_params;
 moe8_sched_params moe8_sched_params_default(void);
 
@@ -742,6 +746,10 @@ typedef struct {
                                      * output; 0 = off */
     float presence_penalty;         /* OpenAI's: minus this for each token the output holds;
                                      * 0 = off */
+    const moe8_grammar *grammar;    /* constrained decoding: each draw only among the tokens that
+                                     * continue it, eos only where it may end (then ignore_eos
+                                     * must be 0); NULL = none. Must outlive the request. The
+                                     * request's position in it is its own: batch invariance */
 } moe8_request;
 moe8_request moe8_request_default(void);
 
@@ -792,6 +800,22 @@ typedef struct {
     int64_t prefix_queries, prefix_hits; /* prompt tokens looked up / found in the cache */
     moe8_kv_stats kv;
 } moe8_sched_stats;
+
+/* Constrained decoding (moe8_request.grammar). A grammar is immutable once
+ * compiled: any number of requests and threads may use one. GBNF is
+ * llama.cpp's syntax (root rule "root"); a JSON Schema (the subset
+ * docs/SEMANTICS.md names: types, properties, required, enum, const, anyOf,
+ * items, lengths, integer bounds, $defs/$ref, ...) compiles to its GBNF, any
+ * other keyword refused naming it and its path. Errors name the line, column
+ * and rule. */
+moe8_status moe8_grammar_compile(const char *gbnf, size_t len, moe8_grammar **out, moe8_error *err);
+moe8_status moe8_grammar_from_json_schema(const char *schema_json, size_t len, moe8_grammar **out,
+                                          moe8_error *err);
+void moe8_grammar_free(moe8_grammar *g);
+/* The scheduler's vocabulary for grammars (its tokenizer's token bytes and
+ * its eos ids), made on the first call; NULL without a tokenizer or out of
+ * memory. Lives as long as s. */
+const moe8_grammar_vocab *moe8_sched_grammar_vocab(moe8_sched *s);
 
 /* The scheduler owns nothing of ctx but its use: ctx must outlive it and
  * serve nothing else meanwhile. `params` may be NULL (defaults). */
@@ -911,6 +935,9 @@ typedef struct {
     const char *allowed_origins;   /* CORS: comma-separated origins browsers may call from, or
                                     * "*"; NULL: none (no CORS headers) */
     moe8_dtype kv_type;            /* KV cache elements: F16 (default), BF16 or F32 */
+    const char *tool_call_parser;  /* "hermes", "deepseek_v3", "mistral": the format of the
+                                    * model's tool calls; NULL: the one its chat template
+                                    * teaches (none: tools answer 400) */
     const char *default_chat_template_kwargs; /* a JSON object of template variables under
                                     * each chat request's chat_template_kwargs (vLLM's
                                     * --default-chat-template-kwargs), or NULL: the
@@ -1419,6 +1446,9 @@ moe8_status moe8_chat_template_parse(const char *source, size_t len, const char 
                                      const char *eos_token, moe8_chat_template **out,
                                      moe8_error *err);
 void moe8_chat_template_free(moe8_chat_template *tmpl);
+/* The template's text as parsed (NUL-terminated), e.g. to tell which tool-call
+ * format it teaches; lives as long as tmpl. */
+const char *moe8_chat_template_source(const moe8_chat_template *tmpl);
 
 /* Render msgs[0..n_msgs) into out[0..cap) (NUL-terminated; *n_out and a
  * too-small cap as moe8_detokenize, so out=NULL, cap=0 measures). The

@@ -50,6 +50,8 @@ static void usage(FILE *f) {
         "  --default-chat-template-kwargs JSON\n"
         "                         template variables under each request's chat_template_kwargs,\n"
         "                         e.g. '{\"enable_thinking\": false}' (default: the template's)\n"
+        "  --tool-call-parser F   the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
+        "                         mistral (default: the one its chat template teaches)\n"
         "  --allowed-origins LIST comma-separated origins browsers may call from (CORS), or '*'\n"
         "                         (default: none)\n"
         "  --timeout S            close a kept-alive connection idle this long, and one whose\n"
@@ -135,6 +137,13 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--api-key")) o->sp.api_key = v, o->key_from_env = 0;
         else if (!strcmp(a, "--served-model-name")) o->sp.served_model_name = v;
         else if (!strcmp(a, "--allowed-origins")) o->sp.allowed_origins = v;
+        else if (!strcmp(a, "--tool-call-parser")) {
+            if (strcmp(v, "hermes") && strcmp(v, "deepseek_v3") && strcmp(v, "mistral")) {
+                fprintf(stderr, "moe8 " CMD ": --tool-call-parser wants hermes, deepseek_v3 or mistral, got '%s'\n", v);
+                return 2;
+            }
+            o->sp.tool_call_parser = v;
+        }
         else if (!strcmp(a, "--default-chat-template-kwargs")) o->sp.default_chat_template_kwargs = v;
         else if (!strcmp(a, "--kv-type")) {
             if (cli_kv_type(v, &o->sp.kv_type)) {

@@ -1,9 +1,11 @@
 /*
- * logits.c — a request's logits processors (moe8_request's logit_bias,
- * min_tokens, repetition / frequency / presence penalties), applied on rank
- * 0 to a copy of the logits before each draw, in vLLM's order: the bias,
- * the min_tokens ban, then the penalties (repetition over the prompt and the
- * output, then frequency and presence over the output). The raw logits stay
+ * logits.c — a request's logits processors (moe8_request's grammar,
+ * logit_bias, min_tokens, repetition / frequency / presence penalties),
+ * applied on rank 0 to a copy of the logits before each draw, in vLLM's
+ * order: the grammar's mask (-inf for every token that cannot continue it),
+ * the bias, the min_tokens ban (unless the grammar must end there), then the
+ * penalties (repetition over the prompt and the output, then frequency and
+ * presence over the output); -inf stays -inf through each. The raw logits stay
  * what log-probs and events report. Each request's processing depends only
  * on its own tokens: batch invariance holds.
  *
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "sched/grammar.h"
 #include "sched/sched.h"
 
 moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {
@@ -60,7 +63,7 @@ int rq_processors_copy(rq *r, const moe8_request *q) {
 }
 
 int rq_has_processors(const rq *r) {
-    return r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
+    return r->gs || r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
            r->freq_penalty != 0.0f || r->pres_penalty != 0.0f;
 }
 
@@ -68,6 +71,7 @@ void logits_scratch_free(logits_scratch *w) {
     free(w->logits);
     free(w->mark);
     free(w->count);
+    free(w->allowed);
     memset(w, 0, sizeof *w);
 }
 
@@ -78,7 +82,8 @@ static int scratch(logits_scratch *w, int32_t n_vocab) {
     w->logits = malloc((size_t)n_vocab * sizeof *w->logits);
     w->mark = calloc((size_t)n_vocab, 1);
     w->count = calloc((size_t)n_vocab, sizeof *w->count);
-    if (!w->logits || !w->mark || !w->count) {
+    w->allowed = malloc(((size_t)n_vocab + 31) / 32 * sizeof *w->allowed);
+    if (!w->logits || !w->mark || !w->count || !w->allowed) {
         logits_scratch_free(w);
         return -1;
     }
@@ -87,15 +92,25 @@ static int scratch(logits_scratch *w, int32_t n_vocab) {
 }
 
 const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, const int32_t *eos,
-                               int32_t n_eos, logits_scratch *w) {
+                               int32_t n_eos, const struct grammar_vocab *gv, logits_scratch *w) {
     float *x;
     const int32_t *out = r->tok + r->n_prompt;
     const int32_t n_out = r->n_tok - r->n_prompt;
     if (scratch(w, n_vocab)) return in; /* out of memory: unprocessed rather than nothing */
     x = w->logits;
     memcpy(x, in, (size_t)n_vocab * sizeof *x);
+    if (r->gs) { /* 32 tokens a word: a word of zeros bans them all at once */
+        grammar_mask(r->gs, gv, w->allowed);
+        for (int32_t b = 0; b < (n_vocab + 31) / 32; b++) {
+            const uint32_t m = w->allowed[b];
+            const int32_t t0 = b * 32, t1 = t0 + 32 < n_vocab ? t0 + 32 : n_vocab;
+            if (m == 0xFFFFFFFFu) continue;
+            for (int32_t t = t0; t < t1; t++)
+                if (!(m >> (t - t0) & 1u)) x[t] = -INFINITY;
+        }
+    }
     for (int32_t i = 0; i < r->n_bias; i++) x[r->bias_ids[i]] += r->bias[i];
-    if (r->n_gen < r->min_tokens) {
+    if (r->n_gen < r->min_tokens && !(r->gs && grammar_can_end(r->gs) == 2)) {
         for (int32_t i = 0; i < n_eos; i++)
             if (eos[i] >= 0 && eos[i] < n_vocab) x[eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->n_stop_ids; i++)

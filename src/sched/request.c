@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "sched/grammar.h"
 #include "sched/sched.h"
 
 /* ---- event storage ----------------------------------------------------------- */
@@ -243,6 +244,7 @@ void rq_free(rq *r) {
     free(r->tok);
     free(r->bias_ids);
     free(r->bias);
+    grammar_state_free(r->gs);
     free(r->held);
     moe8_detok_free(r->detok);
     free(r);

@@ -39,6 +39,7 @@
 #include "model/forward.h"
 #include "model/sampler.h"
 #include "sched/kv_pool.h"
+#include "sched/grammar.h"
 #include "sched/sched.h"
 
 struct moe8_sched {
@@ -65,6 +66,8 @@ struct moe8_sched {
     int32_t max_rows, n_rows;   /* logits rows per step (n_outputs), used by this batch */
     int32_t *sampled;           /* [max_running] */
     logits_scratch lp;          /* processed logits of one draw (logits.c) */
+    const grammar_vocab *gv;    /* for requests with a grammar: the caller's, or gv_own */
+    grammar_vocab *gv_own;      /* made from tok at the first such request */
     int32_t n_b, n_brq;
     int32_t *match;             /* [max_blocks] prefix-cache hits */
     ev_buf ev;
@@ -124,6 +127,7 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
     s->model = moe8_context_model(ctx);
     s->kv = moe8_context_pool(ctx);
     s->tok = p.tok;
+    s->gv = G_VOCAB(p.grammar_vocab);
     s->n_vocab = moe8_context_n_vocab(ctx);
     s->n_ctx = cp.n_ctx;
     s->max_running = cp.n_seq_max < cp.n_outputs ? cp.n_seq_max : cp.n_outputs;
@@ -178,6 +182,7 @@ void moe8_sched_free(moe8_sched *s) {
     }
     moe8_sampler_free(s->smp);
     logits_scratch_free(&s->lp);
+    grammar_vocab_free(s->gv_own);
     ev_free(&s->ev);
     free(s->eos);
     free(s->run);
@@ -236,10 +241,28 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: stop string %d is empty", i);
-    return check_processors(r, s->n_vocab, err);
+    if ((st = check_processors(r, s->n_vocab, err))) return st;
+    if (r->grammar && r->ignore_eos)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: ignore_eos with a grammar (the "
+                         "grammar says where the end may come)");
+    if (r->grammar && !s->gv && !s->tok)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a grammar needs the scheduler to "
+                         "have a tokenizer or a grammar vocabulary");
+    return MOE8_OK;
 }
 
-static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
+/* The grammar's view of the vocabulary, made from the tokenizer the first time. */
+static const grammar_vocab *vocab_of(moe8_sched *s) {
+    if (!s->gv && s->tok && grammar_vocab_new(s->tok, s->n_vocab, s->eos, s->n_eos, &s->gv_own, NULL) == MOE8_OK)
+        s->gv = s->gv_own;
+    return s->gv;
+}
+
+const moe8_grammar_vocab *moe8_sched_grammar_vocab(moe8_sched *s) {
+    return s ? (const moe8_grammar_vocab *)(const void *)vocab_of(s) : NULL;
+}
+
+static rq *rq_new(moe8_sched *s, const moe8_request *q) {
     rq *r = calloc(1, sizeof *r);
     int64_t room = (int64_t)s->n_ctx + 1 - q->n_prompt; /* at most n_ctx + 1 tokens */
     int ok;
@@ -268,7 +291,8 @@ static rq *rq_new(const moe8_sched *s, const moe8_request *q) {
     r->ignore_eos = q->ignore_eos;
     r->plog_from = r->plog_done = q->n_prompt - q->n_prompt_logits;
     if (!q->n_prompt_logits) r->plog_from = r->plog_done = q->n_prompt;
-    if (rq_processors_copy(r, q)) {
+    if (rq_processors_copy(r, q) ||
+        (q->grammar && (!vocab_of(s) || grammar_state_new(G_OF(q->grammar), &r->gs, NULL) != MOE8_OK))) {
         rq_free(r);
         return NULL;
     }
@@ -539,8 +563,11 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
         if (s->b_row[j] < 0 || r->n_gen >= r->max_tokens) continue;
         logits = moe8_context_logits(s->ctx, s->b_row[j]);
         if (rank0 && rq_has_processors(r)) /* a copy, processed: the raw logits stay for log-probs */
-            logits = rq_process_logits(r, logits, s->n_vocab, s->eos, s->n_eos, &s->lp);
-        s->sampled[k++] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
+            logits = rq_process_logits(r, logits, s->n_vocab, s->eos, s->n_eos, s->gv, &s->lp);
+        s->sampled[k] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
+        if (rank0 && r->gs && grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)
+            r->g_stuck = 1; /* nothing could continue it: ended in take_tokens */
+        k++;
     }
     if (s->model->shard.size > 1 && k > 0)
         return moe8_dist_bcast_tokens(s->model->params.dist, s->sampled, k, NULL, err);
@@ -576,6 +603,11 @@ static void take_tokens(moe8_sched *s) {
             continue;
         }
         tok = s->sampled[k++];
+        if (r->g_stuck) {
+            finish(s, r, MOE8_FINISH_ERROR, 1, NULL, MOE8_ERR_INVALID_ARG,
+                   "no token can continue the request's grammar");
+            continue;
+        }
         if (is_stop(s, r, tok)) {
             finish(s, r, MOE8_FINISH_STOP, 1, NULL, MOE8_OK, NULL);
             continue;

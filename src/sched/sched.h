@@ -42,6 +42,8 @@ typedef struct rq {
     float *bias;
     int32_t min_tokens;
     float rep_penalty, freq_penalty, pres_penalty;
+    struct grammar_state *gs;   /* its position in its grammar, or NULL (rank 0 only) */
+    int g_stuck;                /* the grammar refused the token drawn: the request ends */
     struct rq *next;            /* waiting queue */
 } rq;
 
@@ -57,8 +59,13 @@ typedef struct {
 } ev_buf;
 
 /* logits.c: a request's logits processors. */
+/* The public grammar types are sched/grammar.h's. */
+#define G_OF(p) ((const struct grammar *)(const void *)(p))
+#define G_VOCAB(p) ((const struct grammar_vocab *)(const void *)(p))
+
 typedef struct {
     float *logits;              /* [n] the processed copy */
+    uint32_t *allowed;          /* [(n + 31) / 32] a grammar's mask */
     unsigned char *mark;        /* [n] zero between calls */
     int32_t *count;             /* [n] zero between calls */
     int32_t n;
@@ -68,10 +75,11 @@ moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error 
 int rq_processors_copy(rq *r, const moe8_request *q);
 /* 1 when r's next draw needs processed logits. */
 int rq_has_processors(const rq *r);
-/* in[n_vocab] processed for r's next draw (bias, min_tokens over eos[n_eos]
- * and r's stop ids, penalties) into w's copy, which is returned. */
+/* in[n_vocab] processed for r's next draw (its grammar's mask over the
+ * vocabulary gv, bias, min_tokens over eos[n_eos] and r's stop ids,
+ * penalties) into w's copy, which is returned. */
 const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, const int32_t *eos,
-                               int32_t n_eos, logits_scratch *w);
+                               int32_t n_eos, const struct grammar_vocab *gv, logits_scratch *w);
 void logits_scratch_free(logits_scratch *w);
 
 /* request.c */

@@ -36,6 +36,9 @@
 #include <utf8proc.h>
 
 #include "io/json_util.h"
+#include "sched/grammar.h"
+#include "server/chat.h"
+#include "server/toolcall.h"
 #include "server/server.h"
 
 #define T_INVALID "invalid_request_error"
@@ -166,7 +169,7 @@ static void json_quote(sbuf *b, const char *s, size_t n) {
     sbuf_add(b, "\"", 1);
 }
 
-static void json_text(cJSON *o, const char *key, const char *s, size_t n) {
+void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
     sbuf b = {0};
     json_quote(&b, s, n);
     cJSON_AddRawToObject(o, key, b.p ? b.p : "\"\"");
@@ -247,42 +250,18 @@ static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, con
     return 0;
 }
 
-/* The text of a message's content: a string, or an array of {type: "text", text}. */
-static int content_text(const cJSON *c, int i, sbuf *out, sbuf *err) {
-    const cJSON *part;
-    int k = 0;
-    char param[64];
-    snprintf(param, sizeof param, "messages[%d].content", i);
-    if (cJSON_IsString(c)) return sbuf_str(out, c->valuestring) ? oa_bad(err, param, "out of memory") : 0;
-    if (!cJSON_IsArray(c))
-        return oa_bad(err, param, "'%s' must be a string or an array of text parts, got %s", param,
-                   oa_type_name(c));
-    cJSON_ArrayForEach(part, c) {
-        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(part, "type"),
-                    *tx = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsObject(part) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "text") ||
-            !cJSON_IsString(tx))
-            return oa_bad(err, param, "'%s'[%d] must be {\"type\": \"text\", \"text\": string} (only "
-                       "text parts are supported)", param, k);
-        sbuf_str(out, tx->valuestring);
-        k++;
-    }
-    return 0;
-}
-
-/* The chat template over the messages, into a malloc'd *out; a 400 when it
- * fails (its raise_exception, no template, ...). */
-static int render_chat(srv *s, const moe8_chat_message *cm, int count, int gen_prompt,
+/* The chat template over the conversation as JSON, into a malloc'd *out;
+ * a 400 when it fails (its raise_exception, no template, ...). */
+static int render_chat(srv *s, const char *msgs, const char *tools, const char *docs, int gen_prompt,
                        const char *kwargs, char **out, sbuf *err) {
-    size_t cap = 4096, need = 0;
+    size_t cap = 4096 + 2 * (strlen(msgs) + (tools ? strlen(tools) : 0) + (docs ? strlen(docs) : 0)), need = 0;
     moe8_error e;
     moe8_status st = MOE8_ERR_NOMEM;
     const char *where;
-    for (int k = 0; k < count; k++) cap += strlen(cm[k].content) + strlen(cm[k].role);
     for (int k = 0; k < 2; k++) {
         if (!(*out = malloc(cap))) break;
-        if ((st = moe8_chat_apply(s->tok, cm, (size_t)count, gen_prompt, kwargs, *out, cap, &need,
-                                  &e)) == MOE8_OK)
+        if ((st = moe8_chat_apply_json(s->tok, msgs, tools, docs, gen_prompt, kwargs, *out, cap, &need,
+                                       &e)) == MOE8_OK)
             return 0;
         free(*out);
         *out = NULL;
@@ -301,7 +280,6 @@ static int render_chat(srv *s, const moe8_chat_message *cm, int count, int gen_p
     return oa_bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
 }
 
-/* messages -> the chat prompt (the model's chat template). */
 /* 1 if the rendered prompt ends inside an open <think> (DeepSeek-R1's template
  * writes "<think>\n" after the assistant tag): the answer starts as reasoning. */
 static int ends_in_think(const char *p) {
@@ -310,81 +288,49 @@ static int ends_in_think(const char *p) {
     return n >= 7 && !memcmp(p + n - 7, "<think>", 7);
 }
 
-/* The chat prompt's ids; *open_think (may be NULL) = ends_in_think of its text. */
-static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int32_t **ids, int32_t *n,
-                       int *open_think, sbuf *err) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages"), *m;
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
-    int count, i = 0, rc = 0, thinking = 1;
-    moe8_chat_message *cm;
-    sbuf *texts;
-    char *out = NULL, *kwargs = NULL;
-    if (!msgs) return oa_bad(err, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
-    if ((count = cJSON_GetArraySize(msgs)) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
+/* The request's template variables: its chat_template_kwargs over
+ * --default-chat-template-kwargs; *kwargs NULL when neither. */
+static int template_kwargs(srv *s, const cJSON *root, char **kwargs, sbuf *err) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs"), *it;
+    cJSON *merged;
+    int thinking = 1, rc;
+    *kwargs = NULL;
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
         return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
                       oa_type_name(kw));
-    if ((kw && cJSON_IsObject(kw)) || s->default_kwargs) { /* the request's over --default-chat-template-kwargs */
-        cJSON *merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
-        const cJSON *it;
-        if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) {
-            cJSON_Delete(merged);
-            return rc;
+    if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs) return 0;
+    if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
+    if (kw && cJSON_IsObject(kw))
+        cJSON_ArrayForEach(it, kw) {
+            cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
+            cJSON_AddItemToObject(merged, it->string, cJSON_Duplicate(it, 1));
         }
-        if (kw && cJSON_IsObject(kw))
-            cJSON_ArrayForEach(it, kw) {
-                cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
-                cJSON_AddItemToObject(merged, it->string, cJSON_Duplicate(it, 1));
-            }
-        kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
-        cJSON_Delete(merged);
-        if (!kwargs) return oa_bad(err, "chat_template_kwargs", "out of memory");
-    }
-    cm = calloc((size_t)count, sizeof *cm);
-    texts = calloc((size_t)count, sizeof *texts);
-    if (!cm || !texts) {
-        free(cm);
-        free(texts);
-        cJSON_free(kwargs);
-        return oa_bad(err, "messages", "out of memory");
-    }
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
-                    *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        char param[48];
-        snprintf(param, sizeof param, "messages[%d].role", i);
-        if (!cJSON_IsObject(m)) {
-            rc = oa_bad(err, "messages", "'messages'[%d] must be an object, got %s", i, oa_type_name(m));
-            break;
-        }
-        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") &&
-                                      strcmp(role->valuestring, "developer") &&
-                                      strcmp(role->valuestring, "user") &&
-                                      strcmp(role->valuestring, "assistant") &&
-                                      strcmp(role->valuestring, "tool"))) {
-            rc = oa_bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", "
-                     "\"assistant\" or \"tool\"", param);
-            break;
-        }
-        if (!content || cJSON_IsNull(content)) {
-            snprintf(param, sizeof param, "messages[%d].content", i);
-            rc = oa_bad(err, param, "'%s' is required", param);
-            break;
-        }
-        if ((rc = content_text(content, i, &texts[i], err))) break;
-        /* OpenAI's "developer" is the system message of newer models; the chat
-         * templates know "system". "tool" results go to the template as they are. */
-        cm[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
-        cm[i].content = texts[i].p ? texts[i].p : "";
-        i++;
-    }
-    if (!rc) rc = render_chat(s, cm, count, gen_prompt, kwargs, &out, err);
+    *kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
+    cJSON_Delete(merged);
+    return *kwargs ? 0 : oa_bad(err, "chat_template_kwargs", "out of memory");
+}
+
+/* The chat prompt's ids: the messages as the client sent them (chat.c),
+ * the tools (unless `no_tools`) and documents, through the model's template;
+ * *open_think (may be NULL) = ends_in_think of its text. */
+static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, int32_t **ids,
+                       int32_t *n, int *open_think, sbuf *err) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
+    int rc;
+    if (!msgs) return oa_bad(err, "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
+    if (cJSON_GetArraySize(msgs) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
+    if ((rc = template_kwargs(s, root, &kwargs, err))) return rc;
+    rc = chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),
+                                 cJSON_GetObjectItemCaseSensitive(root, "documents"), &mj, &tj, &dj, err);
+    if (!rc) rc = render_chat(s, mj, tj, dj, gen_prompt, kwargs, &out, err);
     if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
     if (!rc) rc = tokenize_text(s, out, 0, ids, n, "messages", err);
-    for (int k = 0; k < count; k++) sbuf_free(&texts[k]);
-    free(texts);
-    free(cm);
+    free(mj);
+    free(tj);
+    free(dj);
     free(out);
     cJSON_free(kwargs);
     return rc;
@@ -496,6 +442,84 @@ static int parse_logprobs(const cJSON *root, job *j, sbuf *err) {
     return 0;
 }
 
+/* ---- structured outputs ---------------------------------------------------------- */
+
+static void grammar_unref(srv_grammar *sg) {
+    if (sg && __atomic_sub_fetch(&sg->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        grammar_free(sg->g);
+        free(sg);
+    }
+}
+
+/* Compile GBNF src for j (on a worker: never the HTTP or the engine thread),
+ * its tables over the server's vocabulary made now too. */
+int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *err) {
+    grammar *g = NULL;
+    moe8_error e;
+    srv_grammar *sg;
+    if (!s->gvocab) return oa_bad(err, param, "'%s': this server has no vocabulary for grammars", param);
+    if (grammar_compile(src, strlen(src), &g, &e) != MOE8_OK) return oa_bad(err, param, "'%s': %s", param, e.message);
+    if (grammar_prepare(g, s->gvocab, &e) != MOE8_OK || !(sg = malloc(sizeof *sg))) {
+        grammar_free(g);
+        return oa_bad(err, param, "'%s': %s", param, "out of memory");
+    }
+    sg->g = g;
+    sg->refs = 1;
+    j->grammar = sg;
+    j->rq.grammar = (const moe8_grammar *)(const void *)g;
+    j->rq.ignore_eos = 0; /* the grammar says where the end may come */
+    return 0;
+}
+
+/* response_format (text, json_object, json_schema) and llama-server's grammar. */
+static int parse_grammar(srv *s, const cJSON *root, job *j, sbuf *err) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar");
+    const cJSON *ty, *js, *schema;
+    int rc;
+    if (gr && !cJSON_IsNull(gr) && !cJSON_IsString(gr))
+        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", oa_type_name(gr));
+    if (!rf || cJSON_IsNull(rf))
+        return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
+    if (!cJSON_IsObject(rf))
+        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", oa_type_name(rf));
+    ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsString(ty))
+        return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
+                      "\"json_object\" or \"json_schema\"");
+    if (!strcmp(ty->valuestring, "text"))
+        return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
+    if (gr && cJSON_IsString(gr))
+        return oa_bad(err, "grammar", "'grammar' and a 'response_format' of type '%s' both constrain "
+                      "the output: give one", ty->valuestring);
+    if (!strcmp(ty->valuestring, "json_object"))
+        return oa_attach_grammar(s, j, grammar_json_object(), "response_format", err);
+    if (strcmp(ty->valuestring, "json_schema"))
+        return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
+                      "\"json_object\" or \"json_schema\", got '%.40s'", ty->valuestring);
+    js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!cJSON_IsObject(js))
+        return oa_bad(err, "response_format.json_schema", "'response_format.json_schema' must be an "
+                      "object {name, schema, strict}");
+    schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return oa_bad(err, "response_format.json_schema.schema", "'response_format.json_schema.schema' "
+                      "must be a JSON Schema object");
+    {
+        char *txt = cJSON_PrintUnformatted(schema), *gbnf = NULL;
+        moe8_error e;
+        if (!txt) return oa_bad(err, "response_format", "out of memory");
+        if (grammar_from_json_schema(txt, strlen(txt), &gbnf, &e) != MOE8_OK) {
+            free(txt);
+            return oa_bad(err, "response_format.json_schema.schema", "%s", e.message);
+        }
+        free(txt);
+        rc = oa_attach_grammar(s, j, gbnf, "response_format.json_schema.schema", err);
+        free(gbnf);
+        return rc;
+    }
+}
+
 /* Echo: the prompt's text as the answer's start (a string prompt as sent,
  * token ids decoded). */
 static int echo_text(srv *s, job *j, sbuf *err) {
@@ -539,7 +563,8 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
         return rc;
     if (j->kind == JOB_CHAT) {
         int open = 0;
-        rc = chat_prompt(s, root, 1, &j->prompt, &j->n_prompt, &open, err);
+        if ((rc = tools_parse(s, root, j, err))) return rc;
+        rc = chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, err);
         j->think = open ? 3 : 0;
     }
     else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
@@ -594,7 +619,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
                       "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
     j->rq.max_tokens = (int32_t)max_tokens;
     if (echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
-    return 0;
+    return parse_grammar(s, root, j, err);
 }
 
 /* The body as a JSON object, under the one input policy of every endpoint:
@@ -653,6 +678,7 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     j->rq.stop = (const char *const *)j->stop_store;
     j->rq.user = j;
     j->created = (int64_t)time(NULL);
+    j->id_rng = fresh_seed();
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffffff));
     for (int i = 1; i < j->n_choices; i++) {
@@ -684,7 +710,12 @@ static job *job_clone(const job *j, int i) {
     memset(&k->hold, 0, sizeof k->hold);
     k->lp_json = k->echo_lp = NULL;
     k->n_kids = 0;
-    ok = k->prompt && (!j->rq.n_bias || (k->bias_ids && k->bias)) && (!j->echo || k->echo);
+    k->grammar = NULL;
+    k->calls = NULL;
+    memset(&k->args, 0, sizeof k->args);
+    k->tc = j->tc ? toolcall_new((toolcall_format)j->tool_format) : NULL;
+    ok = k->prompt && (!j->rq.n_bias || (k->bias_ids && k->bias)) && (!j->echo || k->echo) &&
+         (!j->tc || k->tc);
     for (int s = 0; ok && s < j->rq.n_stop; s++) ok = (k->stop_store[s] = strdup(j->stop_store[s])) != NULL;
     if (!ok) {
         job_free(k);
@@ -703,6 +734,8 @@ static job *job_clone(const job *j, int i) {
     k->rq.sampling.seed = j->rq.sampling.seed + (uint64_t)i;
     k->rq.user = k;
     k->index = i;
+    k->id_rng = j->id_rng + 0x9E3779B97F4A7C15ull * (uint64_t)i;
+    if ((k->grammar = j->grammar)) __atomic_add_fetch(&k->grammar->refs, 1, __ATOMIC_RELAXED);
     return k;
 }
 
@@ -713,6 +746,8 @@ void job_free(job *j) {
     free(j->bias);
     free(j->echo);
     cJSON_Delete(j->echo_lp);
+    grammar_unref(j->grammar);
+    tools_free(j);
     for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
     sbuf_free(&j->out);
     sbuf_free(&j->text);
@@ -739,7 +774,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
     if (!root) return rc;
     if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
         if (!(rc = oa_get_bool(root, "add_generation_prompt", &gen, out)))
-            rc = chat_prompt(s, root, gen, &ids, &n_ids, NULL, out);
+            rc = chat_prompt(s, root, gen, 0, &ids, &n_ids, NULL, out);
     } else {
         rc = prompt_ids(s, root, &ids, &n_ids, out);
     }
@@ -785,7 +820,7 @@ int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
     }
     free(ids);
     res = cJSON_CreateObject();
-    json_text(res, "prompt", text, need);
+    oa_json_text(res, "prompt", text, need);
     free(text);
     print_json(res, out);
     return 0;
@@ -864,7 +899,7 @@ static cJSON *token_entry(srv *s, int32_t tok, float lp, int chat) {
     size_t nb = 0;
     const char *b = moe8_tokenizer_token_bytes(s->tok, tok, &nb, NULL);
     cJSON *e = cJSON_CreateObject();
-    json_text(e, "token", b ? b : "", b ? nb : 0);
+    oa_json_text(e, "token", b ? b : "", b ? nb : 0);
     cJSON_AddNumberToObject(e, "logprob", lp);
     if (chat) {
         cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
@@ -956,17 +991,18 @@ static void sse(job *j, cJSON *root) {
 
 /* One streamed chunk: text (completions), or content / reasoning deltas. */
 static void stream_chunk(srv *s, job *j, const char *content, size_t nc, const char *reason, size_t nr,
-                         const char *finish, cJSON *lp) {
+                         const char *finish, cJSON *lp, cJSON *tool_deltas) {
     const int chat = j->kind == JOB_CHAT;
     cJSON *root = envelope(s, j, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", j->index);
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        if (nr) json_text(d, "reasoning_content", reason, nr);
-        if (nc || (!nr && !finish)) json_text(d, "content", content ? content : "", nc);
+        if (nr) oa_json_text(d, "reasoning_content", reason, nr);
+        if (nc || (!nr && !finish && !tool_deltas)) oa_json_text(d, "content", content ? content : "", nc);
+        if (tool_deltas) cJSON_AddItemToObject(d, "tool_calls", tool_deltas);
     } else {
-        json_text(c, "text", content ? content : "", nc);
+        oa_json_text(c, "text", content ? content : "", nc);
     }
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
@@ -999,7 +1035,7 @@ static cJSON *echo_logprobs(srv *s, job *j) {
         size_t nb = 0;
         const char *b = moe8_tokenizer_token_bytes(s->tok, j->prompt[0], &nb, NULL);
         cJSON *tok = cJSON_CreateObject();
-        json_text(tok, "t", b ? b : "", b ? nb : 0);
+        oa_json_text(tok, "t", b ? b : "", b ? nb : 0);
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(tok, "t"), 1));
         cJSON_Delete(tok);
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNull());
@@ -1037,17 +1073,26 @@ static void echo_chunk(srv *s, job *j) {
         lp = echo_logprobs(s, j);
         j->echo_lp = NULL;
     }
-    stream_chunk(s, j, j->echo, j->n_echo, NULL, 0, NULL, lp);
+    stream_chunk(s, j, j->echo, j->n_echo, NULL, 0, NULL, lp, NULL);
 }
 
-/* New text of the job (chat: split); streamed at once or kept. */
+/* New text of the job (chat: split into reasoning and content, the content
+ * through the tool-call parser); streamed at once or kept. `finish` (the
+ * last call): "stop" becomes "tool_calls" when the output made a call. */
 static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_event *tok_ev,
                       int final, const char *finish) {
     sbuf content = {0}, reason = {0};
-    cJSON *lp = NULL;
+    cJSON *lp = NULL, *deltas = NULL;
     echo_chunk(s, j);
     if (j->kind == JOB_CHAT) think_split(j, txt, n, &content, &reason, final);
     else sbuf_add(&content, txt, n);
+    if (j->tc) { /* only what is not a call is shown */
+        sbuf shown = {0};
+        deltas = tools_feed(s, j, content.p, content.n, final, &shown);
+        sbuf_free(&content);
+        content = shown;
+        if (finish && j->n_calls_ok && !strcmp(finish, "stop")) finish = "tool_calls";
+    }
     if (tok_ev && j->rq.logprobs >= 0) {
         if (j->stream) lp = new_logprobs(j);
         else if (!j->lp_json) j->lp_json = new_logprobs(j);
@@ -1055,8 +1100,8 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
     }
     j->n_offset += (int32_t)n;
     if (j->stream) {
-        if (content.n || reason.n || lp || finish)
-            stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp);
+        if (content.n || reason.n || lp || finish || deltas)
+            stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp, deltas);
     } else {
         sbuf_add(&j->text, content.p ? content.p : "", content.n);
         sbuf_add(&j->reasoning, reason.p ? reason.p : "", reason.n);
@@ -1089,14 +1134,19 @@ static void whole_choice(srv *s, job *j, const char *finish) {
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
-        json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
-        if (j->reasoning.n) json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
+        if (j->calls && cJSON_GetArraySize(j->calls) && !j->text.n) cJSON_AddNullToObject(m, "content");
+        else oa_json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
+        if (j->calls && cJSON_GetArraySize(j->calls)) {
+            cJSON_AddItemToObject(m, "tool_calls", j->calls);
+            j->calls = NULL;
+        }
+        if (j->reasoning.n) oa_json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
         else cJSON_AddNullToObject(m, "reasoning_content");
     } else {
         sbuf t = {0};
         if (j->echo) sbuf_add(&t, j->echo, j->n_echo);
         sbuf_add(&t, j->text.p ? j->text.p : "", j->text.n);
-        json_text(c, "text", t.p ? t.p : "", t.n);
+        oa_json_text(c, "text", t.p ? t.p : "", t.n);
         sbuf_free(&t);
     }
     if (j->echo_lp || j->lp_json) { /* echo's prompt entries, then the completion's */
@@ -1193,5 +1243,5 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
         return;
     }
     emit_text(s, j, e->text, e->text_len, NULL, 1, j->stream ? finish : NULL);
-    if (!j->stream) whole_choice(s, j, finish);
+    if (!j->stream) whole_choice(s, j, j->n_calls_ok && !strcmp(finish, "stop") ? "tool_calls" : finish);
 }

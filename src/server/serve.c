@@ -15,6 +15,7 @@
 
 #include "core/core.h"
 #include "server/server.h"
+#include "server/toolcall.h"
 
 moe8_serve_params moe8_serve_params_default(void) {
     moe8_serve_params p;
@@ -101,6 +102,9 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "default chat template kwargs must be a "
                              "JSON object, got '%.80s'", p->default_chat_template_kwargs);
     }
+    if (p->tool_call_parser && toolcall_format_from_name(p->tool_call_parser) < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
+                         "deepseek_v3, mistral", p->tool_call_parser);
     if (p->api_key && !p->api_key[0])
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "api_key is empty: give a key, or none "
                          "for no authentication");
@@ -138,6 +142,13 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         s->default_kwargs = cJSON_Parse(params->default_chat_template_kwargs);
     sampling_defaults(s);
     model_name(s);
+    if (params->tool_call_parser) {
+        s->tool_format = toolcall_format_from_name(params->tool_call_parser);
+    } else {
+        const moe8_chat_template *t = NULL;
+        if (moe8_tokenizer_chat_template(tok, &t, NULL) == MOE8_OK)
+            s->tool_format = toolcall_detect(moe8_chat_template_source(t));
+    }
     cp.n_ctx = params->ctx_size ? params->ctx_size
                : moe8_model_config(m)->max_position_embeddings < 4096
                    ? (int32_t)moe8_model_config(m)->max_position_embeddings : 4096;
@@ -159,6 +170,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         moe8_sched_stats ss;
         moe8_sched_get_stats(s->sched, &ss);
         s->kv_positions = (int64_t)ss.kv.n_blocks * ss.kv.block_tokens;
+        /* made now, not at the first constrained request: workers compile against it */
+        s->gvocab = (const struct grammar_vocab *)(const void *)moe8_sched_grammar_vocab(s->sched);
     }
     if (!st && rank0) st = http_start(s, err);
     if (moe8_dist_size(params->dist) > 1) st = moe8_dist_agree(params->dist, st, err);

@@ -75,7 +75,8 @@ void hist_observe(srv_hist *h, double v);
 
 typedef enum { JOB_COMPLETION = 0, JOB_CHAT = 1 } job_kind;
 
-#define SRV_MAX_N 16 /* choices of one request (n) */
+#define SRV_MAX_N 16      /* choices of one request (n) */
+#define SRV_MAX_TOOLS 128 /* tools of one request */
 
 /* One choice of a request is one job; a request of n choices has n jobs
  * (choice i samples with seed + i, as vLLM), the first the leader: the
@@ -93,6 +94,9 @@ typedef struct job {
     struct job *kids[SRV_MAX_N - 1]; /* leader: choices 1.. not in the scheduler yet (the
                                  * engine's references to them) */
     int n_kids;
+    struct srv_grammar *grammar; /* constrained decoding (rq.grammar), shared by the choices */
+    struct toolcall_parser *tc; /* tools (auto, required, named): the output's calls, or NULL */
+    int tool_format, tool_parallel; /* toolcall_format; parallel_tool_calls */
     char *echo;                 /* completions with echo: the prompt's text, else NULL */
     size_t n_echo;
     int echo_sent;              /* stream: the echo chunk went out */
@@ -122,9 +126,20 @@ typedef struct job {
                                  * by the prompt, a leading <think> not yet ruled out */
     void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
     void *echo_lp;              /* cJSON: echo's prompt log-probs (completions format) */
+    cJSON *calls;               /* a whole answer's tool calls so far */
+    sbuf args;                  /* ... the arguments of the one being read */
+    int n_calls_ok;             /* complete calls (finish_reason tool_calls) */
+    uint64_t id_rng;            /* call ids */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
 } job;
+
+/* A compiled grammar shared by the choices of a request (atomic count: a
+ * request's jobs may be freed on different threads). */
+typedef struct srv_grammar {
+    struct grammar *g;
+    int refs;
+} srv_grammar;
 
 /* ---- the server ------------------------------------------------------------------ */
 
@@ -136,6 +151,8 @@ typedef struct srv {
     moe8_sched *sched;
     int32_t n_ctx, n_vocab;
     int64_t kv_positions;       /* the KV pool's positions (blocks x block tokens) */
+    const struct grammar_vocab *gvocab; /* the scheduler's vocabulary for grammars */
+    int tool_format;            /* toolcall_format: --tool-call-parser, else the template's */
     char model_name[256];
     moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
     cJSON *default_kwargs;      /* --default-chat-template-kwargs, or NULL */
@@ -178,6 +195,20 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
                double *out, int *present, sbuf *err);
 /* Optional boolean field: 0, or 400. */
 int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err);
+
+/* Constrained decoding of j by GBNF src, compiled on the calling worker
+ * (400 naming `param` when it does not compile). */
+int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *err);
+/* s[0..n) under key as a JSON string, every code point kept (NUL too). */
+void oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
+
+/* tools.c: tools / tool_choice / parallel_tool_calls of a chat request into
+ * j (0 or a status with the body); the output through j's tool-call parser:
+ * what may be shown goes to *shown, a stream's tool_calls deltas come back
+ * (NULL: none); then the job's parser and calls freed. */
+int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err);
+cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, sbuf *shown);
+void tools_free(job *j);
 
 /* fields.c: the request's fields against OpenAI's lists (fields.c's table):
  * 400 for one the server does not implement, a warning line for an unknown

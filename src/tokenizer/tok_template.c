@@ -34,6 +34,7 @@
 struct moe8_chat_template {
     jinja_template *jt;
     cJSON *special;     /* {"bos_token": "<s>", ...}: what the template sees besides messages */
+    char *source;       /* its text (NUL-terminated) */
 };
 
 struct tok_chat {
@@ -55,6 +56,12 @@ static moe8_status parse_with(const char *source, size_t len, cJSON *special,
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
     }
     t->special = special;
+    if (!(t->source = malloc(len + 1))) {
+        moe8_chat_template_free(t);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, NAME ": out of memory");
+    }
+    memcpy(t->source, source, len);
+    t->source[len] = '\0';
     if ((st = jinja_parse(source, len, NAME, &t->jt, err)) != MOE8_OK) {
         moe8_chat_template_free(t);
         return st;
@@ -84,8 +91,11 @@ void moe8_chat_template_free(moe8_chat_template *t) {
     if (!t) return;
     jinja_free(t->jt);
     cJSON_Delete(t->special);
+    free(t->source);
     free(t);
 }
+
+const char *moe8_chat_template_source(const moe8_chat_template *t) { return t ? t->source : NULL; }
 
 /* ---- rendering ---------------------------------------------------------------- */
 

@@ -1,0 +1,274 @@
+/*
+ * tools.c — tool calling in a chat request: `tools`, `tool_choice` (none,
+ * auto, required, or {"type": "function", "function": {"name"}}) and
+ * `parallel_tool_calls`, then the model's output parsed into OpenAI tool
+ * calls by the format of its family (toolcall.c; the server's
+ * --tool-call-parser, else the one its chat template teaches).
+ *
+ *   none       the tools reach the template (vLLM's default); output is text
+ *   auto       output parsed: calls become tool_calls, the rest content
+ *   required   constrained decoding (grammar.c) to one call, or with
+ *              parallel_tool_calls (default true) one or more, of any tool,
+ *              whose arguments validate against the tool's parameters
+ *   a name     the same, to that tool only
+ *
+ * A stream sends each call as OpenAI does: its index, id, type and name
+ * first, then its arguments in pieces; finish_reason "tool_calls" when the
+ * output ended by itself with at least one call. A call that breaks off
+ * after it was streamed stays sent; in a whole answer it is dropped (its
+ * text comes as content). parallel_tool_calls false keeps the first call only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/grammar.h"
+#include "server/server.h"
+#include "server/toolcall.h"
+
+/* GBNF text with every rule name given `prefix` (so several tools'
+ * grammars can live in one): names outside strings, classes, repetition
+ * braces and comments. */
+static void prefix_rules(const char *g, const char *prefix, sbuf *out) {
+    size_t i = 0, n = strlen(g);
+    while (i < n) {
+        const char c = g[i];
+        if (c == '"' || c == '[') { /* a literal or a class, escapes included */
+            const char close = c == '"' ? '"' : ']';
+            size_t k = i + 1;
+            while (k < n && g[k] != close) k += g[k] == '\\' && k + 1 < n ? 2 : 1;
+            sbuf_add(out, g + i, (k < n ? k + 1 : n) - i);
+            i = k < n ? k + 1 : n;
+        } else if (c == '#' || c == '{') { /* a comment to the line's end; {m,n} */
+            const char close = c == '#' ? '\n' : '}';
+            size_t k = i;
+            while (k < n && g[k] != close) k++;
+            sbuf_add(out, g + i, (k < n ? k + 1 : n) - i);
+            i = k < n ? k + 1 : n;
+        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                   c == '_') {
+            size_t k = i;
+            while (k < n && ((g[k] >= 'a' && g[k] <= 'z') || (g[k] >= 'A' && g[k] <= 'Z') ||
+                             (g[k] >= '0' && g[k] <= '9') || g[k] == '-' || g[k] == '_'))
+                k++;
+            sbuf_str(out, prefix);
+            sbuf_add(out, g + i, k - i);
+            i = k;
+        } else {
+            sbuf_add(out, g + i, 1);
+            i++;
+        }
+    }
+}
+
+static const cJSON *fn_of(const cJSON *tool) {
+    return cJSON_GetObjectItemCaseSensitive(tool, "function");
+}
+
+static const char *name_of(const cJSON *tool) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(fn_of(tool), "name");
+    return cJSON_IsString(n) ? n->valuestring : NULL;
+}
+
+/* The grammar of calls to tools[sel] (sel < 0: any), attached to j. */
+static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int parallel, sbuf *err) {
+    const char *names[SRV_MAX_TOOLS], *rules[SRV_MAX_TOOLS];
+    char rule_buf[SRV_MAX_TOOLS][24];
+    sbuf all = {0};
+    int n = 0, k = 0, rc;
+    const cJSON *t;
+    char *calls;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn_of(t), "parameters");
+        char *schema, *gbnf = NULL, prefix[24];
+        moe8_error e;
+        if (sel >= 0 && k != sel) {
+            k++;
+            continue;
+        }
+        schema = params && !cJSON_IsNull(params) ? cJSON_PrintUnformatted(params) : strdup("{\"type\":\"object\"}");
+        if (!schema || grammar_from_json_schema(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
+            char param[64];
+            snprintf(param, sizeof param, "tools[%d].function.parameters", k);
+            free(schema);
+            sbuf_free(&all);
+            return oa_bad(err, param, "'%s' cannot constrain the call: %s", param, schema ? e.message : "out of memory");
+        }
+        free(schema);
+        snprintf(prefix, sizeof prefix, "t%d-", k);
+        prefix_rules(gbnf, prefix, &all);
+        sbuf_str(&all, "\n");
+        free(gbnf);
+        snprintf(rule_buf[n], sizeof rule_buf[n], "t%d-root", k);
+        names[n] = name_of(t);
+        rules[n] = rule_buf[n];
+        n++, k++;
+    }
+    if (!(calls = toolcall_grammar(j->tool_format, names, rules, n, parallel))) {
+        sbuf_free(&all);
+        return oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
+    }
+    {
+        sbuf g = {0};
+        sbuf_str(&g, calls);
+        sbuf_str(&g, "\n");
+        sbuf_add(&g, all.p ? all.p : "", all.n);
+        rc = oa_attach_grammar(s, j, g.p, "tool_choice", err);
+        sbuf_free(&g);
+    }
+    free(calls);
+    sbuf_free(&all);
+    return rc;
+}
+
+int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice"), *t;
+    int parallel = 1, rc, sel = -1, mode, n = 0;
+    if ((rc = oa_get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
+    if (tools && cJSON_IsNull(tools)) tools = NULL;
+    if (choice && cJSON_IsNull(choice)) choice = NULL;
+    if (tools) { /* chat.c checked their shape as the template gets them */
+        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", oa_type_name(tools));
+        cJSON_ArrayForEach(t, tools) {
+            char param[48];
+            snprintf(param, sizeof param, "tools[%d].function.name", n);
+            if (!name_of(t) || !name_of(t)[0]) return oa_bad(err, param, "'%s' must be a non-empty string", param);
+            n++;
+        }
+        if (n > SRV_MAX_TOOLS) return oa_bad(err, "tools", "'tools' holds %d tools; at most %d", n, SRV_MAX_TOOLS);
+        if (!n) tools = NULL;
+    }
+    mode = tools ? 1 : 0; /* 0 none, 1 auto, 2 required, 3 named */
+    if (cJSON_IsString(choice)) {
+        if (!strcmp(choice->valuestring, "none")) mode = 0;
+        else if (!strcmp(choice->valuestring, "auto")) mode = 1;
+        else if (!strcmp(choice->valuestring, "required")) mode = 2;
+        else return oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                           "{\"type\": \"function\", \"function\": {\"name\": ...}}, got '%.40s'", choice->valuestring);
+    } else if (choice) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function"),
+                    *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        int k = 0;
+        if (!cJSON_IsObject(choice) || !cJSON_IsString(nm))
+            return oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        cJSON_ArrayForEach(t, tools) {
+            if (name_of(t) && !strcmp(name_of(t), nm->valuestring)) sel = k;
+            k++;
+        }
+        if (sel < 0)
+            return oa_bad(err, "tool_choice", "'tool_choice' names the function '%.60s', which is not "
+                          "in 'tools'", nm->valuestring);
+        mode = 3;
+    }
+    if (mode && !tools)
+        return oa_bad(err, "tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+    if (!mode) return 0;
+    j->tool_format = s->tool_format;
+    if (j->tool_format == TOOLCALL_NONE)
+        return oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
+                      "start the server with --tool-call-parser hermes|deepseek_v3|mistral");
+    if (mode >= 2 && j->grammar)
+        return oa_bad(err, "tool_choice", "'tool_choice' \"%s\" and a 'response_format' or 'grammar' both "
+                      "constrain the output: give one", mode == 2 ? "required" : "function");
+    if (!(j->tc = toolcall_new(j->tool_format))) return oa_bad(err, "tools", "out of memory");
+    j->tool_parallel = parallel;
+    if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
+    return 0;
+}
+
+/* ---- output -------------------------------------------------------------------- */
+
+typedef struct {
+    srv *s;
+    job *j;
+    sbuf *shown;       /* content to show */
+    cJSON *deltas;     /* stream: tool_calls deltas of this piece */
+} sink_ctx;
+
+static void call_id(job *j, char *id, size_t cap) {
+    static const char A[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const int mistral = j->tool_format == TOOLCALL_MISTRAL, n = mistral ? 9 : 24;
+    size_t k = 0;
+    if (!mistral) k = (size_t)snprintf(id, cap, "call_");
+    for (int i = 0; i < n && k + 1 < cap; i++) {
+        j->id_rng = j->id_rng * 6364136223846793005ull + 1442695040888963407ull;
+        id[k++] = A[(j->id_rng >> 33) % 62];
+    }
+    id[k] = '\0';
+}
+
+static void on_content(void *u, const char *s, size_t n) {
+    sink_ctx *c = u;
+    sbuf_add(c->shown, s, n);
+}
+
+static void on_begin(void *u, int index, const char *name, size_t n) {
+    sink_ctx *c = u;
+    job *j = c->j;
+    cJSON *call, *fn;
+    char id[40];
+    if (index > 0 && !j->tool_parallel) return;
+    call_id(j, id, sizeof id);
+    call = cJSON_CreateObject();
+    cJSON_AddNumberToObject(call, "index", index);
+    cJSON_AddStringToObject(call, "id", id);
+    cJSON_AddStringToObject(call, "type", "function");
+    fn = cJSON_AddObjectToObject(call, "function");
+    oa_json_text(fn, "name", name, n);
+    if (j->stream) {
+        cJSON_AddStringToObject(fn, "arguments", "");
+        if (!c->deltas) c->deltas = cJSON_CreateArray();
+        cJSON_AddItemToArray(c->deltas, call);
+        return;
+    }
+    if (!j->calls) j->calls = cJSON_CreateArray();
+    cJSON_DeleteItemFromObject(call, "index");
+    cJSON_AddItemToArray(j->calls, call);
+    sbuf_free(&j->args);
+}
+
+static void on_args(void *u, int index, const char *s, size_t n) {
+    sink_ctx *c = u;
+    job *j = c->j;
+    if (index > 0 && !j->tool_parallel) return;
+    if (j->stream) {
+        cJSON *d = cJSON_CreateObject(), *fn;
+        cJSON_AddNumberToObject(d, "index", index);
+        fn = cJSON_AddObjectToObject(d, "function");
+        oa_json_text(fn, "arguments", s, n);
+        if (!c->deltas) c->deltas = cJSON_CreateArray();
+        cJSON_AddItemToArray(c->deltas, d);
+        return;
+    }
+    sbuf_add(&j->args, s, n);
+}
+
+static void on_end(void *u, int index, int ok) {
+    sink_ctx *c = u;
+    job *j = c->j;
+    if (index > 0 && !j->tool_parallel) return;
+    if (ok) j->n_calls_ok++;
+    if (j->stream || !j->calls) return;
+    {
+        cJSON *last = cJSON_GetArrayItem(j->calls, cJSON_GetArraySize(j->calls) - 1);
+        if (!ok) cJSON_DeleteItemFromArray(j->calls, cJSON_GetArraySize(j->calls) - 1);
+        else oa_json_text(cJSON_GetObjectItem(last, "function"), "arguments", j->args.p ? j->args.p : "", j->args.n);
+    }
+    sbuf_free(&j->args);
+}
+
+cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, sbuf *shown) {
+    sink_ctx c = {s, j, shown, NULL};
+    const toolcall_sink k = {on_content, on_begin, on_args, on_end, &c};
+    if (n) toolcall_feed(j->tc, txt, n, &k);
+    if (final) toolcall_finish(j->tc, &k);
+    return c.deltas;
+}
+
+void tools_free(job *j) {
+    toolcall_free(j->tc);
+    cJSON_Delete(j->calls);
+    sbuf_free(&j->args);
+}
