@@ -63,6 +63,7 @@
 #define N_WORKERS 2
 #define PIPE_MAX (64u << 10)     /* pipelined bytes read ahead of the current request */
 #define LINGER_S 2.0             /* reading (and dropping) a refused body before the close */
+#define LINGER_QUIET_S 0.5       /* ... after a 503 or 408 of a limit: they come in floods */
 #define LINGER_BYTES (1u << 20)
 #define LOG_EVERY_S 10.0
 #define IP_BUCKETS 4096
@@ -473,7 +474,6 @@ static int request_done(http *h, conn *c) {
     c->n_prompt = c->n_gen = 0;
     c->note = NULL;
     c->status = 0;
-    c->quiet = 0;
     c->method[0] = c->path[0] = '\0';
     sbuf_free(&c->body);
     c->body_len = 0;
@@ -493,6 +493,7 @@ static int request_done(http *h, conn *c) {
         return 0;
     }
     c->st = C_IDLE;
+    c->quiet = 0; /* (a closing one keeps it: its linger is short) */
     c->t_phase = moe8_now_s();
     return 1; /* the caller parses what is buffered */
 }
@@ -660,7 +661,10 @@ static void on_head(http *h, conn *c, const char *p, size_t n) {
                       (unsigned long long)c->body_len, (unsigned long long)s->p.max_body);
         return;
     }
-    if (h->buffered + c->body_len > s->p.max_buffered) {
+    /* the room the body needs beside everyone else's bytes (what of it came
+     * with the head is this connection's unread input, counted already) */
+    if (h->buffered - c->counted + (c->body_len > c->in.n - c->in_off ? c->body_len : c->in.n - c->in_off) >
+        s->p.max_buffered) {
         c->close_after = 1;
         limit_hit(h, L_BUFFERED, c->addr, c->t_req);
         respond_error(h, c, 503, "server_error", "overloaded",
@@ -862,6 +866,31 @@ static void conn_read(http *h, conn *c) {
     if (conn_flush(h, c) < 0) return;
 }
 
+/* A connection past a limit: its 503 written at once and closed, holding
+ * nothing (what it sent is read first, so the close is no reset that could
+ * eat the answer). No access-log line: the limit's line counts it. */
+static void refuse_now(http *h, int fd, int kind, const char *addr) {
+    char head[256], drop[4096];
+    sbuf b = {0};
+    int k, budget = 16;
+    oa_error(&b, "server_error", NULL, "overloaded", "%s",
+             kind == L_CONN ? "the server has too many connections (--max-connections); try again later"
+             : kind == L_IP ? "too many connections from this address (--max-connections-per-ip); try again later"
+                            : "the server is holding too many request bodies (--max-buffered); try again later");
+    (void)addr;
+    k = snprintf(head, sizeof head, "HTTP/1.1 503 Service Unavailable\r\nDate: %s\r\nContent-Type: "
+                 "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", http_date(h), b.n);
+    while (budget-- > 0 && recv(fd, drop, sizeof drop, MSG_DONTWAIT) > 0) {
+    }
+    if (send(fd, head, (size_t)k, MSG_NOSIGNAL | MSG_DONTWAIT) == k) send(fd, b.p, b.n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+    budget = 16;
+    while (budget-- > 0 && recv(fd, drop, sizeof drop, MSG_DONTWAIT) > 0) {
+    }
+    close(fd);
+    sbuf_free(&b);
+}
+
 static void do_accept(http *h) {
     srv *s = h->s;
     for (;;) {
@@ -871,40 +900,52 @@ static void do_accept(http *h) {
         const double now = moe8_now_s();
         int fd = accept4(h->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         int refuse = -1, one = 1;
-        conn *c;
+        conn *c = NULL;
+        ipslot *ip;
+        char addr[INET6_ADDRSTRLEN] = "";
         struct epoll_event e;
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if ((errno == EMFILE || errno == ENFILE) && h->spare_fd >= 0) {
-                /* out of descriptors: take the connection with the spare one, drop it */
+                /* out of descriptors: take the connection with the spare one, drop it
+                 * (accept fails so even with nothing waiting: then stop) */
                 close(h->spare_fd);
                 fd = accept(h->lfd, NULL, NULL);
                 if (fd >= 0) close(fd);
                 h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (fd < 0) return;
                 limit_hit(h, L_FD, NULL, now);
                 continue;
             }
             return;
-        }
-        if (!(c = calloc(1, sizeof *c))) {
-            close(fd);
-            continue;
         }
         memset(key, 0, sizeof key);
         if (a.ss_family == AF_INET) {
             const struct sockaddr_in *a4 = (const struct sockaddr_in *)&a;
             key[10] = key[11] = 0xff;
             memcpy(key + 12, &a4->sin_addr, 4);
-            inet_ntop(AF_INET, &a4->sin_addr, c->addr, sizeof c->addr);
+            inet_ntop(AF_INET, &a4->sin_addr, addr, sizeof addr);
         } else if (a.ss_family == AF_INET6) {
             const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&a;
             memcpy(key, &a6->sin6_addr, 16);
-            inet_ntop(AF_INET6, &a6->sin6_addr, c->addr, sizeof c->addr);
+            inet_ntop(AF_INET6, &a6->sin6_addr, addr, sizeof addr);
         }
+        ip = ip_get(h, key);
+        if (h->n_conns >= h->max_conns) refuse = L_CONN;
+        else if (s->p.max_connections_per_ip > 0 && ip && ip->n >= s->p.max_connections_per_ip) refuse = L_IP;
+        else if (h->buffered >= s->p.max_buffered) refuse = L_BUFFERED;
+        if (refuse >= 0 || !(c = calloc(1, sizeof *c))) {
+            if (ip && ip->n == 0) { ip->n = 1; ip_put(h, ip); } /* a slot made for nobody */
+            if (refuse < 0) refuse = L_CONN;
+            limit_hit(h, refuse, addr, now);
+            refuse_now(h, fd, refuse, addr);
+            continue;
+        }
+        memcpy(c->addr, addr, sizeof c->addr);
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
         c->t_phase = c->t_read = c->t_write = now;
-        c->ip = ip_get(h, key);
+        c->ip = ip;
         if (c->ip) c->ip->n++;
         c->next = h->conns;
         if (h->conns) h->conns->prev = c;
@@ -914,28 +955,7 @@ static void do_accept(http *h) {
         e.events = EPOLLIN;
         e.data.ptr = c;
         c->ev = EPOLLIN;
-        if (epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &e)) {
-            conn_close(h, c, NULL);
-            continue;
-        }
-        if (h->n_conns > h->max_conns) refuse = L_CONN;
-        else if (s->p.max_connections_per_ip > 0 && c->ip && c->ip->n > s->p.max_connections_per_ip)
-            refuse = L_IP;
-        else if (h->buffered >= s->p.max_buffered) refuse = L_BUFFERED;
-        if (refuse >= 0) {
-            limit_hit(h, refuse, c->addr, now);
-            c->close_after = 1;
-            c->keep_alive = 0;
-            respond_error(h, c, 503, "server_error", "overloaded",
-                          refuse == L_CONN ? "the server has too many connections (--max-connections); try again later"
-                          : refuse == L_IP ? "too many connections from %s (--max-connections-per-ip)"
-                                           : "the server is holding too many request bodies (--max-buffered); try again later",
-                          c->addr);
-            c->quiet = 1;
-            c->t_req = now;
-            c->st = C_WORK;
-            conn_flush(h, c); /* then the lingering close */
-        }
+        if (epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &e)) conn_close(h, c, NULL);
     }
 }
 
@@ -1273,7 +1293,8 @@ static void sweep(http *h, double now) {
             }
             break;
         case C_CLOSE:
-            if (now - c->t_phase > LINGER_S || (c->out_off < c->out.n && now - c->t_write > s->p.timeout_s))
+            if (now - c->t_phase > (c->quiet ? LINGER_QUIET_S : LINGER_S) ||
+                (c->out_off < c->out.n && now - c->t_write > s->p.timeout_s))
                 conn_close(h, c, NULL);
             break;
         }
