@@ -53,11 +53,6 @@ static int oom(chat_ctx *c) {
     return c->rc;
 }
 
-static const char *type_name(const cJSON *v) {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
-           : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
-}
-
 static int absent(const cJSON *v) { return !v || cJSON_IsNull(v); }
 
 static const cJSON *field(const cJSON *o, const char *key) {
@@ -100,7 +95,7 @@ static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *
     if (cJSON_IsString(v)) return put_copy(c, out, "content", v);
     if (!cJSON_IsArray(v))
         return fail(c, param, "'%s' must be a string or an array of text parts, got %s", param,
-                    type_name(v));
+                    oa_type_name(v));
     cJSON_ArrayForEach(part, v) {
         const cJSON *ty = field(part, "type"), *tx = field(part, "text");
         char p2[128];
@@ -108,18 +103,18 @@ static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *
         if (!cJSON_IsObject(part)) {
             sbuf_free(&text);
             return fail(c, p2, "'%s' must be an object {\"type\": \"text\", \"text\": string}, got %s",
-                        p2, type_name(part));
+                        p2, oa_type_name(part));
         }
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")) {
             snprintf(p2, sizeof p2, "%s[%d].type", param, k);
             sbuf_free(&text);
-            if (!cJSON_IsString(ty)) return fail(c, p2, "'%s' must be \"text\", got %s", p2, type_name(ty));
+            if (!cJSON_IsString(ty)) return fail(c, p2, "'%s' must be \"text\", got %s", p2, oa_type_name(ty));
             return fail(c, p2, "'%s' is \"%.40s\": only text parts are supported", p2, ty->valuestring);
         }
         if (!cJSON_IsString(tx)) {
             snprintf(p2, sizeof p2, "%s[%d].text", param, k);
             sbuf_free(&text);
-            return fail(c, p2, "'%s' must be a string, got %s", p2, type_name(tx));
+            return fail(c, p2, "'%s' must be a string, got %s", p2, oa_type_name(tx));
         }
         if ((k && sbuf_add(&text, "\n", 1)) || sbuf_str(&text, tx->valuestring)) {
             sbuf_free(&text);
@@ -140,7 +135,7 @@ static cJSON *arguments_of(chat_ctx *c, const cJSON *a, const char *param) {
     if (absent(a)) return cJSON_CreateObject();
     if (cJSON_IsObject(a)) return cJSON_Duplicate(a, 1);
     if (!cJSON_IsString(a)) {
-        fail(c, param, "'%s' must be a string holding a JSON object, got %s", param, type_name(a));
+        fail(c, param, "'%s' must be a string holding a JSON object, got %s", param, oa_type_name(a));
         return NULL;
     }
     for (s = a->valuestring; *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'; s++) {}
@@ -160,10 +155,10 @@ static int tool_call_of(chat_ctx *c, const cJSON *tc, const char *param, cJSON *
     const cJSON *id = field(tc, "id"), *ty = field(tc, "type"), *fn = field(tc, "function"), *name;
     cJSON *call, *f, *args;
     char p2[160];
-    if (!cJSON_IsObject(tc)) return fail(c, param, "'%s' must be an object, got %s", param, type_name(tc));
+    if (!cJSON_IsObject(tc)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(tc));
     if (!absent(id) && !cJSON_IsString(id)) {
         snprintf(p2, sizeof p2, "%s.id", param);
-        return fail(c, p2, "'%s' must be a string, got %s", p2, type_name(id));
+        return fail(c, p2, "'%s' must be a string, got %s", p2, oa_type_name(id));
     }
     if (!absent(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))) {
         snprintf(p2, sizeof p2, "%s.type", param);
@@ -171,10 +166,10 @@ static int tool_call_of(chat_ctx *c, const cJSON *tc, const char *param, cJSON *
     }
     snprintf(p2, sizeof p2, "%s.function", param);
     if (!cJSON_IsObject(fn)) return fail(c, p2, "'%s' must be an object {name, arguments}, got %s", p2,
-                                         fn ? type_name(fn) : "nothing");
+                                         fn ? oa_type_name(fn) : "nothing");
     name = field(fn, "name");
     snprintf(p2, sizeof p2, "%s.function.name", param);
-    if (!cJSON_IsString(name)) return fail(c, p2, "'%s' must be a string, got %s", p2, name ? type_name(name) : "nothing");
+    if (!cJSON_IsString(name)) return fail(c, p2, "'%s' must be a string, got %s", p2, name ? oa_type_name(name) : "nothing");
     snprintf(p2, sizeof p2, "%s.function.arguments", param);
     if (!(args = arguments_of(c, field(fn, "arguments"), p2))) return c->rc ? c->rc : oom(c);
     if (!(call = cJSON_CreateObject()) || !cJSON_AddItemToArray(list, call)) {
@@ -200,7 +195,7 @@ static int tool_calls_of(chat_ctx *c, const cJSON *m, int i, cJSON *out) {
     int k = 0;
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (absent(v)) return 0;
-    if (!cJSON_IsArray(v)) return fail(c, param, "'%s' must be an array, got %s", param, type_name(v));
+    if (!cJSON_IsArray(v)) return fail(c, param, "'%s' must be an array, got %s", param, oa_type_name(v));
     if (!cJSON_GetArraySize(v)) return 0; /* vLLM drops [] so templates take the plain path */
     if (!(list = cJSON_AddArrayToObject(out, "tool_calls"))) return oom(c);
     cJSON_ArrayForEach(tc, v) {
@@ -218,7 +213,7 @@ static int opt_string(chat_ctx *c, const cJSON *m, int i, const char *key, int k
     if (!v || (cJSON_IsNull(v) && !keep_null)) return 0;
     snprintf(param, sizeof param, "messages[%d].%s", i, key);
     if (!cJSON_IsString(v) && !cJSON_IsNull(v))
-        return fail(c, param, "'%s' must be a string, got %s", param, type_name(v));
+        return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(v));
     return put_copy(c, out, key, v);
 }
 
@@ -230,7 +225,7 @@ static int message_of(chat_ctx *c, const cJSON *m, int i, cJSON *list) {
     int r = 0, assistant;
     if (!cJSON_IsObject(m)) {
         snprintf(param, sizeof param, "messages[%d]", i);
-        return fail(c, param, "'%s' must be an object, got %s", param, type_name(m));
+        return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(m));
     }
     snprintf(param, sizeof param, "messages[%d].role", i);
     while (cJSON_IsString(role) && ROLES[r] && strcmp(role->valuestring, ROLES[r])) r++;
@@ -250,7 +245,7 @@ static int message_of(chat_ctx *c, const cJSON *m, int i, cJSON *list) {
         rs = field(m, key);
         snprintf(param, sizeof param, "messages[%d].%s", i, key);
         if (!absent(rs) && !cJSON_IsString(rs))
-            return fail(c, param, "'%s' must be a string, got %s", param, type_name(rs));
+            return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(rs));
         if (!absent(rs) && (put_copy(c, out, "reasoning", rs) || put_copy(c, out, "reasoning_content", rs)))
             return c->rc;
     } else if (!strcmp(role->valuestring, "tool") && opt_string(c, m, i, "tool_call_id", 1, out)) {
@@ -279,14 +274,14 @@ static int tool_of(chat_ctx *c, const cJSON *t, int k, cJSON *list) {
     cJSON *out, *f;
     char param[96];
     snprintf(param, sizeof param, "tools[%d]", k);
-    if (!cJSON_IsObject(t)) return fail(c, param, "'%s' must be an object, got %s", param, type_name(t));
+    if (!cJSON_IsObject(t)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(t));
     snprintf(param, sizeof param, "tools[%d].type", k);
     if (!absent(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function")))
         return fail(c, param, "'%s' must be \"function\" (the only tool type supported)", param);
     snprintf(param, sizeof param, "tools[%d].function", k);
     if (!cJSON_IsObject(fn))
         return fail(c, param, "'%s' must be an object {name, description, parameters}, got %s", param,
-                    fn ? type_name(fn) : "nothing");
+                    fn ? oa_type_name(fn) : "nothing");
     name = field(fn, "name");
     desc = field(fn, "description");
     params = field(fn, "parameters");
@@ -295,10 +290,10 @@ static int tool_of(chat_ctx *c, const cJSON *t, int k, cJSON *list) {
         return fail(c, param, "'%s' must be a non-empty string", param);
     snprintf(param, sizeof param, "tools[%d].function.description", k);
     if (!absent(desc) && !cJSON_IsString(desc))
-        return fail(c, param, "'%s' must be a string, got %s", param, type_name(desc));
+        return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(desc));
     snprintf(param, sizeof param, "tools[%d].function.parameters", k);
     if (!absent(params) && !cJSON_IsObject(params))
-        return fail(c, param, "'%s' must be a JSON Schema object, got %s", param, type_name(params));
+        return fail(c, param, "'%s' must be a JSON Schema object, got %s", param, oa_type_name(params));
     if (!(out = cJSON_CreateObject()) || !cJSON_AddItemToArray(list, out)) return cJSON_Delete(out), oom(c);
     if (put(c, out, "type", cJSON_CreateString("function")) || !(f = cJSON_AddObjectToObject(out, "function")))
         return oom(c);
@@ -314,14 +309,14 @@ static int documents_ok(chat_ctx *c, const cJSON *docs) {
     const cJSON *d, *v;
     int k = 0;
     if (!cJSON_IsArray(docs))
-        return fail(c, "documents", "'documents' must be an array of objects, got %s", type_name(docs));
+        return fail(c, "documents", "'documents' must be an array of objects, got %s", oa_type_name(docs));
     cJSON_ArrayForEach(d, docs) {
         char param[64];
         snprintf(param, sizeof param, "documents[%d]", k++);
-        if (!cJSON_IsObject(d)) return fail(c, param, "'%s' must be an object, got %s", param, type_name(d));
+        if (!cJSON_IsObject(d)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(d));
         cJSON_ArrayForEach(v, d) {
             if (!cJSON_IsString(v))
-                return fail(c, param, "'%s'.%s must be a string, got %s", param, v->string, type_name(v));
+                return fail(c, param, "'%s'.%s must be a string, got %s", param, v->string, oa_type_name(v));
         }
     }
     return 0;
@@ -348,7 +343,7 @@ int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJS
     *messages_json = *tools_json = *documents_json = NULL;
     if (!messages) return fail(&c, "messages", "'messages' is required");
     if (!cJSON_IsArray(messages))
-        return fail(&c, "messages", "'messages' must be an array, got %s", type_name(messages));
+        return fail(&c, "messages", "'messages' must be an array, got %s", oa_type_name(messages));
     if (!cJSON_GetArraySize(messages)) return fail(&c, "messages", "'messages' must not be empty");
     if (!(msgs = cJSON_CreateArray())) return oom(&c);
     cJSON_ArrayForEach(m, messages) {
@@ -358,7 +353,7 @@ int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJS
         const cJSON *t;
         int k = 0;
         if (!cJSON_IsArray(tools)) {
-            fail(&c, "tools", "'tools' must be an array, got %s", type_name(tools));
+            fail(&c, "tools", "'tools' must be an array, got %s", oa_type_name(tools));
             goto done;
         }
         if (!(tl = cJSON_CreateArray())) {

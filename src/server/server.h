@@ -31,19 +31,9 @@
 #include <cjson/cJSON.h>
 
 #include "moe8.h"
+#include "server/sbuf.h"
 
 
-/* ---- growing byte buffer --------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-int sbuf_add(sbuf *b, const char *s, size_t n);
-int sbuf_str(sbuf *b, const char *s);
-int sbuf_reserve(sbuf *b, size_t n); /* room for n bytes (+ NUL) */
-void sbuf_free(sbuf *b);
 
 /* ---- metrics (metrics.c) ------------------------------------------------------- */
 

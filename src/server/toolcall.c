@@ -56,6 +56,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "server/sbuf.h"
 #include "server/toolcall.h"
 
 #define NAME_MAX_BYTES 256
@@ -63,32 +64,6 @@
 
 /* ---- growing buffer -------------------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} tbuf;
-
-static int tb_add(tbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        char *p;
-        while (cap < b->n + n + 1) cap *= 2;
-        if (!(p = realloc(b->p, cap))) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
-static int tb_str(tbuf *b, const char *s) { return tb_add(b, s, strlen(s)); }
-
-static void tb_free(tbuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -110,11 +85,11 @@ typedef struct {
     const char *lit;
     size_t lit_pos;
     unsigned char stack[JSON_DEPTH_MAX]; /* '{' or '[' per open container */
-    tbuf *out;                           /* NULL: checked only */
+    sbuf *out;                           /* NULL: checked only */
     int oom;
 } jscan;
 
-static void js_start(jscan *j, int norm, tbuf *out) {
+static void js_start(jscan *j, int norm, sbuf *out) {
     j->st = J_VALUE;
     j->depth = 0;
     j->norm = norm;
@@ -123,7 +98,7 @@ static void js_start(jscan *j, int norm, tbuf *out) {
 }
 
 static void js_put(jscan *j, const char *s, size_t n) {
-    if (j->out && tb_add(j->out, s, n)) j->oom = 1;
+    if (j->out && sbuf_add(j->out, s, n)) j->oom = 1;
 }
 
 /* A value just ended: the container goes on, or the whole value is done. */
@@ -310,9 +285,9 @@ struct toolcall_parser {
     /* outside calls */
     size_t held;          /* bytes of the marker matched at the end of the text */
     int after_call;       /* whitespace now follows a call: held in ws, dropped if a call or the end comes */
-    tbuf ws;
+    sbuf ws;
     /* the block being read */
-    tbuf raw;             /* its text since it (or its last complete call) began */
+    sbuf raw;             /* its text since it (or its last complete call) began */
     int raw_reset;        /* this byte ended a call or the block: it is not raw any more */
     int seg_calls;        /* calls completed in this block */
     const char *lit[2];   /* literal(s) being matched, from lit_pos on */
@@ -322,10 +297,10 @@ struct toolcall_parser {
     int co, co_after, kind;
     int have_name, have_args, reported, cur, n_calls;
     int v31;              /* deepseek: a V3.1 call (no type, no fence) */
-    tbuf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
+    sbuf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
     jscan js;
     /* events not yet handed to the sink: content or arguments, never both */
-    tbuf cbuf, abuf;
+    sbuf cbuf, abuf;
     const toolcall_sink *k;
     int oom;
 };
@@ -349,12 +324,12 @@ static void flush(toolcall_parser *p) {
 static void emit_content(toolcall_parser *p, const char *s, size_t n) {
     if (!n) return;
     if (p->abuf.n) flush(p);
-    need(p, tb_add(&p->cbuf, s, n));
+    need(p, sbuf_add(&p->cbuf, s, n));
 }
 
 static void emit_args(toolcall_parser *p, const char *s, size_t n) {
     if (p->cbuf.n) flush(p);
-    need(p, tb_add(&p->abuf, s, n));
+    need(p, sbuf_add(&p->abuf, s, n));
 }
 
 static void lit_begin(toolcall_parser *p, const char *a, int next_a, const char *b, int next_b, size_t pos) {
@@ -413,7 +388,7 @@ static void brk(toolcall_parser *p, unsigned char c) {
     char again[64];
     size_t n_again = p->st == S_LIT ? p->lit_pos : 0;
     if (n_again > p->raw.n || n_again > sizeof again) n_again = 0;
-    if (!p->raw.n) need(p, tb_add(&p->raw, "", 0)); /* raw.p is then a string */
+    if (!p->raw.n) need(p, sbuf_add(&p->raw, "", 0)); /* raw.p is then a string */
     if (p->oom) return;
     if (p->reported) {
         flush(p);
@@ -433,7 +408,7 @@ static void brk(toolcall_parser *p, unsigned char c) {
 
 static void start_block(toolcall_parser *p) {
     p->raw.n = 0;
-    need(p, tb_add(&p->raw, p->marker, p->marker_n));
+    need(p, sbuf_add(&p->raw, p->marker, p->marker_n));
     p->seg_calls = 0;
     call_reset(p);
     switch (p->f) {
@@ -467,7 +442,7 @@ static void text_byte(toolcall_parser *p, unsigned char c) {
         return;
     }
     if (p->after_call && is_ws(c)) {
-        need(p, tb_add(&p->ws, &ch, 1));
+        need(p, sbuf_add(&p->ws, &ch, 1));
         return;
     }
     if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
@@ -640,7 +615,7 @@ static int is_name_byte(unsigned char c) {
 static int name_byte(toolcall_parser *p, unsigned char c) {
     char ch = (char)c;
     if (p->name.n >= NAME_MAX_BYTES) return R_BREAK;
-    need(p, tb_add(&p->name, &ch, 1));
+    need(p, sbuf_add(&p->name, &ch, 1));
     return R_OK;
 }
 
@@ -743,7 +718,7 @@ static void step(toolcall_parser *p, unsigned char c) {
             brk(p, c);
             return;
         }
-        if (!p->raw_reset) need(p, tb_add(&p->raw, &ch, 1));
+        if (!p->raw_reset) need(p, sbuf_add(&p->raw, &ch, 1));
         return;
     }
 }
@@ -838,13 +813,13 @@ int toolcall_count(const toolcall_parser *p) { return p ? p->n_calls : 0; }
 
 void toolcall_free(toolcall_parser *p) {
     if (!p) return;
-    tb_free(&p->ws);
-    tb_free(&p->raw);
-    tb_free(&p->key);
-    tb_free(&p->name);
-    tb_free(&p->hold);
-    tb_free(&p->cbuf);
-    tb_free(&p->abuf);
+    sbuf_free(&p->ws);
+    sbuf_free(&p->raw);
+    sbuf_free(&p->key);
+    sbuf_free(&p->name);
+    sbuf_free(&p->hold);
+    sbuf_free(&p->cbuf);
+    sbuf_free(&p->abuf);
     free(p);
 }
 
@@ -853,17 +828,17 @@ void toolcall_free(toolcall_parser *p) {
 /* s as a GBNF string literal's body: \" \\ \n \r \t, other controls \xNN,
  * UTF-8 as it is. json: s is a JSON string's contents (" and \ escaped, as
  * a JSON encoder writes them) before that. */
-static int gbnf_text(tbuf *b, const char *s, int json) {
+static int gbnf_text(sbuf *b, const char *s, int json) {
     for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
         char esc[8];
         const char *e = NULL;
         if (json && (*q == '"' || *q == '\\')) {
-            if (tb_str(b, *q == '"' ? "\\\\\\\"" : "\\\\\\\\")) return -1; /* \" or \\ in JSON, escaped for GBNF */
+            if (sbuf_str(b, *q == '"' ? "\\\\\\\"" : "\\\\\\\\")) return -1; /* \" or \\ in JSON, escaped for GBNF */
             continue;
         }
         if (json && *q < 0x20) {
             snprintf(esc, sizeof esc, "\\\\u%04x", *q); /* \u00XX in JSON */
-            if (tb_str(b, esc)) return -1;
+            if (sbuf_str(b, esc)) return -1;
             continue;
         }
         if (*q == '"') e = "\\\"";
@@ -872,13 +847,13 @@ static int gbnf_text(tbuf *b, const char *s, int json) {
         else if (*q == '\r') e = "\\r";
         else if (*q == '\t') e = "\\t";
         else if (*q < 0x20) e = (snprintf(esc, sizeof esc, "\\x%02x", *q), esc);
-        if (e ? tb_str(b, e) : tb_add(b, (const char *)q, 1)) return -1;
+        if (e ? sbuf_str(b, e) : sbuf_add(b, (const char *)q, 1)) return -1;
     }
     return 0;
 }
 
-static int gbnf_lit(tbuf *b, const char *s) {
-    return tb_str(b, "\"") || gbnf_text(b, s, 0) || tb_str(b, "\"");
+static int gbnf_lit(sbuf *b, const char *s) {
+    return sbuf_str(b, "\"") || gbnf_text(b, s, 0) || sbuf_str(b, "\"");
 }
 
 static int is_rule_name(const char *s) {
@@ -890,17 +865,17 @@ static int is_rule_name(const char *s) {
 }
 
 /* toolcall-I ::= "PRE NAME MID" ARG "POST", NAME JSON-escaped when json. */
-static int gbnf_call(tbuf *b, int i, const char *pre, const char *name, int json, const char *mid,
+static int gbnf_call(sbuf *b, int i, const char *pre, const char *name, int json, const char *mid,
                      const char *arg, const char *post) {
     char head[48];
     snprintf(head, sizeof head, "toolcall-%d ::= \"", i);
-    return tb_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
-           tb_str(b, "\" ") || tb_str(b, arg) || tb_str(b, " ") || gbnf_lit(b, post) || tb_str(b, "\n");
+    return sbuf_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
+           sbuf_str(b, "\" ") || sbuf_str(b, arg) || sbuf_str(b, " ") || gbnf_lit(b, post) || sbuf_str(b, "\n");
 }
 
 char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel) {
-    tbuf b = {0};
+    sbuf b = {0};
     const char *root, *sep;
     int bad = 0;
     if (n_tools < 1 || !names || !arg_rules) return NULL;
@@ -912,19 +887,19 @@ char *toolcall_grammar(toolcall_format f, const char *const *names, const char *
     case TOOLCALL_MISTRAL: root = "[TOOL_CALLS] ["; sep = ", "; break;
     default: return NULL;
     }
-    bad |= tb_str(&b, "root ::= ");
-    if (root) bad |= gbnf_lit(&b, root) || tb_str(&b, " ");
-    bad |= tb_str(&b, "toolcall-call");
-    if (parallel) bad |= tb_str(&b, " (") || gbnf_lit(&b, sep) || tb_str(&b, " toolcall-call)*");
-    if (f == TOOLCALL_DEEPSEEK_V3) bad |= tb_str(&b, " ") || gbnf_lit(&b, D_END_ALL);
-    if (f == TOOLCALL_MISTRAL) bad |= tb_str(&b, " \"]\"");
-    bad |= tb_str(&b, "\ntoolcall-call ::=");
+    bad |= sbuf_str(&b, "root ::= ");
+    if (root) bad |= gbnf_lit(&b, root) || sbuf_str(&b, " ");
+    bad |= sbuf_str(&b, "toolcall-call");
+    if (parallel) bad |= sbuf_str(&b, " (") || gbnf_lit(&b, sep) || sbuf_str(&b, " toolcall-call)*");
+    if (f == TOOLCALL_DEEPSEEK_V3) bad |= sbuf_str(&b, " ") || gbnf_lit(&b, D_END_ALL);
+    if (f == TOOLCALL_MISTRAL) bad |= sbuf_str(&b, " \"]\"");
+    bad |= sbuf_str(&b, "\ntoolcall-call ::=");
     for (int i = 0; i < n_tools; i++) {
         char ref[32];
         snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
-        bad |= tb_str(&b, ref);
+        bad |= sbuf_str(&b, ref);
     }
-    bad |= tb_str(&b, "\n");
+    bad |= sbuf_str(&b, "\n");
     for (int i = 0; i < n_tools && !bad; i++) {
         if (f == TOOLCALL_HERMES)
             bad |= gbnf_call(&b, i, "<tool_call>\n{\"name\": \"", names[i], 1, "\", \"arguments\": ",
@@ -936,7 +911,7 @@ char *toolcall_grammar(toolcall_format f, const char *const *names, const char *
             bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
     }
     if (bad) {
-        tb_free(&b);
+        sbuf_free(&b);
         return NULL;
     }
     return b.p;
