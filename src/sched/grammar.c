@@ -24,13 +24,16 @@
  * `x ::= a x |` runs in constant depth). A state is a set of tops. A byte
  * step matches every top, expands completed elements until every path again
  * ends at a terminal (or the grammar's end), and interns the result; steps
- * are memoized per (set, byte), so walking a trie of tokens is a lazily
+ * are memoized per (set, byte class) — bytes that every DFA row and FOLLOW
+ * set treat alike form a class — so walking a trie of tokens is a lazily
  * built DFA over stack sets.
  *
  * In ci_mode (grammar_mask.c's precomputation) a walk starts from one top
  * over N_MARKER(t), the unknown rest of the stack (up to 64 walks, tags t,
  * run as one). A rule ending onto the marker continues after its caller when
- * it has exactly one (generated rules always do), ends the grammar for a
+ * it has exactly one (generated rules always do: the copies of a repeated
+ * group get cloned rules), through callers in tail position in one hop
+ * (exit_pos, so a {0,n} chain costs O(1) per step), ends the grammar for a
  * root nobody refers to, and otherwise becomes a "marker top": the next byte
  * is checked against the rule's FOLLOW set and, if it may follow, marks tag t
  * in the set's umask (the outcome depends on the real stack).
@@ -1012,11 +1015,13 @@ static int analyze(parser *P, grammar *g) {
     g->reachable = calloc(nr, 1);
     g->caller = malloc(nr * sizeof *g->caller);
     g->rule_min = malloc(nr * sizeof *g->rule_min);
+    g->exit_pos = malloc(nr * sizeof *g->exit_pos);
+    g->exit_rule = malloc(nr * sizeof *g->exit_rule);
     g->follow = calloc(nr, sizeof *g->follow);
     g->suffix_min = malloc(ne * sizeof *g->suffix_min);
     g->ci_base = malloc(ne * sizeof *g->ci_base);
     if (!nullable || !productive || !queue || !refs || !first || !g->reachable || !g->caller ||
-        !g->rule_min || !g->follow || !g->suffix_min || !g->ci_base) {
+        !g->rule_min || !g->exit_pos || !g->exit_rule || !g->follow || !g->suffix_min || !g->ci_base) {
         poom(P);
         goto out;
     }
@@ -1089,6 +1094,23 @@ static int analyze(parser *P, grammar *g) {
                 perr(P, P->rules[bad].src, "rule '%s' can never finish: each of its alternatives "
                      "needs itself again", rn);
             goto out;
+        }
+    }
+    /* exits: follow unique callers while the caller's reference is its last element */
+    for (uint32_t r = 0; r < nr; r++) {
+        uint32_t q = r, hops = 0;
+        g->exit_pos[r] = G_MULTI, g->exit_rule[r] = r;
+        while (hops++ <= nr) {
+            uint32_t c = g->caller[q];
+            if (c == G_NONE || c == G_MULTI) {
+                g->exit_pos[r] = c, g->exit_rule[r] = q;
+                break;
+            }
+            if (!is_end(g, c + 1)) {
+                g->exit_pos[r] = c + 1;
+                break;
+            }
+            q = g->el_rule[c];
         }
     }
     /* FIRST then FOLLOW (bytes), fixpoints */
@@ -1168,6 +1190,29 @@ static int analyze(parser *P, grammar *g) {
         }
     }
     g->start_n = g->alt_off[g->root + 1] - g->alt_off[g->root];
+    /* byte classes: refine one class by every DFA row and reachable FOLLOW set,
+     * (class, value) pairs renumbered through a small stamped hash per row */
+    {
+        uint32_t cls[256], pair[256], n_cls = 1, total = g->cls_off[g->n_cls];
+        uint32_t hkey[512], hval[512], hstamp[512] = {0};
+        for (int b = 0; b < 256; b++) cls[b] = 0;
+        for (uint32_t row = 0; row < total + nr && n_cls < 256; row++) {
+            uint32_t n_new = 0;
+            if (row >= total && !g->reachable[row - total]) continue;
+            for (int b = 0; b < 256; b++) {
+                uint32_t v = row < total ? g->dfa[(size_t)row * 256 + b]
+                                         : (uint32_t)(g->follow[row - total].w[b >> 6] >> (b & 63) & 1);
+                uint32_t key = cls[b] << 16 | v, h = (key * 0x9E3779B1u) >> 23;
+                while (hstamp[h] == row + 1 && hkey[h] != key) h = (h + 1) & 511;
+                if (hstamp[h] != row + 1) hstamp[h] = row + 1, hkey[h] = key, hval[h] = n_new++;
+                pair[b] = hval[h];
+            }
+            memcpy(cls, pair, sizeof cls);
+            n_cls = n_new;
+        }
+        for (int b = 0; b < 256; b++) g->byte_class[b] = (uint8_t)cls[b];
+        g->n_byte_classes = n_cls;
+    }
     rc = 0;
 out:
     free(nullable), free(productive), free(queue), free(refs), free(first);
@@ -1199,6 +1244,7 @@ void grammar_free(grammar *g) {
     pthread_mutex_destroy(&g->lock);
     free(g->kind), free(g->arg), free(g->el_rule), free(g->suffix_min), free(g->ci_base);
     free(g->alt_off), free(g->alt_start), free(g->caller), free(g->rule_min), free(g->follow);
+    free(g->exit_pos), free(g->exit_rule);
     free(g->reachable), free(g->cls_off), free(g->dfa), free(g->dfa_min);
     free(g);
 }
@@ -1342,8 +1388,9 @@ gwk *gwk_new(const grammar *g, int ci_mode) {
     gwk *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->g = g, w->ci = ci_mode;
-    w->ncap = 1024, w->scap = 256, w->pcap = 1024;
-    w->nht_mask = 2047, w->sht_mask = 511, w->mt_mask = 2047;
+    /* small at first (a clone's first accept makes one); every table grows */
+    w->ncap = N_FIRST + 64, w->scap = 32, w->pcap = 128;
+    w->nht_mask = 255, w->sht_mask = 63, w->mt_mask = 127;
     w->ncode = malloc(w->ncap * sizeof *w->ncode);
     w->npar = malloc(w->ncap * sizeof *w->npar);
     w->ntag = malloc(w->ncap);
@@ -1413,7 +1460,7 @@ static int rehash_nodes(gwk *w) {
 uint32_t gwk_node(gwk *w, uint32_t code, uint32_t parent) {
     uint32_t h;
     if (w->oom) return N_FINAL;
-    if ((uint64_t)(w->nn + 1) * 2 > w->nht_mask && rehash_nodes(w)) return N_FINAL;
+    if ((uint64_t)(w->nn - N_FIRST + 1) * 2 > w->nht_mask && rehash_nodes(w)) return N_FINAL;
     for (h = mix32(code, parent) & w->nht_mask; w->nht[h].stamp == w->epoch; h = (h + 1) & w->nht_mask) {
         uint32_t id = w->nht[h].id;
         if (w->ncode[id] == code && w->npar[id] == parent) return id;
@@ -1565,10 +1612,10 @@ static void expand(gwk *w, uint32_t item) {
             uint32_t r = g->el_rule[pos];
             if (par == N_EMPTY) push_out(w, N_FINAL);
             else if (is_marker(par)) {
-                uint32_t c = g->caller[r], t = par - N_MARKER0;
+                uint32_t c = g->exit_pos[r], t = par - N_MARKER0;
                 if (c == G_NONE) push_out(w, N_CIFINAL(t));
-                else if (c == G_MULTI) push_out(w, gwk_node(w, r, N_MTTAG(t)));
-                else push_work(w, gwk_node(w, c + 1, par));
+                else if (c == G_MULTI) push_out(w, gwk_node(w, g->exit_rule[r], N_MTTAG(t)));
+                else push_work(w, gwk_node(w, c, par));
             } else {
                 push_work(w, par);
             }
@@ -1601,7 +1648,7 @@ static int rehash_memo(gwk *w) {
 
 uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte) {
     const grammar *g = w->g;
-    uint64_t key = (uint64_t)set << 8 | byte;
+    uint64_t key = (uint64_t)set << 8 | g->byte_class[byte]; /* alike bytes step alike */
     uint32_t h, n, res;
     uint64_t umask;
     if (set == S_EMPTY || w->oom) return S_EMPTY;
@@ -1664,8 +1711,21 @@ struct grammar_state {
     uint32_t *code, *par, n_nodes, cap_nodes;
     uint32_t *tops, n_tops, cap_tops;
     gwk *w;             /* scratch, made on first use */
-    uint32_t *map, map_cap;
+    uint32_t *imp, imp_cap; /* import: state node -> engine node */
+    uint32_t *map, map_cap; /* export: engine node -> state node (zero between exports) */
+    uint32_t *xcode, *xpar, *xtops, xcap_nodes, xcap_tops; /* the next stacks, swapped in */
+    uint32_t *xids, xids_cap; /* export: engine ids in state order */
 };
+
+static int grow_buf(uint32_t **p, uint32_t *cap, uint32_t need, int zero) {
+    uint32_t nc = *cap ? *cap : 16, *q;
+    if (need <= *cap) return 0;
+    while (nc < need) nc *= 2;
+    if (!(q = realloc(*p, (size_t)nc * sizeof *q))) return -1;
+    if (zero) memset(q + *cap, 0, (size_t)(nc - *cap) * sizeof *q);
+    *p = q, *cap = nc;
+    return 0;
+}
 
 static int st_reserve(grammar_state *st, uint32_t nodes, uint32_t tops) {
     if (nodes > st->cap_nodes) {
@@ -1686,7 +1746,7 @@ static int st_reserve(grammar_state *st, uint32_t nodes, uint32_t tops) {
 }
 
 uint32_t gwk_import_state(gwk *w, const grammar_state *st) {
-    uint32_t *ids = st->map; /* st->map holds at least n_nodes + n_tops entries */
+    uint32_t *ids = st->imp; /* st->imp holds at least n_nodes + n_tops entries */
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         uint32_t p = st->par[i];
         ids[i] = gwk_node(w, st->code[i], p < N_FIRST ? p : ids[p - N_FIRST]);
@@ -1700,62 +1760,60 @@ uint32_t gwk_import_state(gwk *w, const grammar_state *st) {
 
 static int st_scratch(grammar_state *st) {
     if (!st->w && !(st->w = gwk_new(st->g, 0))) return -1;
-    if (st->map_cap < st->n_nodes + st->n_tops + 1) {
-        uint32_t nc = (st->n_nodes + st->n_tops + 1) * 2;
-        uint32_t *m = realloc(st->map, nc * sizeof *m);
-        if (!m) return -1;
-        st->map = m, st->map_cap = nc;
-    }
+    if (grow_buf(&st->imp, &st->imp_cap, st->n_nodes + st->n_tops + 1, 0)) return -1;
     return 0;
 }
 
-/* Replace the state's stacks with set `s` of w. */
+/* Replace the state's stacks with set `s` of w: the nodes under its tops,
+ * parents first, into the spare arrays, which are then swapped in (no
+ * allocation once the buffers have grown). */
 static int st_export(grammar_state *st, gwk *w, uint32_t s) {
-    uint32_t n, *map, nn = 0, chain_cap = 64, *chain;
+    uint32_t n, nn = 0, cap_nodes, *t;
     const uint32_t *tops = gwk_set_tops(w, s, &n);
-    uint32_t *ncode = NULL, *npar = NULL, *ntops = NULL, cap = 64;
-    if (!(map = calloc(w->nn, sizeof *map)) || !(chain = malloc(chain_cap * sizeof *chain)) ||
-        !(ncode = malloc(cap * sizeof *ncode)) || !(npar = malloc(cap * sizeof *npar)) ||
-        !(ntops = malloc((n ? n : 1) * sizeof *ntops))) {
-        free(map), free(ncode), free(npar), free(ntops);
-        if (map) free(chain);
+    int rc = 0;
+    if (grow_buf(&st->map, &st->map_cap, w->nn, 1) || grow_buf(&st->xtops, &st->xcap_tops, n + 1, 0))
         return -1;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t x = tops[i], len = 0;
-        while (x >= N_FIRST && !map[x]) {
-            if (len == chain_cap) {
-                uint32_t *q = realloc(chain, 2 * chain_cap * sizeof *q);
-                if (!q) goto oom;
-                chain = q, chain_cap *= 2;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        uint32_t x = tops[i], first = nn;
+        /* the unmapped nodes under this top, top first, then reversed */
+        while (x >= N_FIRST && !st->map[x]) {
+            if (nn + 1 > st->xcap_nodes) { /* xcode and xpar share a capacity */
+                uint32_t c1 = st->xcap_nodes, c2 = st->xcap_nodes;
+                if (grow_buf(&st->xcode, &c1, nn + 1, 0) || grow_buf(&st->xpar, &c2, c1, 0)) {
+                    rc = -1;
+                    break;
+                }
+                st->xcap_nodes = c1;
             }
-            chain[len++] = x;
+            if (grow_buf(&st->xids, &st->xids_cap, nn + 1, 0)) {
+                rc = -1;
+                break;
+            }
+            st->xids[nn++] = x;
+            st->map[x] = 1; /* reserved until numbered below */
             x = w->npar[x];
         }
-        while (len--) {
-            uint32_t y = chain[len], p = w->npar[y];
-            if (nn == cap) {
-                uint32_t *a = realloc(ncode, 2 * cap * sizeof *a), *b;
-                if (!a) goto oom;
-                ncode = a;
-                if (!(b = realloc(npar, 2 * cap * sizeof *b))) goto oom;
-                npar = b, cap *= 2;
-            }
-            ncode[nn] = w->ncode[y];
-            npar[nn] = p < N_FIRST ? p : map[p];
-            map[y] = N_FIRST + nn++;
+        for (uint32_t a = first, b = nn; b > a + 1; a++, b--) { /* parents first */
+            uint32_t tmp = st->xids[a];
+            st->xids[a] = st->xids[b - 1], st->xids[b - 1] = tmp;
         }
-        ntops[i] = tops[i] < N_FIRST ? tops[i] : map[tops[i]];
+        for (uint32_t k = first; k < nn; k++) {
+            uint32_t y = st->xids[k], p = w->npar[y];
+            st->xcode[k] = w->ncode[y];
+            st->xpar[k] = p < N_FIRST ? p : st->map[p];
+            st->map[y] = N_FIRST + k;
+        }
+        st->xtops[i] = tops[i] < N_FIRST ? tops[i] : st->map[tops[i]];
     }
-    free(map), free(chain);
-    free(st->code), free(st->par), free(st->tops);
-    st->code = ncode, st->par = npar, st->cap_nodes = cap, st->n_nodes = nn;
-    st->tops = ntops, st->n_tops = st->cap_tops = n;
-    if (!n) st->cap_tops = 1;
+    for (uint32_t k = 0; k < nn; k++) st->map[st->xids[k]] = 0;
+    if (rc) return -1;
+    t = st->code, st->code = st->xcode, st->xcode = t;
+    t = st->par, st->par = st->xpar, st->xpar = t;
+    t = st->tops, st->tops = st->xtops, st->xtops = t;
+    cap_nodes = st->cap_nodes, st->cap_nodes = st->xcap_nodes, st->xcap_nodes = cap_nodes;
+    cap_nodes = st->cap_tops, st->cap_tops = st->xcap_tops, st->xcap_tops = cap_nodes;
+    st->n_nodes = nn, st->n_tops = n;
     return 0;
-oom:
-    free(map), free(chain), free(ncode), free(npar), free(ntops);
-    return -1;
 }
 
 moe8_status grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err) {
@@ -1783,16 +1841,19 @@ grammar_state *grammar_state_clone(const grammar_state *src) {
         grammar_state_free(st);
         return NULL;
     }
-    memcpy(st->code, src->code, src->n_nodes * sizeof *st->code);
-    memcpy(st->par, src->par, src->n_nodes * sizeof *st->par);
-    memcpy(st->tops, src->tops, src->n_tops * sizeof *st->tops);
+    if (src->n_nodes) {
+        memcpy(st->code, src->code, src->n_nodes * sizeof *st->code);
+        memcpy(st->par, src->par, src->n_nodes * sizeof *st->par);
+    }
+    if (src->n_tops) memcpy(st->tops, src->tops, src->n_tops * sizeof *st->tops);
     st->n_nodes = src->n_nodes, st->n_tops = src->n_tops;
     return st;
 }
 
 void grammar_state_free(grammar_state *st) {
     if (!st) return;
-    free(st->code), free(st->par), free(st->tops), free(st->map);
+    free(st->code), free(st->par), free(st->tops), free(st->map), free(st->imp);
+    free(st->xcode), free(st->xpar), free(st->xtops), free(st->xids);
     gwk_free(st->w);
     free(st);
 }

@@ -74,6 +74,8 @@ const char *grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n);
  * first keeps that cost off the decoding step. Thread-safe; done once per
  * (grammar, vocabulary). */
 moe8_status grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error *err);
+/* Memory of g's prepared tables for v (0 before grammar_prepare). */
+size_t grammar_prepared_bytes(const grammar *g, const grammar_vocab *v);
 
 typedef struct grammar_state grammar_state; /* one request's position in the grammar */
 moe8_status grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err);
@@ -175,6 +177,10 @@ struct grammar {
     uint32_t *alt_start; /* first element of each alternative */
     uint32_t *caller;    /* [n_rules] the one REF position referring to it, G_MULTI, or
                           * G_NONE (the root, referred to by nothing: its end is the end) */
+    uint32_t *exit_pos;  /* [n_rules] where a rule ending onto the unknown context continues,
+                          * its unique callers' tail positions skipped: an element to
+                          * expand, or G_NONE (the grammar ends) */
+    uint32_t *exit_rule; /* [n_rules] with exit_pos G_MULTI: the rule whose callers are many */
     uint32_t *rule_min;  /* [n_rules] fewest bytes a rule derives */
     g_byteset *follow;   /* [n_rules] bytes that may follow the rule's end */
     uint8_t *reachable;  /* [n_rules] */
@@ -185,6 +191,8 @@ struct grammar {
     uint32_t *dfa_min;   /* [total states] fewest bytes to complete the character */
 
     uint32_t start_n;    /* the initial state's alternatives: root's alt starts */
+    uint8_t byte_class[256]; /* bytes every DFA row and FOLLOW set treats alike share a class */
+    uint32_t n_byte_classes;
 
     pthread_mutex_t lock; /* guards tables' creation; readers go lock-free */
     g_tables *tables;     /* published with release stores */

@@ -4,20 +4,26 @@
  * Trie: every allowed token (bytes, not special, not EOS) sorted by its
  * bytes; nodes in preorder as parallel arrays (edge byte, depth, subtree end,
  * tokens ending there), so a walk is a forward scan that jumps to end[i] to
- * skip a rejected subtree. Qwen3's 151,643 text tokens make 0.51 M nodes,
- * 7 MB with the token bytes.
+ * skip a rejected subtree. Qwen3's 151,655 text tokens make 333 k nodes,
+ * 6.4 MB with the token bytes.
  *
  * Precomputation (grammar_prepare, once per grammar and vocabulary): for
  * every terminal position of the grammar and every DFA state inside its
- * character, walk the whole trie from that top alone, over the unknown rest
- * of the stack (gwk ci_mode, see grammar.c), with pruning. A token is
- * accepted (whatever the stack) when some path takes all its bytes,
- * including paths whose rule ended exactly at its last byte; rejected when
- * every path fails before needing the stack; otherwise it depends on the
- * stack ("uncertain": a rule with several callers ended before its last
- * byte and the next byte may follow that rule). Accepted sets are stored as
- * a bitmap when large, an id list when small; uncertain tokens as a list in
- * trie order with each one's common prefix with the one before.
+ * character, the trie is walked from that top alone over the unknown rest of
+ * the stack (gwk ci_mode, see grammar.c), with pruning. A token is accepted
+ * (whatever the stack) when some path takes all its bytes, including paths
+ * whose rule ended exactly at its last byte; rejected when every path fails
+ * before needing the stack; otherwise it depends on the stack ("uncertain":
+ * a rule with several callers ended before its last byte, and the next byte
+ * may follow that rule). 64 such starts share one walk, each tagged by its
+ * own marker: a set knows which tags have a top (alive) and which met the
+ * unknown context (umask), a token node ORs its alive tags into a per-token
+ * 64-bit mask, and 64x64 bit transposes turn those into one bitmap per start.
+ * Starts that take many first bytes are batched together, so a JSON string's
+ * `{0,64}` copies cost one full walk, not 64. Accepted sets are stored as a
+ * bitmap when large, an id list when small; uncertain tokens as a list in
+ * trie order with each one's common prefix with the one before. Batches run
+ * on OpenMP threads.
  *
  * A mask: for each distinct top of the state, OR its accepted set (32 bits
  * at a time) and walk its uncertain tokens from the real stacks with that
@@ -227,13 +233,16 @@ typedef struct {
 } l1slot;
 
 typedef struct {
-    uint32_t *bits;  /* [n_words] accepted */
-    uint32_t *list, n_list;
-    uint32_t n_acc;
-    uint32_t *unc;
-    uint32_t n_unc, cap_unc;
-    uint32_t *path;  /* [max_len + 1] */
-    l1slot *l1;      /* [1 << L1_BITS] */
+    uint32_t *unc, n, cap;
+} ulist;
+
+typedef struct {
+    uint64_t *tmask;         /* [n_words * 32] the walks accepting each token (zero between walks) */
+    uint64_t *touched;       /* [n_words / 128 + 1] 64-token blocks of tmask written */
+    uint64_t *bits;          /* [G_TAGS][n_words / 2 + 1] accepted, per walk */
+    ulist unc[G_TAGS];       /* uncertain, per walk, in trie order */
+    uint32_t *path;          /* [max_len + 1] */
+    l1slot *l1;              /* [1 << L1_BITS] */
     uint32_t l1_stamp;
 } ci_scratch;
 
@@ -244,14 +253,14 @@ static inline uint32_t step_l1(gwk *w, ci_scratch *s, uint32_t set, uint8_t b) {
     return e->val = gwk_step(w, set, b);
 }
 
-static int unc_push(ci_scratch *s, uint32_t k) {
-    if (s->n_unc == s->cap_unc) {
-        uint32_t nc = s->cap_unc ? s->cap_unc * 2 : 256;
-        uint32_t *q = realloc(s->unc, nc * sizeof *q);
+static int unc_push(ulist *u, uint32_t k) {
+    if (u->n == u->cap) {
+        uint32_t nc = u->cap ? u->cap * 2 : 256;
+        uint32_t *q = realloc(u->unc, nc * sizeof *q);
         if (!q) return -1;
-        s->unc = q, s->cap_unc = nc;
+        u->unc = q, u->cap = nc;
     }
-    s->unc[s->n_unc++] = k;
+    u->unc[u->n++] = k;
     return 0;
 }
 
@@ -263,56 +272,114 @@ static uint16_t lcp_of(const grammar_vocab *v, uint32_t a, uint32_t b) {
     return (uint16_t)l;
 }
 
-/* One table: the trie walked from `start` (a set over N_MARKER). */
-static int ci_build(gwk *w, const grammar_vocab *v, uint32_t start, ci_scratch *s, g_ci *out) {
-    uint32_t i = 1, n = v->n_nodes;
-    memset(s->bits, 0, v->n_words * sizeof *s->bits);
-    s->n_list = s->n_acc = s->n_unc = 0;
+/* Mark the tokens of subtree [i, end) uncertain for the tags in um. */
+static int unc_subtree(const grammar_vocab *v, ci_scratch *s, uint32_t i, uint64_t um) {
+    for (uint32_t j = i, e = v->end[i]; j < e; j++)
+        for (uint32_t k = 0; k < v->ntok[j]; k++)
+            for (uint64_t m = um; m; m &= m - 1)
+                if (unc_push(&s->unc[__builtin_ctzll(m)], v->tok[j] + k)) return -1;
+    return 0;
+}
+
+/* Transpose the 64x64 bit matrix a[0..64) in place (Hacker's Delight 7-3). */
+static void transpose64(uint64_t *a) {
+    uint64_t m = 0x00000000FFFFFFFFULL;
+    for (int j = 32; j; j >>= 1, m ^= m << j)
+        for (int k = 0; k < 64; k = (k + j + 1) & ~j) {
+            uint64_t t = (a[k] >> j ^ a[k + j]) & m;
+            a[k] ^= t << j;
+            a[k + j] ^= t;
+        }
+}
+
+/* One walk of the trie from `start` (tops of walks 0..n_tags-1, walk t over
+ * N_MARKER(t)), with pruning: a token is accepted by walk t when the set at
+ * its node has a top of t, uncertain when t met the unknown context on the
+ * way and has no top. Results into out[0..n_tags). */
+static uint32_t popcount64(uint64_t x) { /* SWAR: no libgcc call without -mpopcnt */
+    x -= (x >> 1) & 0x5555555555555555ULL;
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (uint32_t)((x * 0x0101010101010101ULL) >> 56);
+}
+
+static int ci_build(gwk *w, const grammar_vocab *v, uint32_t start, int n_tags, ci_scratch *s, g_ci *const *out) {
+    uint32_t i = 1, n = v->n_nodes, nw = v->n_words, nb = (nw + 1) / 2; /* 64-token blocks */
+    uint64_t any = 0;
+    for (int t = 0; t < n_tags; t++) s->unc[t].n = 0;
     s->path[0] = start;
     if (++s->l1_stamp == 0) {
         memset(s->l1, 0, ((size_t)1 << L1_BITS) * sizeof *s->l1);
         s->l1_stamp = 1;
     }
     while (i < n) {
-        uint32_t d = v->depth[i], x = step_l1(w, s, s->path[d - 1], v->byte[i]);
-        if (x == S_EMPTY) {
-            i = v->end[i];
-            continue;
-        }
-        if (x == S_EMPTY_U) {
-            for (uint32_t j = i, e = v->end[i]; j < e; j++)
-                for (uint32_t k = 0; k < v->ntok[j]; k++)
-                    if (unc_push(s, v->tok[j] + k)) return -1;
+        uint32_t d = v->depth[i], x = step_l1(w, s, s->path[d - 1], v->byte[i]), n_tops;
+        uint64_t alive, unc;
+        gwk_set_tops(w, x, &n_tops);
+        if (n_tops == 0) {
+            if (x != S_EMPTY && unc_subtree(v, s, i, gwk_set_umask(w, x))) return -1;
             i = v->end[i];
             continue;
         }
         s->path[d] = x;
-        for (uint32_t k = 0; k < v->ntok[i]; k++) {
-            uint32_t id = (uint32_t)v->order[v->tok[i] + k];
-            s->bits[id >> 5] |= 1u << (id & 31);
-            if (s->n_list < v->n_words) s->list[s->n_list++] = id;
-            s->n_acc++;
+        if (v->ntok[i]) {
+            alive = gwk_set_alive(w, x);
+            unc = gwk_set_umask(w, x) & ~alive;
+            any |= alive;
+            for (uint32_t k = 0; k < v->ntok[i]; k++) {
+                uint32_t id = (uint32_t)v->order[v->tok[i] + k];
+                s->tmask[id] |= alive;
+                s->touched[id >> 12] |= 1ULL << (id >> 6 & 63);
+                for (uint64_t m = unc; m; m &= m - 1)
+                    if (unc_push(&s->unc[__builtin_ctzll(m)], v->tok[i] + k)) return -1;
+            }
         }
         i++;
     }
     if (gwk_oom(w)) return -1;
-    memset(out, 0, sizeof *out);
-    out->n_acc = s->n_acc;
-    if (s->n_acc && s->n_acc <= s->n_list) {
-        if (!(out->acc_list = malloc(s->n_acc * sizeof *out->acc_list))) return -1;
-        memcpy(out->acc_list, s->list, s->n_acc * sizeof *out->acc_list);
-    } else if (s->n_acc) {
-        if (!(out->acc_bits = malloc(v->n_words * sizeof *out->acc_bits))) return -1;
-        memcpy(out->acc_bits, s->bits, v->n_words * sizeof *out->acc_bits);
-    }
-    if (s->n_unc) {
-        out->unc = malloc(s->n_unc * sizeof *out->unc);
-        out->unc_lcp = malloc(s->n_unc * sizeof *out->unc_lcp);
-        if (!out->unc || !out->unc_lcp) return -1;
-        out->n_unc = s->n_unc;
-        memcpy(out->unc, s->unc, s->n_unc * sizeof *out->unc);
-        out->unc_lcp[0] = 0;
-        for (uint32_t k = 1; k < s->n_unc; k++) out->unc_lcp[k] = lcp_of(v, s->unc[k - 1], s->unc[k]);
+    /* token-major masks -> one bitmap per accepting walk, 64x64 blocks at a
+     * time, only the blocks written (then cleared for the next walk) */
+    for (uint64_t m = any; m; m &= m - 1) memset(s->bits + (size_t)__builtin_ctzll(m) * nb, 0, nb * sizeof *s->bits);
+    for (uint32_t q = 0; q < (nb + 63) / 64; q++)
+        for (uint64_t tm = s->touched[q]; tm; tm &= tm - 1) {
+            uint32_t b = q * 64 + (uint32_t)__builtin_ctzll(tm);
+            uint64_t blk[64];
+            memcpy(blk, s->tmask + (size_t)b * 64, sizeof blk);
+            memset(s->tmask + (size_t)b * 64, 0, sizeof blk);
+            transpose64(blk); /* blk[t] bit j: token 64b + j accepted by walk t */
+            for (uint64_t a = any; a; a &= a - 1) {
+                int t = __builtin_ctzll(a);
+                s->bits[(size_t)t * nb + b] = blk[t];
+            }
+        }
+    memset(s->touched, 0, ((nb + 63) / 64) * sizeof *s->touched);
+    for (int t = 0; t < n_tags; t++) {
+        g_ci *o = out[t];
+        const uint64_t *bits = s->bits + (size_t)t * nb;
+        const ulist *u = &s->unc[t];
+        uint32_t n_acc = 0;
+        memset(o, 0, sizeof *o);
+        if (any >> t & 1)
+            for (uint32_t b = 0; b < nb; b++) n_acc += popcount64(bits[b]);
+        o->n_acc = n_acc;
+        if (n_acc && n_acc < nw) { /* an id list is smaller than the bitmap */
+            uint32_t k = 0;
+            if (!(o->acc_list = malloc(n_acc * sizeof *o->acc_list))) return -1;
+            for (uint32_t b = 0; b < nb; b++)
+                for (uint64_t m = bits[b]; m; m &= m - 1) o->acc_list[k++] = b * 64 + (uint32_t)__builtin_ctzll(m);
+        } else if (n_acc) {
+            if (!(o->acc_bits = malloc(nw * sizeof *o->acc_bits))) return -1;
+            for (uint32_t k = 0; k < nw; k++) o->acc_bits[k] = (uint32_t)(bits[k / 2] >> (32 * (k & 1)));
+        }
+        if (u->n) {
+            o->unc = malloc(u->n * sizeof *o->unc);
+            o->unc_lcp = malloc(u->n * sizeof *o->unc_lcp);
+            if (!o->unc || !o->unc_lcp) return -1;
+            o->n_unc = u->n;
+            memcpy(o->unc, u->unc, u->n * sizeof *o->unc);
+            o->unc_lcp[0] = 0;
+            for (uint32_t k = 1; k < u->n; k++) o->unc_lcp[k] = lcp_of(v, u->unc[k - 1], u->unc[k]);
+        }
     }
     return 0;
 }
@@ -327,53 +394,81 @@ static void tables_free(g_tables *t) {
     free(t);
 }
 
-/* Each (terminal, DFA state) is independent: the work is split over OpenMP
- * threads, each with its own engine and scratch (the same tables for any
- * thread count). */
+/* Bytes a start takes first: a cheap measure of how much of the trie its
+ * walk visits. */
+static int first_bytes(const grammar *g, uint32_t p, uint32_t sub) {
+    const uint16_t *row = g->dfa + ((size_t)g->cls_off[g->arg[p]] + sub) * 256;
+    int n = 0;
+    for (int b = 0; b < 256; b++) n += row[b] != G_REJECT;
+    return n;
+}
+
+static int cmp_item(const void *a, const void *b, void *ctx) {
+    const uint32_t *x = a, *y = b;
+    int hx = first_bytes(ctx, x[0], x[1]) >= 32, hy = first_bytes(ctx, y[0], y[1]) >= 32;
+    if (hx != hy) return hy - hx;
+    if (x[1] != y[1]) return x[1] < y[1] ? -1 : 1;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/* The (terminal, DFA state) starts go G_TAGS to a trie walk; the walks are split over OpenMP threads, each with its own
+ * engine and scratch (the same tables for any thread count). */
 static g_tables *tables_build(const grammar *g, const grammar_vocab *v) {
     g_tables *t = calloc(1, sizeof *t);
-    uint32_t *items = NULL, n_items = 0;
+    uint32_t *items = NULL, n_items = 0, n_batches;
     int ok = t != NULL;
     if (ok) {
         t->vocab_serial = v->serial;
         t->n_ci = g->n_ci;
         ok = (t->ci = calloc(g->n_ci ? g->n_ci : 1, sizeof *t->ci)) != NULL &&
-             (items = malloc((g->n_ci ? g->n_ci : 1) * sizeof *items)) != NULL;
+             (items = malloc(2 * (g->n_ci ? g->n_ci : 1) * sizeof *items)) != NULL;
     }
     for (uint32_t p = 0; ok && p < g->n_el; p++)
-        if (g->ci_base[p] != G_NONE) items[n_items++] = p;
-    if (ok) {
+        if (g->ci_base[p] != G_NONE) {
+            uint32_t c = g->arg[p], n_sub = g->cls_off[c + 1] - g->cls_off[c];
+            for (uint32_t sub = 0; sub < n_sub; sub++) items[2 * n_items] = p, items[2 * n_items + 1] = sub, n_items++;
+        }
+    /* starts that take many first bytes (walk most of the trie) batch together */
+    if (ok) qsort_r(items, n_items, 2 * sizeof *items, cmp_item, (void *)g);
+    n_batches = (n_items + G_TAGS - 1) / G_TAGS;
+    if (ok && n_batches) {
 #pragma omp parallel
         {
             gwk *w = gwk_new(g, 1);
             ci_scratch s;
             int mine = w != NULL;
             memset(&s, 0, sizeof s);
-            s.bits = malloc(v->n_words * sizeof *s.bits);
-            s.list = malloc(v->n_words * sizeof *s.list);
+            s.bits = malloc((size_t)G_TAGS * ((v->n_words + 1) / 2) * sizeof *s.bits);
+            s.tmask = calloc((size_t)((v->n_words + 1) / 2) * 64, sizeof *s.tmask);
+            s.touched = calloc(((v->n_words + 1) / 2 + 63) / 64 + 1, sizeof *s.touched);
             s.path = malloc(((size_t)v->max_len + 2) * sizeof *s.path);
             s.l1 = calloc((size_t)1 << L1_BITS, sizeof *s.l1);
-            mine = mine && s.bits && s.list && s.path && s.l1;
+            mine = mine && s.bits && s.tmask && s.touched && s.path && s.l1;
             if (!mine) {
 #pragma omp atomic write
                 ok = 0;
             }
 #pragma omp for schedule(dynamic, 1)
-            for (uint32_t k = 0; k < n_items; k++) {
-                uint32_t p = items[k], c = g->arg[p], n_sub = g->cls_off[c + 1] - g->cls_off[c];
-                for (uint32_t sub = 0; mine && sub < n_sub; sub++) {
-                    uint32_t top, start;
-                    gwk_reset(w);
-                    top = gwk_node(w, G_CODE(p, sub), N_MARKER);
-                    start = gwk_set(w, &top, 1, 0);
-                    if (gwk_oom(w) || ci_build(w, v, start, &s, &t->ci[g->ci_base[p] + sub])) {
-                        mine = 0;
+            for (uint32_t bi = 0; bi < n_batches; bi++) {
+                uint32_t first = bi * G_TAGS, nb = n_items - first < G_TAGS ? n_items - first : G_TAGS;
+                uint32_t tops[G_TAGS], start;
+                g_ci *out[G_TAGS];
+                if (!mine) continue;
+                gwk_reset(w);
+                for (uint32_t k = 0; k < nb; k++) {
+                    uint32_t p = items[2 * (first + k)], sub = items[2 * (first + k) + 1];
+                    tops[k] = gwk_node(w, G_CODE(p, sub), N_MARKER(k));
+                    out[k] = &t->ci[g->ci_base[p] + sub];
+                }
+                start = gwk_set(w, tops, nb, 0);
+                if (gwk_oom(w) || ci_build(w, v, start, (int)nb, &s, out)) {
+                    mine = 0;
 #pragma omp atomic write
-                        ok = 0;
-                    }
+                    ok = 0;
                 }
             }
-            free(s.bits), free(s.list), free(s.unc), free(s.path), free(s.l1);
+            for (int k = 0; k < G_TAGS; k++) free(s.unc[k].unc);
+            free(s.bits), free(s.tmask), free(s.touched), free(s.path), free(s.l1);
             gwk_free(w);
         }
     }
@@ -401,6 +496,19 @@ moe8_status grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error
     }
     pthread_mutex_unlock(&mg->lock);
     return MOE8_OK;
+}
+
+size_t grammar_prepared_bytes(const grammar *g, const grammar_vocab *v) {
+    const g_tables *t = g && v ? grammar_tables_for(g, v) : NULL;
+    size_t n = 0;
+    if (!t) return 0;
+    n = sizeof *t + (size_t)t->n_ci * sizeof *t->ci;
+    for (uint32_t i = 0; i < t->n_ci; i++) {
+        const g_ci *e = &t->ci[i];
+        n += e->acc_bits ? (size_t)v->n_words * 4 : (size_t)e->n_acc * 4;
+        n += (size_t)e->n_unc * 6;
+    }
+    return n;
 }
 
 /* ======================================================================== */
