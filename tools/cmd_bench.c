@@ -65,7 +65,9 @@ static int usage(void) {
             "  --bw-mb N         buffer of the bandwidth probe in MB (default 1024)\n"
             "       moe8 bench forward -m DIR ... (the whole forward, phase by phase: moe8 bench forward -h)\n"
             "       moe8 bench sched -m DIR ...   (the scheduler on a model: moe8 bench sched -h)\n"
-            "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n");
+            "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n"
+            "       moe8 bench grammar [-m DIR | --tokenizer DIR] [--reps N] [--walk N] (constrained\n"
+            "                          decoding: compile, prepare and per-step mask times)\n");
     return 2;
 }
 
@@ -389,6 +391,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "sched")) return cmd_bench_sched(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "forward")) return cmd_bench_forward(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "grammar")) return cmd_bench_grammar(argc, argv);
     if (argc < 2 || strcmp(argv[1], "moe")) return usage();
     if (parse_opts(argc, argv, &o)) return 2;
     if (o.n_layers > 16 || o.n_float_layers > 16) {

@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1196,6 +1197,7 @@ static void *worker_main(void *arg) {
     srv *s = h->s;
     /* below the engine and the HTTP thread: a big tokenize never slows a decode step */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    omp_set_num_threads(1); /* a grammar's precomputation: this thread only, beside the engine's team */
     for (;;) {
         task *t;
         uint64_t one = 1;
