@@ -384,35 +384,6 @@ static int same_tokens(const lib_res *a, const lib_res *b) {
 
 /* ---- the server's log-prob entries against token ids ------------------------------------------ */
 
-/* The token's bytes with each invalid UTF-8 byte replaced by U+FFFD (how the
- * API shows a token's text), written here independently of the server. */
-static void utf8_shown(const unsigned char *s, size_t n, buf *out) {
-    size_t i = 0;
-    out->n = 0;
-    buf_add(out, "", 0);
-    while (i < n) {
-        unsigned c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        int ok = k > 0 && i + k <= n && c != 0;
-        for (size_t j = 1; ok && j < k; j++) ok = (s[i + j] & 0xC0) == 0x80;
-        if (ok && k == 3) {
-            unsigned c1 = s[i + 1];
-            ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
-        }
-        if (ok && k == 4) {
-            unsigned c1 = s[i + 1];
-            ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
-        }
-        if (ok) {
-            buf_add(out, s + i, k);
-            i += k;
-        } else {
-            buf_add(out, "\xEF\xBF\xBD", 3);
-            i++;
-        }
-    }
-}
 
 static size_t token_shown(lib_env *L, int32_t id, buf *out) {
     size_t nb = 0;
