@@ -67,7 +67,7 @@ static int32_t *text_tokens(const moe8_tokenizer *tok, size_t *n) {
 }
 
 /* logits[CHUNKS][C][V] of every chunk position (BOS substituted). */
-static float *compute_logits(const char *dir, int32_t *V_out, int32_t **tokens_out) {
+static float *compute_logits(const char *dir, moe8_dtype kv, int32_t *V_out, int32_t **tokens_out) {
     moe8_model *m = test_load_model(dir);
     moe8_tokenizer *tok = NULL;
     moe8_context_params cp = moe8_context_params_default();
@@ -81,6 +81,7 @@ static float *compute_logits(const char *dir, int32_t *V_out, int32_t **tokens_o
     ids = text_tokens(tok, &n);
     CHECK(n >= (size_t)C * CHUNKS);
     cp.n_ctx = C, cp.n_batch = C, cp.n_outputs = C;
+    cp.kv_type = kv;
     CHECK(moe8_context_create(m, &cp, &x, NULL) == MOE8_OK);
     out = malloc((size_t)CHUNKS * C * V * sizeof *out);
     for (int i = 0; i < CHUNKS; i++) {
@@ -103,21 +104,26 @@ static float *compute_logits(const char *dir, int32_t *V_out, int32_t **tokens_o
 
 /* compute_logits, once per model folder (the callers keep nothing: the
  * cache owns the arrays until the program ends). */
-static float *all_logits(const char *dir, int32_t *V_out, int32_t **tokens_out) {
-    static struct { char dir[4096]; float *lg; int32_t V, *ids; } cache[4];
+static float *all_logits_kv(const char *dir, moe8_dtype kv, int32_t *V_out, int32_t **tokens_out) {
+    static struct { char dir[4096]; moe8_dtype kv; float *lg; int32_t V, *ids; } cache[5];
     static int n;
     for (int i = 0; i < n; i++)
-        if (!strcmp(cache[i].dir, dir)) {
+        if (!strcmp(cache[i].dir, dir) && cache[i].kv == kv) {
             *V_out = cache[i].V;
             *tokens_out = cache[i].ids;
             return cache[i].lg;
         }
-    if (n == 4) exit(2);
+    if (n == 5) exit(2);
     snprintf(cache[n].dir, sizeof cache[n].dir, "%s", dir);
-    cache[n].lg = compute_logits(dir, &cache[n].V, &cache[n].ids);
+    cache[n].kv = kv;
+    cache[n].lg = compute_logits(dir, kv, &cache[n].V, &cache[n].ids);
     *V_out = cache[n].V;
     *tokens_out = cache[n].ids;
     return cache[n++].lg;
+}
+
+static float *all_logits(const char *dir, int32_t *V_out, int32_t **tokens_out) {
+    return all_logits_kv(dir, moe8_context_params_default().kv_type, V_out, tokens_out);
 }
 
 static double nll_at(const float *l, int32_t V, int32_t tok) {
@@ -163,6 +169,24 @@ static void test_ppl(const char *dir, const char *label) {
            "%s: the scored range is not distinguishable (%.6f %.6f %.6f)", label, lo, ppl, hi);
     printf("%-10s PPL %.4f (reference %.4f, shifted ranges %.4f / %.4f)\n", label,
            field("Final estimate: PPL = "), ppl, lo, hi);
+}
+
+/* --kv-type f32: the PPL of an f32 KV cache (the exact base of a KL run). */
+static void test_ppl_kv_f32(const char *dir) {
+    int32_t V, *ids;
+    float *lg = all_logits_kv(dir, MOE8_DT_F32, &V, &ids), *lg16 = all_logits(dir, &V, &ids);
+    double ppl, ppl16, unc;
+    char args[4200];
+    snprintf(args, sizeof args, "-m '%s' -f %s -c %d --chunks %d --threads 2 --kv-type f32", dir, TEXT, C, CHUNKS);
+    CHECK(cli(args) == 0);
+    ref_ppl(lg, V, ids, C / 2, C - 2, &ppl, &unc);
+    ref_ppl(lg16, V, ids, C / 2, C - 2, &ppl16, &unc);
+    CHECKF(fabs(field("Final estimate: PPL = ") - ppl) <= 1e-5 * ppl, "--kv-type f32: PPL %s vs reference %.7f",
+           g_out, ppl);
+    printf("--kv-type f32 PPL %.6f (f32 reference %.6f, f16 reference %.6f)\n", field("Final estimate: PPL = "),
+           ppl, ppl16);
+    snprintf(args, sizeof args, "-m '%s' -f %s --kv-type f8", dir, TEXT);
+    CHECKF(cli(args) == 2 && strstr(g_out, "--kv-type"), "--kv-type f8: %s", g_out);
 }
 
 /* The base file: header, tokens, rows within their step of the true log-probs. */
@@ -369,6 +393,7 @@ int main(void) {
     snprintf(base, sizeof base, "%s/base.kld", test_tmpdir("ppl_base"));
     test_ppl(fdir, "float");
     test_ppl(qdir, "W8A8");
+    test_ppl_kv_f32(qdir);
     test_ppl(bdir, "BOS");
     test_kld(fdir, qdir, base);
     test_bad(fdir, base);
