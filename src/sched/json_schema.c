@@ -538,7 +538,10 @@ static const char *other_key_rule(conv *c, const cJSON *props, const char *hint)
         while (*s) {
             uint32_t cp;
             ktrie *k;
-            if (utf8_next(&s, &cp)) return cfail(c, "a property name at %s is not valid UTF-8", where(c)), NULL;
+            if (utf8_next(&s, &cp)) {
+                ktrie_free(root.kids);
+                return cfail(c, "a property name at %s is not valid UTF-8", where(c)), NULL;
+            }
             for (k = t->kids; k && k->cp != cp; k = k->next)
                 ;
             if (!k) {
