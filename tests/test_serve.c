@@ -43,13 +43,6 @@
 /* ---- references: the library's scheduler, and `moe8 generate` ---------------------------- */
 
 typedef struct {
-    moe8_model *model;
-    moe8_tokenizer *tok;
-    moe8_context *ctx;
-    moe8_sched *sched;
-} lib_env;
-
-typedef struct {
     int32_t prompt[4096];
     int n_prompt;
     int n;                                   /* tokens */
@@ -60,30 +53,6 @@ typedef struct {
     buf text;
     moe8_finish finish;
 } lib_res;
-
-static void lib_open(lib_env *L, const char *dir) {
-    moe8_context_params cp = moe8_context_params_default();
-    moe8_sched_params sp = moe8_sched_params_default();
-    moe8_error e;
-    memset(L, 0, sizeof *L);
-    L->model = test_load_model(dir);
-    if (moe8_tokenizer_load(dir, &L->tok, &e) != MOE8_OK) {
-        fprintf(stderr, "tokenizer %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    cp.n_ctx = 1024;
-    cp.n_seq_max = 1;
-    if (moe8_context_create(L->model, &cp, &L->ctx, &e) != MOE8_OK) exit(2);
-    sp.tok = L->tok;
-    if (moe8_sched_create(L->ctx, &sp, &L->sched, &e) != MOE8_OK) exit(2);
-}
-
-static void lib_close(lib_env *L) {
-    moe8_sched_free(L->sched);
-    moe8_context_free(L->ctx);
-    moe8_tokenizer_free(L->tok);
-    moe8_model_free(L->model);
-}
 
 /* The prompt ids of r as the server should make them (chat: the ChatML
  * format, thinking as asked). */
@@ -1297,7 +1266,7 @@ static void test_reasoning(const char *dir) {
     char args[4400];
     int n_checked = 0;
     snprintf(args, sizeof args, "-m '%s' --ctx-size 256 --threads 2 --served-model-name serve_text", dir);
-    lib_open(&L, dir);
+    lib_open(&L, dir, MOE8_DT_F16);
     if (server_start(&sv, "reasoning", NULL, args) == 0) {
         for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
             for (int stream = 0; stream < 2; stream++) {
@@ -1478,7 +1447,7 @@ int main(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* ctest sets these too */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     dir = fx_test_model("serve_text", &ot, 1);
-    lib_open(&L, dir);
+    lib_open(&L, dir, MOE8_DT_F16);
 
     snprintf(args, sizeof args, "-m '%s' --ctx-size 512 --threads 2", dir);
     if (server_start(&sv, "main", NULL, args) == 0) {

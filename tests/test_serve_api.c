@@ -158,46 +158,6 @@ static int run_areq(server *sv, const areq *r, result *res) {
 /* ---- the reference: the library's scheduler, and this file's own arithmetic --------------- */
 
 typedef struct {
-    moe8_model *model;
-    moe8_tokenizer *tok;
-    moe8_context *ctx;
-    moe8_sched *sched;
-    int32_t n_vocab;
-} lib_env;
-
-static void lib_open(lib_env *L, const char *dir, moe8_dtype kv_type) {
-    moe8_context_params cp = moe8_context_params_default();
-    moe8_sched_params sp = moe8_sched_params_default();
-    moe8_error e;
-    memset(L, 0, sizeof *L);
-    L->model = test_load_model(dir);
-    if (moe8_tokenizer_load(dir, &L->tok, &e) != MOE8_OK) {
-        fprintf(stderr, "tokenizer %s: %s\n", dir, e.message);
-        exit(2);
-    }
-    cp.n_ctx = 1024;
-    cp.n_seq_max = 1;
-    cp.kv_type = kv_type;
-    if (moe8_context_create(L->model, &cp, &L->ctx, &e) != MOE8_OK) {
-        fprintf(stderr, "context: %s\n", e.message);
-        exit(2);
-    }
-    sp.tok = L->tok;
-    if (moe8_sched_create(L->ctx, &sp, &L->sched, &e) != MOE8_OK) {
-        fprintf(stderr, "scheduler: %s\n", e.message);
-        exit(2);
-    }
-    L->n_vocab = moe8_context_n_vocab(L->ctx);
-}
-
-static void lib_close(lib_env *L) {
-    moe8_sched_free(L->sched);
-    moe8_context_free(L->ctx);
-    moe8_tokenizer_free(L->tok);
-    moe8_model_free(L->model);
-}
-
-typedef struct {
     int32_t prompt[2048];
     int n_prompt;
     int n;                                    /* generated tokens */
