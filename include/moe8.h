@@ -710,6 +710,7 @@ moe8_sched_params moe8_sched_params_default(void);
 
 #define MOE8_MAX_LOGPROBS 20      /* most alternatives per token */
 #define MOE8_MAX_STOP_STRINGS 16
+#define MOE8_MAX_GRAMMAR_AFTER 256 /* bytes of moe8_request.grammar_after */
 
 /* One request. Initialise with moe8_request_default(); fields are only
  * appended. Everything it points to is copied by moe8_sched_add. */
@@ -750,6 +751,16 @@ typedef struct {
                                      * continue it, eos only where it may end (then ignore_eos
                                      * must be 0); NULL = none. Must outlive the request. The
                                      * request's position in it is its own: batch invariance */
+    const char *grammar_after;      /* with a grammar: it starts only once the generated text
+                                     * holds this string ("</think>": a reasoning model thinks
+                                     * freely, then answers in the grammar), from its initial
+                                     * state on the bytes after the string's first occurrence
+                                     * (those in the same token included). Matched on the
+                                     * tokens' bytes, across token boundaries; until then nothing
+                                     * is masked and an eos may end the request, and a request
+                                     * that never writes it runs to max_tokens unconstrained.
+                                     * NULL or "" = from the first token (copied; at most
+                                     * MOE8_MAX_GRAMMAR_AFTER bytes) */
 } moe8_request;
 moe8_request moe8_request_default(void);
 
@@ -827,7 +838,8 @@ void moe8_sched_free(moe8_sched *s);
 /* Queue a request; *id gets its id (> 0). Fails with MOE8_ERR_INVALID_ARG,
  * naming the field, for a prompt out of [1, n_ctx] or the KV pool, a token id
  * out of range, bad sampling settings, logprobs out of [-1, 20], too many or
- * empty stop strings, or stop strings without a tokenizer. */
+ * empty stop strings, stop strings without a tokenizer, or a grammar_after
+ * without a grammar or longer than MOE8_MAX_GRAMMAR_AFTER. */
 moe8_status moe8_sched_add(moe8_sched *s, const moe8_request *r, int64_t *id, moe8_error *err);
 /* Cancel a waiting or running request: it ends with MOE8_FINISH_CANCELLED in
  * the next step's events. MOE8_ERR_NOT_FOUND when it ended already. */

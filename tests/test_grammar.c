@@ -18,6 +18,15 @@
  *   single-byte tokens that shorten the shortest completion; the text must
  *   be strict JSON (our own parser) and valid for the schema (our own
  *   validator), and the mask may never be empty before the grammar ends.
+ * - grammar_after (moe8_request) in the scheduler on the tiny Qwen3 model:
+ *   strings taken from an unconstrained seeded run, split over two tokens
+ *   (ending at a token's end, or inside one: its last byte then goes to the
+ *   grammar): the constrained request's tokens up to the string are the
+ *   unconstrained run's (no mask before it), the text after it parses and
+ *   validates (a JSON Schema) or is exactly the grammar's; a rest the grammar
+ *   refuses is an error; a string never written leaves the request
+ *   unconstrained to max_tokens; "" is none; all of them beside plain ones in
+ *   5-token chunks equal themselves alone; bad values refused.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -27,6 +36,7 @@
 
 #include "sched/grammar.h"
 #include "test.h"
+#include "fixture_model.h"
 
 #define BYTE_EOS 256
 #define QWEN_N_VOCAB 151936
@@ -1376,6 +1386,255 @@ static void test_vocab(void) {
     }
 }
 
+/* ======================================================================== */
+/* grammar_after in the scheduler (moe8_request), on the tiny Qwen3 model    */
+/* ======================================================================== */
+
+#define GA_MAXT 320
+
+typedef struct {
+    moe8_request rq;
+    int32_t tok[GA_MAXT];
+    int n;
+    moe8_finish finish;
+    char msg[160];
+} ga_run;
+
+static moe8_model *ga_model;
+static int32_t ga_prompt[64];
+static size_t ga_n_prompt;
+
+/* r[0..n) in one scheduler (max_batch_tokens `batch`, 0: the context's), to the end. */
+static void ga_sched(ga_run *r, int n, int32_t batch) {
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_sched_params sp = moe8_sched_params_default();
+    moe8_context *ctx;
+    moe8_sched *s;
+    cp.n_ctx = 512;
+    cp.n_seq_max = n;
+    cp.n_threads = 2;
+    sp.tok = qtok;
+    sp.max_batch_tokens = batch;
+    CHECK(moe8_context_create(ga_model, &cp, &ctx, NULL) == MOE8_OK);
+    CHECK(moe8_sched_create(ctx, &sp, &s, NULL) == MOE8_OK);
+    for (int i = 0; i < n; i++) {
+        int64_t id;
+        moe8_error e;
+        r[i].n = 0;
+        r[i].msg[0] = 0;
+        r[i].rq.prompt = ga_prompt;
+        r[i].rq.n_prompt = (int32_t)ga_n_prompt;
+        r[i].rq.user = &r[i];
+        CHECKF(moe8_sched_add(s, &r[i].rq, &id, &e) == MOE8_OK, "add: %s", e.message);
+    }
+    while (moe8_sched_pending(s) > 0) {
+        const moe8_event *ev;
+        int32_t ne;
+        if (moe8_sched_step(s, &ev, &ne, NULL) != MOE8_OK) break;
+        for (int32_t k = 0; k < ne; k++) {
+            ga_run *o = ev[k].user;
+            if (ev[k].type == MOE8_EVENT_TOKEN && o->n < GA_MAXT) o->tok[o->n++] = ev[k].token;
+            if (ev[k].type != MOE8_EVENT_FINISH) continue;
+            o->finish = ev[k].finish;
+            snprintf(o->msg, sizeof o->msg, "%s", ev[k].message ? ev[k].message : "");
+        }
+    }
+    moe8_sched_free(s);
+    moe8_context_free(ctx);
+}
+
+static void ga_alone(ga_run *r) { ga_sched(r, 1, 0); }
+
+static moe8_request ga_request(uint64_t seed, int max_tokens, const moe8_grammar *g, const char *after) {
+    moe8_request q = moe8_request_default();
+    q.sampling.temperature = 1.0f;
+    q.sampling.seed = seed;
+    q.max_tokens = max_tokens;
+    q.grammar = g;
+    q.grammar_after = after;
+    return q;
+}
+
+/* The bytes of tok[from..to) (as the tokenizer gives them), NUL-ended. */
+static size_t ga_bytes(const int32_t *tok, int from, int to, char *out, size_t cap) {
+    size_t n = 0;
+    for (int i = from; i < to; i++) {
+        size_t k = 0;
+        const char *b = moe8_tokenizer_token_bytes(qtok, tok[i], &k, NULL);
+        if (b && n + k < cap) memcpy(out + n, b, k), n += k;
+    }
+    out[n] = 0;
+    return n;
+}
+
+static int ga_same(const ga_run *a, const ga_run *b) {
+    return a->n == b->n && a->finish == b->finish && !memcmp(a->tok, b->tok, (size_t)a->n * sizeof *a->tok);
+}
+
+/* Where in u's output a string split over tokens k-1 and k can wait for the
+ * grammar: *tag = the last 1-2 bytes of token k-1 and token k (cut = 0), or
+ * token k without its last byte (cut = 1: that byte, an ASCII letter or
+ * digit, comes after the tag in the same token), whose first occurrence in
+ * the output ends there; no NUL in it. 0 when token k does not fit. */
+static int ga_split(const ga_run *u, int k, int cut, char *tag, size_t cap, char *rest) {
+    char all[4096], *hit;
+    size_t n_prev = ga_bytes(u->tok, 0, k, all, sizeof all), n_all = ga_bytes(u->tok, 0, k + 1, all, sizeof all);
+    size_t n_k = n_all - n_prev, lead = n_prev >= 2 ? 2 : n_prev, end = n_all - (size_t)cut, m;
+    const unsigned char last = (unsigned char)all[n_all - 1];
+    if (n_prev == 0 || n_k < 1u + (size_t)cut || n_all >= sizeof all - 1) return 0;
+    if (cut && !((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || (last >= '0' && last <= '9'))) return 0;
+    m = end - (n_prev - lead);
+    if (m >= cap || memchr(all + n_prev - lead, 0, m)) return 0;
+    memcpy(tag, all + n_prev - lead, m);
+    tag[m] = 0;
+    if (!(hit = memmem(all, n_all, tag, m)) || (size_t)(hit - all) + m != end) return 0; /* earlier: no */
+    if (rest) rest[0] = (char)last, rest[1] = 0;
+    return 1;
+}
+
+static void test_grammar_after(void) {
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
+        "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"ok\":{\"type\":\"boolean\"},"
+        "\"role\":{\"enum\":[\"admin\",\"user\"]}},\"required\":[\"name\",\"age\",\"ok\",\"role\"],"
+        "\"additionalProperties\":false}";
+    fx_opts o = fx_default_opts();
+    moe8_grammar *gj = NULL, *gr = NULL, *gbad = NULL;
+    cJSON *sc = cJSON_Parse(schema);
+    ga_run *u = calloc(1, sizeof *u), *c = calloc(8, sizeof *c);
+    char tag1[300], tag2[300], rest[2], gbnf[64], text[8192], long_after[MOE8_MAX_GRAMMAR_AFTER + 2];
+    int k1 = -1, k2 = -1, n_same = 0;
+    uint64_t seed = 0;
+    if (!qtok) {
+        printf("grammar_after: skipped (no Qwen3 tokenizer)\n");
+        goto out;
+    }
+    o.quant = 1, o.vocab = QWEN_N_VOCAB, o.hidden = 32, o.dense_layer = 0;
+    ga_model = test_load_model(fx_test_model("grammar_after", &o, 0));
+    CHECK(moe8_tokenize(qtok, "Tell me about a person:", 23, ga_prompt, 64, &ga_n_prompt, NULL) == MOE8_OK);
+    CHECK(moe8_grammar_from_json_schema(schema, strlen(schema), &gj, NULL) == MOE8_OK);
+    /* the unconstrained reference, and two places in it for the string (whole at a token's
+     * end, and ending inside a token) */
+    for (seed = 1; seed < 40 && (k1 < 0 || k2 < 0); seed++) {
+        u->rq = ga_request(seed, 40, NULL, NULL);
+        ga_alone(u);
+        k1 = k2 = -1;
+        for (int k = 3; k < u->n - 4 && (k1 < 0 || k2 < 0); k++) {
+            if (k1 < 0 && ga_split(u, k, 0, tag1, sizeof tag1, NULL)) k1 = k;
+            if (k2 < 0 && ga_split(u, k, 1, tag2, sizeof tag2, rest)) k2 = k;
+        }
+    }
+    seed--;
+    CHECKF(k1 >= 0 && k2 >= 0, "no seed gives an output with a string split over tokens");
+    if (k1 < 0 || k2 < 0) goto out;
+    /* A: JSON Schema after tag1 (split over tokens k1-1 and k1): the tokens up to k1 are the
+     * unconstrained ones (no mask before), the rest parses and validates from the initial state */
+    c[0].rq = ga_request(seed, 300, gj, tag1);
+    ga_alone(&c[0]);
+    {
+        const size_t n = ga_bytes(c[0].tok, k1 + 1, c[0].n, text, sizeof text);
+        jv *v = json_strict(text, n);
+        const int prefix = c[0].n > k1 && !memcmp(c[0].tok, u->tok, (size_t)(k1 + 1) * sizeof *u->tok);
+        char uc[8192];
+        const size_t nu = ga_bytes(u->tok, k1 + 1, u->n, uc, sizeof uc);
+        jv *vu = json_strict(uc, nu);
+        g_why[0] = 0;
+        CHECKF(prefix && v && validate(v, sc, sc) && c[0].finish == MOE8_FINISH_STOP,
+               "grammar_after '%s' (tokens %d-%d): prefix %d, finish %d, after it: '%s' (%s)", tag1, k1 - 1, k1,
+               prefix, (int)c[0].finish, text, g_why);
+        CHECKF(!vu, "the unconstrained continuation is JSON too ('%s'): the test shows nothing", uc);
+        printf("grammar_after: seed %llu, '%s' over tokens %d-%d: %d free tokens as unconstrained, then %zu "
+               "bytes of valid JSON\n", (unsigned long long)seed, tag1, k1 - 1, k1, k1 + 1, n);
+        jv_free(v);
+        jv_free(vu);
+    }
+    /* B: tag2 ends inside token k2: its last byte goes to the grammar, which then wants "!" */
+    snprintf(gbnf, sizeof gbnf, "root ::= \"%s\" \"!\"", rest);
+    CHECK(moe8_grammar_compile(gbnf, strlen(gbnf), &gr, NULL) == MOE8_OK);
+    c[1].rq = ga_request(seed, 60, gr, tag2);
+    ga_alone(&c[1]);
+    ga_bytes(c[1].tok, k2 + 1, c[1].n, text, sizeof text);
+    CHECKF(c[1].n == k2 + 2 && !memcmp(c[1].tok, u->tok, (size_t)(k2 + 1) * sizeof *u->tok) && !strcmp(text, "!") &&
+           c[1].finish == MOE8_FINISH_STOP, "grammar_after '%s' inside token %d, then %s: %d tokens, finish %d, "
+           "'%s'", tag2, k2, gbnf, c[1].n, (int)c[1].finish, text);
+    /* C: the same token's last byte refused by the grammar: an error, token k2 not emitted */
+    snprintf(gbnf, sizeof gbnf, "root ::= \"%s\"", rest[0] == '{' ? "[" : "{");
+    CHECK(moe8_grammar_compile(gbnf, strlen(gbnf), &gbad, NULL) == MOE8_OK);
+    c[2].rq = ga_request(seed, 60, gbad, tag2);
+    ga_alone(&c[2]);
+    CHECKF(c[2].finish == MOE8_FINISH_ERROR && strstr(c[2].msg, "grammar_after") && c[2].n == k2 &&
+           !memcmp(c[2].tok, u->tok, (size_t)k2 * sizeof *u->tok), "refused rest: finish %d '%s', %d tokens",
+           (int)c[2].finish, c[2].msg, c[2].n);
+    /* D: a string the output never holds: the request is the unconstrained one, to max_tokens */
+    c[3].rq = ga_request(seed, 40, gj, "\x01never\x02");
+    ga_alone(&c[3]);
+    CHECKF(ga_same(&c[3], u) && u->finish == MOE8_FINISH_LENGTH, "never closed: %d tokens, finish %d; "
+           "unconstrained %d, %d", c[3].n, (int)c[3].finish, u->n, (int)u->finish);
+    /* E: "" is none: the constrained request from the first token */
+    c[4].rq = ga_request(seed, 300, gj, "");
+    c[5].rq = ga_request(seed, 300, gj, NULL);
+    ga_alone(&c[4]);
+    ga_alone(&c[5]);
+    ga_bytes(c[5].tok, 0, c[5].n, text, sizeof text);
+    {
+        jv *v = json_strict(text, strlen(text));
+        CHECKF(ga_same(&c[4], &c[5]) && v && validate(v, sc, sc), "grammar_after \"\" vs NULL: %d / %d tokens, '%s'",
+               c[4].n, c[5].n, text);
+        jv_free(v);
+    }
+    /* F: all of them together, with two plain ones, in chunks of 5 tokens: each as alone */
+    c[6].rq = ga_request(seed + 7, 30, NULL, NULL);
+    c[7].rq = ga_request(seed + 8, 50, gj, tag1);
+    {
+        ga_run *each = calloc(8, sizeof *each);
+        for (int i = 0; i < 8; i++) {
+            each[i].rq = c[i].rq;
+            ga_alone(&each[i]);
+        }
+        ga_sched(c, 8, 5);
+        for (int i = 0; i < 8; i++) {
+            n_same += ga_same(&c[i], &each[i]);
+            if (!ga_same(&c[i], &each[i])) fprintf(stderr, "  request %d: together %d tokens, alone %d\n", i, c[i].n, each[i].n);
+        }
+        CHECKF(n_same == 8, "batch invariance: %d of 8 requests with grammar_after equal themselves alone", n_same);
+        free(each);
+    }
+    /* G: bad values, naming the field */
+    {
+        moe8_request q = ga_request(1, 4, NULL, "</think>");
+        moe8_context_params cp = moe8_context_params_default();
+        moe8_sched_params sp = moe8_sched_params_default();
+        moe8_context *ctx;
+        moe8_sched *s;
+        moe8_error e;
+        int64_t id;
+        sp.tok = qtok;
+        CHECK(moe8_context_create(ga_model, &cp, &ctx, NULL) == MOE8_OK);
+        CHECK(moe8_sched_create(ctx, &sp, &s, NULL) == MOE8_OK);
+        q.prompt = ga_prompt, q.n_prompt = (int32_t)ga_n_prompt;
+        CHECKF(moe8_sched_add(s, &q, &id, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "grammar_after") &&
+               strstr(e.message, "without a grammar"), "grammar_after without a grammar: %s", e.message);
+        memset(long_after, 'x', sizeof long_after - 1);
+        long_after[sizeof long_after - 1] = 0;
+        q.grammar = gj, q.grammar_after = long_after;
+        CHECKF(moe8_sched_add(s, &q, &id, &e) == MOE8_ERR_INVALID_ARG && strstr(e.message, "grammar_after") &&
+               strstr(e.message, "256"), "a grammar_after of %zu bytes: %s", strlen(long_after), e.message);
+        CHECK(moe8_sched_pending(s) == 0);
+        moe8_sched_free(s);
+        moe8_context_free(ctx);
+    }
+    printf("grammar_after: split at a token's end, inside a token, refused rest, never closed, \"\", "
+           "%d requests together as alone\n", n_same);
+out:
+    moe8_grammar_free(gj);
+    moe8_grammar_free(gr);
+    moe8_grammar_free(gbad);
+    if (ga_model) moe8_model_free(ga_model);
+    cJSON_Delete(sc);
+    free(u);
+    free(c);
+}
+
 int main(void) {
     const char *raw[257];
     size_t lens[257];
@@ -1408,6 +1667,7 @@ int main(void) {
     test_brute();
     test_random_walks();
     test_llama_vocab();
+    test_grammar_after();
     printf("total %.1f s\n", now_s() - t0);
     grammar_vocab_free(bv);
     grammar_vocab_free(qv);

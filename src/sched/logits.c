@@ -2,8 +2,8 @@
  * logits.c — a request's logits processors (moe8_request's grammar,
  * logit_bias, min_tokens, repetition / frequency / presence penalties),
  * applied on rank 0 to a copy of the logits before each draw, in vLLM's
- * order: the grammar's mask (-inf for every token that cannot continue it),
- * the bias, the min_tokens ban (unless the grammar must end there), then the
+ * order: the grammar's mask (-inf for every token that cannot continue it;
+ * none while the grammar waits for its grammar_after string), the bias, the min_tokens ban (unless the grammar must end there), then the
  * penalties (repetition over the prompt and the output, then frequency and
  * presence over the output); -inf stays -inf through each. The raw logits stay
  * what log-probs and events report. Each request's processing depends only
@@ -63,7 +63,7 @@ int rq_processors_copy(rq *r, const moe8_request *q) {
 }
 
 int rq_has_processors(const rq *r) {
-    return r->gs || r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
+    return (r->gs && !r->g_after) || r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
            r->freq_penalty != 0.0f || r->pres_penalty != 0.0f;
 }
 
@@ -99,7 +99,7 @@ const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, co
     if (scratch(w, n_vocab)) return in; /* out of memory: unprocessed rather than nothing */
     x = w->logits;
     memcpy(x, in, (size_t)n_vocab * sizeof *x);
-    if (r->gs) { /* 32 tokens a word: a word of zeros bans them all at once */
+    if (r->gs && !r->g_after) { /* 32 tokens a word: a word of zeros bans them all at once */
         grammar_mask(r->gs, gv, w->allowed);
         for (int32_t b = 0; b < (n_vocab + 31) / 32; b++) {
             const uint32_t m = w->allowed[b];
@@ -110,7 +110,7 @@ const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, co
         }
     }
     for (int32_t i = 0; i < r->n_bias; i++) x[r->bias_ids[i]] += r->bias[i];
-    if (r->n_gen < r->min_tokens && !(r->gs && grammar_can_end(r->gs) == 2)) {
+    if (r->n_gen < r->min_tokens && !(r->gs && !r->g_after && grammar_can_end(r->gs) == 2)) {
         for (int32_t i = 0; i < n_eos; i++)
             if (eos[i] >= 0 && eos[i] < n_vocab) x[eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->n_stop_ids; i++)

@@ -245,6 +245,8 @@ void rq_free(rq *r) {
     free(r->bias_ids);
     free(r->bias);
     grammar_state_free(r->gs);
+    free(r->g_after);
+    free(r->g_tail);
     free(r->held);
     moe8_detok_free(r->detok);
     free(r);

@@ -248,6 +248,12 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     if (r->grammar && !s->gv && !s->tok)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a grammar needs the scheduler to "
                          "have a tokenizer or a grammar vocabulary");
+    if (r->grammar_after && r->grammar_after[0] && !r->grammar)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: grammar_after '%.40s' without a "
+                         "grammar", r->grammar_after);
+    if (r->grammar_after && strnlen(r->grammar_after, MOE8_MAX_GRAMMAR_AFTER + 1) > MOE8_MAX_GRAMMAR_AFTER)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: grammar_after holds more than %d "
+                         "bytes", MOE8_MAX_GRAMMAR_AFTER);
     return MOE8_OK;
 }
 
@@ -291,7 +297,13 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
     r->ignore_eos = q->ignore_eos;
     r->plog_from = r->plog_done = q->n_prompt - q->n_prompt_logits;
     if (!q->n_prompt_logits) r->plog_from = r->plog_done = q->n_prompt;
-    if (rq_processors_copy(r, q) ||
+    if (q->grammar && q->grammar_after && q->grammar_after[0]) { /* the grammar waits for it */
+        r->n_g_after = strlen(q->grammar_after);
+        r->g_after = strdup(q->grammar_after);
+        r->g_tail = malloc(r->n_g_after);
+        ok = r->g_after && r->g_tail;
+    }
+    if (!ok || rq_processors_copy(r, q) ||
         (q->grammar && (!vocab_of(s) || grammar_state_new(G_OF(q->grammar), &r->gs, NULL) != MOE8_OK))) {
         rq_free(r);
         return NULL;
@@ -552,6 +564,46 @@ static int is_stop(const moe8_sched *s, const rq *r, int32_t tok) {
     return 0;
 }
 
+/* The bytes of token t as the output holds them (special tokens' text too). */
+static const char *token_bytes(const moe8_sched *s, int32_t t, size_t *n) {
+    const char *b = s->tok ? moe8_tokenizer_token_bytes(s->tok, t, n, NULL) : grammar_vocab_token(s->gv, t, n);
+    if (!b) *n = 0;
+    return b ? b : "";
+}
+
+/* r's grammar waits for r->g_after: token t's bytes follow the tail of the
+ * output. At the first occurrence (which may begin in the tail: a string
+ * split over tokens) the grammar starts, fed the bytes of t after it; else
+ * the tail keeps the output's last n_g_after - 1 bytes. */
+static void grammar_wait(const moe8_sched *s, rq *r, int32_t t) {
+    const size_t m = r->n_g_after, keep = m - 1;
+    size_t n, end = 0;
+    const char *b = token_bytes(s, t, &n), *hit;
+    int found = 0;
+    /* an occurrence ending in t after j bytes of the tail: the earliest end wins */
+    for (size_t j = r->n_g_tail < keep ? r->n_g_tail : keep; j > 0 && !found; j--)
+        if (n >= m - j && !memcmp(r->g_tail + r->n_g_tail - j, r->g_after, j) &&
+            !memcmp(b, r->g_after + j, m - j))
+            found = 1, end = m - j;
+    if (!found && n >= m && (hit = memmem(b, n, r->g_after, m))) found = 1, end = (size_t)(hit - b) + m;
+    if (found) {
+        free(r->g_after);
+        free(r->g_tail);
+        r->g_after = r->g_tail = NULL;
+        if (end < n && grammar_accept_bytes(r->gs, b + end, n - end, NULL) != MOE8_OK) r->g_stuck = 2;
+        return;
+    }
+    if (n >= keep) {
+        memcpy(r->g_tail, b + n - keep, keep);
+        r->n_g_tail = keep;
+    } else {
+        const size_t old = r->n_g_tail + n > keep ? keep - n : r->n_g_tail;
+        memmove(r->g_tail, r->g_tail + r->n_g_tail - old, old);
+        memcpy(r->g_tail + old, b, n);
+        r->n_g_tail = old + n;
+    }
+}
+
 /* Rank 0 draws the next token of every request whose tokens are all
  * computed (and that may still generate); the others take its tokens. */
 static moe8_status sample(moe8_sched *s, moe8_error *err) {
@@ -565,7 +617,8 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
         if (rank0 && rq_has_processors(r)) /* a copy, processed: the raw logits stay for log-probs */
             logits = rq_process_logits(r, logits, s->n_vocab, s->eos, s->n_eos, s->gv, &s->lp);
         s->sampled[k] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
-        if (rank0 && r->gs && grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)
+        if (rank0 && r->gs && r->g_after) grammar_wait(s, r, s->sampled[k]);
+        else if (rank0 && r->gs && grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)
             r->g_stuck = 1; /* nothing could continue it: ended in take_tokens */
         k++;
     }
@@ -604,8 +657,9 @@ static void take_tokens(moe8_sched *s) {
         }
         tok = s->sampled[k++];
         if (r->g_stuck) {
-            finish(s, r, MOE8_FINISH_ERROR, 1, NULL, MOE8_ERR_INVALID_ARG,
-                   "no token can continue the request's grammar");
+            finish(s, r, MOE8_FINISH_ERROR, 1, NULL, MOE8_ERR_INVALID_ARG, r->g_stuck == 1 ?
+                   "no token can continue the request's grammar" : "the token that completed the "
+                   "request's grammar_after goes on with text its grammar refuses");
             continue;
         }
         if (is_stop(s, r, tok)) {

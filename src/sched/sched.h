@@ -43,7 +43,13 @@ typedef struct rq {
     int32_t min_tokens;
     float rep_penalty, freq_penalty, pres_penalty;
     struct grammar_state *gs;   /* its position in its grammar, or NULL (rank 0 only) */
-    int g_stuck;                /* the grammar refused the token drawn: the request ends */
+    int g_stuck;                /* the grammar refused the token drawn (1), or the bytes after
+                                 * g_after in the token that completed it (2): the request ends */
+    char *g_after;              /* the grammar waits until the output holds this (NUL-ended;
+                                 * NULL: it is active, or there is none) */
+    size_t n_g_after;
+    char *g_tail;               /* [n_g_after - 1] the output's last bytes while it waits */
+    size_t n_g_tail;
     struct rq *next;            /* waiting queue */
 } rq;
 
