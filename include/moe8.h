@@ -1321,8 +1321,18 @@ void moe8_bench_forward_times(moe8_forward_times *out, int reset);
 /* Utilities                                                                 */
 /* ======================================================================== */
 
-/* Name of the kernel set in use: "avx2" or "ref" (MOE8_FORCE_REF=1 forces ref). */
+/* Name of the kernel table in use: "avx512", "avx2" or "ref" — the first of
+ * this build's tables the CPU and OS support, unless MOE8_ISA=NAME forces one
+ * (MOE8_FORCE_REF=1 is MOE8_ISA=ref). Weights are packed in that table's
+ * layout when a model or layer is prepared. */
 const char *moe8_kernel_isa(void);
+/* This build's kernel tables, best first, those the CPU cannot run marked:
+ * e.g. "avx512 avx2 ref" or "avx512(unsupported) avx2 ref". */
+const char *moe8_kernel_tables(void);
+/* MOE8_OK, or why the MOE8_ISA in the environment cannot be honoured: an
+ * unknown name (MOE8_ERR_INVALID_ARG) or a table this CPU lacks
+ * (MOE8_ERR_UNSUPPORTED). moe8_model_load and moe8_moe_layer_create fail so. */
+moe8_status moe8_kernel_check(moe8_error *err);
 
 /* Read the whole file `path` into a NUL-terminated heap buffer *data (free it
  * with free(); a NUL inside the file stays, *len says the real length; len may

@@ -23,6 +23,7 @@
  * TP and EP of every family are in mpi_dist.c.
  */
 #include "test.h"
+#include "test_isa.h"
 
 #include <sys/wait.h>
 
@@ -502,6 +503,7 @@ static void test_cli_down_proj(void) {
 }
 
 int main(void) {
+    test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     test_config_qwen2();
     test_config_errors();
     test_presets();

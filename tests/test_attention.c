@@ -9,7 +9,7 @@
  *   - F32 K/V within 1e-5 relative (max|a-b| / max|b| per row; 2e-5 for
  *     scores up to +-60); F16 and BF16 too, the reference reading the same
  *     rounded values
- *   - AVX2 against the scalar twin; every row of a tile equal bit for bit to
+ *   - the table under test (MOE8_ISA) against the scalar twin; every row of a tile equal bit for bit to
  *     the same row computed alone
  *   - the driver over a batch mixing three sequences: equal to each token alone
  *     and identical for 1, 2 and 3 threads
@@ -22,12 +22,19 @@
 #include "model/forward.h"
 
 #include "test.h"
+#include "test_isa.h"
 
 #define BS MOE8_KV_BLOCK_TOKENS
 
-extern const moe8_kernels moe8_kernels_avx2;
-static const moe8_kernels *avx2; /* NULL when the CPU cannot run it */
+static const moe8_kernels *tut; /* the table under test; NULL when it is the reference */
 static test_rng rng = {0x51ed270b27c9e5a7ULL};
+/* Scratch of a tile of `rows` query rows for the reference and the table under test. */
+static size_t work_floats(int D, int rows) {
+    const size_t a = moe8_kernels_ref()->attn_work_floats(D, rows);
+    const size_t b = moe8_kernels_get()->attn_work_floats(D, rows);
+    return a > b ? a : b;
+}
+
 static double worst_f32, worst_half, worst_twin; /* over all cases, for the summary line */
 
 /* ---- a paged cache of one layer ----------------------------------------------- */
@@ -159,12 +166,12 @@ static void tile_case(const paged *c, int s, int h, int G, int32_t pos0, int n_t
     const double tol = amp > 1 ? 2e-5 : 1e-5;
     const float scale = (float)(1.0 / sqrt((double)D));
     const moe8_kv_pages kv = pages(c, s, h);
-    const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
+    const moe8_kernels *tables[2] = {moe8_kernels_ref(), tut};
     float *q = malloc(sizeof(float) * (size_t)n_tok * ldq);
     float *out[2] = {malloc(sizeof(float) * (size_t)n_tok * ldo),
                      malloc(sizeof(float) * (size_t)n_tok * ldo)};
     float *one = malloc(sizeof(float) * (size_t)D);
-    float *work = moe8_alloc_aligned(moe8_attn_work_floats(D, R) * sizeof(float));
+    float *work = moe8_alloc_aligned(work_floats(D, R) * sizeof(float));
     double *want = malloc(sizeof(double) * (size_t)R * D);
     for (int i = 0; i < n_tok * ldq; i++) q[i] = (float)(test_rng_normal(&rng) * amp);
     for (int r = 0; r < R; r++)
@@ -194,14 +201,14 @@ static void tile_case(const paged *c, int s, int h, int G, int32_t pos0, int n_t
                "alone (or padding written)", kt->isa, D, G, moe8_dtype_name(c->dt), pos0, n_tok,
                alone_bad);
     }
-    if (avx2) {
+    if (tut) {
         double d = 0;
         for (int r = 0; r < R; r++) {
             const size_t oo = (size_t)(r / G) * ldo + (size_t)(r % G) * D;
             d = fmax(d, row_rel_f(out[1] + oo, out[0] + oo, D));
         }
         worst_twin = fmax(worst_twin, d);
-        CHECKF(d <= tol, "avx2 vs ref D %d G %d %s pos0 %d n_tok %d: rel diff %.3g", D, G,
+        CHECKF(d <= tol, "%s vs ref D %d G %d %s pos0 %d n_tok %d: rel diff %.3g", tut->isa, D, G,
                moe8_dtype_name(c->dt), pos0, n_tok, d);
     }
     free(q);
@@ -246,7 +253,7 @@ static void test_tiles(void) {
             paged_free(&c);
         }
     printf("%d tiles: worst rel err vs double %.3g (F32 K/V), %.3g (F16/BF16 K/V, rounded values); "
-           "avx2 vs ref %.3g\n", n_case, worst_f32, worst_half, worst_twin);
+           "table vs ref %.3g\n", n_case, worst_f32, worst_half, worst_twin);
 }
 
 /* ---- the driver ---------------------------------------------------------------- */
@@ -361,13 +368,13 @@ static void test_driver(void) {
  * never a finite number (a broken model must not look like a working one). */
 static void test_non_finite(void) {
     static const int32_t len[1] = {20};
-    const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
+    const moe8_kernels *tables[2] = {moe8_kernels_ref(), tut};
     const int D = 16, G = 2;
     float q[2 * 2 * 16], out[2 * 2 * 16], work[4096];
     paged c;
     paged_init(&c, 1, D, MOE8_DT_F32, 1, len, 1.0);
     const moe8_kv_pages kv = pages(&c, 0, 0);
-    MOE8_ASSERT(moe8_attn_work_floats(D, 2 * G) <= 4096);
+    MOE8_ASSERT(work_floats(D, 2 * G) <= 4096);
     for (int v = 0; v < 2; v++) {
         if (!tables[v]) continue;
         for (int i = 0; i < 2 * G * D; i++) q[i] = (float)test_rng_normal(&rng);
@@ -406,9 +413,7 @@ static void test_kv_store(void) {
 }
 
 int main(void) {
-    if (moe8_cpu()->avx2) avx2 = &moe8_kernels_avx2;
-    else printf("note: no AVX2 on this CPU: AVX2-vs-reference comparisons skipped\n");
-    printf("kernel set in use: %s\n", moe8_kernels_get()->isa);
+    tut = test_table_besides_ref();
     test_kv_store();
     test_tiles();
     test_driver();

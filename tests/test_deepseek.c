@@ -25,6 +25,7 @@
  * TP and EP of both families are in mpi_dist.c.
  */
 #include "test.h"
+#include "test_isa.h"
 
 #include <sys/wait.h>
 
@@ -661,6 +662,7 @@ static void test_inspect(void) {
 }
 
 int main(int argc, char **argv) {
+    test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     const int ref_only = argc > 1 && !strcmp(argv[1], "--ref-only");
     test_ref_yarn();
     test_ref_rope();

@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "test.h"
+#include "test_isa.h"
 #include "fixture_model.h"
 #include "forward_ref.h"
 
@@ -853,6 +854,7 @@ static void test_concurrent_contexts(moe8_model *m) {
 }
 
 int main(int argc, char **argv) {
+    test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     if (argc == 5 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3], argv[4]);
     test_static_linear_full_range();
     test_static_quant_edges();

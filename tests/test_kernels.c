@@ -1,11 +1,13 @@
 /*
- * test_kernels.c — every kernel of the dispatch tables against references
- * written here from SEMANTICS §4 (independent of kernels_ref.c and of the packed
- * layout), and every AVX2 kernel against its scalar twin bit for bit:
- * activation codes, xsum, int32 accumulators and dequantized floats. Float
+ * test_kernels.c — the kernel table in use (MOE8_ISA picks it: ctest runs
+ * this program once per table, kernels_ISA) and the scalar reference, against
+ * references written here from SEMANTICS §4 (independent of kernels_ref.c and
+ * of the packed layouts), and the table against the reference bit for bit on
+ * the table's own packing: activation codes, xsum, int32 accumulators and
+ * dequantized floats. Every packed layout decodes back to its weights. Float
  * GEMMs (F32/F16/BF16 weights) are checked against a double-precision sum
- * within the dot-product bound 2·k·2^-24·Σ|x·w|. AVX2 comparisons are
- * skipped, with a note, on a CPU without AVX2.
+ * within the dot-product bound 2·k·2^-24·Σ|x·w|. A table this CPU lacks is
+ * skipped (exit 77).
  */
 #include <fenv.h>
 #include <stdint.h>
@@ -14,9 +16,9 @@
 #include "kernels/kernels.h"
 
 #include "test.h"
+#include "test_isa.h"
 
-extern const moe8_kernels moe8_kernels_avx2;
-static const moe8_kernels *avx2;  /* NULL when the CPU cannot run it */
+static const moe8_kernels *tut;  /* the table under test; NULL when it is the reference */
 static test_rng rng = {0x9e3779b97f4a7c15ULL};
 
 static int rand_int(int lo, int hi) { return lo + (int)(test_rng_u64(&rng) % (uint64_t)(hi - lo + 1)); }
@@ -56,16 +58,16 @@ static void qprob_init(qprob *p, int n, int k, int with_offset, int wfill) {
     p->w = malloc((size_t)n * k);
     for (size_t i = 0; i < (size_t)n * k; i++)
         p->w[i] = (int8_t)(wfill == 999 ? rand_int(-128, 127) : wfill);
-    p->packed = moe8_alloc_aligned(moe8_qmat_bytes(n, k));
-    moe8_qmat_pack(p->packed, p->w, n, k, k);
+    const moe8_qlayout *ql = moe8_kernels_get()->qlayout; /* the table's own packing */
+    p->packed = moe8_alloc_aligned(ql->bytes(n, k));
+    ql->pack(p->packed, p->w, n, k, k);
     p->scale = malloc(sizeof(float) * n);
     p->offset = with_offset ? malloc(sizeof(int32_t) * n) : NULL;
     for (int i = 0; i < n; i++) {
         p->scale[i] = (float)(1e-3 * (1.0 + test_rng_uniform(&rng)));
         if (p->offset) p->offset[i] = rand_int(-128, 127);
     }
-    p->q = (moe8_qmat){n, k, moe8_round_up(n, MOE8_QK_NR), moe8_round_up(k, MOE8_QK_KALIGN),
-                       p->packed, p->scale, p->offset};
+    moe8_qmat_init(&p->q, ql, p->packed, n, k, p->scale, p->offset);
 }
 
 static void qprob_free(qprob *p) {
@@ -118,13 +120,13 @@ static void test_quant(void) {
         for (int j = 0; j < k; j++)
             x[4 * k + j] = j % 5 == 0 ? NAN : j % 5 == 1 ? 1e-40f : (float)test_rng_normal(&rng);
         check_quant(moe8_kernels_ref(), x, m, k, "mixed");
-        if (avx2) check_quant(avx2, x, m, k, "mixed");
+        if (tut) check_quant(tut, x, m, k, "mixed");
         for (int j = 0; j < k; j++) x[j] = j % 3 == 0 ? INFINITY : 1.0f;
         check_quant(moe8_kernels_ref(), x, 1, k, "inf");
-        if (avx2) check_quant(avx2, x, 1, k, "inf");
+        if (tut) check_quant(tut, x, 1, k, "inf");
         for (int j = 0; j < k; j++) x[j] = 1e-44f; /* amax/127 underflows to 0 */
         check_quant(moe8_kernels_ref(), x, 1, k, "underflow");
-        if (avx2) check_quant(avx2, x, 1, k, "underflow");
+        if (tut) check_quant(tut, x, 1, k, "underflow");
         free(x);
     }
 }
@@ -139,7 +141,7 @@ static void test_quant_rounding_mode(void) {
     int32_t sum0, sum1;
     for (int j = 0; j < K; j++) x[j] = (float)(j % 254 - 127) + 0.5f; /* -126.5 .. 126.5 */
     x[0] = 127.0f; /* amax 127: s = 1, every other value is an exact half */
-    const moe8_kernels *tables[2] = {moe8_kernels_ref(), avx2};
+    const moe8_kernels *tables[2] = {moe8_kernels_ref(), tut};
     for (int t = 0; t < 2 && tables[t]; t++) {
         tables[t]->quant_rows(q0, K + 4, &s0, &sum0, x, K, 1, K);
         for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
@@ -197,9 +199,9 @@ static void q8_case(int m, int n, int k, int with_offset, int n0, int n1) {
     moe8_kernels_ref()->quant_rows(xq, ldq, sx, xsum, x, k, m, k);
     int bad = check_q8(moe8_kernels_ref(), &p, xq, ldq, sx, xsum, m, n0, n1);
     CHECKF(bad == 0, "ref q8 m=%d n=%d k=%d off=%d [%d,%d): %d mismatches", m, n, k, with_offset, n0, n1, bad);
-    if (avx2) {
-        bad = check_q8(avx2, &p, xq, ldq, sx, xsum, m, n0, n1);
-        CHECKF(bad == 0, "avx2 q8 m=%d n=%d k=%d off=%d [%d,%d): %d mismatches", m, n, k, with_offset, n0, n1, bad);
+    if (tut) {
+        bad = check_q8(tut, &p, xq, ldq, sx, xsum, m, n0, n1);
+        CHECKF(bad == 0, "%s q8 m=%d n=%d k=%d off=%d [%d,%d): %d mismatches", tut->isa, m, n, k, with_offset, n0, n1, bad);
     }
     free(x); free(sx); free(xq); free(xsum);
     qprob_free(&p);
@@ -239,20 +241,20 @@ static void test_q8_worst_case(void) {
     }
     int bad = check_q8(moe8_kernels_ref(), &p, xq, ldq, sx, xsum, m, 0, n);
     CHECKF(bad == 0, "ref q8 worst case: %d mismatches", bad);
-    if (avx2) {
-        bad = check_q8(avx2, &p, xq, ldq, sx, xsum, m, 0, n);
-        CHECKF(bad == 0, "avx2 q8 worst case: %d mismatches", bad);
+    if (tut) {
+        bad = check_q8(tut, &p, xq, ldq, sx, xsum, m, 0, n);
+        CHECKF(bad == 0, "%s q8 worst case: %d mismatches", tut->isa, bad);
         int32_t acc[3 * 40];
-        avx2->gemm_q8_i32(acc, n, xq, ldq, &p.q, m, 0, n);
+        tut->gemm_q8_i32(acc, n, xq, ldq, &p.q, m, 0, n);
         CHECK(acc[0] == -127 * 128 * k && acc[2 * n + 5] == 127 * 128 * k && acc[n] == 0);
     }
     free(xq);
     qprob_free(&p);
 }
 
-/* The real gate+up shape once (2I x H = 1536 x 2048), avx2 against ref only. */
+/* The real gate+up shape once (2I x H = 1536 x 2048), the table against ref only. */
 static void test_q8_real_shape(void) {
-    if (!avx2) return;
+    if (!tut) return;
     const int m = 7, n = 1536, k = 2048;
     qprob p;
     qprob_init(&p, n, k, 0, 999);
@@ -262,12 +264,12 @@ static void test_q8_real_shape(void) {
     int32_t *a = malloc(sizeof(int32_t) * m * n), *b = malloc(sizeof(int32_t) * m * n);
     float *ya = malloc(sizeof(float) * m * n), *yb = malloc(sizeof(float) * m * n);
     fill_x(x, m, k);
-    avx2->quant_rows(xq, k, sx, xsum, x, k, m, k);
+    tut->quant_rows(xq, k, sx, xsum, x, k, m, k);
     moe8_kernels_ref()->gemm_q8_i32(a, n, xq, k, &p.q, m, 0, n);
-    avx2->gemm_q8_i32(b, n, xq, k, &p.q, m, 0, n);
+    tut->gemm_q8_i32(b, n, xq, k, &p.q, m, 0, n);
     CHECK(memcmp(a, b, sizeof(int32_t) * m * n) == 0);
     moe8_kernels_ref()->gemm_q8_f32(ya, n, xq, k, sx, xsum, &p.q, m, 0, n);
-    avx2->gemm_q8_f32(yb, n, xq, k, sx, xsum, &p.q, m, 0, n);
+    tut->gemm_q8_f32(yb, n, xq, k, sx, xsum, &p.q, m, 0, n);
     CHECK(memcmp(ya, yb, sizeof(float) * m * n) == 0);
     free(x); free(xq); free(a); free(b); free(ya); free(yb);
     qprob_free(&p);
@@ -314,9 +316,9 @@ static void f32_case(int m, int n, int k, moe8_dtype dt, int n0, int n1) {
     }
     int bad = check_f32(moe8_kernels_ref(), x, ldx, w, dt, ldw, m, n, n0, n1, k);
     CHECKF(bad == 0, "ref f32 %s m=%d n=%d k=%d: %d out of bound", moe8_dtype_name(dt), m, n, k, bad);
-    if (avx2) {
-        bad = check_f32(avx2, x, ldx, w, dt, ldw, m, n, n0, n1, k);
-        CHECKF(bad == 0, "avx2 f32 %s m=%d n=%d k=%d: %d out of bound", moe8_dtype_name(dt), m, n, k, bad);
+    if (tut) {
+        bad = check_f32(tut, x, ldx, w, dt, ldw, m, n, n0, n1, k);
+        CHECKF(bad == 0, "%s f32 %s m=%d n=%d k=%d: %d out of bound", tut->isa, moe8_dtype_name(dt), m, n, k, bad);
     }
     free(x);
     free(w);
@@ -351,7 +353,9 @@ static void test_timing(void) {
     moe8_bench_kernel_timing(0);
     moe8_kernels_get()->gemm_q8_i32(b, 64, xq, 256, &p.q, 1, 0, 64);
     moe8_bench_kernel_times(&t, 1);
-    CHECK(!strcmp(kt->isa, "timed") && t.n_calls == 1 && t.gemm_q8_s > 0.0 && t.quant_s == 0.0);
+    CHECK(kt != moe8_kernels_get() && !strcmp(kt->isa, moe8_kernels_get()->isa) &&
+          kt->qlayout == moe8_kernels_get()->qlayout);
+    CHECK(t.n_calls == 1 && t.gemm_q8_s > 0.0 && t.quant_s == 0.0);
     CHECK(memcmp(a, b, sizeof a) == 0 && t.attn_s == 0.0);
     qprob_free(&p);
 
@@ -360,7 +364,7 @@ static void test_timing(void) {
     const int32_t blocks[1] = {0};
     const moe8_kv_pages pg = {(const char *)kv, sizeof kv, 16 * 8 * sizeof(float), blocks, MOE8_DT_F32};
     for (int d = 0; d < 8; d++) kv[16 * 8 + d] = (float)(d - 3);
-    MOE8_ASSERT(moe8_attn_work_floats(8, 1) <= 2048);
+    MOE8_ASSERT(moe8_kernels_get()->attn_work_floats(8, 1) <= 2048);
     moe8_bench_kernel_timing(1);
     kt = moe8_kernels_get();
     kt->flash_attn(o, 8, q, 8, 1, 1, 8, 0, 0.35f, &pg, work);
@@ -370,10 +374,41 @@ static void test_timing(void) {
     for (int d = 0; d < 8; d++) CHECK(o[d] == (float)(d - 3));
 }
 
+/* ---- packed layouts ------------------------------------------------------------ */
+
+/* Every layout of the registry's tables decodes back to W, zeros outside it,
+ * and fills exactly bytes(n, k). */
+static void test_layouts(void) {
+    const int nk[][2] = {{1, 1}, {16, 4}, {17, 5}, {33, 7}, {40, 130}, {129, 2049}};
+    for (int t = 0; t < moe8_kernels_n_tables(); t++) {
+        const moe8_qlayout *L = moe8_kernels_table(t)->qlayout;
+        for (size_t c = 0; c < sizeof nk / sizeof nk[0]; c++) {
+            const int n = nk[c][0], k = nk[c][1], ldw = k + 3;
+            int8_t *w = malloc((size_t)n * ldw);
+            for (size_t i = 0; i < (size_t)n * ldw; i++) w[i] = (int8_t)rand_int(-128, 127);
+            const size_t nb = L->bytes(n, k);
+            int8_t *d = moe8_alloc_aligned(nb + 64);
+            memset(d, 0x33, nb + 64);
+            L->pack(d, w, n, k, ldw);
+            moe8_qmat q;
+            moe8_qmat_init(&q, L, d, n, k, NULL, NULL);
+            int bad = 0;
+            for (int i = 0; i < q.n_pad; i++)
+                for (int j = 0; j < q.k_pad; j++)
+                    bad += moe8_qmat_at(&q, i, j) != (i < n && j < k ? w[(size_t)i * ldw + j] : 0);
+            for (int i = 0; i < 64; i++) bad += d[nb + i] != 0x33; /* nothing past bytes() */
+            CHECKF(bad == 0 && q.n_pad % L->nr == 0 && q.k_pad % L->kalign == 0 &&
+                       nb == (size_t)q.n_pad * q.k_pad,
+                   "layout %s n=%d k=%d: %d bad elements", L->name, n, k, bad);
+            free(w);
+            moe8_free_aligned(d);
+        }
+    }
+}
+
 int main(void) {
-    if (moe8_cpu()->avx2) avx2 = &moe8_kernels_avx2;
-    else printf("note: no AVX2 on this CPU: AVX2-vs-reference comparisons skipped\n");
-    printf("kernel set in use: %s\n", moe8_kernels_get()->isa);
+    tut = test_table_besides_ref();
+    test_layouts();
     test_quant();
     test_quant_rounding_mode();
     test_q8_shapes();

@@ -14,6 +14,7 @@
 #include "moe8.h"
 #include "moe_ref.h"
 #include "test.h"
+#include "test_isa.h"
 
 static test_rng rng = {0xfeedbeefULL};
 
@@ -721,6 +722,7 @@ static void test_memory(void) {
 }
 
 int main(void) {
+    test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     test_table();
     test_routing_extremes();
     test_expert_parallel();

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "test.h"
+#include "test_isa.h"
 #include "fixture_model.h"
 
 #define VOCAB 2048
@@ -1529,6 +1530,7 @@ static void test_bad_requests(void) {
 }
 
 int main(int argc, char **argv) {
+    test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     /* 2 cores shared with other tests: no spinning (libgomp reads it at load: re-run) */
     if (argc == 1 && !getenv("OMP_WAIT_POLICY")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);

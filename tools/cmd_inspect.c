@@ -63,6 +63,7 @@ static void print_arch(const char *dir, const moe8_config *c) {
     moe8_arch_info ai;
     printf("model: %s\n", dir);
     printf("model_type: %s\n", c->model_type);
+    printf("kernels: %s (this build has: %s)\n", moe8_kernel_isa(), moe8_kernel_tables());
     if (moe8_arch_get_info(c->arch, &ai) == 0) print_family(c, &ai);
     printf("hidden: %lld, layers: %lld, vocab: %lld, tie_word_embeddings: %s\n",
            (long long)c->hidden_size, (long long)c->num_hidden_layers, (long long)c->vocab_size,

@@ -110,7 +110,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: moe8 <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel set in use");
+    fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel table in use (MOE8_ISA=NAME forces one)");
 }
 
 int main(int argc, char **argv) {
@@ -119,7 +119,13 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
-        printf("moe8 %s (kernels: %s)\n", moe8_version(), moe8_kernel_isa());
+        moe8_error e;
+        if (moe8_kernel_check(&e) != MOE8_OK) {
+            fprintf(stderr, "moe8: %s\n", e.message);
+            return 1;
+        }
+        printf("moe8 %s (kernels: %s; this build has: %s)\n", moe8_version(), moe8_kernel_isa(),
+               moe8_kernel_tables());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

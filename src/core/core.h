@@ -72,12 +72,14 @@ void moe8_free_aligned(void *p);
  * NUMA, local to the threads that use it) before the first forward. */
 void moe8_touch_pages(void *p, size_t n_bytes, int n_threads);
 
-/* CPU features probed once at run time. */
+/* CPU features probed once at run time (each with the OS state it needs). */
 typedef struct {
-    int avx2;   /* AVX2 + FMA + F16C and OS support for ymm state */
+    int avx2;        /* AVX2 + FMA + F16C, ymm state saved */
+    int avx512;      /* AVX-512 F/BW/VL/VNNI, zmm and opmask state saved */
+    int avx512_bf16; /* and AVX512-BF16 */
+    int amx_int8;    /* AMX-TILE + AMX-INT8, tile state saved and granted (Linux) */
+    int amx_bf16;    /* and AMX-BF16 */
 } moe8_cpu_features;
 const moe8_cpu_features *moe8_cpu(void);
-/* 1 when MOE8_FORCE_REF=1 is set in the environment (read once). */
-int moe8_force_ref(void);
 
 #endif /* MOE8_CORE_H */

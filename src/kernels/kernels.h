@@ -1,18 +1,22 @@
 /*
- * kernels.h — moe8's compute kernels behind one dispatch table.
+ * kernels.h — moe8's compute kernels, one table per instruction set.
  *
- * Every kernel has an always-compiled scalar reference (*_ref, kernels_ref.c)
- * and may have an optimized twin of the same signature (x86/..._avx2.c).
- * moe8_kernels_get() picks AVX2 when the CPU has it and MOE8_FORCE_REF is not
- * set. Integer results of every variant equal the reference bit for bit;
- * float results stay within the bound stated beside each kernel.
+ * A table (moe8_kernels) holds everything that varies by ISA: the packed int8
+ * weight layout its GEMMs read (moe8_qlayout), a supported() probe (CPUID and
+ * the OS state the ISA needs), per-thread setup, the attention scratch size,
+ * the kernels, and its roofline probes. The registry (registry.c) lists the
+ * tables best first: the first one the machine supports is used, unless
+ * MOE8_ISA=NAME forces one (MOE8_FORCE_REF=1 is MOE8_ISA=ref). Weights are
+ * packed once, by the table chosen when they are prepared, and remember their
+ * layout; a table's GEMMs take only weights of its own layout, while the
+ * scalar reference (*_ref, kernels_ref.c) reads any layout, so every table is
+ * checked against it on its own packing. Integer results of every table
+ * equal the reference bit for bit; float results stay within the bound
+ * stated beside each kernel.
  *
- * Packed int8 weights (moe8_qmat): W[n][k] int8 (checkpoint layout [out][in])
- * is stored in panels of MOE8_QK_NR output channels; inside a panel K is
- * walked in pairs, so one 32-byte chunk holds 16 channels x 2 inputs:
- *     data[p][kk][c][t] = W[NR*p + c][2*kk + t]      (zero outside n x k)
- * with p < n_pad/NR, kk < k_pad/2. That is the operand of vpmaddwd after
- * sign extension (int16 x int16 -> int32 pair sums: exact for all int8).
+ * Adding an ISA: a folder src/kernels/x86/NAME/ (or src/kernels/arm/NAME/)
+ * with its kernels and its table, one line in registry.c, one
+ * moe8_isa_table() row in CMakeLists.txt (its compiler flags).
  */
 #ifndef MOE8_KERNELS_H
 #define MOE8_KERNELS_H
@@ -22,28 +26,45 @@
 
 #include "moe8.h"
 
-#define MOE8_QK_NR 16     /* output channels per packed panel */
-#define MOE8_QK_KALIGN 4  /* k_pad is a multiple of this; activation rows too */
+#define MOE8_QK_KALIGN 4  /* the smallest K alignment of any layout (activation tails) */
 
 static inline int moe8_round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+typedef struct moe8_qmat moe8_qmat;
+
+/* A packed int8 weight layout: W[n][k] int8 (checkpoint layout [out][in]) in
+ * panels of nr output channels, K padded to a multiple of kalign. The layouts
+ * are in qlayout.c; each table names the one its GEMMs read. */
 typedef struct {
+    const char *name;        /* "k2", "k4u" */
+    int nr;                  /* output channels per panel: callers split columns on it */
+    int kalign;              /* k_pad = round_up(k, kalign); activation rows are zeroed up to it */
+    /* Bytes of packed data for W[n][k]. */
+    size_t (*bytes)(int n, int k);
+    /* Pack W (row stride ldw) into dst (bytes(n, k) bytes, 64-byte aligned). */
+    void (*pack)(int8_t *dst, const int8_t *w, int n, int k, int ldw);
+    /* Element W[i][j] of a packed matrix (the reference's and tests' reader). */
+    int8_t (*at)(const moe8_qmat *w, int i, int j);
+} moe8_qlayout;
+
+extern const moe8_qlayout moe8_qlayout_k2;   /* 16 channels, K in pairs (AVX2, ref) */
+extern const moe8_qlayout moe8_qlayout_k4u;  /* 16 channels, K in quads, W + 128 (AVX-512 VNNI) */
+
+struct moe8_qmat {
     int32_t n, k;           /* logical shape of W[n][k] */
-    int32_t n_pad, k_pad;   /* n_pad = round_up(n, NR), k_pad = round_up(k, KALIGN) */
-    const int8_t *data;     /* [n_pad/NR][k_pad/2][NR][2], 64-byte aligned */
+    int32_t n_pad, k_pad;   /* round_up(n, layout->nr), round_up(k, layout->kalign) */
+    const int8_t *data;     /* layout->bytes(n, k) bytes, 64-byte aligned */
     const float *scale;     /* [n] per-output-channel weight scale */
     const int32_t *offset;  /* [n] weight offset, W ~ S*(Wq + O); NULL when all 0 */
-} moe8_qmat;
+    const moe8_qlayout *layout;
+};
 
-/* Bytes of packed data for W[n][k]. */
-size_t moe8_qmat_bytes(int n, int k);
-/* Pack W (row stride ldw) into dst (moe8_qmat_bytes(n,k) bytes). */
-void moe8_qmat_pack(int8_t *dst, const int8_t *w, int n, int k, int ldw);
+/* Fill q for data packed by L->pack. */
+void moe8_qmat_init(moe8_qmat *q, const moe8_qlayout *L, const int8_t *data, int n, int k,
+                    const float *scale, const int32_t *offset);
 /* Element W[i][j] of a packed matrix (for tests and slow paths). */
 static inline int8_t moe8_qmat_at(const moe8_qmat *w, int i, int j) {
-    size_t p = (size_t)(i / MOE8_QK_NR), c = (size_t)(i % MOE8_QK_NR);
-    size_t kk = (size_t)(j / 2), t = (size_t)(j % 2);
-    return w->data[((p * (size_t)(w->k_pad / 2) + kk) * MOE8_QK_NR + c) * 2 + t];
+    return w->layout->at(w, i, j);
 }
 
 /* Per-row dynamic quantization (SEMANTICS §4), m rows of k values:
@@ -113,19 +134,51 @@ static inline size_t moe8_attn_work_floats(int D, int rows) {
     return (n + 15) / 16 * 16;
 }
 
-typedef struct {
-    const char *isa;                 /* "ref", "avx2" */
+typedef struct moe8_kernels moe8_kernels;
+struct moe8_kernels {
+    const char *isa;                 /* "ref", "avx2", "avx512" (MOE8_ISA's names) */
+    const moe8_qlayout *qlayout;     /* the int8 weight layout its GEMMs read */
+    int (*supported)(void);          /* the CPU and the OS can run it (NULL: always) */
+    void (*thread_init)(void);       /* per-thread setup before its kernels run (NULL: none) */
+    size_t (*attn_work_floats)(int D, int rows); /* flash-attention scratch of a tile */
     moe8_quant_rows_fn quant_rows;
     moe8_gemm_q8_i32_fn gemm_q8_i32;
     moe8_gemm_q8_f32_fn gemm_q8_f32;
     moe8_gemm_f32_wf_fn gemm_f32_wf;
     moe8_flash_attn_fn flash_attn;
-} moe8_kernels;
+    /* Roofline probes, one thread each (roofline.c runs them on every thread):
+     * seconds to read n_bytes once; seconds for n_iter iterations of the
+     * int8 MAC / fp32 FMA register probe of the instructions the kernels use,
+     * int8_ops / fma_ops operations (2 per multiply-add) an iteration. */
+    double (*read_stream)(const void *buf, size_t n_bytes, uint32_t *sink);
+    double (*int8_peak)(long n_iter, uint32_t *sink);
+    double (*fma_peak)(long n_iter, uint32_t *sink);
+    double int8_ops, fma_ops;
+    const char *int8_how, *fma_how; /* what the probes run, for the benchmark tables */
+};
 
-/* The table in use: AVX2 when available unless MOE8_FORCE_REF=1. */
+/* The table in use: MOE8_ISA (or MOE8_FORCE_REF=1) when set, else the first
+ * supported table of the registry. A bad MOE8_ISA is reported by
+ * moe8_kernels_check() (the library's entry points call it) and falls back
+ * to the default here. */
 const moe8_kernels *moe8_kernels_get(void);
+/* MOE8_OK, or why MOE8_ISA cannot be honoured (unknown name, CPU lacks it). */
+moe8_status moe8_kernels_check(moe8_error *err);
+/* The registry: n_tables() tables, best first; by name (NULL when unknown). */
+int moe8_kernels_n_tables(void);
+const moe8_kernels *moe8_kernels_table(int i);
+const moe8_kernels *moe8_kernels_find(const char *isa);
+/* 1 when the machine can run table t. */
+int moe8_kernels_supported(const moe8_kernels *t);
+/* 1 when t's GEMMs read weights of layout L (its own; the reference reads any). */
+int moe8_kernels_reads(const moe8_kernels *t, const moe8_qlayout *L);
+/* The table whose layout is L (the one a packed matrix was made for). */
+const moe8_kernels *moe8_kernels_for_layout(const moe8_qlayout *L);
+/* Run t's per-thread setup on the calling thread, once per thread and table. */
+void moe8_kernels_thread_init(const moe8_kernels *t);
 /* The scalar references. */
 const moe8_kernels *moe8_kernels_ref(void);
+size_t moe8_attn_work_floats_ref(int D, int rows);
 
 void moe8_quant_rows_ref(int8_t *xq, int ldq, float *sx, int32_t *xsum, const float *x, int ldx,
                          int m, int k);

@@ -2,6 +2,7 @@
  * kernels_ref.c — scalar reference kernels: the definition every optimized
  * kernel is tested against. Plain loops, no tricks; the integer parts are
  * exact int32, the float parts follow SEMANTICS §4 operation by operation.
+ * The GEMMs read weights of any layout through moe8_qmat_at.
  */
 #include <math.h>
 #include <string.h>
@@ -9,35 +10,9 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 
-size_t moe8_qmat_bytes(int n, int k) {
-    return (size_t)moe8_round_up(n, MOE8_QK_NR) * (size_t)moe8_round_up(k, MOE8_QK_KALIGN);
-}
-
-/* The packed layout is a transpose of 16 rows x (k_pad/2) int8 pairs into
- * (k_pad/2) x 16 pairs: full pairs of full panels move as 16-bit words, the
- * ragged edges (last panel, odd k, padding) byte by byte. */
-void moe8_qmat_pack(int8_t *dst, const int8_t *w, int n, int k, int ldw) {
-    const int n_pad = moe8_round_up(n, MOE8_QK_NR), k_pad = moe8_round_up(k, MOE8_QK_KALIGN);
-    const int n_kk = k_pad / 2, full_kk = k / 2;
-    for (int p = 0; p < n_pad / MOE8_QK_NR; p++) {
-        int8_t *panel = dst + (size_t)p * n_kk * MOE8_QK_NR * 2;
-        for (int c = 0; c < MOE8_QK_NR; c++) {
-            const int i = p * MOE8_QK_NR + c;
-            const int8_t *row = i < n ? w + (size_t)i * ldw : NULL;
-            int kk = 0;
-            if (i < n)
-                for (; kk < full_kk; kk++) {
-                    uint16_t pair;
-                    memcpy(&pair, row + 2 * kk, 2);
-                    memcpy(panel + ((size_t)kk * MOE8_QK_NR + c) * 2, &pair, 2);
-                }
-            for (; kk < n_kk; kk++)
-                for (int t = 0; t < 2; t++) {
-                    const int j = 2 * kk + t;
-                    panel[((size_t)kk * MOE8_QK_NR + c) * 2 + t] = (i < n && j < k) ? row[j] : 0;
-                }
-        }
-    }
+size_t moe8_attn_work_floats_ref(int D, int rows) {
+    (void)D;
+    return ((size_t)2 * (size_t)rows + 15) / 16 * 16; /* running max and sum per row */
 }
 
 void moe8_quant_rows_ref(int8_t *xq, int ldq, float *sx, int32_t *xsum, const float *x, int ldx,

@@ -178,8 +178,14 @@ static int tile_tokens(int G) {
     return n >= MOE8_KV_BLOCK_TOKENS ? n / MOE8_KV_BLOCK_TOKENS * MOE8_KV_BLOCK_TOKENS : n;
 }
 
+/* Enough for every table of the registry (a test may run any of them). */
 size_t moe8_attention_work_floats(int D, int G) {
-    return moe8_attn_work_floats(D, tile_tokens(G) * G);
+    size_t n = 0;
+    for (int i = 0; i < moe8_kernels_n_tables(); i++) {
+        const size_t t = moe8_kernels_table(i)->attn_work_floats(D, tile_tokens(G) * G);
+        n = t > n ? t : n;
+    }
+    return n;
 }
 
 /* Cut the batch into tiles: start[i], len[i] (consecutive batch rows of one

@@ -77,7 +77,7 @@ int moe8_proj_same_input(const moe8_proj *a, const moe8_proj *b);
  * codes xq (stride ldq) with the row scales sx[T] and code sums xsum[T]:
  * W8A8 codes from moe8_proj_quant with sx = 1.0f, xsum = 1 (the bias enters
  * as offset x 1); W8A8_DYNAMIC codes, sx and xsum from the kernels'
- * quant_rows. Columns are split over n_threads in blocks of MOE8_QK_NR, so
+ * quant_rows. Columns are split over n_threads in whole panels of the packed layout, so
  * the result does not depend on the thread count. */
 void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int ldy,
                      const float *x, int ldx, const int8_t *xq, int ldq, const float *sx,

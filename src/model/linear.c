@@ -83,7 +83,8 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
     }
     p->deq = malloc((size_t)p->n * sizeof(float));
     p->bias = with_bias ? malloc((size_t)p->n * sizeof(int32_t)) : NULL;
-    p->packed = moe8_alloc_aligned(moe8_qmat_bytes(p->n, p->k));
+    const moe8_qlayout *ql = moe8_kernels_get()->qlayout; /* packed once, for the table in use */
+    p->packed = moe8_alloc_aligned(ql->bytes(p->n, p->k));
     if (!p->deq || (with_bias && !p->bias) || !p->packed) {
         moe8_proj_free(p);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate packed weight",
@@ -100,15 +101,9 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
             memcpy(p->bias, (const int32_t *)src->quant_bias->data + r0,
                    (size_t)p->n * sizeof(int32_t));
     }
-    moe8_qmat_pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
-                   (int)ld);
-    p->q.n = p->n;
-    p->q.k = p->k;
-    p->q.n_pad = moe8_round_up(p->n, MOE8_QK_NR);
-    p->q.k_pad = moe8_round_up(p->k, MOE8_QK_KALIGN);
-    p->q.data = p->packed;
-    p->q.scale = p->deq;
-    p->q.offset = p->bias;
+    ql->pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
+             (int)ld);
+    moe8_qmat_init(&p->q, ql, p->packed, p->n, p->k, p->deq, p->bias);
     return MOE8_OK;
 }
 
@@ -154,7 +149,7 @@ void moe8_proj_free(moe8_proj *p) {
 size_t moe8_proj_owned_bytes(const moe8_proj *p) {
     if (p->type == MOE8_QUANT_FLOAT)
         return p->packed ? (size_t)p->n * (size_t)p->k * moe8_dtype_size(p->wdt) : 0;
-    return moe8_qmat_bytes(p->n, p->k) + (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
+    return p->q.layout->bytes(p->n, p->k) + (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
 }
 
 /* One activation code: clamp(round_half_even(x / scale + offset), -128, 127).
@@ -197,6 +192,11 @@ void moe8_proj_apply(const moe8_proj *p, const moe8_kernels *kt, float *y, int l
     moe8_proj_apply_group(&p, ys, ldys, 1, kt, x, ldx, xq, ldq, sx, xsum, T, n_threads);
 }
 
+/* Columns per panel: the packed layout's; 16 for float weights (any width works). */
+static int panel_width(const moe8_proj *p) {
+    return p->type == MOE8_QUANT_FLOAT ? 16 : p->q.layout->nr;
+}
+
 /* Panels [b0, b1) of the group's panels numbered one after another. */
 static void group_chunk(const moe8_proj *const *p, float *const *y, const int *ldy, int n,
                         const moe8_kernels *kt, const float *x, int ldx, const int8_t *xq,
@@ -205,12 +205,13 @@ static void group_chunk(const moe8_proj *const *p, float *const *y, const int *l
     int64_t first = 0; /* number of the current projection's first panel */
     for (int i = 0; i < n && first < b1; i++) {
         const moe8_proj *q = p[i];
-        const int64_t nb = moe8_round_up(q->n, MOE8_QK_NR) / MOE8_QK_NR;
+        const int nr = panel_width(q);
+        const int64_t nb = moe8_round_up(q->n, nr) / nr;
         const int64_t lo = b0 > first ? b0 - first : 0, hi = b1 - first < nb ? b1 - first : nb;
         first += nb;
         if (lo >= hi) continue;
-        const int n0 = (int)lo * MOE8_QK_NR;
-        const int n1 = (int)hi * MOE8_QK_NR < q->n ? (int)hi * MOE8_QK_NR : q->n;
+        const int n0 = (int)lo * nr;
+        const int n1 = (int)hi * nr < q->n ? (int)hi * nr : q->n;
         if (q->type == MOE8_QUANT_FLOAT)
             kt->gemm_f32_wf(y[i], ldy[i], x, ldx, q->w, q->wdt, q->ldw, T, n0, n1, q->k);
         else
@@ -226,7 +227,7 @@ void moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int
                            const moe8_kernels *kt, const float *x, int ldx, const int8_t *xq,
                            int ldq, const float *sx, const int32_t *xsum, int T, int n_threads) {
     int64_t n_blocks = 0;
-    for (int i = 0; i < n; i++) n_blocks += moe8_round_up(p[i]->n, MOE8_QK_NR) / MOE8_QK_NR;
+    for (int i = 0; i < n; i++) n_blocks += moe8_round_up(p[i]->n, panel_width(p[i])) / panel_width(p[i]);
     int n_chunks = n_threads < n_blocks ? n_threads : (int)n_blocks;
     if (n_chunks < 1) n_chunks = 1;
     if (n_chunks == 1) { /* inline: an `if (0)` parallel region still allocates a team */

@@ -25,6 +25,7 @@
 
 #include "dist/dist.h"
 #include "io/json_util.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "moe/moe.h"
 
@@ -587,6 +588,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
     if (!out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL output");
     *out = NULL;
     if (!dir) st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: NULL folder");
+    else if ((st = moe8_kernels_check(err)) != MOE8_OK) (void)0; /* a bad MOE8_ISA */
     else if (params && (params->n_threads < 0 || params->n_threads > MOE8_MAX_THREADS))
         st = moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model load: n_threads %d must be in "
                        "[0, %d] (0 = default)", params->n_threads, MOE8_MAX_THREADS);

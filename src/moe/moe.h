@@ -76,7 +76,7 @@ typedef struct {
     int ldf;
 } moe8_mlp_rows;
 
-/* Phase 1, output columns [c0, c1) of I (c0 a multiple of MOE8_QK_NR):
+/* Phase 1, output columns [c0, c1) of I (c0 a multiple of the layout's panel width):
  * gate and up GEMMs into y1 [m][ldy1] (gate at column 0, up at column I),
  * then A = silu(gate) * up written over the gate columns. */
 void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
@@ -114,6 +114,7 @@ struct moe8_moe_layer {
     int n_threads;                 /* 0 = omp_get_max_threads() */
     moe8_qexpert *qe;              /* [last-first] (quantized; down unused with down_float) */
     moe8_fexpert *fe;              /* [last-first] (float; only down with down_float) */
+    const moe8_qlayout *qlayout;   /* the layout qdata is packed in (NULL: float experts) */
     int8_t *qdata;                 /* packed int8 of every local expert */
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */

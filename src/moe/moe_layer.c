@@ -133,7 +133,7 @@ static void pack_proj(moe8_moe_layer *L, int le, int proj, const moe8_moe_weight
     moe8_qmat *q = proj == 0 ? &L->qe[le].gate : proj == 1 ? &L->qe[le].up : &L->qe[le].down;
     const int8_t *src = (const int8_t *)w->data + (size_t)s.row0 * s.ld + s.col0;
     int any = 0;
-    moe8_qmat_pack(qdst, src, s.n, s.k, s.ld);
+    L->qlayout->pack(qdst, src, s.n, s.k, s.ld);
     for (int i = 0; i < s.n; i++) sdst[i] = (float)read_value(w->scale, w->scale_dtype,
                                                               (size_t)(s.row0 + i));
     if (odst && w->offset)
@@ -141,8 +141,7 @@ static void pack_proj(moe8_moe_layer *L, int le, int proj, const moe8_moe_weight
             odst[i] = (int32_t)read_value(w->offset, w->offset_dtype, (size_t)(s.row0 + i));
             any |= odst[i] != 0;
         }
-    *q = (moe8_qmat){s.n, s.k, moe8_round_up(s.n, MOE8_QK_NR), moe8_round_up(s.k, MOE8_QK_KALIGN),
-                     qdst, sdst, any ? odst : NULL};
+    moe8_qmat_init(q, L->qlayout, qdst, s.n, s.k, sdst, any ? odst : NULL);
 }
 
 /* The float down weights of a layer with down_float (TP: columns of the slice). */
@@ -166,7 +165,9 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
                                    const moe8_moe_layer_desc *d, moe8_error *err) {
     const int n_local = L->last - L->first, I = L->inter, H = L->hidden;
     const int n_proj = L->down_float ? 2 : 3;
-    const size_t qb_gu = moe8_qmat_bytes(I, H), qb_d = L->down_float ? 0 : moe8_qmat_bytes(H, I);
+    L->qlayout = moe8_kernels_get()->qlayout; /* packed once, for the table in use */
+    const size_t qb_gu = L->qlayout->bytes(I, H);
+    const size_t qb_d = L->down_float ? 0 : L->qlayout->bytes(H, I);
     const size_t q_stride = 2 * qb_gu + qb_d, s_stride = 2 * (size_t)I + (L->down_float ? 0 : H);
     int nonzero = 0;
     moe8_status st;
@@ -265,6 +266,7 @@ moe8_status moe8_moe_layer_create(const moe8_moe_layer_desc *d, moe8_moe_layer *
     if (!d || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe layer: bad arguments");
     *out = NULL;
     if ((st = check_desc(d, nm, err)) != MOE8_OK) return st;
+    if ((st = moe8_kernels_check(err)) != MOE8_OK) return st; /* a bad MOE8_ISA */
     if ((st = moe8_router_params_check(&d->router_params, d->n_expert, err)) != MOE8_OK) {
         moe8_error_prefix(err, "'%s'", nm);
         return st;
@@ -464,13 +466,16 @@ static inline void part(int total, int i, int n, int *a, int *b) {
     *b = (int)((int64_t)total * (i + 1) / n);
 }
 
-/* Column range of thread tid in whole panels of MOE8_QK_NR over [0, n). */
-static inline void panel_part(int n, int tid, int nt, int *c0, int *c1) {
+/* Column range of thread tid in whole panels of nr columns over [0, n). */
+static inline void panel_part(int n, int nr, int tid, int nt, int *c0, int *c1) {
     int p0, p1;
-    part((n + MOE8_QK_NR - 1) / MOE8_QK_NR, tid, nt, &p0, &p1);
-    *c0 = p0 * MOE8_QK_NR;
-    *c1 = p1 * MOE8_QK_NR < n ? p1 * MOE8_QK_NR : n;
+    part((n + nr - 1) / nr, tid, nt, &p0, &p1);
+    *c0 = p0 * nr;
+    *c1 = p1 * nr < n ? p1 * nr : n;
 }
+
+/* Panel width of the layer's packed experts (16 for float ones: any width works). */
+static inline int layer_nr(const moe8_moe_layer *L) { return L->qlayout ? L->qlayout->nr : 16; }
 
 /* Input rows of local expert le: in place for a single row, else gathered. */
 static moe8_mlp_rows rows_x(const fwd_ctx *c, int le) {
@@ -510,7 +515,7 @@ static moe8_mlp_rows rows_a(const fwd_ctx *c, int le) {
 static void phase_router(fwd_ctx *c, int tid, int nt) {
     const moe8_moe_layer *L = c->L;
     int c0, c1;
-    panel_part(L->n_expert, tid, nt, &c0, &c1);
+    panel_part(L->n_expert, 16, tid, nt, &c0, &c1);
     if (c0 < c1)
         c->k->gemm_f32_wf(c->w->logits, L->n_expert, c->h, L->hidden, L->router, L->router_dt,
                           L->hidden, c->T, c0, c1, L->hidden);
@@ -581,7 +586,7 @@ static void phase_up(fwd_ctx *c, int tid, int nt) {
     const moe8_moe_layer *L = c->L;
     moe8_moe_workspace *w = c->w;
     int c0, c1;
-    panel_part(L->inter, tid, nt, &c0, &c1);
+    panel_part(L->inter, layer_nr(L), tid, nt, &c0, &c1);
     if (c0 >= c1) return;
     for (int le = 0; le < L->last - L->first; le++) {
         if (!w->count[le]) continue;
@@ -604,7 +609,7 @@ static void phase_down_combine(fwd_ctx *c, int tid, int nt) {
     const moe8_moe_layer *L = c->L;
     moe8_moe_workspace *w = c->w;
     int c0, c1;
-    panel_part(L->hidden, tid, nt, &c0, &c1);
+    panel_part(L->hidden, layer_nr(L), tid, nt, &c0, &c1);
     if (c0 >= c1) return;
     for (int le = 0; le < L->last - L->first; le++) {
         if (!w->count[le]) continue;
@@ -659,6 +664,10 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "'%s': %d tokens exceed the workspace's %d", L->name, n_tokens,
                          w->max_tokens);
+    if (L->qlayout && !moe8_kernels_reads(k, L->qlayout))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
+                         "'%s': its experts are packed in layout %s, which the %s kernels "
+                         "do not read", L->name, L->qlayout->name, k->isa);
     if (!router_logits) {
         if (!L->router)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,

@@ -23,8 +23,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels/x86/avx2_load.h"
-#include "kernels/x86/kernels_avx2.h"
+#include "kernels/x86/avx2/avx2_load.h"
+#include "kernels/x86/avx2/kernels_avx2.h"
 
 #define BS MOE8_KV_BLOCK_TOKENS
 #define CH MOE8_ATTN_CHUNK_BLOCKS

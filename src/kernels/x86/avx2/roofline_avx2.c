@@ -14,7 +14,7 @@
 #include <immintrin.h>
 #include <time.h>
 
-#include "kernels/x86/kernels_avx2.h"
+#include "kernels/x86/avx2/kernels_avx2.h"
 
 static double now_s(void) {
     struct timespec ts;

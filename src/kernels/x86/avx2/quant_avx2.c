@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "core/core.h"
-#include "kernels/x86/kernels_avx2.h"
+#include "kernels/x86/avx2/kernels_avx2.h"
 
 static float row_amax(const float *x, int k) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

@@ -1,6 +1,6 @@
 /*
  * gemm_q8_avx2.c — exact int8 x int8 -> int32 GEMM over the packed weight
- * layout of kernels.h (panels of 16 channels, K in pairs, 32 bytes per pair):
+ * layout k2 (qlayout.c: panels of 16 channels, K in pairs, 32 bytes per pair):
  *     acc[r][j] = sum_k xq[r][k] * W[j][k]
  * and the fused dequant epilogue of SEMANTICS §4.
  *
@@ -30,8 +30,10 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/x86/kernels_avx2.h"
+#include "core/core.h"
+#include "kernels/x86/avx2/kernels_avx2.h"
 
+#define NR 16 /* channels per panel of the k2 layout */
 #define MR 6
 #define KCP 1024 /* k pairs per chunk: the int16 buffer is MR x KCP x 4 = 24 KB */
 
@@ -141,7 +143,7 @@ INLINE void store_tile(const tile_out *o, const moe8_qmat *w, const __m256i *acc
 INLINE void multi_panel(const tile_out *o, const int16_t *xa, const moe8_qmat *w, int j0,
                         const int mr, const int np) {
     const int n_kk = w->k_pad / 2;
-    const int8_t *wp = w->data + (size_t)(j0 / MOE8_QK_NR) * n_kk * 32;
+    const int8_t *wp = w->data + (size_t)(j0 / NR) * n_kk * 32;
     __m256i acc[2 * MR];
 #pragma GCC unroll 12
     for (int i = 0; i < 2 * mr * np; i++) acc[i] = _mm256_setzero_si256();
@@ -169,7 +171,7 @@ INLINE void multi_panel(const tile_out *o, const int16_t *xa, const moe8_qmat *w
             t[2 * r] = acc[2 * (p * mr + r)];
             t[2 * r + 1] = acc[2 * (p * mr + r) + 1];
         }
-        store_tile(o, w, t, mr, j0 + p * MOE8_QK_NR, MOE8_QK_NR);
+        store_tile(o, w, t, mr, j0 + p * NR, NR);
     }
 }
 
@@ -186,13 +188,13 @@ INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qm
     if (mr <= 2 && n_chunks == 1) {
         const int np = mr == 1 ? 4 : 3;
         widen_rows(xa, xq, ldq, mr, 0, n_kk);
-        for (; j0 + np * MOE8_QK_NR <= n1; j0 += np * MOE8_QK_NR) {
+        for (; j0 + np * NR <= n1; j0 += np * NR) {
             if (mr == 1) multi_panel(o, xa, w, j0, 1, 4);
             else multi_panel(o, xa, w, j0, 2, 3);
         }
     }
-    for (; j0 < n1; j0 += MOE8_QK_NR) {
-        const int8_t *wp = w->data + (size_t)(j0 / MOE8_QK_NR) * n_kk * 32;
+    for (; j0 < n1; j0 += NR) {
+        const int8_t *wp = w->data + (size_t)(j0 / NR) * n_kk * 32;
         __m256i acc[2 * MR];
 #pragma GCC unroll 12
         for (int i = 0; i < 2 * mr; i++) acc[i] = _mm256_setzero_si256();
@@ -202,12 +204,12 @@ INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qm
             const int8_t *pf = wp + 32 * (size_t)n_kk;
             size_t pfs = 32;
             if (pp->base) {
-                pf = pp->base + (size_t)((j0 - n0) / MOE8_QK_NR) * pp->len;
+                pf = pp->base + (size_t)((j0 - n0) / NR) * pp->len;
                 pfs = pp->stride;
             }
             micro(acc, xa, wp + 32 * (size_t)kk0, nkk, pf + pfs * (size_t)kk0, pfs, mr);
         }
-        store_tile(o, w, acc, mr, j0, n1 - j0 < MOE8_QK_NR ? n1 - j0 : MOE8_QK_NR);
+        store_tile(o, w, acc, mr, j0, n1 - j0 < NR ? n1 - j0 : NR);
     }
 }
 
@@ -218,14 +220,14 @@ INLINE void row_tile(const tile_out *o, const int8_t *xq, int ldq, const moe8_qm
  * own weights (next panel as it goes), as does a lone tile. */
 static pf_plan plan_prefetch(const moe8_qmat *w, int n0, int n1, int n2, int first, int ti,
                              int nt) {
-    const int n_kk = w->k_pad / 2, np = (n1 - n0) / MOE8_QK_NR, spread = nt - first;
+    const int n_kk = w->k_pad / 2, np = (n1 - n0) / NR, spread = nt - first;
     const size_t panel_bytes = (size_t)n_kk * 32;
-    const size_t next_bytes = (size_t)((n2 - n1 + MOE8_QK_NR - 1) / MOE8_QK_NR) * panel_bytes;
+    const size_t next_bytes = (size_t)((n2 - n1 + NR - 1) / NR) * panel_bytes;
     pf_plan pp = {NULL, 0, 0};
     if (nt > 1 && ti >= first && ti < nt && next_bytes > 0 && np > 0) {
         pp.len = (next_bytes + (size_t)spread * np - 1) / ((size_t)spread * np);
         pp.stride = (pp.len + n_kk - 1) / n_kk;
-        pp.base = w->data + (size_t)(n1 / MOE8_QK_NR) * panel_bytes + (size_t)(ti - first) * np * pp.len;
+        pp.base = w->data + (size_t)(n1 / NR) * panel_bytes + (size_t)(ti - first) * np * pp.len;
     }
     return pp;
 }
@@ -255,8 +257,8 @@ static void tile_rows(tile_out o, const int8_t *xq, int ldq, const moe8_qmat *w,
 /* Blocks of panels small enough that one block and the next stay in L2 while
  * every row tile passes over the first; one row tile needs no blocks. */
 static void run(tile_out o, const int8_t *xq, int ldq, const moe8_qmat *w, int m, int n0, int n1) {
-    const size_t panel_bytes = (size_t)w->k_pad * MOE8_QK_NR;
-    int nb = MOE8_QK_NR * (panel_bytes >= L2_BLOCK ? 1 : (int)(L2_BLOCK / panel_bytes));
+    const size_t panel_bytes = (size_t)w->k_pad * NR;
+    int nb = NR * (panel_bytes >= L2_BLOCK ? 1 : (int)(L2_BLOCK / panel_bytes));
     if (m <= MR) nb = n1 - n0;
     for (int j = n0; j < n1; j += nb) {
         const int e = n1 - j < nb ? n1 : j + nb;
@@ -267,11 +269,13 @@ static void run(tile_out o, const int8_t *xq, int ldq, const moe8_qmat *w, int m
 void moe8_gemm_q8_i32_avx2(int32_t *acc, int ldc, const int8_t *xq, int ldq, const moe8_qmat *w,
                            int m, int n0, int n1) {
     tile_out o = {acc, ldc, NULL, 0, NULL, NULL};
+    MOE8_ASSERT(w->layout == &moe8_qlayout_k2);
     run(o, xq, ldq, w, m, n0, n1);
 }
 
 void moe8_gemm_q8_f32_avx2(float *y, int ldy, const int8_t *xq, int ldq, const float *sx,
                            const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1) {
     tile_out o = {NULL, 0, y, ldy, sx, xsum};
+    MOE8_ASSERT(w->layout == &moe8_qlayout_k2);
     run(o, xq, ldq, w, m, n0, n1);
 }

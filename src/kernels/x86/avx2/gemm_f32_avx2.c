@@ -12,8 +12,8 @@
  */
 #include <immintrin.h>
 
-#include "kernels/x86/avx2_load.h"
-#include "kernels/x86/kernels_avx2.h"
+#include "kernels/x86/avx2/avx2_load.h"
+#include "kernels/x86/avx2/kernels_avx2.h"
 
 #define L2_BLOCK (512 * 1024) /* weight bytes per block of channels */
 #define INLINE static inline __attribute__((always_inline))
