@@ -219,6 +219,7 @@ typedef struct {
 } attn_items;
 
 static void attn_item(const attn_items *a, int64_t it, int thread) {
+    moe8_kernels_thread_init(a->kt);
     const moe8_attn_cache *c = a->c;
     const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
     const int tile = (int)(it / (NKV * a->split)), kvh = (int)(it / a->split % NKV);

@@ -203,6 +203,7 @@ static void group_chunk(const moe8_proj *const *p, float *const *y, const int *l
                         int ldq, const float *sx, const int32_t *xsum, int T, int64_t b0,
                         int64_t b1) {
     int64_t first = 0; /* number of the current projection's first panel */
+    moe8_kernels_thread_init(kt);
     for (int i = 0; i < n && first < b1; i++) {
         const moe8_proj *q = p[i];
         const int nr = panel_width(q);

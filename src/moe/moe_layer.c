@@ -625,6 +625,7 @@ static void phase_down_combine(fwd_ctx *c, int tid, int nt) {
 /* One thread's share of the whole forward. Every branch condition is the
  * same for all threads (read after a barrier), so all meet the same barriers. */
 static void forward_thread(fwd_ctx *c, int tid, int nt) {
+    moe8_kernels_thread_init(c->k); /* AMX: the tile configuration of this thread */
     if (c->compute_logits) {
         phase_router(c, tid, nt);
 #pragma omp barrier
