@@ -1121,31 +1121,6 @@ static void test_mpi(const char *dir, server *single) {
 
 /* ---- reasoning: <think> ... </think> split out of chat answers ---------------------------- */
 
-/* A model that says exactly one thing: each edge's token is by far the most
- * likely after its first token (a one-hot embedding read by one lm_head
- * entry; the layers add little). Chat prompts end with "\n" (198) when
- * thinking is on and "\n\n" (271) when it is off, so greedy chat answers are
- *   on:  "<think>" "Let" " me" " think" "</" "think" ">" "Hello" "!" <|im_end|>
- *   off: " Hmm" "<th" "ink" ">" "Hello" "!" <|im_end|>
- * with one tag whole and one in three pieces each time. */
-static const int32_t CHAIN[][2] = {
-    {198, 151667}, {151667, 10061}, {10061, 752}, {752, 1744}, {1744, 522}, {522, 26865},
-    {26865, 29}, {29, 9707}, {9707, 0}, {0, 151645}, {271, 88190}, {88190, 13708}, {13708, 766}, {766, 29},
-};
-#define N_CHAIN (int)(sizeof CHAIN / sizeof *CHAIN)
-
-static void chain_hook(void *user, fx_tensor *t) {
-    const int64_t H = t->shape[1];
-    (void)user;
-    if (!strcmp(t->name, "model.embed_tokens.weight"))
-        for (int i = 0; i < N_CHAIN; i++)
-            for (int64_t h = 0; h < H; h++) fx_set(t, (int64_t)CHAIN[i][0] * H + h, h == i ? 20.0 : 0.0);
-    if (!strcmp(t->name, "lm_head.weight"))
-        for (int i = 0; i < N_CHAIN; i++)
-            for (int k = 0; k < N_CHAIN; k++)
-                if (CHAIN[k][0] == CHAIN[i][0]) fx_set(t, (int64_t)CHAIN[i][1] * H + k, 50.0);
-}
-
 /* The split written here: content before <think>, reasoning up to </think>
  * (or the end), content after. */
 static void think_ref(const char *raw, buf *content, buf *reason) {

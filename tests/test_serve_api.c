@@ -20,7 +20,10 @@
  *     GBNF, their 400s; batch invariance of constrained and penalised
  *     requests among plain ones;
  *   - tool calling (hermes, the fixture's Qwen3 template): required, named,
- *     parallel_tool_calls false, streamed deltas joined = the whole answer,
+ *     parallel_tool_calls false (one call by the grammar; in auto the request
+ *     ends after the first call, a stream never shows the second),
+ *     streamed deltas joined = the whole answer, required with response_format
+ *     refused,
  *     none / auto render the tools, the 400s, a tool-call history rendered
  *     as tests/data/jinja/tool_goldens.json says (jinja2's output);
  *   - the field policy (refused, accepted, an unknown field's one warning);
@@ -28,7 +31,11 @@
  *     --kv-type f32 (the library's f32 context), --default-chat-template-
  *     kwargs, `moe8 bench serve`'s seed and cached tokens;
  *   - tests/clients/apps.mjs (the OpenAI library, the AI SDK, LangChain)
- *     when node and .deps/clients are there.
+ *     when node and .deps/clients are there;
+ *   - thinking on the chain model (serve_test.h): a grammar (json_schema,
+ *     required tools) starts after </think>, the reasoning as unconstrained,
+ *     the whole text the library's with grammar_after; never closed =
+ *     unconstrained; thinking off as before; batch invariance.
  * The ASan build runs fewer and shorter requests. Servers listen on
  * 127.0.0.1 port 0 in their own process groups (serve_test.h).
  */
@@ -65,6 +72,9 @@ typedef struct {
     int min_tokens;                 /* 0: not sent */
     double pres, freq, rep;         /* NAN: not sent */
     int echo, n, stream, usage, ignore_eos;
+    int thinking;                   /* chat: enable_thinking true (else false) */
+    const moe8_grammar *grammar;    /* the library run's grammar (the body gives the server its own) */
+    const char *grammar_after;      /* ... and its grammar_after */
 } areq;
 
 static areq areq_default(void) {
@@ -84,7 +94,7 @@ static void areq_prompt(cJSON *o, const areq *r) {
         cJSON_AddStringToObject(m, "role", "user");
         cJSON_AddStringToObject(m, "content", r->text);
         cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "messages"), m);
-        cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "chat_template_kwargs"), "enable_thinking", 0);
+        cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "chat_template_kwargs"), "enable_thinking", r->thinking);
     } else if (r->ids) {
         cJSON *a = cJSON_AddArrayToObject(o, "prompt");
         for (int i = 0; i < r->n_ids; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(r->ids[i]));
@@ -188,7 +198,7 @@ static void lib_res_free(lib_res *r) {
     free(r);
 }
 
-/* The prompt ids of r as the server makes them (chat: Qwen3's ChatML, thinking off). */
+/* The prompt ids of r as the server makes them (chat: Qwen3's ChatML, thinking as r says). */
 static int lib_prompt(lib_env *L, const areq *r, int32_t *ids, int cap) {
     char text[16384];
     size_t n = 0;
@@ -198,8 +208,8 @@ static int lib_prompt(lib_env *L, const areq *r, int32_t *ids, int cap) {
     }
     if (r->chat) {
         moe8_chat_message m = {"user", r->text};
-        if (moe8_chat_format(&m, 1, MOE8_CHAT_ADD_ASSISTANT | MOE8_CHAT_NO_THINKING, text, sizeof text, &n,
-                             NULL) != MOE8_OK)
+        if (moe8_chat_format(&m, 1, MOE8_CHAT_ADD_ASSISTANT | (r->thinking ? 0 : MOE8_CHAT_NO_THINKING), text,
+                             sizeof text, &n, NULL) != MOE8_OK)
             abort();
     } else {
         snprintf(text, sizeof text, "%s", r->text);
@@ -283,6 +293,8 @@ static void lib_run(lib_env *L, const areq *r, int seed_add, lib_res *out) {
     if (!isnan(r->freq)) q.frequency_penalty = (float)r->freq;
     if (!isnan(r->pres)) q.presence_penalty = (float)r->pres;
     q.ignore_eos = r->ignore_eos;
+    q.grammar = r->grammar;
+    q.grammar_after = r->grammar_after;
     CHECKF(moe8_sched_add(L->sched, &q, &id, &e) == MOE8_OK, "library: %s", e.message);
     for (int guard = 0; moe8_sched_pending(L->sched) > 0 && guard < 100000; guard++) {
         const moe8_event *ev;
@@ -1451,6 +1463,9 @@ static void test_tools(server *sv, lib_env *L) {
                 {"POST", CHAT, req, 0, 400, INV, "tool_choice", NULL, "needs 'tools'"},
                 {"POST", CHAT, "{" MSG ",\"tool_choice\":\"sometimes\",\"tools\":[{\"type\":\"function\",\"function\":"
                  "{\"name\":\"f\"}}]}", 0, 400, INV, "tool_choice", NULL, "'tool_choice' must be"},
+                {"POST", CHAT, "{" MSG ",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":"
+                 "{\"name\":\"f\"}}],\"response_format\":{\"type\":\"json_object\"}}", 0, 400, INV, "tool_choice", NULL,
+                 "both constrain"},
             };
             for (size_t i = 0; i < sizeof T / sizeof *T; i++) check_bad(sv, &T[i], NULL);
         }
@@ -1518,6 +1533,241 @@ static void test_tools(server *sv, lib_env *L) {
         cJSON_Delete(g);
         free(txt);
     }
+}
+
+/* parallel_tool_calls false where the output is not constrained to one call (tool_choice auto,
+ * here with a GBNF grammar that writes two hermes calls): the request ends after the first
+ * call (finish tool_calls, fewer tokens than the two calls take), and no stream shows the
+ * second; with parallel calls on, both come. */
+static void test_one_call(server *sv) {
+    static const char two[] =
+        "root ::= \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": {\\\"city\\\": \\\"Paris\\\", "
+        "\\\"days\\\": 2, \\\"unit\\\": \\\"C\\\"}}\\n</tool_call>\\n<tool_call>\\n{\\\"name\\\": \\\"lookup\\\", "
+        "\\\"arguments\\\": {\\\"q\\\": \\\"rain\\\"}}\\n</tool_call>\"";
+    int gen[2] = {0, 0};
+    for (int parallel = 1; parallel >= 0; parallel--) {
+        for (int stream = 0; stream < 2; stream++) {
+            cJSON *o = tool_body(1, "auto", parallel, 7, stream, 200), *ans;
+            char *body;
+            buf out = {0};
+            calls c;
+            memset(&c, 0, sizeof c);
+            cJSON_AddStringToObject(o, "grammar", two);
+            body = json_text(o);
+            if (post(sv, CHAT, body, &out) == 200 &&
+                (stream ? parse_calls_stream(buf_s(&out), &c) : parse_calls_whole(buf_s(&out), &c))) {
+                const int want = parallel ? 2 : 1;
+                CHECKF(c.n == want && !strcmp(c.finish, "tool_calls") && !strcmp(c.name[0], "get_weather") &&
+                       !strcmp(buf_s(&c.args[0]), "{\"city\": \"Paris\", \"days\": 2, \"unit\": \"C\"}") &&
+                       (want == 1 || (!strcmp(c.name[1], "lookup") && !strcmp(buf_s(&c.args[1]), "{\"q\": \"rain\"}"))) &&
+                       c.content.n == 0, "auto, parallel_tool_calls %d, stream %d: %d calls, finish %s, first '%s' %s, "
+                       "content '%s'", parallel, stream, c.n, c.finish, c.name[0], buf_s(&c.args[0]), buf_s(&c.content));
+                if (!parallel) CHECKF(!strstr(buf_s(&out), "lookup") && !strstr(buf_s(&out), "rain"),
+                                      "parallel_tool_calls false, stream %d: the second call shows: %.600s", stream,
+                                      buf_s(&out));
+                if (!stream && (ans = cJSON_Parse(buf_s(&out)))) {
+                    gen[parallel] = J(J(ans, "usage"), "completion_tokens") ? J(J(ans, "usage"), "completion_tokens")->valueint : 0;
+                    cJSON_Delete(ans);
+                }
+            } else {
+                CHECKF(0, "auto, parallel_tool_calls %d, stream %d: %.600s", parallel, stream, buf_s(&out));
+            }
+            calls_free(&c);
+            buf_free(&out);
+            free(body);
+        }
+    }
+    CHECKF(gen[0] > 0 && gen[0] < gen[1], "parallel_tool_calls false: %d tokens generated, both calls take %d", gen[0],
+           gen[1]);
+    printf("test_serve_api: parallel_tool_calls false in auto: 1 call in %d tokens (the grammar's two take %d)\n", gen[0],
+           gen[1]);
+}
+
+/* ---- 5b. thinking: the grammar starts after </think> ------------------------------------------- */
+
+/* On the chain model (serve_test.h), whose chat answer is "<think>Let me think</think>Hello!" with
+ * thinking on ("</think>" in three tokens) and " Hmm<think>Hello!" with it off, seeded at
+ * temperature 1 (the chain's tokens lead by ~50):
+ *   - thinking on, json_schema: reasoning_content "Let me think", as the unconstrained request
+ *     with the same seed has it (nothing masked before </think>), then content that parses and
+ *     validates; the whole text is the library's with grammar_after "</think>" (and not the
+ *     library's without it, which is JSON from the first token); streamed the same;
+ *   - a think block not closed within max_tokens: the unconstrained request's answer;
+ *   - thinking off: the library's constrained run from the first token, as before;
+ *   - tool_choice required with thinking on: the reasoning, then a valid call;
+ *   - such requests beside plain ones equal themselves alone. */
+static cJSON *think_body(int thinking, long long seed, int max_tokens, int json, int stream) {
+    areq r = areq_default();
+    cJSON *o;
+    r.chat = 1, r.text = "Hi there", r.temp = 1.0, r.seed = seed, r.max_tokens = max_tokens, r.thinking = thinking;
+    r.stream = stream;
+    o = areq_json(&r);
+    if (thinking < 0) cJSON_DeleteItemFromObject(o, "chat_template_kwargs"); /* the template's default: on */
+    if (json) {
+        cJSON *rf = cJSON_AddObjectToObject(o, "response_format"), *js;
+        cJSON_AddStringToObject(rf, "type", "json_schema");
+        js = cJSON_AddObjectToObject(rf, "json_schema");
+        cJSON_AddStringToObject(js, "name", "record");
+        cJSON_AddItemToObject(js, "schema", cJSON_Parse(RECORD_SCHEMA));
+    }
+    return o;
+}
+
+static int think_post(server *sv, cJSON *o, int stream, result *res) {
+    char *body = json_text(o);
+    buf out = {0};
+    int ok;
+    memset(res, 0, sizeof *res);
+    ok = post(sv, CHAT, body, &out) == 200 &&
+         (stream ? parse_stream(res, 1, 0, buf_s(&out)) : parse_whole(res, 1, buf_s(&out)));
+    if (!ok) fprintf(stderr, "  request: %s\n  answer: %.1000s\n", body, buf_s(&out));
+    free(body);
+    buf_free(&out);
+    return ok;
+}
+
+static void test_thinking(const char *chain) {
+    const int n_seeds = g_asan ? 1 : 3;
+    cJSON *sc = cJSON_Parse(RECORD_SCHEMA);
+    moe8_grammar *g = NULL;
+    lib_env L;
+    lib_res *ref = lib_res_new();
+    server sv;
+    char args[4400];
+    int n_ok = 0;
+    lib_open(&L, chain, MOE8_DT_F16);
+    CHECK(moe8_grammar_from_json_schema(RECORD_SCHEMA, strlen(RECORD_SCHEMA), &g, NULL) == MOE8_OK);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, chain);
+    if (server_start(&sv, "api_chain", NULL, args) != 0) goto out;
+    for (int i = 0; i < n_seeds; i++) {
+        const long long seed = 40 + i;
+        result free_, whole, streamed;
+        areq r = areq_default();
+        char why[300] = "";
+        buf want = {0};
+        if (!think_post(&sv, think_body(-1, seed, 500, 0, 0), 0, &free_)) continue;
+        if (!think_post(&sv, think_body(-1, seed, 500, 1, 0), 0, &whole)) {
+            result_free(&free_);
+            continue;
+        }
+        r.chat = 1, r.text = "Hi there", r.temp = 1.0, r.seed = seed, r.max_tokens = 500, r.thinking = 1;
+        r.grammar = g, r.grammar_after = "</think>";
+        lib_run(&L, &r, 0, ref);
+        buf_str(&want, "<think>");
+        buf_add(&want, whole.reason.p, whole.reason.n);
+        buf_str(&want, "</think>");
+        buf_add(&want, whole.text.p, whole.text.n);
+        CHECKF(!strcmp(buf_s(&free_.reason), "Let me think") && !strcmp(buf_s(&free_.text), "Hello!"),
+               "seed %lld unconstrained: reasoning '%s', content '%s'", seed, buf_s(&free_.reason), buf_s(&free_.text));
+        CHECKF(!strcmp(buf_s(&whole.reason), buf_s(&free_.reason)), "seed %lld: reasoning '%s', unconstrained '%s'",
+               seed, buf_s(&whole.reason), buf_s(&free_.reason));
+        CHECKF(json_validates(buf_s(&whole.text), sc, why, sizeof why) && !strcmp(whole.finish, "stop"),
+               "seed %lld, thinking on: content after </think> (%s): %s: '%s'", seed, whole.finish, why, buf_s(&whole.text));
+        CHECKF(!strcmp(buf_s(&ref->text), buf_s(&want)) && whole.completion_tokens == ref->n,
+               "seed %lld: the server's '%s' (%d tokens), the library's with grammar_after '%s' (%d)", seed,
+               buf_s(&want), whole.completion_tokens, buf_s(&ref->text), ref->n);
+        n_ok += !strcmp(buf_s(&whole.reason), "Let me think") && json_validates(buf_s(&whole.text), sc, why, sizeof why);
+        if (think_post(&sv, think_body(-1, seed, 500, 1, 1), 1, &streamed))
+            CHECKF(!strcmp(buf_s(&streamed.reason), buf_s(&whole.reason)) && !strcmp(buf_s(&streamed.text), buf_s(&whole.text)),
+                   "seed %lld streamed: '%s' + '%s'", seed, buf_s(&streamed.reason), buf_s(&streamed.text));
+        if (i == 0) { /* without grammar_after the library's answer is JSON from its first token */
+            r.grammar_after = NULL;
+            lib_run(&L, &r, 0, ref);
+            CHECKF(buf_s(&ref->text)[0] == '{' && strcmp(buf_s(&ref->text), buf_s(&want)),
+                   "the library without grammar_after: '%s'", buf_s(&ref->text));
+        }
+        result_free(&free_);
+        result_free(&whole);
+        result_free(&streamed);
+        buf_free(&want);
+    }
+    CHECKF(n_ok == n_seeds, "thinking on, json_schema: %d of %d answers think, then validate", n_ok, n_seeds);
+    /* a think block not closed within max_tokens (6: "</" "think" written, ">" not): the
+     * unconstrained answer, to max_tokens */
+    {
+        result a, b;
+        const int ok_a = think_post(&sv, think_body(-1, 60, 6, 1, 0), 0, &a),
+                  ok_b = think_post(&sv, think_body(-1, 60, 6, 0, 0), 0, &b);
+        if (ok_a && ok_b)
+            CHECKF(!strcmp(buf_s(&a.reason), "Let me think</think") && !strcmp(buf_s(&b.reason), buf_s(&a.reason)) &&
+                   a.text.n == 0 && b.text.n == 0 && !strcmp(a.finish, "length") && a.completion_tokens == 6,
+                   "never closed: '%s' + '%s' (%s), unconstrained '%s' + '%s'", buf_s(&a.reason), buf_s(&a.text),
+                   a.finish, buf_s(&b.reason), buf_s(&b.text));
+        result_free(&a);
+        result_free(&b);
+    }
+    /* thinking off: constrained from the first token, as the library without grammar_after */
+    {
+        result a;
+        areq r = areq_default();
+        char why[300] = "";
+        r.chat = 1, r.text = "Hi there", r.temp = 1.0, r.seed = 61, r.max_tokens = 500, r.grammar = g;
+        lib_run(&L, &r, 0, ref);
+        if (think_post(&sv, think_body(0, 61, 500, 1, 0), 0, &a))
+            CHECKF(!strcmp(buf_s(&a.text), buf_s(&ref->text)) && a.reason.n == 0 &&
+                   json_validates(buf_s(&a.text), sc, why, sizeof why), "thinking off: '%s', the library's '%s' (%s)",
+                   buf_s(&a.text), buf_s(&ref->text), why);
+        result_free(&a);
+    }
+    /* tool_choice required with thinking on: the reasoning, then a valid call */
+    {
+        cJSON *o = tool_body(0, "required", -1, 62, 0, 700);
+        char *body;
+        buf out = {0};
+        calls c;
+        cJSON_DeleteItemFromObject(o, "chat_template_kwargs");
+        body = json_text(o);
+        if (post(&sv, CHAT, body, &out) == 200 && parse_calls_whole(buf_s(&out), &c)) {
+            check_calls("tool_choice required, thinking on", &c, "get_weather", 0);
+            CHECKF(strstr(buf_s(&out), "\"reasoning_content\":\"Let me think\""), "required, thinking on: %.600s",
+                   buf_s(&out));
+        } else {
+            CHECKF(0, "required, thinking on: %.600s", buf_s(&out));
+        }
+        calls_free(&c);
+        buf_free(&out);
+        free(body);
+    }
+    /* batch invariance: 3 thinking json_schema requests among 6 plain ones */
+    {
+        mreq m[9];
+        int n_same = 0;
+        memset(m, 0, sizeof m);
+        for (int i = 0; i < 9; i++) {
+            m[i].path = CHAT;
+            m[i].body = json_text(i < 3 ? think_body(-1, 70 + i, 500, 1, i == 1) : think_body(i % 2, 80 + i, 6 + i, 0, i % 3 == 0));
+        }
+        multi_run(&sv, m, 9);
+        for (int i = 0; i < 9; i++) {
+            result a, b;
+            buf alone = {0};
+            const int stream = strstr(m[i].body, "\"stream\":true") != NULL;
+            memset(&a, 0, sizeof a);
+            memset(&b, 0, sizeof b);
+            if (m[i].status == 200 && post(&sv, CHAT, m[i].body, &alone) == 200 &&
+                (stream ? parse_stream(&a, 1, 0, buf_s(&m[i].out)) : parse_whole(&a, 1, buf_s(&m[i].out))) &&
+                (stream ? parse_stream(&b, 1, 0, buf_s(&alone)) : parse_whole(&b, 1, buf_s(&alone))) &&
+                a.norm.n == b.norm.n && !memcmp(a.norm.p, b.norm.p, a.norm.n))
+                n_same++;
+            else
+                fprintf(stderr, "  thinking batch %d: %s\n  together: %.600s\n  alone: %.600s\n", i, m[i].body,
+                        buf_s(&m[i].out), buf_s(&alone));
+            result_free(&a);
+            result_free(&b);
+            buf_free(&alone);
+            buf_free(&m[i].out);
+            free(m[i].body);
+        }
+        CHECKF(n_same == 9, "thinking batch: %d of 9 requests equal themselves alone", n_same);
+    }
+    printf("test_serve_api: thinking: %d json_schema answers reason freely then validate, as the library's "
+           "grammar_after; never closed, thinking off, required tools, batch\n", n_ok);
+    server_stop(&sv, 10);
+out:
+    moe8_grammar_free(g);
+    lib_res_free(ref);
+    lib_close(&L);
+    cJSON_Delete(sc);
 }
 
 /* ---- 6. the field policy ---------------------------------------------------------------------- */
@@ -1920,6 +2170,7 @@ int main(void) {
         test_batch(&sv);
         phase("batch invariance");
         test_tools(&sv, &L);
+        test_one_call(&sv);
         phase("tool calling");
         test_fields(&sv);
         test_models(&sv);
@@ -1932,6 +2183,12 @@ int main(void) {
         phase("kv-type f32, default kwargs");
         test_cors_auth(dir, &sv);
         phase("cors, api key");
+        {
+            fx_opts oc = ot;
+            oc.tensor_hook = chain_hook;
+            test_thinking(fx_test_model("serve_api_chain", &oc, 1));
+            phase("thinking and grammars");
+        }
         CHECK(wait_idle(&sv, 5));
         CHECK(metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"") == 0);
         server_stop(&sv, 10);

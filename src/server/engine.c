@@ -223,12 +223,13 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add) {
     }
 }
 
-/* Cancel jobs whose client left (or all, at the drain deadline); `msg` gets the ids. */
+/* Cancel jobs whose client left, or whose one tool call is complete
+ * (parallel_tool_calls false), or all at the drain deadline; `msg` gets the ids. */
 static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->n_live; i++) {
         job *j = s->live[i];
-        if ((j->cancel || all) && j->started != 2) {
+        if ((j->cancel || j->tool_stop || all) && j->started != 2) {
             j->started = 2; /* cancel sent */
             moe8_sched_cancel(s->sched, j->sched_id);
             sbuf_add(msg, (const char *)&j->sched_id, 8);
@@ -257,7 +258,8 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
         } else {
             oa_on_finish(s, j, &ev[k]);
             hist_observe(&s->m.e2e, t - j->t_arrive);
-            if (ev[k].finish == MOE8_FINISH_STOP) s->m.success_stop++;
+            if (ev[k].finish == MOE8_FINISH_STOP || (ev[k].finish == MOE8_FINISH_CANCELLED && j->tool_stop))
+                s->m.success_stop++;
             else if (ev[k].finish == MOE8_FINISH_LENGTH || ev[k].finish == MOE8_FINISH_CONTEXT)
                 s->m.success_length++;
             else s->m.success_abort++;

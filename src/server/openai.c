@@ -254,6 +254,24 @@ static int ends_in_think(const char *p) {
     return n >= 7 && !memcmp(p + n - 7, "<think>", 7);
 }
 
+/* Reasoning is on for a chat prompt (vLLM's structured outputs then wait
+ * for the reasoning parser's end): the template writes think blocks, the
+ * template variables `kwargs` (JSON, may be NULL) do not switch thinking off
+ * (enable_thinking false), and the prompt does not close the block itself
+ * (Qwen3's "<think>\n\n</think>\n\n" with thinking off). */
+static int reasoning_on(const srv *s, const char *kwargs, const char *prompt) {
+    size_t n = strlen(prompt);
+    if (!s->think_template) return 0;
+    if (kwargs) {
+        cJSON *kw = cJSON_Parse(kwargs);
+        const int off = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"));
+        cJSON_Delete(kw);
+        if (off) return 0;
+    }
+    while (n > 0 && (prompt[n - 1] == ' ' || prompt[n - 1] == '\n' || prompt[n - 1] == '\r' || prompt[n - 1] == '\t')) n--;
+    return !(n >= 8 && !memcmp(prompt + n - 8, "</think>", 8));
+}
+
 /* The request's template variables: its chat_template_kwargs over
  * --default-chat-template-kwargs; *kwargs NULL when neither. */
 static int template_kwargs(srv *s, const cJSON *root, char **kwargs, sbuf *err) {
@@ -279,9 +297,10 @@ static int template_kwargs(srv *s, const cJSON *root, char **kwargs, sbuf *err) 
 
 /* The chat prompt's ids: the messages as the client sent them (chat.c),
  * the tools (unless `no_tools`) and documents, through the model's template;
- * *open_think (may be NULL) = ends_in_think of its text. */
+ * *open_think (may be NULL) = ends_in_think of its text, *reasoning (may be
+ * NULL) = reasoning_on. */
 static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, int32_t **ids,
-                       int32_t *n, int *open_think, sbuf *err) {
+                       int32_t *n, int *open_think, int *reasoning, sbuf *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
     int rc;
@@ -293,6 +312,7 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, 
                                  cJSON_GetObjectItemCaseSensitive(root, "documents"), &mj, &tj, &dj, err);
     if (!rc) rc = render_chat(s, mj, tj, dj, gen_prompt, kwargs, &out, err);
     if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
+    if (!rc && reasoning) *reasoning = gen_prompt && reasoning_on(s, kwargs, out);
     if (!rc) rc = tokenize_text(s, out, 0, ids, n, "messages", err);
     free(mj);
     free(tj);
@@ -423,6 +443,9 @@ int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *
     grammar *g = NULL;
     moe8_error e;
     srv_grammar *sg;
+    if (j->grammar) /* tools.c's, for tool_choice required or a named function */
+        return oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function and '%s' both "
+                      "constrain the output: give one", param);
     if (!s->gvocab) return oa_bad(err, param, "'%s': this server has no vocabulary for grammars", param);
     if (grammar_compile(src, strlen(src), &g, &e) != MOE8_OK) return oa_bad(err, param, "'%s': %s", param, e.message);
     if (grammar_prepare(g, s->gvocab, &e) != MOE8_OK || !(sg = malloc(sizeof *sg))) {
@@ -530,7 +553,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
     if (j->kind == JOB_CHAT) {
         int open = 0;
         if ((rc = tools_parse(s, root, j, err))) return rc;
-        rc = chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, err);
+        rc = chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, &j->thinking, err);
         j->think = open ? 3 : 0;
     }
     else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
@@ -585,7 +608,11 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
                       "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
     j->rq.max_tokens = (int32_t)max_tokens;
     if (echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
-    return parse_grammar(s, root, j, err);
+    if ((rc = parse_grammar(s, root, j, err))) return rc;
+    /* thinking on: the model thinks freely, the grammar (response_format, grammar, or required /
+     * named tools) constrains what follows the think block, as vLLM's reasoning parsers do */
+    if (j->grammar && j->thinking) j->rq.grammar_after = "</think>";
+    return 0;
 }
 
 /* The body as a JSON object, under the one input policy of every endpoint:
@@ -740,7 +767,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
     if (!root) return rc;
     if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
         if (!(rc = oa_get_bool(root, "add_generation_prompt", &gen, out)))
-            rc = chat_prompt(s, root, gen, 0, &ids, &n_ids, NULL, out);
+            rc = chat_prompt(s, root, gen, 0, &ids, &n_ids, NULL, NULL, out);
     } else {
         rc = prompt_ids(s, root, &ids, &n_ids, out);
     }
@@ -1188,7 +1215,9 @@ void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out) {
 }
 
 void oa_on_finish(srv *s, job *j, const moe8_event *e) {
-    const char *finish = finish_name(e->finish);
+    /* parallel_tool_calls false: the engine ended it after the first call */
+    const char *finish = j->tool_stop && (e->finish == MOE8_FINISH_CANCELLED || e->finish == MOE8_FINISH_STOP)
+                             ? "tool_calls" : finish_name(e->finish);
     j->n_cached = e->n_cached;
     if (e->finish == MOE8_FINISH_CONTEXT) /* "length" for the client, the reason for the log */
         j->finish_note = "finish_reason=length: the context or the KV cache is full";

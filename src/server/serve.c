@@ -142,12 +142,12 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         s->default_kwargs = cJSON_Parse(params->default_chat_template_kwargs);
     sampling_defaults(s);
     model_name(s);
-    if (params->tool_call_parser) {
-        s->tool_format = toolcall_format_from_name(params->tool_call_parser);
-    } else {
+    {
         const moe8_chat_template *t = NULL;
-        if (moe8_tokenizer_chat_template(tok, &t, NULL) == MOE8_OK)
-            s->tool_format = toolcall_detect(moe8_chat_template_source(t));
+        const char *src = moe8_tokenizer_chat_template(tok, &t, NULL) == MOE8_OK ? moe8_chat_template_source(t) : NULL;
+        s->tool_format = params->tool_call_parser ? toolcall_format_from_name(params->tool_call_parser)
+                         : src ? toolcall_detect(src) : TOOLCALL_NONE;
+        s->think_template = src && strstr(src, "</think>") != NULL;
     }
     cp.n_ctx = params->ctx_size ? params->ctx_size
                : moe8_model_config(m)->max_position_embeddings < 4096

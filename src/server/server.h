@@ -87,6 +87,8 @@ typedef struct job {
     struct srv_grammar *grammar; /* constrained decoding (rq.grammar), shared by the choices */
     struct toolcall_parser *tc; /* tools (auto, required, named): the output's calls, or NULL */
     int tool_format, tool_parallel; /* toolcall_format; parallel_tool_calls */
+    int thinking;               /* chat: the answer starts with a think block (thinking on): its
+                                 * grammar, if any, waits for "</think>" (rq.grammar_after) */
     char *echo;                 /* completions with echo: the prompt's text, else NULL */
     size_t n_echo;
     int echo_sent;              /* stream: the echo chunk went out */
@@ -119,6 +121,8 @@ typedef struct job {
     cJSON *calls;               /* a whole answer's tool calls so far */
     sbuf args;                  /* ... the arguments of the one being read */
     int n_calls_ok;             /* complete calls (finish_reason tool_calls) */
+    int tool_stop;              /* parallel_tool_calls false and the first call is complete:
+                                 * the request is ended (under the lock), nothing more shown */
     uint64_t id_rng;            /* call ids */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
@@ -143,6 +147,7 @@ typedef struct srv {
     int64_t kv_positions;       /* the KV pool's positions (blocks x block tokens) */
     const struct grammar_vocab *gvocab; /* the scheduler's vocabulary for grammars */
     int tool_format;            /* toolcall_format: --tool-call-parser, else the template's */
+    int think_template;         /* the chat template writes think blocks ("</think>" in it) */
     char model_name[256];
     moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
     cJSON *default_kwargs;      /* --default-chat-template-kwargs, or NULL */

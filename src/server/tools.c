@@ -16,7 +16,10 @@
  * first, then its arguments in pieces; finish_reason "tool_calls" when the
  * output ended by itself with at least one call. A call that breaks off
  * after it was streamed stays sent; in a whole answer it is dropped (its
- * text comes as content). parallel_tool_calls false keeps the first call only.
+ * text comes as content). parallel_tool_calls false: the grammar of required
+ * and named allows one call; in any mode the request ends once its first call
+ * is complete (finish_reason "tool_calls"), and nothing after it is shown.
+ * With thinking on, the grammar starts after the think block (openai.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,9 +172,6 @@ int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err) {
     if (j->tool_format == TOOLCALL_NONE)
         return oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
                       "start the server with --tool-call-parser hermes|deepseek_v3|mistral");
-    if (mode >= 2 && j->grammar)
-        return oa_bad(err, "tool_choice", "'tool_choice' \"%s\" and a 'response_format' or 'grammar' both "
-                      "constrain the output: give one", mode == 2 ? "required" : "function");
     if (!(j->tc = toolcall_new(j->tool_format))) return oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
@@ -201,6 +201,7 @@ static void call_id(job *j, char *id, size_t cap) {
 
 static void on_content(void *u, const char *s, size_t n) {
     sink_ctx *c = u;
+    if (c->j->tool_stop) return; /* nothing after the one call */
     sbuf_add(c->shown, s, n);
 }
 
@@ -250,6 +251,7 @@ static void on_end(void *u, int index, int ok) {
     job *j = c->j;
     if (index > 0 && !j->tool_parallel) return;
     if (ok) j->n_calls_ok++;
+    if (ok && !j->tool_parallel) j->tool_stop = 1; /* the engine ends the request */
     if (j->stream || !j->calls) return;
     {
         cJSON *last = cJSON_GetArrayItem(j->calls, cJSON_GetArraySize(j->calls) - 1);
