@@ -4,7 +4,9 @@
 # run whose prompts share a prefix. Per run: request throughput, output
 # tok/s, TTFT / TPOT p50 / p99, the prefix-cache hit rate (from /metrics,
 # the run's share) and the server's peak RSS.
-#   scripts/bench_serve.sh DIR     (CONC="1 4 16 64" IN=256 OUT=128 SHARED=200 THREADS=2)
+#   scripts/bench_serve.sh DIR     (CONC="1 4 16 64" IN=256 OUT=128 SHARED=200 THREADS=2
+#                                   EXTRA="--json-schema tests/data/bench_schema12.json": more
+#                                   flags for every bench serve run)
 set -euo pipefail
 MOE8=${MOE8:-$(dirname "$0")/../build/moe8}
 DIR=$1
@@ -13,6 +15,7 @@ IN=${IN:-256}
 OUT=${OUT:-128}
 SHARED=${SHARED:-200}
 THREADS=${THREADS:-2}
+EXTRA=${EXTRA:-}
 log=$(mktemp)
 "$MOE8" serve -m "$DIR" --port 0 --threads "$THREADS" --parallel 64 --ctx-size 1024 \
     --max-batch-tokens 2048 2>"$log" &
@@ -29,7 +32,7 @@ run() { # concurrency, shared prefix words, label
     n=$((c < 4 ? 4 * c : 2 * c)); [ "$n" -lt 8 ] && n=8
     q0=$(metric prefix_cache_queries_total); h0=$(metric prefix_cache_hits_total)
     out=$("$MOE8" bench serve --url "$url" -n "$n" --input-len "$IN" --output-len "$OUT" \
-          --max-concurrency "$c" --shared-prefix "$sp" --seed "$((1000 * c + sp))" 2>/dev/null)
+          --max-concurrency "$c" --shared-prefix "$sp" --seed "$((1000 * c + sp))" $EXTRA 2>/dev/null)
     q1=$(metric prefix_cache_queries_total); h1=$(metric prefix_cache_hits_total)
     printf '| %d | %s | %d | %s | %s | %s | %s | %s | %s | %.1f%% | %.0f |\n' "$c" "$label" "$n" \
         "$(val 'Request throughput (req/s):' "$out")" "$(val 'Output token throughput (tok/s):' "$out")" \

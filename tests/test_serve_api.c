@@ -29,7 +29,8 @@
  *   - the field policy (refused, accepted, an unknown field's one warning);
  *   - model 404s, /v1/models/{id}, CORS, open routes under --api-key,
  *     --kv-type f32 (the library's f32 context), --default-chat-template-
- *     kwargs, `moe8 bench serve`'s seed and cached tokens;
+ *     kwargs, `moe8 bench serve`'s seed and cached tokens, its structured
+ *     output flags (--json-schema, --json-object) and their refusals;
  *   - tests/clients/apps.mjs (the OpenAI library, the AI SDK, LangChain)
  *     when node and .deps/clients are there;
  *   - thinking on the chain model (serve_test.h): a grammar (json_schema,
@@ -1910,6 +1911,37 @@ static void test_bench(server *sv) {
         CHECKF(total[2] == total[3] && per >= 40 && cached[3] == want && cached[2] < want,
                "--seed 7 again: cached %lld of %lld input tokens, want %lld (the first run %lld)", cached[3], total[3],
                want, cached[2]);
+    }
+    /* structured output: --json-schema FILE (the dozen-field schema of tests/data) and
+     * --json-object reach the server as response_format (a schema it refuses fails every
+     * request with its message); bad flags are refused */
+    {
+        static const struct { const char *flags; int rc, ok; const char *needle; } T[] = {
+            {"--json-schema '" MOE8_SOURCE_DIR "/tests/data/bench_schema12.json'", 0, 3, "json_schema"},
+            {"--json-object --endpoint chat", 0, 3, "json_object"},
+            {"--json-schema '%s'", 1, 0, "'pattern' at /properties/zip"},
+            {"--json-schema '%s' --json-object", 2, -1, "give one"},
+            {"--json-schema '%s.none'", 2, -1, "api_bench_bad.json.none"},
+            {"--json-schema '" MOE8_SOURCE_DIR "/README.md'", 2, -1, "not one JSON value"},
+        };
+        char bad_schema[4200], flags[4400], cmd2[16384];
+        snprintf(bad_schema, sizeof bad_schema, "%s/api_bench_bad.json", MOE8_TEST_TMP);
+        test_write_file(bad_schema, "{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"x\"}}}",
+                        strlen("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\",\"pattern\":\"x\"}}}"));
+        for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+            int rc;
+            snprintf(flags, sizeof flags, T[i].flags, bad_schema);
+            snprintf(cmd2, sizeof cmd2, "'%s' bench serve --url http://127.0.0.1:%d -n 3 --input-len 40 --output-len 12 "
+                     "--seed 3 %s >'%s' 2>&1", MOE8_CLI, sv->port, flags, outp);
+            rc = test_run(cmd2);
+            read_text(outp, &out);
+            CHECKF(rc == T[i].rc && strstr(buf_s(&out), T[i].needle) &&
+                   (T[i].ok < 0 || row_value(buf_s(&out), "Successful requests:") == T[i].ok) &&
+                   (T[i].ok <= 0 || (row_value(buf_s(&out), "Total generated tokens:") >= 3 &&
+                                     row_value(buf_s(&out), "Total generated tokens:") <= 36 &&
+                                     strstr(buf_s(&out), "Structured output:"))),
+                   "bench serve %s: exit %d (want %d): %s", flags, rc, T[i].rc, buf_s(&out));
+        }
     }
     sv->n_req += access_lines(sv, 1) - a0;
     buf_free(&out);

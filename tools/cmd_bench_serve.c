@@ -8,7 +8,11 @@
  * than --max-concurrency are in flight (FIFO). Every request streams
  * (POST /v1/completions with "prompt", or /v1/chat/completions with one user
  * message; max_tokens = --output-len, ignore_eos, temperature 0, usage in the
- * stream).
+ * stream). --json-schema FILE / --json-object add response_format (json_schema
+ * with that schema, strict; json_object), so constrained decoding is measured
+ * on the same load: a server then ends each answer where its grammar does
+ * (moe8 and vLLM drop ignore_eos under a grammar), so compare the per-token
+ * times (TPOT, ITL, output tok/s), not the token counts.
  *
  * The stream is Server-Sent Events, read incrementally: each `data: <json>`
  * line is one event (as vllm reads it), `data: [DONE]` ends it. An event with
@@ -58,6 +62,7 @@
 #define MAX_LINE ((size_t)16 << 20)         /* one SSE line */
 #define MAX_ERR_BODY 2048                   /* bytes of an error response kept */
 #define MAX_MODELS_BODY ((size_t)4 << 20)
+#define MAX_SCHEMA_FILE ((size_t)4 << 20)     /* --json-schema */
 #define N_WORDS 256
 
 enum { FAIL_NONE, FAIL_HTTP, FAIL_TIMEOUT, FAIL_CONNECT, FAIL_STREAM, N_FAIL };
@@ -73,6 +78,9 @@ typedef struct {
     double timeout_s;            /* per request */
     uint64_t seed;
     int seed_set;
+    const char *json_schema;     /* --json-schema FILE, or NULL */
+    int json_object;             /* --json-object */
+    cJSON *schema;               /* the file's schema, parsed */
 } serve_opts;
 
 static double now_s(void) {
@@ -96,7 +104,7 @@ static void usage(FILE *f) {
             "                        [--api-key KEY] [-n N] [--input-len N] [--output-len N]\n"
             "                        [--shared-prefix N] [--prompt-file FILE]\n"
             "                        [--request-rate R] [--max-concurrency C] [--seed S]\n"
-            "                        [--timeout S]\n"
+            "                        [--timeout S] [--json-schema FILE | --json-object]\n"
             "  --url URL            server base, http(s)://host:port (a trailing /v1 is allowed)\n"
             "  --endpoint E         completions (POST /v1/completions, default) or chat\n"
             "                       (POST /v1/chat/completions, one user message)\n"
@@ -112,6 +120,9 @@ static void usage(FILE *f) {
             "  --seed S             seed of the prompts and the arrivals (default: a new one\n"
             "                       each run, printed, so a run can be repeated)\n"
             "  --timeout S          seconds each request may take (default 1800)\n"
+            "  --json-schema FILE   structured output: response_format json_schema with the JSON\n"
+            "                       Schema in FILE (strict), constrained decoding on the server\n"
+            "  --json-object        structured output: response_format json_object\n"
             "Exit status: 0 when every request completed, 1 when some failed, 2 on bad flags.\n");
 }
 
@@ -164,6 +175,11 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
             usage(stdout);
             return -1;
         }
+        if (!strcmp(a, "--json-object")) { /* the one flag without a value */
+            o->json_object = 1;
+            i--;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "moe8 " CMD ": %s needs a value\n", a);
             return 2;
@@ -172,6 +188,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
         else if (!strcmp(a, "--prompt-file")) o->prompt_file = v;
+        else if (!strcmp(a, "--json-schema")) o->json_schema = v;
         else if (!strcmp(a, "--endpoint")) {
             if (!strcmp(v, "completions")) o->chat = 0;
             else if (!strcmp(v, "chat")) o->chat = 1;
@@ -211,6 +228,11 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     if (o->prompt_file && o->len_set) {
         fprintf(stderr, "moe8 " CMD ": --input-len and --shared-prefix are for synthetic prompts, "
                         "not --prompt-file\n");
+        return 2;
+    }
+    if (o->json_schema && o->json_object) {
+        fprintf(stderr, "moe8 " CMD ": --json-schema and --json-object both set response_format: "
+                        "give one\n");
         return 2;
     }
     if (o->shared_prefix > o->input_len) {
@@ -339,6 +361,42 @@ static void free_prompts(prompt_set *ps) {
     free(ps->data);
 }
 
+/* --json-schema's file: a JSON Schema (an object, or true / false). */
+static int read_schema(serve_opts *o) {
+    moe8_error err;
+    size_t len;
+    char *data = NULL;
+    const char *at = NULL;
+    if (moe8_read_file(o->json_schema, MAX_SCHEMA_FILE, &data, &len, &err)) {
+        cli_fail(CMD, &err);
+        return 2;
+    }
+    o->schema = cJSON_ParseWithLengthOpts(data, len + 1, &at, 1); /* + its NUL: nothing after the value */
+    if (!o->schema)
+        fprintf(stderr, "moe8 " CMD ": --json-schema '%s': not one JSON value (at byte %td: '%.20s')\n",
+                o->json_schema, at ? at - data : (ptrdiff_t)0, at ? at : "");
+    else if (!cJSON_IsObject(o->schema) && !cJSON_IsBool(o->schema))
+        fprintf(stderr, "moe8 " CMD ": --json-schema '%s': expected a JSON Schema (an object)\n",
+                o->json_schema);
+    free(data);
+    if (o->schema && (cJSON_IsObject(o->schema) || cJSON_IsBool(o->schema))) return 0;
+    cJSON_Delete(o->schema);
+    o->schema = NULL;
+    return 2;
+}
+
+/* response_format of --json-schema / --json-object into j (0, or -1 on no memory). */
+static int add_response_format(const serve_opts *o, cJSON *j) {
+    cJSON *rf, *js;
+    if (!o->schema && !o->json_object) return 0;
+    if (!(rf = cJSON_AddObjectToObject(j, "response_format"))) return -1;
+    if (o->json_object) return cJSON_AddStringToObject(rf, "type", "json_object") ? 0 : -1;
+    if (!cJSON_AddStringToObject(rf, "type", "json_schema") || !(js = cJSON_AddObjectToObject(rf, "json_schema")) ||
+        !cJSON_AddStringToObject(js, "name", "bench") || !cJSON_AddBoolToObject(js, "strict", 1))
+        return -1;
+    return cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(o->schema, 1)) ? 0 : -1;
+}
+
 /* The JSON body of request i; NULL on no memory. */
 static char *request_body(const serve_opts *o, const char *model, const char *prompt) {
     cJSON *j = cJSON_CreateObject(), *so = cJSON_CreateObject();
@@ -364,6 +422,7 @@ static char *request_body(const serve_opts *o, const char *model, const char *pr
     cJSON_AddBoolToObject(so, "include_usage", 1);
     cJSON_AddItemToObject(j, "stream_options", so);
     so = NULL;
+    if (add_response_format(o, j)) goto done;
     s = cJSON_PrintUnformatted(j);
 done:
     cJSON_Delete(so);
@@ -899,6 +958,8 @@ static void print_results(bench *b, double dur) {
     ROW("Endpoint:", "%s", b->endpoint);
     ROW("Seed:", "%llu", (unsigned long long)b->o->seed);
     ROW("Model:", "%s", b->model);
+    if (o->json_schema || o->json_object)
+        ROW("Structured output:", "%s%s", o->json_object ? "json_object" : "json_schema ", o->json_object ? "" : o->json_schema);
     ROW("Traffic request rate (req/s):", "%s", rate);
     ROW("Max request concurrency:", "%s", conc);
     ROW("Peak concurrent requests:", "%d", s->peak);
@@ -948,6 +1009,7 @@ int cmd_bench_serve(int argc, char **argv) {
         o.seed >>= 1; /* printable as a signed number too */
     }
     if (o.prompt_file && (rc = read_prompts(&o, &ps))) goto done;
+    if (o.json_schema && (rc = read_schema(&o))) goto done;
     if (o.prompt_file && !o.n_set) o.n_prompts = ps.n_lines;
     if (!o.prompt_file && o.input_len - o.shared_prefix < index_words(o.n_prompts)) {
         fprintf(stderr, "moe8 " CMD ": %d distinct prompts need %d words after --shared-prefix; "
@@ -1013,5 +1075,6 @@ done:
     free(model);
     free(base);
     free_prompts(&ps);
+    cJSON_Delete(o.schema);
     return rc;
 }
