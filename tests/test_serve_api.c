@@ -336,7 +336,7 @@ static void lib_run(lib_env *L, const areq *r, int seed_add, lib_res *out) {
                 out->tok[out->n] = v->token;
                 out->lp[out->n] = v->logprob;
                 out->n_top[out->n] = v->n_top;
-                memcpy(out->top[out->n], v->top, (size_t)v->n_top * sizeof *v->top);
+                if (v->n_top) memcpy(out->top[out->n], v->top, (size_t)v->n_top * sizeof *v->top);
                 out->tlen[out->n] = (int)v->text_len;
                 out->n++;
             }
