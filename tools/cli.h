@@ -23,6 +23,7 @@ int cmd_make_model(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_export_gguf(int argc, char **argv); /* moe8 export-gguf */
 
 /* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
 int cli_fail(const char *cmd, const moe8_error *err);

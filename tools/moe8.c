@@ -99,6 +99,7 @@ static const struct {
     {"inspect", cmd_inspect, "describe a model folder: architecture, quant types, memory"},
     {"generate", cmd_generate, "generate text from a prompt"},
     {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
+    {"export-gguf", cmd_export_gguf, "write a float Qwen3-MoE folder as a GGUF file for llama.cpp"},
     {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
