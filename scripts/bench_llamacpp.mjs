@@ -22,7 +22,7 @@
 //   --info            only the CPU backend and features llama.cpp reports.
 //
 // Options: --model FILE.gguf --threads N (default 2) --tokens 512,4096
-//   --decode-ctx 512 (0: no decode) --decode-n 32 --reps 3 (medians) --batch N (default
+//   --decode-ctx 512 (0: no decode) --decode-n 32 --reps 3 (medians) --warmup 1|0 --batch N (default
 //   min(T, 512): llama.cpp's default micro-batch) --flash-attention auto|on|off
 //   --n 16 --dump-logits FILE.
 // Results on stdout, llama.cpp's log on stderr only with --verbose.
@@ -58,6 +58,7 @@ for (let i = 0; i < argv.length; i++) {
 function die(msg) { console.error("bench_llamacpp: " + msg); process.exit(2); }
 const int = (k) => { const v = Number(opt[k]); if (!Number.isInteger(v) || v < 0) die(`--${k} '${opt[k]}': expected an integer`); return v; };
 const threads = int("threads"), reps = Math.max(1, int("reps"));
+const warmup = opt.warmup === undefined ? 1 : int("warmup");
 const decodeCtx = int("decode-ctx"), decodeN = Math.max(1, int("decode-n"));
 const fa = { auto: "auto", on: true, off: false }[opt["flash-attention"]];
 if (fa === undefined) die("--flash-attention: auto, on or off");
@@ -159,10 +160,10 @@ async function bench() {
   // a warm-up round (pages of the map, first-touch of the buffers), then reps
   // rounds alternating the files, so a drifting machine hits both alike; medians
   const samples = files.map(() => []);
-  for (let round = 0; round <= reps; round++)
+  for (let round = 1 - warmup; round <= reps; round++)
     for (let f = 0; f < files.length; f++) {
       const r = await measure(files[f][1].model, round);
-      if (round) samples[f].push(r);
+      if (round > 0) samples[f].push(r);
     }
   const results = files.map(([file, m], f) => {
     const s = samples[f], r = { prefill: {}, decode: null, flash: s[0].flash };
@@ -173,21 +174,25 @@ async function bench() {
   });
   const faLog = logLines.map((l) => /Flash Attention (\w+)/.exec(l)).filter(Boolean).pop();
   console.log(`threads ${threads}, flash attention ${results[0].r.flash}${faLog ? ` (llama.cpp: ${faLog[1]})` : ""}, ` +
-    `median of ${reps} rounds alternating the files after a warm-up round\n`);
+    `median of ${reps} rounds alternating the files${warmup ? " after a warm-up round" : ""}\n`);
   const Ts = Object.keys(results[0].r.prefill).map(Number);
   for (const T of Ts) if (!results[0].r.prefill[T]) console.log(`T=${T}: beyond the model's context, skipped`);
-  console.log("| model | layers | " + Ts.map((T) => `prefill T=${T} ms | tok/s`).join(" | ") + ` | decode @${decodeCtx} ms/tok | tok/s |`);
-  console.log("|---|---:|" + Ts.map(() => "---:|---:").join("|") + "|---:|---:|");
+  const hasDecode = results[0].r.decode !== null;
+  const row = (cells) => console.log("| " + cells.join(" | ") + " |");
+  row(["model", "layers", ...Ts.flatMap((T) => [`prefill T=${T} ms`, "tok/s"]),
+    ...(hasDecode ? [`decode @${decodeCtx} ms/tok`, "tok/s"] : [])]);
+  row(["---", ...Array(1 + 2 * Ts.length + (hasDecode ? 2 : 0)).fill("---:")]);
   for (const x of results) {
-    const cells = Ts.map((T) => { const p = x.r.prefill[T]; return p ? `${fmtMs(p.s)} | ${(T / p.s).toFixed(1)}` : "— | —"; });
     const d = x.r.decode;
-    console.log(`| ${path.basename(x.file)} | ${x.layers ?? "?"} | ${cells.join(" | ")} | ${d ? fmtMs(d.sPerTok) : "—"} | ${d ? (1 / d.sPerTok).toFixed(2) : "—"} |`);
+    row([path.basename(x.file), x.layers ?? "?",
+      ...Ts.flatMap((T) => { const p = x.r.prefill[T]; return p ? [fmtMs(p.s), (T / p.s).toFixed(1)] : ["—", "—"]; }),
+      ...(hasDecode ? [d ? fmtMs(d.sPerTok) : "—", d ? (1 / d.sPerTok).toFixed(2) : "—"] : [])]);
   }
   if (results.length === 2 && results[0].layers && results[1].layers && results[0].layers !== results[1].layers) {
     const [x, y] = results, dl = x.layers - y.layers;
-    const cells = Ts.map((T) => (x.r.prefill[T] && y.r.prefill[T] ? fmtMs((x.r.prefill[T].s - y.r.prefill[T].s) / dl) : "—") + " | ");
-    const d = x.r.decode && y.r.decode ? fmtMs((x.r.decode.sPerTok - y.r.decode.sPerTok) / dl) : "—";
-    console.log(`| per layer (difference / ${dl}) | 1 | ${cells.join(" ")} ${d} | |`);
+    row([`per layer ((${x.layers}L - ${y.layers}L) / ${dl})`, 1,
+      ...Ts.flatMap((T) => [x.r.prefill[T] && y.r.prefill[T] ? fmtMs((x.r.prefill[T].s - y.r.prefill[T].s) / dl) : "—", ""]),
+      ...(hasDecode ? [x.r.decode && y.r.decode ? fmtMs((x.r.decode.sPerTok - y.r.decode.sPerTok) / dl) : "—", ""] : [])]);
   }
 }
 
