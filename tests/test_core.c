@@ -41,7 +41,21 @@ int main(void) {
         CHECKF(bad == 0, "%d moe8_round_even results differ", bad);
         CHECK(isnan(moe8_round_even(NAN)));
     }
-    const char *isa = moe8_kernel_isa();
-    CHECK(!strcmp(isa, "avx2") || !strcmp(isa, "ref"));
+    /* the table in use is the first of this build's that the CPU supports (no MOE8_ISA here,
+     * or the one it names), and the probe's features nest */
+    const char *isa = moe8_kernel_isa(), *tables = moe8_kernel_tables();
+    char first[32] = "";
+    for (const char *t = tables; *t; t += strcspn(t, " ") + (t[strcspn(t, " ")] ? 1 : 0))
+        if (strncmp(t + strcspn(t, " ("), "(unsupported)", 13) != 0) {
+            snprintf(first, sizeof first, "%.*s", (int)strcspn(t, " ("), t);
+            break;
+        }
+    const char *forced = getenv("MOE8_ISA");
+    CHECKF(!strcmp(isa, forced && forced[0] ? forced : first), "in use %s, tables '%s'", isa, tables);
+    CHECK(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "ref"));
+    CHECK(strstr(tables, "ref") != NULL);
+    CHECK(!moe8_cpu()->avx512 || moe8_cpu()->avx2);
+    CHECK(!moe8_cpu()->amx_int8 || moe8_cpu()->avx512);
+    CHECK(!moe8_cpu()->avx512_bf16 || moe8_cpu()->avx512);
     return test_summary();
 }
