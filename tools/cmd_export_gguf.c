@@ -651,9 +651,11 @@ static int check_output(const char *dir, const char *out, int force) {
     while (d && (e = readdir(d))) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (stat(path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            /* the message before closedir, which frees e */
+            fail("'%s' is '%s' of the model folder: refusing to overwrite the input", out,
+                 e->d_name);
             closedir(d);
-            return fail("'%s' is '%s' of the model folder: refusing to overwrite the input", out,
-                        e->d_name);
+            return -1;
         }
     }
     if (d) closedir(d);

@@ -1,0 +1,762 @@
+/*
+ * test_export_gguf.c — `moe8 export-gguf` read back by the test's own GGUF
+ * reader (header, metadata key/values, tensor infos, data at the aligned
+ * offset; it shares no code with the exporter). The model: moe8's tiny
+ * qwen3_moe preset with its dense layer 0 dropped (llama.cpp's qwen3moe has
+ * MoE layers only), rewritten here through the public safetensors writer.
+ * Checked: magic/version/alignment, architecture and every hyper-parameter
+ * key against config.json (read with cJSON, not moe8_config), every tensor's
+ * name, type and ggml shape (the row-major shape reversed, experts stacked),
+ * and its data against the source weights: F32/F16/BF16 bit-equal to a
+ * round-to-nearest-even conversion written here (in double arithmetic), Q8_0
+ * blocks with d = f16(amax / 127) and codes roundf(x / d) as ggml's
+ * quantize_row_q8_0_ref, decoding to within half a step (a BF16 model as
+ * f16/bf16/q8_0; an F32 one with tied embeddings as f16/bf16, where rounding
+ * happens and output.weight is absent; F32 sources' two vocabulary matrices
+ * every 16th row, for time); the token list,
+ * token types and merges against tokenizer.json; --layers N; bad inputs
+ * (W8A8 folder, missing folder, existing output without --force, output
+ * equal to a file of the model folder, a NaN weight found mid-write) each a
+ * non-zero exit naming the file/tensor with the existing output untouched;
+ * no temporary file left in the output folder.
+ */
+#include <dirent.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "test.h"
+
+#include "moe8.h"
+
+#define TOK MOE8_TOKENIZER_DIR
+#define FMT(buf, ...)                                                             \
+    do {                                                                          \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
+    } while (0)
+
+/* ggml types and GGUF value types (ggml's gguf.h) */
+enum { T_F32 = 0, T_F16 = 1, T_Q8_0 = 8, T_BF16 = 30 };
+enum { V_U8 = 0, V_I8, V_U16, V_I16, V_U32, V_I32, V_F32, V_BOOL, V_STR, V_ARR, V_U64, V_I64,
+       V_F64 };
+
+/* ---- the test's GGUF reader ------------------------------------------------ */
+
+typedef struct {
+    const char *key;            /* into the buffer, key_len bytes */
+    size_t key_len;
+    uint32_t type;
+    size_t at;                  /* offset of the value (arrays: of the first element) */
+    uint32_t arr_type;
+    uint64_t arr_n;
+} gkv;
+
+typedef struct {
+    char name[128];
+    uint32_t n_dims;
+    uint64_t ne[4];
+    uint32_t type;
+    uint64_t offset;            /* from the data section */
+} gti;
+
+typedef struct {
+    unsigned char *b;
+    size_t n, pos;
+    int bad;                    /* a read went past the end or a field was absurd */
+    uint32_t version, align;
+    uint64_t n_tensors, n_kv;
+    gkv *kv;
+    gti *ti;
+    size_t data0;
+} gguf;
+
+static const unsigned char *rd(gguf *g, size_t n) {
+    if (g->bad || n > g->n - g->pos) {
+        g->bad = 1;
+        return NULL;
+    }
+    g->pos += n;
+    return g->b + g->pos - n;
+}
+static uint32_t rd_u32(gguf *g) {
+    uint32_t v = 0;
+    const unsigned char *p = rd(g, 4);
+    if (p) memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t rd_u64(gguf *g) {
+    uint64_t v = 0;
+    const unsigned char *p = rd(g, 8);
+    if (p) memcpy(&v, p, 8);
+    return v;
+}
+/* A string: its bytes (not NUL-terminated) and length. */
+static const char *rd_str(gguf *g, size_t *len) {
+    uint64_t n = rd_u64(g);
+    const unsigned char *p = rd(g, (size_t)n);
+    *len = p ? (size_t)n : 0;
+    return (const char *)p;
+}
+
+static size_t scalar_size(uint32_t t) {
+    switch (t) {
+    case V_U8: case V_I8: case V_BOOL: return 1;
+    case V_U16: case V_I16: return 2;
+    case V_U32: case V_I32: case V_F32: return 4;
+    case V_U64: case V_I64: case V_F64: return 8;
+    default: return 0;
+    }
+}
+
+static void skip_value(gguf *g, uint32_t t) {
+    size_t len;
+    if (t == V_STR) rd_str(g, &len);
+    else if (scalar_size(t)) rd(g, scalar_size(t));
+    else g->bad = 1;
+}
+
+static void gguf_free(gguf *g) {
+    free(g->b);
+    free(g->kv);
+    free(g->ti);
+    memset(g, 0, sizeof *g);
+}
+
+/* Parse the file; 0 on success. */
+static int gguf_read(gguf *g, const char *path) {
+    memset(g, 0, sizeof *g);
+    g->align = 32;
+    if (!(g->b = test_slurp(path, &g->n))) return -1;
+    const unsigned char *m = rd(g, 4);
+    if (!m || memcmp(m, "GGUF", 4)) return -1;
+    g->version = rd_u32(g);
+    g->n_tensors = rd_u64(g);
+    g->n_kv = rd_u64(g);
+    if (g->bad || g->n_tensors > 100000 || g->n_kv > 100000) return -1;
+    g->kv = calloc(g->n_kv + 1, sizeof *g->kv);
+    g->ti = calloc(g->n_tensors + 1, sizeof *g->ti);
+    for (uint64_t i = 0; i < g->n_kv && !g->bad; i++) {
+        gkv *k = &g->kv[i];
+        k->key = rd_str(g, &k->key_len);
+        k->type = rd_u32(g);
+        if (k->type == V_ARR) {
+            k->arr_type = rd_u32(g);
+            k->arr_n = rd_u64(g);
+            k->at = g->pos;
+            for (uint64_t j = 0; j < k->arr_n && !g->bad; j++) skip_value(g, k->arr_type);
+        } else {
+            k->at = g->pos;
+            skip_value(g, k->type);
+        }
+        if (k->key_len == 17 && !memcmp(k->key, "general.alignment", 17) && k->type == V_U32)
+            memcpy(&g->align, g->b + k->at, 4);
+    }
+    for (uint64_t i = 0; i < g->n_tensors && !g->bad; i++) {
+        gti *t = &g->ti[i];
+        size_t len;
+        const char *s = rd_str(g, &len);
+        if (len >= sizeof t->name) g->bad = 1;
+        if (g->bad) break;
+        memcpy(t->name, s, len);
+        t->n_dims = rd_u32(g);
+        if (t->n_dims > 4) g->bad = 1;
+        for (uint32_t d = 0; d < t->n_dims && !g->bad; d++) t->ne[d] = rd_u64(g);
+        t->type = rd_u32(g);
+        t->offset = rd_u64(g);
+    }
+    if (g->bad || !g->align) return -1;
+    g->data0 = (g->pos + g->align - 1) / g->align * g->align;
+    for (size_t i = g->pos; i < g->data0 && i < g->n; i++)
+        if (g->b[i]) return -1; /* the padding is zeros */
+    return g->data0 <= g->n ? 0 : -1;
+}
+
+static const gkv *kv_find(const gguf *g, const char *key) {
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (g->kv[i].key_len == strlen(key) && !memcmp(g->kv[i].key, key, g->kv[i].key_len))
+            return &g->kv[i];
+    return NULL;
+}
+/* The u32 value of key, or -1 when absent or of another type. */
+static int64_t kv_u32(const gguf *g, const char *key) {
+    const gkv *k = kv_find(g, key);
+    uint32_t v;
+    if (!k || k->type != V_U32) return -1;
+    memcpy(&v, g->b + k->at, 4);
+    return v;
+}
+static double kv_f32(const gguf *g, const char *key) {
+    const gkv *k = kv_find(g, key);
+    float v;
+    if (!k || k->type != V_F32) return NAN;
+    memcpy(&v, g->b + k->at, 4);
+    return v;
+}
+static int kv_str_is(const gguf *g, const char *key, const char *want) {
+    const gkv *k = kv_find(g, key);
+    uint64_t n;
+    if (!k || k->type != V_STR) return 0;
+    memcpy(&n, g->b + k->at, 8);
+    return n == strlen(want) && !memcmp(g->b + k->at + 8, want, n);
+}
+static const gti *ti_find(const gguf *g, const char *name) {
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (!strcmp(g->ti[i].name, name)) return &g->ti[i];
+    return NULL;
+}
+
+/* ---- conversions written here (double arithmetic, not bit tricks) --------- */
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Round |f| to a float with `mant` stored mantissa bits, exponent bias `bias`,
+ * biased exponents 1..max_exp-1 normal; round to nearest even. */
+static uint32_t ref_round(float f, int mant, int bias, int max_exp) {
+    uint32_t sign = f32_bits(f) >> 31;
+    double a = fabs((double)f), min_normal = ldexp(1.0, 1 - bias), q;
+    uint32_t r;
+    int e;
+    if (isnan(f)) return 0xffffffffu; /* the sources hold no NaN: never equal */
+    if (a < min_normal) {
+        q = nearbyint(ldexp(a, bias - 1 + mant)); /* units of the smallest subnormal */
+        r = (uint32_t)q;                           /* 1 << mant: the smallest normal */
+    } else {
+        frexp(a, &e);                              /* a in [2^(e-1), 2^e) */
+        q = nearbyint(ldexp(a, mant + 1 - e));     /* [2^mant, 2^(mant+1)] */
+        int be = e - 1 + bias;
+        if (q == ldexp(1.0, mant + 1)) q /= 2, be++;
+        if (be >= max_exp) r = (uint32_t)max_exp << mant; /* infinity */
+        else r = ((uint32_t)be << mant) | ((uint32_t)q - (1u << mant));
+    }
+    return (sign << (mant + (max_exp == 31 ? 5 : 8))) | r;
+}
+static uint16_t ref_f16(float f) { return (uint16_t)ref_round(f, 10, 15, 31); }
+static uint16_t ref_bf16(float f) { return (uint16_t)ref_round(f, 7, 127, 255); }
+static double ref_f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* ref_f16 and ref_bf16 of every BF16 bit pattern (filled once in main). */
+static uint16_t f16_of_bf16[65536], bf16_of_bf16[65536];
+static void fill_tables(void) {
+    for (uint32_t u = 0; u < 65536; u++) {
+        float x = bits_f32(u << 16);
+        f16_of_bf16[u] = isnan(x) ? 0xffff : ref_f16(x);
+        bf16_of_bf16[u] = isnan(x) ? 0xffff : ref_bf16(x);
+    }
+}
+
+/* Element i of a float source tensor as f32. */
+static float src_at(const moe8_tensor *t, int64_t i) {
+    if (t->dtype == MOE8_DT_BF16) return bits_f32((uint32_t)((const uint16_t *)t->data)[i] << 16);
+    if (t->dtype == MOE8_DT_F16) return (float)ref_f16_value(((const uint16_t *)t->data)[i]);
+    return ((const float *)t->data)[i];
+}
+
+/* ---- model folders ------------------------------------------------------------ */
+
+/* A pure-MoE qwen3_moe folder at `dst`: make the tiny preset with n_moe + 1
+ * layers at `src` (layer 0 dense; make 0: `src` is already there), drop
+ * layer 0, renumber the rest, set mlp_only_layers []. poison: one NaN in the
+ * last expert's down_proj; tie: no lm_head, tie_word_embeddings true. */
+static void make_moe_model(const char *src, const char *dst, int n_moe, moe8_dtype dt,
+                           int poison, int make, int tie) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_st *st = NULL;
+    moe8_st_writer *w = NULL;
+    moe8_error e;
+    char path[4096], name[256], cmd[16384], poison_name[256];
+    p.n_layers = n_moe + 1;
+    p.dtype = dt;
+    p.tokenizer_dir = TOK;
+    p.force = 1;
+    if (make && moe8_make_model(&p, src, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", src, e.message);
+        exit(2);
+    }
+    FMT(cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/tokenizer.json' '%s/tokenizer_config.json' "
+        "'%s/generation_config.json' '%s/'", dst, dst, src, src, src, dst);
+    if (test_run(cmd) != 0) exit(2);
+    FMT(poison_name, "model.layers.%d.mlp.experts.15.down_proj.weight", n_moe - 1);
+    FMT(path, "%s/model.safetensors", dst);
+    if (moe8_st_open(src, &st, &e) != MOE8_OK || moe8_st_writer_open(path, &w, &e) != MOE8_OK) {
+        fprintf(stderr, "rewrite %s: %s\n", dst, e.message);
+        exit(2);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < moe8_st_count(st); i++) {
+            const moe8_tensor *t = moe8_st_get(st, i);
+            int l, n = 0;
+            if (sscanf(t->name, "model.layers.%d.%n", &l, &n) == 1 && n > 0) {
+                if (l == 0 || l > n_moe) continue;
+                FMT(name, "model.layers.%d.%s", l - 1, t->name + n);
+            } else {
+                if (tie && !strcmp(t->name, "lm_head.weight")) continue;
+                FMT(name, "%s", t->name);
+            }
+            moe8_status s;
+            if (pass == 0) {
+                s = moe8_st_writer_declare(w, name, t->dtype, t->n_dims, t->shape, &e);
+            } else if (poison && !strcmp(name, poison_name)) {
+                unsigned char *b = malloc(t->n_bytes);
+                memcpy(b, t->data, t->n_bytes);
+                if (t->dtype == MOE8_DT_BF16) ((uint16_t *)b)[77] = 0x7fc0;
+                else ((float *)b)[77] = NAN;
+                s = moe8_st_writer_write(w, name, b, t->n_bytes, &e);
+                free(b);
+            } else {
+                s = moe8_st_writer_write(w, name, t->data, t->n_bytes, &e);
+            }
+            if (s != MOE8_OK) {
+                fprintf(stderr, "rewrite %s: %s\n", name, e.message);
+                exit(2);
+            }
+        }
+    }
+    if (moe8_st_writer_finish(w, &e) != MOE8_OK) {
+        fprintf(stderr, "rewrite %s: %s\n", dst, e.message);
+        exit(2);
+    }
+    moe8_st_writer_close(w);
+    moe8_st_close(st);
+
+    size_t len = 0;
+    FMT(path, "%s/config.json", src);
+    unsigned char *b = test_slurp(path, &len);
+    cJSON *c = b ? cJSON_ParseWithLength((const char *)b, len) : NULL;
+    if (!c) exit(2);
+    cJSON_ReplaceItemInObject(c, "num_hidden_layers", cJSON_CreateNumber(n_moe));
+    cJSON_ReplaceItemInObject(c, "max_window_layers", cJSON_CreateNumber(n_moe));
+    cJSON_ReplaceItemInObject(c, "mlp_only_layers", cJSON_CreateArray());
+    cJSON_ReplaceItemInObject(c, "tie_word_embeddings", cJSON_CreateBool(tie));
+    char *out = cJSON_Print(c);
+    FMT(path, "%s/config.json", dst);
+    test_write_file(path, out, strlen(out));
+    free(out);
+    cJSON_Delete(c);
+    free(b);
+}
+
+static cJSON *read_json(const char *dir, const char *file) {
+    char path[4096];
+    size_t len = 0;
+    FMT(path, "%s/%s", dir, file);
+    unsigned char *b = test_slurp(path, &len);
+    cJSON *j = b ? cJSON_ParseWithLength((const char *)b, len) : NULL;
+    free(b);
+    if (!j) {
+        fprintf(stderr, "cannot parse %s\n", path);
+        exit(2);
+    }
+    return j;
+}
+static double jnum(const cJSON *c, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Run export-gguf with `args`; its exit status; stderr in `err_path`. */
+static int export(const char *args, const char *err_path) {
+    char cmd[8192];
+    FMT(cmd, "'%s' export-gguf %s >/dev/null 2>'%s'", MOE8_CLI, args, err_path);
+    return test_run(cmd);
+}
+
+/* The number of "*.tmp.*" names in a folder. */
+static int n_temp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* ---- the file against the model ----------------------------------------------- */
+
+/* One tensor's data against its sources (the experts in order). */
+static void check_data(const gguf *g, const gti *t, const moe8_tensor *const *src, int n_src) {
+    uint64_t ne0 = t->ne[0], rows = t->ne[1] ? t->ne[1] : 1;
+    uint64_t per = t->type == T_Q8_0 ? ne0 / 32 * 34 * rows
+                 : (t->type == T_F32 ? 4 : 2) * ne0 * rows; /* bytes per source */
+    const unsigned char *base = g->b + g->data0 + t->offset;
+    long bad = 0, bad_d = 0, bad_q = 0, bad_step = 0;
+    CHECKF(t->offset % g->align == 0 && g->data0 + t->offset + per * (uint64_t)n_src <= g->n,
+           "%s: offset %llu", t->name, (unsigned long long)t->offset);
+    if (t->offset % g->align || g->data0 + t->offset + per * (uint64_t)n_src > g->n) return;
+    for (int s = 0; s < n_src; s++) {
+        const moe8_tensor *m = src[s];
+        const unsigned char *d = base + per * (uint64_t)s;
+        if ((uint64_t)m->n_elements != ne0 * rows) {
+            bad++;
+            continue;
+        }
+        /* F32 sources of the two vocabulary matrices: every 16th row (the
+         * double-arithmetic rounding is slow); BF16 sources: every value, via a
+         * table over the 65536 inputs */
+        uint64_t step = m->dtype == MOE8_DT_F32 && m->n_elements > (1 << 20) ? 16 : 1;
+        for (uint64_t r = 0; r < rows && t->type != T_Q8_0; r += step) {
+            for (uint64_t i = r * ne0; i < (r + 1) * ne0; i++) {
+                float x = src_at(m, (int64_t)i);
+                if (t->type == T_F32) {
+                    float v;
+                    memcpy(&v, d + 4 * i, 4);
+                    bad += f32_bits(v) != f32_bits(x);
+                } else {
+                    uint16_t v, want;
+                    memcpy(&v, d + 2 * i, 2);
+                    if (m->dtype == MOE8_DT_BF16)
+                        want = (t->type == T_F16 ? f16_of_bf16 : bf16_of_bf16)[((const uint16_t *)m->data)[i]];
+                    else
+                        want = t->type == T_F16 ? ref_f16(x) : ref_bf16(x);
+                    bad += v != want;
+                }
+            }
+        }
+        if (t->type != T_Q8_0) continue;
+        for (uint64_t b = 0; b < (uint64_t)m->n_elements / 32; b++) {
+            const unsigned char *blk = d + 34 * b;
+            uint16_t dh;
+            float amax = 0;
+            memcpy(&dh, blk, 2);
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(src_at(m, (int64_t)(32 * b + i))));
+            float d32 = amax / 127.0f, id = d32 != 0.0f ? 1.0f / d32 : 0.0f;
+            double d16 = ref_f16_value(dh);
+            bad_d += dh != ref_f16(d32);
+            for (int i = 0; i < 32; i++) {
+                float x = src_at(m, (int64_t)(32 * b + i));
+                int q = (int8_t)blk[2 + i];
+                bad_q += q != (int)roundf(x * id) || q > 127 || q < -127;
+                /* half a step of the f32 scale, plus what rounding d to f16 moved q*d */
+                bad_step += fabs(q * d16 - x) > 0.5 * d32 * (1 + 1e-5) + 127 * fabs(d16 - d32) + 1e-30;
+            }
+        }
+    }
+    CHECKF(!bad && !bad_d && !bad_q && !bad_step,
+           "%s: %ld values, %ld scales, %ld codes, %ld beyond half a step differ", t->name, bad,
+           bad_d, bad_q, bad_step);
+}
+
+/* One expected tensor: its type and ggml shape, then its data. */
+static void check_tensor(const gguf *g, const moe8_st *st, const char *name, uint32_t type,
+                         int n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2, const char *hf,
+                         int n_src, int *n_checked) {
+    const gti *t = ti_find(g, name);
+    const moe8_tensor *src[64];
+    char h[256];
+    CHECKF(t != NULL, "tensor %s missing", name);
+    if (!t) return;
+    CHECKF(t->type == type && t->n_dims == (uint32_t)n_dims && t->ne[0] == ne0 &&
+           (n_dims < 2 || t->ne[1] == ne1) && (n_dims < 3 || t->ne[2] == ne2),
+           "%s: type %u, %u dims {%llu, %llu, %llu}", name, t->type, t->n_dims,
+           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2]);
+    for (int e = 0; e < n_src; e++) {
+        if (n_src > 1) FMT(h, hf, e);
+        else FMT(h, "%s", hf);
+        src[e] = moe8_st_find(st, h);
+        CHECKF(src[e] != NULL, "source %s missing", h);
+        if (!src[e]) return;
+        /* the row-major shape is ne reversed */
+        CHECKF(src[e]->n_dims == (n_dims == 1 ? 1 : 2) &&
+               (uint64_t)src[e]->shape[src[e]->n_dims - 1] == ne0 &&
+               (n_dims == 1 || (uint64_t)src[e]->shape[0] == ne1), "%s vs %s shape", name, h);
+    }
+    check_data(g, t, src, n_src);
+    (*n_checked)++;
+}
+
+/* The whole file: keys against config.json, tokens against tokenizer.json,
+ * every tensor against the model folder's; n_layers written. */
+static void check_file(const char *path, const char *dir, uint32_t wtype, int n_layers) {
+    gguf g;
+    moe8_st *st = NULL;
+    cJSON *cfg = read_json(dir, "config.json");
+    int rc = gguf_read(&g, path), n_checked = 0;
+    CHECKF(rc == 0, "cannot parse %s", path);
+    if (rc) {
+        gguf_free(&g);
+        cJSON_Delete(cfg);
+        return;
+    }
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), V = (uint64_t)jnum(cfg, "vocab_size");
+    uint64_t D = (uint64_t)jnum(cfg, "head_dim"), E = (uint64_t)jnum(cfg, "num_experts");
+    uint64_t NQ = (uint64_t)jnum(cfg, "num_attention_heads") * D;
+    uint64_t NKV = (uint64_t)jnum(cfg, "num_key_value_heads") * D;
+    uint64_t I = (uint64_t)jnum(cfg, "moe_intermediate_size");
+    CHECK(g.version == 3 && g.align == 32 && g.data0 % 32 == 0);
+    CHECK(kv_str_is(&g, "general.architecture", "qwen3moe"));
+    CHECK(kv_u32(&g, "general.file_type") == (wtype == T_Q8_0 ? 7 : wtype == T_F16 ? 1 : 32));
+    CHECK(kv_u32(&g, "qwen3moe.block_count") == n_layers);
+    CHECK(kv_u32(&g, "qwen3moe.context_length") == (int64_t)jnum(cfg, "max_position_embeddings"));
+    CHECK(kv_u32(&g, "qwen3moe.embedding_length") == (int64_t)H);
+    CHECK(kv_u32(&g, "qwen3moe.feed_forward_length") == (int64_t)jnum(cfg, "intermediate_size"));
+    CHECK(kv_u32(&g, "qwen3moe.attention.head_count") == (int64_t)jnum(cfg, "num_attention_heads"));
+    CHECK(kv_u32(&g, "qwen3moe.attention.head_count_kv") ==
+          (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(kv_u32(&g, "qwen3moe.attention.key_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "qwen3moe.attention.value_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "qwen3moe.rope.dimension_count") == (int64_t)D);
+    CHECK(kv_f32(&g, "qwen3moe.rope.freq_base") == (float)jnum(cfg, "rope_theta"));
+    CHECK(kv_f32(&g, "qwen3moe.attention.layer_norm_rms_epsilon") == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_u32(&g, "qwen3moe.expert_count") == (int64_t)E);
+    CHECK(kv_u32(&g, "qwen3moe.expert_used_count") == (int64_t)jnum(cfg, "num_experts_per_tok"));
+    CHECK(kv_u32(&g, "qwen3moe.expert_feed_forward_length") == (int64_t)I);
+    CHECK(H == 256 && D == 32 && E == 16 && I == 128 && NQ == 256 && NKV == 64 && V == 151936);
+
+    /* tokenizer */
+    cJSON *tj = read_json(dir, "tokenizer.json");
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model"), *e;
+    cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const char **want = calloc(V, sizeof *want);
+    int *want_type = malloc(V * sizeof *want_type);
+    for (uint64_t i = 0; i < V; i++) want_type[i] = 5; /* unused padding */
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(model, "vocab")) {
+        want[(uint64_t)e->valuedouble] = e->string;
+        want_type[(uint64_t)e->valuedouble] = 1;
+    }
+    int n_added = 0, n_pad = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+        uint64_t id = (uint64_t)jnum(e, "id");
+        want[id] = cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring;
+        want_type[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? 3 : 4;
+        n_added++;
+    }
+    CHECK(kv_str_is(&g, "tokenizer.ggml.model", "gpt2") && kv_str_is(&g, "tokenizer.ggml.pre", "qwen2"));
+    const gkv *tk = kv_find(&g, "tokenizer.ggml.tokens");
+    const gkv *tt = kv_find(&g, "tokenizer.ggml.token_type");
+    const gkv *mg = kv_find(&g, "tokenizer.ggml.merges");
+    CHECK(tk && tk->type == V_ARR && tk->arr_type == V_STR && tk->arr_n == V);
+    CHECK(tt && tt->type == V_ARR && tt->arr_type == V_I32 && tt->arr_n == V);
+    CHECK(mg && mg->type == V_ARR && mg->arr_type == V_STR &&
+          mg->arr_n == (uint64_t)cJSON_GetArraySize(merges));
+    if (tk && tk->arr_n == V && tt && tt->arr_n == V) {
+        size_t at = tk->at;
+        long bad_tok = 0, bad_type = 0;
+        char pad[32];
+        for (uint64_t i = 0; i < V; i++) {
+            uint64_t n;
+            memcpy(&n, g.b + at, 8);
+            const char *w = want[i];
+            if (!w) {
+                snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)i);
+                w = pad;
+                n_pad++;
+            }
+            bad_tok += n != strlen(w) || memcmp(g.b + at + 8, w, n);
+            at += 8 + n;
+            int32_t ty;
+            memcpy(&ty, g.b + tt->at + 4 * i, 4);
+            bad_type += ty != want_type[i];
+        }
+        CHECKF(!bad_tok && !bad_type, "%ld tokens, %ld token types differ", bad_tok, bad_type);
+        CHECK(n_added == 26 && n_pad == (int)(V - 151643 - 26));
+    }
+    if (mg && mg->arr_n) { /* the first merge "a b" from ["a", "b"] */
+        cJSON *m0 = cJSON_GetArrayItem(merges, 0);
+        char first[256];
+        uint64_t n;
+        FMT(first, "%s %s", cJSON_GetArrayItem(m0, 0)->valuestring,
+            cJSON_GetArrayItem(m0, 1)->valuestring);
+        memcpy(&n, g.b + mg->at, 8);
+        CHECK(n == strlen(first) && !memcmp(g.b + mg->at + 8, first, n));
+    }
+    CHECK(kv_u32(&g, "tokenizer.ggml.eos_token_id") >= 0 &&
+          kv_u32(&g, "tokenizer.ggml.eos_token_id") < (int64_t)V);
+    free(want);
+    free(want_type);
+    cJSON_Delete(tj);
+
+    /* tensors */
+    int tie = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+    CHECKF(g.n_tensors == 3 - (uint64_t)tie + 12 * (uint64_t)n_layers, "%llu tensors",
+           (unsigned long long)g.n_tensors);
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    if (st) {
+        char name[128], hf[256];
+        check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0, "model.embed_tokens.weight",
+                     1, &n_checked);
+        for (int l = 0; l < n_layers; l++) {
+            static const struct { const char *g, *h; int kind; } lin[] = {
+                {"attn_norm", "input_layernorm", 0},     {"attn_q", "self_attn.q_proj", 1},
+                {"attn_k", "self_attn.k_proj", 2},       {"attn_v", "self_attn.v_proj", 2},
+                {"attn_output", "self_attn.o_proj", 3},  {"attn_q_norm", "self_attn.q_norm", 4},
+                {"attn_k_norm", "self_attn.k_norm", 4},  {"ffn_norm", "post_attention_layernorm", 0},
+                {"ffn_gate_inp", "mlp.gate", 5},
+            };
+            for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+                uint64_t ne0 = H, ne1 = 0;
+                uint32_t ty = wtype;
+                int nd = 2;
+                switch (lin[i].kind) {
+                case 0: nd = 1, ty = T_F32; break;
+                case 1: ne1 = NQ; break;
+                case 2: ne1 = NKV; break;
+                case 3: ne0 = NQ, ne1 = H; break;
+                case 4: nd = 1, ne0 = D, ty = T_F32; break;
+                case 5: ne1 = E, ty = T_F32; break;
+                }
+                FMT(name, "blk.%d.%s.weight", l, lin[i].g);
+                FMT(hf, "model.layers.%d.%s.weight", l, lin[i].h);
+                check_tensor(&g, st, name, ty, nd, ne0, ne1, 0, hf, 1, &n_checked);
+            }
+            static const char *const exps[3][2] = {
+                {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
+            for (int i = 0; i < 3; i++) {
+                FMT(name, "blk.%d.%s.weight", l, exps[i][0]);
+                FMT(hf, "model.layers.%d.mlp.experts.%%d.%s.weight", l, exps[i][1]);
+                check_tensor(&g, st, name, wtype, 3, i == 2 ? I : H, i == 2 ? H : I, E, hf,
+                             (int)E, &n_checked);
+            }
+        }
+        check_tensor(&g, st, "output_norm.weight", T_F32, 1, H, 0, 0, "model.norm.weight", 1,
+                     &n_checked);
+        if (tie) CHECK(ti_find(&g, "output.weight") == NULL && !moe8_st_find(st, "lm_head.weight"));
+        else check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0, "lm_head.weight", 1, &n_checked);
+        CHECKF(n_checked == 3 - tie + 12 * n_layers, "%d tensors checked", n_checked);
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", n_layers);
+        CHECK(ti_find(&g, name) == NULL);
+        moe8_st_close(st);
+    }
+    /* offsets: increasing, non-overlapping, the last one ending at the file's end (padded) */
+    uint64_t end = 0;
+    int ordered = 1;
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const gti *t = &g.ti[i];
+        uint64_t n = t->ne[0] * (t->n_dims > 1 ? t->ne[1] : 1) * (t->n_dims > 2 ? t->ne[2] : 1);
+        uint64_t bytes = t->type == T_Q8_0 ? n / 32 * 34 : n * (t->type == T_F32 ? 4 : 2);
+        ordered &= t->offset >= end;
+        end = t->offset + bytes;
+    }
+    CHECK(ordered && g.data0 + end <= g.n && g.n - (g.data0 + end) < 32);
+    gguf_free(&g);
+    cJSON_Delete(cfg);
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static int same_bytes(const char *path, const char *want) {
+    size_t n = 0;
+    unsigned char *b = test_slurp(path, &n);
+    int same = b && n == strlen(want) && !memcmp(b, want, n);
+    free(b);
+    return same;
+}
+
+int main(void) {
+    const char *root = test_tmpdir("export_gguf");
+    char src[4096], moe[4096], nan_dir[4096], f32_src[4096], f32_dir[4096], w8[4096];
+    char out[4096], err[4096], file[4096], args[16384], cmd[16384], exists[4096];
+    FMT(src, "%s/tiny", root);
+    FMT(moe, "%s/moe", root);
+    FMT(nan_dir, "%s/moe_nan", root);
+    FMT(f32_src, "%s/tiny_f32", root);
+    FMT(f32_dir, "%s/moe_f32", root);
+    FMT(w8, "%s/w8a8", root);
+    FMT(out, "%s/out", root);
+    FMT(err, "%s/stderr.txt", root);
+    FMT(cmd, "mkdir -p '%s'", out);
+    CHECK(test_run(cmd) == 0);
+
+    fill_tables();
+    make_moe_model(src, moe, 2, MOE8_DT_BF16, 0, 1, 0);
+
+    /* the three matrix types from a BF16 model */
+    static const struct { const char *name; uint32_t type; } types[] = {
+        {"f16", T_F16}, {"bf16", T_BF16}, {"q8_0", T_Q8_0}};
+    for (int i = 0; i < 3; i++) {
+        FMT(file, "%s/%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", moe, file, types[i].name);
+        CHECKF(export(args, err) == 0, "export --type %s", types[i].name);
+        check_file(file, moe, types[i].type, 2);
+        CHECK(n_temp_files(out) == 0);
+    }
+
+    /* an F32 model with tied embeddings (no output.weight): F16 and BF16
+     * rounded to nearest even here */
+    make_moe_model(f32_src, f32_dir, 1, MOE8_DT_F32, 0, 1, 1);
+    for (int i = 0; i < 2; i++) {
+        FMT(file, "%s/f32_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", f32_dir, file, types[i].name);
+        CHECKF(export(args, err) == 0, "f32 export --type %s", types[i].name);
+        check_file(file, f32_dir, types[i].type, 1);
+        FMT(cmd, "rm -f '%s'", file);
+        test_run(cmd);
+    }
+
+    /* an existing output: refused without --force and untouched */
+    FMT(exists, "%s/exists.gguf", out);
+    test_write_file(exists, "precious", 8);
+    FMT(args, "-m '%s' -o '%s' --layers 1", moe, exists);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "exists.gguf") && test_file_contains(err, "--force"));
+    CHECK(same_bytes(exists, "precious"));
+
+    /* a NaN weight found while writing: non-zero, the tensor named, the old file kept */
+    make_moe_model(src, nan_dir, 2, MOE8_DT_BF16, 1, 0, 0);
+    FMT(args, "-m '%s' -o '%s' --force", nan_dir, exists);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "model.layers.1.mlp.experts.15.down_proj.weight") &&
+          test_file_contains(err, "not finite"));
+    CHECK(same_bytes(exists, "precious"));
+    CHECK(n_temp_files(out) == 0);
+
+    /* --layers 1 with --force replaces it: block_count 1, only blk.0 */
+    FMT(args, "-m '%s' -o '%s' --layers 1 --force --type q8_0", moe, exists);
+    CHECK(export(args, err) == 0);
+    check_file(exists, moe, T_Q8_0, 1);
+    CHECK(n_temp_files(out) == 0);
+    FMT(args, "-m '%s' -o '%s/l3.gguf' --layers 3", moe, out);
+    CHECK(export(args, err) != 0 && test_file_contains(err, "--layers 3"));
+
+    /* the output is a file of the model folder: refused even with --force */
+    {
+        char st_path[4200], cfg_path[4200];
+        size_t n0 = 0, n1 = 0;
+        FMT(st_path, "%s/model.safetensors", moe);
+        unsigned char *before = test_slurp(st_path, &n0), *after;
+        FMT(args, "-m '%s' -o '%s' --force", moe, st_path);
+        CHECK(export(args, err) != 0);
+        CHECK(test_file_contains(err, "model.safetensors") &&
+              test_file_contains(err, "of the model folder"));
+        after = test_slurp(st_path, &n1);
+        CHECK(before && after && n0 == n1 && !memcmp(before, after, n0));
+        free(before);
+        free(after);
+        FMT(cfg_path, "%s/./config.json", moe);
+        FMT(args, "-m '%s' -o '%s' --force", moe, cfg_path);
+        CHECK(export(args, err) != 0 && test_file_contains(err, "config.json") &&
+              test_file_contains(err, "of the model folder"));
+        CHECK(n_temp_files(moe) == 0);
+    }
+
+    /* a missing folder */
+    FMT(args, "-m '%s/nope' -o '%s/nope.gguf'", root, out);
+    CHECK(export(args, err) != 0 && test_file_contains(err, "nope"));
+
+    /* a W8A8 folder: the first quantized tensor named */
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' >/dev/null 2>&1", MOE8_CLI, moe, w8);
+    CHECK(test_run(cmd) == 0);
+    FMT(args, "-m '%s' -o '%s/w8.gguf'", w8, out);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "model.layers.0.self_attn.q_proj.weight") &&
+          test_file_contains(err, "I8") && test_file_contains(err, "float"));
+    FMT(file, "%s/w8.gguf", out);
+    CHECK(access(file, F_OK) != 0);
+    CHECK(n_temp_files(out) == 0);
+
+    FMT(cmd, "rm -rf '%s'", root);
+    test_run(cmd);
+    return test_summary();
+}
