@@ -449,7 +449,10 @@ int main(int argc, char **argv) {
         size_t n;
         float *want = (float *)slurp(argv[3], &n), *got = malloc(n);
         outputs(argv[2], &(opts){0}, 256, got);
-        return n != sizeof(float) * N_OUT(256) || memcmp(got, want, n) || test_n_fail ? 3 : 0;
+        const int bad = n != sizeof(float) * N_OUT(256) || memcmp(got, want, n) || test_n_fail;
+        free(want);
+        free(got);
+        return bad ? 3 : 0;
     }
     if (argc == 3 && !strcmp(argv[1], "--table-child")) { /* under MOE8_ISA=... */
         float *ref = malloc(sizeof(float) * N_OUT(256));
