@@ -26,7 +26,8 @@
  * last look to the rename of <name>.tmp.<pid>, so a racing process waits and
  * then maps the winner's file.
  * Does not: cache float weights (they are used in place from the
- * safetensors map), or share one file between tables or shards.
+ * safetensors map; a model with no int8 weight gets no cache file), or
+ * share one file between tables or shards.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -446,11 +447,28 @@ static int take_lock(moe8_pcache *pc) {
     return fd;
 }
 
+/* 1 when some weight of m is packed (int8); a float model has nothing to cache. */
+static int has_packed(const moe8_model *m) {
+    if (m->lm_head.quant != MOE8_QUANT_FLOAT) return 1;
+    for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) {
+        const moe8_layer_info *li = &m->layers[i].info;
+        const moe8_quant_type q[] = {li->qkv, li->o, li->q_b};
+        for (size_t j = 0; j < sizeof q / sizeof q[0]; j++)
+            if (q[j] != MOE8_QUANT_FLOAT) return 1;
+        if (li->is_moe ? li->experts != MOE8_QUANT_FLOAT ||
+                             (li->has_shared && (li->shared_gate_up != MOE8_QUANT_FLOAT ||
+                                                 li->shared_down != MOE8_QUANT_FLOAT))
+                       : li->mlp_gate_up != MOE8_QUANT_FLOAT || li->mlp_down != MOE8_QUANT_FLOAT)
+            return 1;
+    }
+    return 0;
+}
+
 moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache **out,
                              moe8_error *err) {
     char dirs[2][PATH_MAX], path[PATH_MAX], why[PATH_MAX + 512] = "";
     *out = NULL;
-    if (m->params.no_cache || float_experts) return MOE8_OK;
+    if (m->params.no_cache || float_experts || !has_packed(m)) return MOE8_OK;
     moe8_pcache *pc = calloc(1, sizeof *pc);
     if (!pc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     pc->lock_fd = -1;
