@@ -315,6 +315,15 @@ typedef struct {
     int n_threads;                /* threads for load-time work and inference; 0 = OpenMP default; at most 4096 */
     moe8_dist *dist;              /* NULL (or one rank): single process. Else this rank's share
                                    * of the model (SEMANTICS §8); must outlive the model */
+    /* The packed cache (SEMANTICS §6c): the packed int8 weights of this kernel
+     * table and shard in a file that later loads map instead of packing. */
+    const char *cache_dir;        /* NULL: DIR/.moe8-cache/ when it can be written, else
+                                   * $XDG_CACHE_HOME/moe8/ (~/.cache/moe8/); set: only there
+                                   * (an error when it cannot be used). Copied at load */
+    int no_cache;                 /* 1: pack in memory every load; no cache read or written */
+    int no_mmap;                  /* 1: read the cache into anonymous memory, not a mapping */
+    int mlock;                    /* 1: pin the cache in RAM; the context fails with the
+                                   * system's reason (RLIMIT_MEMLOCK) when it cannot */
 } moe8_model_params;
 moe8_model_params moe8_model_params_default(void);
 
@@ -327,6 +336,21 @@ moe8_model_params moe8_model_params_default(void);
 moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, moe8_model **out,
                             moe8_error *err);
 void moe8_model_free(moe8_model *m);
+
+/* Where the packed cache of m for the kernel table in use (and this rank's
+ * shard) is, and whether it is valid: header, size, fingerprint of the
+ * folder, table, layout and shard, and with `full` every section checksum
+ * (reads the whole file). Neither builds nor changes anything. */
+typedef struct {
+    int exists;                   /* a file is at path */
+    int valid;                    /* it would be used */
+    char path[4096];              /* the valid one, else the first found, else where it goes */
+    uint64_t bytes;               /* its size */
+    char why[512];                /* why not valid ("absent" when no file) */
+    char table[16], layout[16];   /* the kernel table and packed layout it is for */
+} moe8_cache_info;
+moe8_status moe8_model_cache_check(const moe8_model *m, int full, moe8_cache_info *out,
+                                   moe8_error *err);
 
 /* The parsed config.json. eos_token_ids holds the union of config.json's and
  * generation_config.json's stop ids (the tokenizer's <|im_end|> is added by
@@ -1182,6 +1206,7 @@ typedef struct {
      * whole layer (moe8_moe_layer_from_model does). NULL: not called. */
     void (*on_packed)(void *user, int expert);
     void *on_packed_user;
+    struct moe8_pcache *cache;      /* internal (a model's packed cache); NULL */
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 

@@ -46,4 +46,11 @@ const char *cli_kv_type_name(moe8_dtype t);
  * "moe8 <cmd>: <message>"; `cmd` must outlive the process's library calls. */
 void cli_log_warnings(const char *cmd);
 
+/* The packed-cache options every command that loads a model takes
+ * (--cache-dir DIR, --no-cache, --no-mmap, --mlock; SEMANTICS §6c): main()
+ * takes them out of argv before the command parses it; this copies them
+ * into mp. */
+void cli_model_opts(moe8_model_params *mp);
+int cmd_pack(int argc, char **argv);
+
 #endif

@@ -371,6 +371,7 @@ static int bench_decode(moe8_model *m, moe8_context *ctx, const fwd_opts *o, int
 int cmd_bench_forward(int argc, char **argv) {
     fwd_opts o;
     moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
     moe8_context_params cp = moe8_context_params_default();
     moe8_model *m = NULL;
     moe8_context *ctx = NULL;

@@ -237,6 +237,7 @@ done:
 int cmd_bench_sched(int argc, char **argv) {
     sched_opts o;
     moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
     moe8_model *m = NULL;
     moe8_error err;
     int rc = parse(argc, argv, &o);

@@ -1093,6 +1093,7 @@ int cmd_generate(int argc, char **argv) {
     moe8_model *m = NULL;
     moe8_tokenizer *tok = NULL;
     moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
     moe8_error err;
     struct stat st;
     double t0;

@@ -207,7 +207,9 @@ int cmd_inspect(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (moe8_model_load(dir, NULL, &m, &err) != MOE8_OK) return cli_fail("inspect", &err);
+    moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
+    if (moe8_model_load(dir, &mp, &m, &err) != MOE8_OK) return cli_fail("inspect", &err);
     const moe8_config *c = moe8_model_config(m);
     print_arch(dir, c);
     print_quant(m, c->num_hidden_layers);
@@ -221,6 +223,16 @@ int cmd_inspect(int argc, char **argv) {
     printf("memory at context %lld: %.1f MiB = weights %.1f + KV cache %.1f (%s) + scratch %.1f\n",
            n_ctx, mib(me.total_bytes), mib(me.weight_bytes), mib(me.kv_bytes),
            cli_kv_type_name(kv_type), mib(me.scratch_bytes));
+    moe8_cache_info ci;
+    if (mp.no_cache) {
+        printf("packed cache: off (--no-cache)\n");
+    } else if (moe8_model_cache_check(m, 0, &ci, &err) == MOE8_OK) {
+        printf("packed cache (%s, layout %s): %s %s", ci.table, ci.layout,
+               ci.valid ? "valid" : ci.exists ? "invalid" : "none yet; would be", ci.path);
+        if (ci.exists) printf(" (%.1f MiB)", mib(ci.bytes));
+        if (ci.exists && !ci.valid) printf(": %s", ci.why);
+        printf("\n");
+    }
     moe8_model_free(m);
     return 0;
 }

@@ -628,6 +628,7 @@ int cmd_perplexity(int argc, char **argv) {
     moe8_model *m = NULL;
     moe8_tokenizer *tok = NULL;
     moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
     moe8_error err;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;

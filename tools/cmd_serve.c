@@ -218,6 +218,7 @@ int cmd_serve(int argc, char **argv) {
     moe8_model *m = NULL;
     moe8_tokenizer *tok = NULL;
     moe8_model_params mp = moe8_model_params_default();
+    cli_model_opts(&mp);
     moe8_error err;
     struct sigaction sa;
     struct stat sb;

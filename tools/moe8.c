@@ -24,6 +24,36 @@ STUB(cmd_make_model, "make-model")
 STUB(cmd_serve, "serve")
 STUB(cmd_perplexity, "perplexity")
 
+static struct {
+    const char *cache_dir;
+    int no_cache, no_mmap, mlock;
+} g_model_opts;
+
+void cli_model_opts(moe8_model_params *mp) {
+    mp->cache_dir = g_model_opts.cache_dir;
+    mp->no_cache = g_model_opts.no_cache;
+    mp->no_mmap = g_model_opts.no_mmap;
+    mp->mlock = g_model_opts.mlock;
+}
+
+/* Take the packed-cache options out of argv[first..]; -1 when --cache-dir has no value. */
+static int take_model_opts(int *argc, char **argv) {
+    int n = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--cache-dir")) {
+            if (i + 1 >= *argc) return -1;
+            g_model_opts.cache_dir = argv[++i];
+        } else if (!strcmp(a, "--no-cache")) g_model_opts.no_cache = 1;
+        else if (!strcmp(a, "--no-mmap")) g_model_opts.no_mmap = 1;
+        else if (!strcmp(a, "--mlock")) g_model_opts.mlock = 1;
+        else argv[n++] = argv[i];
+    }
+    argv[n] = NULL;
+    *argc = n;
+    return 0;
+}
+
 int cli_fail(const char *cmd, const moe8_error *err) {
     fprintf(stderr, "moe8 %s: %s\n", cmd, err->message[0] ? err->message : moe8_status_str(err->code));
     return 1;
@@ -102,6 +132,7 @@ static const struct {
     {"export-gguf", cmd_export_gguf, "write a float Qwen3-MoE folder as a GGUF file for llama.cpp"},
     {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
+    {"pack", cmd_pack, "build (or --verify) the packed-weight cache of a model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
     {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve)"},
@@ -112,6 +143,8 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel table in use (MOE8_ISA=NAME forces one)");
+    fprintf(f, "\nevery command that loads a model also takes --cache-dir DIR, --no-cache, --no-mmap\n"
+               "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c)\n");
 }
 
 int main(int argc, char **argv) {
@@ -129,8 +162,15 @@ int main(int argc, char **argv) {
                moe8_kernel_tables());
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name)) continue;
+        int n = argc - 1;
+        if (take_model_opts(&n, argv + 1)) {
+            fprintf(stderr, "moe8 %s: --cache-dir wants a folder\n", argv[1]);
+            return 2;
+        }
+        return commands[i].fn(n, argv + 1);
+    }
     fprintf(stderr, "moe8: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -9,6 +9,9 @@
  * MoE layers built with moe8_moe_layer_create (experts repacked), norm
  * vectors converted to fp32 (a few KB); the mapped pages of every packed int8
  * weight are released (SEMANTICS §6b).
+ * The packed int8 weights come from the model's packed cache when it has a
+ * valid one (cache.h: section i = layer i, then lm_head), and go to it when
+ * it is being written.
  * Embeddings, the router, FLOAT linears and a tied lm_head stay in the map in
  * their stored dtype; an untied FLOAT lm_head is copied into owned memory (it
  * streams faster there) and its pages released; a W8A8_DYNAMIC lm_head is packed like the W8A8 linears
@@ -45,6 +48,7 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
+#include "model/cache.h"
 #include "model/forward.h"
 #include "moe/moe.h"
 
@@ -59,43 +63,43 @@ static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_erro
     return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
 }
 
-static moe8_status build_moe(moe8_fwd_layer *fl, const moe8_model *m, int li, int float_experts,
-                             int n_threads, moe8_error *err) {
+static moe8_status build_moe(moe8_pcache *pc, moe8_fwd_layer *fl, const moe8_model *m, int li,
+                             int float_experts, int n_threads, moe8_error *err) {
     const moe8_dist_shard *sh = &m->shard;
     moe8_moe_part part = {0, 0, 0, 0, n_threads, float_experts};
     if (sh->size > 1) {
         part.i_begin = sh->i_begin, part.i_end = sh->i_end;
         part.expert_first = sh->expert_first, part.expert_last = sh->expert_last;
     }
-    return moe8_moe_layer_from_model(m, li, &part, &fl->moe, err);
+    return moe8_moe_layer_from_model_cached(m, li, &part, pc, &fl->moe, err);
 }
 
 /* This rank's block of a linear: rows [r0, r1) (column-parallel) or columns
  * [c0, c1) (row-parallel: the bias on rank 0 only). Whole with one rank. */
-static moe8_status proj_rows(moe8_proj *p, const moe8_model *m, const moe8_linear *src, int r0,
-                             int r1, moe8_error *err) {
-    moe8_status st = moe8_proj_init_slice(p, src, r0, r1, 0, (int)src->n_in, 1, err);
+static moe8_status proj_rows(moe8_pcache *pc, moe8_proj *p, const moe8_model *m,
+                             const moe8_linear *src, int r0, int r1, moe8_error *err) {
+    moe8_status st = moe8_proj_init_cached(p, src, r0, r1, 0, (int)src->n_in, 1, pc, err);
     if (!st && p->type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
     return st;
 }
 
-static moe8_status proj_cols(moe8_proj *p, const moe8_model *m, const moe8_linear *src, int c0,
-                             int c1, moe8_error *err) {
-    moe8_status st = moe8_proj_init_slice(p, src, 0, (int)src->n_out, c0, c1,
-                                          m->shard.rank == 0, err);
+static moe8_status proj_cols(moe8_pcache *pc, moe8_proj *p, const moe8_model *m,
+                             const moe8_linear *src, int c0, int c1, moe8_error *err) {
+    moe8_status st = moe8_proj_init_cached(p, src, 0, (int)src->n_out, c0, c1,
+                                           m->shard.rank == 0, pc, err);
     if (!st && p->type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
     return st;
 }
 
-static moe8_status build_attn(moe8_fwd_layer *fl, const moe8_model *m, const moe8_layer *L,
-                              int D, moe8_error *err) {
+static moe8_status build_attn(moe8_pcache *pc, moe8_fwd_layer *fl, const moe8_model *m,
+                              const moe8_layer *L, int D, moe8_error *err) {
     const moe8_dist_shard *sh = &m->shard;
     moe8_status st;
-    if ((st = proj_rows(&fl->q, m, &L->q, sh->head_begin * D, sh->head_end * D, err)) ||
-        (st = proj_rows(&fl->k, m, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
-        (st = proj_rows(&fl->v, m, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
+    if ((st = proj_rows(pc, &fl->q, m, &L->q, sh->head_begin * D, sh->head_end * D, err)) ||
+        (st = proj_rows(pc, &fl->k, m, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
+        (st = proj_rows(pc, &fl->v, m, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
         return st;
-    return proj_cols(&fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
+    return proj_cols(pc, &fl->o, m, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
 /* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7d): uk[h][c][d]
@@ -163,18 +167,18 @@ static moe8_status build_mla(moe8_weights *w, moe8_fwd_layer *fl, const moe8_mod
     const int h0 = m->shard.head_begin, h1 = m->shard.head_end, D = w->D;
     moe8_status st;
     if (w->QL) {
-        if ((st = proj_rows(&fl->q_a, m, &L->q_a, 0, w->QL, err)) ||
+        if ((st = proj_rows(w->cache, &fl->q_a, m, &L->q_a, 0, w->QL, err)) ||
             (st = norm_copy(&fl->q_a_norm, L->q_a_norm, w->QL, err)) ||
-            (st = proj_rows(&fl->q_b, m, &L->q_b, h0 * D, h1 * D, err)))
+            (st = proj_rows(w->cache, &fl->q_b, m, &L->q_b, h0 * D, h1 * D, err)))
             return st;
-    } else if ((st = proj_rows(&fl->q, m, &L->q, h0 * D, h1 * D, err))) {
+    } else if ((st = proj_rows(w->cache, &fl->q, m, &L->q, h0 * D, h1 * D, err))) {
         return st;
     }
-    if ((st = proj_rows(&fl->kv_a, m, &L->kv_a, 0, w->C, err)) ||
+    if ((st = proj_rows(w->cache, &fl->kv_a, m, &L->kv_a, 0, w->C, err)) ||
         (st = norm_copy(&fl->kv_a_norm, L->kv_a_norm, w->L, err)) ||
         (st = build_absorbed(w, fl, m, &L->kv_b, h0, h1, err)))
         return st;
-    return proj_cols(&fl->o, m, &L->o, h0 * w->DV, h1 * w->DV, err);
+    return proj_cols(w->cache, &fl->o, m, &L->o, h0 * w->DV, h1 * w->DV, err);
 }
 
 /* The shared expert: gate/up rows and down columns of this rank's S slice,
@@ -185,9 +189,9 @@ static moe8_status build_shared(moe8_weights *w, moe8_fwd_layer *fl, const moe8_
     const int s0 = sh->size > 1 ? sh->s_begin : 0;
     const int s1 = sh->size > 1 ? sh->s_end : (int)L->sh_gate.n_out;
     moe8_status st;
-    if ((st = proj_rows(&fl->sh_gate, m, &L->sh_gate, s0, s1, err)) ||
-        (st = proj_rows(&fl->sh_up, m, &L->sh_up, s0, s1, err)) ||
-        (st = proj_cols(&fl->sh_down, m, &L->sh_down, s0, s1, err)))
+    if ((st = proj_rows(w->cache, &fl->sh_gate, m, &L->sh_gate, s0, s1, err)) ||
+        (st = proj_rows(w->cache, &fl->sh_up, m, &L->sh_up, s0, s1, err)) ||
+        (st = proj_cols(w->cache, &fl->sh_down, m, &L->sh_down, s0, s1, err)))
         return st;
     if (L->sh_score) { /* qwen2_moe's sigmoid gate; deepseek's shared experts have none */
         const moe8_linear score = {.quant = MOE8_QUANT_FLOAT, .n_out = 1,
@@ -214,16 +218,16 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
         (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
         (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
-        (st = w->mla ? build_mla(w, fl, m, L, err) : build_attn(fl, m, L, w->D, err)))
+        (st = w->mla ? build_mla(w, fl, m, L, err) : build_attn(w->cache, fl, m, L, w->D, err)))
         return st;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
-    if (fl->is_moe) return build_moe(fl, m, li, float_experts, n_threads, err);
+    if (fl->is_moe) return build_moe(w->cache, fl, m, li, float_experts, n_threads, err);
     f0 = sh->size > 1 ? sh->f_begin : 0;
     f1 = sh->size > 1 ? sh->f_end : (int)L->mlp_gate.n_out;
-    if ((st = proj_rows(&fl->gate, m, &L->mlp_gate, f0, f1, err)) ||
-        (st = proj_rows(&fl->up, m, &L->mlp_up, f0, f1, err)) ||
-        (st = proj_cols(&fl->down, m, &L->mlp_down, f0, f1, err)))
+    if ((st = proj_rows(w->cache, &fl->gate, m, &L->mlp_gate, f0, f1, err)) ||
+        (st = proj_rows(w->cache, &fl->up, m, &L->mlp_up, f0, f1, err)) ||
+        (st = proj_cols(w->cache, &fl->down, m, &L->mlp_down, f0, f1, err)))
         return st;
     if (fl->gate.n > w->F_max) w->F_max = fl->gate.n;
     return MOE8_OK;
@@ -275,17 +279,19 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
         w->v_count = w->V - w->v_begin < w->v_chunk ? w->V - w->v_begin : w->v_chunk;
         if (w->v_count < 0) w->v_count = 0;
         if (w->v_count > 0)
-            st = moe8_proj_init_slice(&w->lm_head, src, w->v_begin, w->v_begin + w->v_count, 0,
-                                      w->H, 0, err);
+            st = moe8_proj_init_cached(&w->lm_head, src, w->v_begin, w->v_begin + w->v_count,
+                                       0, w->H, 0, w->cache, err);
     } else {
-        st = moe8_proj_init(&w->lm_head, src, 0, err);
+        st = moe8_proj_init_cached(&w->lm_head, src, 0, (int)src->n_out, 0, (int)src->n_in, 0,
+                                   w->cache, err);
     }
     /* A FLOAT lm_head (untied) is copied out of the map: read every token, it
      * streams faster from anonymous memory (moe8_proj_own_float). */
     if (!st && w->lm_head.type == MOE8_QUANT_FLOAT && !m->cfg.tie_word_embeddings && w->lm_head.n)
         st = moe8_proj_own_float(&w->lm_head, m->st, src->weight, err);
+    if (!st && w->lm_head.type != MOE8_QUANT_FLOAT && w->lm_head.n)
+        moe8_st_release(m->st, src->weight);
     if (!st && w->lm_head.packed) {
-        if (w->lm_head.type != MOE8_QUANT_FLOAT) moe8_st_release(m->st, src->weight);
         w->owned_bytes += moe8_proj_owned_bytes(&w->lm_head);
     }
     if (st) moe8_error_prefix(err, "lm_head");
@@ -332,14 +338,18 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
                        w->rope_dim);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
+    if (!st) st = moe8_pcache_open(m, float_experts, &w->cache, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
+        moe8_pcache_section(w->cache, i);
         st = build_layer(w, i, float_experts, n_threads, err);
         if (st) moe8_error_prefix(err, "layer %d", i);
         else w->owned_bytes += layer_owned(&w->layers[i], w);
     }
     /* last: its copy (or packing) then does not add to the transient of a
      * layer's mapped pages being packed (the peak resident memory of loading) */
+    moe8_pcache_section(w->cache, w->n_layer);
     if (!st) st = build_lm_head(w, m, err);
+    if (!st) st = moe8_pcache_finish(w->cache, err);
     if (st) {
         moe8_weights_free(w);
         return st;
@@ -381,6 +391,7 @@ void moe8_weights_free(moe8_weights *w) {
     free(w->layers);
     moe8_proj_free(&w->lm_head);
     free(w->final_norm);
+    moe8_pcache_free(w->cache); /* after every weight that points into it */
     free(w);
 }
 

@@ -39,7 +39,8 @@ typedef struct {
     float *fbias;           /* [n] (owned): FLOAT linear bias (qwen2_moe q/k/v), added
                              * after the product by the caller (moe8_proj_add_bias); else NULL */
     float *deq;             /* [n] (owned): W8A8 deq_scale, W8A8_DYNAMIC weight_scale, fp32 */
-    int8_t *packed;         /* owned storage behind q.data (int8) or w (a FLOAT copy) */
+    int8_t *packed;         /* owned storage behind q.data (int8) or w (a FLOAT copy);
+                             * NULL when q.data is in the packed cache's mapping */
 } moe8_proj;
 
 /* Make `src` (checked by moe8_model_load) ready: FLOAT keeps a pointer, W8A8
@@ -52,6 +53,11 @@ moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, 
  * the block in place with a row stride, W8A8 packs it. */
 moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
                                  int c1, int with_bias, moe8_error *err);
+/* The same, the packed weight taken from (or handed to) a model's packed
+ * cache (cache.h; NULL: none). */
+struct moe8_pcache;
+moe8_status moe8_proj_init_cached(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
+                                  int c1, int with_bias, struct moe8_pcache *pc, moe8_error *err);
 void moe8_proj_free(moe8_proj *p);
 /* y[t][j] += p->fbias[j] for T rows of stride ldy (no-op without a bias). */
 void moe8_proj_add_bias(const moe8_proj *p, float *y, int ldy, int T);
@@ -251,6 +257,8 @@ typedef struct {
     moe8_fwd_layer *layers;        /* [n_layer] */
     int float_experts;             /* W8A8 experts run dequantized */
     size_t owned_bytes;            /* packed weights and vectors */
+    struct moe8_pcache *cache;     /* the packed cache the int8 weights are mapped from (or
+                                    * were written to); NULL: none */
 } moe8_weights;
 
 moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,

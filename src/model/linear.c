@@ -27,6 +27,8 @@
  * Tensor parallelism (SEMANTICS §8): a proj may be a block of the checkpoint's
  * weight — rows (column-parallel q/k/v, dense gate/up) or columns
  * (row-parallel o_proj, dense down, whose quant_bias only rank 0 adds).
+ * With a model's packed cache (cache.h) the packed weight is a region of the
+ * file, read in place (packed stays NULL).
  * Values were checked by moe8_model_load (model.h). Does not: fuse q/k/v into
  * one GEMM, or communicate (forward.c all-reduces the partial sums).
  */
@@ -35,6 +37,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "model/cache.h"
 #include "model/forward.h"
 
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err) {
@@ -45,6 +48,11 @@ moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, 
 
 moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
                                  int c1, int with_bias, moe8_error *err) {
+    return moe8_proj_init_cached(p, src, r0, r1, c0, c1, with_bias, NULL, err);
+}
+
+moe8_status moe8_proj_init_cached(moe8_proj *p, const moe8_linear *src, int r0, int r1, int c0,
+                                  int c1, int with_bias, moe8_pcache *pc, moe8_error *err) {
     const moe8_tensor *w = src->weight;
     const size_t ld = (size_t)src->n_in;
     memset(p, 0, sizeof *p);
@@ -84,8 +92,9 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
     p->deq = malloc((size_t)p->n * sizeof(float));
     p->bias = with_bias ? malloc((size_t)p->n * sizeof(int32_t)) : NULL;
     const moe8_qlayout *ql = moe8_kernels_get()->qlayout; /* packed once, for the table in use */
-    p->packed = moe8_alloc_aligned(ql->bytes(p->n, p->k));
-    if (!p->deq || (with_bias && !p->bias) || !p->packed) {
+    const int8_t *mapped = moe8_pcache_take(pc, ql->bytes(p->n, p->k));
+    if (!mapped) p->packed = moe8_alloc_aligned(ql->bytes(p->n, p->k));
+    if (!p->deq || (with_bias && !p->bias) || (!mapped && !p->packed)) {
         moe8_proj_free(p);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate packed weight",
                          w->name);
@@ -101,9 +110,12 @@ moe8_status moe8_proj_init_slice(moe8_proj *p, const moe8_linear *src, int r0, i
             memcpy(p->bias, (const int32_t *)src->quant_bias->data + r0,
                    (size_t)p->n * sizeof(int32_t));
     }
-    ql->pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
-             (int)ld);
-    moe8_qmat_init(&p->q, ql, p->packed, p->n, p->k, p->deq, p->bias);
+    if (!mapped) {
+        ql->pack(p->packed, (const int8_t *)w->data + (size_t)r0 * ld + (size_t)c0, p->n, p->k,
+                 (int)ld);
+        moe8_pcache_put(pc, p->packed, ql->bytes(p->n, p->k));
+    }
+    moe8_qmat_init(&p->q, ql, mapped ? mapped : p->packed, p->n, p->k, p->deq, p->bias);
     return MOE8_OK;
 }
 
@@ -149,7 +161,8 @@ void moe8_proj_free(moe8_proj *p) {
 size_t moe8_proj_owned_bytes(const moe8_proj *p) {
     if (p->type == MOE8_QUANT_FLOAT)
         return p->packed ? (size_t)p->n * (size_t)p->k * moe8_dtype_size(p->wdt) : 0;
-    return p->q.layout->bytes(p->n, p->k) + (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
+    return (p->packed ? p->q.layout->bytes(p->n, p->k) : 0) + /* 0: in the cache's mapping */
+           (size_t)p->n * (sizeof(float) + (p->bias ? 4 : 0));
 }
 
 /* One activation code: clamp(round_half_even(x / scale + offset), -128, 127).

@@ -562,6 +562,8 @@ static moe8_status load_parts(moe8_model *m, const char *dir, const moe8_model_p
     moe8_quant_type lm_head = MOE8_QUANT_FLOAT;
     moe8_status st;
     m->params = params ? *params : moe8_model_params_default();
+    if (m->params.cache_dir && !(m->params.cache_dir = strdup(m->params.cache_dir)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if ((st = load_config(m, err)) != MOE8_OK) return st;
     if ((st = load_generation_config(m, err)) != MOE8_OK) return st;
     if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) return st;
@@ -617,6 +619,7 @@ static void model_destroy(moe8_model *m) {
     moe8_st_close(m->st);
     free(m->expert_store);
     free(m->layers);
+    free((char *)m->params.cache_dir);
     free(m->dir);
     free(m);
 }

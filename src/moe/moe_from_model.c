@@ -147,6 +147,12 @@ static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_laye
 
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const moe8_moe_part *part,
                                       moe8_moe_layer **out, moe8_error *err) {
+    return moe8_moe_layer_from_model_cached(m, layer, part, NULL, out, err);
+}
+
+moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
+                                             const moe8_moe_part *part, struct moe8_pcache *pc,
+                                             moe8_moe_layer **out, moe8_error *err) {
     const moe8_config *c;
     const moe8_layer *L;
     moe8_moe_layer_desc d;
@@ -198,6 +204,7 @@ moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const 
     if (!deq_mode && d.quant == MOE8_QUANT_W8A8_DYNAMIC) {
         d.on_packed = on_packed;
         d.on_packed_user = &pk;
+        d.cache = pc;
     }
     if (!st) st = moe8_moe_layer_create(&d, out, err);
     free(ex);

@@ -18,6 +18,9 @@
  * Experts with one row read the token's own codes in place (no gather: at
  * decode every expert has one row). Every output element is written by one
  * thread, the same way for any thread count.
+ * With a model's packed cache (desc.cache, cache.h) the packed int8 of every
+ * local expert is one region of the file, read in place (qdata stays NULL);
+ * scales and offsets are still converted here (a few KB per expert).
  * Does not: all-reduce (the caller sums EP/TP partial outputs).
  */
 #include <math.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/cache.h"
 #include "moe/moe.h"
 
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void) {
@@ -128,12 +132,12 @@ static const moe8_moe_weight *proj_of(const moe8_moe_expert *x, int proj) {
 
 /* Pack one projection of local expert le into qdata/scales/offsets. */
 static void pack_proj(moe8_moe_layer *L, int le, int proj, const moe8_moe_weight *w,
-                      int8_t *qdst, float *sdst, int32_t *odst) {
+                      int8_t *qdst, int packed, float *sdst, int32_t *odst) {
     const proj_shape s = shape_of(L, proj);
     moe8_qmat *q = proj == 0 ? &L->qe[le].gate : proj == 1 ? &L->qe[le].up : &L->qe[le].down;
     const int8_t *src = (const int8_t *)w->data + (size_t)s.row0 * s.ld + s.col0;
     int any = 0;
-    L->qlayout->pack(qdst, src, s.n, s.k, s.ld);
+    if (!packed) L->qlayout->pack(qdst, src, s.n, s.k, s.ld);
     for (int i = 0; i < s.n; i++) sdst[i] = (float)read_value(w->scale, w->scale_dtype,
                                                               (size_t)(s.row0 + i));
     if (odst && w->offset)
@@ -176,11 +180,14 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
             if ((st = check_qweight(L, e, p, proj_of(&ex[e], p), &nonzero, err)) != MOE8_OK)
                 return st;
     if (L->down_float && (st = build_float_down(L, ex, err)) != MOE8_OK) return st;
+    /* From a model's packed cache (cache.h) when it has this layer: no packing. */
+    const int8_t *mapped = moe8_pcache_take(d->cache, q_stride * n_local);
     L->qe = calloc((size_t)n_local, sizeof *L->qe);
-    L->qdata = moe8_alloc_aligned(q_stride * n_local);
+    if (!mapped) L->qdata = moe8_alloc_aligned(q_stride * n_local);
+    int8_t *qbase = mapped ? (int8_t *)mapped : L->qdata; /* read-only when mapped */
     L->scales = moe8_alloc_aligned(s_stride * n_local * sizeof(float));
     if (nonzero) L->offsets = moe8_alloc_aligned(s_stride * n_local * sizeof(int32_t));
-    if (!L->qe || !L->qdata || !L->scales || (nonzero && !L->offsets))
+    if (!L->qe || !qbase || !L->scales || (nonzero && !L->offsets))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory packing %d experts",
                          L->name, n_local);
     L->packed_bytes = (q_stride + s_stride * (nonzero ? 8 : 4)) * n_local;
@@ -191,11 +198,12 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
         const size_t qoff[3] = {0, qb_gu, 2 * qb_gu};
         for (int p = 0; p < n_proj; p++) {
             size_t so = s_stride * le + soff[p];
-            pack_proj(L, le, p, proj_of(&ex[L->first + le], p), L->qdata + q_stride * le + qoff[p],
-                      L->scales + so, L->offsets ? L->offsets + so : NULL);
+            pack_proj(L, le, p, proj_of(&ex[L->first + le], p), qbase + q_stride * le + qoff[p],
+                      mapped != NULL, L->scales + so, L->offsets ? L->offsets + so : NULL);
         }
         if (d->on_packed) d->on_packed(d->on_packed_user, L->first + le);
     }
+    if (!mapped) moe8_pcache_put(d->cache, L->qdata, q_stride * n_local);
     return MOE8_OK;
 }
 

@@ -1,0 +1,48 @@
+/*
+ * cache.h — internal: the packed cache (cache.c). The packed int8 weights of
+ * one model folder, one kernel table's layout and one rank's shard, in a file
+ * that later loads map read-only instead of packing (SEMANTICS §6c).
+ *
+ * The weights build (forward.c) opens the cache, then for each section (one
+ * per decoder layer, then lm_head) either takes its regions from the mapping
+ * (reading) or packs as without a cache and hands each region over (writing);
+ * moe8_pcache_finish writes the file or checks that every region was taken.
+ * Regions come in the order the build asks for them: the layout of a section
+ * is that order, each region 64-byte aligned.
+ */
+#ifndef MOE8_CACHE_H
+#define MOE8_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe8.h"
+
+typedef struct moe8_pcache moe8_pcache;
+
+/* The cache of m for the kernel table in use: mapped (reading) when a valid
+ * one exists, else locked for writing; *out NULL when disabled (no_cache,
+ * float_experts) or when no location can be written (logged at WARN). Fails
+ * only for an explicit cache_dir that cannot be used or a refused mlock. */
+moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache **out,
+                             moe8_error *err);
+/* 1 when regions come from the file. */
+int moe8_pcache_reading(const moe8_pcache *pc);
+/* Regions that follow belong to section id (0 .. n_layer; n_layer = lm_head). */
+void moe8_pcache_section(moe8_pcache *pc, int id);
+/* Reading: the next region of `bytes` bytes in the mapping; NULL when pc is
+ * NULL, writing, or the section has no such region (finish then fails). */
+const void *moe8_pcache_take(moe8_pcache *pc, size_t bytes);
+/* Writing: `bytes` at p (valid until finish) are the next region. */
+void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes);
+/* Writing: the file, under a temporary name then renamed (a failure to write
+ * is logged, not an error: the weights in memory are complete). Reading:
+ * MOE8_ERR_FORMAT when the regions taken differ from the file's. */
+moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err);
+void moe8_pcache_free(moe8_pcache *pc);
+
+/* 64-bit FNV-1a over little-endian 8-byte words in 4 interleaved lanes (the
+ * tail zero-padded), the lanes and the length folded by FNV-1a at the end. */
+uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed);
+
+#endif

@@ -1,0 +1,499 @@
+/*
+ * test_cache.c — the packed cache (SEMANTICS §6c, src/model/cache.c):
+ * logits of a prefill + decode steps and greedy tokens bit-identical with no
+ * cache, a cache being built, a mapped cache and one read into memory, for
+ * qwen3_moe, qwen2_moe (W8A8 linears, a shared expert) and mixtral, under
+ * the default table and (a child process) MOE8_ISA=avx2; every corruption
+ * (truncated at each section boundary, a flipped byte in each section and in
+ * the header, a wrong version, another table, another shard, a changed
+ * source file) detected, reported and rebuilt; 3 racing builders; the
+ * fallback locations; --no-cache, --no-mmap, --mlock.
+ * The header fields are read here from the format's description in cache.c,
+ * and its hash (4-lane FNV-1a over words) is written again here.
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "fixture_model.h"
+
+/* from family_test.h (which needs forward_ref.h) */
+#define FMT(buf, ...)                                                             \
+    do {                                                                          \
+        if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) abort();   \
+    } while (0)
+
+static const int32_t PROMPT[9] = {5, 17, 200, 3, 99, 42, 7, 128, 64};
+
+static int g_threads = 2; /* of new_ctx */
+
+static moe8_context *new_ctx(moe8_model *m, int n_ctx) {
+    moe8_context_params p = moe8_context_params_default();
+    moe8_context *c = NULL;
+    moe8_error e;
+    p.kv_type = MOE8_DT_F32;
+    p.n_ctx = n_ctx;
+    p.n_outputs = 16;
+    p.n_threads = g_threads;
+    if (moe8_context_create(m, &p, &c, &e) != MOE8_OK) {
+        fprintf(stderr, "context: %s\n", e.message);
+        exit(2);
+    }
+    return c;
+}
+
+static int greedy(moe8_model *m, const int32_t *prompt, int n_prompt, int32_t *out, int n) {
+    moe8_context *c = new_ctx(m, 32);
+    moe8_sampler *s = NULL;
+    int32_t n_out = 0, np = n_prompt;
+    const int32_t *pp = prompt;
+    moe8_generate_request r = {1, &pp, &np, n, NULL, 0, NULL, NULL, out, &n_out, NULL};
+    CHECK(moe8_sampler_create(NULL, moe8_context_n_vocab(c), &s, NULL) == MOE8_OK);
+    CHECK(moe8_generate(c, s, &r, NULL) == MOE8_OK);
+    moe8_sampler_free(s);
+    moe8_context_free(c);
+    return n_out;
+}
+
+static const char *write_fixture(const char *name, const fx_opts *o) {
+    static char dirs[8][4096];
+    static int n;
+    char *slot = dirs[n++ % 8];
+    snprintf(slot, 4096, "%s", test_tmpdir(name));
+    if (fx_write_model(slot, o) != 0) exit(2);
+    return slot;
+}
+
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = 0;
+    int st;
+    if (!p) return -1;
+    while (n + 1 < cap && !feof(p)) n += fread(out + n, 1, cap - 1 - n, p);
+    out[n] = '\0';
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Logits of every position of ids[0..n) into out[n][V]: the first n_pre
+ * tokens as one batch, then one token per decode step. */
+static void run_logits(moe8_model *m, const int32_t *ids, int n, int n_pre, float *out) {
+    moe8_context *c = new_ctx(m, 32);
+    int32_t pos[16], seq[16] = {0};
+    int8_t want[16];
+    const int V = moe8_context_n_vocab(c);
+    moe8_error e;
+    for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
+    moe8_batch b = {n_pre, ids, pos, seq, want};
+    CHECKF(moe8_decode(c, &b, &e) == MOE8_OK, "decode: %s", e.message);
+    for (int i = 0; i < n_pre; i++) memcpy(out + (size_t)i * V, moe8_context_logits(c, i), sizeof(float) * V);
+    for (int i = n_pre; i < n; i++) {
+        moe8_batch b1 = {1, ids + i, pos + i, seq, want};
+        CHECKF(moe8_decode(c, &b1, &e) == MOE8_OK, "decode step %d: %s", i, e.message);
+        memcpy(out + (size_t)i * V, moe8_context_logits(c, 0), sizeof(float) * V);
+    }
+    moe8_context_free(c);
+}
+
+
+static char g_log[8192];
+static char g_ref_file[4096];
+
+static void on_log(moe8_log_level lv, const char *msg, void *user) {
+    (void)user;
+    if (lv >= MOE8_LOG_WARN && strlen(g_log) + strlen(msg) + 2 < sizeof g_log) {
+        strcat(g_log, msg);
+        strcat(g_log, "\n");
+    }
+}
+
+typedef struct {
+    const char *cache_dir;
+    int no_cache, no_mmap, mlock;
+} opts;
+
+static moe8_status load(const char *dir, const opts *o, moe8_model **m, moe8_error *e) {
+    moe8_model_params p = moe8_model_params_default();
+    p.cache_dir = o->cache_dir;
+    p.no_cache = o->no_cache;
+    p.no_mmap = o->no_mmap;
+    p.mlock = o->mlock;
+    return moe8_model_load(dir, &p, m, e);
+}
+
+/* Logits of PROMPT (6 prefilled, 3 decoded) + 5 greedy tokens. */
+#define N_OUT(V) (9 * (size_t)(V) + 5)
+static void outputs(const char *dir, const opts *o, int V, float *out) {
+    moe8_model *m;
+    moe8_error e;
+    if (load(dir, o, &m, &e)) {
+        fprintf(stderr, "load %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    run_logits(m, PROMPT, 9, 6, out);
+    int32_t t[5] = {0};
+    CHECK(greedy(m, PROMPT, 5, t, 5) == 5);
+    for (int i = 0; i < 5; i++) out[9 * (size_t)V + i] = (float)t[i];
+    moe8_model_free(m);
+}
+
+static const char *table_name(void) { return moe8_kernel_isa(); }
+
+static void cache_path(char *out, size_t cap, const char *dir, const char *table) {
+    snprintf(out, cap, "%s/.moe8-cache/%s-tp1r0.pkc", dir, table);
+}
+
+static int exists(const char *p) { return access(p, F_OK) == 0; }
+
+static long file_size(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) ? -1 : (long)sb.st_size;
+}
+
+static unsigned char *slurp(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n ? *n : 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *p, const unsigned char *b, size_t n) {
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(b, 1, n, f) != n) exit(2);
+    fclose(f);
+}
+
+/* ---- the header, as cache.c describes it --------------------------------- */
+
+#define H_VERSION 8
+#define H_NSECT 12
+#define H_TABLE 16
+#define H_TP 48
+#define H_HEADER_BYTES 88
+#define H_HASH 96
+#define H_SIZE 104
+#define S_SIZE 32
+
+static uint64_t rd64(const unsigned char *b) {
+    uint64_t v;
+    memcpy(&v, b, 8);
+    return v;
+}
+
+static uint64_t fnv(uint64_t h, uint64_t w) { return (h ^ w) * 1099511628211ULL; }
+
+static uint64_t hash64(const unsigned char *b, size_t n, uint64_t seed) {
+    const uint64_t B = 14695981039346656037ULL;
+    uint64_t l[4] = {B ^ seed, B + 1, B + 2, B + 3}, h = B;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, b + i, n - i < 8 ? n - i : 8);
+        const size_t word = i / 8, full = n / 32 * 4;
+        const int lane = word < full ? (int)(word % 4) : (int)(word - full);
+        l[lane] = fnv(l[lane], w);
+    }
+    for (int j = 0; j < 4; j++) h = fnv(h, l[j]);
+    return fnv(h, (uint64_t)n);
+}
+
+static void rehash_header(unsigned char *b) {
+    const size_t hb = rd64(b + H_HEADER_BYTES);
+    memset(b + H_HASH, 0, 8);
+    uint64_t h = hash64(b, hb, 5);
+    memcpy(b + H_HASH, &h, 8);
+}
+
+/* A load of dir with the cache file replaced by (b, n): outputs equal ref,
+ * a warning containing `want`, and a valid cache again afterwards. */
+static void check_detected(const char *dir, const char *path, const unsigned char *b, size_t n,
+                           const char *want, const float *ref, int V, const char *what) {
+    float *got = malloc(sizeof(float) * N_OUT(V));
+    opts o = {0};
+    moe8_model *m;
+    moe8_cache_info ci;
+    moe8_error e;
+    spit(path, b, n);
+    g_log[0] = 0;
+    outputs(dir, &o, V, got);
+    CHECKF(!memcmp(got, ref, sizeof(float) * N_OUT(V)), "%s: outputs differ", what);
+    CHECKF(strstr(g_log, want) != NULL, "%s: expected a warning with '%s', got: %s", what, want,
+           g_log);
+    CHECK(load(dir, &o, &m, &e) == MOE8_OK);
+    CHECK(moe8_model_cache_check(m, 1, &ci, &e) == MOE8_OK);
+    CHECKF(ci.valid, "%s: not rebuilt (%s)", what, ci.why);
+    moe8_model_free(m);
+    free(got);
+}
+
+static void test_corruption(const char *dir, const float *ref, int V) {
+    char path[4096];
+    size_t n;
+    cache_path(path, sizeof path, dir, table_name());
+    unsigned char *good = slurp(path, &n), *b = malloc(n);
+    const uint32_t ns = (uint32_t)rd64(good + H_NSECT) & 0xffffffffu;
+    int n_checked = 0;
+    CHECK(n > H_SIZE && !memcmp(good, "MOE8PKC\n", 8) && ns >= 2);
+    for (uint32_t i = 0; i < ns; i++) {
+        const uint64_t off = rd64(good + H_SIZE + S_SIZE * i), bytes = rd64(good + H_SIZE + S_SIZE * i + 8);
+        char what[64];
+        snprintf(what, sizeof what, "truncated at section %u", i);
+        check_detected(dir, path, good, off, "truncated", ref, V, what);
+        if (!bytes) continue;
+        memcpy(b, good, n);
+        b[off + bytes / 2] ^= 0x10;
+        snprintf(what, sizeof what, "byte flipped in section %u", i);
+        check_detected(dir, path, b, n, "checksum mismatch (corrupt)", ref, V, what);
+        n_checked++;
+    }
+    CHECKF(n_checked >= 2, "only %d sections hold data", n_checked);
+    memcpy(b, good, n);
+    b[H_TP] ^= 0x01;
+    check_detected(dir, path, b, n, "corrupt header", ref, V, "byte flipped in the header");
+    memcpy(b, good, n);
+    b[H_VERSION] = 2;
+    check_detected(dir, path, b, n, "format version 2", ref, V, "wrong version");
+    memcpy(b, good, n);
+    b[H_TP] = 2;
+    rehash_header(b);
+    check_detected(dir, path, b, n, "shard tp 2 rank 0", ref, V, "another shard");
+    memcpy(b, good, n);
+    memset(b + H_TABLE, 0, 32);
+    memcpy(b + H_TABLE, "zz9", 3);
+    memcpy(b + H_TABLE + 16, "q9", 2);
+    rehash_header(b);
+    check_detected(dir, path, b, n, "packed by table zz9 (layout q9)", ref, V, "another table");
+    check_detected(dir, path, good, 8, "too short", ref, V, "8 bytes");
+    /* the source changed: a safetensors file's mtime, then config.json's bytes */
+    char st[4096], cfg[4096];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    struct timespec ts[2] = {{1000000000, 0}, {1000000000, 0}};
+    CHECK(utimensat(AT_FDCWD, st, ts, 0) == 0);
+    check_detected(dir, path, good, n, "model folder changed", ref, V, "touched safetensors");
+    size_t cn;
+    unsigned char *c = slurp(cfg, &cn), *c2 = malloc(cn + 1);
+    memcpy(c2, c, cn);
+    c2[cn] = '\n';
+    spit(cfg, c2, cn + 1);
+    unsigned char *now = slurp(path, &n); /* valid for the touched file */
+    check_detected(dir, path, now, n, "model folder changed", ref, V, "config.json rewritten");
+    free(now);
+    free(c);
+    free(c2);
+    free(good);
+    free(b);
+}
+
+/* ---- racing builders ---------------------------------------------------- */
+
+static void test_race(const char *dir, const float *ref, int V) {
+    char cdir[4096], cmd[8300];
+    snprintf(cdir, sizeof cdir, "%s/.moe8-cache", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cdir);
+    CHECK(system(cmd) == 0);
+    /* three fresh processes (fork after OpenMP is not safe: exec ourselves) */
+    char exe[64];
+    pid_t pid[3];
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
+    spit(g_ref_file, (const unsigned char *)ref, sizeof(float) * N_OUT(V));
+    for (int i = 0; i < 3; i++)
+        if ((pid[i] = fork()) == 0) {
+            execl(exe, exe, "--racer", dir, g_ref_file, (char *)NULL);
+            _exit(127);
+        }
+    for (int i = 0; i < 3; i++) {
+        int st = 0;
+        waitpid(pid[i], &st, 0);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "racer %d: status %d", i, st);
+    }
+    char out[4096];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c pkc$; ls '%s' | grep -c tmp", cdir, cdir);
+    run(cmd, out, sizeof out);
+    CHECKF(!strcmp(out, "1\n0\n"), "racers left: %s", out);
+}
+
+/* ---- where, and the options ------------------------------------------------ */
+
+static void test_locations(const char *dir, const float *ref, int V) {
+    char cdir[4096], xdg[4200], cmd[8400], path[4200];
+    float *got = malloc(sizeof(float) * N_OUT(V));
+    opts o = {0};
+    moe8_model *m;
+    moe8_error e;
+    moe8_cache_info ci;
+    /* --no-cache: nothing written */
+    snprintf(cdir, sizeof cdir, "%s/.moe8-cache", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cdir);
+    CHECK(system(cmd) == 0);
+    o.no_cache = 1;
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)) && !exists(cdir));
+    /* the model folder unusable (.moe8-cache a file): $XDG_CACHE_HOME/moe8 */
+    spit(cdir, (const unsigned char *)"x", 1);
+    FMT(xdg, "%s/xdg", test_tmpdir("cache_xdg"));
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    o.no_cache = 0;
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)));
+    CHECK(load(dir, &o, &m, &e) == MOE8_OK && moe8_model_cache_check(m, 1, &ci, &e) == MOE8_OK);
+    CHECKF(ci.valid && strstr(ci.path, "/xdg/moe8/") != NULL, "xdg: %s %s", ci.path, ci.why);
+    moe8_model_free(m);
+    outputs(dir, &o, V, got); /* mapped from XDG */
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)));
+    /* XDG unusable too: runs without a cache, says so */
+    FMT(xdg, "%s/xdg", cdir); /* under a regular file */
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    g_log[0] = 0;
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)));
+    CHECKF(strstr(g_log, "packing in memory") != NULL, "no warning: %s", g_log);
+    unsetenv("XDG_CACHE_HOME");
+    unlink(cdir);
+    /* --cache-dir: there only; an unusable one is an error naming it */
+    o.cache_dir = test_tmpdir("cache_dir");
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)) && !exists(cdir));
+    CHECK(load(dir, &o, &m, &e) == MOE8_OK && moe8_model_cache_check(m, 0, &ci, &e) == MOE8_OK);
+    CHECKF(ci.valid && strstr(ci.path, o.cache_dir) == ci.path, "cache-dir: %s", ci.path);
+    moe8_model_free(m);
+    FMT(path, "%s/model.safetensors/sub", dir);
+    o.cache_dir = path;
+    CHECK(load(dir, &o, &m, &e) == MOE8_OK);
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_context *c = NULL;
+    cp.n_ctx = 16;
+    CHECK(moe8_context_create(m, &cp, &c, &e) == MOE8_ERR_IO && strstr(e.message, path));
+    moe8_model_free(m);
+    /* --no-mmap reads the file into memory; --mlock pins the mapping */
+    o = (opts){0};
+    outputs(dir, &o, V, got); /* builds beside the model again */
+    o.no_mmap = 1;
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)));
+    o.no_mmap = 0;
+    o.mlock = 1;
+    struct rlimit old, low = {4096, 4096};
+    getrlimit(RLIMIT_MEMLOCK, &old);
+    low.rlim_max = old.rlim_max;
+    setrlimit(RLIMIT_MEMLOCK, &low);
+    CHECK(load(dir, &o, &m, &e) == MOE8_OK);
+    moe8_status st = moe8_context_create(m, &cp, &c, &e);
+    if (st == MOE8_OK) {
+        printf("mlock: allowed beyond RLIMIT_MEMLOCK (CAP_IPC_LOCK: root); refusal not tested\n");
+        moe8_context_free(c);
+    } else {
+        CHECKF(st == MOE8_ERR_IO && strstr(e.message, "RLIMIT_MEMLOCK"), "mlock: %s", e.message);
+    }
+    moe8_model_free(m);
+    setrlimit(RLIMIT_MEMLOCK, &old);
+    outputs(dir, &o, V, got);
+    CHECK(!memcmp(got, ref, sizeof(float) * N_OUT(V)));
+    free(got);
+}
+
+/* ---- bit-identical outputs --------------------------------------------------- */
+
+static const char *family_dir(int arch) {
+    fx_opts o = fx_default_opts();
+    char name[64];
+    o.arch = arch;
+    o.quant = 1;
+    o.n_layers = 3;
+    o.dense_layer = 1;
+    o.nonzero_offsets = 1;
+    o.lm_head_w8a8 = 1;
+    o.seed = 900 + (uint64_t)arch;
+    snprintf(name, sizeof name, "cache_%s", moe8_arch_name((moe8_arch)arch));
+    return write_fixture(name, &o);
+}
+
+/* No cache, building, mapped, read into memory: one answer. Returns the reference in ref. */
+static void test_identical(const char *dir, int V, float *ref, const char *label) {
+    float *got = malloc(sizeof(float) * N_OUT(V));
+    char path[4096];
+    opts o = {0};
+    cache_path(path, sizeof path, dir, table_name());
+    o.no_cache = 1;
+    outputs(dir, &o, V, ref);
+    CHECK(!exists(path));
+    o.no_cache = 0;
+    const char *mode[3] = {"building", "mapped", "read"};
+    for (int i = 0; i < 3; i++) {
+        o.no_mmap = i == 2;
+        outputs(dir, &o, V, got);
+        CHECKF(!memcmp(got, ref, sizeof(float) * N_OUT(V)), "%s (%s): outputs differ from no "
+               "cache", label, mode[i]);
+        CHECKF(exists(path), "%s: no cache at %s", label, path);
+    }
+    printf("%-12s %-8s cache %ld bytes: logits + greedy identical (no cache, building, mapped, "
+           "read)\n", label, table_name(), file_size(path));
+    free(got);
+}
+
+int main(int argc, char **argv) {
+    moe8_set_log(on_log, NULL);
+    FMT(g_ref_file, "%s/cache_ref.bin", MOE8_TEST_TMP);
+    if (argc == 4 && !strcmp(argv[1], "--racer")) { /* test_race */
+        size_t n;
+        float *want = (float *)slurp(argv[3], &n), *got = malloc(n);
+        outputs(argv[2], &(opts){0}, 256, got);
+        const int bad = n != sizeof(float) * N_OUT(256) || memcmp(got, want, n) || test_n_fail;
+        free(want);
+        free(got);
+        return bad ? 3 : 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "--table-child")) { /* under MOE8_ISA=... */
+        float *ref = malloc(sizeof(float) * N_OUT(256));
+        test_identical(argv[2], 256, ref, "child");
+        free(ref);
+        return test_summary();
+    }
+    const int archs[3] = {MOE8_ARCH_QWEN3_MOE, MOE8_ARCH_QWEN2_MOE, MOE8_ARCH_MIXTRAL};
+    const int V = 256;
+    float *ref = malloc(sizeof(float) * N_OUT(V));
+    const char *dirs[3];
+    for (int a = 0; a < 3; a++) {
+        dirs[a] = family_dir(archs[a]);
+        test_identical(dirs[a], V, ref, moe8_arch_name((moe8_arch)archs[a]));
+    }
+    /* another table: its own file beside the first, the same answers */
+    if (strcmp(table_name(), "avx2") && strstr(moe8_kernel_tables(), "avx2")) {
+        char cmd[8300], out[8192], p1[4096], p2[4096];
+        snprintf(cmd, sizeof cmd, "MOE8_ISA=avx2 /proc/%d/exe --table-child '%s' 2>&1",
+                 (int)getpid(), dirs[0]);
+        const int rc = run(cmd, out, sizeof out);
+        fputs(out, stdout);
+        CHECKF(rc == 0, "MOE8_ISA=avx2 child failed (%d)", rc);
+        cache_path(p1, sizeof p1, dirs[0], table_name());
+        cache_path(p2, sizeof p2, dirs[0], "avx2");
+        CHECK(exists(p1) && exists(p2));
+        /* the avx2 file under this table's name: refused, rebuilt */
+        size_t n;
+        unsigned char *b = slurp(p2, &n);
+        outputs(dirs[0], &(opts){.no_cache = 1}, V, ref);
+        char want[64];
+        snprintf(want, sizeof want, "packed by table avx2 (layout k2), this is %s", table_name());
+        check_detected(dirs[0], p1, b, n, want, ref, V, "the avx2 table's file");
+        free(b);
+    } else {
+        printf("another table: skipped (no second table on this CPU)\n");
+    }
+    outputs(dirs[0], &(opts){.no_cache = 1}, V, ref);
+    test_corruption(dirs[0], ref, V);
+    test_race(dirs[0], ref, V);
+    test_locations(dirs[0], ref, V);
+    free(ref);
+    return test_summary();
+}
