@@ -13,12 +13,6 @@
 #include "core/core.h"
 #include "kernels/kernels.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps) {
     const moe8_kernels *kt = moe8_kernels_get();
     if (n_threads <= 0) n_threads = omp_get_max_threads();
@@ -34,13 +28,13 @@ double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps) {
         memset(mine, omp_get_thread_num() + 1, share); /* first touch by the reader */
     }
     for (int rep = 0; rep < reps; rep++) {
-        const double t0 = now_s();
+        const double t0 = moe8_now_s();
         #pragma omp parallel num_threads(n_threads) reduction(^ : sink)
         {
             const unsigned char *mine = buf + share * (size_t)omp_get_thread_num();
             kt->read_stream(mine, share, &sink);
         }
-        const double gbs = (double)(share * (size_t)n_threads) / (now_s() - t0) * 1e-9;
+        const double gbs = (double)(share * (size_t)n_threads) / (moe8_now_s() - t0) * 1e-9;
         if (gbs > best) best = gbs;
     }
     moe8_free_aligned(buf);

@@ -282,12 +282,6 @@ void moe8_gemm_q8_f32_avx512(float *y, int ldy, const int8_t *xq, int ldq, const
 
 /* ---- roofline probe --------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One vpdpbusd into chain acc: unsigned operand zmm14, signed zmm13 (asm, so
  * the compiler cannot merge the identical products). */
 #define DPB(acc) "vpdpbusd %%zmm13, %%zmm14, " acc "\n\t"
@@ -296,7 +290,7 @@ double moe8_dpbusd_peak_avx512(long n_iter, uint32_t *sink) {
     uint32_t out[16];
     long n = n_iter;
     const uint32_t wv = 0xff80017fu ^ (*sink & 1), xv = 0x7f80817fu;
-    const double t0 = now_s();
+    const double t0 = moe8_now_s();
     /* Per iteration 12 independent vpdpbusd chains (latency 5 x 2 ports needs
      * >= 10 in flight): 12 x 64 = 768 int8 MACs. */
     __asm__ volatile(
@@ -322,7 +316,7 @@ double moe8_dpbusd_peak_avx512(long n_iter, uint32_t *sink) {
         : "r"(out), "r"(&wv), "r"(&xv)
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
           "xmm10", "xmm11", "xmm13", "xmm14", "memory", "cc");
-    const double t = now_s() - t0;
+    const double t = moe8_now_s() - t0;
     *sink ^= out[0] ^ out[15];
     return t;
 }
