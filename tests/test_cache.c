@@ -7,15 +7,18 @@
  * (truncated at each section boundary, a flipped byte in each section and in
  * the header, a wrong version, another table, another shard, a changed
  * source file) detected, reported and rebuilt; 3 racing builders; the
- * fallback locations; --no-cache, --no-mmap, --mlock.
+ * fallback locations; --no-cache, --no-mmap, --mlock; a process limited by a
+ * cgroup to 60% of the cache's size (skipped where none can be created).
  * The header fields are read here from the format's description in cache.c,
- * and its hash (4-lane FNV-1a over words) is written again here.
+ * and its hash (XXH3 64, libxxhash) is written again here.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -114,20 +117,9 @@ static uint64_t rd64(const unsigned char *b) {
     return v;
 }
 
-static uint64_t fnv(uint64_t h, uint64_t w) { return (h ^ w) * 1099511628211ULL; }
-
+/* The header checksum as cache.c computes it: XXH3 64 (libxxhash), seed 5. */
 static uint64_t hash64(const unsigned char *b, size_t n, uint64_t seed) {
-    const uint64_t B = 14695981039346656037ULL;
-    uint64_t l[4] = {B ^ seed, B + 1, B + 2, B + 3}, h = B;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t w = 0;
-        memcpy(&w, b + i, n - i < 8 ? n - i : 8);
-        const size_t word = i / 8, full = n / 32 * 4;
-        const int lane = word < full ? (int)(word % 4) : (int)(word - full);
-        l[lane] = fnv(l[lane], w);
-    }
-    for (int j = 0; j < 4; j++) h = fnv(h, l[j]);
-    return fnv(h, (uint64_t)n);
+    return (uint64_t)XXH3_64bits_withSeed(b, n, seed);
 }
 
 static void rehash_header(unsigned char *b) {
@@ -184,8 +176,8 @@ static void test_corruption(const char *dir, const float *ref, int V) {
     b[H_TP] ^= 0x01;
     check_detected(dir, path, b, n, "corrupt header", ref, V, "byte flipped in the header");
     memcpy(b, good, n);
-    b[H_VERSION] = 2;
-    check_detected(dir, path, b, n, "format version 2", ref, V, "wrong version");
+    b[H_VERSION] = 99;
+    check_detected(dir, path, b, n, "format version 99", ref, V, "wrong version");
     memcpy(b, good, n);
     b[H_TP] = 2;
     rehash_header(b);
@@ -244,6 +236,131 @@ static void test_race(const char *dir, const float *ref, int V) {
     snprintf(cmd, sizeof cmd, "ls '%s' | grep -c pkc$; ls '%s' | grep -c tmp", cdir, cdir);
     run(cmd, out, sizeof out);
     CHECKF(!strcmp(out, "1\n0\n"), "racers left: %s", out);
+}
+
+/* ---- a memory limit below the cache's size ----------------------------------- */
+
+/* Write `val` to the cgroup file dir/name; 0 on success. */
+static int cg_write(const char *dir, const char *name, const char *val) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (!f) return -1;
+    const int bad = fputs(val, f) < 0;
+    return (fclose(f) != 0 || bad) ? -1 : 0;
+}
+
+/* The first number in dir/name after `key` (NULL: the file's first number); -1 if none. */
+static long long cg_read(const char *dir, const char *name, const char *key) {
+    char p[4200], buf[4096];
+    size_t n;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *at = key ? strstr(buf, key) : buf;
+    return at ? strtoll(at + (key ? strlen(key) : 0), NULL, 10) : -1;
+}
+
+/* A cgroup (v2 memory.max, or v1 memory.limit_in_bytes) of `limit` bytes in
+ * cg; 2 for v2, 1 for v1, 0 (why filled) where this machine does not allow one. */
+static int cg_create(char *cg, size_t cap, long long limit, char *why, size_t wcap) {
+    char v[32];
+    snprintf(v, sizeof v, "%lld", limit);
+    const char *roots[2] = {"/sys/fs/cgroup", "/sys/fs/cgroup/memory"};
+    for (int ver = 2; ver >= 1; ver--) {
+        const char *root = roots[2 - ver];
+        char probe[256];
+        snprintf(probe, sizeof probe, "%s/%s", root, ver == 2 ? "cgroup.controllers" : "memory.limit_in_bytes");
+        if (!exists(probe)) continue;
+        if (ver == 2 && cg_read(root, "cgroup.controllers", "memory") == -1) continue;
+        snprintf(cg, cap, "%s/moe8-test-%d", root, (int)getpid());
+        if (mkdir(cg, 0755) != 0) {
+            snprintf(why, wcap, "cannot create %s: %s", cg, strerror(errno));
+            return 0;
+        }
+        const int ok = ver == 2 ? cg_write(cg, "memory.max", v) == 0
+                                : cg_write(cg, "memory.limit_in_bytes", v) == 0;
+        if (ver == 2) cg_write(cg, "memory.swap.max", "0"); /* where swap exists */
+        if (ok) return ver;
+        snprintf(why, wcap, "cannot set the memory limit of %s", cg);
+        rmdir(cg);
+        return 0;
+    }
+    snprintf(why, wcap, "no cgroup memory controller mounted under /sys/fs/cgroup");
+    return 0;
+}
+
+/* A model whose packed cache is about 80 MB, run by a fresh process limited
+ * to 60% of it: it pages experts in from the mapped cache and gives the
+ * unconstrained answers. The cache's pages are first dropped from the page
+ * cache, so the child's faults are charged to its own cgroup. */
+static void test_cgroup(void) {
+    fx_opts fo = fx_default_opts();
+    fo.quant = 1;
+    fo.hidden = 256;
+    fo.n_heads = 4;
+    fo.n_kv_heads = 2;
+    fo.head_dim = 64;
+    fo.n_layers = 4;
+    fo.n_experts = 64;
+    fo.top_k = 8;
+    fo.moe_inter = 384;
+    fo.seed = 4242;
+    const char *dir = write_fixture("cache_cgroup", &fo);
+    const int V = 256;
+    float *ref = malloc(sizeof(float) * N_OUT(V));
+    char path[4096], cg[4096], why[4400];
+    outputs(dir, &(opts){0}, V, ref); /* builds the cache */
+    cache_path(path, sizeof path, dir, table_name());
+    const long size = file_size(path);
+    const long long limit = size / 10 * 6;
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && fdatasync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    if (fd >= 0) close(fd);
+    const int ver = cg_create(cg, sizeof cg, limit, why, sizeof why);
+    if (!ver) {
+        printf("memory limit below the cache size: skipped (%s)\n", why);
+        free(ref);
+        return;
+    }
+    spit(g_ref_file, (const unsigned char *)ref, sizeof(float) * N_OUT(V));
+    char exe[64], pid_s[32];
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* wait until the parent has moved us into the cgroup, then run */
+        char c;
+        close(pfd[1]);
+        if (read(pfd[0], &c, 1) != 1) _exit(126);
+        execl(exe, exe, "--racer", dir, g_ref_file, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[0]);
+    snprintf(pid_s, sizeof pid_s, "%d", (int)pid);
+    const int moved = cg_write(cg, "cgroup.procs", pid_s) == 0;
+    CHECKF(moved, "cannot move the child into %s", cg);
+    CHECK(write(pfd[1], "g", 1) == 1);
+    close(pfd[1]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+           "under a %lld-byte limit (60%% of the %ld-byte cache): child status %d (%s)", limit,
+           size, st, WIFSIGNALED(st) ? "killed: out of memory?" : "outputs differ");
+    /* the limit was reached: the kernel reclaimed pages of the mapping to stay under it */
+    const long long hits = ver == 2 ? cg_read(cg, "memory.events", "max ")
+                                    : cg_read(cg, "memory.failcnt", NULL);
+    const long long peak = ver == 2 ? cg_read(cg, "memory.peak", NULL)
+                                    : cg_read(cg, "memory.max_usage_in_bytes", NULL);
+    CHECKF(hits > 0, "the child never reached its %lld-byte limit (%lld events)", limit, hits);
+    CHECKF(peak <= limit, "peak %lld above the limit %lld", peak, limit);
+    printf("cgroup v%d limit %lld bytes (60%% of the %ld-byte cache): outputs identical, peak %lld "
+           "bytes, limit reached %lld times\n", ver, limit, size, peak, hits);
+    if (rmdir(cg) != 0) printf("note: cannot remove %s: %s\n", cg, strerror(errno));
+    free(ref);
 }
 
 /* ---- where, and the options ------------------------------------------------ */
@@ -417,5 +534,6 @@ int main(int argc, char **argv) {
     test_race(dirs[0], ref, V);
     test_locations(dirs[0], ref, V);
     free(ref);
+    test_cgroup();
     return test_summary();
 }

@@ -51,6 +51,11 @@ static inline float moe8_round_even(float x) {
     return f;
 }
 
+/* XXH3 64-bit (hash.c, libxxhash): the hash of every table, fingerprint and
+ * checksum in moe8; moe8_hash_str hashes a NUL-terminated string, seed 0. */
+uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed);
+uint64_t moe8_hash_str(const char *s);
+
 /* Seconds on the monotonic clock (for intervals only). */
 static inline double moe8_now_s(void) {
     struct timespec ts;

@@ -13,7 +13,7 @@
  * fingerprint (config.json, quant_model_description.json,
  * model.safetensors.index.json bytes; each *.safetensors file's name, size,
  * mtime and header bytes) and the file size; header_hash covers the header
- * (with itself zero). A section's hash is moe8_hash64 of each 1 MiB block of
+ * (with itself zero). A section's hash is moe8_hash64 (XXH3) of each 1 MiB block of
  * its bytes, folded in order; its `shape` hashes the sizes of its regions.
  *
  * Rules: a file whose header, size, fingerprint, table, layout or shard
@@ -49,7 +49,7 @@
 #include "model/model.h"
 
 #define PC_MAGIC "MOE8PKC\n"
-#define PC_VERSION 1u
+#define PC_VERSION 2u
 #define PC_PAGE 4096u
 #define PC_BLOCK ((size_t)1 << 20)
 #define PC_MAX_SECTIONS 100000u
@@ -94,28 +94,10 @@ struct moe8_pcache {
 
 /* ---- hashing --------------------------------------------------------------- */
 
-#define FNV_PRIME 1099511628211ULL
-#define FNV_BASIS 14695981039346656037ULL
-
-static inline uint64_t fnv_word(uint64_t h, uint64_t w) { return (h ^ w) * FNV_PRIME; }
-
-uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed) {
-    const unsigned char *b = p;
-    uint64_t l[4] = {FNV_BASIS ^ seed, FNV_BASIS + 1, FNV_BASIS + 2, FNV_BASIS + 3}, w;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int j = 0; j < 4; j++) {
-            memcpy(&w, b + i + 8 * j, 8);
-            l[j] = fnv_word(l[j], w);
-        }
-    for (int j = 0; i < n; i += 8, j++) {
-        w = 0;
-        memcpy(&w, b + i, n - i < 8 ? n - i : 8);
-        l[j] = fnv_word(l[j], w);
-    }
-    uint64_t h = FNV_BASIS;
-    for (int j = 0; j < 4; j++) h = fnv_word(h, l[j]);
-    return fnv_word(h, (uint64_t)n);
+/* h folded with one more word (order matters). */
+static uint64_t fold(uint64_t h, uint64_t w) {
+    const uint64_t p[2] = {h, w};
+    return moe8_hash64(p, sizeof p, 7);
 }
 
 /* Hash of every section of base[], each the fold of its 1 MiB blocks
@@ -141,8 +123,8 @@ static int hash_sections(const unsigned char *base, const pc_sect *s, uint32_t n
             bh[b] = moe8_hash64(base + s[i].offset + off, len, i);
         }
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t h = fnv_word(FNV_BASIS, s[i].bytes);
-        for (size_t b = first[i]; b < first[i + 1]; b++) h = fnv_word(h, bh[b]);
+        uint64_t h = fold(1, s[i].bytes);
+        for (size_t b = first[i]; b < first[i + 1]; b++) h = fold(h, bh[b]);
         out[i] = h;
     }
     free(bh);
@@ -156,10 +138,10 @@ static uint64_t hash_file(uint64_t h, const char *dir, const char *name) {
     char path[PATH_MAX];
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    h = fnv_word(h, moe8_hash64(name, strlen(name), 0));
+    h = fold(h, moe8_hash64(name, strlen(name), 0));
     char *buf = NULL;
-    if (moe8_read_file(path, (size_t)1 << 30, &buf, &len, NULL)) return fnv_word(h, 0); /* absent */
-    h = fnv_word(h, moe8_hash64(buf, len, 1));
+    if (moe8_read_file(path, (size_t)1 << 30, &buf, &len, NULL)) return fold(h, 0); /* absent */
+    h = fold(h, moe8_hash64(buf, len, 1));
     free(buf);
     return h;
 }
@@ -174,17 +156,17 @@ static uint64_t hash_st(uint64_t h, const char *dir, const char *name) {
     struct stat sb;
     uint64_t hl = 0;
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    h = fnv_word(h, moe8_hash64(name, strlen(name), 2));
+    h = fold(h, moe8_hash64(name, strlen(name), 2));
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb)) {
         if (fd >= 0) close(fd);
-        return fnv_word(h, 0);
+        return fold(h, 0);
     }
-    h = fnv_word(fnv_word(h, (uint64_t)sb.st_size), (uint64_t)sb.st_mtim.tv_sec);
-    h = fnv_word(h, (uint64_t)sb.st_mtim.tv_nsec);
+    h = fold(fold(h, (uint64_t)sb.st_size), (uint64_t)sb.st_mtim.tv_sec);
+    h = fold(h, (uint64_t)sb.st_mtim.tv_nsec);
     if (pread(fd, &hl, 8, 0) == 8 && hl <= 100000000u && 8 + hl <= (uint64_t)sb.st_size) {
         char *hdr = malloc(hl ? hl : 1);
-        if (hdr && pread(fd, hdr, hl, 8) == (ssize_t)hl) h = fnv_word(h, moe8_hash64(hdr, hl, 3));
+        if (hdr && pread(fd, hdr, hl, 8) == (ssize_t)hl) h = fold(h, moe8_hash64(hdr, hl, 3));
         free(hdr);
     }
     close(fd);
@@ -192,7 +174,7 @@ static uint64_t hash_st(uint64_t h, const char *dir, const char *name) {
 }
 
 static uint64_t source_fingerprint(const char *dir) {
-    uint64_t h = FNV_BASIS;
+    uint64_t h = 1;
     h = hash_file(h, dir, "config.json");
     h = hash_file(h, dir, "quant_model_description.json");
     h = hash_file(h, dir, "model.safetensors.index.json");
@@ -217,7 +199,7 @@ static uint64_t source_fingerprint(const char *dir) {
         free(names[i]);
     }
     free(names);
-    return fnv_word(h, n);
+    return fold(h, n);
 }
 
 /* ---- where ------------------------------------------------------------------ */
@@ -539,8 +521,8 @@ const void *moe8_pcache_take(moe8_pcache *pc, size_t bytes) {
     if (!pc || !pc->reading || pc->cur_sect < 0) return NULL;
     const pc_sect *s = &pc->sect[pc->cur_sect];
     const size_t at = (pc->cur + 63) & ~(size_t)63;
-    pc->shape[pc->cur_sect] = fnv_word(pc->shape[pc->cur_sect] ? pc->shape[pc->cur_sect]
-                                                                : FNV_BASIS, bytes);
+    pc->shape[pc->cur_sect] = fold(pc->shape[pc->cur_sect] ? pc->shape[pc->cur_sect]
+                                                                : 1, bytes);
     if (at > s->bytes || bytes > s->bytes - at) {
         pc->bad = 1;
         return NULL;
@@ -594,7 +576,7 @@ static int write_file(moe8_pcache *pc, char *why, size_t cap) {
         for (size_t r = 0; r < pc->n_reg; r++)
             if (pc->reg[r].sect == (int)i) {
                 cur = ((cur + 63) & ~(uint64_t)63) + pc->reg[r].bytes;
-                shape = fnv_word(shape ? shape : FNV_BASIS, pc->reg[r].bytes);
+                shape = fold(shape ? shape : 1, pc->reg[r].bytes);
             }
         s[i] = (pc_sect){off, cur, 0, shape};
         off = (off + cur + PC_PAGE - 1) / PC_PAGE * PC_PAGE;

@@ -41,8 +41,4 @@ void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes);
 moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err);
 void moe8_pcache_free(moe8_pcache *pc);
 
-/* 64-bit FNV-1a over little-endian 8-byte words in 4 interleaved lanes (the
- * tail zero-padded), the lanes and the length folded by FNV-1a at the end. */
-uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed);
-
 #endif
