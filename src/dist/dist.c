@@ -121,12 +121,9 @@ moe8_status moe8_dist_agree(moe8_dist *d, moe8_status local, moe8_error *err) {
     return st;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-#define FNV_SEED 0xcbf29ce484222325ull
+/* h extended by n bytes at p (moe8_hash64 with h as the seed). */
+static uint64_t hash_more(uint64_t h, const void *p, size_t n) { return moe8_hash64(p, n, h); }
+#define HASH_SEED 1
 
 /* All-gather a few hashes; the first entry that differs from rank 0's names
  * the mismatch: "rank R: <names[i]> differs from rank 0's". */
@@ -155,7 +152,7 @@ moe8_status moe8_dist_check_same(moe8_dist *d, const void *bytes, size_t n, cons
     uint64_t h[2];
     const char *names[2] = {what, what};
     if (moe8_dist_size(d) == 1) return MOE8_OK;
-    h[0] = fnv1a(FNV_SEED, bytes, n);
+    h[0] = hash_more(HASH_SEED, bytes, n);
     h[1] = (uint64_t)n;
     return same_hashes(d, h, 2, names, err);
 }
@@ -254,15 +251,15 @@ static uint64_t hash_file(const char *dir, const char *name, int *missing) {
     char path[4096];
     FILE *f;
     unsigned char buf[65536];
-    uint64_t h = FNV_SEED;
+    uint64_t h = HASH_SEED;
     size_t n;
     *missing = 0;
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 0;
     if (!(f = fopen(path, "rb"))) {
         *missing = 1;
-        return fnv1a(h, "absent", 6);
+        return hash_more(h, "absent", 6);
     }
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a(h, buf, n);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = hash_more(h, buf, n);
     fclose(f);
     return h;
 }
@@ -270,7 +267,7 @@ static uint64_t hash_file(const char *dir, const char *name, int *missing) {
 /* Every safetensors file: base name, size and header bytes (already
  * validated by the load, so the length prefix is sane). */
 static moe8_status hash_headers(const moe8_model *m, uint64_t *out, moe8_error *err) {
-    uint64_t h = FNV_SEED;
+    uint64_t h = HASH_SEED;
     for (int i = 0; i < moe8_st_n_files(m->st); i++) {
         const char *path = moe8_st_file_path(m->st, i), *base = strrchr(path, '/');
         int64_t size = moe8_st_file_size(m->st, i);
@@ -283,11 +280,11 @@ static moe8_status hash_headers(const moe8_model *m, uint64_t *out, moe8_error *
             return moe8_fail(err, MOE8_ERR_IO, -1, "cannot read the header of '%s'", path);
         }
         for (int b = 7; b >= 0; b--) len = (len << 8) | len8[b];
-        h = fnv1a(fnv1a(fnv1a(h, base, strlen(base) + 1), &size, sizeof size), len8, 8);
+        h = hash_more(hash_more(hash_more(h, base, strlen(base) + 1), &size, sizeof size), len8, 8);
         while (len > 0) {
             size_t want = len < sizeof buf ? (size_t)len : sizeof buf, got = fread(buf, 1, want, f);
             if (got == 0) break;
-            h = fnv1a(h, buf, got);
+            h = hash_more(h, buf, got);
             len -= got;
         }
         fclose(f);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "io/json_util.h"
 
 int moe8_json_exact_int(const cJSON *item, int64_t *out) {
@@ -25,11 +26,7 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out) {
 
 /* ---- duplicate keys ------------------------------------------------------ */
 
-static uint64_t hash_key(const char *s) {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
+static uint64_t hash_key(const char *s) { return moe8_hash_str(s); }
 
 moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
                                         moe8_error *err) {

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/core.h"
 #include "io/file.h"
 #include "io/json_util.h"
 #include "io/safetensors_internal.h"
@@ -53,11 +54,7 @@ struct moe8_st {
 /* Name table (shared with the writer)                                       */
 /* ======================================================================== */
 
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
+static uint64_t hash_name(const char *s) { return moe8_hash_str(s); }
 
 static int table_alloc(moe8_name_table *t, size_t n_slots) {
     t->slots = calloc(n_slots, sizeof *t->slots);

@@ -201,14 +201,7 @@ static uint32_t new_rule(parser *P, const char *name, uint32_t name_len, uint32_
     return P->n_rules++;
 }
 
-static uint64_t hash_bytes(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
-    return h;
-}
-
-static uint32_t name_hash(const char *name, uint32_t n) { return (uint32_t)hash_bytes(name, n); }
+static uint32_t name_hash(const char *name, uint32_t n) { return (uint32_t)moe8_hash64(name, n, 0); }
 
 static uint32_t find_rule(parser *P, const char *name, uint32_t n) {
     if (!P->names) return G_NONE;
@@ -411,7 +404,7 @@ static void dbuild_free(dbuild *B) {
 /* Intern a DFA (tab[n_states][256]): its class id, or G_NONE on failure. */
 static uint32_t intern_class(parser *P, uint16_t *tab, uint32_t n_states, size_t src) {
     size_t bytes = (size_t)n_states * 256 * sizeof *tab;
-    uint64_t h = hash_bytes(tab, bytes);
+    uint64_t h = moe8_hash64(tab, bytes, 0);
     pclass *c;
     for (uint32_t i = 0; i < P->n_cls; i++)
         if (P->cls[i].hash == h && P->cls[i].n_states == n_states && !memcmp(P->cls[i].tab, tab, bytes))

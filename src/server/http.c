@@ -338,9 +338,7 @@ static void respond_error(http *h, conn *c, int status, const char *type, const 
 /* ---- connections ---------------------------------------------------------------------- */
 
 static unsigned ip_hash(const unsigned char a[16]) {
-    uint32_t x = 2166136261u;
-    for (int i = 0; i < 16; i++) x = (x ^ a[i]) * 16777619u;
-    return x % IP_BUCKETS;
+    return (unsigned)(moe8_hash64(a, 16, 0) % IP_BUCKETS);
 }
 
 static ipslot *ip_get(http *h, const unsigned char a[16]) {

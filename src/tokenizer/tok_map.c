@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "tokenizer/tokenizer.h"
 
 static size_t slot_count(size_t n_keys) {
@@ -18,15 +19,7 @@ static size_t slot_count(size_t n_keys) {
     return n;
 }
 
-/* FNV-1a, 64-bit. */
-static uint64_t hash_bytes(const char *s, size_t len) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return h ^ (h >> 29);
-}
+static uint64_t hash_bytes(const char *s, size_t len) { return moe8_hash64(s, len, 0); }
 
 static uint64_t hash_u64(uint64_t k) {
     k ^= k >> 33;
