@@ -285,9 +285,12 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
         st = moe8_proj_init_cached(&w->lm_head, src, 0, (int)src->n_out, 0, (int)src->n_in, 0,
                                    w->cache, err);
     }
-    /* A FLOAT lm_head (untied) is copied out of the map: read every token, it
-     * streams faster from anonymous memory (moe8_proj_own_float). */
-    if (!st && w->lm_head.type == MOE8_QUANT_FLOAT && !m->cfg.tie_word_embeddings && w->lm_head.n)
+    /* A FLOAT lm_head (untied) is read in place from the checkpoint's map: it
+     * streams as fast from there as from a copy (docs/BENCHMARKS.md, "Packed
+     * cache"), and copying it was a third of a warm load. Under --no-mmap it is
+     * copied into anonymous memory like everything else (moe8_proj_own_float). */
+    if (!st && m->params.no_mmap && w->lm_head.type == MOE8_QUANT_FLOAT &&
+        !m->cfg.tie_word_embeddings && w->lm_head.n)
         st = moe8_proj_own_float(&w->lm_head, m->st, src->weight, err);
     if (!st && w->lm_head.type != MOE8_QUANT_FLOAT && w->lm_head.n)
         moe8_st_release(m->st, src->weight);
