@@ -28,12 +28,16 @@
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
  *     (config.json fingerprint), an impossible split, different settings;
+ *   - moe8 pack --tp N --rank R (moe8_dist_init_offline): each rank's shard
+ *     packed in one process without MPI is mapped unchanged by the group's
+ *     rank, logits bit-identical to no cache; decoding offline fails cleanly;
  *   - moe8_dist_bcast: rank 0's bytes on every rank (odd and large sizes),
  *     0 bytes and a NULL dist leave the buffer alone; under a set timeout
  *     the group stays healthy (moe8_dist_failure).
  * Each rank writes its own fixture folders (no shared files between ranks).
  */
 #include <math.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -248,6 +252,70 @@ static void compare(const char *what, int quant, int ep, int lm_head, moe8_dist 
     moe8_model_free(ref);
 }
 
+/* moe8 pack --tp N --rank R: each rank's shard packed offline (no MPI, this
+ * process alone) is the file the group's rank then maps, unchanged, with
+ * logits bit-identical to the same group without a cache; a decode with the
+ * offline handle fails cleanly. TP and EP, a W8A8 model with an int8 lm_head. */
+static void offline_pack(moe8_dist *group, int ep) {
+    fx_opts o = opts_for(1);
+    o.lm_head_w8a8 = 1;
+    const char *dir = write_fixture(ep ? "offline_pack_ep" : "offline_pack_tp", &o);
+    char cache_dir[4200], cmd[8600];
+    snprintf(cache_dir, sizeof cache_dir, "%s-cache", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    CHECK(system(cmd) == 0);
+    moe8_dist *off = NULL;
+    moe8_error e;
+    moe8_model *m = NULL;
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_context *c = NULL;
+    moe8_context_params cp = moe8_context_params_default();
+    moe8_cache_info ci;
+    struct stat before, after;
+    mp.n_threads = 1;
+    mp.cache_dir = cache_dir;
+    CHECK(moe8_dist_init_offline(g_size, g_rank, ep, &off, &e) == MOE8_OK);
+    CHECK(moe8_dist_rank(off) == g_rank && moe8_dist_size(off) == g_size);
+    mp.dist = off;
+    CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK);
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    CHECK(m && moe8_context_create(m, &cp, &c, &e) == MOE8_OK);
+    if (c) { /* an offline shard cannot compute: a clean error, no crash */
+        const int32_t tok = 5, pos = 0, seq = 0;
+        moe8_batch b = {1, &tok, &pos, &seq, NULL};
+        CHECKF(moe8_decode(c, &b, &e) == MOE8_ERR_UNSUPPORTED && strstr(e.message, "offline"),
+               "decode with an offline shard: %s", e.message);
+    }
+    moe8_context_free(c);
+    CHECK(m && moe8_model_cache_check(m, 1, &ci, &e) == MOE8_OK && ci.valid);
+    char want[64];
+    snprintf(want, sizeof want, "tp%dr%d%s.pkc", g_size, g_rank, ep ? "-ep" : "");
+    CHECKF(strstr(ci.path, want) != NULL, "offline shard cache %s, expected ...%s", ci.path, want);
+    moe8_model_free(m);
+    moe8_dist_free(off);
+    CHECK(stat(ci.path, &before) == 0);
+    /* the group: maps what was packed offline; the same logits as without a cache */
+    static float a[(NP + 1) * MAXV], b[(NP + 1) * MAXV];
+    moe8_dist view = *group;
+    view.expert_parallel = ep;
+    mp.dist = &view;
+    CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK);
+    run_logits(m, a);
+    CHECK(moe8_model_cache_check(m, 1, &ci, &e) == MOE8_OK && ci.valid);
+    moe8_model_free(m);
+    CHECK(stat(ci.path, &after) == 0);
+    CHECKF(before.st_ino == after.st_ino && before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+           before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_size == after.st_size,
+           "rank %d: the offline-packed %s was rebuilt by the group's load", g_rank, ci.path);
+    mp.no_cache = 1;
+    CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK);
+    run_logits(m, b);
+    moe8_model_free(m);
+    CHECKF(!memcmp(a, b, sizeof a), "rank %d %s: logits with the offline-packed cache differ from "
+           "no cache", g_rank, ep ? "EP" : "TP");
+}
+
 static void other_eps(void *user, const char *file, cJSON *root) {
     (void)user;
     if (!strcmp(file, "config.json")) cJSON_ReplaceItemInObject(root, "rms_norm_eps", cJSON_CreateNumber(1e-5));
@@ -433,6 +501,8 @@ int main(void) {
     compare("deepseek_v3_w8a8_ep", 1, 1, 0, &ep_view, tp);
     g_kvb_w8a8 = 0;
     g_arch = FX_QWEN3;
+    offline_pack(tp, 0);
+    offline_pack(tp, 1);
     callbacks(tp);
     bcast(tp);
     failures(tp);

@@ -7,7 +7,8 @@
  * (truncated at each section boundary, a flipped byte in each section and in
  * the header, a wrong version, another table, another shard, a changed
  * source file) detected, reported and rebuilt; 3 racing builders; the
- * fallback locations; --no-cache, --no-mmap, --mlock; a process limited by a
+ * fallback locations; --no-cache, --no-mmap, --mlock; `moe8 pack` (build,
+ * --verify, --tp N --rank R without MPI, bad flags); a process limited by a
  * cgroup to 60% of the cache's size (skipped where none can be created).
  * The header fields are read here from the format's description in cache.c,
  * and its hash (XXH3 64, libxxhash) is written again here.
@@ -236,6 +237,68 @@ static void test_race(const char *dir, const float *ref, int V) {
     snprintf(cmd, sizeof cmd, "ls '%s' | grep -c pkc$; ls '%s' | grep -c tmp", cdir, cdir);
     run(cmd, out, sizeof out);
     CHECKF(!strcmp(out, "1\n0\n"), "racers left: %s", out);
+}
+
+/* ---- moe8 pack ------------------------------------------------------------------- */
+
+/* `moe8 pack ARGS` (stderr folded in): its exit status, its output in out. */
+static int pack_cli(const char *args, char *out, size_t cap) {
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "'%s' pack %s 2>&1", MOE8_CLI, args);
+    return run(cmd, out, cap);
+}
+
+/* Builds, verifies, reports a corrupt file (exit 1, the reason), rebuilds it,
+ * packs another shard without MPI, refuses bad flags naming them. */
+static void test_pack_cli(const char *dir) {
+    char args[4400], out[8192], path[4096], shard[4200];
+    cache_path(path, sizeof path, dir, table_name());
+    unlink(path);
+    snprintf(args, sizeof args, "-m '%s' --verify", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 1 && strstr(out, "absent"), "verify, no file: %s", out);
+    snprintf(args, sizeof args, "-m '%s'", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 0 && strstr(out, ": valid") && strstr(out, path),
+           "pack: %s", out);
+    snprintf(args, sizeof args, "-m '%s' --verify", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 0 && strstr(out, ": valid"), "verify: %s", out);
+    size_t n;
+    unsigned char *b = slurp(path, &n);
+    const uint64_t off = rd64(b + H_SIZE), bytes = rd64(b + H_SIZE + 8);
+    b[off + bytes / 3] ^= 0x01;
+    spit(path, b, n);
+    CHECKF(pack_cli(args, out, sizeof out) == 1 && strstr(out, "invalid") &&
+           strstr(out, "section 0 (a layer) checksum mismatch (corrupt)"), "verify, corrupt: %s", out);
+    snprintf(args, sizeof args, "-m '%s'", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 0 && strstr(out, ": valid"), "pack over a corrupt "
+           "file: %s", out);
+    free(b);
+    /* rank 1 of 2, and its expert-parallel split: their own files */
+    snprintf(shard, sizeof shard, "%s/.moe8-cache/%s-tp2r1.pkc", dir, table_name());
+    snprintf(args, sizeof args, "-m '%s' --tp 2 --rank 1", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 0 && strstr(out, ": valid") && strstr(out, shard),
+           "pack --tp 2 --rank 1: %s", out);
+    CHECK(file_size(shard) > 0 && file_size(shard) < file_size(path));
+    snprintf(shard, sizeof shard, "%s/.moe8-cache/%s-tp2r1-ep.pkc", dir, table_name());
+    snprintf(args, sizeof args, "-m '%s' --tp 2 --rank 1 --expert-parallel", dir);
+    CHECKF(pack_cli(args, out, sizeof out) == 0 && strstr(out, shard), "pack --expert-parallel: %s",
+           out);
+    static const struct { const char *flags, *want; } bad[] = {
+        {"--tp 2", "--tp N (N >= 2) and --rank R go together"},
+        {"--rank 0", "--tp N (N >= 2) and --rank R go together"},
+        {"--tp 2 --rank 2", "--rank must be below --tp"},
+        {"--tp 0 --rank 0", "--tp wants 1..4096, got '0'"},
+        {"--tp 2 --rank x", "--rank wants 0..4095, got 'x'"},
+        {"--expert-parallel", "--expert-parallel needs --tp N with N >= 2"},
+        {"--threads 0", "--threads wants 1..4096, got '0'"},
+        {"--isa nosuch", "nosuch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "-m '%s' %s", dir, bad[i].flags);
+        const int rc = pack_cli(args, out, sizeof out);
+        CHECKF(rc != 0 && strstr(out, bad[i].want), "pack %s: exit %d, %s", bad[i].flags, rc, out);
+    }
+    printf("moe8 pack: build, --verify (valid, absent, corrupt), --tp 2 --rank 1 [--expert-parallel] "
+           "and %zu bad flags checked\n", sizeof bad / sizeof bad[0]);
 }
 
 /* ---- a memory limit below the cache's size ----------------------------------- */
@@ -534,6 +597,7 @@ int main(int argc, char **argv) {
     test_race(dirs[0], ref, V);
     test_locations(dirs[0], ref, V);
     free(ref);
+    test_pack_cli(dirs[1]);
     test_cgroup();
     return test_summary();
 }

@@ -3,7 +3,9 @@
  * of time (SEMANTICS §6c), or check it (--verify: header, fingerprint and
  * every section checksum). Building is what the first context of a load
  * does; this command loads the model, makes one small context and prints
- * where the cache is.
+ * where the cache is. With --tp N --rank R it packs rank R's shard in this
+ * one process (moe8_dist_init_offline: no MPI), the file rank R of a
+ * `--tp N` group then maps.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,13 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moe8 pack -m DIR [--isa NAME] [--verify] [--threads N]\n"
-            "                 [--cache-dir DIR] [--no-mmap]\n"
+            "usage: moe8 pack -m DIR [--isa NAME] [--tp N --rank R [--expert-parallel]]\n"
+            "                 [--verify] [--threads N] [--cache-dir DIR] [--no-mmap]\n"
             "  --isa NAME   the kernel table whose layout to pack (as MOE8_ISA)\n"
-            "  --verify     check the existing cache only (every checksum); exit 1 if invalid\n"
-            "  --tp N --rank R  not supported yet: run the sharded command once under mpirun\n");
+            "  --tp N --rank R  the shard of rank R of a --tp N group (0 <= R < N), packed\n"
+            "               here without MPI: `mpirun -np N moe8 ... --tp N` maps it\n"
+            "  --expert-parallel  with --tp: the expert-parallel split (as generate's)\n"
+            "  --verify     check the existing cache only (every checksum); exit 1 if invalid\n");
 }
 
 static void print_info(const moe8_cache_info *ci) {
@@ -30,9 +34,31 @@ static void print_info(const moe8_cache_info *ci) {
     if (!ci->valid && ci->exists) printf("  %s\n", ci->why);
 }
 
+/* Build (unless verify) and check the cache of the loaded model m. */
+static int run_pack(moe8_model *m, int no_cache, int verify, int threads) {
+    moe8_cache_info ci;
+    moe8_error err;
+    if (no_cache) {
+        fprintf(stderr, "moe8 %s: --no-cache leaves nothing to do\n", CMD);
+        return 2;
+    }
+    if (!verify) {
+        moe8_context_params cp = moe8_context_params_default();
+        moe8_context *ctx;
+        cp.n_ctx = 16;
+        cp.n_batch = 1;
+        cp.n_threads = threads;
+        if (moe8_context_create(m, &cp, &ctx, &err)) return cli_fail(CMD, &err);
+        moe8_context_free(ctx);
+    }
+    if (moe8_model_cache_check(m, 1, &ci, &err)) return cli_fail(CMD, &err);
+    print_info(&ci);
+    return ci.valid ? 0 : 1;
+}
+
 int cmd_pack(int argc, char **argv) {
     const char *dir = NULL;
-    int verify = 0, threads = 0;
+    int verify = 0, threads = 0, tp = 1, rank = -1, ep = 0;
     moe8_error err;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -50,11 +76,18 @@ int cmd_pack(int argc, char **argv) {
                 fprintf(stderr, "moe8 %s: --threads wants 1..4096, got '%s'\n", CMD, argv[i]);
                 return 2;
             }
-        } else if ((!strcmp(a, "--tp") || !strcmp(a, "--rank")) && i + 1 < argc) {
-            fprintf(stderr, "moe8 %s: %s: not supported yet (a rank's shard is packed by its "
-                    "first sharded load: mpirun -n N moe8 generate --tp N -m DIR -p hi -n 1)\n",
-                    CMD, a);
-            return 2;
+        } else if (!strcmp(a, "--tp") && i + 1 < argc) {
+            if (cli_parse_int(argv[++i], 1, 4096, &tp)) {
+                fprintf(stderr, "moe8 %s: --tp wants 1..4096, got '%s'\n", CMD, argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--rank") && i + 1 < argc) {
+            if (cli_parse_int(argv[++i], 0, 4095, &rank)) {
+                fprintf(stderr, "moe8 %s: --rank wants 0..4095, got '%s'\n", CMD, argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--expert-parallel")) {
+            ep = 1;
         } else {
             fprintf(stderr, "moe8 %s: unexpected argument '%s'\n", CMD, a);
             usage(stderr);
@@ -65,35 +98,29 @@ int cmd_pack(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if ((tp > 1) != (rank >= 0) || rank >= tp) {
+        fprintf(stderr, "moe8 %s: %s\n", CMD, rank >= tp && tp > 1
+                ? "--rank must be below --tp" : "--tp N (N >= 2) and --rank R go together");
+        return 2;
+    }
+    if (ep && tp < 2) {
+        fprintf(stderr, "moe8 %s: --expert-parallel needs --tp N with N >= 2\n", CMD);
+        return 2;
+    }
     cli_log_warnings(CMD);
     moe8_model_params mp = moe8_model_params_default();
     cli_model_opts(&mp);
     mp.n_threads = threads;
     moe8_model *m;
-    moe8_cache_info ci;
-    if (moe8_model_load(dir, &mp, &m, &err)) return cli_fail(CMD, &err);
-    if (mp.no_cache) {
-        moe8_model_free(m);
-        fprintf(stderr, "moe8 %s: --no-cache leaves nothing to do\n", CMD);
-        return 2;
-    }
-    if (!verify) {
-        moe8_context_params cp = moe8_context_params_default();
-        moe8_context *ctx;
-        cp.n_ctx = 16;
-        cp.n_batch = 1;
-        cp.n_threads = threads;
-        if (moe8_context_create(m, &cp, &ctx, &err)) {
-            moe8_model_free(m);
-            return cli_fail(CMD, &err);
-        }
-        moe8_context_free(ctx);
-    }
-    if (moe8_model_cache_check(m, 1, &ci, &err)) {
-        moe8_model_free(m);
+    moe8_dist *d = NULL;
+    if (tp > 1 && moe8_dist_init_offline(tp, rank, ep, &d, &err)) return cli_fail(CMD, &err);
+    mp.dist = d;
+    if (moe8_model_load(dir, &mp, &m, &err)) {
+        moe8_dist_free(d);
         return cli_fail(CMD, &err);
     }
-    print_info(&ci);
+    int rc = run_pack(m, mp.no_cache, verify, threads);
     moe8_model_free(m);
-    return ci.valid ? 0 : 1;
+    moe8_dist_free(d);
+    return rc;
 }

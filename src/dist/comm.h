@@ -35,6 +35,11 @@ typedef enum {
 int moe8_comm_mpi_available(void);
 
 moe8_status moe8_comm_create(moe8_comm_kind kind, moe8_comm **out, moe8_error *err);
+/* A stand-in for rank `rank` of `size` with no peers (moe8 pack --tp N --rank R):
+ * all-gather fills every rank's slot with this rank's bytes and broadcast and
+ * barrier return, as if every rank agreed; all-reduce fails (an offline shard
+ * can load and pack, never compute). */
+moe8_status moe8_comm_create_offline(int rank, int size, moe8_comm **out, moe8_error *err);
 /* Frees the communicator; the last MPI one finalises MPI. */
 void moe8_comm_free(moe8_comm *c);
 

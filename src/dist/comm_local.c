@@ -53,6 +53,49 @@ static const moe8_comm_ops local_ops = {
     local_free, local_allreduce, local_allgather, local_bcast, local_barrier, local_abort,
 };
 
+/* The offline stand-in (comm.h): every other rank is taken to send what this one does. */
+static moe8_status offline_allreduce(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
+    (void)buf, (void)n;
+    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "rank %d of %d offline (pack): all-reduce "
+                     "needs the other ranks; an offline shard only loads and packs", c->rank,
+                     c->size);
+}
+
+static moe8_status offline_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
+                                     moe8_error *err) {
+    (void)err;
+    for (int r = 0; r < c->size && bytes; r++) memmove((char *)recv + (size_t)r * bytes, send, bytes);
+    return MOE8_OK;
+}
+
+static moe8_status offline_bcast(moe8_comm *c, void *buf, size_t bytes, int root,
+                                 moe8_error *err) {
+    (void)buf, (void)bytes;
+    if (root < 0 || root >= c->size)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "broadcast root %d of %d ranks", root,
+                         c->size);
+    return MOE8_OK;
+}
+
+static const moe8_comm_ops offline_ops = {
+    local_free, offline_allreduce, offline_allgather, offline_bcast, local_barrier, local_abort,
+};
+
+moe8_status moe8_comm_create_offline(int rank, int size, moe8_comm **out, moe8_error *err) {
+    moe8_comm *c;
+    *out = NULL;
+    if (size < 1 || rank < 0 || rank >= size)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "rank %d of %d: expected 0 <= rank < size",
+                         rank, size);
+    if (!(c = calloc(1, sizeof *c)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate a communicator");
+    c->ops = &offline_ops;
+    c->rank = rank;
+    c->size = size;
+    *out = c;
+    return MOE8_OK;
+}
+
 int moe8_comm_mpi_available(void) { return moe8_comm_mpi_create != NULL; }
 
 moe8_status moe8_comm_create(moe8_comm_kind kind, moe8_comm **out, moe8_error *err) {

@@ -67,6 +67,25 @@ moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, mo
     return MOE8_OK;
 }
 
+moe8_status moe8_dist_init_offline(int n_ranks, int rank, int expert_parallel, moe8_dist **out,
+                                   moe8_error *err) {
+    moe8_dist *d;
+    moe8_status st;
+    if (!out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "dist: NULL output");
+    *out = NULL;
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "--tp %d --rank %d: expected 0 <= rank < tp",
+                         n_ranks, rank);
+    if (!(d = calloc(1, sizeof *d))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    d->expert_parallel = expert_parallel != 0;
+    if ((st = moe8_comm_create_offline(rank, n_ranks, &d->comm, err))) {
+        free(d);
+        return st;
+    }
+    *out = d;
+    return MOE8_OK;
+}
+
 void moe8_dist_free(moe8_dist *d) {
     if (!d) return;
     moe8_comm_free(d->comm);
