@@ -321,7 +321,8 @@ typedef struct {
                                    * $XDG_CACHE_HOME/moe8/ (~/.cache/moe8/); set: only there
                                    * (an error when it cannot be used). Copied at load */
     int no_cache;                 /* 1: pack in memory every load; no cache read or written */
-    int no_mmap;                  /* 1: read the cache into anonymous memory, not a mapping */
+    int no_mmap;                  /* 1: read the cache (and a float lm_head) into anonymous
+                                   * memory, not a mapping */
     int mlock;                    /* 1: pin the cache in RAM; the context fails with the
                                    * system's reason (RLIMIT_MEMLOCK) when it cannot */
 } moe8_model_params;
@@ -590,8 +591,11 @@ void moe8_sampler_free(moe8_sampler *s);
  * evicted least-recently-used when the pool needs room).
  *
  * Preparation: the first context of a model prepares it — W8A8 linears and
- * experts are repacked into memory moe8 owns and their mapped pages released
- * (SEMANTICS §6b); moe8_model_load stays cheap (`inspect` never prepares). The
+ * experts are mapped from the packed cache (SEMANTICS §6c; every section's
+ * checksum checked first), or packed and the cache written when it is absent
+ * or invalid, or (no_cache) repacked into memory moe8 owns with their
+ * checkpoint pages released (§6b); moe8_model_load stays cheap (`inspect`
+ * never prepares). The
  * prepared weights are shared by every context of the model (with the same
  * float_experts setting) and freed with the last of them.
  *
@@ -628,6 +632,16 @@ typedef struct {
                            * MOE8_DT_F32 (exact) */
 } moe8_context_params;
 moe8_context_params moe8_context_params_default(void);
+
+/* Prepare the model now, as its first context with this float_experts setting
+ * would (above): map or build the packed cache, or pack in memory. Contexts
+ * created later share what it prepared; it is released with the model. A
+ * second call is a no-op. Collective when the model has a dist of more than
+ * one rank (every rank learns whether every rank succeeded). Lets a program
+ * overlap preparation with other start-up work (moe8 generate loads the
+ * tokenizer meanwhile); without it the first context prepares. */
+moe8_status moe8_model_prepare(moe8_model *model, int float_experts, int n_threads,
+                               moe8_error *err);
 
 /* `params` may be NULL (defaults). Prepares the model when needed (above). */
 moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *params,

@@ -43,6 +43,7 @@ static void on_log(moe8_log_level lv, const char *msg, void *user) {
 typedef struct {
     const char *cache_dir;
     int no_cache, no_mmap, mlock;
+    int prepare; /* moe8_model_prepare (twice) before the contexts */
 } opts;
 
 static moe8_status load(const char *dir, const opts *o, moe8_model **m, moe8_error *e) {
@@ -63,6 +64,8 @@ static void outputs(const char *dir, const opts *o, int V, float *out) {
         fprintf(stderr, "load %s: %s\n", dir, e.message);
         exit(2);
     }
+    for (int i = 0; i < 2 * o->prepare; i++)
+        CHECKF(moe8_model_prepare(m, 0, 0, &e) == MOE8_OK, "prepare: %s", e.message);
     run_logits(m, PROMPT, 9, 6, out);
     int32_t t[5] = {0};
     CHECK(greedy(m, PROMPT, 5, t, 5) == 5);
@@ -531,16 +534,17 @@ static void test_identical(const char *dir, int V, float *ref, const char *label
     outputs(dir, &o, V, ref);
     CHECK(!exists(path));
     o.no_cache = 0;
-    const char *mode[3] = {"building", "mapped", "read"};
-    for (int i = 0; i < 3; i++) {
+    const char *mode[4] = {"building", "mapped", "read", "prepared, mapped"};
+    for (int i = 0; i < 4; i++) {
         o.no_mmap = i == 2;
+        o.prepare = i == 3;
         outputs(dir, &o, V, got);
         CHECKF(!memcmp(got, ref, sizeof(float) * N_OUT(V)), "%s (%s): outputs differ from no "
                "cache", label, mode[i]);
         CHECKF(exists(path), "%s: no cache at %s", label, path);
     }
     printf("%-12s %-8s cache %ld bytes: logits + greedy identical (no cache, building, mapped, "
-           "read)\n", label, table_name(), file_size(path));
+           "read, moe8_model_prepare then mapped)\n", label, table_name(), file_size(path));
     free(got);
 }
 

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -922,6 +923,22 @@ static int load_tokenizer(const opts *o, moe8_tokenizer **tok) {
     return 0;
 }
 
+/* The tokenizer's part of the start-up (cmd_generate runs it on a second thread). */
+typedef struct {
+    const opts *o;
+    moe8_tokenizer **tok;
+    prompts *p;
+    int bad;
+} tok_job;
+
+static int tokenize_prompts(const opts *o, const moe8_tokenizer *tok, prompts *p);
+
+static void *tok_job_run(void *arg) {
+    tok_job *j = arg;
+    j->bad = load_tokenizer(j->o, j->tok) != 0 || tokenize_prompts(j->o, *j->tok, j->p) != 0;
+    return NULL;
+}
+
 /* The prompts as given: text (-p, -f) or ids (--prompt-ids, --prompt-ids-file). */
 static int read_prompts(const opts *o, prompts *p) {
     if (o->prompt_ids)
@@ -1114,15 +1131,25 @@ int cmd_generate(int argc, char **argv) {
         bad = 1;
     }
     bad = bad || check_dump_path(&o) != 0;
+    if (agree(d, bad)) goto done; /* every rank goes on to the load, or none does */
     t0 = now_s();
-    bad = bad || load_tokenizer(&o, &tok) != 0 || tokenize_prompts(&o, tok, &p) != 0;
-    if (agree(d, bad) || check_same_settings(d, &o, &p)) goto done;
+    /* The tokenizer loads and the prompts are tokenized on a second thread while
+     * the model loads and prepares (maps or builds its packed cache): the two meet
+     * only in run(). A failure there is reported at once and agreed after the load. */
+    tok_job tj = {&o, &tok, &p, 0};
+    pthread_t th;
+    const int threaded = pthread_create(&th, NULL, tok_job_run, &tj) == 0;
+    if (!threaded) tok_job_run(&tj);
     mp.n_threads = o.n_threads;
     mp.dist = d;
-    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
+    moe8_status ls = moe8_model_load(o.dir, &mp, &m, &err); /* each agreed by every rank */
+    if (ls == MOE8_OK) ls = moe8_model_prepare(m, o.float_experts, o.n_threads, &err);
+    if (threaded) pthread_join(th, NULL);
+    if (ls != MOE8_OK) {
         if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
         goto done;
     }
+    if (agree(d, tj.bad) || check_same_settings(d, &o, &p)) goto done;
     rc = run(&o, d, m, tok, &p, t0);
 done:
     if (moe8_dist_failure(d, &err)) { /* a rank stopped answering: nothing can finish */

@@ -81,6 +81,34 @@ static void weights_release(const moe8_weights *w) {
     pthread_mutex_unlock(&g_prep_lock);
 }
 
+moe8_status moe8_model_prepare(moe8_model *m, int float_experts, int n_threads,
+                               moe8_error *err) {
+    moe8_weights *w = NULL;
+    moe8_status st;
+    const int fe = float_experts != 0;
+    if (!m) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "prepare: no model");
+    st = weights_acquire(m, fe, n_threads, &w, err);
+    if (moe8_dist_size(m->params.dist) > 1) st = moe8_dist_agree(m->params.dist, st, err);
+    if (st) {
+        if (w) weights_release(w);
+        return st;
+    }
+    pthread_mutex_lock(&g_prep_lock);
+    const int first = !m->prepared[fe];
+    if (first) m->prepared[fe] = w;
+    pthread_mutex_unlock(&g_prep_lock);
+    if (!first) weights_release(w); /* prepared before: one reference is enough */
+    return MOE8_OK;
+}
+
+void moe8_model_release_prepared(moe8_model *m) {
+    for (int fe = 0; fe < 2; fe++)
+        if (m->prepared[fe]) {
+            weights_release(m->prepared[fe]);
+            m->prepared[fe] = NULL;
+        }
+}
+
 /* ---- context --------------------------------------------------------------- */
 
 struct moe8_context {

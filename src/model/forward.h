@@ -230,7 +230,7 @@ typedef struct {
  * rank's share: n_head/n_kv are the local heads, F_max the local width, and
  * o_proj, dense down and the MoE output are partial sums all-reduced over
  * `comm` (NULL with one rank: no call at all). */
-typedef struct {
+typedef struct moe8_weights {
     const moe8_model *model;
     struct moe8_comm *comm;        /* NULL: single process */
     int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP or shared expert

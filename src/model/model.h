@@ -116,12 +116,16 @@ struct moe8_model {
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
     moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */
     int refs;                         /* 1 for the caller + 1 per context (atomic) */
+    struct moe8_weights *prepared[2]; /* moe8_model_prepare's reference per float_experts
+                                       * setting (context.c), released when destroyed */
 };
 
 /* Contexts hold a reference so the model outlives them whatever the order of
  * the frees; the last unref frees it. */
 void moe8_model_ref(moe8_model *m);
 void moe8_model_unref(moe8_model *m);
+/* Drop the references moe8_model_prepare took (context.c); at destruction. */
+void moe8_model_release_prepared(moe8_model *m);
 
 /* Element i of a numeric tensor as fp32 (no range check on i: callers index
  * within n_elements). I64 is read as an integer, not a bit pattern. */
