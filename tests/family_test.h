@@ -89,7 +89,7 @@ static void make_quantize_compare(int arch, int down_float, const char *tok, cha
     float *lf = malloc(sizeof(float) * 5 * QV), *lq = malloc(sizeof(float) * 5 * QV);
     int32_t tf[5], tq[5];
     FMT(label, "mk_%s", name);
-    if (down_float) snprintf(fdir, cap, "%s/%s", MOE8_TEST_TMP, label); /* made by the first run */
+    if (down_float) snprintf(fdir, cap, "%s/%s", test_tmp_root(), label); /* made by the first run */
     else snprintf(fdir, cap, "%s", test_tmpdir(label));
     FMT(label, "mkq_%s%s", name, down_float ? "_down_float" : "");
     snprintf(qdir, cap, "%s", test_tmpdir(label));

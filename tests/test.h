@@ -76,11 +76,30 @@ static inline int test_summary(void) {
     return test_n_fail ? 1 : 0;
 }
 
-/* A fresh, empty scratch folder under the build tree: MOE8_TEST_TMP/<name>. */
+/* The scratch root: MOE8_TEST_TMP, or MOE8_TEST_TMP/isa-NAME under MOE8_ISA=NAME,
+ * so the runs of one test under each kernel table, which ctest runs side by
+ * side, never write the same folder. Created on first use. */
+static inline const char *test_tmp_root(void) {
+    static char root[2048];
+    if (!root[0]) {
+        const char *isa = getenv("MOE8_ISA");
+        if (isa && *isa && !strchr(isa, '/') && !strchr(isa, '\'')) {
+            char cmd[sizeof root + 32];
+            snprintf(root, sizeof root, "%s/isa-%s", MOE8_TEST_TMP, isa);
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s'", root);
+            if (system(cmd) != 0) snprintf(root, sizeof root, "%s", MOE8_TEST_TMP);
+        } else {
+            snprintf(root, sizeof root, "%s", MOE8_TEST_TMP);
+        }
+    }
+    return root;
+}
+
+/* A fresh, empty scratch folder under the build tree: test_tmp_root()/<name>. */
 static inline const char *test_tmpdir(const char *name) {
     static char path[4096];
     char cmd[2 * sizeof path + 32];
-    snprintf(path, sizeof path, "%s/%s", MOE8_TEST_TMP, name);
+    snprintf(path, sizeof path, "%s/%s", test_tmp_root(), name);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", path, path);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot create scratch folder %s\n", path);

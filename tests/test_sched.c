@@ -1129,7 +1129,7 @@ static int check_logprobs(const char *dir, moe8_model *model) {
     result *r = calloc(1, sizeof *r);
     spec q;
     for (int i = 0; i < 12; i++) u += (size_t)snprintf(ids + u, sizeof ids - u, "%s%d", i ? "," : "", prompt[i]);
-    snprintf(path, sizeof path, "%s/sched_logits.txt", MOE8_TEST_TMP);
+    snprintf(path, sizeof path, "%s/sched_logits.txt", test_tmp_root());
     int ties = 0;
     moe8_model *keep = g_model;
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids %s -n 1 --ids --dump-logits '%s' "
