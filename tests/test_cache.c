@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,6 +432,41 @@ static void test_cgroup(void) {
 
 /* ---- where, and the options ------------------------------------------------ */
 
+/* A write that fails part way (RLIMIT_FSIZE: the disk "fills" after 64 KiB):
+ * the weights are packed in memory instead, the answers unchanged, nothing
+ * left behind; the next load builds the cache. */
+static void test_write_failure(const char *dir, const float *ref, int V) {
+    char cdir[4096], cmd[8400], out[4096], path[4096];
+    float *got = malloc(sizeof(float) * N_OUT(V));
+    struct rlimit old, low;
+    snprintf(cdir, sizeof cdir, "%s/.moe8-cache", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cdir);
+    CHECK(system(cmd) == 0);
+    cache_path(path, sizeof path, dir, table_name());
+    getrlimit(RLIMIT_FSIZE, &old);
+    low = old;
+    low.rlim_cur = 64 << 10;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &low) == 0);
+    g_log[0] = 0;
+    outputs(dir, &(opts){0}, V, got);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, was);
+    CHECKF(!memcmp(got, ref, sizeof(float) * N_OUT(V)), "a failed cache write: outputs differ");
+    CHECKF(strstr(g_log, "packed cache not written: cannot write") != NULL, "no warning: %s", g_log);
+    CHECK(!exists(path));
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -v '\\.lock$' | wc -l", cdir);
+    run(cmd, out, sizeof out);
+    CHECKF(!strcmp(out, "0\n"), "left in %s after a failed write: %s", cdir, out);
+    outputs(dir, &(opts){0}, V, got);
+    CHECKF(exists(path) && !memcmp(got, ref, sizeof(float) * N_OUT(V)), "after a failed write, "
+           "the next load: cache %d, outputs %s", exists(path),
+           memcmp(got, ref, sizeof(float) * N_OUT(V)) ? "differ" : "equal");
+    printf("a cache write failing at 64 KiB: packed in memory instead, outputs identical, nothing "
+           "left; the next load built it\n");
+    free(got);
+}
+
 static void test_locations(const char *dir, const float *ref, int V) {
     char cdir[4096], xdg[4200], cmd[8400], path[4200];
     float *got = malloc(sizeof(float) * N_OUT(V));
@@ -600,6 +636,7 @@ int main(int argc, char **argv) {
     test_corruption(dirs[0], ref, V);
     test_race(dirs[0], ref, V);
     test_locations(dirs[0], ref, V);
+    test_write_failure(dirs[0], ref, V);
     free(ref);
     test_pack_cli(dirs[1]);
     test_cgroup();

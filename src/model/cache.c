@@ -87,9 +87,16 @@ struct moe8_pcache {
     uint64_t *shape;               /* [n_sections] of the regions taken */
     size_t cur;                    /* next byte of the current section */
     int cur_sect, bad;
-    /* writing */
-    pc_region *reg;
+    /* writing: each section goes to the temporary file when it is done */
+    pc_region *reg;                /* the current section's regions */
     size_t n_reg, cap_reg;
+    int fd;                        /* the temporary file, -1 before the first section */
+    char tmp[PATH_MAX + 32];
+    uint64_t next_off;             /* where the next section starts */
+    uint32_t n_done;               /* sections written */
+    pc_sect *out;                  /* [n_sections] as written */
+    int failed, written;           /* a write failed (why) / the file was renamed into place */
+    char why[PATH_MAX * 2 + 128];
 };
 
 /* ---- hashing --------------------------------------------------------------- */
@@ -102,7 +109,8 @@ static uint64_t fold(uint64_t h, uint64_t w) {
 
 /* Hash of every section of base[], each the fold of its 1 MiB blocks
  * (all blocks of all sections hashed in parallel). */
-static int hash_sections(const unsigned char *base, const pc_sect *s, uint32_t n, uint64_t *out) {
+static int hash_sections(const unsigned char *base, const pc_sect *s, uint32_t n, uint32_t first_id,
+                         uint64_t *out) {
     size_t n_blk = 0, *first = malloc(((size_t)n + 1) * sizeof *first);
     if (!first) return -1;
     for (uint32_t i = 0; i < n; i++) {
@@ -120,7 +128,7 @@ static int hash_sections(const unsigned char *base, const pc_sect *s, uint32_t n
         for (size_t b = first[i]; b < first[i + 1]; b++) {
             const size_t off = (b - first[i]) * PC_BLOCK;
             const size_t len = s[i].bytes - off < PC_BLOCK ? s[i].bytes - off : PC_BLOCK;
-            bh[b] = moe8_hash64(base + s[i].offset + off, len, i);
+            bh[b] = moe8_hash64(base + s[i].offset + off, len, first_id + i);
         }
     for (uint32_t i = 0; i < n; i++) {
         uint64_t h = fold(1, s[i].bytes);
@@ -368,7 +376,7 @@ static int try_read(moe8_pcache *pc, const char *path, int full_hash, char *why,
         return -2;
     }
     uint64_t *got = full_hash ? malloc((h.n_sections ? h.n_sections : 1) * sizeof *got) : NULL;
-    if (full_hash && (!got || hash_sections(base, s, h.n_sections, got))) {
+    if (full_hash && (!got || hash_sections(base, s, h.n_sections, 0, got))) {
         free(got);
         free(s);
         if (pc->no_mmap) moe8_free_aligned(base);
@@ -454,6 +462,7 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
     moe8_pcache *pc = calloc(1, sizeof *pc);
     if (!pc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     pc->lock_fd = -1;
+    pc->fd = -1;
     pc->no_mmap = m->params.no_mmap;
     want_of(&pc->want, m);
     const int n_dir = candidates(m, dirs);
@@ -559,86 +568,121 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
     return 0;
 }
 
-static int write_file(moe8_pcache *pc, char *why, size_t cap) {
-    const uint32_t n = pc->want.n_sections;
-    const size_t hdr = ((sizeof(pc_head) + (size_t)n * sizeof(pc_sect)) + PC_PAGE - 1) /
-                       PC_PAGE * PC_PAGE;
-    pc_sect *s = calloc(n, sizeof *s);
-    unsigned char *hb = calloc(1, hdr);
-    char tmp[PATH_MAX + 32];
-    int rc = -1, fd = -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", pc->path, (int)getpid());
-    if (!s || !hb) goto out;
-    /* layout: sections in id order, regions in the order they were put */
-    uint64_t off = hdr;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t cur = 0, shape = 0;
-        for (size_t r = 0; r < pc->n_reg; r++)
-            if (pc->reg[r].sect == (int)i) {
-                cur = ((cur + 63) & ~(uint64_t)63) + pc->reg[r].bytes;
-                shape = fold(shape ? shape : 1, pc->reg[r].bytes);
-            }
-        s[i] = (pc_sect){off, cur, 0, shape};
-        off = (off + cur + PC_PAGE - 1) / PC_PAGE * PC_PAGE;
+static size_t header_size(uint32_t n) {
+    return (sizeof(pc_head) + (size_t)n * sizeof(pc_sect) + PC_PAGE - 1) / PC_PAGE * PC_PAGE;
+}
+
+/* A write failed: remember why (logged by finish), drop the temporary file. */
+static void write_failed(moe8_pcache *pc, const char *what) {
+    if (!pc->failed)
+        snprintf(pc->why, sizeof pc->why, "%s '%s': %s", what, pc->tmp, strerror(errno ? errno : EIO));
+    pc->failed = 1;
+    if (pc->fd >= 0) {
+        close(pc->fd);
+        unlink(pc->tmp);
     }
-    if ((fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
-        ftruncate(fd, (off_t)off)) {
-        snprintf(why, cap, "cannot create '%s': %s", tmp, strerror(errno));
-        goto out;
+    pc->fd = -1;
+}
+
+/* The current section's regions, at the next page-aligned offset of the temporary
+ * file (regions 64-byte aligned, in the order they were put); its checksum from
+ * the page cache, where the bytes just went. The regions may be freed after. */
+void moe8_pcache_section_done(moe8_pcache *pc) {
+    if (!pc || pc->reading) return;
+    const uint32_t n = pc->want.n_sections, id = (uint32_t)pc->cur_sect;
+    if (!pc->failed && (pc->bad || id != pc->n_done)) {
+        snprintf(pc->why, sizeof pc->why, pc->bad ? "out of memory" : "section %u out of order", id);
+        pc->failed = 1;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t cur = 0;
-        for (size_t r = 0; r < pc->n_reg; r++) {
-            if (pc->reg[r].sect != (int)i) continue;
-            cur = (cur + 63) & ~(uint64_t)63;
-            if (pwrite_all(fd, pc->reg[r].p, pc->reg[r].bytes, s[i].offset + cur)) {
-                snprintf(why, cap, "cannot write '%s': %s", tmp, strerror(errno));
-                goto out;
-            }
-            cur += pc->reg[r].bytes;
+    if (!pc->failed && pc->fd < 0) {
+        snprintf(pc->tmp, sizeof pc->tmp, "%s.tmp.%d", pc->path, (int)getpid());
+        pc->next_off = header_size(n);
+        if (!(pc->out = calloc(n, sizeof *pc->out))) {
+            snprintf(pc->why, sizeof pc->why, "out of memory");
+            pc->failed = 1;
+        } else if ((pc->fd = open(pc->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+            write_failed(pc, "cannot create");
         }
     }
-    /* hash what the file holds (padding included), from the page cache */
-    unsigned char *map = mmap(NULL, off, PROT_READ, MAP_SHARED, fd, 0);
-    uint64_t *h = malloc(n * sizeof *h);
-    if (map == MAP_FAILED || !h || hash_sections(map, s, n, h)) {
-        snprintf(why, cap, "cannot read back '%s'", tmp);
-        if (map != MAP_FAILED) munmap(map, off);
-        free(h);
-        goto out;
+    uint64_t cur = 0, shape = 0;
+    for (size_t r = 0; !pc->failed && r < pc->n_reg; r++) {
+        cur = (cur + 63) & ~(uint64_t)63;
+        if (pwrite_all(pc->fd, pc->reg[r].p, pc->reg[r].bytes, pc->next_off + cur))
+            write_failed(pc, "cannot write");
+        cur += pc->reg[r].bytes;
+        shape = fold(shape ? shape : 1, pc->reg[r].bytes);
     }
-    munmap(map, off);
-    for (uint32_t i = 0; i < n; i++) s[i].hash = h[i];
-    free(h);
+    pc->n_reg = 0;
+    if (pc->failed) return;
+    pc_sect sec = {0, cur, 0, shape}, *o = &pc->out[id];
+    unsigned char *map = NULL;
+    if (cur && (map = mmap(NULL, cur, PROT_READ, MAP_SHARED, pc->fd, (off_t)pc->next_off)) == MAP_FAILED) {
+        write_failed(pc, "cannot read back");
+        return;
+    }
+    const int bad = hash_sections(map, &sec, 1, id, &o->hash);
+    if (map) munmap(map, cur);
+    if (bad) {
+        errno = ENOMEM;
+        write_failed(pc, "cannot hash");
+        return;
+    }
+    o->offset = pc->next_off, o->bytes = cur, o->shape = shape;
+    pc->next_off = (pc->next_off + cur + PC_PAGE - 1) / PC_PAGE * PC_PAGE;
+    pc->n_done++;
+}
+
+int moe8_pcache_written(const moe8_pcache *pc) { return pc && pc->written; }
+
+/* Every section written: the header last, then the rename. */
+static int finish_file(moe8_pcache *pc) {
+    const uint32_t n = pc->want.n_sections;
+    const size_t hdr = header_size(n);
+    unsigned char *hb;
+    if (pc->failed) return -1;
+    if (pc->n_done != n) {
+        snprintf(pc->why, sizeof pc->why, "%u of %u sections built", pc->n_done, n);
+        return -1;
+    }
+    if (!(hb = calloc(1, hdr))) {
+        errno = ENOMEM;
+        write_failed(pc, "cannot finish");
+        return -1;
+    }
     pc_head head = pc->want;
-    head.file_bytes = off;
+    head.file_bytes = pc->next_off;
     head.header_bytes = hdr;
     head.header_hash = 0;
     memcpy(hb, &head, sizeof head);
-    memcpy(hb + sizeof head, s, (size_t)n * sizeof *s);
+    memcpy(hb + sizeof head, pc->out, (size_t)n * sizeof *pc->out);
     head.header_hash = moe8_hash64(hb, hdr, 5);
     memcpy(hb, &head, sizeof head);
-    if (pwrite_all(fd, hb, hdr, 0) || close(fd)) {
-        fd = -1;
-        snprintf(why, cap, "cannot write '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    fd = -1;
-    if (rename(tmp, pc->path)) {
-        snprintf(why, cap, "cannot rename '%s' to '%s': %s", tmp, pc->path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-out:
-    if (fd >= 0) close(fd);
-    if (rc) unlink(tmp);
-    free(s);
+    const int bad = ftruncate(pc->fd, (off_t)pc->next_off) || pwrite_all(pc->fd, hb, hdr, 0);
     free(hb);
-    return rc;
+    if (bad) {
+        write_failed(pc, "cannot write");
+        return -1;
+    }
+    const int fd = pc->fd;
+    pc->fd = -1;
+    if (close(fd)) {
+        unlink(pc->tmp);
+        snprintf(pc->why, sizeof pc->why, "cannot write '%s': %s", pc->tmp, strerror(errno));
+        pc->failed = 1;
+        return -1;
+    }
+    if (rename(pc->tmp, pc->path)) {
+        snprintf(pc->why, sizeof pc->why, "cannot rename '%s' to '%s': %s", pc->tmp, pc->path,
+                 strerror(errno));
+        unlink(pc->tmp);
+        pc->failed = 1;
+        return -1;
+    }
+    pc->written = 1;
+    return 0;
 }
 
 moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err) {
-    char why[PATH_MAX * 2 + 128] = "out of memory";
     if (!pc) return MOE8_OK;
     if (pc->reading) {
         for (uint32_t i = 0; i < pc->want.n_sections && !pc->bad; i++)
@@ -649,8 +693,7 @@ moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err) {
                              pc->path);
         return MOE8_OK;
     }
-    if (pc->bad || write_file(pc, why, sizeof why))
-        moe8_log(MOE8_LOG_WARN, "packed cache not written: %s", why);
+    if (finish_file(pc)) moe8_log(MOE8_LOG_WARN, "packed cache not written: %s", pc->why);
     if (pc->lock_fd >= 0) close(pc->lock_fd);
     pc->lock_fd = -1;
     free(pc->reg);
@@ -661,10 +704,15 @@ moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err) {
 
 void moe8_pcache_free(moe8_pcache *pc) {
     if (!pc) return;
+    if (pc->fd >= 0) { /* not finished: nothing half-written stays */
+        close(pc->fd);
+        unlink(pc->tmp);
+    }
     if (pc->lock_fd >= 0) close(pc->lock_fd);
     unmap(pc);
     free(pc->shape);
     free(pc->reg);
+    free(pc->out);
     free(pc);
 }
 
@@ -678,6 +726,7 @@ moe8_status moe8_model_cache_check(const moe8_model *m, int full, moe8_cache_inf
     moe8_pcache *pc = calloc(1, sizeof *pc);
     if (!pc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     pc->lock_fd = -1;
+    pc->fd = -1;
     want_of(&pc->want, m);
     const int n_dir = candidates(m, dirs);
     for (int i = 0; i < n_dir && !out->valid; i++) {

@@ -5,8 +5,12 @@
  *
  * The weights build (forward.c) opens the cache, then for each section (one
  * per decoder layer, then lm_head) either takes its regions from the mapping
- * (reading) or packs as without a cache and hands each region over (writing);
- * moe8_pcache_finish writes the file or checks that every region was taken.
+ * (reading) or packs as without a cache and hands each region over (writing):
+ * moe8_pcache_section_done writes the section to a temporary file, after
+ * which the build frees it — a build never holds more than one section, so a
+ * model larger than RAM can be packed — and moe8_pcache_finish writes the
+ * header and renames the file into place (the build then maps it), or checks
+ * that every region was taken.
  * Regions come in the order the build asks for them: the layout of a section
  * is that order, each region 64-byte aligned.
  */
@@ -33,12 +37,18 @@ void moe8_pcache_section(moe8_pcache *pc, int id);
 /* Reading: the next region of `bytes` bytes in the mapping; NULL when pc is
  * NULL, writing, or the section has no such region (finish then fails). */
 const void *moe8_pcache_take(moe8_pcache *pc, size_t bytes);
-/* Writing: `bytes` at p (valid until finish) are the next region. */
+/* Writing: `bytes` at p (valid until moe8_pcache_section_done) are the next region. */
 void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes);
-/* Writing: the file, under a temporary name then renamed (a failure to write
- * is logged, not an error: the weights in memory are complete). Reading:
- * MOE8_ERR_FORMAT when the regions taken differ from the file's. */
+/* Writing: the current section's regions to the temporary file (sections in
+ * id order); the caller may free them after. A failure is kept for finish. */
+void moe8_pcache_section_done(moe8_pcache *pc);
+/* Writing: the header, then the rename (a failure to write is logged at WARN,
+ * not an error: moe8_pcache_written tells the build to pack in memory
+ * instead). Reading: MOE8_ERR_FORMAT when the regions taken differ from the
+ * file's. */
 moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err);
+/* 1 once finish renamed a written file into place. */
+int moe8_pcache_written(const moe8_pcache *pc);
 void moe8_pcache_free(moe8_pcache *pc);
 
 #endif

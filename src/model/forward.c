@@ -301,13 +301,26 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
     return st;
 }
 
-moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,
-                               moe8_weights **out, moe8_error *err) {
+static void layer_free(moe8_fwd_layer *fl);
+
+/* One build of the weights with the packed cache pc (NULL, reading or writing;
+ * owned by the weights from here). Writing, each section goes to the file as
+ * soon as it is built and is freed at once: the weights returned hold no
+ * packed matrix (the caller frees them and maps the file), and *written says
+ * whether the file was renamed into place. */
+static moe8_status build_all(const moe8_model *m, int float_experts, int n_threads,
+                             moe8_pcache *pc, moe8_weights **out, int *written,
+                             moe8_error *err) {
     const moe8_config *c = &m->cfg;
     moe8_weights *w = calloc(1, sizeof *w);
+    const int streaming = pc && !moe8_pcache_reading(pc);
     moe8_status st;
     *out = NULL;
-    if (!w) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
+    if (!w) {
+        moe8_pcache_free(pc);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
+    }
+    w->cache = pc;
     w->model = m;
     w->H = (int)c->hidden_size;
     w->n_layer = (int)c->num_hidden_layers;
@@ -341,19 +354,30 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
                        w->rope_dim);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
     if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
-    if (!st) st = moe8_pcache_open(m, float_experts, &w->cache, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         moe8_pcache_section(w->cache, i);
         st = build_layer(w, i, float_experts, n_threads, err);
-        if (st) moe8_error_prefix(err, "layer %d", i);
-        else w->owned_bytes += layer_owned(&w->layers[i], w);
+        if (st) {
+            moe8_error_prefix(err, "layer %d", i);
+        } else if (streaming) {
+            moe8_pcache_section_done(w->cache);
+            layer_free(&w->layers[i]);
+        } else {
+            w->owned_bytes += layer_owned(&w->layers[i], w);
+        }
     }
     /* last: its copy (or packing) then does not add to the transient of a
      * layer's mapped pages being packed (the peak resident memory of loading) */
     moe8_pcache_section(w->cache, w->n_layer);
     if (!st) st = build_lm_head(w, m, err);
+    if (!st && streaming) {
+        moe8_pcache_section_done(w->cache);
+        moe8_proj_free(&w->lm_head);
+        memset(&w->lm_head, 0, sizeof w->lm_head);
+    }
     if (!st) st = moe8_pcache_finish(w->cache, err);
-    if (st) {
+    if (written) *written = !st && moe8_pcache_written(w->cache);
+    if (st || streaming) {
         moe8_weights_free(w);
         return st;
     }
@@ -362,35 +386,61 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
     return MOE8_OK;
 }
 
+/* With no valid cache the weights are packed once, section by section into a
+ * new cache file (never more than one section in memory), and then mapped from
+ * it like any later load's; when the file cannot be written they are packed
+ * again, in memory (the reason was logged). */
+moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_threads,
+                               moe8_weights **out, moe8_error *err) {
+    moe8_pcache *pc = NULL;
+    moe8_weights *none = NULL;
+    int written = 0;
+    moe8_status st = moe8_pcache_open(m, float_experts, &pc, err);
+    *out = NULL;
+    if (st) return st;
+    if (pc && !moe8_pcache_reading(pc)) {
+        if ((st = build_all(m, float_experts, n_threads, pc, &none, &written, err))) return st;
+        pc = NULL;
+        if (written && (st = moe8_pcache_open(m, float_experts, &pc, err))) return st;
+        if (pc && !moe8_pcache_reading(pc)) { /* gone again at once: do without */
+            moe8_pcache_free(pc);
+            pc = NULL;
+        }
+    }
+    return build_all(m, float_experts, n_threads, pc, out, NULL, err);
+}
+
+static void layer_free(moe8_fwd_layer *fl) {
+    free(fl->attn_norm);
+    free(fl->ffn_norm);
+    free(fl->q_norm);
+    free(fl->k_norm);
+    moe8_proj_free(&fl->q);
+    moe8_proj_free(&fl->k);
+    moe8_proj_free(&fl->v);
+    moe8_proj_free(&fl->o);
+    moe8_proj_free(&fl->gate);
+    moe8_proj_free(&fl->up);
+    moe8_proj_free(&fl->down);
+    moe8_proj_free(&fl->sh_gate);
+    moe8_proj_free(&fl->sh_up);
+    moe8_proj_free(&fl->sh_down);
+    moe8_proj_free(&fl->sh_score);
+    moe8_proj_free(&fl->q_a);
+    moe8_proj_free(&fl->q_b);
+    moe8_proj_free(&fl->kv_a);
+    free(fl->q_a_norm);
+    free(fl->kv_a_norm);
+    moe8_free_aligned(fl->uk);
+    moe8_free_aligned(fl->uv);
+    free(fl->uv_bias);
+    moe8_moe_layer_free(fl->moe);
+    memset(fl, 0, sizeof *fl);
+}
+
 void moe8_weights_free(moe8_weights *w) {
     if (!w) return;
-    for (int i = 0; w->layers && i < w->n_layer; i++) {
-        moe8_fwd_layer *fl = &w->layers[i];
-        free(fl->attn_norm);
-        free(fl->ffn_norm);
-        free(fl->q_norm);
-        free(fl->k_norm);
-        moe8_proj_free(&fl->q);
-        moe8_proj_free(&fl->k);
-        moe8_proj_free(&fl->v);
-        moe8_proj_free(&fl->o);
-        moe8_proj_free(&fl->gate);
-        moe8_proj_free(&fl->up);
-        moe8_proj_free(&fl->down);
-        moe8_proj_free(&fl->sh_gate);
-        moe8_proj_free(&fl->sh_up);
-        moe8_proj_free(&fl->sh_down);
-        moe8_proj_free(&fl->sh_score);
-        moe8_proj_free(&fl->q_a);
-        moe8_proj_free(&fl->q_b);
-        moe8_proj_free(&fl->kv_a);
-        free(fl->q_a_norm);
-        free(fl->kv_a_norm);
-        moe8_free_aligned(fl->uk);
-        moe8_free_aligned(fl->uv);
-        free(fl->uv_bias);
-        moe8_moe_layer_free(fl->moe);
-    }
+    for (int i = 0; w->layers && i < w->n_layer; i++) layer_free(&w->layers[i]);
     free(w->layers);
     moe8_proj_free(&w->lm_head);
     free(w->final_norm);
