@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core/core.h"
 #include "dist/dist.h"
@@ -934,6 +935,14 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
     const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads, moe8_phase_on() ? &clock : NULL};
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);
+    /* Weights paged in from the cache since the last forward (memory below the
+     * model's size): this one tells the kernel which experts it will read. */
+    struct rusage ru;
+    const long majflt = w->cache && !getrusage(RUSAGE_SELF, &ru) ? ru.ru_majflt : 0;
+    const int prefetch = majflt > s->majflt;
+    s->majflt = majflt;
+    for (int l = 0; l < w->n_layer && s->moe_ws; l++)
+        if (s->moe_ws[l]) s->moe_ws[l]->prefetch = prefetch;
     for_rows(&r, T, embed_row, token);
     mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {

@@ -296,6 +296,7 @@ typedef struct {
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;
+    long majflt;                           /* the process's major faults at the last forward */
 } moe8_fwd_scratch;
 
 /* One forward over T tokens (already validated, their blocks reserved):

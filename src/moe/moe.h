@@ -116,6 +116,8 @@ struct moe8_moe_layer {
     moe8_fexpert *fe;              /* [last-first] (float; only down with down_float) */
     const moe8_qlayout *qlayout;   /* the layout qdata is packed in (NULL: float experts) */
     int8_t *qdata;                 /* packed int8 of every local expert */
+    const int8_t *qmapped;         /* the same, read in place from a packed cache, or NULL */
+    size_t qstride;                /* bytes of one expert's gate, up and down there */
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */
     size_t packed_bytes;           /* qdata + scales + offsets (+ owned_f32) */
@@ -159,6 +161,8 @@ struct moe8_moe_workspace {
     float *scratch;                /* [max_threads][scratch_stride] routing scratch */
     size_t scratch_stride;
     void *block;                   /* the one allocation behind every array */
+    int prefetch;                  /* set by the caller: tell the kernel which mapped
+                                    * experts the forward is about to read (it is paging) */
 };
 
 #endif

@@ -27,7 +27,9 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "model/cache.h"
 #include "moe/moe.h"
@@ -185,6 +187,8 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
     L->qe = calloc((size_t)n_local, sizeof *L->qe);
     if (!mapped) L->qdata = moe8_alloc_aligned(q_stride * n_local);
     int8_t *qbase = mapped ? (int8_t *)mapped : L->qdata; /* read-only when mapped */
+    L->qmapped = mapped;
+    L->qstride = q_stride;
     L->scales = moe8_alloc_aligned(s_stride * n_local * sizeof(float));
     if (nonzero) L->offsets = moe8_alloc_aligned(s_stride * n_local * sizeof(int32_t));
     if (!L->qe || !qbase || !L->scales || (nonzero && !L->offsets))
@@ -564,6 +568,14 @@ static void phase_dispatch(fwd_ctx *c) {
                                   w->offs, w->order, w->row_of);
     c->need_gather = 0;
     for (int le = 0; le < L->last - L->first; le++) c->need_gather |= w->count[le] > 1;
+    /* Paging experts in from the cache: start reading every routed expert now,
+     * all at once, rather than one fault at a time as the kernels reach them. */
+    for (int le = 0; w->prefetch && L->qmapped && le < L->last - L->first; le++)
+        if (w->count[le]) {
+            const uintptr_t a = (uintptr_t)(L->qmapped + L->qstride * (size_t)le);
+            const uintptr_t a0 = a & ~(uintptr_t)4095;
+            madvise((void *)a0, L->qstride + (a - a0), MADV_WILLNEED);
+        }
 }
 
 /* Copy the rows [r0, r1) that belong to experts with >= 2 rows. */
