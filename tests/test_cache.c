@@ -2,8 +2,9 @@
  * test_cache.c — the packed cache (SEMANTICS §6c, src/model/cache.c):
  * logits of a prefill + decode steps and greedy tokens bit-identical with no
  * cache, a cache being built, a mapped cache and one read into memory, for
- * qwen3_moe, qwen2_moe (W8A8 linears, a shared expert) and mixtral, under
- * the default table and (a child process) MOE8_ISA=avx2; every corruption
+ * qwen3_moe, qwen2_moe (W8A8 linears, a shared expert), mixtral and
+ * deepseek_v2/v3 (MLA, a W8A8 kv_b), under the default table and (a child
+ * process each) every other table the CPU has; every corruption
  * (truncated at each section boundary, a flipped byte in each section and in
  * the header, a wrong version, another table, another shard, a changed
  * source file) detected, reported and rebuilt; 3 racing builders; the
@@ -575,6 +576,13 @@ static const char *family_dir(int arch) {
     o.nonzero_offsets = 1;
     o.lm_head_w8a8 = 1;
     o.seed = 900 + (uint64_t)arch;
+    if (arch == MOE8_ARCH_DEEPSEEK_V3) { /* sigmoid routing in groups, q_lora, a W8A8 kv_b */
+        o.n_experts = 6, o.n_group = 3, o.topk_group = 2;
+        o.q_lora = 24;
+        o.kvb_w8a8 = 1;
+    } else if (arch == MOE8_ARCH_DEEPSEEK_V2) {
+        o.yarn = 1;
+    }
     snprintf(name, sizeof name, "cache_%s", moe8_arch_name((moe8_arch)arch));
     return write_fixture(name, &o);
 }
@@ -615,42 +623,56 @@ int main(int argc, char **argv) {
         free(got);
         return bad ? 3 : 0;
     }
-    if (argc == 3 && !strcmp(argv[1], "--table-child")) { /* under MOE8_ISA=... */
+    if (argc >= 3 && !strcmp(argv[1], "--table-child")) { /* under MOE8_ISA=... */
         float *ref = malloc(sizeof(float) * N_OUT(256));
-        test_identical(argv[2], 256, ref, "child");
+        for (int i = 2; i < argc; i++) {
+            const char *base = strrchr(argv[i], '/');
+            test_identical(argv[i], 256, ref, base ? base + 1 + strlen("cache_") : argv[i]);
+        }
         free(ref);
         return test_summary();
     }
-    const int archs[3] = {MOE8_ARCH_QWEN3_MOE, MOE8_ARCH_QWEN2_MOE, MOE8_ARCH_MIXTRAL};
+    const int archs[5] = {MOE8_ARCH_QWEN3_MOE, MOE8_ARCH_QWEN2_MOE, MOE8_ARCH_MIXTRAL,
+                          MOE8_ARCH_DEEPSEEK_V2, MOE8_ARCH_DEEPSEEK_V3};
     const int V = 256;
     float *ref = malloc(sizeof(float) * N_OUT(V));
-    const char *dirs[3];
-    for (int a = 0; a < 3; a++) {
+    const char *dirs[5];
+    for (int a = 0; a < 5; a++) {
         dirs[a] = family_dir(archs[a]);
         test_identical(dirs[a], V, ref, moe8_arch_name((moe8_arch)archs[a]));
     }
-    /* another table: its own file beside the first, the same answers */
-    if (strcmp(table_name(), "avx2") && strstr(moe8_kernel_tables(), "avx2")) {
-        char cmd[8300], out[8192], p1[4096], p2[4096];
-        snprintf(cmd, sizeof cmd, "MOE8_ISA=avx2 /proc/%d/exe --table-child '%s' 2>&1",
-                 (int)getpid(), dirs[0]);
+    /* every other table the CPU has: its own files beside the first, the same answers */
+    char tables[256], *save = NULL;
+    int n_other = 0;
+    snprintf(tables, sizeof tables, "%s", moe8_kernel_tables());
+    for (char *t = strtok_r(tables, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        if (strchr(t, '(') || !strcmp(t, table_name())) continue; /* unsupported, or this one */
+        char cmd[8300], out[16384], p1[4096], p2[4096];
+        int at = snprintf(cmd, sizeof cmd, "MOE8_ISA=%s /proc/%d/exe --table-child", t, (int)getpid());
+        for (int a = 0; a < 5; a++) at += snprintf(cmd + at, sizeof cmd - at, " '%s'", dirs[a]);
+        snprintf(cmd + at, sizeof cmd - at, " 2>&1");
         const int rc = run(cmd, out, sizeof out);
         fputs(out, stdout);
-        CHECKF(rc == 0, "MOE8_ISA=avx2 child failed (%d)", rc);
-        cache_path(p1, sizeof p1, dirs[0], table_name());
-        cache_path(p2, sizeof p2, dirs[0], "avx2");
-        CHECK(exists(p1) && exists(p2));
+        CHECKF(rc == 0, "MOE8_ISA=%s child failed (%d)", t, rc);
+        for (int a = 0; a < 5; a++) {
+            cache_path(p1, sizeof p1, dirs[a], table_name());
+            cache_path(p2, sizeof p2, dirs[a], t);
+            CHECKF(exists(p1) && exists(p2), "%s: the %s and %s files", dirs[a], table_name(), t);
+        }
+        n_other++;
+        if (strcmp(t, "avx2")) continue;
         /* the avx2 file under this table's name: refused, rebuilt */
         size_t n;
+        cache_path(p1, sizeof p1, dirs[0], table_name());
+        cache_path(p2, sizeof p2, dirs[0], "avx2");
         unsigned char *b = slurp(p2, &n);
         outputs(dirs[0], &(opts){.no_cache = 1}, V, ref);
         char want[64];
         snprintf(want, sizeof want, "packed by table avx2 (layout k2), this is %s", table_name());
         check_detected(dirs[0], p1, b, n, want, ref, V, "the avx2 table's file");
         free(b);
-    } else {
-        printf("another table: skipped (no second table on this CPU)\n");
     }
+    if (!n_other) printf("another table: skipped (no second table on this CPU)\n");
     outputs(dirs[0], &(opts){.no_cache = 1}, V, ref);
     test_corruption(dirs[0], ref, V);
     test_race(dirs[0], ref, V);
