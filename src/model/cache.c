@@ -71,14 +71,13 @@ typedef struct {
 typedef struct {
     const void *p;
     size_t bytes;
-    int sect;
 } pc_region;
 
 struct moe8_pcache {
     char path[PATH_MAX], lock_path[PATH_MAX + 8];
     int lock_fd;                   /* held while writing */
     int reading;
-    int no_mmap;
+    int no_mmap, mlock;
     pc_head want;                  /* the header a valid file has (sizes aside) */
     /* reading */
     unsigned char *base;           /* the mapping (or the anonymous copy) */
@@ -95,7 +94,7 @@ struct moe8_pcache {
     uint64_t next_off;             /* where the next section starts */
     uint32_t n_done;               /* sections written */
     pc_sect *out;                  /* [n_sections] as written */
-    int failed, written;           /* a write failed (why) / the file was renamed into place */
+    int failed;                    /* a write failed (why) */
     char why[PATH_MAX * 2 + 128];
 };
 
@@ -367,7 +366,7 @@ static int try_read(moe8_pcache *pc, const char *path, int full_hash, char *why,
             base = NULL;
             snprintf(why, cap, "cannot map it: %s", strerror(errno));
         } else {
-            madvise(base, size, MADV_WILLNEED); /* start reading ahead: the checks read it all */
+            if (full_hash) madvise(base, size, MADV_WILLNEED); /* the checks read it all */
         }
     }
     close(fd);
@@ -429,6 +428,15 @@ static moe8_status do_mlock(moe8_pcache *pc, moe8_error *err) {
                      pc->map_bytes, strerror(e), (unsigned long long)rl.rlim_cur);
 }
 
+/* A file just mapped (try_read): pinned when asked, ready for moe8_pcache_take. */
+static moe8_status start_reading(moe8_pcache *pc, moe8_error *err) {
+    moe8_status st = pc->mlock ? do_mlock(pc, err) : MOE8_OK;
+    pc->cur_sect = -1;
+    if (!st && !(pc->shape = calloc(pc->want.n_sections, sizeof *pc->shape)))
+        st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    return st;
+}
+
 /* The lock of the file at path; -1 (logged) when it cannot be taken. */
 static int take_lock(moe8_pcache *pc) {
     snprintf(pc->lock_path, sizeof pc->lock_path, "%s.lock", pc->path);
@@ -464,6 +472,7 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
     pc->lock_fd = -1;
     pc->fd = -1;
     pc->no_mmap = m->params.no_mmap;
+    pc->mlock = m->params.mlock;
     want_of(&pc->want, m);
     const int n_dir = candidates(m, dirs);
     int r = 1;
@@ -501,17 +510,11 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
         moe8_pcache_free(pc);
         return MOE8_OK;
     }
-    if (pc->reading && m->params.mlock) {
-        moe8_status st = do_mlock(pc, err);
-        if (st) {
-            moe8_pcache_free(pc);
-            return st;
-        }
-    }
     pc->cur_sect = -1;
-    if (pc->reading && !(pc->shape = calloc(pc->want.n_sections, sizeof *pc->shape))) {
+    moe8_status st = pc->reading ? start_reading(pc, err) : MOE8_OK;
+    if (st) {
         moe8_pcache_free(pc);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+        return st;
     }
     *out = pc;
     return MOE8_OK;
@@ -552,7 +555,7 @@ void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes) {
         pc->reg = r;
         pc->cap_reg = cap;
     }
-    pc->reg[pc->n_reg++] = (pc_region){p, bytes, pc->cur_sect};
+    pc->reg[pc->n_reg++] = (pc_region){p, bytes};
 }
 
 /* ---- writing ---------------------------------------------------------------- */
@@ -632,8 +635,6 @@ void moe8_pcache_section_done(moe8_pcache *pc) {
     pc->n_done++;
 }
 
-int moe8_pcache_written(const moe8_pcache *pc) { return pc && pc->written; }
-
 /* Every section written: the header last, then the rename. */
 static int finish_file(moe8_pcache *pc) {
     const uint32_t n = pc->want.n_sections;
@@ -678,7 +679,6 @@ static int finish_file(moe8_pcache *pc) {
         pc->failed = 1;
         return -1;
     }
-    pc->written = 1;
     return 0;
 }
 
@@ -693,13 +693,26 @@ moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err) {
                              pc->path);
         return MOE8_OK;
     }
-    if (finish_file(pc)) moe8_log(MOE8_LOG_WARN, "packed cache not written: %s", pc->why);
-    if (pc->lock_fd >= 0) close(pc->lock_fd);
-    pc->lock_fd = -1;
     free(pc->reg);
     pc->reg = NULL;
     pc->n_reg = pc->cap_reg = 0;
-    return MOE8_OK;
+    moe8_status st = MOE8_OK;
+    if (finish_file(pc)) {
+        moe8_log(MOE8_LOG_WARN, "packed cache not written: %s", pc->why);
+    } else {
+        /* map what was just written, still under the lock: its sections were hashed
+         * as they went out and the header checksum covers those hashes, so only the
+         * header is read back (no second pass over the file) */
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s", pc->path);
+        if (try_read(pc, path, 0, pc->why, sizeof pc->why))
+            moe8_log(MOE8_LOG_WARN, "packed cache '%s' written but not mapped: %s", path, pc->why);
+        else
+            st = start_reading(pc, err);
+    }
+    if (pc->lock_fd >= 0) close(pc->lock_fd);
+    pc->lock_fd = -1;
+    return st;
 }
 
 void moe8_pcache_free(moe8_pcache *pc) {

@@ -9,8 +9,9 @@
  * moe8_pcache_section_done writes the section to a temporary file, after
  * which the build frees it — a build never holds more than one section, so a
  * model larger than RAM can be packed — and moe8_pcache_finish writes the
- * header and renames the file into place (the build then maps it), or checks
- * that every region was taken.
+ * header, renames the file into place and maps it (the cache is then reading,
+ * and the build takes its regions again), or checks that every region was
+ * taken.
  * Regions come in the order the build asks for them: the layout of a section
  * is that order, each region 64-byte aligned.
  */
@@ -42,13 +43,12 @@ void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes);
 /* Writing: the current section's regions to the temporary file (sections in
  * id order); the caller may free them after. A failure is kept for finish. */
 void moe8_pcache_section_done(moe8_pcache *pc);
-/* Writing: the header, then the rename (a failure to write is logged at WARN,
- * not an error: moe8_pcache_written tells the build to pack in memory
- * instead). Reading: MOE8_ERR_FORMAT when the regions taken differ from the
+/* Writing: the header, the rename, then the new file mapped (reading from
+ * here; a refused mlock is the error). A failure to write or map is logged at
+ * WARN, not an error: the cache stays writing, and the build packs in memory
+ * instead. Reading: MOE8_ERR_FORMAT when the regions taken differ from the
  * file's. */
 moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err);
-/* 1 once finish renamed a written file into place. */
-int moe8_pcache_written(const moe8_pcache *pc);
 void moe8_pcache_free(moe8_pcache *pc);
 
 #endif

@@ -304,23 +304,18 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
 
 static void layer_free(moe8_fwd_layer *fl);
 
-/* One build of the weights with the packed cache pc (NULL, reading or writing;
- * owned by the weights from here). Writing, each section goes to the file as
- * soon as it is built and is freed at once: the weights returned hold no
- * packed matrix (the caller frees them and maps the file), and *written says
- * whether the file was renamed into place. */
+/* One build of the weights with the packed cache pc (NULL, reading or
+ * writing; the caller's, and the weights' own once they are returned). Writing,
+ * each section goes to the file as soon as it is built and is freed at once,
+ * no weights are returned, and pc maps the new file when finish succeeds. */
 static moe8_status build_all(const moe8_model *m, int float_experts, int n_threads,
-                             moe8_pcache *pc, moe8_weights **out, int *written,
-                             moe8_error *err) {
+                             moe8_pcache *pc, moe8_weights **out, moe8_error *err) {
     const moe8_config *c = &m->cfg;
     moe8_weights *w = calloc(1, sizeof *w);
     const int streaming = pc && !moe8_pcache_reading(pc);
     moe8_status st;
     *out = NULL;
-    if (!w) {
-        moe8_pcache_free(pc);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
-    }
+    if (!w) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate model weights");
     w->cache = pc;
     w->model = m;
     w->H = (int)c->hidden_size;
@@ -377,8 +372,8 @@ static moe8_status build_all(const moe8_model *m, int float_experts, int n_threa
         memset(&w->lm_head, 0, sizeof w->lm_head);
     }
     if (!st) st = moe8_pcache_finish(w->cache, err);
-    if (written) *written = !st && moe8_pcache_written(w->cache);
     if (st || streaming) {
+        w->cache = NULL; /* still the caller's */
         moe8_weights_free(w);
         return st;
     }
@@ -395,20 +390,17 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
                                moe8_weights **out, moe8_error *err) {
     moe8_pcache *pc = NULL;
     moe8_weights *none = NULL;
-    int written = 0;
     moe8_status st = moe8_pcache_open(m, float_experts, &pc, err);
     *out = NULL;
     if (st) return st;
-    if (pc && !moe8_pcache_reading(pc)) {
-        if ((st = build_all(m, float_experts, n_threads, pc, &none, &written, err))) return st;
+    if (pc && !moe8_pcache_reading(pc)) st = build_all(m, float_experts, n_threads, pc, &none, err);
+    if (!st && pc && !moe8_pcache_reading(pc)) { /* not written: pack in memory */
+        moe8_pcache_free(pc);
         pc = NULL;
-        if (written && (st = moe8_pcache_open(m, float_experts, &pc, err))) return st;
-        if (pc && !moe8_pcache_reading(pc)) { /* gone again at once: do without */
-            moe8_pcache_free(pc);
-            pc = NULL;
-        }
     }
-    return build_all(m, float_experts, n_threads, pc, out, NULL, err);
+    if (!st) st = build_all(m, float_experts, n_threads, pc, out, err);
+    if (st) moe8_pcache_free(pc);
+    return st;
 }
 
 static void layer_free(moe8_fwd_layer *fl) {
