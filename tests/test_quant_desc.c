@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "io/quant_desc.h"
+#include "arch/quant_desc.h"
 #include "moe8.h"
 
 /* Model: 3 layers, E = 4, layer 1 dense (mlp_only_layers). */

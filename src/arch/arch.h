@@ -28,7 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cjson/cJSON.h>
+/* cJSON stays out of the files that include this one: the readers take it by name */
+struct cJSON;
 
 #include "moe8.h"
 
@@ -146,18 +147,18 @@ typedef struct {
 } moe8_cfg_int;
 
 /* Readers for family code (config.c): absent or null keeps the default. */
-moe8_status moe8_cfg_read_int(const cJSON *root, const char *label, const moe8_cfg_int *f,
+moe8_status moe8_cfg_read_int(const struct cJSON *root, const char *label, const moe8_cfg_int *f,
                               moe8_config *c, moe8_error *err);
-moe8_status moe8_cfg_read_bool(const cJSON *root, const char *label, const char *key, int *v,
+moe8_status moe8_cfg_read_bool(const struct cJSON *root, const char *label, const char *key, int *v,
                                moe8_error *err);
 /* A positive finite number: absent or null keeps *v. */
-moe8_status moe8_cfg_read_pos_double(const cJSON *root, const char *label, const char *key,
+moe8_status moe8_cfg_read_pos_double(const struct cJSON *root, const char *label, const char *key,
                                      double *v, moe8_error *err);
 /* Refuse `key` when it is present and true (`what` names the feature). */
-moe8_status moe8_cfg_refuse_true(const cJSON *root, const char *label, const char *key,
+moe8_status moe8_cfg_refuse_true(const struct cJSON *root, const char *label, const char *key,
                                  moe8_error *err);
 /* Refuse `key` when it is present and not null. */
-moe8_status moe8_cfg_refuse_non_null(const cJSON *root, const char *label, const char *key,
+moe8_status moe8_cfg_refuse_non_null(const struct cJSON *root, const char *label, const char *key,
                                      moe8_error *err);
 
 /* Caps on dimensions: generous next to real models (Qwen3-235B: H 4096,
@@ -201,15 +202,15 @@ typedef struct {
     const moe8_cfg_int *fields;
     int n_fields;
     void (*defaults)(moe8_config *c);
-    moe8_status (*check)(const cJSON *root, const char *label, moe8_config *c, moe8_error *err);
+    moe8_status (*check)(const struct cJSON *root, const char *label, moe8_config *c, moe8_error *err);
     /* Derived fields and relations after every key was read (NULL: none). */
     moe8_status (*finish)(const char *label, moe8_config *c, moe8_error *err);
     /* make-model: a preset's config (its num_hidden_layers is the default the
      * caller's layer count replaces; a caller's smaller vocab folds the ids),
      * then the JSON files. */
     moe8_status (*preset)(moe8_preset p, moe8_config *c, moe8_error *err);
-    cJSON *(*config_json)(const moe8_config *c, moe8_dtype dt);
-    cJSON *(*generation_json)(const moe8_config *c);
+    struct cJSON *(*config_json)(const moe8_config *c, moe8_dtype dt);
+    struct cJSON *(*generation_json)(const moe8_config *c);
 } moe8_arch_desc;
 
 /* The descriptor of a family (never NULL for a valid id; NULL otherwise). */

@@ -48,6 +48,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "arch/arch.h"
 #include "core/core.h"
 

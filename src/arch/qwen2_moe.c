@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "arch/arch.h"
 #include "core/core.h"
 

@@ -1,13 +1,11 @@
 /*
  * dist.c — the public "Distributed" API of moe8.h (SEMANTICS §8) on top of the
  * communicator of comm.h: joining the group, agreeing on outcomes, the shard
- * of each rank, and the model-folder fingerprint compared at load.
+ * of each rank, and comparing hashes across ranks (the model's load check,
+ * model/fingerprint.c, compares its folder fingerprints so).
  *
  * Agreement: each rank all-gathers {status, message}; the lowest failing
- * rank's status and message become every rank's result. Fingerprints are
- * 64-bit FNV-1a hashes of config.json, quant_model_description.json (or its
- * absence), every safetensors header (with its base name and file size) —
- * never of the weights, so the check costs a few reads of small files.
+ * rank's status and message become every rank's result.
  *
  * Launcher detection for n_ranks 1 reads the environment variables mpirun
  * sets (OMPI_COMM_WORLD_SIZE, PMI_SIZE), so a plain run never touches MPI.
@@ -19,7 +17,6 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
-#include "model/model.h"
 
 /* ---- the handle -------------------------------------------------------------- */
 
@@ -146,7 +143,7 @@ static uint64_t hash_more(uint64_t h, const void *p, size_t n) { return moe8_has
 
 /* All-gather a few hashes; the first entry that differs from rank 0's names
  * the mismatch: "rank R: <names[i]> differs from rank 0's". */
-static moe8_status same_hashes(moe8_dist *d, const uint64_t *h, int n_h, const char *const *names,
+moe8_status moe8_dist_same_hashes(moe8_dist *d, const uint64_t *h, int n_h, const char *const *names,
                                moe8_error *err) {
     const int n = moe8_dist_size(d);
     uint64_t *all = calloc((size_t)n * (size_t)n_h, sizeof *all);
@@ -173,7 +170,7 @@ moe8_status moe8_dist_check_same(moe8_dist *d, const void *bytes, size_t n, cons
     if (moe8_dist_size(d) == 1) return MOE8_OK;
     h[0] = hash_more(HASH_SEED, bytes, n);
     h[1] = (uint64_t)n;
-    return same_hashes(d, h, 2, names, err);
+    return moe8_dist_same_hashes(d, h, 2, names, err);
 }
 
 moe8_status moe8_dist_bcast_tokens(moe8_dist *d, int32_t *tokens, int n, int32_t *flag,
@@ -259,78 +256,4 @@ moe8_status moe8_dist_shard_of(const moe8_config *c, int rank, int size, int ep,
         s->expert_first = 0, s->expert_last = (int)E;
     }
     return MOE8_OK;
-}
-
-void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out) { *out = m->shard; }
-
-/* ---- the load check ---------------------------------------------------------- */
-
-/* Hash of a whole file (small JSON), or of the word "absent". */
-static uint64_t hash_file(const char *dir, const char *name, int *missing) {
-    char path[4096];
-    FILE *f;
-    unsigned char buf[65536];
-    uint64_t h = HASH_SEED;
-    size_t n;
-    *missing = 0;
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 0;
-    if (!(f = fopen(path, "rb"))) {
-        *missing = 1;
-        return hash_more(h, "absent", 6);
-    }
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = hash_more(h, buf, n);
-    fclose(f);
-    return h;
-}
-
-/* Every safetensors file: base name, size and header bytes (already
- * validated by the load, so the length prefix is sane). */
-static moe8_status hash_headers(const moe8_model *m, uint64_t *out, moe8_error *err) {
-    uint64_t h = HASH_SEED;
-    for (int i = 0; i < moe8_st_n_files(m->st); i++) {
-        const char *path = moe8_st_file_path(m->st, i), *base = strrchr(path, '/');
-        int64_t size = moe8_st_file_size(m->st, i);
-        unsigned char len8[8], buf[65536];
-        uint64_t len = 0;
-        FILE *f = fopen(path, "rb");
-        base = base ? base + 1 : path;
-        if (!f || fread(len8, 1, 8, f) != 8) {
-            if (f) fclose(f);
-            return moe8_fail(err, MOE8_ERR_IO, -1, "cannot read the header of '%s'", path);
-        }
-        for (int b = 7; b >= 0; b--) len = (len << 8) | len8[b];
-        h = hash_more(hash_more(hash_more(h, base, strlen(base) + 1), &size, sizeof size), len8, 8);
-        while (len > 0) {
-            size_t want = len < sizeof buf ? (size_t)len : sizeof buf, got = fread(buf, 1, want, f);
-            if (got == 0) break;
-            h = hash_more(h, buf, got);
-            len -= got;
-        }
-        fclose(f);
-        if (len) return moe8_fail(err, MOE8_ERR_IO, -1, "'%s': header shorter than its length", path);
-    }
-    *out = h;
-    return MOE8_OK;
-}
-
-moe8_status moe8_dist_load_check(moe8_dist *d, moe8_model *m, moe8_status local,
-                                 moe8_error *err) {
-    static const char *const names[3] = {"the model's config.json",
-                                         "the model's quant_model_description.json",
-                                         "the model's safetensors files (headers or sizes)"};
-    uint64_t h[3] = {0, 0, 0};
-    int missing;
-    const int rank = moe8_dist_rank(d), size = moe8_dist_size(d);
-    moe8_status st = local;
-    if (!st) {
-        st = moe8_dist_shard_of(&m->cfg, rank, size, d->expert_parallel, &m->shard, err);
-        if (st) moe8_error_prefix(err, "model '%s'", m->dir);
-    }
-    if (!st) {
-        h[0] = hash_file(m->dir, "config.json", &missing);
-        h[1] = hash_file(m->dir, "quant_model_description.json", &missing);
-        st = hash_headers(m, &h[2], err);
-    }
-    if ((st = moe8_dist_agree(d, st, err))) return st;
-    return same_hashes(d, h, 3, names, err);
 }

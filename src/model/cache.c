@@ -10,9 +10,9 @@
  *                       zeros between
  * pc_head names the format version, the table and its layout, the shard
  * (TP size and rank, EP flag, and a hash of every slice bound), the source
- * fingerprint (config.json, quant_model_description.json,
- * model.safetensors.index.json bytes; each *.safetensors file's name, size,
- * mtime and header bytes) and the file size; header_hash covers the header
+ * fingerprint (moe8_model_fingerprint with times: config.json,
+ * quant_model_description.json, model.safetensors.index.json bytes; each
+ * loaded safetensors file's name, size, mtime and header bytes) and the file size; header_hash covers the header
  * (with itself zero). A section's hash is moe8_hash64 (XXH3) of each 1 MiB block of
  * its bytes, folded in order; its `shape` hashes the sizes of its regions.
  *
@@ -29,7 +29,6 @@
  * safetensors map; a model with no int8 weight gets no cache file), or
  * share one file between tables or shards.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -140,74 +139,6 @@ static int hash_sections(const unsigned char *base, const pc_sect *s, uint32_t n
 }
 
 /* ---- the source fingerprint ------------------------------------------------- */
-
-static uint64_t hash_file(uint64_t h, const char *dir, const char *name) {
-    char path[PATH_MAX];
-    size_t len;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    h = fold(h, moe8_hash64(name, strlen(name), 0));
-    char *buf = NULL;
-    if (moe8_read_file(path, (size_t)1 << 30, &buf, &len, NULL)) return fold(h, 0); /* absent */
-    h = fold(h, moe8_hash64(buf, len, 1));
-    free(buf);
-    return h;
-}
-
-static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Name, size, mtime and header of one safetensors file. */
-static uint64_t hash_st(uint64_t h, const char *dir, const char *name) {
-    char path[PATH_MAX];
-    struct stat sb;
-    uint64_t hl = 0;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    h = fold(h, moe8_hash64(name, strlen(name), 2));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb)) {
-        if (fd >= 0) close(fd);
-        return fold(h, 0);
-    }
-    h = fold(fold(h, (uint64_t)sb.st_size), (uint64_t)sb.st_mtim.tv_sec);
-    h = fold(h, (uint64_t)sb.st_mtim.tv_nsec);
-    if (pread(fd, &hl, 8, 0) == 8 && hl <= 100000000u && 8 + hl <= (uint64_t)sb.st_size) {
-        char *hdr = malloc(hl ? hl : 1);
-        if (hdr && pread(fd, hdr, hl, 8) == (ssize_t)hl) h = fold(h, moe8_hash64(hdr, hl, 3));
-        free(hdr);
-    }
-    close(fd);
-    return h;
-}
-
-static uint64_t source_fingerprint(const char *dir) {
-    uint64_t h = 1;
-    h = hash_file(h, dir, "config.json");
-    h = hash_file(h, dir, "quant_model_description.json");
-    h = hash_file(h, dir, "model.safetensors.index.json");
-    DIR *d = opendir(dir);
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    for (struct dirent *e; d && (e = readdir(d));) {
-        size_t len = strlen(e->d_name);
-        if (len < 12 || strcmp(e->d_name + len - 12, ".safetensors")) continue;
-        if (n == cap) {
-            char **nn = realloc(names, (cap = cap ? 2 * cap : 16) * sizeof *names);
-            if (!nn) break;
-            names = nn;
-        }
-        if (!(names[n] = strdup(e->d_name))) break;
-        n++;
-    }
-    if (d) closedir(d);
-    if (n) qsort(names, n, sizeof *names, by_name);
-    for (size_t i = 0; i < n; i++) {
-        h = hash_st(h, dir, names[i]);
-        free(names[i]);
-    }
-    free(names);
-    return fold(h, n);
-}
 
 /* ---- where ------------------------------------------------------------------ */
 
@@ -403,7 +334,10 @@ static int try_read(moe8_pcache *pc, const char *path, int full_hash, char *why,
 
 /* ---- opening ---------------------------------------------------------------- */
 
-static void want_of(pc_head *h, const moe8_model *m) {
+/* The header a cache of m must have; fails where the folder's fingerprint
+ * (moe8_model_fingerprint, with times) cannot be taken. */
+static moe8_status want_of(pc_head *h, const moe8_model *m, moe8_error *err) {
+    uint64_t fp[3];
     const moe8_kernels *k = moe8_kernels_get();
     memset(h, 0, sizeof *h);
     memcpy(h->magic, PC_MAGIC, 8);
@@ -415,7 +349,10 @@ static void want_of(pc_head *h, const moe8_model *m) {
     h->tp_rank = m->shard.size > 1 ? m->shard.rank : 0;
     h->ep = m->shard.size > 1 && m->shard.expert_parallel;
     h->shard_fp = m->shard.size > 1 ? moe8_hash64(&m->shard, sizeof m->shard, 6) : 0;
-    h->source_fp = source_fingerprint(m->dir);
+    const moe8_status st = moe8_model_fingerprint(m, 1, fp, err);
+    if (st) return st;
+    h->source_fp = fold(fold(fold(1, fp[0]), fp[1]), fp[2]);
+    return MOE8_OK;
 }
 
 static moe8_status do_mlock(moe8_pcache *pc, moe8_error *err) {
@@ -473,7 +410,12 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
     pc->fd = -1;
     pc->no_mmap = m->params.no_mmap;
     pc->mlock = m->params.mlock;
-    want_of(&pc->want, m);
+    moe8_error fe = {0};
+    if (want_of(&pc->want, m, &fe)) { /* packed in memory instead */
+        moe8_log(MOE8_LOG_WARN, "packed cache of '%s' not used: %s", m->dir, fe.message);
+        free(pc);
+        return MOE8_OK;
+    }
     const int n_dir = candidates(m, dirs);
     int r = 1;
     for (int i = 0; i < n_dir && r; i++) {
@@ -740,7 +682,11 @@ moe8_status moe8_model_cache_check(const moe8_model *m, int full, moe8_cache_inf
     if (!pc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     pc->lock_fd = -1;
     pc->fd = -1;
-    want_of(&pc->want, m);
+    const moe8_status st = want_of(&pc->want, m, err);
+    if (st) {
+        free(pc);
+        return st;
+    }
     const int n_dir = candidates(m, dirs);
     for (int i = 0; i < n_dir && !out->valid; i++) {
         char why[512] = "";

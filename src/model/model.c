@@ -602,7 +602,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
         st = load_parts(m, dir, params, err);
         if (!st && !multi) st = moe8_dist_shard_of(&m->cfg, 0, 1, 0, &m->shard, err);
         /* Every rank reports here, failed or not, so none is left waiting. */
-        if (multi) st = moe8_dist_load_check(dist, st ? NULL : m, st, err);
+        if (multi) st = moe8_model_load_check(dist, st ? NULL : m, st, err);
         if (!st) {
             *out = m;
             return MOE8_OK;
@@ -610,7 +610,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
         moe8_model_free(m);
         return st;
     }
-    return multi ? moe8_dist_load_check(dist, NULL, st, err) : st;
+    return multi ? moe8_model_load_check(dist, NULL, st, err) : st;
 }
 
 /* The model stays alive while contexts hold it (moe8_model_ref): the last of
@@ -718,3 +718,5 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     out->total_bytes = out->weight_bytes + kv + scratch;
     return MOE8_OK;
 }
+
+void moe8_model_shard(const moe8_model *m, moe8_dist_shard *out) { *out = m->shard; }

@@ -23,7 +23,7 @@
 
 #include "arch/arch.h"
 #include "core/core.h"
-#include "io/quant_desc.h"
+#include "arch/quant_desc.h"
 #include "moe8.h"
 
 /* Most threads a caller may ask for (model, context and quantize params):
@@ -169,5 +169,19 @@ static inline int moe8_deq_scale_high_ok(int64_t x) {
     uint32_t hi = (uint32_t)((uint64_t)x >> 32), lo = (uint32_t)((uint64_t)x & 0xffffffffu);
     return hi == 0 || (hi == 0xffffffffu && (lo & 0x80000000u));
 }
+
+/* The fingerprint of m's folder (fingerprint.c): [0] config.json, [1]
+ * quant_model_description.json, [2] model.safetensors.index.json and every
+ * loaded safetensors file's name, size and header (and mtime when with_mtime);
+ * absent files hash as "absent". Fails only when a header cannot be read. */
+moe8_status moe8_model_fingerprint(const moe8_model *m, int with_mtime, uint64_t fp[3],
+                                   moe8_error *err);
+
+/* Collective end of moe8_model_load with a dist of more than one rank: `m` is
+ * the loaded model (NULL when loading failed, `local` then says why). Agrees
+ * on the outcome, then checks the split and compares the folder fingerprints
+ * (without times). Fills m->shard. */
+moe8_status moe8_model_load_check(moe8_dist *d, moe8_model *m, moe8_status local,
+                                  moe8_error *err);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/quant_desc.h"
+#include "arch/quant_desc.h"
 
 static const char *const k_names[] = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",

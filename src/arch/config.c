@@ -18,7 +18,7 @@
 
 #include "arch/arch.h"
 #include "io/json_util.h"
-#include "io/quant_desc.h"
+#include "arch/quant_desc.h"
 
 /* One int64 field: absent or null keeps *v (the default). */
 static moe8_status get_int(const cJSON *root, const char *label, const char *key, int64_t lo,

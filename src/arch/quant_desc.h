@@ -9,7 +9,8 @@
 #ifndef MOE8_QUANT_DESC_H
 #define MOE8_QUANT_DESC_H
 
-#include <cjson/cJSON.h>
+/* cJSON stays out of the files that include this one: the readers take it by name */
+struct cJSON;
 
 #include "moe8.h"
 
@@ -50,7 +51,7 @@ moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_e
 /* Add the eos_token_id of `root` (absent/null, an int, or a list of ints, each
  * in [0, vocab)) to ids[*n], skipping duplicates; at most MOE8_MAX_STOP_IDS.
  * Defined in config.c. */
-moe8_status moe8_config_read_eos(const cJSON *root, const char *label, int64_t vocab,
+moe8_status moe8_config_read_eos(const struct cJSON *root, const char *label, int64_t vocab,
                                  int64_t *ids, int *n, moe8_error *err);
 
 #endif

@@ -24,7 +24,7 @@
 
 #include "arch/arch.h"
 #include "io/json_util.h"
-#include "io/quant_desc.h"
+#include "arch/quant_desc.h"
 
 struct moe8_quant_desc {
     cJSON *root;      /* the JSON object */
