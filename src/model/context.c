@@ -1,7 +1,7 @@
 /*
  * context.c — contexts, batches and moe8_decode of moe8.h.
  *
- * A context owns the paged KV cache (sched/kv_pool.h: a pool of blocks of
+ * A context owns the paged KV cache (model/kv_pool.h: a pool of blocks of
  * MOE8_KV_BLOCK_TOKENS positions shared by its n_seq_max sequences, each with
  * a block table; elements of kv_type), the RoPE table [n_ctx][D/2][2], the
  * length of each sequence, and the forward scratch (forward.h) sized for n_batch tokens and
@@ -25,8 +25,9 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
+#include "model/context.h"
 #include "model/forward.h"
-#include "sched/kv_pool.h"
+#include "model/kv_pool.h"
 
 /* ---- shared prepared weights ---------------------------------------------- */
 
@@ -390,8 +391,31 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
     out->n_free = x->kv.n_free;
 }
 
-kv_pool *moe8_context_pool(moe8_context *x) { return &x->kv; }
 moe8_model *moe8_context_model(const moe8_context *x) { return x->model; }
+moe8_dist *moe8_context_group(const moe8_context *x, int *rank, int *size) {
+    const int multi = x->model->shard.size > 1;
+    *rank = multi ? x->model->shard.rank : 0;
+    *size = multi ? x->model->shard.size : 1;
+    return multi ? x->model->params.dist : NULL;
+}
+int32_t moe8_context_kv_blocks(const moe8_context *x) { return x->kv.n_blocks; }
+int32_t moe8_context_kv_seq_blocks(const moe8_context *x) { return x->kv.max_blocks; }
+int32_t moe8_context_kv_available(const moe8_context *x) { return kv_available(&x->kv); }
+int32_t moe8_context_kv_held(const moe8_context *x, int32_t seq) { return x->kv.n_held[seq]; }
+int moe8_context_kv_reserve(moe8_context *x, int32_t seq, int32_t n_tokens) {
+    return kv_reserve(&x->kv, seq, n_tokens);
+}
+
+int32_t moe8_context_prefix_match(const moe8_context *x, const int32_t *tokens, int32_t n,
+                                  int32_t *out) {
+    return x->kv.prefix_cache ? kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
+}
+
+int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int32_t n) {
+    int32_t k = 0;
+    for (int32_t j = 0; j < n; j++) k += x->kv.b[blocks[j]].ref == 0;
+    return k;
+}
 
 void moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks, int32_t n) {
     MOE8_ASSERT(x->seq_len[seq] == 0);

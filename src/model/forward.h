@@ -135,7 +135,7 @@ void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs);
  * rope_interleave false): x[h*stride + i] with x[h*stride + i + R/2]. */
 void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs);
 
-/* The paged KV cache as the forward sees it (sched/kv_pool.h has the pool):
+/* The paged KV cache as the forward sees it (model/kv_pool.h has the pool):
  * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),
  * BS = MOE8_KV_BLOCK_TOKENS; position p of sequence s is slot p % BS of
  * block table[s][p / BS]. */
@@ -310,13 +310,5 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
 
 /* Set (or clear, fn NULL) the calibration hook of a context (context.c). */
 void moe8_context_set_observer(moe8_context *ctx, moe8_observe_fn fn, void *user);
-
-/* For the scheduler (sched/): the context's model, its KV pool, and putting
- * prefix-cache blocks at the start of an empty sequence (its length becomes
- * n * MOE8_KV_BLOCK_TOKENS). */
-struct kv_pool;
-moe8_model *moe8_context_model(const moe8_context *ctx);
-struct kv_pool *moe8_context_pool(moe8_context *ctx);
-void moe8_context_seq_attach(moe8_context *ctx, int32_t seq, const int32_t *blocks, int32_t n);
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
-#include "model/forward.h"
+#include "model/context.h"
 
 typedef struct {
     moe8_context *ctx;
@@ -66,7 +66,8 @@ static moe8_status add_all(gen *g, const moe8_sampler *smp, moe8_error *err) {
 /* One step: tokens to the caller, its answers (rank 0's) applied. */
 static moe8_status step(gen *g, moe8_error *err) {
     const moe8_generate_request *r = g->r;
-    moe8_model *m = moe8_context_model(g->ctx);
+    int rank, n_ranks;
+    moe8_dist *dist = moe8_context_group(g->ctx, &rank, &n_ranks);
     const moe8_event *ev;
     int32_t n_ev, flag;
     moe8_status st = moe8_sched_step(g->s, &ev, &n_ev, err);
@@ -87,9 +88,9 @@ static moe8_status step(gen *g, moe8_error *err) {
             else if (rc == MOE8_GEN_STOP_SEQ) g->act[i] = 1;
         }
     }
-    if (m->shard.size > 1) { /* rank 0's callback decides for every rank */
+    if (n_ranks > 1) { /* rank 0's callback decides for every rank */
         flag = g->cancelled;
-        if ((st = moe8_dist_bcast_tokens(m->params.dist, g->act, r->n_seq, &flag, err))) return st;
+        if ((st = moe8_dist_bcast_tokens(dist, g->act, r->n_seq, &flag, err))) return st;
         g->cancelled = flag;
     }
     for (int32_t i = 0; i < r->n_seq; i++)

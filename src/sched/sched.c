@@ -36,16 +36,18 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
-#include "model/forward.h"
+#include "model/context.h"
 #include "model/sampler.h"
-#include "sched/kv_pool.h"
 #include "sched/grammar.h"
 #include "sched/sched.h"
+
+#define KV_BS MOE8_KV_BLOCK_TOKENS
 
 struct moe8_sched {
     moe8_context *ctx;
     moe8_model *model;
-    kv_pool *kv;
+    moe8_dist *dist; /* the model's group (NULL: one process) */
+    int rank, n_ranks;
     int32_t max_running, max_batch, n_vocab, n_ctx;
     const moe8_tokenizer *tok;
     int32_t *eos, n_eos;
@@ -125,7 +127,7 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
     if (!(s = calloc(1, sizeof *s))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     s->ctx = ctx;
     s->model = moe8_context_model(ctx);
-    s->kv = moe8_context_pool(ctx);
+    s->dist = moe8_context_group(ctx, &s->rank, &s->n_ranks);
     s->tok = p.tok;
     s->gv = G_VOCAB(p.grammar_vocab);
     s->n_vocab = moe8_context_n_vocab(ctx);
@@ -150,7 +152,7 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
         s->b_chunk = malloc((size_t)s->max_running * sizeof *s->b_chunk);
         s->b_first = malloc((size_t)s->max_running * sizeof *s->b_first);
         s->sampled = malloc((size_t)s->max_running * sizeof *s->sampled);
-        s->match = malloc((size_t)s->kv->max_blocks * sizeof *s->match);
+        s->match = malloc((size_t)moe8_context_kv_seq_blocks(ctx) * sizeof *s->match);
         if (!s->run || !s->free_seq || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_lg ||
             !s->b_rq || !s->b_row || !s->b_chunk || !s->b_first || !s->sampled || !s->match)
             st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the scheduler");
@@ -208,10 +210,10 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     if (!r->prompt || r->n_prompt < 1 || r->n_prompt > s->n_ctx)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt of %d tokens; expected "
                          "1..%d (n_ctx)", r->n_prompt, s->n_ctx);
-    if (blocks > s->kv->n_blocks)
+    if (blocks > moe8_context_kv_blocks(s->ctx))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens needs %d "
                          "kv blocks, the kv cache holds %d (raise kv_bytes)", r->n_prompt,
-                         blocks, s->kv->n_blocks);
+                         blocks, moe8_context_kv_blocks(s->ctx));
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt token %d: id %d not "
@@ -463,7 +465,7 @@ static int32_t fit_rows(const moe8_sched *s, const rq *r, int32_t want) {
 /* The next `want` tokens of r into the batch (its blocks taken now). */
 static void batch_add(moe8_sched *s, rq *r, int32_t want) {
     int32_t lo, hi;
-    MOE8_ASSERT(kv_reserve(s->kv, r->seq, r->n_computed + want) == 0);
+    MOE8_ASSERT(moe8_context_kv_reserve(s->ctx, r->seq, r->n_computed + want) == 0);
     plog_range(r, r->n_computed, want, &lo, &hi);
     s->b_first[s->n_brq] = s->n_b;
     for (int32_t j = 0; j < want; j++) {
@@ -486,7 +488,8 @@ static void batch_add(moe8_sched *s, rq *r, int32_t want) {
 
 /* Positions r can reach with the blocks it holds and those the pool can give. */
 static int32_t room(const moe8_sched *s, const rq *r) {
-    return (s->kv->n_held[r->seq] + kv_available(s->kv)) * KV_BS - r->n_computed;
+    return (moe8_context_kv_held(s->ctx, r->seq) + moe8_context_kv_available(s->ctx)) * KV_BS -
+           r->n_computed;
 }
 
 static int32_t schedule_running(moe8_sched *s, int32_t budget) {
@@ -520,13 +523,12 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
     while (s->wait_head && budget > 0 && s->n_run < s->max_running && !s->preempted) {
         rq *r = s->wait_head;
         int32_t m = 0, ref0 = 0, cached, want, need;
-        if (s->kv->prefix_cache) m = kv_match(s->kv, r->tok, r->n_tok - 1, s->match, s->kv->max_blocks);
-        for (int32_t j = 0; j < m; j++) ref0 += s->kv->b[s->match[j]].ref == 0;
+        m = moe8_context_prefix_match(s->ctx, r->tok, r->n_tok - 1, s->match);
+        ref0 = moe8_context_kv_unheld(s->ctx, s->match, m);
         cached = m * KV_BS;
         if (cached > r->plog_done) { /* its prompt logits must be computed */
             m = r->plog_done / KV_BS;
-            ref0 = 0;
-            for (int32_t j = 0; j < m; j++) ref0 += s->kv->b[s->match[j]].ref == 0;
+            ref0 = moe8_context_kv_unheld(s->ctx, s->match, m);
             cached = m * KV_BS;
         }
         want = r->n_tok - cached < budget ? r->n_tok - cached : budget;
@@ -534,7 +536,8 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
         want = fit_rows(s, r, want);
         r->n_computed = 0;
         need = (cached + want + KV_BS - 1) / KV_BS - m;
-        if (want < 1 || need + ref0 > kv_available(s->kv)) break; /* it waits; nobody passes it */
+        if (want < 1 || need + ref0 > moe8_context_kv_available(s->ctx))
+            break; /* it waits; nobody passes it */
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         r->next = NULL;
@@ -607,7 +610,7 @@ static void grammar_wait(const moe8_sched *s, rq *r, int32_t t) {
 /* Rank 0 draws the next token of every request whose tokens are all
  * computed (and that may still generate); the others take its tokens. */
 static moe8_status sample(moe8_sched *s, moe8_error *err) {
-    const int rank0 = s->model->shard.rank == 0;
+    const int rank0 = s->rank == 0;
     int32_t k = 0;
     for (int32_t j = 0; j < s->n_brq; j++) {
         rq *r = s->b_rq[j];
@@ -622,8 +625,7 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
             r->g_stuck = 1; /* nothing could continue it: ended in take_tokens */
         k++;
     }
-    if (s->model->shard.size > 1 && k > 0)
-        return moe8_dist_bcast_tokens(s->model->params.dist, s->sampled, k, NULL, err);
+    if (s->n_ranks > 1 && k > 0) return moe8_dist_bcast_tokens(s->dist, s->sampled, k, NULL, err);
     return MOE8_OK;
 }
 

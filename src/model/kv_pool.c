@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "sched/kv_pool.h"
+#include "model/kv_pool.h"
 
 /* ---- lists --------------------------------------------------------------------- */
 

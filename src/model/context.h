@@ -1,0 +1,39 @@
+/*
+ * context.h — internal: what the scheduler (sched/) uses of a context beyond
+ * moe8.h: its model and its paged KV pool, through calls on the context (the
+ * pool's layout, model/kv_pool.h, stays inside model/; SEMANTICS §10).
+ */
+#ifndef MOE8_CONTEXT_H
+#define MOE8_CONTEXT_H
+
+#include <stdint.h>
+
+#include "moe8.h"
+
+moe8_model *moe8_context_model(const moe8_context *ctx);
+/* The model's process group (NULL: one process); *rank and *size filled. */
+moe8_dist *moe8_context_group(const moe8_context *ctx, int *rank, int *size);
+
+/* Blocks in the pool, and the most one sequence can hold (n_ctx / block). */
+int32_t moe8_context_kv_blocks(const moe8_context *ctx);
+int32_t moe8_context_kv_seq_blocks(const moe8_context *ctx);
+/* Blocks the pool can give now (free, or cached and held by nobody). */
+int32_t moe8_context_kv_available(const moe8_context *ctx);
+/* Blocks sequence seq holds. */
+int32_t moe8_context_kv_held(const moe8_context *ctx, int32_t seq);
+/* Blocks for positions [0, n_tokens) of seq, taken from the pool; 0 on success. */
+int moe8_context_kv_reserve(moe8_context *ctx, int32_t seq, int32_t n_tokens);
+
+/* The prefix cache (0 blocks when it is off): the longest chain of registered
+ * blocks matching tokens[0..n) from position 0, at most
+ * moe8_context_kv_seq_blocks of them, into out[]; takes no reference. */
+int32_t moe8_context_prefix_match(const moe8_context *ctx, const int32_t *tokens, int32_t n,
+                                  int32_t *out);
+/* How many of blocks[0..n) nobody holds (attaching them takes them from the
+ * blocks the pool can give). */
+int32_t moe8_context_kv_unheld(const moe8_context *ctx, const int32_t *blocks, int32_t n);
+/* Put prefix-cache blocks at the start of the empty sequence seq (its length
+ * becomes n * MOE8_KV_BLOCK_TOKENS). */
+void moe8_context_seq_attach(moe8_context *ctx, int32_t seq, const int32_t *blocks, int32_t n);
+
+#endif
