@@ -1228,7 +1228,14 @@ typedef struct {
      * whole layer (moe8_moe_layer_from_model does). NULL: not called. */
     void (*on_packed)(void *user, int expert);
     void *on_packed_user;
-    struct moe8_pcache *cache;      /* internal (a model's packed cache); NULL */
+    /* Where packed int8 experts may come from and go to (a model's packed
+     * cache sets these; NULL: packed into memory the layer owns): take gives
+     * `bytes` bytes already packed in the kernel table's layout, read-only and
+     * outliving the layer, or NULL to pack them; put is handed the bytes just
+     * packed. */
+    const void *(*packed_take)(void *user, size_t bytes);
+    void (*packed_put)(void *user, const void *p, size_t bytes);
+    void *packed_user;
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 

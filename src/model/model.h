@@ -184,4 +184,11 @@ moe8_status moe8_model_fingerprint(const moe8_model *m, int with_mtime, uint64_t
 moe8_status moe8_model_load_check(moe8_dist *d, moe8_model *m, moe8_status local,
                                   moe8_error *err);
 
+struct moe8_pcache;
+/* moe8_moe_layer_from_model with the model's packed cache (cache.h; NULL: none; moe_build.c):
+ * the packed experts are taken from it, or handed to it, as one region. */
+moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
+                                             const moe8_moe_part *part, struct moe8_pcache *pc,
+                                             moe8_moe_layer **out, moe8_error *err);
+
 #endif

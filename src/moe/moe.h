@@ -121,14 +121,8 @@ struct moe8_moe_layer {
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */
     size_t packed_bytes;           /* qdata + scales + offsets (+ owned_f32) */
-    float *owned_f32;              /* dequantized float experts (moe_from_model.c), or NULL */
+    float *owned_f32;              /* dequantized float experts (model/moe_build.c), or NULL */
 };
-
-/* moe8_moe_layer_from_model with the model's packed cache (cache.h; NULL: none):
- * the packed experts are taken from it, or handed to it, as one region. */
-moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
-                                             const moe8_moe_part *part, struct moe8_pcache *pc,
-                                             moe8_moe_layer **out, moe8_error *err);
 
 /* moe8_moe_layer_forward with an explicit kernel table (tests, benchmarks). */
 moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace *w,

@@ -18,7 +18,7 @@
  * Experts with one row read the token's own codes in place (no gather: at
  * decode every expert has one row). Every output element is written by one
  * thread, the same way for any thread count.
- * With a model's packed cache (desc.cache, cache.h) the packed int8 of every
+ * With packed_take (a model's packed cache) the packed int8 of every
  * local expert is one region of the file, read in place (qdata stays NULL);
  * scales and offsets are still converted here (a few KB per expert).
  * Does not: all-reduce (the caller sums EP/TP partial outputs).
@@ -31,7 +31,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "model/cache.h"
 #include "moe/moe.h"
 
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void) {
@@ -182,8 +181,8 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
             if ((st = check_qweight(L, e, p, proj_of(&ex[e], p), &nonzero, err)) != MOE8_OK)
                 return st;
     if (L->down_float && (st = build_float_down(L, ex, err)) != MOE8_OK) return st;
-    /* From a model's packed cache (cache.h) when it has this layer: no packing. */
-    const int8_t *mapped = moe8_pcache_take(d->cache, q_stride * n_local);
+    /* Already packed (a model's packed cache) when the desc says so: no packing. */
+    const int8_t *mapped = d->packed_take ? d->packed_take(d->packed_user, q_stride * n_local) : NULL;
     L->qe = calloc((size_t)n_local, sizeof *L->qe);
     if (!mapped) L->qdata = moe8_alloc_aligned(q_stride * n_local);
     int8_t *qbase = mapped ? (int8_t *)mapped : L->qdata; /* read-only when mapped */
@@ -207,7 +206,7 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
         }
         if (d->on_packed) d->on_packed(d->on_packed_user, L->first + le);
     }
-    if (!mapped) moe8_pcache_put(d->cache, L->qdata, q_stride * n_local);
+    if (!mapped && d->packed_put) d->packed_put(d->packed_user, L->qdata, q_stride * n_local);
     return MOE8_OK;
 }
 

@@ -1,5 +1,5 @@
 /*
- * moe_from_model.c — builds the MoE layer of a loaded model (src/model):
+ * moe_build.c — builds the MoE layer of a loaded model (src/model):
  * router weight mlp.gate [E][H] in place, routing from config.json
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax; for
  * deepseek sigmoid scores, groups, e_score_correction_bias and
@@ -22,8 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "model/cache.h"
 #include "model/model.h"
 #include "moe/moe.h"
+
+static const void *cache_take(void *pc, size_t bytes) { return moe8_pcache_take(pc, bytes); }
+static void cache_put(void *pc, const void *p, size_t bytes) { moe8_pcache_put(pc, p, bytes); }
 
 static void weight_of(moe8_moe_weight *d, const moe8_linear *l) {
     d->data = l->weight->data;
@@ -204,7 +208,11 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
     if (!deq_mode && d.quant == MOE8_QUANT_W8A8_DYNAMIC) {
         d.on_packed = on_packed;
         d.on_packed_user = &pk;
-        d.cache = pc;
+        if (pc) {
+            d.packed_take = cache_take;
+            d.packed_put = cache_put;
+            d.packed_user = pc;
+        }
     }
     if (!st) st = moe8_moe_layer_create(&d, out, err);
     free(ex);
