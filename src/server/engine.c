@@ -22,6 +22,7 @@
 #include "core/core.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
+#include "sched/request_wire.h"
 #include "server/server.h"
 
 #define TICK_S 0.1 /* idle wake-up: heartbeats, the stop flag */
@@ -32,53 +33,24 @@ typedef struct {
     int32_t n_add, n_cancel, step, stop;
 } msg_head;
 
-/* Serialized moe8_request: fixed fields, then prompt, stop ids, stop strings. */
-typedef struct {
-    int32_t n_prompt, max_tokens, n_stop_ids, n_stop, logprobs, ignore_eos;
-    float temperature, top_p, min_p;
-    int32_t top_k;
-    uint64_t seed;
-    uint32_t stop_len[MOE8_MAX_STOP_STRINGS];
-} msg_req;
-
-static void put_req(sbuf *b, const moe8_request *r) {
-    msg_req m;
-    memset(&m, 0, sizeof m);
-    m.n_prompt = r->n_prompt, m.max_tokens = r->max_tokens, m.n_stop_ids = r->n_stop_ids;
-    m.n_stop = r->n_stop, m.logprobs = r->logprobs, m.ignore_eos = r->ignore_eos;
-    m.temperature = r->sampling.temperature, m.top_p = r->sampling.top_p;
-    m.min_p = r->sampling.min_p, m.top_k = r->sampling.top_k, m.seed = r->sampling.seed;
-    for (int i = 0; i < r->n_stop; i++) m.stop_len[i] = (uint32_t)strlen(r->stop[i]);
-    sbuf_add(b, (const char *)&m, sizeof m);
-    sbuf_add(b, (const char *)r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-    if (r->n_stop_ids) sbuf_add(b, (const char *)r->stop_ids, (size_t)r->n_stop_ids * sizeof(int32_t));
-    for (int i = 0; i < r->n_stop; i++) sbuf_add(b, r->stop[i], m.stop_len[i] + 1);
+/* A request into the message (sched/request_wire.c describes its fields once). */
+static int put_req(sbuf *b, const moe8_request *r) {
+    const size_t n = moe8_request_wire_size(r);
+    unsigned char *w = malloc(n ? n : 1);
+    if (!w) return -1;
+    moe8_request_wire_put(r, w);
+    const int rc = sbuf_add(b, (const char *)w, n);
+    free(w);
+    return rc;
 }
 
 /* Add the serialized request at *at to the follower's scheduler. */
 static moe8_status take_req(srv *s, const char *buf, size_t n, size_t *at, moe8_error *err) {
-    moe8_request r = moe8_request_default();
+    moe8_request r;
     const char *stop[MOE8_MAX_STOP_STRINGS];
-    msg_req m;
     int64_t id;
-    if (*at + sizeof m > n) return moe8_fail(err, MOE8_ERR_COMM, -1, "serve: short step message");
-    memcpy(&m, buf + *at, sizeof m);
-    *at += sizeof m;
-    r.n_prompt = m.n_prompt, r.max_tokens = m.max_tokens, r.n_stop_ids = m.n_stop_ids;
-    r.n_stop = m.n_stop, r.logprobs = m.logprobs, r.ignore_eos = m.ignore_eos;
-    r.sampling.temperature = m.temperature, r.sampling.top_p = m.top_p, r.sampling.min_p = m.min_p;
-    r.sampling.top_k = m.top_k, r.sampling.seed = m.seed;
-    r.prompt = (const int32_t *)(const void *)(buf + *at);
-    *at += (size_t)m.n_prompt * sizeof(int32_t);
-    r.stop_ids = (const int32_t *)(const void *)(buf + *at);
-    *at += (size_t)m.n_stop_ids * sizeof(int32_t);
-    for (int i = 0; i < m.n_stop && i < MOE8_MAX_STOP_STRINGS; i++) {
-        stop[i] = buf + *at;
-        *at += m.stop_len[i] + 1;
-    }
-    r.stop = stop;
-    if (*at > n) return moe8_fail(err, MOE8_ERR_COMM, -1, "serve: short step message");
-    return moe8_sched_add(s->sched, &r, &id, err);
+    moe8_status st = moe8_request_wire_get((const unsigned char *)buf, n, at, &r, stop, err);
+    return st ? st : moe8_sched_add(s->sched, &r, &id, err);
 }
 
 /* Rank 0: the message of this iteration to every rank (nothing alone). */
@@ -203,7 +175,8 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add) {
             pthread_mutex_unlock(&s->lock);
             continue;
         }
-        put_req(msg, &j->rq);
+        /* a few hundred bytes; the followers could not follow without them */
+        MOE8_ASSERT(put_req(msg, &j->rq) == 0);
         (*n_add)++;
         pthread_mutex_lock(&s->lock);
         j->sched_id = id;
