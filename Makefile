@@ -7,6 +7,9 @@
 #   make install PREFIX=/usr/local   libmoe8.a, moe8.h and pkg-config files
 #               (libmoe8_mpi.a and moe8-mpi.pc too when MPI was found)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# ctest's processor budget: each test declares what it uses (CMakeLists.txt);
+# one more than the cores, so a test that mostly waits runs beside one that computes
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) + 1 )))
 CMAKE_Q = cmake -Wno-dev
 FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
@@ -31,13 +34,13 @@ build-fuzz: deps
 	@cmake --build build-fuzz -j$(JOBS)
 
 test-release: build
-	@cd build && ctest --output-on-failure -j$(JOBS)
+	@cd build && ctest --output-on-failure -j$(TEST_JOBS)
 
 test-asan: build-asan
-	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(TEST_JOBS)
 
 test-fuzz: build-fuzz
-	@cd build-fuzz && ctest --output-on-failure -j$(JOBS)
+	@cd build-fuzz && ctest --output-on-failure -j$(TEST_JOBS)
 
 check: test-release
 

@@ -968,7 +968,6 @@ static inline void serve_test_init(const char *name) {
     g_name = name;
     g_t0 = now_s();
     g_asan = MOE8_TEST_SANITIZE[0] != '\0';
-    setenv("OMP_WAIT_POLICY", "passive", 0);
     unsetenv("MOE8_API_KEY");
     atexit(kill_groups);
     signal(SIGINT, on_fatal);

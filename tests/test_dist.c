@@ -307,7 +307,6 @@ static void test_stop(const char *text) {
 }
 
 int main(void) {
-    setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);   /* ctest sets these too */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     fx_opts ot = fx_default_opts();

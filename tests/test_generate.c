@@ -712,8 +712,6 @@ static void test_long_run(const char *dir) {
 }
 
 int main(void) {
-    /* this process and the CLI children share 2 cores with other tests: no spinning */
-    setenv("OMP_WAIT_POLICY", "passive", 0);
     fx_opts o = fx_default_opts();
     o.quant = 1;
     const char *small = fx_test_model("gen_small", &o, 0);

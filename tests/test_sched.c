@@ -1529,13 +1529,8 @@ static void test_bad_requests(void) {
     moe8_context_free(x);
 }
 
-int main(int argc, char **argv) {
+int main(void) {
     test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
-    /* 2 cores shared with other tests: no spinning (libgomp reads it at load: re-run) */
-    if (argc == 1 && !getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);
-    }
     fx_opts o = fx_default_opts();
     moe8_context *keeper;
     moe8_kv_stats kv;

@@ -1865,21 +1865,43 @@ static void test_kv_budget(const char *dir) {
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
-int main(void) {
+/* `--part limits`: framing, auth, limits and the rest, which only wait;
+ * `--part timing`: what bounds latencies (timeouts, an unread stream,
+ * slowloris, a big tokenize beside streams, pipelined close), run by ctest
+ * with the cores to itself (RUN_SERIAL); no argument: both. */
+int main(int argc, char **argv) {
     fx_opts o = serve_fixture_opts();
     server sv;
-    char args[4400];
-    const char *dir;
+    char args[4400], fixture[64];
+    const char *dir, *part = argc == 3 && !strcmp(argv[1], "--part") ? argv[2] : "";
     struct rlimit rl;
+    if (argc != 1 && strcmp(part, "limits") && strcmp(part, "timing")) {
+        fprintf(stderr, "usage: %s [--part limits|timing]\n", argv[0]);
+        return 2;
+    }
+    const int limits = strcmp(part, "timing") != 0, timing = strcmp(part, "limits") != 0;
     serve_test_init("test_serve_hostile");
     /* the slowloris sockets: as many files as the hard limit allows */
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    dir = fx_test_model("hostile_text", &o, 1);
-    test_empty_key(dir);
+    snprintf(fixture, sizeof fixture, "hostile_text%s%s", part[0] ? "_" : "", part);
+    dir = fx_test_model(fixture, &o, 1);
     phase("start-up");
+    if (timing) {
+        test_timeouts(dir);
+        test_unread(dir);
+        phase("timeouts");
+        test_slowloris(dir);
+        phase("slowloris");
+        test_big_tokenize(dir);
+        phase("big tokenize, streams");
+        test_pipelined_close(dir);
+        phase("pipelined close");
+    }
+    if (!limits) goto done;
+    test_empty_key(dir);
     snprintf(args, sizeof args, "-m '%s' --ctx-size 512 --threads 2 --timeout 2 --served-model-name serve_text", dir);
     if (server_start(&sv, "hostile_main", NULL, args) == 0) {
         sv.log_check = 0; /* the bad heads: no request line to log */
@@ -1897,21 +1919,12 @@ int main(void) {
     }
     test_auth(dir);
     phase("auth, 300 uploads");
-    test_timeouts(dir);
-    test_unread(dir);
-    phase("timeouts");
     test_max_body(dir);
     test_max_buffered(dir);
     test_max_connections(dir);
     test_nofile(dir);
     test_per_ip(dir);
     phase("limits");
-    test_slowloris(dir);
-    phase("slowloris");
-    test_big_tokenize(dir);
-    phase("big tokenize, streams");
-    test_pipelined_close(dir);
-    phase("pipelined close");
     test_metrics_name(dir);
     phase("metrics name");
     {
@@ -1926,6 +1939,7 @@ int main(void) {
         test_kv_budget(fx_test_model("hostile_kv", &ok, 1));
         phase("kv budget");
     }
+done:
     curl_global_cleanup();
     printf("test_serve_hostile: %.1f s\n", now_s() - g_t0);
     return test_summary();
