@@ -59,6 +59,10 @@ typedef enum {
 /* Short constant description of a status ("format error", ...). */
 const char *moe8_status_str(moe8_status status);
 
+/* Seconds on the monotonic clock, for intervals (every timing in moe8 and its
+ * commands reads this one). */
+double moe8_time_s(void);
+
 #define MOE8_ERROR_MESSAGE_MAX 512
 
 /* Optional out-parameter of every fallible call. */

@@ -37,11 +37,6 @@ typedef struct {
     int threads[MAX_LIST], n_threads_list;
 } bench_opts;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
@@ -219,14 +214,14 @@ static int time_layers(bench_layer *ls, int n_l, float *const *pool, float *out,
     moe8_kernel_times kt;
     moe8_bench_kernel_times(&kt, 1);
     moe8_bench_kernel_timing(account);
-    const double t_start = now_s();
+    const double t_start = moe8_time_s();
     for (int i = 0; !rc && i < 4096; i++) {
-        if (reps_opt ? i >= reps_opt : (i >= 5 && i >= n_l && now_s() - t_start > 0.5)) break;
+        if (reps_opt ? i >= reps_opt : (i >= 5 && i >= n_l && moe8_time_s() - t_start > 0.5)) break;
         const int l = i % n_l;
-        const double t0 = now_s();
+        const double t0 = moe8_time_s();
         if (moe8_moe_layer_forward(ls[l].layer, ws[l], pool[i % N_POOL], T, NULL, out, &err))
             rc = cli_fail("bench", &err);
-        times[i] = now_s() - t0;
+        times[i] = moe8_time_s() - t0;
         t_total += times[i];
         distinct += count_distinct(ws[l]);
         reps = i + 1;

@@ -88,11 +88,6 @@ typedef struct {
     unsigned long long seed;
 } bench_opts;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -152,9 +147,9 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
 static void time_state(grammar_state *st, const grammar_vocab *v, uint32_t *mask, int reps, double *med,
                        double *p99, double *t) {
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = moe8_time_s();
         grammar_mask(st, v, mask);
-        t[r] = (now_s() - t0) * 1e6;
+        t[r] = (moe8_time_s() - t0) * 1e6;
     }
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     *med = t[reps / 2];
@@ -176,9 +171,9 @@ static void time_walk(const grammar *g, const grammar_vocab *v, int32_t eos, uin
         int nc = 0;
         double t0;
         if (!st && grammar_state_new(g, &st, NULL) != MOE8_OK) break;
-        t0 = now_s();
+        t0 = moe8_time_s();
         grammar_mask(st, v, mask);
-        t[s] = (now_s() - t0) * 1e6;
+        t[s] = (moe8_time_s() - t0) * 1e6;
         for (int32_t w = 0; w < (nv + 31) / 32; w++)
             for (uint32_t b = mask[w]; b; b &= b - 1) cand[nc++] = w * 32 + __builtin_ctz(b);
         sum += nc;
@@ -222,13 +217,13 @@ int cmd_bench_grammar(int argc, char **argv) {
     eos = moe8_tokenizer_eos_id(tok);
     nv = o.n_vocab ? o.n_vocab : moe8_tokenizer_n_vocab(tok);
     if (!o.n_vocab && moe8_tokenizer_n_vocab(tok) == 151669) nv = 151936; /* Qwen3's model vocab */
-    t0 = now_s();
+    t0 = moe8_time_s();
     if (grammar_vocab_new(tok, nv, &eos, eos >= 0 ? 1 : 0, &v, &err) != MOE8_OK) {
         rc = cli_fail(CMD, &err);
         goto out;
     }
     printf("## Vocabulary trie\n\n| ids | build ms | memory MB |\n|---:|---:|---:|\n| %d | %.1f | %.2f |\n\n", (int)nv,
-           (now_s() - t0) * 1e3, (double)grammar_vocab_bytes(v) / 1e6);
+           (moe8_time_s() - t0) * 1e3, (double)grammar_vocab_bytes(v) / 1e6);
     mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
     t = malloc((size_t)(o.reps > o.walk ? o.reps : o.walk) * sizeof *t);
     if (!mask || !t) {
@@ -241,24 +236,24 @@ int cmd_bench_grammar(int argc, char **argv) {
         grammar *g[3] = {NULL, NULL, NULL};
         for (int i = 0; i < 3; i++) {
             char *gbnf = NULL;
-            double a = now_s(), b, c, d;
+            double a = moe8_time_s(), b, c, d;
             if (gs[i].is_schema && grammar_from_json_schema(gs[i].text, strlen(gs[i].text), &gbnf, &err) != MOE8_OK) {
                 rc = cli_fail(CMD, &err);
                 goto free_g;
             }
-            b = now_s();
+            b = moe8_time_s();
             if (grammar_compile(gbnf ? gbnf : gs[i].text, strlen(gbnf ? gbnf : gs[i].text), &g[i], &err) != MOE8_OK) {
                 free(gbnf);
                 rc = cli_fail(CMD, &err);
                 goto free_g;
             }
-            c = now_s();
+            c = moe8_time_s();
             if (grammar_prepare(g[i], v, &err) != MOE8_OK) {
                 free(gbnf);
                 rc = cli_fail(CMD, &err);
                 goto free_g;
             }
-            d = now_s();
+            d = moe8_time_s();
             {
                 char conv[32] = "-";
                 if (gs[i].is_schema) snprintf(conv, sizeof conv, "%.2f", (b - a) * 1e3);

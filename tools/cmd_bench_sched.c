@@ -34,11 +34,6 @@ typedef struct {
     int prompt, steps, threads, n_ctx, shared, shared_total, reps;
 } sched_opts;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int parse_pos(const char *flag, const char *s, int hi, int *out) {
     char *end;
@@ -172,13 +167,13 @@ static int decode_row(moe8_model *m, const sched_opts *o, int R) {
         if (add(s, ids, o->prompt, o->steps + 2, &id)) goto done; /* still running after */
     }
     fprintf(stderr, "moe8 " CMD ": %d running: prompts\n", R);
-    t0 = now_s();
+    t0 = moe8_time_s();
     if (run_until(s, R, NULL, NULL)) goto done;
-    t1 = now_s();
+    t1 = moe8_time_s();
     fprintf(stderr, "moe8 " CMD ": %d running: %d decode steps\n", R, o->steps);
     moe8_bench_kernel_times(&kt, 1);
     if (run_until(s, (int64_t)R * o->steps, NULL, NULL)) goto done;
-    t2 = now_s();
+    t2 = moe8_time_s();
     moe8_bench_kernel_times(&kt, 0);
     moe8_sched_get_stats(s, &st);
     {

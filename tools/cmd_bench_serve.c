@@ -83,11 +83,6 @@ typedef struct {
     cJSON *schema;               /* the file's schema, parsed */
 } serve_opts;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -562,7 +557,7 @@ static int grow(request *r, size_t need) {
 static size_t on_body(char *p, size_t size, size_t nmemb, void *user) {
     request *r = user;
     const size_t n = size * nmemb;
-    const double t = now_s();
+    const double t = moe8_time_s();
     size_t start = 0;
     if (!r->status) curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
     if (r->status / 100 != 2) { /* keep the head of the error body for the message */
@@ -739,11 +734,11 @@ static int run(bench *b, double *duration) {
     uint64_t rng = o->seed ^ 0xa0761d6478bd642fULL;
     double next_at = 0.0; /* arrival of request `next`, s after t0 */
     int next = 0, in_flight = 0, n_done = 0, last_pct = 0;
-    const double t0 = now_s();
+    const double t0 = moe8_time_s();
     while (n_done < n) {
         int still;
         CURLMsg *m;
-        double t = now_s();
+        double t = moe8_time_s();
         while (next < n && in_flight < cap && next_at <= t - t0) {
             if (start_request(b, next, t)) return 1;
             next++, in_flight++;
@@ -757,7 +752,7 @@ static int run(bench *b, double *duration) {
             fprintf(stderr, "moe8 " CMD ": curl_multi_perform failed\n");
             return 1;
         }
-        t = now_s();
+        t = moe8_time_s();
         while ((m = curl_multi_info_read(b->multi, &still)))
             if (m->msg == CURLMSG_DONE) {
                 request *r;
@@ -775,7 +770,7 @@ static int run(bench *b, double *duration) {
         if (n_done == n) break;
         int wait_ms = 1000; /* curl's own timers and any socket activity end it sooner */
         if (next < n && in_flight < cap) {
-            const double dt = next_at - (now_s() - t0);
+            const double dt = next_at - (moe8_time_s() - t0);
             wait_ms = dt <= 0 ? 0 : dt < 1.0 ? (int)ceil(dt * 1000.0) : 1000;
         }
         if (curl_multi_poll(b->multi, NULL, 0, wait_ms, NULL) != CURLM_OK) {

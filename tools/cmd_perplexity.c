@@ -80,11 +80,6 @@ typedef struct {
     double t0;
 } run;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -378,7 +373,7 @@ static int base_open(run *r, int32_t model_vocab) {
 /* ---- output --------------------------------------------------------------------------- */
 
 static void progress(const run *r, int n_done) {
-    const double t = now_s() - r->t0;
+    const double t = moe8_time_s() - r->t0;
     const double tok_s = t > 0 ? (double)n_done * r->n_ctx / t : 0;
     const double left = n_done ? t / n_done * (r->n_chunk - n_done) : 0;
     char bar[31];
@@ -545,7 +540,7 @@ static int score(run *r, moe8_model *m) {
         if (prompt && r->rank0) cli_fail(CMD, &err);
         goto done;
     }
-    r->t0 = now_s();
+    r->t0 = moe8_time_s();
     for (int i = 0; i < r->n_chunk; i++) {
         moe8_request q = moe8_request_default();
         int64_t id;

@@ -56,12 +56,6 @@ static inline float moe8_round_even(float x) {
 uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed);
 uint64_t moe8_hash_str(const char *s);
 
-/* Seconds on the monotonic clock (for intervals only). */
-static inline double moe8_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Forward-phase accounting (phase.c; moe8.h moe8_bench_forward_timing). */
 int moe8_phase_on(void);

@@ -3,11 +3,18 @@
  * process-wide counters in nanoseconds, added to by the thread that runs a
  * forward pass (forward.c, context.c) or by thread 0 of the MoE layer's
  * parallel region (moe_layer.c). Off by default; when off a phase mark is one
- * relaxed atomic load.
+ * relaxed atomic load. And the clock they (and every timing) read.
  */
 #include <stdatomic.h>
+#include <time.h>
 
 #include "core/core.h"
+
+double moe8_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static atomic_int g_on;
 static atomic_llong g_ns[MOE8_PHASE_COUNT], g_fwd_ns, g_fwd_n, g_blocks, g_moe_calls;

@@ -146,24 +146,24 @@ static moe8_status settle(moe8_comm *c, moe8_status st, const moe8_error *e, moe
 }
 
 static moe8_status timed_allreduce(moe8_comm *c, float *buf, size_t n, moe8_error *err) {
-    double t0 = moe8_now_s();
+    double t0 = moe8_time_s();
     moe8_status st = c->ops->allreduce_sum_f32(c, buf, n, err);
-    c->busy_s += moe8_now_s() - t0;
+    c->busy_s += moe8_time_s() - t0;
     return st;
 }
 
 static moe8_status timed_allgather(moe8_comm *c, const void *send, void *recv, size_t bytes,
                                    moe8_error *err) {
-    double t0 = moe8_now_s();
+    double t0 = moe8_time_s();
     moe8_status st = c->ops->allgather(c, send, recv, bytes, err);
-    c->busy_s += moe8_now_s() - t0;
+    c->busy_s += moe8_time_s() - t0;
     return st;
 }
 
 static moe8_status timed_bcast(moe8_comm *c, void *buf, size_t bytes, int root, moe8_error *err) {
-    double t0 = moe8_now_s();
+    double t0 = moe8_time_s();
     moe8_status st = c->ops->bcast(c, buf, bytes, root, err);
-    c->busy_s += moe8_now_s() - t0;
+    c->busy_s += moe8_time_s() - t0;
     return st;
 }
 

@@ -129,7 +129,7 @@ static int ping_round(moe8_comm *c, MPI_Request *req, int *done, char *names, si
     mpi_state *s = c->impl;
     const int n = c->size;
     const double grace = c->timeout_s < GRACE_S ? c->timeout_s : GRACE_S;
-    const double t_end = moe8_now_s() + grace;
+    const double t_end = moe8_time_s() + grace;
     size_t used = 0;
     int n_open = 0, n_silent = 0, got;
     names[0] = '\0';
@@ -146,7 +146,7 @@ static int ping_round(moe8_comm *c, MPI_Request *req, int *done, char *names, si
         s->ping_out[r] = s->ping_seq;
         MPI_Isend(&s->ping_out[r], 1, MPI_INT, r, TAG_PING, s->ctl, &s->ping_req[r]);
     }
-    while (n_open > 0 && !*done && moe8_now_s() < t_end) {
+    while (n_open > 0 && !*done && moe8_time_s() < t_end) {
         for (int r = 0; r < n; r++) {
             if (s->wait_req[r] == MPI_REQUEST_NULL ||
                 MPI_Test(&s->wait_req[r], &got, MPI_STATUS_IGNORE) != MPI_SUCCESS || !got)
@@ -176,7 +176,7 @@ static int ping_round(moe8_comm *c, MPI_Request *req, int *done, char *names, si
  * waits one more timeout, and fails only if it is still stuck with every
  * rank alive (ranks out of step). */
 static moe8_status complete(moe8_comm *c, MPI_Request *req, const char *what, moe8_error *err) {
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     double deadline = t0 + c->timeout_s;
     char names[256];
     long ns = 0;
@@ -186,7 +186,7 @@ static moe8_status complete(moe8_comm *c, MPI_Request *req, const char *what, mo
         if ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
             return mpi_error(err, rc, what);
         if (done) return MOE8_OK;
-        if ((now = moe8_now_s()) - t0 < SPIN_S) continue;
+        if ((now = moe8_time_s()) - t0 < SPIN_S) continue;
         serve_pings(c->impl);
         if (c->timeout_s > 0 && now > deadline) {
             n_silent = ping_round(c, req, &done, names, sizeof names);
@@ -198,8 +198,8 @@ static moe8_status complete(moe8_comm *c, MPI_Request *req, const char *what, mo
             if (rounds++)
                 return moe8_fail(err, MOE8_ERR_COMM, -1, "%s has not completed after %.0f s "
                                  "although every rank answers: do the ranks run the same "
-                                 "collectives in the same order?", what, moe8_now_s() - t0);
-            deadline = moe8_now_s() + c->timeout_s;
+                                 "collectives in the same order?", what, moe8_time_s() - t0);
+            deadline = moe8_time_s() + c->timeout_s;
         }
         ns = ns == 0 ? NAP_MIN_NS : ns * 2 > NAP_MAX_NS ? NAP_MAX_NS : ns * 2;
         nap(ns);

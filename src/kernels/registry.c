@@ -164,11 +164,11 @@ void moe8_kernels_thread_init(const moe8_kernels *t) {
 static double ref_read(const void *buf, size_t n_bytes, uint32_t *sink) {
     const uint64_t *p = (const uint64_t *)buf;
     uint64_t a = 0, b = 0, c = 0, d = 0;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     for (size_t i = 0; i < n_bytes / 8; i += 4) {
         a |= p[i]; b |= p[i + 1]; c |= p[i + 2]; d |= p[i + 3];
     }
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     *sink ^= (uint32_t)(a | b | c | d);
     return t;
 }
@@ -176,12 +176,12 @@ static double ref_read(const void *buf, size_t n_bytes, uint32_t *sink) {
 /* 8 independent int32 multiply-add chains. */
 static double ref_int8_peak(long n_iter, uint32_t *sink) {
     int32_t a[8] = {0}, x = -127, w = (int32_t)(*sink & 1) - 128;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     for (long i = 0; i < n_iter; i++) {
         for (int c = 0; c < 8; c++) a[c] += x * w;
         __asm__ volatile("" : : "r"(a) : "memory");
     }
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     for (int c = 0; c < 8; c++) *sink ^= (uint32_t)a[c];
     return t;
 }
@@ -189,12 +189,12 @@ static double ref_int8_peak(long n_iter, uint32_t *sink) {
 /* 8 independent float multiply-add chains. */
 static double ref_fma_peak(long n_iter, uint32_t *sink) {
     float a[8] = {0}, x = 1.0f + 1e-7f * (float)(*sink & 1), w = 0.999999f;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     for (long i = 0; i < n_iter; i++) {
         for (int c = 0; c < 8; c++) a[c] += x * w;
         __asm__ volatile("" : : "r"(a) : "memory");
     }
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     uint32_t bits;
     memcpy(&bits, &a[0], sizeof bits);
     *sink ^= bits;
@@ -206,11 +206,7 @@ static double ref_fma_peak(long n_iter, uint32_t *sink) {
 static atomic_int timing_on;
 static atomic_llong ns_quant, ns_q8, ns_f32, ns_attn, n_calls;
 
-static long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+static long long now_ns(void) { return (long long)(moe8_time_s() * 1e9); }
 
 static void add_time(atomic_llong *c, long long t0) {
     atomic_fetch_add_explicit(c, now_ns() - t0, memory_order_relaxed);

@@ -28,13 +28,13 @@ double moe8_bench_read_gbs(size_t n_bytes, int n_threads, int reps) {
         memset(mine, omp_get_thread_num() + 1, share); /* first touch by the reader */
     }
     for (int rep = 0; rep < reps; rep++) {
-        const double t0 = moe8_now_s();
+        const double t0 = moe8_time_s();
         #pragma omp parallel num_threads(n_threads) reduction(^ : sink)
         {
             const unsigned char *mine = buf + share * (size_t)omp_get_thread_num();
             kt->read_stream(mine, share, &sink);
         }
-        const double gbs = (double)(share * (size_t)n_threads) / (moe8_now_s() - t0) * 1e-9;
+        const double gbs = (double)(share * (size_t)n_threads) / (moe8_time_s() - t0) * 1e-9;
         if (gbs > best) best = gbs;
     }
     moe8_free_aligned(buf);

@@ -488,7 +488,7 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
 moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     const moe8_kv_view kv = {x->kv.data, x->kv.block_bytes, x->p.kv_type, x->kv.table,
                              x->kv.max_blocks};
-    const double t0 = moe8_phase_on() ? moe8_now_s() : 0.0;
+    const double t0 = moe8_phase_on() ? moe8_time_s() : 0.0;
     int n_out = 0;
     moe8_status st;
     x->n_last = 0;
@@ -505,7 +505,7 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
         kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
-    if (t0 > 0) moe8_phase_forward(moe8_now_s() - t0);
+    if (t0 > 0) moe8_phase_forward(moe8_time_s() - t0);
     return MOE8_OK;
 }
 

@@ -456,7 +456,7 @@ typedef struct {
  * off); ph < 0 only restarts the clock (the MoE layer times itself). */
 static void mark(const fwd_run *r, int ph) {
     if (!r->clock) return;
-    const double now = moe8_now_s();
+    const double now = moe8_time_s();
     if (ph >= 0) moe8_phase_add((moe8_phase)ph, now - *r->clock);
     *r->clock = now;
 }
@@ -923,7 +923,7 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
                          int n_out, int n_threads, moe8_error *err) {
-    double clock = moe8_now_s();
+    double clock = moe8_time_s();
     const fwd_run r = {w, s, moe8_kernels_get(), T, n_threads, moe8_phase_on() ? &clock : NULL};
     moe8_status st = MOE8_OK;
     MOE8_ASSERT(T <= s->n_batch && n_out <= s->n_out);

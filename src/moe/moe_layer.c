@@ -651,7 +651,7 @@ static void forward_thread(fwd_ctx *c, int tid, int nt) {
     }
     phase_tokens(c, tid, nt);
 #pragma omp barrier
-    if (tid == 0 && c->t_routed > 0) c->t_routed = moe8_now_s();
+    if (tid == 0 && c->t_routed > 0) c->t_routed = moe8_time_s();
     if (c->st != MOE8_OK) return;
     if (tid == 0) phase_dispatch(c);
 #pragma omp barrier
@@ -672,7 +672,7 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
                                      const moe8_kernels *k, const float *h, int n_tokens,
                                      const float *router_logits, float *out, moe8_error *err) {
     fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err, 0.0};
-    const double t0 = moe8_phase_on() ? moe8_now_s() : 0.0;
+    const double t0 = moe8_phase_on() ? moe8_time_s() : 0.0;
     int nt;
     if (!L || !w || !h || !out || n_tokens < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe forward: bad arguments");
@@ -710,7 +710,7 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
         int active = 0;
         for (int le = 0; le < L->last - L->first; le++) active += w->count[le] > 0;
         moe8_phase_add(MOE8_PHASE_ROUTER, c.t_routed - t0);
-        moe8_phase_add(MOE8_PHASE_EXPERTS, moe8_now_s() - c.t_routed);
+        moe8_phase_add(MOE8_PHASE_EXPERTS, moe8_time_s() - c.t_routed);
         moe8_phase_moe(active);
     }
     return c.st;

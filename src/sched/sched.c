@@ -313,7 +313,7 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
     r->user = q->user;
     r->seq = -1;
     r->ttft = -1;
-    r->t_add = moe8_now_s();
+    r->t_add = moe8_time_s();
     return r;
 }
 
@@ -630,7 +630,7 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
 }
 
 static void take_tokens(moe8_sched *s) {
-    const double t = moe8_now_s();
+    const double t = moe8_time_s();
     int32_t k = 0;
     for (int32_t j = 0; j < s->n_brq; j++) {
         rq *r = s->b_rq[j];

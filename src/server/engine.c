@@ -213,7 +213,7 @@ static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel) {
 }
 
 static void on_events(srv *s, const moe8_event *ev, int32_t n) {
-    const double t = moe8_now_s();
+    const double t = moe8_time_s();
     pthread_mutex_lock(&s->lock);
     for (int32_t k = 0; k < n; k++) {
         job *j = ev[k].user;
@@ -274,7 +274,7 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
     moe8_status st = MOE8_OK;
     for (;;) {
         msg_head h = {0, 0, 0, 0};
-        const double now = moe8_now_s();
+        const double now = moe8_time_s();
         int drained;
         msg.n = 0;
         sbuf_add(&msg, (const char *)&h, sizeof h);

@@ -304,7 +304,7 @@ static void respond(http *h, conn *c, int status, const char *type, const char *
     char head[512];
     int k;
     if (!c->keep_alive || c->rd_eof) c->close_after = 1;
-    if (c->out_off == c->out.n) c->t_write = moe8_now_s(); /* the write timeout starts now */
+    if (c->out_off == c->out.n) c->t_write = moe8_time_s(); /* the write timeout starts now */
     k = snprintf(head, sizeof head,
                  "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
                  status, reason(status), http_date(h), type, n,
@@ -386,7 +386,7 @@ static void access_line(http *h, conn *c, const char *why) {
     if (!s->p.on_access || c->quiet) return;
     snprintf(line, sizeof line, "%s %s %d prompt_tokens=%d gen_tokens=%d ms=%.1f%s%s%s",
              c->method[0] ? c->method : "-", c->path[0] ? c->path : "-", c->status ? c->status : 499,
-             c->n_prompt, c->n_gen, 1e3 * (moe8_now_s() - c->t_req), why ? " (" : "", why ? why : "",
+             c->n_prompt, c->n_gen, 1e3 * (moe8_time_s() - c->t_req), why ? " (" : "", why ? why : "",
              why ? ")" : "");
     s->p.on_access(s->p.user, line);
 }
@@ -485,7 +485,7 @@ static int request_done(http *h, conn *c) {
         /* lingering close: our side is done; what the client still sends is dropped */
         shutdown(c->fd, SHUT_WR);
         c->st = C_CLOSE;
-        c->t_phase = moe8_now_s();
+        c->t_phase = moe8_time_s();
         c->in.n = c->in_off = 0;
         recount(h, c);
         set_events(h, c);
@@ -493,7 +493,7 @@ static int request_done(http *h, conn *c) {
     }
     c->st = C_IDLE;
     c->quiet = 0; /* (a closing one keeps it: its linger is short) */
-    c->t_phase = moe8_now_s();
+    c->t_phase = moe8_time_s();
     return 1; /* the caller parses what is buffered */
 }
 
@@ -607,7 +607,7 @@ static void on_head(http *h, conn *c, const char *p, size_t n) {
     srv *s = h->s;
     const char *why = NULL, *want = NULL;
     int rc = http_head_parse(p, n, &c->h, &why);
-    c->t_req = moe8_now_s();
+    c->t_req = moe8_time_s();
     c->keep_alive = 0; /* until the head is known good */
     if (rc) {
         c->close_after = 1;
@@ -698,12 +698,12 @@ static void advance(http *h, conn *c) {
             if (c->st == C_IDLE) {
                 c->st = C_HEAD;
                 c->scan = c->skip = 0;
-                if (c->served) c->t_phase = moe8_now_s(); /* the first byte of a later request */
+                if (c->served) c->t_phase = moe8_time_s(); /* the first byte of a later request */
             }
             len = http_head_scan(p, n, &c->scan, &c->skip, &why);
             if (len == 0) break;
             if (len < 0) {
-                c->t_req = moe8_now_s();
+                c->t_req = moe8_time_s();
                 c->close_after = 1;
                 c->keep_alive = 0;
                 respond_error(h, c, (int)-len, "invalid_request_error", "bad_request", "%s", why);
@@ -732,7 +732,7 @@ static void advance(http *h, conn *c) {
                 }
                 if (h->buffered + n > h->s->p.max_buffered) {
                     c->close_after = 1;
-                    limit_hit(h, L_BUFFERED, c->addr, moe8_now_s());
+                    limit_hit(h, L_BUFFERED, c->addr, moe8_time_s());
                     respond_error(h, c, 503, "server_error", "overloaded", "the server is holding too "
                                   "many request bodies (--max-buffered); try again later");
                     c->in_off = c->in.n;
@@ -783,7 +783,7 @@ static int conn_flush(http *h, conn *c) {
             ssize_t k = send(c->fd, c->out.p + c->out_off, c->out.n - c->out_off, MSG_NOSIGNAL);
             if (k > 0) {
                 c->out_off += (size_t)k;
-                c->t_write = moe8_now_s();
+                c->t_write = moe8_time_s();
                 continue;
             }
             if (k < 0 && errno == EINTR) continue;
@@ -821,7 +821,7 @@ static void conn_read(http *h, conn *c) {
         if (c->st == C_WORK && c->in.n - c->in_off >= PIPE_MAX) break;
         k = recv(c->fd, buf, sizeof buf, 0);
         if (k > 0) {
-            c->t_read = moe8_now_s();
+            c->t_read = moe8_time_s();
             if (c->st == C_CLOSE) { /* lingering: dropped */
                 c->lingered += (size_t)k;
                 if (c->lingered > LINGER_BYTES) {
@@ -854,7 +854,7 @@ static void conn_read(http *h, conn *c) {
                 conn_close(h, c, NULL);
                 return;
             }
-            if (c->st == C_WORK && c->n_jobs && !c->answered) probe(h, c, moe8_now_s()); /* or a close? */
+            if (c->st == C_WORK && c->n_jobs && !c->answered) probe(h, c, moe8_time_s()); /* or a close? */
             break; /* a half-close: the answer is still written */
         }
         if (errno == EINTR) continue;
@@ -896,7 +896,7 @@ static void do_accept(http *h) {
         struct sockaddr_storage a;
         socklen_t al = sizeof a;
         unsigned char key[16];
-        const double now = moe8_now_s();
+        const double now = moe8_time_s();
         int fd = accept4(h->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         int refuse = -1, one = 1;
         conn *c = NULL;
@@ -1007,7 +1007,7 @@ static void chunk(conn *c, const char *p, size_t n) {
 static void send_head(http *h, conn *c, const char *type) {
     char head[300];
     if (c->minor == 0) c->close_after = 1;
-    if (c->out_off == c->out.n) c->t_write = moe8_now_s();
+    if (c->out_off == c->out.n) c->t_write = moe8_time_s();
     snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: %s\r\n%s%s",
              http_date(h), type, c->stream ? "Cache-Control: no-cache\r\n" : "",
              c->minor == 0 ? "Connection: close\r\n" : "Transfer-Encoding: chunked\r\n");
@@ -1032,7 +1032,7 @@ static void pump(http *h, conn *c) {
     int all_done = 1;
     sbuf b = {0};
     if (c->answered || !c->n_jobs) return;
-    if (c->out_off == c->out.n) c->t_write = moe8_now_s();
+    if (c->out_off == c->out.n) c->t_write = moe8_time_s();
     for (int i = 0; i < c->n_jobs; i++) all_done &= c->jobs[i]->done;
     if (!c->stream || (lead->done && !lead->started)) {
         const job *bad = NULL;
@@ -1150,7 +1150,7 @@ static void on_kick(http *h) {
                     k->conn = c;
                     k->refs = 2;
                     k->queued = 1;
-                    k->t_arrive = moe8_now_s();
+                    k->t_arrive = moe8_time_s();
                     oa_on_start(s, k);
                 }
                 if (s->submit_tail) s->submit_tail->next = j;
@@ -1329,7 +1329,7 @@ static void *http_main(void *arg) {
                 else if (ev[i].events & EPOLLOUT) conn_flush(h, c);
             }
         }
-        now = moe8_now_s();
+        now = moe8_time_s();
         if (now - last >= 0.1) {
             sweep(h, now);
             last = now;
@@ -1430,11 +1430,11 @@ static void kick(http *h) {
 
 void http_quiesce(srv *s) {
     http *h = s->http;
-    const double t_end = moe8_now_s() + 2;
+    const double t_end = moe8_time_s() + 2;
     if (!h || !h->started) return;
     h->quiesce = 1;
     kick(h);
-    while (!__atomic_load_n(&h->quiesced, __ATOMIC_ACQUIRE) && moe8_now_s() < t_end) {
+    while (!__atomic_load_n(&h->quiesced, __ATOMIC_ACQUIRE) && moe8_time_s() < t_end) {
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -1442,10 +1442,10 @@ void http_quiesce(srv *s) {
 
 void http_wait_idle(srv *s, double seconds) {
     http *h = s->http;
-    const double t_end = moe8_now_s() + seconds;
+    const double t_end = moe8_time_s() + seconds;
     if (!h || !h->started) return;
     kick(h); /* the last jobs' news */
-    while (moe8_now_s() < t_end && __atomic_load_n(&h->n_open, __ATOMIC_RELAXED) > 0) {
+    while (moe8_time_s() < t_end && __atomic_load_n(&h->n_open, __ATOMIC_RELAXED) > 0) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }

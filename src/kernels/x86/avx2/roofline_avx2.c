@@ -23,7 +23,7 @@ double moe8_read_stream_avx2(const void *buf, size_t n_bytes, uint32_t *sink) {
     const size_t q = n_bytes / 4 / 64 * 64;
     const char *p0 = (const char *)buf, *p1 = p0 + q, *p2 = p1 + q, *p3 = p2 + q;
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     for (size_t i = 0; i < q; i += 64) {
         _mm_prefetch(p0 + i + 2048, _MM_HINT_T0);
         _mm_prefetch(p1 + i + 2048, _MM_HINT_T0);
@@ -38,7 +38,7 @@ double moe8_read_stream_avx2(const void *buf, size_t n_bytes, uint32_t *sink) {
         d = _mm256_or_si256(d, _mm256_or_si256(_mm256_load_si256((const __m256i *)(p3 + i)),
                                                _mm256_load_si256((const __m256i *)(p3 + i + 32))));
     }
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     a = _mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d));
     *sink ^= (uint32_t)_mm256_extract_epi32(a, 0) ^ (uint32_t)_mm256_extract_epi32(a, 5);
     return t;
@@ -53,7 +53,7 @@ double moe8_maddwd_peak_avx2(long n_iter, uint32_t *sink) {
     uint32_t out[8];
     long n = n_iter;
     const int16_t wv[2] = {-128, (int16_t)(127 - (int)(*sink & 1))}, xv[2] = {-127, 127};
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     /* Per iteration 12 vpmaddwd + 12 vpaddd (6 accumulators, 2 adds each):
      * the instruction mix of one pair step of the 6-row x 16-channel tile. */
     __asm__ volatile(
@@ -72,7 +72,7 @@ double moe8_maddwd_peak_avx2(long n_iter, uint32_t *sink) {
         : "r"(out), "r"(wv), "r"(xv)
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm12", "xmm13", "xmm14", "xmm15",
           "memory", "cc");
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     *sink ^= out[0] ^ out[7];
     return t;
 }
@@ -83,7 +83,7 @@ double moe8_fma_peak_avx2(long n_iter, uint32_t *sink) {
     float out[8];
     long n = n_iter;
     const float a = 1.0f + 1e-7f * (float)(*sink & 1), b = 0.999999f;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     /* Per iteration 10 independent vfmadd231ps chains (latency 4 x 2 ports
      * needs >= 8 in flight): 80 fp32 FMAs. */
     __asm__ volatile(
@@ -106,7 +106,7 @@ double moe8_fma_peak_avx2(long n_iter, uint32_t *sink) {
         : "r"(out), "r"(&a), "r"(&b)
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
           "xmm13", "xmm14", "memory", "cc");
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     uint32_t bits;
     __builtin_memcpy(&bits, &out[0], sizeof bits);
     *sink ^= bits;

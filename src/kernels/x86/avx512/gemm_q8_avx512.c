@@ -290,7 +290,7 @@ double moe8_dpbusd_peak_avx512(long n_iter, uint32_t *sink) {
     uint32_t out[16];
     long n = n_iter;
     const uint32_t wv = 0xff80017fu ^ (*sink & 1), xv = 0x7f80817fu;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     /* Per iteration 12 independent vpdpbusd chains (latency 5 x 2 ports needs
      * >= 10 in flight): 12 x 64 = 768 int8 MACs. */
     __asm__ volatile(
@@ -316,7 +316,7 @@ double moe8_dpbusd_peak_avx512(long n_iter, uint32_t *sink) {
         : "r"(out), "r"(&wv), "r"(&xv)
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
           "xmm10", "xmm11", "xmm13", "xmm14", "memory", "cc");
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     *sink ^= out[0] ^ out[15];
     return t;
 }

@@ -21,7 +21,7 @@ double moe8_read_stream_avx512(const void *buf, size_t n_bytes, uint32_t *sink) 
     const size_t q = n_bytes / 4 / 128 * 128, tail = n_bytes / 4 / 64 * 64;
     const char *p0 = (const char *)buf, *p1 = p0 + tail, *p2 = p1 + tail, *p3 = p2 + tail;
     __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     size_t i = 0;
     for (; i < q; i += 128) {
         _mm_prefetch(p0 + i + 4096, _MM_HINT_T0);
@@ -39,7 +39,7 @@ double moe8_read_stream_avx512(const void *buf, size_t n_bytes, uint32_t *sink) 
         c = _mm512_or_si512(c, _mm512_load_si512(p2 + i));
         d = _mm512_or_si512(d, _mm512_load_si512(p3 + i));
     }
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     a = _mm512_or_si512(_mm512_or_si512(a, b), _mm512_or_si512(c, d));
     uint32_t v[16];
     _mm512_storeu_si512(v, a);
@@ -53,7 +53,7 @@ double moe8_fma_peak_avx512(long n_iter, uint32_t *sink) {
     float out[16];
     long n = n_iter;
     const float a = 1.0f + 1e-7f * (float)(*sink & 1), b = 0.999999f;
-    const double t0 = moe8_now_s();
+    const double t0 = moe8_time_s();
     /* Per iteration 12 independent vfmadd231ps chains: 192 fp32 FMAs. */
     __asm__ volatile(
         "vbroadcastss (%2), %%zmm13\n\t"
@@ -78,7 +78,7 @@ double moe8_fma_peak_avx512(long n_iter, uint32_t *sink) {
         : "r"(out), "r"(&a), "r"(&b)
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
           "xmm10", "xmm11", "xmm13", "xmm14", "memory", "cc");
-    const double t = moe8_now_s() - t0;
+    const double t = moe8_time_s() - t0;
     uint32_t bits;
     __builtin_memcpy(&bits, &out[0], sizeof bits);
     *sink ^= bits;
