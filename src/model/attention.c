@@ -4,7 +4,7 @@
  * K/V rows into the paged cache (F32, F16 or BF16), and causal grouped-query
  * attention over it.
  *
- * Cache layout (forward.h moe8_kv_view): blocks of MOE8_KV_BLOCK_TOKENS
+ * Cache layout (attention.h moe8_kv_view): blocks of MOE8_KV_BLOCK_TOKENS
  * positions, [n_kv][BS][D] per layer and k/v, found through the sequence's
  * block table. Query head h reads kv head h / G, G = n_head / n_kv.
  *
@@ -29,7 +29,7 @@
 
 #include "core/core.h"
 
-#include "model/forward.h"
+#include "model/attention.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846

@@ -38,7 +38,7 @@
 
 #include "core/core.h"
 #include "model/cache.h"
-#include "model/forward.h"
+#include "model/linear.h"
 
 moe8_status moe8_proj_init(moe8_proj *p, const moe8_linear *src, int with_bias, moe8_error *err) {
     if (src->n_out <= 0 || src->n_in <= 0 || src->n_out > INT32_MAX / 2 || src->n_in > INT32_MAX / 2)
