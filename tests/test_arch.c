@@ -494,7 +494,7 @@ static void test_cli_down_proj(void) {
     const char *dir = fx_test_model("cli_down_mixtral", &o, 1);
     FMT(q, "%s", test_tmpdir("cli_down_mixtral_q"));
     FMT(cmd, "'%s' quantize -i '%s' -o '%s' --down-proj int4 2>&1", MOE8_CLI, dir, q);
-    CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "bad option '--down-proj int4'"));
+    CHECK(run(cmd, out, sizeof out) == 2 && strstr(out, "--down-proj wants one of w8a8|float, got 'int4'"));
     FMT(cmd, "'%s' quantize -i '%s' -o '%s' --down-proj float --linear float --force 2>&1 && "
         "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir, q, MOE8_CLI, q);
     CHECKF(run(cmd, out, sizeof out) == 0 &&

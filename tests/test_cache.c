@@ -291,11 +291,13 @@ static void test_pack_cli(const char *dir) {
         {"--tp 2", "--tp N (N >= 2) and --rank R go together"},
         {"--rank 0", "--tp N (N >= 2) and --rank R go together"},
         {"--tp 2 --rank 2", "--rank must be below --tp"},
-        {"--tp 0 --rank 0", "--tp wants 1..4096, got '0'"},
-        {"--tp 2 --rank x", "--rank wants 0..4095, got 'x'"},
+        {"--tp 0 --rank 0", "--tp wants an integer in 1..4096, got '0'"},
+        {"--tp 2 --rank x", "--rank wants an integer in 0..4095, got 'x'"},
         {"--expert-parallel", "--expert-parallel needs --tp N with N >= 2"},
-        {"--threads 0", "--threads wants 1..4096, got '0'"},
+        {"--threads 0", "--threads wants an integer in 1..4096, got '0'"},
         {"--isa nosuch", "nosuch"},
+        {"--tp", "--tp wants a value (N)"},
+        {"--bogus", "unknown option '--bogus'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, "-m '%s' %s", dir, bad[i].flags);

@@ -339,7 +339,7 @@ static void test_cli(const char *base) {
     CHECK(test_file_contains(log, "tokenizer.json"));
     FMT(cmd, "'%s' make-model --preset huge -o '%s/cli2' 2>'%s'", MOE8_CLI, base, log);
     CHECK(test_run(cmd) == 2);
-    CHECK(test_file_contains(log, "huge") && test_file_contains(log, "tiny, slice or a3b-slice"));
+    CHECK(test_file_contains(log, "huge") && test_file_contains(log, "--preset wants one of tiny|slice|a3b-slice"));
     /* --preset slice reaches the family's preset (qwen2_moe has none: refused before writing) */
     FMT(cmd, "'%s' make-model --arch qwen2_moe --preset slice -o '%s/cli2' --tokenizer '%s' "
              "2>'%s'", MOE8_CLI, base, TOK, log);
@@ -352,30 +352,46 @@ static void test_cli(const char *base) {
     /* numbers: strict, out of range refused with the value as given (never clamped) */
     {
         static const char *bad[][3] = {
-            {"--layers", "0", "[1, 512]"},
-            {"--layers", "513", "[1, 512]"},
-            {"--layers", "100001", "[1, 512]"},
-            {"--layers", "99999999999999999999999", "[1, 512]"},
-            {"--layers", "4x", "[1, 512]"},
-            {"--layers", "-1", "[1, 512]"},
-            {"--layers", " 2", "[1, 512]"},
-            {"--layers", "", "[1, 512]"},
-            {"--vocab", "1023", "[1024, 151936]"},
-            {"--vocab", "151937", "[1024, 151936]"},
-            {"--vocab", "100000001", "[1024, 151936]"},
-            {"--seed", "18446744073709551616", "[0, 18446744073709551615]"},
-            {"--seed", "+5", "[0, 18446744073709551615]"},
+            {"--layers", "0", "1..512"},
+            {"--layers", "513", "1..512"},
+            {"--layers", "100001", "1..512"},
+            {"--layers", "99999999999999999999999", "1..512"},
+            {"--layers", "4x", "1..512"},
+            {"--layers", "-1", "1..512"},
+            {"--layers", " 2", "1..512"},
+            {"--layers", "", "1..512"},
+            {"--vocab", "1023", "1024..151936"},
+            {"--vocab", "151937", "1024..151936"},
+            {"--vocab", "100000001", "1024..151936"},
+            {"--seed", "18446744073709551616", "0..18446744073709551615"},
+            {"--seed", "+5", "0..18446744073709551615"},
         };
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             char want[128];
             FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli3' --tokenizer '%s' %s '%s' 2>'%s'",
                 MOE8_CLI, base, TOK, bad[i][0], bad[i][1], log);
-            FMT(want, "%s '%s': expected an integer in %s", bad[i][0], bad[i][1], bad[i][2]);
+            FMT(want, "%s wants an integer in %s, got '%s'", bad[i][0], bad[i][2], bad[i][1]);
             CHECKF(test_run(cmd) == 2 && test_file_contains(log, want), "%s '%s'", bad[i][0], bad[i][1]);
         }
         FMT(cmd, "%s/cli3", base);
         CHECK(access(cmd, F_OK) != 0);
     }
+    /* the other kinds of the option table: a choice, an unknown option, a missing value */
+    static const char *bad_opt[][2] = {
+        {"--dtype f16", "--dtype wants one of bf16|f32, got 'f16'"},
+        {"--arch llama", "--arch wants one of qwen3_moe|qwen2_moe|mixtral|deepseek_v2|deepseek_v3"},
+        {"--bogus 1", "unknown option '--bogus'"},
+        {"--seed", "--seed wants a value (S)"},
+    };
+    for (size_t i = 0; i < sizeof bad_opt / sizeof bad_opt[0]; i++) {
+        FMT(cmd, "'%s' make-model --preset tiny -o '%s/cli3' %s 2>'%s'", MOE8_CLI, base,
+            bad_opt[i][0], log);
+        CHECKF(test_run(cmd) == 2 && test_file_contains(log, bad_opt[i][1]), "%s", bad_opt[i][0]);
+    }
+    /* the usage comes from the same table: every option, -h too */
+    FMT(cmd, "'%s' make-model --help >'%s'", MOE8_CLI, log);
+    CHECK(test_run(cmd) == 0 && test_file_contains(log, "  --layers N ") &&
+          test_file_contains(log, "  -h, --help ") && !test_file_contains(log, "--vocab"));
 }
 
 /* A pid that no process has: a child that has exited and been reaped (a

@@ -461,7 +461,7 @@ static void test_lm_head(const char *base, const char *src) {
     CHECK(access(out, F_OK) != 0);
     FMT(cmd, "'%s' quantize -i '%s' -o '%s' --lm-head int4 2>'%s' >/dev/null", MOE8_CLI, src, out,
         log);
-    CHECK(test_run(cmd) == 2 && test_file_contains(log, "bad option '--lm-head int4'"));
+    CHECK(test_run(cmd) == 2 && test_file_contains(log, "--lm-head wants one of float|w8a8, got 'int4'"));
 
     /* an input whose lm_head alone is int8 is already quantized */
     {
@@ -539,7 +539,7 @@ static void test_cli_errors(const char *base, const char *src) {
             char want[64];
             FMT(cmd, "'%s' quantize -i '%s' -o '%s/t_out' -t '%s' 2>'%s'", MOE8_CLI, src, base,
                 bad_t[i], log);
-            FMT(want, "-t '%s': expected an integer in [1, 4096]", bad_t[i]);
+            FMT(want, "-t wants an integer in 1..4096, got '%s'", bad_t[i]);
             CHECKF(test_run(cmd) == 2 && test_file_contains(log, want), "-t '%s'", bad_t[i]);
         }
         FMT(dir, "%s/t_out", base);

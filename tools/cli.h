@@ -8,6 +8,7 @@
 #define MOE8_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "moe8.h"
 
@@ -38,6 +39,39 @@ int cli_parse_int(const char *s, long lo, long hi, int *out);
 int cli_parse_size(const char *s, uint64_t *out);
 /* Comma-separated such integers, at most cap of them: their count, or -1. */
 int cli_parse_list(const char *s, long lo, long hi, int *out, int cap);
+
+/* ---- options (cli_opts.c) ----------------------------------------------------------------
+ * A command describes its options in one table, ended by {NULL}; cli_parse
+ * fills their outputs, prints the usage generated from the table for -h/--help
+ * (returns -1) and for an unknown option, and names the option, what it wants
+ * and what it got for a bad value ("moe8 CMD: --threads wants an integer in
+ * 1..4096, got '0'"; returns 2). */
+typedef enum {
+    CLI_FLAG,   /* out: int*, set to 1 */
+    CLI_INT,    /* out: int*, a whole decimal integer in [lo, hi] */
+    CLI_SIZE,   /* out: uint64_t*, cli_parse_size */
+    CLI_STR,    /* out: const char** (into argv) */
+    CLI_CHOICE, /* out: int*, the index of the value among choices ("a,b") */
+    CLI_FLOAT,  /* out: double*, finite, in [dlo, dhi] */
+    CLI_U64,    /* out: uint64_t*, a whole decimal integer in [lo, hi] (hi 0: UINT64_MAX) */
+} cli_kind;
+
+typedef struct {
+    const char *name;  /* "--threads" */
+    const char *alias; /* "-t", or NULL */
+    cli_kind kind;
+    void *out;
+    long lo, hi;         /* CLI_INT, CLI_U64 */
+    double dlo, dhi;     /* CLI_FLOAT */
+    const char *choices; /* CLI_CHOICE */
+    const char *arg;     /* the value's name in the usage: "N", "DIR" */
+    const char *help;    /* its line(s) in the usage ('\n' continues, indented) */
+} cli_opt;
+
+int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char *notes,
+              int argc, char **argv);
+/* The usage: the synopsis, a line per option from the table, then notes. */
+void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes);
 
 /* Its spelling back: "f32", "f16", "bf16". */
 const char *cli_kv_type_name(moe8_dtype t);

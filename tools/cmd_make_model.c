@@ -22,23 +22,7 @@
 #define VOCAB_MIN 1024
 #define VOCAB_MAX 151936
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: moe8 make-model [--arch A] --preset tiny|slice -o DIR [options]\n"
-            "  --arch A         qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2 or deepseek_v3\n"
-            "  --preset P       tiny (4 layers, H 256; every family) or slice: the shapes of\n"
-            "                   the family's reference model, a few layers (qwen3_moe:\n"
-            "                   Qwen3-30B-A3B, 4 layers; mixtral: Mixtral-8x7B, 2 layers;\n"
-            "                   deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
-            "                   4 layers); a3b-slice: qwen3_moe's slice\n"
-            "  -o DIR           output folder (must not exist or be empty, unless --force)\n"
-            "  --layers N       number of layers, 1 to 512 (default: the preset's)\n"
-            "  --seed S         weights seed (default 0)\n"
-            "  --dtype D        bf16 (default) or f32\n"
-            "  --tokenizer DIR  folder with tokenizer.json (default: .deps/qwen3-tokenizer,\n"
-            "                   mixtral .deps/llama2-tokenizer, deepseek .deps/deepseek-v3-tokenizer)\n"
-            "  --force          replace a non-empty output folder\n");
-}
+#define SYNOPSIS "moe8 make-model [--arch A] --preset tiny|slice -o DIR [options]"
 
 typedef struct {
     int tty, last;
@@ -90,101 +74,55 @@ static const char *default_tokenizer(moe8_arch a, char *buf, size_t cap) {
     return NULL;
 }
 
-/* --arch value: a family's model_type. */
-static int parse_arch(const char *s, moe8_arch *out) {
-    for (int a = 0; a < MOE8_ARCH_COUNT; a++)
-        if (!strcmp(s, moe8_arch_name((moe8_arch)a))) {
-            *out = (moe8_arch)a;
-            return 0;
-        }
-    return -1;
-}
-
-/* Whole string a decimal integer in [lo, hi]; else a message naming the
- * option and the value given, and -1. */
-static int parse_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
-    char *end;
-    unsigned long long v;
-    errno = 0;
-    v = (*s >= '0' && *s <= '9') ? strtoull(s, &end, 10) : 0;
-    if (!(*s >= '0' && *s <= '9') || *end || errno == ERANGE || v < lo || v > hi) {
-        fprintf(stderr, "moe8 make-model: %s '%s': expected an integer in [%llu, %llu]\n", opt, s,
-                (unsigned long long)lo, (unsigned long long)hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 int cmd_make_model(int argc, char **argv) {
     moe8_make_model_params p = moe8_make_model_params_default();
-    const char *out = NULL, *preset = NULL;
+    const char *out = NULL;
     char tokbuf[PATH_MAX + 64];
     progress_state ps = {isatty(2), -1};
     moe8_error err;
-    uint64_t v;
-    int i;
-    for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = strcmp(a, "--force") && strcmp(a, "-h") && strcmp(a, "--help");
-        if (takes && !val) {
-            fprintf(stderr, "moe8 make-model: %s needs a value\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--force")) {
-            p.force = 1;
-            continue;
-        } else if (!strcmp(a, "--preset")) {
-            preset = val;
-        } else if (!strcmp(a, "-o")) {
-            out = val;
-        } else if (!strcmp(a, "--tokenizer")) {
-            p.tokenizer_dir = val;
-        } else if (!strcmp(a, "--arch")) {
-            if (parse_arch(val, &p.arch)) {
-                fprintf(stderr, "moe8 make-model: --arch '%s': expected qwen3_moe, qwen2_moe, mixtral, deepseek_v2 or deepseek_v3\n",
-                        val);
-                return 2;
-            }
-        } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(val, "bf16")) p.dtype = MOE8_DT_BF16;
-            else if (!strcmp(val, "f32")) p.dtype = MOE8_DT_F32;
-            else {
-                fprintf(stderr, "moe8 make-model: --dtype '%s': expected bf16 or f32\n", val);
-                return 2;
-            }
-        } else if (!strcmp(a, "--layers") || !strcmp(a, "--seed") || !strcmp(a, "--vocab") ||
-                   !strcmp(a, "--shard-size")) {
-            int layers = !strcmp(a, "--layers"), vocab = !strcmp(a, "--vocab");
-            uint64_t lo = layers ? 1 : vocab ? VOCAB_MIN : 0;
-            uint64_t hi = layers ? MOE8_MAX_LAYERS : vocab ? VOCAB_MAX : UINT64_MAX;
-            if (parse_u64(a, val, lo, hi, &v)) return 2;
-            if (layers) p.n_layers = (int64_t)v;
-            else if (!strcmp(a, "--seed")) p.seed = v;
-            else if (vocab) p.vocab_size = (int64_t)v;
-            else p.shard_bytes = v;   /* hidden: tests */
-        } else {
-            fprintf(stderr, "moe8 make-model: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-    }
-    if (!preset || !out) {
-        usage(stderr);
+    char archs[256] = "";
+    int arch = 0, preset = -1, dtype = 0, force = 0; /* preset: required */
+    uint64_t layers = 0, vocab = 0;
+    for (int a = 0; a < MOE8_ARCH_COUNT; a++) /* the choices, in moe8_arch order */
+        snprintf(archs + strlen(archs), sizeof archs - strlen(archs), "%s%s", a ? "," : "",
+                 moe8_arch_name((moe8_arch)a));
+    const cli_opt opts[] = {
+        {"--arch", NULL, CLI_CHOICE, &arch, .choices = archs, .arg = "A",
+         .help = "qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2 or deepseek_v3"},
+        {"--preset", NULL, CLI_CHOICE, &preset, .choices = "tiny,slice,a3b-slice", .arg = "P",
+         .help = "tiny (4 layers, H 256; every family) or slice: the shapes of\n"
+         "the family's reference model, a few layers (qwen3_moe:\n"
+         "Qwen3-30B-A3B, 4 layers; mixtral: Mixtral-8x7B, 2 layers;\n"
+         "deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
+         "4 layers); a3b-slice: qwen3_moe's slice"},
+        {"-o", NULL, CLI_STR, &out, .arg = "DIR",
+         .help = "output folder (must not exist or be empty, unless --force)"},
+        {"--layers", NULL, CLI_U64, &layers, 1, MOE8_MAX_LAYERS, .arg = "N",
+         .help = "number of layers (default: the preset's)"},
+        {"--seed", NULL, CLI_U64, &p.seed, .arg = "S", .help = "weights seed (default 0)"},
+        {"--dtype", NULL, CLI_CHOICE, &dtype, .choices = "bf16,f32", .arg = "D",
+         .help = "bf16 (default) or f32"},
+        {"--tokenizer", NULL, CLI_STR, &p.tokenizer_dir, .arg = "DIR",
+         .help = "folder with tokenizer.json (default: .deps/qwen3-tokenizer,\n"
+         "mixtral .deps/llama2-tokenizer, deepseek .deps/deepseek-v3-tokenizer)"},
+        {"--force", NULL, CLI_FLAG, &force, .help = "replace a non-empty output folder"},
+        {"--vocab", NULL, CLI_U64, &vocab, VOCAB_MIN, VOCAB_MAX, .arg = "N"}, /* tests */
+        {"--shard-size", NULL, CLI_U64, &p.shard_bytes, .arg = "N"},          /* tests */
+        {NULL},
+    };
+    const int rc = cli_parse("make-model", SYNOPSIS, opts, NULL, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (preset < 0 || !out) {
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
-    if (!strcmp(preset, "tiny")) p.preset = MOE8_PRESET_TINY;
-    else if (!strcmp(preset, "slice")) p.preset = MOE8_PRESET_SLICE;
-    else if (!strcmp(preset, "a3b-slice")) p.preset = MOE8_PRESET_A3B_SLICE;
-    else {
-        fprintf(stderr, "moe8 make-model: --preset '%s': expected tiny, slice or a3b-slice\n",
-                preset);
-        return 2;
-    }
+    static const moe8_preset presets[3] = {MOE8_PRESET_TINY, MOE8_PRESET_SLICE, MOE8_PRESET_A3B_SLICE};
+    p.arch = (moe8_arch)arch;
+    p.preset = presets[preset];
+    p.dtype = dtype ? MOE8_DT_F32 : MOE8_DT_BF16;
+    p.force = force;
+    if (layers) p.n_layers = (int64_t)layers;
+    if (vocab) p.vocab_size = (int64_t)vocab;
     if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(p.arch, tokbuf, sizeof tokbuf))) {
         fprintf(stderr, "moe8 make-model: no tokenizer folder found for %s (.deps/%s: run "
                         "scripts/deps.sh) — pass --tokenizer DIR\n", moe8_arch_name(p.arch),

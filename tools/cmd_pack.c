@@ -15,17 +15,8 @@
 
 #define CMD "pack"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: moe8 pack -m DIR [--isa NAME] [--tp N --rank R [--expert-parallel]]\n"
-            "                 [--verify] [--threads N] [--cache-dir DIR] [--no-mmap]\n"
-            "  --isa NAME   the kernel table whose layout to pack (as MOE8_ISA)\n"
-            "  --tp N --rank R  the shard of rank R of a --tp N group (0 <= R < N), packed\n"
-            "               here without MPI: `mpirun -np N moe8 ... --tp N` maps it\n"
-            "  --expert-parallel  with --tp: the expert-parallel split (as generate's)\n"
-            "  --verify     check the existing cache only (every checksum); exit 1 if invalid\n");
-}
-
+#define SYNOPSIS "moe8 pack -m DIR [--isa NAME] [--tp N --rank R [--expert-parallel]] [--verify]\n" \
+                 "                 [--threads N] [--cache-dir DIR] [--no-mmap]"
 static void print_info(const moe8_cache_info *ci) {
     printf("packed cache (%s, layout %s): %s\n  %s", ci->table, ci->layout,
            ci->valid ? "valid" : ci->exists ? "invalid" : "absent", ci->path);
@@ -60,42 +51,23 @@ int cmd_pack(int argc, char **argv) {
     const char *dir = NULL;
     int verify = 0, threads = 0, tp = 1, rank = -1, ep = 0;
     moe8_error err;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (!strcmp(a, "--isa") && i + 1 < argc) {
-            setenv("MOE8_ISA", argv[++i], 1);
-        } else if (!strcmp(a, "--verify")) {
-            verify = 1;
-        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
-            if (cli_parse_int(argv[++i], 1, 4096, &threads)) {
-                fprintf(stderr, "moe8 %s: --threads wants 1..4096, got '%s'\n", CMD, argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--tp") && i + 1 < argc) {
-            if (cli_parse_int(argv[++i], 1, 4096, &tp)) {
-                fprintf(stderr, "moe8 %s: --tp wants 1..4096, got '%s'\n", CMD, argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--rank") && i + 1 < argc) {
-            if (cli_parse_int(argv[++i], 0, 4095, &rank)) {
-                fprintf(stderr, "moe8 %s: --rank wants 0..4095, got '%s'\n", CMD, argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--expert-parallel")) {
-            ep = 1;
-        } else {
-            fprintf(stderr, "moe8 %s: unexpected argument '%s'\n", CMD, a);
-            usage(stderr);
-            return 2;
-        }
-    }
+    const char *isa = NULL;
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "the model folder"},
+        {"--isa", NULL, CLI_STR, &isa, .arg = "NAME", .help = "the kernel table whose layout to pack (as MOE8_ISA)"},
+        {"--tp", NULL, CLI_INT, &tp, 1, 4096, .arg = "N", .help = "with --rank: the shard of rank R of a --tp N group,\n"
+         "packed here without MPI: `mpirun -np N moe8 ... --tp N` maps it"},
+        {"--rank", NULL, CLI_INT, &rank, 0, 4095, .arg = "R", .help = "0 <= R < N"},
+        {"--expert-parallel", NULL, CLI_FLAG, &ep, .help = "with --tp: the expert-parallel split (as generate's)"},
+        {"--verify", NULL, CLI_FLAG, &verify, .help = "check the existing cache only (every checksum); exit 1 if invalid"},
+        {"--threads", NULL, CLI_INT, &threads, 1, 4096, .arg = "N", .help = "packing threads (default: all)"},
+        {NULL},
+    };
+    const int prc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc, argv);
+    if (prc) return prc < 0 ? 0 : prc;
+    if (isa) setenv("MOE8_ISA", isa, 1);
     if (!dir) {
-        usage(stderr);
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
     if ((tp > 1) != (rank >= 0) || rank >= tp) {

@@ -16,24 +16,7 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: moe8 quantize -i DIR -o DIR [options]\n"
-            "  -i DIR              float model folder (only read)\n"
-            "  -o DIR              output folder (must not exist or be empty, unless --force;\n"
-            "                      never the input or inside it)\n"
-            "  --calib FILE        calibration text for the W8A8 attention, a regular file of\n"
-            "                      at most 64 MiB (default: built in)\n"
-            "  --linear w8a8|float attention and dense MLP: W8A8 static (default) or FLOAT\n"
-            "  --lm-head float|w8a8  lm_head: FLOAT (default, as ModelSlim) or W8A8_DYNAMIC\n"
-            "                      (int8 rows, per-row scale; refused with tie_word_embeddings)\n"
-            "  --down-proj w8a8|float  every expert's down_proj (routed and shared): W8A8_DYNAMIC\n"
-            "                      (default) or FLOAT beside W8A8_DYNAMIC gate/up\n"
-            "  --deq-dtype int64|float32  storage of deq_scale (default int64: fp32 bits)\n"
-            "  --shard-size N[K|M|G]      most tensor bytes per safetensors file (default 4G)\n"
-            "  -t N                threads for calibration, 1 to 4096 (default: all)\n"
-            "  --force             replace a non-empty output folder\n");
-}
+#define SYNOPSIS "moe8 quantize -i DIR -o DIR [options]"
 
 typedef struct {
     int tty, last;
@@ -69,61 +52,42 @@ static char *read_text(const char *path, size_t *len) {
     return buf;
 }
 
-/* Whole string a decimal integer in [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    long v;
-    if (!*s || isspace((unsigned char)*s)) return -1;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* Options into p; returns 0, or the exit status for a usage error / --help. */
 static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char **in,
                       const char **out, const char **calib) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--force")) {
-            p->force = 1;
-            continue;
-        }
-        if (!val) {
-            fprintf(stderr, "moe8 quantize: %s needs a value (or is unknown)\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "-i")) *in = val;
-        else if (!strcmp(a, "-o")) *out = val;
-        else if (!strcmp(a, "--calib")) *calib = val;
-        else if (!strcmp(a, "--linear") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
-            p->linear_float = !strcmp(val, "float");
-        else if (!strcmp(a, "--lm-head") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
-            p->lm_head_w8a8 = !strcmp(val, "w8a8");
-        else if (!strcmp(a, "--down-proj") && (!strcmp(val, "w8a8") || !strcmp(val, "float")))
-            p->down_proj_float = !strcmp(val, "float");
-        else if (!strcmp(a, "--deq-dtype") && (!strcmp(val, "int64") || !strcmp(val, "float32")))
-            p->deq_scale_f32 = !strcmp(val, "float32");
-        else if (!strcmp(a, "--shard-size") && !cli_parse_size(val, &p->shard_bytes)) {
-        } else if (!strcmp(a, "-t")) {
-            if (parse_int(val, 1, 4096, &p->n_threads)) {
-                fprintf(stderr, "moe8 quantize: -t '%s': expected an integer in [1, 4096]\n", val);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "moe8 quantize: bad option '%s %s'\n", a, val);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-    }
+    int linear = p->linear_float != 0, lm_head = p->lm_head_w8a8 != 0, down = p->down_proj_float != 0,
+        deq = p->deq_scale_f32 != 0;
+    const cli_opt opts[] = {
+        {"-i", NULL, CLI_STR, in, .arg = "DIR", .help = "float model folder (only read)"},
+        {"-o", NULL, CLI_STR, out, .arg = "DIR", .help = "output folder (must not exist or be empty, unless --force;\n"
+         "never the input or inside it)"},
+        {"--calib", NULL, CLI_STR, calib, .arg = "FILE", .help = "calibration text for the W8A8 attention, a regular file\n"
+         "of at most 64 MiB (default: built in)"},
+        {"--linear", NULL, CLI_CHOICE, &linear, .choices = "w8a8,float", .arg = "w8a8|float",
+         .help = "attention and dense MLP: W8A8 static (default) or FLOAT"},
+        {"--lm-head", NULL, CLI_CHOICE, &lm_head, .choices = "float,w8a8", .arg = "float|w8a8",
+         .help = "lm_head: FLOAT (default, as ModelSlim) or W8A8_DYNAMIC\n"
+         "(int8 rows, per-row scale; refused with tie_word_embeddings)"},
+        {"--down-proj", NULL, CLI_CHOICE, &down, .choices = "w8a8,float", .arg = "w8a8|float",
+         .help = "every expert's down_proj (routed and shared): W8A8_DYNAMIC\n"
+         "(default) or FLOAT beside W8A8_DYNAMIC gate/up"},
+        {"--deq-dtype", NULL, CLI_CHOICE, &deq, .choices = "int64,float32", .arg = "int64|float32",
+         .help = "storage of deq_scale (default int64: fp32 bits)"},
+        {"--shard-size", NULL, CLI_SIZE, &p->shard_bytes, .arg = "N[K|M|G]",
+         .help = "most tensor bytes per safetensors file (default 4G)"},
+        {"--threads", "-t", CLI_INT, &p->n_threads, 1, 4096, .arg = "N",
+         .help = "threads for calibration (default: all)"},
+        {"--force", NULL, CLI_FLAG, &p->force, .help = "replace a non-empty output folder"},
+        {NULL},
+    };
+    const int rc = cli_parse("quantize", SYNOPSIS, opts, NULL, argc, argv);
+    if (rc) return rc;
+    p->linear_float = linear == 1;
+    p->lm_head_w8a8 = lm_head == 1;
+    p->down_proj_float = down == 1;
+    p->deq_scale_f32 = deq == 1;
     if (!*in || !*out) {
-        usage(stderr);
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
     return 0;

@@ -1,0 +1,136 @@
+/*
+ * cli_opts.c — the table-driven option parser of the subcommands (cli.h):
+ * one table per command says each option's names, kind, range or choices,
+ * value name and help; the parser, the help text and every error message
+ * ("moe8 CMD: --threads wants an integer in 1..4096, got '0'") come from it.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const cli_opt *find(const cli_opt *opts, const char *a) {
+    for (const cli_opt *o = opts; o->name; o++)
+        if (!strcmp(a, o->name) || (o->alias && !strcmp(a, o->alias))) return o;
+    return NULL;
+}
+
+/* What a value of o must be, for its error message. */
+static void wanted(const cli_opt *o, char *buf, size_t cap) {
+    switch (o->kind) {
+    case CLI_INT: snprintf(buf, cap, "an integer in %ld..%ld", o->lo, o->hi); break;
+    case CLI_U64:
+        snprintf(buf, cap, "an integer in %lu..%llu", (unsigned long)o->lo,
+                 o->hi ? (unsigned long long)o->hi : (unsigned long long)UINT64_MAX);
+        break;
+    case CLI_SIZE: snprintf(buf, cap, "a positive byte count (optional K, M or G)"); break;
+    case CLI_FLOAT: snprintf(buf, cap, "a number in [%g, %g]", o->dlo, o->dhi); break;
+    case CLI_CHOICE: {
+        size_t n = (size_t)snprintf(buf, cap, "one of ");
+        for (const char *c = o->choices; *c && n < cap; c++) buf[n++] = *c == ',' ? '|' : *c;
+        buf[n < cap ? n : cap - 1] = '\0';
+        break;
+    }
+    default: snprintf(buf, cap, "a value"); break;
+    }
+}
+
+/* Index of s among o->choices ("a,b,c"), or -1. */
+static int choice_of(const cli_opt *o, const char *s) {
+    const char *c = o->choices;
+    for (int i = 0; *c; i++) {
+        const size_t len = strcspn(c, ",");
+        if (strlen(s) == len && !strncmp(c, s, len)) return i;
+        c += len + (c[len] == ',');
+    }
+    return -1;
+}
+
+static int set_value(const cli_opt *o, const char *v) {
+    char *end;
+    switch (o->kind) {
+    case CLI_INT: return cli_parse_int(v, o->lo, o->hi, o->out);
+    case CLI_SIZE: return cli_parse_size(v, o->out);
+    case CLI_STR: *(const char **)o->out = v; return 0;
+    case CLI_U64: {
+        if (*v < '0' || *v > '9') return -1;
+        errno = 0;
+        const unsigned long long x = strtoull(v, &end, 10);
+        if (*end || errno || x < (unsigned long)o->lo || (o->hi && x > (unsigned long)o->hi)) return -1;
+        *(uint64_t *)o->out = x;
+        return 0;
+    }
+    case CLI_CHOICE: {
+        const int i = choice_of(o, v);
+        if (i < 0) return -1;
+        *(int *)o->out = i;
+        return 0;
+    }
+    case CLI_FLOAT: {
+        errno = 0;
+        const double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x) || x < o->dlo || x > o->dhi) return -1;
+        *(double *)o->out = x;
+        return 0;
+    }
+    default: return -1;
+    }
+}
+
+void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes) {
+    fprintf(f, "usage: %s\n", synopsis);
+    for (const cli_opt *o = opts; o->name; o++) {
+        char left[64];
+        if (!o->help) continue;
+        int n = snprintf(left, sizeof left, "%s%s%s", o->alias ? o->alias : "", o->alias ? ", " : "",
+                         o->name);
+        if (o->kind != CLI_FLAG && n < (int)sizeof left)
+            snprintf(left + n, sizeof left - (size_t)n, " %s", o->arg ? o->arg : "X");
+        if (strlen(left) > 22) fprintf(f, "  %s\n  %-22s ", left, "");
+        else fprintf(f, "  %-22s ", left);
+        for (const char *h = o->help; *h; h++) { /* continuation lines indented */
+            fputc(*h, f);
+            if (*h == '\n') fprintf(f, "  %-22s ", "");
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-22s this help\n", "-h, --help");
+    if (notes) fputs(notes, f);
+}
+
+int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char *notes,
+              int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_usage(stdout, synopsis, opts, notes);
+            return -1;
+        }
+        const cli_opt *o = find(opts, a);
+        if (!o) {
+            fprintf(stderr, "moe8 %s: unknown option '%s'\n", cmd, a);
+            cli_usage(stderr, synopsis, opts, notes);
+            return 2;
+        }
+        if (o->kind == CLI_FLAG) {
+            *(int *)o->out = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "moe8 %s: %s wants a value (%s)\n", cmd, a, o->arg ? o->arg : "X");
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (set_value(o, v)) {
+            char w[256];
+            wanted(o, w, sizeof w);
+            fprintf(stderr, "moe8 %s: %s wants %s, got '%s'\n", cmd, a, w, v);
+            return 2;
+        }
+    }
+    return 0;
+}
