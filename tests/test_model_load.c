@@ -711,7 +711,10 @@ static void test_inspect(void) {
     CHECKF(strstr(out, "KV cache 2.0 (bf16)") != NULL, "%s", out);
     snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --kv-type f8 2>&1", MOE8_CLI, dir);
     CHECK(run(cmd, out, sizeof out) == 2);
-    CHECKF(strstr(out, "--kv-type wants f32, f16 or bf16, got 'f8'") != NULL, "%s", out);
+    CHECKF(strstr(out, "--kv-type wants one of f32|f16|bf16, got 'f8'") != NULL, "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' -c 0 2>&1", MOE8_CLI, dir);
+    CHECK(run(cmd, out, sizeof out) == 2);
+    CHECKF(strstr(out, "-c wants an integer in 1..2147483647, got '0'") != NULL, "%s", out);
 
     o = fx_default_opts();
     dir = make("inspect_float", &o);

@@ -14,13 +14,7 @@
 
 #include "cli.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: moe8 inspect -m DIR [-c N] [--kv-type T]\n"
-               "  -m DIR         model folder (config.json, *.safetensors,\n"
-               "                 quant_model_description.json)\n"
-               "  -c N           context length for the memory estimate (default 4096)\n"
-               "  --kv-type T    KV cache elements for the estimate: f16 (default), bf16, f32\n");
-}
+#define SYNOPSIS "moe8 inspect -m DIR [-c N] [--kv-type T]"
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
@@ -178,33 +172,23 @@ int cmd_inspect(int argc, char **argv) {
     moe8_model_stats s;
     moe8_memory_estimate me;
     moe8_error err;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
-            char *end;
-            n_ctx = strtoll(argv[++i], &end, 10);
-            if (*end || n_ctx < 1) {
-                fprintf(stderr, "moe8 inspect: -c wants a positive integer, got '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
-            if (cli_kv_type(argv[++i], &kv_type)) {
-                fprintf(stderr, "moe8 inspect: --kv-type wants f32, f16 or bf16, got '%s'\n",
-                        argv[i]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "moe8 inspect: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    int ctx = 4096, kv = -1; /* kv: the context default unless given */
+    static const moe8_dtype kv_types[3] = {MOE8_DT_F32, MOE8_DT_F16, MOE8_DT_BF16};
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "model folder (config.json, *.safetensors,\n"
+         "quant_model_description.json)"},
+        {"-c", NULL, CLI_INT, &ctx, 1, 2147483647, .arg = "N",
+         .help = "context length for the memory estimate (default 4096)"},
+        {"--kv-type", NULL, CLI_CHOICE, &kv, .choices = "f32,f16,bf16", .arg = "T",
+         .help = "KV cache elements for the estimate: f16 (default), bf16, f32"},
+        {NULL},
+    };
+    const int rc = cli_parse("inspect", SYNOPSIS, opts, NULL, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    n_ctx = ctx;
+    if (kv >= 0) kv_type = kv_types[kv];
     if (!dir) {
-        usage(stderr);
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
     moe8_model_params mp = moe8_model_params_default();

@@ -37,59 +37,38 @@ typedef struct {
     int no_bos;            /* --no-bos */
 } opts;
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: moe8 tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json)\n"
-        "                     [--add-generation-prompt] [--template-kwargs JSON] [--render]\n"
-        "                     [--no-special] [--no-bos]\n"
-        "  -m DIR        a model folder, or a folder holding just tokenizer.json\n"
-        "                (+ tokenizer_config.json)\n"
-        "  -p TEXT       the text (UTF-8)\n"
-        "  -f FILE       the text of a file (UTF-8, regular, at most 256 MiB)\n"
-        "  --messages FILE.json\n"
-        "                a conversation, [{\"role\": ..., \"content\": ...}, ...], rendered with\n"
-        "                the model's chat template (its text carries the template's BOS)\n"
-        "  --add-generation-prompt   end with the assistant's turn opening\n"
-        "  --template-kwargs JSON    extra template variables, e.g. '{\"enable_thinking\": false}'\n"
-        "  --render      print the rendered conversation instead of its ids\n"
-        "  --no-special  special tokens' text is plain text (\"<|im_end|>\" is not one token)\n"
-        "  --no-bos      no BOS, even when tokenizer_config.json says add_bos_token\n"
-        "output: stdout the ids, space-separated on one line (BOS first when the tokenizer\n"
-        "adds one to a text).\n");
-}
+#define SYNOPSIS "moe8 tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json)\n" \
+                 "                     [--add-generation-prompt] [--template-kwargs JSON] [--render]\n" \
+                 "                     [--no-special] [--no-bos]"
+#define NOTES "output: stdout the ids, space-separated on one line (BOS first when the tokenizer\n" \
+              "adds one to a text).\n"
 
 /* 0: parsed; 1: help printed; 2: bad command line (said on stderr). */
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        const char **value = !strcmp(a, "-m") ? &o->dir : !strcmp(a, "-p") ? &o->prompt
-                           : !strcmp(a, "-f") ? &o->file
-                           : !strcmp(a, "--messages") ? &o->messages
-                           : !strcmp(a, "--template-kwargs") ? &o->kwargs : NULL;
-        if (!strcmp(a, "--add-generation-prompt")) {
-            o->add_gen = 1;
-        } else if (!strcmp(a, "--render")) {
-            o->render = 1;
-        } else if (!strcmp(a, "--no-special")) {
-            o->no_special = 1;
-        } else if (!strcmp(a, "--no-bos")) {
-            o->no_bos = 1;
-        } else if (!value) {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
-            return 2;
-        } else if (!v) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value\n", a);
-            return 2;
-        } else {
-            *value = v;
-            i++;
-        }
-    }
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
+         .help = "a model folder, or a folder holding just tokenizer.json\n(+ tokenizer_config.json)"},
+        {"-p", NULL, CLI_STR, &o->prompt, .arg = "TEXT", .help = "the text (UTF-8)"},
+        {"-f", NULL, CLI_STR, &o->file, .arg = "FILE",
+         .help = "the text of a file (UTF-8, regular, at most 256 MiB)"},
+        {"--messages", NULL, CLI_STR, &o->messages, .arg = "FILE.json",
+         .help = "a conversation, [{\"role\": ..., \"content\": ...}, ...], rendered with\n"
+         "the model's chat template (its text carries the template's BOS)"},
+        {"--add-generation-prompt", NULL, CLI_FLAG, &o->add_gen,
+         .help = "end with the assistant's turn opening"},
+        {"--template-kwargs", NULL, CLI_STR, &o->kwargs, .arg = "JSON",
+         .help = "extra template variables, e.g. '{\"enable_thinking\": false}'"},
+        {"--render", NULL, CLI_FLAG, &o->render,
+         .help = "print the rendered conversation instead of its ids"},
+        {"--no-special", NULL, CLI_FLAG, &o->no_special,
+         .help = "special tokens' text is plain text (\"<|im_end|>\" is not one token)"},
+        {"--no-bos", NULL, CLI_FLAG, &o->no_bos,
+         .help = "no BOS, even when tokenizer_config.json says add_bos_token"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
+    if (rc) return rc < 0 ? 1 : rc;
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
         return 2;
