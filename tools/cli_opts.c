@@ -35,6 +35,7 @@ static void wanted(const cli_opt *o, char *buf, size_t cap) {
         buf[n < cap ? n : cap - 1] = '\0';
         break;
     }
+    case CLI_KV: snprintf(buf, cap, "one of f32|f16|bf16"); break;
     default: snprintf(buf, cap, "a value"); break;
     }
 }
@@ -56,6 +57,7 @@ static int set_value(const cli_opt *o, const char *v) {
     case CLI_INT: return cli_parse_int(v, o->lo, o->hi, o->out);
     case CLI_SIZE: return cli_parse_size(v, o->out);
     case CLI_STR: *(const char **)o->out = v; return 0;
+    case CLI_KV: return cli_kv_type(v, o->out);
     case CLI_U64: {
         if (*v < '0' || *v > '9') return -1;
         errno = 0;

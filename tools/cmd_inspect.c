@@ -172,21 +172,19 @@ int cmd_inspect(int argc, char **argv) {
     moe8_model_stats s;
     moe8_memory_estimate me;
     moe8_error err;
-    int ctx = 4096, kv = -1; /* kv: the context default unless given */
-    static const moe8_dtype kv_types[3] = {MOE8_DT_F32, MOE8_DT_F16, MOE8_DT_BF16};
+    int ctx = 4096;
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "model folder (config.json, *.safetensors,\n"
          "quant_model_description.json)"},
         {"-c", NULL, CLI_INT, &ctx, 1, 2147483647, .arg = "N",
          .help = "context length for the memory estimate (default 4096)"},
-        {"--kv-type", NULL, CLI_CHOICE, &kv, .choices = "f32,f16,bf16", .arg = "T",
+        {"--kv-type", NULL, CLI_KV, &kv_type, .arg = "T",
          .help = "KV cache elements for the estimate: f16 (default), bf16, f32"},
         {NULL},
     };
     const int rc = cli_parse("inspect", SYNOPSIS, opts, NULL, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     n_ctx = ctx;
-    if (kv >= 0) kv_type = kv_types[kv];
     if (!dir) {
         cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;

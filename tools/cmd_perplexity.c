@@ -81,36 +81,10 @@ typedef struct {
 } run;
 
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: moe8 perplexity -m DIR -f TEXT [-c 512] [--chunks N] [--threads N] [--parallel N]\n"
-        "                       [--kl-divergence-base FILE] [--tp N [--expert-parallel]]\n"
-        "       moe8 perplexity -m DIR --kl-divergence-base FILE --kl-divergence [...]\n"
-        "  -f TEXT                 a UTF-8 text file (regular, at most 256 MiB)\n"
-        "  -c N                    tokens per chunk (default 512); the second half is scored\n"
-        "  --chunks N              at most N chunks (default: all whole chunks of the text)\n"
-        "  --parallel N            chunks decoded together (default max(1, 2048 / c))\n"
-        "  --kv-type T             KV cache elements: f16 (default), bf16, or f32 (exact: for\n"
-        "                          a KL-divergence base)\n"
-        "  --kl-divergence-base F  with -f: write the model's log-probabilities of every\n"
-        "                          scored token to F (llama-perplexity's layout)\n"
-        "  --kl-divergence         with --kl-divergence-base and no -f: score F's tokens and\n"
-        "                          print the KL divergence statistics against F\n"
-        "output: stdout the running table and the final estimate; stderr a progress line.\n");
-}
-
-static int parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
-    char *end;
-    long v;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "moe8 " CMD ": %s wants an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
+#define SYNOPSIS "moe8 perplexity -m DIR -f TEXT [-c 512] [--chunks N] [--threads N] [--parallel N]\n" \
+    "                       [--kl-divergence-base FILE] [--tp N [--expert-parallel]]\n" \
+    "       moe8 perplexity -m DIR --kl-divergence-base FILE --kl-divergence [...]"
+#define NOTES "output: stdout the running table and the final estimate; stderr a progress line.\n"
 
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
@@ -118,46 +92,33 @@ static int parse(int argc, char **argv, opts *o) {
     o->chunks = -1;
     o->tp = 1;
     o->kv_type = moe8_context_params_default().kv_type;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--kl-divergence")) {
-            o->kld = 1;
-            continue;
-        }
-        if (!strcmp(a, "--expert-parallel")) {
-            o->expert_parallel = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value (or is unknown; see -h)\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "-m")) o->dir = v;
-        else if (!strcmp(a, "-f")) o->file = v;
-        else if (!strcmp(a, "--kl-divergence-base")) o->base = v;
-        else if (!strcmp(a, "-c")) rc = parse_int(a, v, 8, 1 << 20, &o->n_ctx), o->ctx_set = 1;
-        else if (!strcmp(a, "--chunks")) rc = parse_int(a, v, 1, 1 << 24, &o->chunks);
-        else if (!strcmp(a, "--threads")) rc = parse_int(a, v, 1, 4096, &o->threads);
-        else if (!strcmp(a, "--parallel")) rc = parse_int(a, v, 1, 4096, &o->parallel);
-        else if (!strcmp(a, "--tp")) rc = parse_int(a, v, 1, 4096, &o->tp);
-        else if (!strcmp(a, "--kv-type")) {
-            if (cli_kv_type(v, &o->kv_type)) {
-                fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
-                return 2;
-            }
-        }
-        else {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
-            return 2;
-        }
-        if (rc) return 2;
-        i++;
-    }
+    o->n_ctx = 0; /* 512 unless given */
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR", .help = "the model folder"},
+        {"-f", NULL, CLI_STR, &o->file, .arg = "TEXT", .help = "a UTF-8 text file (regular, at most 256 MiB)"},
+        {"-c", NULL, CLI_INT, &o->n_ctx, 8, 1 << 20, .arg = "N",
+         .help = "tokens per chunk (default 512); the second half is scored"},
+        {"--chunks", NULL, CLI_INT, &o->chunks, 1, 1 << 24, .arg = "N",
+         .help = "at most N chunks (default: all whole chunks of the text)"},
+        {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: all)"},
+        {"--parallel", NULL, CLI_INT, &o->parallel, 1, 4096, .arg = "N",
+         .help = "chunks decoded together (default max(1, 2048 / c))"},
+        {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
+         .help = "KV cache elements: f16 (default), bf16, or f32 (exact: for\na KL-divergence base)"},
+        {"--kl-divergence-base", NULL, CLI_STR, &o->base, .arg = "F",
+         .help = "with -f: write the model's log-probabilities of every\n"
+         "scored token to F (llama-perplexity's layout)"},
+        {"--kl-divergence", NULL, CLI_FLAG, &o->kld,
+         .help = "with --kl-divergence-base and no -f: score F's tokens and\n"
+         "print the KL divergence statistics against F"},
+        {"--tp", NULL, CLI_INT, &o->tp, 1, 4096, .arg = "N", .help = "tensor-parallel ranks (under mpirun)"},
+        {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel, .help = "with --tp: experts split by rank"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
+    if (rc) return rc < 0 ? 1 : rc;
+    o->ctx_set = o->n_ctx != 0;
+    if (!o->ctx_set) o->n_ctx = 512;
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
         return 2;
