@@ -185,7 +185,7 @@ static void test_ids_vs_library(const char *dir) {
                "--kv-type %s: ids differ from the library's", kv_names[k]);
     }
     snprintf(args, sizeof args, "-m '%s' --prompt-ids 1 --ids --kv-type f8", dir);
-    CHECK(cli(args) == 2 && strstr(g_err, "--kv-type wants f32, f16 or bf16, got 'f8'"));
+    CHECK(cli(args) == 2 && strstr(g_err, "--kv-type wants one of f32|f16|bf16, got 'f8'"));
 
     /* --float-experts */
     n_lib = lib_generate(dir, PROMPT, 6, 12, NULL, 0, NULL, 1, lib);
@@ -345,7 +345,7 @@ static void test_bad_inputs(const char *small, const char *text) {
         {"--top-p 1.5", "--top-p"}, {"--min-p 2", "--min-p"}, {"--top-k -3", "--top-k"},
         {"--seed -1", "--seed"}, {"--threads 0", "--threads"}, {"--threads x", "--threads"},
         {"--prompt-ids 1,,2", "--prompt-ids"}, {"--prompt-ids 1,x", "--prompt-ids"},
-        {"--bogus", "unknown option '--bogus'"}, {"-n", "needs a value"},
+        {"--bogus", "unknown option '--bogus'"}, {"-n", "-n wants a value (N)"},
     };
     char args[8192], file[4200];
     for (size_t i = 0; i < sizeof bad_nums / sizeof bad_nums[0]; i++) {

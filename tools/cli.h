@@ -52,7 +52,8 @@ typedef enum {
     CLI_SIZE,   /* out: uint64_t*, cli_parse_size */
     CLI_STR,    /* out: const char** (into argv) */
     CLI_CHOICE, /* out: int*, the index of the value among choices ("a,b") */
-    CLI_FLOAT,  /* out: double*, finite, in [dlo, dhi] */
+    CLI_FLOAT,  /* out: float*, finite, in [dlo, dhi] ((dlo, dhi] with open_lo) */
+    CLI_I64,    /* out: int64_t*, a whole decimal integer in [lo, hi] */
     CLI_U64,    /* out: uint64_t*, a whole decimal integer in [lo, hi] (hi 0: UINT64_MAX) */
     CLI_KV,     /* out: moe8_dtype*, a KV cache type: f32, f16 or bf16 (cli_kv_type) */
 } cli_kind;
@@ -64,6 +65,7 @@ typedef struct {
     void *out;
     long lo, hi;         /* CLI_INT, CLI_U64 */
     double dlo, dhi;     /* CLI_FLOAT */
+    int open_lo;         /* CLI_FLOAT: dlo itself refused */
     const char *choices; /* CLI_CHOICE */
     const char *arg;     /* the value's name in the usage: "N", "DIR" */
     const char *help;    /* its line(s) in the usage ('\n' continues, indented) */
@@ -71,6 +73,9 @@ typedef struct {
 
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char *notes,
               int argc, char **argv);
+/* "moe8 CMD: FLAG wants WANT, got 'GOT'" on stderr (the parser's format, for a
+ * check made after parsing); returns 2. */
+int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got);
 /* The usage: the synopsis, a line per option from the table, then notes. */
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes);
 

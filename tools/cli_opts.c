@@ -4,6 +4,7 @@
  * value name and help; the parser, the help text and every error message
  * ("moe8 CMD: --threads wants an integer in 1..4096, got '0'") come from it.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -28,7 +29,10 @@ static void wanted(const cli_opt *o, char *buf, size_t cap) {
                  o->hi ? (unsigned long long)o->hi : (unsigned long long)UINT64_MAX);
         break;
     case CLI_SIZE: snprintf(buf, cap, "a positive byte count (optional K, M or G)"); break;
-    case CLI_FLOAT: snprintf(buf, cap, "a number in [%g, %g]", o->dlo, o->dhi); break;
+    case CLI_FLOAT:
+        snprintf(buf, cap, "a number in %c%g, %g]", o->open_lo ? '(' : '[', o->dlo, o->dhi);
+        break;
+    case CLI_I64: snprintf(buf, cap, "an integer in %ld..%ld", o->lo, o->hi); break;
     case CLI_CHOICE: {
         size_t n = (size_t)snprintf(buf, cap, "one of ");
         for (const char *c = o->choices; *c && n < cap; c++) buf[n++] = *c == ',' ? '|' : *c;
@@ -73,14 +77,29 @@ static int set_value(const cli_opt *o, const char *v) {
         return 0;
     }
     case CLI_FLOAT: {
+        if (!*v || isspace((unsigned char)*v)) return -1;
         errno = 0;
         const double x = strtod(v, &end);
-        if (!*v || *end || errno || !isfinite(x) || x < o->dlo || x > o->dhi) return -1;
-        *(double *)o->out = x;
+        if (*end || errno || !isfinite(x) || x < o->dlo || x > o->dhi || (o->open_lo && x == o->dlo))
+            return -1;
+        *(float *)o->out = (float)x;
+        return 0;
+    }
+    case CLI_I64: {
+        if ((*v < '0' || *v > '9') && !(*v == '-' && v[1] >= '0' && v[1] <= '9')) return -1;
+        errno = 0;
+        const long long x = strtoll(v, &end, 10);
+        if (*end || errno || x < o->lo || x > o->hi) return -1;
+        *(int64_t *)o->out = x;
         return 0;
     }
     default: return -1;
     }
+}
+
+int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got) {
+    fprintf(stderr, "moe8 %s: %s wants %s, got '%s'\n", cmd, flag, want, got);
+    return 2;
 }
 
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes) {
@@ -130,8 +149,7 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
         if (set_value(o, v)) {
             char w[256];
             wanted(o, w, sizeof w);
-            fprintf(stderr, "moe8 %s: %s wants %s, got '%s'\n", cmd, a, w, v);
-            return 2;
+            return cli_bad_value(cmd, a, w, v);
         }
     }
     return 0;

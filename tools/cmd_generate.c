@@ -47,74 +47,19 @@
 #define DEFAULT_N_CTX 4096
 #define MAX_N_BATCH 4096 /* most prompt tokens per forward pass */
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS |\n"
-        "                             --prompt-ids-file FILE) [options]\n"
-        "  -m DIR             model folder (config.json, *.safetensors, tokenizer.json, ...)\n"
-        "  -p TEXT            one prompt (the output is the completion; the prompt is not echoed)\n"
-        "  -f FILE            one prompt per line (blank lines skipped), run together as\n"
-        "                     requests of one scheduler (decode tokens first, then prompt\n"
-        "                     chunks, within --max-batch-tokens)\n"
-        "                     (a regular file of at most 64 MiB, no NUL bytes)\n"
-        "  --prompt-ids IDS   one prompt as token ids '1,2,3' (no tokenizer needed),\n"
-        "                     separated by commas and/or whitespace\n"
-        "  --prompt-ids-file FILE\n"
-        "                     one prompt as token ids read from FILE, same syntax (for\n"
-        "                     prompts longer than a command line; at most 64 MiB)\n"
-        "  -n N               tokens to generate per prompt, the first included (default %d;\n"
-        "                     0 runs only the prompt)\n"
-        "  -c N               context length per prompt (default %d, at most the model's\n"
-        "                     max_position_embeddings)\n"
-        "  --chat             wrap each prompt as a user turn in the model's chat template\n"
-        "                     (chat_template of tokenizer_config.json, or chat_template.jinja),\n"
-        "                     with the generation prompt and the template's defaults (Qwen3:\n"
-        "                     thinking on, as moe8 serve; '{\"enable_thinking\": false}' turns it off)\n"
-        "  --chat-template-kwargs JSON\n"
-        "                     with --chat: variables for the template, a JSON object, e.g.\n"
-        "                     '{\"enable_thinking\": true}' (as vLLM's chat_template_kwargs)\n"
-        "  --temp T           temperature (default 0: greedy)\n"
-        "  --top-k K          keep the K most likely tokens (default 0: off)\n"
-        "  --top-p P          nucleus mass in (0, 1] (default 1: off)\n"
-        "  --min-p P          keep p >= P * p_max, P in [0, 1] (default 0: off)\n"
-        "  --seed S           sampling seed (default 0)\n"
-        "  --ignore-eos       do not stop on the stop ids (the model's eos ids + <|im_end|>)\n"
-        "  --threads N        threads (default: OpenMP's)\n"
-        "  --kv-mb N          KV cache budget in MiB, paged in blocks of 16 positions and\n"
-        "                     shared by the prompts (default: what every prompt needs for\n"
-        "                     its whole length); prompts wait or are recomputed when it is\n"
-        "                     short, with the same output\n"
-        "  --kv-type T        KV cache elements: f16 (default), bf16 (half the memory of f32,\n"
-        "                     K/V rounded to nearest even) or f32 (exact)\n"
-        "  --max-batch-tokens N\n"
-        "                     most tokens per forward pass (default %d): longer prompts are\n"
-        "                     read in chunks, with the same output\n"
-        "  --ids              print generated token ids instead of text (no tokenizer needed\n"
-        "                     with token id prompts): space-separated, one line per prompt\n"
-        "  --dump-logits FILE write the logits of the last prompt position, one 'id value'\n"
-        "                     line per vocabulary id (%%.9g), single prompt only; FILE is a\n"
-        "                     regular file or a new name, never inside the model folder or a\n"
-        "                     prompt file (written whole, then renamed over FILE)\n"
-        "  --float-experts    run W8A8 experts dequantized to fp32 (to compare)\n"
-        "  --tp N             run as N ranks started by mpirun -np N (tensor parallel:\n"
-        "                     attention heads, dense MLPs and experts split over the ranks;\n"
-        "                     every rank gets the same flags and model folder)\n"
-        "  --expert-parallel  with --tp: split the experts as whole experts instead\n"
-        "  --comm-timeout S   with --tp: seconds a rank waits for the others in a collective\n"
-        "                     before the job ends, naming the rank that stopped answering\n"
-        "                     while generating (default 60, also the limit while loading;\n"
-        "                     0: wait forever)\n"
-        "  -h, --help         this text\n"
-        "output: one prompt streams its text as it is generated; a batch prints each\n"
-        "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"
-        "--ids prints one line per prompt, in prompt order. Stop ids are not printed.\n"
-        "stderr ends with one line: load_s= prompt_tokens= prefill_s= prefill_tok_s=\n"
-        "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (load_s: model, tokenizer and\n"
-        "weight preparation; decode excludes each prompt's first token, which comes from\n"
-        "the prompt pass). With --tp, rank 0 alone prints; a line before it gives each\n"
-        "rank's resident and peak memory and its time in communication.\n",
-        DEFAULT_N_PREDICT, DEFAULT_N_CTX, MAX_N_BATCH);
-}
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define SYNOPSIS "moe8 generate -m DIR (-p TEXT | -f FILE | --prompt-ids IDS |\n" \
+                 "                             --prompt-ids-file FILE) [options]"
+#define NOTES                                                                                 \
+    "output: one prompt streams its text as it is generated; a batch prints each\n"          \
+    "completion when it finishes, every line prefixed '[i] ' (i = prompt index from 0);\n"   \
+    "--ids prints one line per prompt, in prompt order. Stop ids are not printed.\n"         \
+    "stderr ends with one line: load_s= prompt_tokens= prefill_s= prefill_tok_s=\n"          \
+    "gen_tokens= decode_s= decode_tok_s= peak_rss_mb= (load_s: model, tokenizer and\n"       \
+    "weight preparation; decode excludes each prompt's first token, which comes from\n"      \
+    "the prompt pass). With --tp, rank 0 alone prints; a line before it gives each\n"        \
+    "rank's resident and peak memory and its time in communication.\n"
 
 /* ======================================================================== */
 /* Options                                                                   */
@@ -130,140 +75,99 @@ typedef struct {
     float comm_timeout; /* seconds, 0 = none */
 } opts;
 
-static int bad_value(const char *flag, const char *want, const char *got) {
-    fprintf(stderr, "moe8 " CMD ": %s wants %s, got '%s'\n", flag, want, got);
-    return -1;
-}
-
-/* Whole string a decimal integer in [lo, hi]. */
-static int parse_int(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char want[96], *end;
-    long long v;
-    snprintf(want, sizeof want, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
-    errno = 0;
-    if (!*s || isspace((unsigned char)*s)) return bad_value(flag, want, s);
-    v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return bad_value(flag, want, s);
-    *out = v;
-    return 0;
-}
-
-/* Whole string a finite number in [lo, hi] ((lo, hi] when lo_open). */
-static int parse_num(const char *flag, const char *s, double lo, double hi, int lo_open, float *out) {
-    char want[96], *end;
-    double v;
-    snprintf(want, sizeof want, "a number in %c%g, %g]", lo_open ? '(' : '[', lo, hi);
-    errno = 0;
-    if (!*s || isspace((unsigned char)*s)) return bad_value(flag, want, s);
-    v = strtod(s, &end);
-    if (errno || *end || !isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
-        return bad_value(flag, want, s);
-    *out = (float)v;
-    return 0;
-}
-
-static int parse_seed(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v;
-    errno = 0;
-    if (!isdigit((unsigned char)*s)) return bad_value("--seed", "an integer in [0, 2^64)", s);
-    v = strtoull(s, &end, 10);
-    if (errno || *end) return bad_value("--seed", "an integer in [0, 2^64)", s);
-    *out = v;
-    return 0;
-}
-
-static int is_valued(const char *a) {
-    static const char *const names[] = {"-m", "-p", "-f", "--prompt-ids", "--prompt-ids-file",
-                                        "--dump-logits", "-n", "-c", "--threads", "--top-k",
-                                        "--temp", "--top-p", "--min-p", "--seed", "--tp", "--kv-mb",
-                                        "--max-batch-tokens", "--comm-timeout", "--kv-type",
-                                        "--chat-template-kwargs"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(a, names[i])) return 1;
-    return 0;
-}
-
-/* Flags that take a value; 1 = handled, 0 = not one of these, -1 = bad. */
-static int parse_valued(opts *o, const char *a, const char *v) {
-    int64_t x;
-    if (!strcmp(a, "-m")) o->dir = v;
-    else if (!strcmp(a, "-p")) o->text = v;
-    else if (!strcmp(a, "-f")) o->file = v;
-    else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
-    else if (!strcmp(a, "--prompt-ids-file")) o->ids_file = v;
-    else if (!strcmp(a, "--dump-logits")) o->dump = v;
-    else if (!strcmp(a, "--chat-template-kwargs")) {
-        cJSON *kw = cJSON_Parse(v);
-        int ok = cJSON_IsObject(kw);
-        cJSON_Delete(kw);
-        if (!ok) return bad_value(a, "a JSON object", v);
-        o->chat_kwargs = v;
-    }
-    else if (!strcmp(a, "-n")) return parse_int(a, v, 0, INT32_MAX, &o->n_predict) ? -1 : 1;
-    else if (!strcmp(a, "-c")) {
-        o->ctx_set = 1;
-        return parse_int(a, v, 1, INT32_MAX, &o->n_ctx) ? -1 : 1;
-    } else if (!strcmp(a, "--threads")) {
-        if (parse_int(a, v, 1, 4096, &x)) return -1;
-        o->n_threads = (int)x;
-    } else if (!strcmp(a, "--kv-mb")) {
-        return parse_int(a, v, 1, (int64_t)1 << 24, &o->kv_mb) ? -1 : 1;
-    } else if (!strcmp(a, "--kv-type")) {
-        if (cli_kv_type(v, &o->kv_type)) return bad_value(a, "f32, f16 or bf16", v);
-    } else if (!strcmp(a, "--max-batch-tokens")) {
-        return parse_int(a, v, 1, MAX_N_BATCH, &o->max_batch) ? -1 : 1;
-    } else if (!strcmp(a, "--tp")) {
-        if (parse_int(a, v, 1, 4096, &x)) return -1;
-        o->tp = (int)x;
-    } else if (!strcmp(a, "--top-k")) {
-        if (parse_int(a, v, 0, INT32_MAX, &x)) return -1;
-        o->sp.top_k = (int)x;
-    } else if (!strcmp(a, "--temp")) return parse_num(a, v, 0, 1e6, 0, &o->sp.temperature) ? -1 : 1;
-    else if (!strcmp(a, "--top-p")) return parse_num(a, v, 0, 1, 1, &o->sp.top_p) ? -1 : 1;
-    else if (!strcmp(a, "--min-p")) return parse_num(a, v, 0, 1, 0, &o->sp.min_p) ? -1 : 1;
-    else if (!strcmp(a, "--seed")) return parse_seed(v, &o->sp.seed) ? -1 : 1;
-    else if (!strcmp(a, "--comm-timeout"))
-        return parse_num(a, v, 0, 1e6, 0, &o->comm_timeout) ? -1 : 1;
-    else return 0;
-    return 1;
-}
-
-static int parse_flag(opts *o, const char *a) {
-    if (!strcmp(a, "--chat")) o->chat = 1;
-    else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-    else if (!strcmp(a, "--ids")) o->print_ids = 1;
-    else if (!strcmp(a, "--float-experts")) o->float_experts = 1;
-    else if (!strcmp(a, "--expert-parallel")) o->expert_parallel = 1;
-    else return 0;
-    return 1;
-}
-
 /* 0 ok, 1 help printed, 2 bad usage (message printed). */
 static int parse_args(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = DEFAULT_N_PREDICT;
-    o->n_ctx = DEFAULT_N_CTX;
+    o->n_ctx = 0; /* DEFAULT_N_CTX unless given */
     o->tp = 1;
     o->comm_timeout = 60;
     o->kv_type = moe8_context_params_default().kv_type;
     o->sp = moe8_sampler_defaults();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (parse_flag(o, a)) continue;
-        if (!is_valued(a)) {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see moe8 generate -h)\n", a);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "moe8 " CMD ": option '%s' needs a value\n", a);
-            return 2;
-        }
-        if (parse_valued(o, a, argv[++i]) < 0) return 2;
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
+         .help = "model folder (config.json, *.safetensors, tokenizer.json, ...)"},
+        {"-p", NULL, CLI_STR, &o->text, .arg = "TEXT",
+         .help = "one prompt (the output is the completion; the prompt is not echoed)"},
+        {"-f", NULL, CLI_STR, &o->file, .arg = "FILE",
+         .help = "one prompt per line (blank lines skipped), run together as\n"
+         "requests of one scheduler (decode tokens first, then prompt\n"
+         "chunks, within --max-batch-tokens)\n(a regular file of at most 64 MiB, no NUL bytes)"},
+        {"--prompt-ids", NULL, CLI_STR, &o->prompt_ids, .arg = "IDS",
+         .help = "one prompt as token ids '1,2,3' (no tokenizer needed),\n"
+         "separated by commas and/or whitespace"},
+        {"--prompt-ids-file", NULL, CLI_STR, &o->ids_file, .arg = "FILE",
+         .help = "one prompt as token ids read from FILE, same syntax (for\n"
+         "prompts longer than a command line; at most 64 MiB)"},
+        {"-n", NULL, CLI_I64, &o->n_predict, 0, INT32_MAX, .arg = "N",
+         .help = "tokens to generate per prompt, the first included (default " STR(DEFAULT_N_PREDICT)
+         ";\n0 runs only the prompt)"},
+        {"-c", NULL, CLI_I64, &o->n_ctx, 1, INT32_MAX, .arg = "N",
+         .help = "context length per prompt (default " STR(DEFAULT_N_CTX) ", at most the model's\n"
+         "max_position_embeddings)"},
+        {"--chat", NULL, CLI_FLAG, &o->chat,
+         .help = "wrap each prompt as a user turn in the model's chat template\n"
+         "(chat_template of tokenizer_config.json, or chat_template.jinja),\n"
+         "with the generation prompt and the template's defaults (Qwen3:\n"
+         "thinking on, as moe8 serve; '{\"enable_thinking\": false}' turns it off)"},
+        {"--chat-template-kwargs", NULL, CLI_STR, &o->chat_kwargs, .arg = "JSON",
+         .help = "with --chat: variables for the template, a JSON object, e.g.\n"
+         "'{\"enable_thinking\": true}' (as vLLM's chat_template_kwargs)"},
+        {"--temp", NULL, CLI_FLOAT, &o->sp.temperature, .dlo = 0, .dhi = 1e6, .arg = "T",
+         .help = "temperature (default 0: greedy)"},
+        {"--top-k", NULL, CLI_INT, &o->sp.top_k, 0, INT32_MAX, .arg = "K",
+         .help = "keep the K most likely tokens (default 0: off)"},
+        {"--top-p", NULL, CLI_FLOAT, &o->sp.top_p, .dlo = 0, .dhi = 1, .open_lo = 1, .arg = "P",
+         .help = "nucleus mass in (0, 1] (default 1: off)"},
+        {"--min-p", NULL, CLI_FLOAT, &o->sp.min_p, .dlo = 0, .dhi = 1, .arg = "P",
+         .help = "keep p >= P * p_max, P in [0, 1] (default 0: off)"},
+        {"--seed", NULL, CLI_U64, &o->sp.seed, .arg = "S", .help = "sampling seed (default 0)"},
+        {"--ignore-eos", NULL, CLI_FLAG, &o->ignore_eos,
+         .help = "do not stop on the stop ids (the model's eos ids + <|im_end|>)"},
+        {"--threads", NULL, CLI_INT, &o->n_threads, 1, 4096, .arg = "N",
+         .help = "threads (default: OpenMP's)"},
+        {"--kv-mb", NULL, CLI_I64, &o->kv_mb, 1, (long)1 << 24, .arg = "N",
+         .help = "KV cache budget in MiB, paged in blocks of 16 positions and\n"
+         "shared by the prompts (default: what every prompt needs for\n"
+         "its whole length); prompts wait or are recomputed when it is\n"
+         "short, with the same output"},
+        {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
+         .help = "KV cache elements: f16 (default), bf16 (half the memory of f32,\n"
+         "K/V rounded to nearest even) or f32 (exact)"},
+        {"--max-batch-tokens", NULL, CLI_I64, &o->max_batch, 1, MAX_N_BATCH, .arg = "N",
+         .help = "most tokens per forward pass (default " STR(MAX_N_BATCH) "): longer prompts are\n"
+         "read in chunks, with the same output"},
+        {"--ids", NULL, CLI_FLAG, &o->print_ids,
+         .help = "print generated token ids instead of text (no tokenizer needed\n"
+         "with token id prompts): space-separated, one line per prompt"},
+        {"--dump-logits", NULL, CLI_STR, &o->dump, .arg = "FILE",
+         .help = "write the logits of the last prompt position, one 'id value'\n"
+         "line per vocabulary id (%.9g), single prompt only; FILE is a\n"
+         "regular file or a new name, never inside the model folder or a\n"
+         "prompt file (written whole, then renamed over FILE)"},
+        {"--float-experts", NULL, CLI_FLAG, &o->float_experts,
+         .help = "run W8A8 experts dequantized to fp32 (to compare)"},
+        {"--tp", NULL, CLI_INT, &o->tp, 1, 4096, .arg = "N",
+         .help = "run as N ranks started by mpirun -np N (tensor parallel:\n"
+         "attention heads, dense MLPs and experts split over the ranks;\n"
+         "every rank gets the same flags and model folder)"},
+        {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel,
+         .help = "with --tp: split the experts as whole experts instead"},
+        {"--comm-timeout", NULL, CLI_FLOAT, &o->comm_timeout, .dlo = 0, .dhi = 1e6, .arg = "S",
+         .help = "with --tp: seconds a rank waits for the others in a collective\n"
+         "before the job ends, naming the rank that stopped answering\n"
+         "while generating (default 60, also the limit while loading;\n0: wait forever)"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
+    if (rc) return rc < 0 ? 1 : rc;
+    o->ctx_set = o->n_ctx != 0;
+    if (!o->ctx_set) o->n_ctx = DEFAULT_N_CTX;
+    if (o->chat_kwargs) {
+        cJSON *kw = cJSON_Parse(o->chat_kwargs);
+        const int ok = cJSON_IsObject(kw);
+        cJSON_Delete(kw);
+        if (!ok) return cli_bad_value(CMD, "--chat-template-kwargs", "a JSON object", o->chat_kwargs);
     }
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": no model folder (-m DIR)\n");
