@@ -54,6 +54,7 @@ typedef enum {
     CLI_CHOICE, /* out: int*, the index of the value among choices ("a,b") */
     CLI_FLOAT,  /* out: float*, finite, in [dlo, dhi] ((dlo, dhi] with open_lo) */
     CLI_I64,    /* out: int64_t*, a whole decimal integer in [lo, hi] */
+    CLI_DOUBLE, /* out: double*, as CLI_FLOAT */
     CLI_U64,    /* out: uint64_t*, a whole decimal integer in [lo, hi] (hi 0: UINT64_MAX) */
     CLI_KV,     /* out: moe8_dtype*, a KV cache type: f32, f16 or bf16 (cli_kv_type) */
 } cli_kind;

@@ -30,6 +30,7 @@ static void wanted(const cli_opt *o, char *buf, size_t cap) {
         break;
     case CLI_SIZE: snprintf(buf, cap, "a positive byte count (optional K, M or G)"); break;
     case CLI_FLOAT:
+    case CLI_DOUBLE:
         snprintf(buf, cap, "a number in %c%g, %g]", o->open_lo ? '(' : '[', o->dlo, o->dhi);
         break;
     case CLI_I64: snprintf(buf, cap, "an integer in %ld..%ld", o->lo, o->hi); break;
@@ -76,13 +77,15 @@ static int set_value(const cli_opt *o, const char *v) {
         *(int *)o->out = i;
         return 0;
     }
-    case CLI_FLOAT: {
+    case CLI_FLOAT:
+    case CLI_DOUBLE: {
         if (!*v || isspace((unsigned char)*v)) return -1;
         errno = 0;
         const double x = strtod(v, &end);
         if (*end || errno || !isfinite(x) || x < o->dlo || x > o->dhi || (o->open_lo && x == o->dlo))
             return -1;
-        *(float *)o->out = (float)x;
+        if (o->kind == CLI_FLOAT) *(float *)o->out = (float)x;
+        else *(double *)o->out = x;
         return 0;
     }
     case CLI_I64: {

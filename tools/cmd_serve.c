@@ -29,51 +29,9 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: moe8 serve -m DIR [options]\n"
-        "  -m DIR                 model folder (config.json, *.safetensors, tokenizer.json)\n"
-        "  --host ADDR            address to listen on (default 127.0.0.1)\n"
-        "  --port N               port (default 8080; 0 picks a free one, printed when ready)\n"
-        "  --parallel N           most requests running at once (default 16)\n"
-        "  --ctx-size N           longest prompt + completion (default min(4096, the model's))\n"
-        "  --max-batch-tokens N   most tokens per forward pass (default 2048)\n"
-        "  --kv-mb N              KV cache budget in MiB (default: parallel x ctx-size)\n"
-        "  --threads N            threads (default: OpenMP's)\n"
-        "  --api-key KEY          require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
-        "                         checked from the headers before any body byte; /health,\n"
-        "                         /version and /metrics stay open\n"
-        "  --served-model-name N  the model's name in the API (default: the folder's name)\n"
-        "  --max-queue N          waiting requests before 503 (default 256)\n"
-        "  --no-prefix-cache      do not reuse the KV of shared prompt prefixes\n"
-        "  --kv-type T            KV cache elements: f16 (default), bf16, or f32 (exact)\n"
-        "  --default-chat-template-kwargs JSON\n"
-        "                         template variables under each request's chat_template_kwargs,\n"
-        "                         e.g. '{\"enable_thinking\": false}' (default: the template's)\n"
-        "  --tool-call-parser F   the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
-        "                         mistral (default: the one its chat template teaches)\n"
-        "  --allowed-origins LIST comma-separated origins browsers may call from (CORS), or '*'\n"
-        "                         (default: none)\n"
-        "  --timeout S            close a kept-alive connection idle this long, and one whose\n"
-        "                         client stops reading its answer or sending its body (default 30)\n"
-        "  --header-timeout S     the request line and headers must arrive within S of the\n"
-        "                         connection (or of the request's first byte): else 408 (default 10)\n"
-        "  --body-min-rate B      bytes/s a body must average after --header-timeout of grace:\n"
-        "                         else 408 (default 4096; 0: no minimum)\n"
-        "  --max-body N[K|M|G]    largest request body: else 413 (default 4M)\n"
-        "  --max-buffered N[K|M|G]  bytes of unfinished request heads and bodies held at once:\n"
-        "                         past it new connections and bodies get 503 (default 256M)\n"
-        "  --max-connections N    open connections: past it 503 (default 8192, within ulimit -n)\n"
-        "  --max-connections-per-ip N  open connections from one address: past it 503\n"
-        "                         (default 1024; 0: no limit)\n"
-        "  --tp N                 run as N ranks under mpirun -np N (rank 0 serves HTTP)\n"
-        "  --comm-timeout S       with --tp: a rank silent this long in a collective ends the\n"
-        "                         server, named (default 60; 0 waits forever)\n"
-        "  --expert-parallel      with --tp: split the experts as whole experts\n"
-        "  -h, --help             this text\n"
-        "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
-        "GET /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus).\n");
-}
+#define SYNOPSIS "moe8 serve -m DIR [options]"
+#define NOTES "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n" \
+              "GET /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus).\n"
 
 typedef struct {
     const char *dir;
@@ -83,33 +41,6 @@ typedef struct {
     moe8_serve_params sp;
 } opts;
 
-static int num(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v;
-    errno = 0;
-    v = strtod(s, &end);
-    if (!*s || *end || errno || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "moe8 " CMD ": %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int integer(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    long long v;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "moe8 " CMD ": %s wants an integer in [%lld, %lld], got '%s'\n", flag,
-                (long long)lo, (long long)hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* 0 ok, 1 help, 2 bad usage. */
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
@@ -118,71 +49,77 @@ static int parse(int argc, char **argv, opts *o) {
     o->comm_timeout = 60;
     o->sp.api_key = getenv("MOE8_API_KEY");
     o->key_from_env = o->sp.api_key != NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int64_t x;
-        double d;
-        int rc = 0, valued = 1;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 1;
-        }
-        if (!strcmp(a, "--no-prefix-cache")) o->sp.prefix_cache = 0, valued = 0;
-        else if (!strcmp(a, "--expert-parallel")) o->expert_parallel = 1, valued = 0;
-        else if (!v) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value (or is unknown; see -h)\n", a);
-            return 2;
-        } else if (!strcmp(a, "-m")) o->dir = v;
-        else if (!strcmp(a, "--host")) o->sp.host = v;
-        else if (!strcmp(a, "--api-key")) o->sp.api_key = v, o->key_from_env = 0;
-        else if (!strcmp(a, "--served-model-name")) o->sp.served_model_name = v;
-        else if (!strcmp(a, "--allowed-origins")) o->sp.allowed_origins = v;
-        else if (!strcmp(a, "--tool-call-parser")) {
-            if (strcmp(v, "hermes") && strcmp(v, "deepseek_v3") && strcmp(v, "mistral")) {
-                fprintf(stderr, "moe8 " CMD ": --tool-call-parser wants hermes, deepseek_v3 or mistral, got '%s'\n", v);
-                return 2;
-            }
-            o->sp.tool_call_parser = v;
-        }
-        else if (!strcmp(a, "--default-chat-template-kwargs")) o->sp.default_chat_template_kwargs = v;
-        else if (!strcmp(a, "--kv-type")) {
-            if (cli_kv_type(v, &o->sp.kv_type)) {
-                fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
-                return 2;
-            }
-        }
-        else if (!strcmp(a, "--port")) rc = integer(a, v, 0, 65535, &x), o->sp.port = (int)x;
-        else if (!strcmp(a, "--parallel")) rc = integer(a, v, 1, 4096, &x), o->sp.parallel = (int)x;
-        else if (!strcmp(a, "--ctx-size")) rc = integer(a, v, 1, INT32_MAX, &x), o->sp.ctx_size = (int32_t)x;
-        else if (!strcmp(a, "--max-batch-tokens")) rc = integer(a, v, 1, 65536, &x), o->sp.max_batch_tokens = (int32_t)x;
-        else if (!strcmp(a, "--kv-mb")) rc = integer(a, v, 1, (int64_t)1 << 24, &o->kv_mb);
-        else if (!strcmp(a, "--threads")) rc = integer(a, v, 1, 4096, &x), o->sp.n_threads = (int)x;
-        else if (!strcmp(a, "--max-queue")) rc = integer(a, v, 1, 1 << 20, &x), o->sp.max_queue = (int)x;
-        else if (!strcmp(a, "--timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.timeout_s = d;
-        else if (!strcmp(a, "--header-timeout")) rc = num(a, v, 0.001, 86400, &d), o->sp.header_timeout_s = d;
-        else if (!strcmp(a, "--body-min-rate")) rc = num(a, v, 0, 1e12, &d), o->sp.body_min_rate = d;
-        else if (!strcmp(a, "--max-body") || !strcmp(a, "--max-buffered")) {
-            uint64_t b;
-            if (cli_parse_size(v, &b)) {
-                fprintf(stderr, "moe8 " CMD ": %s wants a byte count (N, or N with K, M or G), got '%s'\n",
-                        a, v);
-                return 2;
-            }
-            if (a[6] == 'b' && a[7] == 'o') o->sp.max_body = b;
-            else o->sp.max_buffered = b;
-        }
-        else if (!strcmp(a, "--max-connections")) rc = integer(a, v, 1, 1 << 24, &x), o->sp.max_connections = (int)x;
-        else if (!strcmp(a, "--max-connections-per-ip"))
-            rc = integer(a, v, 0, 1 << 24, &x), o->sp.max_connections_per_ip = (int)x;
-        else if (!strcmp(a, "--tp")) rc = integer(a, v, 1, 4096, &x), o->tp = (int)x;
-        else if (!strcmp(a, "--comm-timeout")) rc = num(a, v, 0, 86400, &o->comm_timeout);
-        else {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (see -h)\n", a);
-            return 2;
-        }
-        if (rc) return 2;
-        i += valued;
-    }
+    const char *env_key = o->sp.api_key;
+    int no_prefix = 0, parser = -1;
+    static const char *const parsers[3] = {"hermes", "deepseek_v3", "mistral"};
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
+         .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
+        {"--host", NULL, CLI_STR, &o->sp.host, .arg = "ADDR",
+         .help = "address to listen on (default 127.0.0.1)"},
+        {"--port", NULL, CLI_INT, &o->sp.port, 0, 65535, .arg = "N",
+         .help = "port (default 8080; 0 picks a free one, printed when ready)"},
+        {"--parallel", NULL, CLI_INT, &o->sp.parallel, 1, 4096, .arg = "N",
+         .help = "most requests running at once (default 16)"},
+        {"--ctx-size", NULL, CLI_INT, &o->sp.ctx_size, 1, INT32_MAX, .arg = "N",
+         .help = "longest prompt + completion (default min(4096, the model's))"},
+        {"--max-batch-tokens", NULL, CLI_INT, &o->sp.max_batch_tokens, 1, 65536, .arg = "N",
+         .help = "most tokens per forward pass (default 2048)"},
+        {"--kv-mb", NULL, CLI_I64, &o->kv_mb, 1, (long)1 << 24, .arg = "N",
+         .help = "KV cache budget in MiB (default: parallel x ctx-size)"},
+        {"--threads", NULL, CLI_INT, &o->sp.n_threads, 1, 4096, .arg = "N",
+         .help = "threads (default: OpenMP's)"},
+        {"--api-key", NULL, CLI_STR, &o->sp.api_key, .arg = "KEY",
+         .help = "require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
+         "checked from the headers before any body byte; /health,\n/version and /metrics stay open"},
+        {"--served-model-name", NULL, CLI_STR, &o->sp.served_model_name, .arg = "N",
+         .help = "the model's name in the API (default: the folder's name)"},
+        {"--max-queue", NULL, CLI_INT, &o->sp.max_queue, 1, 1 << 20, .arg = "N",
+         .help = "waiting requests before 503 (default 256)"},
+        {"--no-prefix-cache", NULL, CLI_FLAG, &no_prefix,
+         .help = "do not reuse the KV of shared prompt prefixes"},
+        {"--kv-type", NULL, CLI_KV, &o->sp.kv_type, .arg = "T",
+         .help = "KV cache elements: f16 (default), bf16, or f32 (exact)"},
+        {"--default-chat-template-kwargs", NULL, CLI_STR, &o->sp.default_chat_template_kwargs,
+         .arg = "JSON", .help = "template variables under each request's chat_template_kwargs,\n"
+         "e.g. '{\"enable_thinking\": false}' (default: the template's)"},
+        {"--tool-call-parser", NULL, CLI_CHOICE, &parser, .choices = "hermes,deepseek_v3,mistral",
+         .arg = "F", .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
+         "mistral (default: the one its chat template teaches)"},
+        {"--allowed-origins", NULL, CLI_STR, &o->sp.allowed_origins, .arg = "LIST",
+         .help = "comma-separated origins browsers may call from (CORS), or '*'\n(default: none)"},
+        {"--timeout", NULL, CLI_DOUBLE, &o->sp.timeout_s, .dlo = 0.001, .dhi = 86400, .arg = "S",
+         .help = "close a kept-alive connection idle this long, and one whose\n"
+         "client stops reading its answer or sending its body (default 30)"},
+        {"--header-timeout", NULL, CLI_DOUBLE, &o->sp.header_timeout_s, .dlo = 0.001, .dhi = 86400,
+         .arg = "S", .help = "the request line and headers must arrive within S of the\n"
+         "connection (or of the request's first byte): else 408 (default 10)"},
+        {"--body-min-rate", NULL, CLI_DOUBLE, &o->sp.body_min_rate, .dlo = 0, .dhi = 1e12, .arg = "B",
+         .help = "bytes/s a body must average after --header-timeout of grace:\n"
+         "else 408 (default 4096; 0: no minimum)"},
+        {"--max-body", NULL, CLI_SIZE, &o->sp.max_body, .arg = "N[K|M|G]",
+         .help = "largest request body: else 413 (default 4M)"},
+        {"--max-buffered", NULL, CLI_SIZE, &o->sp.max_buffered, .arg = "N[K|M|G]",
+         .help = "bytes of unfinished request heads and bodies held at once:\n"
+         "past it new connections and bodies get 503 (default 256M)"},
+        {"--max-connections", NULL, CLI_INT, &o->sp.max_connections, 1, 1 << 24, .arg = "N",
+         .help = "open connections: past it 503 (default 8192, within ulimit -n)"},
+        {"--max-connections-per-ip", NULL, CLI_INT, &o->sp.max_connections_per_ip, 0, 1 << 24,
+         .arg = "N", .help = "open connections from one address: past it 503\n(default 1024; 0: no limit)"},
+        {"--tp", NULL, CLI_INT, &o->tp, 1, 4096, .arg = "N",
+         .help = "run as N ranks under mpirun -np N (rank 0 serves HTTP)"},
+        {"--comm-timeout", NULL, CLI_DOUBLE, &o->comm_timeout, .dlo = 0, .dhi = 86400, .arg = "S",
+         .help = "with --tp: a rank silent this long in a collective ends the\n"
+         "server, named (default 60; 0 waits forever)"},
+        {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel,
+         .help = "with --tp: split the experts as whole experts"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
+    if (rc) return rc < 0 ? 1 : rc;
+    if (no_prefix) o->sp.prefix_cache = 0;
+    if (parser >= 0) o->sp.tool_call_parser = parsers[parser];
+    if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
         return 2;
