@@ -34,6 +34,9 @@ int main(void) {
         {"generate", "  -m DIR "},   {"serve", "  --host ADDR "}, {"perplexity", "  -c N "},
         {"inspect", "  --kv-type T "}, {"tokenize", "  --no-bos "}, {"quantize", "  -t, --threads N "},
         {"make-model", "  --preset P "}, {"pack", "  --verify "},
+        {"export-gguf", "  --type T "}, {"bench moe", "  --tokens LIST "},
+        {"bench forward", "  --ctx LIST "}, {"bench sched", "  --running LIST "},
+        {"bench grammar", "  -m, --tokenizer DIR"},
     };
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
         char args[64];
@@ -66,6 +69,11 @@ int main(void) {
         {"quantize -i a -o b --deq-dtype f16", "--deq-dtype wants one of int64|float32, got 'f16'"},
         {"make-model --preset tiny -o x --layers 513", "--layers wants an integer in 1..512, got '513'"},
         {"pack -m x --rank -1", "moe8 pack: --rank wants an integer in 0..4095, got '-1'"},
+        {"export-gguf -m x -o y --type q4_0", "--type wants one of q8_0|f16|bf16, got 'q4_0'"},
+        {"bench moe --tokens 1,,2", "moe8 bench: --tokens wants 1 to 32 comma-separated integers in 1..1048576, got '1,,2'"},
+        {"bench forward -m x --kv-type f8", "moe8 bench forward: --kv-type wants one of f32|f16|bf16"},
+        {"bench sched -m x --running 0", "moe8 bench sched: --running wants 1 to 16 comma-separated"},
+        {"bench grammar --n-vocab 0", "moe8 bench grammar: --n-vocab wants an integer in 1..16777216"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const int rc = cli(bad[i].args);

@@ -41,6 +41,9 @@ static void wanted(const cli_opt *o, char *buf, size_t cap) {
         break;
     }
     case CLI_KV: snprintf(buf, cap, "one of f32|f16|bf16"); break;
+    case CLI_LIST:
+        snprintf(buf, cap, "1 to %d comma-separated integers in %ld..%ld", o->cap, o->lo, o->hi);
+        break;
     default: snprintf(buf, cap, "a value"); break;
     }
 }
@@ -63,6 +66,14 @@ static int set_value(const cli_opt *o, const char *v) {
     case CLI_SIZE: return cli_parse_size(v, o->out);
     case CLI_STR: *(const char **)o->out = v; return 0;
     case CLI_KV: return cli_kv_type(v, o->out);
+    case CLI_LIST: {
+        int tmp[256];
+        const int n = o->cap <= 256 ? cli_parse_list(v, o->lo, o->hi, tmp, o->cap) : -1;
+        if (n < 1) return -1;
+        memcpy(o->out, tmp, (size_t)n * sizeof *tmp);
+        *o->count = n;
+        return 0;
+    }
     case CLI_U64: {
         if (*v < '0' || *v > '9') return -1;
         errno = 0;

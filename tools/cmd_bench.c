@@ -48,23 +48,14 @@ static float rng_float(uint64_t *s) {
     return (float)((double)(rng_next(s) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: moe8 bench moe [--layers N] [--float-layers N] [--tokens 1,2,...]\n"
-            "                      [--threads 1,2] [--reps N] [--bw-mb N]\n"
-            "  --layers N        int8 layers to rotate through (default 4, ~604 MB each)\n"
-            "  --float-layers N  fp32 layers for the float path (default 1, ~2.4 GB each; 0 = skip)\n"
-            "  --tokens LIST     token counts T (default 1,2,4,...,1024)\n"
-            "  --threads LIST    OpenMP thread counts (default 1,2)\n"
-            "  --reps N          timed forwards per row (default: auto, >= 5, ~0.5 s)\n"
-            "  --bw-mb N         buffer of the bandwidth probe in MB (default 1024)\n"
-            "       moe8 bench forward -m DIR ... (the whole forward, phase by phase: moe8 bench forward -h)\n"
-            "       moe8 bench sched -m DIR ...   (the scheduler on a model: moe8 bench sched -h)\n"
-            "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n"
-            "       moe8 bench grammar [-m DIR | --tokenizer DIR] [--reps N] [--walk N] (constrained\n"
-            "                          decoding: compile, prepare and per-step mask times)\n");
-    return 2;
-}
+#define SYNOPSIS "moe8 bench moe [--layers N] [--float-layers N] [--tokens 1,2,...] [--threads 1,2]\n" \
+                 "                      [--reps N] [--bw-mb N]"
+#define NOTES                                                                                       \
+    "       moe8 bench forward -m DIR ... (the whole forward, phase by phase: moe8 bench forward -h)\n" \
+    "       moe8 bench sched -m DIR ...   (the scheduler on a model: moe8 bench sched -h)\n"          \
+    "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n" \
+    "       moe8 bench grammar [-m DIR | --tokenizer DIR] ... (constrained decoding: compile,\n"     \
+    "                          prepare and per-step mask times: moe8 bench grammar -h)\n"
 
 static int parse_opts(int argc, char **argv, bench_opts *o) {
     static const int tok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
@@ -73,33 +64,23 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     o->n_tokens_list = (int)(sizeof tok / sizeof tok[0]);
     memcpy(o->tokens, tok, sizeof tok);
     o->threads[0] = 1, o->threads[1] = 2, o->n_threads_list = 2;
-    for (int i = 2; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char *want = NULL;
-        if (!v) return usage();
-        if (!strcmp(a, "--layers")) {
-            if (cli_parse_int(v, 1, 1024, &o->n_layers)) want = "an integer in [1, 1024]";
-        } else if (!strcmp(a, "--float-layers")) {
-            if (cli_parse_int(v, 0, 1024, &o->n_float_layers)) want = "an integer in [0, 1024]";
-        } else if (!strcmp(a, "--reps")) {
-            if (cli_parse_int(v, 0, 1000000, &o->reps)) want = "an integer in [0, 1000000]";
-        } else if (!strcmp(a, "--bw-mb")) {
-            if (cli_parse_int(v, 1, 1 << 20, &o->bw_mb)) want = "an integer in [1, 1048576]";
-        } else if (!strcmp(a, "--tokens")) {
-            if ((o->n_tokens_list = cli_parse_list(v, 1, 1 << 20, o->tokens, MAX_LIST)) < 1)
-                want = "up to 32 comma-separated integers in [1, 1048576]";
-        } else if (!strcmp(a, "--threads")) {
-            if ((o->n_threads_list = cli_parse_list(v, 1, 4096, o->threads, MAX_LIST)) < 1)
-                want = "up to 32 comma-separated integers in [1, 4096]";
-        } else {
-            return usage();
-        }
-        if (want) {
-            fprintf(stderr, "moe8 bench: %s '%s': expected %s\n", a, v, want);
-            return 2;
-        }
-    }
-    return 0;
+    const cli_opt opts[] = {
+        {"--layers", NULL, CLI_INT, &o->n_layers, 1, 1024, .arg = "N",
+         .help = "int8 layers to rotate through (default 4, ~604 MB each)"},
+        {"--float-layers", NULL, CLI_INT, &o->n_float_layers, 0, 1024, .arg = "N",
+         .help = "fp32 layers for the float path (default 1, ~2.4 GB each; 0 = skip)"},
+        {"--tokens", NULL, CLI_LIST, o->tokens, 1, 1 << 20, .count = &o->n_tokens_list, .cap = MAX_LIST,
+         .arg = "LIST", .help = "token counts T (default 1,2,4,...,1024)"},
+        {"--threads", NULL, CLI_LIST, o->threads, 1, 4096, .count = &o->n_threads_list, .cap = MAX_LIST,
+         .arg = "LIST", .help = "OpenMP thread counts (default 1,2)"},
+        {"--reps", NULL, CLI_INT, &o->reps, 0, 1000000, .arg = "N",
+         .help = "timed forwards per row (default: auto, >= 5, ~0.5 s)"},
+        {"--bw-mb", NULL, CLI_INT, &o->bw_mb, 1, 1 << 20, .arg = "N",
+         .help = "buffer of the bandwidth probe in MB (default 1024)"},
+        {NULL},
+    };
+    const int rc = cli_parse("bench", SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
+    return rc < 0 ? -1 : rc;
 }
 
 /* ---- synthetic layers ------------------------------------------------------ */
@@ -387,8 +368,12 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "forward")) return cmd_bench_forward(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "grammar")) return cmd_bench_grammar(argc, argv);
-    if (argc < 2 || strcmp(argv[1], "moe")) return usage();
-    if (parse_opts(argc, argv, &o)) return 2;
+    if (argc < 2 || strcmp(argv[1], "moe")) {
+        fprintf(stderr, "usage: " SYNOPSIS "\n" NOTES "(moe8 bench moe -h: its options)\n");
+        return 2;
+    }
+    const int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
     if (o.n_layers > 16 || o.n_float_layers > 16) {
         fprintf(stderr, "moe8 bench: at most 16 layers of each kind\n");
         return 2;

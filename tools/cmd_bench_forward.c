@@ -52,33 +52,9 @@ typedef struct {
 } ceilings;
 
 /* --flag LIST into out[*n]; 0, or -1 after saying what it wants. */
-static int opt_list(const char *flag, const char *s, int lo, int hi, int *out, int *n) {
-    if ((*n = cli_parse_list(s, lo, hi, out, MAX_LIST)) >= 1) return 0;
-    fprintf(stderr, "moe8 " CMD ": %s wants up to %d integers in [%d, %d], got '%s'\n", flag,
-            MAX_LIST, lo, hi, s);
-    return -1;
-}
-
-/* --flag N into *out; 0, or -1 after saying what it wants. */
-static int opt_int(const char *flag, const char *s, int lo, int hi, int *out) {
-    if (!cli_parse_int(s, lo, hi, out)) return 0;
-    fprintf(stderr, "moe8 " CMD ": %s wants an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
-    return -1;
-}
-
-static int usage(void) {
-    fprintf(stderr,
-            "usage: moe8 bench forward -m DIR [--tokens 1,512,4096] [--ctx 512,8192]\n"
-            "                          [--threads N] [--steps 8] [--reps 2] [--kv-type f16]\n"
-            "                          [--bw-mb 1024]\n"
-            "  --tokens LIST  T > 1: prefill of T tokens; 1: decode steps at each --ctx\n"
-            "  --ctx LIST     context lengths of the decode runs (default 512)\n"
-            "  --steps N      timed decode steps per context (default 8)\n"
-            "  --reps N       prefill repetitions, the best kept (default 2)\n"
-            "  --kv-type T    f16 (default), bf16 or f32\n"
-            "  --bw-mb N      buffer of the bandwidth probe in MB (default 1024)\n");
-    return 2;
-}
+#define SYNOPSIS "moe8 bench forward -m DIR [--tokens 1,512,4096] [--ctx 512,8192]\n" \
+                 "                          [--threads N] [--steps 8] [--reps 2] [--kv-type f16]\n" \
+                 "                          [--bw-mb 1024]"
 
 static int parse(int argc, char **argv, fwd_opts *o) {
     memset(o, 0, sizeof *o);
@@ -86,31 +62,28 @@ static int parse(int argc, char **argv, fwd_opts *o) {
     o->ctx[0] = 512, o->n_ctx = 1;
     o->steps = 8, o->reps = 2, o->bw_mb = 1024;
     o->kv_type = MOE8_DT_F16;
-    for (int i = 2; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (!v) return usage();
-        if (!strcmp(a, "-m")) o->dir = v;
-        else if (!strcmp(a, "--tokens")) rc = opt_list(a, v, 1, 1 << 20, o->tokens, &o->n_tokens);
-        else if (!strcmp(a, "--ctx")) rc = opt_list(a, v, 1, 1 << 24, o->ctx, &o->n_ctx);
-        else if (!strcmp(a, "--threads")) rc = opt_int(a, v, 1, 4096, &o->threads);
-        else if (!strcmp(a, "--steps")) rc = opt_int(a, v, 1, 1 << 20, &o->steps);
-        else if (!strcmp(a, "--reps")) rc = opt_int(a, v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--bw-mb")) rc = opt_int(a, v, 16, 1 << 16, &o->bw_mb);
-        else if (!strcmp(a, "--kv-type")) {
-            if (cli_kv_type(v, &o->kv_type)) {
-                fprintf(stderr, "moe8 " CMD ": --kv-type wants f32, f16 or bf16, got '%s'\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s'\n", a);
-            return usage();
-        }
-        if (rc) return 2;
-    }
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR", .help = "the model folder"},
+        {"--tokens", NULL, CLI_LIST, o->tokens, 1, 1 << 20, .count = &o->n_tokens, .cap = MAX_LIST,
+         .arg = "LIST", .help = "T > 1: prefill of T tokens; 1: decode steps at each --ctx"},
+        {"--ctx", NULL, CLI_LIST, o->ctx, 1, 1 << 24, .count = &o->n_ctx, .cap = MAX_LIST,
+         .arg = "LIST", .help = "context lengths of the decode runs (default 512)"},
+        {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: OpenMP's)"},
+        {"--steps", NULL, CLI_INT, &o->steps, 1, 1 << 20, .arg = "N",
+         .help = "timed decode steps per context (default 8)"},
+        {"--reps", NULL, CLI_INT, &o->reps, 1, 1000, .arg = "N",
+         .help = "prefill repetitions, the best kept (default 2)"},
+        {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T", .help = "f16 (default), bf16 or f32"},
+        {"--bw-mb", NULL, CLI_INT, &o->bw_mb, 16, 1 << 16, .arg = "N",
+         .help = "buffer of the bandwidth probe in MB (default 1024)"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc - 1, argv + 1);
+    if (rc) return rc;
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": -m DIR is required\n");
-        return usage();
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
+        return 2;
     }
     return 0;
 }
@@ -380,7 +353,7 @@ int cmd_bench_forward(int argc, char **argv) {
     const char *how8 = "", *howf = "";
     int rc = parse(argc, argv, &o), max_t = 1, max_ctx = 0, has_decode = 0;
     int32_t *tok = NULL, *pos = NULL, *seq = NULL;
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     for (int i = 0; i < o.n_tokens; i++) {
         if (o.tokens[i] > max_t) max_t = o.tokens[i];
         has_decode |= o.tokens[i] == 1;

@@ -100,18 +100,9 @@ static int count_bits(const uint32_t *m, int32_t n) {
     return c;
 }
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: moe8 bench grammar [-m DIR | --tokenizer DIR] [--reps N] [--walk N] [--seed S]\n"
-            "                          [--n-vocab N]\n"
-            "  -m, --tokenizer DIR  a model or tokenizer folder (default .deps/qwen3-tokenizer)\n"
-            "  --reps N             masks timed per state (default 200)\n"
-            "  --walk N             steps of the random walk row (default 200)\n"
-            "  --n-vocab N          ids in the mask (default: the model's 151936 for a Qwen3 tokenizer,\n"
-            "                       else the tokenizer's)\n"
-            "grammar_prepare runs on OMP_NUM_THREADS threads; masks on one.\n");
-    return 2;
-}
+#define SYNOPSIS "moe8 bench grammar [-m DIR | --tokenizer DIR] [--reps N] [--walk N] [--seed S]\n" \
+                 "                          [--n-vocab N]"
+#define NOTES "grammar_prepare runs on OMP_NUM_THREADS threads; masks on one.\n"
 
 static int parse_opts(int argc, char **argv, bench_opts *o) {
     memset(o, 0, sizeof *o);
@@ -119,26 +110,24 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
 #ifdef MOE8_DEFAULT_DEPS_DIR
     o->dir = MOE8_DEFAULT_DEPS_DIR "/qwen3-tokenizer";
 #endif
-    for (int i = 2; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), -1;
-        if (!v) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value\n", a);
-            return -1;
-        }
-        if (!strcmp(a, "-m") || !strcmp(a, "--tokenizer")) o->dir = v;
-        else if (!strcmp(a, "--reps") && !cli_parse_int(v, 1, 1000000, &o->reps)) continue;
-        else if (!strcmp(a, "--walk") && !cli_parse_int(v, 1, 1000000, &o->walk)) continue;
-        else if (!strcmp(a, "--n-vocab") && !cli_parse_int(v, 1, 1 << 24, &o->n_vocab)) continue;
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10) | 1;
-        else {
-            fprintf(stderr, "moe8 " CMD ": bad option or value: %s %s\n", a, v);
-            return usage(), -1;
-        }
-    }
+    const cli_opt opts[] = {
+        {"--tokenizer", "-m", CLI_STR, &o->dir, .arg = "DIR",
+         .help = "a model or tokenizer folder (default .deps/qwen3-tokenizer)"},
+        {"--reps", NULL, CLI_INT, &o->reps, 1, 1000000, .arg = "N", .help = "masks timed per state (default 200)"},
+        {"--walk", NULL, CLI_INT, &o->walk, 1, 1000000, .arg = "N",
+         .help = "steps of the random walk row (default 200)"},
+        {"--n-vocab", NULL, CLI_INT, &o->n_vocab, 1, 1 << 24, .arg = "N",
+         .help = "ids in the mask (default: the model's 151936 for a Qwen3 tokenizer,\nelse the tokenizer's)"},
+        {"--seed", NULL, CLI_U64, &o->seed, .arg = "S", .help = "the walk's seed (default 1; made odd)"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
+    if (rc) return rc < 0 ? -2 : -1;
+    o->seed |= 1;
     if (!o->dir) {
         fprintf(stderr, "moe8 " CMD ": give -m DIR\n");
-        return usage(), -1;
+        cli_usage(stderr, SYNOPSIS, opts, NOTES);
+        return -1;
     }
     return 0;
 }
@@ -210,7 +199,8 @@ int cmd_bench_grammar(int argc, char **argv) {
     } gs[] = {{"json_object", NULL, 0, JSON_STATES},
               {"12-field schema", SCHEMA12, 1, SCHEMA_STATES},
               {"arithmetic GBNF", ARITH, 0, ARITH_STATES}};
-    if (parse_opts(argc, argv, &o)) return 2;
+    const int prc = parse_opts(argc, argv, &o);
+    if (prc) return prc == -2 ? 0 : 2; /* -2: the usage was asked for */
     gs[0].text = grammar_json_object();
     fprintf(stderr, "moe8 " CMD ": loading %s\n", o.dir);
     if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) return cli_fail(CMD, &err);

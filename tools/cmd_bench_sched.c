@@ -35,24 +35,9 @@ typedef struct {
 } sched_opts;
 
 
-static int parse_pos(const char *flag, const char *s, int hi, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < 1 || v > hi) {
-        fprintf(stderr, "moe8 " CMD ": %s wants an integer in [1, %d], got '%s'\n", flag, hi, s);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-static int usage(void) {
-    fprintf(stderr,
-            "usage: moe8 bench sched -m DIR [--running 1,4,16,64] [--prompt 32] [--steps 16]\n"
-            "                        [--ctx 4096] [--shared 240] [--shared-total 256]\n"
-            "                        [--reps 3] [--threads N]\n");
-    return 2;
-}
+#define SYNOPSIS "moe8 bench sched -m DIR [--running 1,4,16,64] [--prompt 32] [--steps 16]\n" \
+                 "                        [--ctx 4096] [--shared 240] [--shared-total 256]\n" \
+                 "                        [--reps 3] [--threads N]"
 
 static int parse(int argc, char **argv, sched_opts *o) {
     static const int def[] = {1, 4, 16, 64};
@@ -61,30 +46,27 @@ static int parse(int argc, char **argv, sched_opts *o) {
     o->n_running = 4;
     o->prompt = 32, o->steps = 16, o->n_ctx = 4096, o->shared = 240, o->shared_total = 256;
     o->reps = 3;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (!v) return usage();
-        if (!strcmp(a, "-m")) o->dir = v;
-        else if (!strcmp(a, "--running")) {
-            char buf[256], *tok, *save = NULL;
-            snprintf(buf, sizeof buf, "%s", v);
-            o->n_running = 0;
-            for (tok = strtok_r(buf, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save))
-                rc = o->n_running == MAX_LIST ? -1
-                                              : parse_pos(a, tok, 4096, &o->running[o->n_running++]);
-        } else if (!strcmp(a, "--prompt")) rc = parse_pos(a, v, 1 << 20, &o->prompt);
-        else if (!strcmp(a, "--steps")) rc = parse_pos(a, v, 1 << 20, &o->steps);
-        else if (!strcmp(a, "--ctx")) rc = parse_pos(a, v, 1 << 24, &o->n_ctx);
-        else if (!strcmp(a, "--shared")) rc = parse_pos(a, v, 1 << 20, &o->shared);
-        else if (!strcmp(a, "--shared-total")) rc = parse_pos(a, v, 1 << 20, &o->shared_total);
-        else if (!strcmp(a, "--reps")) rc = parse_pos(a, v, 100, &o->reps);
-        else if (!strcmp(a, "--threads")) rc = parse_pos(a, v, 4096, &o->threads);
-        else return usage();
-        if (rc) return 2;
-        i++;
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR", .help = "the model folder"},
+        {"--running", NULL, CLI_LIST, o->running, 1, 4096, .count = &o->n_running, .cap = MAX_LIST,
+         .arg = "LIST", .help = "requests running at once, one row each (default 1,4,16,64)"},
+        {"--prompt", NULL, CLI_INT, &o->prompt, 1, 1 << 20, .arg = "N", .help = "prompt tokens (default 32)"},
+        {"--steps", NULL, CLI_INT, &o->steps, 1, 1 << 20, .arg = "N", .help = "timed decode steps (default 16)"},
+        {"--ctx", NULL, CLI_INT, &o->n_ctx, 1, 1 << 24, .arg = "N", .help = "context length (default 4096)"},
+        {"--shared", NULL, CLI_INT, &o->shared, 1, 1 << 20, .arg = "N",
+         .help = "tokens of the prefix-cache request a finished one computed\n(default 240)"},
+        {"--shared-total", NULL, CLI_INT, &o->shared_total, 1, 1 << 20, .arg = "N",
+         .help = "that request's length (default 256)"},
+        {"--reps", NULL, CLI_INT, &o->reps, 1, 100, .arg = "N", .help = "prefix-cache repetitions, the best kept (default 3)"},
+        {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: OpenMP's)"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc - 1, argv + 1);
+    if (rc) return rc;
+    if (!o->dir) {
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
+        return 2;
     }
-    if (!o->dir) return usage();
     if (o->shared >= o->shared_total) {
         fprintf(stderr, "moe8 " CMD ": --shared %d must be below --shared-total %d\n", o->shared,
                 o->shared_total);
@@ -236,7 +218,7 @@ int cmd_bench_sched(int argc, char **argv) {
     moe8_model *m = NULL;
     moe8_error err;
     int rc = parse(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     mp.n_threads = o.threads;
     moe8_bench_kernel_timing(1); /* before the context: its kernel table records times */
     if (moe8_model_load(o.dir, &mp, &m, &err)) return cli_fail(CMD, &err);

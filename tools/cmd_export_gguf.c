@@ -625,20 +625,7 @@ static int write_src(writer *w, const moe8_st *st, const gg_tensor *g, const moe
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: moe8 export-gguf -m DIR -o FILE.gguf [--type q8_0|f16|bf16] [--layers N]\n"
-            "                        [--force]\n"
-            "  -m DIR       float Qwen3-MoE model folder (config.json, *.safetensors,\n"
-            "               tokenizer.json; only read)\n"
-            "  -o FILE      the GGUF file for llama.cpp (architecture qwen3moe); written to\n"
-            "               FILE.tmp.<pid>, then renamed\n"
-            "  --type T     matrices as q8_0 (default), f16 or bf16; norms and the router\n"
-            "               stay f32\n"
-            "  --layers N   only the first N layers (default all): two files of different\n"
-            "               depths give a per-layer time by difference\n"
-            "  --force      replace an existing FILE (never a file of the model folder)\n");
-}
+#define SYNOPSIS "moe8 export-gguf -m DIR -o FILE.gguf [--type q8_0|f16|bf16] [--layers N] [--force]"
 
 /* Refuse an output that is a file of the model folder, or exists without --force. */
 static int check_output(const char *dir, const char *out, int force) {
@@ -727,49 +714,31 @@ out:
 }
 
 int cmd_export_gguf(int argc, char **argv) {
-    const char *dir = NULL, *out = NULL, *type = "q8_0";
-    int force = 0, n_layers = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--force")) {
-            force = 1;
-            continue;
-        }
-        if (!val) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value (or is unknown)\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "-m")) dir = val;
-        else if (!strcmp(a, "-o")) out = val;
-        else if (!strcmp(a, "--type")) type = val;
-        else if (!strcmp(a, "--layers")) {
-            if (cli_parse_int(val, 1, 512, &n_layers)) {
-                fprintf(stderr, "moe8 " CMD ": --layers '%s': expected an integer in [1, 512]\n", val);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "moe8 " CMD ": bad option '%s %s'\n", a, val);
-            usage(stderr);
-            return 2;
-        }
-        i++;
-    }
+    const char *dir = NULL, *out = NULL;
+    int force = 0, n_layers = 0, type = 0;
+    const cli_opt opts[] = {
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float Qwen3-MoE model folder (config.json, "
+         "*.safetensors,\ntokenizer.json; only read)"},
+        {"-o", NULL, CLI_STR, &out, .arg = "FILE", .help = "the GGUF file for llama.cpp (architecture "
+         "qwen3moe); written to\nFILE.tmp.<pid>, then renamed"},
+        {"--type", NULL, CLI_CHOICE, &type, .choices = "q8_0,f16,bf16", .arg = "T",
+         .help = "matrices as q8_0 (default), f16 or bf16; norms and the router\nstay f32"},
+        {"--layers", NULL, CLI_INT, &n_layers, 1, 512, .arg = "N",
+         .help = "only the first N layers (default all): two files of different\n"
+         "depths give a per-layer time by difference"},
+        {"--force", NULL, CLI_FLAG, &force,
+         .help = "replace an existing FILE (never a file of the model folder)"},
+        {NULL},
+    };
+    const int prc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc, argv);
+    if (prc) return prc < 0 ? 0 : prc;
     if (!dir || !out) {
-        usage(stderr);
+        cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
+    static const int wtypes[3] = {GGML_Q8_0, GGML_F16, GGML_BF16};
     plan p = {.dir = dir};
-    if (!strcmp(type, "q8_0")) p.wtype = GGML_Q8_0;
-    else if (!strcmp(type, "f16")) p.wtype = GGML_F16;
-    else if (!strcmp(type, "bf16")) p.wtype = GGML_BF16;
-    else {
-        fprintf(stderr, "moe8 " CMD ": --type '%s': expected q8_0, f16 or bf16\n", type);
-        return 2;
-    }
+    p.wtype = wtypes[type];
 
     moe8_config cfg;
     moe8_error err;
