@@ -54,7 +54,7 @@ typedef enum {
     CLI_CHOICE, /* out: int*, the index of the value among choices ("a,b") */
     CLI_FLOAT,  /* out: float*, finite, in [dlo, dhi] ((dlo, dhi] with open_lo) */
     CLI_I64,    /* out: int64_t*, a whole decimal integer in [lo, hi] */
-    CLI_DOUBLE, /* out: double*, as CLI_FLOAT */
+    CLI_DOUBLE, /* out: double*, as CLI_FLOAT; with dhi = INFINITY "inf" too */
     CLI_LIST,   /* out: int[cap], comma-separated integers in [lo, hi]; *count set */
     CLI_U64,    /* out: uint64_t*, a whole decimal integer in [lo, hi] (hi 0: UINT64_MAX) */
     CLI_KV,     /* out: moe8_dtype*, a KV cache type: f32, f16 or bf16 (cli_kv_type) */
@@ -69,6 +69,7 @@ typedef struct {
     double dlo, dhi;     /* CLI_FLOAT */
     int open_lo;         /* CLI_FLOAT: dlo itself refused */
     int *count, cap;     /* CLI_LIST: how many were given, at most cap */
+    int *given;          /* set to 1 when the option appears; NULL: not needed */
     const char *choices; /* CLI_CHOICE */
     const char *arg;     /* the value's name in the usage: "N", "DIR" */
     const char *help;    /* its line(s) in the usage ('\n' continues, indented) */

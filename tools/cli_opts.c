@@ -93,7 +93,8 @@ static int set_value(const cli_opt *o, const char *v) {
         if (!*v || isspace((unsigned char)*v)) return -1;
         errno = 0;
         const double x = strtod(v, &end);
-        if (*end || errno || !isfinite(x) || x < o->dlo || x > o->dhi || (o->open_lo && x == o->dlo))
+        if (*end || errno || isnan(x) || (!isfinite(x) && !isinf(o->dhi)) || x < o->dlo ||
+            x > o->dhi || (o->open_lo && x == o->dlo))
             return -1;
         if (o->kind == CLI_FLOAT) *(float *)o->out = (float)x;
         else *(double *)o->out = x;
@@ -151,6 +152,7 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
             cli_usage(stderr, synopsis, opts, notes);
             return 2;
         }
+        if (o->given) *o->given = 1;
         if (o->kind == CLI_FLAG) {
             *(int *)o->out = 1;
             continue;

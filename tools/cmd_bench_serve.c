@@ -93,129 +93,56 @@ static uint64_t splitmix(uint64_t *s) {
 
 /* ---- options ------------------------------------------------------------- */
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: moe8 bench serve --url URL [--endpoint completions|chat] [--model NAME]\n"
-            "                        [--api-key KEY] [-n N] [--input-len N] [--output-len N]\n"
-            "                        [--shared-prefix N] [--prompt-file FILE]\n"
-            "                        [--request-rate R] [--max-concurrency C] [--seed S]\n"
-            "                        [--timeout S] [--json-schema FILE | --json-object]\n"
-            "  --url URL            server base, http(s)://host:port (a trailing /v1 is allowed)\n"
-            "  --endpoint E         completions (POST /v1/completions, default) or chat\n"
-            "                       (POST /v1/chat/completions, one user message)\n"
-            "  --model NAME         model field (default: the first id of GET /v1/models)\n"
-            "  --api-key KEY        sent as Authorization: Bearer KEY\n"
-            "  -n, --num-prompts N  requests to send (default 100; with --prompt-file: its lines)\n"
-            "  --input-len N        words per synthetic prompt, ~1 token each (default 1024)\n"
-            "  --output-len N       max_tokens of every request, eos ignored (default 128)\n"
-            "  --shared-prefix N    first N words identical in every prompt (default 0)\n"
-            "  --prompt-file FILE   one prompt per line instead (cycled if -n is larger)\n"
-            "  --request-rate R     Poisson arrivals at R requests/s (default inf: all at once)\n"
-            "  --max-concurrency C  at most C requests in flight (default: no limit)\n"
-            "  --seed S             seed of the prompts and the arrivals (default: a new one\n"
-            "                       each run, printed, so a run can be repeated)\n"
-            "  --timeout S          seconds each request may take (default 1800)\n"
-            "  --json-schema FILE   structured output: response_format json_schema with the JSON\n"
-            "                       Schema in FILE (strict), constrained decoding on the server\n"
-            "  --json-object        structured output: response_format json_object\n"
-            "Exit status: 0 when every request completed, 1 when some failed, 2 on bad flags.\n");
-}
-
-static int bad(const char *flag, const char *v, const char *want) {
-    fprintf(stderr, "moe8 " CMD ": %s '%s': expected %s\n", flag, v, want);
-    return 2;
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi, int *out) {
-    char *end;
-    long v;
-    char want[96];
-    errno = 0;
-    v = (*s >= '0' && *s <= '9') ? strtol(s, &end, 10) : -1;
-    if (v < 0 || errno || *end || v < lo || v > hi) {
-        snprintf(want, sizeof want, "an integer in [%ld, %ld]", lo, hi);
-        return bad(flag, s, want);
-    }
-    *out = (int)v;
-    return 0;
-}
-
-/* A finite number in [lo, hi], or "inf" when allow_inf. */
-static int parse_num(const char *flag, const char *s, double lo, double hi, int allow_inf,
-                     double *out) {
-    char *end, want[128];
-    double v;
-    if (allow_inf && (!strcmp(s, "inf") || !strcmp(s, "INF"))) {
-        *out = INFINITY;
-        return 0;
-    }
-    errno = 0;
-    v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi) {
-        snprintf(want, sizeof want, "a number in [%g, %g]%s", lo, hi, allow_inf ? " or inf" : "");
-        return bad(flag, s, want);
-    }
-    *out = v;
-    return 0;
-}
+#define SYNOPSIS "moe8 bench serve --url URL [--endpoint completions|chat] [--model NAME]\n" \
+    "                        [--api-key KEY] [-n N] [--input-len N] [--output-len N]\n" \
+    "                        [--shared-prefix N] [--prompt-file FILE]\n" \
+    "                        [--request-rate R] [--max-concurrency C] [--seed S]\n" \
+    "                        [--timeout S] [--json-schema FILE | --json-object]"
+#define NOTES "Exit status: 0 when every request completed, 1 when some failed, 2 on bad flags.\n"
 
 static int parse_opts(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_prompts = 100, o->input_len = 1024, o->output_len = 128;
     o->request_rate = INFINITY, o->timeout_s = 1800.0;
-    for (int i = 2; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json-object")) { /* the one flag without a value */
-            o->json_object = 1;
-            i--;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moe8 " CMD ": %s needs a value\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "--url")) o->url = v;
-        else if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--api-key")) o->api_key = v;
-        else if (!strcmp(a, "--prompt-file")) o->prompt_file = v;
-        else if (!strcmp(a, "--json-schema")) o->json_schema = v;
-        else if (!strcmp(a, "--endpoint")) {
-            if (!strcmp(v, "completions")) o->chat = 0;
-            else if (!strcmp(v, "chat")) o->chat = 1;
-            else rc = bad(a, v, "completions or chat");
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--num-prompts")) {
-            rc = parse_int(a, v, 1, MAX_PROMPTS, &o->n_prompts);
-            o->n_set = 1;
-        } else if (!strcmp(a, "--input-len")) {
-            rc = parse_int(a, v, 1, MAX_LEN, &o->input_len);
-            o->len_set = 1;
-        } else if (!strcmp(a, "--shared-prefix")) {
-            rc = parse_int(a, v, 0, MAX_LEN, &o->shared_prefix);
-            o->len_set = 1;
-        } else if (!strcmp(a, "--output-len")) rc = parse_int(a, v, 1, MAX_LEN, &o->output_len);
-        else if (!strcmp(a, "--max-concurrency"))
-            rc = parse_int(a, v, 1, MAX_PROMPTS, &o->max_concurrency);
-        else if (!strcmp(a, "--request-rate"))
-            rc = parse_num(a, v, 0.01, 1e6, 1, &o->request_rate);
-        else if (!strcmp(a, "--timeout")) rc = parse_num(a, v, 0.001, 86400.0, 0, &o->timeout_s);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(v, &end, 10);
-            o->seed_set = 1;
-            if (*v < '0' || *v > '9' || *end || errno) rc = bad(a, v, "an integer in [0, 2^64)");
-        } else {
-            fprintf(stderr, "moe8 " CMD ": unknown option '%s' (moe8 bench serve -h lists them)\n",
-                    a);
-            return 2;
-        }
-        if (rc) return rc;
-    }
+    int input_set = 0, shared_set = 0;
+    const cli_opt opts[] = {
+        {"--url", NULL, CLI_STR, &o->url, .arg = "URL",
+         .help = "server base, http(s)://host:port (a trailing /v1 is allowed)"},
+        {"--endpoint", NULL, CLI_CHOICE, &o->chat, .choices = "completions,chat", .arg = "E",
+         .help = "completions (POST /v1/completions, default) or chat\n"
+         "(POST /v1/chat/completions, one user message)"},
+        {"--model", NULL, CLI_STR, &o->model, .arg = "NAME",
+         .help = "model field (default: the first id of GET /v1/models)"},
+        {"--api-key", NULL, CLI_STR, &o->api_key, .arg = "KEY", .help = "sent as Authorization: Bearer KEY"},
+        {"--num-prompts", "-n", CLI_INT, &o->n_prompts, 1, MAX_PROMPTS, .arg = "N", .given = &o->n_set,
+         .help = "requests to send (default 100; with --prompt-file: its lines)"},
+        {"--input-len", NULL, CLI_INT, &o->input_len, 1, MAX_LEN, .arg = "N", .given = &input_set,
+         .help = "words per synthetic prompt, ~1 token each (default 1024)"},
+        {"--output-len", NULL, CLI_INT, &o->output_len, 1, MAX_LEN, .arg = "N",
+         .help = "max_tokens of every request, eos ignored (default 128)"},
+        {"--shared-prefix", NULL, CLI_INT, &o->shared_prefix, 0, MAX_LEN, .arg = "N", .given = &shared_set,
+         .help = "first N words identical in every prompt (default 0)"},
+        {"--prompt-file", NULL, CLI_STR, &o->prompt_file, .arg = "FILE",
+         .help = "one prompt per line instead (cycled if -n is larger)"},
+        {"--request-rate", NULL, CLI_DOUBLE, &o->request_rate, .dlo = 0.01, .dhi = INFINITY, .arg = "R",
+         .help = "Poisson arrivals at R requests/s (default inf: all at once)"},
+        {"--max-concurrency", NULL, CLI_INT, &o->max_concurrency, 1, MAX_PROMPTS, .arg = "C",
+         .help = "at most C requests in flight (default: no limit)"},
+        {"--seed", NULL, CLI_U64, &o->seed, .arg = "S", .given = &o->seed_set,
+         .help = "seed of the prompts and the arrivals (default: a new one\n"
+         "each run, printed, so a run can be repeated)"},
+        {"--timeout", NULL, CLI_DOUBLE, &o->timeout_s, .dlo = 0.001, .dhi = 86400, .arg = "S",
+         .help = "seconds each request may take (default 1800)"},
+        {"--json-schema", NULL, CLI_STR, &o->json_schema, .arg = "FILE",
+         .help = "structured output: response_format json_schema with the JSON\n"
+         "Schema in FILE (strict), constrained decoding on the server"},
+        {"--json-object", NULL, CLI_FLAG, &o->json_object,
+         .help = "structured output: response_format json_object"},
+        {NULL},
+    };
+    const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
+    if (rc) return rc;
+    o->len_set = input_set || shared_set;
     if (!o->url) {
         fprintf(stderr, "moe8 " CMD ": --url is required (moe8 bench serve -h lists the flags)\n");
         return 2;
@@ -859,13 +786,13 @@ static int check_url(const char *url, char **base) {
     if (strlen(url) > 4000 || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
-        bad("--url", url, "a URL such as http://127.0.0.1:8080");
+        cli_bad_value(CMD, "--url", "a URL such as http://127.0.0.1:8080", url);
         goto done;
     }
     curl_url_get(u, CURLUPART_QUERY, &query, 0);
     curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0);
     if ((strcmp(scheme, "http") && strcmp(scheme, "https")) || query || frag) {
-        bad("--url", url, "an http:// or https:// base URL without ?query or #fragment");
+        cli_bad_value(CMD, "--url", "an http:// or https:// base URL without ?query or #fragment", url);
         goto done;
     }
     if (!(*base = strdup(url))) goto done;
