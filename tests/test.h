@@ -18,7 +18,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "moe8.h"
+#include "moe8.h" /* and the other levels the tests reach: */
+#include "moe8_bench.h"
+#include "moe8_dist.h"
+#include "moe8_moe.h"
+#include "moe8_safetensors.h"
+#include "moe8_tools.h"
 
 static int test_n_pass, test_n_fail;
 

@@ -13,8 +13,19 @@ fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
 
 rm -rf "$prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install"
-for f in lib/libmoe8.a include/moe8.h lib/pkgconfig/moe8.pc; do
+for f in lib/libmoe8.a include/moe8.h include/moe8_bench.h include/moe8_dist.h include/moe8_moe.h \
+    include/moe8_safetensors.h include/moe8_server.h include/moe8_tools.h lib/pkgconfig/moe8.pc; do
     [ -f "$prefix/$f" ] || fail "$f not installed"
+done
+# every public header compiles on its own, as C and as C++ (a program includes only what it uses)
+for h in "$prefix"/include/moe8*.h; do
+    printf '#include <%s>\nint main(void) { return 0; }\n' "$(basename "$h")" >"$prefix/hdr.c"
+    "$cc" -std=c11 -Wall -Wextra -Werror -fsyntax-only -I"$prefix/include" "$prefix/hdr.c" ||
+        fail "$(basename "$h") does not compile alone"
+    if command -v g++ >/dev/null 2>&1; then
+        g++ -Wall -Wextra -Werror -fsyntax-only -x c++ -I"$prefix/include" "$prefix/hdr.c" ||
+            fail "$(basename "$h") does not compile alone as C++"
+    fi
 done
 if nm -u "$prefix/lib/libmoe8.a" | grep -E ' (P?MPI_|ompi_)'; then
     fail "libmoe8.a refers to MPI"

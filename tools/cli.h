@@ -1,6 +1,6 @@
 /*
  * cli.h — the moe8 command-line tool's subcommands. Each lives in its own
- * tools/cmd_*.c file and uses only the public header moe8.h. A subcommand
+ * tools/cmd_*.c file and uses only the public headers (include/moe8*.h). A subcommand
  * returns the process exit status; results go to stdout, errors and progress
  * to stderr.
  */
@@ -11,6 +11,12 @@
 #include <stdio.h>
 
 #include "moe8.h"
+#include "moe8_bench.h"
+#include "moe8_dist.h"
+#include "moe8_moe.h"
+#include "moe8_safetensors.h"
+#include "moe8_server.h"
+#include "moe8_tools.h"
 
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -35,7 +35,7 @@
  * biases and always renormalizes the top-k weights: dense layers and biases
  * are refused, norm_topk_prob false is warned about); quantized (W8A8)
  * checkpoints — export the float model they were made from. Reads the model
- * through the public header only; writes "<FILE>.tmp.<pid>" and renames it.
+ * through the public headers only; writes "<FILE>.tmp.<pid>" and renames it.
  */
 #include <dirent.h>
 #include <errno.h>

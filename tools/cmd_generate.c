@@ -17,7 +17,7 @@
  *
  * Output: text (or ids with --ids) on stdout; errors, notes and the final
  * stats line (key=value pairs, always the last line of stderr) on stderr.
- * Uses only the public header. Does not: echo the prompt, hold a
+ * Uses only the public headers. Does not: echo the prompt, hold a
  * conversation, or stop on strings (only on stop ids; the library can).
  *
  * Input files (-f, --prompt-ids-file) are read whole through moe8_read_file:

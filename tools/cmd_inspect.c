@@ -5,7 +5,7 @@
  * with runs of identical layers collapsed, tensor bytes by dtype, and the
  * estimated memory at a context length (default 4096) and KV cache type
  * (default f16, as contexts).
- * Uses only the public header. Does not run the model.
+ * Uses only the public headers. Does not run the model.
  * lm_head gets a line of its own: quant type, dtype and bytes.
  */
 #include <stdio.h>

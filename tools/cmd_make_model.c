@@ -6,7 +6,7 @@
  * The tokenizer files come from --tokenizer DIR, else $MOE8_TOKENIZER_DIR,
  * else the family's folder under .deps (qwen3-tokenizer for the Qwen
  * families, llama2-tokenizer for Mixtral) next to or above the binary's
- * folder, else the source tree's .deps compiled in. Uses only moe8.h.
+ * folder, else the source tree's .deps compiled in. Uses only the public headers.
  */
 #include <errno.h>
 #include <limits.h>

@@ -26,7 +26,7 @@
  * written to FILE.tmp.<pid> and renamed at the end. --kl-divergence runs the
  * model on the file's tokens and prints llama-perplexity's statistics.
  *
- * Uses only the public header. Under --tp every rank runs the same requests;
+ * Uses only the public headers. Under --tp every rank runs the same requests;
  * rank 0 prints and writes.
  */
 #include <errno.h>

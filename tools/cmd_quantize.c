@@ -5,7 +5,7 @@
  * FLOAT with --down-proj float, attention (and dense MLP) W8A8 static
  * calibrated on a built-in text or --calib FILE, lm_head FLOAT or
  * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT. Progress on stderr, a
- * summary on stdout. Uses only moe8.h.
+ * summary on stdout. Uses only the public headers.
  */
 #include <ctype.h>
 #include <errno.h>

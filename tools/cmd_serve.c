@@ -8,7 +8,7 @@
  * seconds (then cancel them, streams with a final event) and exit 0.
  * stderr: exactly one "moe8 serve: listening on http://HOST:PORT" line when
  * ready (with the real port, also for --port 0), then one access-log line
- * per request. Uses only the public header.
+ * per request. Uses only the public headers.
  */
 #include <errno.h>
 #include <signal.h>

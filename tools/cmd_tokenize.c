@@ -12,7 +12,7 @@
  * holds the template's own BOS, so none is added to it. --render prints the
  * rendered text instead of ids.
  *
- * Uses only the public header.
+ * Uses only the public headers.
  */
 #include <stdio.h>
 #include <stdlib.h>

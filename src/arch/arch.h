@@ -31,7 +31,7 @@
 /* cJSON stays out of the files that include this one: the readers take it by name */
 struct cJSON;
 
-#include "moe8.h"
+#include "core/public.h"
 
 /* ======================================================================== */
 /* Tensor roles (in the loader's binding order)                             */

@@ -12,7 +12,7 @@
 /* cJSON stays out of the files that include this one: the readers take it by name */
 struct cJSON;
 
-#include "moe8.h"
+#include "core/public.h"
 
 /* Size caps of the JSON files of a model folder. */
 #define MOE8_CONFIG_MAX_BYTES ((size_t)1 << 20)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <time.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 #if defined(__GNUC__)
 #define MOE8_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 typedef struct moe8_comm moe8_comm;
 

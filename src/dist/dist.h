@@ -8,7 +8,7 @@
 #define MOE8_DIST_H
 
 #include "dist/comm.h"
-#include "moe8.h"
+#include "core/public.h"
 
 struct moe8_dist {
     moe8_comm *comm;

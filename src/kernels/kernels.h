@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 #define MOE8_QK_KALIGN 4  /* the smallest K alignment of any layout (activation tails) */
 

@@ -10,7 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "moe8.h"
+#include "core/public.h"
 
 /* y[T][n] = rmsnorm(x[T][n]) * w (y may equal x; sum of squares in double). */
 void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n, const float *w,

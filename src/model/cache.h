@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 typedef struct moe8_pcache moe8_pcache;
 

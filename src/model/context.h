@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 moe8_model *moe8_context_model(const moe8_context *ctx);
 /* The model's process group (NULL: one process); *rank and *size filled. */

@@ -19,7 +19,7 @@
 #include "model/attention.h"
 #include "model/linear.h"
 #include "model/model.h"
-#include "moe8.h"
+#include "core/public.h"
 
 /* ======================================================================== */
 /* forward.c                                                                 */

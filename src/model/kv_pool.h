@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 #define KV_BS MOE8_KV_BLOCK_TOKENS
 

@@ -10,7 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "moe8.h"
+#include "core/public.h"
 
 /* A linear layer of model.h made ready to run: y[T][n] = x[T][k] @ W^T with W
  * FLOAT (read in place), W8A8 static or W8A8_DYNAMIC (packed here). */

@@ -24,7 +24,7 @@
 #include "arch/arch.h"
 #include "core/core.h"
 #include "arch/quant_desc.h"
-#include "moe8.h"
+#include "core/public.h"
 
 /* Most threads a caller may ask for (model, context and quantize params):
  * larger counts are refused with MOE8_ERR_INVALID_ARG, 0 means the default. */

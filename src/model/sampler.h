@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 /* Fill the sampler's candidate list from `logits` [n_vocab] with the filters
  * applied (temperature, top-k, top-p, min-p), sorted by probability

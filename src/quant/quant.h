@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 /* ======================================================================== */
 /* folder.c: output folders                                                  */

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 /* Bytes of r's wire form, and r written in it to out (that many bytes). */
 size_t moe8_request_wire_size(const moe8_request *r);

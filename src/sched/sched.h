@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 typedef enum { RQ_WAITING = 0, RQ_RUNNING = 1, RQ_DONE = 2 } rq_state;
 

@@ -30,7 +30,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "moe8.h"
+#include "core/public.h"
 #include "server/sbuf.h"
 
 

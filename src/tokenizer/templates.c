@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "moe8.h"
+#include "core/public.h"
 
 static const char MIXTRAL_INSTRUCT[] =
     "{%- if messages[0]['role'] == 'system' %}\n"

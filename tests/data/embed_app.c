@@ -1,5 +1,6 @@
 /*
- * embed_app.c — a program outside the moe8 tree that uses only moe8.h and
+ * embed_app.c — a program outside the moe8 tree that uses only the installed headers
+ * (moe8.h, moe8_dist.h, moe8_safetensors.h) and
  * links the installed library through pkg-config (tests/test_install.sh
  * builds it against moe8.pc and against moe8-mpi.pc). Needs no model: it
  * reads a safetensors image built in memory and checks the error paths of a
@@ -14,6 +15,8 @@
 #include <string.h>
 
 #include <moe8.h>
+#include <moe8_dist.h>
+#include <moe8_safetensors.h>
 
 /* A safetensors image with one F32 tensor "w" of shape [2][3] = 1..6. */
 static size_t make_image(unsigned char *buf, size_t cap) {
