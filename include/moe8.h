@@ -17,8 +17,12 @@
  * Conventions used throughout:
  *   - Calls that can fail return moe8_status (0 = ok, negative = error) and fill
  *     an optional moe8_error (pass NULL when you do not want the message).
- *   - Handles are opaque and come in _open/_close or _load/_free pairs; a
- *     _free/_close of NULL is a no-op.
+ *   - Handles are opaque. One naming scheme for every level: a handle is made
+ *     by _load (from a folder: model, tokenizer), _open (a file: safetensors
+ *     reader and writer), _parse / _compile (from text: chat template,
+ *     grammar) or _create (in memory: everything else), and released by
+ *     _free, a no-op on NULL; a parameter struct T comes from T_default()
+ *     (moe8_context_params_default, moe8_request_default, ...).
  *   - The library never prints and never exits. Diagnostics go through the
  *     log callback (moe8_set_log), silent by default.
  *   - Shapes are written C-style, outermost first: [rows][cols].
@@ -244,9 +248,10 @@ typedef struct {
 
 /* Parse and validate a config.json image (`len` bytes, need not be
  * NUL-terminated; `label` names it in errors). Refuses model types other than
- * those of moe8_arch (deepseek_v2 / deepseek_v3 as "not supported yet"),
- * rope_scaling, wrong JSON types, non-integral or out-of-range numbers, with
- * messages naming the field and its value. */
+ * those of moe8_arch, a rope_scaling the family does not read (DeepSeek's
+ * YaRN is read; the other families refuse any), wrong JSON types,
+ * non-integral or out-of-range numbers, with messages naming the field and
+ * its value. */
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err);
 /* 1 if layer `layer` is a MoE layer (SEMANTICS §7), 0 if it has a dense MLP. */
@@ -392,7 +397,7 @@ typedef struct {
 
 typedef struct moe8_sampler moe8_sampler;
 
-moe8_sampler_params moe8_sampler_defaults(void);
+moe8_sampler_params moe8_sampler_params_default(void);
 /* `params` may be NULL (defaults). A sampler belongs to one caller at a time. */
 moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
                                 moe8_sampler **out, moe8_error *err);
@@ -584,8 +589,9 @@ typedef struct {
     const int32_t *eos_ids;    /* end-of-sequence ids (copied), ended on unless a request
                                 * ignores them; NULL = the model's eos ids and the tokenizer's */
     int32_t n_eos_ids;
-    const moe8_grammar_vocab *grammar_vocab; /* for requests with a grammar (moe8_grammar_vocab_new
-                                * over the same eos ids); NULL: made from tok at the first one */
+    const moe8_grammar_vocab *grammar_vocab; /* for requests with a grammar: another scheduler's
+                                * (moe8_sched_grammar_vocab, same tokenizer and eos ids), which
+                                * must outlive this one; NULL: made from tok at the first one */
 } moe8_sched_params;
 moe8_sched_params moe8_sched_params_default(void);
 
@@ -885,7 +891,7 @@ moe8_status moe8_tokenize_ex(const moe8_tokenizer *tok, const char *text, size_t
 typedef struct moe8_detok moe8_detok;
 #define MOE8_DETOK_SKIP_SPECIAL 1u
 #define MOE8_DETOK_CONTINUE 2u
-moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
+moe8_status moe8_detok_create(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
                            moe8_error *err);
 /* Fails (MOE8_ERR_INVALID_ARG, *len = 0) for an id without a token. */
 moe8_status moe8_detok_feed(moe8_detok *d, int32_t id, const char **text, size_t *len,

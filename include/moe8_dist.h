@@ -39,7 +39,7 @@ extern "C" {
  * fails with MOE8_ERR_COMM naming the silent rank ("rank 1 stopped
  * answering: no reply within 60 s in all-reduce"); the group is then broken
  * (moe8_dist_failure) and the caller ends the job with moe8_dist_abort. MPI is
- * initialised only by moe8_dist_init with n_ranks > 1; nothing else in moe8
+ * initialised only by moe8_dist_create with n_ranks > 1; nothing else in moe8
  * touches it. The MPI transport is used from the calling thread only.
  *
  * Linking: libmoe8 (pkg-config moe8) never needs MPI; the transport is in
@@ -54,14 +54,14 @@ int moe8_dist_mpi_available(void);
  * (MOE8_ERR_INVALID_ARG) unless the launcher started exactly n_ranks
  * processes, and (MOE8_ERR_UNSUPPORTED) in a program linked without
  * libmoe8_mpi. On failure nothing is left initialised. */
-moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err);
+moe8_status moe8_dist_create(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err);
 /* A handle for rank `rank` of `n_ranks` in this one process, with no MPI and no
  * peers: moe8_model_load and the first context load and prepare exactly that
  * rank's shard (and write its packed cache, which the real group's rank then
  * maps: `moe8 pack --tp N --rank R`); a decode with it fails
  * (MOE8_ERR_UNSUPPORTED). Checks that compare ranks pass (every peer is taken
  * to agree). rank outside [0, n_ranks): MOE8_ERR_INVALID_ARG. */
-moe8_status moe8_dist_init_offline(int n_ranks, int rank, int expert_parallel, moe8_dist **out,
+moe8_status moe8_dist_create_offline(int n_ranks, int rank, int expert_parallel, moe8_dist **out,
                                    moe8_error *err);
 /* Collective when n_ranks > 1 (finalises MPI, except in a broken group:
  * moe8_dist_failure). NULL is a no-op. */

@@ -41,7 +41,7 @@ moe8_status moe8_st_open(const char *path, moe8_st **out, moe8_error *err);
  * outlive the handle). `label` names it in errors. Used by fuzzers and tests. */
 moe8_status moe8_st_open_buffer(const void *buf, size_t len, const char *label,
                                 moe8_st **out, moe8_error *err);
-void moe8_st_close(moe8_st *st);
+void moe8_st_free(moe8_st *st);
 
 size_t moe8_st_count(const moe8_st *st);
 const moe8_tensor *moe8_st_get(const moe8_st *st, size_t i);          /* NULL if out of range */
@@ -81,7 +81,7 @@ moe8_status moe8_st_writer_write(moe8_st_writer *w, const char *name, const void
 /* Check every declared tensor was written, fsync, rename into place. */
 moe8_status moe8_st_writer_finish(moe8_st_writer *w, moe8_error *err);
 /* Free; removes the temporary file if finish did not succeed. */
-void moe8_st_writer_close(moe8_st_writer *w);
+void moe8_st_writer_free(moe8_st_writer *w);
 
 #ifdef __cplusplus
 }

@@ -583,7 +583,7 @@ static inline int fx_write_st(const char *path, fx_list *L, int from, int to) {
     rc = 0;
 done:
     if (rc) fprintf(stderr, "fixture: writing %s: %s\n", path, e.message);
-    moe8_st_writer_close(w);
+    moe8_st_writer_free(w);
     return rc;
 }
 

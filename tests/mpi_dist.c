@@ -28,7 +28,7 @@
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
  *     (config.json fingerprint), an impossible split, different settings;
- *   - moe8 pack --tp N --rank R (moe8_dist_init_offline): each rank's shard
+ *   - moe8 pack --tp N --rank R (moe8_dist_create_offline): each rank's shard
  *     packed in one process without MPI is mapped unchanged by the group's
  *     rank, logits bit-identical to no cache; decoding offline fails cleanly;
  *   - moe8_dist_bcast: rank 0's bytes on every rank (odd and large sizes),
@@ -274,7 +274,7 @@ static void offline_pack(moe8_dist *group, int ep) {
     struct stat before, after;
     mp.n_threads = 1;
     mp.cache_dir = cache_dir;
-    CHECK(moe8_dist_init_offline(g_size, g_rank, ep, &off, &e) == MOE8_OK);
+    CHECK(moe8_dist_create_offline(g_size, g_rank, ep, &off, &e) == MOE8_OK);
     CHECK(moe8_dist_rank(off) == g_rank && moe8_dist_size(off) == g_size);
     mp.dist = off;
     CHECK(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK);
@@ -451,7 +451,7 @@ int main(void) {
         fprintf(stderr, "mpi_dist: run under mpirun with 2 or 3 ranks\n");
         return 1;
     }
-    if (moe8_dist_init(n, 0, &tp, &e) != MOE8_OK) {
+    if (moe8_dist_create(n, 0, &tp, &e) != MOE8_OK) {
         fprintf(stderr, "%s\n", e.message);
         return 1;
     }

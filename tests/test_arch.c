@@ -169,8 +169,8 @@ static void check_folded_bias(const char *fdir, const char *qdir) {
     }
     CHECKF(bad == 0, "%d folded quant_bias values differ from round(bias/deq) - o*sum(Wq)", bad);
 done:
-    moe8_st_close(f);
-    moe8_st_close(q);
+    moe8_st_free(f);
+    moe8_st_free(q);
 }
 
 static void test_make_quantize(int arch, int down_float) {

@@ -30,7 +30,7 @@ int main(void) {
     moe8_comm_free(c);
 
     moe8_dist *d;
-    CHECK(moe8_dist_init(1, 0, &d, &err) == MOE8_OK);
+    CHECK(moe8_dist_create(1, 0, &d, &err) == MOE8_OK);
     moe8_dist_set_timeout(d, 5);
     send[0] = 42;
     CHECK(moe8_dist_bcast(d, send, sizeof send, &err) == MOE8_OK && send[0] == 42);

@@ -328,8 +328,8 @@ static void make_moe_model(const char *src, const char *dst, int n_moe, moe8_dty
         fprintf(stderr, "rewrite %s: %s\n", dst, e.message);
         exit(2);
     }
-    moe8_st_writer_close(w);
-    moe8_st_close(st);
+    moe8_st_writer_free(w);
+    moe8_st_free(st);
 
     size_t len = 0;
     FMT(path, "%s/config.json", src);
@@ -627,7 +627,7 @@ static void check_file(const char *path, const char *dir, uint32_t wtype, int n_
         CHECKF(n_checked == 3 - tie + 12 * n_layers, "%d tensors checked", n_checked);
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", n_layers);
         CHECK(ti_find(&g, name) == NULL);
-        moe8_st_close(st);
+        moe8_st_free(st);
     }
     /* offsets: increasing, non-overlapping, the last one ending at the file's end (padded) */
     uint64_t end = 0;

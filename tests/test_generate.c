@@ -140,7 +140,7 @@ static void test_ids_vs_library(const char *dir) {
     char args[8192];
     double st[8];
     int n_lib, n_got;
-    moe8_sampler_params sp = moe8_sampler_defaults();
+    moe8_sampler_params sp = moe8_sampler_params_default();
 
     n_lib = lib_generate(dir, PROMPT, 6, 16, NULL, 0, NULL, 0, lib);
     snprintf(args, sizeof args, "-m '%s' --prompt-ids %s -n 16 --ids --ignore-eos", dir,

@@ -3,7 +3,7 @@
 # then tests/data/embed_app.c built as an application would build it:
 #   cc embed_app.c $(pkg-config --cflags --libs --static moe8)
 # and run. Checks that libmoe8.a and the program need no MPI, that
-# moe8_dist_init(2, ...) then fails with MOE8_ERR_UNSUPPORTED naming
+# moe8_dist_create(2, ...) then fails with MOE8_ERR_UNSUPPORTED naming
 # libmoe8_mpi, and (when MPI was built) that moe8-mpi.pc links the transport.
 #   usage: test_install.sh BUILD_DIR PREFIX CC HAVE_MPI(ON|OFF) [SANITIZERS]
 set -eu

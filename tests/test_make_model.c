@@ -151,7 +151,7 @@ static void test_folder(const char *dir) {
         for (int64_t i = 0; n && i < 256; i++) ns += moe8_bf16_to_f32(((const uint16_t *)n->data)[i]);
         CHECK_NEAR(ns / 256, 1.0, 0.02);
     }
-    moe8_st_close(st);
+    moe8_st_free(st);
     moe8_model_free(m);
 }
 
@@ -205,7 +205,7 @@ static void test_routing(const char *dir) {
         moe8_moe_workspace_free(ws);
         moe8_moe_layer_free(L);
     }
-    moe8_st_close(st);
+    moe8_st_free(st);
     moe8_model_free(m);
 }
 

@@ -196,8 +196,8 @@ static void check_tensors(const char *src_dir, const char *q_dir, int linear_flo
     }
     CHECKF(n_float == (linear_float ? 23 : 12) - lm_head && n_q == (linear_float ? 48 : 59) + lm_head,
            "%d float, %d quantized", n_float, n_q);
-    moe8_st_close(s);
-    moe8_st_close(q);
+    moe8_st_free(s);
+    moe8_st_free(q);
 }
 
 /* rmsnorm(embed[id]) * w over the calibration tokens: layer 0's q/k/v input. */
@@ -273,8 +273,8 @@ static void check_layer0_range(const char *src_dir, const char *q_dir) {
             CHECKF(sqrt(err2 / ref2) < 0.02, "q_proj W8A8 relative error %.4f", sqrt(err2 / ref2));
         }
     }
-    moe8_st_close(s);
-    moe8_st_close(q);
+    moe8_st_free(s);
+    moe8_st_free(q);
     moe8_tokenizer_free(tok);
 }
 
@@ -598,7 +598,7 @@ static const char *patched_copy(const char *base, const char *src, const char *n
     t = st ? moe8_st_find(st, tensor) : NULL;
     CHECKF(t && t->dtype == MOE8_DT_BF16 && t->n_dims == 2, "%s", tensor);
     if (t) off = t->file_offset + (row * t->shape[1] + col) * 2;
-    moe8_st_close(st);
+    moe8_st_free(st);
     FMT(path, "%s/model.safetensors", dir);
     f = fopen(path, "r+b");
     CHECK(f && off > 0 && fseek(f, (long)off, SEEK_SET) == 0 && fwrite(&bits, 2, 1, f) == 1);

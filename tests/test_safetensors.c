@@ -54,7 +54,7 @@ static void expect_fail(const char *what, const char *path, moe8_status code, co
     CHECKF(err.code == s, "%s: err.code %d", what, err.code);
     CHECKF(strstr(err.message, msg) != NULL, "%s: message '%s' lacks '%s'", what, err.message, msg);
     CHECKF(st == NULL, "%s: handle not cleared", what);
-    if (s == MOE8_OK) moe8_st_close(st);
+    if (s == MOE8_OK) moe8_st_free(st);
 }
 
 static int exists(const char *path) {
@@ -165,7 +165,7 @@ static void test_bad_files(void) {
         write_st(path_in(dir, label), bad_files[i].header, bad_files[i].data_len);
         if (bad_files[i].code == MOE8_OK) {
             CHECKF(moe8_st_open(path_in(dir, label), &st, &err) == MOE8_OK, "%s", err.message);
-            moe8_st_close(st);
+            moe8_st_free(st);
             continue;
         }
         expect_fail(bad_files[i].what, path_in(dir, label), bad_files[i].code, bad_files[i].msg);
@@ -205,7 +205,7 @@ static void test_bad_files(void) {
     /* Buffers get the same checks, labelled. */
     CHECK(moe8_st_open_buffer("\x02\0\0\0\0\0\0\0{}", 10, "mem", &st, &err) == MOE8_OK);
     CHECK(moe8_st_count(st) == 0);
-    moe8_st_close(st);
+    moe8_st_free(st);
     CHECK(moe8_st_open_buffer("\x02\0\0\0\0\0\0\0[]", 10, "mem", &st, &err) == MOE8_ERR_FORMAT);
     CHECK(strstr(err.message, "'mem': header is not a JSON object") != NULL);
 }
@@ -315,7 +315,7 @@ static void test_strict_index(void) {
     moe8_st *st = NULL;
     moe8_error err;
     CHECKF(moe8_st_open(d, &st, &err) == MOE8_OK && moe8_st_count(st) == 2, "%s", err.message);
-    moe8_st_close(st);
+    moe8_st_free(st);
 }
 
 static void fifo_blocked(int sig) {
@@ -388,7 +388,7 @@ static void write_decls(const char *path, const decl *d, size_t n, int with_meta
         free(data);
     }
     CHECKF(moe8_st_writer_finish(w, &err) == MOE8_OK, "%s", err.message);
-    moe8_st_writer_close(w);
+    moe8_st_writer_free(w);
 }
 
 /* Every declared tensor is found with its dtype, shape and bytes. */
@@ -490,7 +490,7 @@ static void test_round_trip(void) {
             last_off[sz] = t->file_offset;
         }
     }
-    moe8_st_close(st);
+    moe8_st_free(st);
 
     /* The same image through open_buffer. */
     FILE *f = fopen(p, "rb");
@@ -504,14 +504,14 @@ static void test_round_trip(void) {
     check_decls(st, all_dtypes, N_ALL, 0);
     moe8_st_release(st, moe8_st_find(st, "f32")); /* no-op on buffers */
     CHECK(moe8_st_find(st, "f32")->n_elements == 6);
-    moe8_st_close(st);
+    moe8_st_free(st);
     free(buf);
 
     /* A file with no tensors at all. */
     write_decls(path_in(g_dir, "none.safetensors"), NULL, 0, 1);
     CHECK(moe8_st_open(path_in(g_dir, "none.safetensors"), &st, &err) == MOE8_OK);
     CHECK(moe8_st_count(st) == 0 && !strcmp(moe8_st_metadata(st, 0, "format"), "pt"));
-    moe8_st_close(st);
+    moe8_st_free(st);
 }
 
 static const decl shard1[] = {
@@ -552,7 +552,7 @@ static void test_sharded(void) {
     check_decls(st, shard1, 2, 0);
     check_decls(st, shard2, 3, 1); /* listed in no index entry, still loaded */
     CHECK(!strcmp(moe8_st_metadata(st, 0, "format"), "pt") && !moe8_st_metadata(st, 1, "format"));
-    moe8_st_close(st);
+    moe8_st_free(st);
 
     /* Without an index: every *.safetensors, in name order. */
     unlink(path_in(d, "model.safetensors.index.json"));
@@ -562,7 +562,7 @@ static void test_sharded(void) {
     CHECK(moe8_st_n_files(st) == 2 && moe8_st_count(st) == 5);
     check_decls(st, shard1, 2, 0);
     check_decls(st, shard2, 3, 1);
-    moe8_st_close(st);
+    moe8_st_free(st);
 }
 
 /* ~18,000 tensors, as Qwen3-30B: every one found by name. */
@@ -589,7 +589,7 @@ static void test_many(void) {
         }
     CHECKF(ok, "%s", err.message);
     CHECK(moe8_st_writer_finish(w, &err) == MOE8_OK);
-    moe8_st_writer_close(w);
+    moe8_st_writer_free(w);
     CHECKF(moe8_st_open(p, &st, &err) == MOE8_OK, "%s", err.message);
     if (!st) return;
     CHECK(moe8_st_count(st) == N_LAYER * N_EXP * 3);
@@ -603,7 +603,7 @@ static void test_many(void) {
         }
     CHECK(ok);
     CHECK(moe8_st_find(st, "model.layers.48.mlp.experts.0.proj0.weight") == NULL);
-    moe8_st_close(st);
+    moe8_st_free(st);
 }
 
 static void test_writer_errors(void) {
@@ -647,7 +647,7 @@ static void test_writer_errors(void) {
     CHECK(moe8_st_writer_finish(w, &err) == MOE8_ERR_INVALID_ARG &&
           strstr(err.message, "tensor 'a' was declared but never written"));
     CHECK(!exists(p)); /* never a partial file at the final path */
-    moe8_st_writer_close(w);
+    moe8_st_writer_free(w);
     CHECK(count_entries(d, ".tmp.") == 0 && !exists(p));
 
     /* An existing file stays intact until finish replaces it whole. */
@@ -657,18 +657,18 @@ static void test_writer_errors(void) {
     CHECK(moe8_st_writer_write(w, "only", data, 2, &err) == MOE8_OK);
     moe8_st *st;
     CHECK(moe8_st_open(p, &st, &err) == MOE8_OK && moe8_st_count(st) == 2);
-    moe8_st_close(st);
+    moe8_st_free(st);
     CHECK(moe8_st_writer_finish(w, &err) == MOE8_OK);
     CHECK(moe8_st_writer_finish(w, &err) == MOE8_ERR_INVALID_ARG);
-    moe8_st_writer_close(w);
+    moe8_st_writer_free(w);
     CHECK(count_entries(d, ".tmp.") == 0);
     CHECK(moe8_st_open(p, &st, &err) == MOE8_OK && moe8_st_count(st) == 1 &&
           moe8_st_find(st, "only") != NULL);
-    moe8_st_close(st);
+    moe8_st_free(st);
     CHECK(moe8_st_writer_open(path_in(d, "no/such/dir.safetensors"), &w, &err) == MOE8_ERR_IO &&
           strstr(err.message, "cannot create") && w == NULL);
-    moe8_st_writer_close(NULL);
-    moe8_st_close(NULL);
+    moe8_st_writer_free(NULL);
+    moe8_st_free(NULL);
 }
 
 /* Released pages come back from the file with the same bytes. */
@@ -684,7 +684,7 @@ static void test_release(void) {
     CHECK(t && memcmp(t->data, data, t->n_bytes) == 0);
     moe8_st_release(st, t);
     CHECK(memcmp(t->data, data, t->n_bytes) == 0);
-    moe8_st_close(st);
+    moe8_st_free(st);
     free(data);
 }
 

@@ -72,7 +72,7 @@ static void test_filters(void) {
         {1.0f, 64, 0.95f, 0.0f}, {1.0f, 100, 1.0f, 0.0f}, {2.0f, 20, 0.3f, 0.2f},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        moe8_sampler_params p = moe8_sampler_defaults();
+        moe8_sampler_params p = moe8_sampler_params_default();
         char what[96];
         p.temperature = cases[c].t, p.top_k = cases[c].k, p.top_p = cases[c].tp, p.min_p = cases[c].mp;
         snprintf(what, sizeof what, "t=%g k=%d p=%g min_p=%g", p.temperature, p.top_k, p.top_p, p.min_p);
@@ -82,7 +82,7 @@ static void test_filters(void) {
     {
         const int BV = 151936;
         float *big = malloc((size_t)BV * sizeof *big);
-        moe8_sampler_params p = moe8_sampler_defaults();
+        moe8_sampler_params p = moe8_sampler_params_default();
         for (int i = 0; i < BV; i++) big[i] = (float)(3.0 * test_rng_normal(&rng));
         p.temperature = 0.8f, p.top_p = 0.9f;
         check_filter(big, BV, p, "vocab 151936 top-p 0.9");
@@ -95,7 +95,7 @@ static void test_filters(void) {
 static void test_greedy_and_draws(void) {
     float logits[8] = {0.5f, 2.0f, -1.0f, 2.0f, 1.5f, 0.0f, -3.0f, 1.0f};
     moe8_sampler *s, *s2;
-    moe8_sampler_params p = moe8_sampler_defaults();
+    moe8_sampler_params p = moe8_sampler_params_default();
     int counts[8] = {0}, N = 200000, differ = 0;
     cand ref[8];
     CHECK(moe8_sampler_create(NULL, 8, &s, NULL) == MOE8_OK);
@@ -117,7 +117,7 @@ static void test_greedy_and_draws(void) {
 
     /* No filter (the unsorted path): the same frequencies as the distribution. */
     {
-        moe8_sampler_params q = moe8_sampler_defaults();
+        moe8_sampler_params q = moe8_sampler_params_default();
         int c2[8] = {0};
         cand r2[8];
         double e2[8] = {0};
@@ -154,16 +154,16 @@ static void test_greedy_and_draws(void) {
 static void test_bad_params(void) {
     moe8_sampler *s = (moe8_sampler *)1;
     moe8_error err;
-    moe8_sampler_params p = moe8_sampler_defaults();
+    moe8_sampler_params p = moe8_sampler_params_default();
     p.top_p = 0.0f;
     CHECK(moe8_sampler_create(&p, 10, &s, &err) == MOE8_ERR_INVALID_ARG && s == NULL);
     CHECK(strstr(err.message, "top_p") != NULL);
-    p = moe8_sampler_defaults(), p.temperature = -1.0f;
+    p = moe8_sampler_params_default(), p.temperature = -1.0f;
     CHECK(moe8_sampler_create(&p, 10, &s, &err) == MOE8_ERR_INVALID_ARG);
     CHECK(strstr(err.message, "temperature") != NULL);
-    p = moe8_sampler_defaults(), p.min_p = 1.5f;
+    p = moe8_sampler_params_default(), p.min_p = 1.5f;
     CHECK(moe8_sampler_create(&p, 10, &s, &err) == MOE8_ERR_INVALID_ARG);
-    p = moe8_sampler_defaults(), p.top_k = -2;
+    p = moe8_sampler_params_default(), p.top_k = -2;
     CHECK(moe8_sampler_create(&p, 10, &s, &err) == MOE8_ERR_INVALID_ARG);
     CHECK(moe8_sampler_create(NULL, 0, &s, &err) == MOE8_ERR_INVALID_ARG);
 }

@@ -131,7 +131,7 @@ static moe8_request to_request(const spec *q, result *r, const char **stops) {
 
 static void spec_init(spec *q) {
     memset(q, 0, sizeof *q);
-    q->sp = moe8_sampler_defaults();
+    q->sp = moe8_sampler_params_default();
     q->logprobs = -1;
 }
 
@@ -1224,7 +1224,7 @@ static void test_logprobs(void) {
 static void test_defects(void) {
     moe8_context *x;
     moe8_sampler *smp = NULL;
-    moe8_sampler_params sp = moe8_sampler_defaults(), got;
+    moe8_sampler_params sp = moe8_sampler_params_default(), got;
     moe8_error e;
     cfg c = cfg_default();
     const int32_t prompt[5] = {11, 22, 33, 44, 55};

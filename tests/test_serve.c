@@ -87,7 +87,7 @@ static void lib_run(lib_env *L, const rq *r, lib_res *out) {
     q.prompt = out->prompt;
     q.n_prompt = out->n_prompt;
     q.max_tokens = r->max_tokens;
-    q.sampling = moe8_sampler_defaults();
+    q.sampling = moe8_sampler_params_default();
     q.sampling.temperature = (float)r->temp;
     if (r->top_p > 0) q.sampling.top_p = (float)r->top_p;
     q.sampling.top_k = r->top_k;

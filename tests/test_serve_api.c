@@ -281,7 +281,7 @@ static void lib_run(lib_env *L, const areq *r, int seed_add, lib_res *out) {
     q.prompt = out->prompt;
     q.n_prompt = out->n_prompt;
     q.max_tokens = r->max_tokens;
-    q.sampling = moe8_sampler_defaults();
+    q.sampling = moe8_sampler_params_default();
     q.sampling.temperature = (float)r->temp;
     if (r->seed >= 0) q.sampling.seed = (uint64_t)r->seed + (uint64_t)seed_add;
     q.logprobs = r->logprobs < 0 ? 0 : r->logprobs;

@@ -59,7 +59,7 @@ static size_t stream_decode(const int32_t *ids, size_t n, char *out, size_t cap,
     moe8_detok *d;
     const char *s;
     size_t len, pos = 0;
-    *chunks_ok = moe8_detok_new(tok, 0, &d, NULL) == MOE8_OK;
+    *chunks_ok = moe8_detok_create(tok, 0, &d, NULL) == MOE8_OK;
     if (!*chunks_ok) return 0;
     for (size_t i = 0; i <= n; i++) {
         if (i < n) {
@@ -194,8 +194,8 @@ static void test_streaming(void) {
     const char *s;
     size_t n;
     char out[256];
-    CHECK(moe8_detok_new(tok, 0, &d, NULL) == MOE8_OK);
-    CHECK(moe8_detok_new(tok, MOE8_DETOK_SKIP_SPECIAL, &skip, NULL) == MOE8_OK);
+    CHECK(moe8_detok_create(tok, 0, &d, NULL) == MOE8_OK);
+    CHECK(moe8_detok_create(tok, MOE8_DETOK_SKIP_SPECIAL, &skip, NULL) == MOE8_OK);
     /* "W8A8 🚀": the rocket straddles 11162 248 222 and appears whole at the end */
     feed(d, 467, " W", 2);
     feed(d, 11162, " ", 1);

@@ -67,7 +67,7 @@ static size_t stream_decode(const moe8_tokenizer *t, unsigned flags, const int32
     moe8_detok *d;
     const char *s;
     size_t len, pos = 0;
-    *ok = moe8_detok_new(t, flags, &d, NULL) == MOE8_OK;
+    *ok = moe8_detok_create(t, flags, &d, NULL) == MOE8_OK;
     if (!*ok) return 0;
     for (size_t i = 0; i <= n; i++) {
         if (i < n) {
@@ -202,9 +202,9 @@ static void test_llama_queries(const moe8_tokenizer *t) {
     check_token(t, 28705, " ", 0);
     check_token(t, 1, "<s>", MOE8_TOKEN_ADDED | MOE8_TOKEN_SPECIAL);
     /* Strip: one leading space of a stream goes, unless it continues a text */
-    CHECK(moe8_detok_new(t, 0, &d, NULL) == MOE8_OK);
-    CHECK(moe8_detok_new(t, MOE8_DETOK_CONTINUE, &cont, NULL) == MOE8_OK);
-    CHECK(moe8_detok_new(t, MOE8_DETOK_SKIP_SPECIAL, &skip, NULL) == MOE8_OK);
+    CHECK(moe8_detok_create(t, 0, &d, NULL) == MOE8_OK);
+    CHECK(moe8_detok_create(t, MOE8_DETOK_CONTINUE, &cont, NULL) == MOE8_OK);
+    CHECK(moe8_detok_create(t, MOE8_DETOK_SKIP_SPECIAL, &skip, NULL) == MOE8_OK);
     feed(d, 22557, "Hello");
     feed(d, 1526, " world");
     feed(cont, 22557, " Hello");

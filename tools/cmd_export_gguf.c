@@ -813,6 +813,6 @@ out:
     cJSON_Delete(v.config);
     for (int i = 0; i < p.n; i++) free(p.t[i].src);
     free(p.t);
-    if (p.st) moe8_st_close(p.st);
+    if (p.st) moe8_st_free(p.st);
     return rc;
 }

@@ -83,7 +83,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->tp = 1;
     o->comm_timeout = 60;
     o->kv_type = moe8_context_params_default().kv_type;
-    o->sp = moe8_sampler_defaults();
+    o->sp = moe8_sampler_params_default();
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json, ...)"},
@@ -1015,7 +1015,7 @@ int cmd_generate(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o), bad = 0;
     if (rc) return rc == 1 ? 0 : 2;
     /* MPI starts here, and only with --tp > 1. */
-    if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    if (moe8_dist_create(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
     memset(&p, 0, sizeof p);
     rc = 1;
     bad = read_prompts(&o, &p) != 0;

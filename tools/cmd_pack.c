@@ -4,7 +4,7 @@
  * every section checksum). Building is what the first context of a load
  * does; this command loads the model, makes one small context and prints
  * where the cache is. With --tp N --rank R it packs rank R's shard in this
- * one process (moe8_dist_init_offline: no MPI), the file rank R of a
+ * one process (moe8_dist_create_offline: no MPI), the file rank R of a
  * `--tp N` group then maps.
  */
 #include <stdio.h>
@@ -85,7 +85,7 @@ int cmd_pack(int argc, char **argv) {
     mp.n_threads = threads;
     moe8_model *m;
     moe8_dist *d = NULL;
-    if (tp > 1 && moe8_dist_init_offline(tp, rank, ep, &d, &err)) return cli_fail(CMD, &err);
+    if (tp > 1 && moe8_dist_create_offline(tp, rank, ep, &d, &err)) return cli_fail(CMD, &err);
     mp.dist = d;
     if (moe8_model_load(dir, &mp, &m, &err)) {
         moe8_dist_free(d);

@@ -591,7 +591,7 @@ int cmd_perplexity(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.fd_out = r.fd_base = -1;
-    if (moe8_dist_init(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    if (moe8_dist_create(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
     r.rank0 = moe8_dist_rank(d) == 0;
     rc = 1;
     mp.n_threads = o.threads;

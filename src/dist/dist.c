@@ -37,7 +37,7 @@ static long launcher_size(void) {
     return 1;
 }
 
-moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err) {
+moe8_status moe8_dist_create(int n_ranks, int expert_parallel, moe8_dist **out, moe8_error *err) {
     moe8_dist *d;
     moe8_status st;
     long launched = launcher_size();
@@ -64,7 +64,7 @@ moe8_status moe8_dist_init(int n_ranks, int expert_parallel, moe8_dist **out, mo
     return MOE8_OK;
 }
 
-moe8_status moe8_dist_init_offline(int n_ranks, int rank, int expert_parallel, moe8_dist **out,
+moe8_status moe8_dist_create_offline(int n_ranks, int rank, int expert_parallel, moe8_dist **out,
                                    moe8_error *err) {
     moe8_dist *d;
     moe8_status st;

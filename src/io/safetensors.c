@@ -703,7 +703,7 @@ moe8_status moe8_st_open(const char *path, moe8_st **out, moe8_error *err) {
         if (!s) s = build_names(st, err);
     }
     if (s) {
-        moe8_st_close(st);
+        moe8_st_free(st);
         return s;
     }
     *out = st;
@@ -725,14 +725,14 @@ moe8_status moe8_st_open_buffer(const void *buf, size_t len, const char *label, 
     }
     if (!s) s = build_names(st, err);
     if (s) {
-        moe8_st_close(st);
+        moe8_st_free(st);
         return s;
     }
     *out = st;
     return MOE8_OK;
 }
 
-void moe8_st_close(moe8_st *st) {
+void moe8_st_free(moe8_st *st) {
     if (!st) return;
     for (size_t i = 0; i < st->n_tensors; i++) free((char *)st->tensors[i].name);
     for (int i = 0; i < st->n_files; i++) {

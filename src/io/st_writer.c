@@ -206,7 +206,7 @@ moe8_status moe8_st_writer_open(const char *path, moe8_st_writer **out, moe8_err
     w->path = strdup(path);
     w->tmp_path = malloc(n);
     if (!w->path || !w->tmp_path || moe8_name_table_init(&w->names, 64, wt_name_of, w)) {
-        moe8_st_writer_close(w);
+        moe8_st_writer_free(w);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     }
     snprintf(w->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
@@ -216,7 +216,7 @@ moe8_status moe8_st_writer_open(const char *path, moe8_st_writer **out, moe8_err
                                   strerror(errno));
         free(w->tmp_path); /* nothing was created: close must not unlink */
         w->tmp_path = NULL;
-        moe8_st_writer_close(w);
+        moe8_st_writer_free(w);
         return s;
     }
     *out = w;
@@ -386,7 +386,7 @@ moe8_status moe8_st_writer_finish(moe8_st_writer *w, moe8_error *err) {
     return MOE8_OK;
 }
 
-void moe8_st_writer_close(moe8_st_writer *w) {
+void moe8_st_writer_free(moe8_st_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (!w->finished && w->tmp_path) unlink(w->tmp_path);

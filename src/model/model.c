@@ -617,7 +617,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
  * moe8_model_free and the contexts' unrefs frees it. */
 static void model_destroy(moe8_model *m) {
     moe8_model_release_prepared(m); /* before the map its weights may point into */
-    moe8_st_close(m->st);
+    moe8_st_free(m->st);
     free(m->expert_store);
     free(m->layers);
     free((char *)m->params.cache_dir);

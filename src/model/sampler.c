@@ -53,7 +53,7 @@ static uint64_t xoshiro_next(uint64_t *s) {
 }
 
 moe8_status moe8_sampler_params_check(const moe8_sampler_params *params, moe8_error *err) {
-    const moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
+    const moe8_sampler_params p = params ? *params : moe8_sampler_params_default();
     if (!(p.temperature >= 0.0f) || !isfinite(p.temperature))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "temperature (%g) must be >= 0", p.temperature);
     if (p.top_k < 0) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "top_k (%d) must be >= 0", p.top_k);
@@ -70,7 +70,7 @@ void moe8_sampler_seed(uint64_t rng[4], uint64_t seed) {
 
 moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
                                 moe8_sampler **out, moe8_error *err) {
-    moe8_sampler_params p = params ? *params : moe8_sampler_defaults();
+    moe8_sampler_params p = params ? *params : moe8_sampler_params_default();
     moe8_sampler *s;
     moe8_status st;
     *out = NULL;
@@ -103,7 +103,7 @@ void moe8_sampler_free(moe8_sampler *s) {
     free(s);
 }
 
-moe8_sampler_params moe8_sampler_defaults(void) {
+moe8_sampler_params moe8_sampler_params_default(void) {
     moe8_sampler_params p = {0.0f, 0, 1.0f, 0.0f, 0};
     return p;
 }

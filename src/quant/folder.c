@@ -335,7 +335,7 @@ moe8_status moe8_shards_new(const char *dir, uint64_t max_bytes, moe8_shards **o
 
 void moe8_shards_free(moe8_shards *s) {
     if (!s) return;
-    moe8_st_writer_close(s->w);
+    moe8_st_writer_free(s->w);
     for (size_t i = 0; i < s->n; i++) free(s->t[i].name);
     free(s->t);
     free(s);
@@ -400,7 +400,7 @@ static moe8_status open_file(moe8_shards *s, int f, moe8_error *err) {
 
 static moe8_status close_file(moe8_shards *s, moe8_error *err) {
     moe8_status st = s->w ? moe8_st_writer_finish(s->w, err) : MOE8_OK;
-    moe8_st_writer_close(s->w);
+    moe8_st_writer_free(s->w);
     s->w = NULL;
     return st;
 }

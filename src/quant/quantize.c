@@ -526,7 +526,7 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
     st = load_and_calibrate(&z, in_dir, err);
     if (!st) st = write_folder(&z, in_dir, od.tmp, err);
     moe8_shards_free(z.sh);
-    moe8_st_close(z.src);
+    moe8_st_free(z.src);
     cJSON_Delete(z.desc);
     free(z.ranges);
     if (!st) st = moe8_outdir_commit(&od, err);

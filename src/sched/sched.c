@@ -86,7 +86,7 @@ moe8_sched_params moe8_sched_params_default(void) {
 moe8_request moe8_request_default(void) {
     moe8_request r;
     memset(&r, 0, sizeof r);
-    r.sampling = moe8_sampler_defaults();
+    r.sampling = moe8_sampler_params_default();
     r.max_tokens = 16;
     r.logprobs = -1;
     r.repetition_penalty = 1.0f;
@@ -282,7 +282,7 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
     ok = r->tok && r->stop_ids && r->stop;
     for (int32_t i = 0; ok && i < q->n_stop; i++, r->n_stop++) ok = (r->stop[i] = strdup(q->stop[i])) != NULL;
     /* generated text continues the prompt: Llama's leading space stays (" Paris") */
-    if (ok && s->tok) ok = moe8_detok_new(s->tok, MOE8_DETOK_CONTINUE, &r->detok, NULL) == MOE8_OK;
+    if (ok && s->tok) ok = moe8_detok_create(s->tok, MOE8_DETOK_CONTINUE, &r->detok, NULL) == MOE8_OK;
     if (!ok) {
         rq_free(r);
         return NULL;

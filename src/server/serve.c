@@ -43,7 +43,7 @@ static void sampling_defaults(srv *s) {
     size_t n = 0;
     cJSON *root;
     const cJSON *v;
-    s->defaults = moe8_sampler_defaults();
+    s->defaults = moe8_sampler_params_default();
     s->defaults.temperature = 1.0f;
     if (!s->p.model_dir ||
         snprintf(path, sizeof path, "%s/generation_config.json", s->p.model_dir) >= (int)sizeof path ||

@@ -97,7 +97,7 @@ struct moe8_detok {
     int strip_left;       /* decoder Strip: leading characters still to drop */
 };
 
-moe8_status moe8_detok_new(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
+moe8_status moe8_detok_create(const moe8_tokenizer *tok, unsigned flags, moe8_detok **out,
                            moe8_error *err) {
     moe8_detok *d;
     if (!tok || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "detok_new: NULL argument");
@@ -208,7 +208,7 @@ moe8_status moe8_detokenize(const moe8_tokenizer *tok, const int32_t *ids, size_
     moe8_detok *d;
     const char *s;
     size_t n, pos = 0;
-    moe8_status st = moe8_detok_new(tok, flags, &d, err);
+    moe8_status st = moe8_detok_create(tok, flags, &d, err);
     if (st != MOE8_OK) return st;
     for (size_t i = 0; i < n_ids && st == MOE8_OK; i++) {
         st = moe8_detok_feed(d, ids[i], &s, &n, err);

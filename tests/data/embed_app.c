@@ -8,7 +8,7 @@
  * kernels (PCRE2, utf8proc, cJSON, OpenMP) into the link.
  *
  *   embed_app         one "key value" line per check, exit 0 when all work
- *   embed_app dist2   moe8_dist_init(2, ...): prints its status and message
+ *   embed_app dist2   moe8_dist_create(2, ...): prints its status and message
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -44,21 +44,21 @@ static int read_tensor(void) {
     t = moe8_st_find(st, "w");
     if (!t || t->dtype != MOE8_DT_F32 || t->n_elements != 6) {
         fprintf(stderr, "embed_app: tensor 'w' is wrong\n");
-        moe8_st_close(st);
+        moe8_st_free(st);
         return 1;
     }
     memcpy(v, t->data, sizeof v);
     for (int i = 0; i < 6; i++) sum += v[i];
     printf("tensor %s %s [%lld,%lld] sum %g\n", t->name, moe8_dtype_name(t->dtype),
            (long long)t->shape[0], (long long)t->shape[1], (double)sum);
-    moe8_st_close(st);
+    moe8_st_free(st);
     return 0;
 }
 
 static int dist2(void) {
     moe8_dist *d = NULL;
     moe8_error err = {0};
-    moe8_status st = moe8_dist_init(2, 0, &d, &err);
+    moe8_status st = moe8_dist_create(2, 0, &d, &err);
     printf("dist_init 2: status %d (%s): %s\n", (int)st, moe8_status_str(st), err.message);
     moe8_dist_free(d);
     return st == MOE8_ERR_UNSUPPORTED ? 0 : 1;
@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     printf("tokenizer error: %s\n", err.message);
     if (moe8_model_load("/nonexistent-moe8-model", NULL, &m, &err) == MOE8_OK) return 1;
     printf("model error: %s\n", err.message);
-    if (moe8_dist_init(1, 0, &d, &err) != MOE8_OK) return 1;
+    if (moe8_dist_create(1, 0, &d, &err) != MOE8_OK) return 1;
     moe8_dist_abort(d, 3); /* one rank: returns */
     printf("abort returned, ranks %d\n", moe8_dist_size(d));
     moe8_dist_free(d);

@@ -27,6 +27,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     (void)moe8_st_metadata(st, 0, "format");
     (void)sink;
-    moe8_st_close(st);
+    moe8_st_free(st);
     return 0;
 }

@@ -88,7 +88,7 @@ static void check_ids(int which, const uint8_t *s, size_t n) {
     moe8_detok *d;
     const char *text;
     size_t len;
-    if (moe8_detok_new(toks[which], s[0] & 8 ? MOE8_DETOK_SKIP_SPECIAL : 0, &d, NULL) != MOE8_OK)
+    if (moe8_detok_create(toks[which], s[0] & 8 ? MOE8_DETOK_SKIP_SPECIAL : 0, &d, NULL) != MOE8_OK)
         abort();
     for (size_t i = 0; i + 3 < n; i += 3) {
         int32_t id = (int32_t)(s[i + 1] | s[i + 2] << 8 | (uint32_t)(s[i + 3] & 3) << 16);
