@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "test.h"
+#include "fixture_model.h"
 
 static char g_out[1 << 16];
 
@@ -81,6 +82,21 @@ int main(void) {
         const int rc = cli(bad[i].args);
         CHECKF(rc == 2 && strstr(g_out, bad[i].want), "moe8 %s: exit %d, wanted '%s':\n%s",
                bad[i].args, rc, bad[i].want, g_out);
+    }
+    /* JSON given on a command line takes the library's one policy: nothing after
+     * the value, no key twice (checked once the model is loaded) */
+    {
+        fx_opts o = fx_default_opts();
+        const char *dir = fx_test_model("cli_opts_model", &o, 1);
+        char args[4400];
+        snprintf(args, sizeof args, "serve -m '%s' --port 0 --default-chat-template-kwargs "
+                 "'{\"a\": 1, \"a\": 2}'", dir);
+        CHECKF(cli(args) != 0 && strstr(g_out, "duplicate key 'a'"), "%s", g_out);
+        snprintf(args, sizeof args, "serve -m '%s' --port 0 --default-chat-template-kwargs "
+                 "'{\"a\": 1} x'", dir);
+        CHECKF(cli(args) != 0 && strstr(g_out, "unexpected bytes after the JSON value"), "%s", g_out);
+        snprintf(args, sizeof args, "generate -m '%s' -p hi --chat --chat-template-kwargs '{} x'", dir);
+        CHECKF(cli(args) == 2 && strstr(g_out, "--chat-template-kwargs wants a JSON object"), "%s", g_out);
     }
     printf("%zu commands' usage from their tables, %zu bad command lines refused\n",
            sizeof helps / sizeof helps[0], sizeof bad / sizeof bad[0]);

@@ -164,7 +164,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->ctx_set = o->n_ctx != 0;
     if (!o->ctx_set) o->n_ctx = DEFAULT_N_CTX;
     if (o->chat_kwargs) {
-        cJSON *kw = cJSON_Parse(o->chat_kwargs);
+        cJSON *kw = cJSON_ParseWithOpts(o->chat_kwargs, NULL, 1); /* nothing after the value */
         const int ok = cJSON_IsObject(kw);
         cJSON_Delete(kw);
         if (!ok) return cli_bad_value(CMD, "--chat-template-kwargs", "a JSON object", o->chat_kwargs);

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "io/json_util.h"
 #include "server/server.h"
 #include "server/toolcall.h"
 
@@ -95,9 +96,13 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     if (p->kv_type != MOE8_DT_F16 && p->kv_type != MOE8_DT_BF16 && p->kv_type != MOE8_DT_F32)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_type must be f16, bf16 or f32");
     if (p->default_chat_template_kwargs) {
-        cJSON *kw = cJSON_Parse(p->default_chat_template_kwargs);
+        /* the one JSON input policy (io/json_util.h): nothing after the value, no key twice */
+        cJSON *kw = NULL;
+        const char *k = p->default_chat_template_kwargs;
+        const moe8_status st = moe8_json_parse(k, strlen(k), "default chat template kwargs", &kw, err);
         const int ok = cJSON_IsObject(kw);
         cJSON_Delete(kw);
+        if (st) return st;
         if (!ok)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "default chat template kwargs must be a "
                              "JSON object, got '%.80s'", p->default_chat_template_kwargs);
@@ -139,7 +144,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     pthread_cond_init(&s->wake, NULL);
     metrics_init(&s->m);
     if (params->default_chat_template_kwargs)
-        s->default_kwargs = cJSON_Parse(params->default_chat_template_kwargs);
+        moe8_json_parse(params->default_chat_template_kwargs, strlen(params->default_chat_template_kwargs),
+                        "default chat template kwargs", &s->default_kwargs, NULL); /* checked above */
     sampling_defaults(s);
     model_name(s);
     {
