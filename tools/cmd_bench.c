@@ -77,7 +77,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
          .help = "timed forwards per row (default: auto, >= 5, ~0.5 s)"},
         {"--bw-mb", NULL, CLI_INT, &o->bw_mb, 1, 1 << 20, .arg = "N",
          .help = "buffer of the bandwidth probe in MB (default 1024)"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse("bench", SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
     return rc < 0 ? -1 : rc;

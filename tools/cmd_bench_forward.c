@@ -76,7 +76,7 @@ static int parse(int argc, char **argv, fwd_opts *o) {
         {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T", .help = "f16 (default), bf16 or f32"},
         {"--bw-mb", NULL, CLI_INT, &o->bw_mb, 16, 1 << 16, .arg = "N",
          .help = "buffer of the bandwidth probe in MB (default 1024)"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc - 1, argv + 1);
     if (rc) return rc;

@@ -119,7 +119,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         {"--n-vocab", NULL, CLI_INT, &o->n_vocab, 1, 1 << 24, .arg = "N",
          .help = "ids in the mask (default: the model's 151936 for a Qwen3 tokenizer,\nelse the tokenizer's)"},
         {"--seed", NULL, CLI_U64, &o->seed, .arg = "S", .help = "the walk's seed (default 1; made odd)"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
     if (rc) return rc < 0 ? -2 : -1;

@@ -59,7 +59,7 @@ static int parse(int argc, char **argv, sched_opts *o) {
          .help = "that request's length (default 256)"},
         {"--reps", NULL, CLI_INT, &o->reps, 1, 100, .arg = "N", .help = "prefix-cache repetitions, the best kept (default 3)"},
         {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: OpenMP's)"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc - 1, argv + 1);
     if (rc) return rc;

@@ -138,7 +138,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
          "Schema in FILE (strict), constrained decoding on the server"},
         {"--json-object", NULL, CLI_FLAG, &o->json_object,
          .help = "structured output: response_format json_object"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
     if (rc) return rc;

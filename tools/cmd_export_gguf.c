@@ -728,7 +728,7 @@ int cmd_export_gguf(int argc, char **argv) {
          "depths give a per-layer time by difference"},
         {"--force", NULL, CLI_FLAG, &force,
          .help = "replace an existing FILE (never a file of the model folder)"},
-        {NULL},
+        {0},
     };
     const int prc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc, argv);
     if (prc) return prc < 0 ? 0 : prc;

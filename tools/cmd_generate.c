@@ -157,7 +157,7 @@ static int parse_args(int argc, char **argv, opts *o) {
          .help = "with --tp: seconds a rank waits for the others in a collective\n"
          "before the job ends, naming the rank that stopped answering\n"
          "while generating (default 60, also the limit while loading;\n0: wait forever)"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;

@@ -180,7 +180,7 @@ int cmd_inspect(int argc, char **argv) {
          .help = "context length for the memory estimate (default 4096)"},
         {"--kv-type", NULL, CLI_KV, &kv_type, .arg = "T",
          .help = "KV cache elements for the estimate: f16 (default), bf16, f32"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse("inspect", SYNOPSIS, opts, NULL, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;

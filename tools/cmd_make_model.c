@@ -108,7 +108,7 @@ int cmd_make_model(int argc, char **argv) {
         {"--force", NULL, CLI_FLAG, &force, .help = "replace a non-empty output folder"},
         {"--vocab", NULL, CLI_U64, &vocab, VOCAB_MIN, VOCAB_MAX, .arg = "N"}, /* tests */
         {"--shard-size", NULL, CLI_U64, &p.shard_bytes, .arg = "N"},          /* tests */
-        {NULL},
+        {0},
     };
     const int rc = cli_parse("make-model", SYNOPSIS, opts, NULL, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;

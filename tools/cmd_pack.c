@@ -61,7 +61,7 @@ int cmd_pack(int argc, char **argv) {
         {"--expert-parallel", NULL, CLI_FLAG, &ep, .help = "with --tp: the expert-parallel split (as generate's)"},
         {"--verify", NULL, CLI_FLAG, &verify, .help = "check the existing cache only (every checksum); exit 1 if invalid"},
         {"--threads", NULL, CLI_INT, &threads, 1, 4096, .arg = "N", .help = "packing threads (default: all)"},
-        {NULL},
+        {0},
     };
     const int prc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc, argv);
     if (prc) return prc < 0 ? 0 : prc;

@@ -113,7 +113,7 @@ static int parse(int argc, char **argv, opts *o) {
          "print the KL divergence statistics against F"},
         {"--tp", NULL, CLI_INT, &o->tp, 1, 4096, .arg = "N", .help = "tensor-parallel ranks (under mpirun)"},
         {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel, .help = "with --tp: experts split by rank"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;

@@ -78,7 +78,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
         {"--threads", "-t", CLI_INT, &p->n_threads, 1, 4096, .arg = "N",
          .help = "threads for calibration (default: all)"},
         {"--force", NULL, CLI_FLAG, &p->force, .help = "replace a non-empty output folder"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse("quantize", SYNOPSIS, opts, NULL, argc, argv);
     if (rc) return rc;

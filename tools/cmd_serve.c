@@ -113,7 +113,7 @@ static int parse(int argc, char **argv, opts *o) {
          "server, named (default 60; 0 waits forever)"},
         {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel,
          .help = "with --tp: split the experts as whole experts"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;

@@ -65,7 +65,7 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "special tokens' text is plain text (\"<|im_end|>\" is not one token)"},
         {"--no-bos", NULL, CLI_FLAG, &o->no_bos,
          .help = "no BOS, even when tokenizer_config.json says add_bos_token"},
-        {NULL},
+        {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "moe8.h"
+#include "moe8_safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     moe8_st *st;
