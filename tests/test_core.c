@@ -1,8 +1,181 @@
-/* test_core.c — version, status strings, error filling, dtype helpers. */
+/* test_core.c — version, status strings, error filling, rounding, the hash
+ * table (core/index.h) against a linear search, the UTF-8 validator against
+ * the encodings of every code point. */
 #include <fenv.h>
 
 #include "test.h"
 #include "core/core.h"
+#include "core/index.h"
+
+/* ---- the hash table: keys in an array, checked against a linear search ---- */
+
+typedef struct {
+    uint64_t *keys;
+    size_t n;
+} keyset;
+
+static uint64_t key_hash(const void *ctx, uint32_t id) {
+    return moe8_hash64(&((const keyset *)ctx)->keys[id], 8, 0);
+}
+
+static int key_eq(const void *ctx, uint32_t id, const void *key) {
+    return ((const keyset *)ctx)->keys[id] == *(const uint64_t *)key;
+}
+
+static int64_t linear_find(const keyset *k, uint64_t key) {
+    for (size_t i = 0; i < k->n; i++)
+        if (k->keys[i] == key) return (int64_t)i;
+    return -1;
+}
+
+static void test_index(void) {
+    enum { N = 3000 };
+    keyset k = {malloc(N * sizeof(uint64_t)), 0};
+    moe8_index x;
+    uint64_t r = 12345;
+    int bad = 0;
+    CHECK(k.keys && moe8_index_init(&x, 4, key_hash) == 0 && x.mask + 1 == 16);
+    for (int round = 0; round < 3; round++) {
+        /* keys from a small range, so about a third repeat; the table grows from 16 slots */
+        for (int i = 0; i < N; i++) {
+            uint64_t key, h;
+            int64_t got, want;
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            key = (r >> 33) % (2 * N);
+            h = moe8_hash64(&key, 8, 0);
+            want = linear_find(&k, key);
+            k.keys[k.n] = key;
+            got = moe8_index_add(&x, h, (uint32_t)k.n, key_eq, &k, &key);
+            if (got != want) bad++;
+            if (got == -1) k.n++;
+            if (x.n != k.n || 2 * x.n > x.mask + 1) bad++;
+        }
+        for (uint64_t key = 0; key < 2 * N + 100; key++)
+            if (moe8_index_find(&x, moe8_hash64(&key, 8, 0), key_eq, &k, &key) != linear_find(&k, key))
+                bad++;
+        CHECKF(bad == 0, "round %d: %d results differ from a linear search (%zu keys, %zu slots)",
+               round, bad, k.n, x.mask + 1);
+        /* clear forgets everything at once; the third round starts at the epoch's wrap */
+        moe8_index_clear(&x);
+        k.n = 0;
+        CHECK(x.n == 0 && moe8_index_find(&x, 0, key_eq, &k, &k.n) == -1);
+        if (round == 1) {
+            x.epoch = UINT32_MAX;
+            moe8_index_clear(&x);
+            CHECK(x.epoch == 1);
+        }
+    }
+    moe8_index_free(&x);
+    free(k.keys);
+}
+
+/* ---- UTF-8: every string of 1-3 bytes, and 4-byte ones from the F0-F7 leads,
+ * against the set of encodings of every scalar value ---------------------- */
+
+static int encode_cp(uint32_t cp, uint8_t *o) {
+    if (cp < 0x80) return o[0] = (uint8_t)cp, 1;
+    if (cp < 0x800) return o[0] = (uint8_t)(0xC0 | cp >> 6), o[1] = (uint8_t)(0x80 | (cp & 63)), 2;
+    if (cp < 0x10000) {
+        o[0] = (uint8_t)(0xE0 | cp >> 12), o[1] = (uint8_t)(0x80 | (cp >> 6 & 63));
+        o[2] = (uint8_t)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (uint8_t)(0xF0 | cp >> 18), o[1] = (uint8_t)(0x80 | (cp >> 12 & 63));
+    o[2] = (uint8_t)(0x80 | (cp >> 6 & 63)), o[3] = (uint8_t)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* enc[len - 1]: bitmaps of the byte strings (big-endian value) of 1-3 bytes that encode one
+ * scalar value, enc4 the 4-byte ones in order; pre[len - 1]: proper prefixes of encodings */
+static uint8_t *enc[3], *pre[3];
+static uint32_t *enc4;
+static size_t n_enc4;
+static const size_t map_bits[3] = {1u << 8, 1u << 16, 1u << 24};
+
+static int is_enc4(uint32_t v) {
+    size_t lo = 0, hi = n_enc4;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (enc4[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n_enc4 && enc4[lo] == v;
+}
+
+static int bit(const uint8_t *m, uint64_t v) { return m[v >> 3] >> (v & 7) & 1; }
+static void set_bit(uint8_t *m, uint64_t v) { m[v >> 3] |= (uint8_t)(1u << (v & 7)); }
+
+static uint64_t be(const uint8_t *s, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | s[i];
+    return v;
+}
+
+/* s[0..n) splits into whole encodings (the reference of moe8_utf8_valid) */
+static int ref_valid(const uint8_t *s, int n) {
+    if (n == 0) return 1;
+    for (int l = 1; l <= n && l <= 4; l++)
+        if ((l < 4 ? bit(enc[l - 1], be(s, l)) : is_enc4((uint32_t)be(s, 4))) && ref_valid(s + l, n - l))
+            return 1;
+    return 0;
+}
+
+/* moe8_utf8_char's class: > 0 valid, 0 a proper prefix, < 0 invalid */
+static int ref_char(const uint8_t *s, int n) {
+    for (int l = 1; l <= n && l <= 4; l++)
+        if (l < 4 ? bit(enc[l - 1], be(s, l)) : is_enc4((uint32_t)be(s, 4))) return l;
+    return n < 4 && bit(pre[n - 1], be(s, n)) ? 0 : -1;
+}
+
+static int sign(int v) { return (v > 0) - (v < 0); }
+
+static void test_utf8(void) {
+    long bad = 0, checked = 0;
+    uint8_t s[4];
+    uint64_t r = 99;
+    for (int l = 0; l < 3; l++) {
+        enc[l] = calloc(map_bits[l] / 8, 1);
+        pre[l] = calloc(map_bits[l] / 8, 1);
+    }
+    enc4 = malloc(0x100000 * sizeof *enc4);
+    if (!enc[0] || !enc[1] || !enc[2] || !pre[0] || !pre[1] || !pre[2] || !enc4) {
+        CHECKF(0, "no memory for the UTF-8 reference");
+        return;
+    }
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++) {
+        int n;
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue; /* surrogates are not scalar values */
+        n = encode_cp(cp, s);
+        if (n < 4) set_bit(enc[n - 1], be(s, n));
+        else enc4[n_enc4++] = (uint32_t)be(s, 4); /* increasing with cp */
+        for (int p = 1; p < n; p++) set_bit(pre[p - 1], be(s, p));
+    }
+    for (int n = 1; n <= 3; n++)
+        for (uint64_t v = 0; v < map_bits[n - 1]; v++) {
+            for (int i = 0; i < n; i++) s[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+            int want_ok = ref_valid(s, n);
+            size_t got = moe8_utf8_valid((const char *)s, (size_t)n);
+            bad += (got == (size_t)-1) != want_ok;
+            bad += sign(moe8_utf8_char(s, (size_t)n)) != sign(ref_char(s, n));
+            checked++;
+        }
+    for (int i = 0; i < 4000000; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        s[0] = (uint8_t)(0xF0 | (r >> 61)), s[1] = (uint8_t)(r >> 24), s[2] = (uint8_t)(r >> 32);
+        s[3] = (uint8_t)(r >> 40);
+        for (int j = 1; j < 4; j++)
+            if (r >> (50 + j) & 1) s[j] = (uint8_t)(0x80 | (s[j] & 0x3F)); /* mostly continuations */
+        bad += (moe8_utf8_valid((const char *)s, 4) == (size_t)-1) != ref_valid(s, 4);
+        bad += sign(moe8_utf8_char(s, 4)) != sign(ref_char(s, 4));
+        checked++;
+    }
+    /* the offset is the first bad sequence's first byte */
+    CHECK(moe8_utf8_valid("ab\xC3\xA9\xED\xA0\x80z", 8) == 4);
+    CHECK(moe8_utf8_valid("ab\xE2\x82", 4) == 2 && moe8_utf8_valid("", 0) == (size_t)-1);
+    CHECKF(bad == 0, "%ld of %ld UTF-8 strings judged differently from the reference", bad, checked);
+    for (int l = 0; l < 3; l++) free(enc[l]), free(pre[l]);
+    free(enc4);
+}
 
 int main(void) {
     moe8_error err;
@@ -57,5 +230,7 @@ int main(void) {
     CHECK(!moe8_cpu()->avx512 || moe8_cpu()->avx2);
     CHECK(!moe8_cpu()->amx_int8 || moe8_cpu()->avx512);
     CHECK(!moe8_cpu()->avx512_bf16 || moe8_cpu()->avx512);
+    test_index();
+    test_utf8();
     return test_summary();
 }

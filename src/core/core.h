@@ -56,6 +56,14 @@ static inline float moe8_round_even(float x) {
 uint64_t moe8_hash64(const void *p, size_t n, uint64_t seed);
 uint64_t moe8_hash_str(const char *s);
 
+/* UTF-8 (utf8.c). One character at s[0..n), n >= 1: its length (> 0) when
+ * valid and complete, 0 when s is a valid but incomplete prefix, or -k when
+ * invalid, k >= 1 being the bytes to replace by one U+FFFD (the maximal
+ * subpart rule of Unicode Table 3-7, as Rust's from_utf8_lossy). */
+int moe8_utf8_char(const uint8_t *s, size_t n);
+/* Offset of the first byte of the first invalid or truncated UTF-8 sequence
+ * of s[0..n), or (size_t)-1 when all of it is valid. */
+size_t moe8_utf8_valid(const char *s, size_t n);
 
 /* Forward-phase accounting (phase.c; moe8.h moe8_bench_forward_timing). */
 int moe8_phase_on(void);

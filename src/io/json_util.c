@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/index.h"
 #include "io/json_util.h"
 
 int moe8_json_exact_int(const cJSON *item, int64_t *out) {
@@ -26,30 +27,34 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out) {
 
 /* ---- duplicate keys ------------------------------------------------------ */
 
-static uint64_t hash_key(const char *s) { return moe8_hash_str(s); }
+static const char *key_of(const void *ctx, uint32_t i) { return ((const char *const *)ctx)[i]; }
 
 moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
                                         moe8_error *err) {
     const cJSON *c;
-    const char **slots, *dup = NULL;
-    size_t n = 0, mask = 1;
+    const char **keys, *dup = NULL;
+    moe8_name_table t;
+    size_t n = 0;
     if (!cJSON_IsObject(object)) return MOE8_OK;
     cJSON_ArrayForEach(c, object) n++;
     if (n < 2) return MOE8_OK;
-    while (mask < 2 * n) mask <<= 1;   /* load factor <= 1/2 */
-    if (!(slots = calloc(mask--, sizeof *slots)))
+    if (n > UINT32_MAX || !(keys = malloc(n * sizeof *keys)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking %zu keys", label, n);
+    if (moe8_name_table_init(&t, n, key_of, keys)) {
+        free(keys);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking %zu keys", label, n);
+    }
+    n = 0;
     cJSON_ArrayForEach(c, object) {
-        const char *k = c->string ? c->string : "";
-        size_t i = (size_t)hash_key(k) & mask;
-        while (slots[i] && strcmp(slots[i], k) != 0) i = (i + 1) & mask;
-        if (slots[i]) {
-            dup = k;
+        keys[n] = c->string ? c->string : "";
+        if (moe8_name_table_add(&t, (uint32_t)n) >= 0) {
+            dup = keys[n];
             break;
         }
-        slots[i] = k;
+        n++;
     }
-    free(slots);
+    moe8_name_table_free(&t);
+    free(keys);
     if (dup)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': duplicate key '%.128s' %s%s", label, dup,
                          where && *where ? "in " : "at the top level", where ? where : "");
@@ -82,26 +87,38 @@ static moe8_status check_tree(const cJSON *item, const char *label, char *path, 
 
 static int is_json_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
 
-moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
-                            moe8_error *err) {
+moe8_status moe8_json_parse_syntax(const char *text, size_t len, int64_t base, const char *label,
+                                   const char *what, cJSON **out, moe8_error *err) {
     const char *end = NULL;
-    char path[PATH_CAP] = "";
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    moe8_status s;
     *out = NULL;
     if (!j) {
-        int64_t off = end ? (int64_t)(end - text) : -1;
+        int64_t off = end ? base + (int64_t)(end - text) : -1;
+        if (what)
+            return moe8_fail(err, MOE8_ERR_FORMAT, off, "'%s': %s is not valid JSON near byte %lld",
+                             label, what, (long long)off);
         return moe8_fail(err, MOE8_ERR_FORMAT, off, "'%s': invalid JSON near byte %lld", label,
                          (long long)off);
     }
     while (end && end < text + len && is_json_space(*end)) end++;
-    if (end && end < text + len)
-        s = moe8_fail(err, MOE8_ERR_FORMAT, end - text,
-                      "'%s': unexpected bytes after the JSON value at byte %lld", label,
-                      (long long)(end - text));
-    else
-        s = check_tree(j, label, path, 0, err);
-    if (s != MOE8_OK) {
+    if (end && end < text + len) {
+        int64_t off = base + (int64_t)(end - text);
+        cJSON_Delete(j);
+        return moe8_fail(err, MOE8_ERR_FORMAT, off, "'%s': unexpected bytes after the %s at byte %lld",
+                         label, what ? what : "JSON value", (long long)off);
+    }
+    *out = j;
+    return MOE8_OK;
+}
+
+moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
+                            moe8_error *err) {
+    char path[PATH_CAP] = "";
+    cJSON *j;
+    moe8_status s = moe8_json_parse_syntax(text, len, 0, label, NULL, &j, err);
+    *out = NULL;
+    if (s != MOE8_OK) return s;
+    if ((s = check_tree(j, label, path, 0, err)) != MOE8_OK) {
         cJSON_Delete(j);
         return s;
     }

@@ -27,6 +27,13 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out);
 moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
                             moe8_error *err);
 
+/* The syntax half of moe8_json_parse, for a format with its own rules for
+ * repeated keys (the safetensors header): one JSON value and nothing but
+ * whitespace after it. Offsets in errors are `base` + the offset in text;
+ * `what` (NULL: "JSON value") names the text in them ("header JSON"). */
+moe8_status moe8_json_parse_syntax(const char *text, size_t len, int64_t base, const char *label,
+                                   const char *what, cJSON **out, moe8_error *err);
+
 /* MOE8_ERR_FORMAT naming `label`, the key and `where` (the object's path, NULL
  * or "" for the top level) if `object` holds a key twice; MOE8_OK for an
  * object without duplicates or a non-object. Linear time (a hash set). */

@@ -50,70 +50,6 @@ struct moe8_st {
     moe8_name_table names;
 };
 
-/* ======================================================================== */
-/* Name table (shared with the writer)                                       */
-/* ======================================================================== */
-
-static uint64_t hash_name(const char *s) { return moe8_hash_str(s); }
-
-static int table_alloc(moe8_name_table *t, size_t n_slots) {
-    t->slots = calloc(n_slots, sizeof *t->slots);
-    if (!t->slots) return -1;
-    t->mask = n_slots - 1;
-    return 0;
-}
-
-int moe8_name_table_init(moe8_name_table *t, size_t n_hint, moe8_name_of_fn name_of,
-                         const void *ctx) {
-    size_t n_slots = 16;
-    memset(t, 0, sizeof *t);
-    t->name_of = name_of;
-    t->ctx = ctx;
-    while (n_slots < 2 * n_hint && n_slots < ((size_t)1 << 40)) n_slots *= 2;
-    return table_alloc(t, n_slots);
-}
-
-void moe8_name_table_free(moe8_name_table *t) {
-    free(t->slots);
-    t->slots = NULL;
-}
-
-static uint32_t *table_slot(const moe8_name_table *t, const char *name) {
-    size_t i = (size_t)hash_name(name) & t->mask;
-    while (t->slots[i] && strcmp(t->name_of(t->ctx, t->slots[i] - 1), name) != 0)
-        i = (i + 1) & t->mask;
-    return &t->slots[i];
-}
-
-int64_t moe8_name_table_find(const moe8_name_table *t, const char *name) {
-    uint32_t v;
-    if (!t->slots) return -1;
-    v = *table_slot(t, name);
-    return v ? (int64_t)v - 1 : -1;
-}
-
-static int table_grow(moe8_name_table *t) {
-    moe8_name_table old = *t;
-    if (table_alloc(t, (old.mask + 1) * 2)) {
-        *t = old;
-        return -1;
-    }
-    for (size_t i = 0; i <= old.mask; i++)
-        if (old.slots[i]) *table_slot(t, t->name_of(t->ctx, old.slots[i] - 1)) = old.slots[i];
-    free(old.slots);
-    return 0;
-}
-
-int64_t moe8_name_table_add(moe8_name_table *t, uint32_t i) {
-    uint32_t *slot;
-    if (2 * (t->n + 1) > t->mask + 1 && table_grow(t)) return -2;
-    slot = table_slot(t, t->name_of(t->ctx, i));
-    if (*slot) return (int64_t)*slot - 1;
-    *slot = i + 1;
-    t->n++;
-    return -1;
-}
-
 static const char *tensor_name_of(const void *ctx, uint32_t i) {
     return ((const moe8_st *)ctx)->tensors[i].name;
 }
@@ -354,14 +290,12 @@ static moe8_status add_entries(moe8_st *st, int fi, const st_ctx *c, cJSON *root
     return MOE8_OK;
 }
 
-static int is_json_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
 
 /* Validate file `fi` (already in memory) and append its tensors. */
 static moe8_status parse_file(moe8_st *st, int fi, moe8_error *err) {
     const st_file *f = &st->files[fi];
     st_ctx c = {f->path, 0, 0};
     uint64_t hlen = 0;
-    const char *end = NULL;
     char *text;
     cJSON *root;
     moe8_status s;
@@ -383,23 +317,14 @@ static moe8_status parse_file(moe8_st *st, int fi, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory for the header", f->path);
     memcpy(text, f->base + 8, hlen);
     text[hlen] = '\0';
-    root = cJSON_ParseWithLengthOpts(text, hlen, &end, 0);
-    if (!root) {
-        int64_t at = 8 + (end ? (int64_t)(end - text) : 0);
-        free(text);
-        return moe8_fail(err, MOE8_ERR_FORMAT, at, "'%s': header is not valid JSON near byte %lld",
-                         f->path, (long long)at);
-    }
-    while (end && end < text + hlen && is_json_space(*end)) end++;
-    if (end && end < text + hlen)
-        s = moe8_fail(err, MOE8_ERR_FORMAT, 8 + (end - text), "'%s': unexpected bytes after the "
-                      "header JSON at byte %lld", f->path, (long long)(8 + (end - text)));
-    else if (!cJSON_IsObject(root))
+    s = moe8_json_parse_syntax(text, hlen, 8, f->path, "header", &root, err);
+    free(text);
+    if (s != MOE8_OK) return s;
+    if (!cJSON_IsObject(root))
         s = moe8_fail(err, MOE8_ERR_FORMAT, 8, "'%s': header is not a JSON object", f->path);
     else
         s = add_entries(st, fi, &c, root, err);
     cJSON_Delete(root);
-    free(text);
     return s;
 }
 

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/index.h"
 #include "sched/grammar.h"
 
 /* ======================================================================== */
@@ -94,8 +95,7 @@ typedef struct {
     uint32_t n_cls, cap_cls, dfa_states;
     uint32_t byte_cls[256]; /* class id of "exactly this byte", G_NONE until made */
     uint64_t n_elements;
-    uint32_t *names;  /* open addressing over user rule ids + 1 */
-    uint32_t names_mask, n_named;
+    moe8_index names; /* user rules by name (slots NULL until the first) */
     int depth;
     uint32_t cur; /* rule being parsed */
 } parser;
@@ -201,40 +201,37 @@ static uint32_t new_rule(parser *P, const char *name, uint32_t name_len, uint32_
     return P->n_rules++;
 }
 
-static uint32_t name_hash(const char *name, uint32_t n) { return (uint32_t)moe8_hash64(name, n, 0); }
+typedef struct {
+    const char *s;
+    uint32_t n;
+} name_key;
 
-static uint32_t find_rule(parser *P, const char *name, uint32_t n) {
-    if (!P->names) return G_NONE;
-    for (uint32_t h = name_hash(name, n) & P->names_mask; P->names[h]; h = (h + 1) & P->names_mask) {
-        const prule *r = &P->rules[P->names[h] - 1];
-        if (r->name_len == n && !memcmp(r->name, name, n)) return P->names[h] - 1;
-    }
-    return G_NONE;
+static uint64_t name_hash(const void *ctx, uint32_t id) {
+    const prule *r = &((const parser *)ctx)->rules[id];
+    return moe8_hash64(r->name, r->name_len, 0);
 }
 
-/* Enter user rule id (its name set) into the name table. */
+static int name_eq(const void *ctx, uint32_t id, const void *key) {
+    const prule *r = &((const parser *)ctx)->rules[id];
+    const name_key *k = key;
+    return r->name_len == k->n && !memcmp(r->name, k->s, k->n);
+}
+
+static uint32_t find_rule(parser *P, const char *name, uint32_t n) {
+    name_key k = {name, n};
+    int64_t id;
+    if (!P->names.slots) return G_NONE;
+    id = moe8_index_find(&P->names, moe8_hash64(name, n, 0), name_eq, P, &k);
+    return id < 0 ? G_NONE : (uint32_t)id;
+}
+
+/* Enter user rule id (its name set, not yet in the table) into the name table. */
 static int add_name(parser *P, uint32_t id) {
-    if ((P->n_named + 1) * 2 > P->names_mask) {
-        uint32_t nm = P->names_mask ? P->names_mask * 2 + 1 : 255;
-        uint32_t *t = calloc((size_t)nm + 1, sizeof *t);
-        if (!t) return poom(P), -1;
-        for (uint32_t i = 0; P->names && i <= P->names_mask; i++)
-            if (P->names[i]) {
-                const prule *r = &P->rules[P->names[i] - 1];
-                uint32_t h = name_hash(r->name, r->name_len) & nm;
-                while (t[h]) h = (h + 1) & nm;
-                t[h] = P->names[i];
-            }
-        free(P->names);
-        P->names = t, P->names_mask = nm;
-    }
-    {
-        const prule *r = &P->rules[id];
-        uint32_t h = name_hash(r->name, r->name_len) & P->names_mask;
-        while (P->names[h]) h = (h + 1) & P->names_mask;
-        P->names[h] = id + 1;
-        P->n_named++;
-    }
+    const prule *r = &P->rules[id];
+    name_key k = {r->name, r->name_len};
+    if (!P->names.slots && moe8_index_init(&P->names, 128, name_hash)) return poom(P), -1;
+    if (moe8_index_add(&P->names, moe8_hash64(r->name, r->name_len, 0), id, name_eq, P, &k) == -2)
+        return poom(P), -1;
     return 0;
 }
 
@@ -999,6 +996,13 @@ oom:
     return poom(P), -1;
 }
 
+/* The byte-class renumbering's keys: (class << 16 | value), 256 at most. */
+static uint64_t renum_mix(uint32_t key) { return (key * 0x9E3779B1u) >> 23; }
+static uint64_t renum_hash(const void *ctx, uint32_t id) { return renum_mix(((const uint32_t *)ctx)[id]); }
+static int renum_eq(const void *ctx, uint32_t id, const void *key) {
+    return ((const uint32_t *)ctx)[id] == *(const uint32_t *)key;
+}
+
 static int analyze(parser *P, grammar *g) {
     uint32_t nr = g->n_rules, ne = g->n_el;
     uint8_t *nullable = calloc(nr, 1), *productive = calloc(nr, 1);
@@ -1184,25 +1188,31 @@ static int analyze(parser *P, grammar *g) {
     }
     g->start_n = g->alt_off[g->root + 1] - g->alt_off[g->root];
     /* byte classes: refine one class by every DFA row and reachable FOLLOW set,
-     * (class, value) pairs renumbered through a small stamped hash per row */
+     * (class, value) pairs renumbered through a hash cleared per row */
     {
-        uint32_t cls[256], pair[256], n_cls = 1, total = g->cls_off[g->n_cls];
-        uint32_t hkey[512], hval[512], hstamp[512] = {0};
+        uint32_t cls[256], pair[256], keys[256], n_cls = 1, total = g->cls_off[g->n_cls];
+        moe8_index renum;
+        if (moe8_index_init(&renum, 256, renum_hash)) {
+            poom(P);
+            goto out;
+        }
         for (int b = 0; b < 256; b++) cls[b] = 0;
         for (uint32_t row = 0; row < total + nr && n_cls < 256; row++) {
             uint32_t n_new = 0;
             if (row >= total && !g->reachable[row - total]) continue;
+            moe8_index_clear(&renum);
             for (int b = 0; b < 256; b++) {
                 uint32_t v = row < total ? g->dfa[(size_t)row * 256 + b]
                                          : (uint32_t)(g->follow[row - total].w[b >> 6] >> (b & 63) & 1);
-                uint32_t key = cls[b] << 16 | v, h = (key * 0x9E3779B1u) >> 23;
-                while (hstamp[h] == row + 1 && hkey[h] != key) h = (h + 1) & 511;
-                if (hstamp[h] != row + 1) hstamp[h] = row + 1, hkey[h] = key, hval[h] = n_new++;
-                pair[b] = hval[h];
+                int64_t id;
+                keys[n_new] = cls[b] << 16 | v;
+                id = moe8_index_add(&renum, renum_mix(keys[n_new]), n_new, renum_eq, keys, &keys[n_new]);
+                pair[b] = id < 0 ? n_new++ : (uint32_t)id; /* 256 keys at most: never grows */
             }
             memcpy(cls, pair, sizeof cls);
             n_cls = n_new;
         }
+        moe8_index_free(&renum);
         for (int b = 0; b < 256; b++) g->byte_class[b] = (uint8_t)cls[b];
         g->n_byte_classes = n_cls;
     }
@@ -1217,7 +1227,7 @@ static void parser_free(parser *P) {
     for (uint32_t c = 0; c < P->n_cls; c++) free(P->cls[c].tab), free(P->cls[c].min);
     free(P->rules);
     free(P->cls);
-    free(P->names);
+    moe8_index_free(&P->names);
 }
 
 void grammar_free(grammar *g) {
@@ -1319,28 +1329,24 @@ fail:
 /* The walk engine                                                           */
 /* ======================================================================== */
 
-typedef struct { uint32_t stamp, id; } hslot;
-typedef struct { uint64_t key; uint32_t stamp, val; } mslot;
 
 struct gwk {
     const grammar *g;
     int ci, oom;
-    uint32_t epoch;
     /* nodes */
     uint32_t *ncode, *npar, nn, ncap;
     uint8_t *ntag;
-    hslot *nht;
-    uint32_t nht_mask;
+    moe8_index nht;
     /* sets */
     uint32_t *soff, *slen, ns, scap;
     uint64_t *sumask, *salive;
     uint32_t *pool;
     size_t np, pcap;
-    hslot *sht;
-    uint32_t sht_mask;
-    /* memo */
-    mslot *mt;
-    uint32_t mt_mask, mt_count;
+    moe8_index sht;
+    /* memo: (set, byte class) -> set */
+    moe8_index mt;
+    uint64_t *mkey;
+    uint32_t *mval, mcap;
     /* step scratch */
     uint32_t *out, nout, outcap;
     uint32_t *work, nwork, workcap;
@@ -1377,57 +1383,95 @@ static uint32_t mix32(uint32_t a, uint32_t b) {
     return (uint32_t)(h >> 32) ^ (uint32_t)h;
 }
 
+/* The walker's three tables (core/index.h): nodes by (code, parent), sets by
+ * (sorted tops, umask), the memo by (set, byte class). */
+static uint64_t node_hash(const void *ctx, uint32_t id) {
+    const gwk *w = ctx;
+    return mix32(w->ncode[id], w->npar[id]);
+}
+
+static int node_eq(const void *ctx, uint32_t id, const void *key) {
+    const gwk *w = ctx;
+    const uint32_t *k = key;
+    return w->ncode[id] == k[0] && w->npar[id] == k[1];
+}
+
+typedef struct {
+    const uint32_t *t;
+    uint32_t n;
+    uint64_t umask;
+} set_key;
+
+static uint32_t set_hash(const uint32_t *t, uint32_t n, uint64_t umask) {
+    uint32_t h = mix32(0x811C9DC5u ^ (uint32_t)umask, (uint32_t)(umask >> 32));
+    for (uint32_t i = 0; i < n; i++) h = mix32(h, t[i]);
+    return h;
+}
+
+static uint64_t set_hash_id(const void *ctx, uint32_t id) {
+    const gwk *w = ctx;
+    return set_hash(w->pool + w->soff[id], w->slen[id], w->sumask[id]);
+}
+
+static int set_eq(const void *ctx, uint32_t id, const void *key) {
+    const gwk *w = ctx;
+    const set_key *k = key;
+    return w->slen[id] == k->n && w->sumask[id] == k->umask &&
+           !memcmp(w->pool + w->soff[id], k->t, k->n * sizeof *k->t);
+}
+
+static uint64_t memo_mix(uint64_t key) { return (key * 0x9E3779B97F4A7C15ULL) >> 32; }
+static uint64_t memo_hash(const void *ctx, uint32_t id) { return memo_mix(((const gwk *)ctx)->mkey[id]); }
+static int memo_eq(const void *ctx, uint32_t id, const void *key) {
+    return ((const gwk *)ctx)->mkey[id] == *(const uint64_t *)key;
+}
+
 gwk *gwk_new(const grammar *g, int ci_mode) {
     gwk *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->g = g, w->ci = ci_mode;
     /* small at first (a clone's first accept makes one); every table grows */
     w->ncap = N_FIRST + 64, w->scap = 32, w->pcap = 128;
-    w->nht_mask = 255, w->sht_mask = 63, w->mt_mask = 127;
+    w->mcap = 64;
     w->ncode = malloc(w->ncap * sizeof *w->ncode);
     w->npar = malloc(w->ncap * sizeof *w->npar);
     w->ntag = malloc(w->ncap);
-    w->nht = calloc(w->nht_mask + 1, sizeof *w->nht);
     w->soff = malloc(w->scap * sizeof *w->soff);
     w->slen = malloc(w->scap * sizeof *w->slen);
     w->sumask = malloc(w->scap * sizeof *w->sumask);
     w->salive = malloc(w->scap * sizeof *w->salive);
     w->pool = malloc(w->pcap * sizeof *w->pool);
-    w->sht = calloc(w->sht_mask + 1, sizeof *w->sht);
-    w->mt = calloc(w->mt_mask + 1, sizeof *w->mt);
-    if (!w->ncode || !w->npar || !w->ntag || !w->nht || !w->soff || !w->slen || !w->sumask ||
-        !w->salive || !w->pool || !w->sht || !w->mt) {
+    w->mkey = malloc(w->mcap * sizeof *w->mkey);
+    w->mval = malloc(w->mcap * sizeof *w->mval);
+    if (!w->ncode || !w->npar || !w->ntag || !w->soff || !w->slen || !w->sumask || !w->salive ||
+        !w->pool || !w->mkey || !w->mval || moe8_index_init(&w->nht, 128, node_hash) ||
+        moe8_index_init(&w->sht, 32, set_hash_id) || moe8_index_init(&w->mt, 64, memo_hash)) {
         gwk_free(w);
         return NULL;
     }
-    w->epoch = 0;
     gwk_reset(w);
     return w;
 }
 
 void gwk_free(gwk *w) {
     if (!w) return;
-    free(w->ncode), free(w->npar), free(w->ntag), free(w->nht), free(w->soff), free(w->slen);
-    free(w->sumask), free(w->salive);
-    free(w->pool), free(w->sht), free(w->mt), free(w->out), free(w->work), free(w->mark);
+    free(w->ncode), free(w->npar), free(w->ntag), free(w->soff), free(w->slen);
+    free(w->sumask), free(w->salive), free(w->mkey), free(w->mval);
+    moe8_index_free(&w->nht), moe8_index_free(&w->sht), moe8_index_free(&w->mt);
+    free(w->pool), free(w->out), free(w->work), free(w->mark);
     free(w->buf[0]), free(w->buf[1]);
     free(w);
 }
 
 void gwk_reset(gwk *w) {
-    if (++w->epoch == 0) { /* wrapped: clear the stamps */
-        memset(w->nht, 0, (size_t)(w->nht_mask + 1) * sizeof *w->nht);
-        memset(w->sht, 0, (size_t)(w->sht_mask + 1) * sizeof *w->sht);
-        memset(w->mt, 0, (size_t)(w->mt_mask + 1) * sizeof *w->mt);
-        w->epoch = 1;
-    }
+    moe8_index_clear(&w->nht), moe8_index_clear(&w->sht), moe8_index_clear(&w->mt);
     w->oom = 0;
     w->nn = N_FIRST;
     for (uint32_t i = 0; i < N_FIRST; i++) {
         w->ncode[i] = 0, w->npar[i] = 0;
         w->ntag[i] = (uint8_t)(i < N_MARKER0 ? 0 : (i - N_MARKER0) % G_TAGS);
     }
-    w->ns = S_FIRST, w->np = 0, w->mt_count = 0;
+    w->ns = S_FIRST, w->np = 0;
     w->soff[S_EMPTY] = 0, w->slen[S_EMPTY] = 0;
     w->sumask[S_EMPTY] = 0, w->salive[S_EMPTY] = 0;
 }
@@ -1436,28 +1480,10 @@ int gwk_oom(const gwk *w) { return w->oom; }
 uint32_t gwk_node_code(const gwk *w, uint32_t id) { return w->ncode[id]; }
 uint32_t gwk_node_parent(const gwk *w, uint32_t id) { return w->npar[id]; }
 
-static int rehash_nodes(gwk *w) {
-    uint32_t nm = w->nht_mask * 2 + 1;
-    hslot *t = calloc((size_t)nm + 1, sizeof *t);
-    if (!t) return w->oom = 1, -1;
-    for (uint32_t id = N_FIRST; id < w->nn; id++) {
-        uint32_t h = mix32(w->ncode[id], w->npar[id]) & nm;
-        while (t[h].stamp == w->epoch) h = (h + 1) & nm;
-        t[h].stamp = w->epoch, t[h].id = id;
-    }
-    free(w->nht);
-    w->nht = t, w->nht_mask = nm;
-    return 0;
-}
-
 uint32_t gwk_node(gwk *w, uint32_t code, uint32_t parent) {
-    uint32_t h;
+    uint32_t key[2] = {code, parent};
+    int64_t id;
     if (w->oom) return N_FINAL;
-    if ((uint64_t)(w->nn - N_FIRST + 1) * 2 > w->nht_mask && rehash_nodes(w)) return N_FINAL;
-    for (h = mix32(code, parent) & w->nht_mask; w->nht[h].stamp == w->epoch; h = (h + 1) & w->nht_mask) {
-        uint32_t id = w->nht[h].id;
-        if (w->ncode[id] == code && w->npar[id] == parent) return id;
-    }
     if (w->nn == w->ncap) {
         uint32_t nc = w->ncap * 2;
         uint32_t *a = realloc(w->ncode, nc * sizeof *a), *b;
@@ -1469,29 +1495,11 @@ uint32_t gwk_node(gwk *w, uint32_t code, uint32_t parent) {
         if (!(t = realloc(w->ntag, nc))) return w->oom = 1, N_FINAL;
         w->ntag = t, w->ncap = nc;
     }
+    id = moe8_index_add(&w->nht, mix32(code, parent), w->nn, node_eq, w, key);
+    if (id == -2) return w->oom = 1, N_FINAL;
+    if (id >= 0) return (uint32_t)id;
     w->ncode[w->nn] = code, w->npar[w->nn] = parent, w->ntag[w->nn] = w->ntag[parent];
-    w->nht[h].stamp = w->epoch, w->nht[h].id = w->nn;
     return w->nn++;
-}
-
-static uint32_t set_hash(const uint32_t *t, uint32_t n, uint64_t umask) {
-    uint32_t h = mix32(0x811C9DC5u ^ (uint32_t)umask, (uint32_t)(umask >> 32));
-    for (uint32_t i = 0; i < n; i++) h = mix32(h, t[i]);
-    return h;
-}
-
-static int rehash_sets(gwk *w) {
-    uint32_t nm = w->sht_mask * 2 + 1;
-    hslot *t = calloc((size_t)nm + 1, sizeof *t);
-    if (!t) return w->oom = 1, -1;
-    for (uint32_t id = S_FIRST; id < w->ns; id++) {
-        uint32_t h = set_hash(w->pool + w->soff[id], w->slen[id], w->sumask[id]) & nm;
-        while (t[h].stamp == w->epoch) h = (h + 1) & nm;
-        t[h].stamp = w->epoch, t[h].id = id;
-    }
-    free(w->sht);
-    w->sht = t, w->sht_mask = nm;
-    return 0;
 }
 
 static void sort_u32(uint32_t *a, uint32_t n) {
@@ -1508,8 +1516,10 @@ static int cmp_u32(const void *a, const void *b) {
 }
 
 uint32_t gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
-    uint32_t m = 0, h;
+    uint32_t m = 0;
     uint64_t alive = 0;
+    set_key key;
+    int64_t id;
     if (w->oom) return S_EMPTY;
     if (n <= 24) sort_u32(t, n);
     else qsort(t, n, sizeof *t, cmp_u32);
@@ -1517,12 +1527,6 @@ uint32_t gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
         if (!m || t[m - 1] != t[i]) t[m++] = t[i];
     if (m > GRAMMAR_MAX_STACKS) m = GRAMMAR_MAX_STACKS; /* conservative: fewer paths, never more */
     if (!m && !umask) return S_EMPTY;
-    if ((uint64_t)(w->ns + 1) * 2 > w->sht_mask && rehash_sets(w)) return S_EMPTY;
-    for (h = set_hash(t, m, umask) & w->sht_mask; w->sht[h].stamp == w->epoch; h = (h + 1) & w->sht_mask) {
-        uint32_t id = w->sht[h].id;
-        if (w->slen[id] == m && w->sumask[id] == umask && !memcmp(w->pool + w->soff[id], t, m * sizeof *t))
-            return id;
-    }
     if (w->ns == w->scap) {
         uint32_t nc = w->scap * 2;
         uint32_t *a = realloc(w->soff, nc * sizeof *a), *b;
@@ -1543,11 +1547,14 @@ uint32_t gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
         if (!(q = realloc(w->pool, nc * sizeof *q))) return w->oom = 1, S_EMPTY;
         w->pool = q, w->pcap = nc;
     }
+    key.t = t, key.n = m, key.umask = umask;
+    id = moe8_index_add(&w->sht, set_hash(t, m, umask), w->ns, set_eq, w, &key);
+    if (id == -2) return w->oom = 1, S_EMPTY;
+    if (id >= 0) return (uint32_t)id;
     memcpy(w->pool + w->np, t, m * sizeof *t);
     for (uint32_t i = 0; i < m; i++) alive |= 1ULL << w->ntag[t[i]];
     w->soff[w->ns] = (uint32_t)w->np, w->slen[w->ns] = m, w->sumask[w->ns] = umask, w->salive[w->ns] = alive;
     w->np += m;
-    w->sht[h].stamp = w->epoch, w->sht[h].id = w->ns;
     return w->ns++;
 }
 
@@ -1624,30 +1631,14 @@ static void next_mark_epoch(gwk *w) {
     }
 }
 
-static int rehash_memo(gwk *w) {
-    uint32_t nm = w->mt_mask * 2 + 1;
-    mslot *t = calloc((size_t)nm + 1, sizeof *t);
-    if (!t) return w->oom = 1, -1;
-    for (uint32_t i = 0; i <= w->mt_mask; i++)
-        if (w->mt[i].stamp == w->epoch) {
-            uint32_t h = (uint32_t)((w->mt[i].key * 0x9E3779B97F4A7C15ULL) >> 32) & nm;
-            while (t[h].stamp == w->epoch) h = (h + 1) & nm;
-            t[h] = w->mt[i];
-        }
-    free(w->mt);
-    w->mt = t, w->mt_mask = nm;
-    return 0;
-}
-
 uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte) {
     const grammar *g = w->g;
     uint64_t key = (uint64_t)set << 8 | g->byte_class[byte]; /* alike bytes step alike */
-    uint32_t h, n, res;
+    uint32_t n, res;
     uint64_t umask;
+    int64_t id;
     if (set == S_EMPTY || w->oom) return S_EMPTY;
-    for (h = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & w->mt_mask; w->mt[h].stamp == w->epoch;
-         h = (h + 1) & w->mt_mask)
-        if (w->mt[h].key == key) return w->mt[h].val;
+    if ((id = moe8_index_find(&w->mt, memo_mix(key), memo_eq, w, &key)) >= 0) return w->mval[id];
     umask = w->sumask[set];
     w->nout = 0;
     next_mark_epoch(w);
@@ -1672,12 +1663,17 @@ uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte) {
     }
     res = gwk_set(w, w->out, w->nout, umask);
     if (w->oom) return S_EMPTY;
-    if ((uint64_t)(w->mt_count + 1) * 2 > w->mt_mask && rehash_memo(w)) return S_EMPTY;
-    for (h = (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & w->mt_mask; w->mt[h].stamp == w->epoch;
-         h = (h + 1) & w->mt_mask)
-        ;
-    w->mt[h].stamp = w->epoch, w->mt[h].key = key, w->mt[h].val = res;
-    w->mt_count++;
+    n = (uint32_t)w->mt.n;
+    if (n == w->mcap) {
+        uint64_t *k = realloc(w->mkey, 2 * (size_t)n * sizeof *k);
+        uint32_t *v;
+        if (!k) return w->oom = 1, S_EMPTY;
+        w->mkey = k;
+        if (!(v = realloc(w->mval, 2 * (size_t)n * sizeof *v))) return w->oom = 1, S_EMPTY;
+        w->mval = v, w->mcap = 2 * n;
+    }
+    w->mkey[n] = key, w->mval[n] = res;
+    if (moe8_index_add(&w->mt, memo_mix(key), n, memo_eq, w, &key) == -2) return w->oom = 1, S_EMPTY;
     return res;
 }
 

@@ -33,7 +33,6 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
-#include <utf8proc.h>
 
 #include "io/json_util.h"
 #include "sched/grammar.h"
@@ -76,14 +75,10 @@ int oa_bad(sbuf *err, const char *param, const char *fmt, ...) {
 
 /* Valid UTF-8 (and no NUL): the offset of the first bad byte, or -1. */
 static ptrdiff_t bad_utf8(const char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
-        if (k <= 0 || c == 0) return (ptrdiff_t)i;
-        i += (size_t)k;
-    }
-    return -1;
+    size_t bad = moe8_utf8_valid(s, n);
+    const char *nul = memchr(s, 0, bad == (size_t)-1 ? n : bad);
+    if (nul) return nul - s;
+    return bad == (size_t)-1 ? -1 : (ptrdiff_t)bad;
 }
 
 /* A \u0000 escape (cJSON would cut the string there): its offset, or -1.
@@ -121,9 +116,8 @@ static void json_quote(sbuf *b, const char *s, size_t n) {
             continue;
         }
         {
-            utf8proc_int32_t cp;
-            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-            if (k <= 0) {
+            int k = moe8_utf8_char((const uint8_t *)s + i, n - i);
+            if (k <= 0) { /* one U+FFFD per bad byte */
                 sbuf_add(b, "\xEF\xBF\xBD", 3);
                 i++;
             } else {
@@ -263,7 +257,8 @@ static int reasoning_on(const srv *s, const char *kwargs, const char *prompt) {
     size_t n = strlen(prompt);
     if (!s->think_template) return 0;
     if (kwargs) {
-        cJSON *kw = cJSON_Parse(kwargs);
+        cJSON *kw = NULL;
+        moe8_json_parse(kwargs, strlen(kwargs), "chat_template_kwargs", &kw, NULL); /* checked */
         const int off = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"));
         cJSON_Delete(kw);
         if (off) return 0;

@@ -50,7 +50,7 @@ static void sampling_defaults(srv *s) {
         snprintf(path, sizeof path, "%s/generation_config.json", s->p.model_dir) >= (int)sizeof path ||
         moe8_read_file(path, 1 << 20, &data, &n, NULL) != MOE8_OK)
         return;
-    if ((root = cJSON_ParseWithLength(data, n))) {
+    if (moe8_json_parse(data, n, path, &root, NULL) == MOE8_OK) { /* the model's load checked it */
         if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "temperature")) && v->valuedouble >= 0)
             s->defaults.temperature = (float)v->valuedouble;
         if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(root, "top_p")) && v->valuedouble > 0 &&

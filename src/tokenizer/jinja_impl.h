@@ -262,7 +262,6 @@ size_t ju_len(const char *s, size_t n);                       /* code points */
 uint32_t ju_next(const char *s, size_t n, size_t *i);         /* decode at *i, advance */
 size_t ju_put(char *out, uint32_t cp);                        /* encode, 1..4 bytes */
 int ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
-size_t ju_valid(const char *s, size_t n);                     /* (size_t)-1 if valid, else offset */
 
 /* ---- filters, tests, methods (jinja_lib.c) ------------------------------ */
 

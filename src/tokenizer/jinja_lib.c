@@ -22,7 +22,6 @@
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 
-size_t ju_valid(const char *s, size_t n) { return tok_utf8_valid(s, n); }
 
 uint32_t ju_next(const char *s, size_t n, size_t *i) {
     const unsigned char *p = (const unsigned char *)s;
@@ -563,7 +562,7 @@ int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
         *out = d == floor(d) && fabs(d) <= 9007199254740992.0 ? jv_int((int64_t)d) : jv_float(d);
     } else if (cJSON_IsString(j)) {
         size_t n = strlen(j->valuestring), bad;
-        if ((bad = ju_valid(j->valuestring, n)) != (size_t)-1)
+        if ((bad = moe8_utf8_valid(j->valuestring, n)) != (size_t)-1)
             return jx_fail(c, NULL, "a string variable is not valid UTF-8 (byte %zu)", bad);
         *out = jv_str(j->valuestring, n);
     } else if (cJSON_IsArray(j)) {
@@ -582,7 +581,7 @@ int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
         cJSON_ArrayForEach(e, j) {
             jv v;
             size_t n = strlen(e->string);
-            if (ju_valid(e->string, n) != (size_t)-1)
+            if (moe8_utf8_valid(e->string, n) != (size_t)-1)
                 return jx_fail(c, NULL, "a key of the variables is not valid UTF-8");
             if (jv_from_cjson(c, e, &v, depth + 1) || jd_push(c, NULL, d, jv_str(e->string, n), v))
                 return -1;

@@ -1393,7 +1393,7 @@ moe8_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
     t->arena.limit = 64 * len + ((size_t)1 << 20);
     P.t = t;
     P.err = err;
-    if ((bad = ju_valid(src, len)) != (size_t)-1) {
+    if ((bad = moe8_utf8_valid(src, len)) != (size_t)-1) {
         int line, col;
         jinja_line_col(src, len, bad, &line, &col);
         moe8_fail(err, MOE8_ERR_FORMAT, (int64_t)bad, "%s line %d, column %d: not valid UTF-8",

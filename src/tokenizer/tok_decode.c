@@ -21,42 +21,6 @@
 
 #include "tokenizer/tokenizer.h"
 
-/* ---- UTF-8 ------------------------------------------------------------ */
-
-int tok_utf8_char(const uint8_t *s, size_t n) {
-    uint8_t c = s[0], lo = 0x80, hi = 0xbf;
-    int len;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c >= 0xe0 && c <= 0xef) len = 3;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4;
-    else return -1;
-    if (c == 0xe0) lo = 0xa0;
-    else if (c == 0xed) hi = 0x9f;
-    else if (c == 0xf0) lo = 0x90;
-    else if (c == 0xf4) hi = 0x8f;
-    for (int i = 1; i < len; i++) {
-        if ((size_t)i >= n) return 0;
-        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf)) return -i;
-    }
-    return len;
-}
-
-size_t tok_utf8_valid(const char *s, size_t n) {
-    const uint8_t *p = (const uint8_t *)s;
-    size_t i = 0;
-    while (i < n) {
-        if (p[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int k = tok_utf8_char(p + i, n - i);
-        if (k <= 0) return i;
-        i += (size_t)k;
-    }
-    return (size_t)-1;
-}
-
 /* ---- queries ------------------------------------------------------------ */
 
 int32_t moe8_tokenizer_n_vocab(const moe8_tokenizer *t) { return t->n_vocab; }
@@ -150,7 +114,7 @@ static size_t emit_utf8(moe8_detok *d, const uint8_t *in, size_t n, int final) {
     size_t i = 0, o = 0;
     d->n_tail = 0;
     while (i < n) {
-        int k = tok_utf8_char(in + i, n - i);
+        int k = moe8_utf8_char(in + i, n - i);
         if (k > 0) {
             memcpy(d->out + o, in + i, (size_t)k);
             o += (size_t)k, i += (size_t)k;

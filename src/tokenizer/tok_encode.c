@@ -113,7 +113,7 @@ static int32_t init_symbols(encoder *e, const uint8_t *s, size_t len) {
     bpe_sym *sy = e->syms;
     int32_t n = 0, unk = 0;   /* unk: an unk symbol is pending */
     for (size_t i = 0; i < len;) {
-        int k = t->byte_level ? 1 : tok_utf8_char(s + i, len - i);
+        int k = t->byte_level ? 1 : moe8_utf8_char(s + i, len - i);
         int32_t id = t->byte_level ? t->byte_id[s[i]]
                    : tok_strmap_get(&t->vocab, t, (const char *)s + i, (size_t)(k > 0 ? k : 1));
         if (k <= 0) k = 1;   /* cannot happen: normalized text is UTF-8 */
@@ -278,7 +278,7 @@ moe8_status moe8_tokenize_ex(const moe8_tokenizer *t, const char *text, size_t l
     if (len > TOK_MAX_TEXT)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tokenize: text of %zu bytes is too long",
                          len);
-    if ((bad = tok_utf8_valid(text, len)) != (size_t)-1)
+    if ((bad = moe8_utf8_valid(text, len)) != (size_t)-1)
         return moe8_fail(err, MOE8_ERR_FORMAT, (int64_t)bad,
                          "tokenize: invalid utf-8 at byte %zu (0x%02x)", bad, (uint8_t)text[bad]);
     for (int k = 0; k < t->n_split && st == MOE8_OK; k++)

@@ -79,7 +79,7 @@ static long byte_level_decode(const loader *L, const char *s, size_t len, char *
     const uint8_t *p = (const uint8_t *)s, *end = p + len;
     long n = 0;
     while (p < end) {
-        int cp, k = tok_utf8_char(p, (size_t)(end - p));
+        int cp, k = moe8_utf8_char(p, (size_t)(end - p));
         if (k == 1) cp = p[0];
         else if (k == 2) cp = (p[0] & 0x1f) << 6 | (p[1] & 0x3f);
         else return -1;   /* every alphabet character is below U+0800 */
@@ -139,7 +139,7 @@ static moe8_status check_added_entry(loader *L, const cJSON *a, int i) {
         return moe8_fail(L->err, MOE8_ERR_FORMAT, -1,
                          "'%s': added_tokens[%d]: expected an object with a non-empty 'content'",
                          L->path, i);
-    if (tok_utf8_valid(c->valuestring, strlen(c->valuestring)) != (size_t)-1)
+    if (moe8_utf8_valid(c->valuestring, strlen(c->valuestring)) != (size_t)-1)
         return moe8_fail(L->err, MOE8_ERR_FORMAT, -1, "'%s': added_tokens[%d]: content is not UTF-8",
                          L->path, i);
     if (is_true(a, "lstrip") || is_true(a, "rstrip") || is_true(a, "single_word"))

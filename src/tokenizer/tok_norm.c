@@ -86,7 +86,7 @@ static moe8_status add_step(pipe_loader *P, tok_step *steps, int *n, tok_step_ty
 
 /* Normalized text must stay UTF-8 (BPE walks it by character). */
 static moe8_status check_utf8(pipe_loader *P, const char *s, const char *field) {
-    if (tok_utf8_valid(s, strlen(s)) == (size_t)-1) return MOE8_OK;
+    if (moe8_utf8_valid(s, strlen(s)) == (size_t)-1) return MOE8_OK;
     return moe8_fail(P->err, MOE8_ERR_FORMAT, -1, "'%s': %s: a string is not UTF-8", P->path, field);
 }
 
@@ -210,7 +210,7 @@ static moe8_status strip_item(pipe_loader *P, const cJSON *d, const char *field)
     const cJSON *c = get(d, "content");
     int64_t start, stop;
     const char *cs = cJSON_IsString(c) ? c->valuestring : "";
-    int k = cs[0] ? tok_utf8_char((const uint8_t *)cs, strlen(cs)) : -1;
+    int k = cs[0] ? moe8_utf8_char((const uint8_t *)cs, strlen(cs)) : -1;
     if (k <= 0 || cs[k] != '\0' ||
         moe8_json_exact_int(get(d, "start"), &start) != 0 || start < 0 || start > 1 << 20 ||
         moe8_json_exact_int(get(d, "stop"), &stop) != 0 || stop < 0)

@@ -113,11 +113,11 @@ static moe8_status messages_of_structs(const moe8_chat_message *msgs, size_t n, 
         cJSON *m = cJSON_CreateObject();
         if (!m || !cJSON_AddItemToArray(list, m)) return cJSON_Delete(m), OOM(err);
         if (!role) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, NAME ": message %zu has no role", i);
-        if ((bad = tok_utf8_valid(role, strlen(role))) != (size_t)-1 ||
-            (content && (bad = tok_utf8_valid(content, strlen(content))) != (size_t)-1))
+        if ((bad = moe8_utf8_valid(role, strlen(role))) != (size_t)-1 ||
+            (content && (bad = moe8_utf8_valid(content, strlen(content))) != (size_t)-1))
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, (int64_t)bad,
                              NAME ": message %zu: the %s is not valid UTF-8 (byte %zu)", i,
-                             tok_utf8_valid(role, strlen(role)) != (size_t)-1 ? "role" : "content",
+                             moe8_utf8_valid(role, strlen(role)) != (size_t)-1 ? "role" : "content",
                              bad);
         if (!cJSON_AddStringToObject(m, "role", role) ||
             !(content ? cJSON_AddStringToObject(m, "content", content)
@@ -133,13 +133,13 @@ static moe8_status messages_of_structs(const moe8_chat_message *msgs, size_t n, 
 static int bad_utf8_in(const cJSON *j, char *where, size_t cap, size_t at) {
     const cJSON *e;
     int i = 0;
-    if (cJSON_IsString(j) && tok_utf8_valid(j->valuestring, strlen(j->valuestring)) != (size_t)-1)
+    if (cJSON_IsString(j) && moe8_utf8_valid(j->valuestring, strlen(j->valuestring)) != (size_t)-1)
         return 1;
     if (!cJSON_IsArray(j) && !cJSON_IsObject(j)) return 0;
     cJSON_ArrayForEach(e, j) {
         int isobj = cJSON_IsObject(j), bad_key;
         size_t k = at;
-        bad_key = isobj && tok_utf8_valid(e->string, strlen(e->string)) != (size_t)-1;
+        bad_key = isobj && moe8_utf8_valid(e->string, strlen(e->string)) != (size_t)-1;
         if (k < cap)
             k += (size_t)(isobj ? snprintf(where + k, cap - k, bad_key ? " (a key)" : ".%s", e->string)
                                 : snprintf(where + k, cap - k, "[%d]", i));

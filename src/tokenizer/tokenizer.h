@@ -26,6 +26,7 @@
 #include <pcre2.h>
 
 #include "core/core.h"
+#include "core/index.h"
 
 struct cJSON;   /* tok_pipeline_load reads a parsed tokenizer.json */
 
@@ -34,23 +35,23 @@ struct cJSON;   /* tok_pipeline_load reads a parsed tokenizer.json */
 #define TOK_MAX_NORM ((size_t)INT32_MAX - 64) /* longest normalized stretch */
 #define TOK_MAX_STEPS 8                  /* normalizer steps, Split regexes, decoder Replaces */
 
-/* Token key -> id, open addressing over ids whose keys (tok_key) live in the
- * tokenizer's pools. */
+/* Token key -> id: an index (core/index.h) over ids whose keys (tok_key)
+ * live in the tokenizer's pools. */
 typedef struct {
-    int32_t *slots;   /* [mask + 1], -1 = empty */
-    size_t mask;      /* slot count - 1 (a power of two minus one) */
+    moe8_index x;
 } tok_strmap;
 
 /* (left id, right id) -> (merge rank, merged id). */
 typedef struct {
-    uint64_t key;     /* (uint64_t)left << 32 | right; UINT64_MAX = empty */
+    uint64_t key;     /* (uint64_t)left << 32 | right */
     int32_t rank;     /* index in the "merges" list (lower merges first) */
     int32_t new_id;   /* id of the concatenation */
 } tok_pair;
 
 typedef struct {
-    tok_pair *slots;  /* [mask + 1] */
-    size_t mask;
+    moe8_index x;     /* over pairs */
+    tok_pair *pairs;  /* [cap], n in use */
+    size_t n, cap;
 } tok_pairmap;
 
 /* One string rewrite: a normalizer step (NFC, Prepend, Replace) or a decoder
@@ -164,13 +165,5 @@ moe8_status tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t 
 int tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
                    size_t *out_len);
 
-/* tok_decode.c: one UTF-8 character at s[0..n): returns its length (> 0) when
- * valid and complete, 0 when s is a valid but incomplete prefix, or -k when
- * invalid, k >= 1 being the bytes to replace by one U+FFFD (the maximal
- * subpart rule of Unicode Table 3-7, as Rust's from_utf8_lossy). */
-int tok_utf8_char(const uint8_t *s, size_t n);
-/* Offset of the first byte of the first invalid or truncated UTF-8 sequence
- * of s[0..n), or (size_t)-1 when all of it is valid. */
-size_t tok_utf8_valid(const char *s, size_t n);
 
 #endif

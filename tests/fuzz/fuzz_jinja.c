@@ -25,7 +25,7 @@
 static char g_out[1 << 17];
 
 static void check_text(const char *s, size_t n, size_t limit) {
-    if (n > limit || tok_utf8_valid(s, n) != (size_t)-1) abort();
+    if (n > limit || moe8_utf8_valid(s, n) != (size_t)-1) abort();
 }
 
 static const moe8_chat_message MSGS[3] = {{"system", "Be brief."}, {"user", "Hi \xe4\xbd\xa0 {{ x }}"},
