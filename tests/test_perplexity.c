@@ -361,7 +361,7 @@ static void test_tp(const char *dir) {
     CHECK(cli(cmd) == 0);
     one = field("Final estimate: PPL = ");
     snprintf(path, sizeof path, "%s/tp.txt", test_tmpdir("ppl_tp"));
-    snprintf(cmd, sizeof cmd, "timeout 300 %s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
+    snprintf(cmd, sizeof cmd, "timeout 300 " TEST_MPI_ENV "%s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
              "--chunks %d --tp 2 --threads 1 >'%s' 2>&1", MOE8_MPIEXEC, MOE8_CLI, dir, TEXT, C, CHUNKS, path);
     CHECK(test_run(cmd) == 0);
     {
