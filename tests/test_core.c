@@ -1,5 +1,5 @@
 /* test_core.c — version, status strings, error filling, rounding, the hash
- * table (core/index.h) against a linear search, the UTF-8 validator against
+ * table (core/index.h) against a linear search (and removal against a set), the UTF-8 validator against
  * the encodings of every code point. */
 #include <fenv.h>
 
@@ -64,6 +64,34 @@ static void test_index(void) {
             moe8_index_clear(&x);
             CHECK(x.epoch == 1);
         }
+    }
+    /* removal: random adds and removes against a present-flag reference; keys cluster in a
+     * few hash runs (a 64-slot table), so the backward shift meets wrapped runs */
+    {
+        uint8_t present[40] = {0};
+        int bad_rm = 0;
+        moe8_index_free(&x);
+        CHECK(moe8_index_init(&x, 20, key_hash) == 0 && x.mask + 1 == 64);
+        k.n = 40;
+        for (uint32_t i = 0; i < 40; i++) k.keys[i] = i; /* entry i holds key i */
+        for (int step = 0; step < 20000; step++) {
+            uint32_t key;
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            key = (uint32_t)((r >> 33) % 40); /* 40 keys: at most 40 of 64 slots... */
+            if (present[key]) {
+                uint64_t kk = key;
+                moe8_index_remove(&x, moe8_hash64(&kk, 8, 0), key, &k);
+                present[key] = 0;
+            } else if (x.n < 31) { /* ...kept at most half full */
+                uint64_t kk = key;
+                if (moe8_index_add(&x, moe8_hash64(&kk, 8, 0), key, key_eq, &k, &kk) != -1) bad_rm++;
+                present[key] = 1;
+            }
+            for (uint64_t q = 0; q < 40; q++)
+                if ((moe8_index_find(&x, moe8_hash64(&q, 8, 0), key_eq, &k, &q) >= 0) != present[q])
+                    bad_rm++;
+        }
+        CHECKF(bad_rm == 0 && x.mask + 1 == 64, "%d answers wrong after removals", bad_rm);
     }
     moe8_index_free(&x);
     free(k.keys);

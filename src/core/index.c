@@ -54,6 +54,27 @@ int moe8_index_grow(moe8_index *x, const void *ctx) {
     return 0;
 }
 
+void moe8_index_remove(moe8_index *x, uint64_t h, uint32_t id, const void *ctx) {
+    moe8_index_slot *slots = x->slots;
+    const size_t mask = x->mask;
+    const uint32_t epoch = x->epoch;
+    size_t i = (size_t)h & mask, j;
+    for (;; i = (i + 1) & mask) {
+        if (slots[i].epoch != epoch) return; /* not there */
+        if (slots[i].id == id) break;
+    }
+    /* backward shift: an entry after the hole moves into it unless its home
+     * slot k lies cyclically in (hole, j], where probes from k still reach j */
+    for (j = (i + 1) & mask; slots[j].epoch == epoch; j = (j + 1) & mask) {
+        size_t k = (size_t)x->hash(ctx, slots[j].id) & mask;
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        slots[i] = slots[j];
+        i = j;
+    }
+    slots[i].epoch = 0; /* epochs start at 1: 0 is empty in every epoch */
+    x->n--;
+}
+
 /* ---- named entries --------------------------------------------------------- */
 
 static uint64_t name_hash(const void *ctx, uint32_t id) {

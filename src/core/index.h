@@ -10,9 +10,11 @@
  * callback given at init). Each slot carries the epoch it was written in, so
  * clear() forgets everything in O(1) — the walker clears its tables for every
  * token. The probes are static inline so that a call site's eq is inlined.
+ * An entry is removed by shifting the entries after it back (no tombstones),
+ * so probes stay as short as if it had never been there.
  *
  * Not thread-safe for writes; a table no one writes may be read from any
- * number of threads. No deletion.
+ * number of threads.
  */
 #ifndef MOE8_CORE_INDEX_H
 #define MOE8_CORE_INDEX_H
@@ -44,6 +46,10 @@ void moe8_index_clear(moe8_index *x);
 /* Double the slots, re-hashing every entry with hash(ctx, id). 0, or -1 out
  * of memory (the table is unchanged). */
 int moe8_index_grow(moe8_index *x, const void *ctx);
+
+/* Take entry `id` (added under hash h) out; nothing when it is not there.
+ * The entries probed after it move back, re-hashed with hash(ctx, id). */
+void moe8_index_remove(moe8_index *x, uint64_t h, uint32_t id, const void *ctx);
 
 /* The entry holding `key` (whose hash is h), or -1. */
 static inline int64_t moe8_index_find(const moe8_index *x, uint64_t h, moe8_index_eq_fn eq,

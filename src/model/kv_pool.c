@@ -46,12 +46,11 @@ static void free_push(kv_pool *p, int32_t id) {
     p->n_free++;
 }
 
+static uint64_t block_hash(const void *ctx, uint32_t id) { return ((const kv_pool *)ctx)->b[id].hash; }
+
 static void unregister(kv_pool *p, int32_t id) {
     kv_block *b = &p->b[id];
-    int32_t *pp = &p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)];
-    while (*pp != id) pp = &p->b[*pp].hnext;
-    *pp = b->hnext;
-    b->hnext = -1;
+    moe8_index_remove(&p->registered, b->hash, (uint32_t)id, p);
     b->registered = 0;
 }
 
@@ -95,15 +94,27 @@ static uint64_t chain_hash(uint64_t seed, uint64_t parent, const int32_t *tok) {
     return h;
 }
 
+typedef struct {
+    uint64_t h;
+    const int32_t *tok;
+    int32_t parent;
+} block_key;
+
+/* Registered block `id` holds exactly these tokens after this parent (in the
+ * generation it had when the block was registered). */
+static int block_eq(const void *ctx, uint32_t id, const void *key) {
+    const kv_pool *p = ctx;
+    const kv_block *b = &p->b[id];
+    const block_key *k = key;
+    if (b->hash != k->h || b->parent != k->parent) return 0;
+    if (k->parent >= 0 && b->parent_gen != p->b[k->parent].gen) return 0;
+    return !memcmp(p->tokens + (size_t)id * KV_BS, k->tok, KV_BS * sizeof *k->tok);
+}
+
 /* Registered block with this hash whose tokens and parent are exactly these. */
 static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t parent) {
-    for (int32_t id = p->bucket[h & (uint64_t)(p->n_bucket - 1)]; id >= 0; id = p->b[id].hnext) {
-        const kv_block *b = &p->b[id];
-        if (b->hash != h || b->parent != parent) continue;
-        if (parent >= 0 && b->parent_gen != p->b[parent].gen) continue;
-        if (!memcmp(p->tokens + (size_t)id * KV_BS, tok, KV_BS * sizeof *tok)) return id;
-    }
-    return -1;
+    block_key k = {h, tok, parent};
+    return (int32_t)moe8_index_find(&p->registered, h, block_eq, p, &k);
 }
 
 static void register_block(kv_pool *p, int32_t id, int32_t parent) {
@@ -113,13 +124,14 @@ static void register_block(kv_pool *p, int32_t id, int32_t parent) {
     if (b->registered) return;
     if (parent >= 0 && !p->b[parent].registered) return; /* its chain is not findable */
     ph = parent >= 0 ? p->b[parent].hash : 0;
-    b->hash = chain_hash(p->seed, ph, tok);
-    if (find(p, b->hash, tok, parent) >= 0) return; /* an identical block is cached already */
+    block_key k = {chain_hash(p->seed, ph, tok), tok, parent};
+    int64_t other = moe8_index_add(&p->registered, k.h, (uint32_t)id, block_eq, p, &k);
+    MOE8_ASSERT(other != -2); /* room for every block at init: never grows */
+    if (other >= 0) return;   /* an identical block is cached already */
+    b->hash = k.h;
     b->parent = parent;
     b->parent_gen = parent >= 0 ? p->b[parent].gen : 0;
     b->registered = 1;
-    b->hnext = p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)];
-    p->bucket[b->hash & (uint64_t)(p->n_bucket - 1)] = id;
 }
 
 /* ---- pool ---------------------------------------------------------------------- */
@@ -134,25 +146,23 @@ moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_
     p->max_blocks = (n_ctx + KV_BS - 1) / KV_BS;
     p->seed = seed;
     p->prefix_cache = 1;
-    for (p->n_bucket = 64; p->n_bucket < 2 * n_blocks && p->n_bucket < (1 << 30);) p->n_bucket *= 2;
     if (n_blocks < 1 || moe8_mul_size((size_t)n_blocks, block_bytes, &bytes))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache: %d blocks of %zu bytes",
                          n_blocks, block_bytes);
     p->data = moe8_alloc_aligned(bytes);
     p->b = calloc((size_t)n_blocks, sizeof *p->b);
     p->tokens = malloc((size_t)n_blocks * KV_BS * sizeof *p->tokens);
-    p->bucket = malloc((size_t)p->n_bucket * sizeof *p->bucket);
     p->table = malloc((size_t)n_seq * (size_t)p->max_blocks * sizeof *p->table);
     p->n_held = calloc((size_t)n_seq, sizeof *p->n_held);
-    if (!p->data || !p->b || !p->tokens || !p->bucket || !p->table || !p->n_held) {
+    if (!p->data || !p->b || !p->tokens || !p->table || !p->n_held ||
+        moe8_index_init(&p->registered, (size_t)n_blocks, block_hash)) {
         kv_pool_free(p);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the kv cache: %d blocks of "
                          "%d tokens (%zu bytes)", n_blocks, KV_BS, bytes);
     }
-    for (int32_t i = 0; i < p->n_bucket; i++) p->bucket[i] = -1;
     p->free_head = p->lru_head = p->lru_tail = -1;
     for (int32_t i = n_blocks - 1; i >= 0; i--) {
-        p->b[i].lru_prev = p->b[i].lru_next = p->b[i].hnext = -1;
+        p->b[i].lru_prev = p->b[i].lru_next = -1;
         free_push(p, i);
     }
     return MOE8_OK;
@@ -162,7 +172,7 @@ void kv_pool_free(kv_pool *p) {
     moe8_free_aligned(p->data);
     free(p->b);
     free(p->tokens);
-    free(p->bucket);
+    moe8_index_free(&p->registered);
     free(p->table);
     free(p->n_held);
     memset(p, 0, sizeof *p);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/index.h"
 #include "core/public.h"
 
 #define KV_BS MOE8_KV_BLOCK_TOKENS
@@ -38,7 +39,6 @@ typedef struct {
     uint64_t hash;          /* registered: chained hash up to its end */
     int registered;
     int32_t lru_prev, lru_next; /* ref 0 and registered: the evictable list */
-    int32_t hnext;          /* next block of its hash bucket */
     int32_t free_next;      /* on the free list (ref 0, not registered) */
 } kv_block;
 
@@ -50,8 +50,7 @@ typedef struct kv_pool {
     int32_t *tokens;        /* [n_blocks][BS] token ids written in each block */
     int32_t free_head, n_free;
     int32_t lru_head, lru_tail, n_cached; /* head: least recently used */
-    int32_t *bucket;        /* [n_bucket] first block, -1 */
-    int32_t n_bucket;       /* power of two */
+    moe8_index registered;  /* the registered blocks by chained hash (core/index.h) */
     int32_t n_seq, max_blocks; /* max_blocks = ceil(n_ctx / BS) */
     int32_t *table;         /* [n_seq][max_blocks] */
     int32_t *n_held;        /* [n_seq] blocks in each table */
