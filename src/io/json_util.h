@@ -30,7 +30,7 @@ moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJS
 /* The syntax half of moe8_json_parse, for a format with its own rules for
  * repeated keys (the safetensors header): one JSON value and nothing but
  * whitespace after it. Offsets in errors are `base` + the offset in text;
- * `what` (NULL: "JSON value") names the text in them ("header JSON"). */
+ * `what` (NULL: "JSON value") names the text in them ("header"). */
 moe8_status moe8_json_parse_syntax(const char *text, size_t len, int64_t base, const char *label,
                                    const char *what, cJSON **out, moe8_error *err);
 

@@ -290,7 +290,6 @@ static moe8_status add_entries(moe8_st *st, int fi, const st_ctx *c, cJSON *root
     return MOE8_OK;
 }
 
-
 /* Validate file `fi` (already in memory) and append its tensors. */
 static moe8_status parse_file(moe8_st *st, int fi, moe8_error *err) {
     const st_file *f = &st->files[fi];

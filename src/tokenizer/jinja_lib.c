@@ -22,7 +22,6 @@
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 
-
 uint32_t ju_next(const char *s, size_t n, size_t *i) {
     const unsigned char *p = (const unsigned char *)s;
     size_t k = *i;

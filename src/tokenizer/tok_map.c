@@ -40,7 +40,8 @@ int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id
     int64_t other;
     k.s = tok_key(t, id, &k.len);
     other = moe8_index_add(&m->x, moe8_hash64(k.s, k.len, 0), (uint32_t)id, str_eq, t, &k);
-    return other == -2 ? -2 : (int32_t)other;
+    MOE8_ASSERT(other != -2); /* sized for every key at init: never grows */
+    return (int32_t)other;
 }
 
 int32_t tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
