@@ -224,27 +224,44 @@ static void test_q8_shapes(void) {
     q8_case(2, 40, 2200, 1, 0, 40); /* K spans several activation chunks */
 }
 
-/* All 127 x -128 (and -127 x -128, alternating) over long K: the largest |acc|. */
-static void test_q8_worst_case(void) {
-    const int m = 3, n = 40, k = 4100, ldq = moe8_round_up(k, MOE8_QK_KALIGN);
+/* Every row count of the tiled paths (AMX: blocks of 32 and 16 rows, the
+ * rest in shorter tiles; AVX-512: tiles of 4) over K with and without a
+ * partial 64-input chunk, odd panel counts and sub-ranges. */
+static void test_q8_rows(void) {
+    const int nk[][2] = {{48, 128}, {33, 100}, {80, 4}, {16, 64 + 36}};
+    for (int m = 1; m <= 50; m++) {
+        const int b = m % 4, n = nk[b][0], k = nk[b][1];
+        q8_case(m, n, k, m % 3 == 0, 0, n);
+    }
+    q8_case(64, 129, 72, 1, 16, 129);
+    q8_case(100, 40, 300, 0, 0, 40);
+    q8_case(97, 200, 192, 1, 32, 176);
+}
+
+/* All 127 x -128 (and -127 x -128, alternating) over long K: the largest |acc|.
+ * Rows repeat three patterns, m rows (3: the AVX-512 tiles; 24: AMX's). */
+static void q8_worst_case(int m) {
+    const int n = 40, k = 4100, ldq = moe8_round_up(k, MOE8_QK_KALIGN);
     qprob p;
     qprob_init(&p, n, k, 1, -128);
     for (int i = 0; i < n; i++) p.offset[i] = i % 2 ? -128 : 127;
     int8_t *xq = calloc((size_t)m * ldq, 1);
-    float sx[3] = {1.0f, 0.5f, 0.0f};
-    int32_t xsum[3] = {0, 0, 0};
-    for (int j = 0; j < k; j++) {
-        xq[j] = 127;
-        xq[ldq + j] = j % 2 ? 127 : -127;
-        xq[2 * ldq + j] = -127;
-        xsum[0] += 127; xsum[1] += xq[ldq + j]; xsum[2] -= 127;
+    float sx[24];
+    int32_t xsum[24] = {0};
+    for (int r = 0; r < m; r++) {
+        sx[r] = r % 3 == 0 ? 1.0f : r % 3 == 1 ? 0.5f : 0.0f;
+        for (int j = 0; j < k; j++) {
+            int8_t *q = &xq[(size_t)r * ldq + j];
+            *q = r % 3 == 0 ? 127 : r % 3 == 2 ? -127 : j % 2 ? 127 : -127;
+            xsum[r] += *q;
+        }
     }
     int bad = check_q8(moe8_kernels_ref(), &p, xq, ldq, sx, xsum, m, 0, n);
-    CHECKF(bad == 0, "ref q8 worst case: %d mismatches", bad);
+    CHECKF(bad == 0, "ref q8 worst case m=%d: %d mismatches", m, bad);
     if (tut) {
         bad = check_q8(tut, &p, xq, ldq, sx, xsum, m, 0, n);
-        CHECKF(bad == 0, "%s q8 worst case: %d mismatches", tut->isa, bad);
-        int32_t acc[3 * 40];
+        CHECKF(bad == 0, "%s q8 worst case m=%d: %d mismatches", tut->isa, m, bad);
+        int32_t acc[24 * 40];
         tut->gemm_q8_i32(acc, n, xq, ldq, &p.q, m, 0, n);
         CHECK(acc[0] == -127 * 128 * k && acc[2 * n + 5] == 127 * 128 * k && acc[n] == 0);
     }
@@ -252,15 +269,20 @@ static void test_q8_worst_case(void) {
     qprob_free(&p);
 }
 
-/* The real gate+up shape once (2I x H = 1536 x 2048), the table against ref only. */
-static void test_q8_real_shape(void) {
-    if (!tut) return;
-    const int m = 7, n = 1536, k = 2048;
+static void test_q8_worst_case(void) {
+    q8_worst_case(3);
+    q8_worst_case(24);
+}
+
+/* The real gate+up shape (2I x H = 1536 x 2048), at 7 rows (decode tiles) and
+ * 40 (AMX tiles over several blocks of panels), the table against ref only. */
+static void q8_real_shape(int m) {
+    const int n = 1536, k = 2048;
     qprob p;
     qprob_init(&p, n, k, 0, 999);
-    float *x = malloc(sizeof(float) * m * k), sx[7];
+    float *x = malloc(sizeof(float) * m * k), sx[64];
     int8_t *xq = malloc((size_t)m * k);
-    int32_t xsum[7];
+    int32_t xsum[64];
     int32_t *a = malloc(sizeof(int32_t) * m * n), *b = malloc(sizeof(int32_t) * m * n);
     float *ya = malloc(sizeof(float) * m * n), *yb = malloc(sizeof(float) * m * n);
     fill_x(x, m, k);
@@ -273,6 +295,12 @@ static void test_q8_real_shape(void) {
     CHECK(memcmp(ya, yb, sizeof(float) * m * n) == 0);
     free(x); free(xq); free(a); free(b); free(ya); free(yb);
     qprob_free(&p);
+}
+
+static void test_q8_real_shape(void) {
+    if (!tut) return;
+    q8_real_shape(7);
+    q8_real_shape(40);
 }
 
 /* ---- float GEMM ------------------------------------------------------------- */
@@ -412,6 +440,7 @@ int main(void) {
     test_quant();
     test_quant_rounding_mode();
     test_q8_shapes();
+    test_q8_rows();
     test_q8_worst_case();
     test_q8_real_shape();
     test_f32();

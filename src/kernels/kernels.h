@@ -136,7 +136,7 @@ static inline size_t moe8_attn_work_floats(int D, int rows) {
 
 typedef struct moe8_kernels moe8_kernels;
 struct moe8_kernels {
-    const char *isa;                 /* "ref", "avx2", "avx512" (MOE8_ISA's names) */
+    const char *isa;                 /* "ref", "avx2", "avx512", "amx" (MOE8_ISA's names) */
     const moe8_qlayout *qlayout;     /* the int8 weight layout its GEMMs read */
     int (*supported)(void);          /* the CPU and the OS can run it (NULL: always) */
     void (*thread_init)(void);       /* per-thread setup before its kernels run (NULL: none) */

@@ -26,6 +26,9 @@ extern const moe8_kernels moe8_kernels_avx2;
 #if MOE8_HAVE_AVX512
 extern const moe8_kernels moe8_kernels_avx512;
 #endif
+#if MOE8_HAVE_AMX
+extern const moe8_kernels moe8_kernels_amx;
+#endif
 
 static double ref_read(const void *buf, size_t n_bytes, uint32_t *sink);
 static double ref_int8_peak(long n_iter, uint32_t *sink);
@@ -50,6 +53,9 @@ static const moe8_kernels ref_table = {
 };
 
 static const moe8_kernels *const tables[] = {
+#if MOE8_HAVE_AMX
+    &moe8_kernels_amx,
+#endif
 #if MOE8_HAVE_AVX512
     &moe8_kernels_avx512,
 #endif

@@ -44,6 +44,7 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "kernels/x86/avx512/avx512_load.h"
 #include "kernels/x86/avx512/kernels_avx512.h"
 
 #define NR 16 /* channels per panel of the k4u layout */
@@ -63,40 +64,10 @@ typedef struct {
     const float *sx; const int32_t *xsum;        /* [mr] of this tile */
 } tile_out;
 
-static inline __mmask16 lanes(int n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
-/* Sum of x[0..n) (signed bytes) as vpdpbusd with 1s as the unsigned operand. */
-static int32_t row_sum(const int8_t *x, int n) {
-    const __m512i ones = _mm512_set1_epi8(1);
-    __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-    int j = 0;
-    for (; j + 128 <= n; j += 128) {
-        s0 = _mm512_dpbusd_epi32(s0, ones, _mm512_loadu_si512(x + j));
-        s1 = _mm512_dpbusd_epi32(s1, ones, _mm512_loadu_si512(x + j + 64));
-    }
-    for (; j < n; j += 64) {
-        const int t = n - j;
-        const __mmask64 mk = t >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << t) - 1);
-        s0 = _mm512_dpbusd_epi32(s0, ones, _mm512_maskz_loadu_epi8(mk, x + j));
-    }
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
-}
-
 /* Store the 16 sums v of row r at columns j..j+nc (nc in 1..16). */
 INLINE void store16(const tile_out *o, const moe8_qmat *w, __m512i v, int r, int j, int nc) {
-    const __mmask16 mk = lanes(nc);
-    if (o->acc) {
-        _mm512_mask_storeu_epi32(o->acc + (size_t)r * o->ldc + j, mk, v);
-        return;
-    }
-    if (w->offset) /* offset[] and scale[] have only n entries: masked loads */
-        v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, w->offset + j),
-                                                   _mm512_set1_epi32(o->xsum[r])));
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(o->sx[r]));
-    f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mk, w->scale + j));
-    _mm512_mask_storeu_ps(o->y + (size_t)r * o->ldy + j, mk, f);
+    if (o->acc) moe8_avx512_q8_out16(o->acc + (size_t)r * o->ldc, NULL, 0, 0, w, v, j, nc);
+    else moe8_avx512_q8_out16(NULL, o->y + (size_t)r * o->ldy, o->sx[r], o->xsum[r], w, v, j, nc);
 }
 
 /* Named registers of a tile, row r < 4 and panel p < 8: gcc 12 keeps arrays
@@ -225,7 +196,7 @@ static void run(const tile_out *o, const int8_t *xq, int ldq, const moe8_qmat *w
     int32_t rs[MR];
     if (m <= 0 || n1 <= n0) return;
     if (m <= 2) {
-        for (int r = 0; r < m; r++) rs[r] = row_sum(xq + (size_t)r * ldq, k_pad);
+        for (int r = 0; r < m; r++) rs[r] = moe8_avx512_row_sum(xq + (size_t)r * ldq, k_pad);
         if (m == 1) decode_rows(o, xq, ldq, rs, w, n0, n1, 1);
         else decode_rows(o, xq, ldq, rs, w, n0, n1, 2);
         return;
@@ -255,7 +226,7 @@ static void run(const tile_out *o, const int8_t *xq, int ldq, const moe8_qmat *w
                 pp.end = next + (size_t)(ti - first + 1) * slice;
                 pp.n = spread >= NP ? 1 : (NP + spread - 1) / spread;
             }
-            for (int r = 0; r < mr; r++) rs[r] = row_sum(xr + (size_t)r * ldq, k_pad);
+            for (int r = 0; r < mr; r++) rs[r] = moe8_avx512_row_sum(xr + (size_t)r * ldq, k_pad);
             switch (mr) {
             case 1: row_tile(&t, xr, ldq, rs, w, ja, jb, &pp, 1); break;
             case 2: row_tile(&t, xr, ldq, rs, w, ja, jb, &pp, 2); break;
