@@ -253,7 +253,8 @@ int main(void) {
         }
     const char *forced = getenv("MOE8_ISA");
     CHECKF(!strcmp(isa, forced && forced[0] ? forced : first), "in use %s, tables '%s'", isa, tables);
-    CHECK(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "ref"));
+    CHECK(!strcmp(isa, "amx") || !strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "ref"));
+    CHECK(strcmp(isa, "amx") || moe8_cpu()->amx_int8); /* amx only where the tiles were granted */
     CHECK(strstr(tables, "ref") != NULL);
     CHECK(!moe8_cpu()->avx512 || moe8_cpu()->avx2);
     CHECK(!moe8_cpu()->amx_int8 || moe8_cpu()->avx512);
