@@ -341,6 +341,18 @@ static double health_probe(int port) {
     return dt;
 }
 
+/* A 200 for /health within `limit` seconds, probing every 50 ms: after a
+ * flood the server may still be closing the flood's connections, and a
+ * probe that comes first is turned away at the connection limit. */
+static int health_recovers(int port, double limit) {
+    const double t0 = now_s();
+    do {
+        if (health_probe(port) >= 0) return 1;
+        sleep_s(0.05);
+    } while (now_s() - t0 < limit);
+    return 0;
+}
+
 static void *prober_main(void *arg) {
     prober *p = arg;
     while (!p->stop && p->n + p->n_failed < MAX_PROBES) {
@@ -1067,7 +1079,7 @@ static void test_nofile(const char *dir) {
     CHECKF(n_ok + n_503 == N && n_ok > 0 && n_503 > 0 && n_ok < 128,
            "RLIMIT_NOFILE 128: of %d connections %d got 200, %d a 503 naming --max-connections, %d else", N, n_ok,
            n_503, n_other);
-    CHECK(health_probe(sv.port) >= 0);
+    CHECK(health_recovers(sv.port, g_asan ? 30 : 10));
     server_stop(&sv, 10);
     free(c);
 }
