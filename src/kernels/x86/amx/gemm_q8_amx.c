@@ -140,8 +140,7 @@ INLINE void micro(int32_t *c, const int8_t *ap, const uint8_t *b, size_t ps, int
 static void epilogue(const gemm_out *o, const moe8_qmat *w, const int32_t *c, const int32_t *rs,
                      int r0, int rows, int j0, int n1, int np) {
     for (int q = 0; q < np; q++) {
-        const int j = j0 + q * NR, ncol = n1 - j < NR ? n1 - j : NR;
-        if (ncol <= 0) break;
+        const int j = j0 + q * NR, ncol = n1 - j < NR ? n1 - j : NR; /* >= 1: q < np */
         for (int i = 0; i < rows; i++) {
             const int r = r0 + i;
             const int32_t *ci = c + ((i / 16) * 2 + q) * 256 + (i % 16) * 16;
