@@ -399,11 +399,14 @@ static int cg_run(const char *cg, const char *dir, const char *probe, long probe
     return st;
 }
 
-/* A model whose packed cache is about 80 MB, under a cgroup limit of 60% of
+/* A model whose packed cache is about 150 MB, under a cgroup limit of 60% of
  * it: a fresh process builds the cache (one section in memory at a time) and
  * gives the unconstrained answers; another, after the cache's pages are
  * dropped from the page cache (so its faults are charged to its own cgroup),
- * pages experts in from the mapping and gives them too. */
+ * pages experts in from the mapping and gives them too. 8 layers: the
+ * process's own memory besides the cache (~44 MB) must sit well below the
+ * limit — with 4 (an 80 MB cache, a 46 MB limit) it was OOM-killed in some
+ * checkouts. */
 static void test_cgroup(void) {
     fx_opts fo = fx_default_opts();
     fo.quant = 1;
@@ -411,7 +414,7 @@ static void test_cgroup(void) {
     fo.n_heads = 4;
     fo.n_kv_heads = 2;
     fo.head_dim = 64;
-    fo.n_layers = 4;
+    fo.n_layers = 8;
     fo.n_experts = 64;
     fo.top_k = 8;
     fo.moe_inter = 384;
