@@ -410,6 +410,15 @@ int moe8_sampler_n_vocab(const moe8_sampler *s);
 int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits);
 void moe8_sampler_free(moe8_sampler *s);
 
+/* The softmax of logits [n] as every part of moe8 computes it (SEMANTICS
+ * §10): moe8_logits_max is the largest logit (NaN ignored; -INFINITY when
+ * there is none); moe8_logits_exp_sum the sum over j of
+ * expf((logits[j] - max) / temperature), in double, added in id order, the
+ * exponentials vectorized and bit for bit glibc's expf. A log-probability
+ * (temperature 1) is logits[i] - max - log(sum). */
+float moe8_logits_max(const float *logits, int32_t n);
+double moe8_logits_exp_sum(const float *logits, int32_t n, float max, float temperature);
+
 /* ======================================================================== */
 /* Generation: contexts, batches, decode, generate (SEMANTICS §7)                 */
 /* ======================================================================== */

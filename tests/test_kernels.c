@@ -434,6 +434,128 @@ static void test_layouts(void) {
     }
 }
 
+/* ---- the exponential (SEMANTICS §10) --------------------------------------------------------- */
+
+static float f_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The table of 2^(i/32) against exp2l; the reference within half an ulp (and a little) of exp in
+ * double, and on glibc bit for bit its expf; the table under test bit for bit the reference over
+ * a sweep of every 509th float bit pattern (4093rd under ASan), the edges of each range, softmax-shaped inputs with a
+ * subtraction and a division, tails and in place; max and the chunked sum. */
+static void test_exp(void) {
+    const moe8_kernels *kt = tut ? tut : moe8_kernels_ref();
+#ifdef __SANITIZE_ADDRESS__
+    enum { B = 4096, STRIDE = 4093 }; /* a second under ASan per table, not eight */
+#else
+    enum { B = 4096, STRIDE = 509 };
+#endif
+    static float x[B], r[B], t[B];
+    int bad_tab = 0, bad_acc = 0, bad_libm = 0, bad_tut = 0, n_x = 0;
+    for (int i = 0; i < 32; i++) {
+        uint64_t u = moe8_expf_tab[i] + ((uint64_t)i << 47);
+        double d;
+        memcpy(&d, &u, 8);
+        bad_tab += d != (double)exp2l(i / 32.0L);
+    }
+    CHECKF(bad_tab == 0, "%d of the 32 entries of 2^(i/32) are not exp2l's", bad_tab);
+    for (uint64_t b = 0; b < (1ull << 32); b += (uint64_t)B * STRIDE) {
+        int n = 0;
+        for (uint64_t u = b; u < b + (uint64_t)B * STRIDE && u < (1ull << 32); u += STRIDE) x[n++] = f_of((uint32_t)u);
+        moe8_exp_f32_ref(r, x, n, 0.0f, 1.0f);
+        kt->exp_f32(t, x, n, 0.0f, 1.0f);
+        for (int i = 0; i < n; i++) {
+            const double e = exp((double)x[i]);
+            const float l = expf(x[i]);
+            bad_tut += memcmp(&t[i], &r[i], 4) != 0;
+#ifdef __GLIBC__
+            bad_libm += memcmp(&l, &r[i], 4) != 0;
+#else
+            (void)l;
+#endif
+            if (x[i] == x[i] && e < 0x1p127 && e > 0x1p-126) /* normal results: the error bound */
+                bad_acc += fabs((double)r[i] - e) > 0.502 * ldexp(1.0, ilogb(e) - 23);
+        }
+        n_x += n;
+    }
+    /* each range's edges, a few ulps either side */
+    {
+        const float edge[] = {0.0f, -0.0f, 88.0f, -88.0f, MOE8_EXPF_OFLOW, MOE8_EXPF_UFLOW, MOE8_EXPF_MAY_UFLOW,
+                              INFINITY, -INFINITY, NAN, -NAN, 1e-30f, -1e-30f, 0x1p-149f, 1.0f, -1.0f};
+        int n = 0;
+        for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++)
+            for (int d = -4; d <= 4; d++) { /* edge[e] moved |d| ulps down or up */
+                float v = edge[e];
+                for (int k = 0; k < abs(d); k++) v = nextafterf(v, d < 0 ? -INFINITY : INFINITY);
+                x[n++] = v;
+            }
+        moe8_exp_f32_ref(r, x, n, 0.0f, 1.0f);
+        kt->exp_f32(t, x, n, 0.0f, 1.0f);
+        for (int i = 0; i < n; i++) {
+            const float l = expf(x[i]);
+            bad_tut += memcmp(&t[i], &r[i], 4) != 0;
+#ifdef __GLIBC__
+            bad_libm += memcmp(&l, &r[i], 4) != 0;
+#else
+            (void)l;
+#endif
+        }
+        n_x += n;
+    }
+    CHECKF(bad_tab == 0 && bad_acc == 0, "the reference exponential: %d of %d past 0.502 ulp of exp", bad_acc, n_x);
+    CHECKF(bad_libm == 0, "the reference exponential differs from libm's expf on %d of %d floats", bad_libm, n_x);
+    CHECKF(bad_tut == 0, "%s exp_f32 differs from the reference on %d of %d floats", kt->isa, bad_tut, n_x);
+    /* softmax-shaped: logits around 0..20, (x - max) / temperature, every length to 40, in place */
+    {
+        const float temps[] = {1.0f, 0.7f, 1.3f, 0.05f};
+        int bad = 0, bad_sum = 0, bad_max = 0;
+        for (int n = 0; n <= 40; n++)
+            for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+                float mx = -INFINITY, y[40], z[40];
+                double want = 0.0;
+                for (int i = 0; i < n; i++) {
+                    x[i] = (float)rand_int(-2000000, 2000000) * 1e-5f;
+                    if (rand_int(0, 9) == 0) x[i] = rand_int(0, 1) ? NAN : -INFINITY;
+                    if (x[i] > mx) mx = x[i];
+                }
+                bad_max += memcmp(&mx, &(float){moe8_max_f32(x, n)}, 4) != 0;
+                moe8_exp_f32_ref(y, x, n, mx, temps[ti]);
+                memcpy(z, x, (size_t)n * sizeof *z);
+                kt->exp_f32(z, z, n, mx, temps[ti]);
+                bad += n && memcmp(y, z, (size_t)n * sizeof *y) != 0;
+                for (int i = 0; i < n; i++) want += y[i];
+                if (!tut) {
+                    double got = moe8_exp_sum(z, x, n, mx, temps[ti]);
+                    bad_sum += memcmp(&got, &want, 8) != 0 || (n && memcmp(y, z, (size_t)n * sizeof *y));
+                }
+            }
+        CHECKF(bad == 0, "%s exp_f32 on softmax rows: %d rows differ from the reference", kt->isa, bad);
+        CHECKF(bad_max == 0, "moe8_max_f32: %d rows not the largest non-NaN value", bad_max);
+        CHECKF(bad_sum == 0, "moe8_exp_sum: %d rows not the reference's sum in index order", bad_sum);
+    }
+    /* the sum across chunks of 1024, with and without p */
+    if (!tut) {
+        float *big = malloc(3001 * sizeof *big), *p = malloc(3001 * sizeof *p);
+        double want = 0.0, got, got_p;
+        float mx;
+        for (int i = 0; i < 3001; i++) big[i] = (float)rand_int(-3000000, 1000000) * 1e-5f;
+        mx = moe8_max_f32(big, 3001);
+        for (int i = 0; i < 3001; i++) {
+            float e;
+            moe8_exp_f32_ref(&e, big + i, 1, mx, 0.9f);
+            want += e;
+        }
+        got = moe8_exp_sum(NULL, big, 3001, mx, 0.9f);
+        got_p = moe8_exp_sum(p, big, 3001, mx, 0.9f);
+        CHECKF(got == want && got_p == want, "moe8_exp_sum over 3001: %.17g and %.17g, want %.17g", got, got_p, want);
+        free(big);
+        free(p);
+    }
+}
+
 int main(void) {
     tut = test_table_besides_ref();
     test_layouts();
@@ -445,5 +567,6 @@ int main(void) {
     test_q8_real_shape();
     test_f32();
     test_timing();
+    test_exp();
     return test_summary();
 }

@@ -143,12 +143,12 @@ static inline int nearest_int(float fval) {
 /* nll of `tok`; the uint16 row of the base file when `row` is not NULL. */
 static double log_softmax(int32_t V, const float *l, int32_t tok, uint16_t *row) {
     float mx = l[0], mn = l[0];
-    double sum = 0;
+    double sum;
     for (int32_t i = 1; i < V; i++) {
         mx = fmaxf(mx, l[i]);
         mn = fminf(mn, l[i]);
     }
-    for (int32_t i = 0; i < V; i++) sum += expf(l[i] - mx);
+    sum = moe8_logits_exp_sum(l, V, mx, 1.0f);
     if (row) {
         const float lse = (float)log(sum), lo = fmaxf(mn, mx - 16);
         const float scale = (mx - lo) / 65535.f, min_lp = lo - mx - lse;
@@ -166,11 +166,10 @@ static void kld_one(int32_t V, const float *l, const uint16_t *base, int32_t tok
                     float *kld_out, float *pdiff_out) {
     float mx = l[0], scale, min_lp, p_log_base_max = 0;
     int32_t imax = 0, imax_base = -1;
-    double sum_exp = 0, sum = 0;
+    double sum = 0;
     for (int32_t i = 1; i < V; i++)
         if (l[i] > mx) mx = l[i], imax = i;
-    for (int32_t i = 0; i < V; i++) sum_exp += expf(l[i] - mx);
-    const float lse = (float)log(sum_exp);
+    const float lse = (float)log(moe8_logits_exp_sum(l, V, mx, 1.0f));
     memcpy(&scale, base, 4);
     memcpy(&min_lp, base + 2, 4);
     base += 4;

@@ -134,6 +134,35 @@ static inline size_t moe8_attn_work_floats(int D, int rows) {
     return (n + 15) / 16 * 16;
 }
 
+/* y[i] = expf((x[i] - sub) / div) for i < n (y may be x): the subtraction and
+ * the division in fp32, then the exponential of SEMANTICS §10 ("The
+ * exponential"), which is glibc's expf bit for bit: ARM optimized-routines'
+ * algorithm, in double, with a 32-entry table of 2^(i/32) and a cubic. Every
+ * table equals the reference bit for bit, for every float input. */
+typedef void (*moe8_exp_f32_fn)(float *y, const float *x, int n, float sub, float div);
+
+/* The algorithm's constants (softmax.c): x / ln2 * 32 splits into k + r,
+ * exp(x) = 2^(k/32) * 2^(r/32), 2^(r/32) ~ 1 + C2 r + C1 r^2 + C0 r^3. TAB[i]
+ * holds the bits of 2^(i/32) (rounded to nearest) minus i << 47, so adding
+ * k << 47 to TAB[k % 32] gives the bits of 2^(k/32) for any |k| < 150*32. */
+#define MOE8_EXPF_INVLN2N 0x1.71547652b82fep+5 /* 32 / ln 2 */
+#define MOE8_EXPF_SHIFT 0x1.8p+52              /* rounds z to an integer in its low bits */
+#define MOE8_EXPF_C0 0x1.c6af84b912394p-20
+#define MOE8_EXPF_C1 0x1.ebfce50fac4f3p-13
+#define MOE8_EXPF_C2 0x1.62e42ff0c52d6p-6
+#define MOE8_EXPF_OFLOW 0x1.62e42ep6f          /* above: +inf */
+#define MOE8_EXPF_UFLOW (-0x1.9fe368p6f)       /* below: +0 */
+#define MOE8_EXPF_MAY_UFLOW (-0x1.9d1d9ep6f)   /* below (and not under UFLOW): 0x1p-149 */
+extern const uint64_t moe8_expf_tab[32];
+
+void moe8_exp_f32_ref(float *y, const float *x, int n, float sub, float div);
+/* The largest of x[0..n), NaN ignored; -INFINITY when there is none. */
+float moe8_max_f32(const float *x, int n);
+/* Softmax's exponentials: p[i] = expf((x[i] - mx) / div) by the chosen
+ * table's exp_f32 (p may be NULL: not kept), and their sum in double, added
+ * in index order. */
+double moe8_exp_sum(float *p, const float *x, int n, float mx, float div);
+
 typedef struct moe8_kernels moe8_kernels;
 struct moe8_kernels {
     const char *isa;                 /* "ref", "avx2", "avx512", "amx" (MOE8_ISA's names) */
@@ -146,6 +175,7 @@ struct moe8_kernels {
     moe8_gemm_q8_f32_fn gemm_q8_f32;
     moe8_gemm_f32_wf_fn gemm_f32_wf;
     moe8_flash_attn_fn flash_attn;
+    moe8_exp_f32_fn exp_f32;
     /* Roofline probes, one thread each (roofline.c runs them on every thread):
      * seconds to read n_bytes once; seconds for n_iter iterations of the
      * int8 MAC / fp32 FMA register probe of the instructions the kernels use,

@@ -145,3 +145,32 @@ void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok
         for (int d = 0; d < D; d++) o[d] = o[d] / L[r];
     }
 }
+
+/* One float's exponential (SEMANTICS §10, "The exponential"), operation by
+ * operation as glibc's expf on a CPU with FMA: the two products with 32/ln2
+ * and the cubic's three multiply-adds are fused (fma), the rest rounds. */
+static float exp_one(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    if (((bits >> 20) & 0x7ff) >= 0x42b) { /* |x| >= 88, inf or NaN */
+        if (x != x || x == INFINITY) return x + x;
+        if (x > MOE8_EXPF_OFLOW) return INFINITY;
+        if (x < MOE8_EXPF_UFLOW) return 0.0f; /* -inf too */
+        if (x < MOE8_EXPF_MAY_UFLOW) return 0x1p-149f;
+    }
+    const double xd = (double)x, z = fma(MOE8_EXPF_INVLN2N, xd, MOE8_EXPF_SHIFT);
+    const double kd = z - MOE8_EXPF_SHIFT, r = fma(MOE8_EXPF_INVLN2N, xd, -kd);
+    uint64_t ki, t;
+    double s, p, q, y;
+    memcpy(&ki, &z, 8);
+    t = moe8_expf_tab[ki % 32] + (ki << 47);
+    memcpy(&s, &t, 8);
+    p = fma(r, MOE8_EXPF_C0, MOE8_EXPF_C1);
+    q = fma(r, MOE8_EXPF_C2, 1.0);
+    y = fma(p, r * r, q);
+    return (float)(y * s);
+}
+
+void moe8_exp_f32_ref(float *y, const float *x, int n, float sub, float div) {
+    for (int i = 0; i < n; i++) y[i] = exp_one((x[i] - sub) / div);
+}

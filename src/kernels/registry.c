@@ -43,6 +43,7 @@ static const moe8_kernels ref_table = {
     .gemm_q8_f32 = moe8_gemm_q8_f32_ref,
     .gemm_f32_wf = moe8_gemm_f32_wf_ref,
     .flash_attn = moe8_flash_attn_ref,
+    .exp_f32 = moe8_exp_f32_ref,
     .read_stream = ref_read,
     .int8_peak = ref_int8_peak,
     .fma_peak = ref_fma_peak,

@@ -16,6 +16,9 @@
  * scheduler keeps one per request, seeded by the request's seed, and shares
  * one sampler's buffers between all requests.
  *
+ * The exponentials and their sum are the kernels' (moe8_exp_sum: SEMANTICS
+ * §10, "The exponential"): glibc's expf bit for bit, vectorized.
+ *
  * Avoids sorting the whole vocabulary: top-k keeps a bounded heap; top-p
  * alone sorts only tokens with p >= (1 - top_p) / n_vocab, which provably
  * contain the nucleus (the others weigh less than 1 - top_p together).
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "kernels/kernels.h"
 #include "model/sampler.h"
 
 struct moe8_sampler {
@@ -159,14 +163,11 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
     const int V = s->n_vocab;
     float *pr = s->work;
     int32_t *ids = s->ids;
-    float mx = -INFINITY, pmax = 0.0f;
-    double sum = 0.0, mass = 0.0;
+    float mx, pmax = 0.0f;
+    double sum, mass = 0.0;
     int n = 0;
-    for (int i = 0; i < V; i++) mx = fmaxf(mx, logits[i]);
-    for (int i = 0; i < V; i++) {
-        pr[i] = expf((logits[i] - mx) / sp->temperature);
-        sum += pr[i];
-    }
+    mx = moe8_max_f32(logits, V);
+    sum = moe8_exp_sum(pr, logits, V, mx, sp->temperature);
     for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
     if (sp->top_p < 1.0f && sp->top_k == 0) {
         float floor_p = (1.0f - sp->top_p) / (float)V;
@@ -220,10 +221,8 @@ int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_
     }
     if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) {
         /* no filter: the whole distribution, walked in id order (no sort) */
-        float mx = -INFINITY, *pr = s->work;
-        double sum = 0.0;
-        for (int i = 0; i < s->n_vocab; i++) mx = fmaxf(mx, logits[i]);
-        for (int i = 0; i < s->n_vocab; i++) sum += pr[i] = expf((logits[i] - mx) / p->temperature);
+        float *pr = s->work;
+        const double sum = moe8_exp_sum(pr, logits, s->n_vocab, moe8_max_f32(logits, s->n_vocab), p->temperature);
         if (!(sum > 0.0)) return 0; /* all logits NaN */
         u = (double)(xoshiro_next(rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
         for (int i = 0; i < s->n_vocab; i++) {
@@ -240,6 +239,12 @@ int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_
         if (u < acc) return ids[i];
     }
     return ids[n - 1];
+}
+
+float moe8_logits_max(const float *logits, int32_t n) { return moe8_max_f32(logits, n); }
+
+double moe8_logits_exp_sum(const float *logits, int32_t n, float max, float temperature) {
+    return moe8_exp_sum(NULL, logits, n, max, temperature);
 }
 
 int32_t moe8_sampler_sample(moe8_sampler *s, const float *logits) {

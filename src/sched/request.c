@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "kernels/kernels.h"
 #include "sched/grammar.h"
 #include "sched/sched.h"
 
@@ -120,12 +121,9 @@ void ev_free(ev_buf *b) {
 static int logprobs(ev_buf *b, moe8_event *e, int n_top, int32_t tok, const float *logits,
                     int32_t V) {
     moe8_logprob *top;
-    float mx = -INFINITY;
-    double sum = 0.0, lse;
+    const float mx = moe8_max_f32(logits, V);
+    const double lse = (double)mx + log(moe8_exp_sum(NULL, logits, V, mx, 1.0f));
     int n = 0;
-    for (int32_t i = 0; i < V; i++) mx = fmaxf(mx, logits[i]);
-    for (int32_t i = 0; i < V; i++) sum += (double)expf(logits[i] - mx);
-    lse = (double)mx + log(sum);
     e->logprob = (float)((double)logits[tok] - lse);
     if (n_top > V) n_top = V;
     if (grow((void **)&b->top, &b->cap_top, b->n_top + (size_t)n_top, sizeof *b->top)) return -1;

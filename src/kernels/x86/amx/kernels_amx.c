@@ -22,6 +22,7 @@ const moe8_kernels moe8_kernels_amx = {
     .gemm_q8_f32 = moe8_gemm_q8_f32_amx,
     .gemm_f32_wf = moe8_gemm_f32_wf_avx512,
     .flash_attn = moe8_flash_attn_avx512,
+    .exp_f32 = moe8_exp_f32_avx512,
     .read_stream = moe8_read_stream_avx512,
     .int8_peak = moe8_tdpbsud_peak_amx,
     .fma_peak = moe8_fma_peak_avx512,

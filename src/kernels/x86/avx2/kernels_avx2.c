@@ -17,6 +17,7 @@ const moe8_kernels moe8_kernels_avx2 = {
     .gemm_q8_f32 = moe8_gemm_q8_f32_avx2,
     .gemm_f32_wf = moe8_gemm_f32_wf_avx2,
     .flash_attn = moe8_flash_attn_avx2,
+    .exp_f32 = moe8_exp_f32_avx2,
     .read_stream = moe8_read_stream_avx2,
     .int8_peak = moe8_maddwd_peak_avx2,
     .fma_peak = moe8_fma_peak_avx2,

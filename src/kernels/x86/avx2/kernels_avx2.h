@@ -20,6 +20,7 @@ void moe8_gemm_f32_wf_avx2(float *y, int ldy, const float *x, int ldx, const voi
                            moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
 void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
                           int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
+void moe8_exp_f32_avx2(float *y, const float *x, int n, float sub, float div);
 
 /* Roofline probes (roofline_avx2.c). */
 /* Seconds to read n_bytes (64-byte aligned, multiple of 256) once with ymm loads;

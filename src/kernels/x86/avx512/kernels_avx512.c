@@ -18,6 +18,7 @@ const moe8_kernels moe8_kernels_avx512 = {
     .gemm_q8_f32 = moe8_gemm_q8_f32_avx512,
     .gemm_f32_wf = moe8_gemm_f32_wf_avx512,
     .flash_attn = moe8_flash_attn_avx512,
+    .exp_f32 = moe8_exp_f32_avx512,
     .read_stream = moe8_read_stream_avx512,
     .int8_peak = moe8_dpbusd_peak_avx512,
     .fma_peak = moe8_fma_peak_avx512,

@@ -30,6 +30,7 @@ void moe8_gemm_f32_wf_avx512(float *y, int ldy, const float *x, int ldx, const v
 void moe8_flash_attn_avx512(float *out, int ldo, const float *q, int ldq, int n_tok, int G,
                             int D, int32_t pos0, float scale, const moe8_kv_pages *kv,
                             float *work);
+void moe8_exp_f32_avx512(float *y, const float *x, int n, float sub, float div);
 /* Scratch floats of one flash-attention tile of `rows` query rows (a multiple
  * of 16 floats). */
 size_t moe8_attn_work_floats_avx512(int D, int rows);
