@@ -1500,6 +1500,52 @@ static void test_pipelined_close(const char *dir) {
     server_stop(&sv, 10);
 }
 
+/* Streams reset one after another while their tokens flow, among the engine's steps: a
+ * connection the kick closes (its write fails) may have its hang-up later in the same epoll
+ * batch, and one closed inside advance() was read after its free; connections are now freed
+ * when the round ends. Each round the server must cancel every stream and stay up. */
+static void test_reset_storm(const char *dir) {
+    static const char body[] = "{\"prompt\":[1,2,3],\"max_tokens\":400,\"ignore_eos\":true,\"temperature\":0,"
+                               "\"stream\":true}";
+    enum { N = 16 };
+    const int rounds = g_asan ? 4 : 10;
+    server sv;
+    char args[4400];
+    buf q = {0};
+    int n_cancelled = 0, n_started = 0;
+    snprintf(args, sizeof args, "-m '%s' --threads 1 --ctx-size 4096 --parallel %d", dir, N);
+    if (server_start(&sv, "hostile_reset", NULL, args)) return;
+    sv.log_check = 0; /* the reset streams' lines say "client gone" */
+    post_bytes(&q, CMPL, body, sizeof body - 1, NULL);
+    for (int r = 0; r < rounds; r++) {
+        const double a0 = metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"");
+        conn c[N];
+        int n = 0;
+        for (int i = 0; i < N; i++)
+            if (conn_open(&c[n], sv.port, 0) == 0) send_all(c[n++].fd, q.p, q.n, 5);
+        for (int i = 0; i < n; i++) {
+            for (int k = 0; k < 1000 && !strstr(buf_s(&c[i].in), "data: ") && !c[i].eof && conn_fill(&c[i], 10); k++) {}
+            n_started += strstr(buf_s(&c[i].in), "data: ") != NULL;
+        }
+        for (int i = 0; i < n; i++) { /* with an RST, unread tokens behind, 0.2 ms apart: among the steps */
+            struct linger lg = {1, 0};
+            setsockopt(c[i].fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            close(c[i].fd);
+            c[i].fd = -1;
+            sleep_s(0.0002);
+        }
+        n_cancelled += wait_cancelled(&sv, a0 + n, g_asan ? 20 : 5);
+        for (int i = 0; i < n; i++) conn_close(&c[i]);
+    }
+    CHECKF(n_started == rounds * N && n_cancelled == rounds && health_probe(sv.port) >= 0,
+           "%d rounds of %d streams reset together: %d streams started, %d rounds all cancelled, the server %s",
+           rounds, N, n_started, n_cancelled, health_probe(sv.port) >= 0 ? "up" : "down");
+    printf("test_serve_hostile: %d rounds of %d streams reset together mid-stream: all cancelled, the server up\n",
+           rounds, N);
+    buf_free(&q);
+    server_stop(&sv, 10);
+}
+
 /* ---- the JSON policy, validation before a stream, messages ------------------------------------ */
 
 static void test_json_policy(server *sv) {
@@ -1937,6 +1983,8 @@ int main(int argc, char **argv) {
     test_nofile(dir);
     test_per_ip(dir);
     phase("limits");
+    test_reset_storm(dir);
+    phase("reset storm");
     test_metrics_name(dir);
     phase("metrics name");
     {

@@ -155,6 +155,7 @@ typedef struct {
     int n_workers, started;
     volatile int stop, quiesce, quiesced;
     conn *conns;                /* every open connection */
+    conn *closed;               /* closed this round, freed when it ends (conn_reap) */
     int n_conns;                /* open, the HTTP thread's count */
     volatile int n_open;        /* the same, read by http_wait_idle */
     size_t buffered;            /* bytes held for unfinished heads and bodies */
@@ -426,7 +427,9 @@ static void conn_free(conn *c) {
 }
 
 /* Close now; `why` for the access log of a request in progress (NULL: none
- * to log). */
+ * to log). The memory lives until the round ends (conn_reap): an event later
+ * in the same epoll batch may name the connection (the kick's flush closed
+ * it; its hang-up comes next), and is skipped by its fd of -1. */
 static void conn_close(http *h, conn *c, const char *why) {
     srv *s = h->s;
     if (c->fd < 0) return;
@@ -446,8 +449,21 @@ static void conn_close(http *h, conn *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     h->n_conns--;
     __atomic_store_n(&h->n_open, h->n_conns, __ATOMIC_RELAXED);
-    if (c->t) c->dead = 1; /* the worker's task frees it */
-    else conn_free(c);
+    if (c->t) {
+        c->dead = 1; /* the worker's task frees it */
+    } else { /* an event of this round may still name it: freed when the round ends */
+        c->next = h->closed;
+        h->closed = c;
+    }
+}
+
+/* Free the connections closed this round (no event or list names them any more). */
+static void conn_reap(http *h) {
+    while (h->closed) {
+        conn *c = h->closed;
+        h->closed = c->next;
+        conn_free(c);
+    }
 }
 
 /* Write what is pending. 0 ok (maybe more to write), -1 the connection was closed. */
@@ -1320,6 +1336,7 @@ static void *http_main(void *arg) {
                 on_kick(h);
             } else {
                 conn *c = p;
+                if (c->fd < 0) continue; /* closed by an earlier event of this round */
                 if (ev[i].events & (EPOLLERR | EPOLLHUP)) {
                     if (c->st == C_CLOSE) conn_close(h, c, NULL);
                     else conn_close(h, c, "client gone");
@@ -1334,6 +1351,7 @@ static void *http_main(void *arg) {
             sweep(h, now);
             last = now;
         }
+        conn_reap(h);
     }
     return NULL;
 }
@@ -1470,6 +1488,7 @@ void http_stop(srv *s) {
         free(t);
     }
     while (h->conns) conn_close(h, h->conns, h->conns->t_req > 0 ? "server stopped" : NULL);
+    conn_reap(h);
     for (int i = 0; i < IP_BUCKETS; i++)
         while (h->ips[i]) {
             ipslot *p = h->ips[i];
