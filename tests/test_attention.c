@@ -413,7 +413,13 @@ static void test_kv_store(void) {
 }
 
 int main(void) {
+    const char *same;
     tut = test_table_besides_ref();
+    same = TEST_SHARED(tut, flash_attn);
+    if (same && TEST_SHARED(tut, attn_work_floats)) {
+        printf("test_attention: %s's attention kernel is %s's, checked in that table's run\n", tut->isa, same);
+        return 77;
+    }
     test_kv_store();
     test_tiles();
     test_driver();

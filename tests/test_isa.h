@@ -7,6 +7,7 @@
 #ifndef MOE8_TEST_ISA_H
 #define MOE8_TEST_ISA_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,5 +32,26 @@ static inline const moe8_kernels *test_table_besides_ref(void) {
     const moe8_kernels *t = test_table_or_skip();
     return strcmp(t->isa, "ref") ? t : NULL;
 }
+
+/* The later table of the registry (one the machine runs, so ctest runs it
+ * too) whose kernel at `off` in moe8_kernels is the very function of table
+ * t's, or NULL: t's amx table borrows the AVX-512 table's quantization, float
+ * GEMM, attention and exponential, and that table's run checks them already,
+ * on the same inputs. Use TEST_SHARED(t, field). */
+static inline const char *test_shared_by(const moe8_kernels *t, size_t off) {
+    int after = 0;
+    if (!t) return NULL;
+    for (int i = 0; i < moe8_kernels_n_tables(); i++) {
+        const moe8_kernels *u = moe8_kernels_table(i);
+        if (u == t) {
+            after = 1;
+        } else if (after && strcmp(u->isa, "ref") && moe8_kernels_supported(u) &&
+                   !memcmp((const char *)u + off, (const char *)t + off, sizeof(void (*)(void)))) {
+            return u->isa;
+        }
+    }
+    return NULL;
+}
+#define TEST_SHARED(t, field) test_shared_by((t), offsetof(moe8_kernels, field))
 
 #endif
