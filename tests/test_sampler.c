@@ -88,6 +88,15 @@ static void test_filters(void) {
         check_filter(big, BV, p, "vocab 151936 top-p 0.9");
         p.top_p = 1.0f, p.top_k = 40;
         check_filter(big, BV, p, "vocab 151936 top-k 40");
+        /* min-p filters before the sort unless top-k and top-p are both on */
+        p.top_k = 0, p.min_p = 0.05f;
+        check_filter(big, BV, p, "vocab 151936 min-p 0.05");
+        p.top_p = 0.95f;
+        check_filter(big, BV, p, "vocab 151936 top-p 0.95 min-p 0.05");
+        p.top_p = 1.0f, p.top_k = 3000;
+        check_filter(big, BV, p, "vocab 151936 top-k 3000 min-p 0.05");
+        p.top_p = 0.6f;
+        check_filter(big, BV, p, "vocab 151936 top-k 3000 top-p 0.6 min-p 0.05");
         free(big);
     }
 }
@@ -100,6 +109,22 @@ static void test_greedy_and_draws(void) {
     cand ref[8];
     CHECK(moe8_sampler_create(NULL, 8, &s, NULL) == MOE8_OK);
     CHECKF(moe8_sampler_sample(s, logits) == 1, "greedy tie must go to the lower id");
+    {   /* greedy as the loop `if (l[i] > l[best]) best = i`: NaN never wins, a NaN first stays */
+        float g[6] = {1.0f, NAN, 3.0f, -INFINITY, 3.0f, NAN};
+        moe8_sampler *s6;
+        int32_t a, b, c, d;
+        CHECK(moe8_sampler_create(NULL, 6, &s6, NULL) == MOE8_OK);
+        a = moe8_sampler_sample(s6, g);
+        g[0] = NAN;
+        b = moe8_sampler_sample(s6, g);
+        for (int i = 0; i < 6; i++) g[i] = -INFINITY;
+        c = moe8_sampler_sample(s6, g);
+        g[4] = -0.0f, g[5] = 0.0f;
+        d = moe8_sampler_sample(s6, g);
+        moe8_sampler_free(s6);
+        CHECKF(a == 2 && b == 0 && c == 0 && d == 4, "greedy with NaN and -inf: %d %d %d %d (want 2 0 0 4)", a,
+               b, c, d);
+    }
     moe8_sampler_free(s);
 
     p.temperature = 1.0f, p.top_p = 0.9f, p.seed = 7;

@@ -21,7 +21,9 @@
  *
  * Avoids sorting the whole vocabulary: top-k keeps a bounded heap; top-p
  * alone sorts only tokens with p >= (1 - top_p) / n_vocab, which provably
- * contain the nucleus (the others weigh less than 1 - top_p together).
+ * contain the nucleus (the others weigh less than 1 - top_p together);
+ * min-p sorts only tokens with p >= min_p * p_max (it would drop the rest).
+ * Greedy is a vector max, then the first id holding it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -169,12 +171,21 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
     mx = moe8_max_f32(logits, V);
     sum = moe8_exp_sum(pr, logits, V, mx, sp->temperature);
     for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
-    if (sp->top_p < 1.0f && sp->top_k == 0) {
-        float floor_p = (1.0f - sp->top_p) / (float)V;
-        for (int i = 0; i < V; i++)
-            if (pr[i] >= floor_p) ids[n++] = i;
-    } else {
-        for (int i = 0; i < V; i++) ids[n++] = i;
+    {   /* candidates that can survive: top-p alone cuts below floor_p (above);
+         * min-p keeps p >= min_p * p_max (the largest p ranks first, whatever
+         * top-k and top-p keep). Filtering before the sort keeps the
+         * survivors' order and prefix sums, so the result is the same, except
+         * with top-k and top-p both on: top-p then weighs top-k's whole mass,
+         * tokens under min-p's floor included, so min-p does not filter early. */
+        float floor_p = sp->top_p < 1.0f && sp->top_k == 0 ? (1.0f - sp->top_p) / (float)V : 0.0f;
+        if (sp->min_p > 0.0f && !(sp->top_k > 0 && sp->top_p < 1.0f)) /* (top-p's mass is top-k's then) */
+            floor_p = fmaxf(floor_p, sp->min_p * moe8_max_f32(pr, V));
+        if (floor_p > 0.0f) {
+            for (int i = 0; i < V; i++)
+                if (pr[i] >= floor_p) ids[n++] = i;
+        } else {
+            for (int i = 0; i < V; i++) ids[n++] = i;
+        }
     }
     if (sp->top_k > 0) n = keep_top_k(ids, n, sp->top_k, pr);
     qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr);
@@ -213,11 +224,13 @@ int32_t moe8_sampler_draw(moe8_sampler *s, const moe8_sampler_params *p, uint64_
     const float *probs;
     double u, acc = 0.0;
     int n;
-    if (p->temperature == 0.0f) {
-        int32_t best = 0;
-        for (int i = 1; i < s->n_vocab; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
+    if (p->temperature == 0.0f) { /* the first id of the largest logit: the loop
+                                     * `if (l[i] > l[best]) best = i`, as two vector passes */
+        const float mx = moe8_max_f32(logits, s->n_vocab);
+        if (logits[0] != logits[0]) return 0; /* NaN first: nothing compares larger */
+        for (int i = 0; i < s->n_vocab; i++)
+            if (logits[i] == mx) return i;
+        return 0; /* all NaN */
     }
     if (p->top_k == 0 && p->top_p >= 1.0f && p->min_p == 0.0f) {
         /* no filter: the whole distribution, walked in id order (no sort) */
