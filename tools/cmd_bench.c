@@ -368,6 +368,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_bench_serve(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "forward")) return cmd_bench_forward(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "grammar")) return cmd_bench_grammar(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "sampler")) return cmd_bench_sampler(argc, argv);
     if (argc < 2 || strcmp(argv[1], "moe")) {
         fprintf(stderr, "usage: " SYNOPSIS "\n" NOTES "(moe8 bench moe -h: its options)\n");
         return 2;

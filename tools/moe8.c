@@ -135,7 +135,7 @@ static const struct {
     {"pack", cmd_pack, "build (or --verify) the packed-weight cache of a model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
-    {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve)"},
+    {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve|grammar|sampler)"},
 };
 
 static void usage(FILE *f) {
