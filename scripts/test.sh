@@ -3,7 +3,8 @@
 # tests, the fuzzers. The tests leave part of the two cores idle (servers and
 # timers wait, mpirun starts, clients sleep), so the next stage's build runs
 # beside them at nice 19, taking only what they leave: the sanitizer build
-# beside the release tests, the fuzz build beside the sanitizer tests. Each
+# from the start (beside the release build's links and the release tests),
+# the fuzz build beside the sanitizer tests. Each
 # build's output goes to build-*.log, shown when it fails.
 #   JOBS (build jobs), TEST_JOBS (ctest's processor budget), FUZZ_SECONDS
 #   come from the Makefile.
@@ -31,10 +32,10 @@ bg_wait() {
     fi
 }
 
-stage "release build"
-make --no-print-directory JOBS="$JOBS" build || exit 1
-stage "release tests, the sanitizer build beside them"
+stage "release build, the sanitizer build beside it"
 bg_build build-asan
+make --no-print-directory JOBS="$JOBS" build || { wait; exit 1; }
+stage "release tests, the sanitizer build beside them"
 (cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
 bg_wait build-asan || exit 1
 stage "sanitizer tests, the fuzz build beside them"
