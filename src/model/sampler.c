@@ -20,8 +20,9 @@
  * §10, "The exponential"): glibc's expf bit for bit, vectorized.
  *
  * Avoids sorting the whole vocabulary: top-k keeps a bounded heap; top-p
- * alone sorts only tokens with p >= (1 - top_p) / n_vocab, which provably
- * contain the nucleus (the others weigh less than 1 - top_p together);
+ * alone sorts only the tokens at or above the probability bucket where the
+ * mass from the top passes top_p (nucleus_floor), and never those under
+ * (1 - top_p) / n_vocab (together they weigh less than 1 - top_p);
  * min-p sorts only tokens with p >= min_p * p_max (it would drop the rest).
  * Greedy is a vector max, then the first id holding it.
  */
@@ -160,6 +161,34 @@ static int keep_top_k(int32_t *ids, int n, int k, const float *prob) {
     return k;
 }
 
+/* Top-p alone: a floor under its nucleus. Probabilities (in [0, 1]) go into
+ * 2049 buckets by their float bits' top 13 (value order); walking down from
+ * the top, the first bucket whose running mass passes top_p times the whole
+ * (with a margin far above the sums' rounding) holds the nucleus' last token,
+ * so the tokens at or above its lower edge hold the nucleus, and sorting
+ * them alone gives the full sort's order and prefix sums. 0 when none passes. */
+static float nucleus_floor(const float *pr, int V, float top_p) {
+    enum { NB = 2049 };
+    double hist[NB] = {0}, total = 0.0, cum = 0.0, target;
+    for (int i = 0; i < V; i++) {
+        uint32_t b;
+        memcpy(&b, &pr[i], 4);
+        b >>= 19;
+        if (b < NB) hist[b] += pr[i], total += pr[i];
+    }
+    target = (double)top_p * total * (1.0 + 1e-9);
+    for (int b = NB - 1; b >= 0; b--) {
+        cum += hist[b];
+        if (cum >= target) {
+            const uint32_t lo = (uint32_t)b << 19;
+            float f;
+            memcpy(&f, &lo, 4);
+            return f;
+        }
+    }
+    return 0.0f;
+}
+
 static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const float *logits,
                       const int32_t **ids_out, const float **probs_out) {
     const int V = s->n_vocab;
@@ -178,6 +207,8 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
          * with top-k and top-p both on: top-p then weighs top-k's whole mass,
          * tokens under min-p's floor included, so min-p does not filter early. */
         float floor_p = sp->top_p < 1.0f && sp->top_k == 0 ? (1.0f - sp->top_p) / (float)V : 0.0f;
+        if (sp->top_p < 1.0f && sp->top_k == 0 && sum > 0.0 && isfinite(sum))
+            floor_p = fmaxf(floor_p, nucleus_floor(pr, V, sp->top_p));
         if (sp->min_p > 0.0f && !(sp->top_k > 0 && sp->top_p < 1.0f)) /* (top-p's mass is top-k's then) */
             floor_p = fmaxf(floor_p, sp->min_p * moe8_max_f32(pr, V));
         if (floor_p > 0.0f) {
