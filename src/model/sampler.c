@@ -41,6 +41,7 @@ struct moe8_sampler {
     float *work;       /* [n_vocab] probability of each token id */
     int32_t *ids;      /* [n_vocab] candidate ids */
     float *probs;      /* [n_vocab] candidate probabilities, parallel to ids */
+    uint64_t *keys;    /* [2 * n_vocab] the candidates' sort keys and the radix sort's other half */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -88,7 +89,8 @@ moe8_status moe8_sampler_create(const moe8_sampler_params *params, int n_vocab,
     s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
     s->probs = malloc((size_t)n_vocab * sizeof *s->probs);
     s->work = malloc((size_t)n_vocab * sizeof *s->work);
-    if (!s->ids || !s->probs || !s->work) {
+    s->keys = malloc((size_t)n_vocab * 2 * sizeof *s->keys);
+    if (!s->ids || !s->probs || !s->work || !s->keys) {
         moe8_sampler_free(s);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the sampler for %d tokens", n_vocab);
     }
@@ -107,6 +109,7 @@ void moe8_sampler_free(moe8_sampler *s) {
     free(s->ids);
     free(s->probs);
     free(s->work);
+    free(s->keys);
     free(s);
 }
 
@@ -159,6 +162,37 @@ static int keep_top_k(int32_t *ids, int n, int k, const float *prob) {
         ids[pos] = id;
     }
     return k;
+}
+
+/* ids[0..n) into candidate order (higher probability, then lower id) for
+ * finite p >= 0: an LSD radix sort, 11 bits a pass, of the keys
+ * ~bits(p) << 32 | id in ascending order (a float's bits order p >= 0 as its
+ * value); a pass whose digit is the same in every key moves nothing and is
+ * skipped. The order cmp_cand gives, without its call per comparison. */
+static void sort_cands(int32_t *ids, int n, const float *pr, uint64_t *a, uint64_t *b) {
+    enum { BITS = 11, NB = 1 << BITS };
+    uint32_t cnt[NB];
+    if (n < 2) return;
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &pr[ids[i]], 4);
+        a[i] = (uint64_t)~u << 32 | (uint32_t)ids[i];
+    }
+    for (int shift = 0; shift < 64; shift += BITS) {
+        uint32_t at = 0;
+        uint64_t *t;
+        memset(cnt, 0, sizeof cnt);
+        for (int i = 0; i < n; i++) cnt[(a[i] >> shift) & (NB - 1)]++;
+        if (cnt[(a[0] >> shift) & (NB - 1)] == (uint32_t)n) continue;
+        for (int d = 0; d < NB; d++) {
+            const uint32_t c = cnt[d];
+            cnt[d] = at;
+            at += c;
+        }
+        for (int i = 0; i < n; i++) b[cnt[(a[i] >> shift) & (NB - 1)]++] = a[i];
+        t = a, a = b, b = t;
+    }
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(uint32_t)a[i];
 }
 
 /* Top-p alone: a floor under its nucleus. Probabilities (in [0, 1]) go into
@@ -219,7 +253,8 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
         }
     }
     if (sp->top_k > 0) n = keep_top_k(ids, n, sp->top_k, pr);
-    qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr);
+    if (sum > 0.0 && isfinite(sum)) sort_cands(ids, n, pr, s->keys, s->keys + V);
+    else qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr); /* NaN: the comparator's order, as ever */
     if (sp->top_p < 1.0f || sp->top_k > 0) { /* nucleus of the (top-k) renormalized mass */
         double kept = 0.0, acc = 0.0; /* without top-k: all the mass, pre-filtered or not */
         if (sp->top_k > 0)
