@@ -828,9 +828,10 @@ static void test_timeouts(const char *dir) {
 }
 
 /* A stream whose client reads nothing (a 4 KiB receive buffer): once the
- * server cannot write for --timeout 3 the connection is closed and the
+ * server cannot write for --timeout 0.5 the connection is closed and the
  * request cancelled, long before its 4000 tokens (chat events with 20
- * alternatives each, ~3 KB: the socket buffers fill within ~1/3 of them). */
+ * alternatives each, ~3 KB: the socket buffers fill within ~1/3 of them;
+ * with --timeout 3 a faster sampler had finished all 4000 first). */
 static void test_unread(const char *dir) {
     static const char body[] = "{" MSG ",\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,"
                                "\"stream\":true,\"logprobs\":true,\"top_logprobs\":20,"
@@ -844,7 +845,7 @@ static void test_unread(const char *dir) {
         printf("test_serve_hostile: an unread stream: in the release build only\n");
         return;
     }
-    snprintf(args, sizeof args, "-m '%s' --timeout 3 --threads 1 --ctx-size 4096", dir);
+    snprintf(args, sizeof args, "-m '%s' --timeout 0.5 --threads 1 --ctx-size 4096", dir);
     if (server_start(&sv, "hostile_unread", NULL, args)) return;
     fd = socket(AF_INET, SOCK_STREAM, 0);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
