@@ -426,6 +426,8 @@ static void conn_free(conn *c) {
     free(c);
 }
 
+static void conn_retire(http *h, conn *c);
+
 /* Close now; `why` for the access log of a request in progress (NULL: none
  * to log). The memory lives until the round ends (conn_reap): an event later
  * in the same epoll batch may name the connection (the kick's flush closed
@@ -449,12 +451,14 @@ static void conn_close(http *h, conn *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     h->n_conns--;
     __atomic_store_n(&h->n_open, h->n_conns, __ATOMIC_RELAXED);
-    if (c->t) {
-        c->dead = 1; /* the worker's task frees it */
-    } else { /* an event of this round may still name it: freed when the round ends */
-        c->next = h->closed;
-        h->closed = c;
-    }
+    if (c->t) c->dead = 1; /* the worker's task hands it to conn_retire */
+    else conn_retire(h, c);
+}
+
+/* A closed connection nothing will use after this round: freed when it ends. */
+static void conn_retire(http *h, conn *c) {
+    c->next = h->closed;
+    h->closed = c;
 }
 
 /* Free the connections closed this round (no event or list names them any more). */
@@ -1143,7 +1147,7 @@ static void on_kick(http *h) {
         c->t = NULL;
         if (c->dead) {
             job_drop(t->j);
-            conn_free(c);
+            conn_retire(h, c);
             c = NULL;
         } else if (t->status) {
             respond(h, c, t->status, "application/json", t->out.p, t->out.n);
@@ -1484,6 +1488,7 @@ void http_stop(srv *s) {
         task *t = h->todo_head;
         h->todo_head = t->next;
         t->c->t = NULL;
+        if (t->c->dead) conn_retire(h, t->c); /* closed while it waited: no task returns it now */
         sbuf_free(&t->body);
         free(t);
     }
