@@ -233,6 +233,7 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
     int n = 0;
     mx = moe8_max_f32(logits, V);
     sum = moe8_exp_sum(pr, logits, V, mx, sp->temperature);
+    const int finite = sum > 0.0 && isfinite(sum); /* else NaN logits: every p NaN */
     for (int i = 0; i < V; i++) pr[i] = (float)(pr[i] / sum);
     {   /* candidates that can survive: top-p alone cuts below floor_p (above);
          * min-p keeps p >= min_p * p_max (the largest p ranks first, whatever
@@ -240,9 +241,11 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
          * survivors' order and prefix sums, so the result is the same, except
          * with top-k and top-p both on: top-p then weighs top-k's whole mass,
          * tokens under min-p's floor included, so min-p does not filter early. */
-        float floor_p = sp->top_p < 1.0f && sp->top_k == 0 ? (1.0f - sp->top_p) / (float)V : 0.0f;
-        if (sp->top_p < 1.0f && sp->top_k == 0 && sum > 0.0 && isfinite(sum))
-            floor_p = fmaxf(floor_p, nucleus_floor(pr, V, sp->top_p));
+        float floor_p = 0.0f;
+        if (sp->top_p < 1.0f && sp->top_k == 0) {
+            floor_p = (1.0f - sp->top_p) / (float)V;
+            if (finite) floor_p = fmaxf(floor_p, nucleus_floor(pr, V, sp->top_p));
+        }
         if (sp->min_p > 0.0f && !(sp->top_k > 0 && sp->top_p < 1.0f)) /* (top-p's mass is top-k's then) */
             floor_p = fmaxf(floor_p, sp->min_p * moe8_max_f32(pr, V));
         if (floor_p > 0.0f) {
@@ -253,7 +256,7 @@ static int candidates(moe8_sampler *s, const moe8_sampler_params *sp, const floa
         }
     }
     if (sp->top_k > 0) n = keep_top_k(ids, n, sp->top_k, pr);
-    if (sum > 0.0 && isfinite(sum)) sort_cands(ids, n, pr, s->keys, s->keys + V);
+    if (finite) sort_cands(ids, n, pr, s->keys, s->keys + V);
     else qsort_r(ids, (size_t)n, sizeof *ids, cmp_cand, pr); /* NaN: the comparator's order, as ever */
     if (sp->top_p < 1.0f || sp->top_k > 0) { /* nucleus of the (top-k) renormalized mass */
         double kept = 0.0, acc = 0.0; /* without top-k: all the mass, pre-filtered or not */
