@@ -159,12 +159,6 @@ static inline unsigned char *test_slurp(const char *path, size_t *n) {
 }
 
 /* Run a shell command; its exit status, or -1 when it did not exit. */
-/* The start of a shell command line that runs mpirun (MPIEXEC, from CMake):
- * under ASan its ranks unwind malloc's stacks the slow way, so LSan can see
- * through OpenMPI's libraries to the suppressions (tests/lsan.supp); the test
- * process itself and its one-process runs keep the fast unwinder (the slow
- * one made test_perplexity 6x slower). */
-#define TEST_MPI_ENV "env ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0\" "
 
 static inline int test_run(const char *cmd) {
     int rc = system(cmd);

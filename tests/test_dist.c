@@ -27,7 +27,7 @@
 
 #ifdef MOE8_MPIEXEC
 #define QWEN_VOCAB 151669
-#define MPIRUN TEST_MPI_ENV MOE8_MPIEXEC " --oversubscribe"
+#define MPIRUN MOE8_MPIEXEC " --oversubscribe"
 
 static char g_out[1 << 16], g_err[1 << 16];
 

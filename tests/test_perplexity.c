@@ -374,16 +374,12 @@ static void test_tp(const char *dir) {
 #ifdef MOE8_MPIEXEC
     char cmd[8400], path[4200];
     double one;
-#ifdef __SANITIZE_ADDRESS__
-    const int chunks = 2; /* ASan's ranks unwind every malloc (TEST_MPI_ENV): the same code, half the text */
-#else
     const int chunks = CHUNKS;
-#endif
     snprintf(cmd, sizeof cmd, "-m '%s' -f %s -c %d --chunks %d", dir, TEXT, C, chunks);
     CHECK(cli(cmd) == 0);
     one = field("Final estimate: PPL = ");
     snprintf(path, sizeof path, "%s/tp.txt", test_tmpdir("ppl_tp"));
-    snprintf(cmd, sizeof cmd, "timeout 300 " TEST_MPI_ENV "%s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
+    snprintf(cmd, sizeof cmd, "timeout 300 %s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
              "--chunks %d --tp 2 --threads 1 >'%s' 2>&1", MOE8_MPIEXEC, MOE8_CLI, dir, TEXT, C, chunks, path);
     CHECK(test_run(cmd) == 0);
     {
