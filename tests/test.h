@@ -81,6 +81,60 @@ static inline int test_summary(void) {
     return test_n_fail ? 1 : 0;
 }
 
+/* Checks that mostly wait (on a server's timers, say) run side by side in
+ * child processes: test_fork(fn, arg) starts fn(arg) in one (in this process
+ * when it cannot fork), test_fork_join() waits for every child and adds its
+ * counts to this process's; a child that ends without them counts as a
+ * failure. A child ends with _exit: no exit handlers, no leak report. */
+#define TEST_MAX_FORKS 16
+static struct { pid_t pid; int fd; } test_forks[TEST_MAX_FORKS];
+static int test_n_forks;
+
+static inline void test_fork(void (*fn)(void *), void *arg) {
+    int p[2];
+    pid_t pid;
+    fflush(NULL);
+    if (test_n_forks == TEST_MAX_FORKS || pipe(p) != 0) {
+        fn(arg);
+        return;
+    }
+    if ((pid = fork()) < 0) {
+        close(p[0]);
+        close(p[1]);
+        fn(arg);
+        return;
+    }
+    if (pid == 0) {
+        int counts[2];
+        close(p[0]);
+        test_n_pass = test_n_fail = 0;
+        fn(arg);
+        counts[0] = test_n_pass, counts[1] = test_n_fail;
+        fflush(NULL);
+        _exit(write(p[1], counts, sizeof counts) == (ssize_t)sizeof counts ? 0 : 3);
+    }
+    close(p[1]);
+    test_forks[test_n_forks].pid = pid;
+    test_forks[test_n_forks++].fd = p[0];
+}
+
+static inline void test_fork_join(void) {
+    for (int i = 0; i < test_n_forks; i++) {
+        int counts[2] = {0, 0}, st = 0;
+        const ssize_t n = read(test_forks[i].fd, counts, sizeof counts);
+        close(test_forks[i].fd);
+        waitpid(test_forks[i].pid, &st, 0);
+        if (n != (ssize_t)sizeof counts || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            test_n_fail++;
+            fprintf(stderr, "FAIL a forked check (pid %d) ended without its counts (status %d)\n",
+                    (int)test_forks[i].pid, st);
+        } else {
+            test_n_pass += counts[0], test_n_fail += counts[1];
+        }
+    }
+    test_n_forks = 0;
+}
+
 /* The scratch root: MOE8_TEST_TMP, or MOE8_TEST_TMP/isa-NAME under MOE8_ISA=NAME,
  * so the runs of one test under each kernel table, which ctest runs side by
  * side, never write the same folder. Created on first use. */

@@ -751,80 +751,111 @@ static int got_408(const conn *c) { return !strncmp(buf_s(&c->in), "HTTP/1.1 408
 
 #define IN_WINDOW(t, lo, hi) ((t) >= (lo) && (t) <= (hi) * (g_asan ? 3 : 1))
 
-static void test_timeouts(const char *dir) {
-    static const char health[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
-    server sv;
-    char args[4400], head[256];
+/* The timeout scenarios of test_timeouts: each on its own connection to the
+ * server at *port, side by side (each mostly waits on the server's timers). */
+static const char health_req[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/* silent: closed after the header timeout (a 408 or nothing) */
+static void to_silent(void *port) {
+    conn c;
+    if (conn_open(&c, *(int *)port, 0) != 0) return;
+    const double dt = close_after(&c, NULL, 6);
+    CHECKF(IN_WINDOW(dt, 0.7, 2.5) && (c.in.n == 0 || got_408(&c)),
+           "silent connection: closed after %.2f s (--header-timeout 1): '%s'", dt, buf_s(&c.in));
+    conn_close(&c);
+}
+
+/* half a head: a 408, then the close */
+static void to_half_head(void *port) {
+    conn c;
+    if (conn_open(&c, *(int *)port, 0) != 0) return;
+    const double dt = close_after(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 6);
+    CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "half a head: closed after %.2f s: '%s'", dt, buf_s(&c.in));
+    conn_close(&c);
+}
+
+/* a head trickled a byte per 0.25 s: the timeout is not pushed back by each byte */
+static void to_trickle(void *port) {
+    conn c;
+    if (conn_open(&c, *(int *)port, 0) != 0) return;
+    const double dt = trickle(&c, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                              0.25, now_s(), g_asan ? 15 : 6);
+    CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "trickled head: closed after %.2f s: '%s'", dt, buf_s(&c.in));
+    conn_close(&c);
+}
+
+/* keep-alive: idle past the header timeout is fine (--timeout 3); the next
+ * head's time starts at its first byte */
+static void to_keepalive(void *port) {
     conn c;
     resp r = {0};
-    double dt;
-    char *body;
+    if (conn_open(&c, *(int *)port, 0) != 0) return;
+    send_str(c.fd, health_req);
+    CHECK(conn_resp(&c, &r, 5) && r.status == 200);
+    CHECKF(!conn_fill(&c, 1.6), "idle 1.6 s on keep-alive: %s", c.eof ? "closed" : buf_s(&c.in));
+    send_str(c.fd, health_req);
+    CHECKF(conn_resp(&c, &r, 5) && r.status == 200, "after 1.6 s idle: %d", r.status);
+    const double dt = close_after(&c, "GET /health HTTP/1.1\r\n", 6);
+    CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "half a second head: closed after %.2f s: '%s'", dt,
+           buf_s(&c.in));
+    conn_close(&c);
+    resp_free(&r);
+}
+
+/* idle keep-alive: closed after --timeout 3 */
+static void to_idle(void *port) {
+    conn c;
+    resp r = {0};
+    if (conn_open(&c, *(int *)port, 0) != 0) return;
+    send_str(c.fd, health_req);
+    CHECK(conn_resp(&c, &r, 5) && r.status == 200);
+    const double dt = close_after(&c, NULL, 8);
+    CHECKF(IN_WINDOW(dt, 2.5, 5), "idle keep-alive closed after %.2f s (--timeout 3)", dt);
+    conn_close(&c);
+    resp_free(&r);
+}
+
+/* a body at 1000 B/s (under --body-min-rate 4096): a 408 after the grace of 1
+ * s; at 12000 B/s it arrives (2 s, longer than the grace) */
+static void to_body(void *rate_port) {
+    const int rate = ((int *)rate_port)[0], port = ((int *)rate_port)[1];
+    char head[256];
+    conn c;
+    resp r = {0};
+    char *body = tok_body(24000);
+    snprintf(head, sizeof head, TOK_HEAD "Content-Length: %d\r\n\r\n", 24000);
+    if (conn_open(&c, port, 0) == 0) {
+        const double dt = send_body_at(&c, head, body, 24000, rate, g_asan ? 20 : 8);
+        if (rate < 4096)
+            CHECKF(IN_WINDOW(dt, 0.9, 3.5) && got_408(&c),
+                   "a %d B/s body: closed %.2f s after the headers: '%.200s'", rate, dt, buf_s(&c.in));
+        else
+            CHECKF(dt < 0 && conn_resp(&c, &r, 5) && r.status == 200, "a %d B/s body: %d (closed at %.2f s)",
+                   rate, r.status, dt);
+        conn_close(&c);
+    }
+    free(body);
+    resp_free(&r);
+}
+
+static void test_timeouts(const char *dir) {
+    server sv;
+    char args[4400];
     snprintf(args, sizeof args, "-m '%s' --header-timeout 1 --timeout 3 --body-min-rate 4096 --threads 1 "
              "--served-model-name serve_text", dir);
     if (server_start(&sv, "hostile_timeouts", NULL, args)) return;
     sv.log_check = 0;
-    /* silent: closed after the header timeout (a 408 or nothing) */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        dt = close_after(&c, NULL, 6);
-        CHECKF(IN_WINDOW(dt, 0.7, 2.5) && (c.in.n == 0 || got_408(&c)),
-               "silent connection: closed after %.2f s (--header-timeout 1): '%s'", dt, buf_s(&c.in));
-        conn_close(&c);
-    }
-    /* half a head: a 408, then the close */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        dt = close_after(&c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", 6);
-        CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "half a head: closed after %.2f s: '%s'", dt, buf_s(&c.in));
-        conn_close(&c);
-    }
-    /* a head trickled a byte per 0.25 s: the timeout is not pushed back by each byte */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        dt = trickle(&c, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 0.25,
-                     now_s(), g_asan ? 15 : 6);
-        CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "trickled head: closed after %.2f s: '%s'", dt,
-               buf_s(&c.in));
-        conn_close(&c);
-    }
-    /* keep-alive: idle past the header timeout is fine (--timeout 3); the next
-     * head's time starts at its first byte */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        send_str(c.fd, health);
-        CHECK(conn_resp(&c, &r, 5) && r.status == 200);
-        CHECKF(!conn_fill(&c, 1.6), "idle 1.6 s on keep-alive: %s", c.eof ? "closed" : buf_s(&c.in));
-        send_str(c.fd, health);
-        CHECKF(conn_resp(&c, &r, 5) && r.status == 200, "after 1.6 s idle: %d", r.status);
-        dt = close_after(&c, "GET /health HTTP/1.1\r\n", 6);
-        CHECKF(IN_WINDOW(dt, 0.7, 2.5) && got_408(&c), "half a second head: closed after %.2f s: '%s'", dt,
-               buf_s(&c.in));
-        conn_close(&c);
-    }
-    /* idle keep-alive: closed after --timeout 3 */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        send_str(c.fd, health);
-        CHECK(conn_resp(&c, &r, 5) && r.status == 200);
-        dt = close_after(&c, NULL, 8);
-        CHECKF(IN_WINDOW(dt, 2.5, 5), "idle keep-alive closed after %.2f s (--timeout 3)", dt);
-        conn_close(&c);
-    }
-    /* a body at 1000 B/s (under --body-min-rate 4096): a 408 after the grace of 1 s */
-    body = tok_body(24000);
-    snprintf(head, sizeof head, TOK_HEAD "Content-Length: %d\r\n\r\n", 24000);
-    if (conn_open(&c, sv.port, 0) == 0) {
-        dt = send_body_at(&c, head, body, 24000, 1000, g_asan ? 20 : 8);
-        CHECKF(IN_WINDOW(dt, 0.9, 3.5) && got_408(&c),
-               "a 1000 B/s body: closed %.2f s after the headers: '%.200s'", dt, buf_s(&c.in));
-        conn_close(&c);
-    }
-    /* at 12000 B/s it arrives (2 s, longer than the grace) */
-    if (conn_open(&c, sv.port, 0) == 0) {
-        dt = send_body_at(&c, head, body, 24000, 12000, g_asan ? 20 : 8);
-        CHECKF(dt < 0 && conn_resp(&c, &r, 5) && r.status == 200, "a 12000 B/s body: %d (closed at %.2f s)",
-               r.status, dt);
-        conn_close(&c);
-    }
-    free(body);
+    int port = sv.port, slow[2] = {1000, sv.port}, fast[2] = {12000, sv.port};
+    test_fork(to_silent, &port);
+    test_fork(to_half_head, &port);
+    test_fork(to_trickle, &port);
+    test_fork(to_keepalive, &port);
+    test_fork(to_idle, &port);
+    test_fork(to_body, slow);
+    test_fork(to_body, fast);
+    test_fork_join();
     CHECK(health_probe(sv.port) >= 0);
     server_stop(&sv, 10);
-    resp_free(&r);
 }
 
 /* A stream whose client reads nothing (a 4 KiB receive buffer): once the
