@@ -41,6 +41,7 @@
  * Does not: validate the batch (context.c does), sample, or agree on errors
  * (context.c and the model load do).
  */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,18 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
 
 static void layer_free(moe8_fwd_layer *fl);
 
+/* A streamed section's buffers, just freed, back to the system. glibc keeps
+ * freed memory: once a buffer above its mmap threshold is freed, the
+ * threshold rises to that size, later buffers come from the heap, and what is
+ * freed there stays resident up to twice that. A build under a memory limit
+ * (a cgroup at 60% of the cache size in test_cache) was OOM-killed or not
+ * with the heap's layout (there, the length of the checkout's path). */
+static void release_freed(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 /* One build of the weights with the packed cache pc (NULL, reading or
  * writing; the caller's, and the weights' own once they are returned). Writing,
  * each section goes to the file as soon as it is built and is freed at once,
@@ -358,6 +371,7 @@ static moe8_status build_all(const moe8_model *m, int float_experts, int n_threa
         } else if (streaming) {
             moe8_pcache_section_done(w->cache);
             layer_free(&w->layers[i]);
+            release_freed();
         } else {
             w->owned_bytes += layer_owned(&w->layers[i], w);
         }
@@ -370,6 +384,7 @@ static moe8_status build_all(const moe8_model *m, int float_experts, int n_threa
         moe8_pcache_section_done(w->cache);
         moe8_proj_free(&w->lm_head);
         memset(&w->lm_head, 0, sizeof w->lm_head);
+        release_freed();
     }
     if (!st) st = moe8_pcache_finish(w->cache, err);
     if (st || streaming) {
