@@ -28,9 +28,6 @@
  * Does not: cache float weights (they are used in place from the
  * safetensors map; a model with no int8 weight gets no cache file), or
  * share one file between tables or shards.
- * Writing holds at most two sections' dirty pages: each section starts its
- * writeback when it is done and waits for the one before it, so a build
- * under a memory limit (a cgroup) leaves clean pages the kernel drops at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +91,6 @@ struct moe8_pcache {
     int fd;                        /* the temporary file, -1 before the first section */
     char tmp[PATH_MAX + 32];
     uint64_t next_off;             /* where the next section starts */
-    uint64_t prev_off, prev_bytes; /* the section before the last, its writeback awaited next */
     uint32_t n_done;               /* sections written */
     pc_sect *out;                  /* [n_sections] as written */
     int failed;                    /* a write failed (why) */
@@ -577,12 +573,6 @@ void moe8_pcache_section_done(moe8_pcache *pc) {
         return;
     }
     o->offset = pc->next_off, o->bytes = cur, o->shape = shape;
-    /* advisory: a file system without writeback (tmpfs) has nothing to do */
-    if (cur) (void)sync_file_range(pc->fd, (off_t)o->offset, (off_t)cur, SYNC_FILE_RANGE_WRITE);
-    if (pc->prev_bytes)
-        (void)sync_file_range(pc->fd, (off_t)pc->prev_off, (off_t)pc->prev_bytes,
-                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-    pc->prev_off = o->offset, pc->prev_bytes = cur;
     pc->next_off = (pc->next_off + cur + PC_PAGE - 1) / PC_PAGE * PC_PAGE;
     pc->n_done++;
 }
