@@ -517,12 +517,27 @@ static void test_write_failure(const char *dir, const float *ref, int V) {
     snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -v '\\.lock$' | wc -l", cdir);
     run(cmd, out, sizeof out);
     CHECKF(!strcmp(out, "0\n"), "left in %s after a failed write: %s", cdir, out);
+    /* what a killed builder leaves (<name>.tmp.<pid>) goes with the next build;
+     * names that are not its are kept */
+    char stale[4200], keep1[4200], keep2[4200];
+    snprintf(stale, sizeof stale, "%s.tmp.4194305", path);
+    snprintf(keep1, sizeof keep1, "%s.tmp.12x", path);
+    snprintf(keep2, sizeof keep2, "%s/other-tp1r0.pkc.tmp.7", cdir);
+    spit(stale, (const unsigned char *)"x", 1);
+    spit(keep1, (const unsigned char *)"x", 1);
+    spit(keep2, (const unsigned char *)"x", 1);
+    g_log[0] = 0;
     outputs(dir, &(opts){0}, V, got);
     CHECKF(exists(path) && !memcmp(got, ref, sizeof(float) * N_OUT(V)), "after a failed write, "
            "the next load: cache %d, outputs %s", exists(path),
            memcmp(got, ref, sizeof(float) * N_OUT(V)) ? "differ" : "equal");
+    CHECKF(!exists(stale) && exists(keep1) && exists(keep2) && strstr(g_log, "did not finish"),
+           "a stale temporary: removed %d, others kept %d %d, log '%s'", !exists(stale), exists(keep1),
+           exists(keep2), g_log);
+    unlink(keep1);
+    unlink(keep2);
     printf("a cache write failing at 64 KiB: packed in memory instead, outputs identical, nothing "
-           "left; the next load built it\n");
+           "left; the next load built it and removed a killed build's temporary\n");
     free(got);
 }
 

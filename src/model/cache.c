@@ -24,11 +24,13 @@
  * $XDG_CACHE_HOME/moe8/<folder>-<hash>/ (~/.cache/moe8). The name is
  * <table>-tp<N>r<R>[-ep].pkc. A builder holds flock(<name>.lock) from its
  * last look to the rename of <name>.tmp.<pid>, so a racing process waits and
- * then maps the winner's file.
+ * then maps the winner's file; holding it, a builder removes the
+ * <name>.tmp.<pid> files a killed build left.
  * Does not: cache float weights (they are used in place from the
  * safetensors map; a model with no int8 weight gets no cache file), or
  * share one file between tables or shards.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -382,6 +384,27 @@ static int take_lock(moe8_pcache *pc) {
     return fd;
 }
 
+/* Under the lock no builder of pc->path is writing, so its temporaries left
+ * in dir (<name>.tmp.<pid>, a build that was killed) are stale: removed. */
+static void remove_stale(const moe8_pcache *pc, const char *dir) {
+    const char *base = strrchr(pc->path, '/');
+    char prefix[PATH_MAX + 8];
+    struct dirent *e;
+    DIR *d = opendir(dir);
+    base = base ? base + 1 : pc->path;
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    const size_t n = strlen(prefix);
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, n)) continue;
+        const char *pid = e->d_name + n;
+        if (!*pid || strspn(pid, "0123456789") != strlen(pid)) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            moe8_log(MOE8_LOG_WARN, "removed '%s/%s', left by a cache build that did not finish", dir,
+                     e->d_name);
+    }
+    if (d) closedir(d);
+}
+
 /* 1 when some weight of m is packed (int8); a float model has nothing to cache. */
 static int has_packed(const moe8_model *m) {
     if (m->lm_head.quant != MOE8_QUANT_FLOAT) return 1;
@@ -439,6 +462,8 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
         if ((r = try_read(pc, path, 1, why, sizeof why)) == 0) {
             close(pc->lock_fd);
             pc->lock_fd = -1;
+        } else {
+            remove_stale(pc, dirs[i]);
         }
         break;
     }
