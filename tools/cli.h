@@ -90,6 +90,13 @@ int cli_bad_value(const char *cmd, const char *flag, const char *want, const cha
 /* The usage: the synopsis, a line per option from the table, then notes. */
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes);
 
+/* qsort comparators in ascending order, and the median and p99 (the
+ * element at rank floor(0.99 (n - 1))) of t[n], sorted here: the benches'
+ * timing rows. */
+int cli_cmp_double(const void *a, const void *b);
+int cli_cmp_float(const void *a, const void *b);
+void cli_median_p99(double *t, int n, double *median, double *p99);
+
 /* Its spelling back: "f32", "f16", "bf16". */
 const char *cli_kv_type_name(moe8_dtype t);
 

@@ -163,11 +163,6 @@ typedef struct {
     double outside_share;  /* of the int8 pass: 1 - int8 GEMM time / layer time; -1 = n/a */
 } run_result;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int count_distinct(const moe8_moe_workspace *ws) {
     int n_tok, seen[N_EXPERT] = {0}, n = 0;
     const int32_t *ids;
@@ -211,7 +206,7 @@ static int time_layers(bench_layer *ls, int n_l, float *const *pool, float *out,
     moe8_bench_kernel_times(&kt, 1);
     for (int l = 0; l < n_l; l++) moe8_moe_workspace_free(ws[l]);
     if (rc || reps == 0) return rc ? rc : 1;
-    qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+    qsort(times, (size_t)reps, sizeof times[0], cli_cmp_double);
     res->median_s = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
     res->mean_distinct = distinct / reps;
     res->outside_share = account ? 1.0 - kt.gemm_q8_s / nt / t_total : -1.0;

@@ -89,11 +89,6 @@ typedef struct {
 } bench_opts;
 
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int count_bits(const uint32_t *m, int32_t n) {
     int c = 0;
     for (int32_t i = 0; i < (n + 31) / 32; i++) c += __builtin_popcount(m[i]);
@@ -140,9 +135,7 @@ static void time_state(grammar_state *st, const grammar_vocab *v, uint32_t *mask
         grammar_mask(st, v, mask);
         t[r] = (moe8_time_s() - t0) * 1e6;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    *med = t[reps / 2];
-    *p99 = t[(size_t)((double)(reps - 1) * 0.99)];
+    cli_median_p99(t, reps, med, p99);
 }
 
 static unsigned long long rng_next(unsigned long long *s) {
@@ -177,9 +170,7 @@ static void time_walk(const grammar *g, const grammar_vocab *v, int32_t eos, uin
     }
     grammar_state_free(st);
     free(cand);
-    qsort(t, (size_t)steps, sizeof *t, cmp_double);
-    *med = t[steps / 2];
-    *p99 = t[(size_t)((double)(steps - 1) * 0.99)];
+    cli_median_p99(t, steps, med, p99);
     *avg_allowed = sum / steps;
 }
 

@@ -22,14 +22,10 @@
 #define SYNOPSIS "moe8 bench sampler [--n-vocab N] [--reps N] [--temperature T]"
 #define NOTES "One core; the kernel table is the machine's best (MOE8_ISA=NAME picks one).\n"
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void row(const char *what, double *t, int reps, const char *note) {
-    qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    printf("| %s | %.1f | %.1f | %s |\n", what, t[reps / 2], t[(int)(0.99 * (reps - 1))], note);
+    double med, p99;
+    cli_median_p99(t, reps, &med, &p99);
+    printf("| %s | %.1f | %.1f | %s |\n", what, med, p99, note);
 }
 
 int cmd_bench_sampler(int argc, char **argv) {

@@ -827,16 +827,6 @@ static int check_fd_limit(int in_flight) {
 
 /* ---- the table ------------------------------------------------------------------ */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* p-th percentile of sorted v[n], linear between ranks (numpy's default). */
 static double pct(const double *v, size_t n, double p) {
     const double rank = p / 100.0 * (double)(n - 1);
@@ -852,7 +842,7 @@ static void print_stat(const char *title, const char *name, double *v, size_t n)
     double x[3], sum = 0.0;
     printf("%s\n", title);
     if (n) {
-        qsort(v, n, sizeof *v, cmp_double);
+        qsort(v, n, sizeof *v, cli_cmp_double);
         for (size_t i = 0; i < n; i++) sum += v[i];
         x[0] = sum / (double)n, x[1] = pct(v, n, 50), x[2] = pct(v, n, 99);
     }
@@ -903,7 +893,7 @@ static void print_results(bench *b, double dur) {
                (size_t)s->n_tpot);
     /* ITLs are kept as float to halve their memory; sorted in place, read as double. */
     if (s->n_itl && (itl = malloc(s->n_itl * sizeof *itl))) {
-        qsort(s->itl, s->n_itl, sizeof *s->itl, cmp_float);
+        qsort(s->itl, s->n_itl, sizeof *s->itl, cli_cmp_float);
         for (size_t i = 0; i < s->n_itl; i++) itl[i] = s->itl[i];
     }
     print_stat("---------------Inter-token Latency----------------", "ITL", itl,

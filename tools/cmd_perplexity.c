@@ -377,11 +377,6 @@ static void report(run *r) {
     }
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 static float percentile(const float *v, size_t n, float fraction) {
     float p;
     size_t ip;
@@ -402,8 +397,8 @@ static void print_kld_final(run *r) {
         printf("\n(%zu scored tokens: too few for the statistics, as llama-perplexity)\n", n);
         return;
     }
-    qsort(kv, n, sizeof *kv, cmp_float);
-    qsort(pv, n, sizeof *pv, cmp_float);
+    qsort(kv, n, sizeof *kv, cli_cmp_float);
+    qsort(pv, n, sizeof *pv, cli_cmp_float);
     mean_unc(k->sum_nll, k->sum_nll2, n, &lp, &dlp);
     mean_unc(k->sum_nll_base, k->sum_nll_base2, n, &lb, &dlb);
     const double ppl = exp(lp), ppl_unc = ppl * dlp, pb = exp(lb), pb_unc = pb * dlb;

@@ -54,6 +54,22 @@ static int take_model_opts(int *argc, char **argv) {
     return 0;
 }
 
+int cli_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int cli_cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+void cli_median_p99(double *t, int n, double *median, double *p99) {
+    qsort(t, (size_t)n, sizeof *t, cli_cmp_double);
+    *median = t[n / 2];
+    *p99 = t[(size_t)((double)(n - 1) * 0.99)];
+}
+
 int cli_fail(const char *cmd, const moe8_error *err) {
     fprintf(stderr, "moe8 %s: %s\n", cmd, err->message[0] ? err->message : moe8_status_str(err->code));
     return 1;
