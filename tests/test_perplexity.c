@@ -374,13 +374,12 @@ static void test_tp(const char *dir) {
 #ifdef MOE8_MPIEXEC
     char cmd[8400], path[4200];
     double one;
-    const int chunks = CHUNKS;
-    snprintf(cmd, sizeof cmd, "-m '%s' -f %s -c %d --chunks %d", dir, TEXT, C, chunks);
+    snprintf(cmd, sizeof cmd, "-m '%s' -f %s -c %d --chunks %d", dir, TEXT, C, CHUNKS);
     CHECK(cli(cmd) == 0);
     one = field("Final estimate: PPL = ");
     snprintf(path, sizeof path, "%s/tp.txt", test_tmpdir("ppl_tp"));
     snprintf(cmd, sizeof cmd, "timeout 300 %s --oversubscribe -np 2 %s perplexity -m '%s' -f %s -c %d "
-             "--chunks %d --tp 2 --threads 1 >'%s' 2>&1", MOE8_MPIEXEC, MOE8_CLI, dir, TEXT, C, chunks, path);
+             "--chunks %d --tp 2 --threads 1 >'%s' 2>&1", MOE8_MPIEXEC, MOE8_CLI, dir, TEXT, C, CHUNKS, path);
     CHECK(test_run(cmd) == 0);
     {
         size_t n = 0;

@@ -219,12 +219,12 @@ static int lib_prompt(lib_env *L, const areq *r, int32_t *ids, int cap) {
     return (int)n;
 }
 
-/* log-softmax of x at t, in double (shares nothing with src/). */
 /* Which positions of a library run have their log-probability checked against own_logprob:
  * all of them, but under ASan (numbers are the release build's to check; a double exp over the
  * vocabulary per token was a quarter of this test's time there) the first 4 and every 16th. */
 static int lp_checked(int i) { return !g_asan || i < 4 || i % 16 == 0; }
 
+/* log-softmax of x at t, in double (shares nothing with src/). */
 static double own_logprob(const float *x, int32_t V, int32_t t) {
     double mx = -INFINITY, s = 0;
     for (int32_t i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
