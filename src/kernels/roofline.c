@@ -66,14 +66,14 @@ static double register_peak(probe_fn probe, long n_iter, double ops_per_iter, in
 double moe8_bench_int8_peak_gops(int n_threads, const char **how) {
     const moe8_kernels *kt = moe8_kernels_get();
     if (how) *how = kt->int8_how;
-    /* about 0.2 s a run: AMX tiles do 2^17 operations (64 cycles) an iteration */
-    const long n_iter = kt->int8_ops > 1e5 ? 6000000L : kt->int8_ops > 100 ? 20000000L : 50000000L;
+    /* about 0.05 s a run: AMX tiles do 2^17 operations (64 cycles) an iteration */
+    const long n_iter = kt->int8_ops > 1e5 ? 1500000L : kt->int8_ops > 100 ? 5000000L : 12500000L;
     return register_peak(kt->int8_peak, n_iter, kt->int8_ops, n_threads);
 }
 
 double moe8_bench_f32_peak_gflops(int n_threads, const char **how) {
     const moe8_kernels *kt = moe8_kernels_get();
     if (how) *how = kt->fma_how;
-    return register_peak(kt->fma_peak, kt->fma_ops > 100 ? 20000000L : 50000000L, kt->fma_ops,
+    return register_peak(kt->fma_peak, kt->fma_ops > 100 ? 5000000L : 12500000L, kt->fma_ops,
                          n_threads);
 }
