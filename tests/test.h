@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,6 +134,26 @@ static inline void test_fork_join(void) {
         }
     }
     test_n_forks = 0;
+}
+
+/* n bytes (n > 0) ending where an unmapped page begins: touching the byte
+ * after the end faults (SIGSEGV) in every build, instrumented or not; the
+ * start is aligned to any element size that divides n. NULL if mmap fails.
+ * Free with test_guarded_free(p, n). */
+static inline void *test_guarded_alloc(size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    char *base = mmap(NULL, len + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    if (mprotect(base + len, page, PROT_NONE) != 0) {
+        munmap(base, len + page);
+        return NULL;
+    }
+    return base + len - n;
+}
+
+static inline void test_guarded_free(void *p, size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    if (p) munmap((char *)p + n - len, len + page);
 }
 
 /* The scratch root: MOE8_TEST_TMP, or MOE8_TEST_TMP/isa-NAME under MOE8_ISA=NAME,

@@ -6,7 +6,8 @@
  * the table's own packing: activation codes, xsum, int32 accumulators and
  * dequantized floats. Every packed layout decodes back to its weights. Float
  * GEMMs (F32/F16/BF16 weights) are checked against a double-precision sum
- * within the dot-product bound 2·k·2^-24·Σ|x·w|. A table this CPU lacks is
+ * within the dot-product bound 2·k·2^-24·Σ|x·w|, on buffers that end at an
+ * unmapped page (the sanitizer build checks only their entry: entry_check.c). A table this CPU lacks is
  * skipped (exit 77).
  */
 #include <fenv.h>
@@ -308,7 +309,9 @@ static void test_q8_real_shape(void) {
 static int check_f32(const moe8_kernels *kt, const float *x, int ldx, const void *w, moe8_dtype dt,
                      int ldw, int m, int n, int n0, int n1, int k) {
     const int ldy = n + 1;
-    float *y = malloc(sizeof(float) * m * ldy);
+    const size_t ny = sizeof(float) * m * ldy;
+    float *y = test_guarded_alloc(ny);
+    if (!y) return 1;
     for (int i = 0; i < m * ldy; i++) y[i] = -3.0f;
     kt->gemm_f32_wf(y, ldy, x, ldx, w, dt, ldw, m, n0, n1, k);
     int bad = 0;
@@ -327,16 +330,22 @@ static int check_f32(const moe8_kernels *kt, const float *x, int ldx, const void
             }
             bad += !(fabs(got - e) <= 2.0 * k * 0x1p-24 * mag + 1e-30);
         }
-    free(y);
+    test_guarded_free(y, ny);
     return bad;
 }
 
+/* x, W and y end at an unmapped page (x and W at their last row's k-th
+ * element): a kernel that reads or writes past what it may touch faults. */
 static void f32_case(int m, int n, int k, moe8_dtype dt, int n0, int n1) {
     const int ldx = k + 3, ldw = k + 5;
-    float *x = malloc(sizeof(float) * m * ldx);
-    void *w = malloc(4 * (size_t)n * ldw);
-    for (int i = 0; i < m * ldx; i++) x[i] = (float)test_rng_normal(&rng);
-    for (size_t i = 0; i < (size_t)n * ldw; i++) {
+    const size_t n_x = (size_t)(m - 1) * ldx + k, n_w = (size_t)(n - 1) * ldw + k;
+    const size_t nb_w = n_w * moe8_dtype_size(dt);
+    float *x = test_guarded_alloc(sizeof(float) * n_x);
+    void *w = test_guarded_alloc(nb_w);
+    CHECK(x && w);
+    if (!x || !w) return;
+    for (size_t i = 0; i < n_x; i++) x[i] = (float)test_rng_normal(&rng);
+    for (size_t i = 0; i < n_w; i++) {
         float v = (float)test_rng_normal(&rng);
         if (dt == MOE8_DT_F32) ((float *)w)[i] = v;
         else if (dt == MOE8_DT_F16) ((uint16_t *)w)[i] = moe8_f32_to_f16(v);
@@ -348,8 +357,8 @@ static void f32_case(int m, int n, int k, moe8_dtype dt, int n0, int n1) {
         bad = check_f32(tut, x, ldx, w, dt, ldw, m, n, n0, n1, k);
         CHECKF(bad == 0, "%s f32 %s m=%d n=%d k=%d: %d out of bound", tut->isa, moe8_dtype_name(dt), m, n, k, bad);
     }
-    free(x);
-    free(w);
+    test_guarded_free(x, sizeof(float) * n_x);
+    test_guarded_free(w, nb_w);
 }
 
 static void test_f32(void) {

@@ -221,4 +221,11 @@ void moe8_gemm_f32_wf_ref(float *y, int ldy, const float *x, int ldx, const void
 void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
                          int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
 
+/* Under ASan: an ASan report unless every byte a gemm_f32_wf call with these
+ * arguments may read or write is addressable (entry_check.c); called first
+ * by the float GEMMs that the sanitizer build leaves uninstrumented
+ * (MOE8_KERNEL_ENTRY_CHECK). A no-op without ASan. */
+void moe8_gemm_f32_wf_check(const float *y, int ldy, const float *x, int ldx, const void *w,
+                            moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
+
 #endif

@@ -95,6 +95,9 @@ INLINE void run(float *y, int ldy, const float *x, int ldx, const void *w, int l
 
 void moe8_gemm_f32_wf_avx2(float *y, int ldy, const float *x, int ldx, const void *w,
                            moe8_dtype wdt, int ldw, int m, int n0, int n1, int k) {
+#if MOE8_KERNEL_ENTRY_CHECK
+    moe8_gemm_f32_wf_check(y, ldy, x, ldx, w, wdt, ldw, m, n0, n1, k);
+#endif
     switch (wdt) {
     case MOE8_DT_F32: run(y, ldy, x, ldx, w, ldw, m, n0, n1, k, MOE8_DT_F32); break;
     case MOE8_DT_F16: run(y, ldy, x, ldx, w, ldw, m, n0, n1, k, MOE8_DT_F16); break;

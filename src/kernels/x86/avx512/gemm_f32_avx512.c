@@ -192,6 +192,9 @@ static const span_fn spans[3][2][MR] = {
 
 void moe8_gemm_f32_wf_avx512(float *y, int ldy, const float *x, int ldx, const void *w,
                              moe8_dtype wdt, int ldw, int m, int n0, int n1, int k) {
+#if MOE8_KERNEL_ENTRY_CHECK
+    moe8_gemm_f32_wf_check(y, ldy, x, ldx, w, wdt, ldw, m, n0, n1, k);
+#endif
     if (m <= 0 || n1 <= n0) return;
     if (wdt != MOE8_DT_F32 && wdt != MOE8_DT_F16 && wdt != MOE8_DT_BF16) {
         moe8_gemm_f32_wf_ref(y, ldy, x, ldx, w, wdt, ldw, m, n0, n1, k);
