@@ -959,6 +959,9 @@ static void test_schema_errors(void) {
         {"{\"type\":\"array\",\"items\":false,\"minItems\":1}", "minItems 1 at the root needs more items than 'prefixItems' allows"},
         {"{\"type\":\"object\"", "json_schema"},
         {"{\"a\":1,\"a\":2}", "json_schema"},
+        /* found by fuzz_grammar: a const key that is not UTF-8 went into a literal */
+        {"{\"anyOf\":[{\"const\":{\"kr\xff\xff\":[1]}}]}", "json_schema: not valid UTF-8 at byte 23"},
+        {"{\"enum\":[\"\xc3\"]}", "json_schema: not valid UTF-8 at byte 10"},
         {NULL, NULL}};
     for (int i = 0; t[i].schema; i++) {
         char *out = NULL;

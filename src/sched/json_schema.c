@@ -1059,6 +1059,12 @@ moe8_status grammar_from_json_schema(const char *schema_json, size_t len, char *
     if (!out || (!schema_json && len))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "json_schema: no schema or output");
     *out = NULL;
+    /* cJSON keeps a string's bytes as they are: a schema that is not UTF-8
+     * would put them into the grammar's literals, which the compiler refuses */
+    const size_t bad = schema_json ? moe8_utf8_valid(schema_json, len) : (size_t)-1;
+    if (bad != (size_t)-1)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, (int64_t)bad,
+                         "json_schema: not valid UTF-8 at byte %zu", bad);
     if ((st = moe8_json_parse(schema_json ? schema_json : "", len, "json_schema", &root, err)) != MOE8_OK) {
         if (st != MOE8_ERR_FORMAT) return st;
         if (err) err->code = MOE8_ERR_INVALID_ARG; /* the caller's argument, not a file */
