@@ -29,56 +29,86 @@ int moe8_json_exact_int(const cJSON *item, int64_t *out) {
 
 static const char *key_of(const void *ctx, uint32_t i) { return ((const char *const *)ctx)[i]; }
 
-moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
-                                        moe8_error *err) {
+/* *dup: the first key of `object` seen twice, or NULL. -1: out of memory. */
+static int find_dup(const cJSON *object, const char **dup) {
     const cJSON *c;
-    const char **keys, *dup = NULL;
+    const char **keys;
     moe8_name_table t;
     size_t n = 0;
-    if (!cJSON_IsObject(object)) return MOE8_OK;
+    *dup = NULL;
+    if (!cJSON_IsObject(object)) return 0;
     cJSON_ArrayForEach(c, object) n++;
-    if (n < 2) return MOE8_OK;
-    if (n > UINT32_MAX || !(keys = malloc(n * sizeof *keys)))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking %zu keys", label, n);
+    if (n < 2) return 0;
+    if (n > UINT32_MAX || !(keys = malloc(n * sizeof *keys))) return -1;
     if (moe8_name_table_init(&t, n, key_of, keys)) {
         free(keys);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking %zu keys", label, n);
+        return -1;
     }
     n = 0;
     cJSON_ArrayForEach(c, object) {
         keys[n] = c->string ? c->string : "";
         if (moe8_name_table_add(&t, (uint32_t)n) >= 0) {
-            dup = keys[n];
+            *dup = keys[n];
             break;
         }
         n++;
     }
     moe8_name_table_free(&t);
     free(keys);
-    if (dup)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': duplicate key '%.128s' %s%s", label, dup,
-                         where && *where ? "in " : "at the top level", where ? where : "");
-    return MOE8_OK;
+    return 0;
+}
+
+static moe8_status dup_error(const char *label, const char *dup, const char *where, moe8_error *err) {
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': duplicate key '%.128s' %s%s", label, dup,
+                     where && *where ? "in " : "at the top level", where ? where : "");
+}
+
+moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
+                                        moe8_error *err) {
+    const char *dup;
+    if (find_dup(object, &dup))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking keys", label);
+    return dup ? dup_error(label, dup, where, err) : MOE8_OK;
 }
 
 #define PATH_CAP 256
 
-/* Check every object under `item`; path[0..plen) names it ("" = top level). */
-static moe8_status check_tree(const cJSON *item, const char *label, char *path, size_t plen,
-                              moe8_error *err) {
+/* Where an item sits: its parent's frame and its key there (or, in an
+ * array, its index). The path is written only for a message. */
+typedef struct at {
+    const struct at *up;
+    const char *key;
+    int index;
+} at;
+
+/* The path of frame f ("" at the top level) into path[0..PATH_CAP); its length. */
+static size_t path_of(const at *f, char *path) {
+    size_t n = f->up ? path_of(f->up, path) : 0;
+    int k;
+    if (!f->up) return 0;
+    if (f->key) k = snprintf(path + n, PATH_CAP - n, "%s%.64s", n ? "." : "", f->key);
+    else k = snprintf(path + n, PATH_CAP - n, "[%d]", f->index);
+    k = k < 0 ? 0 : n + (size_t)k < PATH_CAP ? k : (int)(PATH_CAP - 1 - n);
+    return n + (size_t)k;
+}
+
+/* Check every object under the item of frame f. */
+static moe8_status check_tree(const cJSON *item, const at *f, const char *label, moe8_error *err) {
     const cJSON *c;
+    const char *dup;
     int i = 0;
-    moe8_status s = moe8_json_check_unique_keys(item, label, path, err);
+    moe8_status s = MOE8_OK;
+    if (find_dup(item, &dup))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking keys", label);
+    if (dup) {
+        char path[PATH_CAP] = "";
+        path_of(f, path);
+        return dup_error(label, dup, path, err);
+    }
     for (c = item->child; c && s == MOE8_OK; c = c->next, i++) {
-        int k;
         if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
-        if (cJSON_IsObject(item))
-            k = snprintf(path + plen, PATH_CAP - plen, "%s%.64s", plen ? "." : "", c->string);
-        else
-            k = snprintf(path + plen, PATH_CAP - plen, "[%d]", i);
-        k = k < 0 ? 0 : plen + (size_t)k < PATH_CAP ? k : (int)(PATH_CAP - 1 - plen);
-        s = check_tree(c, label, path, plen + (size_t)k, err);
-        path[plen] = '\0';
+        const at kid = {f, cJSON_IsObject(item) ? c->string : NULL, i};
+        s = check_tree(c, &kid, label, err);
     }
     return s;
 }
@@ -113,12 +143,12 @@ moe8_status moe8_json_parse_syntax(const char *text, size_t len, int64_t base, c
 
 moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJSON **out,
                             moe8_error *err) {
-    char path[PATH_CAP] = "";
+    const at top = {NULL, NULL, 0};
     cJSON *j;
     moe8_status s = moe8_json_parse_syntax(text, len, 0, label, NULL, &j, err);
     *out = NULL;
     if (s != MOE8_OK) return s;
-    if ((s = check_tree(j, label, path, 0, err)) != MOE8_OK) {
+    if ((s = check_tree(j, &top, label, err)) != MOE8_OK) {
         cJSON_Delete(j);
         return s;
     }
