@@ -3,7 +3,8 @@
 #   make        release build in build/
 #   make check  the release build's tests only (no sanitizers, no fuzzing): the quick loop
 #   make test   deps + release tests + ASan/UBSan tests + short fuzz runs, each
-#               stage's build beside the tests before it (scripts/test.sh)
+#               stage's build beside the tests before it (scripts/test.sh; both
+#               fetch the npm half of deps beside the release build)
 #   make demo   the main job on a built-in model
 #   make install PREFIX=/usr/local   libmoe8.a, moe8.h and pkg-config files
 #               (libmoe8_mpi.a and moe8-mpi.pc too when MPI was found)
@@ -16,6 +17,9 @@ CMAKE_Q = cmake -Wno-dev
 FUZZ_SECONDS ?= 20
 PREFIX ?= /usr/local
 
+# What the builds run first; scripts/test.sh passes DEPS= (it runs deps itself).
+DEPS ?= deps
+
 .PHONY: all deps build build-asan build-fuzz check test test-release test-asan test-fuzz demo install clean
 
 all: build
@@ -23,15 +27,15 @@ all: build
 deps:
 	@./scripts/deps.sh
 
-build: deps
+build: $(DEPS)
 	@$(CMAKE_Q) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build build -j$(JOBS)
 
-build-asan: deps
+build-asan: $(DEPS)
 	@$(CMAKE_Q) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOE8_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan -j$(JOBS)
 
-build-fuzz: deps
+build-fuzz: $(DEPS)
 	@CC=clang $(CMAKE_Q) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOE8_FUZZ=ON -DMOE8_MPI=OFF -DMOE8_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
 	@cmake --build build-fuzz -j$(JOBS)
 
@@ -44,10 +48,12 @@ test-asan: build-asan
 test-fuzz: build-fuzz
 	@cd build-fuzz && ctest --output-on-failure -j$(TEST_JOBS)
 
-check: test-release
+# the release stage of scripts/test.sh
+check:
+	@JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) ./scripts/test.sh release
 
 # the three stages, each next build beside the tests before it (scripts/test.sh)
-test: deps
+test:
 	@JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/test.sh
 
 demo: build

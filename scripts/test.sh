@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — `make test` (what CI runs): the release tests, the ASan+UBSan
-# tests, the fuzzers. The tests leave part of the two cores idle (servers and
+# tests, the fuzzers; `test.sh release` (`make check`): the first stage alone.
+# Debian packages first; the npm half of deps (tokenizers, clients) is
+# fetched beside the release build, which does not need it.
+# The tests leave part of the two cores idle (servers and
 # timers wait, mpirun starts, clients sleep), so the next stage's build runs
 # beside them at nice 19, taking only what they leave: the sanitizer build
 # from the start (beside the release build's links and the release tests),
@@ -12,14 +15,18 @@ set -u
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
 TEST_JOBS=${TEST_JOBS:-4}
+mode=${1:-all}
+[ "$mode" = all ] || [ "$mode" = release ] || { echo "usage: test.sh [release]" >&2; exit 2; }
+me="make test"
+[ "$mode" = all ] || me="make check"
 t0=$(date +%s)
 fail=()
 
-stage() { echo "== make test: $1 ($(( $(date +%s) - t0 )) s)"; }
+stage() { echo "== $me: $1 ($(( $(date +%s) - t0 )) s)"; }
 
 # bg_build TARGET: `make TARGET` at nice 19 in the background, output to TARGET.log.
 bg_build() {
-    nice -n 19 make --no-print-directory JOBS="$JOBS" "$1" >"$1.log" 2>&1 &
+    nice -n 19 make --no-print-directory DEPS= JOBS="$JOBS" "$1" >"$1.log" 2>&1 &
     bg_pid=$!
 }
 
@@ -27,26 +34,45 @@ bg_build() {
 bg_wait() {
     if ! wait "$bg_pid"; then
         cat "$1.log" >&2
-        echo "make test: make $1 failed (log above, in $1.log)" >&2
+        echo "$me: make $1 failed (log above, in $1.log)" >&2
         return 1
     fi
 }
 
-stage "release build, the sanitizer build beside it"
-bg_build build-asan
-make --no-print-directory JOBS="$JOBS" build || { wait; exit 1; }
-stage "release tests, the sanitizer build beside them"
-(cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
-bg_wait build-asan || exit 1
-stage "sanitizer tests, the fuzz build beside them"
-bg_build build-fuzz
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j"$TEST_JOBS") || fail+=(asan)
-bg_wait build-fuzz || exit 1
-stage "fuzzers"
-(cd build-fuzz && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(fuzz)
+./scripts/deps.sh packages || exit 1
+./scripts/deps.sh fetch >deps-fetch.log 2>&1 &
+fetch_pid=$!
+if [ "$mode" = all ]; then
+    stage "release build, the npm fetches and the sanitizer build beside it"
+    bg_build build-asan
+else
+    stage "release build, the npm fetches beside it"
+fi
+make --no-print-directory DEPS= JOBS="$JOBS" build || { wait; exit 1; }
+if ! wait "$fetch_pid"; then
+    cat deps-fetch.log >&2
+    echo "$me: scripts/deps.sh fetch failed (log above, in deps-fetch.log)" >&2
+    wait
+    exit 1
+fi
+cat deps-fetch.log >&2
+if [ "$mode" = release ]; then
+    stage "release tests"
+    (cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
+else
+    stage "release tests, the sanitizer build beside them"
+    (cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
+    bg_wait build-asan || exit 1
+    stage "sanitizer tests, the fuzz build beside them"
+    bg_build build-fuzz
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --output-on-failure -j"$TEST_JOBS") || fail+=(asan)
+    bg_wait build-fuzz || exit 1
+    stage "fuzzers"
+    (cd build-fuzz && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(fuzz)
+fi
 stage "done"
 if [ ${#fail[@]} -gt 0 ]; then
-    echo "make test: failed: ${fail[*]}" >&2
+    echo "$me: failed: ${fail[*]}" >&2
     exit 1
 fi
