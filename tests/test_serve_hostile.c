@@ -902,6 +902,8 @@ static void test_unread(const char *dir) {
     server_stop(&sv, 10);
 }
 
+static void unread_child(void *dir) { test_unread(dir); }
+
 /* ---- limits: bodies, buffered bytes, connections ---------------------------------------------- */
 
 static void test_max_body(const char *dir) {
@@ -1980,9 +1982,9 @@ int main(int argc, char **argv) {
     dir = fx_test_model(fixture, &o, 1);
     phase("start-up");
     if (timing) {
-        test_timeouts(dir);
-        test_unread(dir);
-        phase("timeouts");
+        test_fork(unread_child, (void *)dir); /* beside the timeouts: it generates, they wait */
+        test_timeouts(dir);                   /* joins it with its own scenarios */
+        phase("timeouts, an unread stream");
         test_slowloris(dir);
         phase("slowloris");
         test_big_tokenize(dir);
