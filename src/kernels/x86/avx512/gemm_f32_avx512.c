@@ -170,7 +170,7 @@ INLINE void span(float *y, int ldy, const float *x, int ldx, const void *w, int 
 
 /* One out-of-line span per (rows, dtype, prefetch), reached through a table:
  * inlined into one function they made this file the longest compile of the
- * library (41 s under the sanitizers, 14 s at -O2; now 12 and 5), and the
+ * library (41 s under the sanitizers, 14 s at -O2; now 12 and 6), and the
  * code each runs is the same. */
 #define SPAN_FN(MR_, DT_, PF_, PLAIN)                                                              \
     static __attribute__((noinline)) void span_##MR_##_##DT_##_##PF_(                              \
