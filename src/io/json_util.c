@@ -58,7 +58,11 @@ static int find_dup(const cJSON *object, const char **dup) {
     return 0;
 }
 
-static moe8_status dup_error(const char *label, const char *dup, const char *where, moe8_error *err) {
+/* The status of find_dup's answer (rc, dup) for an object at `where`. */
+static moe8_status dup_status(int rc, const char *dup, const char *label, const char *where,
+                              moe8_error *err) {
+    if (rc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking keys", label);
+    if (!dup) return MOE8_OK;
     return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': duplicate key '%.128s' %s%s", label, dup,
                      where && *where ? "in " : "at the top level", where ? where : "");
 }
@@ -66,9 +70,8 @@ static moe8_status dup_error(const char *label, const char *dup, const char *whe
 moe8_status moe8_json_check_unique_keys(const cJSON *object, const char *label, const char *where,
                                         moe8_error *err) {
     const char *dup;
-    if (find_dup(object, &dup))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking keys", label);
-    return dup ? dup_error(label, dup, where, err) : MOE8_OK;
+    const int rc = find_dup(object, &dup);
+    return dup_status(rc, dup, label, where, err);
 }
 
 #define PATH_CAP 256
@@ -83,9 +86,9 @@ typedef struct at {
 
 /* The path of frame f ("" at the top level) into path[0..PATH_CAP); its length. */
 static size_t path_of(const at *f, char *path) {
-    size_t n = f->up ? path_of(f->up, path) : 0;
-    int k;
     if (!f->up) return 0;
+    const size_t n = path_of(f->up, path);
+    int k;
     if (f->key) k = snprintf(path + n, PATH_CAP - n, "%s%.64s", n ? "." : "", f->key);
     else k = snprintf(path + n, PATH_CAP - n, "[%d]", f->index);
     k = k < 0 ? 0 : n + (size_t)k < PATH_CAP ? k : (int)(PATH_CAP - 1 - n);
@@ -96,14 +99,13 @@ static size_t path_of(const at *f, char *path) {
 static moe8_status check_tree(const cJSON *item, const at *f, const char *label, moe8_error *err) {
     const cJSON *c;
     const char *dup;
+    const int rc = find_dup(item, &dup);
     int i = 0;
     moe8_status s = MOE8_OK;
-    if (find_dup(item, &dup))
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory checking keys", label);
-    if (dup) {
+    if (rc || dup) {
         char path[PATH_CAP] = "";
         path_of(f, path);
-        return dup_error(label, dup, path, err);
+        return dup_status(rc, dup, label, path, err);
     }
     for (c = item->child; c && s == MOE8_OK; c = c->next, i++) {
         if (!cJSON_IsObject(c) && !cJSON_IsArray(c)) continue;
