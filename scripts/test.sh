@@ -42,26 +42,22 @@ bg_wait() {
 ./scripts/deps.sh packages || exit 1
 ./scripts/deps.sh fetch >deps-fetch.log 2>&1 &
 fetch_pid=$!
-if [ "$mode" = all ]; then
-    stage "release build, the npm fetches and the sanitizer build beside it"
-    bg_build build-asan
-else
-    stage "release build, the npm fetches beside it"
-fi
+asan=""   # the sanitizer build beside the release stage (make test only)
+[ "$mode" = all ] && asan=" and the sanitizer build"
+stage "release build, the npm fetches$asan beside it"
+[ "$mode" = all ] && bg_build build-asan
 make --no-print-directory DEPS= JOBS="$JOBS" build || { wait; exit 1; }
-if ! wait "$fetch_pid"; then
-    cat deps-fetch.log >&2
+wait "$fetch_pid"
+fetch_rc=$?
+cat deps-fetch.log >&2
+if [ "$fetch_rc" -ne 0 ]; then
     echo "$me: scripts/deps.sh fetch failed (log above, in deps-fetch.log)" >&2
     wait
     exit 1
 fi
-cat deps-fetch.log >&2
-if [ "$mode" = release ]; then
-    stage "release tests"
-    (cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
-else
-    stage "release tests, the sanitizer build beside them"
-    (cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
+stage "release tests${asan:+, the sanitizer build beside them}"
+(cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
+if [ "$mode" = all ]; then
     bg_wait build-asan || exit 1
     stage "sanitizer tests, the fuzz build beside them"
     bg_build build-fuzz
