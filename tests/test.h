@@ -140,8 +140,14 @@ static inline void test_fork_join(void) {
  * after the end faults (SIGSEGV) in every build, instrumented or not; the
  * start is aligned to any element size that divides n. NULL if mmap fails.
  * Free with test_guarded_free(p, n). */
+static inline size_t test_guard_pages(size_t n, size_t *page) { /* bytes before the guard */
+    *page = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + *page - 1) / *page * *page;
+}
+
 static inline void *test_guarded_alloc(size_t n) {
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    size_t page;
+    const size_t len = test_guard_pages(n, &page);
     char *base = mmap(NULL, len + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) return NULL;
     if (mprotect(base + len, page, PROT_NONE) != 0) {
@@ -152,7 +158,8 @@ static inline void *test_guarded_alloc(size_t n) {
 }
 
 static inline void test_guarded_free(void *p, size_t n) {
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    size_t page;
+    const size_t len = test_guard_pages(n, &page);
     if (p) munmap((char *)p + n - len, len + page);
 }
 

@@ -7,8 +7,8 @@
  * dequantized floats. Every packed layout decodes back to its weights. Float
  * GEMMs (F32/F16/BF16 weights) are checked against a double-precision sum
  * within the dot-product bound 2·k·2^-24·Σ|x·w|, on buffers that end at an
- * unmapped page (the sanitizer build checks only their entry: entry_check.c). A table this CPU lacks is
- * skipped (exit 77).
+ * unmapped page (the sanitizer build checks only their entry: entry_check.c).
+ * A table this CPU lacks is skipped (exit 77).
  */
 #include <fenv.h>
 #include <stdint.h>
