@@ -97,7 +97,7 @@ static void test_normalize(void) {
         char *want_m = print(cJSON_GetObjectItemCaseSensitive(c, "messages")),
              *want_t = print(cJSON_GetObjectItemCaseSensitive(c, "tools")),
              *want_d = print(cJSON_GetObjectItemCaseSensitive(c, "documents")), *m = NULL, *t = NULL, *d = NULL;
-        sbuf err = {0};
+        moe8_buf err = {0};
         int rc;
         if (!cJSON_IsObject(rq)) goto next;
         rc = chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(rq, "messages"),
@@ -114,7 +114,7 @@ static void test_normalize(void) {
         cJSON_free(want_m);
         cJSON_free(want_t);
         cJSON_free(want_d);
-        sbuf_free(&err);
+        moe8_buf_free(&err);
     }
     printf("tool goldens: %d requests normalized as vLLM does\n", n);
     CHECK(n >= 12);
@@ -171,7 +171,7 @@ static void test_goldens(void) {
 static void expect_refused(const char *req, const char *param, const char *needle) {
     cJSON *r = cJSON_Parse(req), *body, *e;
     char *m = (char *)1, *t = (char *)1, *d = (char *)1;
-    sbuf err = {0};
+    moe8_buf err = {0};
     int rc;
     const char *got_param = NULL, *msg = NULL;
     if (!r) {
@@ -194,14 +194,14 @@ static void expect_refused(const char *req, const char *param, const char *needl
            needle ? needle : "");
     cJSON_Delete(body);
     cJSON_Delete(r);
-    sbuf_free(&err);
+    moe8_buf_free(&err);
 }
 
 /* The request body `req` accepted, making these messages (and tools). */
 static void expect_made(const char *req, const char *want_m, const char *want_t) {
     cJSON *r = cJSON_Parse(req);
     char *m = NULL, *t = NULL, *d = NULL;
-    sbuf err = {0};
+    moe8_buf err = {0};
     int rc = chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(r, "messages"),
                                      cJSON_GetObjectItemCaseSensitive(r, "tools"), NULL, &m, &t, &d, &err);
     CHECKF(rc == 0 && same(m, want_m) && same(t, want_t), "%s: rc %d (%s)\n got: %s | %s\nwant: %s | %s", req,
@@ -210,7 +210,7 @@ static void expect_made(const char *req, const char *want_m, const char *want_t)
     free(t);
     free(d);
     cJSON_Delete(r);
-    sbuf_free(&err);
+    moe8_buf_free(&err);
 }
 
 #define U "{\"role\": \"user\", \"content\": \"hi\"}"

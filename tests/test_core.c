@@ -1,9 +1,14 @@
 /* test_core.c — version, status strings, error filling, rounding, the hash
- * table (core/index.h) against a linear search (and removal against a set), the UTF-8 validator against
- * the encodings of every code point. */
+ * table (core/index.h) against a linear search (and removal against a set), the UTF-8 validator,
+ * decoder and encoder against the encodings of every code point, the byte buffer and its JSON
+ * string writer (core/buf.h) against cJSON's parse of what it wrote and a few spelled-out
+ * literals. */
 #include <fenv.h>
 
 #include "test.h"
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
 #include "core/core.h"
 #include "core/index.h"
 
@@ -205,6 +210,99 @@ static void test_utf8(void) {
     free(enc4);
 }
 
+/* ---- UTF-8 decode/encode: every code point, by the ranges of Table 3-7 ---- */
+
+static void test_utf8_codec(void) {
+    long bad = 0;
+    for (uint32_t cp = 0; cp <= 0x10ffff; cp++) {
+        char e[4];
+        uint32_t back = 0xffffffffu;
+        const int want = cp < 0x80 ? 1 : cp < 0x800 ? 2 : (cp >= 0xd800 && cp < 0xe000) ? 0 : cp < 0x10000 ? 3 : 4;
+        const int k = moe8_utf8_encode(cp, e);
+        bad += k != want;
+        if (k > 0) bad += moe8_utf8_decode((const uint8_t *)e, (size_t)k, &back) != k || back != cp;
+    }
+    CHECKF(bad == 0, "%ld code points encode or decode wrong", bad);
+    {
+        char e[4];
+        uint32_t cp = 7;
+        CHECK(moe8_utf8_encode(0x110000, e) == 0);
+        CHECK(moe8_utf8_decode((const uint8_t *)"\xC0\x80", 2, &cp) < 0 && cp == 7); /* overlong */
+        CHECK(moe8_utf8_decode((const uint8_t *)"\xE2\x82", 2, &cp) == 0 && cp == 7); /* a prefix */
+        CHECK(moe8_utf8_decode((const uint8_t *)"\xF0\x9F\x9A\x80", 4, &cp) == 4 && cp == 0x1F680);
+    }
+}
+
+/* ---- the byte buffer --------------------------------------------------------------- */
+
+static void test_buf(void) {
+    moe8_buf b = {0};
+    char *t;
+    CHECK(moe8_buf_add(&b, "ab", 2) == 0 && b.n == 2 && !strcmp(b.p, "ab"));
+    CHECK(moe8_buf_str(&b, "cd") == 0 && moe8_buf_printf(&b, "-%d-%s", 42, "x") == 0);
+    CHECK(b.n == 9 && !strcmp(b.p, "abcd-42-x"));
+    for (int i = 0; i < 1000; i++) moe8_buf_printf(&b, "%04d", i);
+    CHECK(b.n == 4009 && !memcmp(b.p + 9, "000000010002", 12) && !strcmp(b.p + 4005, "0999"));
+    CHECK(moe8_buf_ok(&b) && moe8_buf_reserve(&b, 100000) == 0 && b.cap >= 100001 && b.n == 4009);
+    t = moe8_buf_take(&b);
+    CHECK(t && strlen(t) == 4009 && b.p == NULL && b.n == 0 && b.cap == 0);
+    free(t);
+    t = moe8_buf_take(&b); /* an empty buffer gives "" */
+    CHECK(t && t[0] == '\0');
+    free(t);
+    b.oom = 1; /* out of memory is sticky */
+    CHECK(moe8_buf_add(&b, "x", 1) == -1 && moe8_buf_printf(&b, "%d", 1) == -1 && b.n == 0);
+    CHECK(moe8_buf_take(&b) == NULL && b.oom == 0);
+    moe8_buf_free(&b);
+}
+
+/* ---- the JSON string writer: cJSON reads back what it wrote ---------------------- */
+
+/* s[0..n) written with flags, parsed back by cJSON: its bytes and length, and
+ * the literal must hold only ASCII with MOE8_JSON_ASCII. */
+static int json_round_trip(const char *s, size_t n, unsigned flags, const char *want, size_t n_want) {
+    moe8_buf b = {0};
+    cJSON *j;
+    int ok;
+    if (moe8_buf_json_str(&b, s, n, flags)) return 0;
+    j = cJSON_ParseWithLength(b.p, b.n);
+    ok = j && cJSON_IsString(j) && strlen(j->valuestring) == n_want && !memcmp(j->valuestring, want, n_want);
+    if (flags & MOE8_JSON_ASCII)
+        for (size_t i = 0; i < b.n; i++) ok &= (unsigned char)b.p[i] < 0x80;
+    cJSON_Delete(j);
+    moe8_buf_free(&b);
+    return ok;
+}
+
+static int json_is(const char *s, size_t n, unsigned flags, const char *want) {
+    moe8_buf b = {0};
+    int ok = !moe8_buf_json_str(&b, s, n, flags) && !strcmp(b.p, want);
+    if (!ok) fprintf(stderr, "  json of '%.*s' (flags %u): %s, wanted %s\n", (int)n, s, flags, b.p, want);
+    moe8_buf_free(&b);
+    return ok;
+}
+
+static void test_json_str(void) {
+    static const char txt[] = "a\"b\\c\n\r\t\b\f\x01\x1f\x7f \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x9A\x80 end";
+    const size_t n = sizeof txt - 1;
+    for (unsigned f = 0; f < 8; f++) CHECKF(json_round_trip(txt, n, f, txt, n), "round trip, flags %u", f);
+    CHECK(json_is("a\"\\\n\x01\x7f", 6, 0, "\"a\\\"\\\\\\n\\u0001\x7f\""));
+    CHECK(json_is("\x7f", 1, MOE8_JSON_DEL, "\"\\u007f\""));
+    CHECK(json_is("\xC3\xA9\xF0\x9F\x9A\x80", 6, MOE8_JSON_ASCII, "\"\\u00e9\\ud83d\\ude80\""));
+    CHECK(json_is("\xC3\xA9", 2, 0, "\"\xC3\xA9\""));
+    CHECK(json_is("x\0y", 3, 0, "\"x\\u0000y\""));
+    /* invalid UTF-8: copied, or one U+FFFD per byte */
+    CHECK(json_is("a\xff\xC3", 3, 0, "\"a\xff\xC3\""));
+    CHECK(json_is("a\xff\xC3", 3, MOE8_JSON_LOSSY, "\"a\xEF\xBF\xBD\xEF\xBF\xBD\""));
+    CHECK(json_is("\xff", 1, MOE8_JSON_ASCII, "\"\\ufffd\""));
+    CHECK(json_is("", 0, 0, "\"\""));
+    /* \u0000 escapes in JSON text */
+    CHECK(moe8_json_nul_escape("ab\\u0000", 8) == 2);
+    CHECK(moe8_json_nul_escape("ab\\\\u0000", 9) == -1);
+    CHECK(moe8_json_nul_escape("\\u000", 5) == -1 && moe8_json_nul_escape("", 0) == -1);
+    CHECK(moe8_json_nul_escape("\\\\\\u0000x", 10) == 2);
+}
+
 int main(void) {
     moe8_error err;
     char v[32];
@@ -261,5 +359,8 @@ int main(void) {
     CHECK(!moe8_cpu()->avx512_bf16 || moe8_cpu()->avx512);
     test_index();
     test_utf8();
+    test_utf8_codec();
+    test_buf();
+    test_json_str();
     return test_summary();
 }

@@ -1,5 +1,5 @@
 /*
- * test_grammar.c — constrained decoding (src/sched/grammar*.c,
+ * test_grammar.c — constrained decoding (src/grammar/grammar*.c,
  * json_schema.c) against references written here:
  *
  * - GBNF: a table of parse errors (each message's line:col and rule), a
@@ -34,7 +34,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 #include "test.h"
 #include "fixture_model.h"
 

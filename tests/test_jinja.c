@@ -17,7 +17,7 @@
 
 #include "moe8.h"
 #include "test.h"
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 #define DATA MOE8_SOURCE_DIR "/tests/data/jinja"
 

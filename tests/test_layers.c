@@ -2,8 +2,8 @@
  * test_layers.c — the layer order of docs/ARCHITECTURE.md, read off the
  * includes of every file under src/ and tools/:
  *
- *   core → io → tokenizer → arch → kernels → dist → moe → model → quant →
- *   sched → server → tools
+ *   core → io → jinja → tokenizer → arch → kernels → dist → moe → model →
+ *   convert → grammar → sample → sched → server → tools
  *
  * A file may include its own layer's headers, those of layers before it, and
  * the public headers (include/); never a later layer's. Beside the order:
@@ -21,8 +21,9 @@
 
 #include "test.h"
 
-static const char *const ORDER[] = {"core",  "io",    "tokenizer", "arch",  "kernels", "dist",
-                                    "moe",   "model", "quant",     "sched", "server",  "tools"};
+static const char *const ORDER[] = {"core", "io",      "jinja",   "tokenizer", "arch",
+                                    "kernels", "dist", "moe",   "model",   "convert",
+                                    "grammar", "sample", "sched", "server", "tools"};
 enum { N_LAYERS = sizeof ORDER / sizeof ORDER[0], MAX_FILES = 512, MAX_INC = 64 };
 
 typedef struct {

@@ -4,7 +4,7 @@
  * its draws against the filtered distribution.
  */
 #include "test.h"
-#include "model/sampler.h"
+#include "sample/sampler.h"
 
 typedef struct { int id; double p; } cand;
 

@@ -13,7 +13,7 @@
  *    a prefix of valid output): median and p99 µs over --reps masks, and the
  *    allowed token count; a "walk" row: every step of a walk choosing
  *    uniformly among the allowed tokens (any model), over --walk steps.
- * The mask works on one core. Uses moe8.h and src/sched/grammar.h (included
+ * The mask works on one core. Uses moe8.h and src/grammar/grammar.h (included
  * by path: it needs nothing else of the library's internals).
  */
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/sched/grammar.h"
+#include "../src/grammar/grammar.h"
 #include "cli.h"
 
 #define CMD "bench grammar"

@@ -61,6 +61,12 @@ uint64_t moe8_hash_str(const char *s);
  * invalid, k >= 1 being the bytes to replace by one U+FFFD (the maximal
  * subpart rule of Unicode Table 3-7, as Rust's from_utf8_lossy). */
 int moe8_utf8_char(const uint8_t *s, size_t n);
+/* moe8_utf8_char, and the code point of a valid character in *cp (left as
+ * it was otherwise). */
+int moe8_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* cp (<= U+10FFFF, no surrogate) as UTF-8 into out[4]: its length, or 0
+ * for a value that is no code point. */
+int moe8_utf8_encode(uint32_t cp, char out[4]);
 /* Offset of the first byte of the first invalid or truncated UTF-8 sequence
  * of s[0..n), or (size_t)-1 when all of it is valid. */
 size_t moe8_utf8_valid(const char *s, size_t n);

@@ -2,7 +2,7 @@
  * hash.c — moe8's one hash (core.h): XXH3 64-bit from libxxhash, for hash
  * tables, fingerprints and the packed cache's checksums. Not for anything
  * whose value is a defined output (the synthetic weights' seeds keep their
- * own FNV-1a, quant/synth.c, because generated models must not change).
+ * own FNV-1a, convert/synth.c, because generated models must not change).
  */
 #include <string.h>
 #include <xxhash.h>

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "io/json_util.h"
 #include "io/safetensors_internal.h"
 
@@ -46,59 +47,6 @@ struct moe8_st_writer {
     uint64_t data_start;   /* 8 + header length, once the header is written */
     int header_written, finished;
 };
-
-/* ======================================================================== */
-/* Growable text for the header                                              */
-/* ======================================================================== */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} wbuf;
-
-static void wb_put(wbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        char *p;
-        while (cap < b->len + n + 1) cap *= 2;
-        if (!(p = realloc(b->p, cap))) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void wb_str(wbuf *b, const char *s) { wb_put(b, s, strlen(s)); }
-
-static void wb_fmt(wbuf *b, const char *fmt, unsigned long long v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, fmt, v);
-    wb_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal, escaping quotes, backslashes and control bytes. */
-static void wb_json_str(wbuf *b, const char *s) {
-    wb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            char esc[2] = {'\\', (char)ch};
-            wb_put(b, esc, 2);
-        } else if (ch < 0x20) {
-            wb_fmt(b, "\\u%04llx", ch);
-        } else {
-            wb_put(b, (const char *)&ch, 1);
-        }
-    }
-    wb_put(b, "\"", 1);
-}
 
 /* ======================================================================== */
 /* Helpers                                                                   */
@@ -134,55 +82,55 @@ static void layout(moe8_st_writer *w) {
             }
 }
 
-static void header_json(const moe8_st_writer *w, wbuf *b) {
+static void header_json(const moe8_st_writer *w, moe8_buf *b) {
     int first = 1;
-    wb_put(b, "{", 1);
+    moe8_buf_add(b, "{", 1);
     if (w->n_meta) {
-        wb_str(b, "\"__metadata__\":{");
+        moe8_buf_str(b, "\"__metadata__\":{");
         for (size_t i = 0; i < w->n_meta; i++) {
-            if (i) wb_put(b, ",", 1);
-            wb_json_str(b, w->meta[2 * i]);
-            wb_put(b, ":", 1);
-            wb_json_str(b, w->meta[2 * i + 1]);
+            if (i) moe8_buf_add(b, ",", 1);
+            moe8_buf_json_str(b, w->meta[2 * i], strlen(w->meta[2 * i]), 0);
+            moe8_buf_add(b, ":", 1);
+            moe8_buf_json_str(b, w->meta[2 * i + 1], strlen(w->meta[2 * i + 1]), 0);
         }
-        wb_put(b, "}", 1);
+        moe8_buf_add(b, "}", 1);
         first = 0;
     }
     for (size_t size = 8; size >= 1; size /= 2)
         for (size_t i = 0; i < w->n; i++) {
             const wt_tensor *t = &w->t[i];
             if (moe8_dtype_size(t->dtype) != size) continue;
-            if (!first) wb_put(b, ",", 1);
+            if (!first) moe8_buf_add(b, ",", 1);
             first = 0;
-            wb_json_str(b, t->name);
-            wb_str(b, ":{\"dtype\":\"");
-            wb_str(b, moe8_dtype_name(t->dtype));
-            wb_str(b, "\",\"shape\":[");
+            moe8_buf_json_str(b, t->name, strlen(t->name), 0);
+            moe8_buf_str(b, ":{\"dtype\":\"");
+            moe8_buf_str(b, moe8_dtype_name(t->dtype));
+            moe8_buf_str(b, "\",\"shape\":[");
             for (int d = 0; d < t->n_dims; d++)
-                wb_fmt(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d]);
-            wb_fmt(b, "],\"data_offsets\":[%llu", t->begin);
-            wb_fmt(b, ",%llu]}", t->begin + t->n_bytes);
+                moe8_buf_printf(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d]);
+            moe8_buf_printf(b, "],\"data_offsets\":[%llu", (unsigned long long)t->begin);
+            moe8_buf_printf(b, ",%llu]}", (unsigned long long)(t->begin + t->n_bytes));
         }
-    wb_put(b, "}", 1);
-    while ((8 + b->len) % 8) wb_put(b, " ", 1);
+    moe8_buf_add(b, "}", 1);
+    while ((8 + b->n) % 8) moe8_buf_add(b, " ", 1);
 }
 
 static moe8_status write_header(moe8_st_writer *w, moe8_error *err) {
-    wbuf b = {0};
+    moe8_buf b = {0};
     unsigned char len8[8];
     moe8_status s = MOE8_OK;
     layout(w);
     header_json(w, &b);
     if (b.oom) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory for the header", w->path);
-    if (b.len > MOE8_ST_MAX_HEADER) {
+    if (b.n > MOE8_ST_MAX_HEADER) {
         free(b.p);
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': header of %zu bytes exceeds the "
-                         "format's limit of %llu", w->path, b.len,
+                         "format's limit of %llu", w->path, b.n,
                          (unsigned long long)MOE8_ST_MAX_HEADER);
     }
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.len >> (8 * i));
-    w->data_start = 8 + b.len;
-    if (pwrite_all(w->fd, len8, 8, 0) || pwrite_all(w->fd, b.p, b.len, 8) ||
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)b.n >> (8 * i));
+    w->data_start = 8 + b.n;
+    if (pwrite_all(w->fd, len8, 8, 0) || pwrite_all(w->fd, b.p, b.n, 8) ||
         ftruncate(w->fd, (off_t)(w->data_start + w->data_bytes)) != 0)
         s = moe8_fail(err, MOE8_ERR_IO, -1, "cannot write '%s': %s", w->tmp_path, strerror(errno));
     else

@@ -89,7 +89,7 @@ moe8_status moe8_weights_build(const moe8_model *m, int float_experts, int n_thr
                                moe8_weights **out, moe8_error *err);
 void moe8_weights_free(moe8_weights *w);
 
-/* Calibration hook (quant/calib.c): sees the input x[n_rows][n_cols] of the
+/* Calibration hook (convert/calib.c): sees the input x[n_rows][n_cols] of the
  * linears of layer `layer` at `site` (0 q/k/v or MLA's q_proj / q_a_proj /
  * kv_a_proj_with_mqa, 1 o_proj, 2 dense gate/up, 3 dense down, 4 MLA's
  * q_b_proj). Unset (NULL) in normal use: one test per call site. */

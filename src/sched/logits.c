@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 #include "sched/sched.h"
 
 moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {

@@ -25,7 +25,7 @@
 
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 #include "sched/sched.h"
 
 /* ---- event storage ----------------------------------------------------------- */

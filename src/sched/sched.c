@@ -37,8 +37,8 @@
 #include "core/core.h"
 #include "dist/dist.h"
 #include "model/context.h"
-#include "model/sampler.h"
-#include "sched/grammar.h"
+#include "sample/sampler.h"
+#include "grammar/grammar.h"
 #include "sched/sched.h"
 
 #define KV_BS MOE8_KV_BLOCK_TOKENS

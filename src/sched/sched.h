@@ -65,7 +65,7 @@ typedef struct {
 } ev_buf;
 
 /* logits.c: a request's logits processors. */
-/* The public grammar types are sched/grammar.h's. */
+/* The public grammar types are grammar/grammar.h's. */
 #define G_OF(p) ((const struct grammar *)(const void *)(p))
 #define G_VOCAB(p) ((const struct grammar_vocab *)(const void *)(p))
 

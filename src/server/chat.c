@@ -27,7 +27,7 @@
 #define T_INVALID "invalid_request_error"
 
 typedef struct {
-    sbuf *err;
+    moe8_buf *err;
     int rc;         /* 0, or the HTTP status of the first failure */
 } chat_ctx;
 
@@ -69,23 +69,13 @@ static int put_copy(chat_ctx *c, cJSON *o, const char *key, const cJSON *v) {
     return put(c, o, key, cJSON_Duplicate(v, 1));
 }
 
-/* A \u0000 escape in JSON text (a string holding it would be cut short). */
-static int has_nul_escape(const char *s) {
-    for (size_t i = 0; s[i] && s[i + 1]; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && !strncmp(s + i + 2, "0000", 4)) return 1;
-        i++;
-    }
-    return 0;
-}
-
 /* ---- messages ---------------------------------------------------------------------- */
 
 /* content: a string; null/absent (assistant only) -> ""; text parts joined by "\n". */
 static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *out) {
     const cJSON *v = field(m, "content"), *part;
     char param[96];
-    sbuf text = {0};
+    moe8_buf text = {0};
     int k = 0;
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (absent(v)) {
@@ -101,29 +91,29 @@ static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *
         char p2[128];
         snprintf(p2, sizeof p2, "%s[%d]", param, k);
         if (!cJSON_IsObject(part)) {
-            sbuf_free(&text);
+            moe8_buf_free(&text);
             return fail(c, p2, "'%s' must be an object {\"type\": \"text\", \"text\": string}, got %s",
                         p2, oa_type_name(part));
         }
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")) {
             snprintf(p2, sizeof p2, "%s[%d].type", param, k);
-            sbuf_free(&text);
+            moe8_buf_free(&text);
             if (!cJSON_IsString(ty)) return fail(c, p2, "'%s' must be \"text\", got %s", p2, oa_type_name(ty));
             return fail(c, p2, "'%s' is \"%.40s\": only text parts are supported", p2, ty->valuestring);
         }
         if (!cJSON_IsString(tx)) {
             snprintf(p2, sizeof p2, "%s[%d].text", param, k);
-            sbuf_free(&text);
+            moe8_buf_free(&text);
             return fail(c, p2, "'%s' must be a string, got %s", p2, oa_type_name(tx));
         }
-        if ((k && sbuf_add(&text, "\n", 1)) || sbuf_str(&text, tx->valuestring)) {
-            sbuf_free(&text);
+        if ((k && moe8_buf_add(&text, "\n", 1)) || moe8_buf_str(&text, tx->valuestring)) {
+            moe8_buf_free(&text);
             return oom(c);
         }
         k++;
     }
     put(c, out, "content", cJSON_CreateString(text.p ? text.p : ""));
-    sbuf_free(&text);
+    moe8_buf_free(&text);
     return c->rc;
 }
 
@@ -140,7 +130,7 @@ static cJSON *arguments_of(chat_ctx *c, const cJSON *a, const char *param) {
     }
     for (s = a->valuestring; *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'; s++) {}
     if (!*s) return cJSON_CreateObject();
-    if (has_nul_escape(a->valuestring)) {
+    if (moe8_json_nul_escape(a->valuestring, strlen(a->valuestring)) >= 0) {
         fail(c, param, "'%s' holds a \\u0000 escape", param);
         return NULL;
     }
@@ -335,7 +325,7 @@ static int print_to(chat_ctx *c, const cJSON *j, char **out) {
 
 int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
                             char **messages_json, char **tools_json, char **documents_json,
-                            sbuf *err_body) {
+                            moe8_buf *err_body) {
     chat_ctx c = {err_body, 0};
     cJSON *msgs = NULL, *tl = NULL;
     const cJSON *m;

@@ -33,6 +33,6 @@
  *   - documents: an array of objects with string values, as they are. */
 int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
                             char **messages_json, char **tools_json, char **documents_json,
-                            sbuf *err_body);
+                            moe8_buf *err_body);
 
 #endif

@@ -34,12 +34,12 @@ typedef struct {
 } msg_head;
 
 /* A request into the message (sched/request_wire.c describes its fields once). */
-static int put_req(sbuf *b, const moe8_request *r) {
+static int put_req(moe8_buf *b, const moe8_request *r) {
     const size_t n = moe8_request_wire_size(r);
     unsigned char *w = malloc(n ? n : 1);
     if (!w) return -1;
     moe8_request_wire_put(r, w);
-    const int rc = sbuf_add(b, (const char *)w, n);
+    const int rc = moe8_buf_add(b, (const char *)w, n);
     free(w);
     return rc;
 }
@@ -54,7 +54,7 @@ static moe8_status take_req(srv *s, const char *buf, size_t n, size_t *at, moe8_
 }
 
 /* Rank 0: the message of this iteration to every rank (nothing alone). */
-static moe8_status broadcast(srv *s, sbuf *msg, moe8_error *err) {
+static moe8_status broadcast(srv *s, moe8_buf *msg, moe8_error *err) {
     uint64_t n = msg->n;
     moe8_status st;
     if (moe8_dist_size(s->p.dist) <= 1) return MOE8_OK;
@@ -63,14 +63,14 @@ static moe8_status broadcast(srv *s, sbuf *msg, moe8_error *err) {
 }
 
 moe8_status engine_follow(srv *s, moe8_error *err) {
-    sbuf msg = {0};
+    moe8_buf msg = {0};
     moe8_status st = MOE8_OK;
     for (;;) {
         uint64_t n = 0;
         msg_head h;
         size_t at = sizeof h;
         if ((st = moe8_comm_bcast(s->p.dist->comm, &n, sizeof n, 0, err))) break;
-        if (n < sizeof h || n > ((uint64_t)1 << 32) || sbuf_reserve(&msg, (size_t)n)) {
+        if (n < sizeof h || n > ((uint64_t)1 << 32) || moe8_buf_reserve(&msg, (size_t)n)) {
             st = moe8_fail(err, MOE8_ERR_COMM, -1, "serve: bad step message of %llu bytes",
                            (unsigned long long)n);
             break;
@@ -92,7 +92,7 @@ moe8_status engine_follow(srv *s, moe8_error *err) {
         if ((st = moe8_sched_step(s->sched, NULL, NULL, err)) == MOE8_ERR_COMM) break;
         st = MOE8_OK;
     }
-    sbuf_free(&msg);
+    moe8_buf_free(&msg);
     return st;
 }
 
@@ -129,7 +129,7 @@ static void release_kids(srv *s, job *j, int add) {
         }
         if (j->status && !j->started) { /* the leader was refused: so are they */
             k->out.n = 0;
-            sbuf_add(&k->out, j->out.p ? j->out.p : "", j->out.n);
+            moe8_buf_add(&k->out, j->out.p ? j->out.p : "", j->out.n);
             k->status = j->status;
         } else if (!k->status) {
             oa_error(&k->out, "server_error", NULL, "shutting_down", "the request was cancelled");
@@ -142,7 +142,7 @@ static void release_kids(srv *s, job *j, int add) {
 }
 
 /* New jobs from the HTTP thread into the scheduler; `msg` gets them. */
-static void intake(srv *s, sbuf *msg, int32_t *n_add) {
+static void intake(srv *s, moe8_buf *msg, int32_t *n_add) {
     job *list;
     pthread_mutex_lock(&s->lock);
     list = s->submit_head;
@@ -198,14 +198,14 @@ static void intake(srv *s, sbuf *msg, int32_t *n_add) {
 
 /* Cancel jobs whose client left, or whose one tool call is complete
  * (parallel_tool_calls false), or all at the drain deadline; `msg` gets the ids. */
-static void cancels(srv *s, int all, sbuf *msg, int32_t *n_cancel) {
+static void cancels(srv *s, int all, moe8_buf *msg, int32_t *n_cancel) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->n_live; i++) {
         job *j = s->live[i];
         if ((j->cancel || j->tool_stop || all) && j->started != 2) {
             j->started = 2; /* cancel sent */
             moe8_sched_cancel(s->sched, j->sched_id);
-            sbuf_add(msg, (const char *)&j->sched_id, 8);
+            moe8_buf_add(msg, (const char *)&j->sched_id, 8);
             (*n_cancel)++;
         }
     }
@@ -269,7 +269,7 @@ static void idle_wait(srv *s) {
 }
 
 moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
-    sbuf msg = {0};
+    moe8_buf msg = {0};
     double t_stop = 0;
     moe8_status st = MOE8_OK;
     for (;;) {
@@ -277,7 +277,7 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
         const double now = moe8_time_s();
         int drained;
         msg.n = 0;
-        sbuf_add(&msg, (const char *)&h, sizeof h);
+        moe8_buf_add(&msg, (const char *)&h, sizeof h);
         if (*stop && !t_stop) {
             t_stop = now;
             pthread_mutex_lock(&s->lock);
@@ -316,7 +316,7 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
             st = MOE8_OK;
         }
     }
-    sbuf_free(&msg);
+    moe8_buf_free(&msg);
     return st;
 }
 

@@ -77,7 +77,7 @@ static const struct {
     {"verbosity", F_CHAT, REFUSED, "verbosity levels are not supported"},
 };
 
-int oa_check_fields(srv *s, const cJSON *root, job_kind kind, sbuf *err) {
+int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
     const int mine = kind == JOB_CHAT ? F_CHAT : F_CMPL;
     const cJSON *f;
     char unknown[400];
@@ -118,7 +118,7 @@ int oa_check_fields(srv *s, const cJSON *root, job_kind kind, sbuf *err) {
 }
 
 /* logit_bias: {"token id": bias in [-100, 100]} as OpenAI. */
-static int parse_bias(srv *s, const cJSON *root, job *j, sbuf *err) {
+static int parse_bias(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "logit_bias"), *e;
     int n = 0, k = 0;
     if (!lb || cJSON_IsNull(lb)) return 0;
@@ -149,7 +149,7 @@ static int parse_bias(srv *s, const cJSON *root, job *j, sbuf *err) {
     return 0;
 }
 
-int oa_parse_processors(srv *s, const cJSON *root, job *j, sbuf *err) {
+int oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has;
     if ((rc = oa_get_num(root, "presence_penalty", -2, 2, 0, 0, &x, &has, err))) return rc;

@@ -94,7 +94,7 @@ typedef struct conn {
     double t_phase;             /* start of the head (accept, or first byte), of the body,
                                  * of the idle wait, of the lingering close */
     double t_read, t_write;     /* last byte read; last write progress */
-    sbuf in;                    /* read, not consumed */
+    moe8_buf in;                    /* read, not consumed */
     size_t in_off, scan, skip;  /* consumed; head scan position; empty lines skipped */
     size_t counted;             /* bytes of in + body counted in the server's buffered total */
     /* the request */
@@ -105,12 +105,12 @@ typedef struct conn {
     uint64_t body_len;          /* Content-Length */
     int chunked;
     http_chunked ck;
-    sbuf body;
+    moe8_buf body;
     double t_req;
     int status;
     const char *note;           /* for the access log */
     /* the answer */
-    sbuf out;
+    moe8_buf out;
     size_t out_off;
     int answered;               /* the whole answer is in out */
     int close_after;
@@ -133,9 +133,9 @@ typedef struct conn {
 struct task {
     conn *c;
     route r;
-    sbuf body;
+    moe8_buf body;
     int status;                 /* 0: j made; else the answer's status */
-    sbuf out;
+    moe8_buf out;
     job *j;
     task *next;
 };
@@ -274,11 +274,11 @@ static const char *http_date(http *h) {
 static void cors_headers(http *h, conn *c) {
     (void)h;
     if (!c->origin[0]) return;
-    sbuf_str(&c->out, "Access-Control-Allow-Origin: ");
-    sbuf_str(&c->out, c->origin);
-    sbuf_str(&c->out, "\r\nVary: Origin\r\n");
+    moe8_buf_str(&c->out, "Access-Control-Allow-Origin: ");
+    moe8_buf_str(&c->out, c->origin);
+    moe8_buf_str(&c->out, "\r\nVary: Origin\r\n");
     if (c->r == R_PREFLIGHT)
-        sbuf_str(&c->out, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
+        moe8_buf_str(&c->out, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
                           "Access-Control-Allow-Headers: Authorization, Content-Type, OpenAI-Organization, "
                           "OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, "
                           "X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, "
@@ -311,11 +311,11 @@ static void respond(http *h, conn *c, int status, const char *type, const char *
                  status, reason(status), http_date(h), type, n,
                  status == 401 ? "WWW-Authenticate: Bearer\r\n" : "",
                  c->close_after ? "Connection: close\r\n" : c->minor == 0 ? "Connection: keep-alive\r\n" : "");
-    sbuf_add(&c->out, head, (size_t)k);
+    moe8_buf_add(&c->out, head, (size_t)k);
     cors_headers(h, c);
     k = snprintf(head, sizeof head, "\r\n");
-    sbuf_add(&c->out, head, (size_t)k);
-    sbuf_add(&c->out, body ? body : "", n);
+    moe8_buf_add(&c->out, head, (size_t)k);
+    moe8_buf_add(&c->out, body ? body : "", n);
     c->status = status;
     c->answered = 1;
     if (c->st != C_CLOSE) c->st = C_WORK; /* nothing more is parsed until it is written */
@@ -326,14 +326,14 @@ static void respond_error(http *h, conn *c, int status, const char *type, const 
 static void respond_error(http *h, conn *c, int status, const char *type, const char *code,
                           const char *fmt, ...) {
     char msg[600];
-    sbuf b = {0};
+    moe8_buf b = {0};
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     oa_error(&b, type, NULL, code, "%s", msg);
     respond(h, c, status, "application/json", b.p, b.n);
-    sbuf_free(&b);
+    moe8_buf_free(&b);
 }
 
 /* ---- connections ---------------------------------------------------------------------- */
@@ -420,9 +420,9 @@ static void job_drop(job *j) {
 }
 
 static void conn_free(conn *c) {
-    sbuf_free(&c->in);
-    sbuf_free(&c->body);
-    sbuf_free(&c->out);
+    moe8_buf_free(&c->in);
+    moe8_buf_free(&c->body);
+    moe8_buf_free(&c->out);
     free(c);
 }
 
@@ -494,7 +494,7 @@ static int request_done(http *h, conn *c) {
     c->note = NULL;
     c->status = 0;
     c->method[0] = c->path[0] = '\0';
-    sbuf_free(&c->body);
+    moe8_buf_free(&c->body);
     c->body_len = 0;
     recount(h, c);
     if (c->close_after) {
@@ -570,7 +570,7 @@ static void task_queue(http *h, task *t) {
 /* The body is complete: answer here (cheap ones) or hand it to a worker. */
 static void dispatch(http *h, conn *c) {
     srv *s = h->s;
-    sbuf out = {0};
+    moe8_buf out = {0};
     c->st = C_WORK;
     switch (c->r) {
     case R_MODELS:
@@ -619,7 +619,7 @@ static void dispatch(http *h, conn *c) {
         task_queue(h, t);
     }
     }
-    sbuf_free(&out);
+    moe8_buf_free(&out);
 }
 
 /* The head is complete: framing, auth, route, size, room; then the body. */
@@ -691,7 +691,7 @@ static void on_head(http *h, conn *c, const char *p, size_t n) {
         return;
     }
     if (c->chunked || c->body_len) {
-        if (sbuf_reserve(&c->body, c->chunked ? 4096 : (size_t)c->body_len)) {
+        if (moe8_buf_reserve(&c->body, c->chunked ? 4096 : (size_t)c->body_len)) {
             c->close_after = 1;
             respond_error(h, c, 500, "server_error", NULL, "out of memory");
             return;
@@ -700,7 +700,7 @@ static void on_head(http *h, conn *c, const char *p, size_t n) {
         c->t_phase = c->t_req;
         recount(h, c);
         if (c->h.expect_continue && c->minor == 1 && c->in.n == c->in_off)
-            sbuf_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+            moe8_buf_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
         return;
     }
     dispatch(h, c);
@@ -745,7 +745,7 @@ static void advance(http *h, conn *c) {
                 const char *why = NULL;
                 int done = 0;
                 long used;
-                if (sbuf_reserve(&c->body, c->body.n + n)) {
+                if (moe8_buf_reserve(&c->body, c->body.n + n)) {
                     c->close_after = 1;
                     respond_error(h, c, 500, "server_error", NULL, "out of memory");
                     break;
@@ -815,7 +815,7 @@ static int conn_flush(http *h, conn *c) {
             return -1;
         }
         c->out.n = c->out_off = 0;
-        if (c->out.cap > 65536) sbuf_free(&c->out);
+        if (c->out.cap > 65536) moe8_buf_free(&c->out);
         if (c->st == C_CLOSE || !c->answered) break;
         {
             int rc = request_done(h, c);
@@ -850,7 +850,7 @@ static void conn_read(http *h, conn *c) {
                 }
                 continue;
             }
-            if (sbuf_add(&c->in, buf, (size_t)k)) {
+            if (moe8_buf_add(&c->in, buf, (size_t)k)) {
                 conn_close(h, c, "out of memory");
                 return;
             }
@@ -890,7 +890,7 @@ static void conn_read(http *h, conn *c) {
  * eat the answer). No access-log line: the limit's line counts it. */
 static void refuse_now(http *h, int fd, int kind, const char *addr) {
     char head[256], drop[4096];
-    sbuf b = {0};
+    moe8_buf b = {0};
     int k, budget = 16;
     oa_error(&b, "server_error", NULL, "overloaded", "%s",
              kind == L_CONN ? "the server has too many connections (--max-connections); try again later"
@@ -907,7 +907,7 @@ static void refuse_now(http *h, int fd, int kind, const char *addr) {
     while (budget-- > 0 && recv(fd, drop, sizeof drop, MSG_DONTWAIT) > 0) {
     }
     close(fd);
-    sbuf_free(&b);
+    moe8_buf_free(&b);
 }
 
 static void do_accept(http *h) {
@@ -1013,13 +1013,13 @@ static void chunk(conn *c, const char *p, size_t n) {
     char head[24];
     if (!n) return;
     if (c->minor == 0) {
-        sbuf_add(&c->out, p, n);
+        moe8_buf_add(&c->out, p, n);
         return;
     }
     snprintf(head, sizeof head, "%zx\r\n", n);
-    sbuf_str(&c->out, head);
-    sbuf_add(&c->out, p, n);
-    sbuf_str(&c->out, "\r\n");
+    moe8_buf_str(&c->out, head);
+    moe8_buf_add(&c->out, p, n);
+    moe8_buf_str(&c->out, "\r\n");
 }
 
 /* The 200 of an answer whose length is not known yet: chunked (HTTP/1.1)
@@ -1031,15 +1031,15 @@ static void send_head(http *h, conn *c, const char *type) {
     snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: %s\r\n%s%s",
              http_date(h), type, c->stream ? "Cache-Control: no-cache\r\n" : "",
              c->minor == 0 ? "Connection: close\r\n" : "Transfer-Encoding: chunked\r\n");
-    sbuf_str(&c->out, head);
+    moe8_buf_str(&c->out, head);
     cors_headers(h, c);
-    sbuf_str(&c->out, "\r\n");
+    moe8_buf_str(&c->out, "\r\n");
     c->hdr_sent = 1;
     c->status = 200;
 }
 
 static void body_end(conn *c) {
-    if (c->minor == 1) sbuf_str(&c->out, "0\r\n\r\n");
+    if (c->minor == 1) moe8_buf_str(&c->out, "0\r\n\r\n");
     c->answered = 1;
 }
 
@@ -1050,7 +1050,7 @@ static void pump(http *h, conn *c) {
     srv *s = h->s;
     job *lead = c->jobs[0];
     int all_done = 1;
-    sbuf b = {0};
+    moe8_buf b = {0};
     if (c->answered || !c->n_jobs) return;
     if (c->out_off == c->out.n) c->t_write = moe8_time_s();
     for (int i = 0; i < c->n_jobs; i++) all_done &= c->jobs[i]->done;
@@ -1076,7 +1076,7 @@ static void pump(http *h, conn *c) {
             chunk(c, b.p, b.n);
             body_end(c);
         }
-        sbuf_free(&b);
+        moe8_buf_free(&b);
         return;
     }
     if (!lead->started) return;
@@ -1100,7 +1100,7 @@ static void pump(http *h, conn *c) {
     if (all_done) {
         oa_stream_tail(s, c->jobs, c->n_jobs, &b);
         chunk(c, b.p, b.n);
-        sbuf_free(&b);
+        moe8_buf_free(&b);
         body_end(c);
     }
 }
@@ -1190,8 +1190,8 @@ static void on_kick(http *h) {
             }
         }
         if (c) recount(h, c);
-        sbuf_free(&t->body);
-        sbuf_free(&t->out);
+        moe8_buf_free(&t->body);
+        moe8_buf_free(&t->out);
         free(t);
     }
     for (int i = 0; i < h->n_flush; i++) {
@@ -1296,7 +1296,7 @@ static void sweep(http *h, double now) {
                               slow ? s->p.body_min_rate : s->p.timeout_s);
                 c->quiet = 1;
                 c->st = C_WORK;
-                sbuf_free(&c->body);
+                moe8_buf_free(&c->body);
                 c->in.n = c->in_off = 0;
                 recount(h, c);
                 conn_flush(h, c);
@@ -1489,7 +1489,7 @@ void http_stop(srv *s) {
         h->todo_head = t->next;
         t->c->t = NULL;
         if (t->c->dead) conn_retire(h, t->c); /* closed while it waited: no task returns it now */
-        sbuf_free(&t->body);
+        moe8_buf_free(&t->body);
         free(t);
     }
     while (h->conns) conn_close(h, h->conns, h->conns->t_req > 0 ? "server stopped" : NULL);

@@ -47,32 +47,32 @@ void hist_observe(srv_hist *h, double v) {
     h->total++;
 }
 
-static void line(sbuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void line(sbuf *out, const char *fmt, ...) {
+static void line(moe8_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(moe8_buf *out, const char *fmt, ...) {
     char buf[1024];
     va_list ap;
     int n;
     va_start(ap, fmt);
     n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n > 0) sbuf_add(out, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    if (n > 0) moe8_buf_add(out, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
 }
 
-static void head(sbuf *out, const char *name, const char *type, const char *help) {
+static void head(moe8_buf *out, const char *name, const char *type, const char *help) {
     line(out, "# HELP moe8:%s %s\n# TYPE moe8:%s %s\n", name, help, name, type);
 }
 
-static void counter(sbuf *out, const char *name, const char *help, const char *model, uint64_t v) {
+static void counter(moe8_buf *out, const char *name, const char *help, const char *model, uint64_t v) {
     head(out, name, "counter", help);
     line(out, "moe8:%s{model_name=\"%s\"} %llu\n", name, model, (unsigned long long)v);
 }
 
-static void gauge(sbuf *out, const char *name, const char *help, const char *model, double v) {
+static void gauge(moe8_buf *out, const char *name, const char *help, const char *model, double v) {
     head(out, name, "gauge", help);
     line(out, "moe8:%s{model_name=\"%s\"} %.17g\n", name, model, v);
 }
 
-static void hist(sbuf *out, const char *name, const char *help, const char *model, const srv_hist *h) {
+static void hist(moe8_buf *out, const char *name, const char *help, const char *model, const srv_hist *h) {
     uint64_t acc = 0;
     head(out, name, "histogram", help);
     for (int i = 0; i < h->n; i++) {
@@ -98,7 +98,7 @@ static void label_escape(const char *v, char *out, size_t cap) {
     out[o] = '\0';
 }
 
-int metrics_render(const srv_metrics *m, const char *model_name, sbuf *out) {
+int metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *out) {
     static const char *const reason[3] = {"stop", "length", "abort"};
     const uint64_t n[3] = {m->success_stop, m->success_length, m->success_abort};
     char model[600];

@@ -35,14 +35,14 @@
 #include <cjson/cJSON.h>
 
 #include "io/json_util.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 #include "server/chat.h"
 #include "server/toolcall.h"
 #include "server/server.h"
 
 #define T_INVALID "invalid_request_error"
 
-void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...) {
+void oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...) {
     char msg[1024];
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     char *txt;
@@ -58,12 +58,12 @@ void oa_error(sbuf *out, const char *type, const char *param, const char *code, 
     else cJSON_AddNullToObject(e, "code");
     txt = cJSON_PrintUnformatted(root);
     out->n = 0;
-    if (txt) sbuf_str(out, txt);
+    if (txt) moe8_buf_str(out, txt);
     free(txt);
     cJSON_Delete(root);
 }
 
-int oa_bad(sbuf *err, const char *param, const char *fmt, ...) {
+int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) {
     char msg[900];
     va_list ap;
     va_start(ap, fmt);
@@ -81,59 +81,11 @@ static ptrdiff_t bad_utf8(const char *s, size_t n) {
     return bad == (size_t)-1 ? -1 : (ptrdiff_t)bad;
 }
 
-/* A \u0000 escape (cJSON would cut the string there): its offset, or -1.
- * Each backslash escapes the next byte, so "\\u0000" is not one. */
-static ptrdiff_t nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (ptrdiff_t)i;
-        i++;
-    }
-    return -1;
-}
-
-/* s[0..n) appended to b as a JSON string literal, or (json_text) added to o
- * under `key`: every code point kept
- * (NUL as \u0000, which a C string would cut), each invalid UTF-8 sequence
- * replaced by U+FFFD, as vLLM decodes with errors="replace". */
-static void json_quote(sbuf *b, const char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    size_t i = 0;
-    sbuf_reserve(b, b->n + n + n / 8 + 16);
-    sbuf_add(b, "\"", 1);
-    while (i < n) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c < 0x80) {
-            char esc[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
-            if (c == '"') sbuf_add(b, "\\\"", 2);
-            else if (c == '\\') sbuf_add(b, "\\\\", 2);
-            else if (c == '\n') sbuf_add(b, "\\n", 2);
-            else if (c == '\r') sbuf_add(b, "\\r", 2);
-            else if (c == '\t') sbuf_add(b, "\\t", 2);
-            else if (c < 0x20) sbuf_add(b, esc, 6);
-            else sbuf_add(b, (const char *)&c, 1);
-            i++;
-            continue;
-        }
-        {
-            int k = moe8_utf8_char((const uint8_t *)s + i, n - i);
-            if (k <= 0) { /* one U+FFFD per bad byte */
-                sbuf_add(b, "\xEF\xBF\xBD", 3);
-                i++;
-            } else {
-                sbuf_add(b, s + i, (size_t)k);
-                i += (size_t)k;
-            }
-        }
-    }
-    sbuf_add(b, "\"", 1);
-}
-
 void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
-    sbuf b = {0};
-    json_quote(&b, s, n);
+    moe8_buf b = {0};
+    moe8_buf_json_str(&b, s, n, MOE8_JSON_LOSSY);
     cJSON_AddRawToObject(o, key, b.p ? b.p : "\"\"");
-    sbuf_free(&b);
+    moe8_buf_free(&b);
 }
 
 /* ---- field readers --------------------------------------------------------------- */
@@ -145,7 +97,7 @@ const char *oa_type_name(const cJSON *v) {
 
 /* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
-                   double *out, int *present, sbuf *err) {
+                   double *out, int *present, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     double x;
     if (present) *present = 0;
@@ -163,7 +115,7 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
     return 0;
 }
 
-int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
+int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, oa_type_name(v));
@@ -175,7 +127,7 @@ int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err) {
 
 /* with_bos: prepend BOS when the tokenizer asks for it (prompts, not chats). */
 static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, int32_t *n,
-                         const char *param, sbuf *err) {
+                         const char *param, moe8_buf *err) {
     size_t len = strlen(text), need = 0;
     const int bos = with_bos && moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
     moe8_error e;
@@ -193,7 +145,7 @@ static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, 
 }
 
 static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, const char *param,
-                          sbuf *err) {
+                          moe8_buf *err) {
     int k = 0, count = cJSON_GetArraySize(a);
     const cJSON *v;
     if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
@@ -213,7 +165,7 @@ static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, con
 /* The chat template over the conversation as JSON, into a malloc'd *out;
  * a 400 when it fails (its raise_exception, no template, ...). */
 static int render_chat(srv *s, const char *msgs, const char *tools, const char *docs, int gen_prompt,
-                       const char *kwargs, char **out, sbuf *err) {
+                       const char *kwargs, char **out, moe8_buf *err) {
     size_t cap = 4096 + 2 * (strlen(msgs) + (tools ? strlen(tools) : 0) + (docs ? strlen(docs) : 0)), need = 0;
     moe8_error e;
     moe8_status st = MOE8_ERR_NOMEM;
@@ -269,7 +221,7 @@ static int reasoning_on(const srv *s, const char *kwargs, const char *prompt) {
 
 /* The request's template variables: its chat_template_kwargs over
  * --default-chat-template-kwargs; *kwargs NULL when neither. */
-static int template_kwargs(srv *s, const cJSON *root, char **kwargs, sbuf *err) {
+static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *err) {
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs"), *it;
     cJSON *merged;
     int thinking = 1, rc;
@@ -295,7 +247,7 @@ static int template_kwargs(srv *s, const cJSON *root, char **kwargs, sbuf *err) 
  * *open_think (may be NULL) = ends_in_think of its text, *reasoning (may be
  * NULL) = reasoning_on. */
 static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, int32_t **ids,
-                       int32_t *n, int *open_think, int *reasoning, sbuf *err) {
+                       int32_t *n, int *open_think, int *reasoning, moe8_buf *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
     int rc;
@@ -317,7 +269,7 @@ static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, 
     return rc;
 }
 
-static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, sbuf *err) {
+static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, moe8_buf *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     if (!p || cJSON_IsNull(p)) return oa_bad(err, "prompt", "'prompt' is required");
     if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, 1, ids, n, "prompt", err);
@@ -340,7 +292,7 @@ static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, sbuf
 
 /* ---- requests ----------------------------------------------------------------------- */
 
-static int parse_stop(const cJSON *root, job *j, sbuf *err) {
+static int parse_stop(const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stop"), *v;
     int k = 0;
     if (!st || cJSON_IsNull(st)) return 0;
@@ -373,7 +325,7 @@ static uint64_t fresh_seed(void) {
     return v;
 }
 
-static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
+static int parse_sampling(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     moe8_sampler_params *sp = &j->rq.sampling;
     double x;
     int rc, has;
@@ -403,7 +355,7 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, sbuf *err) {
     return 0;
 }
 
-static int parse_logprobs(const cJSON *root, job *j, sbuf *err) {
+static int parse_logprobs(const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has, on = 0;
     if (j->kind == JOB_COMPLETION) {
@@ -434,7 +386,7 @@ static void grammar_unref(srv_grammar *sg) {
 
 /* Compile GBNF src for j (on a worker: never the HTTP or the engine thread),
  * its tables over the server's vocabulary made now too. */
-int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *err) {
+int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err) {
     grammar *g = NULL;
     moe8_error e;
     srv_grammar *sg;
@@ -456,7 +408,7 @@ int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *
 }
 
 /* response_format (text, json_object, json_schema) and llama-server's grammar. */
-static int parse_grammar(srv *s, const cJSON *root, job *j, sbuf *err) {
+static int parse_grammar(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
     const cJSON *gr = cJSON_GetObjectItemCaseSensitive(root, "grammar");
     const cJSON *ty, *js, *schema;
@@ -506,7 +458,7 @@ static int parse_grammar(srv *s, const cJSON *root, job *j, sbuf *err) {
 
 /* Echo: the prompt's text as the answer's start (a string prompt as sent,
  * token ids decoded). */
-static int echo_text(srv *s, job *j, sbuf *err) {
+static int echo_text(srv *s, job *j, moe8_buf *err) {
     size_t need = 0;
     moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, NULL, 0, &need, NULL);
     if (!(j->echo = malloc(need + 1)) ||
@@ -517,7 +469,7 @@ static int echo_text(srv *s, job *j, sbuf *err) {
     return 0;
 }
 
-static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
+static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     double x;
@@ -614,7 +566,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, sbuf *err) {
  * valid UTF-8, no NUL, exactly one value with nothing but whitespace after
  * it, no object anywhere holding a key twice (refused, naming the key:
  * parsers disagree on which copy wins), nesting within cJSON's limit. */
-static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
+static cJSON *parse_object(const char *body, size_t n, moe8_buf *err, int *rc) {
     cJSON *root;
     ptrdiff_t at;
     moe8_error e;
@@ -623,7 +575,7 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
         *rc = oa_bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
         return NULL;
     }
-    if ((at = nul_escape(body, n)) >= 0) {
+    if ((at = moe8_json_nul_escape(body, n)) >= 0) {
         *rc = oa_bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
                   "cannot contain NUL", at);
         return NULL;
@@ -642,7 +594,7 @@ static cJSON *parse_object(const char *body, size_t n, sbuf *err, int *rc) {
 
 static job *job_clone(const job *j, int i);
 
-int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err) {
+int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, moe8_buf *err) {
     cJSON *root;
     job *j;
     int rc;
@@ -737,25 +689,25 @@ void job_free(job *j) {
     grammar_unref(j->grammar);
     tools_free(j);
     for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
-    sbuf_free(&j->out);
-    sbuf_free(&j->text);
-    sbuf_free(&j->reasoning);
-    sbuf_free(&j->hold);
+    moe8_buf_free(&j->out);
+    moe8_buf_free(&j->text);
+    moe8_buf_free(&j->reasoning);
+    moe8_buf_free(&j->hold);
     cJSON_Delete(j->lp_json);
     free(j);
 }
 
 /* ---- tokenize / detokenize / models ------------------------------------------------ */
 
-static void print_json(cJSON *root, sbuf *out) {
+static void print_json(cJSON *root, moe8_buf *out) {
     char *txt = cJSON_PrintUnformatted(root);
     out->n = 0;
-    if (txt) sbuf_str(out, txt);
+    if (txt) moe8_buf_str(out, txt);
     free(txt);
     cJSON_Delete(root);
 }
 
-int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
+int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     int rc, gen = 1;
     cJSON *root = parse_object(body, n, out, &rc), *res;
     int32_t *ids = NULL, n_ids = 0;
@@ -778,7 +730,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out) {
     return 0;
 }
 
-int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out) {
+int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     int rc;
     cJSON *root = parse_object(body, n, out, &rc), *res;
     const cJSON *t;
@@ -824,14 +776,14 @@ static cJSON *model_object(srv *s) {
     return m;
 }
 
-void oa_models(srv *s, sbuf *out) {
+void oa_models(srv *s, moe8_buf *out) {
     cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddStringToObject(root, "object", "list");
     cJSON_AddItemToArray(data, model_object(s));
     print_json(root, out);
 }
 
-void oa_model(srv *s, sbuf *out) { print_json(model_object(s), out); }
+void oa_model(srv *s, moe8_buf *out) { print_json(model_object(s), out); }
 
 /* ---- output: reasoning split ------------------------------------------------------- */
 
@@ -845,17 +797,17 @@ static size_t tag_tail(const char *b, size_t n, const char *tag) {
 
 /* Split new chat text into content and reasoning (appended); `final`
  * releases what was held. */
-static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *reason, int final) {
-    sbuf in = {0};
+static void think_split(job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason, int final) {
+    moe8_buf in = {0};
     size_t at = 0;
-    sbuf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
-    sbuf_add(&in, txt, n);
+    moe8_buf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
+    moe8_buf_add(&in, txt, n);
     j->hold.n = 0;
     if (j->think == 3) { /* opened by the prompt: a <think> the model writes anyway is dropped */
         const size_t m = in.n < 7 ? in.n : 7;
         if (!memcmp(in.p, "<think>", m) && m < 7 && !final) { /* undecided: hold it */
-            sbuf_add(&j->hold, in.p, in.n);
-            sbuf_free(&in);
+            moe8_buf_add(&j->hold, in.p, in.n);
+            moe8_buf_free(&in);
             return;
         }
         if (m == 7 && !memcmp(in.p, "<think>", 7)) at = 7;
@@ -865,20 +817,20 @@ static void think_split(job *j, const char *txt, size_t n, sbuf *content, sbuf *
         const char *tag = j->think == 1 ? "</think>" : "<think>";
         const char *rest = in.p + at,
                    *hit = j->think == 2 ? NULL : memmem(rest, in.n - at, tag, strlen(tag));
-        sbuf *dst = j->think == 1 ? reason : content;
+        moe8_buf *dst = j->think == 1 ? reason : content;
         size_t len = in.n - at, keep;
         if (hit) {
-            sbuf_add(dst, rest, (size_t)(hit - rest));
+            moe8_buf_add(dst, rest, (size_t)(hit - rest));
             at += (size_t)(hit - rest) + strlen(tag);
             j->think++;
             continue;
         }
         keep = j->think == 2 || final ? 0 : tag_tail(rest, len, tag);
-        sbuf_add(dst, rest, len - keep);
-        sbuf_add(&j->hold, rest + len - keep, keep);
+        moe8_buf_add(dst, rest, len - keep);
+        moe8_buf_add(&j->hold, rest + len - keep, keep);
         break;
     }
-    sbuf_free(&in);
+    moe8_buf_free(&in);
 }
 
 /* ---- output: JSON pieces ------------------------------------------------------------ */
@@ -910,17 +862,17 @@ static void add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
     /* {token text: log-prob} of the alternatives, the first of equal texts kept;
      * written as JSON text, as the keys may hold NUL */
     cJSON *ent = token_entry(s, e->token, e->logprob, 0);
-    sbuf top = {0}, key = {0};
+    moe8_buf top = {0}, key = {0};
     size_t keys[MOE8_MAX_LOGPROBS + 1][2];
     int n_keys = 0;
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(ent, "token"), 1));
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(e->logprob));
-    sbuf_add(&top, "{", 1);
+    moe8_buf_add(&top, "{", 1);
     for (int32_t k = 0; k < e->n_top && k <= MOE8_MAX_LOGPROBS; k++) {
         size_t nb = 0, at = key.n;
         const char *b = moe8_tokenizer_token_bytes(s->tok, e->top[k].token, &nb, NULL);
         int seen = 0;
-        json_quote(&key, b ? b : "", b ? nb : 0);
+        moe8_buf_json_str(&key, b ? b : "", b ? nb : 0, MOE8_JSON_LOSSY);
         for (int q = 0; q < n_keys && !seen; q++)
             seen = keys[q][1] == key.n - at && !memcmp(key.p + keys[q][0], key.p + at, key.n - at);
         if (seen) continue;
@@ -928,18 +880,18 @@ static void add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
         {
             cJSON *num = cJSON_CreateNumber(e->top[k].logprob);
             char *txt = cJSON_PrintUnformatted(num);
-            if (n_keys > 1) sbuf_add(&top, ",", 1);
-            sbuf_add(&top, key.p + at, key.n - at);
-            sbuf_add(&top, ":", 1);
-            sbuf_str(&top, txt ? txt : "0");
+            if (n_keys > 1) moe8_buf_add(&top, ",", 1);
+            moe8_buf_add(&top, key.p + at, key.n - at);
+            moe8_buf_add(&top, ":", 1);
+            moe8_buf_str(&top, txt ? txt : "0");
             free(txt);
             cJSON_Delete(num);
         }
     }
-    sbuf_add(&top, "}", 1);
+    moe8_buf_add(&top, "}", 1);
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), cJSON_CreateRaw(top.p));
-    sbuf_free(&top);
-    sbuf_free(&key);
+    moe8_buf_free(&top);
+    moe8_buf_free(&key);
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(j->n_offset));
     cJSON_Delete(ent);
 }
@@ -969,9 +921,9 @@ static cJSON *envelope(srv *s, const job *j, const char *object) {
 static void sse(job *j, cJSON *root) {
     char *txt = cJSON_PrintUnformatted(root);
     if (txt) {
-        sbuf_str(&j->out, "data: ");
-        sbuf_str(&j->out, txt);
-        sbuf_str(&j->out, "\n\n");
+        moe8_buf_str(&j->out, "data: ");
+        moe8_buf_str(&j->out, txt);
+        moe8_buf_str(&j->out, "\n\n");
     }
     free(txt);
     cJSON_Delete(root);
@@ -1069,15 +1021,15 @@ static void echo_chunk(srv *s, job *j) {
  * last call): "stop" becomes "tool_calls" when the output made a call. */
 static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_event *tok_ev,
                       int final, const char *finish) {
-    sbuf content = {0}, reason = {0};
+    moe8_buf content = {0}, reason = {0};
     cJSON *lp = NULL, *deltas = NULL;
     echo_chunk(s, j);
     if (j->kind == JOB_CHAT) think_split(j, txt, n, &content, &reason, final);
-    else sbuf_add(&content, txt, n);
+    else moe8_buf_add(&content, txt, n);
     if (j->tc) { /* only what is not a call is shown */
-        sbuf shown = {0};
+        moe8_buf shown = {0};
         deltas = tools_feed(s, j, content.p, content.n, final, &shown);
-        sbuf_free(&content);
+        moe8_buf_free(&content);
         content = shown;
         if (finish && j->n_calls_ok && !strcmp(finish, "stop")) finish = "tool_calls";
     }
@@ -1091,11 +1043,11 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
         if (content.n || reason.n || lp || finish || deltas)
             stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp, deltas);
     } else {
-        sbuf_add(&j->text, content.p ? content.p : "", content.n);
-        sbuf_add(&j->reasoning, reason.p ? reason.p : "", reason.n);
+        moe8_buf_add(&j->text, content.p ? content.p : "", content.n);
+        moe8_buf_add(&j->reasoning, reason.p ? reason.p : "", reason.n);
     }
-    sbuf_free(&content);
-    sbuf_free(&reason);
+    moe8_buf_free(&content);
+    moe8_buf_free(&reason);
 }
 
 void oa_on_token(srv *s, job *j, const moe8_event *e) {
@@ -1131,11 +1083,11 @@ static void whole_choice(srv *s, job *j, const char *finish) {
         if (j->reasoning.n) oa_json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
         else cJSON_AddNullToObject(m, "reasoning_content");
     } else {
-        sbuf t = {0};
-        if (j->echo) sbuf_add(&t, j->echo, j->n_echo);
-        sbuf_add(&t, j->text.p ? j->text.p : "", j->text.n);
+        moe8_buf t = {0};
+        if (j->echo) moe8_buf_add(&t, j->echo, j->n_echo);
+        moe8_buf_add(&t, j->text.p ? j->text.p : "", j->text.n);
         oa_json_text(c, "text", t.p ? t.p : "", t.n);
-        sbuf_free(&t);
+        moe8_buf_free(&t);
     }
     if (j->echo_lp || j->lp_json) { /* echo's prompt entries, then the completion's */
         cJSON *lp = j->echo_lp ? j->echo_lp : j->lp_json;
@@ -1157,7 +1109,7 @@ static void whole_choice(srv *s, job *j, const char *finish) {
     j->sent = 0;
     {
         char *txt = cJSON_PrintUnformatted(c);
-        if (txt) sbuf_str(&j->out, txt);
+        if (txt) moe8_buf_str(&j->out, txt);
         free(txt);
     }
     cJSON_Delete(c);
@@ -1176,7 +1128,7 @@ static cJSON *usage_of(job *const *jobs, int n) {
     return u;
 }
 
-void oa_response(srv *s, job *const *jobs, int n, sbuf *out) {
+void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
     cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -1185,12 +1137,12 @@ void oa_response(srv *s, job *const *jobs, int n, sbuf *out) {
     cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
     txt = cJSON_PrintUnformatted(root);
     out->n = 0;
-    if (txt) sbuf_str(out, txt);
+    if (txt) moe8_buf_str(out, txt);
     free(txt);
     cJSON_Delete(root);
 }
 
-void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out) {
+void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
     if (j->include_usage) {
         cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
@@ -1199,14 +1151,14 @@ void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out) {
         cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
         txt = cJSON_PrintUnformatted(root);
         if (txt) {
-            sbuf_str(out, "data: ");
-            sbuf_str(out, txt);
-            sbuf_str(out, "\n\n");
+            moe8_buf_str(out, "data: ");
+            moe8_buf_str(out, txt);
+            moe8_buf_str(out, "\n\n");
         }
         free(txt);
         cJSON_Delete(root);
     }
-    sbuf_str(out, "data: [DONE]\n\n");
+    moe8_buf_str(out, "data: [DONE]\n\n");
 }
 
 void oa_on_finish(srv *s, job *j, const moe8_event *e) {
@@ -1217,19 +1169,19 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
     if (e->finish == MOE8_FINISH_CONTEXT) /* "length" for the client, the reason for the log */
         j->finish_note = "finish_reason=length: the context or the KV cache is full";
     if (e->finish == MOE8_FINISH_ERROR) {
-        sbuf body = {0};
+        moe8_buf body = {0};
         oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
                  e->message ? e->message : moe8_status_str(e->status));
         if (j->stream) { /* the [DONE] comes with the request's tail (oa_stream_tail) */
-            sbuf_str(&j->out, "data: ");
-            sbuf_add(&j->out, body.p, body.n);
-            sbuf_str(&j->out, "\n\n");
+            moe8_buf_str(&j->out, "data: ");
+            moe8_buf_add(&j->out, body.p, body.n);
+            moe8_buf_str(&j->out, "\n\n");
         } else {
             j->out.n = 0;
-            sbuf_add(&j->out, body.p, body.n);
+            moe8_buf_add(&j->out, body.p, body.n);
             j->status = 500;
         }
-        sbuf_free(&body);
+        moe8_buf_free(&body);
         return;
     }
     emit_text(s, j, e->text, e->text_len, NULL, 1, j->stream ? finish : NULL);

@@ -31,7 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/public.h"
-#include "server/sbuf.h"
+#include "core/buf.h"
 
 
 
@@ -58,7 +58,7 @@ typedef struct {
 
 void metrics_init(srv_metrics *m);
 /* Prometheus text exposition of m. */
-int metrics_render(const srv_metrics *m, const char *model, sbuf *out);
+int metrics_render(const srv_metrics *m, const char *model, moe8_buf *out);
 void hist_observe(srv_hist *h, double v);
 
 /* ---- jobs ------------------------------------------------------------------------ */
@@ -103,7 +103,7 @@ typedef struct job {
     int queued, started, done;  /* handed to the engine, scheduled, finished */
     int cancel;                 /* the client is gone, or the server stops */
     int64_t sched_id;
-    sbuf out;                   /* bytes for the client: SSE events, or the final body */
+    moe8_buf out;                   /* bytes for the client: SSE events, or the final body */
     size_t sent;
     int status;                 /* HTTP status of a non-stream response, or of a stream
                                  * refused before it started */
@@ -113,13 +113,13 @@ typedef struct job {
     struct job *ready_next;     /* the HTTP thread's ready list */
     const char *finish_note;    /* why it ended, for the access log (NULL: nothing to add) */
     /* engine thread only */
-    sbuf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
+    moe8_buf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
     int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think>, 3 inside
                                  * by the prompt, a leading <think> not yet ruled out */
     void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
     void *echo_lp;              /* cJSON: echo's prompt log-probs (completions format) */
     cJSON *calls;               /* a whole answer's tool calls so far */
-    sbuf args;                  /* ... the arguments of the one being read */
+    moe8_buf args;                  /* ... the arguments of the one being read */
     int n_calls_ok;             /* complete calls (finish_reason tool_calls) */
     int tool_stop;              /* parallel_tool_calls false and the first call is complete:
                                  * the request is ended (under the lock), nothing more shown */
@@ -167,33 +167,33 @@ typedef struct srv {
 
 /* openai.c: the HTTP thread's side. Each returns 0, or an HTTP status with
  * the error body in *err_body (OpenAI's {"error": {...}}). */
-int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, sbuf *err_body);
-int oa_tokenize(srv *s, const char *body, size_t n, sbuf *out);
-int oa_detokenize(srv *s, const char *body, size_t n, sbuf *out);
-void oa_models(srv *s, sbuf *out);
-void oa_model(srv *s, sbuf *out); /* GET /v1/models/{id} of the served model */
+int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, moe8_buf *err_body);
+int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out);
+int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out);
+void oa_models(srv *s, moe8_buf *out);
+void oa_model(srv *s, moe8_buf *out); /* GET /v1/models/{id} of the served model */
 /* The HTTP thread's side, once every choice of a request is done (under the
  * lock): the whole non-stream answer, or a stream's usage chunk and [DONE]. */
-void oa_response(srv *s, job *const *jobs, int n, sbuf *out);
-void oa_stream_tail(srv *s, job *const *jobs, int n, sbuf *out);
+void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out);
+void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out);
 
 /* An OpenAI error body. */
-void oa_error(sbuf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
+void oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A 400 invalid_request_error naming `param`: returns 400. */
-int oa_bad(sbuf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* "a string", "a number", ... for messages. */
 const char *oa_type_name(const cJSON *v);
 /* Optional number field `key` of o in [lo, hi] (lo_open: (lo, hi]), integral when
  * `integer`: 0 (*present says whether it was there), or 400 with the body. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
-               double *out, int *present, sbuf *err);
+               double *out, int *present, moe8_buf *err);
 /* Optional boolean field: 0, or 400. */
-int oa_get_bool(const cJSON *o, const char *key, int *out, sbuf *err);
+int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err);
 
 /* Constrained decoding of j by GBNF src, compiled on the calling worker
  * (400 naming `param` when it does not compile). */
-int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, sbuf *err);
+int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err);
 /* s[0..n) under key as a JSON string, every code point kept (NUL too). */
 void oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
 
@@ -201,16 +201,16 @@ void oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
  * j (0 or a status with the body); the output through j's tool-call parser:
  * what may be shown goes to *shown, a stream's tool_calls deltas come back
  * (NULL: none); then the job's parser and calls freed. */
-int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err);
-cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, sbuf *shown);
+int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err);
+cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown);
 void tools_free(job *j);
 
 /* fields.c: the request's fields against OpenAI's lists (fields.c's table):
  * 400 for one the server does not implement, a warning line for an unknown
  * one; then the logits processors (penalties, logit_bias, min_tokens) into
  * j->rq. Each returns 0 or an HTTP status with the error body. */
-int oa_check_fields(srv *s, const cJSON *root, job_kind kind, sbuf *err);
-int oa_parse_processors(srv *s, const cJSON *root, job *j, sbuf *err);
+int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err);
+int oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err);
 void job_free(job *j);
 
 /* openai.c: the engine's side (under the lock). */

@@ -56,7 +56,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "server/sbuf.h"
+#include "core/buf.h"
 #include "server/toolcall.h"
 
 #define NAME_MAX_BYTES 256
@@ -85,11 +85,11 @@ typedef struct {
     const char *lit;
     size_t lit_pos;
     unsigned char stack[JSON_DEPTH_MAX]; /* '{' or '[' per open container */
-    sbuf *out;                           /* NULL: checked only */
+    moe8_buf *out;                           /* NULL: checked only */
     int oom;
 } jscan;
 
-static void js_start(jscan *j, int norm, sbuf *out) {
+static void js_start(jscan *j, int norm, moe8_buf *out) {
     j->st = J_VALUE;
     j->depth = 0;
     j->norm = norm;
@@ -98,7 +98,7 @@ static void js_start(jscan *j, int norm, sbuf *out) {
 }
 
 static void js_put(jscan *j, const char *s, size_t n) {
-    if (j->out && sbuf_add(j->out, s, n)) j->oom = 1;
+    if (j->out && moe8_buf_add(j->out, s, n)) j->oom = 1;
 }
 
 /* A value just ended: the container goes on, or the whole value is done. */
@@ -285,9 +285,9 @@ struct toolcall_parser {
     /* outside calls */
     size_t held;          /* bytes of the marker matched at the end of the text */
     int after_call;       /* whitespace now follows a call: held in ws, dropped if a call or the end comes */
-    sbuf ws;
+    moe8_buf ws;
     /* the block being read */
-    sbuf raw;             /* its text since it (or its last complete call) began */
+    moe8_buf raw;             /* its text since it (or its last complete call) began */
     int raw_reset;        /* this byte ended a call or the block: it is not raw any more */
     int seg_calls;        /* calls completed in this block */
     const char *lit[2];   /* literal(s) being matched, from lit_pos on */
@@ -297,10 +297,10 @@ struct toolcall_parser {
     int co, co_after, kind;
     int have_name, have_args, reported, cur, n_calls;
     int v31;              /* deepseek: a V3.1 call (no type, no fence) */
-    sbuf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
+    moe8_buf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
     jscan js;
     /* events not yet handed to the sink: content or arguments, never both */
-    sbuf cbuf, abuf;
+    moe8_buf cbuf, abuf;
     const toolcall_sink *k;
     int oom;
 };
@@ -324,12 +324,12 @@ static void flush(toolcall_parser *p) {
 static void emit_content(toolcall_parser *p, const char *s, size_t n) {
     if (!n) return;
     if (p->abuf.n) flush(p);
-    need(p, sbuf_add(&p->cbuf, s, n));
+    need(p, moe8_buf_add(&p->cbuf, s, n));
 }
 
 static void emit_args(toolcall_parser *p, const char *s, size_t n) {
     if (p->cbuf.n) flush(p);
-    need(p, sbuf_add(&p->abuf, s, n));
+    need(p, moe8_buf_add(&p->abuf, s, n));
 }
 
 static void lit_begin(toolcall_parser *p, const char *a, int next_a, const char *b, int next_b, size_t pos) {
@@ -388,7 +388,7 @@ static void brk(toolcall_parser *p, unsigned char c) {
     char again[64];
     size_t n_again = p->st == S_LIT ? p->lit_pos : 0;
     if (n_again > p->raw.n || n_again > sizeof again) n_again = 0;
-    if (!p->raw.n) need(p, sbuf_add(&p->raw, "", 0)); /* raw.p is then a string */
+    if (!p->raw.n) need(p, moe8_buf_add(&p->raw, "", 0)); /* raw.p is then a string */
     if (p->oom) return;
     if (p->reported) {
         flush(p);
@@ -408,7 +408,7 @@ static void brk(toolcall_parser *p, unsigned char c) {
 
 static void start_block(toolcall_parser *p) {
     p->raw.n = 0;
-    need(p, sbuf_add(&p->raw, p->marker, p->marker_n));
+    need(p, moe8_buf_add(&p->raw, p->marker, p->marker_n));
     p->seg_calls = 0;
     call_reset(p);
     switch (p->f) {
@@ -442,7 +442,7 @@ static void text_byte(toolcall_parser *p, unsigned char c) {
         return;
     }
     if (p->after_call && is_ws(c)) {
-        need(p, sbuf_add(&p->ws, &ch, 1));
+        need(p, moe8_buf_add(&p->ws, &ch, 1));
         return;
     }
     if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
@@ -615,7 +615,7 @@ static int is_name_byte(unsigned char c) {
 static int name_byte(toolcall_parser *p, unsigned char c) {
     char ch = (char)c;
     if (p->name.n >= NAME_MAX_BYTES) return R_BREAK;
-    need(p, sbuf_add(&p->name, &ch, 1));
+    need(p, moe8_buf_add(&p->name, &ch, 1));
     return R_OK;
 }
 
@@ -718,7 +718,7 @@ static void step(toolcall_parser *p, unsigned char c) {
             brk(p, c);
             return;
         }
-        if (!p->raw_reset) need(p, sbuf_add(&p->raw, &ch, 1));
+        if (!p->raw_reset) need(p, moe8_buf_add(&p->raw, &ch, 1));
         return;
     }
 }
@@ -813,13 +813,13 @@ int toolcall_count(const toolcall_parser *p) { return p ? p->n_calls : 0; }
 
 void toolcall_free(toolcall_parser *p) {
     if (!p) return;
-    sbuf_free(&p->ws);
-    sbuf_free(&p->raw);
-    sbuf_free(&p->key);
-    sbuf_free(&p->name);
-    sbuf_free(&p->hold);
-    sbuf_free(&p->cbuf);
-    sbuf_free(&p->abuf);
+    moe8_buf_free(&p->ws);
+    moe8_buf_free(&p->raw);
+    moe8_buf_free(&p->key);
+    moe8_buf_free(&p->name);
+    moe8_buf_free(&p->hold);
+    moe8_buf_free(&p->cbuf);
+    moe8_buf_free(&p->abuf);
     free(p);
 }
 
@@ -828,17 +828,17 @@ void toolcall_free(toolcall_parser *p) {
 /* s as a GBNF string literal's body: \" \\ \n \r \t, other controls \xNN,
  * UTF-8 as it is. json: s is a JSON string's contents (" and \ escaped, as
  * a JSON encoder writes them) before that. */
-static int gbnf_text(sbuf *b, const char *s, int json) {
+static int gbnf_text(moe8_buf *b, const char *s, int json) {
     for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
         char esc[8];
         const char *e = NULL;
         if (json && (*q == '"' || *q == '\\')) {
-            if (sbuf_str(b, *q == '"' ? "\\\\\\\"" : "\\\\\\\\")) return -1; /* \" or \\ in JSON, escaped for GBNF */
+            if (moe8_buf_str(b, *q == '"' ? "\\\\\\\"" : "\\\\\\\\")) return -1; /* \" or \\ in JSON, escaped for GBNF */
             continue;
         }
         if (json && *q < 0x20) {
             snprintf(esc, sizeof esc, "\\\\u%04x", *q); /* \u00XX in JSON */
-            if (sbuf_str(b, esc)) return -1;
+            if (moe8_buf_str(b, esc)) return -1;
             continue;
         }
         if (*q == '"') e = "\\\"";
@@ -847,13 +847,13 @@ static int gbnf_text(sbuf *b, const char *s, int json) {
         else if (*q == '\r') e = "\\r";
         else if (*q == '\t') e = "\\t";
         else if (*q < 0x20) e = (snprintf(esc, sizeof esc, "\\x%02x", *q), esc);
-        if (e ? sbuf_str(b, e) : sbuf_add(b, (const char *)q, 1)) return -1;
+        if (e ? moe8_buf_str(b, e) : moe8_buf_add(b, (const char *)q, 1)) return -1;
     }
     return 0;
 }
 
-static int gbnf_lit(sbuf *b, const char *s) {
-    return sbuf_str(b, "\"") || gbnf_text(b, s, 0) || sbuf_str(b, "\"");
+static int gbnf_lit(moe8_buf *b, const char *s) {
+    return moe8_buf_str(b, "\"") || gbnf_text(b, s, 0) || moe8_buf_str(b, "\"");
 }
 
 static int is_rule_name(const char *s) {
@@ -865,17 +865,17 @@ static int is_rule_name(const char *s) {
 }
 
 /* toolcall-I ::= "PRE NAME MID" ARG "POST", NAME JSON-escaped when json. */
-static int gbnf_call(sbuf *b, int i, const char *pre, const char *name, int json, const char *mid,
+static int gbnf_call(moe8_buf *b, int i, const char *pre, const char *name, int json, const char *mid,
                      const char *arg, const char *post) {
     char head[48];
     snprintf(head, sizeof head, "toolcall-%d ::= \"", i);
-    return sbuf_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
-           sbuf_str(b, "\" ") || sbuf_str(b, arg) || sbuf_str(b, " ") || gbnf_lit(b, post) || sbuf_str(b, "\n");
+    return moe8_buf_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
+           moe8_buf_str(b, "\" ") || moe8_buf_str(b, arg) || moe8_buf_str(b, " ") || gbnf_lit(b, post) || moe8_buf_str(b, "\n");
 }
 
 char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel) {
-    sbuf b = {0};
+    moe8_buf b = {0};
     const char *root, *sep;
     int bad = 0;
     if (n_tools < 1 || !names || !arg_rules) return NULL;
@@ -887,19 +887,19 @@ char *toolcall_grammar(toolcall_format f, const char *const *names, const char *
     case TOOLCALL_MISTRAL: root = "[TOOL_CALLS] ["; sep = ", "; break;
     default: return NULL;
     }
-    bad |= sbuf_str(&b, "root ::= ");
-    if (root) bad |= gbnf_lit(&b, root) || sbuf_str(&b, " ");
-    bad |= sbuf_str(&b, "toolcall-call");
-    if (parallel) bad |= sbuf_str(&b, " (") || gbnf_lit(&b, sep) || sbuf_str(&b, " toolcall-call)*");
-    if (f == TOOLCALL_DEEPSEEK_V3) bad |= sbuf_str(&b, " ") || gbnf_lit(&b, D_END_ALL);
-    if (f == TOOLCALL_MISTRAL) bad |= sbuf_str(&b, " \"]\"");
-    bad |= sbuf_str(&b, "\ntoolcall-call ::=");
+    bad |= moe8_buf_str(&b, "root ::= ");
+    if (root) bad |= gbnf_lit(&b, root) || moe8_buf_str(&b, " ");
+    bad |= moe8_buf_str(&b, "toolcall-call");
+    if (parallel) bad |= moe8_buf_str(&b, " (") || gbnf_lit(&b, sep) || moe8_buf_str(&b, " toolcall-call)*");
+    if (f == TOOLCALL_DEEPSEEK_V3) bad |= moe8_buf_str(&b, " ") || gbnf_lit(&b, D_END_ALL);
+    if (f == TOOLCALL_MISTRAL) bad |= moe8_buf_str(&b, " \"]\"");
+    bad |= moe8_buf_str(&b, "\ntoolcall-call ::=");
     for (int i = 0; i < n_tools; i++) {
         char ref[32];
         snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
-        bad |= sbuf_str(&b, ref);
+        bad |= moe8_buf_str(&b, ref);
     }
-    bad |= sbuf_str(&b, "\n");
+    bad |= moe8_buf_str(&b, "\n");
     for (int i = 0; i < n_tools && !bad; i++) {
         if (f == TOOLCALL_HERMES)
             bad |= gbnf_call(&b, i, "<tool_call>\n{\"name\": \"", names[i], 1, "\", \"arguments\": ",
@@ -911,7 +911,7 @@ char *toolcall_grammar(toolcall_format f, const char *const *names, const char *
             bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
     }
     if (bad) {
-        sbuf_free(&b);
+        moe8_buf_free(&b);
         return NULL;
     }
     return b.p;

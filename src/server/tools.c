@@ -25,14 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 #include "server/server.h"
 #include "server/toolcall.h"
 
 /* GBNF text with every rule name given `prefix` (so several tools'
  * grammars can live in one): names outside strings, classes, repetition
  * braces and comments. */
-static void prefix_rules(const char *g, const char *prefix, sbuf *out) {
+static void prefix_rules(const char *g, const char *prefix, moe8_buf *out) {
     size_t i = 0, n = strlen(g);
     while (i < n) {
         const char c = g[i];
@@ -40,13 +40,13 @@ static void prefix_rules(const char *g, const char *prefix, sbuf *out) {
             const char close = c == '"' ? '"' : ']';
             size_t k = i + 1;
             while (k < n && g[k] != close) k += g[k] == '\\' && k + 1 < n ? 2 : 1;
-            sbuf_add(out, g + i, (k < n ? k + 1 : n) - i);
+            moe8_buf_add(out, g + i, (k < n ? k + 1 : n) - i);
             i = k < n ? k + 1 : n;
         } else if (c == '#' || c == '{') { /* a comment to the line's end; {m,n} */
             const char close = c == '#' ? '\n' : '}';
             size_t k = i;
             while (k < n && g[k] != close) k++;
-            sbuf_add(out, g + i, (k < n ? k + 1 : n) - i);
+            moe8_buf_add(out, g + i, (k < n ? k + 1 : n) - i);
             i = k < n ? k + 1 : n;
         } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
                    c == '_') {
@@ -54,11 +54,11 @@ static void prefix_rules(const char *g, const char *prefix, sbuf *out) {
             while (k < n && ((g[k] >= 'a' && g[k] <= 'z') || (g[k] >= 'A' && g[k] <= 'Z') ||
                              (g[k] >= '0' && g[k] <= '9') || g[k] == '-' || g[k] == '_'))
                 k++;
-            sbuf_str(out, prefix);
-            sbuf_add(out, g + i, k - i);
+            moe8_buf_str(out, prefix);
+            moe8_buf_add(out, g + i, k - i);
             i = k;
         } else {
-            sbuf_add(out, g + i, 1);
+            moe8_buf_add(out, g + i, 1);
             i++;
         }
     }
@@ -74,10 +74,10 @@ static const char *name_of(const cJSON *tool) {
 }
 
 /* The grammar of calls to tools[sel] (sel < 0: any), attached to j. */
-static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int parallel, sbuf *err) {
+static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int parallel, moe8_buf *err) {
     const char *names[SRV_MAX_TOOLS], *rules[SRV_MAX_TOOLS];
     char rule_buf[SRV_MAX_TOOLS][24];
-    sbuf all = {0};
+    moe8_buf all = {0};
     int n = 0, k = 0, rc;
     const cJSON *t;
     char *calls;
@@ -94,13 +94,13 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
             char param[64];
             snprintf(param, sizeof param, "tools[%d].function.parameters", k);
             free(schema);
-            sbuf_free(&all);
+            moe8_buf_free(&all);
             return oa_bad(err, param, "'%s' cannot constrain the call: %s", param, schema ? e.message : "out of memory");
         }
         free(schema);
         snprintf(prefix, sizeof prefix, "t%d-", k);
         prefix_rules(gbnf, prefix, &all);
-        sbuf_str(&all, "\n");
+        moe8_buf_str(&all, "\n");
         free(gbnf);
         snprintf(rule_buf[n], sizeof rule_buf[n], "t%d-root", k);
         names[n] = name_of(t);
@@ -108,23 +108,23 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
         n++, k++;
     }
     if (!(calls = toolcall_grammar(j->tool_format, names, rules, n, parallel))) {
-        sbuf_free(&all);
+        moe8_buf_free(&all);
         return oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
     }
     {
-        sbuf g = {0};
-        sbuf_str(&g, calls);
-        sbuf_str(&g, "\n");
-        sbuf_add(&g, all.p ? all.p : "", all.n);
+        moe8_buf g = {0};
+        moe8_buf_str(&g, calls);
+        moe8_buf_str(&g, "\n");
+        moe8_buf_add(&g, all.p ? all.p : "", all.n);
         rc = oa_attach_grammar(s, j, g.p, "tool_choice", err);
-        sbuf_free(&g);
+        moe8_buf_free(&g);
     }
     free(calls);
-    sbuf_free(&all);
+    moe8_buf_free(&all);
     return rc;
 }
 
-int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err) {
+int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice"), *t;
     int parallel = 1, rc, sel = -1, mode, n = 0;
@@ -183,7 +183,7 @@ int tools_parse(srv *s, const cJSON *root, job *j, sbuf *err) {
 typedef struct {
     srv *s;
     job *j;
-    sbuf *shown;       /* content to show */
+    moe8_buf *shown;       /* content to show */
     cJSON *deltas;     /* stream: tool_calls deltas of this piece */
 } sink_ctx;
 
@@ -202,7 +202,7 @@ static void call_id(job *j, char *id, size_t cap) {
 static void on_content(void *u, const char *s, size_t n) {
     sink_ctx *c = u;
     if (c->j->tool_stop) return; /* nothing after the one call */
-    sbuf_add(c->shown, s, n);
+    moe8_buf_add(c->shown, s, n);
 }
 
 static void on_begin(void *u, int index, const char *name, size_t n) {
@@ -227,7 +227,7 @@ static void on_begin(void *u, int index, const char *name, size_t n) {
     if (!j->calls) j->calls = cJSON_CreateArray();
     cJSON_DeleteItemFromObject(call, "index");
     cJSON_AddItemToArray(j->calls, call);
-    sbuf_free(&j->args);
+    moe8_buf_free(&j->args);
 }
 
 static void on_args(void *u, int index, const char *s, size_t n) {
@@ -243,7 +243,7 @@ static void on_args(void *u, int index, const char *s, size_t n) {
         cJSON_AddItemToArray(c->deltas, d);
         return;
     }
-    sbuf_add(&j->args, s, n);
+    moe8_buf_add(&j->args, s, n);
 }
 
 static void on_end(void *u, int index, int ok) {
@@ -258,10 +258,10 @@ static void on_end(void *u, int index, int ok) {
         if (!ok) cJSON_DeleteItemFromArray(j->calls, cJSON_GetArraySize(j->calls) - 1);
         else oa_json_text(cJSON_GetObjectItem(last, "function"), "arguments", j->args.p ? j->args.p : "", j->args.n);
     }
-    sbuf_free(&j->args);
+    moe8_buf_free(&j->args);
 }
 
-cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, sbuf *shown) {
+cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown) {
     sink_ctx c = {s, j, shown, NULL};
     const toolcall_sink k = {on_content, on_begin, on_args, on_end, &c};
     if (n) toolcall_feed(j->tc, txt, n, &k);
@@ -272,5 +272,5 @@ cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, sbuf *sh
 void tools_free(job *j) {
     toolcall_free(j->tc);
     cJSON_Delete(j->calls);
-    sbuf_free(&j->args);
+    moe8_buf_free(&j->args);
 }

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "io/json_util.h"
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 #include "tokenizer/tok_template.h"
 #include "tokenizer/tokenizer.h"
 

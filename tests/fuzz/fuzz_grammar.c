@@ -20,7 +20,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 
 static grammar_vocab *g_bytes;
 

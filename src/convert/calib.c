@@ -1,7 +1,7 @@
 /*
  * calib.c — calibration for W8A8 static linears: run the float model over a
  * text and record the min/max of the input of each quantized linear
- * (quant.h: q/k/v input, o_proj input, dense gate/up and down inputs), per
+ * (convert.h: q/k/v input, o_proj input, dense gate/up and down inputs), per
  * layer, through the forward pass's observer hook (forward.h).
  *
  * The whole text is one sequence, prefilled in one batch (the forward pass
@@ -24,7 +24,7 @@
 #include "core/core.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "quant/quant.h"
+#include "convert/convert.h"
 
 static const char calib_text[] =
     "The old lighthouse keeper climbed the spiral stairs every evening at dusk, counting the "

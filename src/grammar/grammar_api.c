@@ -1,14 +1,13 @@
 /*
  * grammar_api.c — the public face of constrained decoding (moe8.h's
- * moe8_grammar_*): the opaque moe8_grammar is sched/grammar.h's compiled
+ * moe8_grammar_*): the opaque moe8_grammar is grammar/grammar.h's compiled
  * grammar.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
-#include "sched/grammar.h"
-#include "sched/sched.h"
+#include "grammar/grammar.h"
 
 moe8_status moe8_grammar_compile(const char *gbnf, size_t len, moe8_grammar **out, moe8_error *err) {
     grammar *g = NULL;

@@ -49,7 +49,7 @@
 
 #include "arch/arch.h"
 #include "core/core.h"
-#include "quant/quant.h"
+#include "convert/convert.h"
 
 #define MAX_VOCAB 151936  /* the largest family vocabulary (Qwen's) */
 

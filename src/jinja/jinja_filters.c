@@ -34,7 +34,7 @@
 
 #include <utf8proc.h>
 
-#include "tokenizer/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 #define MAX_RANGE 100000 /* jinja2's sandbox refuses bigger ranges too */
 

@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 
 /* ======================================================================== */
 /* Vocabulary                                                                */

@@ -17,8 +17,7 @@
 
 #include <utf8proc.h>
 
-#include "tokenizer/jinja_impl.h"
-#include "tokenizer/tokenizer.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 

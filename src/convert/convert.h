@@ -1,5 +1,5 @@
 /*
- * quant.h — internal: the pieces of the model tools (moe8_make_model,
+ * convert.h — internal: the pieces of the model tools (moe8_make_model,
  * moe8_quantize) of moe8.h's "Model tools" section.
  *
  *   folder.c    output folders (temp folder + rename, overwrite and

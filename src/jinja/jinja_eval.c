@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 jinja_limits jinja_limits_default(void) {
     jinja_limits l = {(size_t)16 << 20, (size_t)256 << 20, 20000000, 500};

@@ -14,7 +14,7 @@
  * The automaton works on bytes: character classes are compiled to UTF-8 byte
  * DFAs, so a token may end inside a character. Only valid UTF-8 is ever
  * accepted (surrogate code points never). Needs only moe8.h and the C
- * library, so tools may include it as "../src/sched/grammar.h".
+ * library, so tools may include it as "../src/grammar/grammar.h".
  */
 #ifndef MOE8_SCHED_GRAMMAR_H
 #define MOE8_SCHED_GRAMMAR_H

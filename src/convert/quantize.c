@@ -51,7 +51,7 @@
 #include "arch/arch.h"
 #include "core/core.h"
 #include "model/model.h"
-#include "quant/quant.h"
+#include "convert/convert.h"
 
 moe8_quantize_params moe8_quantize_params_default(void) {
     moe8_quantize_params p;

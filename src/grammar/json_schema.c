@@ -45,7 +45,7 @@
 
 #include "core/core.h"
 #include "io/json_util.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 
 #define MAX_DEPTH 64
 #define INT_CAP 9999999999999999LL /* 16 digits */

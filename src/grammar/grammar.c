@@ -50,7 +50,7 @@
 
 #include "core/core.h"
 #include "core/index.h"
-#include "sched/grammar.h"
+#include "grammar/grammar.h"
 
 /* ======================================================================== */
 /* Parser                                                                    */

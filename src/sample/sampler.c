@@ -32,7 +32,7 @@
 
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "model/sampler.h"
+#include "sample/sampler.h"
 
 struct moe8_sampler {
     moe8_sampler_params p;

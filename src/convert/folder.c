@@ -1,6 +1,6 @@
 /*
  * folder.c — output folders of the model tools and their sharded
- * safetensors writer (quant.h).
+ * safetensors writer (convert.h).
  *
  * An output folder is built at "<parent>/.<name>.tmp.<pid>" and renamed to
  * "<parent>/<name>" at the end (rename(2) replaces an empty folder; a
@@ -35,7 +35,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
-#include "quant/quant.h"
+#include "convert/convert.h"
 
 /* ======================================================================== */
 /* Paths                                                                     */

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 #define PARSE_MAX_DEPTH 200
 #define SRC_MAX ((size_t)1 << 20) /* chat templates are tens of KiB */
