@@ -5,6 +5,9 @@
 # and run. Checks that libmoe8.a and the program need no MPI, that
 # moe8_dist_create(2, ...) then fails with MOE8_ERR_UNSUPPORTED naming
 # libmoe8_mpi, and (when MPI was built) that moe8-mpi.pc links the transport.
+# Then tests/data/serve_app.c, built against moe8-server.pc, serves a tiny
+# synthetic model (made with the build's `moe8 make-model`) on a port the OS
+# picks and gets 200 from GET /health before it stops itself.
 #   usage: test_install.sh BUILD_DIR PREFIX CC HAVE_MPI(ON|OFF) [SANITIZERS]
 set -eu
 build=$1 prefix=$2 cc=$3 have_mpi=$4 san=${5:-}
@@ -13,7 +16,7 @@ fail() { echo "test_install: FAIL: $*" >&2; exit 1; }
 
 rm -rf "$prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null || fail "cmake --install"
-for f in lib/libmoe8.a include/moe8.h include/moe8_bench.h include/moe8_dist.h include/moe8_moe.h \
+for f in lib/libmoe8.a lib/libmoe8_server.a lib/pkgconfig/moe8-server.pc include/moe8.h include/moe8_bench.h include/moe8_dist.h include/moe8_moe.h \
     include/moe8_safetensors.h include/moe8_server.h include/moe8_tools.h lib/pkgconfig/moe8.pc; do
     [ -f "$prefix/$f" ] || fail "$f not installed"
 done
@@ -36,12 +39,13 @@ sanflags=""
 [ -z "$san" ] || sanflags="-fsanitize=$san"
 version=$(pkg-config --modversion moe8) || fail "pkg-config moe8"
 
-# build NAME MODULE: embed_app.c linked through pkg-config MODULE.
+# build NAME MODULE [SOURCE]: SOURCE (embed_app.c) linked through pkg-config MODULE.
 build_app() {
+    src=${3:-embed_app.c}
     flags=$(pkg-config --cflags --libs --static "$2") || fail "pkg-config $2"
-    echo "test_install: $cc embed_app.c $flags"
+    echo "test_install: $cc $src $flags"
     # shellcheck disable=SC2086
-    "$cc" -std=c11 -Wall -Wextra -Werror $sanflags -o "$prefix/$1" "$data/embed_app.c" $flags ||
+    "$cc" -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror $sanflags -o "$prefix/$1" "$data/$src" $flags ||
         fail "cannot build $1 against $2.pc"
 }
 # expect FILE LINE...: each LINE is a line of FILE.
@@ -66,6 +70,14 @@ if nm "$prefix/embed_app" | grep -E ' (P?MPI_|ompi_)'; then fail "embed_app has 
 "$prefix/embed_app" dist2 >"$prefix/dist2.txt" || { cat "$prefix/dist2.txt" >&2; fail "dist2"; }
 grep -q '^dist_init 2: status -4 (not supported): .*linked without libmoe8_mpi' "$prefix/dist2.txt" ||
     { cat "$prefix/dist2.txt" >&2; fail "dist_init(2) without libmoe8_mpi"; }
+
+# the server, embedded: moe8_serve from the installed libmoe8_server.a
+build_app serve_app moe8-server serve_app.c
+"$build/moe8" make-model --preset tiny --layers 1 -o "$prefix/tiny" >/dev/null 2>&1 || fail "make-model"
+"$prefix/serve_app" "$prefix/tiny" >"$prefix/serve.txt" 2>&1 || { cat "$prefix/serve.txt" >&2; fail "serve_app"; }
+expect "$prefix/serve.txt" "health HTTP/1.1 200 OK" "serve 0"
+grep -q '^ready listening on http://127.0.0.1:[0-9]*$' "$prefix/serve.txt" || { cat "$prefix/serve.txt" >&2; fail "ready line"; }
+rm -rf "$prefix/tiny"
 
 if [ "$have_mpi" = ON ]; then
     [ -f "$prefix/lib/libmoe8_mpi.a" ] || fail "libmoe8_mpi.a not installed"
