@@ -16,8 +16,8 @@
  * accepted (surrogate code points never). Needs only moe8.h and the C
  * library, so tools may include it as "../src/grammar/grammar.h".
  */
-#ifndef MOE8_SCHED_GRAMMAR_H
-#define MOE8_SCHED_GRAMMAR_H
+#ifndef MOE8_GRAMMAR_GRAMMAR_H
+#define MOE8_GRAMMAR_GRAMMAR_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -99,7 +99,7 @@ size_t grammar_min_remaining(const grammar_state *st);
 void grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
 
 /* ======================================================================== */
-/* Internals shared by grammar.c and grammar_mask.c (not for other callers)  */
+/* Internals shared by the grammar_*.c files (not for other callers)         */
 /* ======================================================================== */
 #ifdef GRAMMAR_INTERNAL
 
