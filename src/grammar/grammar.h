@@ -15,6 +15,12 @@
  * DFAs, so a token may end inside a character. Only valid UTF-8 is ever
  * accepted (surrogate code points never). Needs only moe8.h and the C
  * library, so tools may include it as "../src/grammar/grammar.h".
+ *
+ * Files: grammar_parse.c (GBNF text), grammar_class.c (character classes as
+ * UTF-8 DFAs), grammar_compile.c (the analysis), grammar_walk.c (the stack
+ * automaton), grammar_state.c (a request's position), grammar_mask.c (the
+ * vocabulary trie and the masks), json_schema.c and json_schema_types.c
+ * (JSON Schema), grammar_api.c (moe8.h's moe8_grammar_*).
  */
 #ifndef MOE8_GRAMMAR_GRAMMAR_H
 #define MOE8_GRAMMAR_GRAMMAR_H

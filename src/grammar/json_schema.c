@@ -127,6 +127,12 @@ const char *moe8_js_add_rule(conv *c, const char *hint, const char *body) {
     return n;
 }
 
+const char *moe8_js_add_rule_buf(conv *c, const char *hint, moe8_buf *b) {
+    const char *name = b->oom ? (moe8_js_oom(c), NULL) : moe8_js_add_rule(c, hint, b->p);
+    moe8_buf_free(b);
+    return name;
+}
+
 const char *moe8_js_prim(conv *c, unsigned which) {
     static const struct { unsigned bit, deps; const char *name, *def; } tab[] = {
         {P_SPACE, 0, "space", "space ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n"},
@@ -299,7 +305,6 @@ static const char *ref_rule(conv *c, const cJSON *s, const char *ref) {
 
 static const char *literal_rule(conv *c, const cJSON *vals, int n_vals, const char *hint) {
     moe8_buf b = {0};
-    const char *name;
     moe8_buf_str(&b, "( ");
     for (int i = 0; i < n_vals; i++) {
         const cJSON *v = cJSON_GetArrayItem(vals, i);
@@ -313,13 +318,7 @@ static const char *literal_rule(conv *c, const cJSON *vals, int n_vals, const ch
         free(text);
     }
     moe8_buf_printf(&b, " ) %s", moe8_js_prim(c, P_SPACE));
-    if (b.oom) {
-        free(b.p);
-        return moe8_js_oom(c), NULL;
-    }
-    name = moe8_js_add_rule(c, hint, b.p);
-    free(b.p);
-    return name;
+    return moe8_js_add_rule_buf(c, hint, &b);
 }
 
 static int type_bit(const char *t) {
@@ -384,8 +383,7 @@ const char *moe8_js_visit(conv *c, const cJSON *s, const char *hint) {
             }
             moe8_buf_printf(&b, "%s%s", i ? " | " : "", alt);
         }
-        res = b.oom ? (moe8_js_oom(c), NULL) : moe8_js_add_rule(c, hint, b.p);
-        free(b.p);
+        res = moe8_js_add_rule_buf(c, hint, &b);
         goto out;
     }
     if ((t = cJSON_GetObjectItemCaseSensitive(s, "type"))) {

@@ -64,6 +64,8 @@ size_t moe8_js_path_push(conv *c, const char *seg);
 size_t moe8_js_path_push_idx(conv *c, const char *seg, int i);
 /* Emit `name ::= body` under a fresh name from hint; the name (NULL on error). */
 const char *moe8_js_add_rule(conv *c, const char *hint, const char *body);
+/* The same with b's text as the body; b is freed (out of memory in b: NULL, the error). */
+const char *moe8_js_add_rule_buf(conv *c, const char *hint, moe8_buf *b);
 /* The name of primitive `which` (a P_* bit), emitted on first use. */
 const char *moe8_js_prim(conv *c, unsigned which);
 /* text[0..n) as a GBNF string literal. */

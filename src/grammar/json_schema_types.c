@@ -90,7 +90,6 @@ static void nonneg_range(moe8_buf *b, long long a, long long hi, int *first) {
 
 static const char *int_range_rule(conv *c, long long lo, long long hi, const char *hint) {
     moe8_buf b = {0};
-    const char *name;
     int first = 1;
     moe8_buf_str(&b, "( ");
     if (lo < 0) {
@@ -104,13 +103,7 @@ static const char *int_range_rule(conv *c, long long lo, long long hi, const cha
     if (hi >= 0) nonneg_range(&b, lo > 0 ? lo : 0, hi, &first);
     moe8_buf_str(&b, " ) ");
     moe8_buf_str(&b, moe8_js_prim(c, P_SPACE));
-    if (b.oom) {
-        free(b.p);
-        return moe8_js_oom(c), NULL;
-    }
-    name = moe8_js_add_rule(c, hint, b.p);
-    free(b.p);
-    return name;
+    return moe8_js_add_rule_buf(c, hint, &b);
 }
 
 /* A bound keyword of an integer schema as an inclusive integer. */
@@ -496,15 +489,8 @@ const char *moe8_js_typed_rule(conv *c, const cJSON *s, unsigned types, const ch
     if (n == 1) return alts[0];
     {
         moe8_buf b = {0};
-        const char *name;
         for (int i = 0; i < n; i++) moe8_buf_printf(&b, "%s%s", i ? " | " : "", alts[i]);
-        if (b.oom) {
-            free(b.p);
-            return moe8_js_oom(c), NULL;
-        }
-        name = moe8_js_add_rule(c, hint, b.p);
-        free(b.p);
-        return name;
+        return moe8_js_add_rule_buf(c, hint, &b);
     }
 }
 
