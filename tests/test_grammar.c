@@ -1,6 +1,6 @@
 /*
  * test_grammar.c — constrained decoding (src/grammar/grammar*.c,
- * json_schema.c) against references written here:
+ * json_schema*.c) against references written here:
  *
  * - GBNF: a table of parse errors (each message's line:col and rule), a
  *   table of accepted syntax, accept/reject tables (strings accepted in full,

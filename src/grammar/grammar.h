@@ -15,9 +15,15 @@
  * DFAs, so a token may end inside a character. Only valid UTF-8 is ever
  * accepted (surrogate code points never). Needs only moe8.h and the C
  * library, so tools may include it as "../src/grammar/grammar.h".
+ *
+ * Files: grammar_parse.c (GBNF text), grammar_class.c (character classes as
+ * UTF-8 DFAs), grammar_compile.c (the analysis), grammar_walk.c (the stack
+ * automaton), grammar_state.c (a request's position), grammar_mask.c (the
+ * vocabulary trie and the masks), json_schema.c and json_schema_types.c
+ * (JSON Schema), grammar_api.c (moe8.h's moe8_grammar_*).
  */
-#ifndef MOE8_SCHED_GRAMMAR_H
-#define MOE8_SCHED_GRAMMAR_H
+#ifndef MOE8_GRAMMAR_GRAMMAR_H
+#define MOE8_GRAMMAR_GRAMMAR_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -99,7 +105,7 @@ size_t grammar_min_remaining(const grammar_state *st);
 void grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
 
 /* ======================================================================== */
-/* Internals shared by grammar.c and grammar_mask.c (not for other callers)  */
+/* Internals shared by the grammar_*.c files (not for other callers)         */
 /* ======================================================================== */
 #ifdef GRAMMAR_INTERNAL
 

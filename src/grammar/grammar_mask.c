@@ -10,7 +10,7 @@
  * Precomputation (grammar_prepare, once per grammar and vocabulary): for
  * every terminal position of the grammar and every DFA state inside its
  * character, the trie is walked from that top alone over the unknown rest of
- * the stack (gwk ci_mode, see grammar.c), with pruning. A token is accepted
+ * the stack (gwk ci_mode, see grammar_walk.c), with pruning. A token is accepted
  * (whatever the stack) when some path takes all its bytes, including paths
  * whose rule ended exactly at its last byte; rejected when every path fails
  * before needing the stack; otherwise it depends on the stack ("uncertain":

@@ -240,8 +240,7 @@ void rq_free(rq *r) {
     free(r->stop);
     free(r->stop_ids);
     free(r->tok);
-    free(r->bias_ids);
-    free(r->bias);
+    moe8_logits_procs_free(&r->proc);
     grammar_state_free(r->gs);
     free(r->g_after);
     free(r->g_tail);

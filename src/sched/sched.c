@@ -37,8 +37,9 @@
 #include "core/core.h"
 #include "dist/dist.h"
 #include "model/context.h"
-#include "sample/sampler.h"
 #include "grammar/grammar.h"
+#include "sample/logits.h"
+#include "sample/sampler.h"
 #include "sched/sched.h"
 
 #define KV_BS MOE8_KV_BLOCK_TOKENS
@@ -67,7 +68,7 @@ struct moe8_sched {
     int32_t *b_first;           /* [max_running] batch index of its chunk's first token */
     int32_t max_rows, n_rows;   /* logits rows per step (n_outputs), used by this batch */
     int32_t *sampled;           /* [max_running] */
-    logits_scratch lp;          /* processed logits of one draw (logits.c) */
+    logits_scratch lp;          /* processed logits of one draw (sample/logits.c) */
     const grammar_vocab *gv;    /* for requests with a grammar: the caller's, or gv_own */
     grammar_vocab *gv_own;      /* made from tok at the first such request */
     int32_t n_b, n_brq;
@@ -305,7 +306,7 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
         r->g_tail = malloc(r->n_g_after);
         ok = r->g_after && r->g_tail;
     }
-    if (!ok || rq_processors_copy(r, q) ||
+    if (!ok || moe8_logits_procs_copy(&r->proc, q) ||
         (q->grammar && (!vocab_of(s) || grammar_state_new(G_OF(q->grammar), &r->gs, NULL) != MOE8_OK))) {
         rq_free(r);
         return NULL;
@@ -617,8 +618,13 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
         const float *logits;
         if (s->b_row[j] < 0 || r->n_gen >= r->max_tokens) continue;
         logits = moe8_context_logits(s->ctx, s->b_row[j]);
-        if (rank0 && rq_has_processors(r)) /* a copy, processed: the raw logits stay for log-probs */
-            logits = rq_process_logits(r, logits, s->n_vocab, s->eos, s->n_eos, s->gv, &s->lp);
+        if (rank0 && moe8_logits_needed(&r->proc, r->gs && !r->g_after, r->n_gen)) {
+            /* a copy, processed: the raw logits stay for log-probs */
+            const logits_input in = {.tok = r->tok, .n_tok = r->n_tok, .n_prompt = r->n_prompt,
+                                     .n_gen = r->n_gen, .stop_ids = r->stop_ids,
+                                     .n_stop_ids = r->n_stop_ids, .gs = r->g_after ? NULL : r->gs};
+            logits = moe8_logits_process(&r->proc, &in, logits, s->n_vocab, s->eos, s->n_eos, s->gv, &s->lp);
+        }
         s->sampled[k] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
         if (rank0 && r->gs && r->g_after) grammar_wait(s, r, s->sampled[k]);
         else if (rank0 && r->gs && grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/public.h"
+#include "sample/logits.h"
 
 typedef enum { RQ_WAITING = 0, RQ_RUNNING = 1, RQ_DONE = 2 } rq_state;
 
@@ -38,10 +39,7 @@ typedef struct rq {
     char *held;                 /* text decoded but not released (could start a stop string) */
     size_t n_held, cap_held;
     double t_add, ttft;         /* seconds (monotonic); ttft -1 until the first token */
-    int32_t *bias_ids, n_bias;  /* logits processors (logits.c) */
-    float *bias;
-    int32_t min_tokens;
-    float rep_penalty, freq_penalty, pres_penalty;
+    logits_procs proc;          /* its logits processors' settings (sample/logits.c) */
     struct grammar_state *gs;   /* its position in its grammar, or NULL (rank 0 only) */
     int g_stuck;                /* the grammar refused the token drawn (1), or the bytes after
                                  * g_after in the token that completed it (2): the request ends */
@@ -64,29 +62,9 @@ typedef struct {
     size_t *text_off, *top_off; /* [cap] offsets of event i */
 } ev_buf;
 
-/* logits.c: a request's logits processors. */
 /* The public grammar types are grammar/grammar.h's. */
 #define G_OF(p) ((const struct grammar *)(const void *)(p))
 #define G_VOCAB(p) ((const struct grammar_vocab *)(const void *)(p))
-
-typedef struct {
-    float *logits;              /* [n] the processed copy */
-    uint32_t *allowed;          /* [(n + 31) / 32] a grammar's mask */
-    unsigned char *mark;        /* [n] zero between calls */
-    int32_t *count;             /* [n] zero between calls */
-    int32_t n;
-} logits_scratch;
-moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err);
-/* Copy q's processors into r: 0, or -1 out of memory. */
-int rq_processors_copy(rq *r, const moe8_request *q);
-/* 1 when r's next draw needs processed logits. */
-int rq_has_processors(const rq *r);
-/* in[n_vocab] processed for r's next draw (its grammar's mask over the
- * vocabulary gv, bias, min_tokens over eos[n_eos] and r's stop ids,
- * penalties) into w's copy, which is returned. */
-const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, const int32_t *eos,
-                               int32_t n_eos, const struct grammar_vocab *gv, logits_scratch *w);
-void logits_scratch_free(logits_scratch *w);
 
 /* request.c */
 moe8_event *ev_push(ev_buf *b, moe8_event_type type, const rq *r);

@@ -3,8 +3,8 @@
  * logit_bias, min_tokens, repetition / frequency / presence penalties),
  * applied on rank 0 to a copy of the logits before each draw, in vLLM's
  * order: the grammar's mask (-inf for every token that cannot continue it;
- * none while the grammar waits for its grammar_after string), the bias, the min_tokens ban (unless the grammar must end there), then the
- * penalties (repetition over the prompt and the output, then frequency and
+ * none while the grammar waits for its grammar_after string), the bias, the
+ * min_tokens ban (unless the grammar must end there), then the penalties (repetition over the prompt and the output, then frequency and
  * presence over the output); -inf stays -inf through each. The raw logits stay
  * what log-probs and events report. Each request's processing depends only
  * on its own tokens: batch invariance holds.
@@ -19,7 +19,7 @@
 
 #include "core/core.h"
 #include "grammar/grammar.h"
-#include "sched/sched.h"
+#include "sample/logits.h"
 
 moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {
     if (r->n_bias < 0 || (r->n_bias && (!r->bias_ids || !r->bias)))
@@ -46,25 +46,31 @@ moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error 
     return MOE8_OK;
 }
 
-int rq_processors_copy(rq *r, const moe8_request *q) {
-    r->n_bias = q->n_bias;
+int moe8_logits_procs_copy(logits_procs *p, const moe8_request *q) {
+    p->n_bias = q->n_bias;
     if (q->n_bias) {
-        r->bias_ids = malloc((size_t)q->n_bias * sizeof *r->bias_ids);
-        r->bias = malloc((size_t)q->n_bias * sizeof *r->bias);
-        if (!r->bias_ids || !r->bias) return -1;
-        memcpy(r->bias_ids, q->bias_ids, (size_t)q->n_bias * sizeof *r->bias_ids);
-        memcpy(r->bias, q->bias, (size_t)q->n_bias * sizeof *r->bias);
+        p->bias_ids = malloc((size_t)q->n_bias * sizeof *p->bias_ids);
+        p->bias = malloc((size_t)q->n_bias * sizeof *p->bias);
+        if (!p->bias_ids || !p->bias) return -1;
+        memcpy(p->bias_ids, q->bias_ids, (size_t)q->n_bias * sizeof *p->bias_ids);
+        memcpy(p->bias, q->bias, (size_t)q->n_bias * sizeof *p->bias);
     }
-    r->min_tokens = q->min_tokens;
-    r->rep_penalty = q->repetition_penalty;
-    r->freq_penalty = q->frequency_penalty;
-    r->pres_penalty = q->presence_penalty;
+    p->min_tokens = q->min_tokens;
+    p->rep_penalty = q->repetition_penalty;
+    p->freq_penalty = q->frequency_penalty;
+    p->pres_penalty = q->presence_penalty;
     return 0;
 }
 
-int rq_has_processors(const rq *r) {
-    return (r->gs && !r->g_after) || r->n_bias > 0 || r->n_gen < r->min_tokens || r->rep_penalty != 1.0f ||
-           r->freq_penalty != 0.0f || r->pres_penalty != 0.0f;
+void moe8_logits_procs_free(logits_procs *p) {
+    free(p->bias_ids);
+    free(p->bias);
+    p->bias_ids = NULL, p->bias = NULL, p->n_bias = 0;
+}
+
+int moe8_logits_needed(const logits_procs *p, int grammar_active, int32_t n_gen) {
+    return grammar_active || p->n_bias > 0 || n_gen < p->min_tokens || p->rep_penalty != 1.0f ||
+           p->freq_penalty != 0.0f || p->pres_penalty != 0.0f;
 }
 
 void logits_scratch_free(logits_scratch *w) {
@@ -91,15 +97,16 @@ static int scratch(logits_scratch *w, int32_t n_vocab) {
     return 0;
 }
 
-const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, const int32_t *eos,
-                               int32_t n_eos, const struct grammar_vocab *gv, logits_scratch *w) {
+const float *moe8_logits_process(const logits_procs *p, const logits_input *r, const float *in,
+                                 int32_t n_vocab, const int32_t *eos, int32_t n_eos,
+                                 const struct grammar_vocab *gv, logits_scratch *w) {
     float *x;
     const int32_t *out = r->tok + r->n_prompt;
     const int32_t n_out = r->n_tok - r->n_prompt;
     if (scratch(w, n_vocab)) return in; /* out of memory: unprocessed rather than nothing */
     x = w->logits;
     memcpy(x, in, (size_t)n_vocab * sizeof *x);
-    if (r->gs && !r->g_after) { /* 32 tokens a word: a word of zeros bans them all at once */
+    if (r->gs) { /* 32 tokens a word: a word of zeros bans them all at once */
         grammar_mask(r->gs, gv, w->allowed);
         for (int32_t b = 0; b < (n_vocab + 31) / 32; b++) {
             const uint32_t m = w->allowed[b];
@@ -109,30 +116,30 @@ const float *rq_process_logits(const rq *r, const float *in, int32_t n_vocab, co
                 if (!(m >> (t - t0) & 1u)) x[t] = -INFINITY;
         }
     }
-    for (int32_t i = 0; i < r->n_bias; i++) x[r->bias_ids[i]] += r->bias[i];
-    if (r->n_gen < r->min_tokens && !(r->gs && !r->g_after && grammar_can_end(r->gs) == 2)) {
+    for (int32_t i = 0; i < p->n_bias; i++) x[p->bias_ids[i]] += p->bias[i];
+    if (r->n_gen < p->min_tokens && !(r->gs && grammar_can_end(r->gs) == 2)) {
         for (int32_t i = 0; i < n_eos; i++)
             if (eos[i] >= 0 && eos[i] < n_vocab) x[eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->n_stop_ids; i++)
             if (r->stop_ids[i] >= 0 && r->stop_ids[i] < n_vocab) x[r->stop_ids[i]] = -INFINITY;
     }
-    if (r->rep_penalty != 1.0f) { /* each distinct token of prompt + output once */
-        const float p = r->rep_penalty;
+    if (p->rep_penalty != 1.0f) { /* each distinct token of prompt + output once */
+        const float rp = p->rep_penalty;
         for (int32_t i = 0; i < r->n_tok; i++) {
             const int32_t t = r->tok[i];
             if (w->mark[t]) continue;
             w->mark[t] = 1;
-            x[t] = x[t] > 0 ? x[t] / p : x[t] * p;
+            x[t] = x[t] > 0 ? x[t] / rp : x[t] * rp;
         }
         for (int32_t i = 0; i < r->n_tok; i++) w->mark[r->tok[i]] = 0;
     }
-    if (r->freq_penalty != 0.0f || r->pres_penalty != 0.0f) { /* as vLLM: x - f * count, then - q */
+    if (p->freq_penalty != 0.0f || p->pres_penalty != 0.0f) { /* as vLLM: x - f * count, then - q */
         for (int32_t i = 0; i < n_out; i++) w->count[out[i]]++;
         for (int32_t i = 0; i < n_out; i++) {
             const int32_t t = out[i];
             if (!w->count[t]) continue;
-            x[t] = x[t] - r->freq_penalty * (float)w->count[t];
-            x[t] = x[t] - r->pres_penalty;
+            x[t] = x[t] - p->freq_penalty * (float)w->count[t];
+            x[t] = x[t] - p->pres_penalty;
             w->count[t] = 0;
         }
     }
