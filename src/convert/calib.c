@@ -23,7 +23,7 @@
 
 #include "core/core.h"
 #include "model/forward.h"
-#include "model/model.h"
+#include "load/model.h"
 #include "convert/convert.h"
 
 static const char calib_text[] =
