@@ -347,6 +347,69 @@ static void test_static_linear_full_range(void) {
     moe8_proj_free(&p);
 }
 
+/* ---- a packed linear and a table that does not read its layout ------------- */
+
+/* Refused before anything is computed, as the MoE layer refuses its experts:
+ * a copy of the table in use that reads the other layout stands for the
+ * table of another machine or another MOE8_ISA. */
+static void test_linear_layout_refused(void) {
+    enum { N = 20, K = 40, T = 2 };
+    int8_t w[N * K];
+    int32_t bias[N];
+    float deq[N], x[T * K], y[T * N], ones[T];
+    int32_t ones_i[T];
+    for (int i = 0; i < N * K; i++) w[i] = (int8_t)(i % 251 - 125);
+    for (int i = 0; i < N; i++) bias[i] = i - 10, deq[i] = 1e-3f;
+    for (int i = 0; i < T * K; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < T; i++) ones[i] = 1.0f, ones_i[i] = 1;
+    moe8_tensor tw = {"w", MOE8_DT_I8, 2, {N, K}, N * K, w, sizeof w, 0, 0};
+    moe8_tensor td = {"deq", MOE8_DT_F32, 1, {N}, N, deq, sizeof deq, 0, 0};
+    moe8_tensor tb = {"bias", MOE8_DT_I32, 1, {N}, N, bias, sizeof bias, 0, 0};
+    moe8_linear src;
+    memset(&src, 0, sizeof src);
+    src.quant = MOE8_QUANT_W8A8;
+    src.n_out = N;
+    src.n_in = K;
+    src.weight = &tw;
+    src.deq_scale = &td;
+    src.quant_bias = &tb;
+    src.in_scale = 0.5f;
+    moe8_proj p;
+    CHECK(moe8_proj_init(&p, &src, 1, NULL) == MOE8_OK && p.q.layout);
+    moe8_kernels other = *moe8_kernels_get();
+    other.isa = "other";
+    other.qlayout = p.q.layout == &moe8_qlayout_k2 ? &moe8_qlayout_k4u : &moe8_qlayout_k2;
+    const int ldq = moe8_round_up(K, 64);
+    int8_t *xq = moe8_alloc_aligned((size_t)T * ldq);
+    moe8_proj_quant(xq, ldq, x, K, T, K, p.in_scale, p.in_offset);
+    for (int i = 0; i < T * N; i++) y[i] = 7.0f;
+    const moe8_proj *pp[1] = {&p};
+    float *const ys[1] = {y};
+    const int ldy[1] = {N};
+    CHECK(moe8_proj_apply(&p, &other, y, N, x, K, xq, ldq, ones, ones_i, T, 2) ==
+          MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_proj_apply_group(pp, ys, ldy, 1, &other, x, K, xq, ldq, ones, ones_i, T, 2) ==
+          MOE8_ERR_INVALID_ARG);
+    int untouched = 1;
+    for (int i = 0; i < T * N; i++) untouched &= y[i] == 7.0f;
+    CHECKF(untouched, "a refused linear wrote its output");
+    moe8_error e;
+    memset(&e, 0, sizeof e);
+    CHECK(moe8_proj_check(&p, &other, &e) == MOE8_ERR_INVALID_ARG);
+    CHECKF(strstr(e.message, p.q.layout->name) && strstr(e.message, "other kernels"),
+           "refusal names the layout and the table: %s", e.message);
+    /* its own table and the reference (which reads any layout) run it */
+    CHECK(moe8_proj_check(&p, moe8_kernels_get(), NULL) == MOE8_OK &&
+          moe8_proj_check(&p, moe8_kernels_ref(), NULL) == MOE8_OK);
+    CHECK(moe8_proj_apply(&p, moe8_kernels_get(), y, N, x, K, xq, ldq, ones, ones_i, T, 2) ==
+          MOE8_OK);
+    int32_t acc = bias[0];
+    for (int k = 0; k < K; k++) acc += (int32_t)xq[k] * w[k];
+    CHECKF(y[0] == (float)acc * deq[0], "after the refusal: %g vs %g", y[0], (float)acc * deq[0]);
+    moe8_free_aligned(xq);
+    moe8_proj_free(&p);
+}
+
 /* Activation codes at the rounding edges: scale 0.5 makes x / scale exact, so
  * x = (j - 600) / 4 lands on .0, .25, .5 and .75 (ties go to even), plus
  * values far outside the range, infinities, NaN (-> -128), -0 and denormals.
@@ -857,6 +920,7 @@ int main(int argc, char **argv) {
     test_table_or_skip(); /* MOE8_ISA: a table this CPU lacks is skipped */
     if (argc == 5 && !strcmp(argv[1], "--dump")) return child_dump(argv[2], argv[3], argv[4]);
     test_static_linear_full_range();
+    test_linear_layout_refused();
     test_static_quant_edges();
     test_proj_group();
     test_dynamic_linear();

@@ -2,16 +2,16 @@
  * test_layers.c — the layer order of docs/ARCHITECTURE.md, read off the
  * includes of every file under src/ and tools/:
  *
- *   core → io → jinja → tokenizer → arch → kernels → dist → moe → model →
- *   convert → grammar → sample → sched → server → tools
+ *   core → io → jinja → tokenizer → arch → kernels → dist → moe → load →
+ *   model → convert → grammar → sample → sched → server → tools
  *
  * A file may include its own layer's headers, those of layers before it, and
  * the public headers (include/); never a later layer's. Beside the order:
  * tools/ include only public headers (and their own cli.h), except a bench
  * command timing an internal part (cmd_bench_*.c); <mpi.h> only in
  * src/dist/comm_mpi.c; the math of kernels/, moe/ and the model's forward
- * (forward.c, attention.c, linear.c) never sees cJSON, directly or through
- * any header (the include closure is followed).
+ * (forward.c, mla.c, attention.c, linear.c) never sees cJSON, directly or
+ * through any header (the include closure is followed).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -21,9 +21,10 @@
 
 #include "test.h"
 
-static const char *const ORDER[] = {"core", "io",      "jinja",   "tokenizer", "arch",
-                                    "kernels", "dist", "moe",   "model",   "convert",
-                                    "grammar", "sample", "sched", "server", "tools"};
+static const char *const ORDER[] = {"core",    "io",      "jinja",  "tokenizer", "arch",
+                                    "kernels", "dist",    "moe",    "load",      "model",
+                                    "convert", "grammar", "sample", "sched",     "server",
+                                    "tools"};
 enum { N_LAYERS = sizeof ORDER / sizeof ORDER[0], MAX_FILES = 512, MAX_INC = 64 };
 
 typedef struct {
@@ -180,6 +181,7 @@ int main(void) {
                "%s includes <mpi.h> (only src/dist/comm_mpi.c may)", f->path);
         const int math = !strncmp(f->path, "src/kernels/", 12) || !strncmp(f->path, "src/moe/", 8) ||
                          !strcmp(f->path, "src/model/forward.c") ||
+                         !strcmp(f->path, "src/model/mla.c") ||
                          !strcmp(f->path, "src/model/attention.c") ||
                          !strcmp(f->path, "src/model/linear.c");
         if (math) {

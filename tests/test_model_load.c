@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 
 #include "fixture_model.h"
-#include "model/model.h"
+#include "load/model.h"
 
 /* ======================================================================== */
 /* Good folders                                                              */

@@ -6,7 +6,7 @@
  */
 #include <stdint.h>
 
-#include "model/model.h"
+#include "load/model.h"
 #include "moe/moe.h"
 #include "moe8.h"
 #include "moe_ref.h"

@@ -8,7 +8,7 @@
  * format and then rebuilds the name from the numbers it read, so only the
  * canonical spelling matches (sscanf alone would take " 3", "+3" or "03").
  *
- * Does not: read config.json (config.c), check tensors (model/model.c).
+ * Does not: read config.json (config.c), check tensors (load/model.c).
  */
 #include <stdio.h>
 #include <string.h>

@@ -254,6 +254,19 @@ typedef struct {
 } moe8_kv_shape;
 moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c);
 
+/* The rotary geometry of c (rope.c): width R of the rotary table (head_dim,
+ * or qk_rope_head_dim with MLA); the frequency of each of its R/2 pairs,
+ * theta^(-2i/R), blended by YaRN when rope_scaling is set (the ramp between
+ * the correction dims of beta_fast / beta_slow, interpolated frequencies /
+ * factor outside it), into freq[R/2], returning the scale of cos and sin
+ * (YaRN's mscale(factor, mscale) / mscale(factor, mscale_all_dim), else 1);
+ * the softmax scale of attention: 1/sqrt(head_dim), times mscale(factor,
+ * mscale_all_dim)^2 with YaRN and a non-zero mscale_all_dim (DeepSeek).
+ * All in double. */
+int moe8_rope_dim(const moe8_config *c);
+double moe8_rope_freqs(const moe8_config *c, double *freq);
+float moe8_attn_scale(const moe8_config *c);
+
 /* The fields every family derives the same way once its own are known:
  * v_head_dim = head_dim outside MLA, routed_scaling_factor 1 and
  * moe_layer_freq 1 when unset (config parsing and make-model). */

@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "load/model.h"
 #include "model/forward.h"
-#include "model/model.h"
 #include "convert/convert.h"
 
 static const char calib_text[] =

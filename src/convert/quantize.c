@@ -50,7 +50,7 @@
 
 #include "arch/arch.h"
 #include "core/core.h"
-#include "model/model.h"
+#include "load/model.h"
 #include "convert/convert.h"
 
 moe8_quantize_params moe8_quantize_params_default(void) {

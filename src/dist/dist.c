@@ -2,7 +2,7 @@
  * dist.c — the public "Distributed" API of moe8.h (SEMANTICS §8) on top of the
  * communicator of comm.h: joining the group, agreeing on outcomes, the shard
  * of each rank, and comparing hashes across ranks (the model's load check,
- * model/fingerprint.c, compares its folder fingerprints so).
+ * load/fingerprint.c, compares its folder fingerprints so).
  *
  * Agreement: each rank all-gathers {status, message}; the lowest failing
  * rank's status and message become every rank's result.

@@ -2,7 +2,7 @@
  * dist.h — internal: the moe8_dist handle of moe8.h (a communicator plus the
  * parallel mode) and the pieces the model loader and the forward use: the
  * shard of one rank (SEMANTICS §8) and the comparison of hashes across ranks
- * (the model's load check, model/fingerprint.c).
+ * (the model's load check, load/fingerprint.c).
  */
 #ifndef MOE8_DIST_H
 #define MOE8_DIST_H

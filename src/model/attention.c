@@ -18,10 +18,12 @@
  *
  * Multi-head latent attention (DeepSeek, SEMANTICS §7d) runs here in its
  * absorbed form as one kv head of width L + R whose first L values are also
- * the value (v_off 0), with the model's softmax scale; YaRN rotary tables
- * and the pair-wise rotation are here too.
+ * the value (v_off 0), with the model's softmax scale; the rotary table of
+ * a config (its frequencies, YaRN's included, from arch/rope.c) and the
+ * pair-wise rotation are here too.
  *
- * Does not: handle sliding windows.
+ * Does not: handle sliding windows, or derive rotary frequencies or the
+ * softmax scale from a config (arch/rope.c).
  */
 #include <math.h>
 #include <omp.h>
@@ -30,10 +32,6 @@
 #include "core/core.h"
 
 #include "model/attention.h"
-
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
 
 void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n, const float *w,
                        float eps) {
@@ -83,50 +81,10 @@ void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs) 
     }
 }
 
-int moe8_rope_dim(const moe8_config *c) {
-    return (int)(c->kv_lora_rank > 0 ? c->qk_rope_head_dim : c->head_dim);
-}
-
-/* YaRN's attention factor: 0.1 m ln(s) + 1 (1 for s <= 1). */
-static double yarn_mscale(double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0; }
-
-/* The dimension whose frequency turns n_rot times over the original context. */
-static double yarn_dim(double n_rot, int R, double base, double orig) {
-    return R * log(orig / (n_rot * 2 * M_PI)) / (2 * log(base));
-}
-
 void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c) {
-    const int R = moe8_rope_dim(c), half = R / 2;
-    const double base = c->rope_theta, f = c->yarn_factor;
-    double lo = 0, hi = 0, freq[MOE8_CAP_HEAD_DIM / 2];
-    if (!(f > 0)) {
-        moe8_rope_table(cs, n_pos, R, base);
-        return;
-    }
-    lo = floor(yarn_dim(c->yarn_beta_fast, R, base, (double)c->yarn_original_max_position_embeddings));
-    hi = ceil(yarn_dim(c->yarn_beta_slow, R, base, (double)c->yarn_original_max_position_embeddings));
-    if (lo < 0) lo = 0;
-    if (hi > R - 1) hi = R - 1;
-    if (lo == hi) hi += 0.001;
-    MOE8_ASSERT(half <= MOE8_CAP_HEAD_DIM / 2);
-    for (int i = 0; i < half; i++) {
-        const double extra = pow(base, -2.0 * i / R), inter = extra / f;
-        double ramp = ((double)i - lo) / (hi - lo);
-        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-        const double mask = 1.0 - ramp; /* 1: keep the original frequency */
-        freq[i] = inter * (1.0 - mask) + extra * mask;
-    }
-    fill_rope(cs, n_pos, half, freq,
-              yarn_mscale(f, c->yarn_mscale) / yarn_mscale(f, c->yarn_mscale_all_dim));
-}
-
-float moe8_attn_scale(const moe8_config *c) {
-    double s = 1.0 / sqrt((double)c->head_dim);
-    if (c->yarn_factor > 0 && c->yarn_mscale_all_dim != 0) {
-        const double m = yarn_mscale(c->yarn_factor, c->yarn_mscale_all_dim);
-        s *= m * m;
-    }
-    return (float)s;
+    double freq[MOE8_CAP_HEAD_DIM / 2];
+    const double ms = moe8_rope_freqs(c, freq);
+    fill_rope(cs, n_pos, moe8_rope_dim(c) / 2, freq, ms);
 }
 
 void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs) {

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "model/model.h"
+#include "load/model.h"
 #include "core/public.h"
 
 /* y[T][n] = rmsnorm(x[T][n]) * w (y may equal x; sum of squares in double). */
@@ -25,18 +25,10 @@ void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta);
 /* NEOX rotary embedding of x[n_head][D] with the table row cs[D/2][2] of its
  * position: out[:D/2] = x1 c - x2 s, out[D/2:] = x2 c + x1 s. */
 void moe8_rope_neox(float *x, int n_head, int D, const float *cs);
-/* The rotary table of a model's config: frequencies theta^(-2i/R) over its
- * rotary width R (head_dim, or qk_rope_head_dim with MLA), blended by YaRN
- * when rope_scaling is set (the ramp between the correction dims of
- * beta_fast / beta_slow, interpolated frequencies / factor outside it), cos
- * and sin times YaRN's mscale(factor, mscale) / mscale(factor,
- * mscale_all_dim); computed in double. cs[n_pos][R/2][2]. */
+/* The rotary table of a model's config, cs[n_pos][R/2][2]: cos and sin of
+ * pos * freq[i] times the scale, both from moe8_rope_freqs (arch.h, with
+ * moe8_rope_dim and moe8_attn_scale); computed in double. */
 void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c);
-/* Width R of that table. */
-int moe8_rope_dim(const moe8_config *c);
-/* Softmax scale of attention: 1/sqrt(head_dim), times mscale(factor,
- * mscale_all_dim)^2 with YaRN and a non-zero mscale_all_dim (DeepSeek). */
-float moe8_attn_scale(const moe8_config *c);
 /* Rotary embedding on pairs (deepseek): x[h*stride + 2i], x[h*stride + 2i+1]
  * of n_head heads rotated by the table row cs[R/2][2]. Equal to Hugging
  * Face's de-interleave + rotate_half up to the order of the outputs, which

@@ -3,23 +3,21 @@
  *
  * A context owns the paged KV cache (model/kv_pool.h: a pool of blocks of
  * MOE8_KV_BLOCK_TOKENS positions shared by its n_seq_max sequences, each with
- * a block table; elements of kv_type), the RoPE table [n_ctx][D/2][2], the
+ * a block table; elements of kv_type), the RoPE table [n_ctx][R/2][2], the
  * length of each sequence, and the forward scratch (forward.h) sized for n_batch tokens and
  * n_outputs logits rows — all allocated at create, so decode never
  * allocates. moe8_decode reserves the blocks a batch needs before the
  * forward (all or nothing) and registers the blocks it filled in the prefix
  * cache after it; the scheduler (sched/) decides who may use the pool.
  *
- * Prepared weights (forward.c) are shared by the contexts of one model with
- * the same float_experts setting through a small reference-counted table
- * guarded by a mutex: the first context prepares, the last one frees. (The
- * model struct has no slot for them; if it gets one, the table goes.)
+ * Prepared weights (load/weights.h) are the model's, one set per
+ * float_experts setting: a context takes a reference at create (the first
+ * builds them, under the model's lock) and drops it when freed.
  *
  * Does not: reorder or split a batch (the caller's order is the forward
  * order), keep logits of earlier calls, sample, or schedule (sched/).
  */
 #include <omp.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,87 +26,6 @@
 #include "model/context.h"
 #include "model/forward.h"
 #include "model/kv_pool.h"
-
-/* ---- shared prepared weights ---------------------------------------------- */
-
-typedef struct prep {
-    const moe8_model *model;
-    int float_experts;
-    moe8_weights *w;
-    int refs;
-    struct prep *next;
-} prep;
-
-static pthread_mutex_t g_prep_lock = PTHREAD_MUTEX_INITIALIZER;
-static prep *g_prep;
-
-static moe8_status weights_acquire(const moe8_model *m, int float_experts, int n_threads,
-                                   moe8_weights **out, moe8_error *err) {
-    moe8_status st = MOE8_OK;
-    prep *p;
-    pthread_mutex_lock(&g_prep_lock);
-    for (p = g_prep; p && !(p->model == m && p->float_experts == float_experts); p = p->next) {}
-    if (!p) {
-        if (!(p = calloc(1, sizeof *p))) {
-            st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
-        } else if ((st = moe8_weights_build(m, float_experts, n_threads, &p->w, err))) {
-            free(p);
-            p = NULL;
-        } else {
-            p->model = m;
-            p->float_experts = float_experts;
-            p->next = g_prep;
-            g_prep = p;
-        }
-    }
-    if (p) {
-        p->refs++;
-        *out = p->w;
-    }
-    pthread_mutex_unlock(&g_prep_lock);
-    return st;
-}
-
-static void weights_release(const moe8_weights *w) {
-    prep **pp;
-    pthread_mutex_lock(&g_prep_lock);
-    for (pp = &g_prep; *pp && (*pp)->w != w; pp = &(*pp)->next) {}
-    if (*pp && --(*pp)->refs == 0) {
-        prep *p = *pp;
-        *pp = p->next;
-        moe8_weights_free(p->w);
-        free(p);
-    }
-    pthread_mutex_unlock(&g_prep_lock);
-}
-
-moe8_status moe8_model_prepare(moe8_model *m, int float_experts, int n_threads,
-                               moe8_error *err) {
-    moe8_weights *w = NULL;
-    moe8_status st;
-    const int fe = float_experts != 0;
-    if (!m) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "prepare: no model");
-    st = weights_acquire(m, fe, n_threads, &w, err);
-    if (moe8_dist_size(m->params.dist) > 1) st = moe8_dist_agree(m->params.dist, st, err);
-    if (st) {
-        if (w) weights_release(w);
-        return st;
-    }
-    pthread_mutex_lock(&g_prep_lock);
-    const int first = !m->prepared[fe];
-    if (first) m->prepared[fe] = w;
-    pthread_mutex_unlock(&g_prep_lock);
-    if (!first) weights_release(w); /* prepared before: one reference is enough */
-    return MOE8_OK;
-}
-
-void moe8_model_release_prepared(moe8_model *m) {
-    for (int fe = 0; fe < 2; fe++)
-        if (m->prepared[fe]) {
-            weights_release(m->prepared[fe]);
-            m->prepared[fe] = NULL;
-        }
-}
 
 /* ---- context --------------------------------------------------------------- */
 
@@ -314,7 +231,7 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
 moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *params,
                                 moe8_context **out, moe8_error *err) {
     moe8_context *x;
-    moe8_weights *w = NULL;
+    const moe8_weights *w = NULL;
     moe8_status st;
     if (!out || !model) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "context: no model");
     *out = NULL;
@@ -323,7 +240,7 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     moe8_model_ref(model);
     x->p = params ? *params : moe8_context_params_default();
     st = resolve_params(model, &x->p, err);
-    if (!st) st = weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
+    if (!st) st = moe8_weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
     x->w = w;
     if (!st) st = alloc_kv(x, err);
     if (!st) st = alloc_scratch(x, err);
@@ -344,7 +261,7 @@ void moe8_context_free(moe8_context *x) {
     free(x->s.moe_ws);
     moe8_free_aligned(x->s.block);
     kv_pool_free(&x->kv);
-    if (x->w) weights_release(x->w);
+    moe8_weights_release(x->model, x->w);
     moe8_model_unref(x->model);
     free(x);
 }

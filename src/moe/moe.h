@@ -121,7 +121,7 @@ struct moe8_moe_layer {
     float *scales;                 /* gate, up, down scales of every local expert */
     int32_t *offsets;              /* same layout as scales, NULL when all 0 */
     size_t packed_bytes;           /* qdata + scales + offsets (+ owned_f32) */
-    float *owned_f32;              /* dequantized float experts (model/moe_build.c), or NULL */
+    float *owned_f32;              /* dequantized float experts (load/moe_build.c), or NULL */
 };
 
 /* moe8_moe_layer_forward with an explicit kernel table (tests, benchmarks). */

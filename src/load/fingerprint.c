@@ -17,7 +17,7 @@
 
 #include "core/core.h"
 #include "dist/dist.h"
-#include "model/model.h"
+#include "load/model.h"
 
 /* h extended by n bytes at p. */
 static uint64_t hash_more(uint64_t h, const void *p, size_t n) { return moe8_hash64(p, n, h); }

@@ -26,7 +26,7 @@
 #include "dist/dist.h"
 #include "io/json_util.h"
 #include "kernels/kernels.h"
-#include "model/model.h"
+#include "load/model.h"
 #include "moe/moe.h"
 
 /* ======================================================================== */
@@ -599,6 +599,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
         st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "model load: out of memory");
     } else {
         m->refs = 1;
+        pthread_mutex_init(&m->prep_lock, NULL);
         st = load_parts(m, dir, params, err);
         if (!st && !multi) st = moe8_dist_shard_of(&m->cfg, 0, 1, 0, &m->shard, err);
         /* Every rank reports here, failed or not, so none is left waiting. */
@@ -617,6 +618,7 @@ moe8_status moe8_model_load(const char *dir, const moe8_model_params *params, mo
  * moe8_model_free and the contexts' unrefs frees it. */
 static void model_destroy(moe8_model *m) {
     moe8_model_release_prepared(m); /* before the map its weights may point into */
+    pthread_mutex_destroy(&m->prep_lock);
     moe8_st_free(m->st);
     free(m->expert_store);
     free(m->layers);
@@ -697,7 +699,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     if ((uint64_t)(2 * c->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
         wide = (uint64_t)(2 * c->shared_expert_intermediate_size);
     if (c->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
-                                * v per head (forward.h) */
+                                * v per head (load/weights.h) */
         const uint64_t qc = (uint64_t)(c->num_attention_heads * (c->kv_lora_rank + c->qk_rope_head_dim));
         wide += (uint64_t)c->q_lora_rank + (uint64_t)(c->kv_lora_rank + c->qk_rope_head_dim) +
                 2 * qc + (uint64_t)(c->num_attention_heads * c->v_head_dim);
@@ -706,7 +708,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
               32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;
     scratch = per_tok * 4ull + (1ull << 20);
-    /* a W8A8 kv_b_proj is absorbed as fp32: 4 bytes per int8 one (forward.c) */
+    /* a W8A8 kv_b_proj is absorbed as fp32: 4 bytes per int8 one (load/weights.c) */
     uint64_t absorbed = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (m->layers[l].info.mla && m->layers[l].info.kv_b != MOE8_QUANT_FLOAT)

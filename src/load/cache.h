@@ -3,7 +3,7 @@
  * one model folder, one kernel table's layout and one rank's shard, in a file
  * that later loads map read-only instead of packing (SEMANTICS §6c).
  *
- * The weights build (forward.c) opens the cache, then for each section (one
+ * The weights build (weights.c) opens the cache, then for each section (one
  * per decoder layer, then lm_head) either takes its regions from the mapping
  * (reading) or packs as without a cache and hands each region over (writing):
  * moe8_pcache_section_done writes the section to a temporary file, after
@@ -21,16 +21,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "core/public.h"
 
 typedef struct moe8_pcache moe8_pcache;
 
-/* The cache of m for the kernel table in use: mapped (reading) when a valid
- * one exists, else locked for writing; *out NULL when disabled (no_cache,
- * float_experts) or when no location can be written (logged at WARN). Fails
- * only for an explicit cache_dir that cannot be used or a refused mlock. */
-moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache **out,
-                             moe8_error *err);
+/* The cache of m for kernel table kt (its name and layout are in the file's
+ * header): mapped (reading) when a valid one exists, else locked for
+ * writing; *out NULL when disabled (no_cache, float_experts) or when no
+ * location can be written (logged at WARN). Fails only for an explicit
+ * cache_dir that cannot be used or a refused mlock. */
+moe8_status moe8_pcache_open(const moe8_model *m, const moe8_kernels *kt, int float_experts,
+                             moe8_pcache **out, moe8_error *err);
 /* 1 when regions come from the file. */
 int moe8_pcache_reading(const moe8_pcache *pc);
 /* Regions that follow belong to section id (0 .. n_layer; n_layer = lm_head). */

@@ -46,8 +46,8 @@
 
 #include "core/core.h"
 #include "kernels/kernels.h"
-#include "model/cache.h"
-#include "model/model.h"
+#include "load/cache.h"
+#include "load/model.h"
 
 #define PC_MAGIC "MOE8PKC\n"
 #define PC_VERSION 2u
@@ -336,11 +336,11 @@ static int try_read(moe8_pcache *pc, const char *path, int full_hash, char *why,
 
 /* ---- opening ---------------------------------------------------------------- */
 
-/* The header a cache of m must have; fails where the folder's fingerprint
- * (moe8_model_fingerprint, with times) cannot be taken. */
-static moe8_status want_of(pc_head *h, const moe8_model *m, moe8_error *err) {
+/* The header a cache of m packed for table k must have; fails where the
+ * folder's fingerprint (moe8_model_fingerprint, with times) cannot be taken. */
+static moe8_status want_of(pc_head *h, const moe8_model *m, const moe8_kernels *k,
+                           moe8_error *err) {
     uint64_t fp[3];
-    const moe8_kernels *k = moe8_kernels_get();
     memset(h, 0, sizeof *h);
     memcpy(h->magic, PC_MAGIC, 8);
     h->version = PC_VERSION;
@@ -422,8 +422,8 @@ static int has_packed(const moe8_model *m) {
     return 0;
 }
 
-moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache **out,
-                             moe8_error *err) {
+moe8_status moe8_pcache_open(const moe8_model *m, const moe8_kernels *kt, int float_experts,
+                             moe8_pcache **out, moe8_error *err) {
     char dirs[2][PATH_MAX], path[PATH_MAX], why[PATH_MAX + 512] = "";
     *out = NULL;
     if (m->params.no_cache || float_experts || !has_packed(m)) return MOE8_OK;
@@ -434,7 +434,7 @@ moe8_status moe8_pcache_open(const moe8_model *m, int float_experts, moe8_pcache
     pc->no_mmap = m->params.no_mmap;
     pc->mlock = m->params.mlock;
     moe8_error fe = {0};
-    if (want_of(&pc->want, m, &fe)) { /* packed in memory instead */
+    if (want_of(&pc->want, m, kt, &fe)) { /* packed in memory instead */
         moe8_log(MOE8_LOG_WARN, "packed cache of '%s' not used: %s", m->dir, fe.message);
         free(pc);
         return MOE8_OK;
@@ -707,7 +707,7 @@ moe8_status moe8_model_cache_check(const moe8_model *m, int full, moe8_cache_inf
     if (!pc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     pc->lock_fd = -1;
     pc->fd = -1;
-    const moe8_status st = want_of(&pc->want, m, err);
+    const moe8_status st = want_of(&pc->want, m, moe8_kernels_get(), err);
     if (st) {
         free(pc);
         return st;

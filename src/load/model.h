@@ -1,6 +1,7 @@
 /*
  * model.h — internal view of a loaded model (moe8_model), for the code that
- * builds on it: the MoE layer, the forward pass, expert packing.
+ * builds on it: expert packing (moe_build.c), the prepared weights
+ * (weights.c) and, through them, the forward pass (model/).
  *
  * Every tensor pointer points into the safetensors handle `st` (memory-mapped,
  * read-only) and has been checked by moe8_model_load against the config and
@@ -19,6 +20,7 @@
 #ifndef MOE8_MODEL_H
 #define MOE8_MODEL_H
 
+#include <pthread.h>
 #include <string.h>
 
 #include "arch/arch.h"
@@ -116,15 +118,24 @@ struct moe8_model {
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
     moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */
     int refs;                         /* 1 for the caller + 1 per context (atomic) */
-    struct moe8_weights *prepared[2]; /* moe8_model_prepare's reference per float_experts
-                                       * setting (context.c), released when destroyed */
+    /* The prepared weights (load/weights.h), one set per float_experts
+     * setting: built by the first moe8_weights_acquire, shared by the
+     * model's contexts, freed by the last moe8_weights_release. */
+    struct {
+        struct moe8_weights *w;       /* NULL until built, and after the last release */
+        int refs;                     /* contexts using w, + 1 while pinned */
+        int pinned;                   /* moe8_model_prepare holds a reference (dropped
+                                       * when the model is destroyed) */
+    } prepared[2];
+    pthread_mutex_t prep_lock;        /* guards prepared[]; held during a build, so one
+                                       * set is built once however many ask at once */
 };
 
 /* Contexts hold a reference so the model outlives them whatever the order of
  * the frees; the last unref frees it. */
 void moe8_model_ref(moe8_model *m);
 void moe8_model_unref(moe8_model *m);
-/* Drop the references moe8_model_prepare took (context.c); at destruction. */
+/* Drop the references moe8_model_prepare took (load/weights.c); at destruction. */
 void moe8_model_release_prepared(moe8_model *m);
 
 /* Element i of a numeric tensor as fp32 (no range check on i: callers index

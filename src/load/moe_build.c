@@ -1,5 +1,5 @@
 /*
- * moe_build.c — builds the MoE layer of a loaded model (src/model):
+ * moe_build.c — builds the MoE layer of a loaded model (src/load):
  * router weight mlp.gate [E][H] in place, routing from config.json
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax; for
  * deepseek sigmoid scores, groups, e_score_correction_bias and
@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/cache.h"
-#include "model/model.h"
+#include "load/cache.h"
+#include "load/model.h"
 #include "moe/moe.h"
 
 static const void *cache_take(void *pc, size_t bytes) { return moe8_pcache_take(pc, bytes); }
