@@ -143,7 +143,8 @@ typedef struct cli_session {
 typedef struct {
     const char *dir;          /* -m DIR */
     int tp, expert_parallel;  /* --tp N (1: no MPI), --expert-parallel */
-    int offline_rank;         /* >= 0: rank R of the N, made here without MPI (pack); -1 */
+    int offline_rank;         /* >= 0: offline, no MPI (pack): rank R of the N, or no
+                               * group at all (dist NULL) when N is 1; -1: online */
     int n_threads;            /* 0: OpenMP's */
     int prepare;              /* moe8_model_prepare after the load ... */
     int float_experts;        /* ... with this */

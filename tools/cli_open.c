@@ -4,8 +4,8 @@
  * model loaded (with the packed-cache options), and the one failure policy
  * that goes with them; cli_close ends it.
  *
- * Order: the group (MPI starts only with N > 1; pack's --rank R makes rank R
- * here without MPI) -> this rank's checks (the folder, then the command's
+ * Order: the group (MPI starts only with N > 1; pack, offline, makes rank R
+ * of N here without MPI, or no group at all with N = 1) -> this rank's checks (the folder, then the command's
  * own) -> every rank agrees to go on -> the tokenizer loads (and the command's
  * tokenizer step runs) on a second thread while the model loads and, for
  * generate, prepares on this one (the model load's collectives stay on the
@@ -113,7 +113,9 @@ int cli_open(const char *cmd, const cli_open_params *p, cli_session *s) {
     moe8_error err;
     moe8_status st;
     memset(s, 0, sizeof *s);
-    if (p->offline_rank >= 0)
+    if (p->offline_rank >= 0 && p->tp == 1)
+        st = MOE8_OK; /* no group at all: any launcher around this process is ignored */
+    else if (p->offline_rank >= 0)
         st = moe8_dist_create_offline(p->tp, p->offline_rank, p->expert_parallel, &s->dist, &err);
     else
         st = moe8_dist_create(p->tp, p->expert_parallel, &s->dist, &err);

@@ -50,7 +50,6 @@ static int run_pack(moe8_model *m, int no_cache, int verify, int threads) {
 int cmd_pack(int argc, char **argv) {
     const char *dir = NULL;
     int verify = 0, threads = 0, tp = 1, rank = -1, ep = 0;
-    moe8_error err;
     const char *isa = NULL;
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "the model folder"},
@@ -80,19 +79,19 @@ int cmd_pack(int argc, char **argv) {
         return 2;
     }
     cli_log_warnings(CMD);
-    moe8_model_params mp = moe8_model_params_default();
-    cli_model_opts(&mp);
-    mp.n_threads = threads;
-    moe8_model *m;
-    moe8_dist *d = NULL;
-    if (tp > 1 && moe8_dist_create_offline(tp, rank, ep, &d, &err)) return cli_fail(CMD, &err);
-    mp.dist = d;
-    if (moe8_model_load(dir, &mp, &m, &err)) {
-        moe8_dist_free(d);
-        return cli_fail(CMD, &err);
+    cli_open_params op = cli_open_params_default();
+    cli_session s;
+    op.dir = dir;
+    op.tp = tp;
+    op.offline_rank = tp > 1 ? rank : 0;
+    op.expert_parallel = ep;
+    op.n_threads = threads;
+    int rc = cli_open(CMD, &op, &s);
+    if (!rc) {
+        moe8_model_params mp = moe8_model_params_default();
+        cli_model_opts(&mp);
+        rc = run_pack(s.model, mp.no_cache, verify, threads);
     }
-    int rc = run_pack(m, mp.no_cache, verify, threads);
-    moe8_model_free(m);
-    moe8_dist_free(d);
+    cli_close(CMD, &s);
     return rc;
 }

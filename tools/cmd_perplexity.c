@@ -574,31 +574,27 @@ done:
 int cmd_perplexity(int argc, char **argv) {
     opts o;
     run r;
-    moe8_dist *d = NULL;
-    moe8_model *m = NULL;
-    moe8_tokenizer *tok = NULL;
-    moe8_model_params mp = moe8_model_params_default();
-    cli_model_opts(&mp);
-    moe8_error err;
+    cli_session s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.fd_out = r.fd_base = -1;
-    if (moe8_dist_create(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    r.rank0 = moe8_dist_rank(d) == 0;
+    cli_open_params op = cli_open_params_default();
+    op.dir = o.dir;
+    op.tp = o.tp;
+    op.expert_parallel = o.expert_parallel;
+    op.n_threads = o.threads;
+    op.tokenizer = CLI_TOK_REQUIRED;
+    if (cli_open(CMD, &op, &s)) {
+        cli_close(CMD, &s);
+        return 1;
+    }
+    moe8_dist *d = s.dist;
+    moe8_model *m = s.model;
+    moe8_tokenizer *tok = s.tok;
+    r.rank0 = s.rank0;
     rc = 1;
-    mp.n_threads = o.threads;
-    mp.dist = d;
-    if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) {
-        cli_fail(CMD, &err);
-        moe8_dist_abort(d, 1);
-        goto done;
-    }
-    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
-        if (r.rank0) cli_fail(CMD, &err);
-        goto done;
-    }
     r.n_vocab = (int32_t)moe8_model_config(m)->vocab_size;
     r.add_bos = moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
     r.bos = moe8_tokenizer_bos_id(tok);
@@ -657,8 +653,6 @@ done:
     free(r.acc);
     free(r.kld_values);
     free(r.p_diff_values);
-    moe8_model_free(m);
-    moe8_tokenizer_free(tok);
-    moe8_dist_free(d);
+    cli_close(CMD, &s);
     return rc;
 }
