@@ -78,8 +78,7 @@ int bserve_read_prompts(const serve_opts *o, prompt_set *ps) {
     if (moe8_read_file(o->prompt_file, MAX_PROMPT_FILE, &ps->data, &len, &err))
         return cli_fail(CMD, &err);
     if (memchr(ps->data, '\0', len)) {
-        fprintf(stderr, "moe8 " CMD ": --prompt-file '%s' contains a NUL byte\n", o->prompt_file);
-        return 2;
+        return cli_usage_err(CMD, "--prompt-file '%s' contains a NUL byte", o->prompt_file);
     }
     for (p = ps->data, end = ps->data + len; p < end;) {
         char *nl = memchr(p, '\n', (size_t)(end - p)), *e = nl ? nl : end;
@@ -94,10 +93,7 @@ int bserve_read_prompts(const serve_opts *o, prompt_set *ps) {
             int64_t *nw = realloc(ps->n_words, (size_t)nc * sizeof *nw);
             if (nl2) ps->lines = nl2;
             if (nw) ps->n_words = nw;
-            if (!nl2 || !nw) {
-                fprintf(stderr, "moe8 " CMD ": out of memory reading '%s'\n", o->prompt_file);
-                return 1;
-            }
+            if (!nl2 || !nw) return cli_err(CMD, "out of memory reading '%s'", o->prompt_file);
             cap = nc;
         }
         int64_t nw = 0;
@@ -107,8 +103,7 @@ int bserve_read_prompts(const serve_opts *o, prompt_set *ps) {
         ps->n_words[ps->n_lines++] = nw;
     }
     if (!ps->n_lines) {
-        fprintf(stderr, "moe8 " CMD ": --prompt-file '%s' has no non-empty line\n", o->prompt_file);
-        return 2;
+        return cli_usage_err(CMD, "--prompt-file '%s' has no non-empty line", o->prompt_file);
     }
     return 0;
 }
@@ -131,11 +126,10 @@ int bserve_read_schema(serve_opts *o) {
     }
     o->schema = cJSON_ParseWithLengthOpts(data, len + 1, &at, 1); /* + its NUL: nothing after the value */
     if (!o->schema)
-        fprintf(stderr, "moe8 " CMD ": --json-schema '%s': not one JSON value (at byte %td: '%.20s')\n",
-                o->json_schema, at ? at - data : (ptrdiff_t)0, at ? at : "");
+        cli_err(CMD, "--json-schema '%s': not one JSON value (at byte %td: '%.20s')", o->json_schema,
+                at ? at - data : (ptrdiff_t)0, at ? at : "");
     else if (!cJSON_IsObject(o->schema) && !cJSON_IsBool(o->schema))
-        fprintf(stderr, "moe8 " CMD ": --json-schema '%s': expected a JSON Schema (an object)\n",
-                o->json_schema);
+        cli_err(CMD, "--json-schema '%s': expected a JSON Schema (an object)", o->json_schema);
     free(data);
     if (o->schema && (cJSON_IsObject(o->schema) || cJSON_IsBool(o->schema))) return 0;
     cJSON_Delete(o->schema);

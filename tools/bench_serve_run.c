@@ -27,8 +27,7 @@ static int start_request(bench *b, int i, double t) {
         !(r->h = curl_easy_init())) {
         if (r) free(r->body);
         free(r);
-        fprintf(stderr, "moe8 " CMD ": out of memory starting request %d\n", i);
-        return 1;
+        return cli_err(CMD, "out of memory starting request %d", i);
     }
     r->index = i, r->t_send = t, r->chat = b->o->chat;
     r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
@@ -50,7 +49,7 @@ static int start_request(bench *b, int i, double t) {
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_PROXY, ""); /* only ever the URL given, never $http_proxy */
     if (curl_multi_add_handle(b->multi, h) != CURLM_OK) {
-        fprintf(stderr, "moe8 " CMD ": cannot start request %d\n", i);
+        cli_err(CMD, "cannot start request %d", i);
         curl_easy_cleanup(h);
         free(r->body);
         free(r);
@@ -117,8 +116,7 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
     if (r->fail) {
         s->n_failed++, s->n_by[r->fail]++;
         if (!s->printed_error++)
-            fprintf(stderr, "moe8 " CMD ": request %d failed (%s): %s\n", r->index,
-                    fail_name[r->fail], r->msg);
+            cli_err(CMD, "request %d failed (%s): %s", r->index, fail_name[r->fail], r->msg);
     } else {
         const int64_t out = r->completion_tokens >= 0 ? r->completion_tokens : r->n_text;
         int64_t in = r->prompt_tokens;
@@ -158,8 +156,7 @@ int bserve_run(bench *b, double *duration) {
             }
         }
         if (curl_multi_perform(b->multi, &still) != CURLM_OK) {
-            fprintf(stderr, "moe8 " CMD ": curl_multi_perform failed\n");
-            return 1;
+            return cli_err(CMD, "curl_multi_perform failed");
         }
         t = moe8_time_s();
         while ((m = curl_multi_info_read(b->multi, &still)))
@@ -183,8 +180,7 @@ int bserve_run(bench *b, double *duration) {
             wait_ms = dt <= 0 ? 0 : dt < 1.0 ? (int)ceil(dt * 1000.0) : 1000;
         }
         if (curl_multi_poll(b->multi, NULL, 0, wait_ms, NULL) != CURLM_OK) {
-            fprintf(stderr, "moe8 " CMD ": curl_multi_poll failed\n");
-            return 1;
+            return cli_err(CMD, "curl_multi_poll failed");
         }
     }
     return 0;

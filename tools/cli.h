@@ -7,6 +7,7 @@
 #ifndef MOE8_CLI_H
 #define MOE8_CLI_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -40,6 +41,7 @@ int cmd_export_gguf(int argc, char **argv); /* moe8 export-gguf */
  * status of a failed command), cli_usage_err 2 (bad usage). */
 int cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_usage_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_verr(const char *cmd, const char *fmt, va_list ap); /* cli_err's va_list twin */
 /* cli_err for a failed library call: err's message (or its status's name); 1. */
 int cli_fail(const char *cmd, const moe8_error *err);
 

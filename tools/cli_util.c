@@ -38,6 +38,8 @@ int cli_err(const char *cmd, const char *fmt, ...) {
     return rc;
 }
 
+int cli_verr(const char *cmd, const char *fmt, va_list ap) { return vprint(1, cmd, fmt, ap); }
+
 int cli_usage_err(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -106,27 +106,22 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     if (rc) return rc;
     o->len_set = input_set || shared_set;
     if (!o->url) {
-        fprintf(stderr, "moe8 " CMD ": --url is required (moe8 bench serve -h lists the flags)\n");
-        return 2;
+        return cli_usage_err(CMD, "--url is required (moe8 bench serve -h lists the flags)");
     }
     if (o->prompt_file && o->len_set) {
-        fprintf(stderr, "moe8 " CMD ": --input-len and --shared-prefix are for synthetic prompts, "
-                        "not --prompt-file\n");
-        return 2;
+        return cli_usage_err(CMD, "--input-len and --shared-prefix are for synthetic prompts, not "
+                             "--prompt-file");
     }
     if (o->json_schema && o->json_object) {
-        fprintf(stderr, "moe8 " CMD ": --json-schema and --json-object both set response_format: "
-                        "give one\n");
-        return 2;
+        return cli_usage_err(CMD, "--json-schema and --json-object both set response_format: "
+                             "give one");
     }
     if (o->shared_prefix > o->input_len) {
-        fprintf(stderr, "moe8 " CMD ": --shared-prefix %d is longer than --input-len %d\n",
-                o->shared_prefix, o->input_len);
-        return 2;
+        return cli_usage_err(CMD, "--shared-prefix %d is longer than --input-len %d",
+                             o->shared_prefix, o->input_len);
     }
     if (o->api_key && (strpbrk(o->api_key, "\r\n") || strlen(o->api_key) > 4096)) {
-        fprintf(stderr, "moe8 " CMD ": --api-key: expected at most 4096 bytes on one line\n");
-        return 2;
+        return cli_usage_err(CMD, "--api-key: expected at most 4096 bytes on one line");
     }
     return 0;
 }
@@ -173,12 +168,12 @@ static int first_model(const serve_opts *o, const char *base, struct curl_slist 
     CURLcode code = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (code != CURLE_OK) {
-        fprintf(stderr, "moe8 " CMD ": GET %s: %s (or pass --model)\n", url,
+        cli_err(CMD, "GET %s: %s (or pass --model)", url,
                 errbuf[0] ? errbuf : curl_easy_strerror(code));
         goto done;
     }
     if (status != 200) {
-        fprintf(stderr, "moe8 " CMD ": GET %s: HTTP %ld: %.300s (or pass --model)\n", url, status,
+        cli_err(CMD, "GET %s: HTTP %ld: %.300s (or pass --model)", url, status,
                 mb.data ? mb.data : "");
         goto done;
     }
@@ -186,8 +181,7 @@ static int first_model(const serve_opts *o, const char *base, struct curl_slist 
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "data");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(d, 0), "id");
     if (!cJSON_IsArray(d) || !cJSON_IsString(id)) {
-        fprintf(stderr, "moe8 " CMD ": GET %s: no data[0].id in the answer (or pass --model)\n",
-                url);
+        cli_err(CMD, "GET %s: no data[0].id in the answer (or pass --model)", url);
         goto done;
     }
     if (!(*model = strdup(id->valuestring))) goto done;
@@ -241,11 +235,10 @@ static int check_fd_limit(int in_flight) {
         rl.rlim_cur = need;
         if (!setrlimit(RLIMIT_NOFILE, &rl)) return 0;
     }
-    fprintf(stderr, "moe8 " CMD ": %d requests in flight need %llu open files, the limit is %llu "
-                    "(ulimit -n): pass --max-concurrency %llu or less\n", in_flight,
-            (unsigned long long)need, (unsigned long long)rl.rlim_max,
-            (unsigned long long)(rl.rlim_max > 64 ? rl.rlim_max - 64 : 1));
-    return 2;
+    return cli_usage_err(CMD, "%d requests in flight need %llu open files, the limit is %llu "
+                         "(ulimit -n): pass --max-concurrency %llu or less", in_flight,
+                         (unsigned long long)need, (unsigned long long)rl.rlim_max,
+                         (unsigned long long)(rl.rlim_max > 64 ? rl.rlim_max - 64 : 1));
 }
 
 /* ---- the command ------------------------------------------------------------------ */
@@ -268,15 +261,15 @@ int cmd_bench_serve(int argc, char **argv) {
     if (o.json_schema && (rc = bserve_read_schema(&o))) goto done;
     if (o.prompt_file && !o.n_set) o.n_prompts = ps.n_lines;
     if (!o.prompt_file && o.input_len - o.shared_prefix < bserve_index_words(o.n_prompts)) {
-        fprintf(stderr, "moe8 " CMD ": %d distinct prompts need %d words after --shared-prefix; "
-                "--input-len %d leaves %d\n", o.n_prompts, bserve_index_words(o.n_prompts), o.input_len,
+        cli_err(CMD, "%d distinct prompts need %d words after --shared-prefix; --input-len %d "
+                "leaves %d", o.n_prompts, bserve_index_words(o.n_prompts), o.input_len,
                 o.input_len - o.shared_prefix);
         rc = 2;
         goto done;
     }
     if ((int64_t)o.n_prompts * o.output_len > MAX_TOKENS_TOTAL) {
-        fprintf(stderr, "moe8 " CMD ": -n %d x --output-len %d is over %lld tokens\n",
-                o.n_prompts, o.output_len, (long long)MAX_TOKENS_TOTAL);
+        cli_err(CMD, "-n %d x --output-len %d is over %lld tokens", o.n_prompts, o.output_len,
+                (long long)MAX_TOKENS_TOTAL);
         rc = 2;
         goto done;
     }
@@ -285,7 +278,7 @@ int cmd_bench_serve(int argc, char **argv) {
         goto done;
     rc = 1;
     if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-        fprintf(stderr, "moe8 " CMD ": cannot initialise libcurl\n");
+        cli_err(CMD, "cannot initialise libcurl");
         goto done;
     }
     b.o = &o, b.ps = &ps;
@@ -306,7 +299,7 @@ int cmd_bench_serve(int argc, char **argv) {
     b.res.tpot = malloc((size_t)o.n_prompts * sizeof(double));
     b.res.e2el = malloc((size_t)o.n_prompts * sizeof(double));
     if (!b.res.ttft || !b.res.tpot || !b.res.e2el || !(b.multi = curl_multi_init())) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        cli_err(CMD, "out of memory");
         goto cleanup;
     }
     fprintf(stderr, "moe8 " CMD ": %d requests to %s (model %s), %g requests/s, at most %d in "

@@ -139,27 +139,20 @@ static int parse_args(int argc, char **argv, opts *o) {
         cJSON_Delete(kw);
         if (!ok) return cli_bad_value(CMD, "--chat-template-kwargs", "a JSON object", o->chat_kwargs);
     }
-    if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": no model folder (-m DIR)\n");
-        return 2;
-    }
+    if (!o->dir) return cli_usage_err(CMD, "no model folder (-m DIR)");
     if (!!o->text + !!o->file + !!o->prompt_ids + !!o->ids_file != 1) {
-        fprintf(stderr, "moe8 " CMD ": give exactly one of -p TEXT, -f FILE, --prompt-ids IDS, "
-                "--prompt-ids-file FILE\n");
-        return 2;
+        return cli_usage_err(CMD, "give exactly one of -p TEXT, -f FILE, --prompt-ids IDS, "
+                             "--prompt-ids-file FILE");
     }
     if (o->expert_parallel && o->tp < 2) {
-        fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N >= 2\n");
-        return 2;
+        return cli_usage_err(CMD, "--expert-parallel needs --tp N with N >= 2");
     }
     if (o->chat_kwargs && !o->chat) {
-        fprintf(stderr, "moe8 " CMD ": --chat-template-kwargs goes with --chat\n");
-        return 2;
+        return cli_usage_err(CMD, "--chat-template-kwargs goes with --chat");
     }
     if (o->chat && (o->prompt_ids || o->ids_file)) {
-        fprintf(stderr, "moe8 " CMD ": --chat formats text prompts; it cannot wrap %s\n",
-                o->prompt_ids ? "--prompt-ids" : "--prompt-ids-file");
-        return 2;
+        return cli_usage_err(CMD, "--chat formats text prompts; it cannot wrap %s",
+                             o->prompt_ids ? "--prompt-ids" : "--prompt-ids-file");
     }
     return 0;
 }

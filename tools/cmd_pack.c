@@ -29,10 +29,7 @@ static void print_info(const moe8_cache_info *ci) {
 static int run_pack(moe8_model *m, int no_cache, int verify, int threads) {
     moe8_cache_info ci;
     moe8_error err;
-    if (no_cache) {
-        fprintf(stderr, "moe8 %s: --no-cache leaves nothing to do\n", CMD);
-        return 2;
-    }
+    if (no_cache) return cli_usage_err(CMD, "--no-cache leaves nothing to do");
     if (!verify) {
         moe8_context_params cp = moe8_context_params_default();
         moe8_context *ctx;
@@ -70,14 +67,10 @@ int cmd_pack(int argc, char **argv) {
         return 2;
     }
     if ((tp > 1) != (rank >= 0) || rank >= tp) {
-        fprintf(stderr, "moe8 %s: %s\n", CMD, rank >= tp && tp > 1
-                ? "--rank must be below --tp" : "--tp N (N >= 2) and --rank R go together");
-        return 2;
+        return cli_usage_err(CMD, "%s", rank >= tp && tp > 1 ? "--rank must be below --tp"
+                                                           : "--tp N (N >= 2) and --rank R go together");
     }
-    if (ep && tp < 2) {
-        fprintf(stderr, "moe8 %s: --expert-parallel needs --tp N with N >= 2\n", CMD);
-        return 2;
-    }
+    if (ep && tp < 2) return cli_usage_err(CMD, "--expert-parallel needs --tp N with N >= 2");
     cli_log_warnings(CMD);
     cli_open_params op = cli_open_params_default();
     cli_session s;

@@ -119,23 +119,18 @@ static int parse(int argc, char **argv, opts *o) {
     if (no_prefix) o->sp.prefix_cache = 0;
     if (parser >= 0) o->sp.tool_call_parser = parsers[parser];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
-    if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
-        return 2;
-    }
+    if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
     if (o->sp.api_key && !o->sp.api_key[0]) {
-        fprintf(stderr, "moe8 " CMD ": %s is empty: give a key, or leave it out to serve without "
-                "authentication\n", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
-        return 2;
+        return cli_usage_err(CMD, "%s is empty: give a key, or leave it out to serve without "
+                             "authentication", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
     }
     if (o->sp.max_buffered < o->sp.max_body) {
-        fprintf(stderr, "moe8 " CMD ": --max-buffered (%llu) must be at least --max-body (%llu)\n",
-                (unsigned long long)o->sp.max_buffered, (unsigned long long)o->sp.max_body);
-        return 2;
+        return cli_usage_err(CMD, "--max-buffered (%llu) must be at least --max-body (%llu)",
+                             (unsigned long long)o->sp.max_buffered,
+                             (unsigned long long)o->sp.max_body);
     }
     if (o->expert_parallel && o->tp < 2) {
-        fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N > 1\n");
-        return 2;
+        return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
     }
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
     o->sp.model_dir = o->dir;

@@ -30,7 +30,7 @@ int gen_runner_alloc(runner *r) {
     r->text_len = calloc((size_t)n_seq, sizeof *r->text_len);
     r->text_cap = calloc((size_t)n_seq, sizeof *r->text_cap);
     if (r->count && r->fin && r->out && r->text && r->text_len && r->text_cap) return 0;
-    fprintf(stderr, "moe8 " CMD ": out of memory for %d prompts\n", n_seq);
+    cli_err(CMD, "out of memory for %d prompts", n_seq);
     return -1;
 }
 
@@ -137,8 +137,8 @@ int gen_dump_logits(const char *shown, const char *path, const float *logits, in
     int fd, ok;
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666)) < 0 || !(f = fdopen(fd, "w"))) {
-        fprintf(stderr, "moe8 " CMD ": cannot write --dump-logits file '%s' (via '%s'): %s\n",
-                shown, tmp, strerror(errno));
+        cli_err(CMD, "cannot write --dump-logits file '%s' (via '%s'): %s", shown, tmp,
+                strerror(errno));
         if (fd >= 0) {
             close(fd);
             unlink(tmp);
@@ -149,13 +149,12 @@ int gen_dump_logits(const char *shown, const char *path, const float *logits, in
     ok = !ferror(f);
     ok = fclose(f) == 0 && ok;
     if (ok && (kind = dump_target_kind(path))) { /* appeared since check_dump_path */
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is now %s; not replaced\n", shown, kind);
+        cli_err(CMD, "--dump-logits '%s' is now %s; not replaced", shown, kind);
         unlink(tmp);
         return -1;
     }
     if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "moe8 " CMD ": error writing --dump-logits file '%s': %s\n", shown,
-                strerror(errno));
+        cli_err(CMD, "error writing --dump-logits file '%s': %s", shown, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -206,28 +205,26 @@ int gen_check_dump_path(opts *o) {
     const char *kind;
     if (!o->dump) return 0;
     if (canonical_path(o->dump, o->dump_real, sizeof o->dump_real) != 0) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s': cannot resolve the path: %s\n", o->dump,
-                strerror(errno));
+        cli_err(CMD, "--dump-logits '%s': cannot resolve the path: %s", o->dump, strerror(errno));
         return -1;
     }
     if ((kind = dump_target_kind(o->dump_real))) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is %s, expected a regular file (or a "
-                "new name): it would be replaced\n", o->dump, kind);
+        cli_err(CMD, "--dump-logits '%s' is %s, expected a regular file (or a new name): it would "
+                "be replaced", o->dump, kind);
         return -1;
     }
     if (realpath(o->dir, model) && path_inside(o->dump_real, model)) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' lies inside the model folder '%s' (-m); "
-                "write it elsewhere\n", o->dump, o->dir);
+        cli_err(CMD, "--dump-logits '%s' lies inside the model folder '%s' (-m); write it elsewhere",
+                o->dump, o->dir);
         return -1;
     }
     if (o->file && realpath(o->file, prompt) && !strcmp(prompt, o->dump_real)) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is the prompt file (-f '%s')\n", o->dump,
-                o->file);
+        cli_err(CMD, "--dump-logits '%s' is the prompt file (-f '%s')", o->dump, o->file);
         return -1;
     }
     if (o->ids_file && realpath(o->ids_file, prompt) && !strcmp(prompt, o->dump_real)) {
-        fprintf(stderr, "moe8 " CMD ": --dump-logits '%s' is the prompt file "
-                "(--prompt-ids-file '%s')\n", o->dump, o->ids_file);
+        cli_err(CMD, "--dump-logits '%s' is the prompt file (--prompt-ids-file '%s')", o->dump,
+                o->ids_file);
         return -1;
     }
     return 0;
@@ -256,7 +253,7 @@ int gen_print_rank_memory(moe8_dist *d) {
     moe8_error err;
     if (n == 1) return 0;
     if (!(all = malloc((size_t)n * sizeof mine))) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        cli_err(CMD, "out of memory");
         moe8_dist_abort(d, 1); /* returns only with one rank */
         return 1;
     }

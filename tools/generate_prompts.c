@@ -34,7 +34,7 @@ static int prompts_alloc(prompts *p, int n, int with_text) {
     p->len = calloc((size_t)n, sizeof *p->len);
     p->text = with_text ? calloc((size_t)n, sizeof *p->text) : NULL;
     if (p->ids && p->len && (p->text || !with_text)) return 0;
-    fprintf(stderr, "moe8 " CMD ": out of memory\n");
+    cli_err(CMD, "out of memory");
     return -1;
 }
 
@@ -48,7 +48,7 @@ static int scan_ids(const char *what, const char *s, size_t len, int32_t *ids, s
     *n = 0;
     while (i < len && isspace((unsigned char)s[i])) i++;
     if (i == len) {
-        fprintf(stderr, "moe8 " CMD ": %s: no token ids\n", what);
+        cli_err(CMD, "%s: no token ids", what);
         return -1;
     }
     while (i < len) {
@@ -69,9 +69,9 @@ static int scan_ids(const char *what, const char *s, size_t len, int32_t *ids, s
             for (size_t j = 0; j < m; j++)
                 shown[j] = isprint((unsigned char)s[start + j]) ? s[start + j] : '?';
             shown[m] = '\0';
-            fprintf(stderr, "moe8 " CMD ": %s: token %zu (byte offset %zu): expected a token id "
-                    "in [0, %d] (ids separated by commas or whitespace), got '%s%s'\n", what,
-                    k + 1, start, INT32_MAX, shown, d > m ? "..." : "");
+            cli_err(CMD, "%s: token %zu (byte offset %zu): expected a token id in [0, %d] (ids "
+                    "separated by commas or whitespace), got '%s%s'", what, k + 1, start, INT32_MAX,
+                    shown, d > m ? "..." : "");
             return -1;
         }
         if (ids) ids[k] = (int32_t)v;
@@ -81,8 +81,8 @@ static int scan_ids(const char *what, const char *s, size_t len, int32_t *ids, s
             i++;
             while (i < len && isspace((unsigned char)s[i])) i++;
             if (i == len) {
-                fprintf(stderr, "moe8 " CMD ": %s: token %zu (byte offset %zu): expected a token "
-                        "id after the last comma, got the end\n", what, k + 1, i);
+                cli_err(CMD, "%s: token %zu (byte offset %zu): expected a token id after the last "
+                        "comma, got the end", what, k + 1, i);
                 return -1;
             }
         }
@@ -96,12 +96,12 @@ static int parse_prompt_ids(const char *what, const char *s, size_t len, prompts
     size_t n = 0;
     if (scan_ids(what, s, len, NULL, &n)) return -1;
     if (n > INT32_MAX) {
-        fprintf(stderr, "moe8 " CMD ": %s: %zu token ids, more than a prompt holds\n", what, n);
+        cli_err(CMD, "%s: %zu token ids, more than a prompt holds", what, n);
         return -1;
     }
     if (prompts_alloc(p, 1, 0)) return -1;
     if (!(p->ids[0] = malloc(n * sizeof(int32_t)))) {
-        fprintf(stderr, "moe8 " CMD ": out of memory for %zu token ids\n", n);
+        cli_err(CMD, "out of memory for %zu token ids", n);
         return -1;
     }
     scan_ids(what, s, len, p->ids[0], &n);
@@ -119,7 +119,7 @@ static char *read_input(const char *flag, const char *path, size_t max, size_t *
     moe8_error err;
     char *buf = NULL;
     if (moe8_read_file(path, max, &buf, n_out, &err) != MOE8_OK) {
-        fprintf(stderr, "moe8 " CMD ": %s: %s\n", flag, err.message);
+        cli_err(CMD, "%s: %s", flag, err.message);
         return NULL;
     }
     return buf;
@@ -147,8 +147,8 @@ static int read_prompt_file(const char *path, prompts *p) {
     if (!buf) return -1;
     for (size_t i = 0; i < n_bytes; i++) {
         if (buf[i] == '\0') {
-            fprintf(stderr, "moe8 " CMD ": -f: '%s' line %zu holds a NUL byte (byte offset %zu); "
-                    "a prompt is text\n", path, line_no, i);
+            cli_err(CMD, "-f: '%s' line %zu holds a NUL byte (byte offset %zu); a prompt is text",
+                    path, line_no, i);
             goto done;
         }
         if (buf[i] != '\n' && buf[i] != '\r') continue;
@@ -158,8 +158,7 @@ static int read_prompt_file(const char *path, prompts *p) {
     }
     for (size_t i = 0; i < n_bytes; i += strlen(buf + i) + 1) n += buf[i] != '\0';
     if (n == 0) {
-        fprintf(stderr, "moe8 " CMD ": prompt file '%s' holds no prompt (empty or blank lines)\n",
-                path);
+        cli_err(CMD, "prompt file '%s' holds no prompt (empty or blank lines)", path);
         goto done;
     }
     if (prompts_alloc(p, n, 1)) goto done;
@@ -202,7 +201,7 @@ static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, 
     int rc = -1;
     if (kwargs) {
         if (!(chat_buf = render_chat(tok, text, kwargs, &err))) {
-            fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", index, err.message);
+            cli_err(CMD, "prompt %d: %s", index, err.message);
             return -1;
         }
         text = chat_buf;
@@ -210,7 +209,7 @@ static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, 
     moe8_tokenize(tok, text, strlen(text), NULL, 0, &n, NULL); /* count */
     if (n > INT32_MAX - 1 || !(*ids = malloc((n + bos + 1) * sizeof(int32_t)))) goto fail;
     if (moe8_tokenize(tok, text, strlen(text), *ids + bos, n, &n, &err) != MOE8_OK) {
-        fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", index, err.message);
+        cli_err(CMD, "prompt %d: %s", index, err.message);
         goto done;
     }
     if (bos) (*ids)[0] = moe8_tokenizer_bos_id(tok);
@@ -218,7 +217,7 @@ static int tokenize_one(const moe8_tokenizer *tok, int index, const char *text, 
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "moe8 " CMD ": cannot tokenize the prompt (out of memory)\n");
+    cli_err(CMD, "cannot tokenize the prompt (out of memory)");
 done:
     free(chat_buf);
     return rc;
@@ -227,18 +226,18 @@ done:
 int gen_check_prompts(const prompts *p, int64_t n_ctx, int64_t n_vocab) {
     for (int i = 0; i < p->n; i++) {
         if (p->len[i] == 0) {
-            fprintf(stderr, "moe8 " CMD ": prompt %d is empty (no tokens)\n", i);
+            cli_err(CMD, "prompt %d is empty (no tokens)", i);
             return -1;
         }
         if (p->len[i] > n_ctx) {
-            fprintf(stderr, "moe8 " CMD ": prompt %d has %d tokens, more than the context "
-                    "length %lld (-c)\n", i, p->len[i], (long long)n_ctx);
+            cli_err(CMD, "prompt %d has %d tokens, more than the context length %lld (-c)", i,
+                    p->len[i], (long long)n_ctx);
             return -1;
         }
         for (int32_t j = 0; j < p->len[i]; j++)
             if (p->ids[i][j] >= n_vocab) {
-                fprintf(stderr, "moe8 " CMD ": prompt %d: token id %d is not in the model's "
-                        "vocabulary [0, %lld)\n", i, p->ids[i][j], (long long)n_vocab);
+                cli_err(CMD, "prompt %d: token id %d is not in the model's vocabulary [0, %lld)", i,
+                        p->ids[i][j], (long long)n_vocab);
                 return -1;
             }
     }

@@ -49,8 +49,7 @@ static int add_requests(runner *r) {
         q.ignore_eos = r->o->ignore_eos;
         q.user = (void *)(intptr_t)i;
         if (moe8_sched_add(r->sched, &q, &id, &err) != MOE8_OK) {
-            fprintf(stderr, "moe8 " CMD ": prompt %d: %s\n", i, err.message);
-            return 1;
+            return cli_err(CMD, "prompt %d: %s", i, err.message);
         }
     }
     return 0;
@@ -124,8 +123,8 @@ static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const
 static int resolve_n_ctx(const opts *o, const moe8_config *c, int32_t *n_ctx) {
     if (o->n_ctx > c->max_position_embeddings) {
         if (o->ctx_set) {
-            fprintf(stderr, "moe8 " CMD ": -c %lld exceeds the model's max_position_embeddings "
-                    "%lld\n", (long long)o->n_ctx, (long long)c->max_position_embeddings);
+            cli_err(CMD, "-c %lld exceeds the model's max_position_embeddings %lld",
+                    (long long)o->n_ctx, (long long)c->max_position_embeddings);
             return -1;
         }
         *n_ctx = (int32_t)c->max_position_embeddings;

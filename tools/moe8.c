@@ -74,10 +74,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         moe8_error e;
-        if (moe8_kernel_check(&e) != MOE8_OK) {
-            fprintf(stderr, "moe8: %s\n", e.message);
-            return 1;
-        }
+        if (moe8_kernel_check(&e) != MOE8_OK) return cli_err(NULL, "%s", e.message);
         printf("moe8 %s (kernels: %s; this build has: %s)\n", moe8_version(), moe8_kernel_isa(),
                moe8_kernel_tables());
         return 0;
@@ -86,12 +83,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name)) continue;
         int n = argc - 1;
         if (take_model_opts(&n, argv + 1)) {
-            fprintf(stderr, "moe8 %s: --cache-dir wants a folder\n", argv[1]);
-            return 2;
+            return cli_usage_err(argv[1], "--cache-dir wants a folder");
         }
         return commands[i].fn(n, argv + 1);
     }
-    fprintf(stderr, "moe8: unknown command '%s'\n", argv[1]);
+    cli_err(NULL, "unknown command '%s'", argv[1]);
     usage(stderr);
     return 2;
 }
