@@ -1,8 +1,10 @@
 /*
- * cli.h — the moe8 command-line tool's subcommands. Each lives in its own
- * tools/cmd_*.c file and uses only the public headers (include/moe8*.h). A subcommand
- * returns the process exit status; results go to stdout, errors and progress
- * to stderr.
+ * cli.h — the moe8 command-line tool's subcommands and the helpers they share.
+ * Each command lives in its own tools/cmd_*.c file (the larger ones with their
+ * parts beside it: generate_*.c with generate.h, bench_serve_*.c with
+ * bench_serve.h) and uses only the public headers (include/moe8*.h). A
+ * subcommand returns the process exit status; results go to stdout, errors
+ * (cli_err) and progress to stderr.
  */
 #ifndef MOE8_CLI_H
 #define MOE8_CLI_H
@@ -161,7 +163,9 @@ typedef struct {
     void *user;
 } cli_open_params;
 
-cli_open_params cli_open_params_default(void); /* tp 1, offline_rank -1, timeout -1 */
+/* The parameters of -m DIR, --tp N [--expert-parallel] and --threads N; the rest
+ * zero, but offline_rank and timeout -1 (online, the default timeout). */
+cli_open_params cli_open_params_of(const char *dir, int tp, int expert_parallel, int n_threads);
 /* 0 with s filled, or 1 after the failure policy above. */
 int cli_open(const char *cmd, const cli_open_params *p, cli_session *s);
 void cli_close(const char *cmd, cli_session *s);

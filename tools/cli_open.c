@@ -30,10 +30,13 @@
 
 #include "cli.h"
 
-cli_open_params cli_open_params_default(void) {
+cli_open_params cli_open_params_of(const char *dir, int tp, int expert_parallel, int n_threads) {
     cli_open_params p;
     memset(&p, 0, sizeof p);
-    p.tp = 1;
+    p.dir = dir;
+    p.tp = tp;
+    p.expert_parallel = expert_parallel;
+    p.n_threads = n_threads;
     p.offline_rank = -1;
     p.timeout = -1;
     return p;

@@ -218,11 +218,7 @@ int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : 2;
     memset(&p, 0, sizeof p);
     gen_inputs in = {&o, &p};
-    cli_open_params op = cli_open_params_default();
-    op.dir = o.dir;
-    op.tp = o.tp;
-    op.expert_parallel = o.expert_parallel;
-    op.n_threads = o.n_threads;
+    cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.n_threads);
     op.prepare = 1;
     op.float_experts = o.float_experts;
     /* Text in or out needs the tokenizer; else it loads when present (the <|im_end|> stop id). */

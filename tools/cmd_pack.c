@@ -72,13 +72,9 @@ int cmd_pack(int argc, char **argv) {
     }
     if (ep && tp < 2) return cli_usage_err(CMD, "--expert-parallel needs --tp N with N >= 2");
     cli_log_warnings(CMD);
-    cli_open_params op = cli_open_params_default();
+    cli_open_params op = cli_open_params_of(dir, tp, ep, threads);
     cli_session s;
-    op.dir = dir;
-    op.tp = tp;
-    op.offline_rank = tp > 1 ? rank : 0;
-    op.expert_parallel = ep;
-    op.n_threads = threads;
+    op.offline_rank = tp > 1 ? rank : 0; /* no MPI: one shard here, or no group */
     int rc = cli_open(CMD, &op, &s);
     if (!rc) {
         moe8_model_params mp = moe8_model_params_default();

@@ -577,11 +577,7 @@ int cmd_perplexity(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.fd_out = r.fd_base = -1;
-    cli_open_params op = cli_open_params_default();
-    op.dir = o.dir;
-    op.tp = o.tp;
-    op.expert_parallel = o.expert_parallel;
-    op.n_threads = o.threads;
+    cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.threads);
     op.tokenizer = CLI_TOK_REQUIRED;
     if (cli_open(CMD, &op, &s)) {
         cli_close(CMD, &s);

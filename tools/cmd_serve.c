@@ -175,11 +175,7 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    cli_open_params op = cli_open_params_default();
-    op.dir = o.dir;
-    op.tp = o.tp;
-    op.expert_parallel = o.expert_parallel;
-    op.n_threads = o.sp.n_threads;
+    cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.sp.n_threads);
     op.timeout = o.comm_timeout;
     op.tokenizer = CLI_TOK_REQUIRED;
     op.with_tok = note_template;
