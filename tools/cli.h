@@ -1,12 +1,15 @@
 /*
- * cli.h — the moe8 command-line tool's subcommands. Each lives in its own
- * tools/cmd_*.c file and uses only the public headers (include/moe8*.h). A subcommand
- * returns the process exit status; results go to stdout, errors and progress
- * to stderr.
+ * cli.h — the moe8 command-line tool's subcommands and the helpers they share.
+ * Each command lives in its own tools/cmd_*.c file (the larger ones with their
+ * parts beside it: generate_*.c with generate.h, bench_serve_*.c with
+ * bench_serve.h) and uses only the public headers (include/moe8*.h). A
+ * subcommand returns the process exit status; results go to stdout, errors
+ * (cli_err) and progress to stderr.
  */
 #ifndef MOE8_CLI_H
 #define MOE8_CLI_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -33,7 +36,15 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_export_gguf(int argc, char **argv); /* moe8 export-gguf */
 
-/* Print "moe8 <cmd>: <message>" for a failed library call and return 1. */
+/* ---- errors (cli_util.c) ----------------------------------------------------------------
+ * The one way a command prints an error, as git does: "moe8 <cmd>: <message>"
+ * on stderr, one line written by one call (cmd NULL: "moe8: <message>"); the
+ * message is lowercase and names its subject. cli_err returns 1 (the exit
+ * status of a failed command), cli_usage_err 2 (bad usage). */
+int cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_usage_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_verr(const char *cmd, const char *fmt, va_list ap); /* cli_err's va_list twin */
+/* cli_err for a failed library call: err's message (or its status's name); 1. */
 int cli_fail(const char *cmd, const moe8_error *err);
 
 /* A KV cache type flag value: "f32", "f16" or "bf16" -> 0 and *out, else -1. */
@@ -109,6 +120,60 @@ void cli_log_warnings(const char *cmd);
  * takes them out of argv before the command parses it; this copies them
  * into mp. */
 void cli_model_opts(moe8_model_params *mp);
+
+/* ---- start-up (cli_open.c) ---------------------------------------------------------------
+ * What generate, perplexity, serve and pack share: the process group of --tp N,
+ * the model folder checked, the tokenizer loaded on a second thread while the
+ * model loads (with the packed-cache options) and, for generate, prepares. One
+ * failure policy: a failed step prints its message once (a local step on its
+ * rank, the model load, agreed by every rank, on rank 0); every rank learns of
+ * it and cli_open returns 1 on every rank. cli_close, called after cli_open
+ * whatever it returned, frees what it opened and ends a broken group (a rank
+ * that stopped answering) with moe8_dist_abort. */
+typedef enum {
+    CLI_TOK_NONE,       /* no tokenizer */
+    CLI_TOK_IF_PRESENT, /* loaded when DIR/tokenizer.json exists */
+    CLI_TOK_REQUIRED,   /* loaded, or the start-up fails */
+} cli_tok_need;
+
+typedef struct cli_session {
+    moe8_dist *dist;     /* the group (one local rank without --tp) */
+    moe8_model *model;
+    moe8_tokenizer *tok; /* NULL without one (CLI_TOK_NONE, or absent and not required) */
+    int rank0;           /* this process prints results and agreed failures */
+    double t_load;       /* moe8_time_s() when the loading began (after the checks) */
+} cli_session;
+
+typedef struct {
+    const char *dir;          /* -m DIR */
+    int tp, expert_parallel;  /* --tp N (1: no MPI), --expert-parallel */
+    int offline_rank;         /* >= 0: offline, no MPI (pack): rank R of the N, or no
+                               * group at all (dist NULL) when N is 1; -1: online */
+    int n_threads;            /* 0: OpenMP's */
+    int prepare;              /* moe8_model_prepare after the load ... */
+    int float_experts;        /* ... with this */
+    double timeout;           /* >= 0: --comm-timeout set before loading; -1: the default */
+    cli_tok_need tokenizer;
+    const char *tok_hint;     /* CLI_TOK_REQUIRED: why it is needed, said when
+                               * tokenizer.json is missing ("'DIR/tokenizer.json' not found: HINT") */
+    /* Hooks, each optional; non-zero: failed, its message printed. */
+    int (*check)(void *user, cli_session *s);          /* this rank's checks before loading */
+    int (*with_tok)(void *user, const cli_session *s); /* on the tokenizer's thread, after it
+                                                        * loads (no collectives there) */
+    void *user;
+} cli_open_params;
+
+/* The parameters of -m DIR, --tp N [--expert-parallel] and --threads N; the rest
+ * zero, but offline_rank and timeout -1 (online, the default timeout). */
+cli_open_params cli_open_params_of(const char *dir, int tp, int expert_parallel, int n_threads);
+/* 0 with s filled, or 1 after the failure policy above. */
+int cli_open(const char *cmd, const cli_open_params *p, cli_session *s);
+void cli_close(const char *cmd, cli_session *s);
+/* Collective: every rank's outcome of a local step (a failure is printed by
+ * its rank); 1 on every rank when any failed, rank 0 naming a failed peer
+ * when it did not fail itself. d NULL or one rank: `failed`. */
+int cli_agree(const char *cmd, moe8_dist *d, int failed);
+
 int cmd_pack(int argc, char **argv);
 
 #endif

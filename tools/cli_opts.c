@@ -113,8 +113,7 @@ static int set_value(const cli_opt *o, const char *v) {
 }
 
 int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got) {
-    fprintf(stderr, "moe8 %s: %s wants %s, got '%s'\n", cmd, flag, want, got);
-    return 2;
+    return cli_usage_err(cmd, "%s wants %s, got '%s'", flag, want, got);
 }
 
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes) {
@@ -148,7 +147,7 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
         }
         const cli_opt *o = find(opts, a);
         if (!o) {
-            fprintf(stderr, "moe8 %s: unknown option '%s'\n", cmd, a);
+            cli_err(cmd, "unknown option '%s'", a);
             cli_usage(stderr, synopsis, opts, notes);
             return 2;
         }
@@ -158,8 +157,7 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "moe8 %s: %s wants a value (%s)\n", cmd, a, o->arg ? o->arg : "X");
-            return 2;
+            return cli_usage_err(cmd, "%s wants a value (%s)", a, o->arg ? o->arg : "X");
         }
         const char *v = argv[++i];
         if (set_value(o, v)) {

@@ -132,10 +132,7 @@ static int make_f32_layer(bench_layer *bl, const float *router, uint64_t seed) {
     const size_t per = (size_t)3 * HIDDEN * INTER, n = (size_t)N_EXPERT * per;
     float *w = malloc(n * sizeof *w);
     moe8_moe_expert ex[N_EXPERT];
-    if (!w) {
-        fprintf(stderr, "moe8 bench: cannot allocate %zu MB of float weights\n", n * 4 >> 20);
-        return 1;
-    }
+    if (!w) return cli_err("bench", "cannot allocate %zu MB of float weights", n * 4 >> 20);
     for (size_t i = 0; i < n; i++) w[i] = 0.02f * rng_float(&seed);
     for (int e = 0; e < N_EXPERT; e++) {
         const float *b = w + (size_t)e * per;
@@ -295,8 +292,7 @@ static int bench_moe(const bench_opts *o) {
     for (int i = 0; i < N_POOL; i++) pool[i] = malloc(sizeof(float) * max_t * HIDDEN);
     out = malloc(sizeof(float) * max_t * HIDDEN);
     if (!router || !src || !scales || !pool[N_POOL - 1] || !out) {
-        fprintf(stderr, "moe8 bench: out of memory\n");
-        return 1;
+        return cli_err("bench", "out of memory");
     }
     for (int i = 0; i < N_EXPERT * HIDDEN; i++) router[i] = 0.05f * rng_float(&seed);
     for (int p = 0; p < N_POOL; p++)
@@ -371,8 +367,7 @@ int cmd_bench(int argc, char **argv) {
     const int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if (o.n_layers > 16 || o.n_float_layers > 16) {
-        fprintf(stderr, "moe8 bench: at most 16 layers of each kind\n");
-        return 2;
+        return cli_usage_err("bench", "at most 16 layers of each kind");
     }
     return bench_moe(&o);
 }

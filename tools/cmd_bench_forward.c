@@ -81,7 +81,7 @@ static int parse(int argc, char **argv, fwd_opts *o) {
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NULL, argc - 1, argv + 1);
     if (rc) return rc;
     if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": -m DIR is required\n");
+        cli_err(CMD, "-m DIR is required");
         cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;
     }
@@ -378,7 +378,7 @@ int cmd_bench_forward(int argc, char **argv) {
     pos = malloc((size_t)cp.n_batch * sizeof *pos);
     seq = malloc((size_t)cp.n_batch * sizeof *seq);
     if (!tok || !pos || !seq) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        cli_err(CMD, "out of memory");
         rc = 1;
     }
     c.bw = moe8_bench_read_gbs((size_t)o.bw_mb << 20, cp.n_threads, 3);

@@ -120,7 +120,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
     if (rc) return rc < 0 ? -2 : -1;
     o->seed |= 1;
     if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": give -m DIR\n");
+        cli_err(CMD, "give -m DIR");
         cli_usage(stderr, SYNOPSIS, opts, NOTES);
         return -1;
     }
@@ -208,7 +208,7 @@ int cmd_bench_grammar(int argc, char **argv) {
     mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
     t = malloc((size_t)(o.reps > o.walk ? o.reps : o.walk) * sizeof *t);
     if (!mask || !t) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        cli_err(CMD, "out of memory");
         goto out;
     }
     printf("## Grammars\n\n| grammar | GBNF bytes | schema->GBNF ms | compile ms | prepare ms | tables MB |\n"
@@ -254,7 +254,7 @@ int cmd_bench_grammar(int argc, char **argv) {
                     goto free_g;
                 }
                 if (grammar_accept_bytes(st, k->prefix, strlen(k->prefix), &err) != MOE8_OK) {
-                    fprintf(stderr, "moe8 " CMD ": %s, %s: %s\n", gs[i].name, k->kind, err.message);
+                    cli_err(CMD, "%s, %s: %s", gs[i].name, k->kind, err.message);
                     grammar_state_free(st);
                     goto free_g;
                 }

@@ -42,10 +42,7 @@ int cmd_bench_sampler(int argc, char **argv) {
     float *l = malloc((size_t)n_vocab * sizeof *l), *p = malloc((size_t)n_vocab * sizeof *p);
     double *t = malloc((size_t)reps * sizeof *t), sum_plain = 0, sum_moe8 = 0;
     uint64_t s = 1;
-    if (!l || !p || !t) {
-        fprintf(stderr, "moe8 " CMD ": out of memory for %d logits\n", n_vocab);
-        return 1;
-    }
+    if (!l || !p || !t) return cli_err(CMD, "out of memory for %d logits", n_vocab);
     for (int i = 0; i < n_vocab; i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;
         l[i] = (float)((double)(s >> 11) * 0x1p-53 * 24.0 - 12.0);
@@ -84,8 +81,7 @@ int cmd_bench_sampler(int argc, char **argv) {
             sp.temperature = S[k].temp < 0 ? T : S[k].temp;
             sp.top_k = S[k].top_k, sp.top_p = S[k].top_p, sp.min_p = S[k].min_p, sp.seed = 7;
             if (moe8_sampler_create(&sp, n_vocab, &sm, &e) != MOE8_OK) {
-                fprintf(stderr, "moe8 " CMD ": %s\n", e.message);
-                return 1;
+                return cli_err(CMD, "%s", e.message);
             }
             for (int r = 0; r < reps; r++) {
                 const double t0 = moe8_time_s();

@@ -68,9 +68,8 @@ static int parse(int argc, char **argv, sched_opts *o) {
         return 2;
     }
     if (o->shared >= o->shared_total) {
-        fprintf(stderr, "moe8 " CMD ": --shared %d must be below --shared-total %d\n", o->shared,
-                o->shared_total);
-        return 2;
+        return cli_usage_err(CMD, "--shared %d must be below --shared-total %d", o->shared,
+                             o->shared_total);
     }
     return 0;
 }

@@ -143,13 +143,11 @@ static void kv_arr(kvs *k, const char *key, uint32_t elem_type, uint64_t n) {
 /* Errors                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int fail(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "moe8 " CMD ": ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    cli_verr(CMD, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return -1;
 }
 

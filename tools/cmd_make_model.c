@@ -124,10 +124,9 @@ int cmd_make_model(int argc, char **argv) {
     if (layers) p.n_layers = (int64_t)layers;
     if (vocab) p.vocab_size = (int64_t)vocab;
     if (!p.tokenizer_dir && !(p.tokenizer_dir = default_tokenizer(p.arch, tokbuf, sizeof tokbuf))) {
-        fprintf(stderr, "moe8 make-model: no tokenizer folder found for %s (.deps/%s: run "
-                        "scripts/deps.sh) — pass --tokenizer DIR\n", moe8_arch_name(p.arch),
-                tokenizer_folder(p.arch));
-        return 1;
+        return cli_err("make-model", "no tokenizer folder found for %s (.deps/%s: run "
+                       "scripts/deps.sh) — pass --tokenizer DIR", moe8_arch_name(p.arch),
+                       tokenizer_folder(p.arch));
     }
     p.progress = progress;
     p.progress_user = &ps;

@@ -29,10 +29,7 @@ static void print_info(const moe8_cache_info *ci) {
 static int run_pack(moe8_model *m, int no_cache, int verify, int threads) {
     moe8_cache_info ci;
     moe8_error err;
-    if (no_cache) {
-        fprintf(stderr, "moe8 %s: --no-cache leaves nothing to do\n", CMD);
-        return 2;
-    }
+    if (no_cache) return cli_usage_err(CMD, "--no-cache leaves nothing to do");
     if (!verify) {
         moe8_context_params cp = moe8_context_params_default();
         moe8_context *ctx;
@@ -50,7 +47,6 @@ static int run_pack(moe8_model *m, int no_cache, int verify, int threads) {
 int cmd_pack(int argc, char **argv) {
     const char *dir = NULL;
     int verify = 0, threads = 0, tp = 1, rank = -1, ep = 0;
-    moe8_error err;
     const char *isa = NULL;
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "the model folder"},
@@ -71,28 +67,20 @@ int cmd_pack(int argc, char **argv) {
         return 2;
     }
     if ((tp > 1) != (rank >= 0) || rank >= tp) {
-        fprintf(stderr, "moe8 %s: %s\n", CMD, rank >= tp && tp > 1
-                ? "--rank must be below --tp" : "--tp N (N >= 2) and --rank R go together");
-        return 2;
+        return cli_usage_err(CMD, "%s", rank >= tp && tp > 1 ? "--rank must be below --tp"
+                                                           : "--tp N (N >= 2) and --rank R go together");
     }
-    if (ep && tp < 2) {
-        fprintf(stderr, "moe8 %s: --expert-parallel needs --tp N with N >= 2\n", CMD);
-        return 2;
-    }
+    if (ep && tp < 2) return cli_usage_err(CMD, "--expert-parallel needs --tp N with N >= 2");
     cli_log_warnings(CMD);
-    moe8_model_params mp = moe8_model_params_default();
-    cli_model_opts(&mp);
-    mp.n_threads = threads;
-    moe8_model *m;
-    moe8_dist *d = NULL;
-    if (tp > 1 && moe8_dist_create_offline(tp, rank, ep, &d, &err)) return cli_fail(CMD, &err);
-    mp.dist = d;
-    if (moe8_model_load(dir, &mp, &m, &err)) {
-        moe8_dist_free(d);
-        return cli_fail(CMD, &err);
+    cli_open_params op = cli_open_params_of(dir, tp, ep, threads);
+    cli_session s;
+    op.offline_rank = tp > 1 ? rank : 0; /* no MPI: one shard here, or no group */
+    int rc = cli_open(CMD, &op, &s);
+    if (!rc) {
+        moe8_model_params mp = moe8_model_params_default();
+        cli_model_opts(&mp);
+        rc = run_pack(s.model, mp.no_cache, verify, threads);
     }
-    int rc = run_pack(m, mp.no_cache, verify, threads);
-    moe8_model_free(m);
-    moe8_dist_free(d);
+    cli_close(CMD, &s);
     return rc;
 }

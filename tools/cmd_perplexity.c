@@ -119,14 +119,11 @@ static int parse(int argc, char **argv, opts *o) {
     if (rc) return rc < 0 ? 1 : rc;
     o->ctx_set = o->n_ctx != 0;
     if (!o->ctx_set) o->n_ctx = 512;
-    if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
-        return 2;
-    }
+    if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
     if (o->kld ? (o->file || !o->base) : !o->file) {
-        fprintf(stderr, "moe8 " CMD ": %s\n", o->kld ? "--kl-divergence takes --kl-divergence-base "
-                "FILE and no -f (the tokens come from FILE)" : "-f TEXT is required (see -h)");
-        return 2;
+        return cli_usage_err(CMD, "%s", o->kld ? "--kl-divergence takes --kl-divergence-base FILE "
+                                                 "and no -f (the tokens come from FILE)"
+                                               : "-f TEXT is required (see -h)");
     }
     return 0;
 }
@@ -243,18 +240,18 @@ static int base_create(run *r) {
     struct stat sb;
     int32_t head[3] = {r->n_ctx, r->n_vocab, r->n_chunk};
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "moe8 " CMD ": --kl-divergence-base '%s' exists and is not a regular file\n", path);
+        cli_err(CMD, "--kl-divergence-base '%s' exists and is not a regular file", path);
         return -1;
     }
     snprintf(r->out, sizeof r->out, "%s", path);
     snprintf(r->tmp, sizeof r->tmp, "%s.tmp.%ld", path, (long)getpid());
     if ((r->fd_out = open(r->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666)) < 0) {
-        fprintf(stderr, "moe8 " CMD ": cannot write '%s': %s\n", r->tmp, strerror(errno));
+        cli_err(CMD, "cannot write '%s': %s", r->tmp, strerror(errno));
         return -1;
     }
     if (write_all(r->fd_out, "_logits_", 8, 0) || write_all(r->fd_out, head, 12, 8) ||
         write_all(r->fd_out, r->tokens, (size_t)r->n_chunk * r->n_ctx * 4, 20)) {
-        fprintf(stderr, "moe8 " CMD ": cannot write '%s': %s\n", r->tmp, strerror(errno));
+        cli_err(CMD, "cannot write '%s': %s", r->tmp, strerror(errno));
         return -1;
     }
     return 0;
@@ -264,7 +261,7 @@ static int base_finish(run *r) {
     int rc = fsync(r->fd_out) || close(r->fd_out) || rename(r->tmp, r->out);
     r->fd_out = -1;
     if (rc) {
-        fprintf(stderr, "moe8 " CMD ": cannot finish '%s': %s\n", r->out, strerror(errno));
+        cli_err(CMD, "cannot finish '%s': %s", r->out, strerror(errno));
         unlink(r->tmp);
         return -1;
     }
@@ -280,30 +277,30 @@ static int base_open(run *r, int32_t model_vocab) {
     int64_t want;
     if ((r->fd_base = open(path, O_RDONLY | O_NONBLOCK)) < 0 || fstat(r->fd_base, &sb) ||
         !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "moe8 " CMD ": cannot read base file '%s': %s\n", path,
+        cli_err(CMD, "cannot read base file '%s': %s", path,
                 r->fd_base < 0 ? strerror(errno) : "not a regular file");
         return -1;
     }
     if (read_all(r->fd_base, magic, 8, 0) || memcmp(magic, "_logits_", 8)) {
-        fprintf(stderr, "moe8 " CMD ": '%s' is not a log-probability file: it does not start "
-                "with \"_logits_\"\n", path);
+        cli_err(CMD, "'%s' is not a log-probability file: it does not start with \"_logits_\"",
+                path);
         return -1;
     }
     if (read_all(r->fd_base, head, 12, 8)) {
-        fprintf(stderr, "moe8 " CMD ": '%s' is truncated: no n_ctx, n_vocab, n_chunk after the magic\n", path);
+        cli_err(CMD, "'%s' is truncated: no n_ctx, n_vocab, n_chunk after the magic", path);
         return -1;
     }
     if (head[0] < 8 || head[0] > (1 << 20) || head[2] < 1) {
-        fprintf(stderr, "moe8 " CMD ": '%s': n_ctx %d / n_chunk %d out of range\n", path, head[0], head[2]);
+        cli_err(CMD, "'%s': n_ctx %d / n_chunk %d out of range", path, head[0], head[2]);
         return -1;
     }
     if (r->o->ctx_set && head[0] != r->o->n_ctx) {
-        fprintf(stderr, "moe8 " CMD ": '%s' was made with n_ctx %d, not -c %d\n", path, head[0], r->o->n_ctx);
+        cli_err(CMD, "'%s' was made with n_ctx %d, not -c %d", path, head[0], r->o->n_ctx);
         return -1;
     }
     if (head[1] != model_vocab) {
-        fprintf(stderr, "moe8 " CMD ": '%s' has n_vocab %d, the model's vocabulary has %d (another "
-                "tokenizer or model family)\n", path, head[1], model_vocab);
+        cli_err(CMD, "'%s' has n_vocab %d, the model's vocabulary has %d (another tokenizer or "
+                "model family)", path, head[1], model_vocab);
         return -1;
     }
     r->n_ctx = head[0], r->n_vocab = head[1], r->n_chunk = head[2];
@@ -311,20 +308,20 @@ static int base_open(run *r, int32_t model_vocab) {
     r->nv = 2 * ((r->n_vocab + 1) / 2) + 4;
     want = (int64_t)header_bytes(r) + (int64_t)r->n_chunk * r->n_score * (int64_t)row_bytes(r);
     if ((int64_t)sb.st_size != want) {
-        fprintf(stderr, "moe8 " CMD ": '%s' is %lld bytes, expected %lld for n_ctx %d, n_vocab %d, "
-                "n_chunk %d (%s)\n", path, (long long)sb.st_size, (long long)want, r->n_ctx,
-                r->n_vocab, r->n_chunk, sb.st_size < want ? "truncated" : "trailing bytes");
+        cli_err(CMD, "'%s' is %lld bytes, expected %lld for n_ctx %d, n_vocab %d, n_chunk %d (%s)",
+                path, (long long)sb.st_size, (long long)want, r->n_ctx, r->n_vocab, r->n_chunk,
+                sb.st_size < want ? "truncated" : "trailing bytes");
         return -1;
     }
     if (!(r->tokens = malloc((size_t)r->n_chunk * r->n_ctx * 4)) ||
         read_all(r->fd_base, r->tokens, (size_t)r->n_chunk * r->n_ctx * 4, 20)) {
-        fprintf(stderr, "moe8 " CMD ": cannot read the tokens of '%s'\n", path);
+        cli_err(CMD, "cannot read the tokens of '%s'", path);
         return -1;
     }
     for (int64_t i = 0; i < (int64_t)r->n_chunk * r->n_ctx; i++)
         if (r->tokens[i] < 0 || r->tokens[i] >= model_vocab) {
-            fprintf(stderr, "moe8 " CMD ": '%s': token %lld is %d, not in [0, %d)\n", path,
-                    (long long)i, r->tokens[i], model_vocab);
+            cli_err(CMD, "'%s': token %lld is %d, not in [0, %d)", path, (long long)i, r->tokens[i],
+                    model_vocab);
             return -1;
         }
     return 0;
@@ -454,7 +451,7 @@ static int on_logits(run *r, int chunk, int32_t pos, const float *logits) {
     if (r->o->kld) {
         const size_t at = (size_t)chunk * r->n_score + (size_t)idx;
         if (read_all(r->fd_base, r->row, row_bytes(r), header_bytes(r) + (off_t)(at * row_bytes(r)))) {
-            fprintf(stderr, "moe8 " CMD ": cannot read '%s' at chunk %d\n", r->o->base, chunk);
+            cli_err(CMD, "cannot read '%s' at chunk %d", r->o->base, chunk);
             return -1;
         }
         kld_one(r->n_vocab, logits, r->row, tok, &r->acc[chunk], &r->kld_values[at], &r->p_diff_values[at]);
@@ -467,7 +464,7 @@ static int on_logits(run *r, int chunk, int32_t pos, const float *logits) {
         if (r->fd_out >= 0 &&
             write_all(r->fd_out, r->row, row_bytes(r), header_bytes(r) +
                       (off_t)(((size_t)chunk * r->n_score + (size_t)idx) * row_bytes(r)))) {
-            fprintf(stderr, "moe8 " CMD ": cannot write '%s': %s\n", r->tmp, strerror(errno));
+            cli_err(CMD, "cannot write '%s': %s", r->tmp, strerror(errno));
             return -1;
         }
     }
@@ -541,20 +538,20 @@ static int tokenize_text(run *r, const opts *o, const moe8_tokenizer *tok) {
     moe8_error err;
     int rc = -1;
     if (moe8_read_file(o->file, MAX_TEXT, &text, &len, &err)) {
-        fprintf(stderr, "moe8 " CMD ": -f: %s\n", err.message);
+        cli_err(CMD, "-f: %s", err.message);
         return -1;
     }
     moe8_tokenize(tok, text, len, NULL, 0, &n, &err);
     if (!(ids = malloc((n + 1) * sizeof *ids)) ||
         moe8_tokenize(tok, text, len, ids + r->add_bos, n, &n, &err) != MOE8_OK) {
-        fprintf(stderr, "moe8 " CMD ": -f '%s': %s\n", o->file, ids ? err.message : "out of memory");
+        cli_err(CMD, "-f '%s': %s", o->file, ids ? err.message : "out of memory");
         goto done;
     }
     if (r->add_bos) ids[0] = r->bos;
     n += (size_t)r->add_bos;
     if (n < 2 * (size_t)o->n_ctx) {
-        fprintf(stderr, "moe8 " CMD ": you need at least %d tokens to evaluate perplexity with a "
-                "context of %d; '%s' tokenizes to only %zu tokens\n", 2 * o->n_ctx, o->n_ctx, o->file, n);
+        cli_err(CMD, "you need at least %d tokens to evaluate perplexity with a context of %d; "
+                "'%s' tokenizes to only %zu tokens", 2 * o->n_ctx, o->n_ctx, o->file, n);
         goto done;
     }
     r->n_ctx = o->n_ctx;
@@ -574,31 +571,23 @@ done:
 int cmd_perplexity(int argc, char **argv) {
     opts o;
     run r;
-    moe8_dist *d = NULL;
-    moe8_model *m = NULL;
-    moe8_tokenizer *tok = NULL;
-    moe8_model_params mp = moe8_model_params_default();
-    cli_model_opts(&mp);
-    moe8_error err;
+    cli_session s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.fd_out = r.fd_base = -1;
-    if (moe8_dist_create(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    r.rank0 = moe8_dist_rank(d) == 0;
+    cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.threads);
+    op.tokenizer = CLI_TOK_REQUIRED;
+    if (cli_open(CMD, &op, &s)) {
+        cli_close(CMD, &s);
+        return 1;
+    }
+    moe8_dist *d = s.dist;
+    moe8_model *m = s.model;
+    moe8_tokenizer *tok = s.tok;
+    r.rank0 = s.rank0;
     rc = 1;
-    mp.n_threads = o.threads;
-    mp.dist = d;
-    if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) {
-        cli_fail(CMD, &err);
-        moe8_dist_abort(d, 1);
-        goto done;
-    }
-    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
-        if (r.rank0) cli_fail(CMD, &err);
-        goto done;
-    }
     r.n_vocab = (int32_t)moe8_model_config(m)->vocab_size;
     r.add_bos = moe8_tokenizer_add_bos(tok) && moe8_tokenizer_bos_id(tok) >= 0;
     r.bos = moe8_tokenizer_bos_id(tok);
@@ -617,7 +606,7 @@ int cmd_perplexity(int argc, char **argv) {
         r.p_diff_values = malloc((size_t)r.n_chunk * r.n_score * sizeof(float));
     }
     if (!r.nll || !r.nll2 || !r.done || !r.row || (o.kld && (!r.acc || !r.kld_values || !r.p_diff_values))) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
+        cli_err(CMD, "out of memory");
         goto done;
     }
     if (r.rank0) {
@@ -657,8 +646,6 @@ done:
     free(r.acc);
     free(r.kld_values);
     free(r.p_diff_values);
-    moe8_model_free(m);
-    moe8_tokenizer_free(tok);
-    moe8_dist_free(d);
+    cli_close(CMD, &s);
     return rc;
 }

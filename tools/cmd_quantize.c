@@ -46,7 +46,7 @@ static char *read_text(const char *path, size_t *len) {
     moe8_error err;
     char *buf = NULL;
     if (moe8_read_file(path, CALIB_MAX_BYTES, &buf, len, &err) != MOE8_OK) {
-        fprintf(stderr, "moe8 quantize: --calib: %s\n", err.message);
+        cli_err("quantize", "--calib: %s", err.message);
         return NULL;
     }
     return buf;

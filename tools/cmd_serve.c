@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -120,23 +119,18 @@ static int parse(int argc, char **argv, opts *o) {
     if (no_prefix) o->sp.prefix_cache = 0;
     if (parser >= 0) o->sp.tool_call_parser = parsers[parser];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
-    if (!o->dir) {
-        fprintf(stderr, "moe8 " CMD ": -m DIR is required (see -h)\n");
-        return 2;
-    }
+    if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
     if (o->sp.api_key && !o->sp.api_key[0]) {
-        fprintf(stderr, "moe8 " CMD ": %s is empty: give a key, or leave it out to serve without "
-                "authentication\n", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
-        return 2;
+        return cli_usage_err(CMD, "%s is empty: give a key, or leave it out to serve without "
+                             "authentication", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
     }
     if (o->sp.max_buffered < o->sp.max_body) {
-        fprintf(stderr, "moe8 " CMD ": --max-buffered (%llu) must be at least --max-body (%llu)\n",
-                (unsigned long long)o->sp.max_buffered, (unsigned long long)o->sp.max_body);
-        return 2;
+        return cli_usage_err(CMD, "--max-buffered (%llu) must be at least --max-body (%llu)",
+                             (unsigned long long)o->sp.max_buffered,
+                             (unsigned long long)o->sp.max_body);
     }
     if (o->expert_parallel && o->tp < 2) {
-        fprintf(stderr, "moe8 " CMD ": --expert-parallel needs --tp N with N > 1\n");
-        return 2;
+        return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
     }
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
     o->sp.model_dir = o->dir;
@@ -149,17 +143,23 @@ static void print_line(void *user, const char *line) {
     fflush(stderr);
 }
 
+/* On the tokenizer's thread: a template the chat endpoint cannot use is said
+ * at start (rank 0), and the server runs without it. */
+static int note_template(void *user, const cli_session *s) {
+    const moe8_chat_template *ct;
+    moe8_error err;
+    (void)user;
+    if (moe8_tokenizer_chat_template(s->tok, &ct, &err) != MOE8_OK && s->rank0)
+        cli_err(CMD, "note: /v1/chat/completions will answer 400: %s", err.message);
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     opts o;
-    moe8_dist *d = NULL;
-    moe8_model *m = NULL;
-    moe8_tokenizer *tok = NULL;
-    moe8_model_params mp = moe8_model_params_default();
-    cli_model_opts(&mp);
+    cli_session s;
     moe8_error err;
     struct sigaction sa;
-    struct stat sb;
-    int rc = parse(argc, argv, &o), bad = 0;
+    int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
     /* The HTTP thread shares the cores with the OpenMP team: idle team
      * threads must sleep, not spin. libgomp reads OMP_WAIT_POLICY when it is
@@ -175,46 +175,23 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (moe8_dist_create(o.tp, o.expert_parallel, &d, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    moe8_dist_set_timeout(d, o.comm_timeout);
-    o.sp.dist = d;
+    cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.sp.n_threads);
+    op.timeout = o.comm_timeout;
+    op.tokenizer = CLI_TOK_REQUIRED;
+    op.with_tok = note_template;
+    rc = 1;
+    if (cli_open(CMD, &op, &s)) goto done;
+    o.sp.dist = s.dist;
     o.sp.on_ready = print_line;
     o.sp.on_access = print_line;
     o.sp.on_log = print_line;
-    rc = 1;
-    if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "moe8 " CMD ": model folder '%s' not found (-m)\n", o.dir);
-        bad = 1;
-    } else if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) {
+    if (moe8_serve(s.model, s.tok, &o.sp, &g_stop, &err) != MOE8_OK) {
         cli_fail(CMD, &err);
-        bad = 1;
-    } else {
-        const moe8_chat_template *ct;
-        if (moe8_tokenizer_chat_template(tok, &ct, &err) != MOE8_OK && moe8_dist_rank(d) == 0)
-            fprintf(stderr, "moe8 " CMD ": note: /v1/chat/completions will answer 400: %s\n",
-                    err.message);
-    }
-    if (moe8_dist_size(d) > 1 &&
-        moe8_dist_agree(d, bad ? MOE8_ERR_INVALID_ARG : MOE8_OK, &err) != MOE8_OK && !bad) {
-        if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
-        bad = 1;
-    }
-    if (bad) goto done;
-    mp.n_threads = o.sp.n_threads;
-    mp.dist = d;
-    if (moe8_model_load(o.dir, &mp, &m, &err) != MOE8_OK) { /* agreed by every rank */
-        if (moe8_dist_rank(d) == 0) cli_fail(CMD, &err);
-        goto done;
-    }
-    if (moe8_serve(m, tok, &o.sp, &g_stop, &err) != MOE8_OK) {
-        cli_fail(CMD, &err);
-        if (moe8_dist_size(d) > 1) moe8_dist_abort(d, 1); /* a rank left behind never hangs */
+        if (moe8_dist_size(s.dist) > 1) moe8_dist_abort(s.dist, 1); /* a rank left behind never hangs */
         goto done;
     }
     rc = 0;
 done:
-    moe8_model_free(m);
-    moe8_tokenizer_free(tok);
-    moe8_dist_free(d);
+    cli_close(CMD, &s);
     return rc;
 }

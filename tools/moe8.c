@@ -1,6 +1,8 @@
 /*
- * moe8.c — entry point of the moe8 CLI: dispatches to a subcommand.
- * Subcommands not built yet are weak stubs that say so and fail.
+ * moe8.c — entry point of the moe8 CLI: the command table, `moe8 version`, and
+ * the packed-cache options every command that loads a model takes, taken out
+ * of argv before the command parses it. The shared helpers are in cli_util.c
+ * (errors, parsing, timings), cli_opts.c (options) and cli_open.c (start-up).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -8,21 +10,6 @@
 #include <string.h>
 
 #include "cli.h"
-
-#define STUB(fn, name)                                                            \
-    __attribute__((weak)) int fn(int argc, char **argv) {                         \
-        (void)argc;                                                               \
-        (void)argv;                                                               \
-        fprintf(stderr, "moe8 %s: not supported yet\n", name);                    \
-        return 2;                                                                 \
-    }
-STUB(cmd_inspect, "inspect")
-STUB(cmd_bench, "bench")
-STUB(cmd_generate, "generate")
-STUB(cmd_quantize, "quantize")
-STUB(cmd_make_model, "make-model")
-STUB(cmd_serve, "serve")
-STUB(cmd_perplexity, "perplexity")
 
 static struct {
     const char *cache_dir;
@@ -53,89 +40,6 @@ static int take_model_opts(int *argc, char **argv) {
     *argc = n;
     return 0;
 }
-
-int cli_cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-int cli_cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-void cli_median_p99(double *t, int n, double *median, double *p99) {
-    qsort(t, (size_t)n, sizeof *t, cli_cmp_double);
-    *median = t[n / 2];
-    *p99 = t[(size_t)((double)(n - 1) * 0.99)];
-}
-
-int cli_fail(const char *cmd, const moe8_error *err) {
-    fprintf(stderr, "moe8 %s: %s\n", cmd, err->message[0] ? err->message : moe8_status_str(err->code));
-    return 1;
-}
-
-int cli_kv_type(const char *s, moe8_dtype *out) {
-    if (!strcmp(s, "f32")) *out = MOE8_DT_F32;
-    else if (!strcmp(s, "f16")) *out = MOE8_DT_F16;
-    else if (!strcmp(s, "bf16")) *out = MOE8_DT_BF16;
-    else return -1;
-    return 0;
-}
-
-int cli_parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    long v;
-    if (*s < '0' || *s > '9') return -1;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-int cli_parse_size(const char *s, uint64_t *out) {
-    char *end;
-    unsigned long long v;
-    uint64_t mul = 1;
-    if (*s < '0' || *s > '9') return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
-    else if (*end) return -1;
-    if (*end && end[1]) return -1;
-    if (v == 0 || v > UINT64_MAX / mul) return -1;
-    *out = v * mul;
-    return 0;
-}
-
-int cli_parse_list(const char *s, long lo, long hi, int *out, int cap) {
-    int n = 0;
-    while (n < cap) {
-        char item[32];
-        size_t len = strcspn(s, ",");
-        if (len == 0 || len >= sizeof item) return -1;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (cli_parse_int(item, lo, hi, &out[n++])) return -1;
-        if (!s[len]) return n;
-        s += len + 1;
-    }
-    return -1;
-}
-
-const char *cli_kv_type_name(moe8_dtype t) {
-    return t == MOE8_DT_F32 ? "f32" : t == MOE8_DT_F16 ? "f16" : t == MOE8_DT_BF16 ? "bf16" : "?";
-}
-
-static void log_to_stderr(moe8_log_level level, const char *message, void *user) {
-    if (level >= MOE8_LOG_WARN) fprintf(stderr, "moe8 %s: %s\n", (const char *)user, message);
-}
-
-void cli_log_warnings(const char *cmd) { moe8_set_log(log_to_stderr, (void *)cmd); }
 
 static const struct {
     const char *name;
@@ -170,10 +74,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         moe8_error e;
-        if (moe8_kernel_check(&e) != MOE8_OK) {
-            fprintf(stderr, "moe8: %s\n", e.message);
-            return 1;
-        }
+        if (moe8_kernel_check(&e) != MOE8_OK) return cli_err(NULL, "%s", e.message);
         printf("moe8 %s (kernels: %s; this build has: %s)\n", moe8_version(), moe8_kernel_isa(),
                moe8_kernel_tables());
         return 0;
@@ -182,12 +83,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[1], commands[i].name)) continue;
         int n = argc - 1;
         if (take_model_opts(&n, argv + 1)) {
-            fprintf(stderr, "moe8 %s: --cache-dir wants a folder\n", argv[1]);
-            return 2;
+            return cli_usage_err(argv[1], "--cache-dir wants a folder");
         }
         return commands[i].fn(n, argv + 1);
     }
-    fprintf(stderr, "moe8: unknown command '%s'\n", argv[1]);
+    cli_err(NULL, "unknown command '%s'", argv[1]);
     usage(stderr);
     return 2;
 }
