@@ -23,7 +23,7 @@
 
 #include "jinja/jinja.h"
 
-/* ---- arena -------------------------------------------------------------- */
+/* ---- arena (jinja_lib.c) ------------------------------------------------ */
 
 typedef struct ja_chunk {
     struct ja_chunk *next;
@@ -172,7 +172,8 @@ struct jinja_template {
     jnode *root;       /* N_BODY */
 };
 
-/* Byte offset -> 1-based line and column (in characters) of the source. */
+/* Byte offset -> 1-based line and column (in characters) of the source
+ * (jinja_lex.c). */
 void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col);
 
 /* ---- render state (jinja_eval.c; jinja_lib.c works on it too) ----------- */

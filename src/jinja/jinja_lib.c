@@ -1,8 +1,9 @@
 /*
- * jinja_lib.c — the interpreter's values as Python sees them: UTF-8 code
- * point helpers, list/dict building, truthiness, ==, <, str(), repr(),
- * json.dumps (for tojson) and the cJSON -> value conversion of the caller's
- * variables. Filters, tests and methods are in jinja_filters.c.
+ * jinja_lib.c — the interpreter's values as Python sees them: the arena
+ * they live in, UTF-8 code point helpers, list/dict building, truthiness,
+ * ==, <, str(), repr(), json.dumps (for tojson) and the cJSON -> value
+ * conversion of the caller's variables. Filters, tests and methods are in
+ * jinja_filters.c.
  *
  * Python's text forms are matched exactly for what templates print: floats
  * as repr (shortest round trip, '1e+16', '1.0'), True/False/None, lists and
@@ -18,6 +19,39 @@
 #include <utf8proc.h>
 
 #include "jinja/jinja_impl.h"
+
+/* ---- arena ------------------------------------------------------------------ */
+
+void *ja_alloc(jarena *a, size_t n) {
+    ja_chunk *c = a->head;
+    n = (n + 15) & ~(size_t)15;
+    if (!n) n = 16;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        if (a->total + cap + sizeof *c > a->limit || !(c = malloc(sizeof *c + cap))) return NULL;
+        a->total += cap + sizeof *c;
+        c->cap = cap;
+        c->used = 0;
+        if (n > 4096 && a->head) { /* a big block: keep filling the current chunk */
+            c->next = a->head->next;
+            a->head->next = c;
+        } else {
+            c->next = a->head;
+            a->head = c;
+        }
+    }
+    c->used += n;
+    return c->data + c->used - n;
+}
+
+void ja_free(jarena *a) {
+    for (ja_chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    a->head = NULL;
+    a->total = 0;
+}
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 
