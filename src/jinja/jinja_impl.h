@@ -1,8 +1,10 @@
 /*
  * jinja_impl.h — the inside of moe8's Jinja2 interpreter, shared by
- * jinja_parse.c (lexer + parser -> tree), jinja_eval.c (statements and
- * expressions) and jinja_lib.c (values: Python's str/repr/json of them,
- * string methods, filters, tests). Callers use jinja.h.
+ * jinja_lex.c and jinja_parse.c (source -> tokens -> tree, over
+ * jinja_lex.h), jinja_eval.c (statements and expressions), jinja_lib.c
+ * (values: the arena, Python's str/repr/json of them), jinja_methods.c
+ * (str/dict/list methods, lookups, global functions) and jinja_filters.c
+ * (filters and tests), the last two over jinja_call.h. Callers use jinja.h.
  *
  * Values follow Python's data model as far as chat templates see it: None,
  * bool, int (int64; an overflow is an error where Python would grow), float,
@@ -264,7 +266,7 @@ uint32_t ju_next(const char *s, size_t n, size_t *i);         /* decode at *i, a
 size_t ju_put(char *out, uint32_t cp);                        /* encode, 1..4 bytes */
 int ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
 
-/* ---- filters, tests, methods (jinja_lib.c) ------------------------------ */
+/* ---- filters, tests (jinja_filters.c), methods, globals (jinja_methods.c) */
 
 /* id of a filter/test name, -1 when not supported (the parser refuses it). */
 int jfilter_id(const char *name, size_t n);
