@@ -167,7 +167,7 @@ static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     const jv *ea = arg(a, 0, p), *ind = arg(a, 1, p), *sep = arg(a, 2, p), *sk = arg(a, 3, p);
     jjson_opts o = {0};
     char spaces[64];
-    jbuf b = {0};
+    moe8_buf b = {0};
     o.ensure_ascii = ea && jv_truthy(ea);
     o.sort_keys = sk && jv_truthy(sk);
     if (ind && ind->t != JV_NONE) {
@@ -189,9 +189,11 @@ static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
         o.item_sep = sep->u.l->v[0].u.s, o.item_sep_n = sep->u.l->v[0].n;
         o.key_sep = sep->u.l->v[1].u.s, o.key_sep_n = sep->u.l->v[1].n;
     }
-    if (jv_json_to(c, n, &b, in, &o, 0)) return -1;
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
+    if (jv_json_to(c, n, &b, in, &o, 0)) {
+        moe8_jx_buf_free(c, &b);
+        return -1;
+    }
+    return moe8_jx_buf_value(c, n, &b, out);
 }
 
 /* Python's int(str, base) after jinja2's do_int: whitespace and underscores
@@ -273,7 +275,7 @@ static int f_indent(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     const char *const *p = FILTERS[F_INDENT].params;
     const jv *wv = arg(a, 0, p), *fv = arg(a, 1, p), *bv = arg(a, 2, p);
     jv s, lines, ind = jv_str("    ", 4);
-    jbuf b = {0};
+    moe8_buf b = {0};
     int64_t w = 4;
     char *sp;
     if (want_str(c, n, in, "indent's value")) return -1; /* jinja2 appends "\n" to it: a str only */
@@ -297,14 +299,14 @@ static int f_indent(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     const jlist *l = lines.u.l;
     for (size_t i = 0; i < l->n; i++) {
         const jv *line = &l->v[i];
-        if (i && jbuf_add(c, n, &b, "\n", 1)) return -1;
-        if (((i == 0 && fv && jv_truthy(fv)) || (i > 0 && (line->n || (bv && jv_truthy(bv))))) &&
-            jbuf_add(c, n, &b, ind.u.s, ind.n))
+        int indented = (i == 0 && fv && jv_truthy(fv)) || (i > 0 && (line->n || (bv && jv_truthy(bv))));
+        if ((i && jbuf_add(c, n, &b, "\n", 1)) || (indented && jbuf_add(c, n, &b, ind.u.s, ind.n)) ||
+            jbuf_add(c, n, &b, line->u.s, line->n)) {
+            moe8_jx_buf_free(c, &b);
             return -1;
-        if (jbuf_add(c, n, &b, line->u.s, line->n)) return -1;
+        }
     }
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
+    return moe8_jx_buf_value(c, n, &b, out);
 }
 
 /* map / select / reject / selectattr / rejectattr. */

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/buf.h"
 #include "jinja/jinja.h"
 
 /* ---- arena (jinja_lib.c) ------------------------------------------------ */
@@ -35,7 +36,7 @@ typedef struct ja_chunk {
 
 typedef struct {
     ja_chunk *head;
-    size_t total;   /* bytes taken from malloc */
+    size_t total;   /* bytes taken from malloc (a render's live buffers too) */
     size_t limit;   /* most bytes it may take */
 } jarena;
 
@@ -181,17 +182,12 @@ void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col
 /* ---- render state (jinja_eval.c; jinja_lib.c works on it too) ----------- */
 
 typedef struct {
-    char *p;
-    size_t n, cap;
-} jbuf;
-
-typedef struct {
     const jinja_template *t;
     jarena A;               /* values */
     jinja_limits lim;
     uint64_t steps;
     int depth;
-    jbuf *out;              /* where output goes (a capture swaps it) */
+    moe8_buf *out;          /* where output goes (a capture swaps it) */
     jscope *scope;          /* innermost scope: {% set %} writes here */
     jscope *root;           /* template-level variables */
     jscope *globals;        /* the caller's variables */
@@ -214,7 +210,23 @@ void *jx_alloc(jctx *c, const jnode *n, size_t bytes);
 /* A new string of n bytes (charged; fails over max_output), copied from s when s. */
 char *jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len);
 
-int jbuf_add(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len);
+/* Byte buffers (jinja_eval.c). The render's buffers (the output, captures,
+ * strings being built) are moe8_bufs whose capacity counts in c->A.total,
+ * so max_memory bounds them with the arena; each is freed with
+ * moe8_jx_buf_free or turned into a value by moe8_jx_buf_value, on every
+ * path. */
+
+/* Append s[0..len) to b: fails the render past max_output bytes in b or
+ * past max_memory; charges len / 64 steps. */
+int jbuf_add(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len);
+/* The same limits after b was written to directly (moe8_buf_json_str) with
+ * result rc, its capacity having been old_cap. */
+int moe8_jx_buf_wrote(jctx *c, const jnode *n, moe8_buf *b, size_t old_cap, int rc);
+/* The failure for output past max_output. */
+int moe8_jx_over_output(jctx *c, const jnode *n);
+/* b's bytes as a string value in the arena; b is freed either way. */
+int moe8_jx_buf_value(jctx *c, const jnode *n, moe8_buf *b, jv *out);
+void moe8_jx_buf_free(jctx *c, moe8_buf *b);
 
 /* ---- values (jinja_lib.c) ----------------------------------------------- */
 
@@ -241,8 +253,8 @@ const jv *jd_get(jctx *c, const jdict *d, const jv *k);
 const jv *jd_get_str(jctx *c, const jdict *d, const char *s, size_t n);
 
 /* Append Python's str(v) / repr(v) to b (nested values as repr). */
-int jv_str_to(jctx *c, const jnode *n, jbuf *b, const jv *v);
-int jv_repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v);
+int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
+int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
 /* str(v) as a string value (strings themselves are not copied). */
 int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out);
 
@@ -255,7 +267,7 @@ typedef struct {
     const char *item_sep, *key_sep;
     size_t item_sep_n, key_sep_n;
 } jjson_opts;
-int jv_json_to(jctx *c, const jnode *n, jbuf *b, const jv *v, const jjson_opts *o, int level);
+int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level);
 
 /* cJSON -> value (numbers: an integral double within +-2^53 is an int). */
 int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth);

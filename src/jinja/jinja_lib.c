@@ -350,7 +350,7 @@ static int py_float(char *buf, size_t cap, double x) {
     return (int)o + snprintf(buf + o, cap - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
 }
 
-static int add_s(jctx *c, const jnode *n, jbuf *b, const char *s) { return jbuf_add(c, n, b, s, strlen(s)); }
+static int add_s(jctx *c, const jnode *n, moe8_buf *b, const char *s) { return jbuf_add(c, n, b, s, strlen(s)); }
 
 /* Python's str.isprintable for one character (repr escapes the others). */
 static int printable(uint32_t cp) {
@@ -366,7 +366,7 @@ static int printable(uint32_t cp) {
     }
 }
 
-static int repr_str(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len) {
+static int repr_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len) {
     char q = '\'';
     if (memchr(s, '\'', len) && !memchr(s, '"', len)) q = '"';
     if (jbuf_add(c, n, b, &q, 1)) return -1;
@@ -392,9 +392,9 @@ static int repr_depth(jctx *c, const jnode *n, int depth) {
     return 0;
 }
 
-static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth);
+static int repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth);
 
-static int str_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
+static int str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth) {
     char num[48];
     switch (v->t) {
     case JV_UNDEF: return 0;
@@ -407,7 +407,7 @@ static int str_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
     }
 }
 
-static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
+static int repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth) {
     char tmp[96];
     if (repr_depth(c, n, depth)) return -1;
     switch (v->t) {
@@ -449,50 +449,35 @@ static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
     }
 }
 
-int jv_str_to(jctx *c, const jnode *n, jbuf *b, const jv *v) { return str_to(c, n, b, v, 0); }
-int jv_repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
+int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return str_to(c, n, b, v, 0); }
+int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
 
 int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
-    jbuf b = {0};
+    moe8_buf b = {0};
     if (v->t == JV_STR) {
         *out = *v;
         return 0;
     }
-    if (jv_str_to(c, n, &b, v)) return -1;
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
+    if (jv_str_to(c, n, &b, v)) {
+        moe8_jx_buf_free(c, &b);
+        return -1;
+    }
+    return moe8_jx_buf_value(c, n, &b, out);
 }
 
 /* ---- json.dumps ----------------------------------------------------------------- */
 
-static int json_str(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len, int ascii) {
-    if (jbuf_add(c, n, b, "\"", 1)) return -1;
-    for (size_t i = 0; i < len;) {
-        size_t start = i;
-        uint32_t cp = ju_next(s, len, &i);
-        char e[16];
-        int k = 0;
-        switch (cp) {
-        case '"': k = snprintf(e, sizeof e, "\\\""); break;
-        case '\\': k = snprintf(e, sizeof e, "\\\\"); break;
-        case '\n': k = snprintf(e, sizeof e, "\\n"); break;
-        case '\r': k = snprintf(e, sizeof e, "\\r"); break;
-        case '\t': k = snprintf(e, sizeof e, "\\t"); break;
-        case '\b': k = snprintf(e, sizeof e, "\\b"); break;
-        case '\f': k = snprintf(e, sizeof e, "\\f"); break;
-        default:
-            if (cp < 0x20 || (ascii && cp >= 0x7f && cp < 0x10000))
-                k = snprintf(e, sizeof e, "\\u%04x", (unsigned)cp);
-            else if (ascii && cp >= 0x10000)
-                k = snprintf(e, sizeof e, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
-                             (unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
-        }
-        if (k ? jbuf_add(c, n, b, e, (size_t)k) : jbuf_add(c, n, b, s + start, i - start)) return -1;
-    }
-    return jbuf_add(c, n, b, "\"", 1);
+/* A string as json.dumps writes it (ensure_ascii: everything from U+007F up
+ * as \uXXXX). Its escapes are short, so it costs no steps, as per-character
+ * jbuf_adds cost none; a string that cannot fit is refused before it is
+ * written. */
+static int json_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len, int ascii) {
+    size_t cap = b->cap;
+    if (len + 2 > c->lim.max_output - b->n) return moe8_jx_over_output(c, n);
+    return moe8_jx_buf_wrote(c, n, b, cap, moe8_buf_json_str(b, s, len, ascii ? MOE8_JSON_ASCII : 0));
 }
 
-static int json_newline(jctx *c, const jnode *n, jbuf *b, const jjson_opts *o, int level) {
+static int json_newline(jctx *c, const jnode *n, moe8_buf *b, const jjson_opts *o, int level) {
     if (jbuf_add(c, n, b, "\n", 1)) return -1;
     for (int i = 0; i < level; i++)
         if (jbuf_add(c, n, b, o->indent, o->indent_n)) return -1;
@@ -501,7 +486,7 @@ static int json_newline(jctx *c, const jnode *n, jbuf *b, const jjson_opts *o, i
 
 /* A dict key as json.dumps writes it: strings as they are; numbers, bools and
  * None in their JSON spelling, quoted. */
-static int json_key(jctx *c, const jnode *n, jbuf *b, const jv *k, const jjson_opts *o) {
+static int json_key(jctx *c, const jnode *n, moe8_buf *b, const jv *k, const jjson_opts *o) {
     char num[48];
     switch (k->t) {
     case JV_STR: return json_str(c, n, b, k->u.s, k->n, o->ensure_ascii);
@@ -522,7 +507,7 @@ static int key_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) 
     return jv_less(c, n, a, b, lt);
 }
 
-int jv_json_to(jctx *c, const jnode *n, jbuf *b, const jv *v, const jjson_opts *o, int level) {
+int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level) {
     char num[48];
     if (repr_depth(c, n, level)) return -1;
     switch (v->t) {

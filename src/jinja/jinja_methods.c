@@ -397,13 +397,13 @@ int jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out) {
 
 /* str.join(items) / the join filter: items turned to str. */
 int moe8_jstr_join(jctx *c, const jnode *n, const jv *sep, const jlist *items, jv *out) {
-    jbuf b = {0};
-    for (size_t i = 0; i < items->n; i++) {
-        if (i && jbuf_add(c, n, &b, sep->u.s, sep->n)) return -1;
-        if (jv_str_to(c, n, &b, &items->v[i])) return -1;
-    }
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
+    moe8_buf b = {0};
+    for (size_t i = 0; i < items->n; i++)
+        if ((i && jbuf_add(c, n, &b, sep->u.s, sep->n)) || jv_str_to(c, n, &b, &items->v[i])) {
+            moe8_jx_buf_free(c, &b);
+            return -1;
+        }
+    return moe8_jx_buf_value(c, n, &b, out);
 }
 
 /* ---- methods -------------------------------------------------------------------------- */
