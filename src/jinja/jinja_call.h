@@ -65,7 +65,7 @@ static inline void sb_put(sb *b, const char *s, size_t len) {
     memcpy(b->p + b->n, s, len);
     b->n += len;
 }
-static inline void sb_cp(sb *b, uint32_t cp) { b->n += ju_put(b->p + b->n, cp); }
+static inline void sb_cp(sb *b, uint32_t cp) { b->n += (size_t)moe8_utf8_encode(cp, b->p + b->n); }
 static inline jv sb_val(sb *b) { return jv_str(b->p, b->n); }
 
 /* ---- Python's str (jinja_methods.c) ---------------------------------------- */

@@ -272,11 +272,19 @@ int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_op
 /* cJSON -> value (numbers: an integral double within +-2^53 is an int). */
 int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth);
 
-/* UTF-8 helpers: strings inside the interpreter are always valid UTF-8. */
+/* UTF-8 helpers: strings inside the interpreter are always valid UTF-8 (the
+ * source and the variables are checked, escapes give no surrogates, case
+ * mappings give code points); encode with moe8_utf8_encode. */
 size_t ju_len(const char *s, size_t n);                       /* code points */
-uint32_t ju_next(const char *s, size_t n, size_t *i);         /* decode at *i, advance */
-size_t ju_put(char *out, uint32_t cp);                        /* encode, 1..4 bytes */
 int ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
+/* The code point at s[*i], *i moved past it (an invalid byte: U+FFFD, one
+ * byte on; never met). */
+static inline uint32_t ju_next(const char *s, size_t n, size_t *i) {
+    uint32_t cp = 0xfffd;
+    int k = moe8_utf8_decode((const uint8_t *)s + *i, n - *i, &cp);
+    *i += k > 0 ? (size_t)k : 1;
+    return cp;
+}
 
 /* ---- filters, tests (jinja_filters.c), methods, globals (jinja_methods.c) */
 

@@ -168,7 +168,7 @@ static int decode_string(jparser *P, size_t pos, const char *s, size_t n, char *
                 return moe8_jp_fail(P, pos, MOE8_ERR_UNSUPPORTED,
                                     "string escape \\%c gives U+%04X, which is not a character", e,
                                     (unsigned)cp);
-            o += ju_put(out + o, cp);
+            o += (size_t)moe8_utf8_encode(cp, out + o);
             continue;
         }
         case 'N':
@@ -178,7 +178,7 @@ static int decode_string(jparser *P, size_t pos, const char *s, size_t n, char *
                 cp = (uint32_t)(e - '0');
                 for (int k = 0; k < 2 && i < n && s[i] >= '0' && s[i] <= '7'; k++)
                     cp = cp * 8 + (uint32_t)(s[i++] - '0');
-                o += ju_put(out + o, cp);
+                o += (size_t)moe8_utf8_encode(cp, out + o);
                 continue;
             }
             out[o++] = '\\';

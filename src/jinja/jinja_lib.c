@@ -55,45 +55,6 @@ void ja_free(jarena *a) {
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 
-uint32_t ju_next(const char *s, size_t n, size_t *i) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t k = *i;
-    uint32_t c = p[k];
-    int len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    if (len == 1 || k + (size_t)len > n) {
-        *i = k + 1;
-        return c < 0x80 ? c : 0xfffd;
-    }
-    c &= 0x3f >> (len - 1);
-    for (int j = 1; j < len; j++) c = c << 6 | (p[k + (size_t)j] & 0x3f);
-    *i = k + (size_t)len;
-    return c;
-}
-
-size_t ju_put(char *out, uint32_t cp) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xc0 | cp >> 6);
-        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | cp >> 12);
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | cp >> 18);
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 size_t ju_len(const char *s, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
