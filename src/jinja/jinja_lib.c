@@ -2,8 +2,8 @@
  * jinja_lib.c — the interpreter's values as Python sees them: the arena
  * they live in, UTF-8 code point helpers, list/dict building, truthiness,
  * ==, <, str(), repr(), json.dumps (for tojson) and the cJSON -> value
- * conversion of the caller's variables. Filters, tests and methods are in
- * jinja_filters.c.
+ * conversion of the caller's variables. Methods are in jinja_methods.c,
+ * filters and tests in jinja_filters.c.
  *
  * Python's text forms are matched exactly for what templates print: floats
  * as repr (shortest round trip, '1e+16', '1.0'), True/False/None, lists and
@@ -429,9 +429,9 @@ int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
 /* ---- json.dumps ----------------------------------------------------------------- */
 
 /* A string as json.dumps writes it (ensure_ascii: everything from U+007F up
- * as \uXXXX). Its escapes are short, so it costs no steps, as per-character
- * jbuf_adds cost none; a string that cannot fit is refused before it is
- * written. */
+ * as \uXXXX), under jbuf_add's output and memory limits; it costs no steps
+ * (escaping is linear, and written a character at a time it always cost
+ * none). A string that cannot fit is refused before it is written. */
 static int json_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len, int ascii) {
     size_t cap = b->cap;
     if (len + 2 > c->lim.max_output - b->n) return moe8_jx_over_output(c, n);
