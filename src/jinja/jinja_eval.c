@@ -18,8 +18,9 @@
  * jinja2's message ("'x' is undefined", "'dict object' has no attribute 'y'").
  *
  * Bounded: every node and loop turn costs a step, copied bytes cost 1/64 of
- * one, values come from an arena with a byte limit, and nesting (including
- * macro recursion) has a depth limit: see jinja_limits.
+ * one, values and the text being written come from an arena and buffers
+ * under one byte limit, and nesting (including macro recursion) has a depth
+ * limit: see jinja_limits.
  */
 #include <math.h>
 #include <stdio.h>

@@ -13,8 +13,10 @@
  * functions. Containers are immutable (HF renders in jinja2's immutable
  * sandbox) except a namespace's attributes.
  *
- * Memory: everything made while rendering comes from one arena, freed at the
- * end of the render; the parsed tree lives in the template's own arena.
+ * Memory: every value made while rendering comes from one arena, freed at
+ * the end of the render; text being written (the output, a capture, a
+ * string being joined) is in moe8_bufs counted against the arena's limit.
+ * The parsed tree lives in the template's own arena.
  */
 #ifndef MOE8_JINJA_IMPL_H
 #define MOE8_JINJA_IMPL_H
