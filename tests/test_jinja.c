@@ -319,6 +319,20 @@ static void test_limits(void) {
     }
 }
 
+/* ---- json.dumps' escapes the goldens do not reach (Python's output, by hand) --------------- */
+
+static void test_json_escapes(void) {
+    expect_out("{{ '\\b\\f\\x00\\x1f\\x7f\\x80\\uffff'|tojson }}", NULL,
+               "\"\\b\\f\\u0000\\u001f\x7f\xc2\x80\xef\xbf\xbf\"");
+    expect_out("{{ '\\b\\f\\x00\\x1f\\x7f\\x80\\uffff\\U0010ffff'|tojson(ensure_ascii=true) }}", NULL,
+               "\"\\b\\f\\u0000\\u001f\\u007f\\u0080\\uffff\\udbff\\udfff\"");
+    expect_out("{{ {'\\x7f\\U0001f600': '\"'}|tojson(ensure_ascii=true) }}", NULL,
+               "{\"\\u007f\\ud83d\\ude00\": \"\\\"\"}");
+    /* escaping may take a string past the output limit: refused, not cut */
+    expect_err("{{ ('\xc3\xa9' * 5000000)|tojson(ensure_ascii=true) }}", NULL, NULL, MOE8_ERR_INVALID_ARG,
+               "over the 16777216-byte limit", NULL);
+}
+
 /* ---- what differs from jinja2, on purpose (docs/SEMANTICS.md §9) ------------------------ */
 
 static void test_deviations(void) {
@@ -566,6 +580,7 @@ int main(void) {
     test_unit_goldens();
     test_errors();
     test_limits();
+    test_json_escapes();
     test_deviations();
     test_chatml();
     test_api();

@@ -25,7 +25,7 @@ typedef struct jinja_template jinja_template;
  * the limit (never a crash or a hang, whatever the template). */
 typedef struct {
     size_t max_output;   /* bytes of rendered text (also of any one string value) */
-    size_t max_memory;   /* bytes of values made while rendering */
+    size_t max_memory;   /* bytes of values (and text being written) while rendering */
     uint64_t max_steps;  /* evaluation steps: nodes, loop turns, bytes copied / 64 */
     int max_depth;       /* nested evaluation: expressions, blocks, macro calls */
 } jinja_limits;

@@ -18,8 +18,9 @@
  * jinja2's message ("'x' is undefined", "'dict object' has no attribute 'y'").
  *
  * Bounded: every node and loop turn costs a step, copied bytes cost 1/64 of
- * one, values come from an arena with a byte limit, and nesting (including
- * macro recursion) has a depth limit: see jinja_limits.
+ * one, values and the text being written come from an arena and buffers
+ * under one byte limit, and nesting (including macro recursion) has a depth
+ * limit: see jinja_limits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -97,22 +98,47 @@ char *jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len) {
     return p;
 }
 
-int jbuf_add(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len) {
-    if (len > c->lim.max_output - b->n)
-        return jx_fail(c, n, "the rendered text is over the %zu-byte limit", c->lim.max_output);
+/* ---- byte buffers ----------------------------------------------------------------- */
+
+static int out_of_memory(jctx *c, const jnode *n) {
+    return jx_fail(c, n, "rendering needs more than %zu MiB of memory", c->lim.max_memory >> 20);
+}
+
+int moe8_jx_over_output(jctx *c, const jnode *n) {
+    return jx_fail(c, n, "the rendered text is over the %zu-byte limit", c->lim.max_output);
+}
+
+int jbuf_add(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len) {
+    if (len > c->lim.max_output - b->n) return moe8_jx_over_output(c, n);
     if (b->n + len + 1 > b->cap) {
         size_t cap = 2 * b->cap > b->n + len + 64 ? 2 * b->cap : b->n + len + 64;
-        char *p = jx_alloc(c, n, cap);
-        if (!p) return -1;
-        if (b->n) memcpy(p, b->p, b->n);
-        b->p = p;
-        b->cap = cap;
+        size_t grow = cap - b->cap;
+        if (c->A.total + grow > c->A.limit || moe8_buf_reserve(b, cap - 1)) return out_of_memory(c, n);
+        c->A.total += grow; /* b->cap is cap now */
     }
     if (jx_charge(c, n, len / 64)) return -1;
-    if (len) memcpy(b->p + b->n, s, len);
-    b->n += len;
-    b->p[b->n] = '\0';
-    return 0;
+    return moe8_buf_add(b, s, len) ? out_of_memory(c, n) : 0; /* room was made */
+}
+
+int moe8_jx_buf_wrote(jctx *c, const jnode *n, moe8_buf *b, size_t old_cap, int rc) {
+    if (b->cap > old_cap) c->A.total += b->cap - old_cap;
+    if (b->n > c->lim.max_output) return moe8_jx_over_output(c, n);
+    return rc || c->A.total > c->A.limit ? out_of_memory(c, n) : 0;
+}
+
+int moe8_jx_buf_value(jctx *c, const jnode *n, moe8_buf *b, jv *out) {
+    char *p = NULL;
+    int rc = 0;
+    *out = jv_str("", 0);
+    if (b->n && !(p = jx_alloc(c, n, b->n + 1))) rc = -1;
+    else if (p) *out = jv_str(memcpy(p, b->p, b->n + 1), b->n);
+    moe8_jx_buf_free(c, b);
+    return rc;
+}
+
+void moe8_jx_buf_free(jctx *c, moe8_buf *b) {
+    c->A.total -= b->cap;
+    moe8_buf_free(b);
 }
 
 static const char *type_name_of(uint8_t t) {
@@ -246,10 +272,12 @@ static int is_num(const jv *v) { return is_int(v) || v->t == JV_FLOAT; }
 static double fval(const jv *v) { return v->t == JV_FLOAT ? v->u.f : (double)ival(v); }
 
 static int concat(jctx *c, const jnode *n, const jv *a, const jv *b, jv *out) {
-    jbuf buf = {0};
-    if (jv_str_to(c, n, &buf, a) || jv_str_to(c, n, &buf, b)) return -1;
-    *out = jv_str(buf.p ? buf.p : "", buf.n);
-    return 0;
+    moe8_buf buf = {0};
+    if (jv_str_to(c, n, &buf, a) || jv_str_to(c, n, &buf, b)) {
+        moe8_jx_buf_free(c, &buf);
+        return -1;
+    }
+    return moe8_jx_buf_value(c, n, &buf, out);
 }
 
 /* seq * k for a string or list. */
@@ -522,7 +550,7 @@ static int eval_slice(jctx *c, const jnode *n, jv *out) {
 static int call_macro(jctx *c, const jnode *n, const jmacro *m, const jargs *a, jv *out) {
     const jnode *def = m->def;
     jscope *s = scope_new(c, n, m->scope), *saved = c->scope;
-    jbuf buf = {0}, *saved_out = c->out;
+    moe8_buf buf = {0}, *saved_out = c->out;
     int rc;
     if (!s) return -1;
     if (a->n_pos > def->n_kids)
@@ -555,9 +583,11 @@ static int call_macro(jctx *c, const jnode *n, const jmacro *m, const jargs *a, 
     rc = exec(c, def->b);
     c->out = saved_out;
     c->scope = saved;
-    if (rc < 0) return -1;
-    *out = jv_str(buf.p ? buf.p : "", buf.n);
-    return 0;
+    if (rc < 0) {
+        moe8_jx_buf_free(c, &buf);
+        return -1;
+    }
+    return moe8_jx_buf_value(c, n, &buf, out);
 fail:
     c->scope = saved;
     return -1;
@@ -752,13 +782,16 @@ static int exec_set(jctx *c, const jnode *n) {
     const jnode *t = n->a;
     jv v;
     if (n->c) { /* {% set x %}...{% endset %} */
-        jbuf buf = {0}, *saved = c->out;
+        moe8_buf buf = {0}, *saved = c->out;
         int rc;
         c->out = &buf;
         rc = exec(c, n->c);
         c->out = saved;
-        if (rc) return rc < 0 ? -1 : jx_fail(c, n, "break/continue inside a block assignment");
-        v = jv_str(buf.p ? buf.p : "", buf.n);
+        if (rc) {
+            moe8_jx_buf_free(c, &buf);
+            return rc < 0 ? -1 : jx_fail(c, n, "break/continue inside a block assignment");
+        }
+        if (moe8_jx_buf_value(c, n, &buf, &v)) return -1;
     } else if (eval(c, n->b, &v)) {
         return -1;
     }
@@ -817,7 +850,8 @@ static int exec(jctx *c, const jnode *n) {
 moe8_status jinja_render(const jinja_template *t, const cJSON *vars, const jinja_limits *lim,
                          char **out, size_t *n_out, moe8_error *err) {
     jctx c;
-    jbuf buf = {0};
+    moe8_buf buf = {0};
+    size_t n;
     moe8_error local;
     const cJSON *e;
     moe8_status st = MOE8_OK;
@@ -842,16 +876,16 @@ moe8_status jinja_render(const jinja_template *t, const cJSON *vars, const jinja
             goto done;
     }
     if (exec(&c, t->root) || jx_charge(&c, NULL, 0)) goto done;
-    if (!(*out = malloc(buf.n + 1))) {
+    n = buf.n;
+    if (!(*out = moe8_buf_take(&buf))) {
         moe8_fail(c.err, MOE8_ERR_NOMEM, -1, "%s: out of memory", t->name);
         c.failed = 1;
         goto done;
     }
-    if (buf.n) memcpy(*out, buf.p, buf.n);
-    (*out)[buf.n] = '\0';
-    if (n_out) *n_out = buf.n;
+    if (n_out) *n_out = n;
 done:
     if (c.failed || !*out) st = c.err->code ? c.err->code : MOE8_ERR_INTERNAL;
+    moe8_buf_free(&buf);
     ja_free(&c.A);
     return st;
 }

@@ -1,8 +1,10 @@
 /*
  * jinja_impl.h — the inside of moe8's Jinja2 interpreter, shared by
- * jinja_parse.c (lexer + parser -> tree), jinja_eval.c (statements and
- * expressions) and jinja_lib.c (values: Python's str/repr/json of them,
- * string methods, filters, tests). Callers use jinja.h.
+ * jinja_lex.c and jinja_parse.c (source -> tokens -> tree, over
+ * jinja_lex.h), jinja_eval.c (statements and expressions), jinja_lib.c
+ * (values: the arena, Python's str/repr/json of them), jinja_methods.c
+ * (str/dict/list methods, lookups, global functions) and jinja_filters.c
+ * (filters and tests), the last two over jinja_call.h. Callers use jinja.h.
  *
  * Values follow Python's data model as far as chat templates see it: None,
  * bool, int (int64; an overflow is an error where Python would grow), float,
@@ -11,8 +13,10 @@
  * functions. Containers are immutable (HF renders in jinja2's immutable
  * sandbox) except a namespace's attributes.
  *
- * Memory: everything made while rendering comes from one arena, freed at the
- * end of the render; the parsed tree lives in the template's own arena.
+ * Memory: every value made while rendering comes from one arena, freed at
+ * the end of the render; text being written (the output, a capture, a
+ * string being joined) is in moe8_bufs counted against the arena's limit.
+ * The parsed tree lives in the template's own arena.
  */
 #ifndef MOE8_JINJA_IMPL_H
 #define MOE8_JINJA_IMPL_H
@@ -21,9 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/buf.h"
 #include "jinja/jinja.h"
 
-/* ---- arena -------------------------------------------------------------- */
+/* ---- arena (jinja_lib.c) ------------------------------------------------ */
 
 typedef struct ja_chunk {
     struct ja_chunk *next;
@@ -33,7 +38,7 @@ typedef struct ja_chunk {
 
 typedef struct {
     ja_chunk *head;
-    size_t total;   /* bytes taken from malloc */
+    size_t total;   /* bytes taken from malloc (a render's live buffers too) */
     size_t limit;   /* most bytes it may take */
 } jarena;
 
@@ -172,15 +177,11 @@ struct jinja_template {
     jnode *root;       /* N_BODY */
 };
 
-/* Byte offset -> 1-based line and column (in characters) of the source. */
+/* Byte offset -> 1-based line and column (in characters) of the source
+ * (jinja_lex.c). */
 void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col);
 
 /* ---- render state (jinja_eval.c; jinja_lib.c works on it too) ----------- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} jbuf;
 
 typedef struct {
     const jinja_template *t;
@@ -188,7 +189,7 @@ typedef struct {
     jinja_limits lim;
     uint64_t steps;
     int depth;
-    jbuf *out;              /* where output goes (a capture swaps it) */
+    moe8_buf *out;          /* where output goes (a capture swaps it) */
     jscope *scope;          /* innermost scope: {% set %} writes here */
     jscope *root;           /* template-level variables */
     jscope *globals;        /* the caller's variables */
@@ -211,7 +212,23 @@ void *jx_alloc(jctx *c, const jnode *n, size_t bytes);
 /* A new string of n bytes (charged; fails over max_output), copied from s when s. */
 char *jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len);
 
-int jbuf_add(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len);
+/* Byte buffers (jinja_eval.c). The render's buffers (the output, captures,
+ * strings being built) are moe8_bufs whose capacity counts in c->A.total,
+ * so max_memory bounds them with the arena; each is freed with
+ * moe8_jx_buf_free or turned into a value by moe8_jx_buf_value, on every
+ * path. */
+
+/* Append s[0..len) to b: fails the render past max_output bytes in b or
+ * past max_memory; charges len / 64 steps. */
+int jbuf_add(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len);
+/* The same limits after b was written to directly (moe8_buf_json_str) with
+ * result rc, its capacity having been old_cap. */
+int moe8_jx_buf_wrote(jctx *c, const jnode *n, moe8_buf *b, size_t old_cap, int rc);
+/* The failure for output past max_output. */
+int moe8_jx_over_output(jctx *c, const jnode *n);
+/* b's bytes as a string value in the arena; b is freed either way. */
+int moe8_jx_buf_value(jctx *c, const jnode *n, moe8_buf *b, jv *out);
+void moe8_jx_buf_free(jctx *c, moe8_buf *b);
 
 /* ---- values (jinja_lib.c) ----------------------------------------------- */
 
@@ -238,8 +255,8 @@ const jv *jd_get(jctx *c, const jdict *d, const jv *k);
 const jv *jd_get_str(jctx *c, const jdict *d, const char *s, size_t n);
 
 /* Append Python's str(v) / repr(v) to b (nested values as repr). */
-int jv_str_to(jctx *c, const jnode *n, jbuf *b, const jv *v);
-int jv_repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v);
+int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
+int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
 /* str(v) as a string value (strings themselves are not copied). */
 int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out);
 
@@ -252,18 +269,26 @@ typedef struct {
     const char *item_sep, *key_sep;
     size_t item_sep_n, key_sep_n;
 } jjson_opts;
-int jv_json_to(jctx *c, const jnode *n, jbuf *b, const jv *v, const jjson_opts *o, int level);
+int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level);
 
 /* cJSON -> value (numbers: an integral double within +-2^53 is an int). */
 int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth);
 
-/* UTF-8 helpers: strings inside the interpreter are always valid UTF-8. */
+/* UTF-8 helpers: strings inside the interpreter are always valid UTF-8 (the
+ * source and the variables are checked, escapes give no surrogates, case
+ * mappings give code points); encode with moe8_utf8_encode. */
 size_t ju_len(const char *s, size_t n);                       /* code points */
-uint32_t ju_next(const char *s, size_t n, size_t *i);         /* decode at *i, advance */
-size_t ju_put(char *out, uint32_t cp);                        /* encode, 1..4 bytes */
 int ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
+/* The code point at s[*i], *i moved past it (an invalid byte: U+FFFD, one
+ * byte on; never met). */
+static inline uint32_t ju_next(const char *s, size_t n, size_t *i) {
+    uint32_t cp = 0xfffd;
+    int k = moe8_utf8_decode((const uint8_t *)s + *i, n - *i, &cp);
+    *i += k > 0 ? (size_t)k : 1;
+    return cp;
+}
 
-/* ---- filters, tests, methods (jinja_lib.c) ------------------------------ */
+/* ---- filters, tests (jinja_filters.c), methods, globals (jinja_methods.c) */
 
 /* id of a filter/test name, -1 when not supported (the parser refuses it). */
 int jfilter_id(const char *name, size_t n);

@@ -1,8 +1,9 @@
 /*
- * jinja_lib.c — the interpreter's values as Python sees them: UTF-8 code
- * point helpers, list/dict building, truthiness, ==, <, str(), repr(),
- * json.dumps (for tojson) and the cJSON -> value conversion of the caller's
- * variables. Filters, tests and methods are in jinja_filters.c.
+ * jinja_lib.c — the interpreter's values as Python sees them: the arena
+ * they live in, UTF-8 code point helpers, list/dict building, truthiness,
+ * ==, <, str(), repr(), json.dumps (for tojson) and the cJSON -> value
+ * conversion of the caller's variables. Methods are in jinja_methods.c,
+ * filters and tests in jinja_filters.c.
  *
  * Python's text forms are matched exactly for what templates print: floats
  * as repr (shortest round trip, '1e+16', '1.0'), True/False/None, lists and
@@ -19,46 +20,40 @@
 
 #include "jinja/jinja_impl.h"
 
+/* ---- arena ------------------------------------------------------------------ */
+
+void *ja_alloc(jarena *a, size_t n) {
+    ja_chunk *c = a->head;
+    n = (n + 15) & ~(size_t)15;
+    if (!n) n = 16;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        if (a->total + cap + sizeof *c > a->limit || !(c = malloc(sizeof *c + cap))) return NULL;
+        a->total += cap + sizeof *c;
+        c->cap = cap;
+        c->used = 0;
+        if (n > 4096 && a->head) { /* a big block: keep filling the current chunk */
+            c->next = a->head->next;
+            a->head->next = c;
+        } else {
+            c->next = a->head;
+            a->head = c;
+        }
+    }
+    c->used += n;
+    return c->data + c->used - n;
+}
+
+void ja_free(jarena *a) {
+    for (ja_chunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    a->head = NULL;
+    a->total = 0;
+}
+
 /* ---- UTF-8 --------------------------------------------------------------------- */
-
-uint32_t ju_next(const char *s, size_t n, size_t *i) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t k = *i;
-    uint32_t c = p[k];
-    int len = c < 0x80 ? 1 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-    if (len == 1 || k + (size_t)len > n) {
-        *i = k + 1;
-        return c < 0x80 ? c : 0xfffd;
-    }
-    c &= 0x3f >> (len - 1);
-    for (int j = 1; j < len; j++) c = c << 6 | (p[k + (size_t)j] & 0x3f);
-    *i = k + (size_t)len;
-    return c;
-}
-
-size_t ju_put(char *out, uint32_t cp) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xc0 | cp >> 6);
-        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | cp >> 12);
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | cp >> 18);
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
 
 size_t ju_len(const char *s, size_t n) {
     size_t k = 0;
@@ -316,7 +311,7 @@ static int py_float(char *buf, size_t cap, double x) {
     return (int)o + snprintf(buf + o, cap - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
 }
 
-static int add_s(jctx *c, const jnode *n, jbuf *b, const char *s) { return jbuf_add(c, n, b, s, strlen(s)); }
+static int add_s(jctx *c, const jnode *n, moe8_buf *b, const char *s) { return jbuf_add(c, n, b, s, strlen(s)); }
 
 /* Python's str.isprintable for one character (repr escapes the others). */
 static int printable(uint32_t cp) {
@@ -332,7 +327,7 @@ static int printable(uint32_t cp) {
     }
 }
 
-static int repr_str(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len) {
+static int repr_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len) {
     char q = '\'';
     if (memchr(s, '\'', len) && !memchr(s, '"', len)) q = '"';
     if (jbuf_add(c, n, b, &q, 1)) return -1;
@@ -358,9 +353,9 @@ static int repr_depth(jctx *c, const jnode *n, int depth) {
     return 0;
 }
 
-static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth);
+static int repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth);
 
-static int str_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
+static int str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth) {
     char num[48];
     switch (v->t) {
     case JV_UNDEF: return 0;
@@ -373,7 +368,7 @@ static int str_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
     }
 }
 
-static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
+static int repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth) {
     char tmp[96];
     if (repr_depth(c, n, depth)) return -1;
     switch (v->t) {
@@ -415,50 +410,35 @@ static int repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v, int depth) {
     }
 }
 
-int jv_str_to(jctx *c, const jnode *n, jbuf *b, const jv *v) { return str_to(c, n, b, v, 0); }
-int jv_repr_to(jctx *c, const jnode *n, jbuf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
+int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return str_to(c, n, b, v, 0); }
+int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
 
 int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
-    jbuf b = {0};
+    moe8_buf b = {0};
     if (v->t == JV_STR) {
         *out = *v;
         return 0;
     }
-    if (jv_str_to(c, n, &b, v)) return -1;
-    *out = jv_str(b.p ? b.p : "", b.n);
-    return 0;
+    if (jv_str_to(c, n, &b, v)) {
+        moe8_jx_buf_free(c, &b);
+        return -1;
+    }
+    return moe8_jx_buf_value(c, n, &b, out);
 }
 
 /* ---- json.dumps ----------------------------------------------------------------- */
 
-static int json_str(jctx *c, const jnode *n, jbuf *b, const char *s, size_t len, int ascii) {
-    if (jbuf_add(c, n, b, "\"", 1)) return -1;
-    for (size_t i = 0; i < len;) {
-        size_t start = i;
-        uint32_t cp = ju_next(s, len, &i);
-        char e[16];
-        int k = 0;
-        switch (cp) {
-        case '"': k = snprintf(e, sizeof e, "\\\""); break;
-        case '\\': k = snprintf(e, sizeof e, "\\\\"); break;
-        case '\n': k = snprintf(e, sizeof e, "\\n"); break;
-        case '\r': k = snprintf(e, sizeof e, "\\r"); break;
-        case '\t': k = snprintf(e, sizeof e, "\\t"); break;
-        case '\b': k = snprintf(e, sizeof e, "\\b"); break;
-        case '\f': k = snprintf(e, sizeof e, "\\f"); break;
-        default:
-            if (cp < 0x20 || (ascii && cp >= 0x7f && cp < 0x10000))
-                k = snprintf(e, sizeof e, "\\u%04x", (unsigned)cp);
-            else if (ascii && cp >= 0x10000)
-                k = snprintf(e, sizeof e, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
-                             (unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
-        }
-        if (k ? jbuf_add(c, n, b, e, (size_t)k) : jbuf_add(c, n, b, s + start, i - start)) return -1;
-    }
-    return jbuf_add(c, n, b, "\"", 1);
+/* A string as json.dumps writes it (ensure_ascii: everything from U+007F up
+ * as \uXXXX), under jbuf_add's output and memory limits; it costs no steps
+ * (escaping is linear, and written a character at a time it always cost
+ * none). A string that cannot fit is refused before it is written. */
+static int json_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len, int ascii) {
+    size_t cap = b->cap;
+    if (len + 2 > c->lim.max_output - b->n) return moe8_jx_over_output(c, n);
+    return moe8_jx_buf_wrote(c, n, b, cap, moe8_buf_json_str(b, s, len, ascii ? MOE8_JSON_ASCII : 0));
 }
 
-static int json_newline(jctx *c, const jnode *n, jbuf *b, const jjson_opts *o, int level) {
+static int json_newline(jctx *c, const jnode *n, moe8_buf *b, const jjson_opts *o, int level) {
     if (jbuf_add(c, n, b, "\n", 1)) return -1;
     for (int i = 0; i < level; i++)
         if (jbuf_add(c, n, b, o->indent, o->indent_n)) return -1;
@@ -467,7 +447,7 @@ static int json_newline(jctx *c, const jnode *n, jbuf *b, const jjson_opts *o, i
 
 /* A dict key as json.dumps writes it: strings as they are; numbers, bools and
  * None in their JSON spelling, quoted. */
-static int json_key(jctx *c, const jnode *n, jbuf *b, const jv *k, const jjson_opts *o) {
+static int json_key(jctx *c, const jnode *n, moe8_buf *b, const jv *k, const jjson_opts *o) {
     char num[48];
     switch (k->t) {
     case JV_STR: return json_str(c, n, b, k->u.s, k->n, o->ensure_ascii);
@@ -488,7 +468,7 @@ static int key_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) 
     return jv_less(c, n, a, b, lt);
 }
 
-int jv_json_to(jctx *c, const jnode *n, jbuf *b, const jv *v, const jjson_opts *o, int level) {
+int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level) {
     char num[48];
     if (repr_depth(c, n, level)) return -1;
     switch (v->t) {

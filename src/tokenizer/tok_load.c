@@ -79,10 +79,9 @@ static long byte_level_decode(const loader *L, const char *s, size_t len, char *
     const uint8_t *p = (const uint8_t *)s, *end = p + len;
     long n = 0;
     while (p < end) {
-        int cp, k = moe8_utf8_char(p, (size_t)(end - p));
-        if (k == 1) cp = p[0];
-        else if (k == 2) cp = (p[0] & 0x1f) << 6 | (p[1] & 0x3f);
-        else return -1;   /* every alphabet character is below U+0800 */
+        uint32_t cp;
+        int k = moe8_utf8_decode(p, (size_t)(end - p), &cp);
+        if (k != 1 && k != 2) return -1;   /* every alphabet character is below U+0800 */
         if (cp >= 324 || L->cp_byte[cp] < 0 || (size_t)n >= cap) return -1;
         out[n++] = (char)L->cp_byte[cp];
         p += k;

@@ -20,7 +20,6 @@
 #include "io/json_util.h"
 #include "moe8.h"
 #include "jinja/jinja.h"
-#include "tokenizer/tokenizer.h"
 
 static char g_out[1 << 17];
 
