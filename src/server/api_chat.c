@@ -28,8 +28,24 @@
 #include "io/json_util.h"
 #include "server/api.h"
 #include "server/chat.h"
+#include "tokenizer/tok_messages.h"
 
 /* ---- the prompt: messages through the chat template ------------------------------------ */
+
+int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
+                            char **messages_json, char **tools_json, char **documents_json,
+                            moe8_buf *err_body) {
+    tok_messages_error e;
+    const moe8_status st = moe8_chat_messages_normalize_cjson(messages, tools, documents, messages_json,
+                                                              tools_json, documents_json, &e);
+    if (st == MOE8_OK) return 0;
+    if (st == MOE8_ERR_NOMEM) {
+        oa_error(err_body, "server_error", NULL, NULL, "out of memory");
+        return 500;
+    }
+    oa_error(err_body, "invalid_request_error", e.param, NULL, "%s", e.message);
+    return 400;
+}
 
 /* The chat template over the conversation as JSON, into a malloc'd *out;
  * a 400 when it fails (its raise_exception, no template, ...). */
@@ -97,7 +113,7 @@ static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *e
     *kwargs = NULL;
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
         return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
-                      oa_type_name(kw));
+                      moe8_json_type_name(kw));
     if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs) return 0;
     if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
     merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
@@ -121,7 +137,7 @@ int moe8_oa_chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools,
     char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
     int rc;
     if (!msgs) return oa_bad(err, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
+    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", moe8_json_type_name(msgs));
     if (cJSON_GetArraySize(msgs) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
     if ((rc = template_kwargs(s, root, &kwargs, err))) return rc;
     rc = chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),

@@ -42,7 +42,7 @@ int moe8_oa_prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, moe
         return moe8_oa_ids_from_array(s, p, ids, n, "prompt", err);
     }
     return oa_bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
-               cJSON_IsArray(p) ? "an empty array" : oa_type_name(p));
+               cJSON_IsArray(p) ? "an empty array" : moe8_json_type_name(p));
 }
 
 static int completion_options(const cJSON *root, job *j, oa_req *r, moe8_buf *err) {

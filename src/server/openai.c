@@ -80,11 +80,6 @@ void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
 
 /* ---- field readers --------------------------------------------------------------- */
 
-const char *oa_type_name(const cJSON *v) {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
-           : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
-}
-
 /* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
                    double *out, int *present, moe8_buf *err) {
@@ -94,7 +89,7 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v))
         return oa_bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
-                   oa_type_name(v));
+                   moe8_json_type_name(v));
     x = v->valuedouble;
     if (!isfinite(x) || (integer && x != floor(x)))
         return oa_bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
@@ -108,7 +103,7 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
 int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, oa_type_name(v));
+    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, moe8_json_type_name(v));
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -164,7 +159,7 @@ static int parse_stop(const cJSON *root, job *j, moe8_buf *err) {
         j->rq.n_stop = 1;
         return 0;
     }
-    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", oa_type_name(st));
+    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", moe8_json_type_name(st));
     if (cJSON_GetArraySize(st) > MOE8_MAX_STOP_STRINGS)
         return oa_bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
     cJSON_ArrayForEach(v, st) {
@@ -256,11 +251,11 @@ static int parse_grammar(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *ty, *js, *schema;
     int rc;
     if (gr && !cJSON_IsNull(gr) && !cJSON_IsString(gr))
-        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", oa_type_name(gr));
+        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", moe8_json_type_name(gr));
     if (!rf || cJSON_IsNull(rf))
         return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
     if (!cJSON_IsObject(rf))
-        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", oa_type_name(rf));
+        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", moe8_json_type_name(rf));
     ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
     if (!cJSON_IsString(ty))
         return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
@@ -362,7 +357,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     int rc, has, ignore_eos = 0;
     if ((rc = oa_check_fields(s, root, j->kind, err))) return rc;
     if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", oa_type_name(model));
+        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", moe8_json_type_name(model));
         if (strcmp(model->valuestring, s->model_name)) { /* OpenAI's and vLLM's answer */
             oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
                      "this server serves '%s'", model->valuestring, s->model_name);
@@ -371,7 +366,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     }
     if ((rc = oa_get_bool(root, "stream", &j->stream, err))) return rc;
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", oa_type_name(so));
+        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", moe8_json_type_name(so));
         if ((rc = oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
     }
     if ((rc = oa_get_num(root, "n", 1, SRV_MAX_N, 0, 1, &x, &has, err))) return rc;

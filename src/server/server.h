@@ -36,6 +36,7 @@
 
 #include "core/public.h"
 #include "core/buf.h"
+#include "io/json_util.h" /* moe8_json_type_name for messages */
 
 
 
@@ -189,8 +190,6 @@ void oa_error(moe8_buf *out, const char *type, const char *param, const char *co
     __attribute__((format(printf, 5, 6)));
 /* A 400 invalid_request_error naming `param`: returns 400. */
 int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* "a string", "a number", ... for messages. */
-const char *oa_type_name(const cJSON *v);
 /* Optional number field `key` of o in [lo, hi] (lo_open: (lo, hi]), integral when
  * `integer`: 0 (*present says whether it was there), or 400 with the body. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,

@@ -132,7 +132,7 @@ int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     if (choice && cJSON_IsNull(choice)) choice = NULL;
     if (tools) { /* chat.c checked their shape as the template gets them */
-        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", oa_type_name(tools));
+        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", moe8_json_type_name(tools));
         cJSON_ArrayForEach(t, tools) {
             char param[48];
             snprintf(param, sizeof param, "tools[%d].function.name", n);
