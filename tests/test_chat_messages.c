@@ -90,7 +90,7 @@ static void load_templates(void) {
     }
 }
 
-/* Each case's request through chat.c: the messages, tools, documents vLLM makes. */
+/* Each case's request through the normalisation: the messages, tools, documents vLLM makes. */
 static void test_normalize(void) {
     const cJSON *c;
     int n = 0;
@@ -183,7 +183,7 @@ static void test_goldens(void) {
     CHECK(n >= 150 && n_err >= 8);
 }
 
-/* ---- chat.c's refusals ------------------------------------------------------------------ */
+/* ---- the normalisation's refusals ------------------------------------------------------------------ */
 
 /* The request body `req` refused with 400 and this param. */
 static void expect_refused(const char *req, const char *param, const char *needle) {
