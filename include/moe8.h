@@ -997,6 +997,36 @@ moe8_status moe8_chat_apply_json(const moe8_tokenizer *tok, const char *messages
                                  int add_generation_prompt, const char *kwargs_json, char *out,
                                  size_t cap, size_t *n_out, moe8_error *err);
 
+/* An OpenAI chat conversation as a chat template gets it, as vLLM hands it
+ * to apply_chat_template: the one normalisation of moe8 (moe8 serve's chat
+ * requests and /tokenize, `moe8 tokenize --messages`). messages_json: a
+ * JSON array of message objects; tools_json, documents_json: JSON text, or
+ * NULL (or "null") when absent. On success *messages_out is the normalized
+ * array and *tools_out, *documents_out the tools and documents (NULL when
+ * absent: None to the template), JSON text for moe8_chat_template_render_json
+ * and moe8_chat_apply_json; malloc'd, free() them. What is made:
+ *   - content: a string; null or absent (allowed for assistant messages
+ *     only, as OpenAI has it) -> ""; an array of {"type": "text", "text"}
+ *     parts -> their texts joined with "\n"; another part type is refused;
+ *   - role: system, user, assistant, tool; developer -> system;
+ *   - assistant: tool_calls, each {id, function: {arguments, name}, type}
+ *     (the openai types' order, as pydantic rebuilds them), arguments
+ *     parsed from their JSON string ("" -> {}; an object is taken as it is),
+ *     an empty list dropped; reasoning or reasoning_content -> both keys;
+ *   - tool: tool_call_id; any role: name;
+ *   - other fields are ignored, as vLLM ignores them;
+ *   - tools: each {type: "function", function: {name, description (null
+ *     when absent), parameters (null when absent), other keys}, other keys},
+ *     as pydantic's model_dump writes them;
+ *   - documents: an array of objects with string values, as they are.
+ * Fails with MOE8_ERR_FORMAT for text that is not JSON (or holds a key
+ * twice), MOE8_ERR_INVALID_ARG for a conversation outside the above (the
+ * message names the field: "'messages[1].tool_calls[0].function.arguments'
+ * ..."), MOE8_ERR_NOMEM; the outputs are then NULL. */
+moe8_status moe8_chat_messages_normalize(const char *messages_json, const char *tools_json,
+                                         const char *documents_json, char **messages_out,
+                                         char **tools_out, char **documents_out, moe8_error *err);
+
 /* Source text of a template moe8 carries for families whose tokenizer files
  * ship none: "mixtral-instruct" (Mixtral-8x7B-Instruct-v0.1's). NULL for
  * any other name. */

@@ -9,9 +9,11 @@
  * that prints the messages whole. Checked here:
  *   - moe8_chat_template_render_json over those messages, byte for byte
  *     (where jinja2 fails, moe8 must fail too, with raise_exception's text);
- *   - the server's chat_messages_normalize (src/server/chat.c) makes the
- *     same JSON from each request, key order included;
- *   - its refusals name the field (messages[2].content[1].type, ...);
+ *   - the library's normalisation (moe8_chat_messages_normalize, and the
+ *     server's chat_messages_normalize over it in src/server/api_chat.c)
+ *     makes the same JSON from each request, key order included;
+ *   - its refusals name the field (messages[2].content[1].type, ...), the
+ *     public entry's with the same message;
  *   - the API's edges: bad JSON, bad UTF-8, kwargs over tools, an empty
  *     rendering, the tokenizer's own template.
  */
@@ -88,7 +90,7 @@ static void load_templates(void) {
     }
 }
 
-/* Each case's request through chat.c: the messages, tools, documents vLLM makes. */
+/* Each case's request through the normalisation: the messages, tools, documents vLLM makes. */
 static void test_normalize(void) {
     const cJSON *c;
     int n = 0;
@@ -107,6 +109,22 @@ static void test_normalize(void) {
                "%s: normalize rc %d (%s)\n got: %s\n      %s\n want: %s\n      %s", c->string, rc,
                err.p ? err.p : "", m ? m : "-", t ? t : "-", want_m, want_t ? want_t : "-");
         n++;
+        { /* the public entry on the request's text (what `moe8 tokenize --messages` calls) */
+            char *rm = print(cJSON_GetObjectItemCaseSensitive(rq, "messages")),
+                 *rt = print(cJSON_GetObjectItemCaseSensitive(rq, "tools")),
+                 *rd = print(cJSON_GetObjectItemCaseSensitive(rq, "documents")), *m2 = NULL, *t2 = NULL, *d2 = NULL;
+            moe8_error e;
+            moe8_status st = moe8_chat_messages_normalize(rm, rt, rd, &m2, &t2, &d2, &e);
+            CHECKF(st == MOE8_OK && same(m2, want_m) && same(t2, want_t) && same(d2, want_d),
+                   "%s: moe8_chat_messages_normalize %d (%s)\n got: %s", c->string, st,
+                   st == MOE8_OK ? "" : e.message, m2 ? m2 : "-");
+            free(m2);
+            free(t2);
+            free(d2);
+            cJSON_free(rm);
+            cJSON_free(rt);
+            cJSON_free(rd);
+        }
     next:
         free(m);
         free(t);
@@ -165,7 +183,7 @@ static void test_goldens(void) {
     CHECK(n >= 150 && n_err >= 8);
 }
 
-/* ---- chat.c's refusals ------------------------------------------------------------------ */
+/* ---- the normalisation's refusals ------------------------------------------------------------------ */
 
 /* The request body `req` refused with 400 and this param. */
 static void expect_refused(const char *req, const char *param, const char *needle) {
@@ -192,6 +210,20 @@ static void expect_refused(const char *req, const char *param, const char *needl
                !strcmp(cJSON_GetObjectItemCaseSensitive(e, "type")->valuestring, "invalid_request_error"),
            "%s: rc %d, body %s (want param %s, '%s')", req, rc, err.p ? err.p : "-", param,
            needle ? needle : "");
+    { /* the public entry on the request's text refuses it with the same message */
+        char *rm = print(cJSON_GetObjectItemCaseSensitive(r, "messages")),
+             *rt = print(cJSON_GetObjectItemCaseSensitive(r, "tools")),
+             *rd = print(cJSON_GetObjectItemCaseSensitive(r, "documents"));
+        moe8_error pe;
+        m = t = d = (char *)1;
+        moe8_status st = moe8_chat_messages_normalize(rm, rt, rd, &m, &t, &d, &pe);
+        CHECKF(st == MOE8_ERR_INVALID_ARG && !m && !t && !d && msg && !strcmp(pe.message, msg),
+               "%s: moe8_chat_messages_normalize %d '%s', the server's '%s'", req, st,
+               st == MOE8_OK ? "" : pe.message, msg ? msg : "-");
+        cJSON_free(rm);
+        cJSON_free(rt);
+        cJSON_free(rd);
+    }
     cJSON_Delete(body);
     cJSON_Delete(r);
     moe8_buf_free(&err);

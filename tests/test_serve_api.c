@@ -25,7 +25,8 @@
  *     streamed deltas joined = the whole answer, required with response_format
  *     refused,
  *     none / auto render the tools, the 400s, a tool-call history rendered
- *     as tests/data/jinja/tool_goldens.json says (jinja2's output);
+ *     as tests/data/jinja/tool_goldens.json says (jinja2's output), and by
+ *     `moe8 tokenize --messages` as by /tokenize (the calls kept);
  *   - the field policy (refused, accepted, an unknown field's one warning);
  *   - model 404s, /v1/models/{id}, CORS, open routes under --api-key,
  *     --kv-type f32 (the library's f32 context), --default-chat-template-
@@ -1378,6 +1379,61 @@ static int tokenize_count(server *sv, const char *body) {
     return n;
 }
 
+/* The fixture model's folder (the server's -m), for `moe8 tokenize -m`. */
+static const char *g_model_dir;
+
+/* `moe8 tokenize --messages` on a request's messages (the CLI through the
+ * library's normalisation) gives /tokenize's ids for the same messages
+ * (neither with tools: the CLI reads messages only), and its rendering
+ * holds the assistant's calls, <tool_call> blocks with their arguments. */
+static void check_cli_messages(server *sv, const char *what, const cJSON *msgs, int gen, const cJSON *kw) {
+    char path[4200], outp[4200], cmd[12000], kwarg[2100] = "";
+    char *mj = cJSON_PrintUnformatted(msgs), *bs;
+    cJSON *body = cJSON_CreateObject(), *ans;
+    size_t n = 0;
+    unsigned char *got = NULL;
+    buf out = {0}, ids = {0};
+    snprintf(path, sizeof path, "%s/api_cli_msgs.json", MOE8_TEST_TMP);
+    snprintf(outp, sizeof outp, "%s/api_cli_out.txt", MOE8_TEST_TMP);
+    test_write_file(path, mj, strlen(mj));
+    if (cJSON_IsObject(kw)) {
+        char *k = cJSON_PrintUnformatted(kw);
+        snprintf(kwarg, sizeof kwarg, " --template-kwargs '%s'", k);
+        free(k);
+    }
+    cJSON_AddItemToObject(body, "messages", cJSON_Duplicate(msgs, 1));
+    cJSON_AddBoolToObject(body, "add_generation_prompt", gen);
+    if (cJSON_IsObject(kw)) cJSON_AddItemToObject(body, "chat_template_kwargs", cJSON_Duplicate(kw, 1));
+    bs = json_text(body);
+    if (post(sv, "/tokenize", bs, &out) == 200 && (ans = cJSON_Parse(buf_s(&out)))) {
+        const cJSON *t;
+        cJSON_ArrayForEach(t, J(ans, "tokens")) {
+            char num[24];
+            snprintf(num, sizeof num, ids.n ? " %d" : "%d", t->valueint);
+            buf_str(&ids, num);
+        }
+        buf_str(&ids, "\n");
+        cJSON_Delete(ans);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' --messages '%s'%s%s >'%s' 2>&1", MOE8_CLI, g_model_dir,
+             path, gen ? " --add-generation-prompt" : "", kwarg, outp);
+    CHECKF(test_run(cmd) == 0 && (got = test_slurp(outp, &n)) && ids.n && !strcmp((char *)got, buf_s(&ids)),
+           "tool history '%s': moe8 tokenize --messages gives [%.300s], /tokenize [%.300s]", what,
+           got ? (char *)got : "-", buf_s(&ids));
+    free(got);
+    got = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' --messages '%s'%s%s --render >'%s' 2>&1", MOE8_CLI,
+             g_model_dir, path, gen ? " --add-generation-prompt" : "", kwarg, outp);
+    CHECKF(test_run(cmd) == 0 && (got = test_slurp(outp, &n)) && strstr((char *)got, "<tool_call>\n{\"name\": \"") &&
+           strstr((char *)got, "\"arguments\": {"), "tool history '%s': moe8 tokenize --messages --render drops "
+           "the calls: %.400s", what, got ? (char *)got : "-");
+    free(got);
+    free(mj);
+    free(bs);
+    buf_free(&out);
+    buf_free(&ids);
+}
+
 static void test_tools(server *sv, lib_env *L) {
     static const struct { int both; const char *choice; int parallel; const char *want; int one; } C[] = {
         {0, "required", -1, "get_weather", 0},
@@ -1519,6 +1575,7 @@ static void test_tools(server *sv, lib_env *L) {
             CHECKF(same, "tool history '%s' (generation prompt %d, kwargs %s): /tokenize differs from jinja2's "
                    "rendering (%zu tokens): %.300s", cs, cJSON_IsTrue(J(ch, "add_generation_prompt")),
                    cJSON_IsObject(kw) ? "set" : "none", nw, buf_s(&out));
+            check_cli_messages(sv, cs, J(rq_, "messages"), cJSON_IsTrue(J(ch, "add_generation_prompt")), kw);
             /* and the library renders the normalized conversation the file holds the same way */
             mj = cJSON_PrintUnformatted(J(cas, "messages"));
             tj = cJSON_IsArray(J(cas, "tools")) ? cJSON_PrintUnformatted(J(cas, "tools")) : NULL;
@@ -2193,6 +2250,7 @@ int main(void) {
     const char *dir;
     serve_test_init("test_serve_api");
     dir = fx_test_model("serve_api", &ot, 1);
+    g_model_dir = dir;
     lib_open(&L, dir, MOE8_DT_F16);
     snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
     if (server_start(&sv, "api_main", NULL, args) == 0) {

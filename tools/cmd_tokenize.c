@@ -5,12 +5,15 @@
  * it), then moe8_tokenize's ids.
  *
  * The text comes from -p, -f or --messages, in one place (input_text):
- * --messages FILE.json (an OpenAI-style [{"role", "content"}, ...] list) is
- * rendered with the model's own chat template (moe8_chat_apply, with
- * --add-generation-prompt and --template-kwargs JSON, as llama-server's
- * /apply-template and transformers' apply_chat_template); the rendered text
- * holds the template's own BOS, so none is added to it. --render prints the
- * rendered text instead of ids.
+ * --messages FILE.json (an OpenAI-style [{"role", "content"}, ...] list,
+ * assistant tool_calls and OpenAI's other message fields included) is
+ * normalized as moe8 serve normalizes a chat request's messages
+ * (moe8_chat_messages_normalize) and rendered with the model's own chat
+ * template (moe8_chat_apply_json, with --add-generation-prompt and
+ * --template-kwargs JSON, as llama-server's /apply-template and
+ * transformers' apply_chat_template); the rendered text holds the
+ * template's own BOS, so none is added to it. --render prints the rendered
+ * text instead of ids.
  *
  * Uses only the public headers.
  */
@@ -86,71 +89,63 @@ static int parse(int argc, char **argv, opts *o) {
     return 0;
 }
 
-/* --messages FILE.json -> msgs[*n] pointing into *root (cJSON, freed by the
- * caller); 0, or 1 after saying what is wrong where. */
-static int read_messages(const char *path, cJSON **root, moe8_chat_message **msgs, size_t *n) {
+/* --messages FILE.json -> *json, the conversation as the chat template gets
+ * it (moe8_chat_messages_normalize: tool calls' arguments parsed, content
+ * parts joined, ... as moe8 serve does); 0, or 1 after saying what is wrong
+ * where. */
+static int read_messages(const char *path, char **json) {
     moe8_error err;
-    char *json = NULL;
+    char *text = NULL, *tools = NULL, *docs = NULL;
     size_t len = 0;
-    int i = 0;
+    int i = 0, rc = 0;
     const cJSON *m;
-    *root = NULL, *msgs = NULL, *n = 0;
-    if (moe8_read_file(path, MAX_TEXT, &json, &len, &err) != MOE8_OK) return cli_fail(CMD, &err);
-    *root = cJSON_ParseWithLength(json, len);
-    free(json);
-    if (!*root || !cJSON_IsArray(*root)) {
+    cJSON *root;
+    *json = NULL;
+    if (moe8_read_file(path, MAX_TEXT, &text, &len, &err) != MOE8_OK) return cli_fail(CMD, &err);
+    root = cJSON_ParseWithLength(text, len);
+    if (!root || !cJSON_IsArray(root)) {
         fprintf(stderr, "moe8 " CMD ": '%s': expected a JSON array of {\"role\", \"content\"} "
                 "messages\n", path);
-        return 1;
+        rc = 1;
     }
-    *msgs = calloc((size_t)cJSON_GetArraySize(*root) + 1, sizeof **msgs);
-    if (!*msgs) {
-        fprintf(stderr, "moe8 " CMD ": out of memory\n");
-        return 1;
-    }
-    cJSON_ArrayForEach(m, *root) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
+    if (!rc) cJSON_ArrayForEach(m, root) {
+        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role"))) {
             fprintf(stderr, "moe8 " CMD ": '%s': message %d: expected an object with a string "
                     "\"role\"\n", path, i);
-            return 1;
+            rc = 1;
+            break;
         }
-        if (content && !cJSON_IsString(content) && !cJSON_IsNull(content)) {
-            fprintf(stderr, "moe8 " CMD ": '%s': message %d: \"content\" must be a string or "
-                    "null\n", path, i);
-            return 1;
-        }
-        (*msgs)[i].role = role->valuestring;
-        (*msgs)[i].content = cJSON_IsString(content) ? content->valuestring : NULL;
         i++;
     }
-    *n = (size_t)i;
-    return 0;
+    cJSON_Delete(root);
+    if (!rc && moe8_chat_messages_normalize(text, NULL, NULL, json, &tools, &docs, &err) != MOE8_OK) {
+        fprintf(stderr, "moe8 " CMD ": '%s': %s\n", path, err.message);
+        rc = 1;
+    }
+    free(text);
+    return rc;
 }
 
 /* The conversation rendered with the tokenizer's template into a heap buffer. */
 static int render_messages(const opts *o, const moe8_tokenizer *tok, char **text, size_t *len) {
-    moe8_chat_message *msgs;
     moe8_error err;
-    cJSON *root;
-    size_t n, need = 0;
-    int rc = read_messages(o->messages, &root, &msgs, &n);
-    if (!rc && moe8_chat_apply(tok, msgs, n, o->add_gen, o->kwargs, NULL, 0, &need, &err) !=
+    char *msgs = NULL;
+    size_t need = 0;
+    int rc = read_messages(o->messages, &msgs);
+    if (!rc && moe8_chat_apply_json(tok, msgs, NULL, NULL, o->add_gen, o->kwargs, NULL, 0, &need, &err) !=
                    MOE8_OK && need == 0)
         rc = cli_fail(CMD, &err);
     if (!rc && !(*text = malloc(need + 1))) {
         fprintf(stderr, "moe8 " CMD ": out of memory\n");
         rc = 1;
     }
-    if (!rc && moe8_chat_apply(tok, msgs, n, o->add_gen, o->kwargs, *text, need + 1, len, &err) !=
-                   MOE8_OK) {
+    if (!rc && moe8_chat_apply_json(tok, msgs, NULL, NULL, o->add_gen, o->kwargs, *text, need + 1, len,
+                                    &err) != MOE8_OK) {
         free(*text);
         *text = NULL;
         rc = cli_fail(CMD, &err);
     }
     free(msgs);
-    cJSON_Delete(root);
     return rc;
 }
 

@@ -157,3 +157,8 @@ moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJS
     *out = j;
     return MOE8_OK;
 }
+
+const char *moe8_json_type_name(const cJSON *v) {
+    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
+           : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
+}

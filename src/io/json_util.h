@@ -34,6 +34,10 @@ moe8_status moe8_json_parse(const char *text, size_t len, const char *label, cJS
 moe8_status moe8_json_parse_syntax(const char *text, size_t len, int64_t base, const char *label,
                                    const char *what, cJSON **out, moe8_error *err);
 
+/* "a string", "a number", "a boolean", "an array", "an object" or "null":
+ * what v is, for messages ("'x' must be an object, got a number"). */
+const char *moe8_json_type_name(const cJSON *v);
+
 /* MOE8_ERR_FORMAT naming `label`, the key and `where` (the object's path, NULL
  * or "" for the top level) if `object` holds a key twice; MOE8_OK for an
  * object without duplicates or a non-object. Linear time (a hash set). */

@@ -1,7 +1,9 @@
 /*
  * chat.h — a chat request's messages, tools and documents as the chat
- * template gets them (moe8_chat_template_render_json), validated with
- * OpenAI-style errors. Pure functions over cJSON; no server state.
+ * template gets them, validated with OpenAI-style errors: the library's one
+ * normalisation (moe8_chat_messages_normalize in moe8.h, on the request's
+ * cJSON: tokenizer/tok_messages.h) with its refusals as OpenAI's error body.
+ * In api_chat.c.
  */
 #ifndef MOE8_SERVER_CHAT_H
 #define MOE8_SERVER_CHAT_H
@@ -16,21 +18,8 @@
  * documents (NULL when absent: None to the template); all malloc'd, free()
  * them. On failure 400 (500 for out of memory) with OpenAI's error body in
  * *err_body naming the field (param "messages[1].tool_calls[0].function.
- * arguments"), and the three outputs NULL. What is made, as vLLM makes it:
- *   - content: a string; null or absent (allowed for assistant messages
- *     only, as OpenAI has it) -> ""; an array of {"type": "text", "text"}
- *     parts -> their texts joined with "\n"; another part type is refused;
- *   - role: system, user, assistant, tool; developer -> system;
- *   - assistant: tool_calls, each {id, function: {arguments, name}, type}
- *     (the openai types' order, as pydantic rebuilds them), arguments
- *     parsed from their JSON string ("" -> {}; an object is taken as it is),
- *     an empty list dropped; reasoning or reasoning_content -> both keys;
- *   - tool: tool_call_id; any role: name;
- *   - other fields are ignored, as vLLM ignores them;
- *   - tools: each {type: "function", function: {name, description
- *     (null when absent), parameters (null when absent), other keys}, other
- *     keys}, as pydantic's model_dump writes them;
- *   - documents: an array of objects with string values, as they are. */
+ * arguments"), and the three outputs NULL. What is made: moe8.h's
+ * moe8_chat_messages_normalize. */
 int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
                             char **messages_json, char **tools_json, char **documents_json,
                             moe8_buf *err_body);

@@ -100,11 +100,11 @@ int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
     f = cJSON_GetObjectItemCaseSensitive(root, "best_of");
     if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
         return oa_bad(err, "best_of", "'best_of' must be 1 (several candidates per choice are not "
-                      "supported), got %s", cJSON_IsNumber(f) ? "another number" : oa_type_name(f));
+                      "supported), got %s", cJSON_IsNumber(f) ? "another number" : moe8_json_type_name(f));
     f = cJSON_GetObjectItemCaseSensitive(root, "modalities");
     if (f && !cJSON_IsNull(f)) {
         const cJSON *m;
-        if (!cJSON_IsArray(f)) return oa_bad(err, "modalities", "'modalities' must be an array, got %s", oa_type_name(f));
+        if (!cJSON_IsArray(f)) return oa_bad(err, "modalities", "'modalities' must be an array, got %s", moe8_json_type_name(f));
         cJSON_ArrayForEach(m, f) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
             return oa_bad(err, "modalities", "'modalities': only \"text\" output is supported");
     }
@@ -124,7 +124,7 @@ static int parse_bias(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if (!lb || cJSON_IsNull(lb)) return 0;
     if (!cJSON_IsObject(lb))
         return oa_bad(err, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s",
-                      oa_type_name(lb));
+                      moe8_json_type_name(lb));
     cJSON_ArrayForEach(e, lb) n++;
     if (n > 1024) return oa_bad(err, "logit_bias", "'logit_bias' holds %d tokens; at most 1024", n);
     if (!n) return 0;

@@ -5,13 +5,12 @@
  * output and tells this thread (http_notify) through an eventfd.
  *
  * A connection goes IDLE -> HEAD -> BODY -> WORK -> (answer written) ->
- * IDLE again for the next request, or CLOSE. Decided from the head alone,
- * before a byte of the body is read or buffered: the framing (http_parse.c;
- * an error is answered once and the connection closed), the API key (401),
- * the route (404, 405), the body's size (413 past --max-body) and room for
- * it under --max-buffered (503); only then is "100 Continue" sent to a
- * client that expects it. A refusal with a body pending closes the
- * connection after a short lingering read (so the client sees the answer).
+ * IDLE again for the next request, or CLOSE. This file reads: heads are
+ * scanned here and decided by http_route.c (framing, auth, route, size,
+ * room) before a byte of the body is read or buffered; bodies (sized or
+ * chunked) are read here and handed to the route. A refusal with a body
+ * pending closes the connection after a short lingering read (so the
+ * client sees the answer).
  *
  * Time limits, checked every 100 ms: the head within --header-timeout of the
  * accept (or of the request's first byte on a kept-alive connection); the
@@ -29,21 +28,23 @@
  * client whose end of file came while its answer is not ready is probed,
  * at once and then every second: the answer's 200 goes out early, chunked,
  * with a byte the body's parser skips (a space before a JSON body, an SSE
- * comment line in a stream); a closed socket answers that with a reset, a
- * half-closed one reads on. Bytes a client pipelines behind a request are
- * read into the connection's buffer (up to 64 KiB), so they never hide a
- * close.
+ * comment line in a stream: http_out.c); a closed socket answers that with
+ * a reset, a half-closed one reads on. Bytes a client pipelines behind a
+ * request are read into the connection's buffer (up to 64 KiB), so they
+ * never hide a close.
  *
  * Streams: the 200 and the SSE events go out once the engine has accepted
  * the job (a refusal before that keeps its status), chunked (HTTP/1.1) or
  * close-delimited (HTTP/1.0). Each request ends with one access-log line.
+ *
+ * Does not: decide a request (http_route.c), know any API (endpoints.c),
+ * or format what it writes (http_out.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <omp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,124 +54,11 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
-#include "server/http_parse.h"
-#include "server/server.h"
-
-#define N_WORKERS 2
-#define PIPE_MAX (64u << 10)     /* pipelined bytes read ahead of the current request */
-#define LINGER_S 2.0             /* reading (and dropping) a refused body before the close */
-#define LINGER_QUIET_S 0.5       /* ... after a 503 or 408 of a limit: they come in floods */
-#define LINGER_BYTES (1u << 20)
-#define LOG_EVERY_S 10.0
-#define IP_BUCKETS 4096
-
-typedef enum {
-    R_NONE, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
-    R_VERSION, R_PREFLIGHT
-} route;
-typedef enum { C_IDLE, C_HEAD, C_BODY, C_WORK, C_CLOSE } cstate;
-
-/* Connections per client address. */
-typedef struct ipslot {
-    unsigned char addr[16];
-    int n;
-    struct ipslot *next;
-} ipslot;
-
-typedef struct task task;
-
-typedef struct conn {
-    int fd;
-    struct conn *prev, *next;   /* every open connection */
-    ipslot *ip;
-    char addr[INET6_ADDRSTRLEN];
-    cstate st;
-    int served;                 /* requests answered on it */
-    double t_phase;             /* start of the head (accept, or first byte), of the body,
-                                 * of the idle wait, of the lingering close */
-    double t_read, t_write;     /* last byte read; last write progress */
-    moe8_buf in;                    /* read, not consumed */
-    size_t in_off, scan, skip;  /* consumed; head scan position; empty lines skipped */
-    size_t counted;             /* bytes of in + body counted in the server's buffered total */
-    /* the request */
-    http_head h;
-    route r;
-    char method[16], path[300];
-    int keep_alive, minor;
-    uint64_t body_len;          /* Content-Length */
-    int chunked;
-    http_chunked ck;
-    moe8_buf body;
-    double t_req;
-    int status;
-    const char *note;           /* for the access log */
-    /* the answer */
-    moe8_buf out;
-    size_t out_off;
-    int answered;               /* the whole answer is in out */
-    int close_after;
-    int rd_eof;
-    size_t lingered;
-    /* the job (completions, chat) */
-    job *jobs[SRV_MAX_N];       /* its choices, the leader first */
-    int n_jobs;
-    int stream, hdr_sent;
-    int32_t n_prompt, n_gen;
-    task *t;                    /* a worker has its request */
-    int dead;                   /* closed while a worker had it: freed when it comes back */
-    unsigned ev;                /* epoll events registered */
-    int in_ready;               /* on this round's flush list */
-    int quiet;                  /* no access-log line: a limit's line counts it */
-    char origin[256];           /* CORS: the Origin to allow in the answer ("" none) */
-    double t_probe;             /* last probe of a half-closed client (0: none yet) */
-} conn;
-
-struct task {
-    conn *c;
-    route r;
-    moe8_buf body;
-    int status;                 /* 0: j made; else the answer's status */
-    moe8_buf out;
-    job *j;
-    task *next;
-};
-
-typedef struct {
-    uint64_t n;                 /* events since the last line */
-    double t_line;              /* when the last line was written */
-    char last[64];              /* the last event's address */
-} limit_log;
-
-enum { L_CONN, L_IP, L_BUFFERED, L_HEADER, L_BODY, L_WRITE, L_FD, L_N };
-
-typedef struct {
-    srv *s;
-    int ep, lfd, efd, spare_fd;
-    pthread_t thread, workers[N_WORKERS];
-    int n_workers, started;
-    volatile int stop, quiesce, quiesced;
-    conn *conns;                /* every open connection */
-    conn *closed;               /* closed this round, freed when it ends (conn_reap) */
-    int n_conns;                /* open, the HTTP thread's count */
-    volatile int n_open;        /* the same, read by http_wait_idle */
-    size_t buffered;            /* bytes held for unfinished heads and bodies */
-    int max_conns;
-    ipslot *ips[IP_BUCKETS];
-    limit_log lim[L_N];
-    /* workers */
-    pthread_mutex_t tlock;
-    pthread_cond_t tcond;
-    task *todo_head, *todo_tail, *done_head;
-    conn **flush;               /* connections touched this round */
-    int n_flush, cap_flush;
-    char date[40];
-    time_t date_t;
-} http;
+#include "server/http_impl.h"
 
 static const char LISTEN_TAG = 'l', KICK_TAG = 'k';
 
@@ -217,7 +105,7 @@ static void limit_flush(http *h, int k, double now) {
     l->t_line = now;
 }
 
-static void limit_hit(http *h, int k, const char *addr, double now) {
+void moe8_http_limit_hit(http *h, int k, const char *addr, double now) {
     limit_log *l = &h->lim[k];
     l->n++;
     snprintf(l->last, sizeof l->last, "%s", addr ? addr : "");
@@ -231,109 +119,8 @@ static void count(http *h, conn *c, size_t now_bytes) {
     c->counted = now_bytes;
 }
 
-static void recount(http *h, conn *c) {
+void moe8_http_recount(http *h, conn *c) {
     count(h, c, (c->in.n - c->in_off) + (c->body.cap > c->body_len ? c->body.cap : (size_t)c->body_len));
-}
-
-static const char *reason(int st) {
-    switch (st) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 403: return "Forbidden";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 417: return "Expectation Failed";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
-    }
-}
-
-static const char *http_date(http *h) {
-    time_t t = time(NULL);
-    if (t != h->date_t) {
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        strftime(h->date, sizeof h->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-        h->date_t = t;
-    }
-    return h->date;
-}
-
-/* CORS response headers for an allowed Origin (none without --allowed-origins). */
-static void cors_headers(http *h, conn *c) {
-    (void)h;
-    if (!c->origin[0]) return;
-    moe8_buf_str(&c->out, "Access-Control-Allow-Origin: ");
-    moe8_buf_str(&c->out, c->origin);
-    moe8_buf_str(&c->out, "\r\nVary: Origin\r\n");
-    if (c->r == R_PREFLIGHT)
-        moe8_buf_str(&c->out, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"
-                          "Access-Control-Allow-Headers: Authorization, Content-Type, OpenAI-Organization, "
-                          "OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, "
-                          "X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, "
-                          "X-Stainless-Runtime-Version, X-Stainless-Timeout\r\n"
-                          "Access-Control-Max-Age: 600\r\n");
-}
-
-/* 1 if origin[0..n) is one of --allowed-origins (or it is "*"). */
-static int origin_allowed(const srv *s, const char *o, size_t n) {
-    const char *p = s->p.allowed_origins;
-    while (p && *p) {
-        const char *e = strchr(p, ',');
-        size_t k = e ? (size_t)(e - p) : strlen(p);
-        while (k && *p == ' ') p++, k--;
-        while (k && p[k - 1] == ' ') k--;
-        if ((k == 1 && *p == '*') || (k == n && !strncasecmp(p, o, n))) return 1;
-        p = e ? e + 1 : NULL;
-    }
-    return 0;
-}
-
-/* A whole answer into c->out. */
-static void respond(http *h, conn *c, int status, const char *type, const char *body, size_t n) {
-    char head[512];
-    int k;
-    if (!c->keep_alive || c->rd_eof) c->close_after = 1;
-    if (c->out_off == c->out.n) c->t_write = moe8_time_s(); /* the write timeout starts now */
-    k = snprintf(head, sizeof head,
-                 "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
-                 status, reason(status), http_date(h), type, n,
-                 status == 401 ? "WWW-Authenticate: Bearer\r\n" : "",
-                 c->close_after ? "Connection: close\r\n" : c->minor == 0 ? "Connection: keep-alive\r\n" : "");
-    moe8_buf_add(&c->out, head, (size_t)k);
-    cors_headers(h, c);
-    k = snprintf(head, sizeof head, "\r\n");
-    moe8_buf_add(&c->out, head, (size_t)k);
-    moe8_buf_add(&c->out, body ? body : "", n);
-    c->status = status;
-    c->answered = 1;
-    if (c->st != C_CLOSE) c->st = C_WORK; /* nothing more is parsed until it is written */
-}
-
-static void respond_error(http *h, conn *c, int status, const char *type, const char *code,
-                          const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void respond_error(http *h, conn *c, int status, const char *type, const char *code,
-                          const char *fmt, ...) {
-    char msg[600];
-    moe8_buf b = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    oa_error(&b, type, NULL, code, "%s", msg);
-    respond(h, c, status, "application/json", b.p, b.n);
-    moe8_buf_free(&b);
 }
 
 /* ---- connections ---------------------------------------------------------------------- */
@@ -364,7 +151,7 @@ static void ip_put(http *h, ipslot *p) {
         }
 }
 
-static void set_events(http *h, conn *c) {
+void moe8_http_set_events(http *h, conn *c) {
     unsigned ev = 0;
     struct epoll_event e;
     const int pending = c->out_off < c->out.n;
@@ -413,7 +200,7 @@ static void job_detach(srv *s, conn *c) {
 }
 
 /* A job nobody else holds yet, with the choices it carries. */
-static void job_drop(job *j) {
+void moe8_http_job_drop(job *j) {
     if (!j) return;
     for (int i = 0; i < j->n_kids; i++) job_free(j->kids[i]);
     job_free(j);
@@ -426,13 +213,12 @@ static void conn_free(conn *c) {
     free(c);
 }
 
-static void conn_retire(http *h, conn *c);
 
 /* Close now; `why` for the access log of a request in progress (NULL: none
  * to log). The memory lives until the round ends (conn_reap): an event later
  * in the same epoll batch may name the connection (the kick's flush closed
  * it; its hang-up comes next), and is skipped by its fd of -1. */
-static void conn_close(http *h, conn *c, const char *why) {
+void moe8_http_conn_close(http *h, conn *c, const char *why) {
     srv *s = h->s;
     if (c->fd < 0) return;
     if (c->t_req > 0 && why) access_line(h, c, why);
@@ -452,11 +238,11 @@ static void conn_close(http *h, conn *c, const char *why) {
     h->n_conns--;
     __atomic_store_n(&h->n_open, h->n_conns, __ATOMIC_RELAXED);
     if (c->t) c->dead = 1; /* the worker's task hands it to conn_retire */
-    else conn_retire(h, c);
+    else moe8_http_conn_retire(h, c);
 }
 
 /* A closed connection nothing will use after this round: freed when it ends. */
-static void conn_retire(http *h, conn *c) {
+void moe8_http_conn_retire(http *h, conn *c) {
     c->next = h->closed;
     h->closed = c;
 }
@@ -470,14 +256,8 @@ static void conn_reap(http *h) {
     }
 }
 
-/* Write what is pending. 0 ok (maybe more to write), -1 the connection was closed. */
-static int conn_flush(http *h, conn *c);
-/* A half-closed client: still there? Bytes it will skip go into its output
- * (see the top of the file); the caller flushes. */
-static void probe(http *h, conn *c, double now);
-
 /* The current request is over: log it, then the next one (or the close). */
-static int request_done(http *h, conn *c) {
+int moe8_http_request_done(http *h, conn *c) {
     srv *s = h->s;
     if (c->n_jobs) {
         pthread_mutex_lock(&s->lock);
@@ -496,10 +276,10 @@ static int request_done(http *h, conn *c) {
     c->method[0] = c->path[0] = '\0';
     moe8_buf_free(&c->body);
     c->body_len = 0;
-    recount(h, c);
+    moe8_http_recount(h, c);
     if (c->close_after) {
         if (c->rd_eof) {
-            conn_close(h, c, NULL);
+            moe8_http_conn_close(h, c, NULL);
             return -1;
         }
         /* lingering close: our side is done; what the client still sends is dropped */
@@ -507,8 +287,8 @@ static int request_done(http *h, conn *c) {
         c->st = C_CLOSE;
         c->t_phase = moe8_time_s();
         c->in.n = c->in_off = 0;
-        recount(h, c);
-        set_events(h, c);
+        moe8_http_recount(h, c);
+        moe8_http_set_events(h, c);
         return 0;
     }
     c->st = C_IDLE;
@@ -517,197 +297,9 @@ static int request_done(http *h, conn *c) {
     return 1; /* the caller parses what is buffered */
 }
 
-/* ---- requests ------------------------------------------------------------------------- */
-
-static route find_route(const char *path, size_t n, const char **want_method) {
-    static const struct { const char *path, *method; route r; } table[] = {
-        {"/v1/completions", "POST", R_COMPLETIONS}, {"/v1/chat/completions", "POST", R_CHAT},
-        {"/tokenize", "POST", R_TOKENIZE},         {"/detokenize", "POST", R_DETOKENIZE},
-        {"/v1/models", "GET", R_MODELS},           {"/health", "GET", R_HEALTH},
-        {"/metrics", "GET", R_METRICS},            {"/version", "GET", R_VERSION},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-        if (strlen(table[i].path) == n && !memcmp(path, table[i].path, n)) {
-            *want_method = table[i].method;
-            return table[i].r;
-        }
-    if (n > 11 && !memcmp(path, "/v1/models/", 11)) { /* /v1/models/{id} */
-        *want_method = "GET";
-        return R_MODEL;
-    }
-    return R_NONE;
-}
-
-/* Open under --api-key, as in vLLM: probes and scrapers carry no key. */
-static int open_route(route r) { return r == R_HEALTH || r == R_VERSION || r == R_METRICS || r == R_PREFLIGHT; }
-
-static int authorized(const srv *s, const http_head *hd) {
-    const char *v = hd->auth;
-    size_t n = hd->auth_len, k;
-    if (!s->p.api_key) return 1;
-    if (!v || n < 7 || strncasecmp(v, "bearer", 6) || (v[6] != ' ' && v[6] != '\t')) return 0;
-    v += 6, n -= 6;
-    while (n && (*v == ' ' || *v == '\t')) v++, n--;
-    k = strlen(s->p.api_key);
-    if (n != k) return 0;
-    {
-        unsigned char d = 0; /* constant time in the key's length */
-        for (size_t i = 0; i < k; i++) d |= (unsigned char)(v[i] ^ s->p.api_key[i]);
-        return d == 0;
-    }
-}
-
-static void task_queue(http *h, task *t) {
-    pthread_mutex_lock(&h->tlock);
-    t->next = NULL;
-    if (h->todo_tail) h->todo_tail->next = t;
-    else h->todo_head = t;
-    h->todo_tail = t;
-    pthread_cond_signal(&h->tcond);
-    pthread_mutex_unlock(&h->tlock);
-}
-
-/* The body is complete: answer here (cheap ones) or hand it to a worker. */
-static void dispatch(http *h, conn *c) {
-    srv *s = h->s;
-    moe8_buf out = {0};
-    c->st = C_WORK;
-    switch (c->r) {
-    case R_MODELS:
-        oa_models(s, &out);
-        respond(h, c, 200, "application/json", out.p, out.n);
-        break;
-    case R_HEALTH:
-        respond(h, c, 200, "application/json", "{\"status\":\"ok\"}", 15);
-        break;
-    case R_VERSION: {
-        char v[96];
-        const int k = snprintf(v, sizeof v, "{\"version\":\"%s\"}", moe8_version());
-        respond(h, c, 200, "application/json", v, (size_t)k);
-        break;
-    }
-    case R_MODEL: {
-        const char *id = c->path + 11;
-        const size_t n = strlen(id);
-        if (n == strlen(s->model_name) && !memcmp(id, s->model_name, n)) {
-            oa_model(s, &out);
-            respond(h, c, 200, "application/json", out.p, out.n);
-        } else {
-            respond_error(h, c, 404, "invalid_request_error", "model_not_found",
-                          "the model '%.*s' does not exist; this server serves '%s'",
-                          (int)(n < 200 ? n : 200), id, s->model_name);
-        }
-        break;
-    }
-    case R_METRICS:
-        pthread_mutex_lock(&s->lock);
-        metrics_render(&s->m, s->model_name, &out);
-        pthread_mutex_unlock(&s->lock);
-        respond(h, c, 200, "text/plain; version=0.0.4; charset=utf-8", out.p ? out.p : "", out.n);
-        break;
-    default: {
-        task *t = calloc(1, sizeof *t);
-        if (!t) {
-            respond_error(h, c, 500, "server_error", NULL, "out of memory");
-            break;
-        }
-        t->c = c;
-        t->r = c->r;
-        t->body = c->body; /* the task owns the body; it stays counted until it comes back */
-        memset(&c->body, 0, sizeof c->body);
-        c->t = t;
-        task_queue(h, t);
-    }
-    }
-    moe8_buf_free(&out);
-}
-
-/* The head is complete: framing, auth, route, size, room; then the body. */
-static void on_head(http *h, conn *c, const char *p, size_t n) {
-    srv *s = h->s;
-    const char *why = NULL, *want = NULL;
-    int rc = http_head_parse(p, n, &c->h, &why);
-    c->t_req = moe8_time_s();
-    c->keep_alive = 0; /* until the head is known good */
-    if (rc) {
-        c->close_after = 1;
-        respond_error(h, c, rc, "invalid_request_error", "bad_request", "%s", why);
-        return;
-    }
-    c->minor = c->h.minor;
-    c->keep_alive = c->h.keep_alive;
-    snprintf(c->method, sizeof c->method, "%.*s", (int)(c->h.method_len < 15 ? c->h.method_len : 15),
-             c->h.method);
-    if (c->h.path_len < sizeof c->path) snprintf(c->path, sizeof c->path, "%.*s", (int)c->h.path_len, c->h.path);
-    else snprintf(c->path, sizeof c->path, "%.*s...", (int)sizeof c->path - 4, c->h.path);
-    c->chunked = c->h.chunked;
-    c->body_len = c->h.content_length > 0 ? (uint64_t)c->h.content_length : 0;
-    memset(&c->ck, 0, sizeof c->ck);
-    c->r = find_route(c->h.path, c->h.path_len, &want);
-    c->origin[0] = '\0';
-    if (c->h.origin && s->p.allowed_origins && c->h.origin_len < sizeof c->origin &&
-        origin_allowed(s, c->h.origin, c->h.origin_len))
-        snprintf(c->origin, sizeof c->origin, "%.*s", (int)c->h.origin_len, c->h.origin);
-    if (!strcmp(c->method, "OPTIONS") && s->p.allowed_origins && c->h.origin) { /* a CORS preflight */
-        c->r = R_PREFLIGHT;
-        if (c->chunked || c->body_len) c->close_after = 1;
-        if (!c->origin[0])
-            respond_error(h, c, 403, "invalid_request_error", "origin_not_allowed",
-                          "the origin is not in --allowed-origins");
-        else respond(h, c, 204, "text/plain", "", 0);
-        return;
-    }
-    if (!open_route(c->r) && !authorized(s, &c->h)) {
-        if (c->chunked || c->body_len) c->close_after = 1;
-        respond_error(h, c, 401, "invalid_request_error", "invalid_api_key",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
-        return;
-    }
-    if (c->r == R_NONE || strcmp(c->method, want)) {
-        if (c->chunked || c->body_len) c->close_after = 1;
-        if (c->r == R_NONE)
-            respond_error(h, c, 404, "invalid_request_error", "not_found", "no such endpoint: %s %s",
-                          c->method, c->path);
-        else
-            respond_error(h, c, 405, "invalid_request_error", "method_not_allowed", "%s takes %s, not %s",
-                          c->path, want, c->method);
-        return;
-    }
-    if (c->body_len > s->p.max_body) {
-        c->close_after = 1;
-        respond_error(h, c, 413, "invalid_request_error", "body_too_large",
-                      "the request body (%llu bytes) is larger than %llu bytes (--max-body)",
-                      (unsigned long long)c->body_len, (unsigned long long)s->p.max_body);
-        return;
-    }
-    /* the room the body needs beside everyone else's bytes (what of it came
-     * with the head is this connection's unread input, counted already) */
-    if (h->buffered - c->counted + (c->body_len > c->in.n - c->in_off ? c->body_len : c->in.n - c->in_off) >
-        s->p.max_buffered) {
-        c->close_after = 1;
-        limit_hit(h, L_BUFFERED, c->addr, c->t_req);
-        respond_error(h, c, 503, "server_error", "overloaded",
-                      "the server is holding too many request bodies (--max-buffered); try again later");
-        return;
-    }
-    if (c->chunked || c->body_len) {
-        if (moe8_buf_reserve(&c->body, c->chunked ? 4096 : (size_t)c->body_len)) {
-            c->close_after = 1;
-            respond_error(h, c, 500, "server_error", NULL, "out of memory");
-            return;
-        }
-        c->st = C_BODY;
-        c->t_phase = c->t_req;
-        recount(h, c);
-        if (c->h.expect_continue && c->minor == 1 && c->in.n == c->in_off)
-            moe8_buf_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-        return;
-    }
-    dispatch(h, c);
-}
 
 /* Consume buffered bytes: heads and bodies, as far as the state allows. */
-static void advance(http *h, conn *c) {
+void moe8_http_advance(http *h, conn *c) {
     for (;;) {
         const char *p = c->in.p + c->in_off;
         const size_t n = c->in.n - c->in_off;
@@ -726,12 +318,12 @@ static void advance(http *h, conn *c) {
                 c->t_req = moe8_time_s();
                 c->close_after = 1;
                 c->keep_alive = 0;
-                respond_error(h, c, (int)-len, "invalid_request_error", "bad_request", "%s", why);
+                moe8_http_respond_error(h, c, (int)-len, "invalid_request_error", "bad_request", "%s", why);
                 c->in_off = c->in.n;
                 break;
             }
             c->in_off += c->skip + (size_t)len;
-            on_head(h, c, p + c->skip, (size_t)len);
+            moe8_http_on_head(h, c, p + c->skip, (size_t)len);
             if (c->answered && c->close_after) { /* nothing after it is read */
                 c->in_off = c->in.n;
                 break;
@@ -747,13 +339,13 @@ static void advance(http *h, conn *c) {
                 long used;
                 if (moe8_buf_reserve(&c->body, c->body.n + n)) {
                     c->close_after = 1;
-                    respond_error(h, c, 500, "server_error", NULL, "out of memory");
+                    moe8_http_respond_error(h, c, 500, "server_error", NULL, "out of memory");
                     break;
                 }
                 if (h->buffered + n > h->s->p.max_buffered) {
                     c->close_after = 1;
-                    limit_hit(h, L_BUFFERED, c->addr, moe8_time_s());
-                    respond_error(h, c, 503, "server_error", "overloaded", "the server is holding too "
+                    moe8_http_limit_hit(h, L_BUFFERED, c->addr, moe8_time_s());
+                    moe8_http_respond_error(h, c, 503, "server_error", "overloaded", "the server is holding too "
                                   "many request bodies (--max-buffered); try again later");
                     c->in_off = c->in.n;
                     break;
@@ -763,16 +355,16 @@ static void advance(http *h, conn *c) {
                 if (used < 0) {
                     c->close_after = 1;
                     if (used == -413)
-                        respond_error(h, c, 413, "invalid_request_error", "body_too_large",
+                        moe8_http_respond_error(h, c, 413, "invalid_request_error", "body_too_large",
                                       "the request body is larger than %llu bytes (--max-body)",
                                       (unsigned long long)h->s->p.max_body);
-                    else respond_error(h, c, 400, "invalid_request_error", "bad_request", "%s", why);
+                    else moe8_http_respond_error(h, c, 400, "invalid_request_error", "bad_request", "%s", why);
                     c->in_off = c->in.n;
                     break;
                 }
                 c->body.p[c->body.n] = '\0';
                 c->in_off += (size_t)used;
-                recount(h, c);
+                moe8_http_recount(h, c);
                 if (!done) continue;
             } else {
                 take = n < c->body_len - c->body.n ? n : (size_t)(c->body_len - c->body.n);
@@ -782,7 +374,7 @@ static void advance(http *h, conn *c) {
                 c->in_off += take;
                 if (c->body.n < c->body_len) continue;
             }
-            dispatch(h, c);
+            moe8_http_dispatch(h, c);
             continue;
         }
         break; /* C_WORK, C_CLOSE: wait */
@@ -793,46 +385,8 @@ static void advance(http *h, conn *c) {
         c->in.n -= c->in_off;
         c->in_off = 0; /* scan positions are relative to in_off: still right */
     }
-    recount(h, c);
+    moe8_http_recount(h, c);
 }
-
-/* Push and pull: write what is pending; when an answer is done, go on. */
-static int conn_flush(http *h, conn *c) {
-    for (;;) {
-        while (c->out_off < c->out.n) {
-            ssize_t k = send(c->fd, c->out.p + c->out_off, c->out.n - c->out_off, MSG_NOSIGNAL);
-            if (k > 0) {
-                c->out_off += (size_t)k;
-                c->t_write = moe8_time_s();
-                continue;
-            }
-            if (k < 0 && errno == EINTR) continue;
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                set_events(h, c);
-                return 0;
-            }
-            conn_close(h, c, "client gone");
-            return -1;
-        }
-        c->out.n = c->out_off = 0;
-        if (c->out.cap > 65536) moe8_buf_free(&c->out);
-        if (c->st == C_CLOSE || !c->answered) break;
-        {
-            int rc = request_done(h, c);
-            if (rc < 0) return -1;
-            if (rc == 0) break;
-        }
-        advance(h, c);
-        if (c->out.n == 0) break;
-    }
-    if (c->st == C_IDLE && c->rd_eof && c->in.n == c->in_off) {
-        conn_close(h, c, NULL);
-        return -1;
-    }
-    set_events(h, c);
-    return 0;
-}
-
 static void conn_read(http *h, conn *c) {
     char buf[65536];
     for (;;) {
@@ -845,17 +399,17 @@ static void conn_read(http *h, conn *c) {
             if (c->st == C_CLOSE) { /* lingering: dropped */
                 c->lingered += (size_t)k;
                 if (c->lingered > LINGER_BYTES) {
-                    conn_close(h, c, NULL);
+                    moe8_http_conn_close(h, c, NULL);
                     return;
                 }
                 continue;
             }
             if (moe8_buf_add(&c->in, buf, (size_t)k)) {
-                conn_close(h, c, "out of memory");
+                moe8_http_conn_close(h, c, "out of memory");
                 return;
             }
-            recount(h, c);
-            advance(h, c);
+            moe8_http_recount(h, c);
+            moe8_http_advance(h, c);
             if (c->fd < 0) return;
             if (c->answered && c->close_after) break;
             continue;
@@ -863,51 +417,26 @@ static void conn_read(http *h, conn *c) {
         if (k == 0) {
             c->rd_eof = 1;
             if (c->st == C_CLOSE) {
-                conn_close(h, c, NULL);
+                moe8_http_conn_close(h, c, NULL);
                 return;
             }
             if (c->st == C_HEAD || c->st == C_BODY) { /* a request that can never complete */
-                conn_close(h, c, c->st == C_BODY ? "client closed during the body" : NULL);
+                moe8_http_conn_close(h, c, c->st == C_BODY ? "client closed during the body" : NULL);
                 return;
             }
             if (c->st == C_IDLE && c->in.n == c->in_off && c->out_off == c->out.n) {
-                conn_close(h, c, NULL);
+                moe8_http_conn_close(h, c, NULL);
                 return;
             }
-            if (c->st == C_WORK && c->n_jobs && !c->answered) probe(h, c, moe8_time_s()); /* or a close? */
+            if (c->st == C_WORK && c->n_jobs && !c->answered) moe8_http_probe(h, c, moe8_time_s()); /* or a close? */
             break; /* a half-close: the answer is still written */
         }
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        conn_close(h, c, "client gone");
+        moe8_http_conn_close(h, c, "client gone");
         return;
     }
-    if (conn_flush(h, c) < 0) return;
-}
-
-/* A connection past a limit: its 503 written at once and closed, holding
- * nothing (what it sent is read first, so the close is no reset that could
- * eat the answer). No access-log line: the limit's line counts it. */
-static void refuse_now(http *h, int fd, int kind, const char *addr) {
-    char head[256], drop[4096];
-    moe8_buf b = {0};
-    int k, budget = 16;
-    oa_error(&b, "server_error", NULL, "overloaded", "%s",
-             kind == L_CONN ? "the server has too many connections (--max-connections); try again later"
-             : kind == L_IP ? "too many connections from this address (--max-connections-per-ip); try again later"
-                            : "the server is holding too many request bodies (--max-buffered); try again later");
-    (void)addr;
-    k = snprintf(head, sizeof head, "HTTP/1.1 503 Service Unavailable\r\nDate: %s\r\nContent-Type: "
-                 "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", http_date(h), b.n);
-    while (budget-- > 0 && recv(fd, drop, sizeof drop, MSG_DONTWAIT) > 0) {
-    }
-    if (send(fd, head, (size_t)k, MSG_NOSIGNAL | MSG_DONTWAIT) == k) send(fd, b.p, b.n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    shutdown(fd, SHUT_WR);
-    budget = 16;
-    while (budget-- > 0 && recv(fd, drop, sizeof drop, MSG_DONTWAIT) > 0) {
-    }
-    close(fd);
-    moe8_buf_free(&b);
+    if (moe8_http_flush(h, c) < 0) return;
 }
 
 static void do_accept(http *h) {
@@ -933,7 +462,7 @@ static void do_accept(http *h) {
                 if (fd >= 0) close(fd);
                 h->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (fd < 0) return;
-                limit_hit(h, L_FD, NULL, now);
+                moe8_http_limit_hit(h, L_FD, NULL, now);
                 continue;
             }
             return;
@@ -956,8 +485,8 @@ static void do_accept(http *h) {
         if (refuse >= 0 || !(c = calloc(1, sizeof *c))) {
             if (ip && ip->n == 0) { ip->n = 1; ip_put(h, ip); } /* a slot made for nobody */
             if (refuse < 0) refuse = L_CONN;
-            limit_hit(h, refuse, addr, now);
-            refuse_now(h, fd, refuse, addr);
+            moe8_http_limit_hit(h, refuse, addr, now);
+            moe8_http_refuse_now(h, fd, refuse);
             continue;
         }
         memcpy(c->addr, addr, sizeof c->addr);
@@ -974,29 +503,11 @@ static void do_accept(http *h) {
         e.events = EPOLLIN;
         e.data.ptr = c;
         c->ev = EPOLLIN;
-        if (epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &e)) conn_close(h, c, NULL);
+        if (epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &e)) moe8_http_conn_close(h, c, NULL);
     }
 }
 
-/* ---- the job's output (engine -> connection) ------------------------------------------ */
-
-void http_notify(srv *s, job *j) {
-    http *h = s->http;
-    if (!j->conn || j->notified || !h) return;
-    j->notified = 1;
-    j->refs++;
-    j->ready_next = s->ready_head;
-    if (!s->ready_head) {
-        uint64_t one = 1;
-        s->ready_head = j;
-        if (write(h->efd, &one, sizeof one) < 0) { /* the counter is full: a wake-up is pending anyway */
-        }
-        return;
-    }
-    s->ready_head = j;
-}
-
-static void flush_add(http *h, conn *c) {
+void moe8_http_flush_add(http *h, conn *c) {
     if (c->in_ready) return;
     if (h->n_flush == h->cap_flush) {
         int cap = h->cap_flush ? 2 * h->cap_flush : 64;
@@ -1009,195 +520,21 @@ static void flush_add(http *h, conn *c) {
     h->flush[h->n_flush++] = c;
 }
 
-static void chunk(conn *c, const char *p, size_t n) {
-    char head[24];
-    if (!n) return;
-    if (c->minor == 0) {
-        moe8_buf_add(&c->out, p, n);
-        return;
-    }
-    snprintf(head, sizeof head, "%zx\r\n", n);
-    moe8_buf_str(&c->out, head);
-    moe8_buf_add(&c->out, p, n);
-    moe8_buf_str(&c->out, "\r\n");
-}
-
-/* The 200 of an answer whose length is not known yet: chunked (HTTP/1.1)
- * or ended by the close (HTTP/1.0). */
-static void send_head(http *h, conn *c, const char *type) {
-    char head[300];
-    if (c->minor == 0) c->close_after = 1;
-    if (c->out_off == c->out.n) c->t_write = moe8_time_s();
-    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: %s\r\n%s%s",
-             http_date(h), type, c->stream ? "Cache-Control: no-cache\r\n" : "",
-             c->minor == 0 ? "Connection: close\r\n" : "Transfer-Encoding: chunked\r\n");
-    moe8_buf_str(&c->out, head);
-    cors_headers(h, c);
-    moe8_buf_str(&c->out, "\r\n");
-    c->hdr_sent = 1;
-    c->status = 200;
-}
-
-static void body_end(conn *c) {
-    if (c->minor == 1) moe8_buf_str(&c->out, "0\r\n\r\n");
-    c->answered = 1;
-}
-
-/* The jobs' news into the connection's output (under the lock): a stream's
- * events in choice order as they come, its tail once every choice is done;
- * a whole answer once every choice is done. */
-static void pump(http *h, conn *c) {
-    srv *s = h->s;
-    job *lead = c->jobs[0];
-    int all_done = 1;
-    moe8_buf b = {0};
-    if (c->answered || !c->n_jobs) return;
-    if (c->out_off == c->out.n) c->t_write = moe8_time_s();
-    for (int i = 0; i < c->n_jobs; i++) all_done &= c->jobs[i]->done;
-    if (!c->stream || (lead->done && !lead->started)) {
-        const job *bad = NULL;
-        if (!all_done) return;
-        for (int i = 0; i < c->n_jobs && !bad; i++)
-            if (c->jobs[i]->status != 200 || (c->stream && !c->jobs[i]->started)) bad = c->jobs[i];
-        if (bad) { /* an error: its status, or after probes (the 200 is out) as the body */
-            const int status = bad->status ? bad->status : 500;
-            if (!c->hdr_sent) respond(h, c, status, "application/json", bad->out.p, bad->out.n);
-            else {
-                if (c->stream) chunk(c, "data: ", 6);
-                chunk(c, bad->out.p, bad->out.n);
-                if (c->stream) chunk(c, "\n\ndata: [DONE]\n\n", 16);
-                body_end(c);
-            }
-            return;
-        }
-        oa_response(s, c->jobs, c->n_jobs, &b);
-        if (!c->hdr_sent) respond(h, c, 200, "application/json", b.p, b.n);
-        else {
-            chunk(c, b.p, b.n);
-            body_end(c);
-        }
-        moe8_buf_free(&b);
-        return;
-    }
-    if (!lead->started) return;
-    if (!c->hdr_sent) send_head(h, c, "text/event-stream");
-    for (int i = 0; i < c->n_jobs; i++) {
-        job *j = c->jobs[i];
-        if (j->done && !j->started) { /* a choice refused after the leader started: an error event */
-            if (j->out.n) {
-                chunk(c, "data: ", 6);
-                chunk(c, j->out.p, j->out.n);
-                chunk(c, "\n\n", 2);
-                j->out.n = 0;
-            }
-            continue;
-        }
-        if (j->sent < j->out.n) {
-            chunk(c, j->out.p + j->sent, j->out.n - j->sent);
-            j->sent = j->out.n = 0;
-        }
-    }
-    if (all_done) {
-        oa_stream_tail(s, c->jobs, c->n_jobs, &b);
-        chunk(c, b.p, b.n);
-        moe8_buf_free(&b);
-        body_end(c);
-    }
-}
-
-static void probe(http *h, conn *c, double now) {
-    c->t_probe = now;
-    if (c->out_off < c->out.n) return; /* a write is under way: it will tell */
-    if (!c->hdr_sent) send_head(h, c, c->stream ? "text/event-stream" : "application/json");
-    if (c->stream) chunk(c, ": ping\n\n", 8);
-    else chunk(c, " ", 1);
-}
-
-/* Jobs with news (the engine), tasks done (the workers). */
+/* Jobs with news (the engine), tasks done (the workers); then every
+ * connection they touched is flushed. */
 static void on_kick(http *h) {
     srv *s = h->s;
     uint64_t v;
-    job *list;
-    task *done;
     if (read(h->efd, &v, sizeof v) < 0) { /* nothing pending */
     }
     pthread_mutex_lock(&s->lock);
-    list = s->ready_head;
-    s->ready_head = NULL;
-    while (list) {
-        job *j = list;
-        list = j->ready_next;
-        j->notified = 0;
-        if (j->conn) {
-            conn *c = j->conn;
-            pump(h, c);
-            flush_add(h, c);
-        }
-        if (--j->refs == 0) job_free(j);
-    }
+    moe8_http_jobs_news(h);
     pthread_mutex_unlock(&s->lock);
-    pthread_mutex_lock(&h->tlock);
-    done = h->done_head;
-    h->done_head = NULL;
-    pthread_mutex_unlock(&h->tlock);
-    while (done) {
-        task *t = done;
-        conn *c = t->c;
-        done = t->next;
-        c->t = NULL;
-        if (c->dead) {
-            job_drop(t->j);
-            conn_retire(h, c);
-            c = NULL;
-        } else if (t->status) {
-            respond(h, c, t->status, "application/json", t->out.p, t->out.n);
-            flush_add(h, c);
-        } else if (t->j) {
-            job *j = t->j;
-            int rc = 0;
-            c->stream = j->stream;
-            pthread_mutex_lock(&s->lock);
-            if (s->stopping) rc = 1;
-            else if (s->n_submitted + s->sched_waiting >= s->p.max_queue) rc = 2;
-            else {
-                /* the connection holds every choice; the engine the leader, and
-                 * through it the others until they enter the scheduler */
-                c->n_jobs = 0;
-                c->jobs[c->n_jobs++] = j;
-                for (int i = 0; i < j->n_kids; i++) c->jobs[c->n_jobs++] = j->kids[i];
-                for (int i = 0; i < c->n_jobs; i++) {
-                    job *k = c->jobs[i];
-                    k->conn = c;
-                    k->refs = 2;
-                    k->queued = 1;
-                    k->t_arrive = moe8_time_s();
-                    oa_on_start(s, k);
-                }
-                if (s->submit_tail) s->submit_tail->next = j;
-                else s->submit_head = j;
-                s->submit_tail = j;
-                s->n_submitted++;
-                c->n_prompt = j->n_prompt;
-                pthread_cond_signal(&s->wake);
-            }
-            pthread_mutex_unlock(&s->lock);
-            if (rc) {
-                job_drop(j);
-                respond_error(h, c, 503, "server_error", rc == 1 ? "shutting_down" : "overloaded", "%s",
-                              rc == 1 ? "the server is shutting down"
-                                      : "too many requests are waiting (--max-queue); try again later");
-                flush_add(h, c);
-            }
-        }
-        if (c) recount(h, c);
-        moe8_buf_free(&t->body);
-        moe8_buf_free(&t->out);
-        free(t);
-    }
+    moe8_http_tasks_done(h);
     for (int i = 0; i < h->n_flush; i++) {
         conn *c = h->flush[i];
         c->in_ready = 0;
-        if (c->fd >= 0 && !c->dead) conn_flush(h, c);
+        if (c->fd >= 0 && !c->dead) moe8_http_flush(h, c);
     }
     h->n_flush = 0;
     if (h->quiesce && !h->quiesced) {
@@ -1205,51 +542,6 @@ static void on_kick(http *h) {
         close(h->lfd);
         h->lfd = -1;
         __atomic_store_n(&h->quiesced, 1, __ATOMIC_RELEASE);
-    }
-}
-
-/* ---- workers ------------------------------------------------------------------------------ */
-
-static void *worker_main(void *arg) {
-    http *h = arg;
-    srv *s = h->s;
-    /* below the engine and the HTTP thread: a big tokenize never slows a decode step */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-    omp_set_num_threads(1); /* a grammar's precomputation: this thread only, beside the engine's team */
-    for (;;) {
-        task *t;
-        uint64_t one = 1;
-        pthread_mutex_lock(&h->tlock);
-        while (!h->todo_head && !h->stop) pthread_cond_wait(&h->tcond, &h->tlock);
-        if (!h->todo_head) {
-            pthread_mutex_unlock(&h->tlock);
-            return NULL;
-        }
-        t = h->todo_head;
-        h->todo_head = t->next;
-        if (!h->todo_head) h->todo_tail = NULL;
-        pthread_mutex_unlock(&h->tlock);
-        switch (t->r) {
-        case R_COMPLETIONS:
-        case R_CHAT:
-            t->status = oa_parse_completion(s, t->body.p ? t->body.p : "", t->body.n,
-                                            t->r == R_CHAT ? JOB_CHAT : JOB_COMPLETION, &t->j, &t->out);
-            break;
-        case R_TOKENIZE:
-            t->status = oa_tokenize(s, t->body.p ? t->body.p : "", t->body.n, &t->out);
-            if (!t->status) t->status = 200;
-            break;
-        default:
-            t->status = oa_detokenize(s, t->body.p ? t->body.p : "", t->body.n, &t->out);
-            if (!t->status) t->status = 200;
-            break;
-        }
-        pthread_mutex_lock(&h->tlock);
-        t->next = h->done_head;
-        h->done_head = t;
-        pthread_mutex_unlock(&h->tlock);
-        if (write(h->efd, &one, sizeof one) < 0) { /* a wake-up is pending anyway */
-        }
     }
 }
 
@@ -1262,35 +554,35 @@ static void sweep(http *h, double now) {
         switch (c->st) {
         case C_IDLE:
             if (!c->served && now - c->t_phase > s->p.header_timeout_s) {
-                limit_hit(h, L_HEADER, c->addr, now);
-                conn_close(h, c, NULL);
+                moe8_http_limit_hit(h, L_HEADER, c->addr, now);
+                moe8_http_conn_close(h, c, NULL);
             } else if (c->served && now - c->t_phase > s->p.timeout_s) {
-                conn_close(h, c, NULL);
+                moe8_http_conn_close(h, c, NULL);
             }
             break;
         case C_HEAD:
             if (now - c->t_phase > s->p.header_timeout_s) {
-                limit_hit(h, L_HEADER, c->addr, now);
+                moe8_http_limit_hit(h, L_HEADER, c->addr, now);
                 c->t_req = now;
                 c->close_after = 1;
                 c->keep_alive = 0;
-                respond_error(h, c, 408, "invalid_request_error", "timeout",
+                moe8_http_respond_error(h, c, 408, "invalid_request_error", "timeout",
                               "the request head did not arrive within %g s (--header-timeout)",
                               s->p.header_timeout_s);
                 c->quiet = 1;
                 c->in.n = c->in_off = 0;
                 c->st = C_WORK;
-                conn_flush(h, c);
+                moe8_http_flush(h, c);
             }
             break;
         case C_BODY: {
             const double t = now - c->t_phase - s->p.header_timeout_s;
             const int slow = t > 0 && (double)c->body.n < t * s->p.body_min_rate;
             if (slow || now - c->t_read > s->p.timeout_s) {
-                limit_hit(h, L_BODY, c->addr, now);
+                moe8_http_limit_hit(h, L_BODY, c->addr, now);
                 c->close_after = 1;
                 c->keep_alive = 0;
-                respond_error(h, c, 408, "invalid_request_error", "timeout",
+                moe8_http_respond_error(h, c, 408, "invalid_request_error", "timeout",
                               slow ? "the request body arrives slower than %g bytes/s (--body-min-rate)"
                                    : "the request body stalled for %g s (--timeout)",
                               slow ? s->p.body_min_rate : s->p.timeout_s);
@@ -1298,24 +590,24 @@ static void sweep(http *h, double now) {
                 c->st = C_WORK;
                 moe8_buf_free(&c->body);
                 c->in.n = c->in_off = 0;
-                recount(h, c);
-                conn_flush(h, c);
+                moe8_http_recount(h, c);
+                moe8_http_flush(h, c);
             }
             break;
         }
         case C_WORK:
             if (c->out_off < c->out.n && now - c->t_write > s->p.timeout_s) {
-                limit_hit(h, L_WRITE, c->addr, now);
-                conn_close(h, c, "client stopped reading");
+                moe8_http_limit_hit(h, L_WRITE, c->addr, now);
+                moe8_http_conn_close(h, c, "client stopped reading");
             } else if (c->rd_eof && c->n_jobs && !c->answered && (!c->t_probe || now - c->t_probe >= 1.0)) {
-                probe(h, c, now);
-                conn_flush(h, c);
+                moe8_http_probe(h, c, now);
+                moe8_http_flush(h, c);
             }
             break;
         case C_CLOSE:
             if (now - c->t_phase > (c->quiet ? LINGER_QUIET_S : LINGER_S) ||
                 (c->out_off < c->out.n && now - c->t_write > s->p.timeout_s))
-                conn_close(h, c, NULL);
+                moe8_http_conn_close(h, c, NULL);
             break;
         }
     }
@@ -1342,12 +634,12 @@ static void *http_main(void *arg) {
                 conn *c = p;
                 if (c->fd < 0) continue; /* closed by an earlier event of this round */
                 if (ev[i].events & (EPOLLERR | EPOLLHUP)) {
-                    if (c->st == C_CLOSE) conn_close(h, c, NULL);
-                    else conn_close(h, c, "client gone");
+                    if (c->st == C_CLOSE) moe8_http_conn_close(h, c, NULL);
+                    else moe8_http_conn_close(h, c, "client gone");
                     continue;
                 }
                 if (ev[i].events & EPOLLIN) conn_read(h, c);
-                else if (ev[i].events & EPOLLOUT) conn_flush(h, c);
+                else if (ev[i].events & EPOLLOUT) moe8_http_flush(h, c);
             }
         }
         now = moe8_time_s();
@@ -1432,7 +724,7 @@ moe8_status http_start(srv *s, moe8_error *err) {
     e.data.ptr = (void *)&KICK_TAG;
     epoll_ctl(h->ep, EPOLL_CTL_ADD, h->efd, &e);
     for (h->n_workers = 0; h->n_workers < N_WORKERS; h->n_workers++)
-        if (pthread_create(&h->workers[h->n_workers], NULL, worker_main, h)) break;
+        if (pthread_create(&h->workers[h->n_workers], NULL, moe8_http_worker_main, h)) break;
     if (h->n_workers == 0 || pthread_create(&h->thread, NULL, http_main, h)) {
         moe8_fail(err, MOE8_ERR_IO, -1, "serve: cannot start the HTTP threads");
         goto fail;
@@ -1488,11 +780,11 @@ void http_stop(srv *s) {
         task *t = h->todo_head;
         h->todo_head = t->next;
         t->c->t = NULL;
-        if (t->c->dead) conn_retire(h, t->c); /* closed while it waited: no task returns it now */
+        if (t->c->dead) moe8_http_conn_retire(h, t->c); /* closed while it waited: no task returns it now */
         moe8_buf_free(&t->body);
         free(t);
     }
-    while (h->conns) conn_close(h, h->conns, h->conns->t_req > 0 ? "server stopped" : NULL);
+    while (h->conns) moe8_http_conn_close(h, h->conns, h->conns->t_req > 0 ? "server stopped" : NULL);
     conn_reap(h);
     for (int i = 0; i < IP_BUCKETS; i++)
         while (h->ips[i]) {
@@ -1510,3 +802,4 @@ void http_stop(srv *s) {
     s->http = NULL;
     free(h);
 }
+

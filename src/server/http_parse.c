@@ -175,11 +175,151 @@ bad:
     return 400;
 }
 
+/* What the header lines said, for the checks after the last one. */
+typedef struct {
+    int n_host, n_cl, n_te, n_headers, conn_close, conn_keep;
+    int te_chunked_last, te_other, te_chunked_twice, n_expect, expect_other;
+} head_tally;
+
+/* One header line at p (before end): *name and *val (trimmed) of it, *next
+ * the line after; *name_n 0 for the empty line that ends the head. 0, or
+ * the status with *why. */
+static int header_line(const char *p, const char *end, head_tally *t, const char **name, size_t *name_n,
+                       const char **val, size_t *val_n, const char **next, const char **why) {
+    const char *eol, *colon;
+    size_t line_n;
+    if (p >= end) {
+        *why = "the request head has no empty line at its end";
+        return 400;
+    }
+    eol = memchr(p, '\n', (size_t)(end - p));
+    if (!eol || eol == p || eol[-1] != '\r') {
+        *why = "a header line that does not end in CRLF";
+        return 400;
+    }
+    line_n = (size_t)(eol - 1 - p);
+    *name_n = 0;
+    *next = eol + 1;
+    if (line_n == 0) return 0; /* the empty line */
+    if (++t->n_headers > HTTP_MAX_HEADERS) {
+        *why = "more than 100 header lines";
+        return 431;
+    }
+    if (*p == ' ' || *p == '\t') {
+        *why = "a folded header line (obs-fold: a line starting with a space or tab)";
+        return 400;
+    }
+    colon = memchr(p, ':', line_n);
+    if (!colon || !http_is_token(p, (size_t)(colon - p))) {
+        *why = "a header name that is not a token followed by ':' (no spaces before the colon)";
+        return 400;
+    }
+    *name = p;
+    *name_n = (size_t)(colon - p);
+    *val = colon + 1;
+    *val_n = line_n - *name_n - 1;
+    for (size_t i = 0; i < *val_n; i++)
+        if (!value_char((unsigned char)(*val)[i])) {
+            *why = "a header value holding a control character";
+            return 400;
+        }
+    ows_trim(val, val_n);
+    return 0;
+}
+
+/* The headers the server reads, into h and the tally: 0, or 400 with *why. */
+static int header_take(http_head *h, head_tally *t, const char *name, size_t name_n, const char *val,
+                       size_t val_n, const char **why) {
+    size_t at = 0, mn;
+    const char *m;
+    if (ieq(name, name_n, "host")) {
+        t->n_host++;
+    } else if (ieq(name, name_n, "content-length")) {
+        int64_t v = 0;
+        if (++t->n_cl > 1) {
+            *why = "Content-Length given more than once";
+            return 400;
+        }
+        if (!val_n || val_n > 18) {
+            *why = "Content-Length must be a decimal number of bytes";
+            return 400;
+        }
+        for (size_t i = 0; i < val_n; i++) {
+            if (val[i] < '0' || val[i] > '9') {
+                *why = "Content-Length must be a decimal number of bytes";
+                return 400;
+            }
+            v = v * 10 + (val[i] - '0');
+        }
+        h->content_length = v;
+    } else if (ieq(name, name_n, "transfer-encoding")) {
+        t->n_te++;
+        while (list_next(val, val_n, &at, &m, &mn)) {
+            if (t->te_chunked_last) t->te_chunked_twice |= ieq(m, mn, "chunked"), t->te_other = 1;
+            if (ieq(m, mn, "chunked")) t->te_chunked_last = 1;
+            else t->te_chunked_last = 0, t->te_other = 1;
+        }
+        if (!val_n) t->te_chunked_last = 0, t->te_other = 1;
+    } else if (ieq(name, name_n, "connection")) {
+        while (list_next(val, val_n, &at, &m, &mn)) {
+            if (ieq(m, mn, "close")) t->conn_close = 1;
+            else if (ieq(m, mn, "keep-alive")) t->conn_keep = 1;
+        }
+    } else if (ieq(name, name_n, "expect")) {
+        t->n_expect++;
+        if (ieq(val, val_n, "100-continue")) h->expect_continue = 1;
+        else t->expect_other = 1;
+    } else if (ieq(name, name_n, "authorization")) {
+        h->auth = val;
+        h->auth_len = val_n;
+    } else if (ieq(name, name_n, "origin")) {
+        h->origin = val;
+        h->origin_len = val_n;
+    }
+    return 0;
+}
+
+/* The head as a whole: Host, the body's framing, Expect, keep-alive. */
+static int head_checks(http_head *h, const head_tally *t, const char **why) {
+    if (h->minor == 1 && t->n_host != 1) {
+        *why = t->n_host ? "Host given more than once" : "an HTTP/1.1 request needs a Host header";
+        return 400;
+    }
+    if (t->n_host > 1) {
+        *why = "Host given more than once";
+        return 400;
+    }
+    if (t->n_te) {
+        if (t->n_cl) {
+            *why = "Content-Length together with Transfer-Encoding (a request must frame its body one way)";
+            return 400;
+        }
+        if (h->minor == 0) {
+            *why = "Transfer-Encoding in an HTTP/1.0 request";
+            return 400;
+        }
+        if (!t->te_chunked_last || t->te_chunked_twice) {
+            *why = "Transfer-Encoding must end in a single chunked";
+            return 400;
+        }
+        if (t->te_other) {
+            *why = "Transfer-Encoding: only chunked is implemented (no other coding before it)";
+            return 501;
+        }
+        h->chunked = 1;
+    }
+    if (t->n_expect && (t->expect_other || t->n_expect > 1)) {
+        *why = "Expect: only 100-continue is supported";
+        return 417;
+    }
+    h->keep_alive = h->minor == 1 ? !t->conn_close : t->conn_keep && !t->conn_close;
+    return 0;
+}
+
 int http_head_parse(const char *buf, size_t n, http_head *h, const char **why) {
-    const char *p = buf, *end = buf + n;
-    const char *eol;
-    int rc, n_host = 0, n_cl = 0, n_te = 0, n_headers = 0, conn_close = 0, conn_keep = 0;
-    int te_chunked_last = 0, te_other = 0, te_chunked_twice = 0, n_expect = 0, expect_other = 0;
+    const char *p = buf, *end = buf + n, *eol;
+    head_tally t = {0};
+    int rc;
     memset(h, 0, sizeof *h);
     h->content_length = -1;
     eol = memchr(p, '\n', n);
@@ -194,125 +334,13 @@ int http_head_parse(const char *buf, size_t n, http_head *h, const char **why) {
     if ((rc = parse_request_line(p, (size_t)(eol - 1 - p), h, why))) return rc;
     p = eol + 1;
     for (;;) {
-        const char *colon, *name, *val;
-        size_t name_n, val_n, line_n;
-        if (p >= end) {
-            *why = "the request head has no empty line at its end";
-            return 400;
-        }
-        eol = memchr(p, '\n', (size_t)(end - p));
-        if (!eol || eol == p || eol[-1] != '\r') {
-            *why = "a header line that does not end in CRLF";
-            return 400;
-        }
-        line_n = (size_t)(eol - 1 - p);
-        if (line_n == 0) break; /* the empty line */
-        if (++n_headers > HTTP_MAX_HEADERS) {
-            *why = "more than 100 header lines";
-            return 431;
-        }
-        if (*p == ' ' || *p == '\t') {
-            *why = "a folded header line (obs-fold: a line starting with a space or tab)";
-            return 400;
-        }
-        colon = memchr(p, ':', line_n);
-        if (!colon || !http_is_token(p, (size_t)(colon - p))) {
-            *why = "a header name that is not a token followed by ':' (no spaces before the colon)";
-            return 400;
-        }
-        name = p;
-        name_n = (size_t)(colon - p);
-        val = colon + 1;
-        val_n = line_n - name_n - 1;
-        for (size_t i = 0; i < val_n; i++)
-            if (!value_char((unsigned char)val[i])) {
-                *why = "a header value holding a control character";
-                return 400;
-            }
-        ows_trim(&val, &val_n);
-        p = eol + 1;
-        if (ieq(name, name_n, "host")) {
-            n_host++;
-        } else if (ieq(name, name_n, "content-length")) {
-            int64_t v = 0;
-            if (++n_cl > 1) {
-                *why = "Content-Length given more than once";
-                return 400;
-            }
-            if (!val_n || val_n > 18) {
-                *why = "Content-Length must be a decimal number of bytes";
-                return 400;
-            }
-            for (size_t i = 0; i < val_n; i++) {
-                if (val[i] < '0' || val[i] > '9') {
-                    *why = "Content-Length must be a decimal number of bytes";
-                    return 400;
-                }
-                v = v * 10 + (val[i] - '0');
-            }
-            h->content_length = v;
-        } else if (ieq(name, name_n, "transfer-encoding")) {
-            size_t at = 0, mn;
-            const char *m;
-            n_te++;
-            while (list_next(val, val_n, &at, &m, &mn)) {
-                if (te_chunked_last) te_chunked_twice |= ieq(m, mn, "chunked"), te_other = 1;
-                if (ieq(m, mn, "chunked")) te_chunked_last = 1;
-                else te_chunked_last = 0, te_other = 1;
-            }
-            if (!val_n) te_chunked_last = 0, te_other = 1;
-        } else if (ieq(name, name_n, "connection")) {
-            size_t at = 0, mn;
-            const char *m;
-            while (list_next(val, val_n, &at, &m, &mn)) {
-                if (ieq(m, mn, "close")) conn_close = 1;
-                else if (ieq(m, mn, "keep-alive")) conn_keep = 1;
-            }
-        } else if (ieq(name, name_n, "expect")) {
-            n_expect++;
-            if (ieq(val, val_n, "100-continue")) h->expect_continue = 1;
-            else expect_other = 1;
-        } else if (ieq(name, name_n, "authorization")) {
-            h->auth = val;
-            h->auth_len = val_n;
-        } else if (ieq(name, name_n, "origin")) {
-            h->origin = val;
-            h->origin_len = val_n;
-        }
+        const char *name = NULL, *val = NULL;
+        size_t name_n, val_n;
+        if ((rc = header_line(p, end, &t, &name, &name_n, &val, &val_n, &p, why))) return rc;
+        if (!name_n) break;
+        if ((rc = header_take(h, &t, name, name_n, val, val_n, why))) return rc;
     }
-    if (h->minor == 1 && n_host != 1) {
-        *why = n_host ? "Host given more than once" : "an HTTP/1.1 request needs a Host header";
-        return 400;
-    }
-    if (n_host > 1) {
-        *why = "Host given more than once";
-        return 400;
-    }
-    if (n_te) {
-        if (n_cl) {
-            *why = "Content-Length together with Transfer-Encoding (a request must frame its body one way)";
-            return 400;
-        }
-        if (h->minor == 0) {
-            *why = "Transfer-Encoding in an HTTP/1.0 request";
-            return 400;
-        }
-        if (!te_chunked_last || te_chunked_twice) {
-            *why = "Transfer-Encoding must end in a single chunked";
-            return 400;
-        }
-        if (te_other) {
-            *why = "Transfer-Encoding: only chunked is implemented (no other coding before it)";
-            return 501;
-        }
-        h->chunked = 1;
-    }
-    if (n_expect && (expect_other || n_expect > 1)) {
-        *why = "Expect: only 100-continue is supported";
-        return 417;
-    }
-    h->keep_alive = h->minor == 1 ? !conn_close : conn_keep && !conn_close;
-    return 0;
+    return head_checks(h, &t, why);
 }
 
 /* ---- chunked ----------------------------------------------------------------- */

@@ -1,28 +1,19 @@
 /*
- * openai.c — the OpenAI API's JSON for `moe8 serve`: request bodies become
- * validated jobs, scheduler events become streamed chunks or whole
- * responses (completions: object "text_completion"; chat: "chat.completion"
- * and "chat.completion.chunk"), plus /tokenize, /detokenize, /v1/models.
+ * openai.c — what the OpenAI-style APIs of `moe8 serve` share (api.h): a
+ * request body becomes validated jobs through the shared passes and the
+ * API's hooks (api_chat.c, api_completions.c); scheduler events become
+ * streamed chunks or whole responses through the one output path, each
+ * API's JSON written by its hooks.
  *
  * Validation names the field and what was expected, with OpenAI's error
  * body {"error": {"message", "type", "param", "code"}}. Sampling defaults
  * come from the model folder's generation_config.json where it sets them,
  * else OpenAI's (temperature 1, top_p 1).
- *
- * Chat prompts are the model's chat template (moe8_chat_apply) over the
- * messages, with the request's chat_template_kwargs as template variables,
- * tokenized without an added BOS (the template writes its own), as vLLM
- * does; a template's raise_exception is a 400 with its message.
- * Chat output is split as vLLM's Qwen3 reasoning parser does: text between
- * <think> and </think> is reasoning_content, the rest content; a tag split
- * across tokens is held back until it is decided, never shown in part. When
- * the rendered prompt itself ends in an open <think> (DeepSeek-R1's
- * template), the answer starts as reasoning, as vLLM's DeepSeek-R1 parser
- * reads it (a leading <think> the model writes anyway is dropped).
  * Token strings in log-probs are the token's bytes with invalid UTF-8
  * replaced by U+FFFD ("bytes" keeps the raw values).
  *
- * Does not: run anything (engine.c does), or talk HTTP (http.c does).
+ * Does not: run anything (engine.c does), talk HTTP (http*.c do), or know
+ * an API's own fields and JSON (its api_*.c file does).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -36,9 +27,8 @@
 
 #include "io/json_util.h"
 #include "grammar/grammar.h"
-#include "server/chat.h"
+#include "server/api.h"
 #include "server/toolcall.h"
-#include "server/server.h"
 
 #define T_INVALID "invalid_request_error"
 
@@ -90,11 +80,6 @@ void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
 
 /* ---- field readers --------------------------------------------------------------- */
 
-const char *oa_type_name(const cJSON *v) {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean"
-           : cJSON_IsArray(v) ? "an array" : cJSON_IsObject(v) ? "an object" : "null";
-}
-
 /* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
                    double *out, int *present, moe8_buf *err) {
@@ -104,7 +89,7 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v))
         return oa_bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
-                   oa_type_name(v));
+                   moe8_json_type_name(v));
     x = v->valuedouble;
     if (!isfinite(x) || (integer && x != floor(x)))
         return oa_bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
@@ -118,7 +103,7 @@ int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_ope
 int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, oa_type_name(v));
+    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, moe8_json_type_name(v));
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -126,8 +111,8 @@ int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
 /* ---- prompts ------------------------------------------------------------------------ */
 
 /* with_bos: prepend BOS when the tokenizer asks for it (prompts, not chats). */
-static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, int32_t *n,
-                         const char *param, moe8_buf *err) {
+int moe8_oa_tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, int32_t *n, const char *param,
+                          moe8_buf *err) {
     size_t len = strlen(text), need = 0;
     const int bos = with_bos && moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
     moe8_error e;
@@ -144,8 +129,7 @@ static int tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids, 
     return 0;
 }
 
-static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, const char *param,
-                          moe8_buf *err) {
+int moe8_oa_ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, const char *param, moe8_buf *err) {
     int k = 0, count = cJSON_GetArraySize(a);
     const cJSON *v;
     if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
@@ -162,133 +146,6 @@ static int ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, con
     return 0;
 }
 
-/* The chat template over the conversation as JSON, into a malloc'd *out;
- * a 400 when it fails (its raise_exception, no template, ...). */
-static int render_chat(srv *s, const char *msgs, const char *tools, const char *docs, int gen_prompt,
-                       const char *kwargs, char **out, moe8_buf *err) {
-    size_t cap = 4096 + 2 * (strlen(msgs) + (tools ? strlen(tools) : 0) + (docs ? strlen(docs) : 0)), need = 0;
-    moe8_error e;
-    moe8_status st = MOE8_ERR_NOMEM;
-    const char *where;
-    for (int k = 0; k < 2; k++) {
-        if (!(*out = malloc(cap))) break;
-        if ((st = moe8_chat_apply_json(s->tok, msgs, tools, docs, gen_prompt, kwargs, *out, cap, &need,
-                                       &e)) == MOE8_OK)
-            return 0;
-        free(*out);
-        *out = NULL;
-        if (need < cap) break;
-        cap = need + 1;
-    }
-    if (st == MOE8_ERR_NOMEM) return oa_bad(err, "messages", "out of memory");
-    if (st == MOE8_ERR_NOT_FOUND)
-        return oa_bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
-                   "no chat_template); send a formatted prompt to /v1/completions");
-    if (st == MOE8_ERR_INVALID_ARG) /* the template refused this conversation, or bad kwargs */
-        return oa_bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
-                   e.message);
-    /* one moe8 cannot use: the message starts with the file's path, which clients need not see */
-    where = strstr(e.message, "chat template");
-    return oa_bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
-}
-
-/* 1 if the rendered prompt ends inside an open <think> (DeepSeek-R1's template
- * writes "<think>\n" after the assistant tag): the answer starts as reasoning. */
-static int ends_in_think(const char *p) {
-    size_t n = strlen(p);
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == '\t')) n--;
-    return n >= 7 && !memcmp(p + n - 7, "<think>", 7);
-}
-
-/* Reasoning is on for a chat prompt (vLLM's structured outputs then wait
- * for the reasoning parser's end): the template writes think blocks, the
- * template variables `kwargs` (JSON, may be NULL) do not switch thinking off
- * (enable_thinking false), and the prompt does not close the block itself
- * (Qwen3's "<think>\n\n</think>\n\n" with thinking off). */
-static int reasoning_on(const srv *s, const char *kwargs, const char *prompt) {
-    size_t n = strlen(prompt);
-    if (!s->think_template) return 0;
-    if (kwargs) {
-        cJSON *kw = NULL;
-        moe8_json_parse(kwargs, strlen(kwargs), "chat_template_kwargs", &kw, NULL); /* checked */
-        const int off = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"));
-        cJSON_Delete(kw);
-        if (off) return 0;
-    }
-    while (n > 0 && (prompt[n - 1] == ' ' || prompt[n - 1] == '\n' || prompt[n - 1] == '\r' || prompt[n - 1] == '\t')) n--;
-    return !(n >= 8 && !memcmp(prompt + n - 8, "</think>", 8));
-}
-
-/* The request's template variables: its chat_template_kwargs over
- * --default-chat-template-kwargs; *kwargs NULL when neither. */
-static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *err) {
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs"), *it;
-    cJSON *merged;
-    int thinking = 1, rc;
-    *kwargs = NULL;
-    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
-        return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
-                      oa_type_name(kw));
-    if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs) return 0;
-    if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
-    merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
-    if (kw && cJSON_IsObject(kw))
-        cJSON_ArrayForEach(it, kw) {
-            cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
-            cJSON_AddItemToObject(merged, it->string, cJSON_Duplicate(it, 1));
-        }
-    *kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
-    cJSON_Delete(merged);
-    return *kwargs ? 0 : oa_bad(err, "chat_template_kwargs", "out of memory");
-}
-
-/* The chat prompt's ids: the messages as the client sent them (chat.c),
- * the tools (unless `no_tools`) and documents, through the model's template;
- * *open_think (may be NULL) = ends_in_think of its text, *reasoning (may be
- * NULL) = reasoning_on. */
-static int chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, int32_t **ids,
-                       int32_t *n, int *open_think, int *reasoning, moe8_buf *err) {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
-    char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
-    int rc;
-    if (!msgs) return oa_bad(err, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", oa_type_name(msgs));
-    if (cJSON_GetArraySize(msgs) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
-    if ((rc = template_kwargs(s, root, &kwargs, err))) return rc;
-    rc = chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),
-                                 cJSON_GetObjectItemCaseSensitive(root, "documents"), &mj, &tj, &dj, err);
-    if (!rc) rc = render_chat(s, mj, tj, dj, gen_prompt, kwargs, &out, err);
-    if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
-    if (!rc && reasoning) *reasoning = gen_prompt && reasoning_on(s, kwargs, out);
-    if (!rc) rc = tokenize_text(s, out, 0, ids, n, "messages", err);
-    free(mj);
-    free(tj);
-    free(dj);
-    free(out);
-    cJSON_free(kwargs);
-    return rc;
-}
-
-static int prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, moe8_buf *err) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!p || cJSON_IsNull(p)) return oa_bad(err, "prompt", "'prompt' is required");
-    if (cJSON_IsString(p)) return tokenize_text(s, p->valuestring, 1, ids, n, "prompt", err);
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0) {
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (cJSON_IsString(first)) {
-            if (cJSON_GetArraySize(p) > 1)
-                return oa_bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
-                           "supported", cJSON_GetArraySize(p));
-            return tokenize_text(s, first->valuestring, 1, ids, n, "prompt", err);
-        }
-        if (cJSON_IsArray(first))
-            return oa_bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
-                       "not supported; send one prompt per request");
-        return ids_from_array(s, p, ids, n, "prompt", err);
-    }
-    return oa_bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
-               cJSON_IsArray(p) ? "an empty array" : oa_type_name(p));
-}
 
 /* ---- requests ----------------------------------------------------------------------- */
 
@@ -302,7 +159,7 @@ static int parse_stop(const cJSON *root, job *j, moe8_buf *err) {
         j->rq.n_stop = 1;
         return 0;
     }
-    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", oa_type_name(st));
+    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", moe8_json_type_name(st));
     if (cJSON_GetArraySize(st) > MOE8_MAX_STOP_STRINGS)
         return oa_bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
     cJSON_ArrayForEach(v, st) {
@@ -355,26 +212,6 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     return 0;
 }
 
-static int parse_logprobs(const cJSON *root, job *j, moe8_buf *err) {
-    double x;
-    int rc, has, on = 0;
-    if (j->kind == JOB_COMPLETION) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-        if (v && cJSON_IsBool(v))
-            return oa_bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
-                       MOE8_MAX_LOGPROBS);
-        if ((rc = oa_get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
-        if (has) j->rq.logprobs = (int32_t)x;
-        return 0;
-    }
-    if ((rc = oa_get_bool(root, "logprobs", &on, err))) return rc;
-    if ((rc = oa_get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
-    if (has && !on) return oa_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    j->chat_logprobs = on;
-    if (on) j->rq.logprobs = has ? (int32_t)x : 0;
-    return 0;
-}
-
 /* ---- structured outputs ---------------------------------------------------------- */
 
 static void grammar_unref(srv_grammar *sg) {
@@ -414,11 +251,11 @@ static int parse_grammar(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *ty, *js, *schema;
     int rc;
     if (gr && !cJSON_IsNull(gr) && !cJSON_IsString(gr))
-        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", oa_type_name(gr));
+        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", moe8_json_type_name(gr));
     if (!rf || cJSON_IsNull(rf))
         return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
     if (!cJSON_IsObject(rf))
-        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", oa_type_name(rf));
+        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", moe8_json_type_name(rf));
     ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
     if (!cJSON_IsString(ty))
         return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
@@ -456,28 +293,71 @@ static int parse_grammar(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     }
 }
 
-/* Echo: the prompt's text as the answer's start (a string prompt as sent,
- * token ids decoded). */
-static int echo_text(srv *s, job *j, moe8_buf *err) {
-    size_t need = 0;
-    moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, NULL, 0, &need, NULL);
-    if (!(j->echo = malloc(need + 1)) ||
-        moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, j->echo, need + 1, &need, NULL) != MOE8_OK)
-        return oa_bad(err, "echo", "out of memory");
-    j->n_echo = need;
-    j->n_offset = (int32_t)need; /* the completion's text offsets follow the echo */
+/* The request's length: max_tokens (or the API's alias of it) against the
+ * context and the KV cache, after the prompt. */
+static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
+    const oa_api *api = j->api;
+    const int echo = j->echo != NULL;
+    double x;
+    int rc, has, has2 = 0;
+    int64_t max_tokens;
+    if ((rc = oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
+    if (api->max_alias) {
+        double y;
+        if ((rc = oa_get_num(root, api->max_alias, -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
+        if (has2) {
+            x = y;
+            has = 1;
+        }
+    }
+    const char *field = has2 ? api->max_alias : "max_tokens";
+    if (has && x < (echo ? 0 : 1)) /* echo with 0: the prompt scored, nothing generated */
+        return oa_bad(err, field, "'%s' must be at least %d, got %g", field, echo ? 0 : 1, x);
+    /* a prompt the KV cache cannot hold even alone */
+    if ((int64_t)j->n_prompt > s->kv_positions)
+        return oa_bad(err, api->prompt_param, "the prompt has %d tokens; the "
+                   "KV cache holds %lld positions in all (--kv-mb): shorten the prompt or start the "
+                   "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
+    /* default 0 (chat's): the rest of the context, within what the KV cache holds */
+    max_tokens = has ? (int64_t)x : api->default_max ? api->default_max : (int64_t)s->n_ctx - j->n_prompt;
+    if (!has && !api->default_max && max_tokens > s->kv_positions + 1 - j->n_prompt)
+        max_tokens = s->kv_positions + 1 - j->n_prompt;
+    if (!has && max_tokens < 1) /* the default (the rest of the context) is nothing */
+        return oa_bad(err, api->prompt_param, "this model's maximum context length is %d tokens; the request "
+                   "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
+    if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
+        return oa_bad(err, has ? field : api->prompt_param,
+                   "this model's maximum context length is %d tokens; the request has %d prompt "
+                   "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
+                   j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
+    /* every position but the last token's lives in the KV cache: a request
+     * that cannot fit alone would end early; one that fits waits its turn */
+    if ((int64_t)j->n_prompt + (max_tokens ? max_tokens - 1 : 0) > s->kv_positions)
+        return oa_bad(err, has ? field : api->prompt_param,
+                   "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
+                   "tokens - 1), the KV cache holds %lld (--kv-mb): lower '%s' to at most %lld or "
+                   "start the server with a larger --kv-mb", (long long)j->n_prompt + max_tokens - 1,
+                   j->n_prompt, (long long)max_tokens, (long long)s->kv_positions, field,
+                   (long long)(s->kv_positions + 1 - j->n_prompt));
+    if (j->rq.min_tokens > max_tokens)
+        return oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
+                      "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
+    j->rq.max_tokens = (int32_t)max_tokens;
     return 0;
 }
 
+/* The shared passes in their order, the API's hooks between them (the first
+ * error wins, so the order is the API's contract). */
 static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
+    const oa_api *api = j->api;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    oa_req r = {0};
     double x;
-    int rc, has, has2, echo = 0, ignore_eos = 0;
-    int64_t max_tokens;
+    int rc, has, ignore_eos = 0;
     if ((rc = oa_check_fields(s, root, j->kind, err))) return rc;
     if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", oa_type_name(model));
+        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", moe8_json_type_name(model));
         if (strcmp(model->valuestring, s->model_name)) { /* OpenAI's and vLLM's answer */
             oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
                      "this server serves '%s'", model->valuestring, s->model_name);
@@ -486,75 +366,19 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     }
     if ((rc = oa_get_bool(root, "stream", &j->stream, err))) return rc;
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", oa_type_name(so));
+        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", moe8_json_type_name(so));
         if ((rc = oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
     }
     if ((rc = oa_get_num(root, "n", 1, SRV_MAX_N, 0, 1, &x, &has, err))) return rc;
     j->n_choices = has ? (int)x : 1;
-    if (j->kind == JOB_COMPLETION && (rc = oa_get_bool(root, "echo", &echo, err))) return rc;
+    if (api->options && (rc = api->options(root, j, &r, err))) return rc;
     if ((rc = oa_get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
     j->rq.ignore_eos = ignore_eos;
     if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
-        (rc = parse_logprobs(root, j, err)) || (rc = oa_parse_processors(s, root, j, err)))
+        (rc = api->logprobs(root, j, err)) || (rc = oa_parse_processors(s, root, j, err)) ||
+        (rc = api->prompt(s, root, j, &r, err)) || (rc = parse_max_tokens(s, root, j, err)))
         return rc;
-    if (j->kind == JOB_CHAT) {
-        int open = 0;
-        if ((rc = tools_parse(s, root, j, err))) return rc;
-        rc = chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, &j->thinking, err);
-        j->think = open ? 3 : 0;
-    }
-    else rc = prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
-    if (rc) return rc;
-    if (j->n_prompt < 1) return oa_bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt is empty");
-    if (echo && (rc = echo_text(s, j, err))) return rc;
-    if ((rc = oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
-    if (j->kind == JOB_CHAT) {
-        double y;
-        if ((rc = oa_get_num(root, "max_completion_tokens", -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
-        if (has2) {
-            x = y;
-            has = 1;
-        }
-    }
-    {
-        const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
-        if (has && x < (echo ? 0 : 1)) /* echo with 0: the prompt scored, nothing generated */
-            return oa_bad(err, field, "'%s' must be at least %d, got %g", field, echo ? 0 : 1, x);
-    }
-    /* a prompt the KV cache cannot hold even alone */
-    if ((int64_t)j->n_prompt > s->kv_positions)
-        return oa_bad(err, j->kind == JOB_CHAT ? "messages" : "prompt", "the prompt has %d tokens; the "
-                   "KV cache holds %lld positions in all (--kv-mb): shorten the prompt or start the "
-                   "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
-    /* chat's default: the rest of the context, within what the KV cache holds */
-    max_tokens = has ? (int64_t)x : j->kind == JOB_CHAT ? (int64_t)s->n_ctx - j->n_prompt : 16;
-    if (!has && j->kind == JOB_CHAT && max_tokens > s->kv_positions + 1 - j->n_prompt)
-        max_tokens = s->kv_positions + 1 - j->n_prompt;
-    if (!has && max_tokens < 1) /* chat's default (the rest of the context) is nothing */
-        return oa_bad(err, "messages", "this model's maximum context length is %d tokens; the request "
-                   "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
-    if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
-        return oa_bad(err, has ? (j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens")
-                            : (j->kind == JOB_CHAT ? "messages" : "prompt"),
-                   "this model's maximum context length is %d tokens; the request has %d prompt "
-                   "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
-                   j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
-    /* every position but the last token's lives in the KV cache: a request
-     * that cannot fit alone would end early; one that fits waits its turn */
-    if ((int64_t)j->n_prompt + (max_tokens ? max_tokens - 1 : 0) > s->kv_positions) {
-        const char *field = j->kind == JOB_CHAT && has2 ? "max_completion_tokens" : "max_tokens";
-        return oa_bad(err, has ? field : j->kind == JOB_CHAT ? "messages" : "prompt",
-                   "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
-                   "tokens - 1), the KV cache holds %lld (--kv-mb): lower '%s' to at most %lld or "
-                   "start the server with a larger --kv-mb", (long long)j->n_prompt + max_tokens - 1,
-                   j->n_prompt, (long long)max_tokens, (long long)s->kv_positions, field,
-                   (long long)(s->kv_positions + 1 - j->n_prompt));
-    }
-    if (j->rq.min_tokens > max_tokens)
-        return oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
-                      "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
-    j->rq.max_tokens = (int32_t)max_tokens;
-    if (echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
+    if (j->echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
     if ((rc = parse_grammar(s, root, j, err))) return rc;
     /* thinking on: the model thinks freely, the grammar (response_format, grammar, or required /
      * named tools) constrains what follows the think block, as vLLM's reasoning parsers do */
@@ -566,7 +390,7 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
  * valid UTF-8, no NUL, exactly one value with nothing but whitespace after
  * it, no object anywhere holding a key twice (refused, naming the key:
  * parsers disagree on which copy wins), nesting within cJSON's limit. */
-static cJSON *parse_object(const char *body, size_t n, moe8_buf *err, int *rc) {
+cJSON *moe8_oa_parse_object(const char *body, size_t n, moe8_buf *err, int *rc) {
     cJSON *root;
     ptrdiff_t at;
     moe8_error e;
@@ -594,18 +418,19 @@ static cJSON *parse_object(const char *body, size_t n, moe8_buf *err, int *rc) {
 
 static job *job_clone(const job *j, int i);
 
-int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, moe8_buf *err) {
+int oa_parse_completion(srv *s, const char *body, size_t n, const oa_api *api, job **out, moe8_buf *err) {
     cJSON *root;
     job *j;
     int rc;
     static uint64_t counter;
     *out = NULL;
-    if (!(root = parse_object(body, n, err, &rc))) return rc;
+    if (!(root = moe8_oa_parse_object(body, n, err, &rc))) return rc;
     if (!(j = calloc(1, sizeof *j))) {
         cJSON_Delete(root);
         return oa_bad(err, NULL, "out of memory");
     }
-    j->kind = kind;
+    j->kind = api->kind;
+    j->api = api;
     j->rq = moe8_request_default();
     if ((rc = parse_request(s, root, j, err))) {
         cJSON_Delete(root);
@@ -619,7 +444,7 @@ int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job *
     j->rq.user = j;
     j->created = (int64_t)time(NULL);
     j->id_rng = fresh_seed();
-    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", kind == JOB_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", api->id_prefix,
              (unsigned long long)j->created, (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffffff));
     for (int i = 1; i < j->n_choices; i++) {
         job *k = job_clone(j, i);
@@ -696,146 +521,9 @@ void job_free(job *j) {
     cJSON_Delete(j->lp_json);
     free(j);
 }
-
-/* ---- tokenize / detokenize / models ------------------------------------------------ */
-
-static void print_json(cJSON *root, moe8_buf *out) {
-    char *txt = cJSON_PrintUnformatted(root);
-    out->n = 0;
-    if (txt) moe8_buf_str(out, txt);
-    free(txt);
-    cJSON_Delete(root);
-}
-
-int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
-    int rc, gen = 1;
-    cJSON *root = parse_object(body, n, out, &rc), *res;
-    int32_t *ids = NULL, n_ids = 0;
-    if (!root) return rc;
-    if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
-        if (!(rc = oa_get_bool(root, "add_generation_prompt", &gen, out)))
-            rc = chat_prompt(s, root, gen, 0, &ids, &n_ids, NULL, NULL, out);
-    } else {
-        rc = prompt_ids(s, root, &ids, &n_ids, out);
-    }
-    cJSON_Delete(root);
-    if (rc) return rc;
-    res = cJSON_CreateObject();
-    cJSON *arr = cJSON_AddArrayToObject(res, "tokens");
-    for (int32_t i = 0; i < n_ids; i++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
-    cJSON_AddNumberToObject(res, "count", n_ids);
-    cJSON_AddNumberToObject(res, "max_model_len", s->n_ctx);
-    free(ids);
-    print_json(res, out);
-    return 0;
-}
-
-int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
-    int rc;
-    cJSON *root = parse_object(body, n, out, &rc), *res;
-    const cJSON *t;
-    int32_t *ids = NULL, n_ids = 0;
-    size_t need = 0;
-    char *text;
-    if (!root) return rc;
-    t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(t)) rc = oa_bad(out, "tokens", "'tokens' must be an array of token ids");
-    else if ((rc = ids_from_array(s, t, &ids, &n_ids, "tokens", out))) {
-    } else {
-        for (int32_t i = 0; i < n_ids && !rc; i++)
-            if (!moe8_tokenizer_token_bytes(s->tok, ids[i], NULL, NULL))
-                rc = oa_bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
-    }
-    cJSON_Delete(root);
-    if (rc) {
-        free(ids);
-        return rc;
-    }
-    moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, NULL, 0, &need, NULL);
-    if (!(text = malloc(need + 1)) ||
-        moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, text, need + 1, &need, NULL) != MOE8_OK) {
-        free(text);
-        free(ids);
-        return oa_bad(out, NULL, "out of memory");
-    }
-    free(ids);
-    res = cJSON_CreateObject();
-    oa_json_text(res, "prompt", text, need);
-    free(text);
-    print_json(res, out);
-    return 0;
-}
-
-static cJSON *model_object(srv *s) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->model_name);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "moe8");
-    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
-    return m;
-}
-
-void oa_models(srv *s, moe8_buf *out) {
-    cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddStringToObject(root, "object", "list");
-    cJSON_AddItemToArray(data, model_object(s));
-    print_json(root, out);
-}
-
-void oa_model(srv *s, moe8_buf *out) { print_json(model_object(s), out); }
-
-/* ---- output: reasoning split ------------------------------------------------------- */
-
-/* Longest tail of b[0..n) that is a proper prefix of tag. */
-static size_t tag_tail(const char *b, size_t n, const char *tag) {
-    size_t t = strlen(tag);
-    for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--)
-        if (!memcmp(b + n - k, tag, k)) return k;
-    return 0;
-}
-
-/* Split new chat text into content and reasoning (appended); `final`
- * releases what was held. */
-static void think_split(job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason, int final) {
-    moe8_buf in = {0};
-    size_t at = 0;
-    moe8_buf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
-    moe8_buf_add(&in, txt, n);
-    j->hold.n = 0;
-    if (j->think == 3) { /* opened by the prompt: a <think> the model writes anyway is dropped */
-        const size_t m = in.n < 7 ? in.n : 7;
-        if (!memcmp(in.p, "<think>", m) && m < 7 && !final) { /* undecided: hold it */
-            moe8_buf_add(&j->hold, in.p, in.n);
-            moe8_buf_free(&in);
-            return;
-        }
-        if (m == 7 && !memcmp(in.p, "<think>", 7)) at = 7;
-        j->think = 1;
-    }
-    while (at < in.n) {
-        const char *tag = j->think == 1 ? "</think>" : "<think>";
-        const char *rest = in.p + at,
-                   *hit = j->think == 2 ? NULL : memmem(rest, in.n - at, tag, strlen(tag));
-        moe8_buf *dst = j->think == 1 ? reason : content;
-        size_t len = in.n - at, keep;
-        if (hit) {
-            moe8_buf_add(dst, rest, (size_t)(hit - rest));
-            at += (size_t)(hit - rest) + strlen(tag);
-            j->think++;
-            continue;
-        }
-        keep = j->think == 2 || final ? 0 : tag_tail(rest, len, tag);
-        moe8_buf_add(dst, rest, len - keep);
-        moe8_buf_add(&j->hold, rest + len - keep, keep);
-        break;
-    }
-    moe8_buf_free(&in);
-}
-
 /* ---- output: JSON pieces ------------------------------------------------------------ */
 
-static cJSON *token_entry(srv *s, int32_t tok, float lp, int chat) {
+cJSON *moe8_oa_token_entry(srv *s, int32_t tok, float lp, int chat) {
     size_t nb = 0;
     const char *b = moe8_tokenizer_token_bytes(s->tok, tok, &nb, NULL);
     cJSON *e = cJSON_CreateObject();
@@ -848,68 +536,7 @@ static cJSON *token_entry(srv *s, int32_t tok, float lp, int chat) {
     return e;
 }
 
-/* Log-probs of one token, appended to `lp` (chat: {content: [...]};
- * completions: {tokens, token_logprobs, top_logprobs, text_offset}). */
-static void add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
-    if (j->kind == JOB_CHAT) {
-        cJSON *content = cJSON_GetObjectItem(lp, "content"), *ent = token_entry(s, e->token, e->logprob, 1);
-        cJSON *top = cJSON_AddArrayToObject(ent, "top_logprobs");
-        for (int32_t k = 0; k < e->n_top; k++)
-            cJSON_AddItemToArray(top, token_entry(s, e->top[k].token, e->top[k].logprob, 1));
-        cJSON_AddItemToArray(content, ent);
-        return;
-    }
-    /* {token text: log-prob} of the alternatives, the first of equal texts kept;
-     * written as JSON text, as the keys may hold NUL */
-    cJSON *ent = token_entry(s, e->token, e->logprob, 0);
-    moe8_buf top = {0}, key = {0};
-    size_t keys[MOE8_MAX_LOGPROBS + 1][2];
-    int n_keys = 0;
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(ent, "token"), 1));
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(e->logprob));
-    moe8_buf_add(&top, "{", 1);
-    for (int32_t k = 0; k < e->n_top && k <= MOE8_MAX_LOGPROBS; k++) {
-        size_t nb = 0, at = key.n;
-        const char *b = moe8_tokenizer_token_bytes(s->tok, e->top[k].token, &nb, NULL);
-        int seen = 0;
-        moe8_buf_json_str(&key, b ? b : "", b ? nb : 0, MOE8_JSON_LOSSY);
-        for (int q = 0; q < n_keys && !seen; q++)
-            seen = keys[q][1] == key.n - at && !memcmp(key.p + keys[q][0], key.p + at, key.n - at);
-        if (seen) continue;
-        keys[n_keys][0] = at, keys[n_keys][1] = key.n - at, n_keys++;
-        {
-            cJSON *num = cJSON_CreateNumber(e->top[k].logprob);
-            char *txt = cJSON_PrintUnformatted(num);
-            if (n_keys > 1) moe8_buf_add(&top, ",", 1);
-            moe8_buf_add(&top, key.p + at, key.n - at);
-            moe8_buf_add(&top, ":", 1);
-            moe8_buf_str(&top, txt ? txt : "0");
-            free(txt);
-            cJSON_Delete(num);
-        }
-    }
-    moe8_buf_add(&top, "}", 1);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), cJSON_CreateRaw(top.p));
-    moe8_buf_free(&top);
-    moe8_buf_free(&key);
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(j->n_offset));
-    cJSON_Delete(ent);
-}
-
-static cJSON *new_logprobs(const job *j) {
-    cJSON *lp = cJSON_CreateObject();
-    if (j->kind == JOB_CHAT) {
-        cJSON_AddArrayToObject(lp, "content");
-    } else {
-        cJSON_AddArrayToObject(lp, "tokens");
-        cJSON_AddArrayToObject(lp, "token_logprobs");
-        cJSON_AddArrayToObject(lp, "top_logprobs");
-        cJSON_AddArrayToObject(lp, "text_offset");
-    }
-    return lp;
-}
-
-static cJSON *envelope(srv *s, const job *j, const char *object) {
+cJSON *moe8_oa_envelope(srv *s, const job *j, const char *object) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "id", j->id);
     cJSON_AddStringToObject(root, "object", object);
@@ -918,7 +545,7 @@ static cJSON *envelope(srv *s, const job *j, const char *object) {
     return root;
 }
 
-static void sse(job *j, cJSON *root) {
+void moe8_oa_sse(job *j, cJSON *root) {
     char *txt = cJSON_PrintUnformatted(root);
     if (txt) {
         moe8_buf_str(&j->out, "data: ");
@@ -930,102 +557,34 @@ static void sse(job *j, cJSON *root) {
 }
 
 /* One streamed chunk: text (completions), or content / reasoning deltas. */
-static void stream_chunk(srv *s, job *j, const char *content, size_t nc, const char *reason, size_t nr,
-                         const char *finish, cJSON *lp, cJSON *tool_deltas) {
-    const int chat = j->kind == JOB_CHAT;
-    cJSON *root = envelope(s, j, chat ? "chat.completion.chunk" : "text_completion");
+void moe8_oa_stream_chunk(srv *s, job *j, const char *content, size_t nc, const char *reason, size_t nr,
+                          const char *finish, cJSON *lp, cJSON *tool_deltas) {
+    cJSON *root = moe8_oa_envelope(s, j, j->api->chunk_object);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", j->index);
-    if (chat) {
-        cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        if (nr) oa_json_text(d, "reasoning_content", reason, nr);
-        if (nc || (!nr && !finish && !tool_deltas)) oa_json_text(d, "content", content ? content : "", nc);
-        if (tool_deltas) cJSON_AddItemToObject(d, "tool_calls", tool_deltas);
-    } else {
-        oa_json_text(c, "text", content ? content : "", nc);
-    }
+    j->api->delta(c, content, nc, reason, nr, finish, tool_deltas);
     if (lp) cJSON_AddItemToObject(c, "logprobs", lp);
     else cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
     cJSON_AddItemToArray(choices, c);
-    sse(j, root);
+    moe8_oa_sse(j, root);
 }
 
 /* ---- output: the engine's callbacks ------------------------------------------------- */
 
 void oa_on_start(srv *s, job *j) {
-    if (j->stream && j->kind == JOB_CHAT) {
-        cJSON *root = envelope(s, j, "chat.completion.chunk");
-        cJSON *c = cJSON_CreateObject(), *d = cJSON_AddObjectToObject(c, "delta");
-        cJSON_AddNumberToObject(c, "index", j->index);
-        cJSON_AddStringToObject(d, "role", "assistant");
-        cJSON_AddStringToObject(d, "content", "");
-        cJSON_AddNullToObject(c, "logprobs");
-        cJSON_AddNullToObject(c, "finish_reason");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "choices"), c);
-        sse(j, root);
-    }
+    if (j->api->start) j->api->start(s, j);
 }
 
-/* Echo's prompt log-probs (completions): its first token has none. */
-static cJSON *echo_logprobs(srv *s, job *j) {
-    if (!j->echo_lp) {
-        cJSON *lp = new_logprobs(j);
-        size_t nb = 0;
-        const char *b = moe8_tokenizer_token_bytes(s->tok, j->prompt[0], &nb, NULL);
-        cJSON *tok = cJSON_CreateObject();
-        oa_json_text(tok, "t", b ? b : "", b ? nb : 0);
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(tok, "t"), 1));
-        cJSON_Delete(tok);
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNull());
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), cJSON_CreateNull());
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber(0));
-        j->echo_lp = lp;
-        j->echo_off = (int32_t)nb;
-    }
-    return j->echo_lp;
-}
-
-void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e) {
-    moe8_event at;
-    size_t nb = 0;
-    if (!j->echo || j->rq.logprobs < 0 || e->pos + 1 >= j->n_prompt) return;
-    echo_logprobs(s, j);
-    at = *e; /* the entry of the prompt token these logits score, at its offset in the echo */
-    at.token = j->prompt[e->pos + 1];
-    {
-        const int32_t keep = j->n_offset;
-        j->n_offset = j->echo_off;
-        add_logprobs(s, j, j->echo_lp, &at);
-        j->n_offset = keep;
-    }
-    moe8_tokenizer_token_bytes(s->tok, at.token, &nb, NULL);
-    j->echo_off += (int32_t)nb;
-}
-
-/* A stream with echo: the prompt's text (and log-probs) first, once. */
-static void echo_chunk(srv *s, job *j) {
-    cJSON *lp = NULL;
-    if (!j->echo || !j->stream || j->echo_sent) return;
-    j->echo_sent = 1;
-    if (j->rq.logprobs >= 0) {
-        lp = echo_logprobs(s, j);
-        j->echo_lp = NULL;
-    }
-    stream_chunk(s, j, j->echo, j->n_echo, NULL, 0, NULL, lp, NULL);
-}
-
-/* New text of the job (chat: split into reasoning and content, the content
- * through the tool-call parser); streamed at once or kept. `finish` (the
- * last call): "stop" becomes "tool_calls" when the output made a call. */
+/* New text of the job (split by the API: chat's reasoning and content), the
+ * content through the tool-call parser; streamed at once or kept. `finish`
+ * (the last call): "stop" becomes "tool_calls" when the output made a call. */
 static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_event *tok_ev,
                       int final, const char *finish) {
     moe8_buf content = {0}, reason = {0};
     cJSON *lp = NULL, *deltas = NULL;
-    echo_chunk(s, j);
-    if (j->kind == JOB_CHAT) think_split(j, txt, n, &content, &reason, final);
-    else moe8_buf_add(&content, txt, n);
+    j->api->split(s, j, txt, n, &content, &reason, final);
     if (j->tc) { /* only what is not a call is shown */
         moe8_buf shown = {0};
         deltas = tools_feed(s, j, content.p, content.n, final, &shown);
@@ -1034,14 +593,14 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
         if (finish && j->n_calls_ok && !strcmp(finish, "stop")) finish = "tool_calls";
     }
     if (tok_ev && j->rq.logprobs >= 0) {
-        if (j->stream) lp = new_logprobs(j);
-        else if (!j->lp_json) j->lp_json = new_logprobs(j);
-        add_logprobs(s, j, lp ? lp : (cJSON *)j->lp_json, tok_ev);
+        if (j->stream) lp = j->api->new_logprobs();
+        else if (!j->lp_json) j->lp_json = j->api->new_logprobs();
+        j->api->add_logprobs(s, j, lp ? lp : (cJSON *)j->lp_json, tok_ev);
     }
     j->n_offset += (int32_t)n;
     if (j->stream) {
         if (content.n || reason.n || lp || finish || deltas)
-            stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp, deltas);
+            moe8_oa_stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp, deltas);
     } else {
         moe8_buf_add(&j->text, content.p ? content.p : "", content.n);
         moe8_buf_add(&j->reasoning, reason.p ? reason.p : "", reason.n);
@@ -1066,44 +625,10 @@ static const char *finish_name(moe8_finish f) {
 
 /* A non-stream choice: its object as JSON text in j->out (oa_response puts
  * the choices of a request together). */
-static void whole_choice(srv *s, job *j, const char *finish) {
-    const int chat = j->kind == JOB_CHAT;
+static void whole_choice(job *j, const char *finish) {
     cJSON *c = cJSON_CreateObject();
-    (void)s;
     cJSON_AddNumberToObject(c, "index", j->index);
-    if (chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        if (j->calls && cJSON_GetArraySize(j->calls) && !j->text.n) cJSON_AddNullToObject(m, "content");
-        else oa_json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
-        if (j->calls && cJSON_GetArraySize(j->calls)) {
-            cJSON_AddItemToObject(m, "tool_calls", j->calls);
-            j->calls = NULL;
-        }
-        if (j->reasoning.n) oa_json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
-        else cJSON_AddNullToObject(m, "reasoning_content");
-    } else {
-        moe8_buf t = {0};
-        if (j->echo) moe8_buf_add(&t, j->echo, j->n_echo);
-        moe8_buf_add(&t, j->text.p ? j->text.p : "", j->text.n);
-        oa_json_text(c, "text", t.p ? t.p : "", t.n);
-        moe8_buf_free(&t);
-    }
-    if (j->echo_lp || j->lp_json) { /* echo's prompt entries, then the completion's */
-        cJSON *lp = j->echo_lp ? j->echo_lp : j->lp_json;
-        if (j->echo_lp && j->lp_json) {
-            static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
-            for (int k = 0; k < 4; k++) {
-                cJSON *from = cJSON_GetObjectItem(j->lp_json, keys[k]), *to = cJSON_GetObjectItem(lp, keys[k]), *it;
-                while ((it = from->child)) cJSON_AddItemToArray(to, cJSON_DetachItemViaPointer(from, it));
-            }
-            cJSON_Delete(j->lp_json);
-        }
-        cJSON_AddItemToObject(c, "logprobs", lp);
-        j->lp_json = j->echo_lp = NULL;
-    } else {
-        cJSON_AddNullToObject(c, "logprobs");
-    }
+    j->api->choice(j, c);
     cJSON_AddStringToObject(c, "finish_reason", finish);
     j->out.n = 0;
     j->sent = 0;
@@ -1130,7 +655,7 @@ static cJSON *usage_of(job *const *jobs, int n) {
 
 void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
-    cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion" : "text_completion");
+    cJSON *root = moe8_oa_envelope(s, j, j->api->object);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
     char *txt;
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(choices, cJSON_CreateRaw(jobs[i]->out.p ? jobs[i]->out.p : "{}"));
@@ -1145,7 +670,7 @@ void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
 void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
     if (j->include_usage) {
-        cJSON *root = envelope(s, j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON *root = moe8_oa_envelope(s, j, j->api->chunk_object);
         char *txt;
         cJSON_AddArrayToObject(root, "choices");
         cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
@@ -1185,5 +710,5 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
         return;
     }
     emit_text(s, j, e->text, e->text_len, NULL, 1, j->stream ? finish : NULL);
-    if (!j->stream) whole_choice(s, j, j->n_calls_ok && !strcmp(finish, "stop") ? "tool_calls" : finish);
+    if (!j->stream) whole_choice(j, j->n_calls_ok && !strcmp(finish, "stop") ? "tool_calls" : finish);
 }

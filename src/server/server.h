@@ -3,11 +3,15 @@
  * the scheduler (libmoe8_server: sockets and threads; libmoe8 never serves).
  *
  *   http.c     the HTTP/1.1 server: one epoll thread for every socket
- *              (limits, timeouts, auth, routing, bodies, SSE, disconnects,
- *              access log) and a small pool of workers for CPU work
+ *              (limits, timeouts, bodies, disconnects, access log) and a
+ *              small pool of workers for CPU work; http_route.c decides a
+ *              head (auth, routing) and hands its body to the endpoint's
+ *              row, http_out.c writes answers and SSE (http_impl.h)
+ *   endpoints.c  the endpoint table: method, path, auth, parser, emitters
  *   http_parse.c  strict request framing (RFC 9112), pure functions
- *   openai.c   OpenAI JSON: requests -> jobs (validated), events -> chunks
- *              and responses, <think> split, log-probs, tokenize endpoints
+ *   openai.c   OpenAI JSON shared by the APIs: requests -> jobs (validated),
+ *              events -> chunks and responses; one file per API beside it
+ *              (api_chat.c, api_completions.c, api_tokenize.c; api.h)
  *   engine.c   the scheduler thread: jobs -> moe8_sched, events -> jobs,
  *              under TP every step's adds and cancels broadcast by rank 0
  *   metrics.c  Prometheus counters, gauges and histograms (vLLM's names)
@@ -32,6 +36,7 @@
 
 #include "core/public.h"
 #include "core/buf.h"
+#include "io/json_util.h" /* moe8_json_type_name for messages */
 
 
 
@@ -75,6 +80,7 @@ typedef enum { JOB_COMPLETION = 0, JOB_CHAT = 1 } job_kind;
 typedef struct job {
     /* set by the HTTP thread before queuing; read-only afterwards */
     job_kind kind;
+    const struct oa_api *api;   /* its API's hooks (api.h) */
     int stream, include_usage;
     int32_t *prompt, n_prompt;
     moe8_request rq;            /* prompt, stop strings point into this job */
@@ -165,9 +171,11 @@ typedef struct srv {
     int port;
 } srv;
 
-/* openai.c: the HTTP thread's side. Each returns 0, or an HTTP status with
- * the error body in *err_body (OpenAI's {"error": {...}}). */
-int oa_parse_completion(srv *s, const char *body, size_t n, job_kind kind, job **out, moe8_buf *err_body);
+/* openai.c and the api_*.c files: the HTTP thread's side (its workers).
+ * Each returns 0, or an HTTP status with the error body in *err_body
+ * (OpenAI's {"error": {...}}). api: moe8_oa_chat, moe8_oa_completions (api.h). */
+int oa_parse_completion(srv *s, const char *body, size_t n, const struct oa_api *api, job **out,
+                        moe8_buf *err_body);
 int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out);
 int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out);
 void oa_models(srv *s, moe8_buf *out);
@@ -182,8 +190,6 @@ void oa_error(moe8_buf *out, const char *type, const char *param, const char *co
     __attribute__((format(printf, 5, 6)));
 /* A 400 invalid_request_error naming `param`: returns 400. */
 int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* "a string", "a number", ... for messages. */
-const char *oa_type_name(const cJSON *v);
 /* Optional number field `key` of o in [lo, hi] (lo_open: (lo, hi]), integral when
  * `integer`: 0 (*present says whether it was there), or 400 with the body. */
 int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
@@ -213,7 +219,7 @@ int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err);
 int oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err);
 void job_free(job *j);
 
-/* openai.c: the engine's side (under the lock). */
+/* openai.c (api_completions.c: echo's prompt log-probs): the engine's side (under the lock). */
 void oa_on_start(srv *s, job *j);        /* stream: the first chunk (chat: the role) */
 void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e); /* echo's prompt log-probs */
 void oa_on_token(srv *s, job *j, const moe8_event *e);
@@ -225,7 +231,33 @@ moe8_status engine_follow(srv *s, moe8_error *err); /* ranks > 0 under TP */
 /* After engine_run: every job still live is cancelled and let go. */
 void engine_abandon(srv *s);
 
-/* http.c */
+/* ---- endpoints (endpoints.c) ------------------------------------------------------- */
+
+/* One endpoint, one row: the HTTP layer (http*.c) routes a request by its
+ * method and path, checks the API key unless the row is open, and calls
+ * the row's functions; it knows no API. A row has `answer` (cheap: on the
+ * HTTP thread) or `parse` (on a worker); a row whose parse makes jobs has
+ * the emitters too. */
+typedef struct srv_endpoint {
+    const char *method;
+    const char *path;           /* exact; with `prefix`, what the path starts with (an id follows) */
+    int prefix;
+    int open;                   /* answered without --api-key's key (probes, scrapers) */
+    /* the status; the body in *out, its Content-Type in *type */
+    int (*answer)(srv *s, const char *path, moe8_buf *out, const char **type);
+    /* the body into a job (0: *j made), or an answer (its status, the JSON body in *out) */
+    int (*parse)(srv *s, const char *body, size_t n, job **j, moe8_buf *out);
+    /* under the lock: a job's first stream events as it is queued; once every choice
+     * is done, the whole answer (not a stream) or the stream's tail */
+    void (*start)(srv *s, job *j);
+    void (*respond)(srv *s, job *const *jobs, int n, moe8_buf *out);
+    void (*tail)(srv *s, job *const *jobs, int n, moe8_buf *out);
+} srv_endpoint;
+
+/* The table, ended by a row with no method. */
+extern const srv_endpoint moe8_srv_endpoints[];
+
+/* http.c, http_route.c, http_out.c */
 moe8_status http_start(srv *s, moe8_error *err);
 /* Stop accepting: the listening socket is closed (new connections refused). */
 void http_quiesce(srv *s);

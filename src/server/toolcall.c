@@ -265,17 +265,10 @@ enum { R_OK, R_AGAIN, R_BREAK }; /* a segment byte: consumed, read again, breaks
 
 static const char H_START[] = "<tool_call>", H_END[] = "</tool_call>";
 static const char M_MARK[] = "[TOOL_CALLS]", M_ARGS_MARK[] = "[ARGS]";
-/* DeepSeek's markers: "<｜tool▁calls▁begin｜>" and so on (U+FF5C, U+2581 in UTF-8) */
-#define DS_BAR "\xef\xbd\x9c"
-#define DS_SP "\xe2\x96\x81"
-#define DS_MARK(a, b) "<" DS_BAR "tool" DS_SP a DS_SP b DS_BAR ">"
-#define DS_CALLS_BEGIN DS_MARK("calls", "begin")
-#define DS_CALLS_END DS_MARK("calls", "end")
-#define DS_CALL_BEGIN DS_MARK("call", "begin")
-#define DS_CALL_END DS_MARK("call", "end")
-#define DS_SEP "<" DS_BAR "tool" DS_SP "sep" DS_BAR ">"
-static const char D_BEGIN[] = DS_CALLS_BEGIN, D_END_ALL[] = DS_CALLS_END, D_CALL_BEGIN[] = DS_CALL_BEGIN,
-                  D_CALL_END[] = DS_CALL_END, D_SEP_MARK[] = DS_SEP;
+/* DeepSeek's markers (toolcall.h) */
+static const char D_BEGIN[] = TOOLCALL_DS_CALLS_BEGIN, D_END_ALL[] = TOOLCALL_DS_CALLS_END,
+                  D_CALL_BEGIN[] = TOOLCALL_DS_CALL_BEGIN, D_CALL_END[] = TOOLCALL_DS_CALL_END,
+                  D_SEP_MARK[] = TOOLCALL_DS_SEP;
 
 struct toolcall_parser {
     toolcall_format f;
@@ -821,98 +814,4 @@ void toolcall_free(toolcall_parser *p) {
     moe8_buf_free(&p->cbuf);
     moe8_buf_free(&p->abuf);
     free(p);
-}
-
-/* ---- grammar ------------------------------------------------------------------------------ */
-
-/* s as a GBNF string literal's body: \" \\ \n \r \t, other controls \xNN,
- * UTF-8 as it is. json: s is a JSON string's contents (" and \ escaped, as
- * a JSON encoder writes them) before that. */
-static int gbnf_text(moe8_buf *b, const char *s, int json) {
-    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
-        char esc[8];
-        const char *e = NULL;
-        if (json && (*q == '"' || *q == '\\')) {
-            if (moe8_buf_str(b, *q == '"' ? "\\\\\\\"" : "\\\\\\\\")) return -1; /* \" or \\ in JSON, escaped for GBNF */
-            continue;
-        }
-        if (json && *q < 0x20) {
-            snprintf(esc, sizeof esc, "\\\\u%04x", *q); /* \u00XX in JSON */
-            if (moe8_buf_str(b, esc)) return -1;
-            continue;
-        }
-        if (*q == '"') e = "\\\"";
-        else if (*q == '\\') e = "\\\\";
-        else if (*q == '\n') e = "\\n";
-        else if (*q == '\r') e = "\\r";
-        else if (*q == '\t') e = "\\t";
-        else if (*q < 0x20) e = (snprintf(esc, sizeof esc, "\\x%02x", *q), esc);
-        if (e ? moe8_buf_str(b, e) : moe8_buf_add(b, (const char *)q, 1)) return -1;
-    }
-    return 0;
-}
-
-static int gbnf_lit(moe8_buf *b, const char *s) {
-    return moe8_buf_str(b, "\"") || gbnf_text(b, s, 0) || moe8_buf_str(b, "\"");
-}
-
-static int is_rule_name(const char *s) {
-    if (!s || !*s) return 0;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-'))
-            return 0;
-    return 1;
-}
-
-/* toolcall-I ::= "PRE NAME MID" ARG "POST", NAME JSON-escaped when json. */
-static int gbnf_call(moe8_buf *b, int i, const char *pre, const char *name, int json, const char *mid,
-                     const char *arg, const char *post) {
-    char head[48];
-    snprintf(head, sizeof head, "toolcall-%d ::= \"", i);
-    return moe8_buf_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
-           moe8_buf_str(b, "\" ") || moe8_buf_str(b, arg) || moe8_buf_str(b, " ") || gbnf_lit(b, post) || moe8_buf_str(b, "\n");
-}
-
-char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
-                       int n_tools, int parallel) {
-    moe8_buf b = {0};
-    const char *root, *sep;
-    int bad = 0;
-    if (n_tools < 1 || !names || !arg_rules) return NULL;
-    for (int i = 0; i < n_tools; i++)
-        if (!names[i] || !names[i][0] || !is_rule_name(arg_rules[i])) return NULL;
-    switch (f) {
-    case TOOLCALL_HERMES: root = NULL; sep = "\n"; break;
-    case TOOLCALL_DEEPSEEK_V3: root = D_BEGIN; sep = "\n"; break;
-    case TOOLCALL_MISTRAL: root = "[TOOL_CALLS] ["; sep = ", "; break;
-    default: return NULL;
-    }
-    bad |= moe8_buf_str(&b, "root ::= ");
-    if (root) bad |= gbnf_lit(&b, root) || moe8_buf_str(&b, " ");
-    bad |= moe8_buf_str(&b, "toolcall-call");
-    if (parallel) bad |= moe8_buf_str(&b, " (") || gbnf_lit(&b, sep) || moe8_buf_str(&b, " toolcall-call)*");
-    if (f == TOOLCALL_DEEPSEEK_V3) bad |= moe8_buf_str(&b, " ") || gbnf_lit(&b, D_END_ALL);
-    if (f == TOOLCALL_MISTRAL) bad |= moe8_buf_str(&b, " \"]\"");
-    bad |= moe8_buf_str(&b, "\ntoolcall-call ::=");
-    for (int i = 0; i < n_tools; i++) {
-        char ref[32];
-        snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
-        bad |= moe8_buf_str(&b, ref);
-    }
-    bad |= moe8_buf_str(&b, "\n");
-    for (int i = 0; i < n_tools && !bad; i++) {
-        if (f == TOOLCALL_HERMES)
-            bad |= gbnf_call(&b, i, "<tool_call>\n{\"name\": \"", names[i], 1, "\", \"arguments\": ",
-                             arg_rules[i], "}\n</tool_call>");
-        else if (f == TOOLCALL_DEEPSEEK_V3)
-            bad |= gbnf_call(&b, i, DS_CALL_BEGIN "function" DS_SEP, names[i], 0, "\n```json\n",
-                             arg_rules[i], "\n```" DS_CALL_END);
-        else
-            bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
-    }
-    if (bad) {
-        moe8_buf_free(&b);
-        return NULL;
-    }
-    return b.p;
 }

@@ -2,8 +2,8 @@
  * toolcall.h — model output -> OpenAI tool calls, per model family, as the
  * text streams (vLLM's tool parsers "hermes", "deepseek_v3", "mistral"),
  * and the GBNF grammar of "a call in this format" for constrained decoding
- * (tool_choice "required" or a named function). Pure functions: no server
- * state, no allocation but the parser's own buffers.
+ * (tool_choice "required" or a named function: toolcall_gbnf.c). Pure
+ * functions: no server state, no allocation but the parser's own buffers.
  *
  * Formats (toolcall.c's header has them in full, with their sources):
  *   hermes       <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>  (Qwen2.5, Qwen3)
@@ -85,5 +85,13 @@ void toolcall_free(toolcall_parser *p);
  * format, or an arg rule name that is not a GBNF name ([a-zA-Z0-9-]+). */
 char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel);
+
+/* DeepSeek's markers: "<｜tool▁calls▁begin｜>" and so on (U+FF5C, U+2581 in UTF-8) */
+#define TOOLCALL_DS_MARK(a, b) "<\xef\xbd\x9ctool\xe2\x96\x81" a "\xe2\x96\x81" b "\xef\xbd\x9c>"
+#define TOOLCALL_DS_CALLS_BEGIN TOOLCALL_DS_MARK("calls", "begin")
+#define TOOLCALL_DS_CALLS_END TOOLCALL_DS_MARK("calls", "end")
+#define TOOLCALL_DS_CALL_BEGIN TOOLCALL_DS_MARK("call", "begin")
+#define TOOLCALL_DS_CALL_END TOOLCALL_DS_MARK("call", "end")
+#define TOOLCALL_DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
 
 #endif

@@ -131,8 +131,8 @@ int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if ((rc = oa_get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     if (choice && cJSON_IsNull(choice)) choice = NULL;
-    if (tools) { /* chat.c checked their shape as the template gets them */
-        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", oa_type_name(tools));
+    if (tools) { /* their shape as the template gets them: tok_messages.c */
+        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", moe8_json_type_name(tools));
         cJSON_ArrayForEach(t, tools) {
             char param[48];
             snprintf(param, sizeof param, "tools[%d].function.name", n);

@@ -12,8 +12,8 @@
  * add_generation_prompt — and runs the interpreter (jinja.h) over them.
  * Messages come as structs ({role, content}; tools and documents None) or as
  * JSON (moe8_chat_template_render_json: whole message objects, as vLLM hands
- * them to apply_chat_template; the server's chat.c makes them from a
- * request). Both go through one render(). An empty rendering is a valid
+ * them to apply_chat_template; moe8_chat_messages_normalize, tok_messages.c,
+ * makes them from an OpenAI request). Both go through one render(). An empty rendering is a valid
  * result: it fits any buffer, even cap 0.
  *
  * Errors while loading name the file; errors while rendering say "chat

@@ -1,11 +1,15 @@
 /*
- * chat.c — a chat request's `messages`, `tools` and `documents`, validated
- * and rewritten into what the chat template gets, as vLLM hands them to
- * transformers' apply_chat_template (vllm/entrypoints/chat_utils.py:
- * _parse_chat_message_content, _postprocess_messages; the request models of
- * its protocol.py). The contract, field by field, is in chat.h;
+ * tok_messages.c — an OpenAI chat conversation (`messages`, `tools`,
+ * `documents`) validated and rewritten into what a chat template gets, as
+ * vLLM hands it to transformers' apply_chat_template
+ * (vllm/entrypoints/chat_utils.py: _parse_chat_message_content,
+ * _postprocess_messages; the request models of its protocol.py). The
+ * contract, field by field, is at moe8_chat_messages_normalize in moe8.h;
  * tests/data/jinja/make_tool_goldens.py restates it in Python and
- * tests/test_chat_messages.c holds the two to each other.
+ * tests/test_chat_messages.c holds the two to each other. One
+ * normalisation for the library, `moe8 tokenize --messages` and the server
+ * (which calls moe8_chat_messages_normalize_cjson on the request it has parsed, for
+ * OpenAI's error `param`).
  *
  * Each message becomes a new object with its keys in vLLM's order (role,
  * content, tool_calls, reasoning, reasoning_content | tool_call_id, name):
@@ -14,41 +18,42 @@
  * text is skipped, arguments that are not JSON become {}) moe8 refuses,
  * naming the field: a client learns of its mistake.
  *
- * Does not: render (tok_template.c does), or decide tool_choice (openai.c).
+ * Does not: render (tok_template.c does), or decide tool_choice (the
+ * server).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "io/json_util.h"
-#include "server/chat.h"
-
-#define T_INVALID "invalid_request_error"
+#include "tokenizer/tok_messages.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct {
-    moe8_buf *err;
-    int rc;         /* 0, or the HTTP status of the first failure */
+    tok_messages_error *e;
+    int rc;         /* 0, or the status of the first failure */
 } chat_ctx;
 
 static int fail(chat_ctx *c, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(chat_ctx *c, const char *param, const char *fmt, ...) {
-    char msg[900];
     va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (!c->rc) {
-        oa_error(c->err, T_INVALID, param, NULL, "%s", msg);
-        c->rc = 400;
+        va_start(ap, fmt);
+        vsnprintf(c->e->message, sizeof c->e->message, fmt, ap);
+        va_end(ap);
+        snprintf(c->e->param, sizeof c->e->param, "%s", param);
+        c->rc = MOE8_ERR_INVALID_ARG;
     }
     return c->rc;
 }
 
 static int oom(chat_ctx *c) {
     if (!c->rc) {
-        oa_error(c->err, "server_error", NULL, NULL, "out of memory");
-        c->rc = 500;
+        snprintf(c->e->message, sizeof c->e->message, "out of memory");
+        c->e->param[0] = '\0';
+        c->rc = MOE8_ERR_NOMEM;
     }
     return c->rc;
 }
@@ -85,7 +90,7 @@ static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *
     if (cJSON_IsString(v)) return put_copy(c, out, "content", v);
     if (!cJSON_IsArray(v))
         return fail(c, param, "'%s' must be a string or an array of text parts, got %s", param,
-                    oa_type_name(v));
+                    moe8_json_type_name(v));
     cJSON_ArrayForEach(part, v) {
         const cJSON *ty = field(part, "type"), *tx = field(part, "text");
         char p2[128];
@@ -93,18 +98,18 @@ static int content_of(chat_ctx *c, const cJSON *m, int i, int assistant, cJSON *
         if (!cJSON_IsObject(part)) {
             moe8_buf_free(&text);
             return fail(c, p2, "'%s' must be an object {\"type\": \"text\", \"text\": string}, got %s",
-                        p2, oa_type_name(part));
+                        p2, moe8_json_type_name(part));
         }
         if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text")) {
             snprintf(p2, sizeof p2, "%s[%d].type", param, k);
             moe8_buf_free(&text);
-            if (!cJSON_IsString(ty)) return fail(c, p2, "'%s' must be \"text\", got %s", p2, oa_type_name(ty));
+            if (!cJSON_IsString(ty)) return fail(c, p2, "'%s' must be \"text\", got %s", p2, moe8_json_type_name(ty));
             return fail(c, p2, "'%s' is \"%.40s\": only text parts are supported", p2, ty->valuestring);
         }
         if (!cJSON_IsString(tx)) {
             snprintf(p2, sizeof p2, "%s[%d].text", param, k);
             moe8_buf_free(&text);
-            return fail(c, p2, "'%s' must be a string, got %s", p2, oa_type_name(tx));
+            return fail(c, p2, "'%s' must be a string, got %s", p2, moe8_json_type_name(tx));
         }
         if ((k && moe8_buf_add(&text, "\n", 1)) || moe8_buf_str(&text, tx->valuestring)) {
             moe8_buf_free(&text);
@@ -125,7 +130,7 @@ static cJSON *arguments_of(chat_ctx *c, const cJSON *a, const char *param) {
     if (absent(a)) return cJSON_CreateObject();
     if (cJSON_IsObject(a)) return cJSON_Duplicate(a, 1);
     if (!cJSON_IsString(a)) {
-        fail(c, param, "'%s' must be a string holding a JSON object, got %s", param, oa_type_name(a));
+        fail(c, param, "'%s' must be a string holding a JSON object, got %s", param, moe8_json_type_name(a));
         return NULL;
     }
     for (s = a->valuestring; *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'; s++) {}
@@ -145,10 +150,10 @@ static int tool_call_of(chat_ctx *c, const cJSON *tc, const char *param, cJSON *
     const cJSON *id = field(tc, "id"), *ty = field(tc, "type"), *fn = field(tc, "function"), *name;
     cJSON *call, *f, *args;
     char p2[160];
-    if (!cJSON_IsObject(tc)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(tc));
+    if (!cJSON_IsObject(tc)) return fail(c, param, "'%s' must be an object, got %s", param, moe8_json_type_name(tc));
     if (!absent(id) && !cJSON_IsString(id)) {
         snprintf(p2, sizeof p2, "%s.id", param);
-        return fail(c, p2, "'%s' must be a string, got %s", p2, oa_type_name(id));
+        return fail(c, p2, "'%s' must be a string, got %s", p2, moe8_json_type_name(id));
     }
     if (!absent(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))) {
         snprintf(p2, sizeof p2, "%s.type", param);
@@ -156,10 +161,10 @@ static int tool_call_of(chat_ctx *c, const cJSON *tc, const char *param, cJSON *
     }
     snprintf(p2, sizeof p2, "%s.function", param);
     if (!cJSON_IsObject(fn)) return fail(c, p2, "'%s' must be an object {name, arguments}, got %s", p2,
-                                         fn ? oa_type_name(fn) : "nothing");
+                                         fn ? moe8_json_type_name(fn) : "nothing");
     name = field(fn, "name");
     snprintf(p2, sizeof p2, "%s.function.name", param);
-    if (!cJSON_IsString(name)) return fail(c, p2, "'%s' must be a string, got %s", p2, name ? oa_type_name(name) : "nothing");
+    if (!cJSON_IsString(name)) return fail(c, p2, "'%s' must be a string, got %s", p2, name ? moe8_json_type_name(name) : "nothing");
     snprintf(p2, sizeof p2, "%s.function.arguments", param);
     if (!(args = arguments_of(c, field(fn, "arguments"), p2))) return c->rc ? c->rc : oom(c);
     if (!(call = cJSON_CreateObject()) || !cJSON_AddItemToArray(list, call)) {
@@ -185,7 +190,7 @@ static int tool_calls_of(chat_ctx *c, const cJSON *m, int i, cJSON *out) {
     int k = 0;
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     if (absent(v)) return 0;
-    if (!cJSON_IsArray(v)) return fail(c, param, "'%s' must be an array, got %s", param, oa_type_name(v));
+    if (!cJSON_IsArray(v)) return fail(c, param, "'%s' must be an array, got %s", param, moe8_json_type_name(v));
     if (!cJSON_GetArraySize(v)) return 0; /* vLLM drops [] so templates take the plain path */
     if (!(list = cJSON_AddArrayToObject(out, "tool_calls"))) return oom(c);
     cJSON_ArrayForEach(tc, v) {
@@ -203,7 +208,7 @@ static int opt_string(chat_ctx *c, const cJSON *m, int i, const char *key, int k
     if (!v || (cJSON_IsNull(v) && !keep_null)) return 0;
     snprintf(param, sizeof param, "messages[%d].%s", i, key);
     if (!cJSON_IsString(v) && !cJSON_IsNull(v))
-        return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(v));
+        return fail(c, param, "'%s' must be a string, got %s", param, moe8_json_type_name(v));
     return put_copy(c, out, key, v);
 }
 
@@ -215,7 +220,7 @@ static int message_of(chat_ctx *c, const cJSON *m, int i, cJSON *list) {
     int r = 0, assistant;
     if (!cJSON_IsObject(m)) {
         snprintf(param, sizeof param, "messages[%d]", i);
-        return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(m));
+        return fail(c, param, "'%s' must be an object, got %s", param, moe8_json_type_name(m));
     }
     snprintf(param, sizeof param, "messages[%d].role", i);
     while (cJSON_IsString(role) && ROLES[r] && strcmp(role->valuestring, ROLES[r])) r++;
@@ -235,7 +240,7 @@ static int message_of(chat_ctx *c, const cJSON *m, int i, cJSON *list) {
         rs = field(m, key);
         snprintf(param, sizeof param, "messages[%d].%s", i, key);
         if (!absent(rs) && !cJSON_IsString(rs))
-            return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(rs));
+            return fail(c, param, "'%s' must be a string, got %s", param, moe8_json_type_name(rs));
         if (!absent(rs) && (put_copy(c, out, "reasoning", rs) || put_copy(c, out, "reasoning_content", rs)))
             return c->rc;
     } else if (!strcmp(role->valuestring, "tool") && opt_string(c, m, i, "tool_call_id", 1, out)) {
@@ -264,14 +269,14 @@ static int tool_of(chat_ctx *c, const cJSON *t, int k, cJSON *list) {
     cJSON *out, *f;
     char param[96];
     snprintf(param, sizeof param, "tools[%d]", k);
-    if (!cJSON_IsObject(t)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(t));
+    if (!cJSON_IsObject(t)) return fail(c, param, "'%s' must be an object, got %s", param, moe8_json_type_name(t));
     snprintf(param, sizeof param, "tools[%d].type", k);
     if (!absent(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function")))
         return fail(c, param, "'%s' must be \"function\" (the only tool type supported)", param);
     snprintf(param, sizeof param, "tools[%d].function", k);
     if (!cJSON_IsObject(fn))
         return fail(c, param, "'%s' must be an object {name, description, parameters}, got %s", param,
-                    fn ? oa_type_name(fn) : "nothing");
+                    fn ? moe8_json_type_name(fn) : "nothing");
     name = field(fn, "name");
     desc = field(fn, "description");
     params = field(fn, "parameters");
@@ -280,10 +285,10 @@ static int tool_of(chat_ctx *c, const cJSON *t, int k, cJSON *list) {
         return fail(c, param, "'%s' must be a non-empty string", param);
     snprintf(param, sizeof param, "tools[%d].function.description", k);
     if (!absent(desc) && !cJSON_IsString(desc))
-        return fail(c, param, "'%s' must be a string, got %s", param, oa_type_name(desc));
+        return fail(c, param, "'%s' must be a string, got %s", param, moe8_json_type_name(desc));
     snprintf(param, sizeof param, "tools[%d].function.parameters", k);
     if (!absent(params) && !cJSON_IsObject(params))
-        return fail(c, param, "'%s' must be a JSON Schema object, got %s", param, oa_type_name(params));
+        return fail(c, param, "'%s' must be a JSON Schema object, got %s", param, moe8_json_type_name(params));
     if (!(out = cJSON_CreateObject()) || !cJSON_AddItemToArray(list, out)) return cJSON_Delete(out), oom(c);
     if (put(c, out, "type", cJSON_CreateString("function")) || !(f = cJSON_AddObjectToObject(out, "function")))
         return oom(c);
@@ -299,20 +304,20 @@ static int documents_ok(chat_ctx *c, const cJSON *docs) {
     const cJSON *d, *v;
     int k = 0;
     if (!cJSON_IsArray(docs))
-        return fail(c, "documents", "'documents' must be an array of objects, got %s", oa_type_name(docs));
+        return fail(c, "documents", "'documents' must be an array of objects, got %s", moe8_json_type_name(docs));
     cJSON_ArrayForEach(d, docs) {
         char param[64];
         snprintf(param, sizeof param, "documents[%d]", k++);
-        if (!cJSON_IsObject(d)) return fail(c, param, "'%s' must be an object, got %s", param, oa_type_name(d));
+        if (!cJSON_IsObject(d)) return fail(c, param, "'%s' must be an object, got %s", param, moe8_json_type_name(d));
         cJSON_ArrayForEach(v, d) {
             if (!cJSON_IsString(v))
-                return fail(c, param, "'%s'.%s must be a string, got %s", param, v->string, oa_type_name(v));
+                return fail(c, param, "'%s'.%s must be a string, got %s", param, v->string, moe8_json_type_name(v));
         }
     }
     return 0;
 }
 
-/* ---- the request ------------------------------------------------------------------------ */
+/* ---- the conversation ---------------------------------------------------------------------- */
 
 static int print_to(chat_ctx *c, const cJSON *j, char **out) {
     char *p = cJSON_PrintUnformatted(j);
@@ -323,19 +328,21 @@ static int print_to(chat_ctx *c, const cJSON *j, char **out) {
     return c->rc;
 }
 
-int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
-                            char **messages_json, char **tools_json, char **documents_json,
-                            moe8_buf *err_body) {
-    chat_ctx c = {err_body, 0};
+moe8_status moe8_chat_messages_normalize_cjson(const cJSON *messages, const cJSON *tools, const cJSON *documents,
+                                   char **messages_json, char **tools_json, char **documents_json,
+                                   tok_messages_error *e) {
+    chat_ctx c = {e, 0};
     cJSON *msgs = NULL, *tl = NULL;
     const cJSON *m;
     int i = 0;
+    e->code = MOE8_OK;
+    e->param[0] = e->message[0] = '\0';
     *messages_json = *tools_json = *documents_json = NULL;
-    if (!messages) return fail(&c, "messages", "'messages' is required");
+    if (!messages) return e->code = fail(&c, "messages", "'messages' is required");
     if (!cJSON_IsArray(messages))
-        return fail(&c, "messages", "'messages' must be an array, got %s", oa_type_name(messages));
-    if (!cJSON_GetArraySize(messages)) return fail(&c, "messages", "'messages' must not be empty");
-    if (!(msgs = cJSON_CreateArray())) return oom(&c);
+        return e->code = fail(&c, "messages", "'messages' must be an array, got %s", moe8_json_type_name(messages));
+    if (!cJSON_GetArraySize(messages)) return e->code = fail(&c, "messages", "'messages' must not be empty");
+    if (!(msgs = cJSON_CreateArray())) return e->code = oom(&c);
     cJSON_ArrayForEach(m, messages) {
         if (message_of(&c, m, i++, msgs)) goto done;
     }
@@ -343,7 +350,7 @@ int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJS
         const cJSON *t;
         int k = 0;
         if (!cJSON_IsArray(tools)) {
-            fail(&c, "tools", "'tools' must be an array, got %s", oa_type_name(tools));
+            fail(&c, "tools", "'tools' must be an array, got %s", moe8_json_type_name(tools));
             goto done;
         }
         if (!(tl = cJSON_CreateArray())) {
@@ -367,5 +374,36 @@ done:
         free(*documents_json);
         *messages_json = *tools_json = *documents_json = NULL;
     }
-    return c.rc;
+    return e->code = (moe8_status)c.rc;
+}
+
+/* text (NULL: absent) as JSON into *out; `what` names it in errors. */
+static moe8_status parse_part(const char *text, const char *what, cJSON **out, moe8_error *err) {
+    ptrdiff_t at;
+    *out = NULL;
+    if (!text) return MOE8_OK;
+    if ((at = moe8_json_nul_escape(text, strlen(text))) >= 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, at, "'%s' holds a \\u0000 escape (byte %td): text cannot "
+                         "contain NUL", what, at);
+    return moe8_json_parse(text, strlen(text), what, out, err);
+}
+
+moe8_status moe8_chat_messages_normalize(const char *messages_json, const char *tools_json,
+                                         const char *documents_json, char **messages_out, char **tools_out,
+                                         char **documents_out, moe8_error *err) {
+    cJSON *m = NULL, *t = NULL, *d = NULL;
+    tok_messages_error e;
+    moe8_status st;
+    *messages_out = *tools_out = *documents_out = NULL;
+    if (!messages_json) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'messages' is required");
+    if ((st = parse_part(messages_json, "messages", &m, err)) == MOE8_OK &&
+        (st = parse_part(tools_json, "tools", &t, err)) == MOE8_OK &&
+        (st = parse_part(documents_json, "documents", &d, err)) == MOE8_OK) {
+        st = moe8_chat_messages_normalize_cjson(m, t, d, messages_out, tools_out, documents_out, &e);
+        if (st != MOE8_OK) moe8_fail(err, st, -1, "%s", e.message);
+    }
+    cJSON_Delete(m);
+    cJSON_Delete(t);
+    cJSON_Delete(d);
+    return st;
 }

@@ -1,0 +1,96 @@
+/*
+ * endpoints.c — the endpoint table of moe8 serve: one row per endpoint
+ * (method, path, whether the API key is needed, the body's parser or the
+ * cheap answer, the job's emitters). The one file that joins the HTTP layer
+ * (http*.c, which routes by these rows and knows no API) to the APIs
+ * (openai.c and its per-API files, metrics.c). A new API is a row here.
+ *
+ * Does not: frame, route or write HTTP (http*.c do), or build JSON beyond
+ * the two fixed probe answers.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "server/api.h"
+
+#define JSON "application/json"
+
+static int health(srv *s, const char *path, moe8_buf *out, const char **type) {
+    (void)s, (void)path;
+    *type = JSON;
+    moe8_buf_str(out, "{\"status\":\"ok\"}");
+    return 200;
+}
+
+static int version(srv *s, const char *path, moe8_buf *out, const char **type) {
+    (void)s, (void)path;
+    *type = JSON;
+    moe8_buf_printf(out, "{\"version\":\"%s\"}", moe8_version());
+    return 200;
+}
+
+static int metrics(srv *s, const char *path, moe8_buf *out, const char **type) {
+    (void)path;
+    *type = "text/plain; version=0.0.4; charset=utf-8";
+    pthread_mutex_lock(&s->lock);
+    metrics_render(&s->m, s->model_name, out);
+    pthread_mutex_unlock(&s->lock);
+    return 200;
+}
+
+static int models(srv *s, const char *path, moe8_buf *out, const char **type) {
+    (void)path;
+    *type = JSON;
+    oa_models(s, out);
+    return 200;
+}
+
+/* GET /v1/models/{id}: the served model, else 404. */
+static int model(srv *s, const char *path, moe8_buf *out, const char **type) {
+    const char *id = path + strlen("/v1/models/");
+    const size_t n = strlen(id);
+    *type = JSON;
+    if (n == strlen(s->model_name) && !memcmp(id, s->model_name, n)) {
+        oa_model(s, out);
+        return 200;
+    }
+    oa_error(out, "invalid_request_error", NULL, "model_not_found",
+             "the model '%.*s' does not exist; this server serves '%s'", (int)(n < 200 ? n : 200), id,
+             s->model_name);
+    return 404;
+}
+
+static int completions(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    return oa_parse_completion(s, body, n, &moe8_oa_completions, j, out);
+}
+
+static int chat(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    return oa_parse_completion(s, body, n, &moe8_oa_chat, j, out);
+}
+
+static int tokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    const int rc = oa_tokenize(s, body, n, out);
+    (void)j;
+    return rc ? rc : 200;
+}
+
+static int detokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    const int rc = oa_detokenize(s, body, n, out);
+    (void)j;
+    return rc ? rc : 200;
+}
+
+/* Open rows (no key under --api-key, as in vLLM): probes and scrapers carry none. */
+const srv_endpoint moe8_srv_endpoints[] = {
+    /* method  path                    prefix open answer   parse        emitters */
+    {"POST", "/v1/completions", 0, 0, NULL, completions, oa_on_start, oa_response, oa_stream_tail},
+    {"POST", "/v1/chat/completions", 0, 0, NULL, chat, oa_on_start, oa_response, oa_stream_tail},
+    {"POST", "/tokenize", 0, 0, NULL, tokenize, NULL, NULL, NULL},
+    {"POST", "/detokenize", 0, 0, NULL, detokenize, NULL, NULL, NULL},
+    {"GET", "/v1/models", 0, 0, models, NULL, NULL, NULL, NULL},
+    {"GET", "/v1/models/", 1, 0, model, NULL, NULL, NULL, NULL},
+    {"GET", "/health", 0, 1, health, NULL, NULL, NULL, NULL},
+    {"GET", "/metrics", 0, 1, metrics, NULL, NULL, NULL, NULL},
+    {"GET", "/version", 0, 1, version, NULL, NULL, NULL, NULL},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL},
+};

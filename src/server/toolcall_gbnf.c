@@ -1,0 +1,110 @@
+/*
+ * toolcall_gbnf.c — the GBNF grammar of "a call in this format" for
+ * constrained decoding (tool_choice "required" or a named function): the
+ * layout each model family's template teaches (toolcall.h), one rule per
+ * offered tool, its name as a literal (JSON-escaped where the format writes
+ * it inside a JSON string) and its arguments by the caller's rule.
+ *
+ * Does not: read model output (toolcall.c), or make the arguments' rules
+ * (tools.c, from the tools' JSON Schemas).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "server/toolcall.h"
+
+/* s as a GBNF string literal's body: \" \\ \n \r \t, other controls \xNN,
+ * UTF-8 as it is. json: s is a JSON string's contents before that (as
+ * moe8_buf_json_str writes them: " and \ escaped, \n \t ... short, other
+ * controls \u00XX). */
+static int gbnf_text(moe8_buf *b, const char *s, int json) {
+    if (json) { /* the JSON string's body by the one JSON writer, then escaped for GBNF */
+        moe8_buf j = {0};
+        int rc = moe8_buf_json_str(&j, s, strlen(s), 0);
+        if (!rc) {
+            j.p[j.n - 1] = '\0'; /* its closing quote */
+            rc = gbnf_text(b, j.p + 1, 0);
+        }
+        moe8_buf_free(&j);
+        return rc ? -1 : 0;
+    }
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        char esc[8];
+        const char *e = NULL;
+        if (*q == '"') e = "\\\"";
+        else if (*q == '\\') e = "\\\\";
+        else if (*q == '\n') e = "\\n";
+        else if (*q == '\r') e = "\\r";
+        else if (*q == '\t') e = "\\t";
+        else if (*q < 0x20) e = (snprintf(esc, sizeof esc, "\\x%02x", *q), esc);
+        if (e ? moe8_buf_str(b, e) : moe8_buf_add(b, (const char *)q, 1)) return -1;
+    }
+    return 0;
+}
+
+static int gbnf_lit(moe8_buf *b, const char *s) {
+    return moe8_buf_str(b, "\"") || gbnf_text(b, s, 0) || moe8_buf_str(b, "\"");
+}
+
+static int is_rule_name(const char *s) {
+    if (!s || !*s) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-'))
+            return 0;
+    return 1;
+}
+
+/* toolcall-I ::= "PRE NAME MID" ARG "POST", NAME JSON-escaped when json. */
+static int gbnf_call(moe8_buf *b, int i, const char *pre, const char *name, int json, const char *mid,
+                     const char *arg, const char *post) {
+    char head[48];
+    snprintf(head, sizeof head, "toolcall-%d ::= \"", i);
+    return moe8_buf_str(b, head) || gbnf_text(b, pre, 0) || gbnf_text(b, name, json) || gbnf_text(b, mid, 0) ||
+           moe8_buf_str(b, "\" ") || moe8_buf_str(b, arg) || moe8_buf_str(b, " ") || gbnf_lit(b, post) || moe8_buf_str(b, "\n");
+}
+
+char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
+                       int n_tools, int parallel) {
+    moe8_buf b = {0};
+    const char *root, *sep;
+    int bad = 0;
+    if (n_tools < 1 || !names || !arg_rules) return NULL;
+    for (int i = 0; i < n_tools; i++)
+        if (!names[i] || !names[i][0] || !is_rule_name(arg_rules[i])) return NULL;
+    switch (f) {
+    case TOOLCALL_HERMES: root = NULL; sep = "\n"; break;
+    case TOOLCALL_DEEPSEEK_V3: root = TOOLCALL_DS_CALLS_BEGIN; sep = "\n"; break;
+    case TOOLCALL_MISTRAL: root = "[TOOL_CALLS] ["; sep = ", "; break;
+    default: return NULL;
+    }
+    bad |= moe8_buf_str(&b, "root ::= ");
+    if (root) bad |= gbnf_lit(&b, root) || moe8_buf_str(&b, " ");
+    bad |= moe8_buf_str(&b, "toolcall-call");
+    if (parallel) bad |= moe8_buf_str(&b, " (") || gbnf_lit(&b, sep) || moe8_buf_str(&b, " toolcall-call)*");
+    if (f == TOOLCALL_DEEPSEEK_V3) bad |= moe8_buf_str(&b, " ") || gbnf_lit(&b, TOOLCALL_DS_CALLS_END);
+    if (f == TOOLCALL_MISTRAL) bad |= moe8_buf_str(&b, " \"]\"");
+    bad |= moe8_buf_str(&b, "\ntoolcall-call ::=");
+    for (int i = 0; i < n_tools; i++) {
+        char ref[32];
+        snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
+        bad |= moe8_buf_str(&b, ref);
+    }
+    bad |= moe8_buf_str(&b, "\n");
+    for (int i = 0; i < n_tools && !bad; i++) {
+        if (f == TOOLCALL_HERMES)
+            bad |= gbnf_call(&b, i, "<tool_call>\n{\"name\": \"", names[i], 1, "\", \"arguments\": ",
+                             arg_rules[i], "}\n</tool_call>");
+        else if (f == TOOLCALL_DEEPSEEK_V3)
+            bad |= gbnf_call(&b, i, TOOLCALL_DS_CALL_BEGIN "function" TOOLCALL_DS_SEP, names[i], 0, "\n```json\n",
+                             arg_rules[i], "\n```" TOOLCALL_DS_CALL_END);
+        else
+            bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
+    }
+    if (bad) {
+        moe8_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
