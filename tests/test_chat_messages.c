@@ -10,7 +10,7 @@
  *   - moe8_chat_template_render_json over those messages, byte for byte
  *     (where jinja2 fails, moe8 must fail too, with raise_exception's text);
  *   - the library's normalisation (moe8_chat_messages_normalize, and the
- *     server's chat_messages_normalize over it in src/server/api_chat.c)
+ *     server's moe8_oa_chat_messages_normalize over it in src/server/api_chat.c)
  *     makes the same JSON from each request, key order included;
  *   - its refusals name the field (messages[2].content[1].type, ...), the
  *     public entry's with the same message;
@@ -102,7 +102,7 @@ static void test_normalize(void) {
         moe8_buf err = {0};
         int rc;
         if (!cJSON_IsObject(rq)) goto next;
-        rc = chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(rq, "messages"),
+        rc = moe8_oa_chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(rq, "messages"),
                                      cJSON_GetObjectItemCaseSensitive(rq, "tools"),
                                      cJSON_GetObjectItemCaseSensitive(rq, "documents"), &m, &t, &d, &err);
         CHECKF(rc == 0 && same(m, want_m) && same(t, want_t) && same(d, want_d),
@@ -196,7 +196,7 @@ static void expect_refused(const char *req, const char *param, const char *needl
         CHECKF(0, "bad test JSON: %s", req);
         return;
     }
-    rc = chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(r, "messages"),
+    rc = moe8_oa_chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(r, "messages"),
                                  cJSON_GetObjectItemCaseSensitive(r, "tools"),
                                  cJSON_GetObjectItemCaseSensitive(r, "documents"), &m, &t, &d, &err);
     body = err.p ? cJSON_Parse(err.p) : NULL;
@@ -234,7 +234,7 @@ static void expect_made(const char *req, const char *want_m, const char *want_t)
     cJSON *r = cJSON_Parse(req);
     char *m = NULL, *t = NULL, *d = NULL;
     moe8_buf err = {0};
-    int rc = chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(r, "messages"),
+    int rc = moe8_oa_chat_messages_normalize(cJSON_GetObjectItemCaseSensitive(r, "messages"),
                                      cJSON_GetObjectItemCaseSensitive(r, "tools"), NULL, &m, &t, &d, &err);
     CHECKF(rc == 0 && same(m, want_m) && same(t, want_t), "%s: rc %d (%s)\n got: %s | %s\nwant: %s | %s", req,
            rc, err.p ? err.p : "", m ? m : "-", t ? t : "-", want_m, want_t ? want_t : "-");

@@ -8,7 +8,7 @@
  *   vocabulary, and token by token through the real Qwen3 vocabulary
  *   (moe8_tokenize) with the mask checked at every step: each token of a
  *   valid string is in the mask, the mask equals the whole-trie walk
- *   (grammar_mask_reference), and on a few steps every one of the 151,936
+ *   (moe8_grammar_mask_reference), and on a few steps every one of the 151,936
  *   ids is checked by accepting its bytes on a clone.
  * - Integer ranges from JSON Schema, exhaustively around their bounds.
  * - JSON Schema: schemas with their valid and invalid examples; every
@@ -56,7 +56,7 @@ static double now_s(void) {
 static grammar *compile_or_die(const char *text) {
     grammar *g = NULL;
     moe8_error e;
-    if (grammar_compile(text, strlen(text), &g, &e) != MOE8_OK) {
+    if (moe8_grammar_build(text, strlen(text), &g, &e) != MOE8_OK) {
         fprintf(stderr, "FAIL: grammar does not compile: %s\n---\n%s\n---\n", e.message, text);
         test_n_fail++;
         return NULL;
@@ -84,47 +84,47 @@ static long feed_bytes(grammar *g, const char *s, size_t n) {
     uint32_t m[9];
     long res = -1;
     moe8_error e;
-    if (grammar_state_new(g, &st, &e) != MOE8_OK) return -3;
+    if (moe8_grammar_state_new(g, &st, &e) != MOE8_OK) return -3;
     for (size_t i = 0; i <= n; i++) {
-        grammar_mask(st, bv, m);
+        moe8_grammar_mask(st, bv, m);
         /* every byte: in the mask iff a clone accepts it */
         for (int b = 0; b < 256; b++) {
-            grammar_state *c = grammar_state_clone(st);
-            int ok = grammar_accept(c, bv, b, NULL) == MOE8_OK;
-            grammar_state_free(c);
+            grammar_state *c = moe8_grammar_state_clone(st);
+            int ok = moe8_grammar_accept(c, bv, b, NULL) == MOE8_OK;
+            moe8_grammar_state_free(c);
             if (ok != bit(m, b)) {
                 CHECKF(0, "byte vocabulary: mask bit %d is %d but accept says %d after %zu bytes", b, bit(m, b), ok, i);
                 break;
             }
         }
-        CHECKF(bit(m, BYTE_EOS) == (grammar_can_end(st) != 0), "eos bit vs can_end");
+        CHECKF(bit(m, BYTE_EOS) == (moe8_grammar_can_end(st) != 0), "eos bit vs can_end");
         CHECKF(popcount_mask(m, 257) > 0, "empty mask (stuck) after %zu bytes of '%.*s'", i, (int)n, s);
         if (i == n) break;
-        if (grammar_accept(st, bv, (unsigned char)s[i], &e) != MOE8_OK) {
+        if (moe8_grammar_accept(st, bv, (unsigned char)s[i], &e) != MOE8_OK) {
             CHECKF(!bit(m, (unsigned char)s[i]), "byte %zu refused but in the mask", i);
             res = (long)i;
             break;
         }
     }
-    if (res == -1 && !grammar_can_end(st)) res = -2;
+    if (res == -1 && !moe8_grammar_can_end(st)) res = -2;
     if (res == -1) {
-        CHECK(grammar_accept(st, bv, BYTE_EOS, NULL) == MOE8_OK);
-        CHECK(grammar_can_end(st) == 2);
+        CHECK(moe8_grammar_accept(st, bv, BYTE_EOS, NULL) == MOE8_OK);
+        CHECK(moe8_grammar_can_end(st) == 2);
     }
-    grammar_state_free(st);
+    moe8_grammar_state_free(st);
     return res;
 }
 
 /* Every allowed token of st must be accepted by a clone, every other one refused. */
 static void brute_check(grammar_state *st, const grammar_vocab *v, const uint32_t *m, const char *what) {
-    int32_t n = grammar_vocab_n_vocab(v), bad = 0;
+    int32_t n = moe8_grammar_vocab_n_vocab(v), bad = 0;
     for (int32_t t = 0; t < n && bad < 3; t++) {
-        grammar_state *c = grammar_state_clone(st);
-        int ok = grammar_accept(c, v, t, NULL) == MOE8_OK;
-        grammar_state_free(c);
+        grammar_state *c = moe8_grammar_state_clone(st);
+        int ok = moe8_grammar_accept(c, v, t, NULL) == MOE8_OK;
+        moe8_grammar_state_free(c);
         if (ok != bit(m, t)) {
             size_t len;
-            const char *b = grammar_vocab_token(v, t, &len);
+            const char *b = moe8_grammar_vocab_token(v, t, &len);
             CHECKF(0, "%s: token %d '%.*s' mask %d, accept %d", what, (int)t, (int)len, b ? b : "", bit(m, t), ok);
             bad++;
         }
@@ -147,20 +147,20 @@ static long feed_qwen(grammar *g, const char *s, size_t n) {
     if (!qv) return -4;
     if (moe8_tokenize(qtok, s, n, ids, 4096, &n_ids, &e) != MOE8_OK) return -4;
     m = malloc((QWEN_N_VOCAB / 32 + 1) * 4), r = malloc((QWEN_N_VOCAB / 32 + 1) * 4);
-    if (grammar_state_new(g, &st, &e) != MOE8_OK) return -3;
+    if (moe8_grammar_state_new(g, &st, &e) != MOE8_OK) return -3;
     for (size_t k = 0; k <= n_ids; k++) {
-        grammar_mask(st, qv, m);
-        grammar_mask_reference(st, qv, r);
+        moe8_grammar_mask(st, qv, m);
+        moe8_grammar_mask_reference(st, qv, r);
         CHECKF(!memcmp(m, r, (QWEN_N_VOCAB + 31) / 32 * 4), "qwen mask differs from the reference walk "
                "after %zu tokens of '%.*s' (%d vs %d allowed)", k, (int)n, s, popcount_mask(m, QWEN_N_VOCAB),
                popcount_mask(r, QWEN_N_VOCAB));
-        CHECKF(bit(m, QWEN_EOS) == (grammar_can_end(st) != 0), "qwen eos bit vs can_end");
+        CHECKF(bit(m, QWEN_EOS) == (moe8_grammar_can_end(st) != 0), "qwen eos bit vs can_end");
         CHECKF(popcount_mask(m, QWEN_N_VOCAB) > 0, "qwen: empty mask after %zu tokens", k);
         if (k == n_ids) break;
         {
             size_t len;
-            grammar_vocab_token(qv, ids[k], &len);
-            if (grammar_accept(st, qv, ids[k], &e) != MOE8_OK) {
+            moe8_grammar_vocab_token(qv, ids[k], &len);
+            if (moe8_grammar_accept(st, qv, ids[k], &e) != MOE8_OK) {
                 CHECKF(!bit(m, ids[k]), "token %d refused but in the mask", (int)ids[k]);
                 res = (long)off;
                 break;
@@ -169,8 +169,8 @@ static long feed_qwen(grammar *g, const char *s, size_t n) {
             off += len;
         }
     }
-    if (res == -1 && !grammar_can_end(st)) res = -2;
-    grammar_state_free(st);
+    if (res == -1 && !moe8_grammar_can_end(st)) res = -2;
+    moe8_grammar_state_free(st);
     free(m), free(r);
     return res;
 }
@@ -182,7 +182,7 @@ static int qwen_refused_at(const char *s, size_t n, long tok_off, long at) {
     if (moe8_tokenize(qtok, s, n, ids, 4096, &n_ids, NULL) != MOE8_OK) return 0;
     for (size_t k = 0; k < n_ids; k++) {
         size_t len;
-        grammar_vocab_token(qv, ids[k], &len);
+        moe8_grammar_vocab_token(qv, ids[k], &len);
         if ((long)off == tok_off) return at >= (long)off && at < (long)(off + len);
         off += len;
     }
@@ -255,9 +255,9 @@ static void test_parse_errors(void) {
     for (int i = 0; t[i].text; i++) {
         grammar *g = NULL;
         moe8_error e;
-        moe8_status st = grammar_compile(t[i].text, strlen(t[i].text), &g, &e);
+        moe8_status st = moe8_grammar_build(t[i].text, strlen(t[i].text), &g, &e);
         CHECKF(st == MOE8_ERR_INVALID_ARG, "'%s' compiled (status %d)", t[i].text, st);
-        if (st == MOE8_OK) grammar_free(g);
+        if (st == MOE8_OK) moe8_grammar_destroy(g);
         else CHECKF(strstr(e.message, t[i].msg) != NULL, "'%s':\n  got  '%s'\n  want '%s'", t[i].text, e.message, t[i].msg);
     }
     /* limits */
@@ -267,7 +267,7 @@ static void test_parse_errors(void) {
         moe8_error e;
         memset(big, ' ', GRAMMAR_MAX_TEXT + 16);
         memcpy(big, "root ::= \"a\"", 12);
-        CHECK(grammar_compile(big, GRAMMAR_MAX_TEXT + 16, &g, &e) == MOE8_ERR_INVALID_ARG);
+        CHECK(moe8_grammar_build(big, GRAMMAR_MAX_TEXT + 16, &g, &e) == MOE8_ERR_INVALID_ARG);
         CHECKF(strstr(e.message, "exceeds the limit") != NULL, "%s", e.message);
         free(big);
     }
@@ -275,7 +275,7 @@ static void test_parse_errors(void) {
         static const char *t2 = "root ::= (\"abcdefghijklmnopqrstuvwxyz\"{10000}){100}\n";
         grammar *g = NULL;
         moe8_error e;
-        CHECK(grammar_compile(t2, strlen(t2), &g, &e) == MOE8_ERR_INVALID_ARG);
+        CHECK(moe8_grammar_build(t2, strlen(t2), &g, &e) == MOE8_ERR_INVALID_ARG);
         CHECKF(strstr(e.message, "grammar too large: more than 1000000 elements") != NULL, "%s", e.message);
     }
     {
@@ -287,7 +287,7 @@ static void test_parse_errors(void) {
         t3[k] = 0;
         grammar *g = NULL;
         moe8_error e;
-        CHECK(grammar_compile(t3, strlen(t3), &g, &e) == MOE8_ERR_INVALID_ARG);
+        CHECK(moe8_grammar_build(t3, strlen(t3), &g, &e) == MOE8_ERR_INVALID_ARG);
         CHECKF(strstr(e.message, "groups nested deeper than 64") != NULL, "%s", e.message);
     }
 }
@@ -313,7 +313,7 @@ static void test_syntax(void) {
         grammar *g = compile_or_die(t[i].text);
         if (!g) continue;
         run_cases(t[i].text, g, t[i].cases);
-        grammar_free(g);
+        moe8_grammar_destroy(g);
     }
 }
 
@@ -385,17 +385,17 @@ static void test_tables(void) {
         {"\"\\q\"", 2},
         {NULL, 0}};
     grammar *g;
-    if ((g = compile_or_die(grammar_json_object()))) {
+    if ((g = compile_or_die(moe8_grammar_json_object()))) {
         run_cases("json_object", g, json_cases);
-        grammar_free(g);
+        moe8_grammar_destroy(g);
     }
     if ((g = compile_or_die(ARITH))) {
         run_cases("arith", g, arith_cases);
-        grammar_free(g);
+        moe8_grammar_destroy(g);
     }
     if ((g = compile_or_die(UNI))) {
         run_cases("unicode", g, uni_cases);
-        grammar_free(g);
+        moe8_grammar_destroy(g);
     }
 }
 
@@ -773,7 +773,7 @@ static grammar *schema_grammar(const char *schema) {
     char *gbnf = NULL;
     moe8_error e;
     grammar *g;
-    if (grammar_from_json_schema(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
+    if (moe8_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
         CHECKF(0, "schema refused: %s\n  %s", e.message, schema);
         return NULL;
     }
@@ -804,7 +804,7 @@ static void schema_examples(const char *schema, const char *const *valid, const 
         CHECKF(feed_bytes(g, invalid[i], strlen(invalid[i])) != -1, "schema %s\n  accepts %s", schema, invalid[i]);
     }
     cJSON_Delete(sj);
-    grammar_free(g);
+    moe8_grammar_destroy(g);
 }
 
 static void test_schemas(void) {
@@ -898,9 +898,9 @@ static void test_schemas(void) {
                 else v = (long long)(test_rng_u64(&rng) % 20000000000ULL) - 10000000000LL;
                 if (v > 9999999999999999LL || v < -9999999999999999LL) continue;
                 snprintf(num, sizeof num, "%lld", v);
-                grammar_state_new(g, &st, NULL);
-                ok = grammar_accept_bytes(st, num, strlen(num), NULL) == MOE8_OK && grammar_can_end(st);
-                grammar_state_free(st);
+                moe8_grammar_state_new(g, &st, NULL);
+                ok = moe8_grammar_accept_bytes(st, num, strlen(num), NULL) == MOE8_OK && moe8_grammar_can_end(st);
+                moe8_grammar_state_free(st);
                 if (ok != (v >= r[i][0] && v <= r[i][1])) {
                     CHECKF(0, "range [%lld, %lld]: %lld %s", r[i][0], r[i][1], v, ok ? "accepted" : "refused");
                     bad++;
@@ -911,13 +911,13 @@ static void test_schemas(void) {
             for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
                 grammar_state *st;
                 int ok;
-                grammar_state_new(g, &st, NULL);
-                ok = grammar_accept_bytes(st, forms[f], strlen(forms[f]), NULL) == MOE8_OK && grammar_can_end(st);
-                grammar_state_free(st);
+                moe8_grammar_state_new(g, &st, NULL);
+                ok = moe8_grammar_accept_bytes(st, forms[f], strlen(forms[f]), NULL) == MOE8_OK && moe8_grammar_can_end(st);
+                moe8_grammar_state_free(st);
                 CHECKF(!ok, "range [%lld, %lld] accepts '%s'", r[i][0], r[i][1], forms[f]);
             }
             CHECK(bad == 0);
-            grammar_free(g);
+            moe8_grammar_destroy(g);
         }
     }
 }
@@ -966,7 +966,7 @@ static void test_schema_errors(void) {
     for (int i = 0; t[i].schema; i++) {
         char *out = NULL;
         moe8_error e;
-        moe8_status st = grammar_from_json_schema(t[i].schema, strlen(t[i].schema), &out, &e);
+        moe8_status st = moe8_json_schema_to_gbnf(t[i].schema, strlen(t[i].schema), &out, &e);
         CHECKF(st == MOE8_ERR_INVALID_ARG && !out, "%s: status %d", t[i].schema, st);
         if (st != MOE8_OK)
             CHECKF(strstr(e.message, t[i].msg) != NULL, "%s:\n  got  '%s'\n  want '%s'", t[i].schema, e.message, t[i].msg);
@@ -1087,7 +1087,7 @@ static cJSON *gen_schema(test_rng *r, int depth) {
 /* Append token t's bytes to text. */
 static void append_tok(const grammar_vocab *v, int32_t t, char *text, size_t *n, size_t cap) {
     size_t len;
-    const char *b = grammar_vocab_token(v, t, &len);
+    const char *b = moe8_grammar_vocab_token(v, t, &len);
     if (b && *n + len < cap) memcpy(text + *n, b, len), *n += len;
 }
 
@@ -1096,19 +1096,19 @@ static void append_tok(const grammar_vocab *v, int32_t t, char *text, size_t *n,
  * text's length (text NUL-terminated), or -1 when stuck. */
 static long random_walk(grammar *g, const grammar_vocab *v, const int32_t *byte_tok, int32_t eos, test_rng *r,
                         int budget, int ref_every, char *text, size_t cap) {
-    int32_t nv = grammar_vocab_n_vocab(v);
+    int32_t nv = moe8_grammar_vocab_n_vocab(v);
     uint32_t *m = malloc(((size_t)nv + 31) / 32 * 4), *ref = malloc(((size_t)nv + 31) / 32 * 4);
     int32_t *cand = malloc((size_t)nv * sizeof *cand);
     grammar_state *st;
     size_t n = 0;
     long res = -1;
-    grammar_state_new(g, &st, NULL);
+    moe8_grammar_state_new(g, &st, NULL);
     for (int step = 0; step < 4000; step++) {
-        int nc = 0, ce = grammar_can_end(st);
+        int nc = 0, ce = moe8_grammar_can_end(st);
         int32_t pick = -1;
-        grammar_mask(st, v, m);
+        moe8_grammar_mask(st, v, m);
         if (ref_every && step % ref_every == 0) {
-            grammar_mask_reference(st, v, ref);
+            moe8_grammar_mask_reference(st, v, ref);
             CHECKF(!memcmp(m, ref, ((size_t)nv + 31) / 32 * 4), "walk: mask differs from the reference at step %d "
                    "after '%.*s'", step, (int)n, text);
         }
@@ -1130,25 +1130,25 @@ static long random_walk(grammar *g, const grammar_vocab *v, const int32_t *byte_
                 grammar_state *c;
                 size_t left;
                 if (byte_tok[b] < 0 || !bit(m, byte_tok[b])) continue;
-                c = grammar_state_clone(st);
-                if (grammar_accept(c, v, byte_tok[b], NULL) == MOE8_OK && (left = grammar_min_remaining(c)) < best)
+                c = moe8_grammar_state_clone(st);
+                if (moe8_grammar_accept(c, v, byte_tok[b], NULL) == MOE8_OK && (left = moe8_grammar_min_remaining(c)) < best)
                     best = left, pick = byte_tok[b];
-                grammar_state_free(c);
+                moe8_grammar_state_free(c);
             }
             if (pick < 0) pick = cand[0];
         }
         if (pick == eos) break;
-        if (grammar_accept(st, v, pick, NULL) != MOE8_OK) {
+        if (moe8_grammar_accept(st, v, pick, NULL) != MOE8_OK) {
             CHECKF(0, "walk: allowed token %d refused", (int)pick);
             goto out;
         }
         append_tok(v, pick, text, &n, cap);
     }
-    CHECKF(grammar_can_end(st), "walk ended where the grammar may not end");
+    CHECKF(moe8_grammar_can_end(st), "walk ended where the grammar may not end");
     res = (long)n;
 out:
     text[n] = 0;
-    grammar_state_free(st);
+    moe8_grammar_state_free(st);
     free(m), free(ref), free(cand);
     return res;
 }
@@ -1179,13 +1179,13 @@ static void test_random_walks(void) {
                 jv_free(val);
             }
         }
-        grammar_free(g);
+        moe8_grammar_destroy(g);
         free(js);
         cJSON_Delete(s);
     }
     /* json_object and arithmetic walks */
     {
-        grammar *g = compile_or_die(grammar_json_object());
+        grammar *g = compile_or_die(moe8_grammar_json_object());
         for (int i = 0; g && i < (qv ? 6 : 3); i++) {
             const grammar_vocab *v = qv && i % 2 ? qv : bv;
             long n = random_walk(g, v, v == qv ? qbyte : bytes_tok, v == qv ? QWEN_EOS : BYTE_EOS, &r, 60, 10, text, cap);
@@ -1197,7 +1197,7 @@ static void test_random_walks(void) {
                 jv_free(val);
             }
         }
-        grammar_free(g);
+        moe8_grammar_destroy(g);
     }
     printf("random walks: %d of %d outputs strict JSON and valid for their schema (%.1f s)\n", n_valid, n_walks,
            now_s() - t0);
@@ -1238,15 +1238,15 @@ static void test_brute(void) {
     m = malloc((QWEN_N_VOCAB / 32 + 1) * 4);
     for (int i = 0; prefixes[i]; i++) {
         grammar_state *st;
-        grammar_state_new(g, &st, NULL);
-        CHECKF(grammar_accept_bytes(st, prefixes[i], strlen(prefixes[i]), NULL) == MOE8_OK, "%s", prefixes[i]);
-        grammar_mask(st, qv, m);
+        moe8_grammar_state_new(g, &st, NULL);
+        CHECKF(moe8_grammar_accept_bytes(st, prefixes[i], strlen(prefixes[i]), NULL) == MOE8_OK, "%s", prefixes[i]);
+        moe8_grammar_mask(st, qv, m);
         brute_check(st, qv, m, prefixes[i]);
         n_brute++;
-        grammar_state_free(st);
+        moe8_grammar_state_free(st);
     }
     free(m);
-    grammar_free(g);
+    moe8_grammar_destroy(g);
     printf("brute force: %d states x %d ids (%.1f s)\n", n_brute, QWEN_N_VOCAB, now_s() - t0);
 }
 
@@ -1260,30 +1260,30 @@ static void test_states(void) {
     uint32_t m[9];
     moe8_error e;
     if (!g) return;
-    CHECK(grammar_state_new(g, &a, NULL) == MOE8_OK);
-    CHECK(grammar_can_end(a) == 0);
-    CHECK(grammar_min_remaining(a) == 2);
-    CHECK(grammar_accept(a, bv, 'a', NULL) == MOE8_OK);
-    b = grammar_state_clone(a);
-    CHECK(grammar_accept(b, bv, 'c', NULL) == MOE8_OK);
-    CHECK(grammar_can_end(b) == 2);
-    CHECK(grammar_min_remaining(b) == 0);
-    grammar_mask(b, bv, m);
+    CHECK(moe8_grammar_state_new(g, &a, NULL) == MOE8_OK);
+    CHECK(moe8_grammar_can_end(a) == 0);
+    CHECK(moe8_grammar_min_remaining(a) == 2);
+    CHECK(moe8_grammar_accept(a, bv, 'a', NULL) == MOE8_OK);
+    b = moe8_grammar_state_clone(a);
+    CHECK(moe8_grammar_accept(b, bv, 'c', NULL) == MOE8_OK);
+    CHECK(moe8_grammar_can_end(b) == 2);
+    CHECK(moe8_grammar_min_remaining(b) == 0);
+    moe8_grammar_mask(b, bv, m);
     CHECK(popcount_mask(m, 257) == 1 && bit(m, BYTE_EOS));
     /* a refused token leaves the state as it was, with a message */
-    CHECK(grammar_accept(a, bv, 'x', &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_grammar_accept(a, bv, 'x', &e) == MOE8_ERR_INVALID_ARG);
     CHECKF(strstr(e.message, "token 120 is not allowed here") != NULL, "%s", e.message);
-    CHECK(grammar_accept(a, bv, BYTE_EOS, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_grammar_accept(a, bv, BYTE_EOS, &e) == MOE8_ERR_INVALID_ARG);
     CHECKF(strstr(e.message, "end of sequence (token 256) is not allowed here") != NULL, "%s", e.message);
-    CHECK(grammar_accept(a, bv, 999, &e) == MOE8_ERR_INVALID_ARG);
-    CHECK(grammar_accept(a, bv, 'b', NULL) == MOE8_OK); /* the clone did not move a */
-    CHECK(grammar_can_end(a) == 1);
-    grammar_mask(a, bv, m);
+    CHECK(moe8_grammar_accept(a, bv, 999, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_grammar_accept(a, bv, 'b', NULL) == MOE8_OK); /* the clone did not move a */
+    CHECK(moe8_grammar_can_end(a) == 1);
+    moe8_grammar_mask(a, bv, m);
     CHECK(popcount_mask(m, 257) == 11 && bit(m, '7') && bit(m, BYTE_EOS));
-    CHECK(grammar_accept(a, bv, BYTE_EOS, NULL) == MOE8_OK);
-    CHECK(grammar_can_end(a) == 2);
-    grammar_state_free(a), grammar_state_free(b);
-    grammar_free(g);
+    CHECK(moe8_grammar_accept(a, bv, BYTE_EOS, NULL) == MOE8_OK);
+    CHECK(moe8_grammar_can_end(a) == 2);
+    moe8_grammar_state_free(a), moe8_grammar_state_free(b);
+    moe8_grammar_destroy(g);
 }
 
 typedef struct {
@@ -1295,20 +1295,20 @@ typedef struct {
 static void *thr_main(void *p) {
     thr_arg *a = p;
     grammar_state *st;
-    grammar_state_new(a->g, &st, NULL);
-    grammar_accept_bytes(st, "{\"k\": \"v", 8, NULL);
-    grammar_mask(st, a->v, a->mask); /* the first mask of a vocabulary prepares the tables */
-    grammar_state_free(st);
+    moe8_grammar_state_new(a->g, &st, NULL);
+    moe8_grammar_accept_bytes(st, "{\"k\": \"v", 8, NULL);
+    moe8_grammar_mask(st, a->v, a->mask); /* the first mask of a vocabulary prepares the tables */
+    moe8_grammar_state_free(st);
     return NULL;
 }
 
 static void test_threads(void) {
     enum { NT = 4 };
     const grammar_vocab *v = qv ? qv : bv;
-    size_t words = ((size_t)grammar_vocab_n_vocab(v) + 31) / 32;
+    size_t words = ((size_t)moe8_grammar_vocab_n_vocab(v) + 31) / 32;
     pthread_t th[NT];
     thr_arg a[NT];
-    grammar *g = compile_or_die(grammar_json_object());
+    grammar *g = compile_or_die(moe8_grammar_json_object());
     if (!g) return;
     for (int i = 0; i < NT; i++) {
         a[i].g = g, a[i].v = v, a[i].mask = calloc(words, 4);
@@ -1316,9 +1316,9 @@ static void test_threads(void) {
     }
     for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
     for (int i = 1; i < NT; i++) CHECK(!memcmp(a[0].mask, a[i].mask, words * 4));
-    CHECK(popcount_mask(a[0].mask, grammar_vocab_n_vocab(v)) > 100);
+    CHECK(popcount_mask(a[0].mask, moe8_grammar_vocab_n_vocab(v)) > 100);
     for (int i = 0; i < NT; i++) free(a[i].mask);
-    grammar_free(g);
+    moe8_grammar_destroy(g);
 }
 
 /* Llama-2's SentencePiece vocabulary: "▁" is a space in the token bytes. */
@@ -1333,7 +1333,7 @@ static void test_llama_vocab(void) {
         printf("llama-2 vocabulary: skipped (no .deps/llama2-tokenizer)\n");
         return;
     }
-    CHECK(grammar_vocab_new(lt, moe8_tokenizer_n_vocab(lt), &eos, 1, &lv, NULL) == MOE8_OK);
+    CHECK(moe8_grammar_vocab_new(lt, moe8_tokenizer_n_vocab(lt), &eos, 1, &lv, NULL) == MOE8_OK);
     for (int b = 0; b < 256; b++) {
         char spell[8];
         snprintf(spell, sizeof spell, "<0x%02X>", b);
@@ -1342,18 +1342,18 @@ static void test_llama_vocab(void) {
     {   /* the token spelled "▁{" holds " {" */
         int32_t t = moe8_tokenizer_token_id(lt, "\xe2\x96\x81{");
         size_t n;
-        const char *b = t >= 0 ? grammar_vocab_token(lv, t, &n) : NULL;
+        const char *b = t >= 0 ? moe8_grammar_vocab_token(lv, t, &n) : NULL;
         CHECK(b && n == 2 && !memcmp(b, " {", 2));
     }
-    g = compile_or_die(grammar_json_object());
+    g = compile_or_die(moe8_grammar_json_object());
     for (int i = 0; g && i < 3; i++) {
         long n = random_walk(g, lv, byte_tok, eos, &r, 60, 5, text, sizeof text);
         jv *val = n >= 0 ? json_strict(text, (size_t)n) : NULL;
         CHECKF(val && val->t == J_OBJ, "llama walk: %s", text);
         jv_free(val);
     }
-    grammar_free(g);
-    grammar_vocab_free(lv);
+    moe8_grammar_destroy(g);
+    moe8_grammar_vocab_free(lv);
     moe8_tokenizer_free(lt);
 }
 
@@ -1366,26 +1366,26 @@ static void test_vocab(void) {
     grammar_state *st;
     uint32_t m[1];
     moe8_error e;
-    CHECK(grammar_vocab_new_raw(5, bytes, lens, &bad, 1, &v, &e) == MOE8_ERR_INVALID_ARG);
+    CHECK(moe8_grammar_vocab_new_raw(5, bytes, lens, &bad, 1, &v, &e) == MOE8_ERR_INVALID_ARG);
     CHECKF(strstr(e.message, "eos id 7 is outside the vocabulary") != NULL, "%s", e.message);
-    CHECK(grammar_vocab_new_raw(5, bytes, lens, &eos, 1, &v, NULL) == MOE8_OK);
-    grammar_state_new(g, &st, NULL);
-    grammar_mask(st, v, m);
+    CHECK(moe8_grammar_vocab_new_raw(5, bytes, lens, &eos, 1, &v, NULL) == MOE8_OK);
+    moe8_grammar_state_new(g, &st, NULL);
+    moe8_grammar_mask(st, v, m);
     CHECK(m[0] == (1u << 0 | 1u << 1 | 1u << 2)); /* duplicate bytes: both ids */
-    CHECK(grammar_accept(st, v, 2, NULL) == MOE8_OK);
-    grammar_mask(st, v, m);
+    CHECK(moe8_grammar_accept(st, v, 2, NULL) == MOE8_OK);
+    moe8_grammar_mask(st, v, m);
     CHECK(m[0] == 1u << 3);
-    grammar_state_free(st);
-    grammar_vocab_free(v);
-    grammar_free(g);
+    moe8_grammar_state_free(st);
+    moe8_grammar_vocab_free(v);
+    moe8_grammar_destroy(g);
     if (qv) {
         size_t n;
         /* special tokens and ids past the tokenizer's vocabulary have no bytes */
-        CHECK(grammar_vocab_token(qv, 151644, &n) == NULL && n == 0);
-        CHECK(grammar_vocab_token(qv, 151900, &n) == NULL);
-        CHECK(grammar_vocab_token(qv, QWEN_EOS, &n) == NULL);
-        printf("qwen3 trie: %.2f MB\n", (double)grammar_vocab_bytes(qv) / 1e6);
-        CHECK(grammar_vocab_bytes(qv) < 10u << 20);
+        CHECK(moe8_grammar_vocab_token(qv, 151644, &n) == NULL && n == 0);
+        CHECK(moe8_grammar_vocab_token(qv, 151900, &n) == NULL);
+        CHECK(moe8_grammar_vocab_token(qv, QWEN_EOS, &n) == NULL);
+        printf("qwen3 trie: %.2f MB\n", (double)moe8_grammar_vocab_bytes(qv) / 1e6);
+        CHECK(moe8_grammar_vocab_bytes(qv) < 10u << 20);
     }
 }
 
@@ -1646,14 +1646,14 @@ int main(void) {
     double t0 = now_s();
     for (int b = 0; b < 256; b++) one[b] = (char)b, raw[b] = &one[b], lens[b] = 1;
     raw[256] = NULL, lens[256] = 0;
-    if (grammar_vocab_new_raw(257, raw, lens, &eos, 1, &bv, NULL) != MOE8_OK) return 2;
+    if (moe8_grammar_vocab_new_raw(257, raw, lens, &eos, 1, &bv, NULL) != MOE8_OK) return 2;
     if (access(MOE8_TOKENIZER_DIR "/tokenizer.json", F_OK) == 0 &&
         moe8_tokenizer_load(MOE8_TOKENIZER_DIR, &qtok, NULL) == MOE8_OK &&
-        grammar_vocab_new(qtok, QWEN_N_VOCAB, &qeos, 1, &qv, NULL) == MOE8_OK) {
+        moe8_grammar_vocab_new(qtok, QWEN_N_VOCAB, &qeos, 1, &qv, NULL) == MOE8_OK) {
         for (int b = 0; b < 256; b++) qbyte[b] = -1;
         for (int32_t t = 0; t < QWEN_N_VOCAB; t++) {
             size_t n;
-            const char *s = grammar_vocab_token(qv, t, &n);
+            const char *s = moe8_grammar_vocab_token(qv, t, &n);
             if (s && n == 1 && qbyte[(unsigned char)s[0]] < 0) qbyte[(unsigned char)s[0]] = t;
         }
     } else {
@@ -1672,8 +1672,8 @@ int main(void) {
     test_llama_vocab();
     test_grammar_after();
     printf("total %.1f s\n", now_s() - t0);
-    grammar_vocab_free(bv);
-    grammar_vocab_free(qv);
+    moe8_grammar_vocab_free(bv);
+    moe8_grammar_vocab_free(qv);
     moe8_tokenizer_free(qtok);
     return test_summary();
 }

@@ -104,9 +104,9 @@ static int run_head(const char *head, size_t n, int bytewise, http_head *h, long
     size_t pos = 0, skip = 0;
     long r = 0;
     if (bytewise) {
-        for (size_t k = 1; k <= n && r == 0; k++) r = http_head_scan(head, k, &pos, &skip, &why);
+        for (size_t k = 1; k <= n && r == 0; k++) r = moe8_http_head_scan(head, k, &pos, &skip, &why);
     } else {
-        r = http_head_scan(head, n, &pos, &skip, &why);
+        r = moe8_http_head_scan(head, n, &pos, &skip, &why);
     }
     *len = r;
     if (r < 0) {
@@ -115,7 +115,7 @@ static int run_head(const char *head, size_t n, int bytewise, http_head *h, long
     }
     if (r == 0) return -1; /* incomplete */
     CHECKF(skip + (size_t)r == n, "head of %zu bytes scanned as %zu + %ld", n, skip, r);
-    r = http_head_parse(head + skip, (size_t)r, h, &why);
+    r = moe8_http_head_parse(head + skip, (size_t)r, h, &why);
     if (r) CHECKF(why && *why, "status %ld without a reason", r);
     return (int)r;
 }
@@ -149,14 +149,14 @@ static void test_limits(void) {
     /* a request line over 8 KiB: 414 as soon as it is known, without its end */
     memset(big, 'a', sizeof big);
     memcpy(big, "GET /", 5);
-    CHECK(http_head_scan(big, HTTP_MAX_LINE + 16, &pos, &skip, &why) == -414);
+    CHECK(moe8_http_head_scan(big, HTTP_MAX_LINE + 16, &pos, &skip, &why) == -414);
     /* a head over 32 KiB: 431, also without its end */
     {
         size_t n = 0;
         n += (size_t)snprintf(big, sizeof big, "GET / HTTP/1.1\r\nHost: x\r\n");
         while (n + 40 < sizeof big) n += (size_t)snprintf(big + n, sizeof big - n, "X-Pad: %030d\r\n", 7);
         pos = skip = 0;
-        CHECK(http_head_scan(big, n, &pos, &skip, &why) == -431);
+        CHECK(moe8_http_head_scan(big, n, &pos, &skip, &why) == -431);
     }
     /* 101 header lines: 431 */
     {
@@ -167,14 +167,14 @@ static void test_limits(void) {
     }
     /* incomplete heads wait for more */
     pos = skip = 0;
-    CHECK(http_head_scan("GET / HTTP/1.1\r\nHost: x\r\n", 25, &pos, &skip, &why) == 0);
+    CHECK(moe8_http_head_scan("GET / HTTP/1.1\r\nHost: x\r\n", 25, &pos, &skip, &why) == 0);
     pos = skip = 0;
-    CHECK(http_head_scan("GET / HTTP/1.1\r\nHost: x\r\n\r", 26, &pos, &skip, &why) == 0);
+    CHECK(moe8_http_head_scan("GET / HTTP/1.1\r\nHost: x\r\n\r", 26, &pos, &skip, &why) == 0);
     /* what follows a head is not part of it (a pipelined request, a body) */
     {
         const char *two = "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n";
         pos = skip = 0;
-        CHECK(http_head_scan(two, strlen(two), &pos, &skip, &why) == 28);
+        CHECK(moe8_http_head_scan(two, strlen(two), &pos, &skip, &why) == 28);
     }
 }
 
@@ -223,7 +223,7 @@ static void test_chunks(void) {
             memset(&ck, 0, sizeof ck);
             while (at < n && !done) {
                 const size_t k = bytewise ? 1 : n - at;
-                long used = http_chunked_feed(&ck, c->body + at, k, out, sizeof out, &out_n, 2u << 20, &done, &why);
+                long used = moe8_http_chunked_feed(&ck, c->body + at, k, out, sizeof out, &out_n, 2u << 20, &done, &why);
                 if (used < 0) {
                     st = (int)-used;
                     break;

@@ -2,7 +2,8 @@
 # test_install.sh — `cmake --install` of a built tree into a scratch prefix,
 # then tests/data/embed_app.c built as an application would build it:
 #   cc embed_app.c $(pkg-config --cflags --libs --static moe8)
-# and run. Checks that libmoe8.a and the program need no MPI, that
+# and run. Checks that every external symbol of the installed libraries
+# starts with moe8_ (nm), that libmoe8.a and the program need no MPI, that
 # moe8_dist_create(2, ...) then fails with MOE8_ERR_UNSUPPORTED naming
 # libmoe8_mpi, and (when MPI was built) that moe8-mpi.pc links the transport.
 # Then tests/data/serve_app.c, built against moe8-server.pc, serves a tiny
@@ -30,6 +31,19 @@ for h in "$prefix"/include/moe8*.h; do
             fail "$(basename "$h") does not compile alone as C++"
     fi
 done
+# every external symbol the installed libraries define starts with moe8_: an
+# application links them beside its own code and other libraries
+n_syms=0
+for lib in "$prefix"/lib/libmoe8*.a; do
+    nm -g --defined-only "$lib" | awk 'NF == 3 { print $3 }' >"$prefix/syms.txt" || fail "nm $lib"
+    if grep -v '^moe8_' "$prefix/syms.txt" >"$prefix/bad.txt"; then
+        sed 's/^/  /' "$prefix/bad.txt" >&2
+        fail "$(basename "$lib") exports $(wc -l <"$prefix/bad.txt") symbols without the moe8_ prefix"
+    fi
+    n_syms=$((n_syms + $(wc -l <"$prefix/syms.txt")))
+done
+[ "$n_syms" -gt 500 ] || fail "only $n_syms symbols in the installed libraries"
+echo "test_install: $n_syms external symbols, each moe8_"
 if nm -u "$prefix/lib/libmoe8.a" | grep -E ' (P?MPI_|ompi_)'; then
     fail "libmoe8.a refers to MPI"
 fi

@@ -40,10 +40,10 @@ static moe8_status junit(const char *src, const cJSON *vars, const jinja_limits 
                          moe8_error *e) {
     jinja_template *t = NULL;
     size_t n;
-    moe8_status st = jinja_parse(src, strlen(src), "chat template", &t, e);
+    moe8_status st = moe8_jinja_parse(src, strlen(src), "chat template", &t, e);
     *out = NULL;
-    if (st == MOE8_OK) st = jinja_render(t, vars, lim, out, &n, e);
-    jinja_free(t);
+    if (st == MOE8_OK) st = moe8_jinja_render(t, vars, lim, out, &n, e);
+    moe8_jinja_free(t);
     return st;
 }
 
@@ -256,7 +256,7 @@ static void test_errors(void) {
 /* ---- limits: no template and no input crashes or hangs ---------------------------------- */
 
 static void test_limits(void) {
-    jinja_limits small = jinja_limits_default();
+    jinja_limits small = moe8_jinja_limits_default();
     struct timespec t0, t1;
     small.max_steps = 2000000;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -276,7 +276,7 @@ static void test_limits(void) {
     expect_err("{{ 'x' * 100000000 }}", NULL, NULL, MOE8_ERR_INVALID_ARG, "over the 16777216-byte limit", NULL);
     expect_err("{% for i in range(100000) %}{{ 'x' * 200 }}{% endfor %}", NULL, NULL,
                MOE8_ERR_INVALID_ARG, "rendered text is over the 16777216-byte limit", NULL);
-    small = jinja_limits_default();
+    small = moe8_jinja_limits_default();
     small.max_memory = (size_t)1 << 20;
     expect_err("{% set ns = namespace(l=[]) %}{% for i in range(20000) %}{% set ns.l = ns.l + [i] %}"
                "{% endfor %}", NULL, &small, MOE8_ERR_INVALID_ARG, "more than 1 MiB of memory", NULL);
@@ -291,7 +291,7 @@ static void test_limits(void) {
         moe8_error e;
         memset(src, 'x', big);
         src[big] = '\0';
-        CHECK(jinja_parse(src, big, "chat template", &t, &e) == MOE8_ERR_UNSUPPORTED && !t &&
+        CHECK(moe8_jinja_parse(src, big, "chat template", &t, &e) == MOE8_ERR_UNSUPPORTED && !t &&
               strstr(e.message, "more than the 1048576 supported"));
         free(src);
     }

@@ -114,16 +114,16 @@ static void on_end(void *u, int index, int ok) {
 /* The events of text fed in the pieces that end at cuts[0..n_cuts) (then the rest). */
 static void run(toolcall_format f, const char *text, size_t len, const size_t *cuts, int n_cuts, rec *r) {
     toolcall_sink k = {on_content, on_begin, on_args, on_end, r};
-    toolcall_parser *p = toolcall_new(f);
+    toolcall_parser *p = moe8_toolcall_new(f);
     size_t at = 0;
     rec_init(r);
     for (int i = 0; i <= n_cuts; i++) {
         size_t to = i < n_cuts ? cuts[i] : len;
-        if (toolcall_feed(p, text + at, to - at, &k)) r->bad = 1;
+        if (moe8_toolcall_feed(p, text + at, to - at, &k)) r->bad = 1;
         at = to;
     }
-    if (toolcall_finish(p, &k) || r->open >= 0) r->bad = 1;
-    toolcall_free(p);
+    if (moe8_toolcall_finish(p, &k) || r->open >= 0) r->bad = 1;
+    moe8_toolcall_free(p);
 }
 
 /* ---- fixed outputs --------------------------------------------------------------------- */
@@ -298,11 +298,11 @@ static void test_case(const tcase *c) {
     }
     {
         toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
-        toolcall_parser *p = toolcall_new(c->f);
+        toolcall_parser *p = moe8_toolcall_new(c->f);
         rec_init(&part);
-        for (size_t i = 0; i < len; i++) toolcall_feed(p, c->text + i, 1, &k);
-        toolcall_finish(p, &k);
-        toolcall_free(p);
+        for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, c->text + i, 1, &k);
+        moe8_toolcall_finish(p, &k);
+        moe8_toolcall_free(p);
         g_runs++;
         CHECKF(!part.bad && !strcmp(part.s, whole.s), "%s: byte by byte: %s", c->name, part.s);
     }
@@ -387,11 +387,11 @@ static void test_random(void) {
                 int m = r == 0 ? 0 : 1 + (int)(rnd() % 6);
                 if (r == 0) { /* byte by byte */
                     toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
-                    toolcall_parser *p = toolcall_new(F[f]);
+                    toolcall_parser *p = moe8_toolcall_new(F[f]);
                     rec_init(&part);
-                    for (size_t i = 0; i < len; i++) toolcall_feed(p, text + i, 1, &k);
-                    toolcall_finish(p, &k);
-                    toolcall_free(p);
+                    for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, text + i, 1, &k);
+                    moe8_toolcall_finish(p, &k);
+                    moe8_toolcall_free(p);
                 } else {
                     for (int i = 0; i < m; i++) cuts[i] = 1 + rnd() % (len - 1);
                     qsort(cuts, (size_t)m, sizeof *cuts, cmp_size);
@@ -410,12 +410,12 @@ static void test_random(void) {
 
 /* ---- streaming: held back no longer than needed ---------------------------------------- */
 
-#define FEED(s) toolcall_feed(p, s, strlen(s), &k)
+#define FEED(s) moe8_toolcall_feed(p, s, strlen(s), &k)
 
 static void test_streaming(void) {
     static rec r;
     toolcall_sink k = {on_content, on_begin, on_args, on_end, &r};
-    toolcall_parser *p = toolcall_new(TOOLCALL_HERMES);
+    toolcall_parser *p = moe8_toolcall_new(TOOLCALL_HERMES);
     rec_init(&r);
     FEED("Hello <");
     CHECK(!strcmp(r.s, "C:Hello ")); /* only the '<' waits */
@@ -429,21 +429,21 @@ static void test_streaming(void) {
     CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Pa")); /* arguments as they come */
     FEED("ris\"}}\n</tool_call>");
     CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"));
-    CHECK(r.n_args == 2 && toolcall_count(p) == 1);
+    CHECK(r.n_args == 2 && moe8_toolcall_count(p) == 1);
     FEED("\n"); /* whitespace after a call waits for what follows */
     CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"));
-    toolcall_finish(p, &k);
+    moe8_toolcall_finish(p, &k);
     CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1") && !r.bad);
-    toolcall_free(p);
+    moe8_toolcall_free(p);
     /* NULL callbacks are fine; a parser of no format is refused */
     {
         toolcall_sink none = {0};
-        toolcall_parser *q = toolcall_new(TOOLCALL_MISTRAL);
-        CHECK(toolcall_feed(q, "[TOOL_CALLS] [{\"name\": \"f\"}] x", 31, &none) == 0 &&
-              toolcall_finish(q, &none) == 0 && toolcall_count(q) == 1);
-        toolcall_free(q);
-        CHECK(toolcall_new((toolcall_format)7) == NULL && toolcall_new(TOOLCALL_INVALID) == NULL);
-        toolcall_free(NULL);
+        toolcall_parser *q = moe8_toolcall_new(TOOLCALL_MISTRAL);
+        CHECK(moe8_toolcall_feed(q, "[TOOL_CALLS] [{\"name\": \"f\"}] x", 31, &none) == 0 &&
+              moe8_toolcall_finish(q, &none) == 0 && moe8_toolcall_count(q) == 1);
+        moe8_toolcall_free(q);
+        CHECK(moe8_toolcall_new((toolcall_format)7) == NULL && moe8_toolcall_new(TOOLCALL_INVALID) == NULL);
+        moe8_toolcall_free(NULL);
     }
     /* nesting past the limit breaks the call, it does not overflow */
     {
@@ -481,24 +481,24 @@ static void test_names(void) {
         char path[4096], *src;
         snprintf(path, sizeof path, "%s%s", DATA, T[i].file);
         src = slurp(path);
-        CHECKF(toolcall_detect(src) == T[i].f, "%s: detected %d", T[i].file, toolcall_detect(src));
+        CHECKF(moe8_toolcall_detect(src) == T[i].f, "%s: detected %d", T[i].file, moe8_toolcall_detect(src));
         free(src);
     }
-    CHECK(toolcall_detect(NULL) == TOOLCALL_NONE);
-    CHECK(toolcall_format_from_name("hermes") == TOOLCALL_HERMES &&
-          toolcall_format_from_name("deepseek_v3") == TOOLCALL_DEEPSEEK_V3 &&
-          toolcall_format_from_name("deepseekv3") == TOOLCALL_DEEPSEEK_V3 &&
-          toolcall_format_from_name("mistral") == TOOLCALL_MISTRAL &&
-          toolcall_format_from_name("none") == TOOLCALL_NONE &&
-          toolcall_format_from_name("llama3_json") == TOOLCALL_INVALID &&
-          toolcall_format_from_name(NULL) == TOOLCALL_INVALID);
-    CHECK(!strcmp(toolcall_format_name(TOOLCALL_DEEPSEEK_V3), "deepseek_v3") &&
-          !strcmp(toolcall_format_name(TOOLCALL_NONE), "none") && !toolcall_format_name(TOOLCALL_INVALID));
+    CHECK(moe8_toolcall_detect(NULL) == TOOLCALL_NONE);
+    CHECK(moe8_toolcall_format_from_name("hermes") == TOOLCALL_HERMES &&
+          moe8_toolcall_format_from_name("deepseek_v3") == TOOLCALL_DEEPSEEK_V3 &&
+          moe8_toolcall_format_from_name("deepseekv3") == TOOLCALL_DEEPSEEK_V3 &&
+          moe8_toolcall_format_from_name("mistral") == TOOLCALL_MISTRAL &&
+          moe8_toolcall_format_from_name("none") == TOOLCALL_NONE &&
+          moe8_toolcall_format_from_name("llama3_json") == TOOLCALL_INVALID &&
+          moe8_toolcall_format_from_name(NULL) == TOOLCALL_INVALID);
+    CHECK(!strcmp(moe8_toolcall_format_name(TOOLCALL_DEEPSEEK_V3), "deepseek_v3") &&
+          !strcmp(moe8_toolcall_format_name(TOOLCALL_NONE), "none") && !moe8_toolcall_format_name(TOOLCALL_INVALID));
 }
 
 static void expect_grammar(toolcall_format f, int parallel, const char *want) {
     static const char *const names[] = {"get_weather", "say \"hi\"\\"}, *const rules[] = {"weather-args", "say-args"};
-    char *g = toolcall_grammar(f, names, rules, 2, parallel);
+    char *g = moe8_toolcall_grammar(f, names, rules, 2, parallel);
     CHECKF(g && !strcmp(g, want), "grammar %d/%d:\n%s\nwant:\n%s", f, parallel, g ? g : "(null)", want);
     free(g);
 }
@@ -532,9 +532,9 @@ static void test_grammar(void) {
                    "\"\\n```" DS_CALL_END "\"\n"
                    "toolcall-1 ::= \"" DS_CALL_BEGIN "function" DS_SEP "say \\\"hi\\\"\\\\\\n```json\\n\" say-args "
                    "\"\\n```" DS_CALL_END "\"\n");
-    CHECK(toolcall_grammar(TOOLCALL_HERMES, one, bad_rule, 1, 0) == NULL);
-    CHECK(toolcall_grammar(TOOLCALL_HERMES, one, one, 0, 0) == NULL);
-    CHECK(toolcall_grammar(TOOLCALL_NONE, one, one, 1, 0) == NULL);
+    CHECK(moe8_toolcall_grammar(TOOLCALL_HERMES, one, bad_rule, 1, 0) == NULL);
+    CHECK(moe8_toolcall_grammar(TOOLCALL_HERMES, one, one, 0, 0) == NULL);
+    CHECK(moe8_toolcall_grammar(TOOLCALL_NONE, one, one, 1, 0) == NULL);
 }
 
 int main(void) {

@@ -7,7 +7,7 @@
  * 2. per grammar (json_object; a 12-field JSON Schema with required and
  *    optional fields, an enum, integer ranges, a bounded string, an array,
  *    a nested object; an arithmetic GBNF): schema-to-GBNF and compile time,
- *    and grammar_prepare, the per-position token tables (on OMP_NUM_THREADS
+ *    and moe8_grammar_prepare, the per-position token tables (on OMP_NUM_THREADS
  *    threads; set it to 1 for one core);
  * 3. the mask of one step in typical states (the state reached by accepting
  *    a prefix of valid output): median and p99 µs over --reps masks, and the
@@ -132,7 +132,7 @@ static void time_state(grammar_state *st, const grammar_vocab *v, uint32_t *mask
                        double *p99, double *t) {
     for (int r = 0; r < reps; r++) {
         double t0 = moe8_time_s();
-        grammar_mask(st, v, mask);
+        moe8_grammar_mask(st, v, mask);
         t[r] = (moe8_time_s() - t0) * 1e6;
     }
     cli_median_p99(t, reps, med, p99);
@@ -147,14 +147,14 @@ static unsigned long long rng_next(unsigned long long *s) {
 static void time_walk(const grammar *g, const grammar_vocab *v, int32_t eos, uint32_t *mask, int steps,
                       unsigned long long seed, double *med, double *p99, double *avg_allowed, double *t) {
     grammar_state *st = NULL;
-    int32_t nv = grammar_vocab_n_vocab(v), *cand = malloc((size_t)nv * sizeof *cand);
+    int32_t nv = moe8_grammar_vocab_n_vocab(v), *cand = malloc((size_t)nv * sizeof *cand);
     double sum = 0;
     for (int s = 0; s < steps && cand; s++) {
         int nc = 0;
         double t0;
-        if (!st && grammar_state_new(g, &st, NULL) != MOE8_OK) break;
+        if (!st && moe8_grammar_state_new(g, &st, NULL) != MOE8_OK) break;
         t0 = moe8_time_s();
-        grammar_mask(st, v, mask);
+        moe8_grammar_mask(st, v, mask);
         t[s] = (moe8_time_s() - t0) * 1e6;
         for (int32_t w = 0; w < (nv + 31) / 32; w++)
             for (uint32_t b = mask[w]; b; b &= b - 1) cand[nc++] = w * 32 + __builtin_ctz(b);
@@ -162,13 +162,13 @@ static void time_walk(const grammar *g, const grammar_vocab *v, int32_t eos, uin
         if (nc == 0) break;
         {
             int32_t pick = cand[rng_next(&seed) % (unsigned long long)nc];
-            if (pick == eos || grammar_accept(st, v, pick, NULL) != MOE8_OK || grammar_can_end(st) == 2) {
-                grammar_state_free(st);
+            if (pick == eos || moe8_grammar_accept(st, v, pick, NULL) != MOE8_OK || moe8_grammar_can_end(st) == 2) {
+                moe8_grammar_state_free(st);
                 st = NULL;
             }
         }
     }
-    grammar_state_free(st);
+    moe8_grammar_state_free(st);
     free(cand);
     cli_median_p99(t, steps, med, p99);
     *avg_allowed = sum / steps;
@@ -192,19 +192,19 @@ int cmd_bench_grammar(int argc, char **argv) {
               {"arithmetic GBNF", ARITH, 0, ARITH_STATES}};
     const int prc = parse_opts(argc, argv, &o);
     if (prc) return prc == -2 ? 0 : 2; /* -2: the usage was asked for */
-    gs[0].text = grammar_json_object();
+    gs[0].text = moe8_grammar_json_object();
     fprintf(stderr, "moe8 " CMD ": loading %s\n", o.dir);
     if (moe8_tokenizer_load(o.dir, &tok, &err) != MOE8_OK) return cli_fail(CMD, &err);
     eos = moe8_tokenizer_eos_id(tok);
     nv = o.n_vocab ? o.n_vocab : moe8_tokenizer_n_vocab(tok);
     if (!o.n_vocab && moe8_tokenizer_n_vocab(tok) == 151669) nv = 151936; /* Qwen3's model vocab */
     t0 = moe8_time_s();
-    if (grammar_vocab_new(tok, nv, &eos, eos >= 0 ? 1 : 0, &v, &err) != MOE8_OK) {
+    if (moe8_grammar_vocab_new(tok, nv, &eos, eos >= 0 ? 1 : 0, &v, &err) != MOE8_OK) {
         rc = cli_fail(CMD, &err);
         goto out;
     }
     printf("## Vocabulary trie\n\n| ids | build ms | memory MB |\n|---:|---:|---:|\n| %d | %.1f | %.2f |\n\n", (int)nv,
-           (moe8_time_s() - t0) * 1e3, (double)grammar_vocab_bytes(v) / 1e6);
+           (moe8_time_s() - t0) * 1e3, (double)moe8_grammar_vocab_bytes(v) / 1e6);
     mask = malloc(((size_t)nv + 31) / 32 * sizeof *mask);
     t = malloc((size_t)(o.reps > o.walk ? o.reps : o.walk) * sizeof *t);
     if (!mask || !t) {
@@ -218,18 +218,18 @@ int cmd_bench_grammar(int argc, char **argv) {
         for (int i = 0; i < 3; i++) {
             char *gbnf = NULL;
             double a = moe8_time_s(), b, c, d;
-            if (gs[i].is_schema && grammar_from_json_schema(gs[i].text, strlen(gs[i].text), &gbnf, &err) != MOE8_OK) {
+            if (gs[i].is_schema && moe8_json_schema_to_gbnf(gs[i].text, strlen(gs[i].text), &gbnf, &err) != MOE8_OK) {
                 rc = cli_fail(CMD, &err);
                 goto free_g;
             }
             b = moe8_time_s();
-            if (grammar_compile(gbnf ? gbnf : gs[i].text, strlen(gbnf ? gbnf : gs[i].text), &g[i], &err) != MOE8_OK) {
+            if (moe8_grammar_build(gbnf ? gbnf : gs[i].text, strlen(gbnf ? gbnf : gs[i].text), &g[i], &err) != MOE8_OK) {
                 free(gbnf);
                 rc = cli_fail(CMD, &err);
                 goto free_g;
             }
             c = moe8_time_s();
-            if (grammar_prepare(g[i], v, &err) != MOE8_OK) {
+            if (moe8_grammar_prepare(g[i], v, &err) != MOE8_OK) {
                 free(gbnf);
                 rc = cli_fail(CMD, &err);
                 goto free_g;
@@ -239,7 +239,7 @@ int cmd_bench_grammar(int argc, char **argv) {
                 char conv[32] = "-";
                 if (gs[i].is_schema) snprintf(conv, sizeof conv, "%.2f", (b - a) * 1e3);
                 printf("| %s | %zu | %s | %.2f | %.1f | %.2f |\n", gs[i].name, strlen(gbnf ? gbnf : gs[i].text), conv,
-                       (c - b) * 1e3, (d - c) * 1e3, (double)grammar_prepared_bytes(g[i], v) / 1e6);
+                       (c - b) * 1e3, (d - c) * 1e3, (double)moe8_grammar_prepared_bytes(g[i], v) / 1e6);
             }
             free(gbnf);
         }
@@ -249,29 +249,29 @@ int cmd_bench_grammar(int argc, char **argv) {
             double med, p99, avg;
             for (const state_kind *k = gs[i].states; k->kind; k++) {
                 grammar_state *st;
-                if (grammar_state_new(g[i], &st, &err) != MOE8_OK) {
+                if (moe8_grammar_state_new(g[i], &st, &err) != MOE8_OK) {
                     rc = cli_fail(CMD, &err);
                     goto free_g;
                 }
-                if (grammar_accept_bytes(st, k->prefix, strlen(k->prefix), &err) != MOE8_OK) {
+                if (moe8_grammar_accept_bytes(st, k->prefix, strlen(k->prefix), &err) != MOE8_OK) {
                     cli_err(CMD, "%s, %s: %s", gs[i].name, k->kind, err.message);
-                    grammar_state_free(st);
+                    moe8_grammar_state_free(st);
                     goto free_g;
                 }
                 time_state(st, v, mask, o.reps, &med, &p99, t);
                 printf("| %s | %s | %.1f | %.1f | %d |\n", gs[i].name, k->kind, med, p99, count_bits(mask, nv));
-                grammar_state_free(st);
+                moe8_grammar_state_free(st);
             }
             time_walk(g[i], v, eos, mask, o.walk, o.seed, &med, &p99, &avg, t);
             printf("| %s | walk: %d uniform random steps | %.1f | %.1f | %.0f (mean) |\n", gs[i].name, o.walk, med, p99, avg);
         }
         rc = 0;
     free_g:
-        for (int i = 0; i < 3; i++) grammar_free(g[i]);
+        for (int i = 0; i < 3; i++) moe8_grammar_destroy(g[i]);
     }
 out:
     free(mask), free(t);
-    grammar_vocab_free(v);
+    moe8_grammar_vocab_free(v);
     moe8_tokenizer_free(tok);
     return rc;
 }

@@ -3,13 +3,13 @@
  * Schema converted to GBNF, a tokenizer's vocabulary as a byte trie, and the
  * per-step token mask of one request.
  *
- *   grammar_compile(text)            GBNF -> compiled grammar (immutable, shared)
- *   grammar_from_json_schema(schema) JSON Schema -> GBNF text
- *   grammar_vocab_new(tok)           the vocabulary's bytes as a trie (one per server)
- *   grammar_prepare(g, v)            optional: precompute g's per-position token
+ *   moe8_grammar_build(text)            GBNF -> compiled grammar (immutable, shared)
+ *   moe8_json_schema_to_gbnf(schema) JSON Schema -> GBNF text
+ *   moe8_grammar_vocab_new(tok)           the vocabulary's bytes as a trie (one per server)
+ *   moe8_grammar_prepare(g, v)            optional: precompute g's per-position token
  *                                    tables for v now (else the first mask does)
- *   grammar_state_new(g)             one request's position (its own: batch invariance)
- *   grammar_mask / grammar_accept    each decoding step
+ *   moe8_grammar_state_new(g)             one request's position (its own: batch invariance)
+ *   moe8_grammar_mask / moe8_grammar_accept    each decoding step
  *
  * The automaton works on bytes: character classes are compiled to UTF-8 byte
  * DFAs, so a token may end inside a character. Only valid UTF-8 is ever
@@ -46,63 +46,63 @@ typedef struct grammar grammar; /* compiled, immutable, shared by any number of 
  * name the line:column and the rule, e.g. "grammar: line 3 col 7: undefined
  * rule 'valu' (in rule 'root')"; left recursion, rules that can never finish,
  * empty grammars and the limits above are refused the same way. */
-moe8_status grammar_compile(const char *text, size_t len, grammar **out, moe8_error *err);
-void grammar_free(grammar *g);
+moe8_status moe8_grammar_build(const char *text, size_t len, grammar **out, moe8_error *err);
+void moe8_grammar_destroy(grammar *g);
 
 /* JSON Schema (schema_json[0..len)) -> GBNF text (malloc'd, *out). The subset,
  * the whitespace rule and what is refused are described in json_schema.c;
  * refusals are MOE8_ERR_INVALID_ARG naming the keyword and its JSON path, e.g.
  * "json_schema: 'pattern' at /properties/zip is not supported". */
-moe8_status grammar_from_json_schema(const char *schema_json, size_t len, char **out,
+moe8_status moe8_json_schema_to_gbnf(const char *schema_json, size_t len, char **out,
                                      moe8_error *err);
 /* GBNF of "any JSON object" (response_format json_object). */
-const char *grammar_json_object(void);
+const char *moe8_grammar_json_object(void);
 
 typedef struct grammar_vocab grammar_vocab; /* token bytes as a trie; built once, shared read-only */
 /* eos_ids: the ids allowed only where the grammar may end (they carry no
  * bytes). Tokens with no bytes, special tokens (MOE8_TOKEN_SPECIAL) and ids at
  * or past the tokenizer's vocabulary are never allowed otherwise. */
-moe8_status grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const int32_t *eos_ids,
+moe8_status moe8_grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const int32_t *eos_ids,
                               int32_t n_eos, grammar_vocab **out, moe8_error *err);
 /* The same from raw token bytes: token t is bytes[t][0..lens[t]) (lens[t] == 0
  * or bytes[t] == NULL: never allowed). For tests and tools without a tokenizer. */
-moe8_status grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, const size_t *lens,
+moe8_status moe8_grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, const size_t *lens,
                                   const int32_t *eos_ids, int32_t n_eos, grammar_vocab **out,
                                   moe8_error *err);
-void grammar_vocab_free(grammar_vocab *v);
-int32_t grammar_vocab_n_vocab(const grammar_vocab *v);
-size_t grammar_vocab_bytes(const grammar_vocab *v); /* memory of the trie and token bytes */
+void moe8_grammar_vocab_free(grammar_vocab *v);
+int32_t moe8_grammar_vocab_n_vocab(const grammar_vocab *v);
+size_t moe8_grammar_vocab_bytes(const grammar_vocab *v); /* memory of the trie and token bytes */
 /* Token t's bytes (NULL and *n = 0 when t has none or is an EOS id). */
-const char *grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n);
+const char *moe8_grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n);
 
 /* Precompute g's tables for v (the tokens each grammar position accepts in any
- * context). grammar_mask does this on first use of a vocabulary; calling it
+ * context). moe8_grammar_mask does this on first use of a vocabulary; calling it
  * first keeps that cost off the decoding step. Thread-safe; done once per
  * (grammar, vocabulary). */
-moe8_status grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error *err);
-/* Memory of g's prepared tables for v (0 before grammar_prepare). */
-size_t grammar_prepared_bytes(const grammar *g, const grammar_vocab *v);
+moe8_status moe8_grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error *err);
+/* Memory of g's prepared tables for v (0 before moe8_grammar_prepare). */
+size_t moe8_grammar_prepared_bytes(const grammar *g, const grammar_vocab *v);
 
 typedef struct grammar_state grammar_state; /* one request's position in the grammar */
-moe8_status grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err);
-grammar_state *grammar_state_clone(const grammar_state *st); /* NULL on OOM */
-void grammar_state_free(grammar_state *st);
+moe8_status moe8_grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err);
+grammar_state *moe8_grammar_state_clone(const grammar_state *st); /* NULL on OOM */
+void moe8_grammar_state_free(grammar_state *st);
 /* allowed[(n_vocab + 31) / 32]: bit t set iff token t may come next (out of
  * memory: no bit set). */
-void grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
+void moe8_grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
 /* Advance by token t's bytes (or accept an EOS id where the grammar may end).
  * MOE8_ERR_INVALID_ARG if t is not allowed (the state is unchanged). */
-moe8_status grammar_accept(grammar_state *st, const grammar_vocab *v, int32_t t, moe8_error *err);
+moe8_status moe8_grammar_accept(grammar_state *st, const grammar_vocab *v, int32_t t, moe8_error *err);
 /* Advance by raw bytes (no tokenizer), with the same rule. */
-moe8_status grammar_accept_bytes(grammar_state *st, const char *bytes, size_t n, moe8_error *err);
+moe8_status moe8_grammar_accept_bytes(grammar_state *st, const char *bytes, size_t n, moe8_error *err);
 /* 1 when the grammar may end here (EOS allowed); 2 when it must (nothing else can follow). */
-int grammar_can_end(const grammar_state *st);
+int moe8_grammar_can_end(const grammar_state *st);
 /* The fewest bytes that complete the grammar from here (0 when it may end). */
-size_t grammar_min_remaining(const grammar_state *st);
+size_t moe8_grammar_min_remaining(const grammar_state *st);
 
 /* The mask by walking the whole trie from the state's stacks, without the
  * precomputed tables: slower, the same answer. For tests and as the fallback. */
-void grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
+void moe8_grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed);
 
 /* ======================================================================== */
 /* Internals shared by the grammar_*.c files (not for other callers)         */
@@ -227,29 +227,29 @@ struct grammar_vocab {
 /* The walk engine: interned stack nodes (code, parent), interned sets of
  * tops, byte steps memoized per (set, byte). Scratch: reset before each use. */
 typedef struct gwk gwk;
-gwk *gwk_new(const grammar *g, int ci_mode);
-void gwk_free(gwk *w);
-void gwk_reset(gwk *w);
-int gwk_oom(const gwk *w);
-uint32_t gwk_node(gwk *w, uint32_t code, uint32_t parent);
-uint32_t gwk_node_code(const gwk *w, uint32_t id);
-uint32_t gwk_node_parent(const gwk *w, uint32_t id);
+gwk *moe8_gwk_new(const grammar *g, int ci_mode);
+void moe8_gwk_free(gwk *w);
+void moe8_gwk_reset(gwk *w);
+int moe8_gwk_oom(const gwk *w);
+uint32_t moe8_gwk_node(gwk *w, uint32_t code, uint32_t parent);
+uint32_t moe8_gwk_node_code(const gwk *w, uint32_t id);
+uint32_t moe8_gwk_node_parent(const gwk *w, uint32_t id);
 /* Intern a set from tops[0..n) (any order, duplicates allowed; modified);
  * umask: the tags whose paths met the unknown context on the way. */
-uint32_t gwk_set(gwk *w, uint32_t *tops, uint32_t n, uint64_t umask);
-const uint32_t *gwk_set_tops(const gwk *w, uint32_t set, uint32_t *n);
-uint64_t gwk_set_umask(const gwk *w, uint32_t set);
-uint64_t gwk_set_alive(const gwk *w, uint32_t set); /* tags with a top in the set */
-uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte);
-/* The state's set imported into w (after gwk_reset). */
-uint32_t gwk_import_state(gwk *w, const grammar_state *st);
+uint32_t moe8_gwk_set(gwk *w, uint32_t *tops, uint32_t n, uint64_t umask);
+const uint32_t *moe8_gwk_set_tops(const gwk *w, uint32_t set, uint32_t *n);
+uint64_t moe8_gwk_set_umask(const gwk *w, uint32_t set);
+uint64_t moe8_gwk_set_alive(const gwk *w, uint32_t set); /* tags with a top in the set */
+uint32_t moe8_gwk_step(gwk *w, uint32_t set, uint8_t byte);
+/* The state's set imported into w (after moe8_gwk_reset). */
+uint32_t moe8_gwk_import_state(gwk *w, const grammar_state *st);
 /* Scratch owned by w: buffer `which` (0 or 1) with room for n entries (NULL on OOM). */
-uint32_t *gwk_buf(gwk *w, int which, size_t n);
+uint32_t *moe8_gwk_buf(gwk *w, int which, size_t n);
 /* st's own engine, reset, with st's stacks imported: the set id (G_NONE on OOM). */
-uint32_t grammar_state_begin(grammar_state *st, gwk **w);
-const grammar *grammar_state_grammar(const grammar_state *st);
+uint32_t moe8_grammar_state_begin(grammar_state *st, gwk **w);
+const grammar *moe8_grammar_state_grammar(const grammar_state *st);
 
-g_tables *grammar_tables_for(const grammar *g, const grammar_vocab *v);
+g_tables *moe8_grammar_tables_for(const grammar *g, const grammar_vocab *v);
 
 #endif /* GRAMMAR_INTERNAL */
 

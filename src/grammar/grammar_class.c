@@ -9,7 +9,7 @@
  * surrogate. Entries: the next state, G_DONE (the character is complete) or
  * G_REJECT. A token may stop inside a character: the walk keeps the state.
  * Each class also records the fewest bytes that complete a character from
- * each of its states (grammar_min_remaining). Identical DFAs share one class
+ * each of its states (moe8_grammar_min_remaining). Identical DFAs share one class
  * id; a literal's bytes are single-byte classes (moe8_gp_byte_class).
  *
  * Refused: an empty class, more than GRAMMAR_MAX_CLASS_STATES states for one

@@ -394,7 +394,7 @@ out:
     return rc;
 }
 
-void grammar_free(grammar *g) {
+void moe8_grammar_destroy(grammar *g) {
     g_tables *t;
     if (!g) return;
     t = g->tables;
@@ -416,7 +416,7 @@ void grammar_free(grammar *g) {
     free(g);
 }
 
-moe8_status grammar_compile(const char *text, size_t len, grammar **out, moe8_error *err) {
+moe8_status moe8_grammar_build(const char *text, size_t len, grammar **out, moe8_error *err) {
     parser P;
     grammar *g = NULL;
     if (!out || (!text && len)) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: no text or output");
@@ -460,6 +460,6 @@ moe8_status grammar_compile(const char *text, size_t len, grammar **out, moe8_er
     return MOE8_OK;
 fail:
     moe8_gp_free(&P);
-    grammar_free(g);
+    moe8_grammar_destroy(g);
     return P.st != MOE8_OK ? P.st : MOE8_ERR_INVALID_ARG;
 }

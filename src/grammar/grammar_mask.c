@@ -7,7 +7,7 @@
  * skip a rejected subtree. Qwen3's 151,655 text tokens make 333 k nodes,
  * 6.4 MB with the token bytes.
  *
- * Precomputation (grammar_prepare, once per grammar and vocabulary): for
+ * Precomputation (moe8_grammar_prepare, once per grammar and vocabulary): for
  * every terminal position of the grammar and every DFA state inside its
  * character, the trie is walked from that top alone over the unknown rest of
  * the stack (gwk ci_mode, see grammar_walk.c), with pruning. A token is accepted
@@ -28,7 +28,7 @@
  * A mask: for each distinct top of the state, OR its accepted set (32 bits
  * at a time) and walk its uncertain tokens from the real stacks with that
  * top, reusing the walk of the shared prefix and memoized steps; EOS ids
- * where the grammar may end. grammar_mask_reference walks the whole trie
+ * where the grammar may end. moe8_grammar_mask_reference walks the whole trie
  * from the state instead: the same answer, the tests' oracle.
  */
 #define GRAMMAR_INTERNAL
@@ -54,7 +54,7 @@ static int cmp_tok(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
-void grammar_vocab_free(grammar_vocab *v) {
+void moe8_grammar_vocab_free(grammar_vocab *v) {
     if (!v) return;
     free(v->byte), free(v->depth), free(v->ntok), free(v->end), free(v->tok), free(v->order);
     free(v->tok_off), free(v->pool), free(v->eos_bits), free(v->is_eos);
@@ -106,7 +106,7 @@ oom:
     return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar vocabulary: out of memory");
 }
 
-moe8_status grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, const size_t *lens,
+moe8_status moe8_grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, const size_t *lens,
                                   const int32_t *eos_ids, int32_t n_eos, grammar_vocab **out,
                                   moe8_error *err) {
     grammar_vocab *v;
@@ -125,7 +125,7 @@ moe8_status grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, con
     if (!v->eos_bits || !v->is_eos || !v->tok_off || !v->order) goto oom;
     for (int32_t i = 0; i < n_eos; i++) {
         if (eos_ids[i] < 0 || eos_ids[i] >= n_vocab) {
-            grammar_vocab_free(v);
+            moe8_grammar_vocab_free(v);
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar vocabulary: eos id %d is outside "
                              "the vocabulary (%d ids)", (int)eos_ids[i], (int)n_vocab);
         }
@@ -137,7 +137,7 @@ moe8_status grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, con
         if (l > 65535) l = 0; /* deeper than the trie counts: never allowed */
         total += l;
         if (total > 0xFFFFFFF0u) {
-            grammar_vocab_free(v);
+            moe8_grammar_vocab_free(v);
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar vocabulary: more than 4 GB of "
                              "token bytes");
         }
@@ -158,18 +158,18 @@ moe8_status grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes, con
     v->tok_off[n_vocab] = (uint32_t)total;
     qsort_r(v->order, v->n_order, sizeof *v->order, cmp_tok, v);
     if ((st = build_trie(v, err)) != MOE8_OK) {
-        grammar_vocab_free(v);
+        moe8_grammar_vocab_free(v);
         return st;
     }
     v->serial = __atomic_add_fetch(&g_vocab_serial, 1, __ATOMIC_RELAXED);
     *out = v;
     return MOE8_OK;
 oom:
-    grammar_vocab_free(v);
+    moe8_grammar_vocab_free(v);
     return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar vocabulary: out of memory");
 }
 
-moe8_status grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const int32_t *eos_ids,
+moe8_status moe8_grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const int32_t *eos_ids,
                               int32_t n_eos, grammar_vocab **out, moe8_error *err) {
     const char **bytes;
     size_t *lens;
@@ -191,20 +191,20 @@ moe8_status grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const 
         const char *b = moe8_tokenizer_token_bytes(tok, t, &n, &flags);
         if (b && n && !(flags & MOE8_TOKEN_SPECIAL)) bytes[t] = b, lens[t] = n;
     }
-    st = grammar_vocab_new_raw(n_vocab, bytes, lens, eos_ids, n_eos, out, err);
+    st = moe8_grammar_vocab_new_raw(n_vocab, bytes, lens, eos_ids, n_eos, out, err);
     free(bytes), free(lens);
     return st;
 }
 
-int32_t grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
+int32_t moe8_grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
 
-size_t grammar_vocab_bytes(const grammar_vocab *v) {
+size_t moe8_grammar_vocab_bytes(const grammar_vocab *v) {
     return (size_t)v->n_nodes * (1 + 2 + 1 + 4 + 4) + (size_t)v->n_order * 4 +
            ((size_t)v->n_vocab + 1) * 4 + v->tok_off[v->n_vocab] + (size_t)v->n_words * 4 +
            (size_t)v->n_vocab;
 }
 
-const char *grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n) {
+const char *moe8_grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n) {
     if (t < 0 || t >= v->n_vocab || v->tok_off[t + 1] == v->tok_off[t]) {
         *n = 0;
         return NULL;
@@ -217,14 +217,14 @@ const char *grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n) {
 /* Precomputed tables                                                        */
 /* ======================================================================== */
 
-g_tables *grammar_tables_for(const grammar *g, const grammar_vocab *v) {
+g_tables *moe8_grammar_tables_for(const grammar *g, const grammar_vocab *v) {
     g_tables *t = __atomic_load_n(&((grammar *)g)->tables, __ATOMIC_ACQUIRE);
     for (; t; t = t->next)
         if (t->vocab_serial == v->serial) return t;
     return NULL;
 }
 
-/* A direct-mapped cache of steps in front of gwk_step's memo (a trie walk
+/* A direct-mapped cache of steps in front of moe8_gwk_step's memo (a trie walk
  * asks for the same few (set, byte) pairs hundreds of thousands of times). */
 #define L1_BITS 12
 typedef struct {
@@ -250,7 +250,7 @@ static inline uint32_t step_l1(gwk *w, ci_scratch *s, uint32_t set, uint8_t b) {
     l1slot *e = &s->l1[(set * 0x9E3779B1u ^ (uint32_t)b * 0x85EBCA77u) >> (32 - L1_BITS)];
     if (e->stamp == s->l1_stamp && e->set == set && e->byte == b) return e->val;
     e->stamp = s->l1_stamp, e->set = set, e->byte = b;
-    return e->val = gwk_step(w, set, b);
+    return e->val = moe8_gwk_step(w, set, b);
 }
 
 static int unc_push(ulist *u, uint32_t k) {
@@ -315,16 +315,16 @@ static int ci_build(gwk *w, const grammar_vocab *v, uint32_t start, int n_tags, 
     while (i < n) {
         uint32_t d = v->depth[i], x = step_l1(w, s, s->path[d - 1], v->byte[i]), n_tops;
         uint64_t alive, unc;
-        gwk_set_tops(w, x, &n_tops);
+        moe8_gwk_set_tops(w, x, &n_tops);
         if (n_tops == 0) {
-            if (x != S_EMPTY && unc_subtree(v, s, i, gwk_set_umask(w, x))) return -1;
+            if (x != S_EMPTY && unc_subtree(v, s, i, moe8_gwk_set_umask(w, x))) return -1;
             i = v->end[i];
             continue;
         }
         s->path[d] = x;
         if (v->ntok[i]) {
-            alive = gwk_set_alive(w, x);
-            unc = gwk_set_umask(w, x) & ~alive;
+            alive = moe8_gwk_set_alive(w, x);
+            unc = moe8_gwk_set_umask(w, x) & ~alive;
             any |= alive;
             for (uint32_t k = 0; k < v->ntok[i]; k++) {
                 uint32_t id = (uint32_t)v->order[v->tok[i] + k];
@@ -336,7 +336,7 @@ static int ci_build(gwk *w, const grammar_vocab *v, uint32_t start, int n_tags, 
         }
         i++;
     }
-    if (gwk_oom(w)) return -1;
+    if (moe8_gwk_oom(w)) return -1;
     /* token-major masks -> one bitmap per accepting walk, 64x64 blocks at a
      * time, only the blocks written (then cleared for the next walk) */
     for (uint64_t m = any; m; m &= m - 1) memset(s->bits + (size_t)__builtin_ctzll(m) * nb, 0, nb * sizeof *s->bits);
@@ -434,7 +434,7 @@ static g_tables *tables_build(const grammar *g, const grammar_vocab *v) {
     if (ok && n_batches) {
 #pragma omp parallel
         {
-            gwk *w = gwk_new(g, 1);
+            gwk *w = moe8_gwk_new(g, 1);
             ci_scratch s;
             int mine = w != NULL;
             memset(&s, 0, sizeof s);
@@ -454,14 +454,14 @@ static g_tables *tables_build(const grammar *g, const grammar_vocab *v) {
                 uint32_t tops[G_TAGS], start;
                 g_ci *out[G_TAGS];
                 if (!mine) continue;
-                gwk_reset(w);
+                moe8_gwk_reset(w);
                 for (uint32_t k = 0; k < nb; k++) {
                     uint32_t p = items[2 * (first + k)], sub = items[2 * (first + k) + 1];
-                    tops[k] = gwk_node(w, G_CODE(p, sub), N_MARKER(k));
+                    tops[k] = moe8_gwk_node(w, G_CODE(p, sub), N_MARKER(k));
                     out[k] = &t->ci[g->ci_base[p] + sub];
                 }
-                start = gwk_set(w, tops, nb, 0);
-                if (gwk_oom(w) || ci_build(w, v, start, (int)nb, &s, out)) {
+                start = moe8_gwk_set(w, tops, nb, 0);
+                if (moe8_gwk_oom(w) || ci_build(w, v, start, (int)nb, &s, out)) {
                     mine = 0;
 #pragma omp atomic write
                     ok = 0;
@@ -469,7 +469,7 @@ static g_tables *tables_build(const grammar *g, const grammar_vocab *v) {
             }
             for (int k = 0; k < G_TAGS; k++) free(s.unc[k].unc);
             free(s.bits), free(s.tmask), free(s.touched), free(s.path), free(s.l1);
-            gwk_free(w);
+            moe8_gwk_free(w);
         }
     }
     free(items);
@@ -480,13 +480,13 @@ static g_tables *tables_build(const grammar *g, const grammar_vocab *v) {
     return t;
 }
 
-moe8_status grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error *err) {
+moe8_status moe8_grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error *err) {
     grammar *mg = (grammar *)g; /* the tables are a cache: the grammar's meaning never changes */
     g_tables *t;
     if (!g || !v) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: no grammar or vocabulary");
-    if (grammar_tables_for(g, v)) return MOE8_OK;
+    if (moe8_grammar_tables_for(g, v)) return MOE8_OK;
     pthread_mutex_lock(&mg->lock);
-    if (!grammar_tables_for(g, v)) {
+    if (!moe8_grammar_tables_for(g, v)) {
         if (!(t = tables_build(g, v))) {
             pthread_mutex_unlock(&mg->lock);
             return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar: out of memory for the token tables");
@@ -498,8 +498,8 @@ moe8_status grammar_prepare(const grammar *g, const grammar_vocab *v, moe8_error
     return MOE8_OK;
 }
 
-size_t grammar_prepared_bytes(const grammar *g, const grammar_vocab *v) {
-    const g_tables *t = g && v ? grammar_tables_for(g, v) : NULL;
+size_t moe8_grammar_prepared_bytes(const grammar *g, const grammar_vocab *v) {
+    const g_tables *t = g && v ? moe8_grammar_tables_for(g, v) : NULL;
     size_t n = 0;
     if (!t) return 0;
     n = sizeof *t + (size_t)t->n_ci * sizeof *t->ci;
@@ -530,7 +530,7 @@ static void walk_list(gwk *w, const grammar_vocab *v, const g_ci *e, uint32_t s,
             continue;
         }
         while (d < len) {
-            uint32_t x = gwk_step(w, path[d], b[d]);
+            uint32_t x = moe8_gwk_step(w, path[d], b[d]);
             path[++d] = x;
             if (x < S_FIRST) break;
         }
@@ -544,7 +544,7 @@ static int cmp_code(const void *a, const void *b) {
     return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : (x[1] < y[1] ? -1 : x[1] > y[1]);
 }
 
-void grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) {
+void moe8_grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) {
     const grammar *g;
     const g_tables *t;
     gwk *w;
@@ -553,21 +553,21 @@ void grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) 
     int final = 0;
     memset(allowed, 0, v->n_words * sizeof *allowed);
     if (!st) return;
-    g = grammar_state_grammar(st);
-    if (!(t = grammar_tables_for(g, v))) {
-        if (grammar_prepare(g, v, NULL) != MOE8_OK || !(t = grammar_tables_for(g, v))) {
-            grammar_mask_reference(st, v, allowed);
+    g = moe8_grammar_state_grammar(st);
+    if (!(t = moe8_grammar_tables_for(g, v))) {
+        if (moe8_grammar_prepare(g, v, NULL) != MOE8_OK || !(t = moe8_grammar_tables_for(g, v))) {
+            moe8_grammar_mask_reference(st, v, allowed);
             return;
         }
     }
-    if ((s = grammar_state_begin(st, &w)) == G_NONE) return;
-    tops = gwk_set_tops(w, s, &n);
-    pairs = gwk_buf(w, 0, 2 * (size_t)n + 2 * (size_t)n + v->max_len + 2);
+    if ((s = moe8_grammar_state_begin(st, &w)) == G_NONE) return;
+    tops = moe8_gwk_set_tops(w, s, &n);
+    pairs = moe8_gwk_buf(w, 0, 2 * (size_t)n + 2 * (size_t)n + v->max_len + 2);
     if (!pairs) return;
     group = pairs + 2 * n, path = group + 2 * n;
     /* (code, node) pairs sorted by code: stacks sharing a top are walked together */
     for (uint32_t i = 0; i < n; i++) {
-        pairs[2 * i] = tops[i] == N_FINAL ? G_NONE : gwk_node_code(w, tops[i]);
+        pairs[2 * i] = tops[i] == N_FINAL ? G_NONE : moe8_gwk_node_code(w, tops[i]);
         pairs[2 * i + 1] = tops[i];
     }
     if (n > 1) qsort(pairs, n, 2 * sizeof *pairs, cmp_code);
@@ -589,26 +589,26 @@ void grammar_mask(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) 
             for (uint32_t k = 0; k < e->n_acc; k++) allowed[e->acc_list[k] >> 5] |= 1u << (e->acc_list[k] & 31);
         }
         if (e->n_unc) {
-            uint32_t gs = gwk_set(w, group, ng, 0);
+            uint32_t gs = moe8_gwk_set(w, group, ng, 0);
             walk_list(w, v, e, gs, path, allowed);
         }
         i = j;
     }
     if (final)
         for (uint32_t k = 0; k < v->n_words; k++) allowed[k] |= v->eos_bits[k];
-    if (gwk_oom(w)) memset(allowed, 0, v->n_words * sizeof *allowed);
+    if (moe8_gwk_oom(w)) memset(allowed, 0, v->n_words * sizeof *allowed);
 }
 
-void grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) {
+void moe8_grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t *allowed) {
     gwk *w;
     uint32_t s, n, *path, i = 1;
     const uint32_t *tops;
     memset(allowed, 0, v->n_words * sizeof *allowed);
-    if (!st || (s = grammar_state_begin(st, &w)) == G_NONE) return;
-    if (!(path = gwk_buf(w, 1, (size_t)v->max_len + 2))) return;
+    if (!st || (s = moe8_grammar_state_begin(st, &w)) == G_NONE) return;
+    if (!(path = moe8_gwk_buf(w, 1, (size_t)v->max_len + 2))) return;
     path[0] = s;
     while (i < v->n_nodes) {
-        uint32_t d = v->depth[i], x = gwk_step(w, path[d - 1], v->byte[i]);
+        uint32_t d = v->depth[i], x = moe8_gwk_step(w, path[d - 1], v->byte[i]);
         if (x < S_FIRST) {
             i = v->end[i];
             continue;
@@ -620,9 +620,9 @@ void grammar_mask_reference(grammar_state *st, const grammar_vocab *v, uint32_t 
         }
         i++;
     }
-    tops = gwk_set_tops(w, s, &n);
+    tops = moe8_gwk_set_tops(w, s, &n);
     for (uint32_t k = 0; k < n; k++)
         if (tops[k] == N_FINAL)
             for (uint32_t j = 0; j < v->n_words; j++) allowed[j] |= v->eos_bits[j];
-    if (gwk_oom(w)) memset(allowed, 0, v->n_words * sizeof *allowed);
+    if (moe8_gwk_oom(w)) memset(allowed, 0, v->n_words * sizeof *allowed);
 }

@@ -57,21 +57,21 @@ static int st_reserve(grammar_state *st, uint32_t nodes, uint32_t tops) {
     return 0;
 }
 
-uint32_t gwk_import_state(gwk *w, const grammar_state *st) {
+uint32_t moe8_gwk_import_state(gwk *w, const grammar_state *st) {
     uint32_t *ids = st->imp; /* st->imp holds at least n_nodes + n_tops entries */
     for (uint32_t i = 0; i < st->n_nodes; i++) {
         uint32_t p = st->par[i];
-        ids[i] = gwk_node(w, st->code[i], p < N_FIRST ? p : ids[p - N_FIRST]);
+        ids[i] = moe8_gwk_node(w, st->code[i], p < N_FIRST ? p : ids[p - N_FIRST]);
     }
     for (uint32_t i = 0; i < st->n_tops; i++) {
         uint32_t t = st->tops[i];
         ids[st->n_nodes + i] = t < N_FIRST ? t : ids[t - N_FIRST];
     }
-    return gwk_set(w, ids + st->n_nodes, st->n_tops, 0);
+    return moe8_gwk_set(w, ids + st->n_nodes, st->n_tops, 0);
 }
 
 static int st_scratch(grammar_state *st) {
-    if (!st->w && !(st->w = gwk_new(st->g, 0))) return -1;
+    if (!st->w && !(st->w = moe8_gwk_new(st->g, 0))) return -1;
     if (grow_buf(&st->imp, &st->imp_cap, st->n_nodes + st->n_tops + 1, 0)) return -1;
     return 0;
 }
@@ -81,7 +81,7 @@ static int st_scratch(grammar_state *st) {
  * allocation once the buffers have grown). */
 static int st_export(grammar_state *st, gwk *w, uint32_t s) {
     uint32_t n, nn = 0, cap_nodes, *t;
-    const uint32_t *tops = gwk_set_tops(w, s, &n);
+    const uint32_t *tops = moe8_gwk_set_tops(w, s, &n);
     int rc = 0;
     if (grow_buf(&st->map, &st->map_cap, w->nn, 1) || grow_buf(&st->xtops, &st->xcap_tops, n + 1, 0))
         return -1;
@@ -128,29 +128,29 @@ static int st_export(grammar_state *st, gwk *w, uint32_t s) {
     return 0;
 }
 
-moe8_status grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err) {
+moe8_status moe8_grammar_state_new(const grammar *g, grammar_state **out, moe8_error *err) {
     grammar_state *st;
     uint32_t s;
     if (!g || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: no grammar or output");
     *out = NULL;
     if (!(st = calloc(1, sizeof *st))) goto oom;
     st->g = g;
-    if (!(st->w = gwk_new(g, 0))) goto oom;
+    if (!(st->w = moe8_gwk_new(g, 0))) goto oom;
     s = moe8_gwk_start(st->w);
-    if (gwk_oom(st->w) || st_export(st, st->w, s) || st_reserve(st, 1, 1)) goto oom;
+    if (moe8_gwk_oom(st->w) || st_export(st, st->w, s) || st_reserve(st, 1, 1)) goto oom;
     *out = st;
     return MOE8_OK;
 oom:
-    grammar_state_free(st);
+    moe8_grammar_state_free(st);
     return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar: out of memory for a state");
 }
 
-grammar_state *grammar_state_clone(const grammar_state *src) {
+grammar_state *moe8_grammar_state_clone(const grammar_state *src) {
     grammar_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
     st->g = src->g;
     if (st_reserve(st, src->n_nodes, src->n_tops > 0 ? src->n_tops : 1)) {
-        grammar_state_free(st);
+        moe8_grammar_state_free(st);
         return NULL;
     }
     if (src->n_nodes) {
@@ -162,31 +162,31 @@ grammar_state *grammar_state_clone(const grammar_state *src) {
     return st;
 }
 
-void grammar_state_free(grammar_state *st) {
+void moe8_grammar_state_free(grammar_state *st) {
     if (!st) return;
     free(st->code), free(st->par), free(st->tops), free(st->map), free(st->imp);
     free(st->xcode), free(st->xpar), free(st->xtops), free(st->xids);
-    gwk_free(st->w);
+    moe8_gwk_free(st->w);
     free(st);
 }
 
-uint32_t grammar_state_begin(grammar_state *st, gwk **w) {
+uint32_t moe8_grammar_state_begin(grammar_state *st, gwk **w) {
     uint32_t s;
     if (st_scratch(st)) return G_NONE;
-    gwk_reset(st->w);
-    s = gwk_import_state(st->w, st);
-    if (gwk_oom(st->w)) return G_NONE;
+    moe8_gwk_reset(st->w);
+    s = moe8_gwk_import_state(st->w, st);
+    if (moe8_gwk_oom(st->w)) return G_NONE;
     *w = st->w;
     return s;
 }
 
 static moe8_status accept_bytes(grammar_state *st, const char *b, size_t n, int32_t tok, moe8_error *err) {
     gwk *w;
-    uint32_t s = grammar_state_begin(st, &w);
+    uint32_t s = moe8_grammar_state_begin(st, &w);
     size_t i;
     if (s == G_NONE) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar: out of memory");
-    for (i = 0; i < n && s >= S_FIRST; i++) s = gwk_step(w, s, (uint8_t)b[i]);
-    if (gwk_oom(w)) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar: out of memory");
+    for (i = 0; i < n && s >= S_FIRST; i++) s = moe8_gwk_step(w, s, (uint8_t)b[i]);
+    if (moe8_gwk_oom(w)) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar: out of memory");
     if (s < S_FIRST) {
         if (tok >= 0)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, (int64_t)(i - 1),
@@ -200,12 +200,12 @@ static moe8_status accept_bytes(grammar_state *st, const char *b, size_t n, int3
     return MOE8_OK;
 }
 
-moe8_status grammar_accept_bytes(grammar_state *st, const char *bytes, size_t n, moe8_error *err) {
+moe8_status moe8_grammar_accept_bytes(grammar_state *st, const char *bytes, size_t n, moe8_error *err) {
     if (!st || (!bytes && n)) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: no state or bytes");
     return accept_bytes(st, bytes, n, -1, err);
 }
 
-moe8_status grammar_accept(grammar_state *st, const grammar_vocab *v, int32_t t, moe8_error *err) {
+moe8_status moe8_grammar_accept(grammar_state *st, const grammar_vocab *v, int32_t t, moe8_error *err) {
     const char *b;
     size_t n;
     if (!st || !v) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: no state or vocabulary");
@@ -213,28 +213,28 @@ moe8_status grammar_accept(grammar_state *st, const grammar_vocab *v, int32_t t,
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: token %d is outside the vocabulary "
                          "(%d ids)", (int)t, (int)v->n_vocab);
     if (v->is_eos[t]) {
-        if (!grammar_can_end(st))
+        if (!moe8_grammar_can_end(st))
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: end of sequence (token %d) is not "
                              "allowed here: the grammar is not complete", (int)t);
         st->tops[0] = N_FINAL, st->n_tops = 1, st->n_nodes = 0;
         return MOE8_OK;
     }
-    b = grammar_vocab_token(v, t, &n);
+    b = moe8_grammar_vocab_token(v, t, &n);
     if (!b || !n)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "grammar: token %d has no text (special or "
                          "unassigned) and is never allowed", (int)t);
     return accept_bytes(st, b, n, t, err);
 }
 
-const grammar *grammar_state_grammar(const grammar_state *st) { return st->g; }
+const grammar *moe8_grammar_state_grammar(const grammar_state *st) { return st->g; }
 
-int grammar_can_end(const grammar_state *st) {
+int moe8_grammar_can_end(const grammar_state *st) {
     for (uint32_t i = 0; i < st->n_tops; i++)
         if (st->tops[i] == N_FINAL) return st->n_tops == 1 ? 2 : 1;
     return 0;
 }
 
-size_t grammar_min_remaining(const grammar_state *st) {
+size_t moe8_grammar_min_remaining(const grammar_state *st) {
     const grammar *g = st->g;
     uint64_t best = UINT64_MAX;
     for (uint32_t i = 0; i < st->n_tops; i++) {

@@ -22,7 +22,7 @@
  * in the set's umask (the outcome depends on the real stack).
  *
  * A live set keeps at most GRAMMAR_MAX_STACKS tops (fewer paths, never
- * more). Out of memory is sticky (gwk_oom): every later call answers the
+ * more). Out of memory is sticky (moe8_gwk_oom): every later call answers the
  * empty set. Not here: a request's own copy of its stacks (grammar_state.c).
  */
 #include <stdlib.h>
@@ -30,7 +30,7 @@
 
 #include "grammar/grammar_impl.h"
 
-uint32_t *gwk_buf(gwk *w, int which, size_t n) {
+uint32_t *moe8_gwk_buf(gwk *w, int which, size_t n) {
     if (n > w->bufcap[which]) {
         size_t nc = n < 256 ? 256 : n * 2;
         uint32_t *q = realloc(w->buf[which], nc * sizeof *q);
@@ -101,7 +101,7 @@ static int memo_eq(const void *ctx, uint32_t id, const void *key) {
     return ((const gwk *)ctx)->mkey[id] == *(const uint64_t *)key;
 }
 
-gwk *gwk_new(const grammar *g, int ci_mode) {
+gwk *moe8_gwk_new(const grammar *g, int ci_mode) {
     gwk *w = calloc(1, sizeof *w);
     if (!w) return NULL;
     w->g = g, w->ci = ci_mode;
@@ -121,14 +121,14 @@ gwk *gwk_new(const grammar *g, int ci_mode) {
     if (!w->ncode || !w->npar || !w->ntag || !w->soff || !w->slen || !w->sumask || !w->salive ||
         !w->pool || !w->mkey || !w->mval || moe8_index_init(&w->nht, 128, node_hash) ||
         moe8_index_init(&w->sht, 32, set_hash_id) || moe8_index_init(&w->mt, 64, memo_hash)) {
-        gwk_free(w);
+        moe8_gwk_free(w);
         return NULL;
     }
-    gwk_reset(w);
+    moe8_gwk_reset(w);
     return w;
 }
 
-void gwk_free(gwk *w) {
+void moe8_gwk_free(gwk *w) {
     if (!w) return;
     free(w->ncode), free(w->npar), free(w->ntag), free(w->soff), free(w->slen);
     free(w->sumask), free(w->salive), free(w->mkey), free(w->mval);
@@ -138,7 +138,7 @@ void gwk_free(gwk *w) {
     free(w);
 }
 
-void gwk_reset(gwk *w) {
+void moe8_gwk_reset(gwk *w) {
     moe8_index_clear(&w->nht), moe8_index_clear(&w->sht), moe8_index_clear(&w->mt);
     w->oom = 0;
     w->nn = N_FIRST;
@@ -151,11 +151,11 @@ void gwk_reset(gwk *w) {
     w->sumask[S_EMPTY] = 0, w->salive[S_EMPTY] = 0;
 }
 
-int gwk_oom(const gwk *w) { return w->oom; }
-uint32_t gwk_node_code(const gwk *w, uint32_t id) { return w->ncode[id]; }
-uint32_t gwk_node_parent(const gwk *w, uint32_t id) { return w->npar[id]; }
+int moe8_gwk_oom(const gwk *w) { return w->oom; }
+uint32_t moe8_gwk_node_code(const gwk *w, uint32_t id) { return w->ncode[id]; }
+uint32_t moe8_gwk_node_parent(const gwk *w, uint32_t id) { return w->npar[id]; }
 
-uint32_t gwk_node(gwk *w, uint32_t code, uint32_t parent) {
+uint32_t moe8_gwk_node(gwk *w, uint32_t code, uint32_t parent) {
     uint32_t key[2] = {code, parent};
     int64_t id;
     if (w->oom) return N_FINAL;
@@ -190,7 +190,7 @@ static int cmp_u32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-uint32_t gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
+uint32_t moe8_gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
     uint32_t m = 0;
     uint64_t alive = 0;
     set_key key;
@@ -233,13 +233,13 @@ uint32_t gwk_set(gwk *w, uint32_t *t, uint32_t n, uint64_t umask) {
     return w->ns++;
 }
 
-const uint32_t *gwk_set_tops(const gwk *w, uint32_t set, uint32_t *n) {
+const uint32_t *moe8_gwk_set_tops(const gwk *w, uint32_t set, uint32_t *n) {
     *n = w->slen[set];
     return w->pool + w->soff[set];
 }
 
-uint64_t gwk_set_umask(const gwk *w, uint32_t set) { return w->sumask[set]; }
-uint64_t gwk_set_alive(const gwk *w, uint32_t set) { return w->salive[set]; }
+uint64_t moe8_gwk_set_umask(const gwk *w, uint32_t set) { return w->sumask[set]; }
+uint64_t moe8_gwk_set_alive(const gwk *w, uint32_t set) { return w->salive[set]; }
 
 static int is_marker(uint32_t id) { return id >= N_MARKER0 && id < N_MTTAG0; }
 
@@ -276,11 +276,11 @@ static void expand(gwk *w, uint32_t item) {
         case GE_REF: {
             uint32_t r = g->arg[pos], cont = pos + 1, np;
             if (is_end(g, cont))
-                np = is_marker(par) && g->el_rule[pos] != r ? gwk_node(w, cont, par) : par;
+                np = is_marker(par) && g->el_rule[pos] != r ? moe8_gwk_node(w, cont, par) : par;
             else
-                np = gwk_node(w, cont, par);
+                np = moe8_gwk_node(w, cont, par);
             for (uint32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++)
-                push_work(w, gwk_node(w, g->alt_start[a], np));
+                push_work(w, moe8_gwk_node(w, g->alt_start[a], np));
             break;
         }
         default: { /* the alternative is complete: its rule ends */
@@ -289,8 +289,8 @@ static void expand(gwk *w, uint32_t item) {
             else if (is_marker(par)) {
                 uint32_t c = g->exit_pos[r], t = par - N_MARKER0;
                 if (c == G_NONE) push_out(w, N_CIFINAL(t));
-                else if (c == G_MULTI) push_out(w, gwk_node(w, g->exit_rule[r], N_MTTAG(t)));
-                else push_work(w, gwk_node(w, c, par));
+                else if (c == G_MULTI) push_out(w, moe8_gwk_node(w, g->exit_rule[r], N_MTTAG(t)));
+                else push_work(w, moe8_gwk_node(w, c, par));
             } else {
                 push_work(w, par);
             }
@@ -306,7 +306,7 @@ static void next_mark_epoch(gwk *w) {
     }
 }
 
-uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte) {
+uint32_t moe8_gwk_step(gwk *w, uint32_t set, uint8_t byte) {
     const grammar *g = w->g;
     uint64_t key = (uint64_t)set << 8 | g->byte_class[byte]; /* alike bytes step alike */
     uint32_t n, res;
@@ -331,12 +331,12 @@ uint32_t gwk_step(gwk *w, uint32_t set, uint8_t byte) {
         nx = g->dfa[((size_t)g->cls_off[g->arg[pos]] + (code >> G_POS_BITS)) * 256 + byte];
         if (nx == G_REJECT) continue;
         if (nx == G_DONE) {
-            expand(w, gwk_node(w, pos + 1, par));
+            expand(w, moe8_gwk_node(w, pos + 1, par));
         } else {
-            push_out(w, gwk_node(w, G_CODE(pos, nx), par));
+            push_out(w, moe8_gwk_node(w, G_CODE(pos, nx), par));
         }
     }
-    res = gwk_set(w, w->out, w->nout, umask);
+    res = moe8_gwk_set(w, w->out, w->nout, umask);
     if (w->oom) return S_EMPTY;
     n = (uint32_t)w->mt.n;
     if (n == w->mcap) {
@@ -358,7 +358,7 @@ uint32_t moe8_gwk_start(gwk *w) {
     next_mark_epoch(w);
     for (uint32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) {
         /* expand() clears the work list; the marks keep shared items single */
-        expand(w, gwk_node(w, g->alt_start[a], N_EMPTY));
+        expand(w, moe8_gwk_node(w, g->alt_start[a], N_EMPTY));
     }
-    return gwk_set(w, w->out, w->nout, 0);
+    return moe8_gwk_set(w, w->out, w->nout, 0);
 }

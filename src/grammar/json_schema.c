@@ -458,7 +458,7 @@ out:
     return c->st == MOE8_OK ? res : NULL;
 }
 
-moe8_status grammar_from_json_schema(const char *schema_json, size_t len, char **out, moe8_error *err) {
+moe8_status moe8_json_schema_to_gbnf(const char *schema_json, size_t len, char **out, moe8_error *err) {
     conv c;
     cJSON *root = NULL;
     moe8_status st;
@@ -499,7 +499,7 @@ moe8_status grammar_from_json_schema(const char *schema_json, size_t len, char *
 
 /* ---- the JSON object grammar -------------------------------------------------------- */
 
-const char *grammar_json_object(void) {
+const char *moe8_grammar_json_object(void) {
     return "# any JSON object (response_format json_object); whitespace bounded as\n"
            "# llama.cpp's json-schema-to-grammar SPACE rule\n"
            "root ::= object\n"

@@ -31,23 +31,23 @@ typedef struct {
 } jinja_limits;
 
 /* 16 MiB output, 256 MiB of values, 20 M steps, depth 500. */
-jinja_limits jinja_limits_default(void);
+jinja_limits moe8_jinja_limits_default(void);
 
 /* Parse src[0..len) (UTF-8). `name` starts every error message ("chat
  * template", "'x/tokenizer_config.json' chat_template"). Syntax errors are
  * MOE8_ERR_FORMAT and syntax outside the subset MOE8_ERR_UNSUPPORTED, both
  * "<name> line L, column C: ..." with err->offset the byte offset in src. */
-moe8_status jinja_parse(const char *src, size_t len, const char *name, jinja_template **out,
+moe8_status moe8_jinja_parse(const char *src, size_t len, const char *name, jinja_template **out,
                         moe8_error *err);
-void jinja_free(jinja_template *t);
+void moe8_jinja_free(jinja_template *t);
 
 /* Render with the variables of the JSON object `vars` (NULL: none). On
  * success *out is a malloc'd NUL-terminated string of *n_out bytes (free()
  * it). A raise_exception(msg) in the template fails with MOE8_ERR_INVALID_ARG
  * and the message "<name>: msg"; any other runtime error (an undefined value
  * used, a type error, a limit) with MOE8_ERR_INVALID_ARG and "<name> line L,
- * column C: ...". lim NULL: jinja_limits_default(). */
-moe8_status jinja_render(const jinja_template *t, const cJSON *vars, const jinja_limits *lim,
+ * column C: ...". lim NULL: moe8_jinja_limits_default(). */
+moe8_status moe8_jinja_render(const jinja_template *t, const cJSON *vars, const jinja_limits *lim,
                          char **out, size_t *n_out, moe8_error *err);
 
 #endif

@@ -29,15 +29,15 @@ int moe8_jx_check_sig(jctx *c, const jnode *n, const jargs *a, const char *const
 
 static inline int want_str(jctx *c, const jnode *n, const jv *v, const char *what) {
     if (v->t == JV_STR) return 0;
-    if (v->t == JV_UNDEF) return jx_undefined(c, n, v);
-    return jx_fail(c, n, "%s must be a string, not %s", what, jv_type_name(v));
+    if (v->t == JV_UNDEF) return moe8_jx_undefined(c, n, v);
+    return moe8_jx_fail(c, n, "%s must be a string, not %s", what, moe8_jv_type_name(v));
 }
 
 static inline int want_int(jctx *c, const jnode *n, const jv *v, const char *what, int64_t *out) {
     if (v->t == JV_INT) *out = v->u.i;
     else if (v->t == JV_BOOL) *out = v->u.b;
-    else if (v->t == JV_UNDEF) return jx_undefined(c, n, v);
-    else return jx_fail(c, n, "%s must be an integer, not %s", what, jv_type_name(v));
+    else if (v->t == JV_UNDEF) return moe8_jx_undefined(c, n, v);
+    else return moe8_jx_fail(c, n, "%s must be an integer, not %s", what, moe8_jv_type_name(v));
     return 0;
 }
 
@@ -59,7 +59,7 @@ typedef struct {
 static inline int sb_init(jctx *c, const jnode *n, sb *b, size_t cap) {
     b->n = 0;
     b->cap = cap;
-    return (b->p = jx_strbuf(c, n, NULL, cap ? cap : 1)) ? 0 : -1;
+    return (b->p = moe8_jx_strbuf(c, n, NULL, cap ? cap : 1)) ? 0 : -1;
 }
 static inline void sb_put(sb *b, const char *s, size_t len) {
     memcpy(b->p + b->n, s, len);

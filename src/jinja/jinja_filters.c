@@ -38,7 +38,7 @@ typedef struct {
 static int attr_path(jctx *c, const jnode *n, const jv *item, const jv *attr, jv *out) {
     *out = *item;
     if (is_none_or_undef(attr)) return 0;
-    if (attr->t == JV_INT) return jv_getitem(c, n, item, attr, out);
+    if (attr->t == JV_INT) return moe8_jv_getitem(c, n, item, attr, out);
     if (want_str(c, n, attr, "attribute")) return -1;
     for (size_t i = 0; i <= attr->n;) { /* dotted parts; an all-digit part is an index */
         size_t j = i;
@@ -47,7 +47,7 @@ static int attr_path(jctx *c, const jnode *n, const jv *item, const jv *attr, jv
         int digits = j > i;
         for (size_t k = i; k < j; k++) digits &= attr->u.s[k] >= '0' && attr->u.s[k] <= '9';
         if (digits && j - i < 18) part = jv_int(strtoll(part.u.s, NULL, 10));
-        if (jv_getitem(c, n, &cur, &part, out)) return -1;
+        if (moe8_jv_getitem(c, n, &cur, &part, out)) return -1;
         i = j + 1;
     }
     return 0;
@@ -67,20 +67,20 @@ static int merge_sort(jctx *c, const jnode *n, keyed *v, keyed *tmp, size_t len,
     while (i < h && j < len) {
         int lt;
         /* take the right one only when it is strictly before the left: stable */
-        if (reverse ? jv_less(c, n, &v[i].key, &v[j].key, &lt) : jv_less(c, n, &v[j].key, &v[i].key, &lt))
+        if (reverse ? moe8_jv_less(c, n, &v[i].key, &v[j].key, &lt) : moe8_jv_less(c, n, &v[j].key, &v[i].key, &lt))
             return -1;
         tmp[k++] = lt ? v[j++] : v[i++];
     }
     while (i < h) tmp[k++] = v[i++];
     while (j < len) tmp[k++] = v[j++];
     memcpy(v, tmp, len * sizeof *v);
-    return jx_charge(c, n, len / 16);
+    return moe8_jx_charge(c, n, len / 16);
 }
 
 static int sorted(jctx *c, const jnode *n, const jlist *items, const jv *attr, int case_sensitive,
                   int reverse, jlist **out) {
-    keyed *v = jx_alloc(c, n, (items->n + 1) * sizeof *v), *tmp = jx_alloc(c, n, (items->n + 1) * sizeof *v);
-    jlist *l = jl_new(c, n, items->n);
+    keyed *v = moe8_jx_alloc(c, n, (items->n + 1) * sizeof *v), *tmp = moe8_jx_alloc(c, n, (items->n + 1) * sizeof *v);
+    jlist *l = moe8_jl_new(c, n, items->n);
     if (!v || !tmp || !l) return -1;
     for (size_t i = 0; i < items->n; i++) {
         v[i].val = items->v[i];
@@ -147,7 +147,7 @@ static const jsig FILTERS[F_COUNT_] = {
     [F_WORDCOUNT] = {"wordcount", {NULL}},
 };
 
-int jfilter_id(const char *name, size_t n) {
+int moe8_jfilter_id(const char *name, size_t n) {
     for (int i = 0; i < F_COUNT_; i++)
         if (strlen(FILTERS[i].name) == n && !memcmp(FILTERS[i].name, name, n)) return i;
     return -1;
@@ -159,7 +159,7 @@ static int as_text(jctx *c, const jnode *n, const jv *in, jv *out) {
         *out = jv_str("", 0);
         return 0;
     }
-    return jv_to_str(c, n, in, out);
+    return moe8_jv_to_str(c, n, in, out);
 }
 
 static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *out) {
@@ -168,15 +168,15 @@ static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     jjson_opts o = {0};
     char spaces[64];
     moe8_buf b = {0};
-    o.ensure_ascii = ea && jv_truthy(ea);
-    o.sort_keys = sk && jv_truthy(sk);
+    o.ensure_ascii = ea && moe8_jv_truthy(ea);
+    o.sort_keys = sk && moe8_jv_truthy(sk);
     if (ind && ind->t != JV_NONE) {
         int64_t w = 0;
         if (ind->t == JV_STR) {
             o.indent = ind->u.s, o.indent_n = ind->n;
         } else {
             if (want_int(c, n, ind, "tojson's indent", &w)) return -1;
-            if (w > 32) return jx_fail(c, n, "tojson's indent of %lld is over the supported 32", (long long)w);
+            if (w > 32) return moe8_jx_fail(c, n, "tojson's indent of %lld is over the supported 32", (long long)w);
             memset(spaces, ' ', sizeof spaces);
             o.indent = spaces, o.indent_n = w > 0 ? (size_t)w : 0;
         }
@@ -185,11 +185,11 @@ static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     o.key_sep = ": ", o.key_sep_n = 2;
     if (sep && sep->t != JV_NONE) {
         if (sep->t != JV_LIST || sep->u.l->n != 2 || sep->u.l->v[0].t != JV_STR || sep->u.l->v[1].t != JV_STR)
-            return jx_fail(c, n, "tojson's separators must be a pair of strings");
+            return moe8_jx_fail(c, n, "tojson's separators must be a pair of strings");
         o.item_sep = sep->u.l->v[0].u.s, o.item_sep_n = sep->u.l->v[0].n;
         o.key_sep = sep->u.l->v[1].u.s, o.key_sep_n = sep->u.l->v[1].n;
     }
-    if (jv_json_to(c, n, &b, in, &o, 0)) {
+    if (moe8_jv_json_to(c, n, &b, in, &o, 0)) {
         moe8_jx_buf_free(c, &b);
         return -1;
     }
@@ -201,8 +201,8 @@ static int f_tojson(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
 static int parse_int_text(const jv *s, int64_t base, int64_t *out) {
     char tmp[96], *end;
     size_t k = 0, i = 0, e = s->n;
-    while (i < e && ju_isspace((unsigned char)s->u.s[i])) i++;
-    while (e > i && ju_isspace((unsigned char)s->u.s[e - 1])) e--;
+    while (i < e && moe8_ju_isspace((unsigned char)s->u.s[i])) i++;
+    while (e > i && moe8_ju_isspace((unsigned char)s->u.s[e - 1])) e--;
     if (e - i >= sizeof tmp || e == i) return -1;
     for (; i < e; i++) {
         if (s->u.s[i] == '_') continue;
@@ -222,8 +222,8 @@ static int parse_int_text(const jv *s, int64_t base, int64_t *out) {
 static int parse_float_text(const jv *s, double *out) {
     char tmp[96], *end;
     size_t i = 0, e = s->n, k = 0;
-    while (i < e && ju_isspace((unsigned char)s->u.s[i])) i++;
-    while (e > i && ju_isspace((unsigned char)s->u.s[e - 1])) e--;
+    while (i < e && moe8_ju_isspace((unsigned char)s->u.s[i])) i++;
+    while (e > i && moe8_ju_isspace((unsigned char)s->u.s[e - 1])) e--;
     if (e - i >= sizeof tmp || e == i) return -1;
     for (; i < e; i++) {
         char ch = s->u.s[i];
@@ -244,10 +244,10 @@ static int f_round(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *ou
     char buf[400];
     if (pv && want_int(c, n, pv, "round's precision", &prec)) return -1;
     if (mv && want_str(c, n, mv, "round's method")) return -1;
-    if (in->t == JV_UNDEF) return jx_undefined(c, n, in);
+    if (in->t == JV_UNDEF) return moe8_jx_undefined(c, n, in);
     if (in->t != JV_INT && in->t != JV_BOOL && in->t != JV_FLOAT)
-        return jx_fail(c, n, "round needs a number, not %s", jv_type_name(in));
-    if (prec > 300 || prec < -300) return jx_fail(c, n, "round's precision %lld is out of range", (long long)prec);
+        return moe8_jx_fail(c, n, "round needs a number, not %s", moe8_jv_type_name(in));
+    if (prec > 300 || prec < -300) return moe8_jx_fail(c, n, "round's precision %lld is out of range", (long long)prec);
     x = in->t == JV_FLOAT ? in->u.f : (double)(in->t == JV_INT ? in->u.i : in->u.b);
     if (!mv || (mv->n == 6 && !memcmp(mv->u.s, "common", 6))) {
         if (in->t != JV_FLOAT && prec >= 0) {
@@ -267,7 +267,7 @@ static int f_round(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *ou
     scale = pow(10.0, (double)prec);
     if (mv->n == 4 && !memcmp(mv->u.s, "ceil", 4)) *out = jv_float(ceil(x * scale) / scale);
     else if (mv->n == 5 && !memcmp(mv->u.s, "floor", 5)) *out = jv_float(floor(x * scale) / scale);
-    else return jx_fail(c, n, "method must be common, ceil or floor");
+    else return moe8_jx_fail(c, n, "method must be common, ceil or floor");
     return 0;
 }
 
@@ -284,13 +284,13 @@ static int f_indent(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     else if (wv) {
         if (want_int(c, n, wv, "indent's width", &w)) return -1;
         if (w < 0) w = 0;
-        if ((size_t)w > c->lim.max_output) return jx_fail(c, n, "indent width %lld is too large", (long long)w);
-        if (!(sp = jx_strbuf(c, n, NULL, (size_t)w + 1))) return -1;
+        if ((size_t)w > c->lim.max_output) return moe8_jx_fail(c, n, "indent width %lld is too large", (long long)w);
+        if (!(sp = moe8_jx_strbuf(c, n, NULL, (size_t)w + 1))) return -1;
         memset(sp, ' ', (size_t)w);
         ind = jv_str(sp, (size_t)w);
     }
     /* s + "\n", split into lines: jinja2's quirk that keeps a trailing empty line */
-    char *t = jx_strbuf(c, n, NULL, s.n + 1);
+    char *t = moe8_jx_strbuf(c, n, NULL, s.n + 1);
     if (!t) return -1;
     memcpy(t, s.u.s, s.n);
     t[s.n] = '\n';
@@ -299,9 +299,9 @@ static int f_indent(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *o
     const jlist *l = lines.u.l;
     for (size_t i = 0; i < l->n; i++) {
         const jv *line = &l->v[i];
-        int indented = (i == 0 && fv && jv_truthy(fv)) || (i > 0 && (line->n || (bv && jv_truthy(bv))));
-        if ((i && jbuf_add(c, n, &b, "\n", 1)) || (indented && jbuf_add(c, n, &b, ind.u.s, ind.n)) ||
-            jbuf_add(c, n, &b, line->u.s, line->n)) {
+        int indented = (i == 0 && fv && moe8_jv_truthy(fv)) || (i > 0 && (line->n || (bv && moe8_jv_truthy(bv))));
+        if ((i && moe8_jbuf_add(c, n, &b, "\n", 1)) || (indented && moe8_jbuf_add(c, n, &b, ind.u.s, ind.n)) ||
+            moe8_jbuf_add(c, n, &b, line->u.s, line->n)) {
             moe8_jx_buf_free(c, &b);
             return -1;
         }
@@ -316,20 +316,20 @@ static int f_seq(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, 
     jargs rest = {0};
     const jv *attr = NULL, *name = NULL, *dflt = NULL;
     int by_attr = id == F_SELECTATTR || id == F_REJECTATTR;
-    if (!jv_truthy(in)) { /* jinja2 iterates only a true value: none, 0, false give nothing */
-        if (!(l = jl_new(c, n, 0))) return -1;
+    if (!moe8_jv_truthy(in)) { /* jinja2 iterates only a true value: none, 0, false give nothing */
+        if (!(l = moe8_jl_new(c, n, 0))) return -1;
         *out = list_val(l, 0);
         return 0;
     }
-    if (jv_iterate(c, n, in, &items) || !(l = jl_new(c, n, items->n))) return -1;
+    if (moe8_jv_iterate(c, n, in, &items) || !(l = moe8_jl_new(c, n, items->n))) return -1;
     if (id == F_MAP) {
         for (size_t i = 0; i < a->n_kw; i++) {
             if (a->kw_len[i] == 9 && !memcmp(a->kw_name[i], "attribute", 9)) attr = &a->kw[i];
             else if (a->kw_len[i] == 7 && !memcmp(a->kw_name[i], "default", 7)) dflt = &a->kw[i];
-            else return jx_fail(c, n, "map got an unexpected keyword argument '%.*s'", (int)a->kw_len[i], a->kw_name[i]);
+            else return moe8_jx_fail(c, n, "map got an unexpected keyword argument '%.*s'", (int)a->kw_len[i], a->kw_name[i]);
         }
         if (!attr) {
-            if (!a->n_pos) return jx_fail(c, n, "map needs a filter name or attribute=");
+            if (!a->n_pos) return moe8_jx_fail(c, n, "map needs a filter name or attribute=");
             name = &a->pos[0];
             rest.pos = a->pos + 1, rest.n_pos = a->n_pos - 1;
         }
@@ -338,7 +338,7 @@ static int f_seq(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, 
             if (attr) {
                 if (attr_path(c, n, &items->v[i], attr, &v)) return -1;
                 if (v.t == JV_UNDEF && dflt) v = *dflt;
-            } else if (jx_filter_by_name(c, n, name, &items->v[i], &rest, &v)) {
+            } else if (moe8_jx_filter_by_name(c, n, name, &items->v[i], &rest, &v)) {
                 return -1;
             }
             l->v[l->n++] = v;
@@ -346,10 +346,10 @@ static int f_seq(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, 
         *out = list_val(l, 0);
         return 0;
     }
-    if (a->n_kw) return jx_fail(c, n, "%s takes no keyword arguments", FILTERS[id].name);
+    if (a->n_kw) return moe8_jx_fail(c, n, "%s takes no keyword arguments", FILTERS[id].name);
     size_t k = 0;
     if (by_attr) {
-        if (!a->n_pos) return jx_fail(c, n, "%s needs an attribute name", FILTERS[id].name);
+        if (!a->n_pos) return moe8_jx_fail(c, n, "%s needs an attribute name", FILTERS[id].name);
         attr = &a->pos[k++];
     }
     if (k < a->n_pos) name = &a->pos[k++];
@@ -359,9 +359,9 @@ static int f_seq(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, 
         int keep;
         if (attr && attr_path(c, n, &items->v[i], attr, &v)) return -1;
         if (name) {
-            if (jx_test_by_name(c, n, name, &v, &rest, &keep)) return -1;
+            if (moe8_jx_test_by_name(c, n, name, &v, &rest, &keep)) return -1;
         } else {
-            keep = jv_truthy(&v);
+            keep = moe8_jv_truthy(&v);
         }
         if (id == F_REJECT || id == F_REJECTATTR) keep = !keep;
         if (keep) l->v[l->n++] = items->v[i];
@@ -379,41 +379,41 @@ static int f_order(jctx *c, const jnode *n, int id, const jv *in, const jargs *a
         const jv *cs = arg(a, 0, p), *by = arg(a, 1, p), *rev = arg(a, 2, p);
         jlist *pairs;
         jv key_index = jv_int(0);
-        if (in->t != JV_DICT) return jx_fail(c, n, "dictsort needs a dict, not %s", jv_type_name(in));
+        if (in->t != JV_DICT) return moe8_jx_fail(c, n, "dictsort needs a dict, not %s", moe8_jv_type_name(in));
         if (by && want_str(c, n, by, "dictsort's by")) return -1;
         if (by && !(by->n == 3 && !memcmp(by->u.s, "key", 3))) {
             if (!(by->n == 5 && !memcmp(by->u.s, "value", 5)))
-                return jx_fail(c, n, "You can only sort by either \"key\" or \"value\"");
+                return moe8_jx_fail(c, n, "You can only sort by either \"key\" or \"value\"");
             key_index = jv_int(1);
         }
-        if (!(pairs = jl_new(c, n, in->u.d->n))) return -1;
+        if (!(pairs = moe8_jl_new(c, n, in->u.d->n))) return -1;
         for (size_t i = 0; i < in->u.d->n; i++) {
-            jlist *pair = jl_new(c, n, 2);
+            jlist *pair = moe8_jl_new(c, n, 2);
             if (!pair) return -1;
             pair->v[0] = in->u.d->k[i], pair->v[1] = in->u.d->v[i], pair->n = 2;
             pairs->v[pairs->n++] = list_val(pair, 1);
         }
-        if (sorted(c, n, pairs, &key_index, cs && jv_truthy(cs), rev && jv_truthy(rev), &l)) return -1;
+        if (sorted(c, n, pairs, &key_index, cs && moe8_jv_truthy(cs), rev && moe8_jv_truthy(rev), &l)) return -1;
         *out = list_val(l, 0);
         return 0;
     }
-    if (jv_iterate(c, n, in, &items)) return -1;
+    if (moe8_jv_iterate(c, n, in, &items)) return -1;
     if (id == F_SORT) {
         const jv *rev = arg(a, 0, p), *cs = arg(a, 1, p), *attr = arg(a, 2, p);
-        if (sorted(c, n, items, attr, cs && jv_truthy(cs), rev && jv_truthy(rev), &l)) return -1;
+        if (sorted(c, n, items, attr, cs && moe8_jv_truthy(cs), rev && moe8_jv_truthy(rev), &l)) return -1;
         *out = list_val(l, 0);
         return 0;
     }
     const jv *cs = arg(a, 0, p), *attr = arg(a, 1, p);
-    int case_sensitive = cs && jv_truthy(cs);
+    int case_sensitive = cs && moe8_jv_truthy(cs);
     if (id == F_UNIQUE) {
-        jv *keys = jx_alloc(c, n, (items->n + 1) * sizeof *keys);
-        if (!keys || !(l = jl_new(c, n, items->n))) return -1;
+        jv *keys = moe8_jx_alloc(c, n, (items->n + 1) * sizeof *keys);
+        if (!keys || !(l = moe8_jl_new(c, n, items->n))) return -1;
         for (size_t i = 0; i < items->n; i++) {
             jv k;
             int seen = 0;
             if (sort_key(c, n, &items->v[i], attr, case_sensitive, &k)) return -1;
-            for (size_t j = 0; j < l->n && !seen; j++) seen = jv_equal(c, &keys[j], &k);
+            for (size_t j = 0; j < l->n && !seen; j++) seen = moe8_jv_equal(c, &keys[j], &k);
             if (!seen) keys[l->n] = k, l->v[l->n++] = items->v[i];
         }
         *out = list_val(l, 0);
@@ -431,7 +431,7 @@ static int f_order(jctx *c, const jnode *n, int id, const jv *in, const jargs *a
     for (size_t i = 1; i < items->n; i++) {
         int lt;
         if (sort_key(c, n, &items->v[i], attr, case_sensitive, &k)) return -1;
-        if (id == F_MIN ? jv_less(c, n, &k, &best_key, &lt) : jv_less(c, n, &best_key, &k, &lt)) return -1;
+        if (id == F_MIN ? moe8_jv_less(c, n, &k, &best_key, &lt) : moe8_jv_less(c, n, &best_key, &k, &lt)) return -1;
         if (lt) best = i, best_key = k;
     }
     *out = items->v[best];
@@ -441,10 +441,10 @@ static int f_order(jctx *c, const jnode *n, int id, const jv *in, const jargs *a
 static int f_length(jctx *c, const jnode *n, const jv *in, jv *out) {
     switch (in->t) {
     case JV_UNDEF: *out = jv_int(0); return 0;
-    case JV_STR: *out = jv_int((int64_t)ju_len(in->u.s, in->n)); return 0;
+    case JV_STR: *out = jv_int((int64_t)moe8_ju_len(in->u.s, in->n)); return 0;
     case JV_LIST: *out = jv_int((int64_t)in->u.l->n); return 0;
     case JV_DICT: *out = jv_int((int64_t)in->u.d->n); return 0;
-    default: return jx_fail(c, n, "object of type '%s' has no len()", jv_type_name(in));
+    default: return moe8_jx_fail(c, n, "object of type '%s' has no len()", moe8_jv_type_name(in));
     }
 }
 
@@ -453,12 +453,12 @@ static int f_number(jctx *c, const jnode *n, int id, const jv *in, const jargs *
     const char *const *p = FILTERS[id].params;
     if (id == F_ABS) {
         if (in->t == JV_INT) {
-            if (in->u.i == INT64_MIN) return jx_fail(c, n, "integer overflow in abs");
+            if (in->u.i == INT64_MIN) return moe8_jx_fail(c, n, "integer overflow in abs");
             *out = jv_int(in->u.i < 0 ? -in->u.i : in->u.i);
         } else if (in->t == JV_BOOL) *out = jv_int(in->u.b);
         else if (in->t == JV_FLOAT) *out = jv_float(fabs(in->u.f));
-        else if (in->t == JV_UNDEF) return jx_undefined(c, n, in);
-        else return jx_fail(c, n, "bad operand type for abs(): '%s'", jv_type_name(in));
+        else if (in->t == JV_UNDEF) return moe8_jx_undefined(c, n, in);
+        else return moe8_jx_fail(c, n, "bad operand type for abs(): '%s'", moe8_jv_type_name(in));
         return 0;
     }
     if (id == F_FLOAT) {
@@ -477,7 +477,7 @@ static int f_number(jctx *c, const jnode *n, int id, const jv *in, const jargs *
         double f;
         if (bv && want_int(c, n, bv, "int's base", &base)) return -1;
         if (base != 2 && base != 8 && base != 10 && base != 16)
-            return jx_fail(c, n, "int's base %lld is not supported (2, 8, 10 or 16)", (long long)base);
+            return moe8_jx_fail(c, n, "int's base %lld is not supported (2, 8, 10 or 16)", (long long)base);
         if (in->t == JV_INT) *out = *in;
         else if (in->t == JV_BOOL) *out = jv_int(in->u.b);
         else if (in->t == JV_FLOAT && isfinite(in->u.f) && fabs(in->u.f) < 9.2e18) *out = jv_int((int64_t)in->u.f);
@@ -491,22 +491,22 @@ static int f_number(jctx *c, const jnode *n, int id, const jv *in, const jargs *
     const jlist *items;
     const jv *attr = arg(a, 0, p), *start = arg(a, 1, p);
     jv acc = start ? *start : jv_int(0);
-    if (jv_iterate(c, n, in, &items)) return -1;
+    if (moe8_jv_iterate(c, n, in, &items)) return -1;
     for (size_t i = 0; i < items->n; i++) {
         jv v, r;
         if (attr_path(c, n, &items->v[i], attr, &v)) return -1;
         int ai = acc.t == JV_INT || acc.t == JV_BOOL, vi = v.t == JV_INT || v.t == JV_BOOL;
         if (ai && vi) {
             int64_t x = acc.t == JV_INT ? acc.u.i : acc.u.b, y = v.t == JV_INT ? v.u.i : v.u.b, z;
-            if (__builtin_add_overflow(x, y, &z)) return jx_fail(c, n, "integer overflow in sum");
+            if (__builtin_add_overflow(x, y, &z)) return moe8_jx_fail(c, n, "integer overflow in sum");
             r = jv_int(z);
         } else if ((ai || acc.t == JV_FLOAT) && (vi || v.t == JV_FLOAT)) {
             double x = acc.t == JV_FLOAT ? acc.u.f : (double)(acc.t == JV_INT ? acc.u.i : acc.u.b);
             double y = v.t == JV_FLOAT ? v.u.f : (double)(v.t == JV_INT ? v.u.i : v.u.b);
             r = jv_float(x + y);
         } else {
-            return jx_fail(c, n, "unsupported operand type(s) for +: '%s' and '%s'", jv_type_name(&acc),
-                           jv_type_name(&v));
+            return moe8_jx_fail(c, n, "unsupported operand type(s) for +: '%s' and '%s'", moe8_jv_type_name(&acc),
+                           moe8_jv_type_name(&v));
         }
         acc = r;
     }
@@ -518,7 +518,7 @@ static int f_number(jctx *c, const jnode *n, int id, const jv *in, const jargs *
 static int f_default(const jv *in, const jargs *a, jv *out) {
     const char *const *p = FILTERS[F_DEFAULT].params;
     const jv *d = arg(a, 0, p), *b = arg(a, 1, p);
-    int use = in->t == JV_UNDEF || (b && jv_truthy(b) && !jv_truthy(in));
+    int use = in->t == JV_UNDEF || (b && moe8_jv_truthy(b) && !moe8_jv_truthy(in));
     *out = use ? (d ? *d : jv_str("", 0)) : *in;
     return 0;
 }
@@ -527,12 +527,12 @@ static int f_default(const jv *in, const jargs *a, jv *out) {
 static int f_attr(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *out) {
     const jv *name = arg(a, 0, FILTERS[F_ATTR].params);
     int unsafe;
-    if (!name || want_str(c, n, name, "attr's name")) return name ? -1 : jx_fail(c, n, "attr needs a name");
-    if (in->t == JV_DICT && !jmethod_exists(in, name->u.s, name->n, &unsafe)) {
+    if (!name || want_str(c, n, name, "attr's name")) return name ? -1 : moe8_jx_fail(c, n, "attr needs a name");
+    if (in->t == JV_DICT && !moe8_jmethod_exists(in, name->u.s, name->n, &unsafe)) {
         *out = moe8_jv_undef_attr(in, n, name->u.s, name->n, JU_ATTR);
         return 0;
     }
-    return jv_getattr(c, n, in, name->u.s, name->n, out);
+    return moe8_jv_getattr(c, n, in, name->u.s, name->n, out);
 }
 
 /* trim, upper, lower, capitalize, title, replace, wordcount: on str(in). */
@@ -541,7 +541,7 @@ static int f_text(jctx *c, const jnode *n, int id, const jv *in, const jargs *a,
     int64_t k = 0;
     int in_word = 0;
     jv s;
-    if (id == F_REPLACE && (!arg(a, 0, p) || !arg(a, 1, p))) return jx_fail(c, n, "replace needs old and new");
+    if (id == F_REPLACE && (!arg(a, 0, p) || !arg(a, 1, p))) return moe8_jx_fail(c, n, "replace needs old and new");
     if (as_text(c, n, in, &s)) return -1;
     switch (id) {
     case F_TRIM: return moe8_jstr_strip(c, n, &s, arg(a, 0, p), 3, out);
@@ -568,10 +568,10 @@ static int f_join(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *out
     const jv *d = arg(a, 0, p), *attr = arg(a, 1, p);
     const jlist *items;
     jv sep = jv_str("", 0);
-    if (d && d->t != JV_UNDEF && jv_to_str(c, n, d, &sep)) return -1;
-    if (jv_iterate(c, n, in, &items)) return -1;
+    if (d && d->t != JV_UNDEF && moe8_jv_to_str(c, n, d, &sep)) return -1;
+    if (moe8_jv_iterate(c, n, in, &items)) return -1;
     if (attr) {
-        jlist *l = jl_new(c, n, items->n);
+        jlist *l = moe8_jl_new(c, n, items->n);
         if (!l) return -1;
         for (size_t i = 0; i < items->n; i++)
             if (attr_path(c, n, &items->v[i], attr, &l->v[l->n++])) return -1;
@@ -583,8 +583,8 @@ static int f_join(jctx *c, const jnode *n, const jv *in, const jargs *a, jv *out
 /* first / last. */
 static int f_end(jctx *c, const jnode *n, int id, const jv *in, jv *out) {
     const jlist *items;
-    if (in->t == JV_UNDEF) return jx_undefined(c, n, in);
-    if (jv_iterate(c, n, in, &items)) return -1;
+    if (in->t == JV_UNDEF) return moe8_jx_undefined(c, n, in);
+    if (moe8_jv_iterate(c, n, in, &items)) return -1;
     if (!items->n) {
         *out = jv_undef("No first item, sequence was empty.", 34);
         out->flag = JU_EMPTY;
@@ -610,7 +610,7 @@ static int f_list(jctx *c, const jnode *n, int id, const jv *in, jv *out) {
         *out = sb_val(&b);
         return 0;
     }
-    if (jv_iterate(c, n, in, &items) || !(l = jl_new(c, n, items->n))) return -1;
+    if (moe8_jv_iterate(c, n, in, &items) || !(l = moe8_jl_new(c, n, items->n))) return -1;
     for (size_t i = 0; i < items->n; i++) l->v[i] = items->v[id == F_LIST ? i : items->n - 1 - i];
     l->n = items->n;
     *out = list_val(l, 0);
@@ -620,13 +620,13 @@ static int f_list(jctx *c, const jnode *n, int id, const jv *in, jv *out) {
 static int f_items(jctx *c, const jnode *n, const jv *in, jv *out) {
     jmethod m = {*in, "items", 5};
     jargs none = {0};
-    if (in->t == JV_UNDEF) return !(out->u.l = jl_new(c, n, 0)) ? -1 : (*out = list_val(out->u.l, 0), 0);
-    if (in->t != JV_DICT) return jx_fail(c, n, "items needs a mapping, not %s", jv_type_name(in));
-    return jmethod_call(c, n, &m, &none, out);
+    if (in->t == JV_UNDEF) return !(out->u.l = moe8_jl_new(c, n, 0)) ? -1 : (*out = list_val(out->u.l, 0), 0);
+    if (in->t != JV_DICT) return moe8_jx_fail(c, n, "items needs a mapping, not %s", moe8_jv_type_name(in));
+    return moe8_jmethod_call(c, n, &m, &none, out);
 }
 
-int jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, jv *out) {
-    if (id < 0 || id >= F_COUNT_) return jx_fail(c, n, "internal error: filter %d", id);
+int moe8_jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, jv *out) {
+    if (id < 0 || id >= F_COUNT_) return moe8_jx_fail(c, n, "internal error: filter %d", id);
     if (id != F_MAP && id != F_SELECT && id != F_REJECT && id != F_SELECTATTR && id != F_REJECTATTR &&
         moe8_jx_check_sig(c, n, a, FILTERS[id].params, "filter", FILTERS[id].name))
         return -1;
@@ -652,7 +652,7 @@ int jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a,
     case F_ROUND: return f_round(c, n, in, a, out);
     case F_ABS: case F_FLOAT: case F_INT: case F_SUM: return f_number(c, n, id, in, a, out);
     }
-    return jx_fail(c, n, "internal error: filter %d is not implemented", id);
+    return moe8_jx_fail(c, n, "internal error: filter %d is not implemented", id);
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -674,7 +674,7 @@ static const struct { const char *name; int id; } TESTS[] = {
     {"ge", T_GE}, {">=", T_GE}, {"in", T_IN}, {"sameas", T_SAMEAS}, {"escaped", T_ESCAPED},
 };
 
-int jtest_id(const char *name, size_t n) {
+int moe8_jtest_id(const char *name, size_t n) {
     for (size_t i = 0; i < sizeof TESTS / sizeof *TESTS; i++)
         if (strlen(TESTS[i].name) == n && !memcmp(TESTS[i].name, name, n)) return TESTS[i].id;
     return -1;
@@ -683,12 +683,12 @@ int jtest_id(const char *name, size_t n) {
 /* Python's x % m for numbers (the sign of m), as odd/even/divisibleby use it. */
 static int num_mod(jctx *c, const jnode *n, const jv *x, const jv *m, double *out) {
     double a, b, r;
-    if (x->t == JV_UNDEF) return jx_undefined(c, n, x);
+    if (x->t == JV_UNDEF) return moe8_jx_undefined(c, n, x);
     if ((x->t != JV_INT && x->t != JV_BOOL && x->t != JV_FLOAT) || (m->t != JV_INT && m->t != JV_BOOL && m->t != JV_FLOAT))
-        return jx_fail(c, n, "this test needs numbers, not %s and %s", jv_type_name(x), jv_type_name(m));
+        return moe8_jx_fail(c, n, "this test needs numbers, not %s and %s", moe8_jv_type_name(x), moe8_jv_type_name(m));
     a = x->t == JV_FLOAT ? x->u.f : (double)(x->t == JV_INT ? x->u.i : x->u.b);
     b = m->t == JV_FLOAT ? m->u.f : (double)(m->t == JV_INT ? m->u.i : m->u.b);
-    if (b == 0) return jx_fail(c, n, "integer division or modulo by zero");
+    if (b == 0) return moe8_jx_fail(c, n, "integer division or modulo by zero");
     r = fmod(a, b);
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     *out = r;
@@ -700,17 +700,17 @@ static int int_of(jctx *c, const jnode *n, const jv *v, int64_t *out) {
         *out = v->t == JV_INT ? v->u.i : v->u.b;
         return 0;
     }
-    if (v->t == JV_UNDEF) return jx_undefined(c, n, v);
-    return jx_fail(c, n, "this test needs an integer, not %s", jv_type_name(v));
+    if (v->t == JV_UNDEF) return moe8_jx_undefined(c, n, v);
+    return moe8_jx_fail(c, n, "this test needs an integer, not %s", moe8_jv_type_name(v));
 }
 
-int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, int *out) {
+int moe8_jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, int *out) {
     int want = id == T_DIVISIBLEBY || (id >= T_EQ && id <= T_SAMEAS);
     const jv *x = a->n_pos ? &a->pos[0] : NULL;
     int64_t i, k;
-    if (a->n_kw) return jx_fail(c, n, "tests take no keyword arguments");
+    if (a->n_kw) return moe8_jx_fail(c, n, "tests take no keyword arguments");
     if (a->n_pos != (size_t)want)
-        return jx_fail(c, n, "this test takes %d argument%s, %zu given", want, want ? "" : "s", a->n_pos);
+        return moe8_jx_fail(c, n, "this test takes %d argument%s, %zu given", want, want ? "" : "s", a->n_pos);
     switch (id) {
     case T_DEFINED: *out = in->t != JV_UNDEF; return 0;
     case T_UNDEFINED: *out = in->t == JV_UNDEF; return 0;
@@ -738,7 +738,7 @@ int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, i
         if ((in->t == JV_INT || in->t == JV_BOOL) && (id != T_DIVISIBLEBY || x->t == JV_INT || x->t == JV_BOOL)) {
             if (int_of(c, n, in, &i) || (id == T_DIVISIBLEBY && int_of(c, n, x, &k))) return -1;
             if (id != T_DIVISIBLEBY) k = 2;
-            if (k == 0) return jx_fail(c, n, "integer division or modulo by zero");
+            if (k == 0) return moe8_jx_fail(c, n, "integer division or modulo by zero");
             int64_t m = k == -1 ? 0 : i % k;
             if (m != 0 && ((m < 0) != (k < 0))) m += k;
             *out = id == T_ODD ? m == 1 : m == 0;
@@ -748,13 +748,13 @@ int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, i
         *out = id == T_ODD ? r == 1 : r == 0;
         return 0;
     }
-    case T_EQ: *out = jv_equal(c, in, x); return 0;
-    case T_NE: *out = !jv_equal(c, in, x); return 0;
-    case T_LT: return jv_less(c, n, in, x, out);
-    case T_GT: return jv_less(c, n, x, in, out);
+    case T_EQ: *out = moe8_jv_equal(c, in, x); return 0;
+    case T_NE: *out = !moe8_jv_equal(c, in, x); return 0;
+    case T_LT: return moe8_jv_less(c, n, in, x, out);
+    case T_GT: return moe8_jv_less(c, n, x, in, out);
     case T_LE: case T_GE: {
         int lt;
-        if (id == T_LE ? jv_less(c, n, x, in, &lt) : jv_less(c, n, in, x, &lt)) return -1;
+        if (id == T_LE ? moe8_jv_less(c, n, x, in, &lt) : moe8_jv_less(c, n, in, x, &lt)) return -1;
         *out = !lt;
         return 0;
     }
@@ -766,34 +766,34 @@ int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, i
             return 0;
         }
         if (x->t == JV_DICT) {
-            *out = jd_get(c, x->u.d, in) != NULL;
+            *out = moe8_jd_get(c, x->u.d, in) != NULL;
             return 0;
         }
-        if (jv_iterate(c, n, x, &items)) return -1;
+        if (moe8_jv_iterate(c, n, x, &items)) return -1;
         *out = 0;
-        for (size_t j = 0; j < items->n && !*out; j++) *out = jv_equal(c, &items->v[j], in);
+        for (size_t j = 0; j < items->n && !*out; j++) *out = moe8_jv_equal(c, &items->v[j], in);
         return 0;
     }
-    case T_SAMEAS: *out = in->t == x->t && jv_equal(c, in, x); return 0;
+    case T_SAMEAS: *out = in->t == x->t && moe8_jv_equal(c, in, x); return 0;
     case T_ESCAPED: *out = 0; return 0;
     }
-    return jx_fail(c, n, "test not implemented");
+    return moe8_jx_fail(c, n, "test not implemented");
 }
 
-int jx_filter_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
+int moe8_jx_filter_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
                       jv *out) {
     int id;
     if (want_str(c, n, name, "a filter name")) return -1;
-    if ((id = jfilter_id(name->u.s, name->n)) < 0)
-        return jx_fail(c, n, "filter '%.*s' is not supported", (int)(name->n > 40 ? 40 : name->n), name->u.s);
-    return jfilter_apply(c, n, id, in, a, out);
+    if ((id = moe8_jfilter_id(name->u.s, name->n)) < 0)
+        return moe8_jx_fail(c, n, "filter '%.*s' is not supported", (int)(name->n > 40 ? 40 : name->n), name->u.s);
+    return moe8_jfilter_apply(c, n, id, in, a, out);
 }
 
-int jx_test_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a, int *out) {
+int moe8_jx_test_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a, int *out) {
     int id;
     if (want_str(c, n, name, "a test name")) return -1;
-    if ((id = jtest_id(name->u.s, name->n)) < 0)
-        return jx_fail(c, n, "test '%.*s' is not supported", (int)(name->n > 40 ? 40 : name->n), name->u.s);
-    return jtest_apply(c, n, id, in, a, out);
+    if ((id = moe8_jtest_id(name->u.s, name->n)) < 0)
+        return moe8_jx_fail(c, n, "test '%.*s' is not supported", (int)(name->n > 40 ? 40 : name->n), name->u.s);
+    return moe8_jtest_apply(c, n, id, in, a, out);
 }
 

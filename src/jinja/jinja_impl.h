@@ -43,8 +43,8 @@ typedef struct {
 } jarena;
 
 /* n bytes, 16-aligned; NULL when malloc fails or the limit would be passed. */
-void *ja_alloc(jarena *a, size_t n);
-void ja_free(jarena *a);
+void *moe8_ja_alloc(jarena *a, size_t n);
+void moe8_ja_free(jarena *a);
 
 /* ---- values ------------------------------------------------------------- */
 
@@ -179,7 +179,7 @@ struct jinja_template {
 
 /* Byte offset -> 1-based line and column (in characters) of the source
  * (jinja_lex.c). */
-void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col);
+void moe8_jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col);
 
 /* ---- render state (jinja_eval.c; jinja_lib.c works on it too) ----------- */
 
@@ -198,19 +198,19 @@ typedef struct {
 } jctx;
 
 /* Fail the render at node n (NULL: no position); returns -1. */
-int jx_fail(jctx *c, const jnode *n, const char *fmt, ...) MOE8_PRINTF(3, 4);
+int moe8_jx_fail(jctx *c, const jnode *n, const char *fmt, ...) MOE8_PRINTF(3, 4);
 /* Charge `steps` units of work; -1 (failed) past max_steps. */
-int jx_charge(jctx *c, const jnode *n, uint64_t steps);
+int moe8_jx_charge(jctx *c, const jnode *n, uint64_t steps);
 /* Count work inside a loop that cannot fail on the spot (a comparison, a
- * lookup): 1 once past max_steps, and the next jx_charge fails the render. */
+ * lookup): 1 once past max_steps, and the next moe8_jx_charge fails the render. */
 static inline int jx_spend(jctx *c, uint64_t steps) {
     c->steps += steps;
     return c->steps > c->lim.max_steps;
 }
 /* Arena allocation that fails the render when the memory limit is hit. */
-void *jx_alloc(jctx *c, const jnode *n, size_t bytes);
+void *moe8_jx_alloc(jctx *c, const jnode *n, size_t bytes);
 /* A new string of n bytes (charged; fails over max_output), copied from s when s. */
-char *jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len);
+char *moe8_jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len);
 
 /* Byte buffers (jinja_eval.c). The render's buffers (the output, captures,
  * strings being built) are moe8_bufs whose capacity counts in c->A.total,
@@ -220,7 +220,7 @@ char *jx_strbuf(jctx *c, const jnode *n, const char *s, size_t len);
 
 /* Append s[0..len) to b: fails the render past max_output bytes in b or
  * past max_memory; charges len / 64 steps. */
-int jbuf_add(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len);
+int moe8_jbuf_add(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len);
 /* The same limits after b was written to directly (moe8_buf_json_str) with
  * result rc, its capacity having been old_cap. */
 int moe8_jx_buf_wrote(jctx *c, const jnode *n, moe8_buf *b, size_t old_cap, int rc);
@@ -232,33 +232,33 @@ void moe8_jx_buf_free(jctx *c, moe8_buf *b);
 
 /* ---- values (jinja_lib.c) ----------------------------------------------- */
 
-const char *jv_type_name(const jv *v);   /* Python's: 'str', 'int', 'dict', ... */
-int jv_truthy(const jv *v);
+const char *moe8_jv_type_name(const jv *v);   /* Python's: 'str', 'int', 'dict', ... */
+int moe8_jv_truthy(const jv *v);
 /* Python could hash it (a dict key): not a list, dict or namespace (a tuple
  * only when its items are). */
-int jv_hashable(const jv *v);
+int moe8_jv_hashable(const jv *v);
 /* Python's ==. Work is spent on c: past the step limit the answer is
- * meaningless, and the render fails at its next jx_charge. */
-int jv_equal(jctx *c, const jv *a, const jv *b);
+ * meaningless, and the render fails at its next moe8_jx_charge. */
+int moe8_jv_equal(jctx *c, const jv *a, const jv *b);
 /* Python's <, with -1 and a failed render for types that do not compare. */
-int jv_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt);
+int moe8_jv_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt);
 
-jlist *jl_new(jctx *c, const jnode *n, size_t cap);
-int jl_push(jctx *c, const jnode *n, jlist *l, jv v);
-jdict *jd_new(jctx *c, const jnode *n, size_t cap);
+jlist *moe8_jl_new(jctx *c, const jnode *n, size_t cap);
+int moe8_jl_push(jctx *c, const jnode *n, jlist *l, jv v);
+jdict *moe8_jd_new(jctx *c, const jnode *n, size_t cap);
 /* Set key k (replacing an equal key's value) / append without looking. */
-int jd_set(jctx *c, const jnode *n, jdict *d, jv k, jv v);
-int jd_push(jctx *c, const jnode *n, jdict *d, jv k, jv v);
+int moe8_jd_set(jctx *c, const jnode *n, jdict *d, jv k, jv v);
+int moe8_jd_push(jctx *c, const jnode *n, jdict *d, jv k, jv v);
 /* The value of the last key equal to k (a JSON object may repeat a key:
  * the last one wins, as in Python), or NULL. */
-const jv *jd_get(jctx *c, const jdict *d, const jv *k);
-const jv *jd_get_str(jctx *c, const jdict *d, const char *s, size_t n);
+const jv *moe8_jd_get(jctx *c, const jdict *d, const jv *k);
+const jv *moe8_jd_get_str(jctx *c, const jdict *d, const char *s, size_t n);
 
 /* Append Python's str(v) / repr(v) to b (nested values as repr). */
-int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
-int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
+int moe8_jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
+int moe8_jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v);
 /* str(v) as a string value (strings themselves are not copied). */
-int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out);
+int moe8_jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out);
 
 /* json.dumps as HF's tojson calls it (ensure_ascii, indent, separators,
  * sort_keys); indent NULL for none. */
@@ -269,16 +269,16 @@ typedef struct {
     const char *item_sep, *key_sep;
     size_t item_sep_n, key_sep_n;
 } jjson_opts;
-int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level);
+int moe8_jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level);
 
 /* cJSON -> value (numbers: an integral double within +-2^53 is an int). */
-int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth);
+int moe8_jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth);
 
 /* UTF-8 helpers: strings inside the interpreter are always valid UTF-8 (the
  * source and the variables are checked, escapes give no surrogates, case
  * mappings give code points); encode with moe8_utf8_encode. */
-size_t ju_len(const char *s, size_t n);                       /* code points */
-int ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
+size_t moe8_ju_len(const char *s, size_t n);                       /* code points */
+int moe8_ju_isspace(uint32_t cp);                                  /* Python's str.isspace */
 /* The code point at s[*i], *i moved past it (an invalid byte: U+FFFD, one
  * byte on; never met). */
 static inline uint32_t ju_next(const char *s, size_t n, size_t *i) {
@@ -291,8 +291,8 @@ static inline uint32_t ju_next(const char *s, size_t n, size_t *i) {
 /* ---- filters, tests (jinja_filters.c), methods, globals (jinja_methods.c) */
 
 /* id of a filter/test name, -1 when not supported (the parser refuses it). */
-int jfilter_id(const char *name, size_t n);
-int jtest_id(const char *name, size_t n);
+int moe8_jfilter_id(const char *name, size_t n);
+int moe8_jtest_id(const char *name, size_t n);
 
 /* Evaluated arguments of a call: positional first, then keyword. */
 typedef struct {
@@ -304,32 +304,32 @@ typedef struct {
     size_t n_kw;
 } jargs;
 
-int jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, jv *out);
-int jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, int *out);
+int moe8_jfilter_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, jv *out);
+int moe8_jtest_apply(jctx *c, const jnode *n, int id, const jv *in, const jargs *a, int *out);
 /* 1 when obj.name is a method of obj's type (str, dict, list, loop); for a
  * method that would modify a container *unsafe is set too. */
-int jmethod_exists(const jv *obj, const char *name, size_t len, int *unsafe);
-/* Call a method made by jv_getattr. */
-int jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *out);
+int moe8_jmethod_exists(const jv *obj, const char *name, size_t len, int *unsafe);
+/* Call a method made by moe8_jv_getattr. */
+int moe8_jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *out);
 /* Global functions (range, namespace, dict, raise_exception, strftime_now). */
-int jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out);
-int jfunc_id(const char *name, size_t n);
+int moe8_jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out);
+int moe8_jfunc_id(const char *name, size_t n);
 
 /* Run a filter/test by name from inside a filter (map, select, ...). */
-int jx_filter_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
+int moe8_jx_filter_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
                       jv *out);
-int jx_test_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
+int moe8_jx_test_by_name(jctx *c, const jnode *n, const jv *name, const jv *in, const jargs *a,
                     int *out);
 
 /* Iterate v as Python does: a list's items, a dict's keys, a string's
  * characters, nothing for undefined; other types fail. */
-int jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out);
+int moe8_jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out);
 
 /* Python's getattr-then-getitem lookup jinja2 does for x.name (and x[key]). */
-int jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t len, jv *out);
-int jv_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, jv *out);
+int moe8_jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t len, jv *out);
+int moe8_jv_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, jv *out);
 
 /* The failure for using an undefined value. */
-int jx_undefined(jctx *c, const jnode *n, const jv *v);
+int moe8_jx_undefined(jctx *c, const jnode *n, const jv *v);
 
 #endif

@@ -28,7 +28,7 @@ static const char *const OP_TEXT[] = {
 
 /* ---- source positions ---------------------------------------------------------- */
 
-void jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col) {
+void moe8_jinja_line_col(const char *src, size_t len, size_t pos, int *line, int *col) {
     int l = 1, k = 1;
     for (size_t i = 0; i < pos && i < len; i++) {
         if (src[i] == '\n') l++, k = 1;
@@ -47,7 +47,7 @@ int moe8_jp_fail(jparser *P, size_t pos, moe8_status code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    jinja_line_col(P->t->src, P->t->len, pos, &line, &col);
+    moe8_jinja_line_col(P->t->src, P->t->len, pos, &line, &col);
     moe8_fail(P->err, code, (int64_t)pos, "%s line %d, column %d: %s", P->t->name, line, col, msg);
     return -1;
 }
@@ -90,7 +90,7 @@ static int ws_at(const char *s, size_t len, size_t i, size_t *k) {
     size_t j = i;
     uint32_t cp = ju_next(s, len, &j);
     *k = j - i;
-    return ju_isspace(cp);
+    return moe8_ju_isspace(cp);
 }
 
 static size_t skip_ws(const char *s, size_t len, size_t i) {
@@ -208,7 +208,7 @@ static int lex_string(jparser *P, size_t *pi) {
     while (i < len && s[i] != q) i += s[i] == '\\' ? 2 : 1;
     if (i >= len) return moe8_jp_fail(P, start, MOE8_ERR_FORMAT, "unterminated string");
     /* escapes shrink, except "\<non-ASCII>" which may grow to 10 bytes */
-    if (!(buf = ja_alloc(&P->t->arena, 3 * (i - start) + 16)))
+    if (!(buf = moe8_ja_alloc(&P->t->arena, 3 * (i - start) + 16)))
         return moe8_jp_fail(P, start, MOE8_ERR_NOMEM, "out of memory");
     if (decode_string(P, start, s + start + 1, i - start - 1, buf, &n_out)) return -1;
     if (!(t = push_tok(P, TK_STRING, start))) return -1;

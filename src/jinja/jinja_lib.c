@@ -22,7 +22,7 @@
 
 /* ---- arena ------------------------------------------------------------------ */
 
-void *ja_alloc(jarena *a, size_t n) {
+void *moe8_ja_alloc(jarena *a, size_t n) {
     ja_chunk *c = a->head;
     n = (n + 15) & ~(size_t)15;
     if (!n) n = 16;
@@ -44,7 +44,7 @@ void *ja_alloc(jarena *a, size_t n) {
     return c->data + c->used - n;
 }
 
-void ja_free(jarena *a) {
+void moe8_ja_free(jarena *a) {
     for (ja_chunk *c = a->head, *next; c; c = next) {
         next = c->next;
         free(c);
@@ -55,13 +55,13 @@ void ja_free(jarena *a) {
 
 /* ---- UTF-8 --------------------------------------------------------------------- */
 
-size_t ju_len(const char *s, size_t n) {
+size_t moe8_ju_len(const char *s, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xc0) != 0x80;
     return k;
 }
 
-int ju_isspace(uint32_t cp) {
+int moe8_ju_isspace(uint32_t cp) {
     if (cp <= 0x20) return cp == ' ' || (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x1f);
     return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) ||
            cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
@@ -69,20 +69,20 @@ int ju_isspace(uint32_t cp) {
 
 /* ---- lists and dicts ----------------------------------------------------------- */
 
-jlist *jl_new(jctx *c, const jnode *n, size_t cap) {
-    jlist *l = jx_alloc(c, n, sizeof *l);
+jlist *moe8_jl_new(jctx *c, const jnode *n, size_t cap) {
+    jlist *l = moe8_jx_alloc(c, n, sizeof *l);
     if (!l) return NULL;
     l->n = 0;
     l->cap = cap;
     l->v = NULL;
-    if (cap && !(l->v = jx_alloc(c, n, cap * sizeof *l->v))) return NULL;
+    if (cap && !(l->v = moe8_jx_alloc(c, n, cap * sizeof *l->v))) return NULL;
     return l;
 }
 
-int jl_push(jctx *c, const jnode *n, jlist *l, jv v) {
+int moe8_jl_push(jctx *c, const jnode *n, jlist *l, jv v) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4;
-        jv *nv = jx_alloc(c, n, cap * sizeof *nv);
+        jv *nv = moe8_jx_alloc(c, n, cap * sizeof *nv);
         if (!nv) return -1;
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
@@ -92,43 +92,43 @@ int jl_push(jctx *c, const jnode *n, jlist *l, jv v) {
     return 0;
 }
 
-jdict *jd_new(jctx *c, const jnode *n, size_t cap) {
-    jdict *d = jx_alloc(c, n, sizeof *d);
+jdict *moe8_jd_new(jctx *c, const jnode *n, size_t cap) {
+    jdict *d = moe8_jx_alloc(c, n, sizeof *d);
     if (!d) return NULL;
     memset(d, 0, sizeof *d);
-    if (cap && (!(d->k = jx_alloc(c, n, cap * sizeof *d->k)) || !(d->v = jx_alloc(c, n, cap * sizeof *d->v))))
+    if (cap && (!(d->k = moe8_jx_alloc(c, n, cap * sizeof *d->k)) || !(d->v = moe8_jx_alloc(c, n, cap * sizeof *d->v))))
         return NULL;
     d->cap = cap;
     return d;
 }
 
-const jv *jd_get(jctx *c, const jdict *d, const jv *k) {
-    if (k->t == JV_STR) return jd_get_str(c, d, k->u.s, k->n);
+const jv *moe8_jd_get(jctx *c, const jdict *d, const jv *k) {
+    if (k->t == JV_STR) return moe8_jd_get_str(c, d, k->u.s, k->n);
     for (size_t i = d->n; i-- > 0;)
-        if (jv_equal(c, &d->k[i], k)) return &d->v[i];
+        if (moe8_jv_equal(c, &d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
-const jv *jd_get_str(jctx *c, const jdict *d, const char *s, size_t n) {
+const jv *moe8_jd_get_str(jctx *c, const jdict *d, const char *s, size_t n) {
     jx_spend(c, d->n / 8 + 1);
     for (size_t i = d->n; i-- > 0;)
         if (d->k[i].t == JV_STR && d->k[i].n == n && !memcmp(d->k[i].u.s, s, n)) return &d->v[i];
     return NULL;
 }
 
-int jd_set(jctx *c, const jnode *n, jdict *d, jv k, jv v) {
-    const jv *have = jd_get(c, d, &k);
+int moe8_jd_set(jctx *c, const jnode *n, jdict *d, jv k, jv v) {
+    const jv *have = moe8_jd_get(c, d, &k);
     if (have) {
         d->v[have - d->v] = v;
         return 0;
     }
-    return jd_push(c, n, d, k, v);
+    return moe8_jd_push(c, n, d, k, v);
 }
 
-int jd_push(jctx *c, const jnode *n, jdict *d, jv k, jv v) {
+int moe8_jd_push(jctx *c, const jnode *n, jdict *d, jv k, jv v) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4;
-        jv *nk = jx_alloc(c, n, cap * sizeof *nk), *nv = nk ? jx_alloc(c, n, cap * sizeof *nv) : NULL;
+        jv *nk = moe8_jx_alloc(c, n, cap * sizeof *nk), *nv = nk ? moe8_jx_alloc(c, n, cap * sizeof *nv) : NULL;
         if (!nv) return -1;
         if (d->n) {
             memcpy(nk, d->k, d->n * sizeof *nk);
@@ -145,7 +145,7 @@ int jd_push(jctx *c, const jnode *n, jdict *d, jv k, jv v) {
 
 /* ---- truth, equality, order ---------------------------------------------------- */
 
-const char *jv_type_name(const jv *v) {
+const char *moe8_jv_type_name(const jv *v) {
     switch (v->t) {
     case JV_UNDEF: return "Undefined";
     case JV_NONE: return "NoneType";
@@ -164,7 +164,7 @@ const char *jv_type_name(const jv *v) {
     return "object";
 }
 
-int jv_truthy(const jv *v) {
+int moe8_jv_truthy(const jv *v) {
     switch (v->t) {
     case JV_UNDEF: case JV_NONE: return 0;
     case JV_BOOL: return v->u.b;
@@ -177,11 +177,11 @@ int jv_truthy(const jv *v) {
     }
 }
 
-int jv_hashable(const jv *v) {
+int moe8_jv_hashable(const jv *v) {
     if (v->t == JV_DICT || v->t == JV_NS || (v->t == JV_LIST && !v->flag)) return 0;
     if (v->t == JV_LIST)
         for (size_t i = 0; i < v->u.l->n; i++)
-            if (!jv_hashable(&v->u.l->v[i])) return 0;
+            if (!moe8_jv_hashable(&v->u.l->v[i])) return 0;
     return 1;
 }
 
@@ -213,7 +213,7 @@ static int num_cmp(const jv *a, const jv *b) {
     return flip ? -r : r;
 }
 
-int jv_equal(jctx *c, const jv *a, const jv *b) {
+int moe8_jv_equal(jctx *c, const jv *a, const jv *b) {
     if (is_num(a) && is_num(b)) return num_cmp(a, b) == 0;
     if (jx_spend(c, 1)) return 0;
     if (a->t != b->t) return 0;
@@ -223,13 +223,13 @@ int jv_equal(jctx *c, const jv *a, const jv *b) {
     case JV_LIST:
         if (a->flag != b->flag || a->u.l->n != b->u.l->n) return 0;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!jv_equal(c, &a->u.l->v[i], &b->u.l->v[i])) return 0;
+            if (!moe8_jv_equal(c, &a->u.l->v[i], &b->u.l->v[i])) return 0;
         return 1;
     case JV_DICT:
         if (a->u.d->n != b->u.d->n) return 0;
         for (size_t i = 0; i < a->u.d->n; i++) {
-            const jv *o = jd_get(c, b->u.d, &a->u.d->k[i]);
-            if (!o || !jv_equal(c, &a->u.d->v[i], o)) return 0;
+            const jv *o = moe8_jd_get(c, b->u.d, &a->u.d->k[i]);
+            if (!o || !moe8_jv_equal(c, &a->u.d->v[i], o)) return 0;
         }
         return 1;
     case JV_NS: return a->u.d == b->u.d;
@@ -241,7 +241,7 @@ int jv_equal(jctx *c, const jv *a, const jv *b) {
     }
 }
 
-int jv_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) {
+int moe8_jv_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) {
     if (is_num(a) && is_num(b)) {
         *lt = num_cmp(a, b) == -1;
         return 0;
@@ -255,16 +255,16 @@ int jv_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) {
     if (a->t == JV_LIST && b->t == JV_LIST && a->flag == b->flag) {
         const jlist *x = a->u.l, *y = b->u.l;
         for (size_t i = 0; i < x->n && i < y->n; i++) {
-            if (jv_equal(c, &x->v[i], &y->v[i])) continue;
-            return jv_less(c, n, &x->v[i], &y->v[i], lt);
+            if (moe8_jv_equal(c, &x->v[i], &y->v[i])) continue;
+            return moe8_jv_less(c, n, &x->v[i], &y->v[i], lt);
         }
         *lt = x->n < y->n;
         return 0;
     }
-    if (a->t == JV_UNDEF) return jx_undefined(c, n, a);
-    if (b->t == JV_UNDEF) return jx_undefined(c, n, b);
-    return jx_fail(c, n, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a),
-                   jv_type_name(b));
+    if (a->t == JV_UNDEF) return moe8_jx_undefined(c, n, a);
+    if (b->t == JV_UNDEF) return moe8_jx_undefined(c, n, b);
+    return moe8_jx_fail(c, n, "'<' not supported between instances of '%s' and '%s'", moe8_jv_type_name(a),
+                   moe8_jv_type_name(b));
 }
 
 /* ---- str() and repr() ----------------------------------------------------------- */
@@ -311,7 +311,7 @@ static int py_float(char *buf, size_t cap, double x) {
     return (int)o + snprintf(buf + o, cap - o, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
 }
 
-static int add_s(jctx *c, const jnode *n, moe8_buf *b, const char *s) { return jbuf_add(c, n, b, s, strlen(s)); }
+static int add_s(jctx *c, const jnode *n, moe8_buf *b, const char *s) { return moe8_jbuf_add(c, n, b, s, strlen(s)); }
 
 /* Python's str.isprintable for one character (repr escapes the others). */
 static int printable(uint32_t cp) {
@@ -330,7 +330,7 @@ static int printable(uint32_t cp) {
 static int repr_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len) {
     char q = '\'';
     if (memchr(s, '\'', len) && !memchr(s, '"', len)) q = '"';
-    if (jbuf_add(c, n, b, &q, 1)) return -1;
+    if (moe8_jbuf_add(c, n, b, &q, 1)) return -1;
     for (size_t i = 0; i < len;) {
         size_t start = i;
         uint32_t cp = ju_next(s, len, &i);
@@ -343,13 +343,13 @@ static int repr_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t 
         else if (!printable(cp))
             k = snprintf(e, sizeof e, cp <= 0xff ? "\\x%02x" : cp <= 0xffff ? "\\u%04x" : "\\U%08x",
                          (unsigned)cp);
-        if (k ? jbuf_add(c, n, b, e, (size_t)k) : jbuf_add(c, n, b, s + start, i - start)) return -1;
+        if (k ? moe8_jbuf_add(c, n, b, e, (size_t)k) : moe8_jbuf_add(c, n, b, s + start, i - start)) return -1;
     }
-    return jbuf_add(c, n, b, &q, 1);
+    return moe8_jbuf_add(c, n, b, &q, 1);
 }
 
 static int repr_depth(jctx *c, const jnode *n, int depth) {
-    if (depth > 100) return jx_fail(c, n, "a value nests more than 100 deep (or contains itself)");
+    if (depth > 100) return moe8_jx_fail(c, n, "a value nests more than 100 deep (or contains itself)");
     return 0;
 }
 
@@ -363,7 +363,7 @@ static int str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth) 
     case JV_BOOL: return add_s(c, n, b, v->u.b ? "True" : "False");
     case JV_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i); return add_s(c, n, b, num);
     case JV_FLOAT: py_float(num, sizeof num, v->u.f); return add_s(c, n, b, num);
-    case JV_STR: return jbuf_add(c, n, b, v->u.s, v->n);
+    case JV_STR: return moe8_jbuf_add(c, n, b, v->u.s, v->n);
     default: return repr_to(c, n, b, v, depth);
     }
 }
@@ -403,23 +403,23 @@ static int repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, int depth)
     case JV_METHOD: {
         const jmethod *m = v->u.method;
         snprintf(tmp, sizeof tmp, "<built-in method %.*s of %s object>", (int)(m->len > 40 ? 40 : m->len),
-                 m->name, jv_type_name(&m->self));
+                 m->name, moe8_jv_type_name(&m->self));
         return add_s(c, n, b, tmp);
     }
     default: return str_to(c, n, b, v, depth);
     }
 }
 
-int jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return str_to(c, n, b, v, 0); }
-int jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
+int moe8_jv_str_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return str_to(c, n, b, v, 0); }
+int moe8_jv_repr_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v) { return repr_to(c, n, b, v, 0); }
 
-int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
+int moe8_jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
     moe8_buf b = {0};
     if (v->t == JV_STR) {
         *out = *v;
         return 0;
     }
-    if (jv_str_to(c, n, &b, v)) {
+    if (moe8_jv_str_to(c, n, &b, v)) {
         moe8_jx_buf_free(c, &b);
         return -1;
     }
@@ -429,7 +429,7 @@ int jv_to_str(jctx *c, const jnode *n, const jv *v, jv *out) {
 /* ---- json.dumps ----------------------------------------------------------------- */
 
 /* A string as json.dumps writes it (ensure_ascii: everything from U+007F up
- * as \uXXXX), under jbuf_add's output and memory limits; it costs no steps
+ * as \uXXXX), under moe8_jbuf_add's output and memory limits; it costs no steps
  * (escaping is linear, and written a character at a time it always cost
  * none). A string that cannot fit is refused before it is written. */
 static int json_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t len, int ascii) {
@@ -439,9 +439,9 @@ static int json_str(jctx *c, const jnode *n, moe8_buf *b, const char *s, size_t 
 }
 
 static int json_newline(jctx *c, const jnode *n, moe8_buf *b, const jjson_opts *o, int level) {
-    if (jbuf_add(c, n, b, "\n", 1)) return -1;
+    if (moe8_jbuf_add(c, n, b, "\n", 1)) return -1;
     for (int i = 0; i < level; i++)
-        if (jbuf_add(c, n, b, o->indent, o->indent_n)) return -1;
+        if (moe8_jbuf_add(c, n, b, o->indent, o->indent_n)) return -1;
     return 0;
 }
 
@@ -460,15 +460,15 @@ static int json_key(jctx *c, const jnode *n, moe8_buf *b, const jv *k, const jjs
         strcat(num, "\"");
         return add_s(c, n, b, num);
     default:
-        return jx_fail(c, n, "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
+        return moe8_jx_fail(c, n, "keys must be str, int, float, bool or None, not %s", moe8_jv_type_name(k));
     }
 }
 
 static int key_less(jctx *c, const jnode *n, const jv *a, const jv *b, int *lt) {
-    return jv_less(c, n, a, b, lt);
+    return moe8_jv_less(c, n, a, b, lt);
 }
 
-int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level) {
+int moe8_jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_opts *o, int level) {
     char num[48];
     if (repr_depth(c, n, level)) return -1;
     switch (v->t) {
@@ -486,9 +486,9 @@ int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_op
         if (!l->n) return add_s(c, n, b, "[]");
         if (add_s(c, n, b, "[")) return -1;
         for (size_t i = 0; i < l->n; i++) {
-            if (i && jbuf_add(c, n, b, o->item_sep, o->item_sep_n)) return -1;
+            if (i && moe8_jbuf_add(c, n, b, o->item_sep, o->item_sep_n)) return -1;
             if (o->indent && json_newline(c, n, b, o, level + 1)) return -1;
-            if (jv_json_to(c, n, b, &l->v[i], o, level + 1)) return -1;
+            if (moe8_jv_json_to(c, n, b, &l->v[i], o, level + 1)) return -1;
         }
         if (o->indent && json_newline(c, n, b, o, level)) return -1;
         return add_s(c, n, b, "]");
@@ -497,7 +497,7 @@ int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_op
         const jdict *d = v->u.d;
         size_t *order;
         if (!d->n) return add_s(c, n, b, "{}");
-        if (!(order = jx_alloc(c, n, d->n * sizeof *order))) return -1;
+        if (!(order = moe8_jx_alloc(c, n, d->n * sizeof *order))) return -1;
         for (size_t i = 0; i < d->n; i++) order[i] = i;
         if (o->sort_keys) /* insertion sort: stable, and dicts in templates are small */
             for (size_t i = 1; i < d->n; i++)
@@ -511,27 +511,27 @@ int jv_json_to(jctx *c, const jnode *n, moe8_buf *b, const jv *v, const jjson_op
                 }
         if (add_s(c, n, b, "{")) return -1;
         for (size_t i = 0; i < d->n; i++) {
-            if (i && jbuf_add(c, n, b, o->item_sep, o->item_sep_n)) return -1;
+            if (i && moe8_jbuf_add(c, n, b, o->item_sep, o->item_sep_n)) return -1;
             if (o->indent && json_newline(c, n, b, o, level + 1)) return -1;
             if (json_key(c, n, b, &d->k[order[i]], o) ||
-                jbuf_add(c, n, b, o->key_sep, o->key_sep_n) ||
-                jv_json_to(c, n, b, &d->v[order[i]], o, level + 1))
+                moe8_jbuf_add(c, n, b, o->key_sep, o->key_sep_n) ||
+                moe8_jv_json_to(c, n, b, &d->v[order[i]], o, level + 1))
                 return -1;
         }
         if (o->indent && json_newline(c, n, b, o, level)) return -1;
         return add_s(c, n, b, "}");
     }
     case JV_UNDEF:
-        return jx_undefined(c, n, v);
+        return moe8_jx_undefined(c, n, v);
     default:
-        return jx_fail(c, n, "Object of type %s is not JSON serializable", jv_type_name(v));
+        return moe8_jx_fail(c, n, "Object of type %s is not JSON serializable", moe8_jv_type_name(v));
     }
 }
 
 /* ---- cJSON -> value ------------------------------------------------------------- */
 
-int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
-    if (depth > 200) return jx_fail(c, NULL, "the variables nest more than 200 deep");
+int moe8_jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
+    if (depth > 200) return moe8_jx_fail(c, NULL, "the variables nest more than 200 deep");
     if (cJSON_IsNull(j) || !j) *out = jv_none();
     else if (cJSON_IsTrue(j)) *out = jv_bool(1);
     else if (cJSON_IsFalse(j)) *out = jv_bool(0);
@@ -541,32 +541,32 @@ int jv_from_cjson(jctx *c, const cJSON *j, jv *out, int depth) {
     } else if (cJSON_IsString(j)) {
         size_t n = strlen(j->valuestring), bad;
         if ((bad = moe8_utf8_valid(j->valuestring, n)) != (size_t)-1)
-            return jx_fail(c, NULL, "a string variable is not valid UTF-8 (byte %zu)", bad);
+            return moe8_jx_fail(c, NULL, "a string variable is not valid UTF-8 (byte %zu)", bad);
         *out = jv_str(j->valuestring, n);
     } else if (cJSON_IsArray(j)) {
-        jlist *l = jl_new(c, NULL, (size_t)cJSON_GetArraySize(j));
+        jlist *l = moe8_jl_new(c, NULL, (size_t)cJSON_GetArraySize(j));
         const cJSON *e;
         if (!l) return -1;
         cJSON_ArrayForEach(e, j) {
             jv v;
-            if (jv_from_cjson(c, e, &v, depth + 1) || jl_push(c, NULL, l, v)) return -1;
+            if (moe8_jv_from_cjson(c, e, &v, depth + 1) || moe8_jl_push(c, NULL, l, v)) return -1;
         }
         out->t = JV_LIST, out->flag = 0, out->u.l = l;
     } else if (cJSON_IsObject(j)) {
-        jdict *d = jd_new(c, NULL, (size_t)cJSON_GetArraySize(j));
+        jdict *d = moe8_jd_new(c, NULL, (size_t)cJSON_GetArraySize(j));
         const cJSON *e;
         if (!d) return -1;
         cJSON_ArrayForEach(e, j) {
             jv v;
             size_t n = strlen(e->string);
             if (moe8_utf8_valid(e->string, n) != (size_t)-1)
-                return jx_fail(c, NULL, "a key of the variables is not valid UTF-8");
-            if (jv_from_cjson(c, e, &v, depth + 1) || jd_push(c, NULL, d, jv_str(e->string, n), v))
+                return moe8_jx_fail(c, NULL, "a key of the variables is not valid UTF-8");
+            if (moe8_jv_from_cjson(c, e, &v, depth + 1) || moe8_jd_push(c, NULL, d, jv_str(e->string, n), v))
                 return -1;
         }
         out->t = JV_DICT, out->flag = 0, out->u.d = d;
     } else {
-        return jx_fail(c, NULL, "unexpected JSON value in the variables");
+        return moe8_jx_fail(c, NULL, "unexpected JSON value in the variables");
     }
     return 0;
 }

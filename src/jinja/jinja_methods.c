@@ -36,7 +36,7 @@ int moe8_jx_check_sig(jctx *c, const jnode *n, const jargs *a, const char *const
     size_t np = 0;
     while (params[np]) np++;
     if (a->n_pos > np)
-        return jx_fail(c, n, "%s '%s' takes at most %zu argument%s (%zu given)", what, name, np,
+        return moe8_jx_fail(c, n, "%s '%s' takes at most %zu argument%s (%zu given)", what, name, np,
                        np == 1 ? "" : "s", a->n_pos);
     for (size_t i = 0; i < a->n_kw; i++) {
         size_t k = 0;
@@ -44,10 +44,10 @@ int moe8_jx_check_sig(jctx *c, const jnode *n, const jargs *a, const char *const
                               !memcmp(params[k], a->kw_name[i], a->kw_len[i])))
             k++;
         if (!params[k])
-            return jx_fail(c, n, "%s '%s' got an unexpected keyword argument '%.*s'", what, name,
+            return moe8_jx_fail(c, n, "%s '%s' got an unexpected keyword argument '%.*s'", what, name,
                            (int)a->kw_len[i], a->kw_name[i]);
         if (k < a->n_pos)
-            return jx_fail(c, n, "%s '%s' got multiple values for argument '%s'", what, name,
+            return moe8_jx_fail(c, n, "%s '%s' got multiple values for argument '%s'", what, name,
                            params[k]);
     }
     return 0;
@@ -65,7 +65,7 @@ static int map_cps(jctx *c, const jnode *n, const jv *s, uint32_t (*f)(uint32_t,
     for (size_t i = 0; i < s->n;) {
         uint32_t cp = f(ju_next(s->u.s, s->n, &i), st);
         if (b.n + 4 > b.cap) { /* grow: a mapping may lengthen a character */
-            char *p = jx_strbuf(c, n, NULL, 2 * b.cap + 8);
+            char *p = moe8_jx_strbuf(c, n, NULL, 2 * b.cap + 8);
             if (!p) return -1;
             memcpy(p, b.p, b.n);
             b.p = p;
@@ -107,7 +107,7 @@ static uint32_t cp_capitalize(uint32_t cp, void *st) {
 /* jinja2's title filter: words start after [-\s({[<]. */
 static uint32_t cp_jtitle(uint32_t cp, void *st) {
     int *after_sep = st, sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' ||
-                               ju_isspace(cp);
+                               moe8_ju_isspace(cp);
     uint32_t r = sep ? cp : *after_sep ? (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp)
                                        : (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
     *after_sep = sep;
@@ -125,7 +125,7 @@ int moe8_jstr_recase(jctx *c, const jnode *n, const jv *s, int how, jv *out) {
 
 /* Characters to strip: chars NULL/None = whitespace. */
 static int in_chars(const jv *chars, uint32_t cp) {
-    if (is_none_or_undef(chars)) return ju_isspace(cp);
+    if (is_none_or_undef(chars)) return moe8_ju_isspace(cp);
     for (size_t i = 0; i < chars->n;)
         if (ju_next(chars->u.s, chars->n, &i) == cp) return 1;
     return 0;
@@ -169,20 +169,20 @@ static const char *rfind_sub(const char *h, size_t hn, const char *nd, size_t nn
 }
 
 static int push_str(jctx *c, const jnode *n, jlist *l, const char *s, size_t len) {
-    return jl_push(c, n, l, jv_str(s, len));
+    return moe8_jl_push(c, n, l, jv_str(s, len));
 }
 
 /* str.split / str.rsplit (right = 1). */
 static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const jv *maxv, int right,
                     jv *out) {
     int64_t max = -1;
-    jlist *l = jl_new(c, n, 4);
+    jlist *l = moe8_jl_new(c, n, 4);
     const char *p = s->u.s;
     size_t len = s->n;
     if (!l || (maxv && !is_none_or_undef(maxv) && want_int(c, n, maxv, "maxsplit", &max))) return -1;
     if (!is_none_or_undef(sep)) {
         if (want_str(c, n, sep, "the separator")) return -1;
-        if (sep->n == 0) return jx_fail(c, n, "empty separator");
+        if (sep->n == 0) return moe8_jx_fail(c, n, "empty separator");
         if (!right) {
             size_t i = 0;
             for (int64_t k = 0; max < 0 || k < max; k++) {
@@ -194,7 +194,7 @@ static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const j
             if (push_str(c, n, l, p + i, len - i)) return -1;
         } else {
             size_t e = len;
-            jlist *r = jl_new(c, n, 4);
+            jlist *r = moe8_jl_new(c, n, 4);
             if (!r) return -1;
             for (int64_t k = 0; max < 0 || k < max; k++) {
                 const char *hit = rfind_sub(p, e, sep->u.s, sep->n);
@@ -205,28 +205,28 @@ static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const j
             }
             if (push_str(c, n, l, p, e)) return -1;
             for (size_t k = r->n; k-- > 0;)
-                if (jl_push(c, n, l, r->v[k])) return -1;
+                if (moe8_jl_push(c, n, l, r->v[k])) return -1;
         }
     } else if (!right) { /* runs of whitespace */
         size_t i = 0;
         int64_t k = 0;
         for (;;) {
             size_t j = i;
-            while (i < len && (j = i, ju_isspace(ju_next(p, len, &j)))) i = j;
+            while (i < len && (j = i, moe8_ju_isspace(ju_next(p, len, &j)))) i = j;
             if (i >= len) break;
             if (max >= 0 && k == max) {
                 if (push_str(c, n, l, p + i, len - i)) return -1;
                 break;
             }
             size_t start = i;
-            while (i < len && (j = i, !ju_isspace(ju_next(p, len, &j)))) i = j;
+            while (i < len && (j = i, !moe8_ju_isspace(ju_next(p, len, &j)))) i = j;
             if (push_str(c, n, l, p + start, i - start)) return -1;
             k++;
         }
     } else {
         size_t e = len;
         int64_t k = 0;
-        jlist *r = jl_new(c, n, 4);
+        jlist *r = moe8_jl_new(c, n, 4);
         if (!r) return -1;
         for (;;) {
             jv piece;
@@ -234,7 +234,7 @@ static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const j
                 size_t j = e - 1, t;
                 while (j > 0 && ((unsigned char)p[j] & 0xc0) == 0x80) j--;
                 t = j;
-                if (!ju_isspace(ju_next(p, len, &t))) break;
+                if (!moe8_ju_isspace(ju_next(p, len, &t))) break;
                 e = j;
             }
             if (e == 0) break;
@@ -247,16 +247,16 @@ static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const j
                 size_t j = b - 1, t;
                 while (j > 0 && ((unsigned char)p[j] & 0xc0) == 0x80) j--;
                 t = j;
-                if (ju_isspace(ju_next(p, len, &t))) break;
+                if (moe8_ju_isspace(ju_next(p, len, &t))) break;
                 b = j;
             }
             piece = jv_str(p + b, e - b);
-            if (jl_push(c, n, r, piece)) return -1;
+            if (moe8_jl_push(c, n, r, piece)) return -1;
             e = b;
             k++;
         }
         for (size_t q = r->n; q-- > 0;)
-            if (jl_push(c, n, l, r->v[q])) return -1;
+            if (moe8_jl_push(c, n, l, r->v[q])) return -1;
     }
     *out = list_val(l, 0);
     return 0;
@@ -264,7 +264,7 @@ static int do_split(jctx *c, const jnode *n, const jv *s, const jv *sep, const j
 
 /* str.splitlines(): \n \r \r\n \v \f \x1c-\x1e \x85 \u2028 \u2029 end lines. */
 int moe8_jstr_splitlines(jctx *c, const jnode *n, const jv *s, jv *out) {
-    jlist *l = jl_new(c, n, 4);
+    jlist *l = moe8_jl_new(c, n, 4);
     const char *p = s->u.s;
     size_t i = 0, start = 0, len = s->n;
     if (!l) return -1;
@@ -293,7 +293,7 @@ int moe8_jstr_replace(jctx *c, const jnode *n, const jv *s, const jv *old, const
         (countv && !is_none_or_undef(countv) && want_int(c, n, countv, "replace's count", &count)))
         return -1;
     if (old->n == 0) { /* between every character, and at both ends */
-        size_t m = ju_len(s->u.s, s->n);
+        size_t m = moe8_ju_len(s->u.s, s->n);
         hits = count < 0 || count > (int64_t)m + 1 ? (int64_t)m + 1 : count;
     } else {
         for (const char *h = s->u.s; (count < 0 || hits < count) &&
@@ -302,7 +302,7 @@ int moe8_jstr_replace(jctx *c, const jnode *n, const jv *s, const jv *old, const
     }
     if (moe8_mul_size((size_t)hits, new_->n, &need) || moe8_add_size(need, s->n, &need) ||
         need > c->lim.max_output)
-        return jx_fail(c, n, "replace would make a string over the %zu-byte limit", c->lim.max_output);
+        return moe8_jx_fail(c, n, "replace would make a string over the %zu-byte limit", c->lim.max_output);
     if (sb_init(c, n, &b, need)) return -1;
     if (old->n == 0) {
         while (k < hits) {
@@ -351,7 +351,7 @@ static int str_all(const jv *s, char which) {
         int digit = k == UTF8PROC_CATEGORY_ND;
         int numeric = digit || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
         int ok = which == 'd' ? digit : which == 'a' ? letter : which == 'n' ? letter || numeric
-                 : ju_isspace(cp);
+                 : moe8_ju_isspace(cp);
         if (!ok) return 0;
     }
     return 1;
@@ -371,18 +371,18 @@ int moe8_jstr_cased(const jv *s, int upper) {
 }
 
 /* Iterating a value as Python does: list items, dict keys, string characters. */
-int jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out) {
+int moe8_jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out) {
     jlist *l;
     switch (v->t) {
     case JV_LIST: *out = v->u.l; return 0;
-    case JV_UNDEF: return !(*out = jl_new(c, n, 0));
+    case JV_UNDEF: return !(*out = moe8_jl_new(c, n, 0));
     case JV_DICT: case JV_NS:
-        if (!(l = jl_new(c, n, v->u.d->n))) return -1;
+        if (!(l = moe8_jl_new(c, n, v->u.d->n))) return -1;
         for (size_t i = 0; i < v->u.d->n; i++) l->v[l->n++] = v->u.d->k[i];
         *out = l;
         return 0;
     case JV_STR:
-        if (!(l = jl_new(c, n, v->n))) return -1;
+        if (!(l = moe8_jl_new(c, n, v->n))) return -1;
         for (size_t i = 0; i < v->n;) {
             size_t s = i;
             ju_next(v->u.s, v->n, &i);
@@ -391,7 +391,7 @@ int jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out) {
         *out = l;
         return 0;
     default:
-        return jx_fail(c, n, "'%s' object is not iterable", jv_type_name(v));
+        return moe8_jx_fail(c, n, "'%s' object is not iterable", moe8_jv_type_name(v));
     }
 }
 
@@ -399,7 +399,7 @@ int jv_iterate(jctx *c, const jnode *n, const jv *v, const jlist **out) {
 int moe8_jstr_join(jctx *c, const jnode *n, const jv *sep, const jlist *items, jv *out) {
     moe8_buf b = {0};
     for (size_t i = 0; i < items->n; i++)
-        if ((i && jbuf_add(c, n, &b, sep->u.s, sep->n)) || jv_str_to(c, n, &b, &items->v[i])) {
+        if ((i && moe8_jbuf_add(c, n, &b, sep->u.s, sep->n)) || moe8_jv_str_to(c, n, &b, &items->v[i])) {
             moe8_jx_buf_free(c, &b);
             return -1;
         }
@@ -428,7 +428,7 @@ static int in_names(const char *const *names, const char *s, size_t n) {
     return 0;
 }
 
-int jmethod_exists(const jv *obj, const char *name, size_t len, int *unsafe) {
+int moe8_jmethod_exists(const jv *obj, const char *name, size_t len, int *unsafe) {
     *unsafe = 0;
     switch (obj->t) {
     case JV_STR: return in_names(STR_METHODS, name, len);
@@ -468,14 +468,14 @@ static int str_method(jctx *c, const jnode *n, const jmethod *m, const jargs *a,
         const jv *x;
         int hit;
         if (moe8_jx_check_sig(c, n, a, p_affix, "method", name)) return -1;
-        if (!(x = arg(a, 0, p_affix))) return jx_fail(c, n, "%s takes one argument", name);
+        if (!(x = arg(a, 0, p_affix))) return moe8_jx_fail(c, n, "%s takes one argument", name);
         if (affix_match(c, n, s, x, m->name[0] == 'e', &hit)) return -1;
         *out = jv_bool(hit);
         return 0;
     }
     if (is_m(m, "replace")) {
         if (moe8_jx_check_sig(c, n, a, p_repl, "method", name)) return -1;
-        if (!arg(a, 0, p_repl) || !arg(a, 1, p_repl)) return jx_fail(c, n, "%s takes 2 or 3 arguments", name);
+        if (!arg(a, 0, p_repl) || !arg(a, 1, p_repl)) return moe8_jx_fail(c, n, "%s takes 2 or 3 arguments", name);
         return moe8_jstr_replace(c, n, s, arg(a, 0, p_repl), arg(a, 1, p_repl), arg(a, 2, p_repl), out);
     }
     if (is_m(m, "upper") || is_m(m, "lower") || is_m(m, "title") || is_m(m, "capitalize")) {
@@ -486,10 +486,10 @@ static int str_method(jctx *c, const jnode *n, const jmethod *m, const jargs *a,
     if (is_m(m, "find") || is_m(m, "rfind") || is_m(m, "index") || is_m(m, "rindex") || is_m(m, "count")) {
         const jv *x;
         if (moe8_jx_check_sig(c, n, a, p_sub, "method", name)) return -1;
-        if (!(x = arg(a, 0, p_sub)) || want_str(c, n, x, name)) return x ? -1 : jx_fail(c, n, "%s takes one argument", name);
+        if (!(x = arg(a, 0, p_sub)) || want_str(c, n, x, name)) return x ? -1 : moe8_jx_fail(c, n, "%s takes one argument", name);
         if (is_m(m, "count")) {
             int64_t k = 0;
-            if (!x->n) k = (int64_t)ju_len(s->u.s, s->n) + 1;
+            if (!x->n) k = (int64_t)moe8_ju_len(s->u.s, s->n) + 1;
             else
                 for (const char *h = s->u.s;
                      (h = moe8_jstr_find(h, s->n - (size_t)(h - s->u.s), x->u.s, x->n)); h += x->n)
@@ -499,15 +499,15 @@ static int str_method(jctx *c, const jnode *n, const jmethod *m, const jargs *a,
         }
         const char *h = m->name[0] == 'r' ? rfind_sub(s->u.s, s->n, x->u.s, x->n)
                                           : moe8_jstr_find(s->u.s, s->n, x->u.s, x->n);
-        if (!h && (is_m(m, "index") || is_m(m, "rindex"))) return jx_fail(c, n, "substring not found");
-        *out = jv_int(h ? (int64_t)ju_len(s->u.s, (size_t)(h - s->u.s)) : -1);
+        if (!h && (is_m(m, "index") || is_m(m, "rindex"))) return moe8_jx_fail(c, n, "substring not found");
+        *out = jv_int(h ? (int64_t)moe8_ju_len(s->u.s, (size_t)(h - s->u.s)) : -1);
         return 0;
     }
     if (is_m(m, "removeprefix") || is_m(m, "removesuffix")) {
         const jv *x;
         int end = m->name[6] == 's', hit;
         if (moe8_jx_check_sig(c, n, a, p_affix, "method", name)) return -1;
-        if (!(x = arg(a, 0, p_affix)) || want_str(c, n, x, name)) return x ? -1 : jx_fail(c, n, "%s takes one argument", name);
+        if (!(x = arg(a, 0, p_affix)) || want_str(c, n, x, name)) return x ? -1 : moe8_jx_fail(c, n, "%s takes one argument", name);
         hit = x->n <= s->n && !memcmp(s->u.s + (end ? s->n - x->n : 0), x->u.s, x->n);
         *out = hit ? jv_str(s->u.s + (end ? 0 : x->n), s->n - x->n) : *s;
         return 0;
@@ -516,12 +516,12 @@ static int str_method(jctx *c, const jnode *n, const jmethod *m, const jargs *a,
         const jv *x;
         const jlist *items;
         if (moe8_jx_check_sig(c, n, a, p_join, "method", name)) return -1;
-        if (!(x = arg(a, 0, p_join))) return jx_fail(c, n, "%s takes one argument", name);
-        if (jv_iterate(c, n, x, &items)) return -1;
+        if (!(x = arg(a, 0, p_join))) return moe8_jx_fail(c, n, "%s takes one argument", name);
+        if (moe8_jv_iterate(c, n, x, &items)) return -1;
         for (size_t i = 0; i < items->n; i++)
             if (items->v[i].t != JV_STR)
-                return jx_fail(c, n, "sequence item %zu: expected str instance, %s found", i,
-                               jv_type_name(&items->v[i]));
+                return moe8_jx_fail(c, n, "sequence item %zu: expected str instance, %s found", i,
+                               moe8_jv_type_name(&items->v[i]));
         return moe8_jstr_join(c, n, s, items, out);
     }
     if (is_m(m, "splitlines")) {
@@ -536,19 +536,19 @@ static int str_method(jctx *c, const jnode *n, const jmethod *m, const jargs *a,
                                        : is_m(m, "isalnum") ? 'n' : 's'));
         return 0;
     }
-    return jx_fail(c, n, "%s() is not supported", name);
+    return moe8_jx_fail(c, n, "%s() is not supported", name);
 }
 
-int jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *out) {
+int moe8_jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *out) {
     static const char *const p_get[] = {"key", "default", NULL}, *const p_none[] = {NULL},
                              *const p_x[] = {"value", NULL};
     const jv *self = &m->self;
     char name[24];
     if (self->t == JV_STR) return str_method(c, n, m, a, out);
-    snprintf(name, sizeof name, "%s.%.*s", jv_type_name(self), (int)(m->len > 12 ? 12 : m->len), m->name);
+    snprintf(name, sizeof name, "%s.%.*s", moe8_jv_type_name(self), (int)(m->len > 12 ? 12 : m->len), m->name);
     if (self->t == JV_LOOP) { /* cycle(*values) */
-        if (a->n_kw) return jx_fail(c, n, "loop.cycle takes no keyword arguments");
-        if (!a->n_pos) return jx_fail(c, n, "no items for cycling given");
+        if (a->n_kw) return moe8_jx_fail(c, n, "loop.cycle takes no keyword arguments");
+        if (!a->n_pos) return moe8_jx_fail(c, n, "no items for cycling given");
         *out = a->pos[self->u.loop->i % a->n_pos];
         return 0;
     }
@@ -557,8 +557,8 @@ int jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *
         if (is_m(m, "get")) {
             const jv *k, *v;
             if (moe8_jx_check_sig(c, n, a, p_get, "method", name)) return -1;
-            if (!(k = arg(a, 0, p_get))) return jx_fail(c, n, "dict.get takes 1 or 2 arguments");
-            v = jd_get(c, d, k);
+            if (!(k = arg(a, 0, p_get))) return moe8_jx_fail(c, n, "dict.get takes 1 or 2 arguments");
+            v = moe8_jd_get(c, d, k);
             *out = v ? *v : arg(a, 1, p_get) ? *arg(a, 1, p_get) : jv_none();
             return 0;
         }
@@ -568,13 +568,13 @@ int jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *
             return 0;
         }
         if (is_m(m, "keys") || is_m(m, "values") || is_m(m, "items")) {
-            jlist *l = jl_new(c, n, d->n);
+            jlist *l = moe8_jl_new(c, n, d->n);
             if (!l) return -1;
             for (size_t i = 0; i < d->n; i++) {
                 if (is_m(m, "keys")) l->v[i] = d->k[i];
                 else if (is_m(m, "values")) l->v[i] = d->v[i];
                 else {
-                    jlist *pair = jl_new(c, n, 2);
+                    jlist *pair = moe8_jl_new(c, n, 2);
                     if (!pair) return -1;
                     pair->v[0] = d->k[i];
                     pair->v[1] = d->v[i];
@@ -598,21 +598,21 @@ int jmethod_call(jctx *c, const jnode *n, const jmethod *m, const jargs *a, jv *
             const jv *x;
             int64_t k = 0;
             if (moe8_jx_check_sig(c, n, a, p_x, "method", name)) return -1;
-            if (!(x = arg(a, 0, p_x))) return jx_fail(c, n, "%s takes one argument", name);
+            if (!(x = arg(a, 0, p_x))) return moe8_jx_fail(c, n, "%s takes one argument", name);
             for (size_t i = 0; i < l->n; i++)
-                if (jv_equal(c, &l->v[i], x)) {
+                if (moe8_jv_equal(c, &l->v[i], x)) {
                     if (is_m(m, "index")) {
                         *out = jv_int((int64_t)i);
                         return 0;
                     }
                     k++;
                 }
-            if (is_m(m, "index")) return jx_fail(c, n, "list.index(x): x not in list");
+            if (is_m(m, "index")) return moe8_jx_fail(c, n, "list.index(x): x not in list");
             *out = jv_int(k);
             return 0;
         }
     }
-    return jx_fail(c, n, "%s() is not supported", name);
+    return moe8_jx_fail(c, n, "%s() is not supported", name);
 }
 
 /* ---- attribute and item lookup --------------------------------------------------------- */
@@ -645,17 +645,17 @@ static int loop_attr(jctx *c, const jnode *n, const jloop *L, const char *name, 
     return 1;
 }
 
-int jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t len, jv *out) {
+int moe8_jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t len, jv *out) {
     int unsafe;
-    if (obj->t == JV_UNDEF) return jx_undefined(c, n, obj);
+    if (obj->t == JV_UNDEF) return moe8_jx_undefined(c, n, obj);
     if (obj->t == JV_LOOP && loop_attr(c, n, obj->u.loop, name, len, out)) return 0;
-    if (jmethod_exists(obj, name, len, &unsafe)) {
+    if (moe8_jmethod_exists(obj, name, len, &unsafe)) {
         jmethod *m;
         if (unsafe) {
             *out = moe8_jv_undef_attr(obj, n, name, len, JU_UNSAFE);
             return 0;
         }
-        if (!(m = jx_alloc(c, n, sizeof *m))) return -1;
+        if (!(m = moe8_jx_alloc(c, n, sizeof *m))) return -1;
         m->self = *obj;
         m->name = name;
         m->len = len;
@@ -664,7 +664,7 @@ int jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t 
         return 0;
     }
     if (obj->t == JV_DICT || obj->t == JV_NS) {
-        const jv *v = jd_get_str(c, obj->u.d, name, len);
+        const jv *v = moe8_jd_get_str(c, obj->u.d, name, len);
         if (v) {
             *out = *v;
             return 0;
@@ -674,11 +674,11 @@ int jv_getattr(jctx *c, const jnode *n, const jv *obj, const char *name, size_t 
     return 0;
 }
 
-int jv_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, jv *out) {
-    if (obj->t == JV_UNDEF) return jx_undefined(c, n, obj);
+int moe8_jv_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, jv *out) {
+    if (obj->t == JV_UNDEF) return moe8_jx_undefined(c, n, obj);
     if ((obj->t == JV_LIST || obj->t == JV_STR) && (key->t == JV_INT || key->t == JV_BOOL)) {
         int64_t i = key->t == JV_INT ? key->u.i : key->u.b;
-        size_t len = obj->t == JV_LIST ? obj->u.l->n : ju_len(obj->u.s, obj->n);
+        size_t len = obj->t == JV_LIST ? obj->u.l->n : moe8_ju_len(obj->u.s, obj->n);
         if (i < 0) i += (int64_t)len;
         if (i >= 0 && (uint64_t)i < len) {
             if (obj->t == JV_LIST) {
@@ -701,13 +701,13 @@ int jv_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, jv *out) {
         return 0;
     }
     if (obj->t == JV_DICT) {
-        const jv *v = jd_get(c, obj->u.d, key);
+        const jv *v = moe8_jd_get(c, obj->u.d, key);
         if (v) {
             *out = *v;
             return 0;
         }
     }
-    if (key->t == JV_STR) return jv_getattr(c, n, obj, key->u.s, key->n, out);
+    if (key->t == JV_STR) return moe8_jv_getattr(c, n, obj, key->u.s, key->n, out);
     *out = moe8_jv_undef_attr(obj, n, NULL, 0, JU_ELEMENT);
     out->u.i = key->t == JV_INT ? key->u.i : 0;
     return 0;
@@ -721,7 +721,7 @@ static const char *const FUNCS[JF_COUNT] = {
     [JF_RAISE] = "raise_exception", [JF_STRFTIME] = "strftime_now",
 };
 
-int jfunc_id(const char *name, size_t n) {
+int moe8_jfunc_id(const char *name, size_t n) {
     for (int i = 0; i < JF_COUNT; i++)
         if (strlen(FUNCS[i]) == n && !memcmp(FUNCS[i], name, n)) return i;
     return -1;
@@ -730,35 +730,35 @@ int jfunc_id(const char *name, size_t n) {
 static int f_range(jctx *c, const jnode *n, const jargs *a, jv *out) {
     int64_t v[3] = {0, 0, 1}, len = 0;
     jlist *l;
-    if (a->n_kw || a->n_pos < 1 || a->n_pos > 3) return jx_fail(c, n, "range takes 1 to 3 integer arguments");
+    if (a->n_kw || a->n_pos < 1 || a->n_pos > 3) return moe8_jx_fail(c, n, "range takes 1 to 3 integer arguments");
     for (size_t i = 0; i < a->n_pos; i++)
         if (want_int(c, n, &a->pos[i], "a range argument", &v[a->n_pos == 1 ? 1 : i])) return -1;
-    if (v[2] == 0) return jx_fail(c, n, "range() arg 3 must not be zero");
+    if (v[2] == 0) return moe8_jx_fail(c, n, "range() arg 3 must not be zero");
     if (v[2] > 0 && v[1] > v[0]) len = (int64_t)(((__int128)v[1] - v[0] + v[2] - 1) / v[2]);
     if (v[2] < 0 && v[1] < v[0]) len = (int64_t)(((__int128)v[0] - v[1] - v[2] - 1) / -(__int128)v[2]);
     if (len > MAX_RANGE)
-        return jx_fail(c, n, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
-    if (!(l = jl_new(c, n, (size_t)len)) || jx_charge(c, n, (uint64_t)len / 8)) return -1;
+        return moe8_jx_fail(c, n, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
+    if (!(l = moe8_jl_new(c, n, (size_t)len)) || moe8_jx_charge(c, n, (uint64_t)len / 8)) return -1;
     for (int64_t i = 0; i < len; i++) l->v[i] = jv_int(v[0] + i * v[2]);
     l->n = (size_t)len;
     *out = list_val(l, 0);
     return 0;
 }
 
-int jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out) {
+int moe8_jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out) {
     switch (fn) {
     case JF_RANGE: return f_range(c, n, a, out);
     case JF_NAMESPACE: case JF_DICT: {
-        jdict *d = jd_new(c, n, a->n_kw);
+        jdict *d = moe8_jd_new(c, n, a->n_kw);
         if (!d) return -1;
-        if (a->n_pos > 1) return jx_fail(c, n, "%s takes at most one positional argument", FUNCS[fn]);
+        if (a->n_pos > 1) return moe8_jx_fail(c, n, "%s takes at most one positional argument", FUNCS[fn]);
         if (a->n_pos) { /* namespace({...}) / dict({...}) */
-            if (a->pos[0].t != JV_DICT) return jx_fail(c, n, "%s's argument must be a dict", FUNCS[fn]);
+            if (a->pos[0].t != JV_DICT) return moe8_jx_fail(c, n, "%s's argument must be a dict", FUNCS[fn]);
             for (size_t i = 0; i < a->pos[0].u.d->n; i++)
-                if (jd_set(c, n, d, a->pos[0].u.d->k[i], a->pos[0].u.d->v[i])) return -1;
+                if (moe8_jd_set(c, n, d, a->pos[0].u.d->k[i], a->pos[0].u.d->v[i])) return -1;
         }
         for (size_t i = 0; i < a->n_kw; i++)
-            if (jd_set(c, n, d, jv_str(a->kw_name[i], a->kw_len[i]), a->kw[i])) return -1;
+            if (moe8_jd_set(c, n, d, jv_str(a->kw_name[i], a->kw_len[i]), a->kw[i])) return -1;
         out->t = fn == JF_DICT ? JV_DICT : JV_NS;
         out->flag = 0;
         out->u.d = d;
@@ -766,7 +766,7 @@ int jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out) {
     }
     case JF_RAISE: {
         jv msg = jv_str("", 0);
-        if (a->n_pos && jv_to_str(c, n, &a->pos[0], &msg)) return -1;
+        if (a->n_pos && moe8_jv_to_str(c, n, &a->pos[0], &msg)) return -1;
         moe8_fail(c->err, MOE8_ERR_INVALID_ARG, n ? (int64_t)n->pos : -1, "%s: %.*s", c->t->name,
                   (int)(msg.n > 400 ? 400 : msg.n), msg.u.s);
         c->failed = 1;
@@ -778,15 +778,15 @@ int jfunc_call(jctx *c, const jnode *n, int fn, const jargs *a, jv *out) {
         struct tm tm;
         size_t k;
         if (a->n_pos != 1 || a->pos[0].t != JV_STR || a->pos[0].n >= sizeof fmt)
-            return jx_fail(c, n, "strftime_now takes one format string (under 256 bytes)");
+            return moe8_jx_fail(c, n, "strftime_now takes one format string (under 256 bytes)");
         memcpy(fmt, a->pos[0].u.s, a->pos[0].n);
         fmt[a->pos[0].n] = '\0';
         localtime_r(&now, &tm);
         k = strftime(buf, sizeof buf, fmt, &tm);
-        if (!(out->u.s = jx_strbuf(c, n, buf, k))) return -1;
+        if (!(out->u.s = moe8_jx_strbuf(c, n, buf, k))) return -1;
         *out = jv_str(out->u.s, k);
         return 0;
     }
     }
-    return jx_fail(c, n, "unknown function");
+    return moe8_jx_fail(c, n, "unknown function");
 }

@@ -43,7 +43,7 @@ static int expect_op(jparser *P, int op) {
 }
 
 static jnode *new_node(jparser *P, jnode_kind kind, size_t pos) {
-    jnode *n = ja_alloc(&P->t->arena, sizeof *n);
+    jnode *n = moe8_ja_alloc(&P->t->arena, sizeof *n);
     if (!n) {
         moe8_jp_fail(P, pos, MOE8_ERR_NOMEM, "out of memory");
         return NULL;
@@ -63,7 +63,7 @@ typedef struct {
 static int kids_push(jparser *P, kids *k, jnode *n) {
     if (k->n == k->cap) {
         uint32_t cap = k->cap ? 2 * k->cap : 4;
-        jnode **v = ja_alloc(&P->t->arena, cap * sizeof *v);
+        jnode **v = moe8_ja_alloc(&P->t->arena, cap * sizeof *v);
         if (!v) return moe8_jp_fail(P, n->pos, MOE8_ERR_NOMEM, "out of memory");
         if (k->n) memcpy(v, k->v, k->n * sizeof *v);
         k->v = v;
@@ -164,7 +164,7 @@ static jnode *parse_filter(jparser *P, jnode *node) {
         size_t len;
         int id;
         if (parse_dotted(P, &s, &len)) return NULL;
-        if ((id = jfilter_id(s, len)) < 0) {
+        if ((id = moe8_jfilter_id(s, len)) < 0) {
             moe8_jp_fail(P, f->pos, MOE8_ERR_UNSUPPORTED, "filter '%.*s' is not supported", (int)len, s);
             return NULL;
         }
@@ -186,7 +186,7 @@ static jnode *parse_test(jparser *P, jnode *node) {
     next_tok(P); /* is */
     if (is_name(cur(P), "not")) negated = 1, next_tok(P);
     if (parse_dotted(P, &s, &len)) return NULL;
-    if ((id = jtest_id(s, len)) < 0) {
+    if ((id = moe8_jtest_id(s, len)) < 0) {
         moe8_jp_fail(P, t->pos, MOE8_ERR_UNSUPPORTED, "test '%.*s' is not supported", (int)len, s);
         return NULL;
     }
@@ -361,7 +361,7 @@ static jnode *parse_primary(jparser *P) {
         size_t total = 0, k = 0;
         char *buf;
         for (jtok *u = t; u->type == TK_STRING; u++) total += u->n;
-        if (!(n = new_node(P, N_LIT, t->pos)) || !(buf = ja_alloc(&P->t->arena, total + 1)))
+        if (!(n = new_node(P, N_LIT, t->pos)) || !(buf = moe8_ja_alloc(&P->t->arena, total + 1)))
             return NULL;
         while (cur(P)->type == TK_STRING) {
             memcpy(buf + k, cur(P)->s, cur(P)->n);
@@ -477,7 +477,7 @@ static jnode *parse_compare(jparser *P) {
         if (!rhs || kids_push(P, &k, rhs)) return NULL;
     }
     if (!first || k.n == 0) return first;
-    if (!(n = new_node(P, N_CMP, first->pos)) || !(n->ops = ja_alloc(&P->t->arena, k.n))) return NULL;
+    if (!(n = new_node(P, N_CMP, first->pos)) || !(n->ops = moe8_ja_alloc(&P->t->arena, k.n))) return NULL;
     memcpy(n->ops, ops, k.n);
     n->a = first;
     kids_set(n, &k);
@@ -799,7 +799,7 @@ static jnode *subparse(jparser *P, const char *const *ends, const char *owner) {
         if (t->type == TK_EOF) {
             if (ends) {
                 int line, col;
-                jinja_line_col(P->t->src, P->t->len, start, &line, &col);
+                moe8_jinja_line_col(P->t->src, P->t->len, start, &line, &col);
                 moe8_jp_fail(P, t->pos, MOE8_ERR_FORMAT, "unexpected end of template: the '%s' block "
                              "of line %d is not closed with 'end%s'", owner, line, owner);
                 return NULL;
@@ -854,7 +854,7 @@ static jnode *subparse(jparser *P, const char *const *ends, const char *owner) {
 
 /* ---- entry --------------------------------------------------------------------- */
 
-moe8_status jinja_parse(const char *src, size_t len, const char *name, jinja_template **out,
+moe8_status moe8_jinja_parse(const char *src, size_t len, const char *name, jinja_template **out,
                         moe8_error *err) {
     jinja_template *t;
     jparser P = {0};
@@ -873,12 +873,12 @@ moe8_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
     P.err = err;
     if ((bad = moe8_utf8_valid(src, len)) != (size_t)-1) {
         int line, col;
-        jinja_line_col(src, len, bad, &line, &col);
+        moe8_jinja_line_col(src, len, bad, &line, &col);
         moe8_fail(err, MOE8_ERR_FORMAT, (int64_t)bad, "%s line %d, column %d: not valid UTF-8",
                   name, line, col);
         goto fail;
     }
-    if (!(t->src = ja_alloc(&t->arena, len + 1))) {
+    if (!(t->src = moe8_ja_alloc(&t->arena, len + 1))) {
         moe8_fail(err, MOE8_ERR_NOMEM, -1, "%s: out of memory", name);
         goto fail;
     }
@@ -888,12 +888,12 @@ moe8_status jinja_parse(const char *src, size_t len, const char *name, jinja_tem
     return MOE8_OK;
 fail:
     free(P.tk);
-    jinja_free(t);
+    moe8_jinja_free(t);
     return err->code;
 }
 
-void jinja_free(jinja_template *t) {
+void moe8_jinja_free(jinja_template *t) {
     if (!t) return;
-    ja_free(&t->arena);
+    moe8_ja_free(&t->arena);
     free(t);
 }

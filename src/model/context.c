@@ -220,7 +220,7 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     if (n_blocks > INT32_MAX / 2)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache of %lld blocks is too large",
                          (long long)n_blocks);
-    st = kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, bytes,
+    st = moe8_kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, bytes,
                       (uint64_t)(uintptr_t)x->w, err);
     if (st) return st;
     x->kv.prefix_cache = x->p.prefix_cache != 0;
@@ -260,7 +260,7 @@ void moe8_context_free(moe8_context *x) {
     for (int i = 0; x->s.moe_ws && i < x->w->n_layer; i++) moe8_moe_workspace_free(x->s.moe_ws[i]);
     free(x->s.moe_ws);
     moe8_free_aligned(x->s.block);
-    kv_pool_free(&x->kv);
+    moe8_kv_pool_free(&x->kv);
     moe8_weights_release(x->model, x->w);
     moe8_model_unref(x->model);
     free(x);
@@ -285,7 +285,7 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          "truncate: sequence %d (of %d) / n_keep %d out of range", seq,
                          x->p.n_seq_max, n_keep);
     if (n_keep >= x->seq_len[seq]) return MOE8_OK;
-    if (kv_truncate(&x->kv, seq, n_keep))
+    if (moe8_kv_truncate(&x->kv, seq, n_keep))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "truncate: sequence %d shares its block at "
                          "position %d and the kv cache has no free block to copy it to", seq,
                          n_keep);
@@ -320,12 +320,12 @@ int32_t moe8_context_kv_seq_blocks(const moe8_context *x) { return x->kv.max_blo
 int32_t moe8_context_kv_available(const moe8_context *x) { return kv_available(&x->kv); }
 int32_t moe8_context_kv_held(const moe8_context *x, int32_t seq) { return x->kv.n_held[seq]; }
 int moe8_context_kv_reserve(moe8_context *x, int32_t seq, int32_t n_tokens) {
-    return kv_reserve(&x->kv, seq, n_tokens);
+    return moe8_kv_reserve(&x->kv, seq, n_tokens);
 }
 
 int32_t moe8_context_prefix_match(const moe8_context *x, const int32_t *tokens, int32_t n,
                                   int32_t *out) {
-    return x->kv.prefix_cache ? kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
+    return x->kv.prefix_cache ? moe8_kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
 }
 
 int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int32_t n) {
@@ -336,7 +336,7 @@ int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int
 
 void moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks, int32_t n) {
     MOE8_ASSERT(x->seq_len[seq] == 0);
-    kv_attach(&x->kv, seq, blocks, n);
+    moe8_kv_attach(&x->kv, seq, blocks, n);
     x->seq_len[seq] = n * MOE8_KV_BLOCK_TOKENS;
 }
 
@@ -389,7 +389,7 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
     int64_t need = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t s = b->seq_id[i];
-        if (b->pos[i] == x->seq_len[s]) need += kv_blocks_needed(&x->kv, s, x->seq_next[s]);
+        if (b->pos[i] == x->seq_len[s]) need += moe8_kv_blocks_needed(&x->kv, s, x->seq_next[s]);
     }
     if (need > kv_available(&x->kv))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache full: the batch needs %lld "
@@ -397,7 +397,7 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
                          MOE8_KV_BLOCK_TOKENS, kv_available(&x->kv));
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t s = b->seq_id[i];
-        if (b->pos[i] == x->seq_len[s]) MOE8_ASSERT(kv_reserve(&x->kv, s, x->seq_next[s]) == 0);
+        if (b->pos[i] == x->seq_len[s]) MOE8_ASSERT(moe8_kv_reserve(&x->kv, s, x->seq_next[s]) == 0);
     }
     return MOE8_OK;
 }
@@ -415,11 +415,11 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
                       b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
     if (st) { /* the sequences keep their old positions; new blocks go back */
         for (int32_t i = 0; i < b->n_tokens; i++)
-            kv_truncate(&x->kv, b->seq_id[i], x->seq_len[b->seq_id[i]]);
+            moe8_kv_truncate(&x->kv, b->seq_id[i], x->seq_len[b->seq_id[i]]);
         return st;
     }
     for (int32_t i = 0; i < b->n_tokens; i++)
-        kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
+        moe8_kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
     if (t0 > 0) moe8_phase_forward(moe8_time_s() - t0);

@@ -136,7 +136,7 @@ static void register_block(kv_pool *p, int32_t id, int32_t parent) {
 
 /* ---- pool ---------------------------------------------------------------------- */
 
-moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
+moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
                          size_t block_bytes, uint64_t seed, moe8_error *err) {
     size_t bytes;
     memset(p, 0, sizeof *p);
@@ -156,7 +156,7 @@ moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_
     p->n_held = calloc((size_t)n_seq, sizeof *p->n_held);
     if (!p->data || !p->b || !p->tokens || !p->table || !p->n_held ||
         moe8_index_init(&p->registered, (size_t)n_blocks, block_hash)) {
-        kv_pool_free(p);
+        moe8_kv_pool_free(p);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the kv cache: %d blocks of "
                          "%d tokens (%zu bytes)", n_blocks, KV_BS, bytes);
     }
@@ -168,7 +168,7 @@ moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_
     return MOE8_OK;
 }
 
-void kv_pool_free(kv_pool *p) {
+void moe8_kv_pool_free(kv_pool *p) {
     moe8_free_aligned(p->data);
     free(p->b);
     free(p->tokens);
@@ -178,13 +178,13 @@ void kv_pool_free(kv_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
-int32_t kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens) {
+int32_t moe8_kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens) {
     int32_t want = (n_tokens + KV_BS - 1) / KV_BS;
     return want > p->n_held[seq] ? want - p->n_held[seq] : 0;
 }
 
-int kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens) {
-    int32_t need = kv_blocks_needed(p, seq, n_tokens);
+int moe8_kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens) {
+    int32_t need = moe8_kv_blocks_needed(p, seq, n_tokens);
     int32_t *t = p->table + (size_t)seq * p->max_blocks;
     MOE8_ASSERT((n_tokens + KV_BS - 1) / KV_BS <= p->max_blocks);
     if (need > kv_available(p)) return -1;
@@ -192,7 +192,7 @@ int kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens) {
     return 0;
 }
 
-int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
+int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
     int32_t keep = (n_tokens + KV_BS - 1) / KV_BS, *t = p->table + (size_t)seq * p->max_blocks;
     while (p->n_held[seq] > keep) drop_ref(p, t[--p->n_held[seq]]);
     if (keep > 0 && n_tokens % KV_BS) { /* the kept last block will be written again */
@@ -215,7 +215,7 @@ int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
     return 0;
 }
 
-void kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n) {
+void moe8_kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n) {
     const int32_t *t = p->table + (size_t)seq * p->max_blocks;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = pos0 + i;
@@ -226,7 +226,7 @@ void kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int
         register_block(p, t[blk], blk > 0 ? t[blk - 1] : -1);
 }
 
-int32_t kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
+int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
                  int32_t max_blocks) {
     int32_t n_match = 0, parent = -1;
     uint64_t h = 0;
@@ -240,7 +240,7 @@ int32_t kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *ou
     return n_match;
 }
 
-void kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n) {
+void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n) {
     int32_t *t = p->table + (size_t)seq * p->max_blocks;
     MOE8_ASSERT(p->n_held[seq] == 0 && n <= p->max_blocks);
     for (int32_t i = 0; i < n; i++) {

@@ -58,9 +58,9 @@ typedef struct kv_pool {
     uint64_t seed;          /* mixed into every hash (the model) */
 } kv_pool;
 
-moe8_status kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
+moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
                          size_t block_bytes, uint64_t seed, moe8_error *err);
-void kv_pool_free(kv_pool *p);
+void moe8_kv_pool_free(kv_pool *p);
 
 /* Blocks that can be handed out now: free ones plus evictable cached ones. */
 static inline int32_t kv_available(const kv_pool *p) { return p->n_free + p->n_cached; }
@@ -68,27 +68,27 @@ static inline int32_t kv_available(const kv_pool *p) { return p->n_free + p->n_c
 static inline int32_t kv_used(const kv_pool *p) { return p->n_blocks - p->n_free - p->n_cached; }
 
 /* Blocks sequence `seq` needs on top of those it holds to reach n_tokens. */
-int32_t kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens);
+int32_t moe8_kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens);
 /* Give `seq` blocks up to n_tokens positions; 0, or -1 (nothing taken) when
  * the pool has too few. */
-int kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens);
+int moe8_kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens);
 /* Keep only the blocks covering n_tokens positions (0 releases all). A kept
  * last block that is partial and shared or registered is first copied to a
  * private block (copy-on-write); -1 when no block is free for that copy. */
-int kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens);
+int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens);
 
 /* Record tokens[0..n) at positions pos0.. of `seq` (its blocks reserved), then
  * register the blocks they filled when prefix caching is on. */
-void kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n);
+void moe8_kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n);
 
 /* Longest chain of registered blocks matching tokens[0..n) from position 0,
  * at most max_blocks of them: their ids in out[], count returned. Takes no
  * reference. */
-int32_t kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
+int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
                  int32_t max_blocks);
 /* Put matched blocks at the start of the empty sequence `seq` (a reference
  * each; they leave the evictable list). */
-void kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
+void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
 
 /* Block of position `pos` of `seq` (reserved). */
 static inline int32_t kv_block_of(const kv_pool *p, int32_t seq, int32_t pos) {

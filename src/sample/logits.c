@@ -21,7 +21,7 @@
 #include "grammar/grammar.h"
 #include "sample/logits.h"
 
-moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {
+moe8_status moe8_check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err) {
     if (r->n_bias < 0 || (r->n_bias && (!r->bias_ids || !r->bias)))
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_bias %d without ids or values",
                          r->n_bias);
@@ -73,7 +73,7 @@ int moe8_logits_needed(const logits_procs *p, int grammar_active, int32_t n_gen)
            p->freq_penalty != 0.0f || p->pres_penalty != 0.0f;
 }
 
-void logits_scratch_free(logits_scratch *w) {
+void moe8_logits_scratch_free(logits_scratch *w) {
     free(w->logits);
     free(w->mark);
     free(w->count);
@@ -84,13 +84,13 @@ void logits_scratch_free(logits_scratch *w) {
 /* Grow the scratch to n_vocab logits and marks. */
 static int scratch(logits_scratch *w, int32_t n_vocab) {
     if (w->n >= n_vocab) return 0;
-    logits_scratch_free(w);
+    moe8_logits_scratch_free(w);
     w->logits = malloc((size_t)n_vocab * sizeof *w->logits);
     w->mark = calloc((size_t)n_vocab, 1);
     w->count = calloc((size_t)n_vocab, sizeof *w->count);
     w->allowed = malloc(((size_t)n_vocab + 31) / 32 * sizeof *w->allowed);
     if (!w->logits || !w->mark || !w->count || !w->allowed) {
-        logits_scratch_free(w);
+        moe8_logits_scratch_free(w);
         return -1;
     }
     w->n = n_vocab;
@@ -107,7 +107,7 @@ const float *moe8_logits_process(const logits_procs *p, const logits_input *r, c
     x = w->logits;
     memcpy(x, in, (size_t)n_vocab * sizeof *x);
     if (r->gs) { /* 32 tokens a word: a word of zeros bans them all at once */
-        grammar_mask(r->gs, gv, w->allowed);
+        moe8_grammar_mask(r->gs, gv, w->allowed);
         for (int32_t b = 0; b < (n_vocab + 31) / 32; b++) {
             const uint32_t m = w->allowed[b];
             const int32_t t0 = b * 32, t1 = t0 + 32 < n_vocab ? t0 + 32 : n_vocab;
@@ -117,7 +117,7 @@ const float *moe8_logits_process(const logits_procs *p, const logits_input *r, c
         }
     }
     for (int32_t i = 0; i < p->n_bias; i++) x[p->bias_ids[i]] += p->bias[i];
-    if (r->n_gen < p->min_tokens && !(r->gs && grammar_can_end(r->gs) == 2)) {
+    if (r->n_gen < p->min_tokens && !(r->gs && moe8_grammar_can_end(r->gs) == 2)) {
         for (int32_t i = 0; i < n_eos; i++)
             if (eos[i] >= 0 && eos[i] < n_vocab) x[eos[i]] = -INFINITY;
         for (int32_t i = 0; i < r->n_stop_ids; i++)

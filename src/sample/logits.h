@@ -41,7 +41,7 @@ typedef struct {
 } logits_scratch;
 
 /* r's processor settings checked against a vocabulary of n_vocab ids. */
-moe8_status check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err);
+moe8_status moe8_check_processors(const moe8_request *r, int32_t n_vocab, moe8_error *err);
 /* Copy q's processor settings into p (zeroed): 0, or -1 out of memory (free
  * p with moe8_logits_procs_free either way). */
 int moe8_logits_procs_copy(logits_procs *p, const moe8_request *q);
@@ -56,6 +56,6 @@ int moe8_logits_needed(const logits_procs *p, int grammar_active, int32_t n_gen)
 const float *moe8_logits_process(const logits_procs *p, const logits_input *r, const float *in,
                                  int32_t n_vocab, const int32_t *eos, int32_t n_eos,
                                  const struct grammar_vocab *gv, logits_scratch *w);
-void logits_scratch_free(logits_scratch *w);
+void moe8_logits_scratch_free(logits_scratch *w);
 
 #endif

@@ -17,7 +17,7 @@
  *
  * The step's events keep their text and alternatives in two growing arrays
  * of the ev_buf, by offset, and get their pointers when the step ends
- * (ev_finalize), so growing an array never leaves a dangling pointer.
+ * (moe8_ev_finalize), so growing an array never leaves a dangling pointer.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +41,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 0;
 }
 
-moe8_event *ev_push(ev_buf *b, moe8_event_type type, const rq *r) {
+moe8_event *moe8_ev_push(ev_buf *b, moe8_event_type type, const rq *r) {
     moe8_event *e;
     if (b->n == b->cap) {
         int32_t cap = b->cap ? 2 * b->cap : 64;
@@ -98,7 +98,7 @@ static void tokens_first(ev_buf *b) {
     }
 }
 
-void ev_finalize(ev_buf *b) {
+void moe8_ev_finalize(ev_buf *b) {
     tokens_first(b);
     for (int32_t i = 0; i < b->n; i++) {
         moe8_event *e = &b->ev[i];
@@ -107,7 +107,7 @@ void ev_finalize(ev_buf *b) {
     }
 }
 
-void ev_free(ev_buf *b) {
+void moe8_ev_free(ev_buf *b) {
     free(b->ev);
     free(b->text);
     free(b->top);
@@ -188,8 +188,8 @@ static size_t releasable(const rq *r) {
     return r->n_held - keep;
 }
 
-int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab) {
-    moe8_event *e = ev_push(b, MOE8_EVENT_TOKEN, r);
+int moe8_rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab) {
+    moe8_event *e = moe8_ev_push(b, MOE8_EVENT_TOKEN, r);
     int stopped = 0;
     if (!e) return -1;
     e->token = tok;
@@ -218,12 +218,12 @@ int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab
     return stopped;
 }
 
-int rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab) {
+int moe8_rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab) {
     if (r->logprobs < 0 || e->pos + 1 >= r->n_prompt) return 0;
     return logprobs(b, e, r->logprobs, r->tok[e->pos + 1], logits, n_vocab);
 }
 
-int rq_flush_text(ev_buf *b, rq *r, moe8_event *e) {
+int moe8_rq_flush_text(ev_buf *b, rq *r, moe8_event *e) {
     const char *s;
     size_t n;
     if (!r->detok) return 0;
@@ -234,14 +234,14 @@ int rq_flush_text(ev_buf *b, rq *r, moe8_event *e) {
     return 0;
 }
 
-void rq_free(rq *r) {
+void moe8_rq_free(rq *r) {
     if (!r) return;
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
     free(r->tok);
     moe8_logits_procs_free(&r->proc);
-    grammar_state_free(r->gs);
+    moe8_grammar_state_free(r->gs);
     free(r->g_after);
     free(r->g_tail);
     free(r->held);

@@ -177,16 +177,16 @@ void moe8_sched_free(moe8_sched *s) {
     if (!s) return;
     for (rq *r = s->wait_head, *n; r; r = n) {
         n = r->next;
-        rq_free(r);
+        moe8_rq_free(r);
     }
     for (int32_t i = 0; s->run && i < s->n_run; i++) {
         moe8_context_seq_truncate(s->ctx, s->run[i]->seq, 0, NULL);
-        rq_free(s->run[i]);
+        moe8_rq_free(s->run[i]);
     }
     moe8_sampler_free(s->smp);
-    logits_scratch_free(&s->lp);
-    grammar_vocab_free(s->gv_own);
-    ev_free(&s->ev);
+    moe8_logits_scratch_free(&s->lp);
+    moe8_grammar_vocab_free(s->gv_own);
+    moe8_ev_free(&s->ev);
     free(s->eos);
     free(s->run);
     free(s->free_seq);
@@ -244,7 +244,7 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: stop string %d is empty", i);
-    if ((st = check_processors(r, s->n_vocab, err))) return st;
+    if ((st = moe8_check_processors(r, s->n_vocab, err))) return st;
     if (r->grammar && r->ignore_eos)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: ignore_eos with a grammar (the "
                          "grammar says where the end may come)");
@@ -262,7 +262,7 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
 
 /* The grammar's view of the vocabulary, made from the tokenizer the first time. */
 static const grammar_vocab *vocab_of(moe8_sched *s) {
-    if (!s->gv && s->tok && grammar_vocab_new(s->tok, s->n_vocab, s->eos, s->n_eos, &s->gv_own, NULL) == MOE8_OK)
+    if (!s->gv && s->tok && moe8_grammar_vocab_new(s->tok, s->n_vocab, s->eos, s->n_eos, &s->gv_own, NULL) == MOE8_OK)
         s->gv = s->gv_own;
     return s->gv;
 }
@@ -285,7 +285,7 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
     /* generated text continues the prompt: Llama's leading space stays (" Paris") */
     if (ok && s->tok) ok = moe8_detok_create(s->tok, MOE8_DETOK_CONTINUE, &r->detok, NULL) == MOE8_OK;
     if (!ok) {
-        rq_free(r);
+        moe8_rq_free(r);
         return NULL;
     }
     memcpy(r->tok, q->prompt, (size_t)q->n_prompt * sizeof *r->tok);
@@ -307,8 +307,8 @@ static rq *rq_new(moe8_sched *s, const moe8_request *q) {
         ok = r->g_after && r->g_tail;
     }
     if (!ok || moe8_logits_procs_copy(&r->proc, q) ||
-        (q->grammar && (!vocab_of(s) || grammar_state_new(G_OF(q->grammar), &r->gs, NULL) != MOE8_OK))) {
-        rq_free(r);
+        (q->grammar && (!vocab_of(s) || moe8_grammar_state_new(G_OF(q->grammar), &r->gs, NULL) != MOE8_OK))) {
+        moe8_rq_free(r);
         return NULL;
     }
     r->user = q->user;
@@ -407,7 +407,7 @@ static void preempt(moe8_sched *s, rq *r) {
  * a stop string) and free it. */
 static void finish(moe8_sched *s, rq *r, moe8_finish why, int flush, const float *logits,
                    moe8_status status, const char *message) {
-    moe8_event *e = ev_push(&s->ev, MOE8_EVENT_FINISH, r);
+    moe8_event *e = moe8_ev_push(&s->ev, MOE8_EVENT_FINISH, r);
     if (e) {
         e->finish = why;
         e->n_prompt = r->n_prompt;
@@ -417,13 +417,13 @@ static void finish(moe8_sched *s, rq *r, moe8_finish why, int flush, const float
         e->logits = logits;
         e->status = status;
         e->message = message;
-        if (flush) rq_flush_text(&s->ev, r, e);
+        if (flush) moe8_rq_flush_text(&s->ev, r, e);
     }
     if (r->state == RQ_RUNNING) release(s, r);
     else wait_remove(s, r);
     s->st.generated_tokens += r->n_gen;
     s->n_pending--;
-    rq_free(r);
+    moe8_rq_free(r);
 }
 
 static void report_cancels(moe8_sched *s) {
@@ -570,7 +570,7 @@ static int is_stop(const moe8_sched *s, const rq *r, int32_t tok) {
 
 /* The bytes of token t as the output holds them (special tokens' text too). */
 static const char *token_bytes(const moe8_sched *s, int32_t t, size_t *n) {
-    const char *b = s->tok ? moe8_tokenizer_token_bytes(s->tok, t, n, NULL) : grammar_vocab_token(s->gv, t, n);
+    const char *b = s->tok ? moe8_tokenizer_token_bytes(s->tok, t, n, NULL) : moe8_grammar_vocab_token(s->gv, t, n);
     if (!b) *n = 0;
     return b ? b : "";
 }
@@ -594,7 +594,7 @@ static void grammar_wait(const moe8_sched *s, rq *r, int32_t t) {
         free(r->g_after);
         free(r->g_tail);
         r->g_after = r->g_tail = NULL;
-        if (end < n && grammar_accept_bytes(r->gs, b + end, n - end, NULL) != MOE8_OK) r->g_stuck = 2;
+        if (end < n && moe8_grammar_accept_bytes(r->gs, b + end, n - end, NULL) != MOE8_OK) r->g_stuck = 2;
         return;
     }
     if (n >= keep) {
@@ -627,7 +627,7 @@ static moe8_status sample(moe8_sched *s, moe8_error *err) {
         }
         s->sampled[k] = rank0 ? moe8_sampler_draw(s->smp, &r->sp, r->rng, logits) : 0;
         if (rank0 && r->gs && r->g_after) grammar_wait(s, r, s->sampled[k]);
-        else if (rank0 && r->gs && grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)
+        else if (rank0 && r->gs && moe8_grammar_accept(r->gs, s->gv, s->sampled[k], NULL) != MOE8_OK)
             r->g_stuck = 1; /* nothing could continue it: ended in take_tokens */
         k++;
     }
@@ -647,12 +647,12 @@ static void take_tokens(moe8_sched *s) {
             int32_t lo, hi;
             plog_range(r, r->n_computed, s->b_chunk[j], &lo, &hi);
             for (int32_t p = lo; p < hi; p++) {
-                moe8_event *e = ev_push(&s->ev, MOE8_EVENT_PROMPT_LOGITS, r);
+                moe8_event *e = moe8_ev_push(&s->ev, MOE8_EVENT_PROMPT_LOGITS, r);
                 if (!e) break;
                 e->pos = p;
                 e->token = r->tok[p];
                 e->logits = moe8_context_logits(s->ctx, s->b_first[j] + (p - r->n_computed));
-                if (rq_prompt_logprob(&s->ev, r, e, e->logits, s->n_vocab)) break;
+                if (moe8_rq_prompt_logprob(&s->ev, r, e, e->logits, s->n_vocab)) break;
             }
             r->plog_done = hi > r->plog_done ? hi : r->plog_done;
         }
@@ -674,7 +674,7 @@ static void take_tokens(moe8_sched *s) {
             finish(s, r, MOE8_FINISH_STOP, 1, NULL, MOE8_OK, NULL);
             continue;
         }
-        if ((rc = rq_token(&s->ev, r, tok, logits, s->n_vocab)) < 0) {
+        if ((rc = moe8_rq_token(&s->ev, r, tok, logits, s->n_vocab)) < 0) {
             finish(s, r, MOE8_FINISH_ERROR, 0, NULL, MOE8_ERR_NOMEM, "out of memory for its output");
             continue;
         }
@@ -710,7 +710,7 @@ moe8_status moe8_sched_step(moe8_sched *s, const moe8_event **events, int32_t *n
             if (err) *err = s->fail;
         }
     }
-    ev_finalize(&s->ev);
+    moe8_ev_finalize(&s->ev);
     if (events) *events = s->ev.ev;
     if (n_events) *n_events = s->ev.n;
     return st;

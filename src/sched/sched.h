@@ -67,24 +67,24 @@ typedef struct {
 #define G_VOCAB(p) ((const struct grammar_vocab *)(const void *)(p))
 
 /* request.c */
-moe8_event *ev_push(ev_buf *b, moe8_event_type type, const rq *r);
+moe8_event *moe8_ev_push(ev_buf *b, moe8_event_type type, const rq *r);
 /* Pointers of every event of the step into its storage. */
-void ev_finalize(ev_buf *b);
-void ev_free(ev_buf *b);
+void moe8_ev_finalize(ev_buf *b);
+void moe8_ev_free(ev_buf *b);
 
 /* A sampled token `tok` of r (not a stop id): appended to r->tok, its text
  * through the detokenizer and the stop strings, its log-probabilities from
  * logits[n_vocab] when asked. Returns 1 when a stop string matched (the text
  * before it was released with this event), 0 otherwise, -1 out of memory. */
-int rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab);
+int moe8_rq_token(ev_buf *b, rq *r, int32_t tok, const float *logits, int32_t n_vocab);
 /* A PROMPT_LOGITS event e of r (e->pos set) with logits[n_vocab]: when r
  * asks for log-probs, the log-probability those logits give the prompt token
  * at pos + 1 and its best alternatives. 0, or -1 out of memory. */
-int rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab);
+int moe8_rq_prompt_logprob(ev_buf *b, const rq *r, moe8_event *e, const float *logits, int32_t n_vocab);
 /* The text r still holds, released into a FINISH event `e` (the detokenizer
  * is flushed). */
-int rq_flush_text(ev_buf *b, rq *r, moe8_event *e);
+int moe8_rq_flush_text(ev_buf *b, rq *r, moe8_event *e);
 /* Free everything r owns, and r. */
-void rq_free(rq *r);
+void moe8_rq_free(rq *r);
 
 #endif

@@ -32,7 +32,7 @@
 
 /* ---- the prompt: messages through the chat template ------------------------------------ */
 
-int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
+int moe8_oa_chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
                             char **messages_json, char **tools_json, char **documents_json,
                             moe8_buf *err_body) {
     tok_messages_error e;
@@ -40,10 +40,10 @@ int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJS
                                                               tools_json, documents_json, &e);
     if (st == MOE8_OK) return 0;
     if (st == MOE8_ERR_NOMEM) {
-        oa_error(err_body, "server_error", NULL, NULL, "out of memory");
+        moe8_oa_error(err_body, "server_error", NULL, NULL, "out of memory");
         return 500;
     }
-    oa_error(err_body, "invalid_request_error", e.param, NULL, "%s", e.message);
+    moe8_oa_error(err_body, "invalid_request_error", e.param, NULL, "%s", e.message);
     return 400;
 }
 
@@ -65,16 +65,16 @@ static int render_chat(srv *s, const char *msgs, const char *tools, const char *
         if (need < cap) break;
         cap = need + 1;
     }
-    if (st == MOE8_ERR_NOMEM) return oa_bad(err, "messages", "out of memory");
+    if (st == MOE8_ERR_NOMEM) return moe8_oa_bad(err, "messages", "out of memory");
     if (st == MOE8_ERR_NOT_FOUND)
-        return oa_bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
+        return moe8_oa_bad(err, "messages", "this model has no chat template (its tokenizer_config.json has "
                    "no chat_template); send a formatted prompt to /v1/completions");
     if (st == MOE8_ERR_INVALID_ARG) /* the template refused this conversation, or bad kwargs */
-        return oa_bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
+        return moe8_oa_bad(err, strstr(e.message, "kwargs") ? "chat_template_kwargs" : "messages", "%s",
                    e.message);
     /* one moe8 cannot use: the message starts with the file's path, which clients need not see */
     where = strstr(e.message, "chat template");
-    return oa_bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
+    return moe8_oa_bad(err, "messages", "the model's chat template cannot be used: %s", where ? where : e.message);
 }
 
 /* 1 if the rendered prompt ends inside an open <think> (DeepSeek-R1's template
@@ -112,10 +112,10 @@ static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *e
     int thinking = 1, rc;
     *kwargs = NULL;
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
-        return oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
+        return moe8_oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
                       moe8_json_type_name(kw));
     if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs) return 0;
-    if (kw && cJSON_IsObject(kw) && (rc = oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    if (kw && cJSON_IsObject(kw) && (rc = moe8_oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
     merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
     if (kw && cJSON_IsObject(kw))
         cJSON_ArrayForEach(it, kw) {
@@ -124,7 +124,7 @@ static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *e
         }
     *kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
     cJSON_Delete(merged);
-    return *kwargs ? 0 : oa_bad(err, "chat_template_kwargs", "out of memory");
+    return *kwargs ? 0 : moe8_oa_bad(err, "chat_template_kwargs", "out of memory");
 }
 
 /* The chat prompt's ids: the messages as the client sent them (chat.c),
@@ -136,11 +136,11 @@ int moe8_oa_chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools,
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     char *mj = NULL, *tj = NULL, *dj = NULL, *kwargs = NULL, *out = NULL;
     int rc;
-    if (!msgs) return oa_bad(err, "messages", "'messages' is required");
-    if (!cJSON_IsArray(msgs)) return oa_bad(err, "messages", "'messages' must be an array, got %s", moe8_json_type_name(msgs));
-    if (cJSON_GetArraySize(msgs) == 0) return oa_bad(err, "messages", "'messages' must not be empty");
+    if (!msgs) return moe8_oa_bad(err, "messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return moe8_oa_bad(err, "messages", "'messages' must be an array, got %s", moe8_json_type_name(msgs));
+    if (cJSON_GetArraySize(msgs) == 0) return moe8_oa_bad(err, "messages", "'messages' must not be empty");
     if ((rc = template_kwargs(s, root, &kwargs, err))) return rc;
-    rc = chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),
+    rc = moe8_oa_chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),
                                  cJSON_GetObjectItemCaseSensitive(root, "documents"), &mj, &tj, &dj, err);
     if (!rc) rc = render_chat(s, mj, tj, dj, gen_prompt, kwargs, &out, err);
     if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
@@ -159,9 +159,9 @@ int moe8_oa_chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools,
 static int chat_logprobs(const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has, on = 0;
-    if ((rc = oa_get_bool(root, "logprobs", &on, err))) return rc;
-    if ((rc = oa_get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
-    if (has && !on) return oa_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if ((rc = moe8_oa_get_bool(root, "logprobs", &on, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "top_logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+    if (has && !on) return moe8_oa_bad(err, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     j->chat_logprobs = on;
     if (on) j->rq.logprobs = has ? (int32_t)x : 0;
     return 0;
@@ -170,11 +170,11 @@ static int chat_logprobs(const cJSON *root, job *j, moe8_buf *err) {
 static int chat_request_prompt(srv *s, const cJSON *root, job *j, oa_req *r, moe8_buf *err) {
     int open = 0, rc;
     (void)r;
-    if ((rc = tools_parse(s, root, j, err))) return rc;
+    if ((rc = moe8_tools_parse(s, root, j, err))) return rc;
     rc = moe8_oa_chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, &j->thinking, err);
     j->think = open ? 3 : 0;
     if (rc) return rc;
-    if (j->n_prompt < 1) return oa_bad(err, "messages", "the prompt is empty");
+    if (j->n_prompt < 1) return moe8_oa_bad(err, "messages", "the prompt is empty");
     return 0;
 }
 
@@ -269,8 +269,8 @@ static void chat_add_logprobs(srv *s, job *j, cJSON *lp, const moe8_event *e) {
 static void chat_delta(cJSON *c, const char *content, size_t nc, const char *reason, size_t nr,
                        const char *finish, cJSON *tool_deltas) {
     cJSON *d = cJSON_AddObjectToObject(c, "delta");
-    if (nr) oa_json_text(d, "reasoning_content", reason, nr);
-    if (nc || (!nr && !finish && !tool_deltas)) oa_json_text(d, "content", content ? content : "", nc);
+    if (nr) moe8_oa_json_text(d, "reasoning_content", reason, nr);
+    if (nc || (!nr && !finish && !tool_deltas)) moe8_oa_json_text(d, "content", content ? content : "", nc);
     if (tool_deltas) cJSON_AddItemToObject(d, "tool_calls", tool_deltas);
 }
 
@@ -279,12 +279,12 @@ static void chat_choice(job *j, cJSON *c) {
     cJSON *m = cJSON_AddObjectToObject(c, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     if (j->calls && cJSON_GetArraySize(j->calls) && !j->text.n) cJSON_AddNullToObject(m, "content");
-    else oa_json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
+    else moe8_oa_json_text(m, "content", j->text.p ? j->text.p : "", j->text.n);
     if (j->calls && cJSON_GetArraySize(j->calls)) {
         cJSON_AddItemToObject(m, "tool_calls", j->calls);
         j->calls = NULL;
     }
-    if (j->reasoning.n) oa_json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
+    if (j->reasoning.n) moe8_oa_json_text(m, "reasoning_content", j->reasoning.p, j->reasoning.n);
     else cJSON_AddNullToObject(m, "reasoning_content");
     if (j->lp_json) cJSON_AddItemToObject(c, "logprobs", j->lp_json);
     else cJSON_AddNullToObject(c, "logprobs");

@@ -26,28 +26,28 @@
 
 int moe8_oa_prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, moe8_buf *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
-    if (!p || cJSON_IsNull(p)) return oa_bad(err, "prompt", "'prompt' is required");
+    if (!p || cJSON_IsNull(p)) return moe8_oa_bad(err, "prompt", "'prompt' is required");
     if (cJSON_IsString(p)) return moe8_oa_tokenize_text(s, p->valuestring, 1, ids, n, "prompt", err);
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0) {
         const cJSON *first = cJSON_GetArrayItem(p, 0);
         if (cJSON_IsString(first)) {
             if (cJSON_GetArraySize(p) > 1)
-                return oa_bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
+                return moe8_oa_bad(err, "prompt", "'prompt' holds %d prompts; one prompt per request is "
                            "supported", cJSON_GetArraySize(p));
             return moe8_oa_tokenize_text(s, first->valuestring, 1, ids, n, "prompt", err);
         }
         if (cJSON_IsArray(first))
-            return oa_bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
+            return moe8_oa_bad(err, "prompt", "'prompt' as an array of token arrays (several prompts) is "
                        "not supported; send one prompt per request");
         return moe8_oa_ids_from_array(s, p, ids, n, "prompt", err);
     }
-    return oa_bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
+    return moe8_oa_bad(err, "prompt", "'prompt' must be a string or a non-empty array of token ids, got %s",
                cJSON_IsArray(p) ? "an empty array" : moe8_json_type_name(p));
 }
 
 static int completion_options(const cJSON *root, job *j, oa_req *r, moe8_buf *err) {
     (void)j;
-    return oa_get_bool(root, "echo", &r->echo, err);
+    return moe8_oa_get_bool(root, "echo", &r->echo, err);
 }
 
 static int completion_logprobs(const cJSON *root, job *j, moe8_buf *err) {
@@ -55,9 +55,9 @@ static int completion_logprobs(const cJSON *root, job *j, moe8_buf *err) {
     int rc, has;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
     if (v && cJSON_IsBool(v))
-        return oa_bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
+        return moe8_oa_bad(err, "logprobs", "'logprobs' of a completion must be an integer in [0, %d]",
                       MOE8_MAX_LOGPROBS);
-    if ((rc = oa_get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "logprobs", 0, MOE8_MAX_LOGPROBS, 0, 1, &x, &has, err))) return rc;
     if (has) j->rq.logprobs = (int32_t)x;
     return 0;
 }
@@ -69,7 +69,7 @@ static int echo_text(srv *s, job *j, moe8_buf *err) {
     moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, NULL, 0, &need, NULL);
     if (!(j->echo = malloc(need + 1)) ||
         moe8_detokenize(s->tok, j->prompt, (size_t)j->n_prompt, 0, j->echo, need + 1, &need, NULL) != MOE8_OK)
-        return oa_bad(err, "echo", "out of memory");
+        return moe8_oa_bad(err, "echo", "out of memory");
     j->n_echo = need;
     j->n_offset = (int32_t)need; /* the completion's text offsets follow the echo */
     return 0;
@@ -78,7 +78,7 @@ static int echo_text(srv *s, job *j, moe8_buf *err) {
 static int completion_prompt(srv *s, const cJSON *root, job *j, oa_req *r, moe8_buf *err) {
     int rc = moe8_oa_prompt_ids(s, root, &j->prompt, &j->n_prompt, err);
     if (rc) return rc;
-    if (j->n_prompt < 1) return oa_bad(err, "prompt", "the prompt is empty");
+    if (j->n_prompt < 1) return moe8_oa_bad(err, "prompt", "the prompt is empty");
     if (r->echo && (rc = echo_text(s, j, err))) return rc;
     return 0;
 }
@@ -140,7 +140,7 @@ static cJSON *echo_logprobs(srv *s, job *j) {
         size_t nb = 0;
         const char *b = moe8_tokenizer_token_bytes(s->tok, j->prompt[0], &nb, NULL);
         cJSON *tok = cJSON_CreateObject();
-        oa_json_text(tok, "t", b ? b : "", b ? nb : 0);
+        moe8_oa_json_text(tok, "t", b ? b : "", b ? nb : 0);
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), cJSON_Duplicate(cJSON_GetObjectItem(tok, "t"), 1));
         cJSON_Delete(tok);
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNull());
@@ -152,7 +152,7 @@ static cJSON *echo_logprobs(srv *s, job *j) {
     return j->echo_lp;
 }
 
-void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e) {
+void moe8_oa_on_prompt_logits(srv *s, job *j, const moe8_event *e) {
     moe8_event at;
     size_t nb = 0;
     if (!j->echo || j->rq.logprobs < 0 || e->pos + 1 >= j->n_prompt) return;
@@ -194,7 +194,7 @@ static void completion_split(srv *s, job *j, const char *txt, size_t n, moe8_buf
 static void completion_delta(cJSON *c, const char *content, size_t nc, const char *reason, size_t nr,
                              const char *finish, cJSON *tool_deltas) {
     (void)reason, (void)nr, (void)finish, (void)tool_deltas;
-    oa_json_text(c, "text", content ? content : "", nc);
+    moe8_oa_json_text(c, "text", content ? content : "", nc);
 }
 
 /* A whole choice's text (the echo first) and log-probs (echo's prompt entries, then the completion's). */
@@ -202,7 +202,7 @@ static void completion_choice(job *j, cJSON *c) {
     moe8_buf t = {0};
     if (j->echo) moe8_buf_add(&t, j->echo, j->n_echo);
     moe8_buf_add(&t, j->text.p ? j->text.p : "", j->text.n);
-    oa_json_text(c, "text", t.p ? t.p : "", t.n);
+    moe8_oa_json_text(c, "text", t.p ? t.p : "", t.n);
     moe8_buf_free(&t);
     if (j->echo_lp || j->lp_json) { /* echo's prompt entries, then the completion's */
         cJSON *lp = j->echo_lp ? j->echo_lp : j->lp_json;

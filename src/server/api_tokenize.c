@@ -21,13 +21,13 @@ static void print_json(cJSON *root, moe8_buf *out) {
     cJSON_Delete(root);
 }
 
-int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
+int moe8_oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     int rc, gen = 1;
     cJSON *root = moe8_oa_parse_object(body, n, out, &rc), *res;
     int32_t *ids = NULL, n_ids = 0;
     if (!root) return rc;
     if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
-        if (!(rc = oa_get_bool(root, "add_generation_prompt", &gen, out)))
+        if (!(rc = moe8_oa_get_bool(root, "add_generation_prompt", &gen, out)))
             rc = moe8_oa_chat_prompt(s, root, gen, 0, &ids, &n_ids, NULL, NULL, out);
     } else {
         rc = moe8_oa_prompt_ids(s, root, &ids, &n_ids, out);
@@ -44,7 +44,7 @@ int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     return 0;
 }
 
-int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
+int moe8_oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     int rc;
     cJSON *root = moe8_oa_parse_object(body, n, out, &rc), *res;
     const cJSON *t;
@@ -53,12 +53,12 @@ int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
     char *text;
     if (!root) return rc;
     t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(t)) rc = oa_bad(out, "tokens", "'tokens' must be an array of token ids");
+    if (!cJSON_IsArray(t)) rc = moe8_oa_bad(out, "tokens", "'tokens' must be an array of token ids");
     else if ((rc = moe8_oa_ids_from_array(s, t, &ids, &n_ids, "tokens", out))) {
     } else {
         for (int32_t i = 0; i < n_ids && !rc; i++)
             if (!moe8_tokenizer_token_bytes(s->tok, ids[i], NULL, NULL))
-                rc = oa_bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
+                rc = moe8_oa_bad(out, "tokens", "'tokens'[%d]: id %d has no text in the tokenizer", i, ids[i]);
     }
     cJSON_Delete(root);
     if (rc) {
@@ -70,11 +70,11 @@ int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out) {
         moe8_detokenize(s->tok, ids, (size_t)n_ids, 0, text, need + 1, &need, NULL) != MOE8_OK) {
         free(text);
         free(ids);
-        return oa_bad(out, NULL, "out of memory");
+        return moe8_oa_bad(out, NULL, "out of memory");
     }
     free(ids);
     res = cJSON_CreateObject();
-    oa_json_text(res, "prompt", text, need);
+    moe8_oa_json_text(res, "prompt", text, need);
     free(text);
     print_json(res, out);
     return 0;
@@ -90,11 +90,11 @@ static cJSON *model_object(srv *s) {
     return m;
 }
 
-void oa_models(srv *s, moe8_buf *out) {
+void moe8_oa_models(srv *s, moe8_buf *out) {
     cJSON *root = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(root, "data");
     cJSON_AddStringToObject(root, "object", "list");
     cJSON_AddItemToArray(data, model_object(s));
     print_json(root, out);
 }
 
-void oa_model(srv *s, moe8_buf *out) { print_json(model_object(s), out); }
+void moe8_oa_model(srv *s, moe8_buf *out) { print_json(model_object(s), out); }

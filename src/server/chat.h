@@ -20,7 +20,7 @@
  * *err_body naming the field (param "messages[1].tool_calls[0].function.
  * arguments"), and the three outputs NULL. What is made: moe8.h's
  * moe8_chat_messages_normalize. */
-int chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
+int moe8_oa_chat_messages_normalize(const cJSON *messages, const cJSON *tools, const cJSON *documents,
                             char **messages_json, char **tools_json, char **documents_json,
                             moe8_buf *err_body);
 

@@ -33,7 +33,7 @@ static int metrics(srv *s, const char *path, moe8_buf *out, const char **type) {
     (void)path;
     *type = "text/plain; version=0.0.4; charset=utf-8";
     pthread_mutex_lock(&s->lock);
-    metrics_render(&s->m, s->model_name, out);
+    moe8_metrics_render(&s->m, s->model_name, out);
     pthread_mutex_unlock(&s->lock);
     return 200;
 }
@@ -41,7 +41,7 @@ static int metrics(srv *s, const char *path, moe8_buf *out, const char **type) {
 static int models(srv *s, const char *path, moe8_buf *out, const char **type) {
     (void)path;
     *type = JSON;
-    oa_models(s, out);
+    moe8_oa_models(s, out);
     return 200;
 }
 
@@ -51,31 +51,31 @@ static int model(srv *s, const char *path, moe8_buf *out, const char **type) {
     const size_t n = strlen(id);
     *type = JSON;
     if (n == strlen(s->model_name) && !memcmp(id, s->model_name, n)) {
-        oa_model(s, out);
+        moe8_oa_model(s, out);
         return 200;
     }
-    oa_error(out, "invalid_request_error", NULL, "model_not_found",
+    moe8_oa_error(out, "invalid_request_error", NULL, "model_not_found",
              "the model '%.*s' does not exist; this server serves '%s'", (int)(n < 200 ? n : 200), id,
              s->model_name);
     return 404;
 }
 
 static int completions(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
-    return oa_parse_completion(s, body, n, &moe8_oa_completions, j, out);
+    return moe8_oa_parse_completion(s, body, n, &moe8_oa_completions, j, out);
 }
 
 static int chat(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
-    return oa_parse_completion(s, body, n, &moe8_oa_chat, j, out);
+    return moe8_oa_parse_completion(s, body, n, &moe8_oa_chat, j, out);
 }
 
 static int tokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
-    const int rc = oa_tokenize(s, body, n, out);
+    const int rc = moe8_oa_tokenize(s, body, n, out);
     (void)j;
     return rc ? rc : 200;
 }
 
 static int detokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
-    const int rc = oa_detokenize(s, body, n, out);
+    const int rc = moe8_oa_detokenize(s, body, n, out);
     (void)j;
     return rc ? rc : 200;
 }
@@ -83,8 +83,8 @@ static int detokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out
 /* Open rows (no key under --api-key, as in vLLM): probes and scrapers carry none. */
 const srv_endpoint moe8_srv_endpoints[] = {
     /* method  path                    prefix open answer   parse        emitters */
-    {"POST", "/v1/completions", 0, 0, NULL, completions, oa_on_start, oa_response, oa_stream_tail},
-    {"POST", "/v1/chat/completions", 0, 0, NULL, chat, oa_on_start, oa_response, oa_stream_tail},
+    {"POST", "/v1/completions", 0, 0, NULL, completions, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
+    {"POST", "/v1/chat/completions", 0, 0, NULL, chat, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
     {"POST", "/tokenize", 0, 0, NULL, tokenize, NULL, NULL, NULL},
     {"POST", "/detokenize", 0, 0, NULL, detokenize, NULL, NULL, NULL},
     {"GET", "/v1/models", 0, 0, models, NULL, NULL, NULL, NULL},

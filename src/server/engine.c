@@ -2,14 +2,14 @@
  * engine.c — the scheduler thread of moe8 serve: takes the jobs the HTTP
  * thread queued, adds them to the scheduler, steps it, and turns every
  * event into the job's output (openai.c), telling the connection that waits
- * for it (http_notify). Also: cancels the jobs whose client left (http.c
+ * for it (moe8_http_notify). Also: cancels the jobs whose client left (http.c
  * sets their cancel flag), keeps the metrics, and on stop drains: no new requests, running ones finish within
  * drain_s, then the rest are cancelled (streams get a final event).
  *
  * Under TP/EP (SEMANTICS §8, §10) rank 0 runs this loop and, before each of
  * its iterations, broadcasts what changes the schedulers: the requests
  * added and the ids cancelled, and whether to step or stop. The other ranks
- * (engine_follow) apply the same calls to their own schedulers and step
+ * (moe8_engine_follow) apply the same calls to their own schedulers and step
  * with it, so every rank runs the same decode; their events are dropped.
  * While idle, rank 0 still broadcasts every 100 ms and every rank joins a
  * barrier (a heartbeat the collectives' watchdog times), so a rank that
@@ -62,7 +62,7 @@ static moe8_status broadcast(srv *s, moe8_buf *msg, moe8_error *err) {
     return moe8_comm_bcast(s->p.dist->comm, msg->p, msg->n, 0, err);
 }
 
-moe8_status engine_follow(srv *s, moe8_error *err) {
+moe8_status moe8_engine_follow(srv *s, moe8_error *err) {
     moe8_buf msg = {0};
     moe8_status st = MOE8_OK;
     for (;;) {
@@ -110,8 +110,8 @@ static void live_remove(srv *s, job *j) {
  * reference goes. */
 static void job_done(srv *s, job *j) {
     j->done = 1;
-    http_notify(s, j);
-    if (--j->refs == 0) job_free(j);
+    moe8_http_notify(s, j);
+    if (--j->refs == 0) moe8_job_free(j);
 }
 
 /* The leader's other choices (under the lock): into the submit queue, at
@@ -132,7 +132,7 @@ static void release_kids(srv *s, job *j, int add) {
             moe8_buf_add(&k->out, j->out.p ? j->out.p : "", j->out.n);
             k->status = j->status;
         } else if (!k->status) {
-            oa_error(&k->out, "server_error", NULL, "shutting_down", "the request was cancelled");
+            moe8_oa_error(&k->out, "server_error", NULL, "shutting_down", "the request was cancelled");
             k->status = 503;
         }
         k->cancel = 1;
@@ -167,7 +167,7 @@ static void intake(srv *s, moe8_buf *msg, int32_t *n_add) {
             /* openai.c validated what the scheduler checks: this is a bug or
              * out of memory; a stream not started yet still gets the status */
             pthread_mutex_lock(&s->lock);
-            oa_error(&j->out, e.code == MOE8_ERR_NOMEM ? "server_error" : "invalid_request_error",
+            moe8_oa_error(&j->out, e.code == MOE8_ERR_NOMEM ? "server_error" : "invalid_request_error",
                      NULL, NULL, "%s", e.message);
             j->status = e.code == MOE8_ERR_NOMEM ? 500 : 400;
             release_kids(s, j, 0);
@@ -181,7 +181,7 @@ static void intake(srv *s, moe8_buf *msg, int32_t *n_add) {
         pthread_mutex_lock(&s->lock);
         j->sched_id = id;
         j->started = 1;
-        if (j->stream) http_notify(s, j); /* its 200 and first chunk can go */
+        if (j->stream) moe8_http_notify(s, j); /* its 200 and first chunk can go */
         if (s->n_live == s->cap_live) {
             int cap = s->cap_live ? 2 * s->cap_live : 64;
             job **p = realloc(s->live, (size_t)cap * sizeof *p);
@@ -218,19 +218,19 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
     for (int32_t k = 0; k < n; k++) {
         job *j = ev[k].user;
         if (ev[k].type == MOE8_EVENT_PROMPT_LOGITS) {
-            oa_on_prompt_logits(s, j, &ev[k]);
+            moe8_oa_on_prompt_logits(s, j, &ev[k]);
             continue;
         }
         if (j->n_kids) release_kids(s, j, 1); /* its prompt is computed: theirs is cached */
         if (ev[k].type == MOE8_EVENT_TOKEN) {
-            if (j->n_gen == 0) hist_observe(&s->m.ttft, t - j->t_arrive);
-            else hist_observe(&s->m.itl, t - j->t_last);
+            if (j->n_gen == 0) moe8_hist_observe(&s->m.ttft, t - j->t_arrive);
+            else moe8_hist_observe(&s->m.itl, t - j->t_last);
             j->t_last = t;
             s->m.generation_tokens++;
-            oa_on_token(s, j, &ev[k]);
+            moe8_oa_on_token(s, j, &ev[k]);
         } else {
-            oa_on_finish(s, j, &ev[k]);
-            hist_observe(&s->m.e2e, t - j->t_arrive);
+            moe8_oa_on_finish(s, j, &ev[k]);
+            moe8_hist_observe(&s->m.e2e, t - j->t_arrive);
             if (ev[k].finish == MOE8_FINISH_STOP || (ev[k].finish == MOE8_FINISH_CANCELLED && j->tool_stop))
                 s->m.success_stop++;
             else if (ev[k].finish == MOE8_FINISH_LENGTH || ev[k].finish == MOE8_FINISH_CONTEXT)
@@ -240,7 +240,7 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
             job_done(s, j);
             continue;
         }
-        if (j->stream && j->sent < j->out.n) http_notify(s, j);
+        if (j->stream && j->sent < j->out.n) moe8_http_notify(s, j);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -268,7 +268,7 @@ static void idle_wait(srv *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
-moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
+moe8_status moe8_engine_run(srv *s, volatile int *stop, moe8_error *err) {
     moe8_buf msg = {0};
     double t_stop = 0;
     moe8_status st = MOE8_OK;
@@ -283,7 +283,7 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
             pthread_mutex_lock(&s->lock);
             s->stopping = 1;
             pthread_mutex_unlock(&s->lock);
-            http_quiesce(s);
+            moe8_http_quiesce(s);
         }
         intake(s, &msg, &h.n_add);
         cancels(s, t_stop && now - t_stop > s->p.drain_s, &msg, &h.n_cancel);
@@ -324,14 +324,14 @@ moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err) {
 static void abandon(srv *s, job *j) {
     j->cancel = 1;
     if (!j->started) {
-        oa_error(&j->out, "server_error", NULL, "shutting_down", "the server is shutting down");
+        moe8_oa_error(&j->out, "server_error", NULL, "shutting_down", "the server is shutting down");
         j->status = 503;
     }
     release_kids(s, j, 0);
     job_done(s, j);
 }
 
-void engine_abandon(srv *s) {
+void moe8_engine_abandon(srv *s) {
     pthread_mutex_lock(&s->lock);
     for (job *j = s->submit_head, *n; j; j = n) {
         n = j->next;

@@ -1,7 +1,7 @@
 /*
  * fields.c — every field of an OpenAI completions or chat request, honoured
  * or refused, never silently dropped:
- *   - honoured: read by openai.c (or oa_parse_processors below);
+ *   - honoured: read by openai.c (or moe8_oa_parse_processors below);
  *   - accepted and ignored, as vLLM does: user, metadata, store,
  *     service_tier, prompt_cache_key, safety_identifier;
  *   - refused with 400 naming the field: OpenAI features moe8 does not
@@ -77,7 +77,7 @@ static const struct {
     {"verbosity", F_CHAT, REFUSED, "verbosity levels are not supported"},
 };
 
-int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
+int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
     const int mine = kind == JOB_CHAT ? F_CHAT : F_CMPL;
     const cJSON *f;
     char unknown[400];
@@ -94,19 +94,19 @@ int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
             continue;
         }
         if (FIELDS[i].what == REFUSED && !cJSON_IsNull(f) && !(cJSON_IsFalse(f)))
-            return oa_bad(err, f->string, "'%s': %s", f->string, FIELDS[i].why);
+            return moe8_oa_bad(err, f->string, "'%s': %s", f->string, FIELDS[i].why);
     }
     /* values that are only honoured in one form */
     f = cJSON_GetObjectItemCaseSensitive(root, "best_of");
     if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
-        return oa_bad(err, "best_of", "'best_of' must be 1 (several candidates per choice are not "
+        return moe8_oa_bad(err, "best_of", "'best_of' must be 1 (several candidates per choice are not "
                       "supported), got %s", cJSON_IsNumber(f) ? "another number" : moe8_json_type_name(f));
     f = cJSON_GetObjectItemCaseSensitive(root, "modalities");
     if (f && !cJSON_IsNull(f)) {
         const cJSON *m;
-        if (!cJSON_IsArray(f)) return oa_bad(err, "modalities", "'modalities' must be an array, got %s", moe8_json_type_name(f));
+        if (!cJSON_IsArray(f)) return moe8_oa_bad(err, "modalities", "'modalities' must be an array, got %s", moe8_json_type_name(f));
         cJSON_ArrayForEach(m, f) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
-            return oa_bad(err, "modalities", "'modalities': only \"text\" output is supported");
+            return moe8_oa_bad(err, "modalities", "'modalities': only \"text\" output is supported");
     }
     if (n_unknown && (s->p.on_log || s->p.on_access)) {
         char line[512];
@@ -123,22 +123,22 @@ static int parse_bias(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     int n = 0, k = 0;
     if (!lb || cJSON_IsNull(lb)) return 0;
     if (!cJSON_IsObject(lb))
-        return oa_bad(err, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s",
+        return moe8_oa_bad(err, "logit_bias", "'logit_bias' must be an object of token id -> bias, got %s",
                       moe8_json_type_name(lb));
     cJSON_ArrayForEach(e, lb) n++;
-    if (n > 1024) return oa_bad(err, "logit_bias", "'logit_bias' holds %d tokens; at most 1024", n);
+    if (n > 1024) return moe8_oa_bad(err, "logit_bias", "'logit_bias' holds %d tokens; at most 1024", n);
     if (!n) return 0;
     j->bias_ids = malloc((size_t)n * sizeof *j->bias_ids);
     j->bias = malloc((size_t)n * sizeof *j->bias);
-    if (!j->bias_ids || !j->bias) return oa_bad(err, "logit_bias", "out of memory");
+    if (!j->bias_ids || !j->bias) return moe8_oa_bad(err, "logit_bias", "out of memory");
     cJSON_ArrayForEach(e, lb) {
         char *end;
         long id = strtol(e->string, &end, 10);
         if (!e->string[0] || *end || e->string[0] == '+' || e->string[0] == ' ' || id < 0 || id >= s->n_vocab)
-            return oa_bad(err, "logit_bias", "'logit_bias' key '%.40s' must be a token id in [0, %d)",
+            return moe8_oa_bad(err, "logit_bias", "'logit_bias' key '%.40s' must be a token id in [0, %d)",
                           e->string, s->n_vocab);
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)
-            return oa_bad(err, "logit_bias", "'logit_bias' of token %ld must be a number in [-100, 100]", id);
+            return moe8_oa_bad(err, "logit_bias", "'logit_bias' of token %ld must be a number in [-100, 100]", id);
         j->bias_ids[k] = (int32_t)id;
         j->bias[k] = (float)e->valuedouble;
         k++;
@@ -149,18 +149,18 @@ static int parse_bias(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     return 0;
 }
 
-int oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err) {
+int moe8_oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has;
-    if ((rc = oa_get_num(root, "presence_penalty", -2, 2, 0, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "presence_penalty", -2, 2, 0, 0, &x, &has, err))) return rc;
     if (has) j->rq.presence_penalty = (float)x;
-    if ((rc = oa_get_num(root, "frequency_penalty", -2, 2, 0, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "frequency_penalty", -2, 2, 0, 0, &x, &has, err))) return rc;
     if (has) j->rq.frequency_penalty = (float)x;
-    if ((rc = oa_get_num(root, "repetition_penalty", 0, 1e3, 1, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "repetition_penalty", 0, 1e3, 1, 0, &x, &has, err))) return rc;
     if (has) j->rq.repetition_penalty = (float)x;
     if (!(j->rq.repetition_penalty > 0.0f))
-        return oa_bad(err, "repetition_penalty", "'repetition_penalty' must be > 0 as a 32-bit float");
-    if ((rc = oa_get_num(root, "min_tokens", 0, 1e9, 0, 1, &x, &has, err))) return rc;
+        return moe8_oa_bad(err, "repetition_penalty", "'repetition_penalty' must be > 0 as a 32-bit float");
+    if ((rc = moe8_oa_get_num(root, "min_tokens", 0, 1e9, 0, 1, &x, &has, err))) return rc;
     if (has) j->rq.min_tokens = (int32_t)x;
     return parse_bias(s, root, j, err);
 }

@@ -2,7 +2,7 @@
  * http.c — the HTTP/1.1 server of moe8 serve: one thread runs an epoll loop
  * over every socket; a small pool of workers does the CPU work of requests
  * (JSON, chat templates, tokenizing); the engine thread writes each job's
- * output and tells this thread (http_notify) through an eventfd.
+ * output and tells this thread (moe8_http_notify) through an eventfd.
  *
  * A connection goes IDLE -> HEAD -> BODY -> WORK -> (answer written) ->
  * IDLE again for the next request, or CLOSE. This file reads: heads are
@@ -193,7 +193,7 @@ static void job_detach(srv *s, conn *c) {
         c->n_gen += j->n_gen;
         if (j->finish_note && !c->note) c->note = j->finish_note;
         j->conn = NULL;
-        if (--j->refs == 0) job_free(j);
+        if (--j->refs == 0) moe8_job_free(j);
         c->jobs[i] = NULL;
     }
     c->n_jobs = 0;
@@ -202,8 +202,8 @@ static void job_detach(srv *s, conn *c) {
 /* A job nobody else holds yet, with the choices it carries. */
 void moe8_http_job_drop(job *j) {
     if (!j) return;
-    for (int i = 0; i < j->n_kids; i++) job_free(j->kids[i]);
-    job_free(j);
+    for (int i = 0; i < j->n_kids; i++) moe8_job_free(j->kids[i]);
+    moe8_job_free(j);
 }
 
 static void conn_free(conn *c) {
@@ -312,7 +312,7 @@ void moe8_http_advance(http *h, conn *c) {
                 c->scan = c->skip = 0;
                 if (c->served) c->t_phase = moe8_time_s(); /* the first byte of a later request */
             }
-            len = http_head_scan(p, n, &c->scan, &c->skip, &why);
+            len = moe8_http_head_scan(p, n, &c->scan, &c->skip, &why);
             if (len == 0) break;
             if (len < 0) {
                 c->t_req = moe8_time_s();
@@ -350,7 +350,7 @@ void moe8_http_advance(http *h, conn *c) {
                     c->in_off = c->in.n;
                     break;
                 }
-                used = http_chunked_feed(&c->ck, p, n, c->body.p, c->body.cap - 1, &c->body.n,
+                used = moe8_http_chunked_feed(&c->ck, p, n, c->body.p, c->body.cap - 1, &c->body.n,
                                          h->s->p.max_body, &done, &why);
                 if (used < 0) {
                     c->close_after = 1;
@@ -686,7 +686,7 @@ static int listen_on(srv *s, moe8_error *err) {
     return fd;
 }
 
-moe8_status http_start(srv *s, moe8_error *err) {
+moe8_status moe8_http_start(srv *s, moe8_error *err) {
     http *h = calloc(1, sizeof *h);
     struct epoll_event e;
     struct rlimit rl;
@@ -732,7 +732,7 @@ moe8_status http_start(srv *s, moe8_error *err) {
     h->started = 1;
     return MOE8_OK;
 fail:
-    http_stop(s);
+    moe8_http_stop(s);
     return err ? err->code : MOE8_ERR_IO;
 }
 
@@ -742,7 +742,7 @@ static void kick(http *h) {
     }
 }
 
-void http_quiesce(srv *s) {
+void moe8_http_quiesce(srv *s) {
     http *h = s->http;
     const double t_end = moe8_time_s() + 2;
     if (!h || !h->started) return;
@@ -754,7 +754,7 @@ void http_quiesce(srv *s) {
     }
 }
 
-void http_wait_idle(srv *s, double seconds) {
+void moe8_http_wait_idle(srv *s, double seconds) {
     http *h = s->http;
     const double t_end = moe8_time_s() + seconds;
     if (!h || !h->started) return;
@@ -765,7 +765,7 @@ void http_wait_idle(srv *s, double seconds) {
     }
 }
 
-void http_stop(srv *s) {
+void moe8_http_stop(srv *s) {
     http *h = s->http;
     if (!h) return;
     h->stop = 1;

@@ -120,7 +120,7 @@ typedef struct {
     conn *conns;                /* every open connection */
     conn *closed;               /* closed this round, freed when it ends (conn_reap) */
     int n_conns;                /* open, the HTTP thread's count */
-    volatile int n_open;        /* the same, read by http_wait_idle */
+    volatile int n_open;        /* the same, read by moe8_http_wait_idle */
     size_t buffered;            /* bytes held for unfinished heads and bodies */
     int max_conns;
     ipslot *ips[IP_BUCKETS];
@@ -183,7 +183,7 @@ int moe8_http_flush(http *h, conn *c);
 /* A half-closed client: still there? Bytes it will skip go into its output;
  * the caller flushes. */
 void moe8_http_probe(http *h, conn *c, double now);
-/* The jobs with news (http_notify's list) into their connections (under the lock). */
+/* The jobs with news (moe8_http_notify's list) into their connections (under the lock). */
 void moe8_http_jobs_news(http *h);
 
 #endif

@@ -117,7 +117,7 @@ void moe8_http_respond_error(http *h, conn *c, int status, const char *type, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    oa_error(&b, type, NULL, code, "%s", msg);
+    moe8_oa_error(&b, type, NULL, code, "%s", msg);
     moe8_http_respond(h, c, status, "application/json", b.p, b.n);
     moe8_buf_free(&b);
 }
@@ -129,7 +129,7 @@ void moe8_http_refuse_now(http *h, int fd, int kind) {
     char drop[4096];
     moe8_buf b = {0}, head = {0};
     int budget = 16;
-    oa_error(&b, "server_error", NULL, "overloaded", "%s",
+    moe8_oa_error(&b, "server_error", NULL, "overloaded", "%s",
              kind == L_CONN ? "the server has too many connections (--max-connections); try again later"
              : kind == L_IP ? "too many connections from this address (--max-connections-per-ip); try again later"
                             : "the server is holding too many request bodies (--max-buffered); try again later");
@@ -188,7 +188,7 @@ int moe8_http_flush(http *h, conn *c) {
 
 /* ---- bodies: chunks, streams, the jobs' news ------------------------------------------- */
 
-void http_notify(srv *s, job *j) {
+void moe8_http_notify(srv *s, job *j) {
     http *h = s->http;
     if (!j->conn || j->notified || !h) return;
     j->notified = 1;
@@ -303,7 +303,7 @@ void moe8_http_probe(http *h, conn *c, double now) {
     else chunk(c, " ", 1);
 }
 
-/* The jobs with news (http_notify's list) into their connections (under the lock). */
+/* The jobs with news (moe8_http_notify's list) into their connections (under the lock). */
 void moe8_http_jobs_news(http *h) {
     srv *s = h->s;
     job *list = s->ready_head;
@@ -317,6 +317,6 @@ void moe8_http_jobs_news(http *h) {
             pump(h, c);
             moe8_http_flush_add(h, c);
         }
-        if (--j->refs == 0) job_free(j);
+        if (--j->refs == 0) moe8_job_free(j);
     }
 }

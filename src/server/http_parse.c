@@ -16,7 +16,7 @@ static int tchar(unsigned char c) {
            (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-int http_is_token(const char *s, size_t n) {
+int moe8_http_is_token(const char *s, size_t n) {
     if (!n) return 0;
     for (size_t i = 0; i < n; i++)
         if (!tchar((unsigned char)s[i])) return 0;
@@ -38,7 +38,7 @@ static int ieq(const char *a, size_t n, const char *b) {
     return 1;
 }
 
-long http_head_scan(const char *buf, size_t n, size_t *pos, size_t *skip, const char **why) {
+long moe8_http_head_scan(const char *buf, size_t n, size_t *pos, size_t *skip, const char **why) {
     size_t i = *pos, line_start;
     /* empty lines before the request line (RFC 9112 §2.2), a few */
     if (i == *skip) {
@@ -120,7 +120,7 @@ static int parse_request_line(const char *p, size_t n, http_head *h, const char 
     if (!sp1) goto bad;
     h->method = p;
     h->method_len = (size_t)(sp1 - p);
-    if (!http_is_token(h->method, h->method_len)) goto bad;
+    if (!moe8_http_is_token(h->method, h->method_len)) goto bad;
     rest = n - h->method_len - 1;
     sp2 = memchr(sp1 + 1, ' ', rest);
     if (!sp2) goto bad;
@@ -210,7 +210,7 @@ static int header_line(const char *p, const char *end, head_tally *t, const char
         return 400;
     }
     colon = memchr(p, ':', line_n);
-    if (!colon || !http_is_token(p, (size_t)(colon - p))) {
+    if (!colon || !moe8_http_is_token(p, (size_t)(colon - p))) {
         *why = "a header name that is not a token followed by ':' (no spaces before the colon)";
         return 400;
     }
@@ -316,7 +316,7 @@ static int head_checks(http_head *h, const head_tally *t, const char **why) {
     return 0;
 }
 
-int http_head_parse(const char *buf, size_t n, http_head *h, const char **why) {
+int moe8_http_head_parse(const char *buf, size_t n, http_head *h, const char **why) {
     const char *p = buf, *end = buf + n, *eol;
     head_tally t = {0};
     int rc;
@@ -366,7 +366,7 @@ static int hexval(char c) {
 
 #define CK_FAIL(msg) do { *why = (msg); return -400; } while (0)
 
-long http_chunked_feed(http_chunked *c, const char *in, size_t n, char *out, size_t out_cap,
+long moe8_http_chunked_feed(http_chunked *c, const char *in, size_t n, char *out, size_t out_cap,
                        size_t *out_n, uint64_t max, int *done, const char **why) {
     size_t i = 0;
     *done = 0;

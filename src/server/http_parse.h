@@ -42,12 +42,12 @@ typedef struct {
  * (from buf, through its empty line) when complete, 0 when more bytes are
  * needed, or a negative HTTP status (-400 bare LF or CR, -414 request line
  * too long, -431 head too long) with *why set. */
-long http_head_scan(const char *buf, size_t n, size_t *pos, size_t *skip, const char **why);
+long moe8_http_head_scan(const char *buf, size_t n, size_t *pos, size_t *skip, const char **why);
 
-/* Parse the complete head buf[0..n) (as http_head_scan returned it, its
+/* Parse the complete head buf[0..n) (as moe8_http_head_scan returned it, its
  * leading empty lines already skipped). 0, or an HTTP status (400, 414, 431,
  * 501, 505, 417) with *why a sentence naming the header. */
-int http_head_parse(const char *buf, size_t n, http_head *h, const char **why);
+int moe8_http_head_parse(const char *buf, size_t n, http_head *h, const char **why);
 
 /* The chunked body decoder: zero it, then feed it bytes. */
 typedef struct {
@@ -62,10 +62,10 @@ typedef struct {
  * status 413). Returns the bytes consumed (less than n only when the body
  * ended there: *done = 1), or a negative HTTP status with *why. `out_n` is
  * the data written so far (its running total). */
-long http_chunked_feed(http_chunked *c, const char *in, size_t n, char *out, size_t out_cap,
+long moe8_http_chunked_feed(http_chunked *c, const char *in, size_t n, char *out, size_t out_cap,
                        size_t *out_n, uint64_t max, int *done, const char **why);
 
 /* 1 if s[0..n) is a token (RFC 9110 tchar+). */
-int http_is_token(const char *s, size_t n);
+int moe8_http_is_token(const char *s, size_t n);
 
 #endif

@@ -112,7 +112,7 @@ void moe8_http_dispatch(http *h, conn *c) {
 void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
     srv *s = h->s;
     const char *why = NULL;
-    int rc = http_head_parse(p, n, &c->h, &why);
+    int rc = moe8_http_head_parse(p, n, &c->h, &why);
     c->t_req = moe8_time_s();
     c->keep_alive = 0; /* until the head is known good */
     if (rc) {

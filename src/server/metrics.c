@@ -32,14 +32,14 @@ static void hist_init(srv_hist *h, const double *le, int n) {
     h->n = n;
 }
 
-void metrics_init(srv_metrics *m) {
+void moe8_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
     hist_init(&m->ttft, TTFT_LE, (int)(sizeof TTFT_LE / sizeof *TTFT_LE));
     hist_init(&m->itl, ITL_LE, (int)(sizeof ITL_LE / sizeof *ITL_LE));
     hist_init(&m->e2e, E2E_LE, (int)(sizeof E2E_LE / sizeof *E2E_LE));
 }
 
-void hist_observe(srv_hist *h, double v) {
+void moe8_hist_observe(srv_hist *h, double v) {
     int i = 0;
     while (i < h->n && v > h->le[i]) i++;
     h->count[i]++;
@@ -98,7 +98,7 @@ static void label_escape(const char *v, char *out, size_t cap) {
     out[o] = '\0';
 }
 
-int metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *out) {
+int moe8_metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *out) {
     static const char *const reason[3] = {"stop", "length", "abort"};
     const uint64_t n[3] = {m->success_stop, m->success_length, m->success_abort};
     char model[600];

@@ -32,7 +32,7 @@
 
 #define T_INVALID "invalid_request_error"
 
-void oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...) {
+void moe8_oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...) {
     char msg[1024];
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     char *txt;
@@ -53,13 +53,13 @@ void oa_error(moe8_buf *out, const char *type, const char *param, const char *co
     cJSON_Delete(root);
 }
 
-int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) {
+int moe8_oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) {
     char msg[900];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    oa_error(err, T_INVALID, param, NULL, "%s", msg);
+    moe8_oa_error(err, T_INVALID, param, NULL, "%s", msg);
     return 400;
 }
 
@@ -71,7 +71,7 @@ static ptrdiff_t bad_utf8(const char *s, size_t n) {
     return bad == (size_t)-1 ? -1 : (ptrdiff_t)bad;
 }
 
-void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
+void moe8_oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
     moe8_buf b = {0};
     moe8_buf_json_str(&b, s, n, MOE8_JSON_LOSSY);
     cJSON_AddRawToObject(o, key, b.p ? b.p : "\"\"");
@@ -81,29 +81,29 @@ void oa_json_text(cJSON *o, const char *key, const char *s, size_t n) {
 /* ---- field readers --------------------------------------------------------------- */
 
 /* Optional number field in [lo, hi] (lo_open: (lo, hi]); integral when `integer`. */
-int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
+int moe8_oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
                    double *out, int *present, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     double x;
     if (present) *present = 0;
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v))
-        return oa_bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
+        return moe8_oa_bad(err, key, "'%s' must be %s, got %s", key, integer ? "an integer" : "a number",
                    moe8_json_type_name(v));
     x = v->valuedouble;
     if (!isfinite(x) || (integer && x != floor(x)))
-        return oa_bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
+        return moe8_oa_bad(err, key, "'%s' must be %s, got %g", key, integer ? "an integer" : "a finite number", x);
     if (x < lo || x > hi || (lo_open && x == lo))
-        return oa_bad(err, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
+        return moe8_oa_bad(err, key, "'%s' must be in %c%g, %g], got %g", key, lo_open ? '(' : '[', lo, hi, x);
     *out = x;
     if (present) *present = 1;
     return 0;
 }
 
-int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
+int moe8_oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return oa_bad(err, key, "'%s' must be a boolean, got %s", key, moe8_json_type_name(v));
+    if (!cJSON_IsBool(v)) return moe8_oa_bad(err, key, "'%s' must be a boolean, got %s", key, moe8_json_type_name(v));
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -117,13 +117,13 @@ int moe8_oa_tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids,
     const int bos = with_bos && moe8_tokenizer_add_bos(s->tok) && moe8_tokenizer_bos_id(s->tok) >= 0;
     moe8_error e;
     if (moe8_tokenize(s->tok, text, len, NULL, 0, &need, &e) != MOE8_OK && need == 0 && len > 0)
-        return oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
-    if (!(*ids = malloc((need + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
+        return moe8_oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+    if (!(*ids = malloc((need + 1) * sizeof **ids))) return moe8_oa_bad(err, param, "out of memory");
     if (bos) (*ids)[0] = moe8_tokenizer_bos_id(s->tok);
     if (moe8_tokenize(s->tok, text, len, *ids + bos, need, &need, &e) != MOE8_OK) {
         free(*ids);
         *ids = NULL;
-        return oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
+        return moe8_oa_bad(err, param, "'%s' cannot be tokenized: %s", param, e.message);
     }
     *n = (int32_t)need + bos;
     return 0;
@@ -132,13 +132,13 @@ int moe8_oa_tokenize_text(srv *s, const char *text, int with_bos, int32_t **ids,
 int moe8_oa_ids_from_array(srv *s, const cJSON *a, int32_t **ids, int32_t *n, const char *param, moe8_buf *err) {
     int k = 0, count = cJSON_GetArraySize(a);
     const cJSON *v;
-    if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return oa_bad(err, param, "out of memory");
+    if (!(*ids = malloc(((size_t)count + 1) * sizeof **ids))) return moe8_oa_bad(err, param, "out of memory");
     cJSON_ArrayForEach(v, a) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= s->n_vocab) {
             free(*ids);
             *ids = NULL;
-            return oa_bad(err, param, "'%s'[%d] must be a token id in [0, %d)", param, k, s->n_vocab);
+            return moe8_oa_bad(err, param, "'%s'[%d] must be a token id in [0, %d)", param, k, s->n_vocab);
         }
         (*ids)[k++] = (int32_t)v->valuedouble;
     }
@@ -154,17 +154,17 @@ static int parse_stop(const cJSON *root, job *j, moe8_buf *err) {
     int k = 0;
     if (!st || cJSON_IsNull(st)) return 0;
     if (cJSON_IsString(st)) {
-        if (!st->valuestring[0]) return oa_bad(err, "stop", "'stop' must not be an empty string");
+        if (!st->valuestring[0]) return moe8_oa_bad(err, "stop", "'stop' must not be an empty string");
         j->stop_store[0] = strdup(st->valuestring);
         j->rq.n_stop = 1;
         return 0;
     }
-    if (!cJSON_IsArray(st)) return oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", moe8_json_type_name(st));
+    if (!cJSON_IsArray(st)) return moe8_oa_bad(err, "stop", "'stop' must be a string or an array of strings, got %s", moe8_json_type_name(st));
     if (cJSON_GetArraySize(st) > MOE8_MAX_STOP_STRINGS)
-        return oa_bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
+        return moe8_oa_bad(err, "stop", "'stop' holds %d strings; at most %d", cJSON_GetArraySize(st), MOE8_MAX_STOP_STRINGS);
     cJSON_ArrayForEach(v, st) {
         if (!cJSON_IsString(v) || !v->valuestring[0])
-            return oa_bad(err, "stop", "'stop'[%d] must be a non-empty string", k);
+            return moe8_oa_bad(err, "stop", "'stop'[%d] must be a non-empty string", k);
         j->stop_store[k++] = strdup(v->valuestring);
     }
     j->rq.n_stop = k;
@@ -187,24 +187,24 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has;
     *sp = s->defaults;
-    if ((rc = oa_get_num(root, "temperature", 0, 1e6, 0, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "temperature", 0, 1e6, 0, 0, &x, &has, err))) return rc;
     if (has) sp->temperature = (float)x;
-    if ((rc = oa_get_num(root, "top_p", 0, 1, 1, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "top_p", 0, 1, 1, 0, &x, &has, err))) return rc;
     if (has) sp->top_p = (float)x;
-    if ((rc = oa_get_num(root, "top_k", -1, 1e9, 0, 1, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "top_k", -1, 1e9, 0, 1, &x, &has, err))) return rc;
     if (has) sp->top_k = x < 0 ? 0 : (int)x; /* -1: off, as vLLM */
-    if ((rc = oa_get_num(root, "min_p", 0, 1, 0, 0, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "min_p", 0, 1, 0, 0, &x, &has, err))) return rc;
     if (has) sp->min_p = (float)x;
-    if ((rc = oa_get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "seed", -9.2e18, 9.2e18, 0, 1, &x, &has, err))) return rc;
     if (has) sp->seed = (uint64_t)(int64_t)x;
     else sp->seed = fresh_seed(); /* "regenerate" gives another answer, as OpenAI's and vLLM's */
     /* what the sampler checks, on the float values it gets (top_p 1e-300 is 0 as a float) */
     if (!(sp->top_p > 0.0f))
-        return oa_bad(err, "top_p", "'top_p' must be in (0, 1] as a 32-bit float, got %g", (double)sp->top_p);
+        return moe8_oa_bad(err, "top_p", "'top_p' must be in (0, 1] as a 32-bit float, got %g", (double)sp->top_p);
     {
         moe8_error e;
         if (moe8_sampler_params_check(sp, &e) != MOE8_OK)
-            return oa_bad(err, strncmp(e.message, "temperature", 11) == 0 ? "temperature"
+            return moe8_oa_bad(err, strncmp(e.message, "temperature", 11) == 0 ? "temperature"
                             : strncmp(e.message, "top_k", 5) == 0 ? "top_k"
                             : strncmp(e.message, "min_p", 5) == 0 ? "min_p" : "top_p",
                        "%s", e.message);
@@ -216,25 +216,25 @@ static int parse_sampling(srv *s, const cJSON *root, job *j, moe8_buf *err) {
 
 static void grammar_unref(srv_grammar *sg) {
     if (sg && __atomic_sub_fetch(&sg->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        grammar_free(sg->g);
+        moe8_grammar_destroy(sg->g);
         free(sg);
     }
 }
 
 /* Compile GBNF src for j (on a worker: never the HTTP or the engine thread),
  * its tables over the server's vocabulary made now too. */
-int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err) {
+int moe8_oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err) {
     grammar *g = NULL;
     moe8_error e;
     srv_grammar *sg;
     if (j->grammar) /* tools.c's, for tool_choice required or a named function */
-        return oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function and '%s' both "
+        return moe8_oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function and '%s' both "
                       "constrain the output: give one", param);
-    if (!s->gvocab) return oa_bad(err, param, "'%s': this server has no vocabulary for grammars", param);
-    if (grammar_compile(src, strlen(src), &g, &e) != MOE8_OK) return oa_bad(err, param, "'%s': %s", param, e.message);
-    if (grammar_prepare(g, s->gvocab, &e) != MOE8_OK || !(sg = malloc(sizeof *sg))) {
-        grammar_free(g);
-        return oa_bad(err, param, "'%s': %s", param, "out of memory");
+    if (!s->gvocab) return moe8_oa_bad(err, param, "'%s': this server has no vocabulary for grammars", param);
+    if (moe8_grammar_build(src, strlen(src), &g, &e) != MOE8_OK) return moe8_oa_bad(err, param, "'%s': %s", param, e.message);
+    if (moe8_grammar_prepare(g, s->gvocab, &e) != MOE8_OK || !(sg = malloc(sizeof *sg))) {
+        moe8_grammar_destroy(g);
+        return moe8_oa_bad(err, param, "'%s': %s", param, "out of memory");
     }
     sg->g = g;
     sg->refs = 1;
@@ -251,43 +251,43 @@ static int parse_grammar(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *ty, *js, *schema;
     int rc;
     if (gr && !cJSON_IsNull(gr) && !cJSON_IsString(gr))
-        return oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", moe8_json_type_name(gr));
+        return moe8_oa_bad(err, "grammar", "'grammar' must be a string of GBNF, got %s", moe8_json_type_name(gr));
     if (!rf || cJSON_IsNull(rf))
-        return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
+        return gr && cJSON_IsString(gr) ? moe8_oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
     if (!cJSON_IsObject(rf))
-        return oa_bad(err, "response_format", "'response_format' must be an object, got %s", moe8_json_type_name(rf));
+        return moe8_oa_bad(err, "response_format", "'response_format' must be an object, got %s", moe8_json_type_name(rf));
     ty = cJSON_GetObjectItemCaseSensitive(rf, "type");
     if (!cJSON_IsString(ty))
-        return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
+        return moe8_oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
                       "\"json_object\" or \"json_schema\"");
     if (!strcmp(ty->valuestring, "text"))
-        return gr && cJSON_IsString(gr) ? oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
+        return gr && cJSON_IsString(gr) ? moe8_oa_attach_grammar(s, j, gr->valuestring, "grammar", err) : 0;
     if (gr && cJSON_IsString(gr))
-        return oa_bad(err, "grammar", "'grammar' and a 'response_format' of type '%s' both constrain "
+        return moe8_oa_bad(err, "grammar", "'grammar' and a 'response_format' of type '%s' both constrain "
                       "the output: give one", ty->valuestring);
     if (!strcmp(ty->valuestring, "json_object"))
-        return oa_attach_grammar(s, j, grammar_json_object(), "response_format", err);
+        return moe8_oa_attach_grammar(s, j, moe8_grammar_json_object(), "response_format", err);
     if (strcmp(ty->valuestring, "json_schema"))
-        return oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
+        return moe8_oa_bad(err, "response_format.type", "'response_format.type' must be \"text\", "
                       "\"json_object\" or \"json_schema\", got '%.40s'", ty->valuestring);
     js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
     if (!cJSON_IsObject(js))
-        return oa_bad(err, "response_format.json_schema", "'response_format.json_schema' must be an "
+        return moe8_oa_bad(err, "response_format.json_schema", "'response_format.json_schema' must be an "
                       "object {name, schema, strict}");
     schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-        return oa_bad(err, "response_format.json_schema.schema", "'response_format.json_schema.schema' "
+        return moe8_oa_bad(err, "response_format.json_schema.schema", "'response_format.json_schema.schema' "
                       "must be a JSON Schema object");
     {
         char *txt = cJSON_PrintUnformatted(schema), *gbnf = NULL;
         moe8_error e;
-        if (!txt) return oa_bad(err, "response_format", "out of memory");
-        if (grammar_from_json_schema(txt, strlen(txt), &gbnf, &e) != MOE8_OK) {
+        if (!txt) return moe8_oa_bad(err, "response_format", "out of memory");
+        if (moe8_json_schema_to_gbnf(txt, strlen(txt), &gbnf, &e) != MOE8_OK) {
             free(txt);
-            return oa_bad(err, "response_format.json_schema.schema", "%s", e.message);
+            return moe8_oa_bad(err, "response_format.json_schema.schema", "%s", e.message);
         }
         free(txt);
-        rc = oa_attach_grammar(s, j, gbnf, "response_format.json_schema.schema", err);
+        rc = moe8_oa_attach_grammar(s, j, gbnf, "response_format.json_schema.schema", err);
         free(gbnf);
         return rc;
     }
@@ -301,10 +301,10 @@ static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     double x;
     int rc, has, has2 = 0;
     int64_t max_tokens;
-    if ((rc = oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "max_tokens", -1e18, 1e18, 0, 1, &x, &has, err))) return rc;
     if (api->max_alias) {
         double y;
-        if ((rc = oa_get_num(root, api->max_alias, -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
+        if ((rc = moe8_oa_get_num(root, api->max_alias, -1e18, 1e18, 0, 1, &y, &has2, err))) return rc;
         if (has2) {
             x = y;
             has = 1;
@@ -312,10 +312,10 @@ static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     }
     const char *field = has2 ? api->max_alias : "max_tokens";
     if (has && x < (echo ? 0 : 1)) /* echo with 0: the prompt scored, nothing generated */
-        return oa_bad(err, field, "'%s' must be at least %d, got %g", field, echo ? 0 : 1, x);
+        return moe8_oa_bad(err, field, "'%s' must be at least %d, got %g", field, echo ? 0 : 1, x);
     /* a prompt the KV cache cannot hold even alone */
     if ((int64_t)j->n_prompt > s->kv_positions)
-        return oa_bad(err, api->prompt_param, "the prompt has %d tokens; the "
+        return moe8_oa_bad(err, api->prompt_param, "the prompt has %d tokens; the "
                    "KV cache holds %lld positions in all (--kv-mb): shorten the prompt or start the "
                    "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
     /* default 0 (chat's): the rest of the context, within what the KV cache holds */
@@ -323,24 +323,24 @@ static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if (!has && !api->default_max && max_tokens > s->kv_positions + 1 - j->n_prompt)
         max_tokens = s->kv_positions + 1 - j->n_prompt;
     if (!has && max_tokens < 1) /* the default (the rest of the context) is nothing */
-        return oa_bad(err, api->prompt_param, "this model's maximum context length is %d tokens; the request "
+        return moe8_oa_bad(err, api->prompt_param, "this model's maximum context length is %d tokens; the request "
                    "has %d prompt tokens, which leaves no room for a completion", s->n_ctx, j->n_prompt);
     if ((int64_t)j->n_prompt + max_tokens > s->n_ctx)
-        return oa_bad(err, has ? field : api->prompt_param,
+        return moe8_oa_bad(err, has ? field : api->prompt_param,
                    "this model's maximum context length is %d tokens; the request has %d prompt "
                    "tokens and asks for %lld completion tokens (%lld in all)", s->n_ctx,
                    j->n_prompt, (long long)max_tokens, (long long)j->n_prompt + max_tokens);
     /* every position but the last token's lives in the KV cache: a request
      * that cannot fit alone would end early; one that fits waits its turn */
     if ((int64_t)j->n_prompt + (max_tokens ? max_tokens - 1 : 0) > s->kv_positions)
-        return oa_bad(err, has ? field : api->prompt_param,
+        return moe8_oa_bad(err, has ? field : api->prompt_param,
                    "the request needs %lld KV cache positions (%d prompt tokens + %lld completion "
                    "tokens - 1), the KV cache holds %lld (--kv-mb): lower '%s' to at most %lld or "
                    "start the server with a larger --kv-mb", (long long)j->n_prompt + max_tokens - 1,
                    j->n_prompt, (long long)max_tokens, (long long)s->kv_positions, field,
                    (long long)(s->kv_positions + 1 - j->n_prompt));
     if (j->rq.min_tokens > max_tokens)
-        return oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
+        return moe8_oa_bad(err, "min_tokens", "'min_tokens' (%d) must not exceed the completion's "
                       "max_tokens (%lld)", j->rq.min_tokens, (long long)max_tokens);
     j->rq.max_tokens = (int32_t)max_tokens;
     return 0;
@@ -355,27 +355,27 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     oa_req r = {0};
     double x;
     int rc, has, ignore_eos = 0;
-    if ((rc = oa_check_fields(s, root, j->kind, err))) return rc;
+    if ((rc = moe8_oa_check_fields(s, root, j->kind, err))) return rc;
     if (model && !cJSON_IsNull(model)) {
-        if (!cJSON_IsString(model)) return oa_bad(err, "model", "'model' must be a string, got %s", moe8_json_type_name(model));
+        if (!cJSON_IsString(model)) return moe8_oa_bad(err, "model", "'model' must be a string, got %s", moe8_json_type_name(model));
         if (strcmp(model->valuestring, s->model_name)) { /* OpenAI's and vLLM's answer */
-            oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
+            moe8_oa_error(err, T_INVALID, "model", "model_not_found", "the model '%s' does not exist; "
                      "this server serves '%s'", model->valuestring, s->model_name);
             return 404;
         }
     }
-    if ((rc = oa_get_bool(root, "stream", &j->stream, err))) return rc;
+    if ((rc = moe8_oa_get_bool(root, "stream", &j->stream, err))) return rc;
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", moe8_json_type_name(so));
-        if ((rc = oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
+        if (!cJSON_IsObject(so)) return moe8_oa_bad(err, "stream_options", "'stream_options' must be an object, got %s", moe8_json_type_name(so));
+        if ((rc = moe8_oa_get_bool(so, "include_usage", &j->include_usage, err))) return rc;
     }
-    if ((rc = oa_get_num(root, "n", 1, SRV_MAX_N, 0, 1, &x, &has, err))) return rc;
+    if ((rc = moe8_oa_get_num(root, "n", 1, SRV_MAX_N, 0, 1, &x, &has, err))) return rc;
     j->n_choices = has ? (int)x : 1;
     if (api->options && (rc = api->options(root, j, &r, err))) return rc;
-    if ((rc = oa_get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
+    if ((rc = moe8_oa_get_bool(root, "ignore_eos", &ignore_eos, err))) return rc;
     j->rq.ignore_eos = ignore_eos;
     if ((rc = parse_sampling(s, root, j, err)) || (rc = parse_stop(root, j, err)) ||
-        (rc = api->logprobs(root, j, err)) || (rc = oa_parse_processors(s, root, j, err)) ||
+        (rc = api->logprobs(root, j, err)) || (rc = moe8_oa_parse_processors(s, root, j, err)) ||
         (rc = api->prompt(s, root, j, &r, err)) || (rc = parse_max_tokens(s, root, j, err)))
         return rc;
     if (j->echo && j->rq.logprobs >= 0) j->rq.n_prompt_logits = j->n_prompt; /* echo's log-probs */
@@ -396,21 +396,21 @@ cJSON *moe8_oa_parse_object(const char *body, size_t n, moe8_buf *err, int *rc) 
     moe8_error e;
     *rc = 0;
     if ((at = bad_utf8(body, n)) >= 0) {
-        *rc = oa_bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
+        *rc = moe8_oa_bad(err, NULL, "the body is not valid UTF-8 JSON (byte %td)", at);
         return NULL;
     }
     if ((at = moe8_json_nul_escape(body, n)) >= 0) {
-        *rc = oa_bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
+        *rc = moe8_oa_bad(err, NULL, "the body holds a NUL character (\\u0000 at byte %td); request text "
                   "cannot contain NUL", at);
         return NULL;
     }
     if (moe8_json_parse(body, n, "the body", &root, &e) != MOE8_OK) {
-        *rc = oa_bad(err, NULL, "%s", e.message);
+        *rc = moe8_oa_bad(err, NULL, "%s", e.message);
         return NULL;
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        *rc = oa_bad(err, NULL, "the body must be a JSON object");
+        *rc = moe8_oa_bad(err, NULL, "the body must be a JSON object");
         return NULL;
     }
     return root;
@@ -418,7 +418,7 @@ cJSON *moe8_oa_parse_object(const char *body, size_t n, moe8_buf *err, int *rc) 
 
 static job *job_clone(const job *j, int i);
 
-int oa_parse_completion(srv *s, const char *body, size_t n, const oa_api *api, job **out, moe8_buf *err) {
+int moe8_oa_parse_completion(srv *s, const char *body, size_t n, const oa_api *api, job **out, moe8_buf *err) {
     cJSON *root;
     job *j;
     int rc;
@@ -427,14 +427,14 @@ int oa_parse_completion(srv *s, const char *body, size_t n, const oa_api *api, j
     if (!(root = moe8_oa_parse_object(body, n, err, &rc))) return rc;
     if (!(j = calloc(1, sizeof *j))) {
         cJSON_Delete(root);
-        return oa_bad(err, NULL, "out of memory");
+        return moe8_oa_bad(err, NULL, "out of memory");
     }
     j->kind = api->kind;
     j->api = api;
     j->rq = moe8_request_default();
     if ((rc = parse_request(s, root, j, err))) {
         cJSON_Delete(root);
-        job_free(j);
+        moe8_job_free(j);
         return rc;
     }
     cJSON_Delete(root);
@@ -449,8 +449,8 @@ int oa_parse_completion(srv *s, const char *body, size_t n, const oa_api *api, j
     for (int i = 1; i < j->n_choices; i++) {
         job *k = job_clone(j, i);
         if (!k) {
-            job_free(j);
-            return oa_bad(err, "n", "out of memory for %d choices", j->n_choices);
+            moe8_job_free(j);
+            return moe8_oa_bad(err, "n", "out of memory for %d choices", j->n_choices);
         }
         j->kids[j->n_kids++] = k;
     }
@@ -478,12 +478,12 @@ static job *job_clone(const job *j, int i) {
     k->grammar = NULL;
     k->calls = NULL;
     memset(&k->args, 0, sizeof k->args);
-    k->tc = j->tc ? toolcall_new((toolcall_format)j->tool_format) : NULL;
+    k->tc = j->tc ? moe8_toolcall_new((toolcall_format)j->tool_format) : NULL;
     ok = k->prompt && (!j->rq.n_bias || (k->bias_ids && k->bias)) && (!j->echo || k->echo) &&
          (!j->tc || k->tc);
     for (int s = 0; ok && s < j->rq.n_stop; s++) ok = (k->stop_store[s] = strdup(j->stop_store[s])) != NULL;
     if (!ok) {
-        job_free(k);
+        moe8_job_free(k);
         return NULL;
     }
     memcpy(k->prompt, j->prompt, (size_t)j->n_prompt * sizeof *k->prompt);
@@ -504,7 +504,7 @@ static job *job_clone(const job *j, int i) {
     return k;
 }
 
-void job_free(job *j) {
+void moe8_job_free(job *j) {
     if (!j) return;
     free(j->prompt);
     free(j->bias_ids);
@@ -512,7 +512,7 @@ void job_free(job *j) {
     free(j->echo);
     cJSON_Delete(j->echo_lp);
     grammar_unref(j->grammar);
-    tools_free(j);
+    moe8_tools_free(j);
     for (int i = 0; i < MOE8_MAX_STOP_STRINGS; i++) free(j->stop_store[i]);
     moe8_buf_free(&j->out);
     moe8_buf_free(&j->text);
@@ -527,7 +527,7 @@ cJSON *moe8_oa_token_entry(srv *s, int32_t tok, float lp, int chat) {
     size_t nb = 0;
     const char *b = moe8_tokenizer_token_bytes(s->tok, tok, &nb, NULL);
     cJSON *e = cJSON_CreateObject();
-    oa_json_text(e, "token", b ? b : "", b ? nb : 0);
+    moe8_oa_json_text(e, "token", b ? b : "", b ? nb : 0);
     cJSON_AddNumberToObject(e, "logprob", lp);
     if (chat) {
         cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
@@ -573,7 +573,7 @@ void moe8_oa_stream_chunk(srv *s, job *j, const char *content, size_t nc, const 
 
 /* ---- output: the engine's callbacks ------------------------------------------------- */
 
-void oa_on_start(srv *s, job *j) {
+void moe8_oa_on_start(srv *s, job *j) {
     if (j->api->start) j->api->start(s, j);
 }
 
@@ -587,7 +587,7 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
     j->api->split(s, j, txt, n, &content, &reason, final);
     if (j->tc) { /* only what is not a call is shown */
         moe8_buf shown = {0};
-        deltas = tools_feed(s, j, content.p, content.n, final, &shown);
+        deltas = moe8_tools_feed(s, j, content.p, content.n, final, &shown);
         moe8_buf_free(&content);
         content = shown;
         if (finish && j->n_calls_ok && !strcmp(finish, "stop")) finish = "tool_calls";
@@ -609,7 +609,7 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
     moe8_buf_free(&reason);
 }
 
-void oa_on_token(srv *s, job *j, const moe8_event *e) {
+void moe8_oa_on_token(srv *s, job *j, const moe8_event *e) {
     j->n_gen++;
     emit_text(s, j, e->text, e->text_len, e, 0, NULL);
 }
@@ -623,7 +623,7 @@ static const char *finish_name(moe8_finish f) {
     }
 }
 
-/* A non-stream choice: its object as JSON text in j->out (oa_response puts
+/* A non-stream choice: its object as JSON text in j->out (moe8_oa_response puts
  * the choices of a request together). */
 static void whole_choice(job *j, const char *finish) {
     cJSON *c = cJSON_CreateObject();
@@ -653,7 +653,7 @@ static cJSON *usage_of(job *const *jobs, int n) {
     return u;
 }
 
-void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
+void moe8_oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
     cJSON *root = moe8_oa_envelope(s, j, j->api->object);
     cJSON *choices = cJSON_AddArrayToObject(root, "choices");
@@ -667,7 +667,7 @@ void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
     cJSON_Delete(root);
 }
 
-void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
+void moe8_oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
     if (j->include_usage) {
         cJSON *root = moe8_oa_envelope(s, j, j->api->chunk_object);
@@ -686,7 +686,7 @@ void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
     moe8_buf_str(out, "data: [DONE]\n\n");
 }
 
-void oa_on_finish(srv *s, job *j, const moe8_event *e) {
+void moe8_oa_on_finish(srv *s, job *j, const moe8_event *e) {
     /* parallel_tool_calls false: the engine ended it after the first call */
     const char *finish = j->tool_stop && (e->finish == MOE8_FINISH_CANCELLED || e->finish == MOE8_FINISH_STOP)
                              ? "tool_calls" : finish_name(e->finish);
@@ -695,9 +695,9 @@ void oa_on_finish(srv *s, job *j, const moe8_event *e) {
         j->finish_note = "finish_reason=length: the context or the KV cache is full";
     if (e->finish == MOE8_FINISH_ERROR) {
         moe8_buf body = {0};
-        oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
+        moe8_oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
                  e->message ? e->message : moe8_status_str(e->status));
-        if (j->stream) { /* the [DONE] comes with the request's tail (oa_stream_tail) */
+        if (j->stream) { /* the [DONE] comes with the request's tail (moe8_oa_stream_tail) */
             moe8_buf_str(&j->out, "data: ");
             moe8_buf_add(&j->out, body.p, body.n);
             moe8_buf_str(&j->out, "\n\n");

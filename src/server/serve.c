@@ -107,7 +107,7 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "default chat template kwargs must be a "
                              "JSON object, got '%.80s'", p->default_chat_template_kwargs);
     }
-    if (p->tool_call_parser && toolcall_format_from_name(p->tool_call_parser) < 0)
+    if (p->tool_call_parser && moe8_toolcall_format_from_name(p->tool_call_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
                          "deepseek_v3, mistral", p->tool_call_parser);
     if (p->api_key && !p->api_key[0])
@@ -142,7 +142,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     s->tok = tok;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
-    metrics_init(&s->m);
+    moe8_metrics_init(&s->m);
     if (params->default_chat_template_kwargs)
         moe8_json_parse(params->default_chat_template_kwargs, strlen(params->default_chat_template_kwargs),
                         "default chat template kwargs", &s->default_kwargs, NULL); /* checked above */
@@ -151,8 +151,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     {
         const moe8_chat_template *t = NULL;
         const char *src = moe8_tokenizer_chat_template(tok, &t, NULL) == MOE8_OK ? moe8_chat_template_source(t) : NULL;
-        s->tool_format = params->tool_call_parser ? toolcall_format_from_name(params->tool_call_parser)
-                         : src ? toolcall_detect(src) : TOOLCALL_NONE;
+        s->tool_format = params->tool_call_parser ? moe8_toolcall_format_from_name(params->tool_call_parser)
+                         : src ? moe8_toolcall_detect(src) : TOOLCALL_NONE;
         s->think_template = src && strstr(src, "</think>") != NULL;
     }
     cp.n_ctx = params->ctx_size ? params->ctx_size
@@ -179,19 +179,19 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         /* made now, not at the first constrained request: workers compile against it */
         s->gvocab = (const struct grammar_vocab *)(const void *)moe8_sched_grammar_vocab(s->sched);
     }
-    if (!st && rank0) st = http_start(s, err);
+    if (!st && rank0) st = moe8_http_start(s, err);
     if (moe8_dist_size(params->dist) > 1) st = moe8_dist_agree(params->dist, st, err);
     if (!st && rank0) {
         char line[300];
         snprintf(line, sizeof line, "listening on http://%s:%d", params->host, s->port);
         if (params->on_ready) params->on_ready(params->user, line);
-        st = engine_run(s, stop, err);
-        engine_abandon(s);         /* every job ended: its connection can finish */
-        http_wait_idle(s, 2.0);    /* last bytes of finished answers */
+        st = moe8_engine_run(s, stop, err);
+        moe8_engine_abandon(s);         /* every job ended: its connection can finish */
+        moe8_http_wait_idle(s, 2.0);    /* last bytes of finished answers */
     } else if (!st) {
-        st = engine_follow(s, err);
+        st = moe8_engine_follow(s, err);
     }
-    http_stop(s);
+    moe8_http_stop(s);
     moe8_sched_free(s->sched);
     moe8_context_free(s->ctx);
     free(s->live);

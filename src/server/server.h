@@ -21,7 +21,7 @@
  * parses, validates, tokenizes and renders a request into a job; the engine
  * thread (the caller of moe8_serve, which also does all MPI) owns the
  * scheduler and writes each job's output, then tells the HTTP thread
- * (http_notify). One mutex (the server's `lock`) guards every job's shared
+ * (moe8_http_notify). One mutex (the server's `lock`) guards every job's shared
  * fields and the queues.
  * Nothing below sched/ knows HTTP exists.
  */
@@ -61,10 +61,10 @@ typedef struct {
     srv_hist ttft, itl, e2e;
 } srv_metrics;
 
-void metrics_init(srv_metrics *m);
+void moe8_metrics_init(srv_metrics *m);
 /* Prometheus text exposition of m. */
-int metrics_render(const srv_metrics *m, const char *model, moe8_buf *out);
-void hist_observe(srv_hist *h, double v);
+int moe8_metrics_render(const srv_metrics *m, const char *model, moe8_buf *out);
+void moe8_hist_observe(srv_hist *h, double v);
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
@@ -167,69 +167,69 @@ typedef struct srv {
     int n_live, cap_live;
     srv_metrics m;
     void *http;                 /* http.c's state */
-    job *ready_head;            /* jobs with news for their connection (http_notify) */
+    job *ready_head;            /* jobs with news for their connection (moe8_http_notify) */
     int port;
 } srv;
 
 /* openai.c and the api_*.c files: the HTTP thread's side (its workers).
  * Each returns 0, or an HTTP status with the error body in *err_body
  * (OpenAI's {"error": {...}}). api: moe8_oa_chat, moe8_oa_completions (api.h). */
-int oa_parse_completion(srv *s, const char *body, size_t n, const struct oa_api *api, job **out,
+int moe8_oa_parse_completion(srv *s, const char *body, size_t n, const struct oa_api *api, job **out,
                         moe8_buf *err_body);
-int oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out);
-int oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out);
-void oa_models(srv *s, moe8_buf *out);
-void oa_model(srv *s, moe8_buf *out); /* GET /v1/models/{id} of the served model */
+int moe8_oa_tokenize(srv *s, const char *body, size_t n, moe8_buf *out);
+int moe8_oa_detokenize(srv *s, const char *body, size_t n, moe8_buf *out);
+void moe8_oa_models(srv *s, moe8_buf *out);
+void moe8_oa_model(srv *s, moe8_buf *out); /* GET /v1/models/{id} of the served model */
 /* The HTTP thread's side, once every choice of a request is done (under the
  * lock): the whole non-stream answer, or a stream's usage chunk and [DONE]. */
-void oa_response(srv *s, job *const *jobs, int n, moe8_buf *out);
-void oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out);
+void moe8_oa_response(srv *s, job *const *jobs, int n, moe8_buf *out);
+void moe8_oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out);
 
 /* An OpenAI error body. */
-void oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
+void moe8_oa_error(moe8_buf *out, const char *type, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A 400 invalid_request_error naming `param`: returns 400. */
-int oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int moe8_oa_bad(moe8_buf *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Optional number field `key` of o in [lo, hi] (lo_open: (lo, hi]), integral when
  * `integer`: 0 (*present says whether it was there), or 400 with the body. */
-int oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
+int moe8_oa_get_num(const cJSON *o, const char *key, double lo, double hi, int lo_open, int integer,
                double *out, int *present, moe8_buf *err);
 /* Optional boolean field: 0, or 400. */
-int oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err);
+int moe8_oa_get_bool(const cJSON *o, const char *key, int *out, moe8_buf *err);
 
 /* Constrained decoding of j by GBNF src, compiled on the calling worker
  * (400 naming `param` when it does not compile). */
-int oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err);
+int moe8_oa_attach_grammar(srv *s, job *j, const char *src, const char *param, moe8_buf *err);
 /* s[0..n) under key as a JSON string, every code point kept (NUL too). */
-void oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
+void moe8_oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
 
 /* tools.c: tools / tool_choice / parallel_tool_calls of a chat request into
  * j (0 or a status with the body); the output through j's tool-call parser:
  * what may be shown goes to *shown, a stream's tool_calls deltas come back
  * (NULL: none); then the job's parser and calls freed. */
-int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err);
-cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown);
-void tools_free(job *j);
+int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err);
+cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown);
+void moe8_tools_free(job *j);
 
 /* fields.c: the request's fields against OpenAI's lists (fields.c's table):
  * 400 for one the server does not implement, a warning line for an unknown
  * one; then the logits processors (penalties, logit_bias, min_tokens) into
  * j->rq. Each returns 0 or an HTTP status with the error body. */
-int oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err);
-int oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err);
-void job_free(job *j);
+int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err);
+int moe8_oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err);
+void moe8_job_free(job *j);
 
 /* openai.c (api_completions.c: echo's prompt log-probs): the engine's side (under the lock). */
-void oa_on_start(srv *s, job *j);        /* stream: the first chunk (chat: the role) */
-void oa_on_prompt_logits(srv *s, job *j, const moe8_event *e); /* echo's prompt log-probs */
-void oa_on_token(srv *s, job *j, const moe8_event *e);
-void oa_on_finish(srv *s, job *j, const moe8_event *e);
+void moe8_oa_on_start(srv *s, job *j);        /* stream: the first chunk (chat: the role) */
+void moe8_oa_on_prompt_logits(srv *s, job *j, const moe8_event *e); /* echo's prompt log-probs */
+void moe8_oa_on_token(srv *s, job *j, const moe8_event *e);
+void moe8_oa_on_finish(srv *s, job *j, const moe8_event *e);
 
 /* engine.c */
-moe8_status engine_run(srv *s, volatile int *stop, moe8_error *err);
-moe8_status engine_follow(srv *s, moe8_error *err); /* ranks > 0 under TP */
-/* After engine_run: every job still live is cancelled and let go. */
-void engine_abandon(srv *s);
+moe8_status moe8_engine_run(srv *s, volatile int *stop, moe8_error *err);
+moe8_status moe8_engine_follow(srv *s, moe8_error *err); /* ranks > 0 under TP */
+/* After moe8_engine_run: every job still live is cancelled and let go. */
+void moe8_engine_abandon(srv *s);
 
 /* ---- endpoints (endpoints.c) ------------------------------------------------------- */
 
@@ -258,15 +258,15 @@ typedef struct srv_endpoint {
 extern const srv_endpoint moe8_srv_endpoints[];
 
 /* http.c, http_route.c, http_out.c */
-moe8_status http_start(srv *s, moe8_error *err);
+moe8_status moe8_http_start(srv *s, moe8_error *err);
 /* Stop accepting: the listening socket is closed (new connections refused). */
-void http_quiesce(srv *s);
+void moe8_http_quiesce(srv *s);
 /* Wait until no connection is open, at most `seconds`. */
-void http_wait_idle(srv *s, double seconds);
-void http_stop(srv *s);
+void moe8_http_wait_idle(srv *s, double seconds);
+void moe8_http_stop(srv *s);
 /* j has output, started or ended: its connection is told (call under the
  * lock; never blocks). */
-void http_notify(srv *s, job *j);
+void moe8_http_notify(srv *s, job *j);
 
 
 #endif

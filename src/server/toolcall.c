@@ -39,7 +39,7 @@
  * checked: markers and tags as literals, JSON by a validating scanner
  * (jscan, RFC 8259: strings, escapes, numbers, nesting up to 256). A call
  * is reported once its name is complete; its arguments follow in pieces (at
- * most one per toolcall_feed). A byte that cannot continue the call "breaks"
+ * most one per moe8_toolcall_feed). A byte that cannot continue the call "breaks"
  * it: an unreported call's raw text goes out as content (the sink never
  * heard of it), a reported one ends with ok 0 and its raw text follows as
  * content; then a partly matched tag and the byte are read again as text,
@@ -718,7 +718,7 @@ static void step(toolcall_parser *p, unsigned char c) {
 
 /* ---- the API --------------------------------------------------------------------------- */
 
-toolcall_format toolcall_format_from_name(const char *name) {
+toolcall_format moe8_toolcall_format_from_name(const char *name) {
     if (!name) return TOOLCALL_INVALID;
     if (!strcmp(name, "none")) return TOOLCALL_NONE;
     if (!strcmp(name, "hermes")) return TOOLCALL_HERMES;
@@ -727,7 +727,7 @@ toolcall_format toolcall_format_from_name(const char *name) {
     return TOOLCALL_INVALID;
 }
 
-const char *toolcall_format_name(toolcall_format f) {
+const char *moe8_toolcall_format_name(toolcall_format f) {
     switch (f) {
     case TOOLCALL_NONE: return "none";
     case TOOLCALL_HERMES: return "hermes";
@@ -737,7 +737,7 @@ const char *toolcall_format_name(toolcall_format f) {
     }
 }
 
-toolcall_format toolcall_detect(const char *src) {
+toolcall_format moe8_toolcall_detect(const char *src) {
     if (!src) return TOOLCALL_NONE;
     if (strstr(src, D_BEGIN)) return TOOLCALL_DEEPSEEK_V3;
     if (strstr(src, H_START)) return TOOLCALL_HERMES;
@@ -745,7 +745,7 @@ toolcall_format toolcall_detect(const char *src) {
     return TOOLCALL_NONE;
 }
 
-toolcall_parser *toolcall_new(toolcall_format f) {
+toolcall_parser *moe8_toolcall_new(toolcall_format f) {
     toolcall_parser *p;
     if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL)
         return NULL;
@@ -758,7 +758,7 @@ toolcall_parser *toolcall_new(toolcall_format f) {
     return p;
 }
 
-int toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k) {
+int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k) {
     if (!p || p->oom) return -1;
     p->k = k;
     for (size_t i = 0; i < n && !p->oom; i++) step(p, (unsigned char)s[i]);
@@ -776,7 +776,7 @@ static int ends_well(const toolcall_parser *p) {
     return 0;
 }
 
-int toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
+int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     int w;
     if (!p || p->oom) return -1;
     p->k = k;
@@ -802,9 +802,9 @@ int toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     return p->oom ? -1 : 0;
 }
 
-int toolcall_count(const toolcall_parser *p) { return p ? p->n_calls : 0; }
+int moe8_toolcall_count(const toolcall_parser *p) { return p ? p->n_calls : 0; }
 
-void toolcall_free(toolcall_parser *p) {
+void moe8_toolcall_free(toolcall_parser *p) {
     if (!p) return;
     moe8_buf_free(&p->ws);
     moe8_buf_free(&p->raw);

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 typedef enum {
-    TOOLCALL_INVALID = -1, /* toolcall_format_from_name: no such parser */
+    TOOLCALL_INVALID = -1, /* moe8_toolcall_format_from_name: no such parser */
     TOOLCALL_NONE = 0,     /* no tool calls: everything is content */
     TOOLCALL_HERMES,
     TOOLCALL_DEEPSEEK_V3,
@@ -26,12 +26,12 @@ typedef enum {
 
 /* "hermes", "deepseek_v3" (or vLLM's spelling "deepseekv3"), "mistral",
  * "none"; anything else TOOLCALL_INVALID. */
-toolcall_format toolcall_format_from_name(const char *name);
+toolcall_format moe8_toolcall_format_from_name(const char *name);
 /* The name of f ("hermes", ...), "none" for TOOLCALL_NONE, NULL otherwise. */
-const char *toolcall_format_name(toolcall_format f);
+const char *moe8_toolcall_format_name(toolcall_format f);
 /* The format a chat template writes its assistant tool calls in, from the
  * markers in its text; TOOLCALL_NONE when it writes none (or source NULL). */
-toolcall_format toolcall_detect(const char *template_source);
+toolcall_format moe8_toolcall_detect(const char *template_source);
 
 /* What the parser finds, in the order of the text. Every callback may be
  * NULL. index counts the calls reported, from 0 (OpenAI's tool_calls index);
@@ -52,7 +52,7 @@ typedef struct {
 typedef struct toolcall_parser toolcall_parser;
 
 /* NULL when out of memory or f is not a format. */
-toolcall_parser *toolcall_new(toolcall_format f);
+toolcall_parser *moe8_toolcall_new(toolcall_format f);
 /* Feed the next s[0..n) of the output (UTF-8 text, split anywhere, even
  * inside a character). Text goes out as content unless it could still be
  * the start of a call marker; a call is reported (call_begin, then its
@@ -62,16 +62,16 @@ toolcall_parser *toolcall_new(toolcall_format f);
  * events are the same, joined, however the output is split. Whitespace
  * between calls and after the last one is part of the format (dropped).
  * 0, or -1 when out of memory (the parser is then spent). */
-int toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k);
+int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k);
 /* The output ended: what was held back goes out. A call whose JSON is
  * complete but whose closing tag is missing (hermes </tool_call>, mistral's
  * "]", deepseek's <｜tool▁calls▁end｜>) is complete, as vLLM takes it; any
  * other unfinished call is not (call_end ok 0, or content if unreported).
  * 0, or -1 when out of memory. */
-int toolcall_finish(toolcall_parser *p, const toolcall_sink *k);
+int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k);
 /* Calls reported so far (complete or not). */
-int toolcall_count(const toolcall_parser *p);
-void toolcall_free(toolcall_parser *p);
+int moe8_toolcall_count(const toolcall_parser *p);
+void moe8_toolcall_free(toolcall_parser *p);
 
 /* GBNF (llama.cpp's syntax) whose root is one call in format f, or with
  * `parallel` one or more, to any of the n_tools tools: tool i by its name
@@ -83,7 +83,7 @@ void toolcall_free(toolcall_parser *p);
  * [TOOL_CALLS] [{...}, {...}]). Rules it adds are named "toolcall-...".
  * malloc'd text (free()), or NULL: out of memory, n_tools < 1, f not a
  * format, or an arg rule name that is not a GBNF name ([a-zA-Z0-9-]+). */
-char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
+char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel);
 
 /* DeepSeek's markers: "<｜tool▁calls▁begin｜>" and so on (U+FF5C, U+2581 in UTF-8) */

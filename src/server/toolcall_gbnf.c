@@ -65,7 +65,7 @@ static int gbnf_call(moe8_buf *b, int i, const char *pre, const char *name, int 
            moe8_buf_str(b, "\" ") || moe8_buf_str(b, arg) || moe8_buf_str(b, " ") || gbnf_lit(b, post) || moe8_buf_str(b, "\n");
 }
 
-char *toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
+char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel) {
     moe8_buf b = {0};
     const char *root, *sep;

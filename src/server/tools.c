@@ -90,12 +90,12 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
             continue;
         }
         schema = params && !cJSON_IsNull(params) ? cJSON_PrintUnformatted(params) : strdup("{\"type\":\"object\"}");
-        if (!schema || grammar_from_json_schema(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
+        if (!schema || moe8_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
             char param[64];
             snprintf(param, sizeof param, "tools[%d].function.parameters", k);
             free(schema);
             moe8_buf_free(&all);
-            return oa_bad(err, param, "'%s' cannot constrain the call: %s", param, schema ? e.message : "out of memory");
+            return moe8_oa_bad(err, param, "'%s' cannot constrain the call: %s", param, schema ? e.message : "out of memory");
         }
         free(schema);
         snprintf(prefix, sizeof prefix, "t%d-", k);
@@ -107,16 +107,16 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
         rules[n] = rule_buf[n];
         n++, k++;
     }
-    if (!(calls = toolcall_grammar(j->tool_format, names, rules, n, parallel))) {
+    if (!(calls = moe8_toolcall_grammar(j->tool_format, names, rules, n, parallel))) {
         moe8_buf_free(&all);
-        return oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
+        return moe8_oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
     }
     {
         moe8_buf g = {0};
         moe8_buf_str(&g, calls);
         moe8_buf_str(&g, "\n");
         moe8_buf_add(&g, all.p ? all.p : "", all.n);
-        rc = oa_attach_grammar(s, j, g.p, "tool_choice", err);
+        rc = moe8_oa_attach_grammar(s, j, g.p, "tool_choice", err);
         moe8_buf_free(&g);
     }
     free(calls);
@@ -124,22 +124,22 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
     return rc;
 }
 
-int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
+int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice"), *t;
     int parallel = 1, rc, sel = -1, mode, n = 0;
-    if ((rc = oa_get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
+    if ((rc = moe8_oa_get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
     if (tools && cJSON_IsNull(tools)) tools = NULL;
     if (choice && cJSON_IsNull(choice)) choice = NULL;
     if (tools) { /* their shape as the template gets them: tok_messages.c */
-        if (!cJSON_IsArray(tools)) return oa_bad(err, "tools", "'tools' must be an array, got %s", moe8_json_type_name(tools));
+        if (!cJSON_IsArray(tools)) return moe8_oa_bad(err, "tools", "'tools' must be an array, got %s", moe8_json_type_name(tools));
         cJSON_ArrayForEach(t, tools) {
             char param[48];
             snprintf(param, sizeof param, "tools[%d].function.name", n);
-            if (!name_of(t) || !name_of(t)[0]) return oa_bad(err, param, "'%s' must be a non-empty string", param);
+            if (!name_of(t) || !name_of(t)[0]) return moe8_oa_bad(err, param, "'%s' must be a non-empty string", param);
             n++;
         }
-        if (n > SRV_MAX_TOOLS) return oa_bad(err, "tools", "'tools' holds %d tools; at most %d", n, SRV_MAX_TOOLS);
+        if (n > SRV_MAX_TOOLS) return moe8_oa_bad(err, "tools", "'tools' holds %d tools; at most %d", n, SRV_MAX_TOOLS);
         if (!n) tools = NULL;
     }
     mode = tools ? 1 : 0; /* 0 none, 1 auto, 2 required, 3 named */
@@ -147,32 +147,32 @@ int tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
         if (!strcmp(choice->valuestring, "none")) mode = 0;
         else if (!strcmp(choice->valuestring, "auto")) mode = 1;
         else if (!strcmp(choice->valuestring, "required")) mode = 2;
-        else return oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+        else return moe8_oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                            "{\"type\": \"function\", \"function\": {\"name\": ...}}, got '%.40s'", choice->valuestring);
     } else if (choice) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function"),
                     *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
         int k = 0;
         if (!cJSON_IsObject(choice) || !cJSON_IsString(nm))
-            return oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+            return moe8_oa_bad(err, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                           "{\"type\": \"function\", \"function\": {\"name\": ...}}");
         cJSON_ArrayForEach(t, tools) {
             if (name_of(t) && !strcmp(name_of(t), nm->valuestring)) sel = k;
             k++;
         }
         if (sel < 0)
-            return oa_bad(err, "tool_choice", "'tool_choice' names the function '%.60s', which is not "
+            return moe8_oa_bad(err, "tool_choice", "'tool_choice' names the function '%.60s', which is not "
                           "in 'tools'", nm->valuestring);
         mode = 3;
     }
     if (mode && !tools)
-        return oa_bad(err, "tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+        return moe8_oa_bad(err, "tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
     if (!mode) return 0;
     j->tool_format = s->tool_format;
     if (j->tool_format == TOOLCALL_NONE)
-        return oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
+        return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
                       "start the server with --tool-call-parser hermes|deepseek_v3|mistral");
-    if (!(j->tc = toolcall_new(j->tool_format))) return oa_bad(err, "tools", "out of memory");
+    if (!(j->tc = moe8_toolcall_new(j->tool_format))) return moe8_oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
     return 0;
@@ -217,7 +217,7 @@ static void on_begin(void *u, int index, const char *name, size_t n) {
     cJSON_AddStringToObject(call, "id", id);
     cJSON_AddStringToObject(call, "type", "function");
     fn = cJSON_AddObjectToObject(call, "function");
-    oa_json_text(fn, "name", name, n);
+    moe8_oa_json_text(fn, "name", name, n);
     if (j->stream) {
         cJSON_AddStringToObject(fn, "arguments", "");
         if (!c->deltas) c->deltas = cJSON_CreateArray();
@@ -238,7 +238,7 @@ static void on_args(void *u, int index, const char *s, size_t n) {
         cJSON *d = cJSON_CreateObject(), *fn;
         cJSON_AddNumberToObject(d, "index", index);
         fn = cJSON_AddObjectToObject(d, "function");
-        oa_json_text(fn, "arguments", s, n);
+        moe8_oa_json_text(fn, "arguments", s, n);
         if (!c->deltas) c->deltas = cJSON_CreateArray();
         cJSON_AddItemToArray(c->deltas, d);
         return;
@@ -256,21 +256,21 @@ static void on_end(void *u, int index, int ok) {
     {
         cJSON *last = cJSON_GetArrayItem(j->calls, cJSON_GetArraySize(j->calls) - 1);
         if (!ok) cJSON_DeleteItemFromArray(j->calls, cJSON_GetArraySize(j->calls) - 1);
-        else oa_json_text(cJSON_GetObjectItem(last, "function"), "arguments", j->args.p ? j->args.p : "", j->args.n);
+        else moe8_oa_json_text(cJSON_GetObjectItem(last, "function"), "arguments", j->args.p ? j->args.p : "", j->args.n);
     }
     moe8_buf_free(&j->args);
 }
 
-cJSON *tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown) {
+cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown) {
     sink_ctx c = {s, j, shown, NULL};
     const toolcall_sink k = {on_content, on_begin, on_args, on_end, &c};
-    if (n) toolcall_feed(j->tc, txt, n, &k);
-    if (final) toolcall_finish(j->tc, &k);
+    if (n) moe8_toolcall_feed(j->tc, txt, n, &k);
+    if (final) moe8_toolcall_finish(j->tc, &k);
     return c.deltas;
 }
 
-void tools_free(job *j) {
-    toolcall_free(j->tc);
+void moe8_tools_free(job *j) {
+    moe8_toolcall_free(j->tc);
     cJSON_Delete(j->calls);
     moe8_buf_free(&j->args);
 }

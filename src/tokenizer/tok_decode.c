@@ -36,7 +36,7 @@ int32_t moe8_tokenizer_token_id(const moe8_tokenizer *t, const char *text) {
             const char *s = tok_key(t, sets[k]->ids[i], &have);   /* an added token's content */
             if (have == len && memcmp(s, text, len) == 0) return sets[k]->ids[i];
         }
-    return len ? tok_strmap_get(&t->vocab, t, text, len) : -1;
+    return len ? moe8_tok_strmap_get(&t->vocab, t, text, len) : -1;
 }
 
 const char *moe8_tokenizer_token_bytes(const moe8_tokenizer *t, int32_t id, size_t *n_bytes,

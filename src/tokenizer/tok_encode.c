@@ -102,7 +102,7 @@ static int grow_scratch(encoder *e, size_t len) {
 /* Try the pair starting at symbol `pos` (with its right neighbour). */
 static void consider(encoder *e, int32_t pos) {
     int32_t r = e->syms[pos].next;
-    const tok_pair *p = r >= 0 ? tok_pairmap_get(&e->t->merges, e->syms[pos].id, e->syms[r].id) : NULL;
+    const tok_pair *p = r >= 0 ? moe8_tok_pairmap_get(&e->t->merges, e->syms[pos].id, e->syms[r].id) : NULL;
     if (p) heap_push(e, pos, p);
 }
 
@@ -115,7 +115,7 @@ static int32_t init_symbols(encoder *e, const uint8_t *s, size_t len) {
     for (size_t i = 0; i < len;) {
         int k = t->byte_level ? 1 : moe8_utf8_char(s + i, len - i);
         int32_t id = t->byte_level ? t->byte_id[s[i]]
-                   : tok_strmap_get(&t->vocab, t, (const char *)s + i, (size_t)(k > 0 ? k : 1));
+                   : moe8_tok_strmap_get(&t->vocab, t, (const char *)s + i, (size_t)(k > 0 ? k : 1));
         if (k <= 0) k = 1;   /* cannot happen: normalized text is UTF-8 */
         if (id >= 0 || t->byte_fallback) {
             if (unk) sy[n++].id = t->unk_id, unk = 0;
@@ -141,7 +141,7 @@ static moe8_status bpe_piece(encoder *e, const uint8_t *s, size_t len) {
     bpe_sym *sy;
     int32_t id, n;
     if (len == 0) return MOE8_OK;
-    if (t->ignore_merges && (id = tok_strmap_get(&t->vocab, t, (const char *)s, len)) >= 0) {
+    if (t->ignore_merges && (id = moe8_tok_strmap_get(&t->vocab, t, (const char *)s, len)) >= 0) {
         emit(e, id);
         return MOE8_OK;
     }
@@ -159,7 +159,7 @@ static moe8_status bpe_piece(encoder *e, const uint8_t *s, size_t len) {
         bpe_cand c = heap_pop(e);
         bpe_sym *l = &sy[c.pos];
         if (!l->alive || l->next < 0) continue;
-        const tok_pair *p = tok_pairmap_get(&t->merges, l->id, sy[l->next].id);
+        const tok_pair *p = moe8_tok_pairmap_get(&t->merges, l->id, sy[l->next].id);
         if (!p || p->new_id != c.new_id) continue;   /* stale candidate */
         sy[l->next].alive = 0;
         l->id = c.new_id;
@@ -260,7 +260,7 @@ static moe8_status encode_stretch(encoder *e, const char *s, size_t n, size_t of
     char *own;
     moe8_status st;
     if (n == 0) return MOE8_OK;
-    if ((st = tok_normalize(e->t, s, n, off, &ns, &nn, &own, e->err)) != MOE8_OK) return st;
+    if ((st = moe8_tok_normalize(e->t, s, n, off, &ns, &nn, &own, e->err)) != MOE8_OK) return st;
     st = cut_added(e, &e->t->added_norm, ns, nn, off, pre_tokenize);
     free(own);
     return st;

@@ -20,7 +20,7 @@
  * Every merge must name two vocab tokens whose concatenation is one too (a part
  * longer than the longest token is refused without being decoded in full).
  * The JSON is strict (json_util.c): no key twice in any object, nothing after
- * the value. tok_load_json builds from text in memory (the fuzz target's way
+ * the value. moe8_tok_load_json builds from text in memory (the fuzz target's way
  * in); moe8_tokenizer_load reads the two files and calls it.
  * Not done: post-processor templates (the caller adds BOS when add_bos_token
  * says so; add_eos_token is not applied), clean_up_tokenization_spaces true
@@ -229,7 +229,7 @@ static moe8_status put_spelling(loader *L, int32_t id, const char *s, size_t n) 
     size_t tn;
     moe8_status st;
     if (pool_put(&t->key_pool, &t->key_pool_len, &L->key_cap, s, n, &t->key_off[id]) != 0 ||
-        tok_piece_text(t, s, n, &text, &tn) != 0)
+        moe8_tok_piece_text(t, s, n, &text, &tn) != 0)
         return no_memory(L);
     t->key_len[id] = (uint32_t)n;
     if (n > t->max_key_len) t->max_key_len = n;
@@ -260,13 +260,13 @@ static moe8_status fill_vocab(loader *L, const cJSON *vocab) {
     const cJSON *v;
     moe8_status st;
     int32_t other;
-    if (tok_strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab)) != 0)
+    if (moe8_tok_strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab)) != 0)
         return moe8_fail(L->err, MOE8_ERR_NOMEM, -1, "'%s': cannot allocate the vocab map", L->path);
     cJSON_ArrayForEach(v, vocab) {
         int32_t id = (int32_t)v->valuedouble;   /* size_tables checked it */
         if ((st = vocab_entry(L, v->string, id)) != MOE8_OK) return st;
         if (t->tok_flags[id] & TOK_F_RAW) continue;   /* BPE never makes it */
-        if ((other = tok_strmap_put(&t->vocab, t, id)) >= 0)
+        if ((other = moe8_tok_strmap_put(&t->vocab, t, id)) >= 0)
             return moe8_fail(L->err, MOE8_ERR_FORMAT, -1,
                              "'%s': model.vocab: ids %d and %d have the same bytes", L->path, other,
                              id);
@@ -282,12 +282,12 @@ static moe8_status find_fallbacks(loader *L, const cJSON *model) {
     char name[8];
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
-        t->byte_id[b] = t->byte_level ? tok_strmap_get(&t->vocab, t, &c, 1) : -1;
+        t->byte_id[b] = t->byte_level ? moe8_tok_strmap_get(&t->vocab, t, &c, 1) : -1;
         if (t->byte_level && t->byte_id[b] < 0)
             return moe8_fail(L->err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': model.vocab has no token for byte 0x%02x", L->path, b);
         snprintf(name, sizeof name, "<0x%02X>", b);
-        int32_t fb = t->byte_fallback ? tok_strmap_get(&t->vocab, t, name, 6) : -1;
+        int32_t fb = t->byte_fallback ? moe8_tok_strmap_get(&t->vocab, t, name, 6) : -1;
         if (t->byte_fallback && fb < 0)
             return moe8_fail(L->err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': model.byte_fallback is true but model.vocab has no token '%s'",
@@ -296,7 +296,7 @@ static moe8_status find_fallbacks(loader *L, const cJSON *model) {
     }
     t->unk_id = -1;
     if (cJSON_IsString(unk) && !t->byte_level &&
-        (t->unk_id = tok_strmap_get(&t->vocab, t, unk->valuestring, strlen(unk->valuestring))) < 0)
+        (t->unk_id = moe8_tok_strmap_get(&t->vocab, t, unk->valuestring, strlen(unk->valuestring))) < 0)
         return moe8_fail(L->err, MOE8_ERR_FORMAT, -1,
                          "'%s': model.unk_token '%s' is not in model.vocab", L->path,
                          unk->valuestring);
@@ -359,7 +359,7 @@ static moe8_status add_pattern(loader *L, tok_added_set *set, added_key *keys, i
     char *own = NULL;
     uint32_t off;
     moe8_status st = MOE8_OK;
-    if (normalized && (st = tok_normalize(L->t, c, n, 0, &p, &n, &own, L->err)) != MOE8_OK)
+    if (normalized && (st = moe8_tok_normalize(L->t, c, n, 0, &p, &n, &own, L->err)) != MOE8_OK)
         return st;
     if (n == 0)
         st = moe8_fail(L->err, MOE8_ERR_FORMAT, -1, "'%s': added token '%s' normalizes to nothing",
@@ -450,16 +450,16 @@ static moe8_status add_merge(loader *L, const cJSON *m, int i) {
     ra = part_key(L, a, na, L->tmp, cap);
     if (ra > 0) rb = part_key(L, b, nb, L->tmp + ra, cap);
     if (ra > 0 && rb > 0) {
-        ia = tok_strmap_get(&t->vocab, t, L->tmp, (size_t)ra);
-        ib = tok_strmap_get(&t->vocab, t, L->tmp + ra, (size_t)rb);
-        inew = tok_strmap_get(&t->vocab, t, L->tmp, (size_t)(ra + rb));
+        ia = moe8_tok_strmap_get(&t->vocab, t, L->tmp, (size_t)ra);
+        ib = moe8_tok_strmap_get(&t->vocab, t, L->tmp + ra, (size_t)rb);
+        inew = moe8_tok_strmap_get(&t->vocab, t, L->tmp, (size_t)(ra + rb));
     }
     if (ia < 0 || ib < 0 || inew < 0)
         return moe8_fail(L->err, MOE8_ERR_FORMAT, -1,
                          "'%s': model.merges[%d] ('%.*s' + '%.*s'): a part or the merged token is "
                          "not in model.vocab", L->path, i, (int)(na > 64 ? 64 : na), a,
                          (int)(nb > 64 ? 64 : nb), b);
-    tok_pairmap_put(&t->merges, ia, ib, i, inew);
+    moe8_tok_pairmap_put(&t->merges, ia, ib, i, inew);
     return MOE8_OK;
 }
 
@@ -474,7 +474,7 @@ static moe8_status load_merges(loader *L, const cJSON *merges) {
         free(L->tmp);
         L->tmp = malloc(L->tmp_cap = 2 * L->t->max_key_len + 8);
     }
-    if (!L->tmp || tok_pairmap_init(&L->t->merges, (size_t)n) != 0)
+    if (!L->tmp || moe8_tok_pairmap_init(&L->t->merges, (size_t)n) != 0)
         return moe8_fail(L->err, MOE8_ERR_NOMEM, -1, "'%s': cannot allocate %d merges", L->path, n);
     cJSON_ArrayForEach(m, merges) {
         if ((st = add_merge(L, m, i++)) != MOE8_OK) return st;
@@ -518,7 +518,7 @@ static moe8_status apply_config(struct moe8_tokenizer *t, const char *text, size
     if (t->add_bos && t->bos_id < 0)
         st = moe8_fail(err, MOE8_ERR_FORMAT, -1,
                        "'%s': add_bos_token is true but bos_token is missing or not a token", path);
-    if (st == MOE8_OK) st = tok_chat_from_config(t, cfg, path, err);
+    if (st == MOE8_OK) st = moe8_tok_chat_from_config(t, cfg, path, err);
 out:
     cJSON_Delete(cfg);
     return st;
@@ -537,7 +537,7 @@ static moe8_status build(loader *L, const cJSON *root) {
     if (added && !cJSON_IsNull(added) && !cJSON_IsArray(added))
         return moe8_fail(L->err, MOE8_ERR_FORMAT, -1, "'%s': added_tokens must be an array",
                          L->path);
-    if ((st = tok_pipeline_load(L->t, root, L->path, L->err)) || (st = check_model(L, model)))
+    if ((st = moe8_tok_pipeline_load(L->t, root, L->path, L->err)) || (st = check_model(L, model)))
         return st;
     byte_level_table(L->cp_byte);
     if ((st = size_tables(L, vocab, added)) || (st = fill_vocab(L, vocab)) ||
@@ -546,7 +546,7 @@ static moe8_status build(loader *L, const cJSON *root) {
     return load_merges(L, get(model, "merges"));
 }
 
-moe8_status tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
+moe8_status moe8_tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
                           size_t cfg_len, const char *cfg_path, moe8_tokenizer **out,
                           moe8_error *err) {
     cJSON *root = NULL;
@@ -586,8 +586,8 @@ moe8_status moe8_tokenizer_load(const char *dir, moe8_tokenizer **out, moe8_erro
         st = moe8_read_file(cfg_path, TOK_CONFIG_MAX, &cfg, &cfg_len, err);
         if (st == MOE8_ERR_NOT_FOUND) st = MOE8_OK;   /* optional: defaults */
     }
-    if (st == MOE8_OK) st = tok_load_json(text, len, path, cfg, cfg_len, cfg_path, out, err);
-    if (st == MOE8_OK && (st = tok_chat_from_dir(*out, dir, err)) != MOE8_OK) {
+    if (st == MOE8_OK) st = moe8_tok_load_json(text, len, path, cfg, cfg_len, cfg_path, out, err);
+    if (st == MOE8_OK && (st = moe8_tok_chat_from_dir(*out, dir, err)) != MOE8_OK) {
         moe8_tokenizer_free(*out);
         *out = NULL;
     }
@@ -612,11 +612,11 @@ void moe8_tokenizer_free(moe8_tokenizer *t) {
     free(t->key_off);
     free(t->key_len);
     free(t->key_pool);
-    tok_strmap_free(&t->vocab);
-    tok_pairmap_free(&t->merges);
+    moe8_tok_strmap_free(&t->vocab);
+    moe8_tok_pairmap_free(&t->merges);
     free_added_set(&t->added_raw);
     free_added_set(&t->added_norm);
-    tok_pipeline_free(t);
-    tok_chat_free(t->chat);
+    moe8_tok_pipeline_free(t);
+    moe8_tok_chat_free(t->chat);
     free(t);
 }

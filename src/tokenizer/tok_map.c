@@ -31,11 +31,11 @@ static int str_eq(const void *ctx, uint32_t id, const void *key) {
     return len == k->len && memcmp(s, k->s, len) == 0;
 }
 
-int tok_strmap_init(tok_strmap *m, size_t n_keys) { return moe8_index_init(&m->x, n_keys, str_hash); }
+int moe8_tok_strmap_init(tok_strmap *m, size_t n_keys) { return moe8_index_init(&m->x, n_keys, str_hash); }
 
-void tok_strmap_free(tok_strmap *m) { moe8_index_free(&m->x); }
+void moe8_tok_strmap_free(tok_strmap *m) { moe8_index_free(&m->x); }
 
-int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id) {
+int32_t moe8_tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id) {
     str_key k;
     int64_t other;
     k.s = tok_key(t, id, &k.len);
@@ -44,7 +44,7 @@ int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id
     return (int32_t)other;
 }
 
-int32_t tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
+int32_t moe8_tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
                        size_t len) {
     str_key k = {s, len};
     if (!m->x.slots) return -1;
@@ -67,7 +67,7 @@ static int pair_eq(const void *ctx, uint32_t id, const void *key) {
     return ((const tok_pairmap *)ctx)->pairs[id].key == *(const uint64_t *)key;
 }
 
-int tok_pairmap_init(tok_pairmap *m, size_t n_keys) {
+int moe8_tok_pairmap_init(tok_pairmap *m, size_t n_keys) {
     m->n = 0;
     m->cap = n_keys ? n_keys : 1;
     if (!(m->pairs = malloc(m->cap * sizeof *m->pairs))) return -1;
@@ -79,7 +79,7 @@ int tok_pairmap_init(tok_pairmap *m, size_t n_keys) {
     return 0;
 }
 
-void tok_pairmap_free(tok_pairmap *m) {
+void moe8_tok_pairmap_free(tok_pairmap *m) {
     moe8_index_free(&m->x);
     free(m->pairs);
     m->pairs = NULL;
@@ -87,7 +87,7 @@ void tok_pairmap_free(tok_pairmap *m) {
 
 /* A repeated pair keeps the last rank, as the reference's HashMap collect
  * does. At most the n_keys given to init are put. */
-void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t new_id) {
+void moe8_tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t new_id) {
     uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
     int64_t id;
     MOE8_ASSERT(m->n < m->cap);
@@ -99,7 +99,7 @@ void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, 
     m->pairs[id].new_id = new_id;
 }
 
-const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right) {
+const tok_pair *moe8_tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right) {
     uint64_t key = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
     int64_t id;
     if (!m->x.slots) return NULL;

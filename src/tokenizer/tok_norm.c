@@ -17,7 +17,7 @@
  *                  one character, start n, stop 0), in this order, each optional, alone or
  *                  in a Sequence (Llama-2/Mistral: Replace("▁"→" "), ByteFallback, Fuse,
  *                  Strip(" ", 1, 0)). Replace and ByteFallback act per token, so they are
- *                  applied once at load (tok_piece_text); Strip after Fuse acts on the
+ *                  applied once at load (moe8_tok_piece_text); Strip after Fuse acts on the
  *                  start of the whole decoded text (tok_decode.c).
  * Not done: the other normalizers (NFD, NFKC, Lowercase, Strip, BertNormalizer, Precompiled,
  * Replace with a Regex), pre-tokenizers (Metaspace, Whitespace, Digits, Punctuation, ...) and
@@ -290,7 +290,7 @@ static moe8_status decoder(pipe_loader *P, const cJSON *d) {
     return MOE8_OK;
 }
 
-moe8_status tok_pipeline_load(struct moe8_tokenizer *t, const cJSON *root, const char *path,
+moe8_status moe8_tok_pipeline_load(struct moe8_tokenizer *t, const cJSON *root, const char *path,
                               moe8_error *err) {
     pipe_loader P = {t, path, err};
     const cJSON *n = get(root, "normalizer"), *p = get(root, "pre_tokenizer");
@@ -301,7 +301,7 @@ moe8_status tok_pipeline_load(struct moe8_tokenizer *t, const cJSON *root, const
     return decoder(&P, get(root, "decoder"));
 }
 
-void tok_pipeline_free(struct moe8_tokenizer *t) {
+void moe8_tok_pipeline_free(struct moe8_tokenizer *t) {
     for (int i = 0; i < t->n_norm; i++) free(t->norm[i].from), free(t->norm[i].to);
     for (int i = 0; i < t->n_dec_replace; i++)
         free(t->dec_replace[i].from), free(t->dec_replace[i].to);
@@ -364,7 +364,7 @@ static int apply_step(const tok_step *st, const char *s, size_t n, char **out, s
     return 0;
 }
 
-moe8_status tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t n, size_t off,
+moe8_status moe8_tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t n, size_t off,
                           const char **out, size_t *out_len, char **own, moe8_error *err) {
     *out = s;
     *out_len = n;
@@ -397,7 +397,7 @@ static int hex_digit(char c) {
          : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-int tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
+int moe8_tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
                    size_t *out_len) {
     char *cur = malloc(n + 1);
     size_t len = n;

@@ -62,7 +62,7 @@ static moe8_status parse_with(const char *source, size_t len, cJSON *special,
     }
     memcpy(t->source, source, len);
     t->source[len] = '\0';
-    if ((st = jinja_parse(source, len, NAME, &t->jt, err)) != MOE8_OK) {
+    if ((st = moe8_jinja_parse(source, len, NAME, &t->jt, err)) != MOE8_OK) {
         moe8_chat_template_free(t);
         return st;
     }
@@ -89,7 +89,7 @@ moe8_status moe8_chat_template_parse(const char *source, size_t len, const char 
 
 void moe8_chat_template_free(moe8_chat_template *t) {
     if (!t) return;
-    jinja_free(t->jt);
+    moe8_jinja_free(t->jt);
     cJSON_Delete(t->special);
     free(t->source);
     free(t);
@@ -233,7 +233,7 @@ static moe8_status render(const moe8_chat_template *t, cJSON *messages, cJSON *t
         st = OOM(err);
         goto done;
     }
-    if ((st = jinja_render(t->jt, vars, NULL, &text, &len, err)) != MOE8_OK) goto done;
+    if ((st = moe8_jinja_render(t->jt, vars, NULL, &text, &len, err)) != MOE8_OK) goto done;
     if (n_out) *n_out = len;
     /* an empty rendering fits any buffer, even none: it is a valid prompt */
     if (len >= cap && len > 0) {
@@ -306,7 +306,7 @@ fail:
 
 /* ---- the tokenizer's template -------------------------------------------------- */
 
-void tok_chat_free(struct tok_chat *c) {
+void moe8_tok_chat_free(struct tok_chat *c) {
     if (!c) return;
     moe8_chat_template_free(c->tmpl);
     cJSON_Delete(c->special);
@@ -365,7 +365,7 @@ static moe8_status new_chat(struct moe8_tokenizer *t, const cJSON *cfg, moe8_err
     return MOE8_OK;
 }
 
-moe8_status tok_chat_from_config(struct moe8_tokenizer *t, const cJSON *cfg, const char *cfg_path,
+moe8_status moe8_tok_chat_from_config(struct moe8_tokenizer *t, const cJSON *cfg, const char *cfg_path,
                                  moe8_error *err) {
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template"), *e, *src = NULL;
     moe8_status st;
@@ -404,7 +404,7 @@ moe8_status tok_chat_from_config(struct moe8_tokenizer *t, const cJSON *cfg, con
     return MOE8_OK;
 }
 
-moe8_status tok_chat_from_dir(struct moe8_tokenizer *t, const char *dir, moe8_error *err) {
+moe8_status moe8_tok_chat_from_dir(struct moe8_tokenizer *t, const char *dir, moe8_error *err) {
     char path[4200], *text = NULL;
     size_t len = 0;
     moe8_status st;

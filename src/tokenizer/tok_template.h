@@ -16,11 +16,11 @@ struct tok_chat;
  * the special tokens templates see. No chat_template is fine (t->chat stays
  * NULL); one of the wrong JSON type fails with MOE8_ERR_FORMAT; one moe8
  * cannot parse is kept as an error for moe8_tokenizer_chat_template. */
-moe8_status tok_chat_from_config(struct moe8_tokenizer *t, const cJSON *cfg, const char *cfg_path,
+moe8_status moe8_tok_chat_from_config(struct moe8_tokenizer *t, const cJSON *cfg, const char *cfg_path,
                                  moe8_error *err);
 /* dir/chat_template.jinja, when present, replaces the config's template (as
  * in transformers). */
-moe8_status tok_chat_from_dir(struct moe8_tokenizer *t, const char *dir, moe8_error *err);
-void tok_chat_free(struct tok_chat *c);
+moe8_status moe8_tok_chat_from_dir(struct moe8_tokenizer *t, const char *dir, moe8_error *err);
+void moe8_tok_chat_free(struct tok_chat *c);
 
 #endif

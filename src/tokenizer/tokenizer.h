@@ -28,7 +28,7 @@
 #include "core/core.h"
 #include "core/index.h"
 
-struct cJSON;   /* tok_pipeline_load reads a parsed tokenizer.json */
+struct cJSON;   /* moe8_tok_pipeline_load reads a parsed tokenizer.json */
 
 /* Longest accepted text for one moe8_tokenize call: BPE positions are int32. */
 #define TOK_MAX_TEXT ((size_t)1 << 29)   /* NFC may grow text up to 3x */
@@ -129,40 +129,40 @@ static inline const char *tok_key(const struct moe8_tokenizer *t, int32_t id, si
 }
 
 /* tok_map.c (keys are tok_key spellings) */
-int tok_strmap_init(tok_strmap *m, size_t n_keys);
-void tok_strmap_free(tok_strmap *m);
+int moe8_tok_strmap_init(tok_strmap *m, size_t n_keys);
+void moe8_tok_strmap_free(tok_strmap *m);
 /* Insert id (its key is already in place); returns the id already holding
  * the same key, or -1 when the insert happened. */
-int32_t tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id);
-int32_t tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
+int32_t moe8_tok_strmap_put(tok_strmap *m, const struct moe8_tokenizer *t, int32_t id);
+int32_t moe8_tok_strmap_get(const tok_strmap *m, const struct moe8_tokenizer *t, const char *s,
                        size_t len);
-int tok_pairmap_init(tok_pairmap *m, size_t n_keys);
-void tok_pairmap_free(tok_pairmap *m);
-void tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t new_id);
-const tok_pair *tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right);
+int moe8_tok_pairmap_init(tok_pairmap *m, size_t n_keys);
+void moe8_tok_pairmap_free(tok_pairmap *m);
+void moe8_tok_pairmap_put(tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t new_id);
+const tok_pair *moe8_tok_pairmap_get(const tok_pairmap *m, int32_t left, int32_t right);
 
 /* tok_load.c: build a tokenizer from tokenizer.json text json[0..len) and the
  * tokenizer_config.json text cfg[0..cfg_len) (cfg NULL: the file is absent);
  * path and cfg_path name them in errors. moe8_tokenizer_load reads the two
  * files and calls this; the fuzz target calls it directly. */
-moe8_status tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
+moe8_status moe8_tok_load_json(const char *json, size_t len, const char *path, const char *cfg,
                           size_t cfg_len, const char *cfg_path, struct moe8_tokenizer **out,
                           moe8_error *err);
 
 /* tok_norm.c: read the normalizer, pre_tokenizer and decoder sections of
  * tokenizer.json (root) into t; `path` names the file in errors. */
-moe8_status tok_pipeline_load(struct moe8_tokenizer *t, const struct cJSON *root,
+moe8_status moe8_tok_pipeline_load(struct moe8_tokenizer *t, const struct cJSON *root,
                               const char *path, moe8_error *err);
-void tok_pipeline_free(struct moe8_tokenizer *t);
+void moe8_tok_pipeline_free(struct moe8_tokenizer *t);
 /* Normalize s[0..n) with t's normalizer. The result goes to out and out_len:
  * s itself when no step changed it, else a heap copy also left in own (free
  * it; NULL otherwise). off names the stretch's byte offset in errors. */
-moe8_status tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t n, size_t off,
+moe8_status moe8_tok_normalize(const struct moe8_tokenizer *t, const char *s, size_t n, size_t off,
                           const char **out, size_t *out_len, char **own, moe8_error *err);
 /* The decoded text of one token whose spelling is s[0..n) (decoder Replace
  * steps, then ByteFallback) into a heap buffer *out of *out_len bytes; -1
  * when out of memory. */
-int tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
+int moe8_tok_piece_text(const struct moe8_tokenizer *t, const char *s, size_t n, char **out,
                    size_t *out_len);
 
 

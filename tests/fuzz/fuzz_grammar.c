@@ -30,7 +30,7 @@ static void setup(void) {
     static size_t lens[257];
     int32_t eos = 256;
     for (int b = 0; b < 256; b++) one[b] = (char)b, raw[b] = &one[b], lens[b] = 1;
-    if (grammar_vocab_new_raw(257, raw, lens, &eos, 1, &g_bytes, NULL) != MOE8_OK) abort();
+    if (moe8_grammar_vocab_new_raw(257, raw, lens, &eos, 1, &g_bytes, NULL) != MOE8_OK) abort();
 }
 
 static int bit(const uint32_t *m, int t) { return (int)(m[t >> 5] >> (t & 31) & 1); }
@@ -38,20 +38,20 @@ static int bit(const uint32_t *m, int t) { return (int)(m[t >> 5] >> (t & 31) & 
 static void walk(grammar *g, const uint8_t *w, size_t nw) {
     grammar_state *st;
     uint32_t m[9], r[9];
-    if (grammar_state_new(g, &st, NULL) != MOE8_OK) return;
+    if (moe8_grammar_state_new(g, &st, NULL) != MOE8_OK) return;
     for (size_t step = 0; step < 48; step++) {
-        int want = -1, any = 0, ce = grammar_can_end(st);
-        grammar_mask(st, g_bytes, m);
-        grammar_mask_reference(st, g_bytes, r);
+        int want = -1, any = 0, ce = moe8_grammar_can_end(st);
+        moe8_grammar_mask(st, g_bytes, m);
+        moe8_grammar_mask_reference(st, g_bytes, r);
         if (memcmp(m, r, sizeof m)) abort();
         if (bit(m, 256) != (ce != 0)) abort();
-        if (ce && grammar_min_remaining(st) != 0) abort();
+        if (ce && moe8_grammar_min_remaining(st) != 0) abort();
         for (int b = 0; b < 256; b++) {
-            grammar_state *c = grammar_state_clone(st);
+            grammar_state *c = moe8_grammar_state_clone(st);
             int ok;
             if (!c) abort();
-            ok = grammar_accept(c, g_bytes, b, NULL) == MOE8_OK;
-            grammar_state_free(c);
+            ok = moe8_grammar_accept(c, g_bytes, b, NULL) == MOE8_OK;
+            moe8_grammar_state_free(c);
             if (ok != bit(m, b)) abort();
             any |= ok;
         }
@@ -60,9 +60,9 @@ static void walk(grammar *g, const uint8_t *w, size_t nw) {
         if (step < nw && bit(m, w[step])) want = w[step];
         for (int b = 0; want < 0 && b < 256; b++)
             if (bit(m, b)) want = b;
-        if (grammar_accept(st, g_bytes, want, NULL) != MOE8_OK) abort();
+        if (moe8_grammar_accept(st, g_bytes, want, NULL) != MOE8_OK) abort();
     }
-    grammar_state_free(st);
+    moe8_grammar_state_free(st);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -79,16 +79,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     j = cJSON_ParseWithLength((const char *)data, n_text);
     if (j) {
         cJSON_Delete(j);
-        if (grammar_from_json_schema((const char *)data, n_text, &gbnf, &e) == MOE8_OK) {
-            if (grammar_compile(gbnf, strlen(gbnf), &g, &e) != MOE8_OK) abort();
+        if (moe8_json_schema_to_gbnf((const char *)data, n_text, &gbnf, &e) == MOE8_OK) {
+            if (moe8_grammar_build(gbnf, strlen(gbnf), &g, &e) != MOE8_OK) abort();
         } else if (!e.message[0]) {
             abort();
         }
         free(gbnf);
-    } else if (grammar_compile((const char *)data, n_text, &g, &e) != MOE8_OK) {
+    } else if (moe8_grammar_build((const char *)data, n_text, &g, &e) != MOE8_OK) {
         if (!e.message[0] || e.code != MOE8_ERR_INVALID_ARG) abort();
     }
     if (g) walk(g, w, nw);
-    grammar_free(g);
+    moe8_grammar_destroy(g);
     return 0;
 }

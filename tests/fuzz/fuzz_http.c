@@ -27,7 +27,7 @@ static long decode(const char *in, size_t n, size_t step, char *out, size_t *out
     *done = 0;
     while (at < n && !*done) {
         const size_t k = step && n - at > step ? step : n - at;
-        long used = http_chunked_feed(&c, in + at, k, out, n, out_n, 1u << 20, done, &why);
+        long used = moe8_http_chunked_feed(&c, in + at, k, out, n, out_n, 1u << 20, done, &why);
         if (used < 0) {
             if (!why) abort();
             return used;
@@ -42,10 +42,10 @@ static long decode(const char *in, size_t n, size_t step, char *out, size_t *out
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *buf = (const char *)data, *why = NULL;
     size_t pos = 0, skip = 0, pos1 = 0, skip1 = 0;
-    long whole = http_head_scan(buf, size, &pos, &skip, &why), piece = 0;
+    long whole = moe8_http_head_scan(buf, size, &pos, &skip, &why), piece = 0;
     /* the same bytes one at a time */
     for (size_t n = 1; n <= size; n++) {
-        piece = http_head_scan(buf, n, &pos1, &skip1, &why);
+        piece = moe8_http_head_scan(buf, n, &pos1, &skip1, &why);
         if (piece != 0) break;
     }
     if (whole != piece || (whole > 0 && skip != skip1)) abort();
@@ -56,14 +56,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const size_t hn = (size_t)whole;
         int rc;
         if (skip + hn > size) abort();
-        rc = http_head_parse(hb, hn, &h, &why);
+        rc = moe8_http_head_parse(hb, hn, &h, &why);
         if (rc && (!why || (rc != 400 && rc != 414 && rc != 431 && rc != 501 && rc != 505 && rc != 417)))
             abort();
         if (!rc) {
             if (!inside(h.method, h.method_len, hb, hn) || !inside(h.target, h.target_len, hb, hn) ||
                 !inside(h.path, h.path_len, hb, hn) || !inside(h.auth, h.auth_len, hb, hn) ||
                 !inside(h.origin, h.origin_len, hb, hn) || h.path_len > h.target_len ||
-                !http_is_token(h.method, h.method_len) || h.content_length < -1 ||
+                !moe8_http_is_token(h.method, h.method_len) || h.content_length < -1 ||
                 (h.chunked && h.content_length >= 0) || h.minor < 0 || h.minor > 1)
                 abort();
             if (h.chunked) {

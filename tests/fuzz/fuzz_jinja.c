@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *kw_text = NULL, *out = NULL;
     cJSON *kw = NULL, *vars;
     jinja_template *t = NULL;
-    jinja_limits lim = jinja_limits_default();
+    jinja_limits lim = moe8_jinja_limits_default();
     moe8_chat_template *ct = NULL;
     moe8_error e = {0};
     if (nul) { /* the kwargs, NUL-terminated for cJSON */
@@ -79,13 +79,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lim.max_output = 1 << 16;
     lim.max_memory = (size_t)64 << 20;
     lim.max_steps = 200000;
-    if (jinja_parse(src, len, "chat template", &t, &e) != MOE8_OK) {
+    if (moe8_jinja_parse(src, len, "chat template", &t, &e) != MOE8_OK) {
         if (t || !e.message[0] || (e.code != MOE8_ERR_FORMAT && e.code != MOE8_ERR_UNSUPPORTED)) abort();
         goto done;
     }
     vars = api_vars(kw);
     e.message[0] = '\0';
-    if (jinja_render(t, vars, &lim, &out, &n, &e) == MOE8_OK) {
+    if (moe8_jinja_render(t, vars, &lim, &out, &n, &e) == MOE8_OK) {
         size_t n2 = 0;
         check_text(out, n, lim.max_output);
         if (moe8_chat_template_parse(src, len, "<s>", "</s>", &ct, &e) != MOE8_OK ||
@@ -99,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     free(out);
     cJSON_Delete(vars);
-    jinja_free(t);
+    moe8_jinja_free(t);
 done:
     cJSON_Delete(kw);
     free(kw_text);

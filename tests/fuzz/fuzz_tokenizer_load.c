@@ -1,6 +1,6 @@
 /*
  * fuzz_tokenizer_load.c — libFuzzer target over the tokenizer.json loader
- * (tok_load_json, the in-memory half of moe8_tokenizer_load). Input: the
+ * (moe8_tok_load_json, the in-memory half of moe8_tokenizer_load). Input: the
  * tokenizer.json text, optionally followed by a NUL byte and the
  * tokenizer_config.json text. A tokenizer that loads must then tokenize a few
  * fixed texts into ids it knows and detokenize them; a ByteLevel one whose
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cfg = (const char *)nul + 1;
         cfg_len = size - len - 1;
     }
-    if (tok_load_json(json, len, "tokenizer.json", cfg, cfg_len, "tokenizer_config.json", &t,
+    if (moe8_tok_load_json(json, len, "tokenizer.json", cfg, cfg_len, "tokenizer_config.json", &t,
                       &e) != MOE8_OK) {
         if (t || e.code == MOE8_OK || !e.message[0]) abort();
         return 0;
