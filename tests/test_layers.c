@@ -12,6 +12,11 @@
  * src/dist/comm_mpi.c; the math of kernels/, moe/ and the model's forward
  * (forward.c, mla.c, attention.c, linear.c) never sees cJSON, directly or
  * through any header (the include closure is followed).
+ *
+ * And the sizes a reader can hold: no file under src/ or tools/ over 900
+ * lines, no function over 120 (a definition starts with a line at column 0
+ * that begins a name and ends neither in ';' nor holds '=', and ends at the
+ * next '}' in column 0).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -26,6 +31,7 @@ static const char *const ORDER[] = {"core",    "io",      "jinja",  "tokenizer",
                                     "convert", "grammar", "sample", "sched",     "server",
                                     "tools"};
 enum { N_LAYERS = sizeof ORDER / sizeof ORDER[0], MAX_FILES = 512, MAX_INC = 64 };
+enum { MAX_FILE_LINES = 900, MAX_FUNC_LINES = 120 };
 
 typedef struct {
     char path[512]; /* relative to the source root: src/model/forward.c */
@@ -33,7 +39,26 @@ typedef struct {
     int n_inc;
     char inc[MAX_INC][128]; /* "..." includes as written */
     int sys_cjson, sys_mpi; /* includes <cjson/cJSON.h>, <mpi.h> */
+    int n_lines;
+    int fn_lines, fn_line;  /* the longest function: its lines, its first line */
+    char fn_name[96];       /* ... and that line's start */
 } src_file;
+
+/* Does this line (at column 0) start a function definition? */
+static int starts_definition(const char *line) {
+    static const char *const not_fn[] = {"typedef ", "struct ", "enum ", "union ", "static const ",
+                                         "const "};
+    if (!((line[0] >= 'a' && line[0] <= 'z') || (line[0] >= 'A' && line[0] <= 'Z') || line[0] == '_'))
+        return 0;
+    if (strchr(line, '=')) return 0;
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
+    if (n && line[n - 1] == ';') return 0;
+    for (size_t i = 0; i < sizeof not_fn / sizeof not_fn[0]; i++)
+        if (!strncmp(line, not_fn[i], strlen(not_fn[i])) && strchr(line, '{') && !strchr(line, '('))
+            return 0;
+    return strchr(line, '(') != NULL;
+}
 
 static src_file g_files[MAX_FILES];
 static int g_n;
@@ -58,8 +83,22 @@ static void read_file(const char *root, const char *rel, int layer) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", rel);
     s->layer = layer;
+    int fn_start = 0;
+    char fn_name[96] = "";
     while (fgets(line, sizeof line, f)) {
         const char *p = line;
+        s->n_lines++;
+        if (!fn_start && starts_definition(line)) {
+            fn_start = s->n_lines;
+            snprintf(fn_name, sizeof fn_name, "%.*s", (int)strcspn(line, "\n"), line);
+        } else if (fn_start && line[0] == '}') {
+            const int n = s->n_lines - fn_start + 1;
+            if (n > s->fn_lines) {
+                s->fn_lines = n, s->fn_line = fn_start;
+                snprintf(s->fn_name, sizeof s->fn_name, "%s", fn_name);
+            }
+            fn_start = 0;
+        }
         while (*p == ' ' || *p == '\t') p++;
         if (*p != '#') continue;
         p++;
@@ -192,6 +231,18 @@ int main(void) {
         }
     }
     CHECK(n_edges > 200);
+    int longest_file = 0, longest_fn = 0;
+    for (int i = 0; i < g_n; i++) {
+        const src_file *f = &g_files[i];
+        CHECKF(f->n_lines <= MAX_FILE_LINES, "%s: %d lines (at most %d)", f->path, f->n_lines,
+               MAX_FILE_LINES);
+        CHECKF(f->fn_lines <= MAX_FUNC_LINES, "%s:%d: a function of %d lines (at most %d): %s", f->path,
+               f->fn_line, f->fn_lines, MAX_FUNC_LINES, f->fn_name);
+        if (f->n_lines > longest_file) longest_file = f->n_lines;
+        if (f->fn_lines > longest_fn) longest_fn = f->fn_lines;
+    }
+    CHECK(longest_fn > 50); /* the scan found functions at all */
+    printf("longest file %d lines, longest function %d lines\n", longest_file, longest_fn);
     printf("%d files, %d includes between them, %d of them upward; order:", g_n, n_edges, n_up);
     for (int i = 0; i < N_LAYERS; i++) printf(" %s", ORDER[i]);
     printf("\n");
