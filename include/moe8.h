@@ -506,9 +506,6 @@ int32_t moe8_context_seq_len(const moe8_context *ctx, int32_t seq);
  * the next token of seq has position n_keep. */
 moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_keep,
                                       moe8_error *err);
-/* Bytes the context allocated (KV cache + scratch); the shared prepared
- * weights are in *weight_bytes (may be NULL). */
-size_t moe8_context_memory(const moe8_context *ctx, size_t *weight_bytes);
 
 /* Accounting of the KV pool: every block is used (held by a sequence),
  * cached (held by none, kept for the prefix cache, evictable) or free. */

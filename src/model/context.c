@@ -34,7 +34,6 @@ struct moe8_context {
     const moe8_weights *w;
     moe8_context_params p;        /* zeros resolved */
     kv_pool kv;                   /* the paged KV cache */
-    size_t kv_bytes;
     float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
@@ -42,7 +41,6 @@ struct moe8_context {
     int32_t *logit_row;           /* [n_batch] row of s.logits, or -1 */
     int32_t n_last;               /* tokens of the last batch (0 after a failure) */
     moe8_fwd_scratch s;
-    size_t scratch_bytes;
 };
 
 moe8_context_params moe8_context_params_default(void) {
@@ -164,7 +162,6 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate %zu bytes of scratch for "
                          "n_batch %d", c.used, x->p.n_batch);
     x->s.block = c.base;
-    x->scratch_bytes = c.used;
     c.used = 0;
     carve_scratch(&c, x);
     moe8_touch_pages(c.base, c.used, x->p.n_threads); /* not in the first forward */
@@ -224,7 +221,6 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
                       (uint64_t)(uintptr_t)x->w, err);
     if (st) return st;
     x->kv.prefix_cache = x->p.prefix_cache != 0;
-    x->kv_bytes = (size_t)n_blocks * bytes;
     return MOE8_OK;
 }
 
@@ -291,11 +287,6 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          n_keep);
     x->seq_len[seq] = n_keep;
     return MOE8_OK;
-}
-
-size_t moe8_context_memory(const moe8_context *x, size_t *weight_bytes) {
-    if (weight_bytes) *weight_bytes = x->w->owned_bytes;
-    return x->kv_bytes + x->scratch_bytes;
 }
 
 void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
