@@ -24,6 +24,18 @@
 
 #include "server/server.h"
 
+/* One step's output of a job as the shared path splits it: the text shown,
+ * the reasoning, the tool-call deltas (chat's form: [{index, id?, type?,
+ * function: {name?, arguments}}], owned by the hook), the log-probs (owned,
+ * or NULL) and, on the last step of a stream, the finish reason ("stop",
+ * "length", "tool_calls", "abort"). */
+typedef struct {
+    const char *content, *reason;
+    size_t n_content, n_reason;
+    cJSON *tool_deltas, *logprobs;
+    const char *finish;
+} oa_piece;
+
 /* What one request's parse carries between the shared passes and the hooks. */
 typedef struct {
     int echo;                   /* completions: echo the prompt */
@@ -54,6 +66,14 @@ typedef struct oa_api {
     void (*delta)(cJSON *c, const char *content, size_t nc, const char *reason, size_t nr, const char *finish,
                   cJSON *tool_deltas);
     void (*choice)(job *j, cJSON *c);
+    /* APIs whose answers are not chat-style choices (responses, messages):
+     * a stream's step (NULL: moe8_oa_stream_chunk with delta), the whole
+     * answer from the finished jobs' text, reasoning and calls (NULL: the
+     * choices of `choice` under moe8_oa_envelope, with usage), and the
+     * stream's end (NULL: the usage chunk if asked, then "data: [DONE]") */
+    void (*stream)(srv *s, job *j, const oa_piece *p);
+    void (*whole)(srv *s, job *const *jobs, int n, moe8_buf *out);
+    void (*tail)(srv *s, job *const *jobs, int n, moe8_buf *out);
 } oa_api;
 
 extern const oa_api moe8_oa_chat, moe8_oa_completions;

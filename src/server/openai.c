@@ -598,7 +598,10 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
         j->api->add_logprobs(s, j, lp ? lp : (cJSON *)j->lp_json, tok_ev);
     }
     j->n_offset += (int32_t)n;
-    if (j->stream) {
+    if (j->stream && j->api->stream) {
+        const oa_piece p = {content.p, reason.p, content.n, reason.n, deltas, lp, finish};
+        j->api->stream(s, j, &p);
+    } else if (j->stream) {
         if (content.n || reason.n || lp || finish || deltas)
             moe8_oa_stream_chunk(s, j, content.p, content.n, reason.p, reason.n, finish, lp, deltas);
     } else {
@@ -626,7 +629,12 @@ static const char *finish_name(moe8_finish f) {
 /* A non-stream choice: its object as JSON text in j->out (moe8_oa_response puts
  * the choices of a request together). */
 static void whole_choice(job *j, const char *finish) {
-    cJSON *c = cJSON_CreateObject();
+    cJSON *c;
+    if (!j->api->choice) { /* the API's whole hook reads the job itself */
+        j->status = 200;
+        return;
+    }
+    c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", j->index);
     j->api->choice(j, c);
     cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -655,9 +663,15 @@ static cJSON *usage_of(job *const *jobs, int n) {
 
 void moe8_oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
-    cJSON *root = moe8_oa_envelope(s, j, j->api->object);
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    cJSON *root, *choices;
     char *txt;
+    if (j->api->whole) {
+        out->n = 0;
+        j->api->whole(s, jobs, n, out);
+        return;
+    }
+    root = moe8_oa_envelope(s, j, j->api->object);
+    choices = cJSON_AddArrayToObject(root, "choices");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(choices, cJSON_CreateRaw(jobs[i]->out.p ? jobs[i]->out.p : "{}"));
     cJSON_AddItemToObject(root, "usage", usage_of(jobs, n));
     txt = cJSON_PrintUnformatted(root);
@@ -669,6 +683,10 @@ void moe8_oa_response(srv *s, job *const *jobs, int n, moe8_buf *out) {
 
 void moe8_oa_stream_tail(srv *s, job *const *jobs, int n, moe8_buf *out) {
     const job *j = jobs[0];
+    if (j->api->tail) {
+        j->api->tail(s, jobs, n, out);
+        return;
+    }
     if (j->include_usage) {
         cJSON *root = moe8_oa_envelope(s, j, j->api->chunk_object);
         char *txt;
