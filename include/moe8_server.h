@@ -70,14 +70,18 @@ typedef struct {
                                     * each chat request's chat_template_kwargs (vLLM's
                                     * --default-chat-template-kwargs), or NULL: the
                                     * template's own defaults */
+    int responses_store;           /* responses kept for previous_response_id and GET
+                                    * /v1/responses/{id} (least recently used dropped first);
+                                    * default 128; 0: none kept */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 
 /* Serve `m` (its tokenizer `tok`) until *stop becomes non-zero (set it from a
  * signal handler), then stop accepting, let running requests finish for
  * drain_s, cancel the rest (streams get a final event), and return MOE8_OK.
- * Endpoints: POST /v1/completions, /v1/chat/completions, /tokenize,
- * /detokenize; GET /v1/models, /health, /metrics. Under TP/EP every rank
+ * Endpoints: POST /v1/completions, /v1/chat/completions, /v1/responses,
+ * /v1/responses/input_tokens, /tokenize, /detokenize; GET /v1/models,
+ * /v1/responses/{id}, /health, /metrics. Under TP/EP every rank
  * calls it: rank 0 listens and schedules, the others follow its steps;
  * a failed collective ends it with MOE8_ERR_COMM. */
 moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *p,

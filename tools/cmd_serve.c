@@ -85,6 +85,9 @@ static int parse(int argc, char **argv, opts *o) {
         {"--tool-call-parser", NULL, CLI_CHOICE, &parser, .choices = "hermes,deepseek_v3,mistral",
          .arg = "F", .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
          "mistral (default: the one its chat template teaches)"},
+        {"--responses-store", NULL, CLI_INT, &o->sp.responses_store, 0, 1 << 20, .arg = "N",
+         .help = "responses kept for previous_response_id (least recently used\n"
+         "dropped first; default 128; 0: none)"},
         {"--allowed-origins", NULL, CLI_STR, &o->sp.allowed_origins, .arg = "LIST",
          .help = "comma-separated origins browsers may call from (CORS), or '*'\n(default: none)"},
         {"--timeout", NULL, CLI_DOUBLE, &o->sp.timeout_s, .dlo = 0.001, .dhi = 86400, .arg = "S",

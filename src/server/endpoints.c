@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "server/api.h"
+#include "server/responses.h"
 
 #define JSON "application/json"
 
@@ -68,6 +69,22 @@ static int chat(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
     return moe8_oa_parse_completion(s, body, n, &moe8_oa_chat, j, out);
 }
 
+static int responses(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    return moe8_resp_parse(s, body, n, j, out);
+}
+
+static int input_tokens(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
+    (void)j;
+    return moe8_resp_input_tokens(s, body, n, out);
+}
+
+/* GET /v1/responses/{id}: a stored response, else 404. */
+static int response(srv *s, const char *path, moe8_buf *out, const char **type) {
+    const char *id = path + strlen("/v1/responses/");
+    *type = JSON;
+    return moe8_resp_get(s, id, strlen(id), out);
+}
+
 static int tokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
     const int rc = moe8_oa_tokenize(s, body, n, out);
     (void)j;
@@ -85,6 +102,9 @@ const srv_endpoint moe8_srv_endpoints[] = {
     /* method  path                    prefix open answer   parse        emitters */
     {"POST", "/v1/completions", 0, 0, NULL, completions, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
     {"POST", "/v1/chat/completions", 0, 0, NULL, chat, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
+    {"POST", "/v1/responses", 0, 0, NULL, responses, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
+    {"POST", "/v1/responses/input_tokens", 0, 0, NULL, input_tokens, NULL, NULL, NULL},
+    {"GET", "/v1/responses/", 1, 0, response, NULL, NULL, NULL, NULL},
     {"POST", "/tokenize", 0, 0, NULL, tokenize, NULL, NULL, NULL},
     {"POST", "/detokenize", 0, 0, NULL, detokenize, NULL, NULL, NULL},
     {"GET", "/v1/models", 0, 0, models, NULL, NULL, NULL, NULL},

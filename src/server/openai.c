@@ -475,6 +475,8 @@ static job *job_clone(const job *j, int i) {
     memset(&k->hold, 0, sizeof k->hold);
     k->lp_json = k->echo_lp = NULL;
     k->n_kids = 0;
+    k->ext = NULL;
+    k->ext_free = NULL;
     k->grammar = NULL;
     k->calls = NULL;
     memset(&k->args, 0, sizeof k->args);
@@ -519,6 +521,7 @@ void moe8_job_free(job *j) {
     moe8_buf_free(&j->reasoning);
     moe8_buf_free(&j->hold);
     cJSON_Delete(j->lp_json);
+    if (j->ext_free) j->ext_free(j->ext);
     free(j);
 }
 /* ---- output: JSON pieces ------------------------------------------------------------ */

@@ -15,6 +15,7 @@
 
 #include "core/core.h"
 #include "io/json_util.h"
+#include "server/responses.h"
 #include "server/server.h"
 #include "server/toolcall.h"
 
@@ -36,6 +37,7 @@ moe8_serve_params moe8_serve_params_default(void) {
     p.max_connections = 8192;
     p.max_connections_per_ip = 1024;
     p.kv_type = MOE8_DT_F16;
+    p.responses_store = 128;
     return p;
 }
 
@@ -110,6 +112,8 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     if (p->tool_call_parser && moe8_toolcall_format_from_name(p->tool_call_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
                          "deepseek_v3, mistral", p->tool_call_parser);
+    if (p->responses_store < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "api_key is empty: give a key, or none "
                          "for no authentication");
@@ -143,6 +147,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     moe8_metrics_init(&s->m);
+    s->responses = moe8_resp_store_new(params->responses_store); /* NULL: none kept */
     if (params->default_chat_template_kwargs)
         moe8_json_parse(params->default_chat_template_kwargs, strlen(params->default_chat_template_kwargs),
                         "default chat template kwargs", &s->default_kwargs, NULL); /* checked above */
@@ -196,6 +201,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     moe8_context_free(s->ctx);
     free(s->live);
     cJSON_Delete(s->default_kwargs);
+    moe8_resp_store_free(s->responses);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
     free(s);

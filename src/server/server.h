@@ -132,6 +132,10 @@ typedef struct job {
     uint64_t id_rng;            /* call ids */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
+    /* an API's own state of the request (api_responses.c), freed with the job by ext_free;
+     * a request of several choices never has one */
+    void *ext;
+    void (*ext_free)(void *ext);
 } job;
 
 /* A compiled grammar shared by the choices of a request (atomic count: a
@@ -169,6 +173,7 @@ typedef struct srv {
     void *http;                 /* http.c's state */
     job *ready_head;            /* jobs with news for their connection (moe8_http_notify) */
     int port;
+    struct resp_store *responses; /* stored responses (responses_store.c), or NULL */
 } srv;
 
 /* openai.c and the api_*.c files: the HTTP thread's side (its workers).
