@@ -134,13 +134,31 @@ static cJSON *response(srv *s, const job *j, const resp_state *st, const char *s
     return r;
 }
 
-/* A finished response into the store (store true): its conversation with its output. */
+/* A finished response into the store (store true): its conversation with its output
+ * (read back from the Response's text: the items hold raw JSON strings). */
 static void keep(srv *s, resp_state *st, const char *id, const char *text) {
-    const cJSON *it;
+    cJSON *r, *out, *it;
     if (!st->items || !s->responses) return;
-    cJSON_ArrayForEach(it, st->output) cJSON_AddItemToArray(st->items, cJSON_Duplicate(it, 1));
+    r = cJSON_Parse(text);
+    out = cJSON_DetachItemFromObject(r, "output");
+    cJSON_Delete(r);
+    while (out && (it = cJSON_DetachItemFromArray(out, 0))) cJSON_AddItemToArray(st->items, it);
+    cJSON_Delete(out);
     moe8_resp_store_put(s->responses, id, text, st->items);
     st->items = NULL;
+}
+
+/* A string of chat's tool-call JSON (a string, or raw JSON text of one: tools.c writes
+ * names and arguments raw), malloc'd; "" when it is neither. */
+static char *str_any(const cJSON *v) {
+    char *r = NULL;
+    if (cJSON_IsString(v)) return strdup(v->valuestring);
+    if (cJSON_IsRaw(v)) {
+        cJSON *p = cJSON_Parse(v->valuestring);
+        if (cJSON_IsString(p)) r = strdup(p->valuestring);
+        cJSON_Delete(p);
+    }
+    return r ? r : strdup("");
 }
 
 /* ---- a whole answer ------------------------------------------------------------------------------ */
@@ -174,13 +192,13 @@ static void resp_whole(srv *s, job *const *jobs, int n, moe8_buf *out) {
     }
     cJSON_ArrayForEach(c, j->calls) {
         const cJSON *fn = cJSON_GetObjectItem(c, "function");
-        const cJSON *nm = cJSON_GetObjectItem(fn, "name"), *args = cJSON_GetObjectItem(fn, "arguments"),
-                    *cid = cJSON_GetObjectItem(c, "id");
+        char *cid = str_any(cJSON_GetObjectItem(c, "id")), *nm = str_any(cJSON_GetObjectItem(fn, "name")),
+             *args = str_any(cJSON_GetObjectItem(fn, "arguments"));
         item_id(j, "fc", cJSON_GetArraySize(st->output), id, sizeof id);
-        cJSON_AddItemToArray(st->output, moe8_resp_call_item(st, id, cJSON_IsString(cid) ? cid->valuestring : "",
-                                                             cJSON_IsString(nm) ? nm->valuestring : "",
-                                                             cJSON_IsString(args) ? args->valuestring : "",
-                                                             "completed"));
+        if (cid && nm && args) cJSON_AddItemToArray(st->output, moe8_resp_call_item(st, id, cid, nm, args, "completed"));
+        free(cid);
+        free(nm);
+        free(args);
     }
     r = response(s, j, st, status, finish);
     if ((txt = cJSON_PrintUnformatted(r))) {
@@ -333,17 +351,20 @@ static void stream_calls(job *j, resp_state *st, const cJSON *deltas) {
     const cJSON *d;
     cJSON_ArrayForEach(d, deltas) {
         const cJSON *fn = cJSON_GetObjectItem(d, "function"), *id = cJSON_GetObjectItem(d, "id");
-        const cJSON *nm = cJSON_GetObjectItem(fn, "name"), *args = cJSON_GetObjectItem(fn, "arguments");
+        char *args = str_any(cJSON_GetObjectItem(fn, "arguments"));
         if (cJSON_IsString(id)) {
+            char *nm = str_any(cJSON_GetObjectItem(fn, "name"));
             close_item(j, st, "completed");
-            open_call(j, st, id->valuestring, cJSON_IsString(nm) ? nm->valuestring : "");
+            open_call(j, st, id->valuestring, nm ? nm : "");
+            free(nm);
         }
-        if (st->open == RI_CALL && cJSON_IsString(args) && args->valuestring[0]) {
+        if (st->open == RI_CALL && args && args[0]) {
             cJSON *e = ev_item(st, "response.function_call_arguments.delta", -1);
-            cJSON_AddStringToObject(e, "delta", args->valuestring);
+            cJSON_AddStringToObject(e, "delta", args);
             ev_put(&j->out, e);
-            moe8_buf_str(&st->text, args->valuestring);
+            moe8_buf_str(&st->text, args);
         }
+        free(args);
     }
 }
 
