@@ -23,8 +23,14 @@
  *   - tests/clients/responses_openai.mjs (the openai library's
  *     responses.create plain, streamed, with tools and text.format; an
  *     @openai/agents agent with a function tool) when node and .deps/clients
- *     are there.
+ *     are there;
+ *   - Codex CLI (.deps/clients, @openai/codex): `codex exec` with a fresh
+ *     CODEX_HOME against the chain model with a 32k context: one streamed
+ *     request (its hosted web_search dropped with a log line), exit 0, the
+ *     answer printed.
  */
+#include <sys/stat.h>
+
 #include "test.h"
 #include "fixture_model.h"
 #include "serve_test.h"
@@ -603,6 +609,89 @@ static void test_clients(server *sv) {
     buf_free(&err);
 }
 
+/* ---- 7. Codex CLI: one turn ----------------------------------------------------------------------- */
+
+/* The chain model with a 32k context (Codex's prompt is some 8k tokens): a folder of links to
+ * chain's files but config.json, whose max_position_embeddings is raised. */
+static const char *codex_model(const char *chain) {
+    static char dir[4200];
+    static const char *const FILES[] = {"model.safetensors", "quant_model_description.json", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    char src[4400], dst[4400];
+    size_t n = 0;
+    unsigned char *cfg;
+    cJSON *c;
+    char *txt;
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s/serve_resp_codex", MOE8_TEST_TMP);
+    mkdir(dir, 0755);
+    for (size_t i = 0; i < sizeof FILES / sizeof *FILES; i++) {
+        snprintf(src, sizeof src, "%s/%s", chain, FILES[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, FILES[i]);
+        unlink(dst);
+        CHECKF(symlink(src, dst) == 0, "symlink %s: %s", dst, strerror(errno));
+    }
+    snprintf(src, sizeof src, "%s/config.json", chain);
+    cfg = test_slurp(src, &n);
+    c = cfg ? cJSON_Parse((const char *)cfg) : NULL;
+    CHECKF(c != NULL, "cannot read %s", src);
+    cJSON_ReplaceItemInObject(c, "max_position_embeddings", cJSON_CreateNumber(32768));
+    txt = cJSON_Print(c);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    if ((f = fopen(dst, "w"))) {
+        fputs(txt ? txt : "", f);
+        fclose(f);
+    }
+    free(txt);
+    cJSON_Delete(c);
+    free(cfg);
+    return dir;
+}
+
+/* `codex exec` (its Responses wire API, a fresh CODEX_HOME) against the chain model: one
+ * streamed POST /v1/responses with developer and user items, function and namespace tools and
+ * a hosted web_search; Codex exits 0 and prints the answer "Hello!" (after the think block). */
+static void test_codex(const char *chain) {
+    char codex[4200], home[4300], wd[4300], cmd[40000], outp[4300], errp[4300], args[4600];
+    buf out = {0}, err = {0}, log = {0};
+    server sv;
+    int rc;
+    if (g_asan) {
+        printf("test_serve_responses: codex: in the release build only\n");
+        return;
+    }
+    snprintf(codex, sizeof codex, "%s/.deps/clients/node_modules/.bin/codex", MOE8_SOURCE_DIR);
+    if (access(codex, X_OK) != 0) {
+        printf("test_serve_responses: codex: skipped: no %s (make deps installs it)\n", codex);
+        return;
+    }
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 32768 --threads 2 --served-model-name " NAME, codex_model(chain));
+    if (server_start(&sv, "resp_codex", NULL, args) != 0) return;
+    snprintf(home, sizeof home, "%s/codex_home", MOE8_TEST_TMP);
+    snprintf(wd, sizeof wd, "%s/codex_wd", MOE8_TEST_TMP);
+    snprintf(outp, sizeof outp, "%s/codex.out", MOE8_TEST_TMP);
+    snprintf(errp, sizeof errp, "%s/codex.err", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' && mkdir -p '%s' '%s' && cd '%s' && CODEX_HOME='%s' MOE8_CODEX_KEY=none "
+             "timeout 180 '%s' exec --skip-git-repo-check -c model_provider=local -c "
+             "'model_providers.local={name=\"local\",base_url=\"http://127.0.0.1:%d/v1\",wire_api=\"responses\","
+             "env_key=\"MOE8_CODEX_KEY\"}' -m " NAME " 'Say hello' </dev/null >'%s' 2>'%s'",
+             home, wd, home, wd, wd, home, codex, sv.port, outp, errp);
+    rc = test_run(cmd);
+    read_text(outp, &out);
+    read_text(errp, &err);
+    sv.n_req += 1;
+    read_text(sv.err, &log);
+    CHECKF(rc == 0 && strstr(buf_s(&out), "Hello!"), "codex exited %d: %s\n%s", rc, buf_s(&out), buf_s(&err));
+    CHECKF(count_lines(buf_s(&log), "moe8 serve: POST /v1/responses 200") == 1 &&
+           strstr(buf_s(&log), "tools of type 'web_search' dropped"), "the server saw: %s", buf_s(&log));
+    server_stop(&sv, 10);
+    printf("test_serve_responses: codex exec: one turn, exit %d, answer %s\n", rc,
+           strstr(buf_s(&out), "Hello!") ? "Hello!" : "missing");
+    buf_free(&out);
+    buf_free(&err);
+    buf_free(&log);
+}
+
 /* ---- main ---------------------------------------------------------------------------------------- */
 
 int main(void) {
@@ -637,6 +726,8 @@ int main(void) {
         phase("reasoning");
         server_stop(&sv, 10);
     }
+    test_codex(dir);
+    phase("codex");
     curl_global_cleanup();
     printf("test_serve_responses: %.1f s\n", now_s() - g_t0);
     return test_summary();
