@@ -20,6 +20,9 @@
  *     /v1/responses/{id}, store false keeps nothing, --responses-store 2: a
  *     third response evicts the first (404);
  *   - a client that hangs up mid-stream: the server goes on serving;
+ *   - 32 requests at once (text and tool calls, whole and streamed) each equal
+ *     themselves alone; hostile bodies and routes (duplicate keys, bad UTF-8,
+ *     NUL, items and tools of the wrong shape, wrong methods) refused;
  *   - tests/clients/responses_openai.mjs (the openai library's
  *     responses.create plain, streamed, with tools and text.format; an
  *     @openai/agents agent with a function tool) when node and .deps/clients
@@ -567,7 +570,77 @@ static void test_disconnect(server *sv) {
     printf("test_serve_responses: a client hanging up mid-stream: the server serves on\n");
 }
 
-/* ---- 6. the node clients --------------------------------------------------------------------------- */
+/* ---- 6. batch invariance and hostile bodies --------------------------------------------------------- */
+
+/* 32 requests at once (text seeded at temperature 1, required tool calls; whole and streamed)
+ * each give what they give alone. */
+static void test_batch(server *sv) {
+    enum { N = 32 };
+    mreq m[N];
+    int n_same = 0;
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < N; i++) {
+        char b[2048];
+        const int stream = i % 3 == 0;
+        if (i % 4 == 1)
+            snprintf(b, sizeof b, "{\"model\":\"" NAME "\",\"stream\":%s,\"temperature\":1,\"seed\":%d,"
+                     "\"max_output_tokens\":60,\"reasoning\":{\"effort\":\"none\"},\"input\":\"Weather?\","
+                     "\"tool_choice\":\"required\"," TOOLS_R "}", stream ? "true" : "false", 300 + i);
+        else
+            snprintf(b, sizeof b, "{\"model\":\"" NAME "\",\"stream\":%s,\"temperature\":1,\"seed\":%d,"
+                     "\"max_output_tokens\":%d,\"reasoning\":{\"effort\":\"none\"},\"input\":\"Tell me %d\"}",
+                     stream ? "true" : "false", 100 + i, 4 + i % 13, i % 5);
+        m[i].path = RESP;
+        m[i].body = strdup(b);
+    }
+    multi_run(sv, m, N);
+    for (int i = 0; i < N; i++) {
+        const int stream = i % 3 == 0;
+        buf alone = {0};
+        const long st = post(sv, RESP, m[i].body, &alone);
+        cJSON *a = stream ? check_stream(buf_s(&m[i].out), "batched") : cJSON_Parse(buf_s(&m[i].out));
+        cJSON *b = stream ? check_stream(buf_s(&alone), "alone") : cJSON_Parse(buf_s(&alone));
+        char *ta = a ? output_text(a, 0) : NULL, *tb = b ? output_text(b, 0) : NULL;
+        const int same = m[i].status == 200 && st == 200 && ta && tb && !strcmp(ta, tb);
+        CHECKF(same, "batch %d: %s\n  together: %.600s\n  alone: %.600s", i, m[i].body, ta ? ta : buf_s(&m[i].out),
+               tb ? tb : buf_s(&alone));
+        n_same += same;
+        free(ta);
+        free(tb);
+        cJSON_Delete(a);
+        cJSON_Delete(b);
+        buf_free(&alone);
+        buf_free(&m[i].out);
+        free(m[i].body);
+    }
+    printf("test_serve_responses: batch invariance: %d of %d requests (text, tool calls, whole and streamed) "
+           "equal themselves alone\n", n_same, N);
+}
+
+static void test_hostile(server *sv) {
+    static const bad_case B[] = {
+        {"POST", RESP, "{\"input\":\"a\",\"input\":\"b\"}", 0, 400, INV, NULL, NULL, "input"},
+        {"POST", RESP, "{\"input\":\"\xff\"}", 0, 400, INV, NULL, NULL, "UTF-8"},
+        {"POST", RESP, "{\"input\":\"a\\u0000\"}", 0, 400, INV, NULL, NULL, "NUL"},
+        {"POST", RESP, "[1]", 0, 400, INV, NULL, NULL, "JSON object"},
+        {"POST", RESP, "{\"input\":", 0, 400, INV, NULL, NULL, ""},
+        {"POST", RESP, "{\"input\":[{\"role\":\"user\",\"content\":7}]}", 0, 400, INV, "input[0].content", NULL,
+         "string or an array"},
+        {"POST", RESP, "{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", 0, 400, INV, "input[0]", NULL,
+         "call_id"},
+        {"POST", RESP, "{\"input\":\"a\",\"tools\":[{\"type\":\"function\"}]}", 0, 400, INV, "tools[0]", NULL,
+         "name"},
+        {"POST", RESP, "{\"input\":\"a\",\"tools\":{}}", 0, 400, INV, "tools", NULL, "array"},
+        {"GET", RESP, NULL, 0, 405, INV, NULL, "method_not_allowed", "POST"},
+        {"POST", RESP "/resp_x", "{}", 0, 405, INV, NULL, "method_not_allowed", "GET"},
+        {"GET", RESP "/resp_x", NULL, 0, 404, INV, "response_id", "not_found", "not found"},
+        {"POST", "/v1/responses/input_tokens", "{\"input\":5}", 0, 400, INV, "input", NULL, "string or an array"},
+    };
+    for (size_t i = 0; i < sizeof B / sizeof *B; i++) check_bad(sv, &B[i], NULL);
+    printf("test_serve_responses: %zu hostile bodies and routes refused as the table says\n", sizeof B / sizeof *B);
+}
+
+/* ---- 7. the node clients --------------------------------------------------------------------------- */
 
 static void test_clients(server *sv) {
     char clients[4200], mods[4300], cmd[16384], outp[4200], errp[4200];
@@ -609,7 +682,7 @@ static void test_clients(server *sv) {
     buf_free(&err);
 }
 
-/* ---- 7. Codex CLI: one turn ----------------------------------------------------------------------- */
+/* ---- 8. Codex CLI: one turn ----------------------------------------------------------------------- */
 
 /* The chain model with a 32k context (Codex's prompt is some 8k tokens): a folder of links to
  * chain's files but config.json, whose max_position_embeddings is raised. */
@@ -714,6 +787,9 @@ int main(void) {
         phase("store");
         test_disconnect(&sv);
         phase("disconnect");
+        test_batch(&sv);
+        test_hostile(&sv);
+        phase("batch, hostile bodies");
         test_clients(&sv);
         phase("node clients");
         server_stop(&sv, 10);
