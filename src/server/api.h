@@ -13,6 +13,9 @@
  *   api_completions.c  /v1/completions: prompt text or ids, echo (its text
  *                      and prompt log-probs), completions log-probs, text
  *   api_tokenize.c     /tokenize, /detokenize, /v1/models (no jobs)
+ *   api_responses.c    /v1/responses: the request translated into a chat
+ *                      request; responses_out.c its Response and events,
+ *                      responses_store.c the store (responses.h)
  *
  * A new API (responses, messages) is a file with its oa_api and a row in
  * endpoints.c; the shared path calls only its hooks.
