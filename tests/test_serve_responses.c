@@ -635,6 +635,10 @@ static void test_hostile(server *sv) {
         {"POST", RESP "/resp_x", "{}", 0, 405, INV, NULL, "method_not_allowed", "GET"},
         {"GET", RESP "/resp_x", NULL, 0, 404, INV, "response_id", "not_found", "not found"},
         {"POST", "/v1/responses/input_tokens", "{\"input\":5}", 0, 400, INV, "input", NULL, "string or an array"},
+        {"POST", RESP, "{\"input\":[{\"type\":\"message\",\"content\":\"x\"}]}", 0, 400, INV, "input[0]", NULL,
+         "role"},
+        {"POST", RESP, "{\"input\":\"a\",\"max_output_tokens\":5000}", 0, 400, INV, "max_output_tokens",
+         "context_length_exceeded", "maximum context length"},
     };
     for (size_t i = 0; i < sizeof B / sizeof *B; i++) check_bad(sv, &B[i], NULL);
     printf("test_serve_responses: %zu hostile bodies and routes refused as the table says\n", sizeof B / sizeof *B);

@@ -447,6 +447,7 @@ static int item_to_chat(const resp_state *st, const cJSON *it, const char *param
         return 0;
     }
     if (!type) return moe8_oa_bad(err, param, "'%s' must have a 'type' (or a 'role')", param);
+    if (!strcmp(type, "message")) return moe8_oa_bad(err, param, "'%s' (a message) needs a 'role'", param);
     if (!strcmp(type, "reasoning")) {
         moe8_buf t = {0};
         reasoning_text(it, &t);
@@ -707,6 +708,9 @@ static void rename_error(moe8_buf *err) {
         cJSON_SetValuestring(v, b.p ? b.p : "");
         moe8_buf_free(&b);
     }
+    if (e && cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
+        strstr(cJSON_GetObjectItem(e, "message")->valuestring, "maximum context length")) /* OpenAI's code */
+        cJSON_ReplaceItemInObject(e, "code", cJSON_CreateString("context_length_exceeded"));
     if (e) {
         char *txt = cJSON_PrintUnformatted(root);
         if (txt) {
