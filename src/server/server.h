@@ -132,6 +132,10 @@ typedef struct job {
     uint64_t id_rng;            /* call ids */
     int32_t n_gen, n_cached, n_offset;
     double t_first, t_last;
+    int32_t last_token;         /* the last TOKEN event's id (once n_gen > 0) */
+    size_t finish_text;         /* the FINISH event's text length (0 after a stop string) */
+    const char *finish_reason;  /* once done: "stop", "length", "tool_calls", "abort" */
+    int api_state[4];           /* the API's own stream state (api_messages.c: its blocks) */
 } job;
 
 /* A compiled grammar shared by the choices of a request (atomic count: a
@@ -252,6 +256,11 @@ typedef struct srv_endpoint {
     void (*start)(srv *s, job *j);
     void (*respond)(srv *s, job *const *jobs, int n, moe8_buf *out);
     void (*tail)(srv *s, job *const *jobs, int n, moe8_buf *out);
+    int x_api_key;              /* the key may also come as "x-api-key: <key>" (Anthropic's) */
+    /* the error bodies of this path in its API's shape: `body` (OpenAI's
+     * {"error": {...}}, as every part of the server writes it) rewritten for
+     * `status`, as a stream's event when `sse` (NULL: OpenAI's, kept) */
+    void (*error)(int status, int sse, moe8_buf *body);
 } srv_endpoint;
 
 /* The table, ended by a row with no method. */
