@@ -20,8 +20,9 @@
  *     404, 405, 413), x-api-key and Bearer auth, the OpenAI paths' bodies
  *     unchanged beside them; a client gone mid-stream;
  *   - count_tokens equals the message's input tokens;
- *   - the official @anthropic-ai/sdk (tests/clients/messages_sdk.mjs) when
- *     node and .deps/clients are there.
+ *   - the official @anthropic-ai/sdk (tests/clients/messages_sdk.mjs) and one
+ *     turn of Claude Code (`claude -p`, its ~12k-token request, on a copy of
+ *     the fixture with a 64k context) when node and .deps/clients are there.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@
 
 #define NAME "serve_text"
 #define MSGS "/v1/messages"
+#define MAXC 128 /* tool calls of one answer the checks read */
 
 /* ---- requests with headers ---------------------------------------------------------------- */
 
@@ -76,18 +78,18 @@ static char *json_text(cJSON *o) {
 typedef struct {
     buf text, thinking;
     int n_calls;
-    char call_id[8][64], call_name[8][64];
-    cJSON *input[8];            /* tool_use inputs */
+    char call_id[MAXC][64], call_name[MAXC][64];
+    cJSON *input[MAXC];         /* tool_use inputs */
     char stop_reason[32], stop_sequence[32];
     int input_tokens, output_tokens, cache_read;
     int n_blocks;
-    char kinds[16];             /* the blocks' kinds in order: 'r' thinking, 't' text, 'u' tool_use */
+    char kinds[MAXC + 8];       /* the blocks' kinds in order: 'r' thinking, 't' text, 'u' tool_use */
 } msg;
 
 static void msg_free(msg *m) {
     buf_free(&m->text);
     buf_free(&m->thinking);
-    for (int i = 0; i < 8; i++) cJSON_Delete(m->input[i]);
+    for (int i = 0; i < MAXC; i++) cJSON_Delete(m->input[i]);
     memset(m, 0, sizeof *m);
 }
 
@@ -105,7 +107,7 @@ static int take_usage_msg(msg *m, const cJSON *u) {
 /* One content block of a whole answer into m. */
 static int take_block(msg *m, const cJSON *b) {
     const char *ty = jstr(b, "type");
-    if (!ty || m->n_blocks >= 15) FAILR("a block without type");
+    if (!ty || m->n_blocks >= MAXC + 6) FAILR("a block without type");
     if (!strcmp(ty, "text") && jstr(b, "text")) {
         buf_str(&m->text, jstr(b, "text"));
         m->kinds[m->n_blocks++] = 't';
@@ -113,7 +115,7 @@ static int take_block(msg *m, const cJSON *b) {
         buf_str(&m->thinking, jstr(b, "thinking"));
         m->kinds[m->n_blocks++] = 'r';
     } else if (!strcmp(ty, "tool_use") && jstr(b, "id") && jstr(b, "name") && cJSON_IsObject(J(b, "input")) &&
-               m->n_calls < 8) {
+               m->n_calls < MAXC) {
         if (strncmp(jstr(b, "id"), "toolu_", 6)) FAILR("tool_use id '%s'", jstr(b, "id"));
         snprintf(m->call_id[m->n_calls], 64, "%s", jstr(b, "id"));
         snprintf(m->call_name[m->n_calls], 64, "%s", jstr(b, "name"));
@@ -184,14 +186,14 @@ static int stream_event(msg *m, sstate *st, const char *type, const cJSON *o) {
     } else if (!strcmp(type, "content_block_start")) {
         const cJSON *b = J(o, "content_block");
         const char *bt = jstr(b, "type");
-        if (st->open || !cJSON_IsNumber(idx) || idx->valueint != st->next || !bt || m->n_blocks >= 15)
+        if (st->open || !cJSON_IsNumber(idx) || idx->valueint != st->next || !bt || m->n_blocks >= MAXC + 6)
             FAILR("content_block_start %d out of order (open %d, next %d)", idx ? idx->valueint : -1, st->open, st->next);
         st->open = 1, st->next++;
         if (!strcmp(bt, "text") && jstr(b, "text") && !jstr(b, "text")[0]) st->kind = 't';
         else if (!strcmp(bt, "thinking") && jstr(b, "thinking") && !jstr(b, "thinking")[0] && jstr(b, "signature"))
             st->kind = 'r';
         else if (!strcmp(bt, "tool_use") && jstr(b, "id") && !strncmp(jstr(b, "id"), "toolu_", 6) && jstr(b, "name") &&
-                 cJSON_IsObject(J(b, "input")) && !cJSON_GetArraySize(J(b, "input")) && m->n_calls < 8) {
+                 cJSON_IsObject(J(b, "input")) && !cJSON_GetArraySize(J(b, "input")) && m->n_calls < MAXC) {
             st->kind = 'u';
             snprintf(m->call_id[m->n_calls], 64, "%s", jstr(b, "id"));
             snprintf(m->call_name[m->n_calls++], 64, "%s", jstr(b, "name"));
@@ -378,14 +380,14 @@ typedef struct {
     buf text, reason;
     char finish[16];
     int n, prompt_tokens, completion_tokens;
-    char name[8][64];
-    cJSON *args[8];
+    char name[MAXC][64];
+    cJSON *args[MAXC];
 } chat_ref;
 
 static void chat_ref_free(chat_ref *r) {
     buf_free(&r->text);
     buf_free(&r->reason);
-    for (int i = 0; i < 8; i++) cJSON_Delete(r->args[i]);
+    for (int i = 0; i < MAXC; i++) cJSON_Delete(r->args[i]);
     memset(r, 0, sizeof *r);
 }
 
@@ -407,7 +409,7 @@ static int chat_run(server *sv, const mcase *c, chat_ref *r) {
     snprintf(r->finish, sizeof r->finish, "%s", jstr(ch, "finish_reason") ? jstr(ch, "finish_reason") : "");
     r->prompt_tokens = J(J(o, "usage"), "prompt_tokens")->valueint;
     r->completion_tokens = J(J(o, "usage"), "completion_tokens")->valueint;
-    cJSON_ArrayForEach(t, J(m, "tool_calls")) if (r->n < 8) {
+    cJSON_ArrayForEach(t, J(m, "tool_calls")) if (r->n < MAXC) {
         snprintf(r->name[r->n], 64, "%s", jstr(J(t, "function"), "name"));
         r->args[r->n++] = cJSON_Parse(jstr(J(t, "function"), "arguments"));
     }
@@ -446,7 +448,7 @@ static int by_char(const void *a, const void *b) { return *(const char *)a - *(c
 /* The same blocks (a whole answer puts thinking first, a stream shows the
  * blocks as they come), text, thinking and tool inputs. */
 static int same_msg(const char *what, const msg *a, const msg *b) {
-    char ka[16], kb[16];
+    char ka[MAXC + 8], kb[MAXC + 8];
     snprintf(ka, sizeof ka, "%s", a->kinds), snprintf(kb, sizeof kb, "%s", b->kinds);
     qsort(ka, strlen(ka), 1, by_char), qsort(kb, strlen(kb), 1, by_char);
     int ok = !strcmp(ka, kb) && !strcmp(buf_s(&a->text), buf_s(&b->text)) &&
@@ -461,10 +463,12 @@ static int same_msg(const char *what, const msg *a, const msg *b) {
     return ok;
 }
 
+static const char *const *g_hdr; /* header lines of msg_run's requests (the key), or NULL */
+
 static int msg_run(server *sv, const mcase *c, const char *path, msg *m) {
     char *body = json_text(conv(c, 0));
     buf out = {0};
-    int ok = mpost(sv, path, body, NULL, &out) == 200 &&
+    int ok = mpost(sv, path, body, g_hdr, &out) == 200 &&
              (c->stream ? parse_msg_stream(m, buf_s(&out)) : parse_msg(m, buf_s(&out)));
     if (!ok) fprintf(stderr, "  request: %s\n  answer: %.1500s\n", body, buf_s(&out));
     free(body);
@@ -637,8 +641,14 @@ static void test_fields(server *sv) {
                 NULL, 404, "not_found_error", "'claude-x' does not exist");
     check_error(sv, MSGS "/count_tokens", "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
                 NULL, 404, "not_found_error", "'claude-x' does not exist");
-    check_error(sv, MSGS, "{\"model\":\"" NAME "\",\"max_tokens\":9000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-                NULL, 400, "invalid_request_error", "maximum context length");
+    {
+        buf big = {0};
+        buf_str(&big, "{\"model\":\"" NAME "\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":\"");
+        for (int i = 0; i < 5000; i++) buf_str(&big, "hi ");
+        buf_str(&big, "\"}]}");
+        check_error(sv, MSGS, buf_s(&big), NULL, 400, "invalid_request_error", "prompt");
+        buf_free(&big);
+    }
     check_error(sv, MSGS, "[1]", NULL, 400, "invalid_request_error", "JSON object");
     {
         /* role "system" inside messages: as the system prompt (the prompt holds it once) */
@@ -719,6 +729,20 @@ static void test_auth(const char *dir) {
     memcpy(big, BODY, strlen(BODY));
     check_error(&sv, MSGS, big, KEY, 413, "request_too_large", "--max-body");
     {
+        /* max_tokens past the context: a limit (Claude Code asks for 32000); the answer (a named
+         * tool's calls, 1625 tokens on a long context) stops at the context's end with
+         * model_context_window_exceeded */
+        const mcase c = {1, "get_weather", 0, 100000, 0, NULL, 0, 0};
+        msg m;
+        g_hdr = KEY;
+        if (msg_run(&sv, &c, MSGS, &m))
+            CHECKF(!strcmp(m.stop_reason, "model_context_window_exceeded") &&
+                   m.input_tokens + m.cache_read + m.output_tokens == 1024, "max_tokens 100000: %s after %d + %d + %d",
+                   m.stop_reason, m.input_tokens, m.cache_read, m.output_tokens);
+        msg_free(&m);
+        g_hdr = NULL;
+    }
+    {
         /* GET: 405 in Anthropic's shape */
         buf o = {0};
         cJSON *x;
@@ -795,6 +819,88 @@ static void test_sdk(server *sv) {
     buf_free(&err);
 }
 
+/* ---- 7. Claude Code -------------------------------------------------------------------------------- */
+
+/* The chain fixture's folder again with max_position_embeddings 65536 (its
+ * files linked), so a context holds Claude Code's ~12k-token prompt. */
+static const char *long_model(const char *dir) {
+    static char out[4200];
+    char path[4400], cmd[24000];
+    cJSON *c;
+    size_t n = 0;
+    unsigned char *txt;
+    snprintf(out, sizeof out, "%s/serve_messages_long", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && for f in '%s'/*; do ln -s \"$f\" '%s'/; done && rm '%s/config.json'",
+             out, out, dir, out, out);
+    if (test_run(cmd) != 0) return NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!(txt = test_slurp(path, &n)) || !(c = cJSON_ParseWithLength((const char *)txt, n))) {
+        free(txt);
+        return NULL;
+    }
+    free(txt);
+    cJSON_ReplaceItemInObject(c, "max_position_embeddings", cJSON_CreateNumber(65536));
+    {
+        char *t = cJSON_PrintUnformatted(c);
+        FILE *f;
+        snprintf(path, sizeof path, "%s/config.json", out);
+        f = fopen(path, "wb");
+        if (f) fputs(t, f), fclose(f);
+        free(t);
+        cJSON_Delete(c);
+        return f ? out : NULL;
+    }
+}
+
+/* One turn of Claude Code's non-interactive mode: its ~12k-token first request
+ * (system blocks with cache_control, a role "system" message, a dozen tools,
+ * thinking adaptive, max_tokens 32000 cut to the context) answered, exit 0. */
+static void test_claude_code(const char *dir) {
+    char cli[4200], cmd[32768], outp[4200], errp[4200], home[4200], args[4400];
+    const char *longdir;
+    buf out = {0}, err = {0}, log = {0};
+    server sv;
+    int a0, rc;
+    const char *at;
+    snprintf(cli, sizeof cli, "%s/.deps/clients/node_modules/@anthropic-ai/claude-code/cli-wrapper.cjs", MOE8_SOURCE_DIR);
+    if (g_asan || test_run("command -v node >/dev/null 2>&1") != 0 || access(cli, R_OK) != 0) {
+        printf("test_serve_messages: Claude Code: skipped: %s\n", g_asan ? "in the release build only"
+               : access(cli, R_OK) ? "no .deps/clients/node_modules/@anthropic-ai/claude-code (make deps installs it)"
+                                   : "node not found");
+        return;
+    }
+    if (!(longdir = long_model(dir))) {
+        CHECKF(0, "cannot make the long-context copy of %s", dir);
+        return;
+    }
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 32768 --threads 2 --served-model-name " NAME " --api-key cc-key",
+             longdir);
+    if (server_start(&sv, "messages_cc", NULL, args)) return;
+    snprintf(home, sizeof home, "%s/claude_home", MOE8_TEST_TMP);
+    snprintf(outp, sizeof outp, "%s/claude.out", MOE8_TEST_TMP);
+    snprintf(errp, sizeof errp, "%s/claude.err", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cd '%s' && HOME='%s' ANTHROPIC_BASE_URL=http://127.0.0.1:%d "
+             "ANTHROPIC_API_KEY=cc-key CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 240 node '%s' -p 'Say hello' "
+             "--model " NAME " >'%s' 2>'%s' </dev/null", home, home, home, home, sv.port, cli, outp, errp);
+    a0 = access_lines(&sv);
+    rc = test_run(cmd);
+    sv.n_req += access_lines(&sv) - a0;
+    read_text(outp, &out);
+    read_text(errp, &err);
+    read_text(sv.err, &log);
+    at = strstr(buf_s(&log), "moe8 serve: POST /v1/messages 200 prompt_tokens=");
+    CHECKF(rc == 0 && strstr(buf_s(&out), "Hello!"), "claude -p exited %d: %s\n%s", rc, buf_s(&out), buf_s(&err));
+    CHECKF(at && atoi(at + strlen("moe8 serve: POST /v1/messages 200 prompt_tokens=")) > 8000,
+           "no long /v1/messages answered: %s", buf_s(&log));
+    printf("test_serve_messages: Claude Code: one turn (%d prompt tokens) answered '%s', exit %d\n",
+           at ? atoi(at + strlen("moe8 serve: POST /v1/messages 200 prompt_tokens=")) : -1,
+           strstr(buf_s(&out), "Hello!") ? "Hello!" : "?", rc);
+    server_stop(&sv, 10);
+    buf_free(&out);
+    buf_free(&err);
+    buf_free(&log);
+}
+
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 int main(void) {
@@ -822,6 +928,8 @@ int main(void) {
     }
     test_auth(dir);
     phase("auth");
+    test_claude_code(dir);
+    phase("claude code");
     curl_global_cleanup();
     printf("test_serve_messages: %.1f s\n", now_s() - g_t0);
     return test_summary();

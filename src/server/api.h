@@ -51,6 +51,7 @@ typedef struct oa_api {
     const char *prompt_param;   /* what errors about the prompt name: "messages", "prompt" */
     const char *max_alias;      /* a field that overrides max_tokens (NULL: none) */
     int32_t default_max;        /* max_tokens when absent; 0: the rest of the context */
+    int clamp_max;              /* max_tokens past the context's rest is cut to it, not refused */
     /* request, each 0 or an HTTP status with the error body: the API's own
      * options (read where echo is: before ignore_eos), its log-probs fields,
      * then its prompt into j->prompt (after sampling, stop, processors) */

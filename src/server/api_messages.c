@@ -17,7 +17,9 @@
  *   disable_parallel_tool_use -> parallel_tool_calls false; thinking enabled
  *   or adaptive -> the template's enable_thinking true, disabled or absent
  *   (Anthropic's default) -> false; stop_sequences -> stop; max_tokens
- *   (required), temperature, top_p, top_k as they are.
+ *   (required; past the context's rest it is cut to it, and an answer that
+ *   reaches that end stops with "model_context_window_exceeded", as
+ *   Anthropic's newer models do), temperature, top_p, top_k as they are.
  * Fields (FIELDS below) are honoured, accepted and ignored (metadata,
  * output_config, context_management, cache_control, service_tier, ...), or
  * refused naming the field; an unknown one is ignored with a log line, as
@@ -48,6 +50,11 @@
 
 #include "io/json_util.h"
 #include "server/api.h"
+
+/* A job's state in j->api_state: a stream's open block kind and next index,
+ * an error event sent; where the text is cut (a whole answer); max_tokens cut
+ * to the context's rest. */
+enum { ST_OPEN, ST_NEXT, ST_FAILED, ST_CUT, ST_CLAMPED };
 
 /* ---- errors: OpenAI's body in Anthropic's shape -------------------------------------------- */
 
@@ -495,14 +502,19 @@ done:
 int moe8_msg_parse(srv *s, const char *body, size_t n, job **j, moe8_buf *err) {
     cJSON *root;
     char *chat = NULL;
+    double asked = 0;
     int rc;
     *j = NULL;
     if (!(root = moe8_oa_parse_object(body, n, err, &rc))) return rc;
     rc = translate(s, root, 0, &chat, err);
+    if (cJSON_IsNumber(get(root, "max_tokens"))) asked = get(root, "max_tokens")->valuedouble;
     cJSON_Delete(root);
     if (!rc) rc = moe8_oa_parse_completion(s, chat, strlen(chat), &moe8_oa_messages, j, err);
     cJSON_free(chat);
-    if (!rc && *j) (*j)->id[3] = '_'; /* "msg_...", Anthropic's form */
+    if (!rc && *j) {
+        (*j)->id[3] = '_'; /* "msg_...", Anthropic's form */
+        (*j)->api_state[ST_CLAMPED] = (*j)->rq.max_tokens < asked;
+    }
     return rc;
 }
 
@@ -538,8 +550,6 @@ int moe8_msg_count(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
 
 /* ---- output ------------------------------------------------------------------------------- */
 
-/* The stream's state in j->api_state. */
-enum { ST_OPEN, ST_NEXT, ST_FAILED, ST_CUT };
 enum { B_NONE, B_THINKING, B_TEXT, B_TOOL };
 
 /* A string field of the chat path's tool calls (moe8_oa_json_text writes them
@@ -580,7 +590,8 @@ static const char *stop_sequence(srv *s, const job *j) {
 static const char *stop_reason(srv *s, const job *j) {
     const char *f = j->finish_reason ? j->finish_reason : "stop";
     if (!strcmp(f, "tool_calls")) return "tool_use";
-    if (!strcmp(f, "length")) return "max_tokens";
+    if (!strcmp(f, "length"))
+        return j->api_state[ST_CLAMPED] && j->n_gen >= j->rq.max_tokens ? "model_context_window_exceeded" : "max_tokens";
     return stop_sequence(s, j) ? "stop_sequence" : "end_turn";
 }
 
@@ -808,6 +819,7 @@ const oa_api moe8_oa_messages = {
     .prompt_param = "messages",
     .max_alias = NULL,
     .default_max = 0, /* max_tokens is required: translate() */
+    .clamp_max = 1,   /* Claude Code asks for 32000: the answer stops at the context's end */
     .options = NULL,
     .logprobs = no_logprobs,
     .prompt = moe8_oa_chat_request_prompt,

@@ -320,6 +320,13 @@ static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
                    "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
     /* default 0 (chat's): the rest of the context, within what the KV cache holds */
     max_tokens = has ? (int64_t)x : api->default_max ? api->default_max : (int64_t)s->n_ctx - j->n_prompt;
+    if (has && api->clamp_max) { /* a limit, not a demand: at most the rest of the context */
+        const int64_t rest = (int64_t)s->n_ctx - j->n_prompt, kv = s->kv_positions + 1 - j->n_prompt;
+        if (max_tokens > (rest < kv ? rest : kv)) max_tokens = rest < kv ? rest : kv;
+        if (max_tokens < 1)
+            return moe8_oa_bad(err, api->prompt_param, "prompt is too long: %d tokens > %lld maximum", j->n_prompt,
+                               (long long)(s->n_ctx < s->kv_positions ? s->n_ctx : s->kv_positions) - 1);
+    }
     if (!has && !api->default_max && max_tokens > s->kv_positions + 1 - j->n_prompt)
         max_tokens = s->kv_positions + 1 - j->n_prompt;
     if (!has && max_tokens < 1) /* the default (the rest of the context) is nothing */

@@ -135,7 +135,7 @@ typedef struct job {
     int32_t last_token;         /* the last TOKEN event's id (once n_gen > 0) */
     size_t finish_text;         /* the FINISH event's text length (0 after a stop string) */
     const char *finish_reason;  /* once done: "stop", "length", "tool_calls", "abort" */
-    int api_state[4];           /* the API's own stream state (api_messages.c: its blocks) */
+    int api_state[6];           /* the API's own state (api_messages.c: its blocks) */
 } job;
 
 /* A compiled grammar shared by the choices of a request (atomic count: a
