@@ -682,7 +682,8 @@ static void check_log(server *sv) {
 /* ---- 4. a client gone mid-stream ------------------------------------------------------------------ */
 
 static void test_disconnect(server *sv) {
-    const mcase c = {1, NULL, 0, 600, 1, NULL, 0, 0};
+    const mcase c = {1, "get_weather", 0, 3000, 1, NULL, 0, 0}; /* calls for 1625 tokens */
+    const double a0 = metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"");
     mreq m[2];
     msg a;
     memset(m, 0, sizeof m);
@@ -690,12 +691,14 @@ static void test_disconnect(server *sv) {
         m[i].path = MSGS;
         m[i].body = json_text(conv(&c, 0));
     }
-    m[0].abort_at = 300; /* inside message_start's or the first blocks' events */
+    m[0].abort_at = 2000; /* among the first tool_use blocks' events */
     multi_run(sv, m, 2);
-    CHECKF(m[0].aborted && m[1].status == 200 && parse_msg_stream(&a, buf_s(&m[1].out)),
+    CHECKF(m[0].aborted && m[1].status == 200 && parse_msg_stream(&a, buf_s(&m[1].out)) && a.n_calls > 10,
            "beside a client gone mid-stream: %ld %.300s", m[1].status, buf_s(&m[1].out));
     msg_free(&a);
     CHECK(wait_idle(sv, 10));
+    CHECKF(wait_metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"", a0 + 1, 10),
+           "the request of the client gone is not counted aborted");
     for (int i = 0; i < 2; i++) {
         free(m[i].body);
         buf_free(&m[i].out);
