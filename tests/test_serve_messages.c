@@ -857,13 +857,14 @@ static const char *long_model(const char *dir) {
 
 /* One turn of Claude Code's non-interactive mode: its ~12k-token first request
  * (system blocks with cache_control, a role "system" message, a dozen tools,
- * thinking adaptive, max_tokens 32000 cut to the context) answered, exit 0. */
+ * thinking adaptive, max_tokens 32000 cut to the context) answered, exit 0;
+ * a second run's prompt >= 95% from the prefix cache. */
 static void test_claude_code(const char *dir) {
     char cli[4200], cmd[32768], outp[4200], errp[4200], home[4200], args[4400];
     const char *longdir;
     buf out = {0}, err = {0}, log = {0};
     server sv;
-    int a0, rc;
+    int a0, rc, rc2;
     const char *at;
     snprintf(cli, sizeof cli, "%s/.deps/clients/node_modules/@anthropic-ai/claude-code/cli-wrapper.cjs", MOE8_SOURCE_DIR);
     if (g_asan || test_run("command -v node >/dev/null 2>&1") != 0 || access(cli, R_OK) != 0) {
@@ -888,6 +889,20 @@ static void test_claude_code(const char *dir) {
     a0 = access_lines(&sv);
     rc = test_run(cmd);
     sv.n_req += access_lines(&sv) - a0;
+    if (rc == 0) { /* a second turn: its prompt from the prefix cache (the billing header block dropped) */
+        const double h0 = metric(&sv, "moe8:prefix_cache_hits_total", NULL),
+                     q0 = metric(&sv, "moe8:prefix_cache_queries_total", NULL);
+        double h1, q1;
+        a0 = access_lines(&sv);
+        rc2 = test_run(cmd);
+        sv.n_req += access_lines(&sv) - a0;
+        h1 = metric(&sv, "moe8:prefix_cache_hits_total", NULL), q1 = metric(&sv, "moe8:prefix_cache_queries_total", NULL);
+        CHECKF(rc2 == 0 && q1 - q0 > 8000 && h1 - h0 >= 0.95 * (q1 - q0),
+               "Claude Code's second turn: exit %d, %.0f of %.0f prompt tokens from the prefix cache", rc2, h1 - h0,
+               q1 - q0);
+        printf("test_serve_messages: Claude Code's second turn: %.0f of %.0f prompt tokens from the prefix cache\n",
+               h1 - h0, q1 - q0);
+    }
     read_text(outp, &out);
     read_text(errp, &err);
     read_text(sv.err, &log);

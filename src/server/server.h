@@ -11,7 +11,8 @@
  *   http_parse.c  strict request framing (RFC 9112), pure functions
  *   openai.c   OpenAI JSON shared by the APIs: requests -> jobs (validated),
  *              events -> chunks and responses; one file per API beside it
- *              (api_chat.c, api_completions.c, api_tokenize.c; api.h)
+ *              (api_chat.c, api_completions.c, api_tokenize.c, api_messages.c:
+ *              Anthropic's, translated into a chat request; api.h)
  *   engine.c   the scheduler thread: jobs -> moe8_sched, events -> jobs,
  *              under TP every step's adds and cancels broadcast by rank 0
  *   metrics.c  Prometheus counters, gauges and histograms (vLLM's names)
