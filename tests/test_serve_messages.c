@@ -16,9 +16,13 @@
  *   - a table of fields: honoured, accepted and ignored, refused naming the
  *     field; unknown ones and server tools logged;
  *   - stop_reason end_turn / max_tokens / stop_sequence / tool_use;
- *   - errors in Anthropic's shape with its types and statuses (400, 401,
- *     404, 405, 413), x-api-key and Bearer auth, the OpenAI paths' bodies
- *     unchanged beside them; a client gone mid-stream;
+ *   - batch invariance: 32 requests at once (the cases, whole and
+ *     streamed) equal themselves alone;
+ *   - errors in Anthropic's shape with its types and statuses (400 with
+ *     hostile bodies too, 401, 404, 405, 413, 503 overloaded_error past
+ *     --max-queue), x-api-key and Bearer auth, the OpenAI paths' bodies
+ *     unchanged beside them; max_tokens past the context cut to it
+ *     (model_context_window_exceeded); a client gone mid-stream;
  *   - count_tokens equals the message's input tokens;
  *   - the official @anthropic-ai/sdk (tests/clients/messages_sdk.mjs) and one
  *     turn of Claude Code (`claude -p`, its ~12k-token request, on a copy of
@@ -478,19 +482,21 @@ static int msg_run(server *sv, const mcase *c, const char *path, msg *m) {
 
 /* ---- 1. answers against chat completions ------------------------------------------------------ */
 
+static const mcase C[] = {
+    {1, NULL, 0, 200, 0, NULL, 0, 0},      /* thinking on: "Let me think" + "Hello!" */
+    {0, NULL, 0, 200, 0, NULL, 0, 0},      /* thinking off */
+    {1, NULL, 0, 4, 0, NULL, 0, 0},      /* max_tokens */
+    {1, NULL, 0, 200, 0, "Hello", 0, 0},     /* stop_sequence */
+    {1, NULL, 0, 200, 0, "zzz", 0, 0},     /* a stop sequence never met */
+    {1, "any", 0, 300, 0, NULL, 1, 0}, /* one tool_use by the grammar after thinking */
+    {1, "get_weather", 0, 300, 0, NULL, 0, 1}, /* a named tool, parallel: calls, the last cut */
+    {0, "auto", 1, 200, 0, NULL, 0, 0}, /* a tool round trip in the history */
+    {1, "none", 1, 2000, 0, NULL, 0, 0}, /* thinking enabled with a budget, tools not to be called */
+};
+#define N_CASES (int)(sizeof C / sizeof *C)
+
 static void test_answers(server *sv) {
-    static const mcase C[] = {
-        {1, NULL, 0, 200, 0, NULL, 0, 0},      /* thinking on: "Let me think" + "Hello!" */
-        {0, NULL, 0, 200, 0, NULL, 0, 0},      /* thinking off */
-        {1, NULL, 0, 4, 0, NULL, 0, 0},      /* max_tokens */
-        {1, NULL, 0, 200, 0, "Hello", 0, 0},     /* stop_sequence */
-        {1, NULL, 0, 200, 0, "zzz", 0, 0},     /* a stop sequence never met */
-        {1, "any", 0, 300, 0, NULL, 1, 0}, /* one tool_use by the grammar after thinking */
-        {1, "get_weather", 0, 300, 0, NULL, 0, 1}, /* a named tool, parallel: calls, the last cut */
-        {0, "auto", 1, 200, 0, NULL, 0, 0}, /* a tool round trip in the history */
-        {1, "none", 1, 2000, 0, NULL, 0, 0}, /* thinking enabled with a budget, tools not to be called */
-    };
-    int n_ok = 0, n = (int)(sizeof C / sizeof *C);
+    int n_ok = 0, n = N_CASES;
     for (int i = 0; i < n; i++) {
         mcase c = C[i];
         chat_ref r;
@@ -524,6 +530,46 @@ static void test_answers(server *sv) {
     CHECKF(n_ok == n, "%d of %d cases equal chat completions, whole and streamed", n_ok, n);
     printf("test_serve_messages: %d answers (text, thinking, max_tokens, stop_sequence, tool_use, a tool round trip) "
            "equal chat completions', whole and streamed\n", n_ok);
+}
+
+/* 32 requests at once (the cases above, whole and streamed) equal themselves alone. */
+static void test_batch(server *sv) {
+    enum { N = 32 };
+    mreq m[N];
+    msg alone[2 * N_CASES];
+    int have[2 * N_CASES], n_same = 0;
+    memset(m, 0, sizeof m);
+    for (int k = 0; k < 2 * N_CASES; k++) {
+        mcase c = C[k % N_CASES];
+        c.stream = k >= N_CASES;
+        have[k] = msg_run(sv, &c, MSGS, &alone[k]);
+    }
+    for (int i = 0; i < N; i++) {
+        mcase c = C[i % N_CASES];
+        c.stream = (i / N_CASES) % 2;
+        m[i].path = MSGS;
+        m[i].body = json_text(conv(&c, 0));
+    }
+    multi_run(sv, m, N);
+    for (int i = 0; i < N; i++) {
+        const int k = i % N_CASES + ((i / N_CASES) % 2 ? N_CASES : 0);
+        char what[64];
+        msg a;
+        snprintf(what, sizeof what, "batch request %d (case %d)", i, i % N_CASES);
+        if (m[i].status == 200 && have[k] &&
+            ((i / N_CASES) % 2 ? parse_msg_stream(&a, buf_s(&m[i].out)) : parse_msg(&a, buf_s(&m[i].out)))) {
+            n_same += same_msg(what, &a, &alone[k]);
+            msg_free(&a);
+        } else {
+            CHECKF(0, "%s: %ld %.300s", what, m[i].status, buf_s(&m[i].out));
+        }
+        free(m[i].body);
+        buf_free(&m[i].out);
+    }
+    for (int k = 0; k < 2 * N_CASES; k++)
+        if (have[k]) msg_free(&alone[k]);
+    CHECKF(n_same == N, "%d of %d concurrent requests equal themselves alone", n_same, N);
+    printf("test_serve_messages: batch invariance: %d of %d concurrent requests equal themselves alone\n", n_same, N);
 }
 
 /* ---- 2. count_tokens ------------------------------------------------------------------------ */
@@ -650,6 +696,12 @@ static void test_fields(server *sv) {
         buf_free(&big);
     }
     check_error(sv, MSGS, "[1]", NULL, 400, "invalid_request_error", "JSON object");
+    check_error(sv, MSGS, "{\"max_tokens\":3,\"max_tokens\":4,\"messages\":[]}", NULL, 400, "invalid_request_error",
+                "max_tokens");
+    check_error(sv, MSGS, "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", NULL, 400,
+                "invalid_request_error", "UTF-8");
+    check_error(sv, MSGS, "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", NULL,
+                400, "invalid_request_error", "NUL");
     {
         /* role "system" inside messages: as the system prompt (the prompt holds it once) */
         buf a = {0}, b = {0};
@@ -770,6 +822,40 @@ static void test_auth(const char *dir) {
     }
     printf("test_serve_messages: x-api-key and Bearer; 401, 405 and 413 in Anthropic's shape, OpenAI's beside\n");
     buf_free(&out);
+    server_stop(&sv, 10);
+}
+
+/* --max-queue 1 under a burst: 503 overloaded_error in Anthropic's shape, the others answered. */
+static void test_overload(const char *dir) {
+    enum { N = 6 };
+    const mcase c = {1, "get_weather", 0, 800, 0, NULL, 0, 0};
+    server sv;
+    char args[4400];
+    mreq m[N];
+    int n_ok = 0, n_busy = 0;
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME
+             " --parallel 1 --max-queue 1", dir);
+    if (server_start(&sv, "messages_queue", NULL, args)) return;
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < N; i++) {
+        m[i].path = MSGS;
+        m[i].body = json_text(conv(&c, 0));
+    }
+    multi_run(&sv, m, N);
+    for (int i = 0; i < N; i++) {
+        cJSON *o = cJSON_Parse(buf_s(&m[i].out));
+        const cJSON *e = J(o, "error");
+        if (m[i].status == 200) n_ok++;
+        else if (m[i].status == 503 && jstr(o, "type") && !strcmp(jstr(o, "type"), "error") && jstr(e, "type") &&
+                 !strcmp(jstr(e, "type"), "overloaded_error") && jstr(e, "message") && strstr(jstr(e, "message"), "--max-queue"))
+            n_busy++;
+        else CHECKF(0, "burst request %d: %ld %.300s", i, m[i].status, buf_s(&m[i].out));
+        cJSON_Delete(o);
+        free(m[i].body);
+        buf_free(&m[i].out);
+    }
+    CHECKF(n_ok >= 1 && n_busy >= 1 && n_ok + n_busy == N, "burst of %d: %d answered, %d overloaded", N, n_ok, n_busy);
+    printf("test_serve_messages: --max-queue 1: %d answered, %d overloaded_error (503)\n", n_ok, n_busy);
     server_stop(&sv, 10);
 }
 
@@ -933,6 +1019,8 @@ int main(void) {
     if (server_start(&sv, "messages", NULL, args) == 0) {
         test_answers(&sv);
         phase("answers");
+        test_batch(&sv);
+        phase("batch invariance");
         test_count(&sv);
         test_fields(&sv);
         check_log(&sv);
@@ -946,6 +1034,8 @@ int main(void) {
     }
     test_auth(dir);
     phase("auth");
+    test_overload(dir);
+    phase("overload");
     test_claude_code(dir);
     phase("claude code");
     curl_global_cleanup();
