@@ -27,10 +27,15 @@
  *
  * The answer: the message object {id "msg_...", type, role, model, content
  * [thinking, text, tool_use {id "toolu_...", name, input}], stop_reason
- * (end_turn, max_tokens, stop_sequence, tool_use), stop_sequence, usage},
- * or its events (message_start, ping, content_block_start / _delta /
- * _stop with text_delta, thinking_delta and input_json_delta, message_delta
- * with the cumulative usage, message_stop), each with its "event:" line.
+ * (end_turn, max_tokens, stop_sequence, tool_use,
+ * model_context_window_exceeded), stop_sequence, usage}, or its events
+ * (message_start, ping, content_block_start / _delta / _stop with
+ * text_delta, thinking_delta and input_json_delta, message_delta with the
+ * cumulative usage, message_stop), each with its "event:" line. No text is
+ * shown once a tool call began (vLLM's rule): text after the calls, and a
+ * call broken off by max_tokens, which the chat path gives back as content,
+ * never reach the client. A thinking block's signature is "" (nothing is
+ * signed; a signature sent back is ignored).
  * usage.input_tokens counts the prompt tokens not read from the prefix
  * cache; cache_read_input_tokens those that were.
  * Errors: every part of the server writes OpenAI's body; this row's `error`
