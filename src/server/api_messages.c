@@ -15,8 +15,9 @@
  *   web_search_20250305 dropped with a log line); tool_choice auto / any /
  *   tool / none -> auto / required / the named function / none, with
  *   disable_parallel_tool_use -> parallel_tool_calls false; thinking enabled
- *   or adaptive -> the template's enable_thinking true, disabled or absent
- *   (Anthropic's default) -> false; stop_sequences -> stop; max_tokens
+ *   or adaptive -> the template's enable_thinking true (budget_tokens and
+ *   display accepted, not enforced), disabled or absent (Anthropic's
+ *   default) -> false; stop_sequences -> stop; max_tokens
  *   (required; past the context's rest it is cut to it, and an answer that
  *   reaches that end stops with "model_context_window_exceeded", as
  *   Anthropic's newer models do), temperature, top_p, top_k as they are.
