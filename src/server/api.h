@@ -16,8 +16,10 @@
  *   api_responses.c    /v1/responses: the request translated into a chat
  *                      request; responses_out.c its Response and events,
  *                      responses_store.c the store (responses.h)
+ *   api_messages.c     /v1/messages (Anthropic's), translated into a chat
+ *                      request; its message object and events
  *
- * A new API (responses, messages) is a file with its oa_api and a row in
+ * A new API is a file with its oa_api and a row in
  * endpoints.c; the shared path calls only its hooks.
  */
 #ifndef MOE8_SERVER_API_H
@@ -52,6 +54,7 @@ typedef struct oa_api {
     const char *prompt_param;   /* what errors about the prompt name: "messages", "prompt" */
     const char *max_alias;      /* a field that overrides max_tokens (NULL: none) */
     int32_t default_max;        /* max_tokens when absent; 0: the rest of the context */
+    int clamp_max;              /* max_tokens past the context's rest is cut to it, not refused */
     /* request, each 0 or an HTTP status with the error body: the API's own
      * options (read where echo is: before ignore_eos), its log-probs fields,
      * then its prompt into j->prompt (after sampling, stop, processors) */
@@ -77,9 +80,11 @@ typedef struct oa_api {
     void (*stream)(srv *s, job *j, const oa_piece *p);
     void (*whole)(srv *s, job *const *jobs, int n, moe8_buf *out);
     void (*tail)(srv *s, job *const *jobs, int n, moe8_buf *out);
+    /* a stream's failure after its start, body OpenAI's error (NULL: "data: body") */
+    void (*fail)(srv *s, job *j, const moe8_buf *body);
 } oa_api;
 
-extern const oa_api moe8_oa_chat, moe8_oa_completions;
+extern const oa_api moe8_oa_chat, moe8_oa_completions, moe8_oa_messages;
 
 /* ---- openai.c: shared helpers ---------------------------------------------------------- */
 
@@ -110,6 +115,20 @@ cJSON *moe8_oa_envelope(srv *s, const job *j, const char *object);
  * NULL): thinking is on. */
 int moe8_oa_chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools, int32_t **ids, int32_t *n,
                         int *open_think, int *reasoning, moe8_buf *err);
+/* Chat's hooks that other chat-shaped APIs (messages) reuse: tools and the
+ * prompt of a request; the <think> split of its output. */
+int moe8_oa_chat_request_prompt(srv *s, const cJSON *root, job *j, oa_req *r, moe8_buf *err);
+void moe8_oa_chat_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
+                        int final);
+/* ---- api_messages.c: Anthropic's Messages API (endpoints.c's rows) --------------------- */
+
+/* POST /v1/messages: the body into a job (0), or an error status with OpenAI's body. */
+int moe8_msg_parse(srv *s, const char *body, size_t n, job **j, moe8_buf *err);
+/* POST /v1/messages/count_tokens: 200 with {"input_tokens": n}, or an error status. */
+int moe8_msg_count(srv *s, const char *body, size_t n, job **j, moe8_buf *out);
+/* The rows' `error`: OpenAI's error body as Anthropic's, an "error" event when sse. */
+void moe8_msg_error(int status, int sse, moe8_buf *body);
+
 /* A completion's prompt (a string, or token ids) into ids. */
 int moe8_oa_prompt_ids(srv *s, const cJSON *root, int32_t **ids, int32_t *n, moe8_buf *err);
 

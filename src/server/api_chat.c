@@ -167,7 +167,7 @@ static int chat_logprobs(const cJSON *root, job *j, moe8_buf *err) {
     return 0;
 }
 
-static int chat_request_prompt(srv *s, const cJSON *root, job *j, oa_req *r, moe8_buf *err) {
+int moe8_oa_chat_request_prompt(srv *s, const cJSON *root, job *j, oa_req *r, moe8_buf *err) {
     int open = 0, rc;
     (void)r;
     if ((rc = moe8_tools_parse(s, root, j, err))) return rc;
@@ -243,8 +243,8 @@ static void chat_start(srv *s, job *j) {
     }
 }
 
-static void chat_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
-                       int final) {
+void moe8_oa_chat_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
+                        int final) {
     (void)s;
     think_split(j, txt, n, content, reason, final);
 }
@@ -301,9 +301,9 @@ const oa_api moe8_oa_chat = {
     .default_max = 0, /* the rest of the context, within what the KV cache holds */
     .options = NULL,
     .logprobs = chat_logprobs,
-    .prompt = chat_request_prompt,
+    .prompt = moe8_oa_chat_request_prompt,
     .start = chat_start,
-    .split = chat_split,
+    .split = moe8_oa_chat_split,
     .new_logprobs = chat_new_logprobs,
     .add_logprobs = chat_add_logprobs,
     .delta = chat_delta,

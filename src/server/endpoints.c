@@ -1,7 +1,8 @@
 /*
  * endpoints.c — the endpoint table of moe8 serve: one row per endpoint
  * (method, path, whether the API key is needed, the body's parser or the
- * cheap answer, the job's emitters). The one file that joins the HTTP layer
+ * cheap answer, the job's emitters, whether the key may come as x-api-key,
+ * the shape of its errors: NULL OpenAI's). The one file that joins the HTTP layer
  * (http*.c, which routes by these rows and knows no API) to the APIs
  * (openai.c and its per-API files, metrics.c). A new API is a row here.
  *
@@ -99,18 +100,21 @@ static int detokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out
 
 /* Open rows (no key under --api-key, as in vLLM): probes and scrapers carry none. */
 const srv_endpoint moe8_srv_endpoints[] = {
-    /* method  path                    prefix open answer   parse        emitters */
-    {"POST", "/v1/completions", 0, 0, NULL, completions, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
-    {"POST", "/v1/chat/completions", 0, 0, NULL, chat, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
-    {"POST", "/v1/responses", 0, 0, NULL, responses, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail},
-    {"POST", "/v1/responses/input_tokens", 0, 0, NULL, input_tokens, NULL, NULL, NULL},
-    {"GET", "/v1/responses/", 1, 0, response, NULL, NULL, NULL, NULL},
-    {"POST", "/tokenize", 0, 0, NULL, tokenize, NULL, NULL, NULL},
-    {"POST", "/detokenize", 0, 0, NULL, detokenize, NULL, NULL, NULL},
-    {"GET", "/v1/models", 0, 0, models, NULL, NULL, NULL, NULL},
-    {"GET", "/v1/models/", 1, 0, model, NULL, NULL, NULL, NULL},
-    {"GET", "/health", 0, 1, health, NULL, NULL, NULL, NULL},
-    {"GET", "/metrics", 0, 1, metrics, NULL, NULL, NULL, NULL},
-    {"GET", "/version", 0, 1, version, NULL, NULL, NULL, NULL},
-    {NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL},
+    /* method  path                    prefix open answer   parse        emitters   x-api-key  errors */
+    {"POST", "/v1/completions", 0, 0, NULL, completions, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 0, NULL},
+    {"POST", "/v1/chat/completions", 0, 0, NULL, chat, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 0, NULL},
+    {"POST", "/v1/responses", 0, 0, NULL, responses, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 0, NULL},
+    {"POST", "/v1/responses/input_tokens", 0, 0, NULL, input_tokens, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/v1/responses/", 1, 0, response, NULL, NULL, NULL, NULL, 0, NULL},
+    {"POST", "/v1/messages", 0, 0, NULL, moe8_msg_parse, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 1,
+     moe8_msg_error},
+    {"POST", "/v1/messages/count_tokens", 0, 0, NULL, moe8_msg_count, NULL, NULL, NULL, 1, moe8_msg_error},
+    {"POST", "/tokenize", 0, 0, NULL, tokenize, NULL, NULL, NULL, 0, NULL},
+    {"POST", "/detokenize", 0, 0, NULL, detokenize, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/v1/models", 0, 0, models, NULL, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/v1/models/", 1, 0, model, NULL, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/health", 0, 1, health, NULL, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/metrics", 0, 1, metrics, NULL, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/version", 0, 1, version, NULL, NULL, NULL, NULL, 0, NULL},
+    {NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL},
 };

@@ -274,6 +274,7 @@ int moe8_http_request_done(http *h, conn *c) {
     c->note = NULL;
     c->status = 0;
     c->method[0] = c->path[0] = '\0';
+    c->ep = NULL; /* the next head's errors are no row's until it is routed */
     moe8_buf_free(&c->body);
     c->body_len = 0;
     moe8_http_recount(h, c);

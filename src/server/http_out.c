@@ -1,7 +1,8 @@
 /*
  * http_out.c — what moe8 serve writes to a connection: the one response-head
  * writer (status line, Date, Content-Type, length or chunked framing, the
- * connection and CORS lines), whole answers and OpenAI error bodies, the
+ * connection and CORS lines), whole answers and error bodies (OpenAI's, or
+ * the endpoint row's shape), the
  * chunked (HTTP/1.1) or close-delimited (HTTP/1.0) bodies of streams, SSE
  * events, the early 200 and skipped bytes that probe a half-closed client,
  * and the socket writes themselves.
@@ -118,6 +119,7 @@ void moe8_http_respond_error(http *h, conn *c, int status, const char *type, con
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     moe8_oa_error(&b, type, NULL, code, "%s", msg);
+    if (c->ep && c->ep->error) c->ep->error(status, 0, &b); /* the path's API's shape */
     moe8_http_respond(h, c, status, "application/json", b.p, b.n);
     moe8_buf_free(&b);
 }
@@ -251,7 +253,17 @@ static void pump(http *h, conn *c) {
             if (c->jobs[i]->status != 200 || (c->stream && !c->jobs[i]->started)) bad = c->jobs[i];
         if (bad) { /* an error: its status, or after probes (the 200 is out) as the body */
             const int status = bad->status ? bad->status : 500;
-            if (!c->hdr_sent) moe8_http_respond(h, c, status, "application/json", bad->out.p, bad->out.n);
+            if (c->ep->error) { /* the path's API's shape, as an event once a stream's 200 is out */
+                moe8_buf b2 = {0};
+                moe8_buf_add(&b2, bad->out.p ? bad->out.p : "", bad->out.n);
+                c->ep->error(status, c->hdr_sent && c->stream, &b2);
+                if (!c->hdr_sent) moe8_http_respond(h, c, status, "application/json", b2.p, b2.n);
+                else {
+                    chunk(c, b2.p, b2.n);
+                    body_end(c);
+                }
+                moe8_buf_free(&b2);
+            } else if (!c->hdr_sent) moe8_http_respond(h, c, status, "application/json", bad->out.p, bad->out.n);
             else {
                 if (c->stream) chunk(c, "data: ", 6);
                 chunk(c, bad->out.p, bad->out.n);

@@ -33,6 +33,8 @@ typedef struct {
     int expect_continue;        /* Expect: 100-continue */
     const char *auth, *origin;  /* Authorization and Origin values, or NULL */
     size_t auth_len, origin_len;
+    const char *x_api_key;      /* x-api-key (Anthropic's key header), or NULL */
+    size_t x_api_key_len;
 } http_head;
 
 /* Scan buf[*pos..n) for the end of a head; *pos is where scanning resumes

@@ -5,7 +5,8 @@
  * the endpoint table, endpoints.c), the body's size (413 past --max-body)
  * and room for it under --max-buffered (503); only then is "100 Continue"
  * sent to a client that expects it. A refusal with a body pending closes
- * the connection after its lingering read. CORS: an Origin in
+ * the connection after its lingering read. A row may take the key as
+ * x-api-key too, and may give its errors its API's shape (its `error`). CORS: an Origin in
  * --allowed-origins is answered with its headers, and its OPTIONS preflight
  * here (403 for another origin).
  *
@@ -41,20 +42,26 @@ static const srv_endpoint *find_route(const char *path, size_t n) {
     return NULL;
 }
 
-static int authorized(const srv *s, const http_head *hd) {
+/* 1 if v[0..n) is the key (constant time in the key's length). */
+static int key_is(const srv *s, const char *v, size_t n) {
+    const size_t k = strlen(s->p.api_key);
+    unsigned char d = 0;
+    if (n != k) return 0;
+    for (size_t i = 0; i < k; i++) d |= (unsigned char)(v[i] ^ s->p.api_key[i]);
+    return d == 0;
+}
+
+/* The key as "Authorization: Bearer <key>", or where the row takes it
+ * (x_api_key) as "x-api-key: <key>". */
+static int authorized(const srv *s, const http_head *hd, const srv_endpoint *ep) {
     const char *v = hd->auth;
-    size_t n = hd->auth_len, k;
+    size_t n = hd->auth_len;
     if (!s->p.api_key) return 1;
+    if (ep && ep->x_api_key && hd->x_api_key && key_is(s, hd->x_api_key, hd->x_api_key_len)) return 1;
     if (!v || n < 7 || strncasecmp(v, "bearer", 6) || (v[6] != ' ' && v[6] != '\t')) return 0;
     v += 6, n -= 6;
     while (n && (*v == ' ' || *v == '\t')) v++, n--;
-    k = strlen(s->p.api_key);
-    if (n != k) return 0;
-    {
-        unsigned char d = 0; /* constant time in the key's length */
-        for (size_t i = 0; i < k; i++) d |= (unsigned char)(v[i] ^ s->p.api_key[i]);
-        return d == 0;
-    }
+    return key_is(s, v, n);
 }
 
 /* 1 if origin[0..n) is one of --allowed-origins (or it is "*"). */
@@ -144,10 +151,11 @@ void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
         else moe8_http_respond(h, c, 204, "text/plain", "", 0);
         return;
     }
-    if (!(c->ep && c->ep->open) && !authorized(s, &c->h)) {
+    if (!(c->ep && c->ep->open) && !authorized(s, &c->h, c->ep)) {
         if (c->chunked || c->body_len) c->close_after = 1;
         moe8_http_respond_error(h, c, 401, "invalid_request_error", "invalid_api_key",
-                      "missing or wrong API key: send 'Authorization: Bearer <key>'");
+                      c->ep && c->ep->x_api_key ? "missing or wrong API key: send 'x-api-key: <key>' or "
+                      "'Authorization: Bearer <key>'" : "missing or wrong API key: send 'Authorization: Bearer <key>'");
         return;
     }
     if (!c->ep || strcmp(c->method, c->ep->method)) {
@@ -275,6 +283,7 @@ void moe8_http_tasks_done(http *h) {
             moe8_http_conn_retire(h, c);
             c = NULL;
         } else if (t->status) {
+            if (t->status >= 400 && c->ep && c->ep->error) c->ep->error(t->status, 0, &t->out);
             moe8_http_respond(h, c, t->status, "application/json", t->out.p, t->out.n);
             moe8_http_flush_add(h, c);
         } else if (t->j) {

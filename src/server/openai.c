@@ -320,6 +320,13 @@ static int parse_max_tokens(srv *s, const cJSON *root, job *j, moe8_buf *err) {
                    "server with a larger --kv-mb", j->n_prompt, (long long)s->kv_positions);
     /* default 0 (chat's): the rest of the context, within what the KV cache holds */
     max_tokens = has ? (int64_t)x : api->default_max ? api->default_max : (int64_t)s->n_ctx - j->n_prompt;
+    if (has && api->clamp_max) { /* a limit, not a demand: at most the rest of the context */
+        const int64_t rest = (int64_t)s->n_ctx - j->n_prompt, kv = s->kv_positions + 1 - j->n_prompt;
+        if (max_tokens > (rest < kv ? rest : kv)) max_tokens = rest < kv ? rest : kv;
+        if (max_tokens < 1)
+            return moe8_oa_bad(err, api->prompt_param, "prompt is too long: %d tokens > %lld maximum", j->n_prompt,
+                               (long long)(s->n_ctx < s->kv_positions ? s->n_ctx : s->kv_positions) - 1);
+    }
     if (!has && !api->default_max && max_tokens > s->kv_positions + 1 - j->n_prompt)
         max_tokens = s->kv_positions + 1 - j->n_prompt;
     if (!has && max_tokens < 1) /* the default (the rest of the context) is nothing */
@@ -617,6 +624,7 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
 
 void moe8_oa_on_token(srv *s, job *j, const moe8_event *e) {
     j->n_gen++;
+    j->last_token = e->token;
     emit_text(s, j, e->text, e->text_len, e, 0, NULL);
 }
 
@@ -712,13 +720,17 @@ void moe8_oa_on_finish(srv *s, job *j, const moe8_event *e) {
     const char *finish = j->tool_stop && (e->finish == MOE8_FINISH_CANCELLED || e->finish == MOE8_FINISH_STOP)
                              ? "tool_calls" : finish_name(e->finish);
     j->n_cached = e->n_cached;
+    j->finish_text = e->text_len;
+    j->finish_reason = j->n_calls_ok && !strcmp(finish, "stop") ? "tool_calls" : finish;
     if (e->finish == MOE8_FINISH_CONTEXT) /* "length" for the client, the reason for the log */
         j->finish_note = "finish_reason=length: the context or the KV cache is full";
     if (e->finish == MOE8_FINISH_ERROR) {
         moe8_buf body = {0};
         moe8_oa_error(&body, "server_error", NULL, NULL, "the request failed: %s",
                  e->message ? e->message : moe8_status_str(e->status));
-        if (j->stream) { /* the [DONE] comes with the request's tail (moe8_oa_stream_tail) */
+        if (j->stream && j->api->fail) {
+            j->api->fail(s, j, &body);
+        } else if (j->stream) { /* the [DONE] comes with the request's tail (moe8_oa_stream_tail) */
             moe8_buf_str(&j->out, "data: ");
             moe8_buf_add(&j->out, body.p, body.n);
             moe8_buf_str(&j->out, "\n\n");

@@ -13,7 +13,8 @@
  *              events -> chunks and responses; one file per API beside it
  *              (api_chat.c, api_completions.c, api_tokenize.c; api.h;
  *              the Responses API: api_responses.c, responses_out.c,
- *              responses_store.c; responses.h)
+ *              responses_store.c, responses.h; Anthropic's Messages API:
+ *              api_messages.c, translated into a chat request)
  *   engine.c   the scheduler thread: jobs -> moe8_sched, events -> jobs,
  *              under TP every step's adds and cancels broadcast by rank 0
  *   metrics.c  Prometheus counters, gauges and histograms (vLLM's names)
@@ -138,6 +139,10 @@ typedef struct job {
      * a request of several choices never has one */
     void *ext;
     void (*ext_free)(void *ext);
+    int32_t last_token;         /* the last TOKEN event's id (once n_gen > 0) */
+    size_t finish_text;         /* the FINISH event's text length (0 after a stop string) */
+    const char *finish_reason;  /* once done: "stop", "length", "tool_calls", "abort" */
+    int api_state[6];           /* the API's own state (api_messages.c: its blocks) */
 } job;
 
 /* A compiled grammar shared by the choices of a request (atomic count: a
@@ -259,6 +264,11 @@ typedef struct srv_endpoint {
     void (*start)(srv *s, job *j);
     void (*respond)(srv *s, job *const *jobs, int n, moe8_buf *out);
     void (*tail)(srv *s, job *const *jobs, int n, moe8_buf *out);
+    int x_api_key;              /* the key may also come as "x-api-key: <key>" (Anthropic's) */
+    /* the error bodies of this path in its API's shape: `body` (OpenAI's
+     * {"error": {...}}, as every part of the server writes it) rewritten for
+     * `status`, as a stream's event when `sse` (NULL: OpenAI's, kept) */
+    void (*error)(int status, int sse, moe8_buf *body);
 } srv_endpoint;
 
 /* The table, ended by a row with no method. */
