@@ -36,6 +36,7 @@ moe8_serve_params moe8_serve_params_default(void) {
     p.max_connections = 8192;
     p.max_connections_per_ip = 1024;
     p.kv_type = MOE8_DT_F16;
+    p.webui = 1;
     return p;
 }
 
