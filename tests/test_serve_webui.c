@@ -11,7 +11,9 @@
  *     404; under --api-key the 401 first); --webui with --no-webui is a usage
  *     error (exit 2);
  *   - the page in Debian's headless Chromium through puppeteer-core
- *     (tests/clients/webui.mjs, whose checks are read back here): the model's
+ *     (tests/clients/webui.mjs, whose checks are read back here; the server
+ *     under --api-key and an --allowed-origins list without the page's own
+ *     origin, which a same-origin page does not need): the model's
  *     name, the key in localStorage, a streamed answer equal to the API's at
  *     temperature 0, a long answer stopped (the server counts exactly one
  *     aborted request in /metrics), the page ready again, thinking folded
@@ -255,8 +257,9 @@ int main(void) {
     oc.tensor_hook = chain_hook;
     chain_dir = fx_test_model("serve_webui_chain", &oc, 1);
     /* the long answer the browser stops needs room: 3000 tokens (webui.mjs) */
+    /* a CORS list without the page's origin: a same-origin page needs none */
     snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 1 --webui --api-key " KEY
-             " --served-model-name " NAME, dir);
+             " --allowed-origins http://elsewhere.example --served-model-name " NAME, dir);
     if (server_start(&sv, "webui", NULL, args) == 0) {
         test_page(&sv);
         phase("the page over HTTP");
