@@ -30,7 +30,8 @@ typedef struct {
     uint64_t kv_bytes;             /* KV pool; 0 = parallel x ctx_size positions */
     int n_threads;                 /* 0 = the model's */
     const char *api_key;           /* NULL: no auth; else every endpoint but /health,
-                                    * /version and /metrics needs "Authorization: Bearer KEY"
+                                    * /version, /metrics and the page at / needs
+                                    * "Authorization: Bearer KEY"
                                     * (the scheme in any case); "" is refused */
     const char *model_dir;         /* the folder: generation_config.json sampling defaults and
                                     * the default served name */
@@ -73,6 +74,8 @@ typedef struct {
     int responses_store;           /* responses kept for previous_response_id and GET
                                     * /v1/responses/{id} (least recently used dropped first);
                                     * default 128; 0: none kept */
+    int webui;                     /* the chat page at GET / (src/server/webui/index.html);
+                                    * default 1; 0: / is a 404 like any unknown path */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 
@@ -80,8 +83,9 @@ moe8_serve_params moe8_serve_params_default(void);
  * signal handler), then stop accepting, let running requests finish for
  * drain_s, cancel the rest (streams get a final event), and return MOE8_OK.
  * Endpoints: POST /v1/completions, /v1/chat/completions, /v1/responses,
- * /v1/responses/input_tokens, /tokenize, /detokenize; GET /v1/models,
- * /v1/responses/{id}, /health, /metrics. Under TP/EP every rank
+ * /v1/responses/input_tokens, /v1/messages, /v1/messages/count_tokens,
+ * /tokenize, /detokenize; GET /v1/models, /v1/responses/{id}, /health,
+ * /metrics, and the chat page at / (webui). Under TP/EP every rank
  * calls it: rank 0 listens and schedules, the others follow its steps;
  * a failed collective ends it with MOE8_ERR_COMM. */
 moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *p,

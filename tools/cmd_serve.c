@@ -30,7 +30,8 @@ static void on_signal(int sig) {
 
 #define SYNOPSIS "moe8 serve -m DIR [options]"
 #define NOTES "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n" \
-              "GET /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus).\n"
+              "GET /v1/models, /v1/models/{id}, /health, /version, /metrics (Prometheus);\n" \
+              "GET / the chat page (--no-webui turns it off).\n"
 
 typedef struct {
     const char *dir;
@@ -49,7 +50,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->sp.api_key = getenv("MOE8_API_KEY");
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
-    int no_prefix = 0, parser = -1;
+    int no_prefix = 0, parser = -1, webui = 0, no_webui = 0;
     static const char *const parsers[3] = {"hermes", "deepseek_v3", "mistral"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
@@ -70,7 +71,7 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "threads (default: OpenMP's)"},
         {"--api-key", NULL, CLI_STR, &o->sp.api_key, .arg = "KEY",
          .help = "require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
-         "checked from the headers before any body byte; /health,\n/version and /metrics stay open"},
+         "checked from the headers before any body byte; /health,\n/version, /metrics and the page at / stay open"},
         {"--served-model-name", NULL, CLI_STR, &o->sp.served_model_name, .arg = "N",
          .help = "the model's name in the API (default: the folder's name)"},
         {"--max-queue", NULL, CLI_INT, &o->sp.max_queue, 1, 1 << 20, .arg = "N",
@@ -108,6 +109,10 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "open connections: past it 503 (default 8192, within ulimit -n)"},
         {"--max-connections-per-ip", NULL, CLI_INT, &o->sp.max_connections_per_ip, 0, 1 << 24,
          .arg = "N", .help = "open connections from one address: past it 503\n(default 1024; 0: no limit)"},
+        {"--webui", NULL, CLI_FLAG, &webui,
+         .help = "serve the chat page at GET / (the default)"},
+        {"--no-webui", NULL, CLI_FLAG, &no_webui,
+         .help = "no chat page: GET / is a 404"},
         {"--tp", NULL, CLI_INT, &o->tp, 1, 4096, .arg = "N",
          .help = "run as N ranks under mpirun -np N (rank 0 serves HTTP)"},
         {"--comm-timeout", NULL, CLI_DOUBLE, &o->comm_timeout, .dlo = 0, .dhi = 86400, .arg = "S",
@@ -120,6 +125,8 @@ static int parse(int argc, char **argv, opts *o) {
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;
     if (no_prefix) o->sp.prefix_cache = 0;
+    if (webui && no_webui) return cli_usage_err(CMD, "--webui and --no-webui contradict each other");
+    if (no_webui) o->sp.webui = 0;
     if (parser >= 0) o->sp.tool_call_parser = parsers[parser];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
     if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");

@@ -6,6 +6,10 @@
  * (http*.c, which routes by these rows and knows no API) to the APIs
  * (openai.c and its per-API files, metrics.c). A new API is a row here.
  *
+ * The chat page at / (webui/index.html, built in as moe8_webui_page) is a
+ * row like the others, open (the page holds nothing; it asks for the key
+ * itself), and served only under --webui.
+ *
  * Does not: frame, route or write HTTP (http*.c do), or build JSON beyond
  * the two fixed probe answers.
  */
@@ -62,6 +66,13 @@ static int model(srv *s, const char *path, moe8_buf *out, const char **type) {
     return 404;
 }
 
+static int webui(srv *s, const char *path, moe8_buf *out, const char **type) {
+    (void)s, (void)path;
+    *type = "text/html; charset=utf-8";
+    moe8_buf_add(out, moe8_webui_page, moe8_webui_page_len);
+    return 200;
+}
+
 static int completions(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
     return moe8_oa_parse_completion(s, body, n, &moe8_oa_completions, j, out);
 }
@@ -98,7 +109,8 @@ static int detokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out
     return rc ? rc : 200;
 }
 
-/* Open rows (no key under --api-key, as in vLLM): probes and scrapers carry none. */
+/* Open rows (no key under --api-key, as in vLLM): probes and scrapers carry
+ * none, nor does a browser opening the page. */
 const srv_endpoint moe8_srv_endpoints[] = {
     /* method  path                    prefix open answer   parse        emitters   x-api-key  errors */
     {"POST", "/v1/completions", 0, 0, NULL, completions, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 0, NULL},
@@ -116,5 +128,8 @@ const srv_endpoint moe8_srv_endpoints[] = {
     {"GET", "/health", 0, 1, health, NULL, NULL, NULL, NULL, 0, NULL},
     {"GET", "/metrics", 0, 1, metrics, NULL, NULL, NULL, NULL, 0, NULL},
     {"GET", "/version", 0, 1, version, NULL, NULL, NULL, NULL, 0, NULL},
+    {"GET", "/", 0, 1, webui, NULL, NULL, NULL, NULL, 0, NULL},
     {NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL},
 };
+
+int moe8_srv_endpoint_on(const srv *s, const srv_endpoint *e) { return e->answer != webui || s->p.webui; }

@@ -33,10 +33,12 @@
 
 /* ---- routes and auth -------------------------------------------------------------------- */
 
-/* The row of path[0..n): an exact path, else a prefix with something after it; NULL: none. */
-static const srv_endpoint *find_route(const char *path, size_t n) {
+/* The row of path[0..n) that s serves: an exact path, else a prefix with
+ * something after it; NULL: none. */
+static const srv_endpoint *find_route(const srv *s, const char *path, size_t n) {
     for (const srv_endpoint *e = moe8_srv_endpoints; e->method; e++) {
         const size_t k = strlen(e->path);
+        if (!moe8_srv_endpoint_on(s, e)) continue;
         if (e->prefix ? n > k && !memcmp(path, e->path, k) : n == k && !memcmp(path, e->path, n)) return e;
     }
     return NULL;
@@ -136,7 +138,7 @@ void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
     c->chunked = c->h.chunked;
     c->body_len = c->h.content_length > 0 ? (uint64_t)c->h.content_length : 0;
     memset(&c->ck, 0, sizeof c->ck);
-    c->ep = find_route(c->h.path, c->h.path_len);
+    c->ep = find_route(s, c->h.path, c->h.path_len);
     c->preflight = 0;
     c->origin[0] = '\0';
     if (c->h.origin && s->p.allowed_origins && c->h.origin_len < sizeof c->origin &&

@@ -38,6 +38,7 @@ moe8_serve_params moe8_serve_params_default(void) {
     p.max_connections_per_ip = 1024;
     p.kv_type = MOE8_DT_F16;
     p.responses_store = 128;
+    p.webui = 1;
     return p;
 }
 

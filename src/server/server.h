@@ -273,6 +273,13 @@ typedef struct srv_endpoint {
 
 /* The table, ended by a row with no method. */
 extern const srv_endpoint moe8_srv_endpoints[];
+/* Whether s serves row e (the chat page only under --webui). */
+int moe8_srv_endpoint_on(const srv *s, const srv_endpoint *e);
+
+/* The chat page, src/server/webui/index.html, built in by cmake/embed.cmake
+ * (a NUL follows its moe8_webui_page_len bytes). */
+extern const unsigned char moe8_webui_page[];
+extern const size_t moe8_webui_page_len;
 
 /* http.c, http_route.c, http_out.c */
 moe8_status moe8_http_start(srv *s, moe8_error *err);
