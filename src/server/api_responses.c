@@ -798,3 +798,16 @@ int moe8_resp_get(srv *s, const char *id, size_t n, moe8_buf *out) {
     moe8_oa_error(out, T_INVALID, "response_id", "not_found", "Response with id '%s' not found.", key);
     return 404;
 }
+
+int moe8_resp_delete(srv *s, const char *id, size_t n, moe8_buf *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)(n < 120 ? n : 120), id);
+    if (n < 120 && moe8_resp_store_delete(s->responses, key)) {
+        moe8_buf_str(out, "{\"id\":");
+        moe8_buf_json_str(out, key, strlen(key), 0);
+        moe8_buf_str(out, ",\"object\":\"response\",\"deleted\":true}");
+        return 200;
+    }
+    moe8_oa_error(out, T_INVALID, "response_id", "not_found", "Response with id '%s' not found.", key);
+    return 404;
+}

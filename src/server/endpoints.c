@@ -97,6 +97,13 @@ static int response(srv *s, const char *path, moe8_buf *out, const char **type) 
     return moe8_resp_get(s, id, strlen(id), out);
 }
 
+/* DELETE /v1/responses/{id}: drops a stored response, else 404. */
+static int response_delete(srv *s, const char *path, moe8_buf *out, const char **type) {
+    const char *id = path + strlen("/v1/responses/");
+    *type = JSON;
+    return moe8_resp_delete(s, id, strlen(id), out);
+}
+
 static int tokenize(srv *s, const char *body, size_t n, job **j, moe8_buf *out) {
     const int rc = moe8_oa_tokenize(s, body, n, out);
     (void)j;
@@ -118,6 +125,7 @@ const srv_endpoint moe8_srv_endpoints[] = {
     {"POST", "/v1/responses", 0, 0, NULL, responses, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 0, NULL},
     {"POST", "/v1/responses/input_tokens", 0, 0, NULL, input_tokens, NULL, NULL, NULL, 0, NULL},
     {"GET", "/v1/responses/", 1, 0, response, NULL, NULL, NULL, NULL, 0, NULL},
+    {"DELETE", "/v1/responses/", 1, 0, response_delete, NULL, NULL, NULL, NULL, 0, NULL},
     {"POST", "/v1/messages", 0, 0, NULL, moe8_msg_parse, moe8_oa_on_start, moe8_oa_response, moe8_oa_stream_tail, 1,
      moe8_msg_error},
     {"POST", "/v1/messages/count_tokens", 0, 0, NULL, moe8_msg_count, NULL, NULL, NULL, 1, moe8_msg_error},

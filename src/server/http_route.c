@@ -2,7 +2,8 @@
  * http_route.c — what moe8 serve decides about a request once its head is
  * in: the framing (http_parse.c; an error is answered once and the
  * connection closed), the API key (401), the route (404, 405: the row of
- * the endpoint table, endpoints.c), the body's size (413 past --max-body)
+ * the endpoint table, endpoints.c, of the path and method; 405 when the
+ * path has no row of the method), the body's size (413 past --max-body)
  * and room for it under --max-buffered (503); only then is "100 Continue"
  * sent to a client that expects it. A refusal with a body pending closes
  * the connection after its lingering read. A row may take the key as
@@ -34,14 +35,24 @@
 /* ---- routes and auth -------------------------------------------------------------------- */
 
 /* The row of path[0..n) that s serves: an exact path, else a prefix with
- * something after it; NULL: none. */
-static const srv_endpoint *find_route(const srv *s, const char *path, size_t n) {
+ * something after it; among the rows of that same path, the one of `method`
+ * (several methods may share a path), else the first (a 405 names its
+ * method); NULL: none. */
+static const srv_endpoint *find_route(const srv *s, const char *method, const char *path, size_t n) {
+    const srv_endpoint *first = NULL;
     for (const srv_endpoint *e = moe8_srv_endpoints; e->method; e++) {
         const size_t k = strlen(e->path);
         if (!moe8_srv_endpoint_on(s, e)) continue;
-        if (e->prefix ? n > k && !memcmp(path, e->path, k) : n == k && !memcmp(path, e->path, n)) return e;
+        if (first) {
+            if (e->prefix == first->prefix && !strcmp(e->path, first->path) && !strcmp(e->method, method)) return e;
+            continue;
+        }
+        if (e->prefix ? n > k && !memcmp(path, e->path, k) : n == k && !memcmp(path, e->path, n)) {
+            if (!strcmp(e->method, method)) return e;
+            first = e;
+        }
     }
-    return NULL;
+    return first;
 }
 
 /* 1 if v[0..n) is the key (constant time in the key's length). */
@@ -138,7 +149,7 @@ void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
     c->chunked = c->h.chunked;
     c->body_len = c->h.content_length > 0 ? (uint64_t)c->h.content_length : 0;
     memset(&c->ck, 0, sizeof c->ck);
-    c->ep = find_route(s, c->h.path, c->h.path_len);
+    c->ep = find_route(s, c->method, c->h.path, c->h.path_len);
     c->preflight = 0;
     c->origin[0] = '\0';
     if (c->h.origin && s->p.allowed_origins && c->h.origin_len < sizeof c->origin &&

@@ -35,6 +35,8 @@ void moe8_resp_store_put(resp_store *st, const char *id, const char *response, c
 cJSON *moe8_resp_store_items(resp_store *st, const char *id);
 /* A malloc'd copy of the Response JSON of id, or NULL. */
 char *moe8_resp_store_response(resp_store *st, const char *id);
+/* Drop response id: 1 when it was kept, 0 when not. */
+int moe8_resp_store_delete(resp_store *st, const char *id);
 
 /* ---- the request's state (api_responses.c makes it, responses_out.c reads it) ---------- */
 
@@ -75,5 +77,7 @@ extern const oa_api moe8_oa_responses;
 int moe8_resp_parse(srv *s, const char *body, size_t n, job **j, moe8_buf *out);
 int moe8_resp_input_tokens(srv *s, const char *body, size_t n, moe8_buf *out);
 int moe8_resp_get(srv *s, const char *id, size_t n, moe8_buf *out);
+/* DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}, else 404 as GET. */
+int moe8_resp_delete(srv *s, const char *id, size_t n, moe8_buf *out);
 
 #endif

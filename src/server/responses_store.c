@@ -1,6 +1,6 @@
 /*
  * responses_store.c — the responses moe8 serve keeps for previous_response_id
- * and GET /v1/responses/{id}: at most --responses-store of them in memory,
+ * and GET /v1/responses/{id} (DELETE /v1/responses/{id} drops one): at most --responses-store of them in memory,
  * the least recently used (stored or read) dropped first. Each entry is the
  * Response's JSON text and the conversation up to its output (the items a
  * follow-up request continues), both copies the store owns.
@@ -103,4 +103,17 @@ char *moe8_resp_store_response(resp_store *st, const char *id) {
     if ((e = find(st, id))) r = strdup(e->response);
     pthread_mutex_unlock(&st->lock);
     return r;
+}
+
+int moe8_resp_store_delete(resp_store *st, const char *id) {
+    resp_entry *e;
+    int found = 0;
+    if (!st) return 0;
+    pthread_mutex_lock(&st->lock);
+    if ((e = find(st, id))) {
+        entry_clear(e);
+        found = 1;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return found;
 }
