@@ -221,12 +221,12 @@ static void conn_free(conn *c) {
 void moe8_http_conn_close(http *h, conn *c, const char *why) {
     srv *s = h->s;
     if (c->fd < 0) return;
-    if (c->t_req > 0 && why) access_line(h, c, why);
-    if (c->n_jobs) {
+    if (c->n_jobs) { /* first: the line counts the tokens its jobs made */
         pthread_mutex_lock(&s->lock);
         job_detach(s, c);
         pthread_mutex_unlock(&s->lock);
     }
+    if (c->t_req > 0 && why) access_line(h, c, why);
     epoll_ctl(h->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;

@@ -98,13 +98,14 @@ static void head_write(http *h, moe8_buf *out, conn *c, int status, const char *
     moe8_buf_str(out, "\r\n");
 }
 
-/* A whole answer into c->out. */
+/* A whole answer into c->out; to a HEAD request its head alone (RFC 9110
+ * 9.3.2: no body; Content-Length the size a GET would have had). */
 void moe8_http_respond(http *h, conn *c, int status, const char *type, const char *body, size_t n) {
     if (!c->keep_alive || c->rd_eof) c->close_after = 1;
     if (c->out_off == c->out.n) c->t_write = moe8_time_s(); /* the write timeout starts now */
     head_write(h, &c->out, c, status, type, (long long)n, 0,
                c->close_after ? "Connection: close\r\n" : c->minor == 0 ? "Connection: keep-alive\r\n" : "");
-    moe8_buf_add(&c->out, body ? body : "", n);
+    if (strcmp(c->method, "HEAD")) moe8_buf_add(&c->out, body ? body : "", n);
     c->status = status;
     c->answered = 1;
     if (c->st != C_CLOSE) c->st = C_WORK; /* nothing more is parsed until it is written */
