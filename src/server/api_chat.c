@@ -14,7 +14,11 @@
  * across tokens is held back until it is decided, never shown in part. When
  * the rendered prompt itself ends in an open <think> (DeepSeek-R1's
  * template), the answer starts as reasoning, as vLLM's DeepSeek-R1 parser
- * reads it (a leading <think> the model writes anyway is dropped).
+ * reads it (a leading <think> the model writes anyway is dropped). With
+ * thinking off (or a template without think blocks) nothing is split unless
+ * the answer starts with <think>: a "<think>" later in the text (in a tool
+ * call's arguments, say) is content, as vLLM's parsers, which look for the
+ * think token where an answer begins, leave it.
  * Log-probs: {content: [{token, logprob, bytes, top_logprobs}]}.
  *
  * Does not: parse the shared fields or run anything (openai.c, engine.c).
@@ -206,10 +210,19 @@ static void think_split(job *j, const char *txt, size_t n, moe8_buf *content, mo
         if (m == 7 && !memcmp(in.p, "<think>", 7)) at = 7;
         j->think = 1;
     }
+    if (j->think == 0 && !j->thinking) { /* thinking off: a think block only where the answer starts */
+        const size_t m = in.n < 7 ? in.n : 7;
+        if ((m && memcmp(in.p, "<think>", m)) || (m < 7 && final)) j->think = 4; /* none: all content */
+        else if (m < 7) {                                                 /* undecided: hold it */
+            moe8_buf_add(&j->hold, in.p, in.n);
+            moe8_buf_free(&in);
+            return;
+        }
+    }
     while (at < in.n) {
         const char *tag = j->think == 1 ? "</think>" : "<think>";
         const char *rest = in.p + at,
-                   *hit = j->think == 2 ? NULL : memmem(rest, in.n - at, tag, strlen(tag));
+                   *hit = j->think >= 2 ? NULL : memmem(rest, in.n - at, tag, strlen(tag));
         moe8_buf *dst = j->think == 1 ? reason : content;
         size_t len = in.n - at, keep;
         if (hit) {
@@ -218,7 +231,7 @@ static void think_split(job *j, const char *txt, size_t n, moe8_buf *content, mo
             j->think++;
             continue;
         }
-        keep = j->think == 2 || final ? 0 : tag_tail(rest, len, tag);
+        keep = j->think >= 2 || final ? 0 : tag_tail(rest, len, tag);
         moe8_buf_add(dst, rest, len - keep);
         moe8_buf_add(&j->hold, rest + len - keep, keep);
         break;

@@ -433,7 +433,7 @@ static void resp_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *cont
     resp_state *st = j->ext;
     const int before = j->think;
     moe8_oa_chat.split(s, j, txt, n, content, reason, final);
-    if (!final && (before == 1 || before == 3 || (before == 0 && j->think != 0))) st->n_reason_tok++;
+    if (!final && (before == 1 || before == 3 || (before == 0 && j->think != 0 && j->think != 4))) st->n_reason_tok++;
 }
 
 const oa_api moe8_oa_responses = {

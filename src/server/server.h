@@ -124,7 +124,8 @@ typedef struct job {
     /* engine thread only */
     moe8_buf text, reasoning, hold; /* non-stream text; chat: <think> hold-back */
     int think;                  /* chat: 0 before <think>, 1 inside, 2 after </think>, 3 inside
-                                 * by the prompt, a leading <think> not yet ruled out */
+                                 * by the prompt, a leading <think> not yet ruled out, 4 none
+                                 * (thinking off and the answer does not start with <think>) */
     void *lp_json;              /* cJSON: log-probs gathered for a non-stream answer */
     void *echo_lp;              /* cJSON: echo's prompt log-probs (completions format) */
     cJSON *calls;               /* a whole answer's tool calls so far */

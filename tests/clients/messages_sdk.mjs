@@ -4,7 +4,7 @@
 //   - messages.create: with thinking adaptive the content is [thinking, text]
 //     "Let me think" / "Hello!", stop_reason end_turn, usage counted;
 //     without thinking, on ?beta=true (client.beta.messages), the template's
-//     thinking switch off (the chain then answers " Hmm" before a <think>);
+//     thinking switch off (the chain then answers " Hmm<think>Hello!", all text);
 //   - messages.stream: the SDK's accumulated finalMessage equals create's,
 //     its text events concatenate to the text, its thinking events to the
 //     thinking;
@@ -62,8 +62,10 @@ check('create: thinking then text', a.id.startsWith('msg_') && a.type === 'messa
   thinkingOf(a) === 'Let me think' && textOf(a) === 'Hello!' && a.content[0].type === 'thinking' &&
   a.stop_reason === 'end_turn' && a.stop_sequence === null && a.usage.output_tokens > 0, JSON.stringify(a));
 const b = await client.beta.messages.create({ ...base, betas: ['interleaved-thinking-2025-05-14'] });
-// thinking absent: the template's switch off, where the chain model answers " Hmm<think>Hello!"
-check('beta create: thinking off', textOf(b) === ' Hmm' && b.stop_reason === 'end_turn', JSON.stringify(b));
+// thinking absent: the template's switch off, where the chain model answers " Hmm<think>Hello!" (thinking
+// off: a <think> past the answer's start is text, not a thinking block)
+check('beta create: thinking off', textOf(b) === ' Hmm<think>Hello!' && thinkingOf(b) === '' &&
+  b.stop_reason === 'end_turn', JSON.stringify(b));
 
 // stream
 {
