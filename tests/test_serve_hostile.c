@@ -24,6 +24,12 @@
  *     slowloris sockets from 8 source addresses (/health's p99, each closed
  *     at the header timeout), a 4 MB /tokenize beside 16 streams (/health
  *     and the streams' gaps between events).
+ * The rows that a path's API can change (bodies refused by their framing,
+ * auth, --max-body, a slow body, the JSON policy, half-closed clients, a
+ * stream cancelled by its client's close) run again on POST /v1/responses
+ * and POST /v1/messages (APIS: a body valid for each; Anthropic's error
+ * shape on /v1/messages). A HEAD request's refusal carries no body; the
+ * access line of a stream its client cancelled counts its tokens.
  * Only loopback: the server on 127.0.0.1, clients from 127.0.0.1 and from
  * 127.0.0.2..9 (bound before connect). Every server is started on port 0
  * in its own process group and stopped (serve_test.h). The ASan build runs
@@ -264,6 +270,42 @@ static int error_is(const resp *r, int status, const char *type, const char *par
     return ok;
 }
 
+/* ---- the other APIs' paths: rows rerun on them ------------------------------------------------- */
+
+/* POST /v1/responses and POST /v1/messages: a body valid for each (%s: stream true or false, %d:
+ * its token limit), and the shape of their errors. */
+typedef struct {
+    const char *path, *body;
+    int anthropic; /* errors as {"type": "error", "error": {"type", "message"}} */
+} api_path;
+
+static const api_path APIS[] = {
+    {"/v1/responses", "{\"input\":\"Hello\",\"temperature\":0,\"stream\":%s,\"max_output_tokens\":%d}", 0},
+    {"/v1/messages", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"temperature\":0,\"stream\":%s,"
+                     "\"max_tokens\":%d}", 1},
+};
+#define N_APIS (sizeof APIS / sizeof *APIS)
+
+static void api_body(char *out, size_t cap, const api_path *a, int stream, int max) {
+    snprintf(out, cap, a->body, stream ? "true" : "false", max);
+}
+
+/* An answer's error in its path's shape: the status, the type (Anthropic's for the status on
+ * /v1/messages, as its API reference lists them), a part of the message. */
+static int api_error_is(const resp *r, const api_path *a, int status, const char *msg_part) {
+    if (!a->anthropic) return error_is(r, status, NULL, NULL, msg_part);
+    cJSON *o = cJSON_Parse(buf_s(&r->body));
+    const cJSON *e = J(o, "error");
+    const char *want = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+                     : status == 408 ? "timeout_error" : status == 413 ? "request_too_large"
+                     : status == 503 ? "overloaded_error" : "invalid_request_error";
+    const char *t = jstr(o, "type"), *et = jstr(e, "type"), *m = jstr(e, "message");
+    const int ok = r->status == status && t && !strcmp(t, "error") && et && !strcmp(et, want) && m &&
+                   strstr(m, msg_part) && cJSON_GetArraySize(o) == 2 && cJSON_GetArraySize(e) == 2;
+    cJSON_Delete(o);
+    return ok;
+}
+
 /* VmRSS of a process in MiB (-1: unknown). */
 static double vm_rss_mb(pid_t pid) {
     char path[64];
@@ -490,6 +532,19 @@ static void test_bad_framing(server *sv) {
     buf b = {0};
     for (size_t i = 0; i < sizeof T / sizeof *T; i++)
         check_one_answer(sv, T[i].what, T[i].req, strlen(T[i].req), T[i].status);
+    /* the rows with a body, on the other APIs' paths */
+    for (size_t a = 0; a < N_APIS; a++)
+        for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+            char what[160];
+            if (strncmp(T[i].req, TOK_HEAD, sizeof TOK_HEAD - 1)) continue;
+            snprintf(what, sizeof what, "%s on %s", T[i].what, APIS[a].path);
+            b.n = 0;
+            buf_str(&b, "POST ");
+            buf_str(&b, APIS[a].path);
+            buf_str(&b, T[i].req + strlen("POST /tokenize"));
+            check_one_answer(sv, what, b.p, b.n, T[i].status);
+        }
+    b.n = 0;
     /* a request line over 8 KiB; a head over 32 KiB (lines of 1 KiB) */
     buf_str(&b, "GET /health?");
     for (int i = 0; i < 9000; i++) buf_add(&b, "a", 1);
@@ -571,6 +626,28 @@ static void test_good_framing(server *sv) {
     resp_free(&r);
 }
 
+/* HEAD, which no row takes: the refusal's status and head with no body (RFC 9110 9.3.2), so the
+ * answer pipelined behind it starts right after its blank line; the connection stays open. */
+static void test_head(server *sv) {
+    static const struct { const char *path; int status; } T[] = {
+        {"/v1/models", 405}, {"/health", 405}, {"/v1/messages", 405}, {"/v1/responses/resp_x", 405}, {"/nowhere", 404}};
+    for (size_t i = 0; i < sizeof T / sizeof *T; i++) {
+        char req[256], v[64] = "";
+        const char *end;
+        conn c;
+        if (conn_open(&c, sv->port, 0)) continue;
+        snprintf(req, sizeof req, "HEAD %s HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", T[i].path);
+        send_str(c.fd, req);
+        for (double t_end = now_s() + 5; !strstr(buf_s(&c.in), "{\"status\":\"ok\"}") && !c.eof && now_s() < t_end;)
+            conn_fill(&c, t_end - now_s());
+        end = strstr(buf_s(&c.in), "\r\n\r\n");
+        CHECKF(c.in.n > 12 && atoi(c.in.p + 9) == T[i].status && end && !strncmp(end + 4, "HTTP/1.1 200 ", 13) &&
+               head_field(buf_s(&c.in), "Content-Type", v, sizeof v) && !strcmp(v, "application/json") && !c.eof,
+               "HEAD %s: want a %d head alone, then /health's 200: %.400s", T[i].path, T[i].status, buf_s(&c.in));
+        conn_close(&c);
+    }
+}
+
 /* ---- auth from the headers ---------------------------------------------------------------- */
 
 /* 300 connections (60 under ASan) without the key declare 4 MiB bodies and
@@ -628,6 +705,55 @@ static void test_unauth_uploads(server *sv) {
     CHECKF(rss0 > 0 && peak - rss0 < 50, "server RSS grew by %.1f MB", peak - rss0);
     free(c);
     free(sent);
+}
+
+/* The other APIs' paths without the key: a 401 in the path's shape and the close right after the
+ * headers, never "100 Continue"; the key as x-api-key on /v1/messages (Anthropic's way) waits for
+ * the body and is served, on /v1/responses it is no key (OpenAI's API takes a bearer token). */
+static void test_auth_api(server *sv, const api_path *a) {
+    char head[512], body[512];
+    resp r = {0};
+    conn c;
+    double t;
+    api_body(body, sizeof body, a, 0, 1);
+    snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: 1000\r\n\r\n", a->path);
+    if (conn_open(&c, sv->port, 0) == 0) {
+        send_str(c.fd, head);
+        t = now_s();
+        CHECKF(conn_resp(&c, &r, 2) && api_error_is(&r, a, 401, a->anthropic ? "x-api-key" : "Bearer"),
+               "%s, no key, headers only: %d %s", a->path, r.status, buf_s(&r.body));
+        CHECKF(conn_until_eof(&c, 2) && now_s() - t < 1.5, "%s, no key: not closed %.2f s after the headers",
+               a->path, now_s() - t);
+        conn_close(&c);
+    }
+    snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nExpect: 100-continue\r\n\r\n", a->path, strlen(body));
+    if (conn_open(&c, sv->port, 0) == 0) {
+        send_str(c.fd, head);
+        CHECKF(conn_resp(&c, &r, 2) && api_error_is(&r, a, 401, ""), "%s, Expect without the key: %d %s",
+               a->path, r.status, buf_s(&r.body));
+        conn_until_eof(&c, 2);
+        CHECKF(!strstr(buf_s(&r.head), "100 Continue") && !strstr(buf_s(&c.in), "100 Continue"),
+               "%s: a 100 Continue without the key", a->path);
+        conn_close(&c);
+    }
+    snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "x-api-key: k\r\nContent-Length: %zu\r\n\r\n", a->path, strlen(body));
+    if (conn_open(&c, sv->port, 0) == 0) {
+        send_str(c.fd, head);
+        if (a->anthropic) {
+            CHECKF(!conn_fill(&c, 0.3), "%s, x-api-key, before the body: %s", a->path, buf_s(&c.in));
+            send_str(c.fd, body);
+            CHECKF(conn_resp(&c, &r, 10) && r.status == 200 && strstr(buf_s(&r.body), "\"message\""),
+                   "%s with x-api-key: %d %s", a->path, r.status, buf_s(&r.body));
+        } else {
+            CHECKF(conn_resp(&c, &r, 2) && api_error_is(&r, a, 401, "Bearer"), "%s with x-api-key: %d %s",
+                   a->path, r.status, buf_s(&r.body));
+        }
+        conn_close(&c);
+    }
+    resp_free(&r);
 }
 
 static void test_auth(const char *dir) {
@@ -689,6 +815,7 @@ static void test_auth(const char *dir) {
               strstr(buf_s(&r.body), "\"count\""));
         conn_close(&c);
     }
+    for (size_t a = 0; a < N_APIS; a++) test_auth_api(&sv, &APIS[a]);
     test_unauth_uploads(&sv);
     CHECK(http(&sv, "GET", "/v1/models", NULL, 0, "Bearer k", &out) == 200);
     server_stop(&sv, 10);
@@ -816,19 +943,24 @@ static void to_idle(void *port) {
 }
 
 /* a body at 1000 B/s (under --body-min-rate 4096): a 408 after the grace of 1
- * s; at 12000 B/s it arrives (2 s, longer than the grace) */
-static void to_body(void *rate_port) {
-    const int rate = ((int *)rate_port)[0], port = ((int *)rate_port)[1];
+ * s (to /tokenize, or to APIS[k - 1] in its shape); at 12000 B/s it arrives
+ * (2 s, longer than the grace) */
+static void to_body(void *rate_port_api) {
+    const int rate = ((int *)rate_port_api)[0], port = ((int *)rate_port_api)[1], k = ((int *)rate_port_api)[2];
     char head[256];
     conn c;
     resp r = {0};
     char *body = tok_body(24000);
-    snprintf(head, sizeof head, TOK_HEAD "Content-Length: %d\r\n\r\n", 24000);
+    if (k) snprintf(head, sizeof head, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %d\r\n\r\n", APIS[k - 1].path, 24000);
+    else snprintf(head, sizeof head, TOK_HEAD "Content-Length: %d\r\n\r\n", 24000);
     if (conn_open(&c, port, 0) == 0) {
         const double dt = send_body_at(&c, head, body, 24000, rate, g_asan ? 20 : 8);
         if (rate < 4096)
-            CHECKF(IN_WINDOW(dt, 0.9, 3.5) && got_408(&c),
-                   "a %d B/s body: closed %.2f s after the headers: '%.200s'", rate, dt, buf_s(&c.in));
+            CHECKF(IN_WINDOW(dt, 0.9, 3.5) && got_408(&c) &&
+                   (!k || (resp_parse(buf_s(&c.in), c.in.n, 1, &r) > 0 && api_error_is(&r, &APIS[k - 1], 408, ""))),
+                   "a %d B/s body to %s: closed %.2f s after the headers: '%.300s'", rate,
+                   k ? APIS[k - 1].path : "/tokenize", dt, buf_s(&c.in));
         else
             CHECKF(dt < 0 && conn_resp(&c, &r, 5) && r.status == 200, "a %d B/s body: %d (closed at %.2f s)",
                    rate, r.status, dt);
@@ -845,13 +977,14 @@ static void test_timeouts(const char *dir) {
              "--served-model-name serve_text", dir);
     if (server_start(&sv, "hostile_timeouts", NULL, args)) return;
     sv.log_check = 0;
-    int port = sv.port, slow[2] = {1000, sv.port}, fast[2] = {12000, sv.port};
+    int port = sv.port, slow[1 + N_APIS][3], fast[3] = {12000, sv.port, 0};
+    for (int k = 0; k <= (int)N_APIS; k++) slow[k][0] = 1000, slow[k][1] = sv.port, slow[k][2] = k;
     test_fork(to_silent, &port);
     test_fork(to_half_head, &port);
     test_fork(to_trickle, &port);
     test_fork(to_keepalive, &port);
     test_fork(to_idle, &port);
-    test_fork(to_body, slow);
+    for (int k = 0; k <= (int)N_APIS; k++) test_fork(to_body, slow[k]);
     test_fork(to_body, fast);
     test_fork_join();
     CHECK(health_probe(sv.port) >= 0);
@@ -939,6 +1072,22 @@ static void test_max_body(const char *dir) {
     }
     buf_str(&q, "0\r\n\r\n");
     CHECKF(one_request(&sv, 0, q.p, q.n, &r, 5) == 413, "a chunked body of 1001 bytes: %d", r.status);
+    /* the same on the other APIs' paths, refused in their shape */
+    for (size_t a = 0; a < N_APIS; a++) {
+        buf p = {0};
+        buf_str(&p, "POST ");
+        buf_str(&p, APIS[a].path);
+        buf_str(&p, " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n");
+        CHECKF(one_request(&sv, 0, p.p, p.n, &r, 2) == 413 && api_error_is(&r, &APIS[a], 413, "--max-body"),
+               "%s, Content-Length 5000, no body: %d %s", APIS[a].path, r.status, buf_s(&r.body));
+        p.n = 0;
+        buf_str(&p, "POST ");
+        buf_str(&p, APIS[a].path);
+        buf_add(&p, q.p + strlen("POST /tokenize"), q.n - strlen("POST /tokenize"));
+        CHECKF(one_request(&sv, 0, p.p, p.n, &r, 5) == 413 && api_error_is(&r, &APIS[a], 413, "--max-body"),
+               "%s, a chunked body of 1001 bytes: %d %s", APIS[a].path, r.status, buf_s(&r.body));
+        buf_free(&p);
+    }
     server_stop(&sv, 10);
 done:
     free(b1000);
@@ -1433,6 +1582,49 @@ static int sse_drop_comments(const char *p, buf *out) {
     return n;
 }
 
+/* The same on the other APIs' paths: the whole answer (a response or message object; a stream to
+ * its last event), then the close. */
+static void half_close_api(server *sv, const api_path *a) {
+    for (int k = 0; k < 2; k++) {
+        char body[512];
+        conn c;
+        buf q = {0}, events = {0};
+        resp r = {0};
+        long used;
+        int ok;
+        if (conn_open(&c, sv->port, 0)) continue;
+        api_body(body, sizeof body, a, !k, 8);
+        post_bytes(&q, a->path, body, strlen(body), NULL);
+        send_all(c.fd, q.p, q.n, 5);
+        shutdown(c.fd, SHUT_WR);
+        sv->n_req++;
+        conn_until_eof(&c, g_asan ? 60 : 20);
+        used = resp_parse(buf_s(&c.in), c.in.n, 1, &r);
+        ok = c.eof && used == (long)c.in.n && r.status == 200;
+        if (k) {
+            cJSON *o = cJSON_Parse(buf_s(&r.body));
+            const cJSON *n = J(J(o, "usage"), "output_tokens");
+            const char *kind = jstr(o, a->anthropic ? "type" : "object");
+            ok = ok && kind && !strcmp(kind, a->anthropic ? "message" : "response") && cJSON_IsNumber(n) &&
+                 n->valueint >= 1 && n->valueint <= 8;
+            cJSON_Delete(o);
+        } else {
+            sse_drop_comments(buf_s(&r.body), &events);
+            ok = ok && r.chunked && c.in.n > 5 && !memcmp(c.in.p + c.in.n - 5, "0\r\n\r\n", 5) && events.n > 2 &&
+                 !strcmp(events.p + events.n - 2, "\n\n") &&
+                 (a->anthropic ? strstr(buf_s(&events), "event: message_stop\n") != NULL
+                               : strstr(buf_s(&events), "event: response.completed\n") ||
+                                     strstr(buf_s(&events), "event: response.incomplete\n"));
+        }
+        CHECKF(ok, "%s: half-closed %s: %s, %ld of %zu bytes one answer: %.400s", a->path, k ? "request" : "stream",
+               c.eof ? "closed" : "not closed", used, c.in.n, buf_s(&c.in));
+        resp_free(&r);
+        buf_free(&q);
+        buf_free(&events);
+        conn_close(&c);
+    }
+}
+
 /* A whole request then shutdown(SHUT_WR): the whole answer, then the close; no abort. */
 static void test_half_close(server *sv) {
     static const char *bodies[2] = {
@@ -1469,6 +1661,7 @@ static void test_half_close(server *sv) {
         buf_free(&events);
         conn_close(&c);
     }
+    for (size_t a = 0; a < N_APIS; a++) half_close_api(sv, &APIS[a]);
     CHECK(wait_idle(sv, 5));
     CHECK(metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"") == abort0);
 }
@@ -1485,9 +1678,67 @@ static int wait_cancelled(server *sv, double want, double secs) {
     return 0;
 }
 
+/* gen_tokens of the last access line of `path` that a client's going ended ("(client ...)"): -1 none. */
+static long gone_gen_tokens(server *sv, const char *path) {
+    buf log = {0};
+    long gen = -1;
+    char want[128];
+    snprintf(want, sizeof want, " %s ", path);
+    read_text(sv->err, &log);
+    for (const char *p = buf_s(&log); *p;) {
+        const char *e = strchr(p, '\n'), *g;
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        char line[600];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), p);
+        if (strstr(line, want) && strstr(line, " (client") && (g = strstr(line, " gen_tokens=")))
+            gen = strtol(g + 12, NULL, 10);
+        p += n + (e != NULL);
+    }
+    buf_free(&log);
+    return gen;
+}
+
+/* One long stream to `path` with a request pipelined behind it; the client closes (mode 0) or
+ * resets (mode 1) once a token has come (`begun` in the events): cancelled within 2 s, before its
+ * 400 tokens, and its access line counts the tokens it had (more than 0). */
+static void pipelined_close_one(server *sv, const char *path, const char *body, const char *begun, int mode,
+                                double per_token) {
+    buf q = {0};
+    const double a0 = metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"");
+    const double g0 = metric(sv, "moe8:generation_tokens_total", NULL);
+    double dt = -1, gen, t;
+    long logged;
+    conn c;
+    if (conn_open(&c, sv->port, 0)) return;
+    post_bytes(&q, path, body, strlen(body), NULL);
+    buf_str(&q, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    send_all(c.fd, q.p, q.n, 5);
+    for (int k = 0; k < 1000 && !strstr(buf_s(&c.in), begun) && !c.eof && conn_fill(&c, 10); k++) {}
+    CHECKF(strstr(buf_s(&c.in), begun), "%s: the pipelined stream did not start: %s", path, buf_s(&c.in));
+    if (mode) {
+        struct linger lg = {1, 0};
+        setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+    t = now_s();
+    close(c.fd);
+    c.fd = -1;
+    if (wait_cancelled(sv, a0 + 1, g_asan ? 6 : 2)) dt = now_s() - t;
+    gen = metric(sv, "moe8:generation_tokens_total", NULL) - g0;
+    logged = gone_gen_tokens(sv, path);
+    printf("test_serve_hostile: a stream to %s with a request pipelined behind it, %s: cancelled %.3f s after the "
+           "close, at %g tokens (the access line: %ld; 400 take ~%.2f s here)\n", path, mode ? "reset" : "closed",
+           dt, gen, logged, 400 * per_token);
+    CHECKF(dt >= 0 && gen < 400, "%s: %s behind a pipelined request: cancelled after %.2f s (-1: not in 2 s), %g "
+           "tokens", path, mode ? "reset" : "closed", dt, gen);
+    CHECKF(logged > 0 && logged <= gen, "%s: the cancelled stream's access line says gen_tokens=%ld (%g made)", path,
+           logged, gen);
+    conn_close(&c);
+    buf_free(&q);
+}
+
 /* A long stream with a second request pipelined behind it; the client
  * closes (plain, then with an RST) once the stream has begun: the stream is
- * cancelled within 2 s, long before its 400 tokens. */
+ * cancelled within 2 s, long before its 400 tokens; on each API's path. */
 static void test_pipelined_close(const char *dir) {
     static const char body[] = "{\"prompt\":[1,2,3],\"max_tokens\":400,\"ignore_eos\":true,\"temperature\":0,"
                                "\"stream\":true,\"logprobs\":20}";
@@ -1495,7 +1746,7 @@ static void test_pipelined_close(const char *dir) {
                                 "\"logprobs\":20}";
     server sv;
     char args[4400];
-    buf out = {0}, q = {0};
+    buf out = {0};
     double t, per_token;
     snprintf(args, sizeof args, "-m '%s' --threads 1 --ctx-size 4096", dir);
     if (server_start(&sv, "hostile_pipeline", NULL, args)) return;
@@ -1503,34 +1754,14 @@ static void test_pipelined_close(const char *dir) {
     t = now_s();
     CHECK(post(&sv, CMPL, whole, &out) == 200);
     per_token = (now_s() - t) / 100;
-    for (int mode = 0; mode < 2; mode++) {
-        const double a0 = metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"");
-        const double g0 = metric(&sv, "moe8:generation_tokens_total", NULL);
-        double dt = -1, gen;
-        conn c;
-        if (conn_open(&c, sv.port, 0)) continue;
-        post_bytes(&q, CMPL, body, sizeof body - 1, NULL);
-        buf_str(&q, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-        send_all(c.fd, q.p, q.n, 5);
-        for (int k = 0; k < 1000 && !strstr(buf_s(&c.in), "data: ") && !c.eof && conn_fill(&c, 10); k++) {}
-        CHECKF(strstr(buf_s(&c.in), "data: "), "the pipelined stream did not start: %s", buf_s(&c.in));
-        if (mode) {
-            struct linger lg = {1, 0};
-            setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-        }
-        t = now_s();
-        close(c.fd);
-        c.fd = -1;
-        if (wait_cancelled(&sv, a0 + 1, g_asan ? 6 : 2)) dt = now_s() - t;
-        gen = metric(&sv, "moe8:generation_tokens_total", NULL) - g0;
-        printf("test_serve_hostile: a stream with a request pipelined behind it, %s: cancelled %.3f s after the "
-               "close, at %g tokens (400 take ~%.2f s here)\n", mode ? "reset" : "closed", dt, gen, 400 * per_token);
-        CHECKF(dt >= 0 && gen < 400, "%s behind a pipelined request: cancelled after %.2f s (-1: not in 2 s), %g "
-               "tokens", mode ? "reset" : "closed", dt, gen);
-        conn_close(&c);
+    for (int mode = 0; mode < 2; mode++) pipelined_close_one(&sv, CMPL, body, "data: ", mode, per_token);
+    for (size_t a = 0; a < N_APIS; a++) {
+        char b[512];
+        api_body(b, sizeof b, &APIS[a], 1, 400);
+        for (int mode = 0; mode < 2; mode++) /* a delta event: "event: response.output_text.delta" or the like */
+            pipelined_close_one(&sv, APIS[a].path, b, "delta\n", mode, per_token);
     }
     buf_free(&out);
-    buf_free(&q);
     server_stop(&sv, 10);
 }
 
@@ -1582,6 +1813,41 @@ static void test_reset_storm(const char *dir) {
 
 /* ---- the JSON policy, validation before a stream, messages ------------------------------------ */
 
+/* POST body to a's path: 1 when the answer is its error (status, a part of the message) in its shape. */
+static int api_refuses(server *sv, const api_path *a, const char *body, int status, const char *msg_part) {
+    resp r = {0};
+    int ok;
+    buf_add(&r.body, "", 0);
+    r.status = (int)http(sv, "POST", a->path, body, strlen(body), NULL, &r.body);
+    ok = api_error_is(&r, a, status, msg_part);
+    CHECKF(ok, "%s %.200s: got %d %s; want %d ~'%s'", a->path, body, r.status, buf_s(&r.body), status, msg_part);
+    resp_free(&r);
+    return ok;
+}
+
+/* The JSON policy on the other APIs' paths: trailing bytes, a key twice, a stream's request
+ * validated before its 200; trailing whitespace is fine. */
+static void json_policy_api(server *sv, const api_path *a) {
+    char ok[512], bad[700];
+    const char *t0 = NULL;
+    buf out = {0};
+    api_body(ok, sizeof ok, a, 0, 1);
+    snprintf(bad, sizeof bad, "%s x", ok);
+    api_refuses(sv, a, bad, 400, "");
+    snprintf(bad, sizeof bad, "%s{}", ok);
+    api_refuses(sv, a, bad, 400, "");
+    t0 = strstr(ok, "\"temperature\":0");
+    snprintf(bad, sizeof bad, "%.*s\"temperature\":1,%s", (int)(t0 - ok), ok, t0);
+    api_refuses(sv, a, bad, 400, "temperature");
+    api_body(ok, sizeof ok, a, 1, 1);
+    snprintf(bad, sizeof bad, "%.*s,\"top_p\":1e-300}", (int)strlen(ok) - 1, ok);
+    api_refuses(sv, a, bad, 400, "top_p");
+    api_body(ok, sizeof ok, a, 0, 1);
+    snprintf(bad, sizeof bad, "%s \r\n\t ", ok);
+    CHECKF(post(sv, a->path, bad, &out) == 200, "trailing whitespace: %s %s: %s", a->path, bad, buf_s(&out));
+    buf_free(&out);
+}
+
 static void test_json_policy(server *sv) {
     static const bad_case T[] = {
         /* trailing bytes */
@@ -1625,6 +1891,7 @@ static void test_json_policy(server *sv) {
         CHECKF(post(sv, OK[i].path, OK[i].body, &out) == 200, "trailing whitespace: %s %s: %s", OK[i].path,
                OK[i].body, buf_s(&out));
     buf_free(&out);
+    for (size_t a = 0; a < N_APIS; a++) json_policy_api(sv, &APIS[a]);
 }
 
 /* /detokenize of Hello, the byte 0x00, Hello: \u0000 in the JSON (read here
@@ -2000,6 +2267,7 @@ int main(int argc, char **argv) {
         test_bad_framing(&sv);
         phase("bad framing");
         test_good_framing(&sv);
+        test_head(&sv);
         phase("good framing");
         test_json_policy(&sv);
         test_detokenize_nul(&sv);

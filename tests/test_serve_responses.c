@@ -488,6 +488,39 @@ static void test_reasoning(server *sv) {
            "incomplete\n");
 }
 
+/* Thinking off, a call whose argument holds "<think>x</think>y" (a named tool, its enum forcing
+ * it): the argument whole in the call, no reasoning split out of it, on chat and on responses. */
+#define THINK_ARG_SCHEMA "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"enum\":[\"<think>x</think>y\"]}}," \
+                         "\"required\":[\"a\"]}"
+static void test_think_in_args(server *sv) {
+    cJSON *c = chat(sv, "{\"model\":\"" NAME "\",\"temperature\":0,\"max_tokens\":60,\"chat_template_kwargs\":"
+                    "{\"enable_thinking\":false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}],"
+                    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" THINK_ARG_SCHEMA "}}],"
+                    "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}");
+    const cJSON *call = cJSON_GetArrayItem(J(chat_msg(c), "tool_calls"), 0), *fc;
+    cJSON *args = cJSON_Parse(jstr(J(call, "function"), "arguments") ? jstr(J(call, "function"), "arguments") : "");
+    long st;
+    buf raw = {0};
+    cJSON *r;
+    CHECKF(args && jstr(args, "a") && !strcmp(jstr(args, "a"), "<think>x</think>y") &&
+           !jstr(chat_msg(c), "reasoning_content"), "chat, thinking off, '<think>' in an argument: %s",
+           cJSON_PrintUnformatted(chat_msg(c)));
+    cJSON_Delete(args);
+    r = jpost(sv, RESP, "{\"model\":\"" NAME "\",\"temperature\":0,\"max_output_tokens\":60,\"reasoning\":"
+              "{\"effort\":\"none\"},\"input\":\"Hi there\",\"tools\":[{\"type\":\"function\",\"name\":\"f\","
+              "\"parameters\":" THINK_ARG_SCHEMA "}],\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}", &st, &raw);
+    fc = item_of(r, "function_call", 0);
+    args = cJSON_Parse(jstr(fc, "arguments") ? jstr(fc, "arguments") : "");
+    CHECKF(st == 200 && args && jstr(args, "a") && !strcmp(jstr(args, "a"), "<think>x</think>y") &&
+           !item_of(r, "reasoning", 0), "responses, effort none, '<think>' in an argument: %ld %.600s", st,
+           buf_s(&raw));
+    cJSON_Delete(args);
+    cJSON_Delete(r);
+    cJSON_Delete(c);
+    buf_free(&raw);
+    printf("test_serve_responses: thinking off: '<think>' inside a call's argument stays in the call\n");
+}
+
 /* ---- 4. the store ------------------------------------------------------------------------------- */
 
 static char *resp_id(server *sv, const char *body, cJSON **out) {
@@ -550,6 +583,45 @@ static void test_store(server *sv) {
     cJSON_Delete(c);
     buf_free(&raw);
     printf("test_serve_responses: previous_response_id chains, GET, store false, eviction at --responses-store 2\n");
+}
+
+/* DELETE /v1/responses/{id}: {"id", "object": "response", "deleted": true}; then GET, DELETE and
+ * previous_response_id answer 404 as for an id never kept; the path's other methods keep their
+ * answers (405 naming the first row's method; input_tokens is POST's alone). */
+static void test_delete(server *sv) {
+    char path[160], want[256], body[512];
+    char *id = resp_id(sv, "{\"model\":\"" NAME "\",\"max_output_tokens\":2,\"input\":\"Hi\"}", NULL);
+    buf raw = {0}, never = {0};
+    long st;
+    if (!id) return;
+    snprintf(path, sizeof path, RESP "/%s", id);
+    snprintf(want, sizeof want, "{\"id\":\"%s\",\"object\":\"response\",\"deleted\":true}", id);
+    CHECKF(http(sv, "GET", path, NULL, 0, NULL, &raw) == 200, "GET before DELETE: %.300s", buf_s(&raw));
+    CHECKF(http(sv, "DELETE", path, NULL, 0, NULL, &raw) == 200 && !strcmp(buf_s(&raw), want),
+           "DELETE %s: %s; want %s", path, buf_s(&raw), want);
+    CHECKF(http(sv, "GET", path, NULL, 0, NULL, &raw) == 404 && strstr(buf_s(&raw), "\"not_found\""),
+           "GET after DELETE: %.300s", buf_s(&raw));
+    CHECKF(http(sv, "DELETE", path, NULL, 0, NULL, &raw) == 404 && strstr(buf_s(&raw), "\"not_found\"") &&
+           strstr(buf_s(&raw), id), "DELETE again: %.300s", buf_s(&raw));
+    CHECK(http(sv, "GET", RESP "/resp_never", NULL, 0, NULL, &never) == 404);
+    CHECKF(http(sv, "DELETE", RESP "/resp_never", NULL, 0, NULL, &raw) == 404 &&
+           !strcmp(buf_s(&raw), buf_s(&never)), "DELETE of an unknown id: %s; GET's: %s", buf_s(&raw),
+           buf_s(&never));
+    snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"max_output_tokens\":2,\"previous_response_id\":\"%s\","
+             "\"input\":\"x\"}", id);
+    cJSON_Delete(jpost(sv, RESP, body, &st, &raw));
+    CHECKF(st == 404 && strstr(buf_s(&raw), "previous_response_not_found"), "deleted as previous: %ld %.300s", st,
+           buf_s(&raw));
+    CHECKF(http(sv, "PUT", path, NULL, 0, NULL, &raw) == 405 && strstr(buf_s(&raw), "takes GET, not PUT"),
+           "PUT %s: %.300s", path, buf_s(&raw));
+    CHECKF(http(sv, "DELETE", RESP, NULL, 0, NULL, &raw) == 405 && strstr(buf_s(&raw), "takes POST, not DELETE"),
+           "DELETE " RESP ": %.300s", buf_s(&raw));
+    CHECKF(http(sv, "GET", RESP "/input_tokens", NULL, 0, NULL, &raw) == 405 &&
+           strstr(buf_s(&raw), "takes POST, not GET"), "GET input_tokens: %.300s", buf_s(&raw));
+    free(id);
+    buf_free(&raw);
+    buf_free(&never);
+    printf("test_serve_responses: DELETE /v1/responses/{id}: deleted, then 404 as never kept\n");
 }
 
 /* ---- 5. a client that hangs up mid-stream --------------------------------------------------------- */
@@ -788,6 +860,7 @@ int main(void) {
         test_tools(&sv);
         phase("text, tool calls");
         test_store(&sv);
+        test_delete(&sv);
         phase("store");
         test_disconnect(&sv);
         phase("disconnect");
@@ -803,6 +876,7 @@ int main(void) {
     snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
     if (server_start(&sv, "resp_chain", NULL, args) == 0) {
         test_reasoning(&sv);
+        test_think_in_args(&sv);
         phase("reasoning");
         server_stop(&sv, 10);
     }
