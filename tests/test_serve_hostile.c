@@ -636,7 +636,8 @@ static void test_head(server *sv) {
         const char *end;
         conn c;
         if (conn_open(&c, sv->port, 0)) continue;
-        snprintf(req, sizeof req, "HEAD %s HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", T[i].path);
+        snprintf(req, sizeof req, "HEAD %s HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                 T[i].path);
         send_str(c.fd, req);
         for (double t_end = now_s() + 5; !strstr(buf_s(&c.in), "{\"status\":\"ok\"}") && !c.eof && now_s() < t_end;)
             conn_fill(&c, t_end - now_s());

@@ -490,12 +490,14 @@ static void test_reasoning(server *sv) {
 
 /* Thinking off, a call whose argument holds "<think>x</think>y" (a named tool, its enum forcing
  * it): the argument whole in the call, no reasoning split out of it, on chat and on responses. */
-#define THINK_ARG_SCHEMA "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"enum\":[\"<think>x</think>y\"]}}," \
-                         "\"required\":[\"a\"]}"
+#define THINK_ARG_SCHEMA                                                                                   \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"enum\":[\"<think>x</think>y\"]}},"           \
+    "\"required\":[\"a\"]}"
 static void test_think_in_args(server *sv) {
     cJSON *c = chat(sv, "{\"model\":\"" NAME "\",\"temperature\":0,\"max_tokens\":60,\"chat_template_kwargs\":"
                     "{\"enable_thinking\":false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi there\"}],"
-                    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":" THINK_ARG_SCHEMA "}}],"
+                    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                    THINK_ARG_SCHEMA "}}],"
                     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}");
     const cJSON *call = cJSON_GetArrayItem(J(chat_msg(c), "tool_calls"), 0), *fc;
     cJSON *args = cJSON_Parse(jstr(J(call, "function"), "arguments") ? jstr(J(call, "function"), "arguments") : "");
@@ -508,7 +510,8 @@ static void test_think_in_args(server *sv) {
     cJSON_Delete(args);
     r = jpost(sv, RESP, "{\"model\":\"" NAME "\",\"temperature\":0,\"max_output_tokens\":60,\"reasoning\":"
               "{\"effort\":\"none\"},\"input\":\"Hi there\",\"tools\":[{\"type\":\"function\",\"name\":\"f\","
-              "\"parameters\":" THINK_ARG_SCHEMA "}],\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}", &st, &raw);
+              "\"parameters\":" THINK_ARG_SCHEMA "}],\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}",
+              &st, &raw);
     fc = item_of(r, "function_call", 0);
     args = cJSON_Parse(jstr(fc, "arguments") ? jstr(fc, "arguments") : "");
     CHECKF(st == 200 && args && jstr(args, "a") && !strcmp(jstr(args, "a"), "<think>x</think>y") &&
