@@ -384,7 +384,8 @@ static inline long http(server *sv, const char *method, const char *path, const 
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     }
-    if (strcmp(method, body ? "POST" : "GET")) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* an answer to HEAD has no body */
+    else if (strcmp(method, body ? "POST" : "GET")) curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     sv->n_req++;
     if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(h);
