@@ -1,6 +1,6 @@
 /*
  * responses.h — internal: the OpenAI Responses API of moe8 serve
- * (POST /v1/responses, POST /v1/responses/input_tokens, GET
+ * (POST /v1/responses, POST /v1/responses/input_tokens, GET and DELETE
  * /v1/responses/{id}), split in three files:
  *
  *   api_responses.c    the request: its fields (honoured, ignored, refused),
