@@ -550,10 +550,15 @@ static void test_store(server *sv) {
     snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"temperature\":0,\"max_output_tokens\":8,\"reasoning\":"
              "{\"effort\":\"none\"},\"previous_response_id\":\"%s\",\"input\":\"More\"}", id1);
     id2 = resp_id(sv, body, &r2);
-    snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"max_tokens\":1,\"chat_template_kwargs\":{\"enable_thinking\":"
-             "false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":%s},"
-             "{\"role\":\"user\",\"content\":\"More\"}]}",
-             cJSON_PrintUnformatted(cJSON_CreateString(item_text(item_of(r1, "message", 0)))));
+    {
+        cJSON *said = cJSON_CreateString(item_text(item_of(r1, "message", 0)));
+        char *said_json = cJSON_PrintUnformatted(said);
+        snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"max_tokens\":1,\"chat_template_kwargs\":{\"enable_"
+                 "thinking\":false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+                 "\"content\":%s},{\"role\":\"user\",\"content\":\"More\"}]}", said_json ? said_json : "\"\"");
+        free(said_json);
+        cJSON_Delete(said);
+    }
     c = chat(sv, body);
     CHECKF(J(J(r2, "usage"), "input_tokens")->valueint == J(J(c, "usage"), "prompt_tokens")->valueint &&
            !strcmp(jstr(r2, "previous_response_id"), id1),
