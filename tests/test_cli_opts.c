@@ -75,7 +75,7 @@ int main(void) {
         {"bench forward -m x --kv-type f8", "moe8 bench forward: --kv-type wants one of f32|f16|bf16"},
         {"bench sched -m x --running 0", "moe8 bench sched: --running wants 1 to 16 comma-separated"},
         {"bench serve --url http://127.0.0.1:1 --request-rate 0", "moe8 bench serve: --request-rate wants a number in [0.01, inf], got '0'"},
-        {"bench serve --url http://127.0.0.1:1 --endpoint embeddings", "--endpoint wants one of completions|chat, got 'embeddings'"},
+        {"bench serve --url http://127.0.0.1:1 --endpoint embeddings", "--endpoint wants one of completions|chat|responses|messages, got 'embeddings'"},
         {"bench grammar --n-vocab 0", "moe8 bench grammar: --n-vocab wants an integer in 1..16777216"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -3,7 +3,8 @@
  * tools/): the options, the prompt set, one streamed request and the
  * benchmark's state. cmd_bench_serve.c parses the flags and checks the URL,
  * bench_serve_prompts.c makes the prompts and request bodies,
- * bench_serve_stream.c reads one request's event stream, bench_serve_run.c
+ * bench_serve_stream.c reads one request's event stream (bench_serve_events.c
+ * the Responses and Messages events), bench_serve_run.c
  * drives the requests through libcurl, bench_serve_table.c prints the table.
  */
 #ifndef MOE8_TOOLS_BENCH_SERVE_H
@@ -29,9 +30,13 @@
 
 enum { FAIL_NONE, FAIL_HTTP, FAIL_TIMEOUT, FAIL_CONNECT, FAIL_STREAM, N_FAIL };
 
+/* --endpoint, in the order of its choices: the API of the requests and their streams. */
+enum { API_COMPLETIONS, API_CHAT, API_RESPONSES, API_MESSAGES };
+
 typedef struct {
     const char *url, *model, *api_key, *prompt_file;
-    int chat;                    /* 0: /v1/completions, 1: /v1/chat/completions */
+    int api;                     /* API_*: /v1/completions, /v1/chat/completions,
+                                    /v1/responses, /v1/messages */
     int n_prompts, n_set;        /* n_set: -n was given */
     int input_len, output_len, shared_prefix, len_set;
     int max_concurrency;         /* 0 = no limit */
@@ -67,9 +72,12 @@ typedef struct request {
     double t_send, t_first, t_last, t_done; /* monotonic s; t_first = 0: no text yet */
     int64_t n_events, n_text;               /* data: lines, those with text */
     int64_t prompt_tokens, completion_tokens; /* -1: no usage seen */
-    int64_t cached_tokens;      /* usage.prompt_tokens_details.cached_tokens (-1: not given) */
+    int64_t cached_tokens;      /* usage.prompt_tokens_details.cached_tokens, Responses'
+                                   input_tokens_details.cached_tokens, Messages'
+                                   cache_read_input_tokens (-1: not given) */
     long status;                            /* HTTP status; 0 until the body starts */
-    int done;                               /* data: [DONE] seen */
+    int done;                               /* the stream's end seen: data: [DONE],
+                                               response.completed / .incomplete, message_stop */
     int fail;                               /* FAIL_* */
     char msg[512];                          /* the failure */
     char *buf;                              /* bytes of an unfinished line, or an error body */
@@ -77,7 +85,7 @@ typedef struct request {
     float *itl;                             /* [n_text - 1] gaps, s */
     size_t n_itl, cap_itl;
     int64_t max_text;                       /* more text events than this: malformed */
-    int max_tokens, chat;
+    int max_tokens, api;
     struct request *prev, *next;            /* the requests in flight */
 } request;
 
@@ -126,6 +134,17 @@ void bserve_req_fail(request *r, int kind, const char *fmt, ...) __attribute__((
 void bserve_on_line(request *r, char *s, size_t n, double t);
 /* CURLOPT_WRITEFUNCTION of a request (user: the request). */
 size_t bserve_on_body(char *p, size_t size, size_t nmemb, void *user);
+/* A text event at time t: TTFT, the gaps, the bound on their number. */
+void bserve_on_text(request *r, double t);
+/* The stream's end event each API sends ("data: [DONE]", ...), for messages. */
+const char *bserve_end_event(int api);
+
+/* ---- the Responses and Messages events (bench_serve_events.c) ---- */
+
+/* One event of a /v1/responses stream (j: its data, parsed) at time t. */
+void bserve_responses_event(request *r, const cJSON *j, double t);
+/* One event of a /v1/messages stream at time t. */
+void bserve_messages_event(request *r, const cJSON *j, double t);
 
 /* ---- the run (bench_serve_run.c) ---- */
 

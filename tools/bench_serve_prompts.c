@@ -5,9 +5,12 @@
  * its leading space: the first --shared-prefix words are the same in every
  * prompt, the next (up to 3) spell the prompt's index in base 256, the rest are
  * seeded random words. --prompt-file gives one prompt per non-empty line
- * instead. A body asks for a stream of max_tokens = --output-len, ignore_eos,
- * temperature 0, usage in the stream, and the --json-schema / --json-object
- * response_format. Sends nothing.
+ * instead. A completions or chat body asks for a stream of max_tokens =
+ * --output-len, ignore_eos, temperature 0, usage in the stream, and the
+ * --json-schema / --json-object response_format. A Responses body has `input`
+ * (the prompt) and max_output_tokens, a Messages body one user message and
+ * max_tokens, both streamed at temperature 0 (neither API has ignore_eos or
+ * stream_options; their streams always end with the usage). Sends nothing.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -149,12 +152,36 @@ static int add_response_format(const serve_opts *o, cJSON *j) {
     return cJSON_AddItemToObject(js, "schema", cJSON_Duplicate(o->schema, 1)) ? 0 : -1;
 }
 
-char *bserve_request_body(const serve_opts *o, const char *model, const char *prompt) {
-    cJSON *j = cJSON_CreateObject(), *so = cJSON_CreateObject();
+/* The body of a /v1/responses or /v1/messages request (NULL on no memory). */
+static char *agent_body(const serve_opts *o, const char *model, const char *prompt) {
+    cJSON *j = cJSON_CreateObject();
     char *s = NULL;
+    if (!j || !cJSON_AddStringToObject(j, "model", model)) goto done;
+    if (o->api == API_RESPONSES) {
+        if (!cJSON_AddStringToObject(j, "input", prompt) ||
+            !cJSON_AddNumberToObject(j, "max_output_tokens", o->output_len))
+            goto done;
+    } else {
+        cJSON *msgs = cJSON_AddArrayToObject(j, "messages"), *m = cJSON_CreateObject();
+        if (!msgs || !m || !cJSON_AddItemToArray(msgs, m) || !cJSON_AddStringToObject(m, "role", "user") ||
+            !cJSON_AddStringToObject(m, "content", prompt) || !cJSON_AddNumberToObject(j, "max_tokens", o->output_len))
+            goto done;
+    }
+    if (!cJSON_AddNumberToObject(j, "temperature", 0) || !cJSON_AddBoolToObject(j, "stream", 1)) goto done;
+    s = cJSON_PrintUnformatted(j);
+done:
+    cJSON_Delete(j);
+    return s;
+}
+
+char *bserve_request_body(const serve_opts *o, const char *model, const char *prompt) {
+    cJSON *j, *so;
+    char *s = NULL;
+    if (o->api >= API_RESPONSES) return agent_body(o, model, prompt);
+    j = cJSON_CreateObject(), so = cJSON_CreateObject();
     if (!j || !so) goto done;
     cJSON_AddStringToObject(j, "model", model);
-    if (o->chat) {
+    if (o->api == API_CHAT) {
         cJSON *msgs = cJSON_AddArrayToObject(j, "messages"), *m = cJSON_CreateObject();
         if (!msgs || !m) {
             cJSON_Delete(m);

@@ -6,7 +6,8 @@
  * flight (FIFO). When a transfer ends it is classified (HTTP, timeout,
  * connection, malformed stream), the first failure printed, and its times
  * recorded: TTFT = first text - send, ITL = gaps between text events,
- * latency = [DONE] - send, TPOT = (latency - TTFT) / (output tokens - 1).
+ * latency = the stream's end (data: [DONE], response.completed / .incomplete,
+ * message_stop) - send, TPOT = (latency - TTFT) / (output tokens - 1).
  * Progress on stderr every tenth of the requests. Prints no table.
  */
 #include <math.h>
@@ -29,7 +30,7 @@ static int start_request(bench *b, int i, double t) {
         free(r);
         return cli_err(CMD, "out of memory starting request %d", i);
     }
-    r->index = i, r->t_send = t, r->chat = b->o->chat;
+    r->index = i, r->t_send = t, r->api = b->o->api;
     r->prompt_tokens = r->completion_tokens = r->cached_tokens = -1;
     r->max_tokens = b->o->output_len;
     r->max_text = 2 * (int64_t)b->o->output_len + 16;
@@ -108,7 +109,7 @@ static void finish_request(bench *b, request *r, CURLcode code, double t) {
     } else if (!r->fail && !r->n_events) {
         bserve_req_fail(r, FAIL_STREAM, "not a stream: no data: line in the answer (stream ignored?)");
     } else if (!r->fail && !r->done) {
-        bserve_req_fail(r, FAIL_STREAM, "malformed stream: it ended before data: [DONE]");
+        bserve_req_fail(r, FAIL_STREAM, "malformed stream: it ended before %s", bserve_end_event(r->api));
     } else if (!r->fail && !r->n_text) {
         bserve_req_fail(r, FAIL_STREAM, "malformed stream: no event carried text");
     }

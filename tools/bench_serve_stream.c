@@ -1,10 +1,12 @@
 /*
  * bench_serve_stream.c — one request's answer of `moe8 bench serve`, read as
  * it arrives: Server-Sent Events, each `data: <json>` line one event (as vllm
- * reads it), `data: [DONE]` the end. An event with non-empty text
- * (choices[0].text, or choices[0].delta.content / .reasoning_content for chat)
- * is a token arrival, timed when its bytes reached us; the usage event gives
- * the token counts. A non-2xx answer keeps the head of its body for the
+ * reads it; `event:` lines are not needed, every API's data names its type).
+ * Completions and chat: an event with non-empty text (choices[0].text, or
+ * choices[0].delta.content / .reasoning_content for chat) is a token arrival,
+ * timed when its bytes reached us; the usage event gives the token counts;
+ * `data: [DONE]` is the end. The Responses and Messages events are read in
+ * bench_serve_events.c. A non-2xx answer keeps the head of its body for the
  * message. The first failure of a request is kept (bserve_req_fail); the run
  * (bench_serve_run.c) classifies the rest when the transfer ends.
  */
@@ -35,8 +37,8 @@ static int push_itl(request *r, double gap) {
     return 0;
 }
 
-static const char *text_of(const cJSON *c0, int chat) {
-    if (!chat) {
+static const char *text_of(const cJSON *c0, int api) {
+    if (api == API_COMPLETIONS) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(c0, "text");
         return cJSON_IsString(t) && t->valuestring[0] ? t->valuestring : NULL;
     }
@@ -49,19 +51,24 @@ static const char *text_of(const cJSON *c0, int chat) {
     return NULL;
 }
 
-/* One `data:` payload that arrived at time t. */
-static void on_event(request *r, const char *s, size_t n, double t) {
+const char *bserve_end_event(int api) {
+    return api == API_RESPONSES ? "response.completed" : api == API_MESSAGES ? "message_stop"
+                                                                              : "data: [DONE]";
+}
+
+void bserve_on_text(request *r, double t) {
+    if (r->n_text++ == 0) r->t_first = t;
+    else if (push_itl(r, t - r->t_last)) bserve_req_fail(r, FAIL_STREAM, "%s", "out of memory");
+    r->t_last = t;
+    if (r->n_text > r->max_text)
+        bserve_req_fail(r, FAIL_STREAM, "malformed stream: more than %lld text events for max_tokens %d",
+                        (long long)r->max_text, r->max_tokens);
+}
+
+/* A completions or chat event (j: its data). */
+static void openai_event(request *r, const cJSON *j, double t) {
     char shown[160];
-    cJSON *j, *e, *ch, *u;
-    if (n == 6 && !memcmp(s, "[DONE]", 6)) {
-        r->done = 1, r->t_done = t;
-        return;
-    }
-    if (!(j = cJSON_ParseWithLength(s, n))) {
-        snprintf(shown, sizeof shown, "%.*s", (int)(n < 120 ? n : 120), s);
-        bserve_req_fail(r, FAIL_STREAM, "malformed stream: an event is not JSON: '%s'", shown);
-        return;
-    }
+    const cJSON *e, *ch, *u;
     if ((e = cJSON_GetObjectItemCaseSensitive(j, "error")) && !cJSON_IsNull(e)) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
         char *p = cJSON_IsString(m) ? NULL : cJSON_PrintUnformatted(e);
@@ -70,16 +77,8 @@ static void on_event(request *r, const char *s, size_t n, double t) {
         bserve_req_fail(r, FAIL_STREAM, "error event in the stream: %s", shown);
     }
     ch = cJSON_GetObjectItemCaseSensitive(j, "choices");
-    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0 &&
-        text_of(cJSON_GetArrayItem(ch, 0), r->chat)) {
-        if (r->n_text++ == 0) r->t_first = t;
-        else if (push_itl(r, t - r->t_last)) bserve_req_fail(r, FAIL_STREAM, "%s", "out of memory");
-        r->t_last = t;
-        if (r->n_text > r->max_text)
-            bserve_req_fail(r, FAIL_STREAM,
-                     "malformed stream: more than %lld text events for max_tokens %d",
-                     (long long)r->max_text, r->max_tokens);
-    }
+    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0 && text_of(cJSON_GetArrayItem(ch, 0), r->api))
+        bserve_on_text(r, t);
     if (cJSON_IsObject(u = cJSON_GetObjectItemCaseSensitive(j, "usage"))) {
         const cJSON *pt = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
@@ -92,6 +91,24 @@ static void on_event(request *r, const char *s, size_t n, double t) {
             if (cJSON_IsNumber(c) && c->valuedouble >= 0) r->cached_tokens = (int64_t)c->valuedouble;
         }
     }
+}
+
+/* One `data:` payload that arrived at time t. */
+static void on_event(request *r, const char *s, size_t n, double t) {
+    char shown[160];
+    cJSON *j;
+    if (r->api <= API_CHAT && n == 6 && !memcmp(s, "[DONE]", 6)) {
+        r->done = 1, r->t_done = t;
+        return;
+    }
+    if (!(j = cJSON_ParseWithLength(s, n))) {
+        snprintf(shown, sizeof shown, "%.*s", (int)(n < 120 ? n : 120), s);
+        bserve_req_fail(r, FAIL_STREAM, "malformed stream: an event is not JSON: '%s'", shown);
+        return;
+    }
+    if (r->api == API_RESPONSES) bserve_responses_event(r, j, t);
+    else if (r->api == API_MESSAGES) bserve_messages_event(r, j, t);
+    else openai_event(r, j, t);
     cJSON_Delete(j);
 }
 

@@ -8,7 +8,10 @@
  * than --max-concurrency are in flight (FIFO). Every request streams
  * (POST /v1/completions with "prompt", or /v1/chat/completions with one user
  * message; max_tokens = --output-len, ignore_eos, temperature 0, usage in the
- * stream). --json-schema FILE / --json-object add response_format (json_schema
+ * stream; or the agents' APIs: /v1/responses with "input" and
+ * max_output_tokens, /v1/messages with one user message and max_tokens, at
+ * temperature 0, without ignore_eos, which neither API has; --api-key goes
+ * as x-api-key to /v1/messages, as Authorization: Bearer elsewhere). --json-schema FILE / --json-object add response_format (json_schema
  * with that schema, strict; json_object), so constrained decoding is measured
  * on the same load: a server then ends each answer where its grammar does
  * (moe8 and vLLM drop ignore_eos under a grammar), so compare the per-token
@@ -17,9 +20,14 @@
  * The stream is Server-Sent Events, read incrementally: each `data: <json>`
  * line is one event (as vllm reads it), `data: [DONE]` ends it. An event with
  * non-empty text (choices[0].text, or choices[0].delta.content /
- * .reasoning_content for chat) is a token arrival, timed at the moment its
- * bytes reached us; the usage event gives prompt_tokens / completion_tokens
- * (the text events are counted when it is missing). Per request: TTFT = first
+ * .reasoning_content for chat; response.output_text.delta /
+ * .reasoning_text.delta; content_block_delta's text_delta / thinking_delta)
+ * is a token arrival, timed at the moment its bytes reached us; the usage
+ * event gives prompt_tokens / completion_tokens (response.completed's usage,
+ * message_start's and message_delta's: output tokens are the server's count
+ * for every API, so their tok/s compare; the text events are counted when it
+ * is missing). The Responses stream ends at response.completed (or
+ * .incomplete), the Messages stream at message_stop. Per request: TTFT = first
  * text - send, ITL = gaps between successive text events, latency = [DONE] -
  * send, TPOT = (latency - TTFT) / (output tokens - 1). A request fails on a
  * non-2xx status, a timeout, a transport error, or a malformed stream (not
@@ -55,8 +63,8 @@
 
 /* ---- options ------------------------------------------------------------- */
 
-#define SYNOPSIS "moe8 bench serve --url URL [--endpoint completions|chat] [--model NAME]\n" \
-    "                        [--api-key KEY] [-n N] [--input-len N] [--output-len N]\n" \
+#define SYNOPSIS "moe8 bench serve --url URL [--endpoint completions|chat|responses|messages]\n" \
+    "                        [--model NAME] [--api-key KEY] [-n N] [--input-len N] [--output-len N]\n" \
     "                        [--shared-prefix N] [--prompt-file FILE]\n" \
     "                        [--request-rate R] [--max-concurrency C] [--seed S]\n" \
     "                        [--timeout S] [--json-schema FILE | --json-object]"
@@ -70,12 +78,14 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     const cli_opt opts[] = {
         {"--url", NULL, CLI_STR, &o->url, .arg = "URL",
          .help = "server base, http(s)://host:port (a trailing /v1 is allowed)"},
-        {"--endpoint", NULL, CLI_CHOICE, &o->chat, .choices = "completions,chat", .arg = "E",
-         .help = "completions (POST /v1/completions, default) or chat\n"
-         "(POST /v1/chat/completions, one user message)"},
+        {"--endpoint", NULL, CLI_CHOICE, &o->api, .choices = "completions,chat,responses,messages", .arg = "E",
+         .help = "completions (POST /v1/completions, default), chat\n"
+         "(POST /v1/chat/completions, one user message), responses\n"
+         "(POST /v1/responses, input) or messages (POST /v1/messages)"},
         {"--model", NULL, CLI_STR, &o->model, .arg = "NAME",
          .help = "model field (default: the first id of GET /v1/models)"},
-        {"--api-key", NULL, CLI_STR, &o->api_key, .arg = "KEY", .help = "sent as Authorization: Bearer KEY"},
+        {"--api-key", NULL, CLI_STR, &o->api_key, .arg = "KEY",
+         .help = "sent as Authorization: Bearer KEY (x-api-key: KEY to messages)"},
         {"--num-prompts", "-n", CLI_INT, &o->n_prompts, 1, MAX_PROMPTS, .arg = "N", .given = &o->n_set,
          .help = "requests to send (default 100; with --prompt-file: its lines)"},
         {"--input-len", NULL, CLI_INT, &o->input_len, 1, MAX_LEN, .arg = "N", .given = &input_set,
@@ -115,6 +125,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     if (o->json_schema && o->json_object) {
         return cli_usage_err(CMD, "--json-schema and --json-object both set response_format: "
                              "give one");
+    }
+    if ((o->json_schema || o->json_object) && o->api >= API_RESPONSES) {
+        return cli_usage_err(CMD, "--json-schema and --json-object are for --endpoint completions or chat");
     }
     if (o->shared_prefix > o->input_len) {
         return cli_usage_err(CMD, "--shared-prefix %d is longer than --input-len %d",
@@ -243,11 +256,35 @@ static int check_fd_limit(int in_flight) {
 
 /* ---- the command ------------------------------------------------------------------ */
 
+/* The headers of GET /v1/models (*models) and of the requests (*reqs; the same
+ * list but for /v1/messages, which gets x-api-key and anthropic-version); 0, or
+ * -1 on no memory. */
+static int make_headers(const serve_opts *o, struct curl_slist **models, struct curl_slist **reqs) {
+    char line[4096 + 32];
+    struct curl_slist *l[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        const int anthropic = k == 1 && o->api == API_MESSAGES;
+        if (k == 1 && !anthropic) break;
+        l[k] = curl_slist_append(NULL, "Content-Type: application/json");
+        l[k] = curl_slist_append(l[k], "Accept: text/event-stream");
+        l[k] = curl_slist_append(l[k], "Expect:"); /* no 100-continue round trip */
+        if (anthropic) l[k] = curl_slist_append(l[k], "anthropic-version: 2023-06-01");
+        if (o->api_key) {
+            snprintf(line, sizeof line, anthropic ? "x-api-key: %s" : "Authorization: Bearer %s", o->api_key);
+            l[k] = curl_slist_append(l[k], line);
+        }
+    }
+    *models = l[0], *reqs = l[1] ? l[1] : l[0];
+    return l[0] && (o->api != API_MESSAGES || l[1]) ? 0 : -1;
+}
+
 int cmd_bench_serve(int argc, char **argv) {
     serve_opts o;
     prompt_set ps = {0};
     bench b = {0};
-    char *base = NULL, *model = NULL, *endpoint = NULL, auth[4096 + 32];
+    static const char *const path[] = {"completions", "chat/completions", "responses", "messages"};
+    struct curl_slist *model_headers = NULL;
+    char *base = NULL, *model = NULL, *endpoint = NULL;
     double dur = 0.0;
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc; /* -1: -h */
@@ -282,18 +319,11 @@ int cmd_bench_serve(int argc, char **argv) {
         goto done;
     }
     b.o = &o, b.ps = &ps;
-    b.headers = curl_slist_append(NULL, "Content-Type: application/json");
-    b.headers = curl_slist_append(b.headers, "Accept: text/event-stream");
-    b.headers = curl_slist_append(b.headers, "Expect:"); /* no 100-continue round trip */
-    if (o.api_key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", o.api_key);
-        b.headers = curl_slist_append(b.headers, auth);
-    }
-    if (!b.headers) goto cleanup;
+    if (make_headers(&o, &model_headers, &b.headers)) goto cleanup;
     if (o.model) model = strdup(o.model);
-    else if (first_model(&o, base, b.headers, &model)) goto cleanup;
+    else if (first_model(&o, base, model_headers, &model)) goto cleanup;
     if (!model || !(endpoint = malloc(strlen(base) + 32))) goto cleanup;
-    sprintf(endpoint, "%s/v1/%s", base, o.chat ? "chat/completions" : "completions");
+    sprintf(endpoint, "%s/v1/%s", base, path[o.api]);
     b.endpoint = endpoint, b.model = model;
     b.res.ttft = malloc((size_t)o.n_prompts * sizeof(double));
     b.res.tpot = malloc((size_t)o.n_prompts * sizeof(double));
@@ -312,7 +342,8 @@ int cmd_bench_serve(int argc, char **argv) {
 cleanup:
     while (b.live) bserve_free_request(&b, b.live); /* left in flight by an internal error */
     if (b.multi) curl_multi_cleanup(b.multi);
-    curl_slist_free_all(b.headers);
+    if (b.headers != model_headers) curl_slist_free_all(b.headers);
+    curl_slist_free_all(model_headers);
     curl_global_cleanup();
 done:
     free(b.res.ttft);
