@@ -136,10 +136,6 @@ static const struct {
     {"mcp_servers", REFUSED, "MCP servers are not supported"},
 };
 
-static void log_line(srv *s, const char *line) {
-    if (s->p.on_log || s->p.on_access) (s->p.on_log ? s->p.on_log : s->p.on_access)(s->p.user, line);
-}
-
 static int check_fields(srv *s, const cJSON *root, moe8_buf *err) {
     const cJSON *f;
     char unknown[400], line[512];
@@ -161,7 +157,7 @@ static int check_fields(srv *s, const cJSON *root, moe8_buf *err) {
     if (n_unknown) {
         snprintf(line, sizeof line, "warning: messages request: unknown field%s %s ignored",
                  strchr(unknown, ',') ? "s" : "", unknown);
-        log_line(s, line);
+        moe8_srv_log(s, "%s", line);
     }
     return 0;
 }
@@ -402,7 +398,7 @@ static int tools(srv *s, const cJSON *root, cJSON *out, int *n_tools, moe8_buf *
         char line[400];
         snprintf(line, sizeof line, "warning: messages request: server tool%s %s dropped (not supported)",
                  strchr(dropped, ',') ? "s" : "", dropped);
-        log_line(s, line);
+        moe8_srv_log(s, "%s", line);
     }
     if (!*n_tools) cJSON_DeleteItemFromObject(out, "tools");
     return 0;

@@ -94,17 +94,6 @@ static const struct {
     {"prompt", REFUSED, "stored prompt templates are not supported"},
 };
 
-void moe8_resp_log(srv *s, const char *fmt, ...) {
-    char line[600];
-    va_list ap;
-    moe8_serve_line_fn f = s->p.on_log ? s->p.on_log : s->p.on_access;
-    if (!f) return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    f(s->p.user, line);
-}
-
 /* Appends ", 'name'" to a list of names for a log line. */
 static void name_list(char *list, size_t cap, const char *name) {
     const size_t n = strlen(list);
@@ -126,7 +115,7 @@ static int check_fields(srv *s, const cJSON *root, moe8_buf *err) {
     if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
         return moe8_oa_bad(err, "top_logprobs", "'top_logprobs': log-probs are not supported on /v1/responses");
     if (unknown[0])
-        moe8_resp_log(s, "warning: responses request: unknown field%s %s ignored", strchr(unknown, ',') ? "s" : "",
+        moe8_srv_log(s, "warning: responses request: unknown field%s %s ignored", strchr(unknown, ',') ? "s" : "",
                       unknown);
     return 0;
 }
@@ -235,7 +224,7 @@ static int tools_to_chat(srv *s, const cJSON *root, resp_state *st, cJSON **out,
         }
     }
     if (dropped[0])
-        moe8_resp_log(s, "responses request: tools of type %s dropped (this server runs no hosted or custom "
+        moe8_srv_log(s, "responses request: tools of type %s dropped (this server runs no hosted or custom "
                       "tools)", dropped);
     if (cJSON_GetArraySize(chat)) *out = chat;
     else cJSON_Delete(chat);
@@ -487,7 +476,7 @@ static int items_to_chat(srv *s, const resp_state *st, const cJSON *items, int n
     cJSON_ArrayForEach(m, msgs) /* an assistant turn of reasoning or calls only */
         if (!strcmp(str_of(m, "role"), "assistant") && !cJSON_GetObjectItemCaseSensitive(m, "content"))
             cJSON_AddStringToObject(m, "content", "");
-    if (skipped[0]) moe8_resp_log(s, "responses request: input items of type %s skipped (not supported)", skipped);
+    if (skipped[0]) moe8_srv_log(s, "responses request: input items of type %s skipped (not supported)", skipped);
     return 0;
 }
 

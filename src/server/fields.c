@@ -108,12 +108,9 @@ int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err
         cJSON_ArrayForEach(m, f) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
             return moe8_oa_bad(err, "modalities", "'modalities': only \"text\" output is supported");
     }
-    if (n_unknown && (s->p.on_log || s->p.on_access)) {
-        char line[512];
-        snprintf(line, sizeof line, "warning: %s request: unknown field%s %s ignored",
-                 kind == JOB_CHAT ? "chat" : "completions", strchr(unknown, ',') ? "s" : "", unknown);
-        (s->p.on_log ? s->p.on_log : s->p.on_access)(s->p.user, line);
-    }
+    if (n_unknown)
+        moe8_srv_log(s, "warning: %s request: unknown field%s %s ignored", kind == JOB_CHAT ? "chat" : "completions",
+                     strchr(unknown, ',') ? "s" : "", unknown);
     return 0;
 }
 

@@ -74,18 +74,6 @@ static const struct { const char *what, *flag; } LIMITS[L_N] = {
     {"connections dropped: out of file descriptors", "ulimit -n"},
 };
 
-static void log_line(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void log_line(srv *s, const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    moe8_serve_line_fn f = s->p.on_log ? s->p.on_log : s->p.on_access;
-    if (!f) return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    f(s->p.user, line);
-}
-
 static void limit_flush(http *h, int k, double now) {
     limit_log *l = &h->lim[k];
     char val[64];
@@ -99,7 +87,7 @@ static void limit_flush(http *h, int k, double now) {
     case L_WRITE: snprintf(val, sizeof val, " %g", h->s->p.timeout_s); break;
     default: val[0] = '\0';
     }
-    log_line(h->s, "limit: %llu %s (%s%s)%s%s", (unsigned long long)l->n, LIMITS[k].what, LIMITS[k].flag,
+    moe8_srv_log(h->s, "limit: %llu %s (%s%s)%s%s", (unsigned long long)l->n, LIMITS[k].what, LIMITS[k].flag,
              val, l->last[0] ? ", last from " : "", l->last);
     l->n = 0;
     l->t_line = now;
@@ -707,7 +695,7 @@ moe8_status moe8_http_start(srv *s, moe8_error *err) {
         }
         if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)h->max_conns + 64 > rl.rlim_cur) {
             h->max_conns = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
-            log_line(s, "note: --max-connections %d lowered to %d by the open-file limit (ulimit -n %llu)",
+            moe8_srv_log(s, "note: --max-connections %d lowered to %d by the open-file limit (ulimit -n %llu)",
                      s->p.max_connections, h->max_conns, (unsigned long long)rl.rlim_cur);
         }
     }

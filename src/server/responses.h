@@ -65,8 +65,6 @@ void moe8_resp_state_free(void *st);
  * call's id, flat name and arguments (the namespace split back). */
 cJSON *moe8_resp_call_item(const resp_state *st, const char *item_id, const char *call_id, const char *flat,
                            const char *args, const char *status);
-/* A log line (on_log, else on_access). */
-void moe8_resp_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- responses_out.c ------------------------------------------------------------------- */
 

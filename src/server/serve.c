@@ -7,6 +7,7 @@
  * sets temperature / top_p / top_k / min_p, else OpenAI's (temperature 1,
  * top_p 1, top-k and min-p off).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,17 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
                          "max_connections_per_ip (%d) >= 0", p->header_timeout_s, p->body_min_rate,
                          p->max_connections, p->max_connections_per_ip);
     return MOE8_OK;
+}
+
+void moe8_srv_log(srv *s, const char *fmt, ...) {
+    char line[600];
+    va_list ap;
+    moe8_serve_line_fn f = s->p.on_log ? s->p.on_log : s->p.on_access;
+    if (!f) return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    f(s->p.user, line);
 }
 
 moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *params,

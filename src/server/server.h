@@ -184,6 +184,10 @@ typedef struct srv {
     struct resp_store *responses; /* stored responses (responses_store.c), or NULL */
 } srv;
 
+/* A note for the operator (serve.c): on_log, else on_access, else nothing;
+ * one line of at most 600 bytes. */
+void moe8_srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* openai.c and the api_*.c files: the HTTP thread's side (its workers).
  * Each returns 0, or an HTTP status with the error body in *err_body
  * (OpenAI's {"error": {...}}). api: moe8_oa_chat, moe8_oa_completions (api.h). */
