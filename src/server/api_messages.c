@@ -103,63 +103,35 @@ void moe8_msg_error(int status, int sse, moe8_buf *body) {
 
 /* ---- fields ------------------------------------------------------------------------------- */
 
-enum { HONOURED, IGNORED, REFUSED };
-
-static const struct {
-    const char *name;
-    int what;
-    const char *why; /* REFUSED: what to say */
-} FIELDS[] = {
-    {"model", HONOURED, NULL},
-    {"messages", HONOURED, NULL},
-    {"system", HONOURED, NULL},
-    {"max_tokens", HONOURED, NULL},
-    {"stop_sequences", HONOURED, NULL},
-    {"stream", HONOURED, NULL},
-    {"temperature", HONOURED, NULL},
-    {"top_p", HONOURED, NULL},
-    {"top_k", HONOURED, NULL},
-    {"tools", HONOURED, NULL},
-    {"tool_choice", HONOURED, NULL},
-    {"thinking", HONOURED, NULL},
-    {"metadata", IGNORED, NULL},
-    {"output_config", IGNORED, NULL},
-    {"context_management", IGNORED, NULL},
-    {"cache_control", IGNORED, NULL},
-    {"service_tier", IGNORED, NULL},
-    {"container", IGNORED, NULL},
-    {"inference_geo", IGNORED, NULL},
-    {"speed", IGNORED, NULL},
-    {"diagnostics", IGNORED, NULL},
-    {"user_profile_id", IGNORED, NULL},
-    {"workspace_id", IGNORED, NULL},
-    {"mcp_servers", REFUSED, "MCP servers are not supported"},
+static const oa_field FIELDS[] = {
+    {"model", 0, OA_HONOURED, NULL},
+    {"messages", 0, OA_HONOURED, NULL},
+    {"system", 0, OA_HONOURED, NULL},
+    {"max_tokens", 0, OA_HONOURED, NULL},
+    {"stop_sequences", 0, OA_HONOURED, NULL},
+    {"stream", 0, OA_HONOURED, NULL},
+    {"temperature", 0, OA_HONOURED, NULL},
+    {"top_p", 0, OA_HONOURED, NULL},
+    {"top_k", 0, OA_HONOURED, NULL},
+    {"tools", 0, OA_HONOURED, NULL},
+    {"tool_choice", 0, OA_HONOURED, NULL},
+    {"thinking", 0, OA_HONOURED, NULL},
+    {"metadata", 0, OA_IGNORED, NULL},
+    {"output_config", 0, OA_IGNORED, NULL},
+    {"context_management", 0, OA_IGNORED, NULL},
+    {"cache_control", 0, OA_IGNORED, NULL},
+    {"service_tier", 0, OA_IGNORED, NULL},
+    {"container", 0, OA_IGNORED, NULL},
+    {"inference_geo", 0, OA_IGNORED, NULL},
+    {"speed", 0, OA_IGNORED, NULL},
+    {"diagnostics", 0, OA_IGNORED, NULL},
+    {"user_profile_id", 0, OA_IGNORED, NULL},
+    {"workspace_id", 0, OA_IGNORED, NULL},
+    {"mcp_servers", 0, OA_REFUSED, "MCP servers are not supported"},
 };
 
 static int check_fields(srv *s, const cJSON *root, moe8_buf *err) {
-    const cJSON *f;
-    char unknown[400], line[512];
-    size_t n_unknown = 0;
-    unknown[0] = '\0';
-    cJSON_ArrayForEach(f, root) {
-        size_t i = 0;
-        for (; i < sizeof FIELDS / sizeof *FIELDS; i++)
-            if (!strcmp(FIELDS[i].name, f->string)) break;
-        if (i == sizeof FIELDS / sizeof *FIELDS) {
-            const int k = snprintf(unknown + n_unknown, sizeof unknown - n_unknown, "%s'%.60s'",
-                                   n_unknown ? ", " : "", f->string);
-            if (k > 0 && (size_t)k < sizeof unknown - n_unknown) n_unknown += (size_t)k;
-            continue;
-        }
-        if (FIELDS[i].what == REFUSED && !cJSON_IsNull(f) && !cJSON_IsFalse(f))
-            return moe8_oa_bad(err, f->string, "'%s': %s", f->string, FIELDS[i].why);
-    }
-    if (n_unknown) {
-        snprintf(line, sizeof line, "warning: messages request: unknown field%s %s ignored",
-                 strchr(unknown, ',') ? "s" : "", unknown);
-        moe8_srv_log(s, "%s", line);
-    }
-    return 0;
+    return moe8_oa_field_policy(s, root, FIELDS, sizeof FIELDS / sizeof *FIELDS, 0, "messages", err);
 }
 
 /* ---- request: blocks ------------------------------------------------------------------------ */

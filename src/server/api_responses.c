@@ -46,52 +46,46 @@
 
 #define T_INVALID "invalid_request_error"
 
-enum { HONOURED, IGNORED, REFUSED };
-
-static const struct {
-    const char *name;
-    int what;
-    const char *why; /* REFUSED: what to say */
-} FIELDS[] = {
-    {"model", HONOURED, NULL},
-    {"input", HONOURED, NULL},
-    {"instructions", HONOURED, NULL},
-    {"tools", HONOURED, NULL},
-    {"tool_choice", HONOURED, NULL},
-    {"parallel_tool_calls", HONOURED, NULL},
-    {"text", HONOURED, NULL},
-    {"reasoning", HONOURED, NULL},
-    {"include", HONOURED, NULL}, /* values it does not know: ignored */
-    {"max_output_tokens", HONOURED, NULL},
-    {"temperature", HONOURED, NULL},
-    {"top_p", HONOURED, NULL},
-    {"stop", HONOURED, NULL},
-    {"seed", HONOURED, NULL},
-    {"top_k", HONOURED, NULL},
-    {"min_p", HONOURED, NULL},
-    {"presence_penalty", HONOURED, NULL},
-    {"frequency_penalty", HONOURED, NULL},
-    {"repetition_penalty", HONOURED, NULL},
-    {"store", HONOURED, NULL},
-    {"previous_response_id", HONOURED, NULL},
-    {"stream", HONOURED, NULL},
-    {"top_logprobs", HONOURED, NULL}, /* 0 only: checked below */
-    {"metadata", IGNORED, NULL},
-    {"user", IGNORED, NULL},
-    {"safety_identifier", IGNORED, NULL},
-    {"prompt_cache_key", IGNORED, NULL},
-    {"prompt_cache_retention", IGNORED, NULL},
-    {"prompt_cache_options", IGNORED, NULL},
-    {"client_metadata", IGNORED, NULL},
-    {"truncation", IGNORED, NULL},
-    {"service_tier", IGNORED, NULL},
-    {"stream_options", IGNORED, NULL},
-    {"max_tool_calls", IGNORED, NULL},
-    {"context_management", IGNORED, NULL},
-    {"moderation", IGNORED, NULL},
-    {"background", REFUSED, "background responses are not supported"},
-    {"conversation", REFUSED, "conversations are not supported; chain responses with previous_response_id"},
-    {"prompt", REFUSED, "stored prompt templates are not supported"},
+static const oa_field FIELDS[] = {
+    {"model", 0, OA_HONOURED, NULL},
+    {"input", 0, OA_HONOURED, NULL},
+    {"instructions", 0, OA_HONOURED, NULL},
+    {"tools", 0, OA_HONOURED, NULL},
+    {"tool_choice", 0, OA_HONOURED, NULL},
+    {"parallel_tool_calls", 0, OA_HONOURED, NULL},
+    {"text", 0, OA_HONOURED, NULL},
+    {"reasoning", 0, OA_HONOURED, NULL},
+    {"include", 0, OA_HONOURED, NULL}, /* values it does not know: ignored */
+    {"max_output_tokens", 0, OA_HONOURED, NULL},
+    {"temperature", 0, OA_HONOURED, NULL},
+    {"top_p", 0, OA_HONOURED, NULL},
+    {"stop", 0, OA_HONOURED, NULL},
+    {"seed", 0, OA_HONOURED, NULL},
+    {"top_k", 0, OA_HONOURED, NULL},
+    {"min_p", 0, OA_HONOURED, NULL},
+    {"presence_penalty", 0, OA_HONOURED, NULL},
+    {"frequency_penalty", 0, OA_HONOURED, NULL},
+    {"repetition_penalty", 0, OA_HONOURED, NULL},
+    {"store", 0, OA_HONOURED, NULL},
+    {"previous_response_id", 0, OA_HONOURED, NULL},
+    {"stream", 0, OA_HONOURED, NULL},
+    {"top_logprobs", 0, OA_HONOURED, NULL}, /* 0 only: checked below */
+    {"metadata", 0, OA_IGNORED, NULL},
+    {"user", 0, OA_IGNORED, NULL},
+    {"safety_identifier", 0, OA_IGNORED, NULL},
+    {"prompt_cache_key", 0, OA_IGNORED, NULL},
+    {"prompt_cache_retention", 0, OA_IGNORED, NULL},
+    {"prompt_cache_options", 0, OA_IGNORED, NULL},
+    {"client_metadata", 0, OA_IGNORED, NULL},
+    {"truncation", 0, OA_IGNORED, NULL},
+    {"service_tier", 0, OA_IGNORED, NULL},
+    {"stream_options", 0, OA_IGNORED, NULL},
+    {"max_tool_calls", 0, OA_IGNORED, NULL},
+    {"context_management", 0, OA_IGNORED, NULL},
+    {"moderation", 0, OA_IGNORED, NULL},
+    {"background", 0, OA_REFUSED, "background responses are not supported"},
+    {"conversation", 0, OA_REFUSED, "conversations are not supported; chain responses with previous_response_id"},
+    {"prompt", 0, OA_REFUSED, "stored prompt templates are not supported"},
 };
 
 /* Appends ", 'name'" to a list of names for a log line. */
@@ -102,21 +96,11 @@ static void name_list(char *list, size_t cap, const char *name) {
 
 static int check_fields(srv *s, const cJSON *root, moe8_buf *err) {
     const cJSON *f;
-    char unknown[400] = "";
-    cJSON_ArrayForEach(f, root) {
-        size_t i = 0;
-        for (; i < sizeof FIELDS / sizeof *FIELDS; i++)
-            if (!strcmp(FIELDS[i].name, f->string)) break;
-        if (i == sizeof FIELDS / sizeof *FIELDS) name_list(unknown, sizeof unknown, f->string);
-        else if (FIELDS[i].what == REFUSED && !cJSON_IsNull(f) && !cJSON_IsFalse(f))
-            return moe8_oa_bad(err, f->string, "'%s': %s", f->string, FIELDS[i].why);
-    }
+    const int rc = moe8_oa_field_policy(s, root, FIELDS, sizeof FIELDS / sizeof *FIELDS, 0, "responses", err);
+    if (rc) return rc;
     f = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
     if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
         return moe8_oa_bad(err, "top_logprobs", "'top_logprobs': log-probs are not supported on /v1/responses");
-    if (unknown[0])
-        moe8_srv_log(s, "warning: responses request: unknown field%s %s ignored", strchr(unknown, ',') ? "s" : "",
-                      unknown);
     return 0;
 }
 

@@ -21,13 +21,9 @@
 #include "server/server.h"
 
 enum { F_CMPL = 1, F_CHAT = 2, F_BOTH = 3 };
-enum { HONOURED, IGNORED, REFUSED };
+enum { HONOURED = OA_HONOURED, IGNORED = OA_IGNORED, REFUSED = OA_REFUSED };
 
-static const struct {
-    const char *name;
-    int kinds, what;
-    const char *why; /* REFUSED: what to say */
-} FIELDS[] = {
+static const oa_field FIELDS[] = {
     {"model", F_BOTH, HONOURED, NULL},
     {"prompt", F_CMPL, HONOURED, NULL},
     {"messages", F_CHAT, HONOURED, NULL},
@@ -77,25 +73,37 @@ static const struct {
     {"verbosity", F_CHAT, REFUSED, "verbosity levels are not supported"},
 };
 
-int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
-    const int mine = kind == JOB_CHAT ? F_CHAT : F_CMPL;
+int moe8_oa_field_policy(srv *s, const cJSON *root, const oa_field *table, size_t n, int mask, const char *api,
+                         moe8_buf *err) {
     const cJSON *f;
     char unknown[400];
     size_t n_unknown = 0;
     unknown[0] = '\0';
     cJSON_ArrayForEach(f, root) {
         size_t i = 0;
-        for (; i < sizeof FIELDS / sizeof *FIELDS; i++)
-            if (!strcmp(FIELDS[i].name, f->string) && (FIELDS[i].kinds & mine)) break;
-        if (i == sizeof FIELDS / sizeof *FIELDS) { /* not one of this endpoint's */
+        for (; i < n; i++)
+            if (!strcmp(table[i].name, f->string) && (!table[i].kinds || (table[i].kinds & mask))) break;
+        if (i == n) { /* not one of this endpoint's */
             const int k = snprintf(unknown + n_unknown, sizeof unknown - n_unknown, "%s'%.60s'",
                                    n_unknown ? ", " : "", f->string);
             if (k > 0 && (size_t)k < sizeof unknown - n_unknown) n_unknown += (size_t)k;
             continue;
         }
-        if (FIELDS[i].what == REFUSED && !cJSON_IsNull(f) && !(cJSON_IsFalse(f)))
-            return moe8_oa_bad(err, f->string, "'%s': %s", f->string, FIELDS[i].why);
+        if (table[i].what == OA_REFUSED && !cJSON_IsNull(f) && !cJSON_IsFalse(f))
+            return moe8_oa_bad(err, f->string, "'%s': %s", f->string, table[i].why);
     }
+    if (n_unknown)
+        moe8_srv_log(s, "warning: %s request: unknown field%s %s ignored", api, strchr(unknown, ',') ? "s" : "",
+                     unknown);
+    return 0;
+}
+
+int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err) {
+    const cJSON *f;
+    const int rc = moe8_oa_field_policy(s, root, FIELDS, sizeof FIELDS / sizeof *FIELDS,
+                                        kind == JOB_CHAT ? F_CHAT : F_CMPL, kind == JOB_CHAT ? "chat" : "completions",
+                                        err);
+    if (rc) return rc;
     /* values that are only honoured in one form */
     f = cJSON_GetObjectItemCaseSensitive(root, "best_of");
     if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 1))
@@ -108,9 +116,6 @@ int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err
         cJSON_ArrayForEach(m, f) if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
             return moe8_oa_bad(err, "modalities", "'modalities': only \"text\" output is supported");
     }
-    if (n_unknown)
-        moe8_srv_log(s, "warning: %s request: unknown field%s %s ignored", kind == JOB_CHAT ? "chat" : "completions",
-                     strchr(unknown, ',') ? "s" : "", unknown);
     return 0;
 }
 

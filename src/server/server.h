@@ -233,6 +233,19 @@ void moe8_tools_free(job *j);
  * one; then the logits processors (penalties, logit_bias, min_tokens) into
  * j->rq. Each returns 0 or an HTTP status with the error body. */
 int moe8_oa_check_fields(srv *s, const cJSON *root, job_kind kind, moe8_buf *err);
+/* An API's field policy: a row per field it knows (kinds: a mask of the
+ * APIs the row is for, 0 for every one). */
+enum { OA_HONOURED, OA_IGNORED, OA_REFUSED };
+typedef struct {
+    const char *name;
+    int kinds, what;
+    const char *why; /* OA_REFUSED: what to say */
+} oa_field;
+/* root's fields against table[0..n) for the API `mask`: a refused one that is
+ * set (not null, not false) is a 400 naming it; unknown ones are logged in one
+ * warning line, "warning: API request: unknown field(s) ... ignored". */
+int moe8_oa_field_policy(srv *s, const cJSON *root, const oa_field *table, size_t n, int mask, const char *api,
+                         moe8_buf *err);
 int moe8_oa_parse_processors(srv *s, const cJSON *root, job *j, moe8_buf *err);
 void moe8_job_free(job *j);
 
