@@ -1,8 +1,10 @@
 /*
- * family_test.h — what the model-family tests (test_arch.c, test_deepseek.c)
+ * family_test.h — what the model-family tests (test_arch.c, test_deepseek.c,
+ * test_glm4_moe.c, test_minimax_m2.c)
  * share besides model_test.h: config parsing, a relative error, the check
  * against the double-precision reference and the corrupt-folder table's
- * hooks. Include after test.h, fixture_model.h and forward_ref.h.
+ * hooks, and family_unknown (a family the engine does not know yet). Include
+ * after test.h, fixture_model.h and forward_ref.h.
  */
 #ifndef MOE8_FAMILY_TEST_H
 #define MOE8_FAMILY_TEST_H

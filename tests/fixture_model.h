@@ -1,7 +1,7 @@
 /*
  * fixture_model.h — header-only generator of tiny synthetic model folders in
- * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE or Mixtral
- * with o.arch (tensor names and config.json keys as Hugging Face spells them
+ * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE, Mixtral,
+ * DeepSeek-V2/V3, GLM-4.5 or MiniMax-M2 with o.arch (tensor names and config.json keys as Hugging Face spells them
  * for each family, written here independently of src/arch). Include after
  * test.h.
  *
@@ -47,6 +47,33 @@
  *                 static with o.kvb_w8a8: its quant_bias = -input_offset * sum_i Wq,
  *                 which cancels the input offset), routed and shared experts
  *                 W8A8_DYNAMIC. n_kv_heads and head_dim are ignored.
+ *   FX_GLM4_MOE (5) Glm4MoeForCausalLM as zai-org's GLM-4.5 / 4.6 / 4.7 checkpoints
+ *                 lay it out: q/k/v/o_proj, q/k/v `.bias` [out] unless o.no_attn_bias
+ *                 (float `.bias` written as FX_QWEN2's: quant 0, or quant 1 with
+ *                 o.bias_tensor), self_attn.q_norm/k_norm [D] unless o.no_qk_norm;
+ *                 the MLP / MoE block under DeepSeek-V3's names (dense mlp.*_proj in
+ *                 layers l < first_dense, mlp.gate.weight, mlp.gate.e_score_correction_bias
+ *                 [E] F32, mlp.experts.N.*, mlp.shared_experts.* of n_shared * moe_inter);
+ *                 config.json: partial_rotary_factor (o.partial_rotary, 0.5), use_qk_norm,
+ *                 attention_bias, n_group / topk_group, routed_scaling_factor,
+ *                 norm_topk_prob, n_routed_experts, n_shared_experts,
+ *                 first_k_dense_replace, num_nextn_predict_layers (o.n_mtp, 1),
+ *                 rms_norm_eps (o.rms_eps, 1e-5), rope_theta (o.theta, 1e6).
+ *   FX_MINIMAX_M2 (6) MiniMaxM2ForCausalLM as MiniMaxAI's checkpoints lay it out:
+ *                 q/k/v/o_proj without biases, self_attn.q_norm [NH*D] and k_norm
+ *                 [NKV*D] (over the whole projection), block_sparse_moe.gate.weight,
+ *                 block_sparse_moe.e_score_correction_bias [E] F32,
+ *                 block_sparse_moe.experts.N.{w1,w3,w2}, every layer MoE, no shared
+ *                 expert; config.json: rotary_dim (o.rotary_dim, head_dim / 2),
+ *                 use_qk_norm, scoring_func sigmoid, use_routing_bias, num_local_experts,
+ *                 intermediate_size = moe_inter, num_mtp_modules (o.n_mtp, 1),
+ *                 mtp_transformer_layers 1, rms_norm_eps 1e-6, rope_theta 5e6.
+ *   Both write their multi-token-prediction layers, which inference skips, as
+ *   model.layers.{n_layers + i}.* for i < o.n_mtp: a whole MoE decoder layer
+ *   (quantized as the others) and eh_proj [H][2H], enorm, hnorm,
+ *   shared_head.norm (GLM also embed_tokens and shared_head.head [V][H]),
+ *   FLOAT. quant 1: attention and GLM's dense MLPs W8A8 static, routed and
+ *   shared experts W8A8_DYNAMIC, router, norms and correction bias FLOAT.
  *   down_float (quant 1): every expert's down_proj (routed and shared) FLOAT.
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
@@ -99,7 +126,7 @@ typedef struct {
     int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
     int float_desc;           /* write an all-FLOAT description for a float model */
     int generation_config;    /* write generation_config.json (eos [2, 7]) */
-    int arch;                 /* FX_QWEN3, FX_QWEN2 or FX_MIXTRAL */
+    int arch;                 /* FX_QWEN3, FX_QWEN2, FX_MIXTRAL, ... FX_MINIMAX_M2 */
     int64_t shared_inter;     /* FX_QWEN2: shared expert width (default 48) */
     int no_renorm;            /* qwen families: norm_topk_prob false */
     int down_float;           /* quant 1: every expert down_proj FLOAT (routed and shared) */

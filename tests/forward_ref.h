@@ -5,7 +5,8 @@
  * norms), Qwen2MoE (q/k/v biases added after the float linears, or already
  * in a W8A8 linear's quant_bias; the shared expert, sigmoid(h . g) *
  * shared(h), added to the routed experts' sum; norm_topk_prob as written)
- * and Mixtral (softmax over all experts, top-2, divided by their sum).
+ * and Mixtral (softmax over all experts, top-2, divided by their sum);
+ * DeepSeek-V2/V3, GLM-4.5 and MiniMax-M2 below.
  * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
  * values as written to the file) by name and computes everything in double,
  * except the activation codes of quantized layers, which it computes in fp32
@@ -34,6 +35,23 @@
  * output); a W8A8 kv_b_proj runs as its dequantized float weight
  * deq_scale[j] / input_scale * Wq[j][i] (its quant_bias only cancels the
  * input offset), as the engine absorbs it into attention.
+ *
+ * GLM-4.5 (FX_GLM4_MOE) and MiniMax-M2 (FX_MINIMAX_M2), ref_layer_sig, follow
+ * transformers' modeling_glm4_moe.py and modeling_minimax_m2.py (vLLM's
+ * glm4_moe.py and minimax_m2.py where transformers is silent: MiniMax's
+ * rotary_dim, use_routing_bias): GQA at D^-0.5; q/k/v biases (GLM, float
+ * `.bias` added, or inside a W8A8 quant_bias); q/k RMSNorm per head of D
+ * (GLM's use_qk_norm) or over the whole q and k projections before the head
+ * split (MiniMax); partial rotary (ref_rope_partial: the first rot dims,
+ * rot = int(D * partial_rotary_factor) or rotary_dim, rotate_half within
+ * them, inv_freq theta^(-2i/rot), the rest passed); sigmoid routing
+ * (ref_route_sigmoid): selection on sigmoid + e_score_correction_bias, GLM
+ * grouped (a group's two best summed, topk_group kept, the rest 0.0),
+ * weights the unbiased scores, / (sum + 1e-20) with norm_topk_prob, x
+ * routed_scaling_factor; MiniMax one group, always / sum, no factor;
+ * GLM's shared experts added ungated, its first first_k_dense_replace layers
+ * dense. The MTP layers are never read. rms_norm_eps and rope_theta from
+ * fx_eps / fx_theta.
  *
  * rm.float_experts = 1 runs W8A8_DYNAMIC experts with dequantized weights
  * S·(Wq + O) in double (what --float-experts computes). An expert's (or the

@@ -219,6 +219,38 @@ static void test_ref_vs_qwen(void) {
         }
 }
 
+/* Each option reaches the reference's logits; the MTP layer does not. */
+static void test_ref_options(void) {
+    const int n = 6, V = 256;
+    double *base = malloc(sizeof(double) * n * V), *l = malloc(sizeof(double) * n * V);
+    for (int quant = 0; quant < 2; quant++) {
+        fx_opts o = glm_opts(quant);
+        ref_model rm;
+        ref_init(&rm, &o);
+        ref_forward(&rm, PROMPT, n, base);
+        ref_free(&rm);
+        for (int v = 0; v < 7; v++) {
+            fx_opts p = o;
+            const double m = max_abs(base, (size_t)n * V);
+            if (v == 0) p.no_qk_norm = 1;
+            if (v == 1) p.no_attn_bias = 1;
+            if (v == 2) p.n_group = 1, p.topk_group = 1;
+            if (v == 3) p.routed_scale = 1.0;
+            if (v == 4) p.no_renorm = 1;
+            if (v == 5) p.rms_eps = 1e-2;
+            if (v == 6) p.n_mtp = 0;
+            if (v == 1 && quant) continue; /* W8A8: the biases are inside quant_bias */
+            ref_init(&rm, &p);
+            ref_forward(&rm, PROMPT, n, l);
+            ref_free(&rm);
+            if (v == 6) CHECKF(max_abs_diff(l, base, (size_t)n * V) == 0.0, "the MTP layer changed the logits");
+            else CHECKF(max_abs_diff(l, base, (size_t)n * V) > 1e-9 * m, "option %d (quant %d) changed nothing", v, quant);
+        }
+    }
+    free(base);
+    free(l);
+}
+
 static const cJSON *json_key(const cJSON *root, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(root, k);
 }
@@ -447,6 +479,7 @@ int main(void) {
     test_ref_route();
     test_ref_moe_vs_deepseek();
     test_ref_vs_qwen();
+    test_ref_options();
     test_ref_fixture();
     if (family_unknown("glm4_moe", glm_opts(0))) {
         printf("SKIP: engine lacks glm4_moe (the reference checks above ran: %d failed)\n", test_n_fail);
