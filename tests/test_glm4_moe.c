@@ -333,6 +333,48 @@ static void test_forward_float(void) {
     check_vs_ref("glm_float_wide_heads", &o);
 }
 
+/* Odd widths (no multiple of 8 or 16: the kernels' tails), one KV head or
+ * several, rotary of a quarter or a half, float and W8A8. */
+#define N_ODD 4
+static fx_opts odd_opts(int i) {
+    static const struct { int quant, H, heads, kv, D, E, K, G, TG, I, F; double prf; } S[N_ODD] = {
+        {0, 40, 3, 1, 12, 6, 2, 3, 2, 20, 44, 0.5},
+        {0, 72, 5, 5, 8, 9, 3, 3, 1, 13, 30, 0.25},
+        {1, 40, 3, 1, 12, 6, 2, 3, 2, 20, 44, 0.5},
+        {1, 56, 2, 2, 20, 10, 4, 5, 3, 17, 50, 0.4},
+    };
+    fx_opts o = glm_opts(S[i].quant);
+    o.hidden = S[i].H, o.n_heads = S[i].heads, o.n_kv_heads = S[i].kv, o.head_dim = S[i].D;
+    o.n_experts = S[i].E, o.top_k = S[i].K, o.n_group = S[i].G, o.topk_group = S[i].TG;
+    o.moe_inter = S[i].I, o.inter = S[i].F, o.partial_rotary = S[i].prf;
+    o.seed += 31 * (uint64_t)i;
+    return o;
+}
+
+static void test_ref_odd_shapes(void) {
+    for (int i = 0; i < N_ODD; i++) {
+        fx_opts o = odd_opts(i);
+        ref_model rm;
+        double *l = malloc(sizeof(double) * 9 * 256);
+        int bad = 0;
+        ref_init(&rm, &o);
+        ref_forward(&rm, PROMPT, 9, l);
+        for (int j = 0; j < 9 * 256; j++) bad += !isfinite(l[j]);
+        CHECKF(bad == 0 && max_abs(l, 9 * 256) > 0, "odd shape %d: %d non-finite logits", i, bad);
+        ref_free(&rm);
+        free(l);
+    }
+}
+
+static void test_forward_odd_shapes(void) {
+    for (int i = 0; i < N_ODD; i++) {
+        fx_opts o = odd_opts(i);
+        char label[64];
+        FMT(label, "glm_odd_%s_%d", o.quant ? "w8a8" : "float", i);
+        check_vs_ref(label, &o);
+    }
+}
+
 static void test_forward_w8a8(void) {
     fx_opts o = glm_opts(1);
     check_vs_ref("glm_w8a8", &o);
@@ -480,6 +522,7 @@ int main(void) {
     test_ref_moe_vs_deepseek();
     test_ref_vs_qwen();
     test_ref_options();
+    test_ref_odd_shapes();
     test_ref_fixture();
     if (family_unknown("glm4_moe", glm_opts(0))) {
         printf("SKIP: engine lacks glm4_moe (the reference checks above ran: %d failed)\n", test_n_fail);
@@ -488,6 +531,7 @@ int main(void) {
     }
     test_forward_float();
     test_forward_w8a8();
+    test_forward_odd_shapes();
     test_config_and_inspect();
     test_mtp_skipped();
     test_defects();

@@ -276,6 +276,47 @@ static void test_forward_float(void) {
     check_vs_ref("mm_float_one_head_2mtp", &o);
 }
 
+/* Odd widths (no multiple of 8 or 16: the kernels' tails), GQA groups of
+ * 1 to 6, rotary_dim from 2 to D - 2, float and W8A8. */
+#define N_ODD 4
+static fx_opts odd_opts(int i) {
+    static const struct { int quant, H, heads, kv, D, rot, E, K, I; } S[N_ODD] = {
+        {0, 48, 6, 1, 10, 4, 5, 2, 24},
+        {0, 36, 3, 3, 14, 12, 7, 3, 11},
+        {1, 48, 6, 2, 10, 2, 5, 2, 24},
+        {1, 60, 4, 2, 18, 6, 9, 4, 19},
+    };
+    fx_opts o = mm_opts(S[i].quant);
+    o.hidden = S[i].H, o.n_heads = S[i].heads, o.n_kv_heads = S[i].kv, o.head_dim = S[i].D;
+    o.rotary_dim = S[i].rot, o.n_experts = S[i].E, o.top_k = S[i].K, o.moe_inter = S[i].I;
+    o.seed += 31 * (uint64_t)i;
+    return o;
+}
+
+static void test_ref_odd_shapes(void) {
+    for (int i = 0; i < N_ODD; i++) {
+        fx_opts o = odd_opts(i);
+        ref_model rm;
+        double *l = malloc(sizeof(double) * 9 * 256);
+        int bad = 0;
+        ref_init(&rm, &o);
+        ref_forward(&rm, PROMPT, 9, l);
+        for (int j = 0; j < 9 * 256; j++) bad += !isfinite(l[j]);
+        CHECKF(bad == 0 && max_abs(l, 9 * 256) > 0, "odd shape %d: %d non-finite logits", i, bad);
+        ref_free(&rm);
+        free(l);
+    }
+}
+
+static void test_forward_odd_shapes(void) {
+    for (int i = 0; i < N_ODD; i++) {
+        fx_opts o = odd_opts(i);
+        char label[64];
+        FMT(label, "mm_odd_%s_%d", o.quant ? "w8a8" : "float", i);
+        check_vs_ref(label, &o);
+    }
+}
+
 static void test_forward_w8a8(void) {
     fx_opts o = mm_opts(1);
     check_vs_ref("mm_w8a8", &o);
@@ -414,6 +455,7 @@ int main(void) {
     test_ref_route();
     test_ref_moe_vs_mixtral();
     test_ref_options();
+    test_ref_odd_shapes();
     test_ref_fixture();
     if (family_unknown("minimax_m2", mm_opts(0))) {
         printf("SKIP: engine lacks minimax_m2 (the reference checks above ran: %d failed)\n", test_n_fail);
@@ -423,6 +465,7 @@ int main(void) {
     test_config_and_inspect();
     test_forward_float();
     test_forward_w8a8();
+    test_forward_odd_shapes();
     test_mtp_skipped();
     test_defects();
     return test_summary();
