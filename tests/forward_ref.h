@@ -656,8 +656,9 @@ static void ref_attn_gqa(double *out, const double *h, int n, const ref_model *r
                          int qk, int64_t rot, double eps, double theta) {
     const fx_opts *o = &rm->o;
     const int64_t H = o->hidden, NH = o->n_heads, NKV = o->n_kv_heads, D = o->head_dim;
-    double *q = malloc(sizeof(double) * n * NH * D), *k = malloc(sizeof(double) * n * NKV * D);
-    double *v = malloc(sizeof(double) * n * NKV * D), *att = malloc(sizeof(double) * n * NH * D);
+    double *q = calloc((size_t)(n * NH * D), sizeof(double));
+    double *k = calloc((size_t)(n * NKV * D), sizeof(double));
+    double *v = calloc((size_t)(n * NKV * D), sizeof(double)), *att = malloc(sizeof(double) * n * NH * D);
     const fx_tensor *qn = qk ? ref_t(rm, "model.layers.%lld.self_attn.q_norm.weight", l, 0) : NULL;
     const fx_tensor *kn = qk ? ref_t(rm, "model.layers.%lld.self_attn.k_norm.weight", l, 0) : NULL;
     for (int t = 0; t < n; t++) {

@@ -251,8 +251,22 @@ static void test_ref_options(void) {
     free(l);
 }
 
-static const cJSON *json_key(const cJSON *root, const char *k) {
-    return cJSON_GetObjectItemCaseSensitive(root, k);
+/* A key of a parsed JSON file: its string ("" when absent or not one), its
+ * number (NAN when absent). */
+static const char *jstr(const cJSON *root, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, k);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+static double jnum(const cJSON *root, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+static const char *arch0(const cJSON *root) {
+    const cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+static int jtrue(const cJSON *root, const char *k) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, k));
 }
 
 /* The fixture: names, shapes, config.json keys, the description. */
@@ -280,24 +294,34 @@ static void test_ref_fixture(void) {
     dir = write_fixture("glm_fixture", &o);
     FMT(path, "%s/config.json", dir);
     text = test_slurp(path, &len);
-    c = cJSON_Parse((const char *)text);
+    c = cJSON_Parse(text ? (const char *)text : "");
     free(text);
-    CHECK(c && !strcmp(json_key(c, "model_type")->valuestring, "glm4_moe"));
-    CHECK(!strcmp(cJSON_GetArrayItem(json_key(c, "architectures"), 0)->valuestring, "Glm4MoeForCausalLM"));
-    CHECK(json_key(c, "partial_rotary_factor")->valuedouble == 0.5);
-    CHECK(cJSON_IsTrue(json_key(c, "use_qk_norm")) && cJSON_IsTrue(json_key(c, "attention_bias")));
-    CHECK(json_key(c, "num_nextn_predict_layers")->valueint == 1);
-    CHECK(json_key(c, "n_group")->valueint == 4 && json_key(c, "topk_group")->valueint == 2);
-    CHECK(json_key(c, "n_routed_experts")->valueint == 8 && json_key(c, "n_shared_experts")->valueint == 1);
-    CHECK(json_key(c, "first_k_dense_replace")->valueint == 1 && json_key(c, "head_dim")->valueint == 16);
-    CHECK(json_key(c, "routed_scaling_factor")->valuedouble == 2.5);
-    CHECK(cJSON_IsTrue(json_key(c, "norm_topk_prob")) && json_key(c, "rms_norm_eps")->valuedouble == 1e-5);
+    if (!c || !cJSON_IsObject(c)) {
+        CHECKF(0, "%s: not a JSON object", path);
+        cJSON_Delete(c);
+        return;
+    }
+    CHECK(c && !strcmp(jstr(c, "model_type"), "glm4_moe"));
+    CHECK(!strcmp(arch0(c), "Glm4MoeForCausalLM"));
+    CHECK(jnum(c, "partial_rotary_factor") == 0.5);
+    CHECK(jtrue(c, "use_qk_norm") && jtrue(c, "attention_bias"));
+    CHECK(jnum(c, "num_nextn_predict_layers") == 1);
+    CHECK(jnum(c, "n_group") == 4 && jnum(c, "topk_group") == 2);
+    CHECK(jnum(c, "n_routed_experts") == 8 && jnum(c, "n_shared_experts") == 1);
+    CHECK(jnum(c, "first_k_dense_replace") == 1 && jnum(c, "head_dim") == 16);
+    CHECK(jnum(c, "routed_scaling_factor") == 2.5);
+    CHECK(jtrue(c, "norm_topk_prob") && jnum(c, "rms_norm_eps") == 1e-5);
     cJSON_Delete(c);
     FMT(path, "%s/quant_model_description.json", dir);
     text = test_slurp(path, &len);
-    d = cJSON_Parse((const char *)text);
+    d = cJSON_Parse(text ? (const char *)text : "");
     free(text);
-#define DESC(k) json_key(d, k)->valuestring
+    if (!d || !cJSON_IsObject(d)) {
+        CHECKF(0, "%s: not a JSON object", path);
+        cJSON_Delete(d);
+        return;
+    }
+#define DESC(k) jstr(d, k)
     CHECK(d && !strcmp(DESC("model.layers.1.mlp.gate.e_score_correction_bias"), "FLOAT"));
     CHECK(!strcmp(DESC("model.layers.1.mlp.gate.weight"), "FLOAT"));
     CHECK(!strcmp(DESC("model.layers.1.self_attn.q_norm.weight"), "FLOAT"));

@@ -205,8 +205,22 @@ static void test_ref_options(void) {
     free(l);
 }
 
-static const cJSON *json_key(const cJSON *root, const char *k) {
-    return cJSON_GetObjectItemCaseSensitive(root, k);
+/* A key of a parsed JSON file: its string ("" when absent or not one), its
+ * number (NAN when absent). */
+static const char *jstr(const cJSON *root, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, k);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+static double jnum(const cJSON *root, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+static const char *arch0(const cJSON *root) {
+    const cJSON *it = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+static int jtrue(const cJSON *root, const char *k) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, k));
 }
 
 static void test_ref_fixture(void) {
@@ -230,22 +244,32 @@ static void test_ref_fixture(void) {
     dir = write_fixture("minimax_fixture", &o);
     FMT(path, "%s/config.json", dir);
     text = test_slurp(path, &len);
-    c = cJSON_Parse((const char *)text);
+    c = cJSON_Parse(text ? (const char *)text : "");
     free(text);
-    CHECK(c && !strcmp(json_key(c, "model_type")->valuestring, "minimax_m2"));
-    CHECK(!strcmp(cJSON_GetArrayItem(json_key(c, "architectures"), 0)->valuestring, "MiniMaxM2ForCausalLM"));
-    CHECK(json_key(c, "rotary_dim")->valueint == 8 && json_key(c, "head_dim")->valueint == 16);
-    CHECK(cJSON_IsTrue(json_key(c, "use_qk_norm")) && cJSON_IsTrue(json_key(c, "use_routing_bias")));
-    CHECK(!strcmp(json_key(c, "scoring_func")->valuestring, "sigmoid"));
-    CHECK(json_key(c, "num_mtp_modules")->valueint == 1 && json_key(c, "num_local_experts")->valueint == 8);
-    CHECK(json_key(c, "intermediate_size")->valueint == 32 && json_key(c, "rope_theta")->valuedouble == 5e6);
-    CHECK(cJSON_GetArraySize(json_key(c, "attn_type_list")) == 2);
+    if (!c || !cJSON_IsObject(c)) {
+        CHECKF(0, "%s: not a JSON object", path);
+        cJSON_Delete(c);
+        return;
+    }
+    CHECK(c && !strcmp(jstr(c, "model_type"), "minimax_m2"));
+    CHECK(!strcmp(arch0(c), "MiniMaxM2ForCausalLM"));
+    CHECK(jnum(c, "rotary_dim") == 8 && jnum(c, "head_dim") == 16);
+    CHECK(jtrue(c, "use_qk_norm") && jtrue(c, "use_routing_bias"));
+    CHECK(!strcmp(jstr(c, "scoring_func"), "sigmoid"));
+    CHECK(jnum(c, "num_mtp_modules") == 1 && jnum(c, "num_local_experts") == 8);
+    CHECK(jnum(c, "intermediate_size") == 32 && jnum(c, "rope_theta") == 5e6);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c, "attn_type_list")) == 2);
     cJSON_Delete(c);
     FMT(path, "%s/quant_model_description.json", dir);
     text = test_slurp(path, &len);
-    d = cJSON_Parse((const char *)text);
+    d = cJSON_Parse(text ? (const char *)text : "");
     free(text);
-#define DESC(k) json_key(d, k)->valuestring
+    if (!d || !cJSON_IsObject(d)) {
+        CHECKF(0, "%s: not a JSON object", path);
+        cJSON_Delete(d);
+        return;
+    }
+#define DESC(k) jstr(d, k)
     CHECK(d && !strcmp(DESC("model.layers.1.block_sparse_moe.e_score_correction_bias"), "FLOAT"));
     CHECK(!strcmp(DESC("model.layers.1.block_sparse_moe.gate.weight"), "FLOAT"));
     CHECK(!strcmp(DESC("model.layers.1.self_attn.k_norm.weight"), "FLOAT"));
