@@ -1,9 +1,9 @@
 /*
  * fixture_model.h — header-only generator of tiny synthetic model folders in
  * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE, Mixtral,
- * DeepSeek-V2/V3, GLM-4.5 or MiniMax-M2 with o.arch (tensor names and config.json keys as Hugging Face spells them
- * for each family, written here independently of src/arch). Include after
- * test.h.
+ * DeepSeek-V2/V3, GLM-4.5 or MiniMax-M2 with o.arch (tensor names and
+ * config.json keys as Hugging Face spells them for each family, written here
+ * independently of src/arch). Include after test.h.
  *
  *   fx_opts o = fx_default_opts();       // H 64, 2 layers, 4/2 heads, D 16,
  *   o.quant = 1;                         // E 4, top-2, I 32, F 96, vocab 256
