@@ -64,7 +64,8 @@ typedef struct {
     const char *allowed_origins;   /* CORS: comma-separated origins browsers may call from, or
                                     * "*"; NULL: none (no CORS headers) */
     moe8_dtype kv_type;            /* KV cache elements: F16 (default), BF16 or F32 */
-    const char *tool_call_parser;  /* "hermes", "deepseek_v3", "mistral": the format of the
+    const char *tool_call_parser;  /* "hermes", "deepseek_v3", "mistral", "glm45" (or
+                                    * "glm4_moe"), "glm47", "minimax_m2": the format of the
                                     * model's tool calls; NULL: the one its chat template
                                     * teaches (none: tools answer 400) */
     const char *default_chat_template_kwargs; /* a JSON object of template variables under

@@ -51,7 +51,8 @@ static int parse(int argc, char **argv, opts *o) {
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
     int no_prefix = 0, parser = -1, webui = 0, no_webui = 0;
-    static const char *const parsers[3] = {"hermes", "deepseek_v3", "mistral"};
+    static const char *const parsers[7] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
+                                           "minimax_m2"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
@@ -83,9 +84,11 @@ static int parse(int argc, char **argv, opts *o) {
         {"--default-chat-template-kwargs", NULL, CLI_STR, &o->sp.default_chat_template_kwargs,
          .arg = "JSON", .help = "template variables under each request's chat_template_kwargs,\n"
          "e.g. '{\"enable_thinking\": false}' (default: the template's)"},
-        {"--tool-call-parser", NULL, CLI_CHOICE, &parser, .choices = "hermes,deepseek_v3,mistral",
-         .arg = "F", .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
-         "mistral (default: the one its chat template teaches)"},
+        {"--tool-call-parser", NULL, CLI_CHOICE, &parser,
+         .choices = "hermes,deepseek_v3,mistral,glm45,glm4_moe,glm47,minimax_m2", .arg = "F",
+         .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
+         "mistral, glm45 (GLM-4.5/4.6; or glm4_moe), glm47, minimax_m2\n"
+         "(default: the one its chat template teaches)"},
         {"--responses-store", NULL, CLI_INT, &o->sp.responses_store, 0, 1 << 20, .arg = "N",
          .help = "responses kept for previous_response_id (least recently used\n"
          "dropped first; default 128; 0: none)"},

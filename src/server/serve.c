@@ -113,7 +113,7 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     }
     if (p->tool_call_parser && moe8_toolcall_format_from_name(p->tool_call_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
-                         "deepseek_v3, mistral", p->tool_call_parser);
+                         "deepseek_v3, mistral, glm45 (glm4_moe), glm47, minimax_m2", p->tool_call_parser);
     if (p->responses_store < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])
