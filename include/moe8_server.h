@@ -77,6 +77,14 @@ typedef struct {
                                     * default 128; 0: none kept */
     int webui;                     /* the chat page at GET / (src/server/webui/index.html);
                                     * default 1; 0: / is a 404 like any unknown path */
+    const char *reasoning_parser;  /* how chat output's think block is given back (vLLM's
+                                    * --reasoning-parser): "deepseek_r1", "qwen3", "glm45",
+                                    * "minimax_m2" split <think>...</think> off into
+                                    * reasoning_content; "minimax_m2_append_think" keeps it
+                                    * in content (the prompt's open "<think>" written
+                                    * before it), as MiniMax-M2 wants it back in the
+                                    * history; NULL: that for MiniMax-M2's template, the
+                                    * split for any other */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

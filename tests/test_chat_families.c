@@ -10,10 +10,17 @@
  * with and without the generation prompt and enable_thinking false. Checked
  * here: moe8_chat_template_render_json over the same messages, byte for
  * byte; where jinja2 fails, moe8 fails too.
+ * Also the server's split of their output into reasoning_content and
+ * content (src/server/api_chat.c): GLM-4.5 / 4.6 (the model opens <think>),
+ * GLM-4.7 (the prompt opens it), MiniMax-M2 split (minimax_m2) and kept
+ * whole (minimax_m2_append_think), each output fed split at every byte,
+ * against the expected text written here.
  */
 #include <cjson/cJSON.h>
 
 #include "moe8.h"
+#include "server/api.h"
+#include "server/server.h"
 #include "test.h"
 
 #define DATA MOE8_SOURCE_DIR "/tests/data/jinja"
@@ -91,6 +98,57 @@ static void check_chat(const cJSON *g, const cJSON *templates, const cJSON *case
     cJSON_free(kwargs);
 }
 
+/* ---- the reasoning split ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int append, open, thinking; /* --reasoning-parser minimax_m2_append_think; the prompt opened <think>; on */
+    const char *out, *content, *reasoning;
+} split_case;
+
+static const split_case SPLITS[] = {
+    {"glm45", 0, 0, 1, "<think>Two cities.</think>\nChecking.", "\nChecking.", "Two cities."},
+    {"glm45_empty_think", 0, 0, 0, "<think></think>\nHi", "\nHi", ""},
+    {"glm45_thinking_off", 0, 0, 0, "Hi <think>x</think>", "Hi <think>x</think>", ""},
+    {"glm47_open", 0, 1, 1, "Look it up.</think>Sunny.<tool_call>f</tool_call>", "Sunny.<tool_call>f</tool_call>",
+     "Look it up."},
+    {"glm45_unclosed", 0, 0, 1, "<think>still going", "", "still going"},
+    {"minimax_split", 0, 1, 1, "Two calls.\n</think>\n\nDone.", "\n\nDone.", "Two calls.\n"},
+    {"minimax_append", 1, 1, 1, "Two calls.\n</think>\n\n<minimax:tool_call>",
+     "<think>Two calls.\n</think>\n\n<minimax:tool_call>", ""},
+    {"minimax_append_thinking_off", 1, 0, 0, "Hello <think>", "Hello <think>", ""},
+};
+
+static void run_split(const split_case *c, size_t cut, moe8_buf *content, moe8_buf *reason) {
+    static srv s;
+    job *j = calloc(1, sizeof *j);
+    const size_t n = strlen(c->out);
+    s.think_append = c->append;
+    j->think = c->open ? 3 : 0;
+    j->thinking = c->thinking;
+    moe8_oa_chat_split(&s, j, c->out, cut, content, reason, 0);
+    moe8_oa_chat_split(&s, j, c->out + cut, n - cut, content, reason, 1);
+    moe8_buf_free(&j->hold);
+    free(j);
+}
+
+static void test_split(void) {
+    for (size_t i = 0; i < sizeof SPLITS / sizeof SPLITS[0]; i++) {
+        const split_case *c = &SPLITS[i];
+        for (size_t cut = 0; cut <= strlen(c->out); cut++) {
+            moe8_buf content = {0}, reason = {0};
+            run_split(c, cut, &content, &reason);
+            CHECKF(!strcmp(content.p ? content.p : "", c->content) && !strcmp(reason.p ? reason.p : "", c->reasoning),
+                   "%s split at %zu: content '%s' reasoning '%s'", c->name, cut, content.p ? content.p : "",
+                   reason.p ? reason.p : "");
+            moe8_buf_free(&content);
+            moe8_buf_free(&reason);
+        }
+    }
+    CHECK(moe8_srv_reasoning_append("minimax_m2_append_think") == 1 && moe8_srv_reasoning_append("glm45") == 0 &&
+          moe8_srv_reasoning_append("minimax_m2") == 0 && moe8_srv_reasoning_append("glm47") == -1);
+}
+
 int main(void) {
     size_t len;
     char *text = slurp(DATA "/family_goldens.json", &len);
@@ -102,6 +160,7 @@ int main(void) {
     cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(goldens, "chats")) check_chat(g, templates, cases, &n, &n_err);
     printf("family goldens: %d renderings (%d failing as in jinja2)\n", n, n_err);
     CHECK(n >= 250 && n_err >= 6);
+    test_split();
     cJSON_Delete(goldens);
     free(text);
     return test_summary();
