@@ -306,6 +306,15 @@ static const tcase CASES[] = {
      "[1, 2]}, \"tags\": [1, \"x\"], \"maybe\": null, \"any\": \"12\", \"either\": 12, \"color\": 1, \"zzz\": "
      "\"5\"}|E0:1|B1:get_weather|A1:{\"days\": 3.5, \"ratio\": 0.1, \"either\": \"abc\", \"color\": \"red\", "
      "\"metric\": \"maybe\", \"city\": null, \"ratio\": 1e-07}|E1:1"},
+    {MM, "mm_numbers", MB(MI("get_weather", MP("ratio", "1e16") MP("ratio", "1e23") MP("ratio", "-0.0")
+                                            MP("ratio", "123.456") MP("ratio", "0.0001") MP("ratio", "0.00001")
+                                            MP("ratio", "1_0.5") MP("ratio", ".5") MP("ratio", "5.") MP("ratio", "inf")
+                                            MP("ratio", "1__0") MP("days", "007") MP("days", "-0") MP("days", "1_000")
+                                            MP("days", "12345678901234567890123"))),
+     "B0:get_weather|A0:{\"ratio\": 10000000000000000, \"ratio\": 99999999999999991611392, \"ratio\": 0, "
+     "\"ratio\": 123.456, \"ratio\": 0.0001, \"ratio\": 1e-05, \"ratio\": 10.5, \"ratio\": 0.5, \"ratio\": 5, "
+     "\"ratio\": \"inf\", \"ratio\": \"1__0\", \"days\": 7, \"days\": 0, \"days\": 1000, \"days\": "
+     "12345678901234567890123}|E0:1"},
     {MM, "mm_unknown_tool", MB(MI("other", MP("x", "5") MP("y", "[1]"))), "B0:other|A0:{\"x\": \"5\", \"y\": \"[1]\"}|E0:1"},
     {MM, "mm_name_quotes", MB("<invoke name='get_weather'>" MP(" days ", "1") "</invoke>" "<invoke name=noparams></invoke>"),
      "B0:get_weather|A0:{\" days \": \"1\"}|E0:1|B1:noparams|A1:{}|E1:1"}, /* " days " is no parameter */
