@@ -17,8 +17,11 @@
  *     '...'); a value is stripped.
  *
  * Each value becomes JSON by the tool's schema (toolcall_value.c); the
- * arguments are {"key": value, ...} in json.dumps's layout, each pair
- * reported once its closing tag is read. A call is reported once its name
+ * arguments are {"key": value, ...} in json.dumps's layout, each key
+ * reported once it is complete and its value once its closing tag is read,
+ * but for a GLM string value, taken as written, which goes out as it comes
+ * (as vLLM's glm45 streams it; a MiniMax value is stripped, and may be
+ * null, so it waits for its end). A call is reported once its name
  * is complete (GLM: at the newline or the first tag; MiniMax: at the
  * invoke's '>'), complete at </tool_call> or </invoke>. A MiniMax block
  * whose calls are complete may lack its </minimax:tool_call> at the end of
@@ -38,8 +41,7 @@
  *
  * Does not: take text other than whitespace between the tags (vLLM's
  * regexes skip it), a key twice (written twice, where vLLM keeps the
- * last), a name longer than 256 bytes, or stream a value before its
- * closing tag.
+ * last), or a name longer than 256 bytes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +91,8 @@ struct tcx {
     int name_open;         /* GLM: a tag ends the name, which is checked then */
     /* the call */
     moe8_buf name, key, val;
+    unsigned val_types;    /* what the value is read as (toolcall_xml.h's TCX_*) */
+    int val_stream;        /* a GLM string value: sent as it comes */
     int reported, cur, n_calls, n_args;
     /* events not yet handed to the sink: content or arguments, never both */
     moe8_buf cbuf, abuf;
@@ -154,27 +158,64 @@ static int report(tcx *p, int quotes) {
     return R_OK;
 }
 
-/* A key and its value are complete: `"key": value` goes out. */
-static int pair_done(tcx *p, int quotes) {
+/* A key is complete: `"key": ` goes out, and *types is what its value is. */
+static void key_done(tcx *p, int quotes, unsigned *types) {
     const char *key = p->key.p ? p->key.p : "";
     size_t n = p->key.n;
     moe8_buf v = {0};
     char *kz;
-    unsigned types;
     clean_name(&key, &n, quotes);
-    if (!(kz = malloc(n + 1))) return p->oom = 1, R_OK;
+    if (!(kz = malloc(n + 1))) {
+        p->oom = 1;
+        return;
+    }
     memcpy(kz, key, n);
     kz[n] = '\0';
-    types = moe8_tcx_param_types(p->tools, p->f, p->name.p, kz);
+    *types = moe8_tcx_param_types(p->tools, p->f, p->name.p, kz);
     need(p, moe8_buf_str(&v, p->n_args++ ? ", " : "{"));
     need(p, moe8_buf_json_str(&v, kz, n, 0));
     need(p, moe8_buf_str(&v, ": "));
-    need(p, moe8_tcx_value(&v, p->f, types, p->val.p ? p->val.p : "", p->val.n));
     if (v.p) emit_args(p, v.p, v.n);
     moe8_buf_free(&v);
     free(kz);
-    p->key.n = p->val.n = 0;
-    return R_OK;
+    p->key.n = 0;
+}
+
+/* s[0..n) of a string value as the JSON string's body (no quotes). */
+static void emit_str_body(tcx *p, const char *s, size_t n) {
+    moe8_buf v = {0};
+    need(p, moe8_buf_json_str(&v, s, n, 0));
+    if (v.p && v.n >= 2) emit_args(p, v.p + 1, v.n - 2);
+    moe8_buf_free(&v);
+}
+
+/* A value is complete: the rest of it goes out. */
+static void value_done(tcx *p) {
+    const char *s = p->val.p ? p->val.p : "";
+    if (p->val_stream) {
+        emit_str_body(p, s, p->val.n);
+        emit_args(p, "\"", 1);
+    } else {
+        moe8_buf v = {0};
+        need(p, moe8_tcx_value(&v, p->f, p->val_types, s, p->val.n));
+        if (v.p) emit_args(p, v.p, v.n);
+        moe8_buf_free(&v);
+    }
+    p->val.n = 0;
+    p->val_stream = 0;
+}
+
+/* A GLM string value streams as it comes (it is taken as written), all of
+ * it but a tail that may begin </arg_value>. */
+static void value_stream(tcx *p) {
+    size_t keep = 0;
+    const size_t e = sizeof G_VAL_END - 1;
+    for (size_t k = e - 1 < p->val.n ? e - 1 : p->val.n; k > 0 && !keep; k--)
+        if (!memcmp(p->val.p + p->val.n - k, G_VAL_END, k)) keep = k;
+    if (p->val.n == keep) return;
+    emit_str_body(p, p->val.p, p->val.n - keep);
+    memmove(p->val.p, p->val.p + p->val.n - keep, keep);
+    p->val.n = keep;
 }
 
 static void call_complete(tcx *p) {
@@ -216,7 +257,12 @@ static int tag_done(tcx *p, int next) {
     }
     switch (next) {
     case T_ARG_KEY: p->st = G_KEY; p->key.n = 0; return R_OK;
-    case T_ARG_VALUE: p->st = G_VALUE; p->val.n = 0; return R_OK;
+    case T_ARG_VALUE:
+        p->st = G_VALUE;
+        p->val.n = 0;
+        key_done(p, 0, &p->val_types);
+        if ((p->val_stream = (p->val_types & TCX_STRING) != 0)) emit_args(p, "\"", 1);
+        return R_OK;
     case T_CALL_END: call_complete(p); seg_done(p); return R_OK;
     case T_INVOKE: p->st = M_NAME; p->name.n = 0; return R_OK;
     case T_PARAM: p->st = M_PNAME; p->key.n = 0; return R_OK;
@@ -287,8 +333,10 @@ static int seg_byte(tcx *p, unsigned char c) {
         return R_OK;
     case G_VALUE:
         if (to_tag(p, &p->val, c, G_VAL_END)) {
-            pair_done(p, 0);
+            value_done(p);
             expect_glm_next(p);
+        } else if (p->val_stream) {
+            value_stream(p);
         }
         return R_OK;
     case M_NAME:
@@ -300,6 +348,7 @@ static int seg_byte(tcx *p, unsigned char c) {
             } else {
                 p->st = M_VALUE;
                 p->val.n = 0;
+                key_done(p, 1, &p->val_types);
             }
             return R_OK;
         }
@@ -310,7 +359,7 @@ static int seg_byte(tcx *p, unsigned char c) {
         return R_OK;
     default: /* M_VALUE */
         if (to_tag(p, &p->val, c, M_PARAM_END)) {
-            pair_done(p, 1);
+            value_done(p);
             expect_invoke_next(p);
         }
         return R_OK;
@@ -377,7 +426,7 @@ static void brk(tcx *p, unsigned char c) {
     emit_content(p, p->raw.p, p->raw.n - n_again);
     p->raw.n = 0;
     p->name.n = p->key.n = p->val.n = 0;
-    p->name_open = 0;
+    p->name_open = p->val_stream = 0;
     p->st = X_TEXT;
     p->after_call = 0;
     p->held = 0;
