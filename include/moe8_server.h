@@ -64,7 +64,8 @@ typedef struct {
     const char *allowed_origins;   /* CORS: comma-separated origins browsers may call from, or
                                     * "*"; NULL: none (no CORS headers) */
     moe8_dtype kv_type;            /* KV cache elements: F16 (default), BF16 or F32 */
-    const char *tool_call_parser;  /* "hermes", "deepseek_v3", "mistral": the format of the
+    const char *tool_call_parser;  /* "hermes", "deepseek_v3", "mistral", "glm45" (or
+                                    * "glm4_moe"), "glm47", "minimax_m2": the format of the
                                     * model's tool calls; NULL: the one its chat template
                                     * teaches (none: tools answer 400) */
     const char *default_chat_template_kwargs; /* a JSON object of template variables under
@@ -76,6 +77,14 @@ typedef struct {
                                     * default 128; 0: none kept */
     int webui;                     /* the chat page at GET / (src/server/webui/index.html);
                                     * default 1; 0: / is a 404 like any unknown path */
+    const char *reasoning_parser;  /* how chat output's think block is given back (vLLM's
+                                    * --reasoning-parser): "deepseek_r1", "qwen3", "glm45",
+                                    * "minimax_m2" split <think>...</think> off into
+                                    * reasoning_content; "minimax_m2_append_think" keeps it
+                                    * in content (the prompt's open "<think>" written
+                                    * before it), as MiniMax-M2 wants it back in the
+                                    * history; NULL: that for MiniMax-M2's template, the
+                                    * split for any other */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

@@ -13,6 +13,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/buf.h"
+#include "grammar/grammar.h"
 #include "server/toolcall.h"
 #include "test.h"
 
@@ -111,10 +113,22 @@ static void on_end(void *u, int index, int ok) {
     put(r, ok ? "1" : "0", 1);
 }
 
+/* The request's tools every parser gets (the text-argument formats type
+ * their values by them): a parameter of each JSON Schema type, a type list,
+ * anyOf, an enum, no schema; a tool without parameters. */
+static const char TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+    "\"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, \"ratio\": "
+    "{\"type\": \"number\"}, \"metric\": {\"type\": \"boolean\"}, \"opts\": {\"type\": \"object\"}, \"tags\": "
+    "{\"type\": \"array\"}, \"maybe\": {\"type\": [\"integer\", \"null\"]}, \"any\": {}, \"either\": {\"anyOf\": "
+    "[{\"type\": \"integer\"}, {\"type\": \"string\"}]}, \"color\": {\"enum\": [\"red\", 1]}}}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"noparams\"}}]";
+static cJSON *g_tools;
+
 /* The events of text fed in the pieces that end at cuts[0..n_cuts) (then the rest). */
 static void run(toolcall_format f, const char *text, size_t len, const size_t *cuts, int n_cuts, rec *r) {
     toolcall_sink k = {on_content, on_begin, on_args, on_end, r};
-    toolcall_parser *p = moe8_toolcall_new(f);
+    toolcall_parser *p = moe8_toolcall_new(f, g_tools);
     size_t at = 0;
     rec_init(r);
     for (int i = 0; i <= n_cuts; i++) {
@@ -137,6 +151,14 @@ typedef struct {
 #define D TOOLCALL_DEEPSEEK_V3
 #define M TOOLCALL_MISTRAL
 #define HC(body) "<tool_call>\n" body "\n</tool_call>"
+#define G TOOLCALL_GLM45
+#define G7 TOOLCALL_GLM47
+#define MM TOOLCALL_MINIMAX_M2
+#define GKV(k, v) "<arg_key>" k "</arg_key>\n<arg_value>" v "</arg_value>\n"
+#define GC(name, pairs) "<tool_call>" name "\n" pairs "</tool_call>"
+#define MP(k, v) "<parameter name=\"" k "\">" v "</parameter>\n"
+#define MI(name, params) "<invoke name=\"" name "\">\n" params "</invoke>\n"
+#define MB(invokes) "<minimax:tool_call>\n" invokes "</minimax:tool_call>"
 
 static const tcase CASES[] = {
     /* hermes */
@@ -238,6 +260,74 @@ static const tcase CASES[] = {
     {M, "m_cut", "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": ",
      "B0:f|A0:{\"a\": |E0:0|C:[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": "},
     {M, "m_v11_bad_args", "[TOOL_CALLS]f[ARGS]{\"a\"}", "B0:f|A0:{\"a\"|E0:0|C:[TOOL_CALLS]f[ARGS]{\"a\"}"},
+    /* glm45 / glm47: values typed by the schema (a string as written; the rest JSON, a Python literal, text) */
+    {G, "g_one", GC("get_weather", GKV("city", "Paris")), "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {G, "g_typed", GC("get_weather", GKV("city", " Paris ") GKV("days", " 3 ") GKV("ratio", "0.50") GKV("metric", "true")
+                      GKV("opts", "{\"a\":1,\"b\":[true, null]}") GKV("tags", "['x', 2, (3, 4.50), None]")
+                      GKV("maybe", "null") GKV("any", "hello world") GKV(" zzz ", "7") GKV("either", "abc")),
+     "B0:get_weather|A0:{\"city\": \" Paris \", \"days\": 3, \"ratio\": 0.50, \"metric\": true, \"opts\": "
+     "{\"a\": 1, \"b\": [true, null]}, \"tags\": [\"x\", 2, [3, 4.5], null], \"maybe\": null, \"any\": \"hello "
+     "world\", \"zzz\": 7, \"either\": \"abc\"}|E0:1"},
+    {G, "g_literals", GC("f", GKV("a", "{'k': 'it\\'s', \"q\": (1,), 'e': ()}") GKV("b", "{1, 2}") GKV("c", "True")
+                       GKV("d", "[1e16, 1.5e-7, -0.0, 007]") GKV("e", "'caf\\xe9\\n'")),
+     "B0:f|A0:{\"a\": {\"k\": \"it's\", \"q\": [1], \"e\": []}, \"b\": \"{1, 2}\", \"c\": true, \"d\": "
+     "\"[1e16, 1.5e-7, -0.0, 007]\", \"e\": \"caf\xc3\xa9\\n\"}|E0:1"},
+    {G, "g_string_escaped", GC("get_weather", GKV("city", "caf\xc3\xa9 \"q\"\n\tend < </arg_valu x")),
+     "B0:get_weather|A0:{\"city\": \"caf\xc3\xa9 \\\"q\\\"\\n\\tend < </arg_valu x\"}|E0:1"},
+    {G7, "g47_layout", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days"
+     "</arg_key><arg_value>2</arg_value></tool_call>", "B0:get_weather|A0:{\"city\": \"Paris\", \"days\": 2}|E0:1"},
+    {G, "g_reads_47_layout", "<tool_call> get_weather <arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>",
+     "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {G, "g_no_args", "<tool_call>noparams\n</tool_call>", "B0:noparams|A0:{}|E0:1"},
+    {G7, "g_no_args_no_newline", "<tool_call>noparams</tool_call>", "B0:noparams|A0:{}|E0:1"},
+    {G, "g_two_and_text", "Sure.\n" GC("a", "") "\n" GC("b", GKV("x", "1")) "\nDone.",
+     "C:Sure.\n|B0:a|A0:{}|E0:1|B1:b|A1:{\"x\": 1}|E1:1|C:\nDone."},
+    {G, "g_no_end_tag", "<tool_call>f\n" GKV("a", "1"), "B0:f|A0:{\"a\": 1|E0:0|C:<tool_call>f\n" GKV("a", "1")},
+    {G, "g_cut_end_tag", "<tool_call>f\n</tool_ca", "B0:f|E0:0|C:<tool_call>f\n</tool_ca"},
+    {G, "g_wrong_tag", "<tool_call>f\n<arg_val>1</arg_val></tool_call>",
+     "B0:f|E0:0|C:<tool_call>f\n<arg_val>1</arg_val></tool_call>"},
+    {G, "g_text_between_tags", "<tool_call>f\n" GKV("a", "1") "oops</tool_call> x",
+     "B0:f|A0:{\"a\": 1|E0:0|C:<tool_call>f\n" GKV("a", "1") "oops</tool_call> x"},
+    {G, "g_empty_name", "<tool_call>\n" GKV("a", "1") "</tool_call>", "C:<tool_call>\n" GKV("a", "1") "</tool_call>"},
+    {G, "g_cut_in_value", "<tool_call>f\n<arg_key>a</arg_key><arg_value>Par",
+     "B0:f|A0:{\"a\": |E0:0|C:<tool_call>f\n<arg_key>a</arg_key><arg_value>Par"},
+    {G, "g_marker_after_break", "<tool_call><tool_call>noparams\n</tool_call>", "C:<tool_call>|B0:noparams|A0:{}|E0:1"},
+    {G, "g_cut_marker", "x <tool_ca", "C:x <tool_ca"},
+    {G, "g_name_then_garbage_tag", "<tool_call>f<b>", "C:<tool_call>f<b>"},
+    /* minimax_m2: values typed by the schema's types, in vLLM's order */
+    {MM, "mm_one", MB(MI("get_weather", MP("city", "Paris"))), "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {MM, "mm_typed", MB(MI("get_weather", MP("city", "\n  Par is \n") MP("days", " +0_3 ") MP("ratio", "2.0")
+                                           MP("metric", "Yes") MP("opts", "{\"a\": [1,2]}") MP("tags", "[1, \"x\"]")
+                                           MP("maybe", "None") MP("any", "12") MP("either", "12") MP("color", "1")
+                                           MP("zzz", "5"))
+                        MI("get_weather", MP("days", "3.5") MP("ratio", "0.10") MP("either", "abc") MP("color", "red")
+                                           MP("metric", "maybe") MP("city", "null") MP("ratio", "1e-7"))),
+     "B0:get_weather|A0:{\"city\": \"Par is\", \"days\": 3, \"ratio\": 2, \"metric\": true, \"opts\": {\"a\": "
+     "[1, 2]}, \"tags\": [1, \"x\"], \"maybe\": null, \"any\": \"12\", \"either\": 12, \"color\": 1, \"zzz\": "
+     "\"5\"}|E0:1|B1:get_weather|A1:{\"days\": 3.5, \"ratio\": 0.1, \"either\": \"abc\", \"color\": \"red\", "
+     "\"metric\": \"maybe\", \"city\": null, \"ratio\": 1e-07}|E1:1"},
+    {MM, "mm_numbers", MB(MI("get_weather", MP("ratio", "1e16") MP("ratio", "1e23") MP("ratio", "-0.0")
+                                            MP("ratio", "123.456") MP("ratio", "0.0001") MP("ratio", "0.00001")
+                                            MP("ratio", "1_0.5") MP("ratio", ".5") MP("ratio", "5.") MP("ratio", "inf")
+                                            MP("ratio", "1__0") MP("days", "007") MP("days", "-0") MP("days", "1_000")
+                                            MP("days", "12345678901234567890123"))),
+     "B0:get_weather|A0:{\"ratio\": 10000000000000000, \"ratio\": 99999999999999991611392, \"ratio\": 0, "
+     "\"ratio\": 123.456, \"ratio\": 0.0001, \"ratio\": 1e-05, \"ratio\": 10.5, \"ratio\": 0.5, \"ratio\": 5, "
+     "\"ratio\": \"inf\", \"ratio\": \"1__0\", \"days\": 7, \"days\": 0, \"days\": 1000, \"days\": "
+     "12345678901234567890123}|E0:1"},
+    {MM, "mm_unknown_tool", MB(MI("other", MP("x", "5") MP("y", "[1]"))), "B0:other|A0:{\"x\": \"5\", \"y\": \"[1]\"}|E0:1"},
+    {MM, "mm_name_quotes", MB("<invoke name='get_weather'>" MP(" days ", "1") "</invoke>" "<invoke name=noparams></invoke>"),
+     "B0:get_weather|A0:{\" days \": \"1\"}|E0:1|B1:noparams|A1:{}|E1:1"}, /* " days " is no parameter */
+    {MM, "mm_content_around", "Let me see.\n" MB(MI("noparams", "")) "\nok", "C:Let me see.\n|B0:noparams|A0:{}|E0:1|C:\nok"},
+    {MM, "mm_no_block_end", "<minimax:tool_call>\n" MI("noparams", "") "</minimax:tool_c", "B0:noparams|A0:{}|E0:1"},
+    {MM, "mm_no_invoke_end", "<minimax:tool_call>\n<invoke name=\"f\">\n" MP("a", "1"),
+     "B0:f|A0:{\"a\": \"1\"|E0:0|C:<minimax:tool_call>\n<invoke name=\"f\">\n" MP("a", "1")},
+    {MM, "mm_second_broken", "<minimax:tool_call>\n" MI("noparams", "") "nope</minimax:tool_call>",
+     "B0:noparams|A0:{}|E0:1|C:\nnope</minimax:tool_call>"},
+    {MM, "mm_empty_block", "a<minimax:tool_call></minimax:tool_call>b", "C:ab"},
+    {MM, "mm_bad_name", MB("<invoke name=\"a<b\">" "</invoke>"), "C:" MB("<invoke name=\"a<b\">" "</invoke>")},
+    {MM, "mm_empty_name", MB("<invoke name=\"\">" "</invoke>"), "C:" MB("<invoke name=\"\">" "</invoke>")},
+    {MM, "mm_not_marker", "<minimax:tool>x", "C:<minimax:tool>x"},
 };
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -298,7 +388,7 @@ static void test_case(const tcase *c) {
     }
     {
         toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
-        toolcall_parser *p = moe8_toolcall_new(c->f);
+        toolcall_parser *p = moe8_toolcall_new(c->f, g_tools);
         rec_init(&part);
         for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, c->text + i, 1, &k);
         moe8_toolcall_finish(p, &k);
@@ -336,6 +426,11 @@ static int has_empty_block(const char *s) {
         while (*r == ' ' || *r == '\n') r++;
         if (!strncmp(r, DS_CALLS_END, strlen(DS_CALLS_END))) return 1;
     }
+    for (q = strstr(s, "<minimax:tool_call>"); q; q = strstr(q + 1, "<minimax:tool_call>")) {
+        const char *r = q + strlen("<minimax:tool_call>");
+        while (*r == ' ' || *r == '\n') r++;
+        if (!strncmp(r, "</minimax:tool_call>", 20)) return 1;
+    }
     for (q = strstr(s, "[TOOL_CALLS]"); q; q = strstr(q + 1, "[TOOL_CALLS]")) {
         const char *r = q + 12;
         while (*r == ' ' || *r == '\n') r++;
@@ -349,7 +444,7 @@ static int has_empty_block(const char *s) {
 /* Any split gives the events of the whole; no call reported (and no empty
  * block) means the content is the whole output, byte for byte. */
 static void test_random(void) {
-    static const char *const PIECES[3][24] = {
+    static const char *const PIECES[5][24] = {
         {"<tool_call>", "</tool_call>", "<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"name\": \"g\"}",
          "\n", " ", "{", "}", "\"name\"", "\"arguments\"", ":", ",", "\"f\"", "[", "]", "1", "true", "\"x\\\"\"",
          "<", "tool", "abc", "\\", "\"", NULL},
@@ -357,11 +452,17 @@ static void test_random(void) {
          "{\"a\": [1, 2]}", "{", "}", "f", "\n", " ", "<", "```", "x", "\"", ":", "1", NULL},
         {"[TOOL_CALLS]", " [", "[ARGS]", "{\"name\": \"f\", \"arguments\": {}}", "{\"name\": \"f\"", ", ", "]",
          "{", "}", "get_time", "\"arguments\"", ":", "[", "\n", " ", "x", "\"", "1", "null", NULL},
+        {"<tool_call>", "</tool_call>", "<tool_call>get_weather\n", "<arg_key>", "</arg_key>", "<arg_value>",
+         "</arg_value>", "city", "days", "\n", " ", "<", "1", "[1, 'a']", "{\"a\": 1}", "x", "</", "arg", "\"", NULL},
+        {"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=", "\"get_weather\">", "</invoke>",
+         "<parameter name=", "\"days\">", "</parameter>", ">", "\n", " ", "<", "3", "yes", "null", "'f'", "x", "\"",
+         NULL},
     };
-    static const toolcall_format F[3] = {TOOLCALL_HERMES, TOOLCALL_DEEPSEEK_V3, TOOLCALL_MISTRAL};
+    static const toolcall_format F[5] = {TOOLCALL_HERMES, TOOLCALL_DEEPSEEK_V3, TOOLCALL_MISTRAL, TOOLCALL_GLM45,
+                                         TOOLCALL_MINIMAX_M2};
     static rec whole, part;
     int bad = 0, n_calls = 0, n_texts = 0;
-    for (int f = 0; f < 3 && !bad; f++) {
+    for (int f = 0; f < 5 && !bad; f++) {
         int n_pieces = 0;
         while (PIECES[f][n_pieces]) n_pieces++;
         for (int t = 0; t < 3000 && !bad; t++) {
@@ -387,7 +488,7 @@ static void test_random(void) {
                 int m = r == 0 ? 0 : 1 + (int)(rnd() % 6);
                 if (r == 0) { /* byte by byte */
                     toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
-                    toolcall_parser *p = moe8_toolcall_new(F[f]);
+                    toolcall_parser *p = moe8_toolcall_new(F[f], g_tools);
                     rec_init(&part);
                     for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, text + i, 1, &k);
                     moe8_toolcall_finish(p, &k);
@@ -405,7 +506,7 @@ static void test_random(void) {
         }
     }
     printf("toolcall: %d random outputs (%d with a call)\n", n_texts, n_calls);
-    CHECK(!bad && n_calls > 300);
+    CHECK(!bad && n_calls > 500);
 }
 
 /* ---- streaming: held back no longer than needed ---------------------------------------- */
@@ -415,7 +516,7 @@ static void test_random(void) {
 static void test_streaming(void) {
     static rec r;
     toolcall_sink k = {on_content, on_begin, on_args, on_end, &r};
-    toolcall_parser *p = moe8_toolcall_new(TOOLCALL_HERMES);
+    toolcall_parser *p = moe8_toolcall_new(TOOLCALL_HERMES, NULL);
     rec_init(&r);
     FEED("Hello <");
     CHECK(!strcmp(r.s, "C:Hello ")); /* only the '<' waits */
@@ -435,14 +536,27 @@ static void test_streaming(void) {
     moe8_toolcall_finish(p, &k);
     CHECK(!strcmp(r.s, "C:Hello <b> |B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1") && !r.bad);
     moe8_toolcall_free(p);
+    /* GLM: a key goes out when complete, a string value as it comes (but a tail that may end it) */
+    p = moe8_toolcall_new(TOOLCALL_GLM45, g_tools);
+    rec_init(&r);
+    FEED("<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"days\": "));
+    FEED("3</arg_value>\n<arg_key>city</arg_key>\n<arg_value>Pa");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"days\": 3, \"city\": \"Pa"));
+    FEED("ris\n</arg_val");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"days\": 3, \"city\": \"Paris\\n"));
+    FEED("ue>\n</tool_call>");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"days\": 3, \"city\": \"Paris\\n\"}|E0:1") && !r.bad);
+    moe8_toolcall_finish(p, &k);
+    moe8_toolcall_free(p);
     /* NULL callbacks are fine; a parser of no format is refused */
     {
         toolcall_sink none = {0};
-        toolcall_parser *q = moe8_toolcall_new(TOOLCALL_MISTRAL);
+        toolcall_parser *q = moe8_toolcall_new(TOOLCALL_MISTRAL, NULL);
         CHECK(moe8_toolcall_feed(q, "[TOOL_CALLS] [{\"name\": \"f\"}] x", 31, &none) == 0 &&
               moe8_toolcall_finish(q, &none) == 0 && moe8_toolcall_count(q) == 1);
         moe8_toolcall_free(q);
-        CHECK(moe8_toolcall_new((toolcall_format)7) == NULL && moe8_toolcall_new(TOOLCALL_INVALID) == NULL);
+        CHECK(moe8_toolcall_new((toolcall_format)70, NULL) == NULL && moe8_toolcall_new(TOOLCALL_INVALID, NULL) == NULL);
         moe8_toolcall_free(NULL);
     }
     /* nesting past the limit breaks the call, it does not overflow */
@@ -476,6 +590,10 @@ static void test_names(void) {
         {"/tool_templates/mistral_v3_tools.jinja", TOOLCALL_MISTRAL},
         {"/jinja/llama2_chat.jinja", TOOLCALL_NONE},
         {"/jinja/mixtral_instruct.jinja", TOOLCALL_NONE},
+        {"/jinja/glm_4_5.jinja", TOOLCALL_GLM45},
+        {"/jinja/glm_4_6.jinja", TOOLCALL_GLM45},
+        {"/jinja/glm_4_7_flash.jinja", TOOLCALL_GLM47},
+        {"/jinja/minimax_m2.jinja", TOOLCALL_MINIMAX_M2},
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         char path[4096], *src;
@@ -490,10 +608,16 @@ static void test_names(void) {
           moe8_toolcall_format_from_name("deepseekv3") == TOOLCALL_DEEPSEEK_V3 &&
           moe8_toolcall_format_from_name("mistral") == TOOLCALL_MISTRAL &&
           moe8_toolcall_format_from_name("none") == TOOLCALL_NONE &&
+          moe8_toolcall_format_from_name("glm45") == TOOLCALL_GLM45 &&
+          moe8_toolcall_format_from_name("glm4_moe") == TOOLCALL_GLM45 &&
+          moe8_toolcall_format_from_name("glm47") == TOOLCALL_GLM47 &&
+          moe8_toolcall_format_from_name("minimax_m2") == TOOLCALL_MINIMAX_M2 &&
           moe8_toolcall_format_from_name("llama3_json") == TOOLCALL_INVALID &&
           moe8_toolcall_format_from_name(NULL) == TOOLCALL_INVALID);
     CHECK(!strcmp(moe8_toolcall_format_name(TOOLCALL_DEEPSEEK_V3), "deepseek_v3") &&
           !strcmp(moe8_toolcall_format_name(TOOLCALL_NONE), "none") && !moe8_toolcall_format_name(TOOLCALL_INVALID));
+    for (int f = TOOLCALL_GLM45; f <= TOOLCALL_MINIMAX_M2; f++)
+        CHECK(moe8_toolcall_format_from_name(moe8_toolcall_format_name((toolcall_format)f)) == f);
 }
 
 static void expect_grammar(toolcall_format f, int parallel, const char *want) {
@@ -537,11 +661,105 @@ static void test_grammar(void) {
     CHECK(moe8_toolcall_grammar(TOOLCALL_NONE, one, one, 1, 0) == NULL);
 }
 
+/* The text-argument formats' grammars: the GBNF text of one, then each
+ * grammar through the grammar engine, which must take exactly the template's
+ * layout (required parameters there, in order, optional ones optional, no
+ * others, string values without "</"); what it takes, the parser reads
+ * back as the same call. */
+static int takes(const char *gbnf, const char *text) {
+    grammar *g = NULL;
+    grammar_state *st = NULL;
+    moe8_error e;
+    int ok = moe8_grammar_build(gbnf, strlen(gbnf), &g, &e) == MOE8_OK && moe8_grammar_state_new(g, &st, &e) == MOE8_OK &&
+             moe8_grammar_accept_bytes(st, text, strlen(text), &e) == MOE8_OK && moe8_grammar_can_end(st);
+    moe8_grammar_state_free(st);
+    moe8_grammar_destroy(g);
+    return ok;
+}
+
+static void test_grammar_xml(void) {
+    static const toolcall_xml_param WP[] = {{"city", NULL, 1}, {"days", "days-val", 0}};
+    static const toolcall_xml_tool T[] = {{"get_weather", WP, 2}, {"noparams", NULL, 0}};
+    static const struct {
+        toolcall_format f;
+        int parallel;
+        const char *text, *events; /* events NULL: refused */
+    } C[] = {
+        {G, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+         "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+        {G, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>a < b\n</arg_value>\n<arg_key>days"
+         "</arg_key>\n<arg_value>12</arg_value>\n</tool_call>", "B0:get_weather|A0:{\"city\": \"a < b\\n\", \"days\": 12}|E0:1"},
+        {G, 1, "<tool_call>noparams\n</tool_call>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x"
+         "</arg_value>\n</tool_call>", "B0:noparams|A0:{}|E0:1|B1:get_weather|A1:{\"city\": \"x\"}|E1:1"},
+        {G, 0, "<tool_call>noparams\n</tool_call>\n<tool_call>noparams\n</tool_call>", NULL}, /* one call only */
+        {G, 0, "<tool_call>get_weather\n</tool_call>", NULL},                                  /* city required */
+        {G, 0, "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>1</arg_value>\n<arg_key>city"
+         "</arg_key>\n<arg_value>x</arg_value>\n</tool_call>", NULL},                              /* order */
+        {G, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x</y</arg_value>\n</tool_call>", NULL},
+        {G, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>days</arg_key>"
+         "\n<arg_value>1.5</arg_value>\n</tool_call>", NULL},                                      /* days' rule */
+        {G, 0, "<tool_call>get_time\n</tool_call>", NULL},
+        {G7, 1, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+         "<arg_value>3</arg_value></tool_call><tool_call>noparams</tool_call>",
+         "B0:get_weather|A0:{\"city\": \"Paris\", \"days\": 3}|E0:1|B1:noparams|A1:{}|E1:1"},
+        {G7, 0, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>", NULL},
+        {MM, 1, "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n"
+         "<parameter name=\"days\">2</parameter>\n</invoke>\n<invoke name=\"noparams\">\n</invoke>\n</minimax:tool_call>",
+         "B0:get_weather|A0:{\"city\": \"Paris\", \"days\": 2}|E0:1|B1:noparams|A1:{}|E1:1"},
+        {MM, 0, "<minimax:tool_call>\n<invoke name=\"noparams\">\n</invoke>\n</minimax:tool_call>", "B0:noparams|A0:{}|E0:1"},
+        {MM, 0, "<minimax:tool_call>\n<invoke name=\"noparams\">\n</invoke>\n<invoke name=\"noparams\">\n</invoke>\n"
+         "</minimax:tool_call>", NULL},
+        {MM, 0, "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"zip\">1</parameter>\n"
+         "</invoke>\n</minimax:tool_call>", NULL},
+    };
+    static rec r;
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        char *g = moe8_toolcall_grammar_xml(C[i].f, T, 2, C[i].parallel), *full = NULL;
+        moe8_buf b = {0};
+        if (!g) {
+            CHECKF(0, "xml grammar %zu: none", i);
+            continue;
+        }
+        moe8_buf_printf(&b, "%sdays-val ::= [0-9]+\n", g);
+        full = b.p;
+        CHECKF(takes(full, C[i].text) == (C[i].events != NULL), "xml grammar %zu (%s): %s '%s'\n%s", i,
+               moe8_toolcall_format_name(C[i].f), C[i].events ? "refuses" : "takes", C[i].text, full);
+        if (C[i].events) {
+            run(C[i].f, C[i].text, strlen(C[i].text), NULL, 0, &r);
+            CHECKF(!r.bad && !strcmp(r.s, C[i].events), "xml grammar %zu: parsed as %s", i, r.s);
+        }
+        free(g);
+        moe8_buf_free(&b);
+    }
+    {
+        char *g = moe8_toolcall_grammar_xml(G, T, 2, 1);
+        const char *want = "root ::= toolcall-call (\"\\n\" toolcall-call)*\n"
+                           "toolcall-call ::= toolcall-0 | toolcall-1\n"
+                           "toolcall-text ::= ([^<] | \"<\" [^/])*\n"
+                           "toolcall-0 ::= \"<tool_call>get_weather\\n\" (\"<arg_key>city</arg_key>\\n<arg_value>\" "
+                           "toolcall-text \"</arg_value>\\n\") (\"<arg_key>days</arg_key>\\n<arg_value>\" days-val "
+                           "\"</arg_value>\\n\")? \"</tool_call>\"\n"
+                           "toolcall-1 ::= \"<tool_call>noparams\\n\" \"</tool_call>\"\n";
+        CHECKF(g && !strcmp(g, want), "glm45 grammar:\n%s\nwant:\n%s", g ? g : "(null)", want);
+        free(g);
+    }
+    {
+        static const toolcall_xml_param bad[] = {{"city", "bad_rule", 1}};
+        static const toolcall_xml_tool tb[] = {{"f", bad, 1}};
+        CHECK(!moe8_toolcall_grammar_xml(G, tb, 1, 0) && !moe8_toolcall_grammar_xml(G, T, 0, 0) &&
+              !moe8_toolcall_grammar_xml(TOOLCALL_HERMES, T, 2, 0));
+    }
+}
+
 int main(void) {
+    g_tools = cJSON_Parse(TOOLS);
+    CHECK(g_tools != NULL);
     test_cases();
     test_random();
     test_streaming();
     test_names();
     test_grammar();
+    test_grammar_xml();
+    cJSON_Delete(g_tools);
     return test_summary();
 }

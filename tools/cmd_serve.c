@@ -50,8 +50,11 @@ static int parse(int argc, char **argv, opts *o) {
     o->sp.api_key = getenv("MOE8_API_KEY");
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
-    int no_prefix = 0, parser = -1, webui = 0, no_webui = 0;
-    static const char *const parsers[3] = {"hermes", "deepseek_v3", "mistral"};
+    int no_prefix = 0, parser = -1, reasoning = -1, webui = 0, no_webui = 0;
+    static const char *const parsers[7] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
+                                           "minimax_m2"};
+    static const char *const reasonings[5] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
+                                              "minimax_m2_append_think"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
@@ -83,9 +86,16 @@ static int parse(int argc, char **argv, opts *o) {
         {"--default-chat-template-kwargs", NULL, CLI_STR, &o->sp.default_chat_template_kwargs,
          .arg = "JSON", .help = "template variables under each request's chat_template_kwargs,\n"
          "e.g. '{\"enable_thinking\": false}' (default: the template's)"},
-        {"--tool-call-parser", NULL, CLI_CHOICE, &parser, .choices = "hermes,deepseek_v3,mistral",
-         .arg = "F", .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
-         "mistral (default: the one its chat template teaches)"},
+        {"--tool-call-parser", NULL, CLI_CHOICE, &parser,
+         .choices = "hermes,deepseek_v3,mistral,glm45,glm4_moe,glm47,minimax_m2", .arg = "F",
+         .help = "the model's tool-call format: hermes (Qwen), deepseek_v3,\n"
+         "mistral, glm45 (GLM-4.5/4.6; or glm4_moe), glm47, minimax_m2\n"
+         "(default: the one its chat template teaches)"},
+        {"--reasoning-parser", NULL, CLI_CHOICE, &reasoning,
+         .choices = "deepseek_r1,qwen3,glm45,minimax_m2,minimax_m2_append_think", .arg = "R",
+         .help = "minimax_m2_append_think keeps the think block in content;\n"
+         "the others split it off into reasoning_content (default: the\n"
+         "first for MiniMax-M2's template, a split for any other)"},
         {"--responses-store", NULL, CLI_INT, &o->sp.responses_store, 0, 1 << 20, .arg = "N",
          .help = "responses kept for previous_response_id (least recently used\n"
          "dropped first; default 128; 0: none)"},
@@ -128,6 +138,7 @@ static int parse(int argc, char **argv, opts *o) {
     if (webui && no_webui) return cli_usage_err(CMD, "--webui and --no-webui contradict each other");
     if (no_webui) o->sp.webui = 0;
     if (parser >= 0) o->sp.tool_call_parser = parsers[parser];
+    if (reasoning >= 0) o->sp.reasoning_parser = reasonings[reasoning];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
     if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
     if (o->sp.api_key && !o->sp.api_key[0]) {

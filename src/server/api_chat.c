@@ -18,7 +18,15 @@
  * thinking off (or a template without think blocks) nothing is split unless
  * the answer starts with <think>: a "<think>" later in the text (in a tool
  * call's arguments, say) is content, as vLLM's parsers, which look for the
- * think token where an answer begins, leave it.
+ * think token where an answer begins, leave it. GLM-4.5 / 4.6 (the model
+ * opens its think block) and GLM-4.7 (the prompt opens it) split the same
+ * way, as vLLM's glm45 parser does in a stream. MiniMax-M2 keeps its
+ * thinking in the history: with its template (or --reasoning-parser
+ * minimax_m2_append_think) nothing is split off, and the answer is content
+ * whole, after the "<think>" the prompt opened, as vLLM's
+ * minimax_m2_append_think gives it (which writes "<think>" also when the
+ * prompt did not open one: moe8 does not, so that thinking off gives the
+ * bare answer); --reasoning-parser minimax_m2 splits it as above.
  * Log-probs: {content: [{token, logprob, bytes, top_logprobs}]}.
  *
  * Does not: parse the shared fields or run anything (openai.c, engine.c).
@@ -194,12 +202,17 @@ static size_t tag_tail(const char *b, size_t n, const char *tag) {
 
 /* Split new chat text into content and reasoning (appended); `final`
  * releases what was held. */
-static void think_split(job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason, int final) {
+static void think_split(job *j, int append, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
+                        int final) {
     moe8_buf in = {0};
     size_t at = 0;
     moe8_buf_add(&in, j->hold.p ? j->hold.p : "", j->hold.n);
     moe8_buf_add(&in, txt, n);
     j->hold.n = 0;
+    if (append && j->think != 4) { /* minimax_m2_append_think: content whole, from the prompt's <think> */
+        if (j->think == 3) moe8_buf_str(content, "<think>");
+        j->think = 4;
+    }
     if (j->think == 3) { /* opened by the prompt: a <think> the model writes anyway is dropped */
         const size_t m = in.n < 7 ? in.n : 7;
         if (!memcmp(in.p, "<think>", m) && m < 7 && !final) { /* undecided: hold it */
@@ -258,8 +271,7 @@ static void chat_start(srv *s, job *j) {
 
 void moe8_oa_chat_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
                         int final) {
-    (void)s;
-    think_split(j, txt, n, content, reason, final);
+    think_split(j, s->think_append, txt, n, content, reason, final);
 }
 
 static cJSON *chat_new_logprobs(void) {

@@ -487,7 +487,7 @@ static job *job_clone(const job *j, int i) {
     k->grammar = NULL;
     k->calls = NULL;
     memset(&k->args, 0, sizeof k->args);
-    k->tc = j->tc ? moe8_toolcall_new((toolcall_format)j->tool_format) : NULL;
+    k->tc = j->tc ? moe8_toolcall_new_like(j->tc) : NULL;
     ok = k->prompt && (!j->rq.n_bias || (k->bias_ids && k->bias)) && (!j->echo || k->echo) &&
          (!j->tc || k->tc);
     for (int s = 0; ok && s < j->rq.n_stop; s++) ok = (k->stop_store[s] = strdup(j->stop_store[s])) != NULL;

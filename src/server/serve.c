@@ -113,7 +113,10 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     }
     if (p->tool_call_parser && moe8_toolcall_format_from_name(p->tool_call_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
-                         "deepseek_v3, mistral", p->tool_call_parser);
+                         "deepseek_v3, mistral, glm45 (glm4_moe), glm47, minimax_m2", p->tool_call_parser);
+    if (p->reasoning_parser && moe8_srv_reasoning_append(p->reasoning_parser) < 0)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "reasoning parser '%s' is not one of deepseek_r1, "
+                         "qwen3, glm45, minimax_m2, minimax_m2_append_think", p->reasoning_parser);
     if (p->responses_store < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])
@@ -130,6 +133,13 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
                          "max_connections_per_ip (%d) >= 0", p->header_timeout_s, p->body_min_rate,
                          p->max_connections, p->max_connections_per_ip);
     return MOE8_OK;
+}
+
+int moe8_srv_reasoning_append(const char *name) {
+    static const char *const split[] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2"};
+    for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
+        if (!strcmp(name, split[i])) return 0;
+    return !strcmp(name, "minimax_m2_append_think") ? 1 : -1;
 }
 
 void moe8_srv_log(srv *s, const char *fmt, ...) {
@@ -172,6 +182,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
         s->tool_format = params->tool_call_parser ? moe8_toolcall_format_from_name(params->tool_call_parser)
                          : src ? moe8_toolcall_detect(src) : TOOLCALL_NONE;
         s->think_template = src && strstr(src, "</think>") != NULL;
+        s->think_append = params->reasoning_parser ? moe8_srv_reasoning_append(params->reasoning_parser)
+                          : src && strstr(src, "<minimax:tool_call>") != NULL;
     }
     cp.n_ctx = params->ctx_size ? params->ctx_size
                : moe8_model_config(m)->max_position_embeddings < 4096

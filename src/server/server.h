@@ -166,6 +166,7 @@ typedef struct srv {
     const struct grammar_vocab *gvocab; /* the scheduler's vocabulary for grammars */
     int tool_format;            /* toolcall_format: --tool-call-parser, else the template's */
     int think_template;         /* the chat template writes think blocks ("</think>" in it) */
+    int think_append;           /* the think block stays in content (minimax_m2_append_think) */
     char model_name[256];
     moe8_sampler_params defaults; /* generation_config.json, else OpenAI's */
     cJSON *default_kwargs;      /* --default-chat-template-kwargs, or NULL */
@@ -187,6 +188,10 @@ typedef struct srv {
 /* A note for the operator (serve.c): on_log, else on_access, else nothing;
  * one line of at most 600 bytes. */
 void moe8_srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --reasoning-parser `name`: 1 the think block stays in content
+ * (minimax_m2_append_think), 0 it is split off (deepseek_r1, qwen3, glm45,
+ * minimax_m2), -1 no such parser. */
+int moe8_srv_reasoning_append(const char *name);
 
 /* openai.c and the api_*.c files: the HTTP thread's side (its workers).
  * Each returns 0, or an HTTP status with the error body in *err_body

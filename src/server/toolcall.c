@@ -45,6 +45,10 @@
  * content; then a partly matched tag and the byte are read again as text,
  * so a marker right after a broken call still starts one.
  *
+ * glm45, glm47 and minimax_m2 are read by toolcall_xml.c, which the API
+ * functions below hand them to; it shares the JSON scanner
+ * (moe8_toolcall_json_norm).
+ *
  * Does not: make call ids, know the request's tools (a name the request
  * did not offer is the caller's to judge), or split <think> reasoning
  * (feed it the content only).
@@ -58,6 +62,7 @@
 
 #include "core/buf.h"
 #include "server/toolcall.h"
+#include "server/toolcall_xml.h"
 
 #define NAME_MAX_BYTES 256
 #define JSON_DEPTH_MAX 256
@@ -245,6 +250,19 @@ close:
     return js_value_done(j);
 }
 
+int moe8_toolcall_json_norm(const char *s, size_t n, moe8_buf *out) {
+    jscan j;
+    size_t i = 0;
+    int r = JS_MORE;
+    js_start(&j, 1, out);
+    while (i < n && is_ws((unsigned char)s[i])) i++;
+    for (; i < n && r == JS_MORE; i++) r = js_byte(&j, (unsigned char)s[i]);
+    if (r == JS_END) i--;                   /* a bare number ended before s[i - 1] */
+    if (r == JS_MORE) r = js_byte(&j, ' '); /* or ends at the end */
+    while (i < n && is_ws((unsigned char)s[i])) i++;
+    return (r == JS_DONE || r == JS_END) && i == n && !j.oom ? 0 : -1;
+}
+
 /* ---- the parser ------------------------------------------------------------------------ */
 
 /* Parser states. S_TEXT: outside calls. S_LIT: matching literal(s), then
@@ -272,6 +290,7 @@ static const char D_BEGIN[] = TOOLCALL_DS_CALLS_BEGIN, D_END_ALL[] = TOOLCALL_DS
 
 struct toolcall_parser {
     toolcall_format f;
+    tcx *x;               /* glm45, glm47, minimax_m2: toolcall_xml.c reads them */
     const char *marker;   /* the start marker (its first byte occurs nowhere else in it) */
     size_t marker_n;
     int st;
@@ -724,6 +743,9 @@ toolcall_format moe8_toolcall_format_from_name(const char *name) {
     if (!strcmp(name, "hermes")) return TOOLCALL_HERMES;
     if (!strcmp(name, "deepseek_v3") || !strcmp(name, "deepseekv3")) return TOOLCALL_DEEPSEEK_V3;
     if (!strcmp(name, "mistral")) return TOOLCALL_MISTRAL;
+    if (!strcmp(name, "glm45") || !strcmp(name, "glm4_moe")) return TOOLCALL_GLM45;
+    if (!strcmp(name, "glm47")) return TOOLCALL_GLM47;
+    if (!strcmp(name, "minimax_m2")) return TOOLCALL_MINIMAX_M2;
     return TOOLCALL_INVALID;
 }
 
@@ -733,24 +755,35 @@ const char *moe8_toolcall_format_name(toolcall_format f) {
     case TOOLCALL_HERMES: return "hermes";
     case TOOLCALL_DEEPSEEK_V3: return "deepseek_v3";
     case TOOLCALL_MISTRAL: return "mistral";
+    case TOOLCALL_GLM45: return "glm45";
+    case TOOLCALL_GLM47: return "glm47";
+    case TOOLCALL_MINIMAX_M2: return "minimax_m2";
     default: return NULL;
     }
 }
 
 toolcall_format moe8_toolcall_detect(const char *src) {
     if (!src) return TOOLCALL_NONE;
+    if (strstr(src, "<minimax:tool_call>")) return TOOLCALL_MINIMAX_M2;
+    if (strstr(src, "<arg_key>")) /* GLM-4.7's system prompt shows no newline before the first key */
+        return strstr(src, "{function-name}<arg_key>") ? TOOLCALL_GLM47 : TOOLCALL_GLM45;
     if (strstr(src, D_BEGIN)) return TOOLCALL_DEEPSEEK_V3;
     if (strstr(src, H_START)) return TOOLCALL_HERMES;
     if (strstr(src, M_MARK)) return TOOLCALL_MISTRAL;
     return TOOLCALL_NONE;
 }
 
-toolcall_parser *moe8_toolcall_new(toolcall_format f) {
+toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools) {
     toolcall_parser *p;
-    if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL)
+    const int xml = f == TOOLCALL_GLM45 || f == TOOLCALL_GLM47 || f == TOOLCALL_MINIMAX_M2;
+    if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL && !xml)
         return NULL;
     if (!(p = calloc(1, sizeof *p))) return NULL;
     p->f = f;
+    if (xml && !(p->x = moe8_tcx_new(f, tools))) {
+        free(p);
+        return NULL;
+    }
     p->marker = f == TOOLCALL_HERMES ? H_START : f == TOOLCALL_MISTRAL ? M_MARK
                 : f == TOOLCALL_DEEPSEEK_V3 ? D_BEGIN : NULL;
     p->marker_n = p->marker ? strlen(p->marker) : 0;
@@ -758,7 +791,12 @@ toolcall_parser *moe8_toolcall_new(toolcall_format f) {
     return p;
 }
 
+toolcall_parser *moe8_toolcall_new_like(const toolcall_parser *p) {
+    return p ? moe8_toolcall_new(p->f, moe8_tcx_tools(p->x)) : NULL;
+}
+
 int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k) {
+    if (p && p->x) return moe8_tcx_feed(p->x, s, n, k);
     if (!p || p->oom) return -1;
     p->k = k;
     for (size_t i = 0; i < n && !p->oom; i++) step(p, (unsigned char)s[i]);
@@ -778,6 +816,7 @@ static int ends_well(const toolcall_parser *p) {
 
 int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     int w;
+    if (p && p->x) return moe8_tcx_finish(p->x, k);
     if (!p || p->oom) return -1;
     p->k = k;
     if (p->st == S_TEXT) {
@@ -802,10 +841,11 @@ int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     return p->oom ? -1 : 0;
 }
 
-int moe8_toolcall_count(const toolcall_parser *p) { return p ? p->n_calls : 0; }
+int moe8_toolcall_count(const toolcall_parser *p) { return p ? p->x ? moe8_tcx_count(p->x) : p->n_calls : 0; }
 
 void moe8_toolcall_free(toolcall_parser *p) {
     if (!p) return;
+    moe8_tcx_free(p->x);
     moe8_buf_free(&p->ws);
     moe8_buf_free(&p->raw);
     moe8_buf_free(&p->key);

@@ -4,12 +4,18 @@
  * and the GBNF grammar of "a call in this format" for constrained decoding
  * (tool_choice "required" or a named function: toolcall_gbnf.c). Pure
  * functions: no server state, no allocation but the parser's own buffers.
+ * The formats whose arguments are text (glm45, glm47, minimax_m2:
+ * toolcall_xml.c) type each value by the request's tool schemas
+ * (toolcall_value.c).
  *
  * Formats (toolcall.c's header has them in full, with their sources):
  *   hermes       <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>  (Qwen2.5, Qwen3)
  *   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
  *   mistral      [TOOL_CALLS] [{"name": N, "arguments": {...}}, ...]           (v3 tokenizers)
  *                [TOOL_CALLS]N[ARGS]{...}                                      (v11+ tokenizers)
+ *   glm45        <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>   (GLM-4.5, 4.6)
+ *   glm47        <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>           (GLM-4.7)
+ *   minimax_m2   <minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n</invoke>\n...</minimax:tool_call>
  */
 #ifndef MOE8_SERVER_TOOLCALL_H
 #define MOE8_SERVER_TOOLCALL_H
@@ -21,11 +27,15 @@ typedef enum {
     TOOLCALL_NONE = 0,     /* no tool calls: everything is content */
     TOOLCALL_HERMES,
     TOOLCALL_DEEPSEEK_V3,
-    TOOLCALL_MISTRAL
+    TOOLCALL_MISTRAL,
+    TOOLCALL_GLM45,        /* both GLM layouts are read by either; they differ in the grammar */
+    TOOLCALL_GLM47,
+    TOOLCALL_MINIMAX_M2
 } toolcall_format;
 
 /* "hermes", "deepseek_v3" (or vLLM's spelling "deepseekv3"), "mistral",
- * "none"; anything else TOOLCALL_INVALID. */
+ * "glm45" (or "glm4_moe"), "glm47", "minimax_m2", "none"; anything else
+ * TOOLCALL_INVALID. */
 toolcall_format moe8_toolcall_format_from_name(const char *name);
 /* The name of f ("hermes", ...), "none" for TOOLCALL_NONE, NULL otherwise. */
 const char *moe8_toolcall_format_name(toolcall_format f);
@@ -50,9 +60,16 @@ typedef struct {
 } toolcall_sink;
 
 typedef struct toolcall_parser toolcall_parser;
+struct cJSON;
 
-/* NULL when out of memory or f is not a format. */
-toolcall_parser *moe8_toolcall_new(toolcall_format f);
+/* NULL when out of memory or f is not a format. tools: the request's
+ * `tools` array (OpenAI's [{"type": "function", "function": {"name",
+ * "parameters"}}]), or NULL; glm45, glm47 and minimax_m2 type their
+ * argument values by it (toolcall_value.c), the others do not read it.
+ * Copied: the caller may free it. */
+toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools);
+/* A new parser of p's format and tools (another choice of one request). */
+toolcall_parser *moe8_toolcall_new_like(const toolcall_parser *p);
 /* Feed the next s[0..n) of the output (UTF-8 text, split anywhere, even
  * inside a character). Text goes out as content unless it could still be
  * the start of a call marker; a call is reported (call_begin, then its
@@ -81,10 +98,38 @@ void moe8_toolcall_free(toolcall_parser *p);
  * (hermes: one <tool_call> block per call, "\n" between; deepseek_v3: one
  * <｜tool▁calls▁begin｜> block, "\n" between calls; mistral: the v3 array
  * [TOOL_CALLS] [{...}, {...}]). Rules it adds are named "toolcall-...".
+ * Not for glm45, glm47, minimax_m2, whose arguments are not one JSON
+ * object: moe8_toolcall_grammar_xml.
  * malloc'd text (free()), or NULL: out of memory, n_tools < 1, f not a
  * format, or an arg rule name that is not a GBNF name ([a-zA-Z0-9-]+). */
 char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
                        int n_tools, int parallel);
+
+/* A parameter of a tool, for moe8_toolcall_grammar_xml: its name, the rule
+ * of its value (JSON by its schema, a GBNF name [a-zA-Z0-9-]+ the caller
+ * appends) or NULL for a string parameter (its text as written), and
+ * whether it must be there. */
+typedef struct {
+    const char *name, *rule;
+    int required;
+} toolcall_xml_param;
+typedef struct {
+    const char *name;
+    const toolcall_xml_param *params; /* [n_params], in the schema's order */
+    int n_params;
+} toolcall_xml_tool;
+
+/* moe8_toolcall_grammar for glm45, glm47 and minimax_m2: one call (or with
+ * `parallel` one or more) to any of the n_tools tools, each parameter as a
+ * key / value pair in the order given, the optional ones may be left out,
+ * others never there. The layout is the template's: glm45
+ * "<tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>",
+ * "\n" between calls; glm47 the same without newlines; minimax_m2 one
+ * "<minimax:tool_call>\n" block of "<invoke name=\"N\">\n<parameter
+ * name=\"K\">V</parameter>\n</invoke>\n". A string value is any text
+ * without "</". malloc'd text, or NULL: out of memory, n_tools < 1, f not
+ * one of these, or a rule that is not a GBNF name. */
+char *moe8_toolcall_grammar_xml(toolcall_format f, const toolcall_xml_tool *tools, int n_tools, int parallel);
 
 /* DeepSeek's markers: "<｜tool▁calls▁begin｜>" and so on (U+FF5C, U+2581 in UTF-8) */
 #define TOOLCALL_DS_MARK(a, b) "<\xef\xbd\x9ctool\xe2\x96\x81" a "\xe2\x96\x81" b "\xef\xbd\x9c>"

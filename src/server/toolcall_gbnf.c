@@ -4,6 +4,11 @@
  * layout each model family's template teaches (toolcall.h), one rule per
  * offered tool, its name as a literal (JSON-escaped where the format writes
  * it inside a JSON string) and its arguments by the caller's rule.
+ * The formats whose arguments are text between tags (glm45, glm47,
+ * minimax_m2) get one literal per parameter name, in the schema's order,
+ * the required ones always there and the others optional, each value by its
+ * rule (JSON by the parameter's schema) or, for a string parameter, any
+ * text without "</".
  *
  * Does not: read model output (toolcall.c), or make the arguments' rules
  * (tools.c, from the tools' JSON Schemas).
@@ -102,6 +107,75 @@ char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const c
         else
             bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
     }
+    if (bad) {
+        moe8_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* The text-argument formats: the markers around a call's name and each
+ * parameter, in the layout their templates write. */
+typedef struct {
+    const char *root_pre, *root_post, *sep; /* around the calls, between them */
+    const char *call_pre, *call_mid, *call_post;
+    const char *key_pre, *key_mid, *val_post;
+} xml_layout;
+
+static const xml_layout GLM45_LAYOUT = {"", "", "\n", "<tool_call>", "\n", "</tool_call>",
+                                        "<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"};
+static const xml_layout GLM47_LAYOUT = {"", "", "", "<tool_call>", "", "</tool_call>",
+                                        "<arg_key>", "</arg_key><arg_value>", "</arg_value>"};
+static const xml_layout MINIMAX_LAYOUT = {"<minimax:tool_call>\n", "</minimax:tool_call>", "",
+                                          "<invoke name=\"", "\">\n", "</invoke>\n",
+                                          "<parameter name=\"", "\">", "</parameter>\n"};
+
+/* toolcall-I ::= "PRE NAME MID" (pair)... "POST" */
+static int gbnf_xml_call(moe8_buf *b, int i, const xml_layout *L, const toolcall_xml_tool *t) {
+    char head[48];
+    int bad = 0;
+    snprintf(head, sizeof head, "toolcall-%d ::= \"", i);
+    bad |= moe8_buf_str(b, head) || gbnf_text(b, L->call_pre, 0) || gbnf_text(b, t->name, 0) ||
+           gbnf_text(b, L->call_mid, 0) || moe8_buf_str(b, "\"");
+    for (int k = 0; k < t->n_params && !bad; k++) {
+        const toolcall_xml_param *q = &t->params[k];
+        bad |= moe8_buf_str(b, " (\"") || gbnf_text(b, L->key_pre, 0) || gbnf_text(b, q->name, 0) ||
+               gbnf_text(b, L->key_mid, 0) || moe8_buf_str(b, "\" ") ||
+               moe8_buf_str(b, q->rule ? q->rule : "toolcall-text") || moe8_buf_str(b, " ") ||
+               gbnf_lit(b, L->val_post) || moe8_buf_str(b, q->required ? ")" : ")?");
+    }
+    return bad || moe8_buf_str(b, " ") || gbnf_lit(b, L->call_post) || moe8_buf_str(b, "\n");
+}
+
+char *moe8_toolcall_grammar_xml(toolcall_format f, const toolcall_xml_tool *tools, int n_tools, int parallel) {
+    const xml_layout *L = f == TOOLCALL_GLM45 ? &GLM45_LAYOUT : f == TOOLCALL_GLM47 ? &GLM47_LAYOUT
+                          : f == TOOLCALL_MINIMAX_M2 ? &MINIMAX_LAYOUT : NULL;
+    moe8_buf b = {0};
+    int bad = 0;
+    if (!L || n_tools < 1 || !tools) return NULL;
+    for (int i = 0; i < n_tools; i++) {
+        if (!tools[i].name || !tools[i].name[0] || (tools[i].n_params && !tools[i].params)) return NULL;
+        for (int k = 0; k < tools[i].n_params; k++)
+            if (!tools[i].params[k].name || (tools[i].params[k].rule && !is_rule_name(tools[i].params[k].rule)))
+                return NULL;
+    }
+    bad |= moe8_buf_str(&b, "root ::= ");
+    if (L->root_pre[0]) bad |= gbnf_lit(&b, L->root_pre) || moe8_buf_str(&b, " ");
+    bad |= moe8_buf_str(&b, "toolcall-call");
+    if (parallel) {
+        bad |= moe8_buf_str(&b, " (");
+        if (L->sep[0]) bad |= gbnf_lit(&b, L->sep) || moe8_buf_str(&b, " ");
+        bad |= moe8_buf_str(&b, "toolcall-call)*");
+    }
+    if (L->root_post[0]) bad |= moe8_buf_str(&b, " ") || gbnf_lit(&b, L->root_post);
+    bad |= moe8_buf_str(&b, "\ntoolcall-call ::=");
+    for (int i = 0; i < n_tools; i++) {
+        char ref[32];
+        snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
+        bad |= moe8_buf_str(&b, ref);
+    }
+    bad |= moe8_buf_str(&b, "\ntoolcall-text ::= ([^<] | \"<\" [^/])*\n");
+    for (int i = 0; i < n_tools && !bad; i++) bad |= gbnf_xml_call(&b, i, L, &tools[i]);
     if (bad) {
         moe8_buf_free(&b);
         return NULL;

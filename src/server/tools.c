@@ -20,6 +20,10 @@
  * and named allows one call; in any mode the request ends once its first call
  * is complete (finish_reason "tool_calls"), and nothing after it is shown.
  * With thinking on, the grammar starts after the think block (openai.c).
+ * The formats whose arguments are text (glm45, glm47, minimax_m2) get one
+ * rule per parameter instead of one for the arguments object: JSON by the
+ * parameter's schema, or any text for a string parameter (as the parser
+ * types it: toolcall_value.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 #include "grammar/grammar.h"
 #include "server/server.h"
 #include "server/toolcall.h"
+#include "server/toolcall_xml.h"
 
 /* GBNF text with every rule name given `prefix` (so several tools'
  * grammars can live in one): names outside strings, classes, repetition
@@ -73,6 +78,91 @@ static const char *name_of(const cJSON *tool) {
     return cJSON_IsString(n) ? n->valuestring : NULL;
 }
 
+/* Schema (NULL: any object) -> GBNF with every rule named prefix..., into
+ * all; a 400 naming `param` when it cannot be converted. */
+static int schema_rules(const cJSON *schema, const char *prefix, const char *param, moe8_buf *all, moe8_buf *err) {
+    char *text = schema && !cJSON_IsNull(schema) ? cJSON_PrintUnformatted(schema) : strdup("{\"type\":\"object\"}"),
+         *gbnf = NULL;
+    moe8_error e;
+    if (!text || moe8_json_schema_to_gbnf(text, strlen(text), &gbnf, &e) != MOE8_OK) {
+        free(text);
+        return moe8_oa_bad(err, param, "'%s' cannot constrain the call: %s", param, text ? e.message : "out of memory");
+    }
+    free(text);
+    prefix_rules(gbnf, prefix, all);
+    moe8_buf_str(all, "\n");
+    free(gbnf);
+    return 0;
+}
+
+/* The text-argument formats' grammar (glm45, glm47, minimax_m2): each
+ * parameter of tools[sel] (sel < 0: of every tool) a rule of its own. */
+static int tool_grammar_xml(srv *s, job *j, const cJSON *tools, int sel, int parallel, moe8_buf *err) {
+    toolcall_xml_tool tt[SRV_MAX_TOOLS];
+    toolcall_xml_param *ps[SRV_MAX_TOOLS] = {0};
+    char (*rules[SRV_MAX_TOOLS])[40] = {0}; /* [tool][parameter]: its value's rule name */
+    moe8_buf all = {0};
+    int n = 0, k = 0, rc = 0;
+    const cJSON *t;
+    char *calls = NULL;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn_of(t), "parameters"),
+                    *props = cJSON_GetObjectItemCaseSensitive(params, "properties"),
+                    *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *p, *r;
+        int np = 0;
+        if (sel >= 0 && k != sel) {
+            k++;
+            continue;
+        }
+        tt[n] = (toolcall_xml_tool){name_of(t), NULL, 0};
+        if (!cJSON_IsObject(props)) props = NULL;
+        if (!cJSON_IsArray(req)) req = NULL;
+        if (props && cJSON_GetArraySize(props)) {
+            const size_t m = (size_t)cJSON_GetArraySize(props);
+            if (!(ps[n] = calloc(m, sizeof *ps[n])) || !(rules[n] = calloc(m, sizeof *rules[n]))) {
+                rc = moe8_oa_bad(err, "tools", "out of memory");
+                goto done;
+            }
+        }
+        cJSON_ArrayForEach(p, props) {
+            toolcall_xml_param *q = &ps[n][np];
+            const unsigned types = moe8_tcx_param_types(tools, j->tool_format, name_of(t), p->string);
+            q->name = p->string;
+            q->required = 0;
+            cJSON_ArrayForEach(r, req)
+                if (cJSON_IsString(r) && !strcmp(r->valuestring, p->string)) q->required = 1;
+            if (!(types & TCX_STRING)) { /* a value the parser reads as JSON */
+                char prefix[40], param[200];
+                snprintf(prefix, sizeof prefix, "t%d-p%d-", k, np);
+                snprintf(rules[n][np], sizeof rules[n][np], "t%d-p%d-root", k, np);
+                snprintf(param, sizeof param, "tools[%d].function.parameters.properties.%.100s", k, p->string);
+                if ((rc = schema_rules(p, prefix, param, &all, err))) goto done;
+                q->rule = rules[n][np];
+            }
+            np++;
+        }
+        tt[n].params = ps[n];
+        tt[n++].n_params = np;
+        k++;
+    }
+    if (!(calls = moe8_toolcall_grammar_xml(j->tool_format, tt, n, parallel))) {
+        rc = moe8_oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
+        goto done;
+    }
+    {
+        moe8_buf g = {0};
+        moe8_buf_str(&g, calls);
+        moe8_buf_add(&g, all.p ? all.p : "", all.n);
+        rc = moe8_oa_attach_grammar(s, j, g.p, "tool_choice", err);
+        moe8_buf_free(&g);
+    }
+done:
+    free(calls);
+    for (int i = 0; i < SRV_MAX_TOOLS; i++) free(ps[i]), free(rules[i]);
+    moe8_buf_free(&all);
+    return rc;
+}
+
 /* The grammar of calls to tools[sel] (sel < 0: any), attached to j. */
 static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int parallel, moe8_buf *err) {
     const char *names[SRV_MAX_TOOLS], *rules[SRV_MAX_TOOLS];
@@ -81,27 +171,21 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
     int n = 0, k = 0, rc;
     const cJSON *t;
     char *calls;
+    if (j->tool_format == TOOLCALL_GLM45 || j->tool_format == TOOLCALL_GLM47 || j->tool_format == TOOLCALL_MINIMAX_M2)
+        return tool_grammar_xml(s, j, tools, sel, parallel, err);
     cJSON_ArrayForEach(t, tools) {
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn_of(t), "parameters");
-        char *schema, *gbnf = NULL, prefix[24];
-        moe8_error e;
+        char prefix[24], param[64];
         if (sel >= 0 && k != sel) {
             k++;
             continue;
         }
-        schema = params && !cJSON_IsNull(params) ? cJSON_PrintUnformatted(params) : strdup("{\"type\":\"object\"}");
-        if (!schema || moe8_json_schema_to_gbnf(schema, strlen(schema), &gbnf, &e) != MOE8_OK) {
-            char param[64];
-            snprintf(param, sizeof param, "tools[%d].function.parameters", k);
-            free(schema);
-            moe8_buf_free(&all);
-            return moe8_oa_bad(err, param, "'%s' cannot constrain the call: %s", param, schema ? e.message : "out of memory");
-        }
-        free(schema);
+        snprintf(param, sizeof param, "tools[%d].function.parameters", k);
         snprintf(prefix, sizeof prefix, "t%d-", k);
-        prefix_rules(gbnf, prefix, &all);
-        moe8_buf_str(&all, "\n");
-        free(gbnf);
+        if ((rc = schema_rules(params, prefix, param, &all, err))) {
+            moe8_buf_free(&all);
+            return rc;
+        }
         snprintf(rule_buf[n], sizeof rule_buf[n], "t%d-root", k);
         names[n] = name_of(t);
         rules[n] = rule_buf[n];
@@ -171,8 +255,8 @@ int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     j->tool_format = s->tool_format;
     if (j->tool_format == TOOLCALL_NONE)
         return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
-                      "start the server with --tool-call-parser hermes|deepseek_v3|mistral");
-    if (!(j->tc = moe8_toolcall_new(j->tool_format))) return moe8_oa_bad(err, "tools", "out of memory");
+                      "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2");
+    if (!(j->tc = moe8_toolcall_new(j->tool_format, tools))) return moe8_oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
     return 0;

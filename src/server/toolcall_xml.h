@@ -1,0 +1,47 @@
+/*
+ * toolcall_xml.h — inside the tool-call parsers (toolcall.h): the formats
+ * whose arguments are text between tags, GLM's and MiniMax-M2's
+ * (toolcall_xml.c), the typing of their values by the request's tool
+ * schemas (toolcall_value.c), and the JSON scanner they share with the
+ * other formats (toolcall.c).
+ */
+#ifndef MOE8_SERVER_TOOLCALL_XML_H
+#define MOE8_SERVER_TOOLCALL_XML_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
+#include "server/toolcall.h"
+
+/* The parser of glm45, glm47 or minimax_m2 output; toolcall.c's API
+ * functions hand these formats to it. tools: the request's `tools` array
+ * or NULL; copied. */
+typedef struct tcx tcx;
+tcx *moe8_tcx_new(toolcall_format f, const cJSON *tools);
+int moe8_tcx_feed(tcx *x, const char *s, size_t n, const toolcall_sink *k);
+int moe8_tcx_finish(tcx *x, const toolcall_sink *k);
+int moe8_tcx_count(const tcx *x);
+const cJSON *moe8_tcx_tools(const tcx *x);
+void moe8_tcx_free(tcx *x);
+
+/* What a parameter's schema says its value is (bits). */
+enum { TCX_STRING = 1, TCX_INTEGER = 2, TCX_NUMBER = 4, TCX_BOOLEAN = 8, TCX_OBJECT = 16, TCX_ARRAY = 32,
+       TCX_OTHER = 64 };
+/* The types of parameter `key` of tool `fn` as format f's parser reads the
+ * schema (toolcall_value.c's header). */
+unsigned moe8_tcx_param_types(const cJSON *tools, toolcall_format f, const char *fn, const char *key);
+/* The text s[0..n) of a value of those types, as JSON appended to out.
+ * 0, or -1 out of memory. */
+int moe8_tcx_value(moe8_buf *out, toolcall_format f, unsigned types, const char *s, size_t n);
+/* Python's str.strip() of s[0..n) (Unicode whitespace), in place. */
+void moe8_tcx_strip(const char **s, size_t *n);
+
+/* s[0..n) is one JSON value (RFC 8259), whitespace around it allowed:
+ * appended to out in json.dumps's layout (no other whitespace, ", " and
+ * ": " between items; strings and numbers as written), 0; else -1 (out
+ * may hold part of it: the caller cuts it back). toolcall.c. */
+int moe8_toolcall_json_norm(const char *s, size_t n, moe8_buf *out);
+
+#endif
