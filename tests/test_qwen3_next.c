@@ -364,6 +364,29 @@ static void test_ref_fixture(void) {
     cJSON_Delete(d);
 }
 
+/* Odd widths (no multiple of 8: the kernels' tails), 1:1 key/value heads,
+ * half the layers full, conv 3, rotary 6 of 12, one KV head. */
+static fx_opts odd_opts(void) {
+    fx_opts o = qn_opts(0);
+    o.lin_v_heads = 2, o.full_interval = 2, o.conv_kernel = 3, o.layer_types = 1;
+    o.hidden = 40, o.lin_k_dim = 6, o.lin_v_dim = 10, o.head_dim = 12, o.n_heads = 3, o.n_kv_heads = 1;
+    o.partial_rotary = 0.5, o.n_mtp = 0, o.moe_inter = 20, o.shared_inter = 28;
+    return o;
+}
+
+/* The reference on the odd shapes: finite, nonzero. */
+static void test_ref_odd(void) {
+    fx_opts o = odd_opts();
+    ref_model rm;
+    double l[9 * 256];
+    int bad = 0;
+    ref_init(&rm, &o);
+    ref_forward(&rm, PROMPT, 9, l);
+    for (int j = 0; j < 9 * 256; j++) bad += !isfinite(l[j]);
+    CHECKF(bad == 0 && hy_max_abs(l, 9 * 256) > 0, "odd shapes: %d non-finite logits", bad);
+    ref_free(&rm);
+}
+
 /* ======================================================================== */
 /* The engine against the reference                                          */
 /* ======================================================================== */
@@ -373,10 +396,7 @@ static void test_forward(void) {
     check_vs_ref("qn_float", &o);
     o.float_dtype = MOE8_DT_F32, o.n_shards = 2, o.no_renorm = 1, o.dense_layer = 0;
     check_vs_ref("qn_float_f32_dense0", &o);
-    o = qn_opts(0);
-    o.lin_v_heads = 2, o.full_interval = 2, o.conv_kernel = 3, o.layer_types = 1;
-    o.hidden = 40, o.lin_k_dim = 6, o.lin_v_dim = 10, o.head_dim = 12, o.n_heads = 3, o.n_kv_heads = 1;
-    o.partial_rotary = 0.5, o.n_mtp = 0;
+    o = odd_opts();
     check_vs_ref("qn_float_odd", &o);
     o = qn_opts(1);
     check_vs_ref("qn_w8a8", &o);
@@ -470,6 +490,7 @@ int main(void) {
     test_ref_model();
     test_ref_options();
     test_ref_fixture();
+    test_ref_odd();
     if (family_unknown("qwen3_next", qn_opts(0))) {
         printf("SKIP: engine lacks qwen3_next (the reference checks above ran: %d failed)\n", test_n_fail);
         test_summary();
