@@ -22,7 +22,8 @@
  *     qwen3_5_moe: in_proj_qkv.weight [C][H] flat [q (NK dk), k (NK dk),
  *       v (NV dv)]; in_proj_z.weight [NV dv][H]; in_proj_b / in_proj_a [NV][H]
  *     conv1d.weight [C][1][K] (channels in the order q, k, v flat), A_log [NV]
- *     F32 (log A, A in [0.05, 1)), dt_bias [NV], norm.weight [dv] (plain
+ *     F32 (float_dtype with o.a_log_float_dtype; log A, A in [0.05, 1)),
+ *     dt_bias [NV], norm.weight [dv] (plain
  *     weight, N(1, 0.1²)), out_proj.weight [H][NV dv]
  *   full layers, P layers.l.self_attn.*: q_proj.weight [NH 2D][H] (per head
  *     [query D, gate D]), k_proj / v_proj [NKV D][H], o_proj [H][NH D],
@@ -117,7 +118,7 @@ static inline void fx_hy_linear_attn(fx_list *L, const char *p) {
     snprintf(n, sizeof n, "%s.linear_attn.dt_bias", p);
     fx_add_float(L, n, 1, NV, 0, 0.5, 0.0);
     snprintf(n, sizeof n, "%s.linear_attn.A_log", p);
-    t = fx_add(L, n, MOE8_DT_F32, 1, NV, 0, "FLOAT");
+    t = fx_add(L, n, o->a_log_float_dtype ? o->float_dtype : MOE8_DT_F32, 1, NV, 0, "FLOAT");
     for (int64_t i = 0; i < NV; i++) fx_set(t, i, log(0.05 + 0.95 * test_rng_uniform(&L->rng)));
     snprintf(n, sizeof n, "%s.linear_attn.norm.weight", p);
     fx_add_float(L, n, 1, dv, 0, 0.1, 1.0);

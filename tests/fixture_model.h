@@ -178,6 +178,7 @@ typedef struct {
     int split_experts;        /* Qwen3.5 float: experts.N.*_proj instead of the fused 3-D
                                * experts.gate_up_proj / down_proj (same values) */
     int no_vision;            /* Qwen3.5: no vision-tower tensors */
+    int a_log_float_dtype;    /* A_log in float_dtype instead of F32 */
     uint64_t seed;
     void (*tensor_hook)(void *user, fx_tensor *t);
     void (*json_hook)(void *user, const char *file, cJSON *root);

@@ -400,6 +400,9 @@ static void test_forward(void) {
     check_vs_ref("qn_float_odd", &o);
     o = qn_opts(1);
     check_vs_ref("qn_w8a8", &o);
+    o.layer_types = 2, o.a_log_float_dtype = 1; /* both layer keys; A_log BF16 */
+    check_vs_ref("qn_w8a8_bf16_a_log", &o);
+    o = qn_opts(1);
     o.scale_2d = 1, o.down_float = 1, o.seed += 9;
     check_vs_ref("qn_w8a8_down_float", &o);
     o = qn_opts(0);
