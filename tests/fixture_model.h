@@ -75,6 +75,9 @@
  *   FLOAT. quant 1: attention and GLM's dense MLPs W8A8 static, routed and
  *   shared experts W8A8_DYNAMIC, router, norms and correction bias FLOAT.
  *   down_float (quant 1): every expert's down_proj (routed and shared) FLOAT.
+ *   FX_QWEN3_NEXT (7), FX_QWEN3_5_MOE (8) the hybrid Gated DeltaNet families:
+ *                 fixture_hybrid.h (names, layouts, msModelSlim's W8A8 recipe);
+ *                 start from fx_hybrid_opts(arch).
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
  *
@@ -162,7 +165,20 @@ typedef struct {
     int64_t n_mtp;            /* GLM num_nextn_predict_layers / MiniMax num_mtp_modules (1):
                                * the MTP layers model.layers.{n_layers + i}.* written, to skip */
     double rms_eps;           /* rms_norm_eps (0: GLM 1e-5, MiniMax 1e-6) */
-    double theta;             /* rope_theta (0: GLM 1e6, MiniMax 5e6) */
+    double theta;             /* rope_theta (0: GLM 1e6, MiniMax 5e6, hybrid 1e7) */
+    /* FX_QWEN3_NEXT / FX_QWEN3_5_MOE (fixture_hybrid.h; fx_hybrid_opts sets their defaults;
+     * also shared_inter, n_mtp, rms_eps, theta, partial_rotary (0.25 there), dense_layer
+     * and no_renorm (Qwen3-Next), down_float above): */
+    int64_t lin_k_heads, lin_v_heads; /* linear_num_key_heads / _value_heads (2, 4) */
+    int64_t lin_k_dim, lin_v_dim;     /* linear_key_head_dim / _value_head_dim (8, 12) */
+    int64_t conv_kernel;      /* linear_conv_kernel_dim (4) */
+    int64_t full_interval;    /* full_attention_interval (4): layer l full iff (l + 1) % it == 0 */
+    int layer_types;          /* config.json: 0 full_attention_interval, 1 the layer_types list,
+                               * 2 both */
+    int split_experts;        /* Qwen3.5 float: experts.N.*_proj instead of the fused 3-D
+                               * experts.gate_up_proj / down_proj (same values) */
+    int no_vision;            /* Qwen3.5: no vision-tower tensors */
+    int a_log_float_dtype;    /* A_log in float_dtype instead of F32 */
     uint64_t seed;
     void (*tensor_hook)(void *user, fx_tensor *t);
     void (*json_hook)(void *user, const char *file, cJSON *root);
@@ -211,11 +227,22 @@ static inline fx_opts fx_default_opts(void) {
     o.latent_scale = 1.0;
     o.partial_rotary = 0.5;
     o.n_mtp = 1;
+    o.lin_k_heads = 2;
+    o.lin_v_heads = 4;
+    o.lin_k_dim = 8;
+    o.lin_v_dim = 12;
+    o.conv_kernel = 4;
+    o.full_interval = 4;
     return o;
 }
 
 enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2, FX_DEEPSEEK_V2 = 3, FX_DEEPSEEK_V3 = 4,
-       FX_GLM4_MOE = 5, FX_MINIMAX_M2 = 6 };
+       FX_GLM4_MOE = 5, FX_MINIMAX_M2 = 6, FX_QWEN3_NEXT = 7, FX_QWEN3_5_MOE = 8 };
+
+/* Qwen3-Next or Qwen3.5-MoE: Gated DeltaNet layers beside gated full attention. */
+static inline int fx_hybrid(const fx_opts *o) {
+    return o->arch == FX_QWEN3_NEXT || o->arch == FX_QWEN3_5_MOE;
+}
 
 /* GLM-4.5 (glm4_moe) or MiniMax-M2 (minimax_m2): GQA with partial rotary. */
 static inline int fx_glm_mm(const fx_opts *o) {
@@ -226,10 +253,10 @@ static inline double fx_eps(const fx_opts *o) {
     return o->rms_eps > 0 ? o->rms_eps : o->arch == FX_GLM4_MOE ? 1e-5 : 1e-6;
 }
 static inline double fx_theta(const fx_opts *o) {
-    return o->theta > 0 ? o->theta : o->arch == FX_GLM4_MOE ? 1e6 : 5e6;
+    return o->theta > 0 ? o->theta : o->arch == FX_GLM4_MOE ? 1e6 : fx_hybrid(o) ? 1e7 : 5e6;
 }
 static inline int64_t fx_rot_dim(const fx_opts *o) {
-    if (o->arch == FX_GLM4_MOE) return (int64_t)((double)o->head_dim * o->partial_rotary);
+    if (o->arch == FX_GLM4_MOE || fx_hybrid(o)) return (int64_t)((double)o->head_dim * o->partial_rotary);
     return o->rotary_dim > 0 ? o->rotary_dim : o->head_dim / 2;
 }
 
@@ -635,8 +662,14 @@ static inline void fx_add_mtp(fx_list *L) {
     }
 }
 
+#include "fixture_hybrid.h"
+
 static inline void fx_build(fx_list *L) {
     const fx_opts *o = L->o;
+    if (fx_hybrid(o)) {
+        fx_build_hybrid(L);
+        return;
+    }
     fx_add_float(L, "model.embed_tokens.weight", 2, o->vocab, o->hidden, 1.0, 0.0);
     for (int64_t l = 0; l < o->n_layers; l++) fx_add_layer(L, l);
     fx_add_mtp(L);
@@ -870,6 +903,8 @@ static inline cJSON *fx_config_json(const fx_opts *o) {
     cJSON *c;
     if (o->arch == FX_GLM4_MOE) return fx_config_json_glm(o);
     if (o->arch == FX_MINIMAX_M2) return fx_config_json_minimax(o);
+    if (o->arch == FX_QWEN3_NEXT) return fx_config_json_qwen3_next(o);
+    if (o->arch == FX_QWEN3_5_MOE) return fx_config_json_qwen3_5(o);
     if (fx_deepseek(o)) return fx_config_json_deepseek(o);
     if (o->arch != FX_QWEN3) return fx_config_json_family(o);
     c = cJSON_CreateObject();

@@ -6,7 +6,8 @@
  * in a W8A8 linear's quant_bias; the shared expert, sigmoid(h . g) *
  * shared(h), added to the routed experts' sum; norm_topk_prob as written)
  * and Mixtral (softmax over all experts, top-2, divided by their sum);
- * DeepSeek-V2/V3, GLM-4.5 and MiniMax-M2 below.
+ * DeepSeek-V2/V3, GLM-4.5 and MiniMax-M2 below; the hybrid Gated DeltaNet
+ * families (Qwen3-Next, Qwen3.5-MoE) in hybrid_ref.h.
  * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
  * values as written to the file) by name and computes everything in double,
  * except the activation codes of quantized layers, which it computes in fp32
@@ -71,6 +72,7 @@ typedef struct {
     fx_opts o;
     fx_list L;
     int float_experts;
+    int hy_chunked;           /* hybrid families: prefill DeltaNet layers in chunks (hybrid_ref.h) */
 } ref_model;
 
 static void ref_init(ref_model *rm, const fx_opts *o) {
@@ -800,9 +802,15 @@ static void ref_layer_sig(double *x, int n, const ref_model *rm, long long l) {
     free(y);
 }
 
+#include "hybrid_ref.h"
+
 /* logits[n][vocab] for the tokens ids[0..n) at positions 0..n-1. */
 static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *logits) {
     const fx_opts *o = &rm->o;
+    if (fx_hybrid(o)) { /* Qwen3-Next, Qwen3.5-MoE: hybrid_ref.h */
+        hy_ref_forward(rm, ids, n, logits);
+        return;
+    }
     const int64_t H = o->hidden, V = o->vocab;
     const fx_tensor *emb = ref_t(rm, "model.embed_tokens.weight", 0, 0);
     const fx_tensor *head = o->tie ? emb : ref_t(rm, "lm_head.weight", 0, 0);
