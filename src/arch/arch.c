@@ -148,12 +148,12 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     if (!d || !out) return -1;
     out->model_type = d->model_type;
     out->hf_class = d->hf_class;
-    out->qk_norm = (d->flags & MOE8_ARCH_QK_NORM) != 0;
-    out->shared_expert = (d->flags & MOE8_ARCH_SHARED_EXPERT) != 0;
-    out->sparse_step = (d->flags & MOE8_ARCH_SPARSE_STEP) != 0;
-    out->always_renorm = (d->flags & MOE8_ARCH_ALWAYS_RENORM) != 0;
-    out->mla = (d->flags & MOE8_ARCH_MLA) != 0;
-    out->first_k_dense = (d->flags & MOE8_ARCH_FIRST_K_DENSE) != 0;
+    out->qk_norm = (d->kinds.attn_opts & MOE8_ATTN_QK_NORM_HEAD) != 0;
+    out->shared_expert = d->kinds.moe == MOE8_FFN_MOE_SHARED;
+    out->sparse_step = d->kinds.layers == MOE8_LAYERS_SPARSE_STEP;
+    out->always_renorm = d->kinds.renorm == MOE8_RENORM_ALWAYS;
+    out->mla = d->kinds.attn == MOE8_ATTN_MLA;
+    out->first_k_dense = d->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE;
     return 0;
 }
 
@@ -211,10 +211,10 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
-    if (a->flags & MOE8_ARCH_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
+    if (a->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
         return layer >= c->first_k_dense_replace &&
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
-    if (!(a->flags & MOE8_ARCH_SPARSE_STEP)) return 1;
+    if (a->kinds.layers == MOE8_LAYERS_ALL_MOE) return 1;
     for (int i = 0; i < c->n_mlp_only_layers; i++)
         if (c->mlp_only_layers[i] == layer) return 0;
     return (layer + 1) % c->decoder_sparse_step == 0;
@@ -239,7 +239,7 @@ void moe8_arch_fill_derived(moe8_config *c) {
 int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l) {
     const moe8_role_info *ri = moe8_role_of(r);
     if (!ri || !moe8_arch_has(a, r)) return 0;
-    if (a->flags & MOE8_ARCH_MLA) {
+    if (a->kinds.attn == MOE8_ATTN_MLA) {
         if (r == MOE8_R_Q && c->q_lora_rank > 0) return 0;
         if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && c->q_lora_rank <= 0)
             return 0;

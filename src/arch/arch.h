@@ -8,8 +8,8 @@
  *   tensor names  a printf format per tensor role (llama.cpp's per-arch
  *                 table): "%lld" the layer, then "%lld" the expert; NULL when
  *                 the family has no such tensor (Mixtral has no q_norm)
- *   structure     flags: q/k RMSNorm, shared expert, the dense-vs-MoE rule,
- *                 always-renormalized routing
+ *   structure     the kinds its layers are built of (plan.h): attention,
+ *                 rotary, feed-forward, router, activation, tensor options
  *   make-model    its presets and config.json / generation_config.json
  *
  * What is common to every family lives in arch.c's role table: where a
@@ -20,7 +20,8 @@
  * from here and spell none themselves.
  *
  * Adding a family: one src/arch/<family>.c defining a moe8_arch_desc, its
- * entry in arch.c's list and in moe8_arch, tests and docs/MODELS.md.
+ * entry in arch.c's list and in moe8_arch, tests and docs/MODELS.md; a kind
+ * it needs that no family had yet is one file of its own beside the others.
  */
 #ifndef MOE8_ARCH_H
 #define MOE8_ARCH_H
@@ -31,6 +32,7 @@
 /* cJSON stays out of the files that include this one: the readers take it by name */
 struct cJSON;
 
+#include "arch/plan.h"
 #include "core/public.h"
 
 /* ======================================================================== */
@@ -177,17 +179,6 @@ moe8_status moe8_cfg_refuse_non_null(const struct cJSON *root, const char *label
 /* The descriptor                                                            */
 /* ======================================================================== */
 
-#define MOE8_ARCH_QK_NORM       0x1u  /* per-head RMSNorm of q and k before RoPE */
-#define MOE8_ARCH_SHARED_EXPERT 0x2u  /* MoE layers add a shared expert: sigmoid-gated when the
-                                       * family has MOE8_R_SHEXP_SCORE (qwen2_moe), else ungated */
-#define MOE8_ARCH_SPARSE_STEP   0x4u  /* decoder_sparse_step / mlp_only_layers pick dense
-                                       * layers; without it every layer is MoE */
-#define MOE8_ARCH_ALWAYS_RENORM 0x8u  /* top-k weights always renormalized (norm_topk_prob is
-                                       * not a key of the family and reads as 1) */
-#define MOE8_ARCH_FIRST_K_DENSE 0x10u /* first_k_dense_replace / moe_layer_freq pick the MoE
-                                       * layers (deepseek) */
-#define MOE8_ARCH_MLA           0x20u /* multi-head latent attention (deepseek) */
-
 typedef struct {
     moe8_arch id;
     const char *model_type;            /* config.json "model_type" */
@@ -195,7 +186,7 @@ typedef struct {
     const char *moe_block;             /* MoE module of a layer ("model.layers.%lld.mlp"),
                                         * names the layer in errors */
     const char *names[MOE8_R_COUNT];   /* module name formats ("<name>.weight" etc.) */
-    unsigned flags;                    /* MOE8_ARCH_* */
+    moe8_family_kinds kinds;           /* what its layers are built of (plan.h) */
     /* config.json: integer keys beyond the common ones (config.c), Hugging
      * Face's defaults, then the family's own checks (booleans, refusals,
      * relations), called after every integer key was read. */
@@ -239,10 +230,11 @@ int moe8_arch_tensor_name(const moe8_arch_desc *a, moe8_role r, int64_t layer, i
 int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, int64_t *layer,
                     int64_t *expert, const char **suffix);
 
-/* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, for
- * families with MOE8_ARCH_SPARSE_STEP, l not in mlp_only_layers and
- * (l + 1) % decoder_sparse_step == 0; with MOE8_ARCH_FIRST_K_DENSE,
- * l >= first_k_dense_replace and l % moe_layer_freq == 0.
+/* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, by
+ * the family's layer rule (plan.h): MOE8_LAYERS_SPARSE_STEP, l not in
+ * mlp_only_layers and (l + 1) % decoder_sparse_step == 0;
+ * MOE8_LAYERS_FIRST_K_DENSE, l >= first_k_dense_replace and
+ * l % moe_layer_freq == 0; MOE8_LAYERS_ALL_MOE, every layer.
  * moe8_config_is_moe_layer is this. */
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
 

@@ -119,7 +119,7 @@ static moe8_status find_arch(const cJSON *root, const char *label, const moe8_ar
 static moe8_status check_unsupported(const cJSON *root, const char *label, const moe8_arch_desc *a,
                                      moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (it && !cJSON_IsNull(it) && !(a->flags & MOE8_ARCH_MLA))
+    if (it && !cJSON_IsNull(it) && !(a->kinds.attn == MOE8_ATTN_MLA))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': rope_scaling not supported (must be null or absent)", label);
     it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
@@ -315,7 +315,8 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
     if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
     moe8_arch_fill_derived(out);
     if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
-    if (a->flags & MOE8_ARCH_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
+    if (a->kinds.layers == MOE8_LAYERS_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
+    if (!st) st = moe8_plan_check(out, label, err);
 done:
     cJSON_Delete(root);
     return st;

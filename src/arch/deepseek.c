@@ -503,17 +503,21 @@ static cJSON *generation_json(const moe8_config *c) {
     [MOE8_R_SHEXP_DOWN] = "model.layers.%lld.mlp.shared_experts.down_proj"
 
 /* The two descriptors differ in their id, names of the class, defaults and checks. */
-#define DS_DESC(ID, TYPE, CLASS, DEFAULTS, CHECK)                                              \
+#define DS_DESC(ID, TYPE, CLASS, DEFAULTS, CHECK, RENORM)                                      \
     {                                                                                          \
         .id = ID, .model_type = TYPE, .hf_class = CLASS, .moe_block = "model.layers.%lld.mlp", \
         .names = {DS_NAMES},                                                                   \
-        .flags = MOE8_ARCH_MLA | MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_FIRST_K_DENSE,            \
+        .kinds = {.attn = MOE8_ATTN_MLA, .rope = MOE8_ROPE_PAIRS,                              \
+                  .layers = MOE8_LAYERS_FIRST_K_DENSE, .moe = MOE8_FFN_MOE_SHARED,             \
+                  .shared_gate = MOE8_SHARED_SUM, .renorm = RENORM, .act = MOE8_ACT_SWIGLU},   \
         .fields = fields, .n_fields = (int)(sizeof fields / sizeof fields[0]),                 \
         .defaults = DEFAULTS, .check = CHECK, .finish = finish, .preset = preset,              \
         .config_json = config_json, .generation_json = generation_json,                        \
     }
 
 const moe8_arch_desc moe8_arch_deepseek_v2 = DS_DESC(MOE8_ARCH_DEEPSEEK_V2, "deepseek_v2",
-                                                     "DeepseekV2ForCausalLM", defaults_v2, check_v2);
+                                                     "DeepseekV2ForCausalLM", defaults_v2, check_v2,
+                                                     MOE8_RENORM_OR_SCALE);
 const moe8_arch_desc moe8_arch_deepseek_v3 = DS_DESC(MOE8_ARCH_DEEPSEEK_V3, "deepseek_v3",
-                                                     "DeepseekV3ForCausalLM", defaults_v3, check_v3);
+                                                     "DeepseekV3ForCausalLM", defaults_v3, check_v3,
+                                                     MOE8_RENORM_CONFIG);

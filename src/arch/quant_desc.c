@@ -321,11 +321,12 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
     if (!a) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quant description: unknown family");
     for (int64_t l = 0; l < cfg->num_hidden_layers; l++) {
         memset(&layers[l], 0, sizeof layers[l]); /* every field FLOAT */
-        layers[l].is_moe = moe8_config_is_moe_layer(cfg, l);
-        layers[l].has_shared = layers[l].is_moe && moe8_arch_has(a, MOE8_R_SHEXP_GATE) &&
-                               cfg->shared_expert_intermediate_size > 0;
-        layers[l].qkv_bias = cfg->qkv_bias;
-        layers[l].mla = (a->flags & MOE8_ARCH_MLA) != 0;
+        moe8_layer_plan p;
+        moe8_plan_layer(cfg, l, &p);
+        layers[l].is_moe = p.ffn != MOE8_FFN_DENSE;
+        layers[l].has_shared = p.ffn == MOE8_FFN_MOE_SHARED;
+        layers[l].qkv_bias = (p.attn_opts & MOE8_ATTN_QKV_BIAS) != 0;
+        layers[l].mla = p.attn == MOE8_ATTN_MLA;
     }
     if (!qd) return MOE8_OK;
     if ((st = check_values(qd, a, exists, user, err)) != MOE8_OK) return st;

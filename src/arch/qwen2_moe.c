@@ -174,7 +174,16 @@ const moe8_arch_desc moe8_arch_qwen2_moe = {
             [MOE8_R_SHEXP_DOWN] = "model.layers.%lld.mlp.shared_expert.down_proj",
             [MOE8_R_SHEXP_SCORE] = "model.layers.%lld.mlp.shared_expert_gate",
         },
-    .flags = MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_SPARSE_STEP,
+    .kinds =
+        {
+            .attn = MOE8_ATTN_GQA,            /* q/k/v biases: the config's qkv_bias */
+            .rope = MOE8_ROPE_HALVES,
+            .layers = MOE8_LAYERS_SPARSE_STEP,
+            .moe = MOE8_FFN_MOE_SHARED,
+            .shared_gate = MOE8_SHARED_SIGMOID_GATE,
+            .renorm = MOE8_RENORM_CONFIG,
+            .act = MOE8_ACT_SWIGLU,
+        },
     .fields = fields,
     .n_fields = (int)(sizeof fields / sizeof fields[0]),
     .defaults = defaults,

@@ -370,7 +370,7 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
                          "config", m->dir, ri->what, (long long)l);
     L = linear_of(ly, r, e);
     if ((st = bind_linear(m, p, quant_of(&ly->info, r), d0, d1, L, err)) != MOE8_OK) return st;
-    if (m->cfg.qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
+    if ((ly->plan.attn_opts & MOE8_ATTN_QKV_BIAS) && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
         return bind_bias(m, p, L, err);
     return MOE8_OK;
 }
@@ -381,7 +381,7 @@ static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8
         if (moe8_arch_in_layer(m->arch, &m->cfg, (moe8_role)r, l) &&
             (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
             return st;
-    if (!ly->info.mla && ly->info.qkv == MOE8_QUANT_W8A8 &&
+    if (ly->plan.attn == MOE8_ATTN_GQA && ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
         ly->qkv_input_differ = 1;
@@ -396,7 +396,7 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
                                        MOE8_R_SHEXP_SCORE};
     moe8_status st;
     if ((st = bind_role(m, l, -1, MOE8_R_ROUTER, ly, err)) != MOE8_OK) return st;
-    if (m->cfg.e_score_bias) { /* deepseek_v3: "<router>.e_score_correction_bias" [E] */
+    if (ly->plan.correction_bias) { /* "<router>.e_score_correction_bias" [E] (deepseek_v3) */
         char name[200];
         moe8_arch_tensor_name(m->arch, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
                               sizeof name);
@@ -548,8 +548,10 @@ static moe8_status resolve_quant(moe8_model *m, moe8_quant_type *lm_head, moe8_e
         st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", m->dir);
     else
         st = moe8_quant_desc_resolve(qd, &m->cfg, st_has, m->st, li, err);
-    for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++)
+    for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++) {
         m->layers[l].info = li[l];
+        moe8_plan_layer(&m->cfg, l, &m->layers[l].plan);
+    }
     *lm_head = moe8_quant_desc_lm_head(qd, st_has, m->st);
     free(li);
     moe8_quant_desc_free(qd);

@@ -219,8 +219,10 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
         (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
         (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
-        (st = w->mla ? build_mla(w, fl, m, L, err) : build_attn(w, fl, L, err)))
+        (st = L->plan.attn == MOE8_ATTN_MLA ? build_mla(w, fl, m, L, err)
+                                            : build_attn(w, fl, L, err)))
         return st;
+    fl->plan = L->plan;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
     if (fl->is_moe) return build_moe(w->cache, fl, m, li, float_experts, n_threads, err);
@@ -345,7 +347,6 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     w->mla = c->kv_lora_rank > 0;
     w->L = (int)c->kv_lora_rank;
     w->R = (int)c->qk_rope_head_dim;
-    w->rope_interleave = c->rope_interleave;
     w->DN = (int)c->qk_nope_head_dim;
     w->DV = (int)c->v_head_dim;
     w->QL = (int)c->q_lora_rank;
