@@ -83,6 +83,7 @@ const moe8_role_info *moe8_role_of(moe8_role r) {
 }
 
 int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     switch (d) {
     case MOE8_DIM_NONE: return 0;
     case MOE8_DIM_ONE: return 1;
@@ -94,12 +95,12 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_E: return c->num_experts;
     case MOE8_DIM_I: return c->moe_intermediate_size;
     case MOE8_DIM_F: return c->intermediate_size;
-    case MOE8_DIM_S: return c->shared_expert_intermediate_size;
-    case MOE8_DIM_OD: return c->num_attention_heads * c->v_head_dim;
-    case MOE8_DIM_QL: return c->q_lora_rank;
-    case MOE8_DIM_KVL: return c->kv_lora_rank;
-    case MOE8_DIM_KVA: return c->kv_lora_rank + c->qk_rope_head_dim;
-    case MOE8_DIM_KVB: return c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim);
+    case MOE8_DIM_S: return fc->shared_expert_intermediate_size;
+    case MOE8_DIM_OD: return c->num_attention_heads * fc->v_head_dim;
+    case MOE8_DIM_QL: return fc->q_lora_rank;
+    case MOE8_DIM_KVL: return fc->kv_lora_rank;
+    case MOE8_DIM_KVA: return fc->kv_lora_rank + fc->qk_rope_head_dim;
+    case MOE8_DIM_KVB: return c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim);
     }
     return 0;
 }
@@ -209,11 +210,12 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 /* ======================================================================== */
 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
     if (a->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
-        return layer >= c->first_k_dense_replace &&
-               layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+        return layer >= fc->first_k_dense_replace &&
+               layer % (fc->moe_layer_freq > 0 ? fc->moe_layer_freq : 1) == 0;
     if (a->kinds.layers == MOE8_LAYERS_ALL_MOE) return 1;
     for (int i = 0; i < c->n_mlp_only_layers; i++)
         if (c->mlp_only_layers[i] == layer) return 0;
@@ -221,31 +223,34 @@ int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
 }
 
 moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     moe8_kv_shape k = {2, c->num_key_value_heads, c->head_dim};
-    if (c->kv_lora_rank > 0) {
+    if (fc->kv_lora_rank > 0) {
         k.planes = 1;
         k.heads = 1;
-        k.dim = c->kv_lora_rank + c->qk_rope_head_dim;
+        k.dim = fc->kv_lora_rank + fc->qk_rope_head_dim;
     }
     return k;
 }
 
 void moe8_arch_fill_derived(moe8_config *c) {
-    if (!c->kv_lora_rank) c->v_head_dim = c->head_dim;
-    if (!(c->routed_scaling_factor > 0)) c->routed_scaling_factor = 1.0;
-    if (c->moe_layer_freq < 1) c->moe_layer_freq = 1;
+    moe8_family_cfg *fc = MOE8_FAM(c);
+    if (!fc->kv_lora_rank) fc->v_head_dim = c->head_dim;
+    if (!(fc->routed_scaling_factor > 0)) fc->routed_scaling_factor = 1.0;
+    if (fc->moe_layer_freq < 1) fc->moe_layer_freq = 1;
 }
 
 int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_role_info *ri = moe8_role_of(r);
     if (!ri || !moe8_arch_has(a, r)) return 0;
     if (a->kinds.attn == MOE8_ATTN_MLA) {
-        if (r == MOE8_R_Q && c->q_lora_rank > 0) return 0;
-        if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && c->q_lora_rank <= 0)
+        if (r == MOE8_R_Q && fc->q_lora_rank > 0) return 0;
+        if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && fc->q_lora_rank <= 0)
             return 0;
     }
     if ((r == MOE8_R_SHEXP_GATE || r == MOE8_R_SHEXP_UP || r == MOE8_R_SHEXP_DOWN ||
-         r == MOE8_R_SHEXP_SCORE) && c->shared_expert_intermediate_size <= 0)
+         r == MOE8_R_SHEXP_SCORE) && fc->shared_expert_intermediate_size <= 0)
         return 0;
     switch (ri->scope) {
     case MOE8_SCOPE_MODEL: return 1;

@@ -141,6 +141,44 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d);
 /* Config fields                                                             */
 /* ======================================================================== */
 
+/* What only some families have, in moe8_config.family (opaque in the public
+ * header: read there with moe8_config_get_int / _num by these names). */
+typedef struct {
+    int64_t shared_expert_intermediate_size; /* qwen2_moe: width S of the shared expert;
+                                   * 0 = no shared expert (the other families) */
+    int qkv_bias;                 /* q/k/v projections carry a bias (qwen2_moe: default 1) */
+    /* DeepSeek-V2/V3 (docs/MODELS.md); 0 for the other families except
+     * v_head_dim (= head_dim) and routed_scaling_factor / moe_layer_freq (1): */
+    int64_t kv_lora_rank;         /* > 0: multi-head latent attention; the latent width L */
+    int64_t q_lora_rank;          /* 0 (null): q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
+    int64_t qk_nope_head_dim;     /* MLA: per-head q/k width without rotary */
+    int64_t qk_rope_head_dim;     /* MLA: rotary width R (one k_pe shared by all heads);
+                                   * head_dim = qk_nope_head_dim + qk_rope_head_dim */
+    int64_t v_head_dim;           /* per-head value width (= head_dim outside MLA) */
+    int64_t n_shared_experts;     /* deepseek: shared_experts of width n x moe_intermediate_size
+                                   * (shared_expert_intermediate_size), ungated */
+    int64_t first_k_dense_replace;/* deepseek: layers [0, k) have a dense MLP */
+    int64_t moe_layer_freq;       /* deepseek: MoE layers are l >= k with l % freq == 0 */
+    int64_t n_group, topk_group;  /* grouped routing: experts in n_group groups, the best
+                                   * topk_group kept (V2 group_limited_greedy, V3 always) */
+    int topk_grouped;             /* route through the groups (n_group, topk_group) */
+    int group_top2;               /* a group's score: sum of its two best (V3), else its best (V2) */
+    int scoring_sigmoid;          /* router scores sigmoid (V3) instead of softmax */
+    int e_score_bias;             /* mlp.gate.e_score_correction_bias [E] (V3): selection only */
+    double routed_scaling_factor; /* top-k weights x this after renormalization */
+    int rope_interleave;          /* rotary on pairs (2i, 2i+1) (deepseek), else halves (NEOX) */
+    double yarn_factor;           /* rope_scaling {"type": "yarn"} (deepseek); 0 = none */
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int64_t yarn_original_max_position_embeddings;
+} moe8_family_cfg;
+
+/* The family block of a config (const-preserving). */
+#define MOE8_FAM(c)                                                                     \
+    _Generic((c), const moe8_config *: (const moe8_family_cfg *)(const void *)(c)->family.bytes, \
+             moe8_config *: (moe8_family_cfg *)(void *)(c)->family.bytes)
+/* Offset of family field f in moe8_config (for moe8_cfg_int.offset). */
+#define MOE8_FAM_OFFSET(f) (offsetof(moe8_config, family) + offsetof(moe8_family_cfg, f))
+
 /* An integer field: key, range, and where it goes in moe8_config. */
 typedef struct {
     const char *key;

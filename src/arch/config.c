@@ -325,3 +325,61 @@ done:
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer) {
     return moe8_arch_is_moe_layer(c, layer);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The family block by name (moe8.h moe8_config_get_int / _num)             */
+/* ------------------------------------------------------------------------ */
+
+#define FAM_I64(f) {#f, MOE8_FAM_OFFSET(f), 'l'}
+#define FAM_INT(f) {#f, MOE8_FAM_OFFSET(f), 'i'}
+#define FAM_DBL(f) {#f, MOE8_FAM_OFFSET(f), 'd'}
+static const struct {
+    const char *name;
+    size_t offset;
+    char type;
+} fam_fields[] = {
+    FAM_I64(shared_expert_intermediate_size), FAM_INT(qkv_bias), FAM_I64(kv_lora_rank),
+    FAM_I64(q_lora_rank), FAM_I64(qk_nope_head_dim), FAM_I64(qk_rope_head_dim),
+    FAM_I64(v_head_dim), FAM_I64(n_shared_experts), FAM_I64(first_k_dense_replace),
+    FAM_I64(moe_layer_freq), FAM_I64(n_group), FAM_I64(topk_group), FAM_INT(topk_grouped),
+    FAM_INT(group_top2), FAM_INT(scoring_sigmoid), FAM_INT(e_score_bias),
+    FAM_DBL(routed_scaling_factor), FAM_INT(rope_interleave), FAM_DBL(yarn_factor),
+    FAM_DBL(yarn_beta_fast), FAM_DBL(yarn_beta_slow), FAM_DBL(yarn_mscale),
+    FAM_DBL(yarn_mscale_all_dim), FAM_I64(yarn_original_max_position_embeddings),
+};
+
+/* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */
+static double fam_get(const moe8_config *c, const char *name, int *known, int64_t *as_int) {
+    for (size_t i = 0; c && name && i < sizeof fam_fields / sizeof fam_fields[0]; i++) {
+        const char *p = (const char *)c + fam_fields[i].offset;
+        if (strcmp(fam_fields[i].name, name)) continue;
+        if (known) *known = 1;
+        if (fam_fields[i].type == 'd') {
+            double d;
+            memcpy(&d, p, sizeof d);
+            *as_int = (int64_t)d;
+            return d;
+        }
+        if (fam_fields[i].type == 'l') memcpy(as_int, p, sizeof *as_int);
+        else {
+            int v;
+            memcpy(&v, p, sizeof v);
+            *as_int = v;
+        }
+        return (double)*as_int;
+    }
+    if (known) *known = 0;
+    *as_int = 0;
+    return 0;
+}
+
+int64_t moe8_config_get_int(const moe8_config *c, const char *name, int *known) {
+    int64_t v;
+    fam_get(c, name, known, &v);
+    return v;
+}
+
+double moe8_config_get_num(const moe8_config *c, const char *name, int *known) {
+    int64_t v;
+    return fam_get(c, name, known, &v);
+}

@@ -13,15 +13,16 @@
 #include "core/core.h"
 
 void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_arch_desc *a = moe8_arch_get(c->arch);
     const moe8_family_kinds *k = &a->kinds;
     memset(p, 0, sizeof *p);
     p->attn = k->attn;
     p->attn_opts = k->attn_opts;
-    if (c->qkv_bias) p->attn_opts |= MOE8_ATTN_QKV_BIAS;
-    p->rope = k->rope == MOE8_ROPE_PAIRS && !c->rope_interleave ? MOE8_ROPE_HALVES : k->rope;
+    if (fc->qkv_bias) p->attn_opts |= MOE8_ATTN_QKV_BIAS;
+    p->rope = k->rope == MOE8_ROPE_PAIRS && !fc->rope_interleave ? MOE8_ROPE_HALVES : k->rope;
     p->rope_dim = moe8_rope_dim(c);
-    p->yarn = c->yarn_factor > 0;
+    p->yarn = fc->yarn_factor > 0;
     p->act = k->act;
     p->scale = 1.0;
     if (!moe8_arch_is_moe_layer(c, l)) {
@@ -29,23 +30,23 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
         p->width = c->intermediate_size;
         return;
     }
-    p->ffn = k->moe == MOE8_FFN_MOE_SHARED && c->shared_expert_intermediate_size > 0
+    p->ffn = k->moe == MOE8_FFN_MOE_SHARED && fc->shared_expert_intermediate_size > 0
                  ? MOE8_FFN_MOE_SHARED
                  : MOE8_FFN_MOE;
     p->shared_gate = k->shared_gate;
-    if (p->ffn == MOE8_FFN_MOE_SHARED) p->width = c->shared_expert_intermediate_size;
-    p->sigmoid = k->sigmoid_router || c->scoring_sigmoid;
-    p->correction_bias = c->e_score_bias;
-    p->grouped = c->topk_grouped;
-    p->n_group = c->n_group;
-    p->topk_group = c->topk_group;
-    p->group_top2 = c->group_top2;
+    if (p->ffn == MOE8_FFN_MOE_SHARED) p->width = fc->shared_expert_intermediate_size;
+    p->sigmoid = k->sigmoid_router || fc->scoring_sigmoid;
+    p->correction_bias = fc->e_score_bias;
+    p->grouped = fc->topk_grouped;
+    p->n_group = fc->n_group;
+    p->topk_group = fc->topk_group;
+    p->group_top2 = fc->group_top2;
     switch (k->renorm) {
-    case MOE8_RENORM_ALWAYS: p->renorm = 1; p->scale = c->routed_scaling_factor; break;
-    case MOE8_RENORM_CONFIG: p->renorm = c->norm_topk_prob; p->scale = c->routed_scaling_factor; break;
+    case MOE8_RENORM_ALWAYS: p->renorm = 1; p->scale = fc->routed_scaling_factor; break;
+    case MOE8_RENORM_CONFIG: p->renorm = c->norm_topk_prob; p->scale = fc->routed_scaling_factor; break;
     case MOE8_RENORM_OR_SCALE:
         p->renorm = c->norm_topk_prob && c->num_experts_per_tok > 1;
-        p->scale = p->renorm ? 1.0 : c->routed_scaling_factor;
+        p->scale = p->renorm ? 1.0 : fc->routed_scaling_factor;
         break;
     }
 }

@@ -216,13 +216,14 @@ static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_typ
  * q_b_proj and kv_b_proj each FLOAT or W8A8. */
 static moe8_status resolve_mla(const lookup *k, const moe8_config *c, moe8_layer_info *li,
                                moe8_error *err) {
-    const moe8_role qa[] = {c->q_lora_rank > 0 ? MOE8_R_Q_A : MOE8_R_Q, MOE8_R_KV_A};
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const moe8_role qa[] = {fc->q_lora_rank > 0 ? MOE8_R_Q_A : MOE8_R_Q, MOE8_R_KV_A};
     char mod[160];
     moe8_status st;
     if ((st = packed(k, "fused_qkv_a_proj", qa, 2, &li->qkv, err)) != MOE8_OK ||
         (st = linear_ok(k, "fused_qkv_a_proj", li->qkv, err)) != MOE8_OK)
         return st;
-    if (c->q_lora_rank > 0 &&
+    if (fc->q_lora_rank > 0 &&
         ((st = required(k, MOE8_R_Q_B, mod, sizeof mod, &li->q_b, err)) != MOE8_OK ||
          (st = linear_ok(k, mod, li->q_b, err)) != MOE8_OK))
         return st;

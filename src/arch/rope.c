@@ -18,7 +18,8 @@
 #endif
 
 int moe8_rope_dim(const moe8_config *c) {
-    return (int)(c->kv_lora_rank > 0 ? c->qk_rope_head_dim : c->head_dim);
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    return (int)(fc->kv_lora_rank > 0 ? fc->qk_rope_head_dim : c->head_dim);
 }
 
 /* YaRN's attention factor: 0.1 m ln(s) + 1 (1 for s <= 1). */
@@ -30,16 +31,17 @@ static double yarn_dim(double n_rot, int R, double base, double orig) {
 }
 
 double moe8_rope_freqs(const moe8_config *c, double *freq) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const int R = moe8_rope_dim(c), half = R / 2;
-    const double base = c->rope_theta, f = c->yarn_factor;
+    const double base = c->rope_theta, f = fc->yarn_factor;
     double lo = 0, hi = 0;
     MOE8_ASSERT(half <= MOE8_CAP_HEAD_DIM / 2);
     if (!(f > 0)) {
         for (int i = 0; i < half; i++) freq[i] = pow(base, -2.0 * i / R);
         return 1.0;
     }
-    lo = floor(yarn_dim(c->yarn_beta_fast, R, base, (double)c->yarn_original_max_position_embeddings));
-    hi = ceil(yarn_dim(c->yarn_beta_slow, R, base, (double)c->yarn_original_max_position_embeddings));
+    lo = floor(yarn_dim(fc->yarn_beta_fast, R, base, (double)fc->yarn_original_max_position_embeddings));
+    hi = ceil(yarn_dim(fc->yarn_beta_slow, R, base, (double)fc->yarn_original_max_position_embeddings));
     if (lo < 0) lo = 0;
     if (hi > R - 1) hi = R - 1;
     if (lo == hi) hi += 0.001;
@@ -50,13 +52,14 @@ double moe8_rope_freqs(const moe8_config *c, double *freq) {
         const double mask = 1.0 - ramp; /* 1: keep the original frequency */
         freq[i] = inter * (1.0 - mask) + extra * mask;
     }
-    return yarn_mscale(f, c->yarn_mscale) / yarn_mscale(f, c->yarn_mscale_all_dim);
+    return yarn_mscale(f, fc->yarn_mscale) / yarn_mscale(f, fc->yarn_mscale_all_dim);
 }
 
 float moe8_attn_scale(const moe8_config *c) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     double s = 1.0 / sqrt((double)c->head_dim);
-    if (c->yarn_factor > 0 && c->yarn_mscale_all_dim != 0) {
-        const double m = yarn_mscale(c->yarn_factor, c->yarn_mscale_all_dim);
+    if (fc->yarn_factor > 0 && fc->yarn_mscale_all_dim != 0) {
+        const double m = yarn_mscale(fc->yarn_factor, fc->yarn_mscale_all_dim);
         s *= m * m;
     }
     return (float)s;

@@ -677,6 +677,7 @@ void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out) {
 moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_type,
                               moe8_memory_estimate *out, moe8_error *err) {
     const moe8_config *c;
+    const moe8_family_cfg *fc;
     moe8_model_stats s;
     uint64_t kv, scratch, per_tok, wide;
     if (!m || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: NULL argument");
@@ -687,6 +688,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: kv type %s is not F32, "
                          "F16 or BF16", moe8_dtype_name(kv_type));
     c = &m->cfg;
+    fc = MOE8_FAM(c);
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
     const moe8_kv_shape ks = moe8_arch_kv_shape(c);
@@ -698,13 +700,13 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     wide = (uint64_t)(2 * c->intermediate_size);
     if ((uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size) > wide && c->num_experts > 0)
         wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
-    if ((uint64_t)(2 * c->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
-        wide = (uint64_t)(2 * c->shared_expert_intermediate_size);
-    if (c->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
+    if ((uint64_t)(2 * fc->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
+        wide = (uint64_t)(2 * fc->shared_expert_intermediate_size);
+    if (fc->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
                                 * v per head (load/weights.h) */
-        const uint64_t qc = (uint64_t)(c->num_attention_heads * (c->kv_lora_rank + c->qk_rope_head_dim));
-        wide += (uint64_t)c->q_lora_rank + (uint64_t)(c->kv_lora_rank + c->qk_rope_head_dim) +
-                2 * qc + (uint64_t)(c->num_attention_heads * c->v_head_dim);
+        const uint64_t qc = (uint64_t)(c->num_attention_heads * (fc->kv_lora_rank + fc->qk_rope_head_dim));
+        wide += (uint64_t)fc->q_lora_rank + (uint64_t)(fc->kv_lora_rank + fc->qk_rope_head_dim) +
+                2 * qc + (uint64_t)(c->num_attention_heads * fc->v_head_dim);
     }
     per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
@@ -714,8 +716,8 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     uint64_t absorbed = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (m->layers[l].info.mla && m->layers[l].info.kv_b != MOE8_QUANT_FLOAT)
-            absorbed += 3ull * (uint64_t)(c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim)) *
-                        (uint64_t)c->kv_lora_rank;
+            absorbed += 3ull * (uint64_t)(c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim)) *
+                        (uint64_t)fc->kv_lora_rank;
     out->weight_bytes = s.total_bytes + absorbed;
     out->kv_bytes = kv;
     out->scratch_bytes = scratch;

@@ -326,6 +326,7 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
                              int n_threads, moe8_pcache *pc, moe8_weights **out,
                              moe8_error *err) {
     const moe8_config *c = &m->cfg;
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     moe8_weights *w = calloc(1, sizeof *w);
     const int streaming = pc && !moe8_pcache_reading(pc);
     moe8_status st;
@@ -344,12 +345,12 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     w->E = (int)c->num_experts;
     w->K = (int)c->num_experts_per_tok;
     w->eps = (float)c->rms_norm_eps;
-    w->mla = c->kv_lora_rank > 0;
-    w->L = (int)c->kv_lora_rank;
-    w->R = (int)c->qk_rope_head_dim;
-    w->DN = (int)c->qk_nope_head_dim;
-    w->DV = (int)c->v_head_dim;
-    w->QL = (int)c->q_lora_rank;
+    w->mla = fc->kv_lora_rank > 0;
+    w->L = (int)fc->kv_lora_rank;
+    w->R = (int)fc->qk_rope_head_dim;
+    w->DN = (int)fc->qk_nope_head_dim;
+    w->DV = (int)fc->v_head_dim;
+    w->QL = (int)fc->q_lora_rank;
     w->kv_planes = w->mla ? 1 : 2;
     w->C = w->mla ? w->L + w->R : w->D;
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
