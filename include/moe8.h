@@ -168,6 +168,9 @@ typedef enum {
                                    * group-limited routing, YaRN */
     MOE8_ARCH_DEEPSEEK_V3 = 4,    /* "deepseek_v3": MLA; sigmoid routing with
                                    * e_score_correction_bias and grouped top-k (top-2 sums) */
+    MOE8_ARCH_GLM4_MOE = 5,       /* "glm4_moe" (GLM-4.5/4.6/4.7): GQA with q/k/v biases, optional
+                                   * per-head q/k norm, partial rotary; DeepSeek-V3's routing and
+                                   * shared experts; the MTP layer skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -185,6 +188,10 @@ typedef struct {
     int always_renorm;            /* top-k weights always renormalized (else norm_topk_prob) */
     int mla;                      /* multi-head latent attention (deepseek) */
     int first_k_dense;            /* first_k_dense_replace / moe_layer_freq pick dense layers */
+    /* appended with the families as declarations (issue 34): */
+    int shared_gate;              /* the shared expert is sigmoid-gated (qwen2_moe), else summed */
+    int qk_norm_config;           /* q/k RMSNorm per head when the config says so (glm4_moe's
+                                   * use_qk_norm: moe8_config_get_int(c, "qk_norm")) */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);

@@ -38,8 +38,14 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
                    (long long)fam_i(c, "yarn_original_max_position_embeddings"), fam_d(c, "yarn_beta_fast"),
                    fam_d(c, "yarn_beta_slow"), fam_d(c, "yarn_mscale"), fam_d(c, "yarn_mscale_all_dim"));
     } else {
-        printf("attention: %s%s\n", ai->qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
+        const int qk_norm = ai->qk_norm || (ai->qk_norm_config && fam_i(c, "qk_norm"));
+        const double partial = fam_d(c, "partial_rotary_factor");
+        printf("attention: %s%s", qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
                fam_i(c, "qkv_bias") ? ", q/k/v bias" : ", no biases");
+        if (partial > 0) /* glm4_moe */
+            printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
+                   (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
+        printf("\n");
     }
     printf("routing: %s top-%lld of %lld", fam_i(c, "scoring_sigmoid") ? "sigmoid" : "softmax",
            (long long)c->num_experts_per_tok, (long long)c->num_experts);
@@ -54,7 +60,7 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     printf("\n");
     if (ai->shared_expert && fam_i(c, "shared_expert_intermediate_size") > 0)
         printf("shared expert: intermediate %lld, %s\n", (long long)fam_i(c, "shared_expert_intermediate_size"),
-               ai->mla ? "ungated" : "sigmoid gate");
+               ai->shared_gate ? "sigmoid gate" : "ungated");
 }
 
 static void print_arch(const char *dir, const moe8_config *c) {

@@ -115,6 +115,7 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_MIXTRAL] = &moe8_arch_mixtral,
     [MOE8_ARCH_DEEPSEEK_V2] = &moe8_arch_deepseek_v2,
     [MOE8_ARCH_DEEPSEEK_V3] = &moe8_arch_deepseek_v3,
+    [MOE8_ARCH_GLM4_MOE] = &moe8_arch_glm4_moe,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -155,6 +156,10 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     out->always_renorm = d->kinds.renorm == MOE8_RENORM_ALWAYS;
     out->mla = d->kinds.attn == MOE8_ATTN_MLA;
     out->first_k_dense = d->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE;
+    out->shared_gate = d->kinds.moe == MOE8_FFN_MOE_SHARED &&
+                       d->kinds.shared_gate == MOE8_SHARED_SIGMOID_GATE;
+    out->qk_norm_config = !out->qk_norm && d->kinds.attn == MOE8_ATTN_GQA &&
+                          moe8_arch_has(d, MOE8_R_Q_NORM);
     return 0;
 }
 
@@ -249,6 +254,9 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
         if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && fc->q_lora_rank <= 0)
             return 0;
     }
+    if ((r == MOE8_R_Q_NORM || r == MOE8_R_K_NORM) &&
+        !(a->kinds.attn_opts & MOE8_ATTN_QK_NORM_HEAD) && !fc->qk_norm)
+        return 0; /* glm4_moe without use_qk_norm */
     if ((r == MOE8_R_SHEXP_GATE || r == MOE8_R_SHEXP_UP || r == MOE8_R_SHEXP_DOWN ||
          r == MOE8_R_SHEXP_SCORE) && fc->shared_expert_intermediate_size <= 0)
         return 0;

@@ -170,6 +170,11 @@ typedef struct {
     double yarn_factor;           /* rope_scaling {"type": "yarn"} (deepseek); 0 = none */
     double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     int64_t yarn_original_max_position_embeddings;
+    /* glm4_moe: */
+    double partial_rotary_factor; /* rotary on the first head_dim x this dims; 0: the whole head */
+    int qk_norm;                  /* use_qk_norm: per-head q/k RMSNorm when the family's kinds
+                                   * leave it to the config */
+    int64_t num_nextn_predict_layers; /* MTP layers after the decoder's, skipped at load */
 } moe8_family_cfg;
 
 /* The family block of a config (const-preserving). */
@@ -197,6 +202,10 @@ moe8_status moe8_cfg_read_pos_double(const struct cJSON *root, const char *label
 /* Refuse `key` when it is present and true (`what` names the feature). */
 moe8_status moe8_cfg_refuse_true(const struct cJSON *root, const char *label, const char *key,
                                  moe8_error *err);
+/* The grouped routing relations of c (deepseek, glm4_moe), when topk_grouped:
+ * n_group divides the experts, topk_group in [1, n_group], top-k within the
+ * kept groups, two experts per group for the top-2 group score. */
+moe8_status moe8_cfg_check_groups(const char *label, const moe8_config *c, moe8_error *err);
 /* Refuse `key` when it is present and not null. */
 moe8_status moe8_cfg_refuse_non_null(const struct cJSON *root, const char *label, const char *key,
                                      moe8_error *err);
@@ -340,5 +349,6 @@ extern const moe8_arch_desc moe8_arch_qwen2_moe;
 extern const moe8_arch_desc moe8_arch_mixtral;
 extern const moe8_arch_desc moe8_arch_deepseek_v2;
 extern const moe8_arch_desc moe8_arch_deepseek_v3;
+extern const moe8_arch_desc moe8_arch_glm4_moe;
 
 #endif

@@ -326,6 +326,27 @@ int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer) {
     return moe8_arch_is_moe_layer(c, layer);
 }
 
+moe8_status moe8_cfg_check_groups(const char *label, const moe8_config *c, moe8_error *err) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const int64_t E = c->num_experts;
+    if (E == 0 || !fc->topk_grouped) return MOE8_OK;
+    if (fc->n_group < 1 || E % fc->n_group)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': n_group (%lld) must be >= 1 and divide "
+                         "n_routed_experts (%lld)", label, (long long)fc->n_group, (long long)E);
+    if (fc->topk_group < 1 || fc->topk_group > fc->n_group)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': topk_group (%lld) must be in [1, n_group "
+                         "%lld]", label, (long long)fc->topk_group, (long long)fc->n_group);
+    if (c->num_experts_per_tok > fc->topk_group * (E / fc->n_group))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) exceeds the "
+                         "%lld experts of topk_group (%lld) groups", label,
+                         (long long)c->num_experts_per_tok, (long long)(fc->topk_group * (E / fc->n_group)),
+                         (long long)fc->topk_group);
+    if (fc->group_top2 && E / fc->n_group < 2)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %lld experts per group: the group score "
+                         "(sum of the two best) needs 2", label, (long long)(E / fc->n_group));
+    return MOE8_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The family block by name (moe8.h moe8_config_get_int / _num)             */
 /* ------------------------------------------------------------------------ */
@@ -346,6 +367,7 @@ static const struct {
     FAM_DBL(routed_scaling_factor), FAM_INT(rope_interleave), FAM_DBL(yarn_factor),
     FAM_DBL(yarn_beta_fast), FAM_DBL(yarn_beta_slow), FAM_DBL(yarn_mscale),
     FAM_DBL(yarn_mscale_all_dim), FAM_I64(yarn_original_max_position_embeddings),
+    FAM_DBL(partial_rotary_factor), FAM_INT(qk_norm), FAM_I64(num_nextn_predict_layers),
 };
 
 /* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */

@@ -306,21 +306,7 @@ static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
     if (E == 0 || !fc->topk_grouped) return MOE8_OK;
     if (c->arch == MOE8_ARCH_DEEPSEEK_V3 && !fc->n_group) fc->n_group = 1;
     if (c->arch == MOE8_ARCH_DEEPSEEK_V3 && !fc->topk_group) fc->topk_group = 1;
-    if (fc->n_group < 1 || E % fc->n_group)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': n_group (%lld) must be >= 1 and divide "
-                         "n_routed_experts (%lld)", label, (long long)fc->n_group, (long long)E);
-    if (fc->topk_group < 1 || fc->topk_group > fc->n_group)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': topk_group (%lld) must be in [1, n_group "
-                         "%lld]", label, (long long)fc->topk_group, (long long)fc->n_group);
-    if (c->num_experts_per_tok > fc->topk_group * (E / fc->n_group))
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) exceeds the "
-                         "%lld experts of topk_group (%lld) groups", label,
-                         (long long)c->num_experts_per_tok, (long long)(fc->topk_group * (E / fc->n_group)),
-                         (long long)fc->topk_group);
-    if (fc->group_top2 && E / fc->n_group < 2)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %lld experts per group: the group score "
-                         "(sum of the two best) needs 2", label, (long long)(E / fc->n_group));
-    return MOE8_OK;
+    return moe8_cfg_check_groups(label, c, err);
 }
 
 /* ---- make-model ---------------------------------------------------------- */

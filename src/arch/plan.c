@@ -20,6 +20,7 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
     p->attn = k->attn;
     p->attn_opts = k->attn_opts;
     if (fc->qkv_bias) p->attn_opts |= MOE8_ATTN_QKV_BIAS;
+    if (fc->qk_norm) p->attn_opts |= MOE8_ATTN_QK_NORM_HEAD;
     p->rope = k->rope == MOE8_ROPE_PAIRS && !fc->rope_interleave ? MOE8_ROPE_HALVES : k->rope;
     p->rope_dim = moe8_rope_dim(c);
     p->yarn = fc->yarn_factor > 0;

@@ -19,7 +19,9 @@
 
 int moe8_rope_dim(const moe8_config *c) {
     const moe8_family_cfg *fc = MOE8_FAM(c);
-    return (int)(fc->kv_lora_rank > 0 ? fc->qk_rope_head_dim : c->head_dim);
+    if (fc->kv_lora_rank > 0) return (int)fc->qk_rope_head_dim;
+    if (fc->partial_rotary_factor > 0) return (int)((double)c->head_dim * fc->partial_rotary_factor);
+    return (int)c->head_dim;
 }
 
 /* YaRN's attention factor: 0.1 m ln(s) + 1 (1 for s <= 1). */
