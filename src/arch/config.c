@@ -166,6 +166,17 @@ static moe8_status read_dims(const cJSON *root, const char *label, const moe8_ar
     return get_pos_double(root, label, "rope_theta", &c->rope_theta, err);
 }
 
+/* Partial rotary (plan.h): head_dim x partial_rotary_factor dims, even and at least 2. */
+static moe8_status check_partial_rotary(const char *label, const moe8_config *c, moe8_error *err) {
+    const double f = MOE8_FAM(c)->partial_rotary_factor;
+    const int R = moe8_rope_dim(c);
+    if (f > 0 && (R < 2 || R % 2))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': head_dim (%lld) x partial_rotary_factor "
+                         "(%g) gives %d rotary dims: must be even and at least 2", label,
+                         (long long)c->head_dim, f, R);
+    return MOE8_OK;
+}
+
 static moe8_status check_relations(const char *label, moe8_config *c, moe8_error *err) {
     if (c->head_dim == 0) {
         c->head_dim = c->hidden_size / c->num_attention_heads;
@@ -313,6 +324,7 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
     if ((st = read_dims(root, label, a, out, err)) != MOE8_OK) goto done;
     if (a->finish && (st = a->finish(label, out, err)) != MOE8_OK) goto done;
     if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
+    if ((st = check_partial_rotary(label, out, err)) != MOE8_OK) goto done;
     moe8_arch_fill_derived(out);
     if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
     if (a->kinds.layers == MOE8_LAYERS_SPARSE_STEP) st = read_mlp_only(root, label, out, err);

@@ -107,14 +107,10 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
     return MOE8_OK;
 }
 
-/* After every integer key: the rotary width, the shared width, the groups. */
+/* After every integer key: the shared width, the groups (the rotary width:
+ * config.c, once head_dim is known). */
 static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
     moe8_family_cfg *fc = MOE8_FAM(c);
-    const int R = moe8_rope_dim(c);
-    if (R < 2 || R % 2)
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': head_dim (%lld) x partial_rotary_factor "
-                         "(%g) gives %d rotary dims: must be even and at least 2", label,
-                         (long long)c->head_dim, fc->partial_rotary_factor, R);
     fc->shared_expert_intermediate_size = fc->n_shared_experts * c->moe_intermediate_size;
     if (fc->shared_expert_intermediate_size > MOE8_CAP_WIDTH)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': n_shared_experts x moe_intermediate_size "
@@ -176,6 +172,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
     fc->n_shared_experts = 1;
     fc->shared_expert_intermediate_size = c->moe_intermediate_size;
     fc->first_k_dense_replace = 1;
+    fc->num_nextn_predict_layers = 1; /* written after the decoder's layers, skipped at load */
     glm_routing(fc);
     return MOE8_OK;
 }

@@ -231,11 +231,27 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
         add_role(L, a, c, shared[i], l, -1);
 }
 
+/* The multi-token-prediction layers a checkpoint carries after the decoder's
+ * (glm4_moe's num_nextn_predict_layers; the loader skips them): their own
+ * norms and projection (DeepSeek-V3's MTP module) and an attention block. */
+static void add_mtp(syn_list *L, const moe8_arch_desc *a, const moe8_config *c) {
+    static const moe8_role attn[] = {MOE8_R_ATTN_NORM, MOE8_R_Q, MOE8_R_K, MOE8_R_V, MOE8_R_O};
+    const int64_t H = c->hidden_size, n = MOE8_FAM(c)->num_nextn_predict_layers;
+    for (int64_t l = c->num_hidden_layers; l < c->num_hidden_layers + n; l++) {
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.enorm.weight", (long long)l);
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.hnorm.weight", (long long)l);
+        add(L, H, 2 * H, W_STD, 0, "model.layers.%lld.eh_proj.weight", (long long)l);
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.shared_head.norm.weight", (long long)l);
+        for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) add_role(L, a, c, attn[i], l, -1);
+    }
+}
+
 static void build_list(syn_list *L, const moe8_config *c) {
     const moe8_arch_desc *a = moe8_arch_get(c->arch);
     add_role(L, a, c, MOE8_R_EMBED, -1, -1);
     if (!L->oom) L->t[0].std = EMBED_STD;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) add_layer(L, a, c, l);
+    if (a->kinds.tensors & MOE8_TENSORS_SKIP_MTP) add_mtp(L, a, c);
     add_role(L, a, c, MOE8_R_FINAL_NORM, -1, -1);
     add_role(L, a, c, MOE8_R_LM_HEAD, -1, -1);
     if (!L->oom) {
