@@ -3,10 +3,10 @@
  * the rotary width, the frequencies of each rotated pair (YaRN's blend when
  * rope_scaling is set) with the scale of their cos and sin, and the softmax
  * scale of attention. Numbers of the config only, computed in double, so the
- * weights' build (src/load) and the forward's rotary table (model/attention.c)
+ * weights' build (src/load) and the forward's rotary table (model/rotary.c)
  * read the same values.
  *
- * Does not: build the cos/sin table or rotate anything (model/attention.c).
+ * Does not: build the cos/sin table or rotate anything (model/rotary.c).
  */
 #include <math.h>
 

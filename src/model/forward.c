@@ -1,19 +1,17 @@
 /*
  * forward.c — the forward pass of every family (SEMANTICS §7; docs/MODELS.md)
- * over the prepared weights (load/weights.h): the per-layer loop, the
- * attention block of multi-head attention, the feed-forward block (MoE,
- * shared expert, dense MLP), lm_head, and the steps mla.c shares
- * (forward_run.h). What differs between families comes from the model's
- * descriptor through the prepared layers: q/k norms present or not, q/k/v
- * biases, a shared expert, multi-head latent attention (mla.c).
+ * over the prepared weights (load/weights.h): the embedding, the per-layer
+ * loop composing each layer's kinds (its plan, arch/plan.h) — the attention
+ * kind (attn_gqa.c, mla.c) then the feed-forward kind (ffn.c) — lm_head, and
+ * the steps the kinds' files share (forward_run.h): row loops, the linear
+ * path, the residual add with the next norm, the all-reduce.
  *
  * moe8_forward, for T tokens each tagged (seq, pos):
  *   x = embed[token]
- *   per layer: h = rmsnorm(x); q,k,v = h@W^T (+ bias); per-head rmsnorm of
- *              q,k (qwen3_moe); NEOX RoPE; k,v -> cache at (seq, pos); causal
- *              GQA attention (MLA: mla.c);
- *              x += o_proj(att); h = rmsnorm(x); x += MoE(h) (+ the gated
- *              shared expert, qwen2_moe) or SwiGLU MLP(h)
+ *   per layer: h = rmsnorm(x); x += attention kind(h) (attn_gqa.c: q,k,v
+ *              (+ bias), per-head q/k norm, the rotary kind, the cache,
+ *              causal GQA; mla.c); h = rmsnorm(x); x += feed-forward kind(h)
+ *              (ffn.c: dense SwiGLU MLP, MoE, MoE + shared expert)
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * A W8A8_DYNAMIC lm_head quantizes each final-normed row per token first.
  * Every buffer comes from the context's scratch: nothing is allocated here.
