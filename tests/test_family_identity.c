@@ -21,11 +21,17 @@
  * and said so; a table the CPU runs but the file has no lines for (a machine
  * with AMX, say) is reported and skipped, not failed.
  *
+ * Before that, the plan each family's declaration resolves to (arch/plan.h)
+ * for layers 0 and 1 of its tiny preset: attention and rotary kinds, the
+ * feed-forward kind, the router's options.
+ *
  * The generator: `test_family_identity --record` writes the file's lines for
  * the tables this machine runs to stdout (the committed file: those lines,
  * with this comment's header lines of '#').
  */
 #include "test.h"
+
+#include "arch/plan.h"
 
 #define V 2048
 #define N_POS 6
@@ -160,6 +166,56 @@ static int eval_table(void) {
     return bad;
 }
 
+/* ---- the plans the families' declarations resolve to (arch/plan.h) ---------- */
+
+/* Layer 0 and 1 of each tiny preset (2 layers): what each family is built of. */
+static void test_plans(void) {
+    static const struct {
+        moe8_attn_kind attn;
+        unsigned opts;
+        moe8_rope_kind rope;
+        moe8_ffn_kind ffn0, ffn1;
+        moe8_shared_gate gate;
+        int sigmoid, bias, grouped, top2, renorm;
+        double scale;
+    } want[N_FAM] = {
+        {MOE8_ATTN_GQA, MOE8_ATTN_QK_NORM_HEAD, MOE8_ROPE_HALVES, MOE8_FFN_DENSE, MOE8_FFN_MOE,
+         MOE8_SHARED_SUM, 0, 0, 0, 0, 1, 1.0},
+        {MOE8_ATTN_GQA, MOE8_ATTN_QKV_BIAS, MOE8_ROPE_HALVES, MOE8_FFN_DENSE,
+         MOE8_FFN_MOE_SHARED, MOE8_SHARED_SIGMOID_GATE, 0, 0, 0, 0, 0, 1.0},
+        {MOE8_ATTN_GQA, 0, MOE8_ROPE_HALVES, MOE8_FFN_MOE, MOE8_FFN_MOE, MOE8_SHARED_SUM, 0, 0, 0,
+         0, 1, 1.0},
+        {MOE8_ATTN_MLA, 0, MOE8_ROPE_PAIRS, MOE8_FFN_DENSE, MOE8_FFN_MOE_SHARED, MOE8_SHARED_SUM,
+         0, 0, 1, 0, 0, 1.0},
+        {MOE8_ATTN_MLA, 0, MOE8_ROPE_PAIRS, MOE8_FFN_DENSE, MOE8_FFN_MOE_SHARED, MOE8_SHARED_SUM,
+         1, 1, 1, 1, 1, 2.5},
+    };
+    for (int f = 0; f < N_FAM; f++) {
+        moe8_make_model_params mp = moe8_make_model_params_default();
+        moe8_config c;
+        moe8_layer_plan p0, p1;
+        moe8_error e;
+        mp.arch = (moe8_arch)f;
+        mp.n_layers = 2;
+        CHECKF(moe8_make_model_config(&mp, &c, &e) == MOE8_OK, "%s: %s", families[f], e.message);
+        moe8_plan_layer(&c, 0, &p0);
+        moe8_plan_layer(&c, 1, &p1);
+        CHECKF(p0.attn == want[f].attn && p0.attn_opts == want[f].opts && p0.rope == want[f].rope &&
+                   p0.ffn == want[f].ffn0 && p1.ffn == want[f].ffn1 && p1.act == MOE8_ACT_SWIGLU,
+               "%s: attention %s %#x, rotary %s, feed-forward %s / %s", families[f],
+               moe8_attn_kind_name(p0.attn), p0.attn_opts, moe8_rope_kind_name(p0.rope),
+               moe8_ffn_kind_name(p0.ffn), moe8_ffn_kind_name(p1.ffn));
+        CHECKF(p1.ffn != MOE8_FFN_MOE_SHARED || p1.shared_gate == want[f].gate, "%s: shared gate",
+               families[f]);
+        CHECKF(p1.sigmoid == want[f].sigmoid && p1.correction_bias == want[f].bias &&
+                   p1.grouped == want[f].grouped && p1.group_top2 == want[f].top2 &&
+                   p1.renorm == want[f].renorm && p1.scale == want[f].scale,
+               "%s: router sigmoid %d bias %d grouped %d top2 %d renorm %d scale %g", families[f],
+               p1.sigmoid, p1.correction_bias, p1.grouped, p1.group_top2, p1.renorm, p1.scale);
+        CHECKF(p0.rope_dim == (f >= 3 ? 16 : 32), "%s: rotary width %d", families[f], p0.rope_dim);
+    }
+}
+
 /* ---- every table (parent) -------------------------------------------------- */
 
 /* The committed line of `key` ("<table> <family> <dtype>"), or NULL. */
@@ -181,6 +237,7 @@ int main(int argc, char **argv) {
     char tables[256], path[4096], *file = NULL;
     if (argc > 1 && !strcmp(argv[1], "--eval")) return eval_table();
     setenv("MOE8_ISA", "ref", 1); /* the models: the same bytes on every CPU */
+    if (!record) test_plans();
     build_models();
     snprintf(path, sizeof path, "%s/tests/data/family_identity/logits.txt", MOE8_SOURCE_DIR);
     if (!record) CHECKF(moe8_read_file(path, 1 << 20, &file, NULL, NULL) == MOE8_OK, "cannot read %s", path);
