@@ -218,7 +218,8 @@ int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
-    if (a->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
+    /* a hand-made config may leave the frequency 0 */
+    if (a->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE)
         return layer >= fc->first_k_dense_replace &&
                layer % (fc->moe_layer_freq > 0 ? fc->moe_layer_freq : 1) == 0;
     if (a->kinds.layers == MOE8_LAYERS_ALL_MOE) return 1;

@@ -351,7 +351,8 @@ moe8_status moe8_cfg_check_groups(const char *label, const moe8_config *c, moe8_
     if (c->num_experts_per_tok > fc->topk_group * (E / fc->n_group))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) exceeds the "
                          "%lld experts of topk_group (%lld) groups", label,
-                         (long long)c->num_experts_per_tok, (long long)(fc->topk_group * (E / fc->n_group)),
+                         (long long)c->num_experts_per_tok,
+                         (long long)(fc->topk_group * (E / fc->n_group)),
                          (long long)fc->topk_group);
     if (fc->group_top2 && E / fc->n_group < 2)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %lld experts per group: the group score "

@@ -44,7 +44,10 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
     p->group_top2 = fc->group_top2;
     switch (k->renorm) {
     case MOE8_RENORM_ALWAYS: p->renorm = 1; p->scale = fc->routed_scaling_factor; break;
-    case MOE8_RENORM_CONFIG: p->renorm = c->norm_topk_prob; p->scale = fc->routed_scaling_factor; break;
+    case MOE8_RENORM_CONFIG:
+        p->renorm = c->norm_topk_prob;
+        p->scale = fc->routed_scaling_factor;
+        break;
     case MOE8_RENORM_OR_SCALE:
         p->renorm = c->norm_topk_prob && c->num_experts_per_tok > 1;
         p->scale = p->renorm ? 1.0 : fc->routed_scaling_factor;

@@ -48,7 +48,8 @@ typedef enum {
 
 /* Attention options (a descriptor's attn_opts, a plan's attn_opts). */
 #define MOE8_ATTN_QK_NORM_HEAD  0x01u /* RMSNorm of each q / k head (q_norm, k_norm [D]) */
-#define MOE8_ATTN_QK_NORM_WHOLE 0x02u /* RMSNorm over the whole q / k projection (not supported yet) */
+#define MOE8_ATTN_QK_NORM_WHOLE 0x02u /* RMSNorm over the whole q / k projection (not
+                                       * supported yet) */
 #define MOE8_ATTN_QKV_BIAS      0x04u /* q/k/v biases (the config's qkv_bias may switch them on) */
 #define MOE8_ATTN_O_BIAS        0x08u /* an o_proj bias (not supported yet) */
 #define MOE8_ATTN_OUT_GATE      0x10u /* a sigmoid output gate (not supported yet) */
@@ -125,7 +126,8 @@ typedef struct {
     unsigned attn_opts;            /* MOE8_ATTN_* of this layer */
     /* rotary */
     moe8_rope_kind rope;
-    int rope_dim;                  /* rotated dims of each head (R <= head_dim; MLA: qk_rope_head_dim) */
+    int rope_dim;                  /* rotated dims R of each head (<= head_dim; MLA:
+                                    * qk_rope_head_dim) */
     int yarn;                      /* YaRN frequencies and scales */
     /* feed-forward */
     moe8_ffn_kind ffn;

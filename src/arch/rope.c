@@ -20,7 +20,8 @@
 int moe8_rope_dim(const moe8_config *c) {
     const moe8_family_cfg *fc = MOE8_FAM(c);
     if (fc->kv_lora_rank > 0) return (int)fc->qk_rope_head_dim;
-    if (fc->partial_rotary_factor > 0) return (int)((double)c->head_dim * fc->partial_rotary_factor);
+    if (fc->partial_rotary_factor > 0) /* int(head_dim * factor), as transformers */
+        return (int)((double)c->head_dim * fc->partial_rotary_factor);
     return (int)c->head_dim;
 }
 
@@ -42,8 +43,9 @@ double moe8_rope_freqs(const moe8_config *c, double *freq) {
         for (int i = 0; i < half; i++) freq[i] = pow(base, -2.0 * i / R);
         return 1.0;
     }
-    lo = floor(yarn_dim(fc->yarn_beta_fast, R, base, (double)fc->yarn_original_max_position_embeddings));
-    hi = ceil(yarn_dim(fc->yarn_beta_slow, R, base, (double)fc->yarn_original_max_position_embeddings));
+    const double orig = (double)fc->yarn_original_max_position_embeddings;
+    lo = floor(yarn_dim(fc->yarn_beta_fast, R, base, orig));
+    hi = ceil(yarn_dim(fc->yarn_beta_slow, R, base, orig));
     if (lo < 0) lo = 0;
     if (hi > R - 1) hi = R - 1;
     if (lo == hi) hi += 0.001;
