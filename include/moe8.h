@@ -168,6 +168,9 @@ typedef enum {
                                    * group-limited routing, YaRN */
     MOE8_ARCH_DEEPSEEK_V3 = 4,    /* "deepseek_v3": MLA; sigmoid routing with
                                    * e_score_correction_bias and grouped top-k (top-2 sums) */
+    MOE8_ARCH_GLM4_MOE = 5,       /* "glm4_moe" (GLM-4.5/4.6/4.7): GQA with q/k/v biases, optional
+                                   * per-head q/k norm, partial rotary; DeepSeek-V3's routing and
+                                   * shared experts; the MTP layer skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -185,6 +188,10 @@ typedef struct {
     int always_renorm;            /* top-k weights always renormalized (else norm_topk_prob) */
     int mla;                      /* multi-head latent attention (deepseek) */
     int first_k_dense;            /* first_k_dense_replace / moe_layer_freq pick dense layers */
+    /* appended with the families as declarations (issue 34): */
+    int shared_gate;              /* the shared expert is sigmoid-gated (qwen2_moe), else summed */
+    int qk_norm_config;           /* q/k RMSNorm per head when the config says so (glm4_moe's
+                                   * use_qk_norm: moe8_config_get_int(c, "qk_norm")) */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);
@@ -218,32 +225,14 @@ typedef struct {
     int64_t mlp_only_layers[MOE8_MAX_LAYERS]; /* [n_mlp_only_layers], distinct, each < layers */
     /* appended with the model families: */
     moe8_arch arch;               /* the family model_type names */
-    int64_t shared_expert_intermediate_size; /* qwen2_moe: width S of the shared expert;
-                                   * 0 = no shared expert (the other families) */
-    int qkv_bias;                 /* q/k/v projections carry a bias (qwen2_moe: default 1) */
-    /* appended with DeepSeek-V2/V3 (docs/MODELS.md); 0 for the other families except
-     * v_head_dim (= head_dim) and routed_scaling_factor / moe_layer_freq (1): */
-    int64_t kv_lora_rank;         /* > 0: multi-head latent attention; the latent width L */
-    int64_t q_lora_rank;          /* 0 (null): q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
-    int64_t qk_nope_head_dim;     /* MLA: per-head q/k width without rotary */
-    int64_t qk_rope_head_dim;     /* MLA: rotary width R (one k_pe shared by all heads);
-                                   * head_dim = qk_nope_head_dim + qk_rope_head_dim */
-    int64_t v_head_dim;           /* per-head value width (= head_dim outside MLA) */
-    int64_t n_shared_experts;     /* deepseek: shared_experts of width n x moe_intermediate_size
-                                   * (shared_expert_intermediate_size), ungated */
-    int64_t first_k_dense_replace;/* deepseek: layers [0, k) have a dense MLP */
-    int64_t moe_layer_freq;       /* deepseek: MoE layers are l >= k with l % freq == 0 */
-    int64_t n_group, topk_group;  /* grouped routing: experts in n_group groups, the best
-                                   * topk_group kept (V2 group_limited_greedy, V3 always) */
-    int topk_grouped;             /* route through the groups (n_group, topk_group) */
-    int group_top2;               /* a group's score: sum of its two best (V3), else its best (V2) */
-    int scoring_sigmoid;          /* router scores sigmoid (V3) instead of softmax */
-    int e_score_bias;             /* mlp.gate.e_score_correction_bias [E] (V3): selection only */
-    double routed_scaling_factor; /* top-k weights x this after renormalization */
-    int rope_interleave;          /* rotary on pairs (2i, 2i+1) (deepseek), else halves (NEOX) */
-    double yarn_factor;           /* rope_scaling {"type": "yarn"} (deepseek); 0 = none */
-    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
-    int64_t yarn_original_max_position_embeddings;
+    /* What only some families have (a shared expert's width, q/k/v biases,
+     * multi-head latent attention's widths, grouped and sigmoid routing,
+     * YaRN, ...): opaque, read with moe8_config_get_int / moe8_config_get_num
+     * by name. */
+    union {
+        int64_t align_;
+        unsigned char bytes[512];
+    } family;
 } moe8_config;
 
 /* Parse and validate a config.json image (`len` bytes, need not be
@@ -256,6 +245,22 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
                               moe8_error *err);
 /* 1 if layer `layer` is a MoE layer (SEMANTICS §7), 0 if it has a dense MLP. */
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer);
+/* A value only some families have, by name (docs/MODELS.md): integers and
+ * flags "shared_expert_intermediate_size" (qwen2_moe's shared width S; 0 = no
+ * shared expert), "qkv_bias", "kv_lora_rank" (> 0: multi-head latent
+ * attention), "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+ * "v_head_dim" (= head_dim outside MLA), "n_shared_experts",
+ * "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group",
+ * "topk_grouped" (routing through the groups), "group_top2" (a group's score
+ * is the sum of its two best), "scoring_sigmoid", "e_score_bias",
+ * "rope_interleave", "yarn_original_max_position_embeddings"; numbers
+ * "routed_scaling_factor" (1 when unset), "yarn_factor" (0: no YaRN),
+ * "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim".
+ * A name the family does not use reads 0 (the defaults above where said);
+ * an unknown name reads 0 and *known (may be NULL) is set to 0. Integers
+ * also read as numbers and the reverse (truncated). */
+int64_t moe8_config_get_int(const moe8_config *c, const char *name, int *known);
+double moe8_config_get_num(const moe8_config *c, const char *name, int *known);
 
 typedef struct moe8_model moe8_model;
 typedef struct moe8_dist moe8_dist;   /* moe8_dist.h */

@@ -312,18 +312,20 @@ static void test_config_qwen2(void) {
     CHECK(c.num_hidden_layers == 24 && c.num_attention_heads == 16 && c.num_key_value_heads == 16);
     CHECK(c.head_dim == 128 && c.max_position_embeddings == 32768 && c.rms_norm_eps == 1e-6);
     CHECK(c.rope_theta == 10000.0 && !c.tie_word_embeddings && c.decoder_sparse_step == 1);
-    CHECK(c.moe_intermediate_size == 1408 && c.shared_expert_intermediate_size == 5632);
-    CHECK(c.num_experts_per_tok == 4 && c.num_experts == 60 && !c.norm_topk_prob && c.qkv_bias);
+    CHECK(c.moe_intermediate_size == 1408 && cfg_i(&c, "shared_expert_intermediate_size") == 5632);
+    CHECK(c.num_experts_per_tok == 4 && c.num_experts == 60 && !c.norm_topk_prob &&
+          cfg_i(&c, "qkv_bias"));
     CHECK(c.bos_token_id == -1 && c.n_eos_ids == 0 && c.n_mlp_only_layers == 0);
     /* Qwen1.5-MoE-A2.7B's config.json */
     CHECK(parse(qwen15_moe, &c, &e) == MOE8_OK);
-    CHECK(c.hidden_size == 2048 && c.num_experts == 60 && c.shared_expert_intermediate_size == 5632);
+    CHECK(c.hidden_size == 2048 && c.num_experts == 60 &&
+          cfg_i(&c, "shared_expert_intermediate_size") == 5632);
     CHECK(c.rope_theta == 1e6 && c.max_position_embeddings == 8192 && c.bos_token_id == 151643);
     for (int l = 0; l < 24; l++) CHECK(moe8_config_is_moe_layer(&c, l));
     CHECK(parse("{\"model_type\":\"qwen2_moe\",\"num_hidden_layers\":4,\"decoder_sparse_step\":2,"
                 "\"mlp_only_layers\":[3],\"qkv_bias\":false}", &c, &e) == MOE8_OK);
     CHECK(!moe8_config_is_moe_layer(&c, 0) && moe8_config_is_moe_layer(&c, 1) &&
-          !moe8_config_is_moe_layer(&c, 3) && !c.qkv_bias);
+          !moe8_config_is_moe_layer(&c, 3) && !cfg_i(&c, "qkv_bias"));
 }
 
 static const char *mixtral_8x7b =
@@ -347,8 +349,8 @@ static void test_config_mixtral(void) {
     CHECK(c.num_hidden_layers == 32 && c.num_attention_heads == 32 && c.num_key_value_heads == 8);
     CHECK(c.head_dim == 128 && c.max_position_embeddings == 131072 && c.rms_norm_eps == 1e-5);
     CHECK(c.rope_theta == 1e6 && !c.tie_word_embeddings && c.num_experts_per_tok == 2);
-    CHECK(c.num_experts == 8 && c.norm_topk_prob == 1 && !c.qkv_bias);
-    CHECK(c.shared_expert_intermediate_size == 0);
+    CHECK(c.num_experts == 8 && c.norm_topk_prob == 1 && !cfg_i(&c, "qkv_bias"));
+    CHECK(cfg_i(&c, "shared_expert_intermediate_size") == 0);
     CHECK(c.bos_token_id == 1 && c.n_eos_ids == 1 && c.eos_token_ids[0] == 2);
     /* Mixtral-8x7B-v0.1's config.json; every layer MoE whatever Qwen keys say */
     CHECK(parse(mixtral_8x7b, &c, &e) == MOE8_OK);
@@ -411,7 +413,8 @@ static void test_presets(void) {
     p.arch = MOE8_ARCH_QWEN2_MOE;
     CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK);
     CHECK(c.arch == MOE8_ARCH_QWEN2_MOE && c.hidden_size == 256 && c.num_experts == 16);
-    CHECK(c.shared_expert_intermediate_size == 256 && c.qkv_bias && !c.norm_topk_prob);
+    CHECK(cfg_i(&c, "shared_expert_intermediate_size") == 256 && cfg_i(&c, "qkv_bias") &&
+          !c.norm_topk_prob);
     CHECK(c.head_dim == 32 && c.bos_token_id == 151643 && c.eos_token_ids[0] == 151645);
     p.preset = MOE8_PRESET_A3B_SLICE;
     CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_ERR_INVALID_ARG &&

@@ -33,6 +33,7 @@
 #include "forward_ref.h"
 #include "family_test.h"
 
+#include "arch/arch.h"
 #include "moe8.h"
 
 /* ======================================================================== */
@@ -339,14 +340,16 @@ static void test_make_quantize(int arch, int down_float) {
         moe8_layer_info li;
         const moe8_quant_type down = down_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8_DYNAMIC;
         const moe8_config *c = moe8_model_config(mq);
-        int64_t l = c->first_k_dense_replace < c->num_hidden_layers ? c->first_k_dense_replace : 0;
+        int64_t l = cfg_i(c, "first_k_dense_replace") < c->num_hidden_layers
+            ? cfg_i(c, "first_k_dense_replace")
+            : 0;
         CHECK(moe8_model_layer_info(mq, l, &li) == 0 && li.mla);
         CHECKF(li.is_moe, "layer %lld of the tiny preset is not MoE", (long long)l);
         CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC && li.experts_down == down);
         CHECK(li.qkv == MOE8_QUANT_W8A8 && li.o == MOE8_QUANT_W8A8);
         CHECK(li.kv_b == MOE8_QUANT_FLOAT || li.kv_b == MOE8_QUANT_W8A8);
         CHECK(li.has_shared && li.shared_gate_up == MOE8_QUANT_W8A8_DYNAMIC && li.shared_down == down);
-        if (c->q_lora_rank > 0) CHECK(li.q_b == MOE8_QUANT_W8A8);
+        if (cfg_i(c, "q_lora_rank") > 0) CHECK(li.q_b == MOE8_QUANT_W8A8);
     }
     moe8_model_free(mf);
     moe8_model_free(mq);
@@ -470,27 +473,36 @@ static void test_config_released(void) {
     CHECK(c.vocab_size == 102400 && c.hidden_size == 2048 && c.intermediate_size == 10944);
     CHECK(c.moe_intermediate_size == 1408 && c.num_hidden_layers == 27);
     CHECK(c.num_attention_heads == 16 && c.num_key_value_heads == 16);
-    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
-    CHECK(c.shared_expert_intermediate_size == 2816 && !c.norm_topk_prob);
-    CHECK(c.kv_lora_rank == 512 && c.q_lora_rank == 0 && c.qk_nope_head_dim == 128);
-    CHECK(c.qk_rope_head_dim == 64 && c.v_head_dim == 128 && c.head_dim == 192);
-    CHECK(c.first_k_dense_replace == 1 && c.moe_layer_freq == 1);
-    CHECK(!c.topk_grouped && !c.scoring_sigmoid && !c.e_score_bias && c.rope_interleave);
-    CHECK(c.routed_scaling_factor == 1.0 && c.rope_theta == 10000 && c.rms_norm_eps == 1e-6);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && cfg_i(&c, "n_shared_experts") == 2);
+    CHECK(cfg_i(&c, "shared_expert_intermediate_size") == 2816 && !c.norm_topk_prob);
+    CHECK(cfg_i(&c, "kv_lora_rank") == 512 && cfg_i(&c, "q_lora_rank") == 0 &&
+          cfg_i(&c, "qk_nope_head_dim") == 128);
+    CHECK(cfg_i(&c, "qk_rope_head_dim") == 64 && cfg_i(&c, "v_head_dim") == 128 &&
+          c.head_dim == 192);
+    CHECK(cfg_i(&c, "first_k_dense_replace") == 1 && cfg_i(&c, "moe_layer_freq") == 1);
+    CHECK(!cfg_i(&c, "topk_grouped") && !cfg_i(&c, "scoring_sigmoid") &&
+          !cfg_i(&c, "e_score_bias") && cfg_i(&c, "rope_interleave"));
+    CHECK(cfg_d(&c, "routed_scaling_factor") == 1.0 && c.rope_theta == 10000 &&
+          c.rms_norm_eps == 1e-6);
     CHECK(c.max_position_embeddings == 163840 && c.bos_token_id == 100000);
     CHECK(c.n_eos_ids == 1 && c.eos_token_ids[0] == 100001);
-    CHECK(c.yarn_factor == 40 && c.yarn_beta_fast == 32 && c.yarn_beta_slow == 1);
-    CHECK(c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
-    CHECK(c.yarn_original_max_position_embeddings == 4096);
+    CHECK(cfg_d(&c, "yarn_factor") == 40 && cfg_d(&c, "yarn_beta_fast") == 32 &&
+          cfg_d(&c, "yarn_beta_slow") == 1);
+    CHECK(cfg_d(&c, "yarn_mscale") == 0.707 && cfg_d(&c, "yarn_mscale_all_dim") == 0.707);
+    CHECK(cfg_i(&c, "yarn_original_max_position_embeddings") == 4096);
     CHECK(!moe8_config_is_moe_layer(&c, 0));
     for (int l = 1; l < 27; l++) CHECK(moe8_config_is_moe_layer(&c, l));
     CHECKF(parse(moonlight, &c, &e) == MOE8_OK, "Moonlight-16B-A3B: %s", e.message);
     CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && !strcmp(c.model_type, "deepseek_v3"));
     CHECK(c.vocab_size == 163840 && c.intermediate_size == 11264 && c.rms_norm_eps == 1e-5);
-    CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid);
-    CHECK(c.e_score_bias && c.n_group == 1 && c.topk_group == 1 && c.group_top2);
-    CHECK(c.rope_theta == 50000 && c.yarn_factor == 0 && c.max_position_embeddings == 8192);
-    CHECK(c.q_lora_rank == 0 && c.kv_lora_rank == 512 && c.bos_token_id == 163584);
+    CHECK(c.norm_topk_prob && cfg_d(&c, "routed_scaling_factor") == 2.446 &&
+          cfg_i(&c, "scoring_sigmoid"));
+    CHECK(cfg_i(&c, "e_score_bias") && cfg_i(&c, "n_group") == 1 && cfg_i(&c, "topk_group") == 1 &&
+          cfg_i(&c, "group_top2"));
+    CHECK(c.rope_theta == 50000 && cfg_d(&c, "yarn_factor") == 0 &&
+          c.max_position_embeddings == 8192);
+    CHECK(cfg_i(&c, "q_lora_rank") == 0 && cfg_i(&c, "kv_lora_rank") == 512 &&
+          c.bos_token_id == 163584);
     CHECK(!moe8_config_is_moe_layer(&c, 0) && moe8_config_is_moe_layer(&c, 26));
     /* moe_layer_freq 2 with first_k_dense_replace 1: MoE at 2, 4, ... */
     CHECK(parse("{\"model_type\":\"deepseek_v2\",\"num_hidden_layers\":6,\"first_k_dense_replace\":1,"
@@ -499,7 +511,8 @@ static void test_config_released(void) {
     /* V2 group_limited_greedy: a group's best, grouped */
     CHECK(parse("{\"model_type\":\"deepseek_v2\",\"n_routed_experts\":160,\"num_experts_per_tok\":6,"
                 "\"topk_method\":\"group_limited_greedy\",\"n_group\":8,\"topk_group\":3}", &c, &e) == MOE8_OK);
-    CHECK(c.topk_grouped && !c.group_top2 && c.n_group == 8 && c.topk_group == 3);
+    CHECK(cfg_i(&c, "topk_grouped") && !cfg_i(&c, "group_top2") && cfg_i(&c, "n_group") == 8 &&
+          cfg_i(&c, "topk_group") == 3);
 }
 
 /* The defaults of Hugging Face's config classes (missing keys). */
@@ -512,23 +525,30 @@ static void test_config_defaults(void) {
     CHECK(c.vocab_size == 129280 && c.hidden_size == 7168 && c.intermediate_size == 18432);
     CHECK(c.moe_intermediate_size == 2048 && c.num_hidden_layers == 61);
     CHECK(c.num_attention_heads == 128 && c.num_key_value_heads == 128);
-    CHECK(c.n_shared_experts == 1 && c.num_experts == 256 && c.num_experts_per_tok == 8);
-    CHECK(c.routed_scaling_factor == 2.5 && c.kv_lora_rank == 512 && c.q_lora_rank == 1536);
-    CHECK(c.qk_rope_head_dim == 64 && c.qk_nope_head_dim == 128 && c.v_head_dim == 128);
-    CHECK(c.n_group == 8 && c.topk_group == 4 && c.first_k_dense_replace == 3 && c.norm_topk_prob);
+    CHECK(cfg_i(&c, "n_shared_experts") == 1 && c.num_experts == 256 && c.num_experts_per_tok == 8);
+    CHECK(cfg_d(&c, "routed_scaling_factor") == 2.5 && cfg_i(&c, "kv_lora_rank") == 512 &&
+          cfg_i(&c, "q_lora_rank") == 1536);
+    CHECK(cfg_i(&c, "qk_rope_head_dim") == 64 && cfg_i(&c, "qk_nope_head_dim") == 128 &&
+          cfg_i(&c, "v_head_dim") == 128);
+    CHECK(cfg_i(&c, "n_group") == 8 && cfg_i(&c, "topk_group") == 4 &&
+          cfg_i(&c, "first_k_dense_replace") == 3 && c.norm_topk_prob);
     CHECK(c.rms_norm_eps == 1e-6 && c.rope_theta == 10000 && c.bos_token_id == 0);
     CHECK(c.n_eos_ids == 1 && c.eos_token_ids[0] == 1 && !c.tie_word_embeddings);
     printf("deepseek_v3 defaults: max_position_embeddings %lld\n", (long long)c.max_position_embeddings);
     st = parse("{\"model_type\": \"deepseek_v2\", \"num_experts_per_tok\": 6}", &c, &e);
     CHECKF(st == MOE8_OK, "deepseek_v2 defaults: %s", e.message);
-    CHECK(c.kv_lora_rank == 512 && c.q_lora_rank == 1536 && c.qk_rope_head_dim == 64);
-    CHECK(c.qk_nope_head_dim == 128 && c.v_head_dim == 128 && c.hidden_size == 4096);
+    CHECK(cfg_i(&c, "kv_lora_rank") == 512 && cfg_i(&c, "q_lora_rank") == 1536 &&
+          cfg_i(&c, "qk_rope_head_dim") == 64);
+    CHECK(cfg_i(&c, "qk_nope_head_dim") == 128 && cfg_i(&c, "v_head_dim") == 128 &&
+          c.hidden_size == 4096);
     CHECK(c.intermediate_size == 11008 && c.moe_intermediate_size == 1407);
-    CHECK(c.routed_scaling_factor == 1.0 && !c.norm_topk_prob && c.first_k_dense_replace == 0);
-    CHECK(c.moe_layer_freq == 1 && !c.topk_grouped && !c.scoring_sigmoid);
+    CHECK(cfg_d(&c, "routed_scaling_factor") == 1.0 && !c.norm_topk_prob &&
+          cfg_i(&c, "first_k_dense_replace") == 0);
+    CHECK(cfg_i(&c, "moe_layer_freq") == 1 && !cfg_i(&c, "topk_grouped") &&
+          !cfg_i(&c, "scoring_sigmoid"));
     printf("deepseek_v2 defaults: vocab %lld, layers %lld, experts %lld, shared %lld, bos %lld\n",
            (long long)c.vocab_size, (long long)c.num_hidden_layers, (long long)c.num_experts,
-           (long long)c.n_shared_experts, (long long)c.bos_token_id);
+           (long long)cfg_i(&c, "n_shared_experts"), (long long)c.bos_token_id);
 }
 
 static void test_config_errors(void) {
@@ -599,8 +619,8 @@ static void test_config_errors(void) {
         moe8_error e;
         CHECKF(parse(all_dense, &c, &e) == MOE8_OK, "%s", e.message);
         for (int l = 0; l < 3; l++) CHECK(!moe8_config_is_moe_layer(&c, l));
-        c.first_k_dense_replace = 1;
-        c.moe_layer_freq = 0;
+        MOE8_FAM(&c)->first_k_dense_replace = 1; /* the family block (arch/arch.h) */
+        MOE8_FAM(&c)->moe_layer_freq = 0;
         CHECK(moe8_config_is_moe_layer(&c, 1) && moe8_config_is_moe_layer(&c, 2));
     }
 }
@@ -615,12 +635,17 @@ static void test_presets(void) {
     p.preset = MOE8_PRESET_SLICE;
     CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v2 slice: %s", e.message);
     CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V2 && c.hidden_size == 2048 && c.intermediate_size == 10944);
-    CHECK(c.num_attention_heads == 16 && c.kv_lora_rank == 512 && c.q_lora_rank == 0);
-    CHECK(c.qk_nope_head_dim == 128 && c.qk_rope_head_dim == 64 && c.v_head_dim == 128);
-    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
-    CHECK(c.moe_intermediate_size == 1408 && c.first_k_dense_replace == 1 && !c.norm_topk_prob);
-    CHECK(c.yarn_factor == 40 && c.yarn_mscale == 0.707 && c.yarn_mscale_all_dim == 0.707);
-    CHECK(c.yarn_original_max_position_embeddings == 4096 && c.routed_scaling_factor == 1.0);
+    CHECK(c.num_attention_heads == 16 && cfg_i(&c, "kv_lora_rank") == 512 &&
+          cfg_i(&c, "q_lora_rank") == 0);
+    CHECK(cfg_i(&c, "qk_nope_head_dim") == 128 && cfg_i(&c, "qk_rope_head_dim") == 64 &&
+          cfg_i(&c, "v_head_dim") == 128);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && cfg_i(&c, "n_shared_experts") == 2);
+    CHECK(c.moe_intermediate_size == 1408 && cfg_i(&c, "first_k_dense_replace") == 1 &&
+          !c.norm_topk_prob);
+    CHECK(cfg_d(&c, "yarn_factor") == 40 && cfg_d(&c, "yarn_mscale") == 0.707 &&
+          cfg_d(&c, "yarn_mscale_all_dim") == 0.707);
+    CHECK(cfg_i(&c, "yarn_original_max_position_embeddings") == 4096 &&
+          cfg_d(&c, "routed_scaling_factor") == 1.0);
     {   /* all of it: the released config.json with the V3 tokenizer's vocabulary and ids, 4 layers */
         moe8_config lite;
         CHECKF(parse(v2_lite, &lite, &e) == MOE8_OK, "%s", e.message);
@@ -631,23 +656,28 @@ static void test_presets(void) {
     p.arch = MOE8_ARCH_DEEPSEEK_V3;
     CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "v3 slice: %s", e.message);
     CHECK(c.arch == MOE8_ARCH_DEEPSEEK_V3 && c.hidden_size == 2048 && c.intermediate_size == 11264);
-    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && c.n_shared_experts == 2);
-    CHECK(c.norm_topk_prob && c.routed_scaling_factor == 2.446 && c.scoring_sigmoid && c.e_score_bias);
-    CHECK(c.rope_theta == 50000 && c.q_lora_rank == 0 && c.yarn_factor == 0);
+    CHECK(c.num_experts == 64 && c.num_experts_per_tok == 6 && cfg_i(&c, "n_shared_experts") == 2);
+    CHECK(c.norm_topk_prob && cfg_d(&c, "routed_scaling_factor") == 2.446 &&
+          cfg_i(&c, "scoring_sigmoid") && cfg_i(&c, "e_score_bias"));
+    CHECK(c.rope_theta == 50000 && cfg_i(&c, "q_lora_rank") == 0 && cfg_d(&c, "yarn_factor") == 0);
     CHECK(c.rms_norm_eps == 1e-5); /* Moonlight's */
     for (int a = MOE8_ARCH_DEEPSEEK_V2; a <= MOE8_ARCH_DEEPSEEK_V3; a++) {
         p.arch = (moe8_arch)a;
         p.preset = MOE8_PRESET_TINY;
         CHECKF(moe8_make_model_config(&p, &c, &e) == MOE8_OK, "%s tiny: %s", moe8_arch_name(p.arch),
                e.message);
-        CHECK(c.arch == (moe8_arch)a && c.kv_lora_rank > 0 && c.n_shared_experts > 0);
-        printf("%s tiny: H %lld, %lld heads, L %lld, q_lora %lld, dn %lld dr %lld dv %lld, E %lld top-%lld,"
-               " groups %lld/%lld, first dense %lld, yarn %g\n", moe8_arch_name(p.arch),
-               (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.kv_lora_rank,
-               (long long)c.q_lora_rank, (long long)c.qk_nope_head_dim, (long long)c.qk_rope_head_dim,
-               (long long)c.v_head_dim, (long long)c.num_experts, (long long)c.num_experts_per_tok,
-               (long long)c.n_group, (long long)c.topk_group, (long long)c.first_k_dense_replace,
-               c.yarn_factor);
+        CHECK(c.arch == (moe8_arch)a && cfg_i(&c, "kv_lora_rank") > 0 &&
+              cfg_i(&c, "n_shared_experts") > 0);
+        printf("%s tiny: H %lld, %lld heads, L %lld, q_lora %lld, dn %lld dr %lld dv %lld, E %lld "
+               "top-%lld,"
+               " groups %lld/%lld, first dense %lld, yarn %g\n",
+               moe8_arch_name(p.arch), (long long)c.hidden_size, (long long)c.num_attention_heads,
+               (long long)cfg_i(&c, "kv_lora_rank"), (long long)cfg_i(&c, "q_lora_rank"),
+               (long long)cfg_i(&c, "qk_nope_head_dim"), (long long)cfg_i(&c, "qk_rope_head_dim"),
+               (long long)cfg_i(&c, "v_head_dim"), (long long)c.num_experts,
+               (long long)c.num_experts_per_tok, (long long)cfg_i(&c, "n_group"),
+               (long long)cfg_i(&c, "topk_group"), (long long)cfg_i(&c, "first_k_dense_replace"),
+               cfg_d(&c, "yarn_factor"));
     }
 }
 

@@ -93,7 +93,7 @@ static void test_slice_configs(void) {
     CHECK(c.max_position_embeddings == 32768 && !c.tie_word_embeddings);
     CHECK(c.bos_token_id == 1 && c.n_eos_ids == 1 && c.eos_token_ids[0] == 2);
     CHECK(c.num_hidden_layers == 2 && c.n_mlp_only_layers == 0);
-    CHECK(c.shared_expert_intermediate_size == 0);
+    CHECK(moe8_config_get_int(&c, "shared_expert_intermediate_size", NULL) == 0);
     for (int l = 0; l < 2; l++) CHECK(moe8_config_is_moe_layer(&c, l));
     p.n_layers = 5;
     CHECK(moe8_make_model_config(&p, &c, &e) == MOE8_OK && c.num_hidden_layers == 5 &&

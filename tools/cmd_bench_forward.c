@@ -56,6 +56,11 @@ typedef struct {
                  "                          [--threads N] [--steps 8] [--reps 2] [--kv-type f16]\n" \
                  "                          [--bw-mb 1024]"
 
+/* A value only some families have (moe8.h moe8_config_get_int / _num). */
+static int64_t fam_i(const moe8_config *c, const char *name) {
+    return moe8_config_get_int(c, name, NULL);
+}
+
 static int parse(int argc, char **argv, fwd_opts *o) {
     memset(o, 0, sizeof *o);
     o->tokens[0] = 1, o->tokens[1] = 512, o->tokens[2] = 4096, o->n_tokens = 3;
@@ -129,9 +134,10 @@ static fwd_work forward_work(const moe8_model *m, int T, int p0, int n_out, doub
         at->int8 = 0;
         e->int8 = -1;
         if (li.mla) { /* SEMANTICS §7d: the absorbed products count as attention core */
-            const double QL = (double)c->q_lora_rank, L = (double)c->kv_lora_rank;
-            const double C = L + (double)c->qk_rope_head_dim, DN = (double)c->qk_nope_head_dim;
-            const double DV = (double)c->v_head_dim, o = H * NH * DV;
+            const double QL = (double)fam_i(c, "q_lora_rank"), L = (double)fam_i(c, "kv_lora_rank");
+            const double C = L + (double)fam_i(c, "qk_rope_head_dim"),
+                         DN = (double)fam_i(c, "qk_nope_head_dim");
+            const double DV = (double)fam_i(c, "v_head_dim"), o = H * NH * DV;
             const double qa = QL > 0 ? QL * H : NH * D * H, qb = QL > 0 ? NH * D * QL : 0.0;
             const double kvb = NH * L * (DN + DV), kvb_sz = li.kv_b == MOE8_QUANT_FLOAT ? fsz : 4.0;
             a->macs += Tn * (qa + C * H + qb + o);
@@ -157,8 +163,8 @@ static fwd_work forward_work(const moe8_model *m, int T, int p0, int n_out, doub
             x->macs += Tn * K * 3 * I * H;
             x->bytes += experts_per_moe * 3 * I * H * qsize(li.experts, fsz);
             x->int8 = li.experts != MOE8_QUANT_FLOAT;
-            if (c->shared_expert_intermediate_size > 0) { /* read once per forward */
-                const double S = (double)c->shared_expert_intermediate_size;
+            if (fam_i(c, "shared_expert_intermediate_size") > 0) { /* read once per forward */
+                const double S = (double)fam_i(c, "shared_expert_intermediate_size");
                 x->macs += Tn * (3 * S * H + H);
                 x->bytes += 3 * S * H * qsize(li.experts, fsz) + H * fsz;
             }
@@ -387,10 +393,11 @@ int cmd_bench_forward(int argc, char **argv) {
     if (!rc) {
         const moe8_config *cfg = moe8_model_config(m);
         char attn[128];
-        if (cfg->kv_lora_rank > 0) /* MLA: the cached latent row per position */
+        if (fam_i(cfg, "kv_lora_rank") > 0) /* MLA: the cached latent row per position */
             snprintf(attn, sizeof attn, "MLA %lld heads x %lld, latent %lld + rope %lld",
                      (long long)cfg->num_attention_heads, (long long)cfg->head_dim,
-                     (long long)cfg->kv_lora_rank, (long long)cfg->qk_rope_head_dim);
+                     (long long)fam_i(cfg, "kv_lora_rank"),
+                     (long long)fam_i(cfg, "qk_rope_head_dim"));
         else
             snprintf(attn, sizeof attn, "%lld/%lld heads x %lld", (long long)cfg->num_attention_heads,
                      (long long)cfg->num_key_value_heads, (long long)cfg->head_dim);

@@ -375,7 +375,7 @@ static int check_config(const plan *p) {
             return fail("'%s/config.json': layer %lld has a dense MLP (mlp_only_layers / "
                         "decoder_sparse_step): llama.cpp's qwen3moe has MoE layers only",
                         p->dir, (long long)l);
-    if (c->qkv_bias)
+    if (moe8_config_get_int(c, "qkv_bias", NULL))
         return fail("'%s/config.json': q/k/v biases: llama.cpp's qwen3moe has none", p->dir);
     if (c->num_hidden_layers > UINT32_MAX || c->vocab_size > INT32_MAX ||
         c->max_position_embeddings > UINT32_MAX)

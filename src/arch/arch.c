@@ -83,6 +83,7 @@ const moe8_role_info *moe8_role_of(moe8_role r) {
 }
 
 int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     switch (d) {
     case MOE8_DIM_NONE: return 0;
     case MOE8_DIM_ONE: return 1;
@@ -94,12 +95,12 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_E: return c->num_experts;
     case MOE8_DIM_I: return c->moe_intermediate_size;
     case MOE8_DIM_F: return c->intermediate_size;
-    case MOE8_DIM_S: return c->shared_expert_intermediate_size;
-    case MOE8_DIM_OD: return c->num_attention_heads * c->v_head_dim;
-    case MOE8_DIM_QL: return c->q_lora_rank;
-    case MOE8_DIM_KVL: return c->kv_lora_rank;
-    case MOE8_DIM_KVA: return c->kv_lora_rank + c->qk_rope_head_dim;
-    case MOE8_DIM_KVB: return c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim);
+    case MOE8_DIM_S: return fc->shared_expert_intermediate_size;
+    case MOE8_DIM_OD: return c->num_attention_heads * fc->v_head_dim;
+    case MOE8_DIM_QL: return fc->q_lora_rank;
+    case MOE8_DIM_KVL: return fc->kv_lora_rank;
+    case MOE8_DIM_KVA: return fc->kv_lora_rank + fc->qk_rope_head_dim;
+    case MOE8_DIM_KVB: return c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim);
     }
     return 0;
 }
@@ -114,6 +115,7 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_MIXTRAL] = &moe8_arch_mixtral,
     [MOE8_ARCH_DEEPSEEK_V2] = &moe8_arch_deepseek_v2,
     [MOE8_ARCH_DEEPSEEK_V3] = &moe8_arch_deepseek_v3,
+    [MOE8_ARCH_GLM4_MOE] = &moe8_arch_glm4_moe,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -148,12 +150,16 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     if (!d || !out) return -1;
     out->model_type = d->model_type;
     out->hf_class = d->hf_class;
-    out->qk_norm = (d->flags & MOE8_ARCH_QK_NORM) != 0;
-    out->shared_expert = (d->flags & MOE8_ARCH_SHARED_EXPERT) != 0;
-    out->sparse_step = (d->flags & MOE8_ARCH_SPARSE_STEP) != 0;
-    out->always_renorm = (d->flags & MOE8_ARCH_ALWAYS_RENORM) != 0;
-    out->mla = (d->flags & MOE8_ARCH_MLA) != 0;
-    out->first_k_dense = (d->flags & MOE8_ARCH_FIRST_K_DENSE) != 0;
+    out->qk_norm = (d->kinds.attn_opts & MOE8_ATTN_QK_NORM_HEAD) != 0;
+    out->shared_expert = d->kinds.moe == MOE8_FFN_MOE_SHARED;
+    out->sparse_step = d->kinds.layers == MOE8_LAYERS_SPARSE_STEP;
+    out->always_renorm = d->kinds.renorm == MOE8_RENORM_ALWAYS;
+    out->mla = d->kinds.attn == MOE8_ATTN_MLA;
+    out->first_k_dense = d->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE;
+    out->shared_gate = d->kinds.moe == MOE8_FFN_MOE_SHARED &&
+                       d->kinds.shared_gate == MOE8_SHARED_SIGMOID_GATE;
+    out->qk_norm_config = !out->qk_norm && d->kinds.attn == MOE8_ATTN_GQA &&
+                          moe8_arch_has(d, MOE8_R_Q_NORM);
     return 0;
 }
 
@@ -209,43 +215,51 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 /* ======================================================================== */
 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
     if (!c || !a || layer < 0 || layer >= c->num_hidden_layers || c->num_experts <= 0) return 0;
-    if (a->flags & MOE8_ARCH_FIRST_K_DENSE) /* a hand-made config may leave the frequency 0 */
-        return layer >= c->first_k_dense_replace &&
-               layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
-    if (!(a->flags & MOE8_ARCH_SPARSE_STEP)) return 1;
+    /* a hand-made config may leave the frequency 0 */
+    if (a->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE)
+        return layer >= fc->first_k_dense_replace &&
+               layer % (fc->moe_layer_freq > 0 ? fc->moe_layer_freq : 1) == 0;
+    if (a->kinds.layers == MOE8_LAYERS_ALL_MOE) return 1;
     for (int i = 0; i < c->n_mlp_only_layers; i++)
         if (c->mlp_only_layers[i] == layer) return 0;
     return (layer + 1) % c->decoder_sparse_step == 0;
 }
 
 moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     moe8_kv_shape k = {2, c->num_key_value_heads, c->head_dim};
-    if (c->kv_lora_rank > 0) {
+    if (fc->kv_lora_rank > 0) {
         k.planes = 1;
         k.heads = 1;
-        k.dim = c->kv_lora_rank + c->qk_rope_head_dim;
+        k.dim = fc->kv_lora_rank + fc->qk_rope_head_dim;
     }
     return k;
 }
 
 void moe8_arch_fill_derived(moe8_config *c) {
-    if (!c->kv_lora_rank) c->v_head_dim = c->head_dim;
-    if (!(c->routed_scaling_factor > 0)) c->routed_scaling_factor = 1.0;
-    if (c->moe_layer_freq < 1) c->moe_layer_freq = 1;
+    moe8_family_cfg *fc = MOE8_FAM(c);
+    if (!fc->kv_lora_rank) fc->v_head_dim = c->head_dim;
+    if (!(fc->routed_scaling_factor > 0)) fc->routed_scaling_factor = 1.0;
+    if (fc->moe_layer_freq < 1) fc->moe_layer_freq = 1;
 }
 
 int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role r, int64_t l) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_role_info *ri = moe8_role_of(r);
     if (!ri || !moe8_arch_has(a, r)) return 0;
-    if (a->flags & MOE8_ARCH_MLA) {
-        if (r == MOE8_R_Q && c->q_lora_rank > 0) return 0;
-        if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && c->q_lora_rank <= 0)
+    if (a->kinds.attn == MOE8_ATTN_MLA) {
+        if (r == MOE8_R_Q && fc->q_lora_rank > 0) return 0;
+        if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && fc->q_lora_rank <= 0)
             return 0;
     }
+    if ((r == MOE8_R_Q_NORM || r == MOE8_R_K_NORM) &&
+        !(a->kinds.attn_opts & MOE8_ATTN_QK_NORM_HEAD) && !fc->qk_norm)
+        return 0; /* glm4_moe without use_qk_norm */
     if ((r == MOE8_R_SHEXP_GATE || r == MOE8_R_SHEXP_UP || r == MOE8_R_SHEXP_DOWN ||
-         r == MOE8_R_SHEXP_SCORE) && c->shared_expert_intermediate_size <= 0)
+         r == MOE8_R_SHEXP_SCORE) && fc->shared_expert_intermediate_size <= 0)
         return 0;
     switch (ri->scope) {
     case MOE8_SCOPE_MODEL: return 1;

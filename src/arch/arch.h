@@ -8,8 +8,8 @@
  *   tensor names  a printf format per tensor role (llama.cpp's per-arch
  *                 table): "%lld" the layer, then "%lld" the expert; NULL when
  *                 the family has no such tensor (Mixtral has no q_norm)
- *   structure     flags: q/k RMSNorm, shared expert, the dense-vs-MoE rule,
- *                 always-renormalized routing
+ *   structure     the kinds its layers are built of (plan.h): attention,
+ *                 rotary, feed-forward, router, activation, tensor options
  *   make-model    its presets and config.json / generation_config.json
  *
  * What is common to every family lives in arch.c's role table: where a
@@ -20,7 +20,8 @@
  * from here and spell none themselves.
  *
  * Adding a family: one src/arch/<family>.c defining a moe8_arch_desc, its
- * entry in arch.c's list and in moe8_arch, tests and docs/MODELS.md.
+ * entry in arch.c's list and in moe8_arch, tests and docs/MODELS.md; a kind
+ * it needs that no family had yet is one file of its own beside the others.
  */
 #ifndef MOE8_ARCH_H
 #define MOE8_ARCH_H
@@ -31,6 +32,7 @@
 /* cJSON stays out of the files that include this one: the readers take it by name */
 struct cJSON;
 
+#include "arch/plan.h"
 #include "core/public.h"
 
 /* ======================================================================== */
@@ -139,6 +141,49 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d);
 /* Config fields                                                             */
 /* ======================================================================== */
 
+/* What only some families have, in moe8_config.family (opaque in the public
+ * header: read there with moe8_config_get_int / _num by these names). */
+typedef struct {
+    int64_t shared_expert_intermediate_size; /* qwen2_moe: width S of the shared expert;
+                                   * 0 = no shared expert (the other families) */
+    int qkv_bias;                 /* q/k/v projections carry a bias (qwen2_moe: default 1) */
+    /* DeepSeek-V2/V3 (docs/MODELS.md); 0 for the other families except
+     * v_head_dim (= head_dim) and routed_scaling_factor / moe_layer_freq (1): */
+    int64_t kv_lora_rank;         /* > 0: multi-head latent attention; the latent width L */
+    int64_t q_lora_rank;          /* 0 (null): q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
+    int64_t qk_nope_head_dim;     /* MLA: per-head q/k width without rotary */
+    int64_t qk_rope_head_dim;     /* MLA: rotary width R (one k_pe shared by all heads);
+                                   * head_dim = qk_nope_head_dim + qk_rope_head_dim */
+    int64_t v_head_dim;           /* per-head value width (= head_dim outside MLA) */
+    int64_t n_shared_experts;     /* deepseek: shared_experts of width n x moe_intermediate_size
+                                   * (shared_expert_intermediate_size), ungated */
+    int64_t first_k_dense_replace;/* deepseek: layers [0, k) have a dense MLP */
+    int64_t moe_layer_freq;       /* deepseek: MoE layers are l >= k with l % freq == 0 */
+    int64_t n_group, topk_group;  /* grouped routing: experts in n_group groups, the best
+                                   * topk_group kept (V2 group_limited_greedy, V3 always) */
+    int topk_grouped;             /* route through the groups (n_group, topk_group) */
+    int group_top2;               /* a group's score: sum of its two best (V3), else its best (V2) */
+    int scoring_sigmoid;          /* router scores sigmoid (V3) instead of softmax */
+    int e_score_bias;             /* mlp.gate.e_score_correction_bias [E] (V3): selection only */
+    double routed_scaling_factor; /* top-k weights x this after renormalization */
+    int rope_interleave;          /* rotary on pairs (2i, 2i+1) (deepseek), else halves (NEOX) */
+    double yarn_factor;           /* rope_scaling {"type": "yarn"} (deepseek); 0 = none */
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int64_t yarn_original_max_position_embeddings;
+    /* glm4_moe: */
+    double partial_rotary_factor; /* rotary on the first head_dim x this dims; 0: the whole head */
+    int qk_norm;                  /* use_qk_norm: per-head q/k RMSNorm when the family's kinds
+                                   * leave it to the config */
+    int64_t num_nextn_predict_layers; /* MTP layers after the decoder's, skipped at load */
+} moe8_family_cfg;
+
+/* The family block of a config (const-preserving). */
+#define MOE8_FAM(c)                                                                     \
+    _Generic((c), const moe8_config *: (const moe8_family_cfg *)(const void *)(c)->family.bytes, \
+             moe8_config *: (moe8_family_cfg *)(void *)(c)->family.bytes)
+/* Offset of family field f in moe8_config (for moe8_cfg_int.offset). */
+#define MOE8_FAM_OFFSET(f) (offsetof(moe8_config, family) + offsetof(moe8_family_cfg, f))
+
 /* An integer field: key, range, and where it goes in moe8_config. */
 typedef struct {
     const char *key;
@@ -157,6 +202,10 @@ moe8_status moe8_cfg_read_pos_double(const struct cJSON *root, const char *label
 /* Refuse `key` when it is present and true (`what` names the feature). */
 moe8_status moe8_cfg_refuse_true(const struct cJSON *root, const char *label, const char *key,
                                  moe8_error *err);
+/* The grouped routing relations of c (deepseek, glm4_moe), when topk_grouped:
+ * n_group divides the experts, topk_group in [1, n_group], top-k within the
+ * kept groups, two experts per group for the top-2 group score. */
+moe8_status moe8_cfg_check_groups(const char *label, const moe8_config *c, moe8_error *err);
 /* Refuse `key` when it is present and not null. */
 moe8_status moe8_cfg_refuse_non_null(const struct cJSON *root, const char *label, const char *key,
                                      moe8_error *err);
@@ -177,17 +226,6 @@ moe8_status moe8_cfg_refuse_non_null(const struct cJSON *root, const char *label
 /* The descriptor                                                            */
 /* ======================================================================== */
 
-#define MOE8_ARCH_QK_NORM       0x1u  /* per-head RMSNorm of q and k before RoPE */
-#define MOE8_ARCH_SHARED_EXPERT 0x2u  /* MoE layers add a shared expert: sigmoid-gated when the
-                                       * family has MOE8_R_SHEXP_SCORE (qwen2_moe), else ungated */
-#define MOE8_ARCH_SPARSE_STEP   0x4u  /* decoder_sparse_step / mlp_only_layers pick dense
-                                       * layers; without it every layer is MoE */
-#define MOE8_ARCH_ALWAYS_RENORM 0x8u  /* top-k weights always renormalized (norm_topk_prob is
-                                       * not a key of the family and reads as 1) */
-#define MOE8_ARCH_FIRST_K_DENSE 0x10u /* first_k_dense_replace / moe_layer_freq pick the MoE
-                                       * layers (deepseek) */
-#define MOE8_ARCH_MLA           0x20u /* multi-head latent attention (deepseek) */
-
 typedef struct {
     moe8_arch id;
     const char *model_type;            /* config.json "model_type" */
@@ -195,7 +233,7 @@ typedef struct {
     const char *moe_block;             /* MoE module of a layer ("model.layers.%lld.mlp"),
                                         * names the layer in errors */
     const char *names[MOE8_R_COUNT];   /* module name formats ("<name>.weight" etc.) */
-    unsigned flags;                    /* MOE8_ARCH_* */
+    moe8_family_kinds kinds;           /* what its layers are built of (plan.h) */
     /* config.json: integer keys beyond the common ones (config.c), Hugging
      * Face's defaults, then the family's own checks (booleans, refusals,
      * relations), called after every integer key was read. */
@@ -239,10 +277,11 @@ int moe8_arch_tensor_name(const moe8_arch_desc *a, moe8_role r, int64_t layer, i
 int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, int64_t *layer,
                     int64_t *expert, const char **suffix);
 
-/* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, for
- * families with MOE8_ARCH_SPARSE_STEP, l not in mlp_only_layers and
- * (l + 1) % decoder_sparse_step == 0; with MOE8_ARCH_FIRST_K_DENSE,
- * l >= first_k_dense_replace and l % moe_layer_freq == 0.
+/* 1 if layer l of c is a MoE layer (SEMANTICS §7): num_experts > 0 and, by
+ * the family's layer rule (plan.h): MOE8_LAYERS_SPARSE_STEP, l not in
+ * mlp_only_layers and (l + 1) % decoder_sparse_step == 0;
+ * MOE8_LAYERS_FIRST_K_DENSE, l >= first_k_dense_replace and
+ * l % moe_layer_freq == 0; MOE8_LAYERS_ALL_MOE, every layer.
  * moe8_config_is_moe_layer is this. */
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
 
@@ -310,5 +349,6 @@ extern const moe8_arch_desc moe8_arch_qwen2_moe;
 extern const moe8_arch_desc moe8_arch_mixtral;
 extern const moe8_arch_desc moe8_arch_deepseek_v2;
 extern const moe8_arch_desc moe8_arch_deepseek_v3;
+extern const moe8_arch_desc moe8_arch_glm4_moe;
 
 #endif

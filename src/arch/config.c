@@ -119,7 +119,7 @@ static moe8_status find_arch(const cJSON *root, const char *label, const moe8_ar
 static moe8_status check_unsupported(const cJSON *root, const char *label, const moe8_arch_desc *a,
                                      moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (it && !cJSON_IsNull(it) && !(a->flags & MOE8_ARCH_MLA))
+    if (it && !cJSON_IsNull(it) && !(a->kinds.attn == MOE8_ATTN_MLA))
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': rope_scaling not supported (must be null or absent)", label);
     it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
@@ -164,6 +164,17 @@ static moe8_status read_dims(const cJSON *root, const char *label, const moe8_ar
     if ((st = get_pos_double(root, label, "rms_norm_eps", &c->rms_norm_eps, err)) != MOE8_OK)
         return st;
     return get_pos_double(root, label, "rope_theta", &c->rope_theta, err);
+}
+
+/* Partial rotary (plan.h): head_dim x partial_rotary_factor dims, even and at least 2. */
+static moe8_status check_partial_rotary(const char *label, const moe8_config *c, moe8_error *err) {
+    const double f = MOE8_FAM(c)->partial_rotary_factor;
+    const int R = moe8_rope_dim(c);
+    if (f > 0 && (R < 2 || R % 2))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': head_dim (%lld) x partial_rotary_factor "
+                         "(%g) gives %d rotary dims: must be even and at least 2", label,
+                         (long long)c->head_dim, f, R);
+    return MOE8_OK;
 }
 
 static moe8_status check_relations(const char *label, moe8_config *c, moe8_error *err) {
@@ -313,9 +324,11 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
     if ((st = read_dims(root, label, a, out, err)) != MOE8_OK) goto done;
     if (a->finish && (st = a->finish(label, out, err)) != MOE8_OK) goto done;
     if ((st = check_relations(label, out, err)) != MOE8_OK) goto done;
+    if ((st = check_partial_rotary(label, out, err)) != MOE8_OK) goto done;
     moe8_arch_fill_derived(out);
     if ((st = read_token_ids(root, label, out, err)) != MOE8_OK) goto done;
-    if (a->flags & MOE8_ARCH_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
+    if (a->kinds.layers == MOE8_LAYERS_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
+    if (!st) st = moe8_plan_check(out, label, err);
 done:
     cJSON_Delete(root);
     return st;
@@ -323,4 +336,85 @@ done:
 
 int moe8_config_is_moe_layer(const moe8_config *c, int64_t layer) {
     return moe8_arch_is_moe_layer(c, layer);
+}
+
+moe8_status moe8_cfg_check_groups(const char *label, const moe8_config *c, moe8_error *err) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const int64_t E = c->num_experts;
+    if (E == 0 || !fc->topk_grouped) return MOE8_OK;
+    if (fc->n_group < 1 || E % fc->n_group)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': n_group (%lld) must be >= 1 and divide "
+                         "n_routed_experts (%lld)", label, (long long)fc->n_group, (long long)E);
+    if (fc->topk_group < 1 || fc->topk_group > fc->n_group)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': topk_group (%lld) must be in [1, n_group "
+                         "%lld]", label, (long long)fc->topk_group, (long long)fc->n_group);
+    if (c->num_experts_per_tok > fc->topk_group * (E / fc->n_group))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': num_experts_per_tok (%lld) exceeds the "
+                         "%lld experts of topk_group (%lld) groups", label,
+                         (long long)c->num_experts_per_tok,
+                         (long long)(fc->topk_group * (E / fc->n_group)),
+                         (long long)fc->topk_group);
+    if (fc->group_top2 && E / fc->n_group < 2)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %lld experts per group: the group score "
+                         "(sum of the two best) needs 2", label, (long long)(E / fc->n_group));
+    return MOE8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The family block by name (moe8.h moe8_config_get_int / _num)             */
+/* ------------------------------------------------------------------------ */
+
+#define FAM_I64(f) {#f, MOE8_FAM_OFFSET(f), 'l'}
+#define FAM_INT(f) {#f, MOE8_FAM_OFFSET(f), 'i'}
+#define FAM_DBL(f) {#f, MOE8_FAM_OFFSET(f), 'd'}
+static const struct {
+    const char *name;
+    size_t offset;
+    char type;
+} fam_fields[] = {
+    FAM_I64(shared_expert_intermediate_size), FAM_INT(qkv_bias), FAM_I64(kv_lora_rank),
+    FAM_I64(q_lora_rank), FAM_I64(qk_nope_head_dim), FAM_I64(qk_rope_head_dim),
+    FAM_I64(v_head_dim), FAM_I64(n_shared_experts), FAM_I64(first_k_dense_replace),
+    FAM_I64(moe_layer_freq), FAM_I64(n_group), FAM_I64(topk_group), FAM_INT(topk_grouped),
+    FAM_INT(group_top2), FAM_INT(scoring_sigmoid), FAM_INT(e_score_bias),
+    FAM_DBL(routed_scaling_factor), FAM_INT(rope_interleave), FAM_DBL(yarn_factor),
+    FAM_DBL(yarn_beta_fast), FAM_DBL(yarn_beta_slow), FAM_DBL(yarn_mscale),
+    FAM_DBL(yarn_mscale_all_dim), FAM_I64(yarn_original_max_position_embeddings),
+    FAM_DBL(partial_rotary_factor), FAM_INT(qk_norm), FAM_I64(num_nextn_predict_layers),
+};
+
+/* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */
+static double fam_get(const moe8_config *c, const char *name, int *known, int64_t *as_int) {
+    for (size_t i = 0; c && name && i < sizeof fam_fields / sizeof fam_fields[0]; i++) {
+        const char *p = (const char *)c + fam_fields[i].offset;
+        if (strcmp(fam_fields[i].name, name)) continue;
+        if (known) *known = 1;
+        if (fam_fields[i].type == 'd') {
+            double d;
+            memcpy(&d, p, sizeof d);
+            *as_int = (int64_t)d;
+            return d;
+        }
+        if (fam_fields[i].type == 'l') memcpy(as_int, p, sizeof *as_int);
+        else {
+            int v;
+            memcpy(&v, p, sizeof v);
+            *as_int = v;
+        }
+        return (double)*as_int;
+    }
+    if (known) *known = 0;
+    *as_int = 0;
+    return 0;
+}
+
+int64_t moe8_config_get_int(const moe8_config *c, const char *name, int *known) {
+    int64_t v;
+    fam_get(c, name, known, &v);
+    return v;
+}
+
+double moe8_config_get_num(const moe8_config *c, const char *name, int *known) {
+    int64_t v;
+    return fam_get(c, name, known, &v);
 }

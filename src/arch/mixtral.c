@@ -140,7 +140,15 @@ const moe8_arch_desc moe8_arch_mixtral = {
             [MOE8_R_EXP_UP] = "model.layers.%lld.block_sparse_moe.experts.%lld.w3",
             [MOE8_R_EXP_DOWN] = "model.layers.%lld.block_sparse_moe.experts.%lld.w2",
         },
-    .flags = MOE8_ARCH_ALWAYS_RENORM,
+    .kinds =
+        {
+            .attn = MOE8_ATTN_GQA,
+            .rope = MOE8_ROPE_HALVES,
+            .layers = MOE8_LAYERS_ALL_MOE,
+            .moe = MOE8_FFN_MOE,
+            .renorm = MOE8_RENORM_ALWAYS,
+            .act = MOE8_ACT_SWIGLU,
+        },
     .fields = fields,
     .n_fields = (int)(sizeof fields / sizeof fields[0]),
     .defaults = defaults,

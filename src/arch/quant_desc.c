@@ -216,13 +216,14 @@ static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_typ
  * q_b_proj and kv_b_proj each FLOAT or W8A8. */
 static moe8_status resolve_mla(const lookup *k, const moe8_config *c, moe8_layer_info *li,
                                moe8_error *err) {
-    const moe8_role qa[] = {c->q_lora_rank > 0 ? MOE8_R_Q_A : MOE8_R_Q, MOE8_R_KV_A};
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const moe8_role qa[] = {fc->q_lora_rank > 0 ? MOE8_R_Q_A : MOE8_R_Q, MOE8_R_KV_A};
     char mod[160];
     moe8_status st;
     if ((st = packed(k, "fused_qkv_a_proj", qa, 2, &li->qkv, err)) != MOE8_OK ||
         (st = linear_ok(k, "fused_qkv_a_proj", li->qkv, err)) != MOE8_OK)
         return st;
-    if (c->q_lora_rank > 0 &&
+    if (fc->q_lora_rank > 0 &&
         ((st = required(k, MOE8_R_Q_B, mod, sizeof mod, &li->q_b, err)) != MOE8_OK ||
          (st = linear_ok(k, mod, li->q_b, err)) != MOE8_OK))
         return st;
@@ -321,11 +322,12 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
     if (!a) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quant description: unknown family");
     for (int64_t l = 0; l < cfg->num_hidden_layers; l++) {
         memset(&layers[l], 0, sizeof layers[l]); /* every field FLOAT */
-        layers[l].is_moe = moe8_config_is_moe_layer(cfg, l);
-        layers[l].has_shared = layers[l].is_moe && moe8_arch_has(a, MOE8_R_SHEXP_GATE) &&
-                               cfg->shared_expert_intermediate_size > 0;
-        layers[l].qkv_bias = cfg->qkv_bias;
-        layers[l].mla = (a->flags & MOE8_ARCH_MLA) != 0;
+        moe8_layer_plan p;
+        moe8_plan_layer(cfg, l, &p);
+        layers[l].is_moe = p.ffn != MOE8_FFN_DENSE;
+        layers[l].has_shared = p.ffn == MOE8_FFN_MOE_SHARED;
+        layers[l].qkv_bias = (p.attn_opts & MOE8_ATTN_QKV_BIAS) != 0;
+        layers[l].mla = p.attn == MOE8_ATTN_MLA;
     }
     if (!qd) return MOE8_OK;
     if ((st = check_values(qd, a, exists, user, err)) != MOE8_OK) return st;

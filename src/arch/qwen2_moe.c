@@ -38,12 +38,13 @@ static const moe8_cfg_int fields[] = {
     {"intermediate_size", 1, MOE8_CAP_WIDTH, offsetof(moe8_config, intermediate_size)},
     {"moe_intermediate_size", 1, MOE8_CAP_WIDTH, offsetof(moe8_config, moe_intermediate_size)},
     {"shared_expert_intermediate_size", 1, MOE8_CAP_WIDTH,
-     offsetof(moe8_config, shared_expert_intermediate_size)},
+     MOE8_FAM_OFFSET(shared_expert_intermediate_size)},
     {"num_experts", 0, MOE8_CAP_EXPERTS, offsetof(moe8_config, num_experts)},
     {"decoder_sparse_step", 1, MOE8_MAX_LAYERS, offsetof(moe8_config, decoder_sparse_step)},
 };
 
 static void defaults(moe8_config *c) {
+    moe8_family_cfg *fc = MOE8_FAM(c);
     c->vocab_size = QWEN_VOCAB;
     c->hidden_size = 2048;
     c->intermediate_size = 5632;
@@ -55,23 +56,24 @@ static void defaults(moe8_config *c) {
     c->rope_theta = 10000.0;
     c->decoder_sparse_step = 1;
     c->moe_intermediate_size = 1408;
-    c->shared_expert_intermediate_size = 5632;
+    fc->shared_expert_intermediate_size = 5632;
     c->num_experts_per_tok = 4;
     c->num_experts = 60;
     c->norm_topk_prob = 0;
-    c->qkv_bias = 1;
+    fc->qkv_bias = 1;
 }
 
 static moe8_status check(const cJSON *root, const char *label, moe8_config *c, moe8_error *err) {
     moe8_status st;
     if ((st = moe8_cfg_refuse_true(root, label, "use_sliding_window", err))) return st;
-    if ((st = moe8_cfg_read_bool(root, label, "qkv_bias", &c->qkv_bias, err))) return st;
+    if ((st = moe8_cfg_read_bool(root, label, "qkv_bias", &MOE8_FAM(c)->qkv_bias, err))) return st;
     return moe8_cfg_read_bool(root, label, "norm_topk_prob", &c->norm_topk_prob, err);
 }
 
 /* ---- make-model ---------------------------------------------------------- */
 
 static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
+    moe8_family_cfg *fc = MOE8_FAM(c);
     if (p != MOE8_PRESET_TINY)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: qwen2_moe has only the tiny "
                          "preset");
@@ -82,13 +84,13 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
     c->num_experts = 16;
     c->num_experts_per_tok = 4;
     c->moe_intermediate_size = 64;
-    c->shared_expert_intermediate_size = 256;
+    fc->shared_expert_intermediate_size = 256;
     c->intermediate_size = 512;
     c->n_mlp_only_layers = 1;     /* exercise the dense path too (from 2 layers) */
     c->mlp_only_layers[0] = 0;
     c->vocab_size = QWEN_VOCAB;
     c->norm_topk_prob = 0;        /* as the released models */
-    c->qkv_bias = 1;
+    fc->qkv_bias = 1;
     c->decoder_sparse_step = 1;
     c->max_position_embeddings = 8192;
     c->rms_norm_eps = 1e-6;
@@ -101,6 +103,7 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
 
 /* config.json as Qwen1.5-MoE-A2.7B-Chat's (keys in its order). */
 static cJSON *config_json(const moe8_config *c, moe8_dtype dt) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     cJSON *j = cJSON_CreateObject(), *arr;
     if (!j) return NULL;
     arr = cJSON_AddArrayToObject(j, "architectures");
@@ -127,12 +130,12 @@ static cJSON *config_json(const moe8_config *c, moe8_dtype dt) {
     cJSON_AddNumberToObject(j, "num_hidden_layers", (double)c->num_hidden_layers);
     cJSON_AddNumberToObject(j, "num_key_value_heads", (double)c->num_key_value_heads);
     cJSON_AddBoolToObject(j, "output_router_logits", 0);
-    cJSON_AddBoolToObject(j, "qkv_bias", c->qkv_bias);
+    cJSON_AddBoolToObject(j, "qkv_bias", fc->qkv_bias);
     cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "router_aux_loss_coef", 0.001);
     cJSON_AddNumberToObject(j, "shared_expert_intermediate_size",
-                            (double)c->shared_expert_intermediate_size);
+                            (double)fc->shared_expert_intermediate_size);
     cJSON_AddNumberToObject(j, "sliding_window", (double)c->max_position_embeddings);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddStringToObject(j, "torch_dtype", dt == MOE8_DT_F32 ? "float32" : "bfloat16");
@@ -174,7 +177,16 @@ const moe8_arch_desc moe8_arch_qwen2_moe = {
             [MOE8_R_SHEXP_DOWN] = "model.layers.%lld.mlp.shared_expert.down_proj",
             [MOE8_R_SHEXP_SCORE] = "model.layers.%lld.mlp.shared_expert_gate",
         },
-    .flags = MOE8_ARCH_SHARED_EXPERT | MOE8_ARCH_SPARSE_STEP,
+    .kinds =
+        {
+            .attn = MOE8_ATTN_GQA,            /* q/k/v biases: the config's qkv_bias */
+            .rope = MOE8_ROPE_HALVES,
+            .layers = MOE8_LAYERS_SPARSE_STEP,
+            .moe = MOE8_FFN_MOE_SHARED,
+            .shared_gate = MOE8_SHARED_SIGMOID_GATE,
+            .renorm = MOE8_RENORM_CONFIG,
+            .act = MOE8_ACT_SWIGLU,
+        },
     .fields = fields,
     .n_fields = (int)(sizeof fields / sizeof fields[0]),
     .defaults = defaults,

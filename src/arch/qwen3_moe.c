@@ -174,7 +174,16 @@ const moe8_arch_desc moe8_arch_qwen3_moe = {
             [MOE8_R_Q_NORM] = "model.layers.%lld.self_attn.q_norm",
             [MOE8_R_K_NORM] = "model.layers.%lld.self_attn.k_norm",
         },
-    .flags = MOE8_ARCH_QK_NORM | MOE8_ARCH_SPARSE_STEP,
+    .kinds =
+        {
+            .attn = MOE8_ATTN_GQA,
+            .attn_opts = MOE8_ATTN_QK_NORM_HEAD,
+            .rope = MOE8_ROPE_HALVES,
+            .layers = MOE8_LAYERS_SPARSE_STEP,
+            .moe = MOE8_FFN_MOE,
+            .renorm = MOE8_RENORM_CONFIG,
+            .act = MOE8_ACT_SWIGLU,
+        },
     .fields = fields,
     .n_fields = (int)(sizeof fields / sizeof fields[0]),
     .defaults = defaults,

@@ -103,7 +103,7 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     int64_t l, e;
     const char *suffix;
     if (moe8_arch_parse(a, t->name, &r, &l, &e, &suffix)) return KIND_FLOAT;
-    if (!strcmp(suffix, "bias") && c->qkv_bias && !p->linear_float && l >= 0 &&
+    if (!strcmp(suffix, "bias") && MOE8_FAM(c)->qkv_bias && !p->linear_float && l >= 0 &&
         l < c->num_hidden_layers && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
         return KIND_FOLDED;
     if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
@@ -358,7 +358,7 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
     const char *file = moe8_st_file_path(z->src, t->file_index);
     memset(&b, 0, sizeof b);
     st = quant_weight(t, file ? file : "?", &b, err);
-    if (!st && k == KIND_STATIC && z->cfg.qkv_bias && site == MOE8_CALIB_QKV)
+    if (!st && k == KIND_STATIC && MOE8_FAM(&z->cfg)->qkv_bias && site == MOE8_CALIB_QKV)
         st = read_bias(z, t, &b, err);
     if (!st && k == KIND_STATIC) {
         if (moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o))

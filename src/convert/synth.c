@@ -96,7 +96,7 @@ moe8_status moe8_make_model_config(const moe8_make_model_params *p, moe8_config 
     else if (!c->num_hidden_layers) c->num_hidden_layers = 4;
     if (c->num_hidden_layers < 2) {
         c->n_mlp_only_layers = 0;
-        c->first_k_dense_replace = 0;
+        MOE8_FAM(c)->first_k_dense_replace = 0;
     }
     moe8_arch_fill_derived(c);
     c->bos_token_id %= c->vocab_size;
@@ -199,12 +199,13 @@ static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
     if (r == MOE8_R_ROUTER) std = 2.0f / sqrtf((float)c->hidden_size);
     if (r == MOE8_R_SHEXP_SCORE) std = 1.0f / sqrtf((float)c->hidden_size);
     add(L, d0, d1, std, mean, "%s", name);
-    if (c->qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V) &&
+    if (MOE8_FAM(c)->qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V) &&
         !moe8_arch_tensor_name(a, r, l, e, "bias", name, sizeof name))
         add(L, d0, 0, BIAS_STD, 0, "%s", name);
 }
 
 static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, int64_t l) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     static const moe8_role attn[] = {
         MOE8_R_ATTN_NORM, MOE8_R_Q,        MOE8_R_K,    MOE8_R_V,         MOE8_R_Q_A,
         MOE8_R_Q_A_NORM,  MOE8_R_Q_B,      MOE8_R_KV_A, MOE8_R_KV_A_NORM, MOE8_R_KV_B,
@@ -217,7 +218,7 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
         return;
     }
     add_role(L, a, c, MOE8_R_ROUTER, l, -1);
-    if (c->e_score_bias) { /* deepseek_v3: small, so sigmoid scores + bias stay positive */
+    if (fc->e_score_bias) { /* deepseek_v3: small, so sigmoid scores + bias stay positive */
         char name[160];
         if (!moe8_arch_tensor_name(a, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
                                    sizeof name))
@@ -225,9 +226,24 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
     }
     for (int64_t e = 0; e < c->num_experts; e++)
         for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++) add_role(L, a, c, (moe8_role)r, l, e);
-    for (size_t i = 0; c->shared_expert_intermediate_size > 0 && i < sizeof shared / sizeof shared[0];
+    for (size_t i = 0; fc->shared_expert_intermediate_size > 0 && i < sizeof shared / sizeof shared[0];
          i++)
         add_role(L, a, c, shared[i], l, -1);
+}
+
+/* The multi-token-prediction layers a checkpoint carries after the decoder's
+ * (glm4_moe's num_nextn_predict_layers; the loader skips them): their own
+ * norms and projection (DeepSeek-V3's MTP module) and an attention block. */
+static void add_mtp(syn_list *L, const moe8_arch_desc *a, const moe8_config *c) {
+    static const moe8_role attn[] = {MOE8_R_ATTN_NORM, MOE8_R_Q, MOE8_R_K, MOE8_R_V, MOE8_R_O};
+    const int64_t H = c->hidden_size, n = MOE8_FAM(c)->num_nextn_predict_layers;
+    for (int64_t l = c->num_hidden_layers; l < c->num_hidden_layers + n; l++) {
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.enorm.weight", (long long)l);
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.hnorm.weight", (long long)l);
+        add(L, H, 2 * H, W_STD, 0, "model.layers.%lld.eh_proj.weight", (long long)l);
+        add(L, H, 0, NORM_STD, 1.0f, "model.layers.%lld.shared_head.norm.weight", (long long)l);
+        for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) add_role(L, a, c, attn[i], l, -1);
+    }
 }
 
 static void build_list(syn_list *L, const moe8_config *c) {
@@ -235,6 +251,7 @@ static void build_list(syn_list *L, const moe8_config *c) {
     add_role(L, a, c, MOE8_R_EMBED, -1, -1);
     if (!L->oom) L->t[0].std = EMBED_STD;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) add_layer(L, a, c, l);
+    if (a->kinds.tensors & MOE8_TENSORS_SKIP_MTP) add_mtp(L, a, c);
     add_role(L, a, c, MOE8_R_FINAL_NORM, -1, -1);
     add_role(L, a, c, MOE8_R_LM_HEAD, -1, -1);
     if (!L->oom) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch/plan.h"
 #include "core/core.h"
 #include "dist/dist.h"
 
@@ -228,21 +229,26 @@ moe8_status moe8_dist_shard_of(const moe8_config *c, int rank, int size, int ep,
                          "one must divide the other", (long long)NKV, size);
     s->kv_begin = (int)(s->head_begin / (NH / NKV));
     s->kv_end = (int)((s->head_end - 1) / (NH / NKV) + 1);
-    int dense = E == 0;
-    for (int64_t l = 0; l < c->num_hidden_layers && !dense; l++) dense = !moe8_config_is_moe_layer(c, l);
+    /* What the layers are (arch/plan.h): dense MLPs, MoE, a shared expert's width. */
+    int dense = E == 0, sparse = 0; /* DeepSeek's first_k_dense_replace may leave no MoE layer */
+    int64_t S = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        moe8_layer_plan p;
+        moe8_plan_layer(c, l, &p);
+        dense |= p.ffn == MOE8_FFN_DENSE;
+        sparse |= p.ffn != MOE8_FFN_DENSE;
+        if (p.ffn == MOE8_FFN_MOE_SHARED) S = p.width;
+    }
     if (dense && (st = split(c->intermediate_size, size, "intermediate_size", mode, rank,
                              &s->f_begin, &s->f_end, err)))
         return st;
-    int sparse = 0; /* some layer is MoE (DeepSeek's first_k_dense_replace may leave none) */
-    for (int64_t l = 0; l < c->num_hidden_layers && !sparse; l++) sparse = moe8_config_is_moe_layer(c, l);
     if (sparse && !ep &&
         (st = split(c->moe_intermediate_size, size, "moe_intermediate_size", mode, rank,
                     &s->i_begin, &s->i_end, err)))
         return st;
     /* The shared expert splits like a dense MLP, under TP and EP alike. */
-    if (sparse && c->shared_expert_intermediate_size > 0 &&
-        (st = split(c->shared_expert_intermediate_size, size, "shared_expert_intermediate_size",
-                    mode, rank, &s->s_begin, &s->s_end, err)))
+    if (S > 0 && (st = split(S, size, "shared_expert_intermediate_size", mode, rank, &s->s_begin,
+                             &s->s_end, err)))
         return st;
     if (E > 0 && ep) {
         int64_t base = E / size, rem = E % size;

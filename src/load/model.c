@@ -370,7 +370,7 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
                          "config", m->dir, ri->what, (long long)l);
     L = linear_of(ly, r, e);
     if ((st = bind_linear(m, p, quant_of(&ly->info, r), d0, d1, L, err)) != MOE8_OK) return st;
-    if (m->cfg.qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
+    if ((ly->plan.attn_opts & MOE8_ATTN_QKV_BIAS) && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
         return bind_bias(m, p, L, err);
     return MOE8_OK;
 }
@@ -381,7 +381,7 @@ static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8
         if (moe8_arch_in_layer(m->arch, &m->cfg, (moe8_role)r, l) &&
             (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
             return st;
-    if (!ly->info.mla && ly->info.qkv == MOE8_QUANT_W8A8 &&
+    if (ly->plan.attn == MOE8_ATTN_GQA && ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
         ly->qkv_input_differ = 1;
@@ -396,7 +396,7 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
                                        MOE8_R_SHEXP_SCORE};
     moe8_status st;
     if ((st = bind_role(m, l, -1, MOE8_R_ROUTER, ly, err)) != MOE8_OK) return st;
-    if (m->cfg.e_score_bias) { /* deepseek_v3: "<router>.e_score_correction_bias" [E] */
+    if (ly->plan.correction_bias) { /* "<router>.e_score_correction_bias" [E] (deepseek_v3) */
         char name[200];
         moe8_arch_tensor_name(m->arch, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
                               sizeof name);
@@ -548,8 +548,10 @@ static moe8_status resolve_quant(moe8_model *m, moe8_quant_type *lm_head, moe8_e
         st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", m->dir);
     else
         st = moe8_quant_desc_resolve(qd, &m->cfg, st_has, m->st, li, err);
-    for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++)
+    for (int64_t l = 0; st == MOE8_OK && l < m->cfg.num_hidden_layers; l++) {
         m->layers[l].info = li[l];
+        moe8_plan_layer(&m->cfg, l, &m->layers[l].plan);
+    }
     *lm_head = moe8_quant_desc_lm_head(qd, st_has, m->st);
     free(li);
     moe8_quant_desc_free(qd);
@@ -675,6 +677,7 @@ void moe8_model_get_stats(const moe8_model *m, moe8_model_stats *out) {
 moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_type,
                               moe8_memory_estimate *out, moe8_error *err) {
     const moe8_config *c;
+    const moe8_family_cfg *fc;
     moe8_model_stats s;
     uint64_t kv, scratch, per_tok, wide;
     if (!m || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: NULL argument");
@@ -685,6 +688,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "model memory: kv type %s is not F32, "
                          "F16 or BF16", moe8_dtype_name(kv_type));
     c = &m->cfg;
+    fc = MOE8_FAM(c);
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
     const moe8_kv_shape ks = moe8_arch_kv_shape(c);
@@ -696,13 +700,13 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     wide = (uint64_t)(2 * c->intermediate_size);
     if ((uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size) > wide && c->num_experts > 0)
         wide = (uint64_t)(2 * c->num_experts_per_tok * c->moe_intermediate_size);
-    if ((uint64_t)(2 * c->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
-        wide = (uint64_t)(2 * c->shared_expert_intermediate_size);
-    if (c->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
+    if ((uint64_t)(2 * fc->shared_expert_intermediate_size) > wide)   /* its gate/up, qwen2_moe */
+        wide = (uint64_t)(2 * fc->shared_expert_intermediate_size);
+    if (fc->kv_lora_rank > 0) { /* MLA: q_a rows, the latent row, absorbed queries and outputs,
                                 * v per head (load/weights.h) */
-        const uint64_t qc = (uint64_t)(c->num_attention_heads * (c->kv_lora_rank + c->qk_rope_head_dim));
-        wide += (uint64_t)c->q_lora_rank + (uint64_t)(c->kv_lora_rank + c->qk_rope_head_dim) +
-                2 * qc + (uint64_t)(c->num_attention_heads * c->v_head_dim);
+        const uint64_t qc = (uint64_t)(c->num_attention_heads * (fc->kv_lora_rank + fc->qk_rope_head_dim));
+        wide += (uint64_t)fc->q_lora_rank + (uint64_t)(fc->kv_lora_rank + fc->qk_rope_head_dim) +
+                2 * qc + (uint64_t)(c->num_attention_heads * fc->v_head_dim);
     }
     per_tok = 4ull * (uint64_t)c->hidden_size + 2ull * (uint64_t)(c->num_attention_heads * c->head_dim) +
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
@@ -712,8 +716,8 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     uint64_t absorbed = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (m->layers[l].info.mla && m->layers[l].info.kv_b != MOE8_QUANT_FLOAT)
-            absorbed += 3ull * (uint64_t)(c->num_attention_heads * (c->qk_nope_head_dim + c->v_head_dim)) *
-                        (uint64_t)c->kv_lora_rank;
+            absorbed += 3ull * (uint64_t)(c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim)) *
+                        (uint64_t)fc->kv_lora_rank;
     out->weight_bytes = s.total_bytes + absorbed;
     out->kv_bytes = kv;
     out->scratch_bytes = scratch;

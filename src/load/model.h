@@ -71,6 +71,7 @@ typedef struct {
 
 /* One decoder layer. */
 typedef struct {
+    moe8_layer_plan plan;             /* what the layer is built of (arch/plan.h) */
     moe8_layer_info info;             /* is_moe and resolved quant types */
     const moe8_tensor *attn_norm;     /* input_layernorm [H] */
     const moe8_tensor *ffn_norm;      /* post_attention_layernorm [H] */

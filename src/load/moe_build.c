@@ -102,19 +102,16 @@ static moe8_status dequant_part(const moe8_layer *L, int H, int first, int last,
  * and the scaling factor. */
 static void routing_of(moe8_router_params *rp, const moe8_config *c, const moe8_layer *L,
                        float *bias) {
+    const moe8_layer_plan *p = &L->plan; /* the router's kind (arch/plan.h) */
     rp->top_k = (int)c->num_experts_per_tok;
-    /* DeepSeek-V2's code renormalizes only when top_k > 1, and then does not
-     * scale (it divides by the sum or multiplies by routed_scaling_factor,
-     * never both); V3's renormalizes and scales. */
-    rp->renormalize = c->norm_topk_prob && !(c->arch == MOE8_ARCH_DEEPSEEK_V2 && rp->top_k == 1);
-    rp->scoring = c->scoring_sigmoid ? MOE8_SCORING_SIGMOID : MOE8_SCORING_SOFTMAX;
-    rp->routed_scaling_factor = (float)c->routed_scaling_factor;
-    if (c->arch == MOE8_ARCH_DEEPSEEK_V2 && rp->renormalize) rp->routed_scaling_factor = 1.0f;
-    if (c->topk_grouped) {
+    rp->renormalize = p->renorm;
+    rp->scoring = p->sigmoid ? MOE8_SCORING_SIGMOID : MOE8_SCORING_SOFTMAX;
+    rp->routed_scaling_factor = (float)p->scale;
+    if (p->grouped) {
         rp->use_grouped_topk = 1;
-        rp->num_expert_group = (int)c->n_group;
-        rp->topk_group = (int)c->topk_group;
-        rp->group_score = c->group_top2 ? MOE8_GROUP_SCORE_TOP2_SUM : MOE8_GROUP_SCORE_MAX;
+        rp->num_expert_group = (int)p->n_group;
+        rp->topk_group = (int)p->topk_group;
+        rp->group_score = p->group_top2 ? MOE8_GROUP_SCORE_TOP2_SUM : MOE8_GROUP_SCORE_MAX;
     }
     if (L->router_bias && bias) {
         for (int64_t e = 0; e < c->num_experts; e++) bias[e] = moe8_tensor_f32_at(L->router_bias, e);

@@ -219,8 +219,10 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
         (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
         (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
-        (st = w->mla ? build_mla(w, fl, m, L, err) : build_attn(w, fl, L, err)))
+        (st = L->plan.attn == MOE8_ATTN_MLA ? build_mla(w, fl, m, L, err)
+                                            : build_attn(w, fl, L, err)))
         return st;
+    fl->plan = L->plan;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
     if (fl->is_moe) return build_moe(w->cache, fl, m, li, float_experts, n_threads, err);
@@ -324,6 +326,7 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
                              int n_threads, moe8_pcache *pc, moe8_weights **out,
                              moe8_error *err) {
     const moe8_config *c = &m->cfg;
+    const moe8_family_cfg *fc = MOE8_FAM(c);
     moe8_weights *w = calloc(1, sizeof *w);
     const int streaming = pc && !moe8_pcache_reading(pc);
     moe8_status st;
@@ -342,13 +345,12 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     w->E = (int)c->num_experts;
     w->K = (int)c->num_experts_per_tok;
     w->eps = (float)c->rms_norm_eps;
-    w->mla = c->kv_lora_rank > 0;
-    w->L = (int)c->kv_lora_rank;
-    w->R = (int)c->qk_rope_head_dim;
-    w->rope_interleave = c->rope_interleave;
-    w->DN = (int)c->qk_nope_head_dim;
-    w->DV = (int)c->v_head_dim;
-    w->QL = (int)c->q_lora_rank;
+    w->mla = fc->kv_lora_rank > 0;
+    w->L = (int)fc->kv_lora_rank;
+    w->R = (int)fc->qk_rope_head_dim;
+    w->DN = (int)fc->qk_nope_head_dim;
+    w->DV = (int)fc->v_head_dim;
+    w->QL = (int)fc->q_lora_rank;
     w->kv_planes = w->mla ? 1 : 2;
     w->C = w->mla ? w->L + w->R : w->D;
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */

@@ -21,6 +21,7 @@
 
 /* One decoder layer, ready to run. */
 typedef struct {
+    moe8_layer_plan plan;          /* its kinds (arch/plan.h): the forward dispatches on them */
     float *attn_norm, *ffn_norm;   /* [H] fp32 (owned; tiny) */
     float *q_norm, *k_norm;        /* [D] */
     moe8_proj q, k, v, o;          /* [NH*D][H], [NKV*D][H] x2, [H][NH*D] */
@@ -65,8 +66,7 @@ typedef struct moe8_weights {
     int mla;                       /* multi-head latent attention (deepseek) */
     int kv_planes, C;              /* 2 and D; MLA: 1 and L + R */
     int L, R, DN, DV, QL;          /* MLA widths (DV = D outside MLA) */
-    int rope_interleave;           /* MLA: rotary on pairs (2i, 2i+1), else on halves */
-    int rope_dim;                  /* rotary width: pairs (2i, 2i+1) with MLA, halves (NEOX) else */
+    int rope_dim;                  /* rotary width R of each head (the layers' plan.rope_dim) */
     float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;

@@ -1,7 +1,6 @@
 /*
  * attention.c — the attention block's arithmetic (SEMANTICS §7): RMSNorm (whole
- * rows and per head), NEOX rotary embedding from a precomputed cos/sin table,
- * K/V rows into the paged cache (F32, F16 or BF16), and causal grouped-query
+ * rows and per head), K/V rows into the paged cache (F32, F16 or BF16), and causal grouped-query
  * attention over it.
  *
  * Cache layout (attention.h moe8_kv_view): blocks of MOE8_KV_BLOCK_TOKENS
@@ -18,11 +17,9 @@
  *
  * Multi-head latent attention (DeepSeek, SEMANTICS §7d) runs here in its
  * absorbed form as one kv head of width L + R whose first L values are also
- * the value (v_off 0), with the model's softmax scale; the rotary table of
- * a config (its frequencies, YaRN's included, from arch/rope.c) and the
- * pair-wise rotation are here too.
+ * the value (v_off 0), with the model's softmax scale.
  *
- * Does not: handle sliding windows, or derive rotary frequencies or the
+ * Does not: handle sliding windows, rotate (rotary.c), or derive the
  * softmax scale from a config (arch/rope.c).
  */
 #include <math.h>
@@ -47,56 +44,6 @@ void moe8_rmsnorm_rows(float *y, int ldy, const float *x, int ldx, int T, int n,
 
 void moe8_rmsnorm_heads(float *x, int T, int n_head, int D, const float *w, float eps) {
     moe8_rmsnorm_rows(x, D, x, D, T * n_head, D, w, eps);
-}
-
-/* cs[p][i] = cos, sin of p * freq[i], times ms (1 outside YaRN: exact). */
-static void fill_rope(float *cs, int64_t n_pos, int half, const double *freq, double ms) {
-    for (int64_t p = 0; p < n_pos; p++)
-        for (int i = 0; i < half; i++) {
-            const double a = (double)p * freq[i];
-            cs[((size_t)p * half + i) * 2 + 0] = (float)(cos(a) * ms);
-            cs[((size_t)p * half + i) * 2 + 1] = (float)(sin(a) * ms);
-        }
-}
-
-void moe8_rope_table(float *cs, int64_t n_pos, int D, double theta) {
-    double freq[MOE8_CAP_HEAD_DIM / 2];
-    MOE8_ASSERT(D / 2 <= MOE8_CAP_HEAD_DIM / 2);
-    for (int i = 0; i < D / 2; i++) freq[i] = pow(theta, -2.0 * i / D);
-    fill_rope(cs, n_pos, D / 2, freq, 1.0);
-}
-
-void moe8_rope_neox(float *x, int n_head, int D, const float *cs) { moe8_rope_halves(x, n_head, D, D, cs); }
-
-void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs) {
-    const int half = R / 2;
-    for (int h = 0; h < n_head; h++) {
-        float *xh = x + (size_t)h * stride;
-        for (int i = 0; i < half; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1];
-            float x1 = xh[i], x2 = xh[i + half];
-            xh[i] = x1 * c - x2 * s;
-            xh[i + half] = x2 * c + x1 * s;
-        }
-    }
-}
-
-void moe8_rope_table_cfg(float *cs, int64_t n_pos, const moe8_config *c) {
-    double freq[MOE8_CAP_HEAD_DIM / 2];
-    const double ms = moe8_rope_freqs(c, freq);
-    fill_rope(cs, n_pos, moe8_rope_dim(c) / 2, freq, ms);
-}
-
-void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs) {
-    for (int h = 0; h < n_head; h++) {
-        float *xh = x + (size_t)h * stride;
-        for (int i = 0; i < R / 2; i++) {
-            const float c = cs[2 * i], s = cs[2 * i + 1];
-            const float x1 = xh[2 * i], x2 = xh[2 * i + 1];
-            xh[2 * i] = x1 * c - x2 * s;
-            xh[2 * i + 1] = x2 * c + x1 * s;
-        }
-    }
 }
 
 /* ---- the KV cache ---------------------------------------------------------- */

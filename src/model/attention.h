@@ -1,6 +1,7 @@
 /*
- * attention.h — internal (model/): RMSNorm, rotary embeddings, K/V rows into
- * the paged cache and causal GQA flash attention (attention.c; SEMANTICS §7).
+ * attention.h — internal (model/): RMSNorm, K/V rows into the paged cache
+ * and causal GQA flash attention (attention.c; SEMANTICS §7), and the rotary
+ * embeddings (rotary.c).
  */
 #ifndef MOE8_ATTENTION_H
 #define MOE8_ATTENTION_H
@@ -37,6 +38,9 @@ void moe8_rope_pairs(float *x, int n_head, int stride, int R, const float *cs);
 /* Rotary embedding on halves (NEOX, HF's rotate_half; DeepSeek-V3 with
  * rope_interleave false): x[h*stride + i] with x[h*stride + i + R/2]. */
 void moe8_rope_halves(float *x, int n_head, int stride, int R, const float *cs);
+/* The rotary kind k (arch/plan.h) on the first R dims of n_head heads of
+ * x[h*stride ...] (MOE8_ROPE_NONE: nothing). rotary.c, with the above. */
+void moe8_rope_apply(moe8_rope_kind k, float *x, int n_head, int stride, int R, const float *cs);
 
 /* The paged KV cache as the forward sees it (model/kv_pool.h has the pool):
  * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),

@@ -1,19 +1,17 @@
 /*
  * forward.c — the forward pass of every family (SEMANTICS §7; docs/MODELS.md)
- * over the prepared weights (load/weights.h): the per-layer loop, the
- * attention block of multi-head attention, the feed-forward block (MoE,
- * shared expert, dense MLP), lm_head, and the steps mla.c shares
- * (forward_run.h). What differs between families comes from the model's
- * descriptor through the prepared layers: q/k norms present or not, q/k/v
- * biases, a shared expert, multi-head latent attention (mla.c).
+ * over the prepared weights (load/weights.h): the embedding, the per-layer
+ * loop composing each layer's kinds (its plan, arch/plan.h) — the attention
+ * kind (attn_gqa.c, mla.c) then the feed-forward kind (ffn.c) — lm_head, and
+ * the steps the kinds' files share (forward_run.h): row loops, the linear
+ * path, the residual add with the next norm, the all-reduce.
  *
  * moe8_forward, for T tokens each tagged (seq, pos):
  *   x = embed[token]
- *   per layer: h = rmsnorm(x); q,k,v = h@W^T (+ bias); per-head rmsnorm of
- *              q,k (qwen3_moe); NEOX RoPE; k,v -> cache at (seq, pos); causal
- *              GQA attention (MLA: mla.c);
- *              x += o_proj(att); h = rmsnorm(x); x += MoE(h) (+ the gated
- *              shared expert, qwen2_moe) or SwiGLU MLP(h)
+ *   per layer: h = rmsnorm(x); x += attention kind(h) (attn_gqa.c: q,k,v
+ *              (+ bias), per-head q/k norm, the rotary kind, the cache,
+ *              causal GQA; mla.c); h = rmsnorm(x); x += feed-forward kind(h)
+ *              (ffn.c: dense SwiGLU MLP, MoE, MoE + shared expert)
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * A W8A8_DYNAMIC lm_head quantizes each final-normed row per token first.
  * Every buffer comes from the context's scratch: nothing is allocated here.
@@ -142,20 +140,6 @@ moe8_status moe8_fwd_lin_group(const moe8_fwd_run *r, const moe8_proj *const *p,
                                  s->ones_i, T, r->nt);
 }
 
-static void qkv_bias_row(const moe8_fwd_run *r, const void *layer, int t) {
-    const moe8_fwd_layer *L = layer;
-    moe8_fwd_scratch *s = r->s;
-    moe8_proj_add_bias(&L->q, s->q + (size_t)t * L->q.n, L->q.n, 1);
-    moe8_proj_add_bias(&L->k, s->k + (size_t)t * L->k.n, L->k.n, 1);
-    moe8_proj_add_bias(&L->v, s->v + (size_t)t * L->v.n, L->v.n, 1);
-}
-
-/* q/k/v biases (FLOAT q/k/v of qwen2_moe), added after the products. */
-static void qkv_bias(const moe8_fwd_run *r, const moe8_fwd_layer *L) {
-    if (!L->q.fbias && !L->k.fbias && !L->v.fbias) return;
-    moe8_fwd_rows(r, r->T, qkv_bias_row, L);
-}
-
 static void add_norm_row(const moe8_fwd_run *r, const void *norm, int t) {
     const int H = r->w->H;
     float *xr = r->s->x + (size_t)t * H;
@@ -175,157 +159,6 @@ moe8_status moe8_fwd_allreduce(const moe8_fwd_run *r, float *y, moe8_error *err)
     moe8_status st = moe8_comm_allreduce_sum_f32(r->w->comm, y, (size_t)r->T * (size_t)r->w->H, err);
     moe8_fwd_mark(r, MOE8_PHASE_COMM);
     return st;
-}
-
-/* ---- the attention block (multi-head attention) ------------------------------ */
-
-static void qk_row(const moe8_fwd_run *r, const void *ctx, int t) {
-    const moe8_fwd_qk *c = ctx;
-    const moe8_weights *w = r->w;
-    moe8_fwd_scratch *s = r->s;
-    const int NH = w->n_head, NKV = w->n_kv, D = w->D;
-    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)w->rope_dim;
-    float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
-    unsigned char *kc = c->cache->k0;
-    MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
-    if (c->L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
-    if (c->L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
-    moe8_rope_neox(q, NH, D, cs);
-    moe8_rope_neox(k, NKV, D, cs);
-    for (int h = 0; h < NKV; h++) {
-        size_t off = moe8_kv_row(c->cache, c->seq[t], h, c->pos[t]);
-        moe8_kv_store(kc + off, k + (size_t)h * D, D, c->cache->dt);
-        moe8_kv_store(kc + off + c->cache->v_off, s->v + ((size_t)t * NKV + h) * D, D,
-                      c->cache->dt);
-    }
-}
-
-/* Per token: RMSNorm of each q and k head, NEOX RoPE, K/V into the cache. */
-static void qk_rope_store(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_attn_cache *cache,
-                          int64_t n_ctx, const float *rope, const int32_t *seq,
-                          const int32_t *pos) {
-    const moe8_fwd_qk c = {L, cache, n_ctx, rope, seq, pos};
-    moe8_fwd_rows(r, r->T, qk_row, &c);
-}
-
-/* x += o_proj(attention(rmsnorm(x))); on entry h = rmsnorm(x) * attn_norm, on
- * exit h = rmsnorm(x) * ffn_norm. */
-static moe8_status attn_block(const moe8_fwd_run *r, const moe8_fwd_layer *L,
-                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
-                              const int32_t *seq, const int32_t *pos, moe8_error *err) {
-    moe8_fwd_scratch *s = r->s;
-    moe8_status st;
-    const int T = r->T;
-    moe8_fwd_observe(r, L, 0, s->h, r->w->H);
-    const moe8_proj *p[3] = {&L->q, &L->k, &L->v};
-    float *const y[3] = {s->q, s->k, s->v};
-    if ((st = moe8_fwd_lin_group(r, p, y, 3, s->h, T, err))) return st;
-    qkv_bias(r, L);
-    moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
-    qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
-    moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
-    moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
-                   s->attn_work_floats, r->nt);
-    moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
-    moe8_fwd_observe(r, L, 1, s->att, r->w->n_head * r->w->D);
-    if ((st = moe8_fwd_lin(r, &L->o, NULL, s->tmp, s->att, T, err))) return st;
-    moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
-    if ((st = moe8_fwd_allreduce(r, s->tmp, err))) return st;
-    moe8_fwd_add_norm(r, L->ffn_norm);
-    moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
-    return MOE8_OK;
-}
-
-/* ---- the feed-forward block --------------------------------------------------- */
-
-typedef struct {
-    float *g;
-    const float *u;
-    int F;
-} swiglu_ctx;
-
-static void swiglu_row(const moe8_fwd_run *r, const void *ctx, int t) {
-    const swiglu_ctx *c = ctx;
-    (void)r;
-    for (size_t i = (size_t)t * c->F; i < (size_t)(t + 1) * c->F; i++)
-        c->g[i] = c->g[i] / (1.0f + expf(-c->g[i])) * c->u[i];
-}
-
-static moe8_status dense_mlp(const moe8_fwd_run *r, const moe8_fwd_layer *L, moe8_error *err) {
-    moe8_fwd_scratch *s = r->s;
-    moe8_status st;
-    const int T = r->T, F = L->gate.n;
-    float *g = s->mlp, *u = s->mlp + (size_t)T * F;
-    const swiglu_ctx sc = {g, u, F};
-    moe8_fwd_observe(r, L, 2, s->h, L->gate.k);
-    if ((st = moe8_fwd_lin(r, &L->gate, NULL, g, s->h, T, err)) ||
-        (st = moe8_fwd_lin(r, &L->up, &L->gate, u, s->h, T, err)))
-        return st;
-    moe8_fwd_rows(r, T, swiglu_row, &sc);
-    moe8_fwd_observe(r, L, 3, g, F);
-    return moe8_fwd_lin(r, &L->down, NULL, s->tmp, g, T, err);
-}
-
-/* tmp[t] += gate * shared_out[t]: gate = sigmoid(score[t]) with a shared
- * expert gate (qwen2_moe), 1 without (deepseek; 1 * y is y exactly). */
-static void shared_add_row(const moe8_fwd_run *r, const void *layer, int t) {
-    const moe8_fwd_layer *L = layer;
-    moe8_fwd_scratch *s = r->s;
-    const int H = r->w->H;
-    const float gate = L->sh_score.n ? 1.0f / (1.0f + expf(-s->sh_score[t])) : 1.0f;
-    float *o = s->tmp + (size_t)t * H;
-    const float *y = s->sh_out + (size_t)t * H;
-    for (int j = 0; j < H; j++) o[j] += gate * y[j];
-}
-
-/* The shared expert, added to the MoE output in s->tmp:
- * tmp[t] += sigmoid(h[t] . g) * down(silu(gate(h[t])) * up(h[t])) (qwen2_moe),
- * in fp32, the sigmoid as 1 / (1 + expf(-z)); without a gate (deepseek's
- * shared experts) tmp[t] += down(silu(gate(h[t])) * up(h[t])). Under TP each rank adds its S slice's
- * partial down product; the all-reduce after it sums the parts. */
-static moe8_status shared_expert(const moe8_fwd_run *r, const moe8_fwd_layer *L,
-                                 moe8_error *err) {
-    moe8_fwd_scratch *s = r->s;
-    const int T = r->T, S = L->sh_gate.n, H = r->w->H;
-    float *g = s->mlp, *u = s->mlp + (size_t)T * S;
-    const swiglu_ctx sc = {g, u, S};
-    moe8_status st;
-    if ((st = moe8_fwd_lin(r, &L->sh_gate, NULL, g, s->h, T, err)) ||
-        (st = moe8_fwd_lin(r, &L->sh_up, &L->sh_gate, u, s->h, T, err)))
-        return st;
-    if (L->sh_score.n) /* FLOAT: read by every table */
-        moe8_proj_apply(&L->sh_score, r->kt, s->sh_score, 1, s->h, H, NULL, 0, NULL, NULL, T,
-                        r->nt);
-    moe8_fwd_rows(r, T, swiglu_row, &sc);
-    if ((st = moe8_fwd_lin(r, &L->sh_down, NULL, s->sh_out, g, T, err))) return st;
-    moe8_fwd_rows(r, T, shared_add_row, L);
-    return MOE8_OK;
-}
-
-/* x += MLP(h) (MoE or dense), then h = rmsnorm(x) * next_norm (NULL after
- * the last layer: the final norm reads only the output rows). */
-static moe8_status ffn_block(const moe8_fwd_run *r, const moe8_fwd_layer *L, const float *next_norm,
-                             moe8_error *err) {
-    moe8_fwd_scratch *s = r->s;
-    moe8_status st;
-    if (L->is_moe) {
-        /* with the weights' table: the layer refuses one that cannot read its experts */
-        st = moe8_moe_layer_forward_k(L->moe, s->moe_ws[L->ws_layer], r->kt, s->h, r->T, NULL,
-                                      s->tmp, err);
-        moe8_fwd_mark(r, -1); /* the layer timed its router and experts itself */
-        if (st) return st;
-        if (L->has_shared) {
-            if ((st = shared_expert(r, L, err))) return st;
-            moe8_fwd_mark(r, MOE8_PHASE_EXPERTS);
-        }
-    } else {
-        if ((st = dense_mlp(r, L, err))) return st;
-        moe8_fwd_mark(r, MOE8_PHASE_DENSE_MLP);
-    }
-    if ((st = moe8_fwd_allreduce(r, s->tmp, err))) return st;
-    moe8_fwd_add_norm(r, next_norm);
-    moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
-    return MOE8_OK;
 }
 
 /* ---- lm_head and the layer loop ----------------------------------------------- */
@@ -397,6 +230,15 @@ static void final_norm_row(const moe8_fwd_run *r, const void *out_idx, int i) {
                       r->w->final_norm, r->w->eps);
 }
 
+/* The attention kinds (arch/plan.h), each in its own file. */
+typedef moe8_status (*attn_fn)(const moe8_fwd_run *r, const moe8_fwd_layer *L,
+                               const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                               const int32_t *seq, const int32_t *pos, moe8_error *err);
+static const attn_fn attn_kinds[] = {
+    [MOE8_ATTN_GQA] = moe8_fwd_attn_gqa, /* attn_gqa.c */
+    [MOE8_ATTN_MLA] = moe8_fwd_attn_mla, /* mla.c */
+};
+
 moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
                          int64_t n_ctx, const float *rope, const int32_t *token,
                          const int32_t *seq, const int32_t *pos, int T, const int32_t *out_idx,
@@ -419,9 +261,9 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
         const moe8_attn_cache cache = moe8_attn_cache_layer_ex(kv, w->n_head, w->n_kv, w->C,
                                                                w->kv_planes, w->attn_scale, l);
         const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
-        if ((st = (w->mla ? moe8_fwd_attn_mla : attn_block)(&r, &w->layers[l], &cache, n_ctx,
-                                                            rope, seq, pos, err)) ||
-            (st = ffn_block(&r, &w->layers[l], next_norm, err))) {
+        const moe8_fwd_layer *L = &w->layers[l];
+        if ((st = attn_kinds[L->plan.attn](&r, L, &cache, n_ctx, rope, seq, pos, err)) ||
+            (st = moe8_fwd_ffn(&r, L, next_norm, err))) {
             moe8_error_prefix(err, "layer %d", l);
             return st;
         }

@@ -3,8 +3,9 @@
  * over the prepared weights (load/weights.h), and the scratch it runs in.
  *
  *   linear.h     running FLOAT and W8A8 linear layers (moe8_proj; linear.c)
- *   attention.h  RMSNorm, RoPE, KV writes, causal GQA flash attention (attention.c)
- *   forward.c    the per-layer loop (forward_run.h: what mla.c shares of it)
+ *   attention.h  RMSNorm, KV writes, causal GQA flash attention (attention.c), RoPE (rotary.c)
+ *   forward.c    the per-layer loop over the layers' kinds (forward_run.h: what the kinds'
+ *                files share: attn_gqa.c, mla.c, ffn.c)
  *   mla.c        DeepSeek's multi-head latent attention block
  *   context.c    contexts (KV cache, scratch), batches
  *

@@ -68,6 +68,16 @@ typedef struct {
     const int32_t *seq, *pos;
 } moe8_fwd_qk;
 
+/* The attention block of a grouped-query attention layer (attn_gqa.c): on
+ * entry h = rmsnorm(x) * attn_norm; x += o_proj(attention(h)), then
+ * h = rmsnorm(x) * ffn_norm. */
+moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
+                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                              const int32_t *seq, const int32_t *pos, moe8_error *err);
+/* The feed-forward block of the layer's kind (ffn.c): x += FFN(h), then
+ * h = rmsnorm(x) * next_norm (NULL after the last layer). */
+moe8_status moe8_fwd_ffn(const moe8_fwd_run *r, const moe8_fwd_layer *L, const float *next_norm,
+                         moe8_error *err);
 /* The attention block of a multi-head latent attention layer (mla.c):
  * x += o_proj(MLA(h)), then h = rmsnorm(x) * ffn_norm. */
 moe8_status moe8_fwd_attn_mla(const moe8_fwd_run *r, const moe8_fwd_layer *L,

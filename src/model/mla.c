@@ -38,13 +38,8 @@ static void mla_rope_row(const moe8_fwd_run *r, const void *ctx, int t) {
     float *qc = s->qc + (size_t)t * NH * C;
     MOE8_ASSERT(c->pos[t] < c->n_ctx);
     moe8_rmsnorm_rows(kv, Lr, kv, Lr, 1, Lr, c->L->kv_a_norm, MOE8_MLA_NORM_EPS);
-    if (w->rope_interleave) {
-        moe8_rope_pairs(kv + Lr, 1, R, R, cs);
-        moe8_rope_pairs(q + w->DN, NH, D, R, cs);
-    } else {
-        moe8_rope_halves(kv + Lr, 1, R, R, cs);
-        moe8_rope_halves(q + w->DN, NH, D, R, cs);
-    }
+    moe8_rope_apply(c->L->plan.rope, kv + Lr, 1, R, R, cs);
+    moe8_rope_apply(c->L->plan.rope, q + w->DN, NH, D, R, cs);
     moe8_kv_store(c->cache->k0 + moe8_kv_row(c->cache, c->seq[t], 0, c->pos[t]), kv, C,
                   c->cache->dt);
     for (int h = 0; h < NH; h++)

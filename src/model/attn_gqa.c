@@ -1,0 +1,88 @@
+/*
+ * attn_gqa.c — the attention kind MOE8_ATTN_GQA (arch/plan.h; SEMANTICS §7):
+ * grouped-query attention over q/k/v/o projections, with the options a plan
+ * gives it: q/k/v biases (FLOAT; a W8A8 bias is in quant_bias), RMSNorm of
+ * each q and k head, then the layer's rotary kind (rotary.c) over its rotary
+ * width, K and V into the paged cache, causal attention (attention.c) and
+ * o_proj, whose partial sum is all-reduced under TP.
+ *
+ *   h = rmsnorm(x); q,k,v = h@W^T (+ bias); per-head rmsnorm of q,k
+ *   (qwen3_moe); RoPE; k,v -> cache at (seq, pos); GQA attention;
+ *   x += o_proj(att); h = rmsnorm(x) * ffn_norm
+ *
+ * Does not: run multi-head latent attention (mla.c) or the options a plan
+ * refuses at load (whole-projection q/k norm, o bias, output gate, sinks,
+ * sliding windows).
+ */
+#include "model/forward_run.h"
+
+static void qkv_bias_row(const moe8_fwd_run *r, const void *layer, int t) {
+    const moe8_fwd_layer *L = layer;
+    moe8_fwd_scratch *s = r->s;
+    moe8_proj_add_bias(&L->q, s->q + (size_t)t * L->q.n, L->q.n, 1);
+    moe8_proj_add_bias(&L->k, s->k + (size_t)t * L->k.n, L->k.n, 1);
+    moe8_proj_add_bias(&L->v, s->v + (size_t)t * L->v.n, L->v.n, 1);
+}
+
+/* q/k/v biases (FLOAT q/k/v of qwen2_moe), added after the products. */
+static void qkv_bias(const moe8_fwd_run *r, const moe8_fwd_layer *L) {
+    if (!L->q.fbias && !L->k.fbias && !L->v.fbias) return;
+    moe8_fwd_rows(r, r->T, qkv_bias_row, L);
+}
+
+static void qk_row(const moe8_fwd_run *r, const void *ctx, int t) {
+    const moe8_fwd_qk *c = ctx;
+    const moe8_weights *w = r->w;
+    moe8_fwd_scratch *s = r->s;
+    const int NH = w->n_head, NKV = w->n_kv, D = w->D;
+    const float *cs = c->rope + (size_t)c->pos[t] * (size_t)w->rope_dim;
+    float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
+    unsigned char *kc = c->cache->k0;
+    MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
+    if (c->L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
+    if (c->L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
+    moe8_rope_apply(c->L->plan.rope, q, NH, D, w->rope_dim, cs);
+    moe8_rope_apply(c->L->plan.rope, k, NKV, D, w->rope_dim, cs);
+    for (int h = 0; h < NKV; h++) {
+        size_t off = moe8_kv_row(c->cache, c->seq[t], h, c->pos[t]);
+        moe8_kv_store(kc + off, k + (size_t)h * D, D, c->cache->dt);
+        moe8_kv_store(kc + off + c->cache->v_off, s->v + ((size_t)t * NKV + h) * D, D,
+                      c->cache->dt);
+    }
+}
+
+/* Per token: RMSNorm of each q and k head, the rotary kind, K/V into the cache. */
+static void qk_rope_store(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_attn_cache *cache,
+                          int64_t n_ctx, const float *rope, const int32_t *seq,
+                          const int32_t *pos) {
+    const moe8_fwd_qk c = {L, cache, n_ctx, rope, seq, pos};
+    moe8_fwd_rows(r, r->T, qk_row, &c);
+}
+
+/* x += o_proj(attention(rmsnorm(x))); on entry h = rmsnorm(x) * attn_norm, on
+ * exit h = rmsnorm(x) * ffn_norm. */
+moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
+                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                              const int32_t *seq, const int32_t *pos, moe8_error *err) {
+    moe8_fwd_scratch *s = r->s;
+    moe8_status st;
+    const int T = r->T;
+    moe8_fwd_observe(r, L, 0, s->h, r->w->H);
+    const moe8_proj *p[3] = {&L->q, &L->k, &L->v};
+    float *const y[3] = {s->q, s->k, s->v};
+    if ((st = moe8_fwd_lin_group(r, p, y, 3, s->h, T, err))) return st;
+    qkv_bias(r, L);
+    moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
+    qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
+    moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
+    moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
+                   s->attn_work_floats, r->nt);
+    moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
+    moe8_fwd_observe(r, L, 1, s->att, r->w->n_head * r->w->D);
+    if ((st = moe8_fwd_lin(r, &L->o, NULL, s->tmp, s->att, T, err))) return st;
+    moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
+    if ((st = moe8_fwd_allreduce(r, s->tmp, err))) return st;
+    moe8_fwd_add_norm(r, L->ffn_norm);
+    moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
+    return MOE8_OK;
+}
