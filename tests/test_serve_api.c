@@ -1923,25 +1923,6 @@ static void test_models(server *sv) {
     buf_free(&out);
 }
 
-/* Access-log lines of GET/POST/PUT/DELETE so far (for clients this file does
- * not count itself); `settle`: once the count has not changed for 0.3 s (a
- * line is written once its answer is out, which may be after the client
- * exited), at most 3 s. */
-static int access_lines(server *sv, int settle) {
-    int n = -1, last = -1, still = 0;
-    for (int k = 0; k < (settle ? 60 : 1) && still < 6; k++) {
-        buf e = {0};
-        read_text(sv->err, &e);
-        n = count_lines(buf_s(&e), "moe8 serve: GET ") + count_lines(buf_s(&e), "moe8 serve: POST ") +
-            count_lines(buf_s(&e), "moe8 serve: PUT ") + count_lines(buf_s(&e), "moe8 serve: DELETE ");
-        buf_free(&e);
-        still = n == last ? still + 1 : 0;
-        last = n;
-        if (settle) sleep_s(0.05);
-    }
-    return n;
-}
-
 static long long row_value(const char *text, const char *label) {
     const char *p = strstr(text, label);
     return p ? strtoll(p + strlen(label), NULL, 10) : -1;
@@ -2200,44 +2181,22 @@ static void test_f32_kwargs(const char *dir, server *f16, lib_env *L16) {
 /* ---- 8. the application clients --------------------------------------------------------------- */
 
 static void test_apps(server *sv) {
-    char clients[4200], mods[4300], cmd[16384], outp[4200], errp[4200];
-    buf out = {0}, err = {0};
+    char args[4400];
+    const char *missing;
     cJSON *o;
-    const cJSON *c;
-    int a0, rc, n = 0, n_ok = 0;
+    int n = 0, n_ok = 0;
     if (g_asan) { /* some hundred requests of up to 300 tokens: minutes at -O0 */
         printf("test_serve_api: application clients: in the release build only\n");
         return;
     }
-    snprintf(clients, sizeof clients, "%s/.deps/clients", MOE8_SOURCE_DIR);
-    snprintf(mods, sizeof mods, "%s/node_modules", clients);
-    if (test_run("command -v node >/dev/null 2>&1") != 0 || access(mods, R_OK) != 0) {
-        printf("test_serve_api: application clients: skipped: %s (make deps installs them)\n",
-               access(mods, R_OK) ? "no .deps/clients/node_modules" : "node not found");
+    if ((missing = node_missing(""))) {
+        printf("test_serve_api: application clients: skipped: %s\n", missing);
         return;
     }
-    snprintf(outp, sizeof outp, "%s/api_apps.json", MOE8_TEST_TMP);
-    snprintf(errp, sizeof errp, "%s/api_apps.err", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "timeout 240 node '%s/tests/clients/apps.mjs' '%s' 'http://127.0.0.1:%d/v1' " NAME
-             " >'%s' 2>'%s'", MOE8_SOURCE_DIR, clients, sv->port, outp, errp);
-    a0 = access_lines(sv, 1);
-    rc = test_run(cmd);
-    sv->n_req += access_lines(sv, 1) - a0;
-    read_text(outp, &out);
-    read_text(errp, &err);
-    CHECKF(rc == 0, "node apps.mjs exited %d: %s", rc, buf_s(&err));
-    o = cJSON_Parse(buf_s(&out));
-    CHECKF(cJSON_IsArray(J(o, "checks")), "apps.mjs printed: %.600s", buf_s(&out));
-    cJSON_ArrayForEach(c, J(o, "checks")) {
-        const char *name = jstr(c, "name"), *detail = jstr(c, "detail");
-        CHECKF(cJSON_IsTrue(J(c, "ok")), "apps.mjs '%s': %s", name ? name : "?", detail ? detail : "");
-        n++, n_ok += cJSON_IsTrue(J(c, "ok"));
-    }
-    CHECKF(n >= 12, "apps.mjs ran %d checks", n);
+    snprintf(args, sizeof args, "'%s/.deps/clients' 'http://127.0.0.1:%d/v1' " NAME, MOE8_SOURCE_DIR, sv->port);
+    o = node_checks("apps.mjs", args, 240, &sv, 1, 12, &n_ok, &n);
     printf("test_serve_api: application clients (OpenAI, AI SDK, LangChain): %d of %d checks pass\n", n_ok, n);
     cJSON_Delete(o);
-    buf_free(&out);
-    buf_free(&err);
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
