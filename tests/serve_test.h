@@ -998,6 +998,22 @@ static inline void phase(const char *what) {
     fflush(stdout);
 }
 
+/* The parts of a serve test program that has clients: `--part c` the C
+ * checks, `--part clients` the node clients, agent CLIs and the browser
+ * (ctest's test NAME_clients, labelled client: `make test` runs them in the
+ * release build, `make check` leaves them out); no argument: both. */
+static int g_part_c = 1, g_part_clients = 1;
+
+static inline void serve_test_parts(int argc, char **argv) {
+    const char *part = argc == 3 && !strcmp(argv[1], "--part") ? argv[2] : argc == 1 ? "" : "?";
+    if (strcmp(part, "") && strcmp(part, "c") && strcmp(part, "clients")) {
+        fprintf(stderr, "usage: %s [--part c|clients]\n", argv[0]);
+        exit(2);
+    }
+    g_part_c = strcmp(part, "clients") != 0;
+    g_part_clients = strcmp(part, "c") != 0;
+}
+
 /* What every serve test program does first (`name` heads its progress
  * lines): the build's sizes, idle OpenMP threads that sleep, no key from the
  * environment, no server outliving the test, no SIGPIPE from a peer that

@@ -33,7 +33,9 @@
  *     kwargs, `moe8 bench serve`'s seed and cached tokens, its structured
  *     output flags (--json-schema, --json-object) and their refusals;
  *   - tests/clients/apps.mjs (the OpenAI library, the AI SDK, LangChain)
- *     when node and .deps/clients are there;
+ *     when node and .deps/clients are there: `--part clients` (ctest's
+ *     test_serve_api_clients, labelled client, release build only), the
+ *     rest `--part c`;
  *   - thinking on the chain model (serve_test.h): a grammar (json_schema,
  *     required tools) starts after </think>, the reasoning as unconstrained,
  *     the whole text the library's with grammar_after; never closed =
@@ -2201,13 +2203,37 @@ static void test_apps(server *sv) {
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --part clients: apps.mjs against its own server */
+static void clients_part(void) {
+    fx_opts ot = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir = fx_test_model("serve_api_clients", &ot, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
+    if (server_start(&sv, "api_clients", NULL, args) == 0) {
+        test_apps(&sv);
+        phase("application clients");
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+}
+
+int main(int argc, char **argv) {
     fx_opts ot = serve_fixture_opts();
     server sv;
     lib_env L;
     char args[4400];
     const char *dir;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve_api");
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve_api: application clients: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     dir = fx_test_model("serve_api", &ot, 1);
     g_model_dir = dir;
     lib_open(&L, dir, MOE8_DT_F16);
@@ -2231,8 +2257,6 @@ int main(void) {
         phase("fields, models");
         test_bench(&sv);
         phase("bench serve");
-        test_apps(&sv);
-        phase("application clients");
         test_f32_kwargs(dir, &sv, &L);
         phase("kv-type f32, default kwargs");
         test_cors_auth(dir, &sv);

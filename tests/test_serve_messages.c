@@ -26,7 +26,10 @@
  *   - count_tokens equals the message's input tokens;
  *   - the official @anthropic-ai/sdk (tests/clients/messages_sdk.mjs) and one
  *     turn of Claude Code (`claude -p`, its ~12k-token request, on a copy of
- *     the fixture with a 64k context) when node and .deps/clients are there.
+ *     the fixture with a 64k context) when node and .deps/clients are there:
+ *     `--part clients` (ctest's test_serve_messages_clients, labelled client;
+ *     in the release build only: the sanitizer run keeps every C check of
+ *     the same paths), the rest `--part c`.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -965,12 +968,40 @@ static void test_claude_code(const char *dir) {
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-int main(void) {
+/* --part clients: the SDK and Claude Code, each against its own server */
+static void clients_part(void) {
     fx_opts o = serve_fixture_opts();
     server sv;
     char args[4400];
     const char *dir;
+    o.tensor_hook = chain_hook;
+    dir = fx_test_model("serve_messages_chain_clients", &o, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 2 --served-model-name " NAME, dir);
+    if (server_start(&sv, "messages_clients", NULL, args) == 0) {
+        test_sdk(&sv);
+        phase("sdk");
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+    test_claude_code(dir);
+    phase("claude code");
+}
+
+int main(int argc, char **argv) {
+    fx_opts o = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve_messages");
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve_messages: @anthropic-ai/sdk, Claude Code: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     o.tensor_hook = chain_hook;
     dir = fx_test_model("serve_messages_chain", &o, 1);
     snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 2 --served-model-name " NAME, dir);
@@ -985,8 +1016,6 @@ int main(void) {
         phase("fields, errors");
         test_disconnect(&sv);
         phase("disconnect");
-        test_sdk(&sv);
-        phase("sdk");
         CHECK(wait_idle(&sv, 5));
         server_stop(&sv, 10);
     }
@@ -994,8 +1023,6 @@ int main(void) {
     phase("auth");
     test_overload(dir);
     phase("overload");
-    test_claude_code(dir);
-    phase("claude code");
     curl_global_cleanup();
     printf("test_serve_messages: %.1f s\n", now_s() - g_t0);
     return test_summary();

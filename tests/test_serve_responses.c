@@ -31,6 +31,10 @@
  *     CODEX_HOME against the chain model with a 32k context: one streamed
  *     request (its hosted web_search dropped with a log line), exit 0, the
  *     answer printed.
+ * The node clients and Codex are `--part clients` (ctest's
+ * test_serve_responses_clients, labelled client; in the release build only:
+ * the sanitizer run keeps every C check of the same paths), the rest
+ * `--part c`.
  */
 #include <sys/stat.h>
 
@@ -830,12 +834,39 @@ static void test_codex(const char *chain) {
 
 /* ---- main ---------------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --part clients: the node clients and Codex, each against its own server */
+static void clients_part(void) {
+    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir = fx_test_model("serve_resp_clients", &ot, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --responses-store 2 --served-model-name " NAME,
+             dir);
+    if (server_start(&sv, "resp_clients", NULL, args) == 0) {
+        test_clients(&sv);
+        phase("node clients");
+        server_stop(&sv, 10);
+    }
+    oc.tensor_hook = chain_hook;
+    test_codex(fx_test_model("serve_resp_chain_clients", &oc, 1));
+    phase("codex");
+}
+
+int main(int argc, char **argv) {
     fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
     server sv;
     char args[4400];
     const char *dir;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve_responses");
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve_responses: node clients, Codex: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     dir = fx_test_model("serve_resp", &ot, 1);
     snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --responses-store 2 --served-model-name " NAME,
              dir);
@@ -854,8 +885,6 @@ int main(void) {
         test_batch(&sv);
         test_hostile(&sv);
         phase("batch, hostile bodies");
-        test_clients(&sv);
-        phase("node clients");
         server_stop(&sv, 10);
     }
     oc.tensor_hook = chain_hook;
@@ -867,8 +896,6 @@ int main(void) {
         phase("reasoning");
         server_stop(&sv, 10);
     }
-    test_codex(dir);
-    phase("codex");
     curl_global_cleanup();
     printf("test_serve_responses: %.1f s\n", now_s() - g_t0);
     return test_summary();

@@ -19,8 +19,11 @@
  *     aborted request in /metrics), the page ready again, thinking folded
  *     (the chain model of serve_test.h); the browser gone afterwards (no
  *     process left that names the test's profile folder).
- * Exit 77 (skipped) when node, puppeteer-core (.deps/clients, `make deps`)
- * or Chromium (/usr/bin/chromium, or $MOE8_CHROMIUM) is missing, once the
+ * The browser is `--part clients` (ctest's test_serve_webui_clients,
+ * labelled client; in the release build only: the page drives the chat path,
+ * which the sanitizer tests cover), the HTTP checks `--part c`. Exit 77
+ * (skipped) when node, puppeteer-core (.deps/clients, `make deps`) or
+ * Chromium (/usr/bin/chromium, or $MOE8_CHROMIUM) is missing, once the
  * HTTP checks have passed. Servers listen on 127.0.0.1 port 0 in their own
  * process groups (serve_test.h).
  */
@@ -209,41 +212,62 @@ static void test_browser(server *sv, server *chain, const char *chromium) {
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
-int main(void) {
-    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
-    const char *dir, *chain_dir, *chromium = NULL, *missing;
-    server sv, chain;
+/* The page's server: --webui under --api-key KEY and a CORS list without the
+ * page's origin (a same-origin page needs none), room for the long answer the
+ * browser stops (3000 tokens, webui.mjs). */
+static int start_webui(server *sv, const char *name, const char *dir) {
     char args[4400];
-    int skipped = 0;
-    serve_test_init("test_serve_webui");
-    ot.hidden = 64; /* twice the work a token: a long answer lasts long enough to be stopped */
-    dir = fx_test_model("serve_webui", &ot, 1);
-    oc.tensor_hook = chain_hook;
-    chain_dir = fx_test_model("serve_webui_chain", &oc, 1);
-    /* the long answer the browser stops needs room: 3000 tokens (webui.mjs) */
-    /* a CORS list without the page's origin: a same-origin page needs none */
     snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 1 --webui --api-key " KEY
              " --allowed-origins http://elsewhere.example --served-model-name " NAME, dir);
-    if (server_start(&sv, "webui", NULL, args) == 0) {
-        test_page(&sv);
-        phase("the page over HTTP");
-        test_off(dir);
-        phase("--no-webui");
-        if (g_asan) { /* the page drives the server's chat path, which the sanitizer tests cover */
-            printf("test_serve_webui: the page in a browser: in the release build only\n");
-        } else if ((missing = browser_missing(&chromium))) {
-            printf("test_serve_webui: the page in a browser: skipped: %s\n", missing);
-            skipped = 1;
-        } else {
-            snprintf(args, sizeof args, "-m '%s' --threads 1 --served-model-name chain", chain_dir);
-            if (server_start(&chain, "webui_chain", NULL, args) == 0) {
-                test_browser(&sv, &chain, chromium);
-                server_stop(&chain, 10);
-            }
-            phase("the page in Chromium");
+    return server_start(sv, name, NULL, args);
+}
+
+/* --part clients: the page in Chromium, on its own servers; 1 when skipped */
+static int clients_part(fx_opts ot, fx_opts oc) {
+    const char *chromium = NULL, *missing, *dir, *chain_dir;
+    server sv, chain;
+    char args[4400];
+    if (g_asan) {
+        printf("test_serve_webui: the page in a browser: in the release build only\n");
+        return 0;
+    }
+    if ((missing = browser_missing(&chromium))) {
+        printf("test_serve_webui: the page in a browser: skipped: %s\n", missing);
+        return 1;
+    }
+    dir = fx_test_model("serve_webui_clients", &ot, 1);
+    chain_dir = fx_test_model("serve_webui_chain", &oc, 1);
+    if (start_webui(&sv, "webui_clients", dir) == 0) {
+        snprintf(args, sizeof args, "-m '%s' --threads 1 --served-model-name chain", chain_dir);
+        if (server_start(&chain, "webui_chain", NULL, args) == 0) {
+            test_browser(&sv, &chain, chromium);
+            server_stop(&chain, 10);
         }
+        phase("the page in Chromium");
         server_stop(&sv, 10);
     }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
+    server sv;
+    int skipped = 0;
+    serve_test_parts(argc, argv);
+    serve_test_init("test_serve_webui");
+    ot.hidden = 64; /* twice the work a token: a long answer lasts long enough to be stopped */
+    oc.tensor_hook = chain_hook;
+    if (g_part_c) {
+        const char *dir = fx_test_model("serve_webui", &ot, 1);
+        if (start_webui(&sv, "webui", dir) == 0) {
+            test_page(&sv);
+            phase("the page over HTTP");
+            test_off(dir);
+            phase("--no-webui");
+            server_stop(&sv, 10);
+        }
+    }
+    if (g_part_clients) skipped = clients_part(ot, oc);
     curl_global_cleanup();
     printf("test_serve_webui: %.1f s\n", now_s() - g_t0);
     if (skipped && !test_n_fail) {
