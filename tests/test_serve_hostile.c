@@ -38,7 +38,8 @@
  * 127.0.0.2..9 (bound before connect). Every server is started on port 0
  * in its own process group and stopped (serve_test.h). The ASan build runs
  * the same with fewer sockets and streams, a smaller /tokenize and longer
- * waits, without the unread-answer check (its buffers take a minute to fill).
+ * waits, without the unread chat stream (its buffers take a minute to fill;
+ * the other APIs' unread streams run, shorter).
  */
 #include <ctype.h>
 #include <pthread.h>
