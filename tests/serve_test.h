@@ -3,8 +3,10 @@
  * a server started in its own process group and stopped with its checks,
  * HTTP through libcurl (one request, or many at once) and raw sockets,
  * /metrics samples, OpenAI requests and the parsing of their answers
- * (whole bodies and SSE streams), and the table-driven check of an error
- * answer. Include after test.h and fixture_model.h; link libcurl and cJSON.
+ * (whole bodies and SSE streams), the table-driven check of an error
+ * answer, the access-log count of what a client sent, the node clients
+ * (tests/clients/, one runner) and progress lines with the CPU spent so far.
+ * Include after test.h and fixture_model.h; link libcurl and cJSON.
  *
  *   serve_test_init("test_serve_x");         // env, signals, libcurl, g_asan
  *   fx_opts o = serve_fixture_opts();        // the tiny Qwen3 fixture's options
@@ -30,6 +32,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -359,9 +362,10 @@ static inline size_t on_body(char *p, size_t size, size_t n, void *user) {
 }
 
 /* A request on a new handle: method, path, body (NULL: none), an
- * Authorization header value (NULL: none). The status, or 0 (no answer). */
-static inline long http(server *sv, const char *method, const char *path, const char *body, size_t n,
-                 const char *auth, buf *out) {
+ * Authorization header value (NULL: none), more header lines ("Name: value",
+ * a NULL-terminated list, or NULL). The status, or 0 (no answer). */
+static inline long http_hdrs(server *sv, const char *method, const char *path, const char *body, size_t n,
+                             const char *auth, const char *const *hdrs, buf *out) {
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
     char url[256], hdr[512];
@@ -379,6 +383,7 @@ static inline long http(server *sv, const char *method, const char *path, const 
         snprintf(hdr, sizeof hdr, "Authorization: %s", auth);
         h = curl_slist_append(h, hdr);
     }
+    for (int i = 0; hdrs && hdrs[i]; i++) h = curl_slist_append(h, hdrs[i]);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
@@ -391,6 +396,11 @@ static inline long http(server *sv, const char *method, const char *path, const 
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return status;
+}
+
+static inline long http(server *sv, const char *method, const char *path, const char *body, size_t n,
+                        const char *auth, buf *out) {
+    return http_hdrs(sv, method, path, body, n, auth, NULL, out);
 }
 
 static inline long post(server *sv, const char *path, const char *body, buf *out) {
@@ -955,10 +965,53 @@ static inline void chain_hook(void *user, fx_tensor *t) {
 static const char *g_name; /* the test program, for its progress lines */
 static double g_t0;        /* when it started */
 
-/* A progress line on stdout: `what` is done, so many seconds in. */
+/* CPU seconds (user + sys) of this program, of the children it has reaped
+ * (clients, finished servers) and of its live servers (/proc/PID/stat). */
+static inline double cpu_so_far(void) {
+    struct rusage self, kids;
+    double t;
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &kids);
+    t = (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec + kids.ru_utime.tv_sec + kids.ru_stime.tv_sec) +
+        1e-6 * (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec + kids.ru_utime.tv_usec + kids.ru_stime.tv_usec);
+    for (int i = 0; i < g_n_groups; i++) {
+        char path[64];
+        buf b = {0};
+        const char *p;
+        unsigned long long ut = 0, st = 0;
+        if (g_groups[i] <= 0) continue;
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)g_groups[i]);
+        read_text(path, &b);
+        /* after the ')' closing the name: state is field 3, utime 14, stime 15 */
+        if ((p = strrchr(buf_s(&b), ')')) && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+                                                     &ut, &st) == 2)
+            t += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        buf_free(&b);
+    }
+    return t;
+}
+
+/* A progress line on stdout: `what` is done, so many seconds in, and the
+ * CPU seconds spent so far (where a test's time goes: docs/BENCHMARKS.md). */
 static inline void phase(const char *what) {
-    printf("%s: %-28s done at %6.1f s\n", g_name, what, now_s() - g_t0);
+    printf("%s: %-28s done at %6.1f s, %6.1f CPU-s\n", g_name, what, now_s() - g_t0, cpu_so_far());
     fflush(stdout);
+}
+
+/* The parts of a serve test program that has clients: `--part c` the C
+ * checks, `--part clients` the node clients, agent CLIs and the browser
+ * (ctest's test NAME_clients, labelled client: `make test` runs them in the
+ * release build, `make check` leaves them out); no argument: both. */
+static int g_part_c = 1, g_part_clients = 1;
+
+static inline void serve_test_parts(int argc, char **argv) {
+    const char *part = argc == 3 && !strcmp(argv[1], "--part") ? argv[2] : argc == 1 ? "" : "?";
+    if (strcmp(part, "") && strcmp(part, "c") && strcmp(part, "clients")) {
+        fprintf(stderr, "usage: %s [--part c|clients]\n", argv[0]);
+        exit(2);
+    }
+    g_part_c = strcmp(part, "clients") != 0;
+    g_part_clients = strcmp(part, "c") != 0;
 }
 
 /* What every serve test program does first (`name` heads its progress
@@ -977,6 +1030,80 @@ static inline void serve_test_init(const char *name) {
     signal(SIGSEGV, on_fatal);
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- access-log lines, node clients -------------------------------------------------------- */
+
+/* Access-log lines (GET/POST/PUT/DELETE: what server_stop counts) so far;
+ * `settle`: once the count has held for 0.3 s (at most 3 s), since a line is
+ * written once its answer is out, which may be after its client went on or
+ * exited. For requests this program does not count itself (a client's). */
+static inline int access_lines(server *sv, int settle) {
+    int n = -1, last = -1, still = 0;
+    for (int k = 0; k < (settle ? 60 : 1) && still < 6; k++) {
+        buf e = {0};
+        read_text(sv->err, &e);
+        n = count_lines(buf_s(&e), "moe8 serve: GET ") + count_lines(buf_s(&e), "moe8 serve: POST ") +
+            count_lines(buf_s(&e), "moe8 serve: PUT ") + count_lines(buf_s(&e), "moe8 serve: DELETE ");
+        buf_free(&e);
+        still = n == last ? still + 1 : 0;
+        last = n;
+        if (settle) sleep_s(0.05);
+    }
+    return n;
+}
+
+/* Why the node clients (tests/clients/ scripts) cannot run here, NULL when they
+ * can: node on PATH, .deps/clients/node_modules/MODULE (make deps). */
+static inline const char *node_missing(const char *module) {
+    static char why[4400];
+    char mods[4300];
+    snprintf(mods, sizeof mods, "%s/.deps/clients/node_modules/%s", MOE8_SOURCE_DIR, module);
+    if (test_run("command -v node >/dev/null 2>&1") != 0) return "node not found";
+    if (access(mods, R_OK) != 0) {
+        snprintf(why, sizeof why, "no .deps/clients/node_modules/%s (make deps installs it)", module);
+        return why;
+    }
+    return NULL;
+}
+
+/* `node tests/clients/SCRIPT ARGS` (ARGS quoted for sh by the caller) under
+ * timeout SECS, its stdout and stderr in MOE8_TEST_TMP/SCRIPT.out and .err.
+ * The access-log lines it caused on svs[0..n_svs) (the requests those
+ * servers answered, however many the client sent, retried or abandoned) are
+ * added to their n_req. CHECKs: it exited 0 and printed
+ * {"checks": [{"name", "ok", "detail"}, ...]} with at least `min` checks,
+ * each ok. What it printed (the caller frees; NULL when not JSON); *n_ok and
+ * *n the checks. */
+static inline cJSON *node_checks(const char *script, const char *args, int secs, server *const *svs, int n_svs,
+                                 int min, int *n_ok, int *n) {
+    char cmd[32768], outp[4300], errp[4300];
+    int before[4], rc;
+    buf out = {0}, err = {0};
+    cJSON *o;
+    const cJSON *c;
+    *n_ok = *n = 0;
+    snprintf(outp, sizeof outp, "%s/%s.out", MOE8_TEST_TMP, script);
+    snprintf(errp, sizeof errp, "%s/%s.err", MOE8_TEST_TMP, script);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 %d node '%s/tests/clients/%s' %s >'%s' 2>'%s' </dev/null", secs,
+             MOE8_SOURCE_DIR, script, args, outp, errp);
+    for (int i = 0; i < n_svs && i < 4; i++) before[i] = access_lines(svs[i], 1);
+    rc = test_run(cmd);
+    for (int i = 0; i < n_svs && i < 4; i++) svs[i]->n_req += access_lines(svs[i], 1) - before[i];
+    read_text(outp, &out);
+    read_text(errp, &err);
+    CHECKF(rc == 0, "node %s exited %d: %s", script, rc, buf_s(&err));
+    o = cJSON_Parse(buf_s(&out));
+    CHECKF(cJSON_IsArray(J(o, "checks")), "%s printed: %.600s", script, buf_s(&out));
+    cJSON_ArrayForEach(c, J(o, "checks")) {
+        const char *name = jstr(c, "name"), *detail = jstr(c, "detail");
+        CHECKF(cJSON_IsTrue(J(c, "ok")), "%s '%s': %s", script, name ? name : "?", detail ? detail : "");
+        (*n)++, *n_ok += cJSON_IsTrue(J(c, "ok"));
+    }
+    CHECKF(*n >= min, "%s ran %d checks", script, *n);
+    buf_free(&out);
+    buf_free(&err);
+    return o;
 }
 
 #endif

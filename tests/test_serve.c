@@ -25,7 +25,10 @@
  *     runs this program on the ASan CLI: every server's stderr is checked for
  *     reports);
  *   - mpirun -np 2 serve --tp 2 (and --expert-parallel) when MPI is built;
- *   - the official OpenAI Node client (.deps/openai-node) when node exists.
+ *   - the official OpenAI Node client (.deps/openai-node) when node exists:
+ *     `--part clients` (ctest's test_serve_clients, labelled client; in the
+ *     release build only: its requests are ones the C checks make, which the
+ *     sanitizer run keeps), the rest `--part c`.
  * The ASan build (-O0, ~50x slower) runs the same program with fewer and
  * shorter requests, without most CLI comparisons and without mpirun.
  * Every server runs in its own process group, listens on 127.0.0.1 port 0,
@@ -1412,15 +1415,38 @@ static void test_node_client(server *sv, const char *dir) {
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --part clients: the OpenAI Node client against its own server */
+static void clients_part(void) {
+    fx_opts ot = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir = fx_test_model("serve_text_clients", &ot, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 512 --threads 2 --served-model-name serve_text", dir);
+    if (server_start(&sv, "clients", NULL, args) == 0) {
+        test_node_client(&sv, dir);
+        phase("openai node client");
+        server_stop(&sv, 10);
+    }
+}
+
+int main(int argc, char **argv) {
     fx_opts ot = serve_fixture_opts();
     server sv;
     lib_env L;
     char args[4400];
     const char *dir;
     double t0;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve");
     t0 = g_t0;
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve: the OpenAI Node client: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0); /* ctest sets these too */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     dir = fx_test_model("serve_text", &ot, 1);
@@ -1447,8 +1473,6 @@ int main(void) {
         CHECK(metric(&sv, "moe8:time_to_first_token_seconds_count", NULL) == (double)g_n_tokens_reqs);
         CHECK(metric(&sv, "moe8:inter_token_latency_seconds_count", NULL) == (double)(g_sum_gen - g_n_tokens_reqs));
         CHECK(metric(&sv, "moe8:prefix_cache_hits_total", NULL) > 0);
-        test_node_client(&sv, dir);
-        phase("openai node client");
 #ifdef MOE8_MPIEXEC
         if (g_asan) printf("test_serve: mpirun serve --tp 2: in the release build only\n");
         else test_mpi(dir, &sv);

@@ -33,7 +33,9 @@
  *     kwargs, `moe8 bench serve`'s seed and cached tokens, its structured
  *     output flags (--json-schema, --json-object) and their refusals;
  *   - tests/clients/apps.mjs (the OpenAI library, the AI SDK, LangChain)
- *     when node and .deps/clients are there;
+ *     when node and .deps/clients are there: `--part clients` (ctest's
+ *     test_serve_api_clients, labelled client, release build only), the
+ *     rest `--part c`;
  *   - thinking on the chain model (serve_test.h): a grammar (json_schema,
  *     required tools) starts after </think>, the reasoning as unconstrained,
  *     the whole text the library's with grammar_after; never closed =
@@ -1923,25 +1925,6 @@ static void test_models(server *sv) {
     buf_free(&out);
 }
 
-/* Access-log lines of GET/POST/PUT/DELETE so far (for clients this file does
- * not count itself); `settle`: once the count has not changed for 0.3 s (a
- * line is written once its answer is out, which may be after the client
- * exited), at most 3 s. */
-static int access_lines(server *sv, int settle) {
-    int n = -1, last = -1, still = 0;
-    for (int k = 0; k < (settle ? 60 : 1) && still < 6; k++) {
-        buf e = {0};
-        read_text(sv->err, &e);
-        n = count_lines(buf_s(&e), "moe8 serve: GET ") + count_lines(buf_s(&e), "moe8 serve: POST ") +
-            count_lines(buf_s(&e), "moe8 serve: PUT ") + count_lines(buf_s(&e), "moe8 serve: DELETE ");
-        buf_free(&e);
-        still = n == last ? still + 1 : 0;
-        last = n;
-        if (settle) sleep_s(0.05);
-    }
-    return n;
-}
-
 static long long row_value(const char *text, const char *label) {
     const char *p = strstr(text, label);
     return p ? strtoll(p + strlen(label), NULL, 10) : -1;
@@ -2200,55 +2183,57 @@ static void test_f32_kwargs(const char *dir, server *f16, lib_env *L16) {
 /* ---- 8. the application clients --------------------------------------------------------------- */
 
 static void test_apps(server *sv) {
-    char clients[4200], mods[4300], cmd[16384], outp[4200], errp[4200];
-    buf out = {0}, err = {0};
+    char args[4400];
+    const char *missing;
     cJSON *o;
-    const cJSON *c;
-    int a0, rc, n = 0, n_ok = 0;
+    int n = 0, n_ok = 0;
     if (g_asan) { /* some hundred requests of up to 300 tokens: minutes at -O0 */
         printf("test_serve_api: application clients: in the release build only\n");
         return;
     }
-    snprintf(clients, sizeof clients, "%s/.deps/clients", MOE8_SOURCE_DIR);
-    snprintf(mods, sizeof mods, "%s/node_modules", clients);
-    if (test_run("command -v node >/dev/null 2>&1") != 0 || access(mods, R_OK) != 0) {
-        printf("test_serve_api: application clients: skipped: %s (make deps installs them)\n",
-               access(mods, R_OK) ? "no .deps/clients/node_modules" : "node not found");
+    if ((missing = node_missing(""))) {
+        printf("test_serve_api: application clients: skipped: %s\n", missing);
         return;
     }
-    snprintf(outp, sizeof outp, "%s/api_apps.json", MOE8_TEST_TMP);
-    snprintf(errp, sizeof errp, "%s/api_apps.err", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "timeout 240 node '%s/tests/clients/apps.mjs' '%s' 'http://127.0.0.1:%d/v1' " NAME
-             " >'%s' 2>'%s'", MOE8_SOURCE_DIR, clients, sv->port, outp, errp);
-    a0 = access_lines(sv, 1);
-    rc = test_run(cmd);
-    sv->n_req += access_lines(sv, 1) - a0;
-    read_text(outp, &out);
-    read_text(errp, &err);
-    CHECKF(rc == 0, "node apps.mjs exited %d: %s", rc, buf_s(&err));
-    o = cJSON_Parse(buf_s(&out));
-    CHECKF(cJSON_IsArray(J(o, "checks")), "apps.mjs printed: %.600s", buf_s(&out));
-    cJSON_ArrayForEach(c, J(o, "checks")) {
-        const char *name = jstr(c, "name"), *detail = jstr(c, "detail");
-        CHECKF(cJSON_IsTrue(J(c, "ok")), "apps.mjs '%s': %s", name ? name : "?", detail ? detail : "");
-        n++, n_ok += cJSON_IsTrue(J(c, "ok"));
-    }
-    CHECKF(n >= 12, "apps.mjs ran %d checks", n);
+    snprintf(args, sizeof args, "'%s/.deps/clients' 'http://127.0.0.1:%d/v1' " NAME, MOE8_SOURCE_DIR, sv->port);
+    o = node_checks("apps.mjs", args, 240, &sv, 1, 12, &n_ok, &n);
     printf("test_serve_api: application clients (OpenAI, AI SDK, LangChain): %d of %d checks pass\n", n_ok, n);
     cJSON_Delete(o);
-    buf_free(&out);
-    buf_free(&err);
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --part clients: apps.mjs against its own server */
+static void clients_part(void) {
+    fx_opts ot = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir = fx_test_model("serve_api_clients", &ot, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
+    if (server_start(&sv, "api_clients", NULL, args) == 0) {
+        test_apps(&sv);
+        phase("application clients");
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+}
+
+int main(int argc, char **argv) {
     fx_opts ot = serve_fixture_opts();
     server sv;
     lib_env L;
     char args[4400];
     const char *dir;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve_api");
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve_api: application clients: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     dir = fx_test_model("serve_api", &ot, 1);
     g_model_dir = dir;
     lib_open(&L, dir, MOE8_DT_F16);
@@ -2272,8 +2257,6 @@ int main(void) {
         phase("fields, models");
         test_bench(&sv);
         phase("bench serve");
-        test_apps(&sv);
-        phase("application clients");
         test_f32_kwargs(dir, &sv, &L);
         phase("kv-type f32, default kwargs");
         test_cors_auth(dir, &sv);

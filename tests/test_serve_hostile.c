@@ -28,13 +28,18 @@
  * auth, --max-body, a slow body, the JSON policy, half-closed clients, a
  * stream cancelled by its client's close) run again on POST /v1/responses
  * and POST /v1/messages (APIS: a body valid for each; Anthropic's error
- * shape on /v1/messages). A HEAD request's refusal carries no body; the
- * access line of a stream its client cancelled counts its tokens.
+ * shape on /v1/messages), and so do the connection limits, --max-buffered,
+ * slowloris heads and a client that never reads its stream (a refusal at the
+ * accept, before any byte is read, has the one shape of the server whatever
+ * the path; each row ends with a stream on each path answered whole). A HEAD
+ * request's refusal carries no body; the access line of a stream its client
+ * cancelled counts its tokens.
  * Only loopback: the server on 127.0.0.1, clients from 127.0.0.1 and from
  * 127.0.0.2..9 (bound before connect). Every server is started on port 0
  * in its own process group and stopped (serve_test.h). The ASan build runs
  * the same with fewer sockets and streams, a smaller /tokenize and longer
- * waits, without the unread-answer check (its buffers take a minute to fill).
+ * waits, without the unread chat stream (its buffers take a minute to fill;
+ * the other APIs' unread streams run, shorter).
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -303,6 +308,52 @@ static int api_error_is(const resp *r, const api_path *a, int status, const char
     const int ok = r->status == status && t && !strcmp(t, "error") && et && !strcmp(et, want) && m &&
                    strstr(m, msg_part) && cJSON_GetArraySize(o) == 2 && cJSON_GetArraySize(e) == 2;
     cJSON_Delete(o);
+    return ok;
+}
+
+/* A stream of a's API ends whole in `text`: its last event there
+ * (message_stop; response.completed, or .incomplete at the token limit). */
+static int api_stream_whole(const api_path *a, const char *text) {
+    return a->anthropic ? strstr(text, "event: message_stop\n") != NULL
+                        : strstr(text, "event: response.completed\n") || strstr(text, "event: response.incomplete\n");
+}
+
+/* A short stream on a's path from 127.0.0.src, on a new connection: 1 when it
+ * is answered 200 and whole (up to its last event). */
+static int api_stream_ok(server *sv, const api_path *a, int src) {
+    char body[512];
+    buf q = {0};
+    resp r = {0};
+    int ok;
+    api_body(body, sizeof body, a, 1, 4);
+    post_bytes(&q, a->path, body, strlen(body), NULL);
+    ok = one_request(sv, src, q.p, q.n, &r, g_asan ? 30 : 10) == 200 && api_stream_whole(a, buf_s(&r.body));
+    if (!ok) fprintf(stderr, "  %s, a stream: %d %.300s\n", a->path, r.status, buf_s(&r.body));
+    sv->n_req++;
+    buf_free(&q);
+    resp_free(&r);
+    return ok;
+}
+
+/* A connection past a limit that sends a stream request on a's path at once:
+ * the same 503 naming `flag` and the close (the refusal comes at the accept,
+ * before any byte is read, so in the server's one shape whatever the path). */
+static int refused_api(int port, int src, const char *flag, const api_path *a) {
+    char body[512];
+    buf q = {0};
+    conn c;
+    resp r = {0};
+    int ok = 0;
+    api_body(body, sizeof body, a, 1, 4);
+    post_bytes(&q, a->path, body, strlen(body), NULL);
+    if (conn_open(&c, port, src) == 0) {
+        send_all(c.fd, q.p, q.n, 1); /* the server may have closed first */
+        ok = conn_resp(&c, &r, g_asan ? 6 : 2) && error_is(&r, 503, NULL, NULL, flag) && conn_until_eof(&c, 2);
+        if (!ok) fprintf(stderr, "  %s turned away? %d %s\n", a->path, r.status, buf_s(&r.body));
+    }
+    conn_close(&c);
+    resp_free(&r);
+    buf_free(&q);
     return ok;
 }
 
@@ -992,47 +1043,111 @@ static void test_timeouts(const char *dir) {
     server_stop(&sv, 10);
 }
 
+/* A socket to sv with a 4 KiB receive buffer (a client that reads slowly or never), or -1. */
+static int small_socket(server *sv) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)sv->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+    CHECKF(0, "connect: %s", strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
 /* A stream whose client reads nothing (a 4 KiB receive buffer): once the
  * server cannot write for --timeout 0.5 the connection is closed and the
  * request cancelled, long before its 4000 tokens (chat events with 20
  * alternatives each, ~3 KB: the socket buffers fill within ~1/3 of them;
  * with --timeout 3 a faster sampler had finished all 4000 first). */
-static void test_unread(const char *dir) {
+static void unread_chat(server *sv) {
     static const char body[] = "{" MSG ",\"max_tokens\":4000,\"ignore_eos\":true,\"temperature\":0,"
                                "\"stream\":true,\"logprobs\":true,\"top_logprobs\":20,"
                                "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
-    server sv;
-    char args[4400];
     buf req = {0};
-    int fd, small = 4096;
+    int fd;
     double t, dt = -1, gen;
-    if (g_asan) { /* ~4 MB of socket buffers take a minute of ASan generation to fill */
-        printf("test_serve_hostile: an unread stream: in the release build only\n");
-        return;
-    }
-    snprintf(args, sizeof args, "-m '%s' --timeout 0.5 --threads 1 --ctx-size 4096", dir);
-    if (server_start(&sv, "hostile_unread", NULL, args)) return;
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    {
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_port = htons((uint16_t)sv.port);
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    }
+    if ((fd = small_socket(sv)) < 0) return;
     post_bytes(&req, CHAT, body, sizeof body - 1, NULL);
     send_all(fd, req.p, req.n, 5);
-    sv.n_req++;
+    sv->n_req++;
     t = now_s();
-    if (wait_metric(&sv, "moe8:request_success_total", "finished_reason=\"abort\"", 1, 20)) dt = now_s() - t;
-    gen = metric(&sv, "moe8:generation_tokens_total", NULL);
+    if (wait_metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"", 1, 20)) dt = now_s() - t;
+    gen = metric(sv, "moe8:generation_tokens_total", NULL);
     printf("test_serve_hostile: an unread stream was cancelled %.2f s after it started, at %g tokens\n", dt, gen);
     CHECKF(dt > 0 && gen < 4000, "an unread stream: cancelled after %.2f s (-1: never), %g tokens", dt, gen);
-    CHECK(wait_idle(&sv, 5));
+    CHECK(wait_idle(sv, 5));
     close(fd);
     buf_free(&req);
+}
+
+/* The same client on POST /v1/responses and /v1/messages (stream true). Their
+ * events are small (~130 and ~230 bytes a token, no log-probs on either), so
+ * the kernel's socket buffers take a whole stream (4000 tokens, 0.5 and 0.9 MB;
+ * 5.5 MB of a 24000-token one still never stalled the writes for --timeout):
+ * the cancel itself is the chat row's, on the same HTTP layer. 1000 tokens
+ * (130 and 230 KB, past the client's window and the server's first send
+ * buffer, so the server does wait on its writes). What these rows hold:
+ * while the stream is unread the server answers the next request on that
+ * path in its API's shape, the unread request ends (finished, or cancelled
+ * when the writes stall) with nothing left running, and what the client
+ * finally reads is one 200 stream, whole up to its last event unless it was
+ * cancelled, then the close (--timeout ends the idle connection). */
+static void unread_api(server *sv, const api_path *a, int n_tok) {
+    char body[512];
+    buf req = {0}, out = {0};
+    conn c;
+    int fd;
+    const double ab0 = metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"");
+    if ((fd = small_socket(sv)) < 0) return;
+    api_body(body, sizeof body, a, 1, n_tok);
+    post_bytes(&req, a->path, body, strlen(body), NULL);
+    send_all(fd, req.p, req.n, 5);
+    sv->n_req++;
+    {   /* the next request on the path, answered beside it */
+        cJSON *o;
+        api_body(body, sizeof body, a, 0, 4);
+        const long st = post(sv, a->path, body, &out);
+        o = cJSON_Parse(buf_s(&out));
+        CHECKF(st == 200 && jstr(o, a->anthropic ? "type" : "object") &&
+               !strcmp(jstr(o, a->anthropic ? "type" : "object"), a->anthropic ? "message" : "response"),
+               "%s beside an unread stream: %ld %.300s", a->path, st, buf_s(&out));
+        cJSON_Delete(o);
+    }
+    CHECKF(wait_idle(sv, 30), "%s: the unread stream's request still running", a->path);
+    {   /* what the client reads at last: one stream, then the close */
+        const int cancelled = metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"") > ab0;
+        memset(&c, 0, sizeof c);
+        buf_add(&c.in, "", 0);
+        c.fd = fd;
+        conn_until_eof(&c, g_asan ? 30 : 10);
+        CHECKF(c.eof && !strncmp(buf_s(&c.in), "HTTP/1.1 200 ", 13) && n_status_lines(c.in.p, c.in.n) == 1 &&
+               (cancelled || api_stream_whole(a, buf_s(&c.in))),
+               "%s, an unread stream: %s after %zu bytes (%s): '%.80s'", a->path, c.eof ? "closed" : "still open",
+               c.in.n, cancelled ? "cancelled" : "finished", buf_s(&c.in));
+        printf("test_serve_hostile: an unread %s stream of %d tokens: %s, %zu bytes read after it, then the close\n",
+               a->path, n_tok, cancelled ? "cancelled" : "finished", c.in.n);
+        conn_close(&c);
+    }
+    buf_free(&req);
+    buf_free(&out);
+}
+
+/* The unread streams: chat's in the release build only (~4 MB of socket
+ * buffers take a minute of ASan generation to fill); the other APIs' with
+ * 1000 tokens, 300 under ASan. */
+static void test_unread(const char *dir) {
+    server sv;
+    char args[4400];
+    snprintf(args, sizeof args, "-m '%s' --timeout 0.5 --threads 1 --ctx-size 4096 --served-model-name serve_text",
+             dir);
+    if (server_start(&sv, "hostile_unread", NULL, args)) return;
+    if (g_asan) printf("test_serve_hostile: an unread chat stream: in the release build only\n");
+    else unread_chat(&sv);
+    for (size_t a = 0; a < N_APIS; a++) unread_api(&sv, &APIS[a], g_asan ? 300 : 1000);
     server_stop(&sv, 10);
 }
 
@@ -1125,6 +1240,19 @@ static void test_max_buffered(const char *dir) {
         send_str(b.fd, head);          /* B's 60000 more would pass 100000 */
         CHECKF(conn_resp(&b, &r, 2) && error_is(&r, 503, NULL, NULL, "--max-buffered"),
                "beside 50000 buffered bytes, a declared 60000: %d %s", r.status, buf_s(&r.body));
+        for (size_t k = 0; k < N_APIS; k++) { /* the same on the other APIs' paths, in their shape */
+            conn d;
+            char dh[256];
+            snprintf(dh, sizeof dh, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 60000\r\n\r\n", APIS[k].path);
+            if (conn_open(&d, sv.port, 0) == 0) {
+                send_str(d.fd, dh);
+                CHECKF(conn_resp(&d, &r, 2) && api_error_is(&r, &APIS[k], 503, "--max-buffered"),
+                       "%s beside 50000 buffered bytes, a declared 60000: %d %s", APIS[k].path, r.status,
+                       buf_s(&r.body));
+            }
+            conn_close(&d);
+        }
         send_all(a.fd, b60k + 50000, 10000, 5);
         CHECKF(conn_resp(&a, &r, 5) && r.status == 200, "the first upload, finished: %d", r.status);
     }
@@ -1157,6 +1285,9 @@ static void test_max_buffered(const char *dir) {
         int st = one_request(&sv, 0, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 34, &r, 3);
         CHECKF(st == 503 && error_is(&r, 503, NULL, NULL, ""), "a new connection beside 120000 buffered bytes: %d %s",
                st, buf_s(&r.body));
+        for (size_t k = 0; k < N_APIS; k++)
+            CHECKF(refused_api(sv.port, 0, "--max-buffered", &APIS[k]), "a stream to %s beside 120000 buffered bytes",
+                   APIS[k].path);
     }
     for (int k = 0; k < 4; k++) conn_close(&h[k]);
     {
@@ -1166,6 +1297,8 @@ static void test_max_buffered(const char *dir) {
             st = one_request(&sv, 0, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 34, &r, 3);
         }
         CHECKF(st == 200, "after the heads are gone: %d", st);
+        for (size_t k = 0; k < N_APIS; k++)
+            CHECKF(api_stream_ok(&sv, &APIS[k], 0), "%s after the heads are gone", APIS[k].path);
     }
     CHECKF(limit_lines(&sv, "--max-buffered") == 1, "'%s' lines naming --max-buffered: %d", LIMIT_LINE,
            limit_lines(&sv, "--max-buffered"));
@@ -1214,6 +1347,9 @@ static void test_max_connections(const char *dir) {
     sv.log_check = 0;
     CHECK(hold(&sv, c, 8, 0) == 8);
     CHECKF(refused(sv.port, 0, "--max-connections"), "a 9th connection past --max-connections 8");
+    for (size_t a = 0; a < N_APIS; a++)
+        CHECKF(refused_api(sv.port, 0, "--max-connections", &APIS[a]), "a stream to %s past --max-connections 8",
+               APIS[a].path);
     conn_close(&c[0]);
     {
         int ok = 0;
@@ -1225,6 +1361,8 @@ static void test_max_connections(const char *dir) {
         }
         CHECKF(ok, "a connection once one of the 8 closed");
     }
+    for (size_t a = 0; a < N_APIS; a++)
+        CHECKF(api_stream_ok(&sv, &APIS[a], 0), "%s once one of the 8 closed", APIS[a].path);
     for (int i = 1; i < 8; i++) conn_close(&c[i]);
     CHECK(limit_lines(&sv, "--max-connections") == 1);
     server_stop(&sv, 10);
@@ -1284,8 +1422,13 @@ static void test_per_ip(const char *dir) {
     t0 = now_s();
     CHECKF(refused(sv.port, 0, "--max-connections-per-ip"), "a 5th connection from 127.0.0.1");
     CHECKF(hold(&sv, &other, 1, 2) == 1, "127.0.0.2 beside 4 connections of 127.0.0.1");
-    for (int k = 0; k < 20; k++) n_refused += refused(sv.port, 0, "--max-connections-per-ip");
-    CHECKF(n_refused == 20, "%d of 20 refused", n_refused);
+    for (int k = 0; k < 20; k++)
+        n_refused += k < (int)N_APIS ? refused_api(sv.port, 0, "--max-connections-per-ip", &APIS[k])
+                                     : refused(sv.port, 0, "--max-connections-per-ip");
+    CHECKF(n_refused == 20, "%d of 20 refused (the first %d streams to %s and %s)", n_refused, (int)N_APIS,
+           APIS[0].path, APIS[1].path);
+    for (size_t a = 0; a < N_APIS; a++)
+        CHECKF(api_stream_ok(&sv, &APIS[a], 3), "%s from 127.0.0.3 beside 4 connections of 127.0.0.1", APIS[a].path);
     CHECKF(now_s() - t0 < 10 && limit_lines(&sv, "") == 1 && limit_lines(&sv, "--max-connections-per-ip") == 1,
            "%d '%s' lines (%d naming --max-connections-per-ip) for 21 refusals in %.1f s", limit_lines(&sv, ""),
            LIMIT_LINE, limit_lines(&sv, "--max-connections-per-ip"), now_s() - t0);
@@ -1311,10 +1454,18 @@ static void test_per_ip(const char *dir) {
 /* 4,000 sockets (400 under ASan) from 127.0.0.2..9, each sending one byte of
  * its head every 0.5 s, against --header-timeout 2: each is closed (EOF or a
  * 408) between 1.5 and 5 s after it connected, while /health from 127.0.0.1
- * answers with a p99 under 200 ms. */
+ * answers with a p99 under 200 ms. A third of them trickle a GET /health
+ * from its first byte; a third each send "POST /v1/responses" and
+ * "POST /v1/messages" request lines and Host at once and trickle a header
+ * after them (the path known, the head never whole); once they are gone a
+ * stream on each path is answered whole. */
 static void test_slowloris(const char *dir) {
-    static const char slow[] = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    static const char *const slow[1 + N_APIS] = {
+        "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "POST /v1/responses HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     const int n = g_asan ? 400 : 4000;
+    int n_in_kind[1 + N_APIS] = {0}, n_kind[1 + N_APIS] = {0};
     server sv;
     char args[4400];
     struct pollfd *pf = calloc((size_t)n, sizeof *pf);
@@ -1335,6 +1486,11 @@ static void test_slowloris(const char *dir) {
         if (fd < 0) {
             n_conn_fail++;
             continue;
+        }
+        if (i % (1 + N_APIS)) { /* the request line and Host at once */
+            const char *sl = slow[i % (1 + N_APIS)];
+            sent[i] = (int)(strstr(sl, "X-Slow") - sl);
+            send_all(fd, sl, (size_t)sent[i], 1);
         }
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         pf[i].fd = fd;
@@ -1366,7 +1522,8 @@ static void test_slowloris(const char *dir) {
         }
         for (int i = 0; i < n; i++)
             if (pf[i].fd >= 0 && now >= t_next[i]) {
-                if (slow[sent[i]] && send(pf[i].fd, slow + sent[i], 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) sent[i]++;
+                const char *sl = slow[i % (1 + N_APIS)];
+                if (sl[sent[i]] && send(pf[i].fd, sl + sent[i], 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) sent[i]++;
                 t_next[i] = now + 0.5;
             }
     }
@@ -1378,7 +1535,9 @@ static void test_slowloris(const char *dir) {
             if (t_shut[i] < lo) lo = t_shut[i];
             if (t_shut[i] > hi) hi = t_shut[i];
             n_in += t_shut[i] >= 1.5 && t_shut[i] <= (g_asan ? 10 : 5);
+            n_in_kind[i % (1 + N_APIS)] += t_shut[i] >= 1.5 && t_shut[i] <= (g_asan ? 10 : 5);
         }
+        n_kind[i % (1 + N_APIS)]++;
         n_408 += got408[i];
     }
     printf("test_serve_hostile: slowloris: %d sockets (%d failed to connect) in %.2f s; closed after %.2f..%.2f s, "
@@ -1390,8 +1549,12 @@ static void test_slowloris(const char *dir) {
     /* a 2-core machine: the probes share it with 4,000 sockets' worth of test and server work */
     CHECKF(pr.n >= 50 && pr.n_failed == 0 && p99 < (g_asan ? 1.0 : 0.2), "/health p99 %.1f ms over %d probes, "
            "%d failed", 1e3 * p99, pr.n, pr.n_failed);
+    for (int k = 0; k <= (int)N_APIS; k++)
+        CHECKF(n_in_kind[k] == n_kind[k], "'%.18s...' sockets: %d of %d closed 1.5..5 s after they connected", slow[k],
+               n_in_kind[k], n_kind[k]);
     CHECKF(limit_lines(&sv, "--header-timeout") == 1, "'%s' lines naming --header-timeout: %d", LIMIT_LINE,
            limit_lines(&sv, "--header-timeout"));
+    for (size_t a = 0; a < N_APIS; a++) CHECKF(api_stream_ok(&sv, &APIS[a], 1), "%s after slowloris", APIS[a].path);
     server_stop(&sv, 15);
 done:
     free(pf);

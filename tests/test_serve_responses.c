@@ -31,6 +31,10 @@
  *     CODEX_HOME against the chain model with a 32k context: one streamed
  *     request (its hosted web_search dropped with a log line), exit 0, the
  *     answer printed.
+ * The node clients and Codex are `--part clients` (ctest's
+ * test_serve_responses_clients, labelled client; in the release build only:
+ * the sanitizer run keeps every C check of the same paths), the rest
+ * `--part c`.
  */
 #include <sys/stat.h>
 
@@ -727,43 +731,22 @@ static void test_hostile(server *sv) {
 /* ---- 7. the node clients --------------------------------------------------------------------------- */
 
 static void test_clients(server *sv) {
-    char clients[4200], mods[4300], cmd[16384], outp[4200], errp[4200];
-    buf out = {0}, err = {0};
+    char args[4400];
+    const char *missing;
     cJSON *o;
-    const cJSON *c;
-    int rc, n = 0, n_ok = 0;
+    int n = 0, n_ok = 0;
     if (g_asan) {
         printf("test_serve_responses: node clients: in the release build only\n");
         return;
     }
-    snprintf(clients, sizeof clients, "%s/.deps/clients", MOE8_SOURCE_DIR);
-    snprintf(mods, sizeof mods, "%s/node_modules", clients);
-    if (test_run("command -v node >/dev/null 2>&1") != 0 || access(mods, R_OK) != 0) {
-        printf("test_serve_responses: node clients: skipped: %s (make deps installs them)\n",
-               access(mods, R_OK) ? "no .deps/clients/node_modules" : "node not found");
+    if ((missing = node_missing(""))) {
+        printf("test_serve_responses: node clients: skipped: %s\n", missing);
         return;
     }
-    snprintf(outp, sizeof outp, "%s/responses_clients.json", MOE8_TEST_TMP);
-    snprintf(errp, sizeof errp, "%s/responses_clients.err", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd, "timeout 240 node '%s/tests/clients/responses_openai.mjs' '%s' 'http://127.0.0.1:%d/v1' "
-             NAME " >'%s' 2>'%s'", MOE8_SOURCE_DIR, clients, sv->port, outp, errp);
-    rc = test_run(cmd);
-    read_text(outp, &out);
-    read_text(errp, &err);
-    CHECKF(rc == 0, "node responses_openai.mjs exited %d: %s", rc, buf_s(&err));
-    o = cJSON_Parse(buf_s(&out));
-    CHECKF(cJSON_IsArray(J(o, "checks")), "responses_openai.mjs printed: %.600s", buf_s(&out));
-    cJSON_ArrayForEach(c, J(o, "checks")) {
-        const char *name = jstr(c, "name"), *detail = jstr(c, "detail");
-        CHECKF(cJSON_IsTrue(J(c, "ok")), "responses_openai.mjs '%s': %s", name ? name : "?", detail ? detail : "");
-        n++, n_ok += cJSON_IsTrue(J(c, "ok"));
-    }
-    CHECKF(n >= 5, "responses_openai.mjs ran %d checks", n);
-    sv->n_req += J(o, "requests") ? J(o, "requests")->valueint : 0;
+    snprintf(args, sizeof args, "'%s/.deps/clients' 'http://127.0.0.1:%d/v1' " NAME, MOE8_SOURCE_DIR, sv->port);
+    o = node_checks("responses_openai.mjs", args, 240, &sv, 1, 5, &n_ok, &n);
     printf("test_serve_responses: node clients (openai responses, @openai/agents): %d of %d checks pass\n", n_ok, n);
     cJSON_Delete(o);
-    buf_free(&out);
-    buf_free(&err);
 }
 
 /* ---- 8. Codex CLI: one turn ----------------------------------------------------------------------- */
@@ -851,12 +834,39 @@ static void test_codex(const char *chain) {
 
 /* ---- main ---------------------------------------------------------------------------------------- */
 
-int main(void) {
+/* --part clients: the node clients and Codex, each against its own server */
+static void clients_part(void) {
+    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
+    server sv;
+    char args[4400];
+    const char *dir = fx_test_model("serve_resp_clients", &ot, 1);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --responses-store 2 --served-model-name " NAME,
+             dir);
+    if (server_start(&sv, "resp_clients", NULL, args) == 0) {
+        test_clients(&sv);
+        phase("node clients");
+        server_stop(&sv, 10);
+    }
+    oc.tensor_hook = chain_hook;
+    test_codex(fx_test_model("serve_resp_chain_clients", &oc, 1));
+    phase("codex");
+}
+
+int main(int argc, char **argv) {
     fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
     server sv;
     char args[4400];
     const char *dir;
+    serve_test_parts(argc, argv);
     serve_test_init("test_serve_responses");
+    if (g_part_clients) {
+        if (g_asan) printf("test_serve_responses: node clients, Codex: in the release build only\n");
+        else clients_part();
+    }
+    if (!g_part_c) {
+        curl_global_cleanup();
+        return test_summary();
+    }
     dir = fx_test_model("serve_resp", &ot, 1);
     snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --responses-store 2 --served-model-name " NAME,
              dir);
@@ -875,8 +885,6 @@ int main(void) {
         test_batch(&sv);
         test_hostile(&sv);
         phase("batch, hostile bodies");
-        test_clients(&sv);
-        phase("node clients");
         server_stop(&sv, 10);
     }
     oc.tensor_hook = chain_hook;
@@ -888,8 +896,6 @@ int main(void) {
         phase("reasoning");
         server_stop(&sv, 10);
     }
-    test_codex(dir);
-    phase("codex");
     curl_global_cleanup();
     printf("test_serve_responses: %.1f s\n", now_s() - g_t0);
     return test_summary();

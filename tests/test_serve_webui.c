@@ -19,8 +19,11 @@
  *     aborted request in /metrics), the page ready again, thinking folded
  *     (the chain model of serve_test.h); the browser gone afterwards (no
  *     process left that names the test's profile folder).
- * Exit 77 (skipped) when node, puppeteer-core (.deps/clients, `make deps`)
- * or Chromium (/usr/bin/chromium, or $MOE8_CHROMIUM) is missing, once the
+ * The browser is `--part clients` (ctest's test_serve_webui_clients,
+ * labelled client; in the release build only: the page drives the chat path,
+ * which the sanitizer tests cover), the HTTP checks `--part c`. Exit 77
+ * (skipped) when node, puppeteer-core (.deps/clients, `make deps`) or
+ * Chromium (/usr/bin/chromium, or $MOE8_CHROMIUM) is missing, once the
  * HTTP checks have passed. Servers listen on 127.0.0.1 port 0 in their own
  * process groups (serve_test.h).
  */
@@ -34,23 +37,6 @@
 #define NAME "serve_text"
 #define KEY "sekret"
 #define PAGE_SRC MOE8_SOURCE_DIR "/src/server/webui/index.html"
-
-/* GET/POST/PUT/DELETE access-log lines (what server_stop counts), once the
- * count has held for 0.3 s (at most 3 s): for the browser's requests. */
-static int log_lines(server *sv) {
-    int n = -1, last = -1, still = 0;
-    for (int k = 0; k < 60 && still < 6; k++) {
-        buf e = {0};
-        read_text(sv->err, &e);
-        n = count_lines(buf_s(&e), "moe8 serve: GET ") + count_lines(buf_s(&e), "moe8 serve: POST ") +
-            count_lines(buf_s(&e), "moe8 serve: PUT ") + count_lines(buf_s(&e), "moe8 serve: DELETE ");
-        buf_free(&e);
-        still = n == last ? still + 1 : 0;
-        last = n;
-        sleep_s(0.05);
-    }
-    return n;
-}
 
 /* A request whose access-log line server_stop does not count (HEAD, PATCH). */
 static long http_uncounted(server *sv, const char *method, const char *path, const char *auth, buf *out) {
@@ -191,47 +177,26 @@ static int procs_naming(const char *needle, pid_t *out, int cap) {
 
 /* What is missing to drive the page (NULL: nothing); *chromium set. */
 static const char *browser_missing(const char **chromium) {
-    static char mods[4200];
+    const char *missing = node_missing("puppeteer-core/package.json");
     *chromium = getenv("MOE8_CHROMIUM") ? getenv("MOE8_CHROMIUM") : "/usr/bin/chromium";
-    snprintf(mods, sizeof mods, "%s/.deps/clients/node_modules/puppeteer-core/package.json", MOE8_SOURCE_DIR);
-    if (test_run("command -v node >/dev/null 2>&1") != 0) return "node not found";
-    if (access(mods, R_OK) != 0) return "no .deps/clients/node_modules/puppeteer-core (make deps installs it)";
+    if (missing) return missing;
     if (access(*chromium, X_OK) != 0) return "no Chromium at /usr/bin/chromium or $MOE8_CHROMIUM (apt install chromium)";
     return NULL;
 }
 
 /* tests/clients/webui.mjs against sv (under --api-key KEY) and chain (the chain model). */
 static void test_browser(server *sv, server *chain, const char *chromium) {
-    char profile[4200], shot[4200], outp[4200], errp[4200], cmd[20000];
-    buf out = {0}, err = {0};
+    char profile[4200], shot[4200], args[20000];
+    server *const svs[2] = {sv, chain};
     pid_t left[64];
     const double aborted0 = metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"");
-    int rc, n = 0, n_ok = 0, n_left, a0 = log_lines(sv), c0 = log_lines(chain); /* after that request */
+    int n = 0, n_ok = 0, n_left;
     cJSON *o;
-    const cJSON *c;
     snprintf(profile, sizeof profile, "%s", test_tmpdir("webui_profile"));
     snprintf(shot, sizeof shot, "%s/webui.png", MOE8_TEST_TMP);
-    snprintf(outp, sizeof outp, "%s/webui_node.json", MOE8_TEST_TMP);
-    snprintf(errp, sizeof errp, "%s/webui_node.err", MOE8_TEST_TMP);
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 %d node '%s/tests/clients/webui.mjs' '%s/.deps/clients' '%s' '%s' '%s' "
-             "'http://127.0.0.1:%d' " KEY " 'http://127.0.0.1:%d' >'%s' 2>'%s'",
-             g_asan ? 900 : 300, MOE8_SOURCE_DIR, MOE8_SOURCE_DIR, chromium, profile, shot, sv->port, chain->port,
-             outp, errp);
-    rc = test_run(cmd);
-    sv->n_req += log_lines(sv) - a0;
-    chain->n_req += log_lines(chain) - c0;
-    read_text(outp, &out);
-    read_text(errp, &err);
-    CHECKF(rc == 0, "node webui.mjs exited %d: %s", rc, buf_s(&err));
-    o = cJSON_Parse(buf_s(&out));
-    CHECKF(cJSON_IsArray(J(o, "checks")), "webui.mjs printed: %.600s", buf_s(&out));
-    cJSON_ArrayForEach(c, J(o, "checks")) {
-        const char *name = jstr(c, "name"), *detail = jstr(c, "detail");
-        CHECKF(cJSON_IsTrue(J(c, "ok")), "webui.mjs '%s': %s", name ? name : "?", detail ? detail : "");
-        n++, n_ok += cJSON_IsTrue(J(c, "ok"));
-    }
-    CHECKF(n >= 14, "webui.mjs ran %d checks", n);
+    snprintf(args, sizeof args, "'%s/.deps/clients' '%s' '%s' '%s' 'http://127.0.0.1:%d' " KEY " 'http://127.0.0.1:%d'",
+             MOE8_SOURCE_DIR, chromium, profile, shot, sv->port, chain->port);
+    o = node_checks("webui.mjs", args, g_asan ? 900 : 300, svs, 2, 14, &n_ok, &n);
     /* the server's side of Stop: one request ended as aborted, nothing left running */
     CHECKF(wait_metric(sv, "moe8:request_success_total", "finished_reason=\"abort\"", aborted0 + 1, 10),
            "aborted requests: %g, want %g", metric(sv, "moe8:request_success_total", "finished_reason=\"abort\""),
@@ -243,47 +208,66 @@ static void test_browser(server *sv, server *chain, const char *chromium) {
     for (int i = 0; i < n_left; i++) kill(left[i], SIGKILL);
     printf("test_serve_webui: the page in Chromium: %d of %d checks pass (screenshot %s)\n", n_ok, n, shot);
     cJSON_Delete(o);
-    buf_free(&out);
-    buf_free(&err);
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
-int main(void) {
-    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
-    const char *dir, *chain_dir, *chromium = NULL, *missing;
-    server sv, chain;
+/* The page's server: --webui under --api-key KEY and a CORS list without the
+ * page's origin (a same-origin page needs none), room for the long answer the
+ * browser stops (3000 tokens, webui.mjs). */
+static int start_webui(server *sv, const char *name, const char *dir) {
     char args[4400];
-    int skipped = 0;
-    serve_test_init("test_serve_webui");
-    ot.hidden = 64; /* twice the work a token: a long answer lasts long enough to be stopped */
-    dir = fx_test_model("serve_webui", &ot, 1);
-    oc.tensor_hook = chain_hook;
-    chain_dir = fx_test_model("serve_webui_chain", &oc, 1);
-    /* the long answer the browser stops needs room: 3000 tokens (webui.mjs) */
-    /* a CORS list without the page's origin: a same-origin page needs none */
     snprintf(args, sizeof args, "-m '%s' --ctx-size 4096 --threads 1 --webui --api-key " KEY
              " --allowed-origins http://elsewhere.example --served-model-name " NAME, dir);
-    if (server_start(&sv, "webui", NULL, args) == 0) {
-        test_page(&sv);
-        phase("the page over HTTP");
-        test_off(dir);
-        phase("--no-webui");
-        if (g_asan) { /* the page drives the server's chat path, which the sanitizer tests cover */
-            printf("test_serve_webui: the page in a browser: in the release build only\n");
-        } else if ((missing = browser_missing(&chromium))) {
-            printf("test_serve_webui: the page in a browser: skipped: %s\n", missing);
-            skipped = 1;
-        } else {
-            snprintf(args, sizeof args, "-m '%s' --threads 1 --served-model-name chain", chain_dir);
-            if (server_start(&chain, "webui_chain", NULL, args) == 0) {
-                test_browser(&sv, &chain, chromium);
-                server_stop(&chain, 10);
-            }
-            phase("the page in Chromium");
+    return server_start(sv, name, NULL, args);
+}
+
+/* --part clients: the page in Chromium, on its own servers; 1 when skipped */
+static int clients_part(fx_opts ot, fx_opts oc) {
+    const char *chromium = NULL, *missing, *dir, *chain_dir;
+    server sv, chain;
+    char args[4400];
+    if (g_asan) {
+        printf("test_serve_webui: the page in a browser: in the release build only\n");
+        return 0;
+    }
+    if ((missing = browser_missing(&chromium))) {
+        printf("test_serve_webui: the page in a browser: skipped: %s\n", missing);
+        return 1;
+    }
+    dir = fx_test_model("serve_webui_clients", &ot, 1);
+    chain_dir = fx_test_model("serve_webui_chain", &oc, 1);
+    if (start_webui(&sv, "webui_clients", dir) == 0) {
+        snprintf(args, sizeof args, "-m '%s' --threads 1 --served-model-name chain", chain_dir);
+        if (server_start(&chain, "webui_chain", NULL, args) == 0) {
+            test_browser(&sv, &chain, chromium);
+            server_stop(&chain, 10);
         }
+        phase("the page in Chromium");
         server_stop(&sv, 10);
     }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    fx_opts ot = serve_fixture_opts(), oc = serve_fixture_opts();
+    server sv;
+    int skipped = 0;
+    serve_test_parts(argc, argv);
+    serve_test_init("test_serve_webui");
+    ot.hidden = 64; /* twice the work a token: a long answer lasts long enough to be stopped */
+    oc.tensor_hook = chain_hook;
+    if (g_part_c) {
+        const char *dir = fx_test_model("serve_webui", &ot, 1);
+        if (start_webui(&sv, "webui", dir) == 0) {
+            test_page(&sv);
+            phase("the page over HTTP");
+            test_off(dir);
+            phase("--no-webui");
+            server_stop(&sv, 10);
+        }
+    }
+    if (g_part_clients) skipped = clients_part(ot, oc);
     curl_global_cleanup();
     printf("test_serve_webui: %.1f s\n", now_s() - g_t0);
     if (skipped && !test_n_fail) {

@@ -45,9 +45,13 @@ static void expect_line(int32_t bos, const char *ids, char *out, size_t cap) {
     else snprintf(out, cap, *ids ? "%d %s\n" : "%d\n", bos, ids);
 }
 
-/* Every step-th vector of the file and the first few with special tokens
+/* Every step-th vector of the file and the first three with special tokens
  * through the CLI: as is, with --no-special when that differs, with --no-bos
- * for the first three. */
+ * for the first three. What is checked here is the CLI's path (the file
+ * read as bytes, the flags, the line printed); the ids of every vector are
+ * test_tokenizer_models' in process, so more vectors here would only load
+ * the tokenizer again in more processes (a third of a CPU-second each, a
+ * second under ASan). */
 static void test_vectors(const char *name, const char *dir, int32_t bos, int step) {
     static char line[200000], text[70000], want[200000], got[200000];
     char path[4096], args[4300];
@@ -67,7 +71,7 @@ static void test_vectors(const char *name, const char *dir, int32_t bos, int ste
         }
         if (nc != 6) continue;
         int special = strcmp(col[4], "=") != 0;
-        if (k++ % step != 0 && !(special && n_special < 6)) continue;
+        if (k++ % step != 0 && !(special && n_special < 3)) continue;
         n_special += special;
         size_t n = test_unescape(col[0], strlen(col[0]), text);
         snprintf(args, sizeof args, "-m '%s'", dir);
@@ -88,7 +92,7 @@ static void test_vectors(const char *name, const char *dir, int32_t bos, int ste
     }
     fclose(f);
     printf("%s: %d texts through moe8 tokenize\n", name, n_run);
-    CHECKF(n_run >= 10 && n_special >= 5 && n_bad == 0, "%s: %d of %d texts differ", name, n_bad,
+    CHECKF(n_run >= 6 && n_special >= 3 && n_bad == 0, "%s: %d of %d texts differ", name, n_bad,
            n_run);
 }
 
@@ -192,8 +196,8 @@ int main(void) {
         }
     }
     TMP = test_tmpdir("tokenize_cli");
-    test_vectors("llama2", llama, 1, 50);
-    test_vectors("deepseek_v3", deepseek, 0, 50);
+    test_vectors("llama2", llama, 1, 100);
+    test_vectors("deepseek_v3", deepseek, 0, 100);
     test_qwen();
     test_model_folder(llama);
     test_errors(llama);
