@@ -72,12 +72,12 @@ static void decay_lower(float *M, int m, const float *G, float *row, float sign,
 
 /* A <- (I - A)^-1 - I for strictly lower A: row i becomes a_i + a_i A (rows
  * above already transformed), accumulated into row[]. */
-static void ut_transform(float *A, int m, float *row) {
+static void ut_transform(float *A, int m, float *restrict row) {
     for (int i = 1; i < m; i++) {
         float *Ai = A + (size_t)i * CH;
         for (int j = 0; j < i; j++) row[j] = Ai[j];
         for (int x = 1; x < i; x++) {
-            const float ax = Ai[x], *Ax = A + (size_t)x * CH;
+            const float ax = Ai[x], *restrict Ax = A + (size_t)x * CH;
             for (int j = 0; j < x; j++) row[j] += ax * Ax[j];
         }
         for (int j = 0; j < i; j++) Ai[j] = row[j];
@@ -94,16 +94,25 @@ static void chunk_inputs(const slice *s, int m, const float *q, int ldq, const f
     for (int i = 0; i < m; i++) s->eE[i] = s->G[m - 1] - s->G[i];
     kt->exp_f32(s->eE, s->eE, m, 0.0f, 1.0f);
     for (int i = 0; i < m; i++) {
-        const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk, *vi = v + (size_t)i * ldv;
-        const float b = beta[(size_t)i * NV + h], eg = s->eG[i], ee = s->eE[i];
+        const float *restrict qi = q + (size_t)i * ldq, *restrict ki = k + (size_t)i * ldk;
+        const float *restrict vi = v + (size_t)i * ldv;
+        float *restrict kb = s->KB + i * dk, *restrict kbg = s->KBG + i * dk, *restrict qg = s->QG + i * dk;
+        float *restrict vb = s->VB + i * dv;
+        const float b = beta[(size_t)i * NV + h], eg = s->eG[i];
         for (int x = 0; x < dk; x++) {
-            s->KB[i * dk + x] = ki[x] * b;
-            s->KBG[i * dk + x] = -(ki[x] * b) * eg;
-            s->QG[i * dk + x] = qi[x] * eg;
-            s->KT[(size_t)x * CH + i] = ki[x];
-            s->KET[(size_t)x * CH + i] = ki[x] * ee;
+            kb[x] = ki[x] * b;
+            kbg[x] = -(ki[x] * b) * eg;
+            qg[x] = qi[x] * eg;
         }
-        for (int x = 0; x < dv; x++) s->VB[i * dv + x] = vi[x] * b;
+        for (int x = 0; x < dv; x++) vb[x] = vi[x] * b;
+    }
+    for (int x0 = 0; x0 < dk; x0 += 8) /* Kᵀ in 8 x m strips: reads stay within a few lines */
+        for (int i = 0; i < m; i++)
+            for (int x = x0; x < x0 + 8 && x < dk; x++) s->KT[(size_t)x * CH + i] = k[(size_t)i * ldk + x];
+    for (int x = 0; x < dk; x++) {
+        const float *restrict kt_ = s->KT + (size_t)x * CH, *restrict ee = s->eE;
+        float *restrict ket = s->KET + (size_t)x * CH;
+        for (int i = 0; i < m; i++) ket[i] = kt_[i] * ee[i];
     }
 }
 

@@ -24,17 +24,20 @@ static inline __attribute__((always_inline)) void tile(float *c, int ldc, const 
                                                        const int mr, const int tail, __m256i m0,
                                                        __m256i m1) {
     __m256 c0[MR], c1[MR];
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) c0[r] = c1[r] = _mm256_setzero_ps();
     for (int p = 0; p < k; p++) {
         const float *bp = b + (size_t)p * ldb;
         const __m256 b0 = tail ? _mm256_maskload_ps(bp, m0) : _mm256_loadu_ps(bp);
         const __m256 b1 = tail ? _mm256_maskload_ps(bp + 8, m1) : _mm256_loadu_ps(bp + 8);
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < mr; r++) {
             const __m256 ar = _mm256_broadcast_ss(a + (size_t)r * lda + p);
             c0[r] = _mm256_fmadd_ps(ar, b0, c0[r]);
             c1[r] = _mm256_fmadd_ps(ar, b1, c1[r]);
         }
     }
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < mr; r++) {
         float *cr = c + (size_t)r * ldc;
         if (tail) {
@@ -65,18 +68,19 @@ static inline __attribute__((always_inline)) void tile(float *c, int ldc, const 
     default: tile(cc, ldc, aa, lda, bb, ldb, kk, acc, 1, TAIL, m0, m1); break;             \
     }
 
+/* Column panels of 16 outside, row blocks of 6 inside: a panel of b (k x 16)
+ * stays in L1 while every row block reads it. */
 void moe8_gemm_f32_nn_avx2(float *c, int ldc, const float *a, int lda, const float *b, int ldb,
                            int m, int n, int k, int flags) {
     const int acc = flags & MOE8_GEMM_ACC;
-    for (int i0 = 0; i0 < m; i0 += MR) {
-        const int mr = m - i0 < MR ? m - i0 : MR;
-        const int kk = (flags & MOE8_GEMM_TRI_A) && i0 + mr < k ? i0 + mr : k;
-        const int nn = (flags & MOE8_GEMM_TRI_C) && i0 + mr < n ? i0 + mr : n;
-        const float *aa = a + (size_t)i0 * lda;
-        for (int j0 = 0; j0 < nn; j0 += NR) {
+    for (int j0 = 0; j0 < n; j0 += NR) {
+        const __m256i m0 = tail_mask(n - j0), m1 = tail_mask(n - j0 - 8);
+        for (int i0 = 0; i0 < m; i0 += MR) {
+            const int mr = m - i0 < MR ? m - i0 : MR;
+            const int kk = (flags & MOE8_GEMM_TRI_A) && i0 + mr < k ? i0 + mr : k;
+            if ((flags & MOE8_GEMM_TRI_C) && i0 + mr <= j0) continue; /* above the diagonal */
+            const float *aa = a + (size_t)i0 * lda, *bb = b + j0;
             float *cc = c + (size_t)i0 * ldc + j0;
-            const float *bb = b + j0;
-            const __m256i m0 = tail_mask(n - j0), m1 = tail_mask(n - j0 - 8);
             if (j0 + NR <= n) {
                 TILE_CASES(0)
             } else {
@@ -91,16 +95,19 @@ static inline __attribute__((always_inline)) void step_read(float *u, float *w, 
                                                             const float *q, const float *k, int dk,
                                                             int dv, int j0, const int nv) {
     __m256 cu[4], cw[4];
+    _Pragma("GCC unroll 4")
     for (int x = 0; x < nv; x++) cu[x] = cw[x] = _mm256_setzero_ps();
     for (int i = 0; i < dk; i++) {
         const float *s = S + (size_t)i * dv + j0;
         const __m256 ki = _mm256_broadcast_ss(k + i), qi = _mm256_broadcast_ss(q + i);
+        _Pragma("GCC unroll 4")
         for (int x = 0; x < nv; x++) {
             const __m256 sv = _mm256_loadu_ps(s + 8 * x);
             cu[x] = _mm256_fmadd_ps(sv, ki, cu[x]);
             cw[x] = _mm256_fmadd_ps(sv, qi, cw[x]);
         }
     }
+    _Pragma("GCC unroll 4")
     for (int x = 0; x < nv; x++) {
         _mm256_storeu_ps(u + j0 + 8 * x, cu[x]);
         _mm256_storeu_ps(w + j0 + 8 * x, cw[x]);
