@@ -9,9 +9,10 @@
  * Checked: conv + SiLU prefill and one-token steps (state carried, split
  * runs = one run), q/k norms, gates, gated norm; the recurrent form and the
  * chunked form against the double recurrent one, for every length 1..300 on
- * a small shape, at the chunk edges 63, 64, 65, 127, 128, 129 on shapes of
+ * a small shape (on 1 and 2 threads), at the chunk edges 63, 64, 65, 127, 128, 129 on shapes of
  * dk, dv 8..128 and NV/NK 1, 2, 3, from random initial states, and a prefill
- * cut into pieces followed by decode steps against one double pass.
+ * cut into pieces followed by decode steps against one double pass; the
+ * same bits whatever the thread count.
  * Bounds (fp32 against double), relative to the largest reference magnitude
  * of the output or state compared: 2e-5 for the recurrent form, 5e-5 for
  * the chunked one (its UT inverse and e^(G_i - G_j) factors add rounding),
@@ -304,6 +305,17 @@ static void check_shapes(void) {
                 run_form(&c, form, 0, Ls[li], o, S, 2);
                 compare(&c, form, Ls[li], o, S, "shapes");
             }
+        if (si == 1) { /* the same bits on 1 and 3 threads (work splits by value head only) */
+            const size_t no = (size_t)129 * ds[si].n_v_heads * ds[si].dv;
+            float *o1 = malloc(sizeof(float) * no), *S1 = malloc(sizeof(float) * nS(&c));
+            for (int form = 0; form < 2; form++) {
+                memcpy(S, c.S0, sizeof(float) * nS(&c)), memcpy(S1, c.S0, sizeof(float) * nS(&c));
+                run_form(&c, form, 0, 129, o, S, 1);
+                run_form(&c, form, 0, 129, o1, S1, 3);
+                CHECK(!memcmp(o, o1, sizeof(float) * no) && !memcmp(S, S1, sizeof(float) * nS(&c)));
+            }
+            free(o1), free(S1);
+        }
         free(o), free(S);
         gcase_free(&c);
     }
