@@ -137,6 +137,7 @@ void moe8_gdn_recurrent(float *o, int ldo, const float *q, int ldq, const float 
     const moe8_kernels *kt = moe8_kernels_get();
     const moe8_gdn_step_fn step = kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref;
     const int NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
+    if (n_threads < 1) n_threads = 1;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int h = 0; h < NV; h++)
         for (int t = 0; t < T; t++)
@@ -152,6 +153,7 @@ void moe8_gdn_decode(float *o, int ldo, const float *q, int ldq, const float *k,
     const moe8_kernels *kt = moe8_kernels_get();
     const moe8_gdn_step_fn step = kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref;
     const int NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
+    if (n_threads < 1) n_threads = 1;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int it = 0; it < n_seq * NV; it++) {
         const int s = it / NV, h = it % NV;
