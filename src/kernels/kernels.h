@@ -163,6 +163,29 @@ float moe8_max_f32(const float *x, int n);
  * in index order. */
 double moe8_exp_sum(float *p, const float *x, int n, float mx, float div);
 
+/* Gated DeltaNet (src/model/gdn.c drives these two; SEMANTICS "Gated DeltaNet").
+ * c[i][j] = (acc ? c[i][j] : 0) + sum_p a[i][p] b[p][j] for i < m, j < n,
+ * p < k; all fp32 row-major. MOE8_GEMM_TRI_A: a is lower triangular (a[i][p]
+ * for p > i must be 0 up to p < k: a kernel may read them or skip them);
+ * MOE8_GEMM_TRI_C: only c[i][j] for j <= i is wanted (the others may be
+ * written with any value). fp32 accumulation
+ * in an order fixed by m, n, k and the flags: relative error vs a double sum
+ * <= k * 2^-23 * sum |a b|. The chunked prefill's matrix products. */
+#define MOE8_GEMM_ACC 1
+#define MOE8_GEMM_TRI_A 2
+#define MOE8_GEMM_TRI_C 4
+typedef void (*moe8_gemm_f32_nn_fn)(float *c, int ldc, const float *a, int lda, const float *b,
+                                    int ldb, int m, int n, int k, int flags);
+/* One token of the gated delta rule on one value head, the state read once
+ * and written once: S [dk][dv] fp32 in/out, q, k [dk] (L2-normalised, q
+ * scaled), v [dv], e = exp(g), beta; o [dv]:
+ *   u = Sᵀk, w = Sᵀq (one pass over S); d = beta (v - e u);
+ *   o = e w + (k.q) d; S = e S + k dᵀ (second pass, S still in cache)
+ * which equals S = eS; S += k beta (v - Sᵀk)ᵀ; o = Sᵀq. fp32; relative
+ * error vs double ~ dk * 2^-23 of the magnitudes summed. */
+typedef void (*moe8_gdn_step_fn)(float *o, float *S, const float *q, const float *k,
+                                 const float *v, float e, float beta, int dk, int dv);
+
 typedef struct moe8_kernels moe8_kernels;
 struct moe8_kernels {
     const char *isa;                 /* "ref", "avx2", "avx512", "amx" (MOE8_ISA's names) */
@@ -176,6 +199,8 @@ struct moe8_kernels {
     moe8_gemm_f32_wf_fn gemm_f32_wf;
     moe8_flash_attn_fn flash_attn;
     moe8_exp_f32_fn exp_f32;
+    moe8_gemm_f32_nn_fn gemm_f32_nn;   /* NULL: the reference's */
+    moe8_gdn_step_fn gdn_step;         /* NULL: the reference's */
     /* Roofline probes, one thread each (roofline.c runs them on every thread):
      * seconds to read n_bytes once; seconds for n_iter iterations of the
      * int8 MAC / fp32 FMA register probe of the instructions the kernels use,
@@ -218,6 +243,10 @@ void moe8_gemm_q8_f32_ref(float *y, int ldy, const int8_t *xq, int ldq, const fl
                           const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1);
 void moe8_gemm_f32_wf_ref(float *y, int ldy, const float *x, int ldx, const void *w,
                           moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
+void moe8_gemm_f32_nn_ref(float *c, int ldc, const float *a, int lda, const float *b, int ldb,
+                          int m, int n, int k, int flags);
+void moe8_gdn_step_ref(float *o, float *S, const float *q, const float *k, const float *v, float e,
+                       float beta, int dk, int dv);
 void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
                          int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
 

@@ -21,6 +21,10 @@ void moe8_gemm_f32_wf_avx2(float *y, int ldy, const float *x, int ldx, const voi
 void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_tok, int G, int D,
                           int32_t pos0, float scale, const moe8_kv_pages *kv, float *work);
 void moe8_exp_f32_avx2(float *y, const float *x, int n, float sub, float div);
+void moe8_gemm_f32_nn_avx2(float *c, int ldc, const float *a, int lda, const float *b, int ldb,
+                          int m, int n, int k, int flags);
+void moe8_gdn_step_avx2(float *o, float *S, const float *q, const float *k, const float *v,
+                       float e, float beta, int dk, int dv);
 
 /* Roofline probes (roofline_avx2.c). */
 /* Seconds to read n_bytes (64-byte aligned, multiple of 256) once with ymm loads;

@@ -31,6 +31,10 @@ void moe8_flash_attn_avx512(float *out, int ldo, const float *q, int ldq, int n_
                             int D, int32_t pos0, float scale, const moe8_kv_pages *kv,
                             float *work);
 void moe8_exp_f32_avx512(float *y, const float *x, int n, float sub, float div);
+void moe8_gemm_f32_nn_avx512(float *c, int ldc, const float *a, int lda, const float *b, int ldb,
+                            int m, int n, int k, int flags);
+void moe8_gdn_step_avx512(float *o, float *S, const float *q, const float *k, const float *v,
+                         float e, float beta, int dk, int dv);
 /* Scratch floats of one flash-attention tile of `rows` query rows (a multiple
  * of 16 floats). */
 size_t moe8_attn_work_floats_avx512(int D, int rows);
