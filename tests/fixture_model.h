@@ -1,9 +1,9 @@
 /*
  * fixture_model.h — header-only generator of tiny synthetic model folders in
- * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE or Mixtral
- * with o.arch (tensor names and config.json keys as Hugging Face spells them
- * for each family, written here independently of src/arch). Include after
- * test.h.
+ * ModelSlim layout, for tests: Qwen3-MoE by default, Qwen2-MoE, Mixtral,
+ * DeepSeek-V2/V3, GLM-4.5 or MiniMax-M2 with o.arch (tensor names and
+ * config.json keys as Hugging Face spells them for each family, written here
+ * independently of src/arch). Include after test.h.
  *
  *   fx_opts o = fx_default_opts();       // H 64, 2 layers, 4/2 heads, D 16,
  *   o.quant = 1;                         // E 4, top-2, I 32, F 96, vocab 256
@@ -47,7 +47,37 @@
  *                 static with o.kvb_w8a8: its quant_bias = -input_offset * sum_i Wq,
  *                 which cancels the input offset), routed and shared experts
  *                 W8A8_DYNAMIC. n_kv_heads and head_dim are ignored.
+ *   FX_GLM4_MOE (5) Glm4MoeForCausalLM as zai-org's GLM-4.5 / 4.6 / 4.7 checkpoints
+ *                 lay it out: q/k/v/o_proj, q/k/v `.bias` [out] unless o.no_attn_bias
+ *                 (float `.bias` written as FX_QWEN2's: quant 0, or quant 1 with
+ *                 o.bias_tensor), self_attn.q_norm/k_norm [D] unless o.no_qk_norm;
+ *                 the MLP / MoE block under DeepSeek-V3's names (dense mlp.*_proj in
+ *                 layers l < first_dense, mlp.gate.weight, mlp.gate.e_score_correction_bias
+ *                 [E] F32, mlp.experts.N.*, mlp.shared_experts.* of n_shared * moe_inter);
+ *                 config.json: partial_rotary_factor (o.partial_rotary, 0.5), use_qk_norm,
+ *                 attention_bias, n_group / topk_group, routed_scaling_factor,
+ *                 norm_topk_prob, n_routed_experts, n_shared_experts,
+ *                 first_k_dense_replace, num_nextn_predict_layers (o.n_mtp, 1),
+ *                 rms_norm_eps (o.rms_eps, 1e-5), rope_theta (o.theta, 1e6).
+ *   FX_MINIMAX_M2 (6) MiniMaxM2ForCausalLM as MiniMaxAI's checkpoints lay it out:
+ *                 q/k/v/o_proj without biases, self_attn.q_norm [NH*D] and k_norm
+ *                 [NKV*D] (over the whole projection), block_sparse_moe.gate.weight,
+ *                 block_sparse_moe.e_score_correction_bias [E] F32,
+ *                 block_sparse_moe.experts.N.{w1,w3,w2}, every layer MoE, no shared
+ *                 expert; config.json: rotary_dim (o.rotary_dim, head_dim / 2),
+ *                 use_qk_norm, scoring_func sigmoid, use_routing_bias, num_local_experts,
+ *                 intermediate_size = moe_inter, num_mtp_modules (o.n_mtp, 1),
+ *                 mtp_transformer_layers 1, rms_norm_eps 1e-6, rope_theta 5e6.
+ *   Both write their multi-token-prediction layers, which inference skips, as
+ *   model.layers.{n_layers + i}.* for i < o.n_mtp: a whole MoE decoder layer
+ *   (quantized as the others) and eh_proj [H][2H], enorm, hnorm,
+ *   shared_head.norm (GLM also embed_tokens and shared_head.head [V][H]),
+ *   FLOAT. quant 1: attention and GLM's dense MLPs W8A8 static, routed and
+ *   shared experts W8A8_DYNAMIC, router, norms and correction bias FLOAT.
  *   down_float (quant 1): every expert's down_proj (routed and shared) FLOAT.
+ *   FX_QWEN3_NEXT (7), FX_QWEN3_5_MOE (8) the hybrid Gated DeltaNet families:
+ *                 fixture_hybrid.h (names, layouts, msModelSlim's W8A8 recipe);
+ *                 start from fx_hybrid_opts(arch).
  * Values are deterministic: each tensor's from (seed, its original name), so
  * a hook changing one tensor leaves the others unchanged.
  *
@@ -99,7 +129,7 @@ typedef struct {
     int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
     int float_desc;           /* write an all-FLOAT description for a float model */
     int generation_config;    /* write generation_config.json (eos [2, 7]) */
-    int arch;                 /* FX_QWEN3, FX_QWEN2 or FX_MIXTRAL */
+    int arch;                 /* FX_QWEN3, FX_QWEN2, FX_MIXTRAL, ... FX_MINIMAX_M2 */
     int64_t shared_inter;     /* FX_QWEN2: shared expert width (default 48) */
     int no_renorm;            /* qwen families: norm_topk_prob false */
     int down_float;           /* quant 1: every expert down_proj FLOAT (routed and shared) */
@@ -126,6 +156,29 @@ typedef struct {
     double e_bias_max;        /* V3: e_score_correction_bias uniform in [0, this) (0.1) */
     double latent_scale;      /* scales q_a_proj and kv_a_proj_with_mqa's latent rows (1):
                                * small, the sub-norms' eps matters */
+    /* FX_GLM4_MOE / FX_MINIMAX_M2 (also n_shared, first_dense, n_group, topk_group,
+     * routed_scale, no_renorm, e_bias_max, bias_tensor, down_float above): */
+    double partial_rotary;    /* GLM: partial_rotary_factor (0.5); rotary dims int(D * this) */
+    int64_t rotary_dim;       /* MiniMax: rotary_dim (0: head_dim / 2) */
+    int no_qk_norm;           /* GLM: use_qk_norm false (default true, GLM-4.5's) */
+    int no_attn_bias;         /* GLM: attention_bias false (default true) */
+    int64_t n_mtp;            /* GLM num_nextn_predict_layers / MiniMax num_mtp_modules (1):
+                               * the MTP layers model.layers.{n_layers + i}.* written, to skip */
+    double rms_eps;           /* rms_norm_eps (0: GLM 1e-5, MiniMax 1e-6) */
+    double theta;             /* rope_theta (0: GLM 1e6, MiniMax 5e6, hybrid 1e7) */
+    /* FX_QWEN3_NEXT / FX_QWEN3_5_MOE (fixture_hybrid.h; fx_hybrid_opts sets their defaults;
+     * also shared_inter, n_mtp, rms_eps, theta, partial_rotary (0.25 there), dense_layer
+     * and no_renorm (Qwen3-Next), down_float above): */
+    int64_t lin_k_heads, lin_v_heads; /* linear_num_key_heads / _value_heads (2, 4) */
+    int64_t lin_k_dim, lin_v_dim;     /* linear_key_head_dim / _value_head_dim (8, 12) */
+    int64_t conv_kernel;      /* linear_conv_kernel_dim (4) */
+    int64_t full_interval;    /* full_attention_interval (4): layer l full iff (l + 1) % it == 0 */
+    int layer_types;          /* config.json: 0 full_attention_interval, 1 the layer_types list,
+                               * 2 both */
+    int split_experts;        /* Qwen3.5 float: experts.N.*_proj instead of the fused 3-D
+                               * experts.gate_up_proj / down_proj (same values) */
+    int no_vision;            /* Qwen3.5: no vision-tower tensors */
+    int a_log_float_dtype;    /* A_log in float_dtype instead of F32 */
     uint64_t seed;
     void (*tensor_hook)(void *user, fx_tensor *t);
     void (*json_hook)(void *user, const char *file, cJSON *root);
@@ -172,10 +225,40 @@ static inline fx_opts fx_default_opts(void) {
     o.yarn_orig_max = 512;
     o.e_bias_max = 0.1;
     o.latent_scale = 1.0;
+    o.partial_rotary = 0.5;
+    o.n_mtp = 1;
+    o.lin_k_heads = 2;
+    o.lin_v_heads = 4;
+    o.lin_k_dim = 8;
+    o.lin_v_dim = 12;
+    o.conv_kernel = 4;
+    o.full_interval = 4;
     return o;
 }
 
-enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2, FX_DEEPSEEK_V2 = 3, FX_DEEPSEEK_V3 = 4 };
+enum { FX_QWEN3 = 0, FX_QWEN2 = 1, FX_MIXTRAL = 2, FX_DEEPSEEK_V2 = 3, FX_DEEPSEEK_V3 = 4,
+       FX_GLM4_MOE = 5, FX_MINIMAX_M2 = 6, FX_QWEN3_NEXT = 7, FX_QWEN3_5_MOE = 8 };
+
+/* Qwen3-Next or Qwen3.5-MoE: Gated DeltaNet layers beside gated full attention. */
+static inline int fx_hybrid(const fx_opts *o) {
+    return o->arch == FX_QWEN3_NEXT || o->arch == FX_QWEN3_5_MOE;
+}
+
+/* GLM-4.5 (glm4_moe) or MiniMax-M2 (minimax_m2): GQA with partial rotary. */
+static inline int fx_glm_mm(const fx_opts *o) {
+    return o->arch == FX_GLM4_MOE || o->arch == FX_MINIMAX_M2;
+}
+/* Their rms_norm_eps, rope_theta and rotary dimension count. */
+static inline double fx_eps(const fx_opts *o) {
+    return o->rms_eps > 0 ? o->rms_eps : o->arch == FX_GLM4_MOE ? 1e-5 : 1e-6;
+}
+static inline double fx_theta(const fx_opts *o) {
+    return o->theta > 0 ? o->theta : o->arch == FX_GLM4_MOE ? 1e6 : fx_hybrid(o) ? 1e7 : 5e6;
+}
+static inline int64_t fx_rot_dim(const fx_opts *o) {
+    if (o->arch == FX_GLM4_MOE || fx_hybrid(o)) return (int64_t)((double)o->head_dim * o->partial_rotary);
+    return o->rotary_dim > 0 ? o->rotary_dim : o->head_dim / 2;
+}
 
 static inline int fx_deepseek(const fx_opts *o) {
     return o->arch == FX_DEEPSEEK_V2 || o->arch == FX_DEEPSEEK_V3;
@@ -184,17 +267,19 @@ static inline int fx_deepseek(const fx_opts *o) {
 /* The family's MoE module inside a layer and its expert projections
  * (0 gate, 1 up, 2 down). */
 static inline const char *fx_moe_block(const fx_opts *o) {
-    return o->arch == FX_MIXTRAL ? "block_sparse_moe" : "mlp";
+    return o->arch == FX_MIXTRAL || o->arch == FX_MINIMAX_M2 ? "block_sparse_moe" : "mlp";
 }
 static inline const char *fx_expert_proj(const fx_opts *o, int i) {
     static const char *const qwen[3] = {"gate_proj", "up_proj", "down_proj"};
     static const char *const mixtral[3] = {"w1", "w3", "w2"};
-    return o->arch == FX_MIXTRAL ? mixtral[i] : qwen[i];
+    return o->arch == FX_MIXTRAL || o->arch == FX_MINIMAX_M2 ? mixtral[i] : qwen[i];
 }
 /* 1 if layer l has a dense MLP. */
 static inline int fx_dense(const fx_opts *o, int64_t l) {
     if (fx_deepseek(o))
         return o->n_experts == 0 || l < o->first_dense || l % (o->moe_freq > 0 ? o->moe_freq : 1) != 0;
+    if (o->arch == FX_GLM4_MOE) return o->n_experts == 0 || l < o->first_dense;
+    if (o->arch == FX_MINIMAX_M2) return o->n_experts == 0;
     return o->n_experts == 0 || (o->arch != FX_MIXTRAL && l == o->dense_layer);
 }
 
@@ -450,7 +535,7 @@ static inline void fx_add_mlp_deepseek(fx_list *L, int64_t l) {
     }
     snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.weight", (long long)l);
     fx_add_float(L, n, 2, o->n_experts, H, 1.0 / sqrt((double)H), 0.0);
-    if (o->arch == FX_DEEPSEEK_V3) {
+    if (o->arch == FX_DEEPSEEK_V3 || o->arch == FX_GLM4_MOE) {
         fx_tensor *t;
         snprintf(n, sizeof n, "model.layers.%lld.mlp.gate.e_score_correction_bias", (long long)l);
         t = fx_add(L, n, MOE8_DT_F32, 1, o->n_experts, 0, "FLOAT");
@@ -488,19 +573,25 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
         fx_add_mlp_deepseek(L, l);
         return;
     }
-    if (o->arch == FX_QWEN3) {
+    if (o->arch == FX_QWEN3 || (o->arch == FX_GLM4_MOE && !o->no_qk_norm) || o->arch == FX_MINIMAX_M2) {
+        const int whole = o->arch == FX_MINIMAX_M2; /* over the whole projection */
         snprintf(n, sizeof n, "model.layers.%lld.self_attn.q_norm.weight", (long long)l);
-        fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+        fx_add_float(L, n, 1, whole ? qd : o->head_dim, 0, 0.1, 1.0);
         snprintf(n, sizeof n, "model.layers.%lld.self_attn.k_norm.weight", (long long)l);
-        fx_add_float(L, n, 1, o->head_dim, 0, 0.1, 1.0);
+        fx_add_float(L, n, 1, whole ? kvd : o->head_dim, 0, 0.1, 1.0);
     }
     for (int i = 0; i < 4; i++) {
         double s = o->qkv_same_input && i < 3 ? 0.03 : 0.02 + 0.005 * i;
         double off = o->qkv_same_input && i < 3 ? 3.0 : (double)(i - 1);
         snprintf(n, sizeof n, "model.layers.%lld.self_attn.%s", (long long)l, qkvo[i]);
         fx_add_linear(L, n, lin, outs[i], ins[i], s, off);
-        if (o->arch == FX_QWEN2 && i < 3 && (!o->quant || o->bias_tensor))
+        if ((o->arch == FX_QWEN2 || (o->arch == FX_GLM4_MOE && !o->no_attn_bias)) && i < 3 &&
+            (!o->quant || o->bias_tensor))
             fx_add_bias(L, n, outs[i]);
+    }
+    if (o->arch == FX_GLM4_MOE) { /* DeepSeek-V3's MLP / MoE block, names and all */
+        fx_add_mlp_deepseek(L, l);
+        return;
     }
     if (fx_dense(o, l)) {
         snprintf(n, sizeof n, "model.layers.%lld.mlp.gate_proj", (long long)l);
@@ -513,6 +604,12 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     }
     snprintf(n, sizeof n, "model.layers.%lld.%s.gate.weight", (long long)l, moe);
     fx_add_float(L, n, 2, o->n_experts, H, 1.0 / sqrt((double)H), 0.0);
+    if (o->arch == FX_MINIMAX_M2) { /* a buffer of the MoE block, not of its gate */
+        fx_tensor *t;
+        snprintf(n, sizeof n, "model.layers.%lld.block_sparse_moe.e_score_correction_bias", (long long)l);
+        t = fx_add(L, n, MOE8_DT_F32, 1, o->n_experts, 0, "FLOAT");
+        for (int64_t e = 0; e < o->n_experts; e++) fx_set(t, e, o->e_bias_max * test_rng_uniform(&L->rng));
+    }
     for (int64_t e = 0; e < o->n_experts; e++) {
         snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
                  fx_expert_proj(o, 0));
@@ -535,10 +632,47 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     fx_add_float(L, n, 2, 1, H, 1.0 / sqrt((double)H), 0.0);
 }
 
+/* The multi-token-prediction layers inference skips: GLM's
+ * num_nextn_predict_layers and MiniMax-M2's num_mtp_modules, each
+ * model.layers.{n_layers + i}.* holding a whole decoder layer (MoE) and
+ * DeepSeek-V3's MTP module tensors: eh_proj [H][2H], enorm, hnorm,
+ * shared_head.norm; GLM also embed_tokens and shared_head.head [V][H].
+ * Float, or the decoder layer quantized as the others (the description
+ * lists them all). */
+static inline void fx_add_mtp(fx_list *L) {
+    const fx_opts *o = L->o;
+    const int64_t H = o->hidden;
+    char n[160];
+    for (int64_t i = 0; fx_glm_mm(o) && i < o->n_mtp; i++) {
+        const long long m = (long long)(o->n_layers + i);
+        fx_add_layer(L, m);
+        snprintf(n, sizeof n, "model.layers.%lld.eh_proj.weight", m);
+        fx_add_float(L, n, 2, H, 2 * H, 1.0 / sqrt(2.0 * (double)H), 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.enorm.weight", m);
+        fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+        snprintf(n, sizeof n, "model.layers.%lld.hnorm.weight", m);
+        fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+        snprintf(n, sizeof n, "model.layers.%lld.shared_head.norm.weight", m);
+        fx_add_float(L, n, 1, H, 0, 0.1, 1.0);
+        if (o->arch != FX_GLM4_MOE) continue;
+        snprintf(n, sizeof n, "model.layers.%lld.embed_tokens.weight", m);
+        fx_add_float(L, n, 2, o->vocab, H, 1.0, 0.0);
+        snprintf(n, sizeof n, "model.layers.%lld.shared_head.head.weight", m);
+        fx_add_float(L, n, 2, o->vocab, H, 1.0 / sqrt((double)H), 0.0);
+    }
+}
+
+#include "fixture_hybrid.h"
+
 static inline void fx_build(fx_list *L) {
     const fx_opts *o = L->o;
+    if (fx_hybrid(o)) {
+        fx_build_hybrid(L);
+        return;
+    }
     fx_add_float(L, "model.embed_tokens.weight", 2, o->vocab, o->hidden, 1.0, 0.0);
     for (int64_t l = 0; l < o->n_layers; l++) fx_add_layer(L, l);
+    fx_add_mtp(L);
     fx_add_float(L, "model.norm.weight", 1, o->hidden, 0, 0.1, 1.0);
     if (!o->tie && o->lm_head_w8a8) fx_add_linear(L, "lm_head", "W8A8_DYNAMIC", o->vocab, o->hidden, 0, 0);
     else if (!o->tie) fx_add_float(L, "lm_head.weight", 2, o->vocab, o->hidden, 1.0 / sqrt((double)o->hidden), 0);
@@ -693,8 +827,84 @@ static inline cJSON *fx_config_json_deepseek(const fx_opts *o) {
     return c;
 }
 
+/* config.json of FX_GLM4_MOE with the keys of GLM-4.5's released
+ * config.json (transformers' Glm4MoeConfig). */
+static inline cJSON *fx_config_json_glm(const fx_opts *o) {
+    cJSON *c = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString("Glm4MoeForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "glm4_moe");
+    cJSON_AddBoolToObject(c, "attention_bias", !o->no_attn_bias);
+    cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
+    cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "partial_rotary_factor", o->partial_rotary);
+    cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 131072);
+    cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+    cJSON_AddBoolToObject(c, "norm_topk_prob", !o->no_renorm);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "n_group", (double)o->n_group);
+    cJSON_AddNumberToObject(c, "topk_group", (double)o->topk_group);
+    cJSON_AddNumberToObject(c, "n_routed_experts", (double)o->n_experts);
+    cJSON_AddNumberToObject(c, "n_shared_experts", (double)o->n_shared);
+    cJSON_AddNumberToObject(c, "routed_scaling_factor", o->routed_scale);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->top_k);
+    cJSON_AddNumberToObject(c, "first_k_dense_replace", (double)o->first_dense);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->n_kv_heads);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", fx_eps(o));
+    cJSON_AddNumberToObject(c, "num_nextn_predict_layers", (double)o->n_mtp);
+    cJSON_AddBoolToObject(c, "use_qk_norm", !o->no_qk_norm);
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    fx_config_tail(c, o);
+    cJSON_ReplaceItemInObject(c, "rope_theta", cJSON_CreateNumber(fx_theta(o)));
+    return c;
+}
+
+/* config.json of FX_MINIMAX_M2 with the keys of MiniMax-M2's released
+ * config.json (vLLM's minimax_m2.py reads rotary_dim, use_routing_bias,
+ * scoring_func, num_mtp_modules; transformers' MiniMaxM2Config the rest). */
+static inline cJSON *fx_config_json_minimax(const fx_opts *o) {
+    cJSON *c = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString("MiniMaxM2ForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "minimax_m2");
+    a = cJSON_AddArrayToObject(c, "attn_type_list");
+    for (int64_t l = 0; l < o->n_layers; l++) cJSON_AddItemToArray(a, cJSON_CreateNumber(1));
+    cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", (double)o->moe_inter);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 196608);
+    cJSON_AddNumberToObject(c, "mtp_transformer_layers", 1);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->top_k);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->n_kv_heads);
+    cJSON_AddNumberToObject(c, "num_local_experts", (double)o->n_experts);
+    cJSON_AddNumberToObject(c, "num_mtp_modules", (double)o->n_mtp);
+    cJSON_AddBoolToObject(c, "output_router_logits", 0);
+    cJSON_AddStringToObject(c, "qk_norm_type", "per_layer");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", fx_eps(o));
+    cJSON_AddNumberToObject(c, "rotary_dim", (double)fx_rot_dim(o));
+    cJSON_AddNumberToObject(c, "router_aux_loss_coef", 0.001);
+    cJSON_AddNumberToObject(c, "router_jitter_noise", 0.0);
+    cJSON_AddStringToObject(c, "scoring_func", "sigmoid");
+    cJSON_AddNumberToObject(c, "shared_intermediate_size", 0);
+    cJSON_AddNullToObject(c, "sliding_window");
+    cJSON_AddBoolToObject(c, "use_mtp", o->n_mtp > 0);
+    cJSON_AddBoolToObject(c, "use_qk_norm", 1);
+    cJSON_AddBoolToObject(c, "use_routing_bias", 1);
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    fx_config_tail(c, o);
+    cJSON_ReplaceItemInObject(c, "rope_theta", cJSON_CreateNumber(fx_theta(o)));
+    return c;
+}
+
 static inline cJSON *fx_config_json(const fx_opts *o) {
     cJSON *c;
+    if (o->arch == FX_GLM4_MOE) return fx_config_json_glm(o);
+    if (o->arch == FX_MINIMAX_M2) return fx_config_json_minimax(o);
+    if (o->arch == FX_QWEN3_NEXT) return fx_config_json_qwen3_next(o);
+    if (o->arch == FX_QWEN3_5_MOE) return fx_config_json_qwen3_5(o);
     if (fx_deepseek(o)) return fx_config_json_deepseek(o);
     if (o->arch != FX_QWEN3) return fx_config_json_family(o);
     c = cJSON_CreateObject();

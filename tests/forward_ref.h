@@ -5,7 +5,9 @@
  * norms), Qwen2MoE (q/k/v biases added after the float linears, or already
  * in a W8A8 linear's quant_bias; the shared expert, sigmoid(h . g) *
  * shared(h), added to the routed experts' sum; norm_topk_prob as written)
- * and Mixtral (softmax over all experts, top-2, divided by their sum).
+ * and Mixtral (softmax over all experts, top-2, divided by their sum);
+ * DeepSeek-V2/V3, GLM-4.5 and MiniMax-M2 below; the hybrid Gated DeltaNet
+ * families (Qwen3-Next, Qwen3.5-MoE) in hybrid_ref.h.
  * It shares no code with src/: it reads the fixture's tensors (fixture_model.h,
  * values as written to the file) by name and computes everything in double,
  * except the activation codes of quantized layers, which it computes in fp32
@@ -35,6 +37,23 @@
  * deq_scale[j] / input_scale * Wq[j][i] (its quant_bias only cancels the
  * input offset), as the engine absorbs it into attention.
  *
+ * GLM-4.5 (FX_GLM4_MOE) and MiniMax-M2 (FX_MINIMAX_M2), ref_layer_sig, follow
+ * transformers' modeling_glm4_moe.py and modeling_minimax_m2.py (vLLM's
+ * glm4_moe.py and minimax_m2.py where transformers is silent: MiniMax's
+ * rotary_dim, use_routing_bias): GQA at D^-0.5; q/k/v biases (GLM, float
+ * `.bias` added, or inside a W8A8 quant_bias); q/k RMSNorm per head of D
+ * (GLM's use_qk_norm) or over the whole q and k projections before the head
+ * split (MiniMax); partial rotary (ref_rope_partial: the first rot dims,
+ * rot = int(D * partial_rotary_factor) or rotary_dim, rotate_half within
+ * them, inv_freq theta^(-2i/rot), the rest passed); sigmoid routing
+ * (ref_route_sigmoid): selection on sigmoid + e_score_correction_bias, GLM
+ * grouped (a group's two best summed, topk_group kept, the rest 0.0),
+ * weights the unbiased scores, / (sum + 1e-20) with norm_topk_prob, x
+ * routed_scaling_factor; MiniMax one group, always / sum, no factor;
+ * GLM's shared experts added ungated, its first first_k_dense_replace layers
+ * dense. The MTP layers are never read. rms_norm_eps and rope_theta from
+ * fx_eps / fx_theta.
+ *
  * rm.float_experts = 1 runs W8A8_DYNAMIC experts with dequantized weights
  * S·(Wq + O) in double (what --float-experts computes). An expert's (or the
  * shared expert's) FLOAT down_proj beside W8A8_DYNAMIC gate/up (o.down_float)
@@ -53,6 +72,7 @@ typedef struct {
     fx_opts o;
     fx_list L;
     int float_experts;
+    int hy_chunked;           /* hybrid families: prefill DeltaNet layers in chunks (hybrid_ref.h) */
 } ref_model;
 
 static void ref_init(ref_model *rm, const fx_opts *o) {
@@ -175,7 +195,8 @@ static void ref_lin(double *y, const double *x, const ref_model *rm, long long l
         char f[320];
         snprintf(f, sizeof f, "%.200s.weight", prefix);
         ref_lin_float(y, x, ref_t(rm, f, l, 0));
-        if (rm->o.arch == FX_QWEN2 && strstr(rest, "self_attn.") && !strstr(rest, "o_proj")) {
+        if ((rm->o.arch == FX_QWEN2 || (rm->o.arch == FX_GLM4_MOE && !rm->o.no_attn_bias)) &&
+            strstr(rest, "self_attn.") && !strstr(rest, "o_proj")) {
             const fx_tensor *b;
             snprintf(f, sizeof f, "%.200s.bias", prefix);
             b = ref_t(rm, f, l, 0);
@@ -608,9 +629,188 @@ static void ref_layer_mla(double *x, int n, const ref_model *rm, long long l) {
     free(h); free(q); free(kn); free(v); free(kpe); free(att); free(tmp); free(s);
 }
 
+/* ---- GLM-4.5 (glm4_moe) and MiniMax-M2 (minimax_m2) ------------------------------ */
+
+/* transformers' apply_rotary_pos_emb with a partial rotary embedding: in each
+ * of the n_head heads of D dims, the first rot dims are rotated as
+ * rotate_half does (the pairs (i, i + rot/2) at angle pos * theta^(-2i/rot),
+ * inv_freq over the rotary dims only), dims rot..D-1 pass unchanged. */
+static void ref_rope_partial(double *x, int64_t n_head, int64_t D, int64_t rot, int64_t pos,
+                             double theta) {
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < rot / 2; i++) {
+            double a = (double)pos * pow(theta, -2.0 * (double)i / (double)rot);
+            double c = cos(a), s = sin(a), x1 = x[h * D + i], x2 = x[h * D + i + rot / 2];
+            x[h * D + i] = x1 * c - x2 * s;
+            x[h * D + i + rot / 2] = x2 * c + x1 * s;
+        }
+}
+
+enum { REF_QK_NONE = 0, REF_QK_HEAD = 1, REF_QK_WHOLE = 2 };
+
+/* GQA self-attention of layer l on the normalized inputs h[n][H] into
+ * out[n][H]: q/k/v projections (GLM's biases inside ref_lin), q/k RMSNorm
+ * per head of D (Glm4MoeAttention with use_qk_norm: the [D] weights on each
+ * head) or over the whole projection before the head split
+ * (MiniMaxM2Attention: q_norm [NH*D], k_norm [NKV*D]), partial rotary of
+ * rot dims, causal softmax attention at D^-0.5, o_proj. */
+static void ref_attn_gqa(double *out, const double *h, int n, const ref_model *rm, long long l,
+                         int qk, int64_t rot, double eps, double theta) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden, NH = o->n_heads, NKV = o->n_kv_heads, D = o->head_dim;
+    double *q = calloc((size_t)(n * NH * D), sizeof(double));
+    double *k = calloc((size_t)(n * NKV * D), sizeof(double));
+    double *v = calloc((size_t)(n * NKV * D), sizeof(double)), *att = malloc(sizeof(double) * n * NH * D);
+    const fx_tensor *qn = qk ? ref_t(rm, "model.layers.%lld.self_attn.q_norm.weight", l, 0) : NULL;
+    const fx_tensor *kn = qk ? ref_t(rm, "model.layers.%lld.self_attn.k_norm.weight", l, 0) : NULL;
+    for (int t = 0; t < n; t++) {
+        double *qt = q + t * NH * D, *kt = k + t * NKV * D;
+        ref_lin(qt, h + t * H, rm, l, "self_attn.q_proj");
+        ref_lin(kt, h + t * H, rm, l, "self_attn.k_proj");
+        ref_lin(v + t * NKV * D, h + t * H, rm, l, "self_attn.v_proj");
+        if (qk == REF_QK_WHOLE) {
+            ref_rmsnorm(qt, qt, NH * D, qn, eps);
+            ref_rmsnorm(kt, kt, NKV * D, kn, eps);
+        } else if (qk == REF_QK_HEAD) {
+            for (int64_t i = 0; i < NH; i++) ref_rmsnorm(qt + i * D, qt + i * D, D, qn, eps);
+            for (int64_t i = 0; i < NKV; i++) ref_rmsnorm(kt + i * D, kt + i * D, D, kn, eps);
+        }
+        ref_rope_partial(qt, NH, D, rot, t, theta);
+        ref_rope_partial(kt, NKV, D, rot, t, theta);
+    }
+    ref_attend(att, q, k, v, n, o);
+    for (int t = 0; t < n; t++) ref_lin(out + t * H, att + t * NH * D, rm, l, "self_attn.o_proj");
+    free(q); free(k); free(v); free(att);
+}
+
+/* Sigmoid routing with a selection bias, written from transformers'
+ * Glm4MoeMoE.route_tokens_to_experts and MiniMaxM2TopKRouter: scores
+ * s = sigmoid(logit), choice keys c = s + bias; with n_group > 1 each group's
+ * two best keys summed, the topk_group best groups kept and the others'
+ * keys set to 0.0 (masked_fill); the top_k keys (ties to the lower id); the
+ * weights are the unbiased s, divided by their sum (+ eps) when renorm, then
+ * times scale. */
+static void ref_route_sigmoid(int64_t E, int64_t K, const double *lg, const double *bias,
+                              int64_t n_group, int64_t topk_group, int renorm, double eps,
+                              double scale, int64_t *ids, double *w) {
+    double *s = malloc(sizeof(double) * E), *c = malloc(sizeof(double) * E), sum = 0;
+    char *kept = calloc((size_t)(n_group > 0 ? n_group : 1), 1), *taken = calloc((size_t)E, 1);
+    for (int64_t e = 0; e < E; e++) {
+        s[e] = 1.0 / (1.0 + exp(-lg[e]));
+        c[e] = s[e] + (bias ? bias[e] : 0.0);
+    }
+    if (n_group > 1) {
+        const int64_t gs = E / n_group;
+        double *gsum = malloc(sizeof(double) * n_group);
+        for (int64_t g = 0; g < n_group; g++) {
+            double a = -INFINITY, b = -INFINITY;
+            for (int64_t e = g * gs; e < (g + 1) * gs; e++) {
+                if (c[e] > a) b = a, a = c[e];
+                else if (c[e] > b) b = c[e];
+            }
+            gsum[g] = a + b;
+        }
+        for (int64_t j = 0; j < topk_group; j++) {
+            int64_t best = -1;
+            for (int64_t g = 0; g < n_group; g++)
+                if (!kept[g] && (best < 0 || gsum[g] > gsum[best])) best = g;
+            kept[best] = 1;
+        }
+        for (int64_t e = 0; e < E; e++)
+            if (!kept[e / gs]) c[e] = 0.0;
+        free(gsum);
+    }
+    for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || c[e] > c[best])) best = e;
+        taken[best] = 1;
+        ids[j] = best;
+        w[j] = s[best];
+        sum += w[j];
+    }
+    for (int64_t j = 0; j < K; j++) w[j] = (renorm ? w[j] / (sum + eps) : w[j]) * scale;
+    free(s); free(c); free(kept); free(taken);
+}
+
+/* The router logits gate . h (transformers: in fp32; here double) into
+ * lg[E] and the correction bias (GLM: mlp.gate.e_score_correction_bias,
+ * MiniMax-M2: block_sparse_moe.e_score_correction_bias) into bias[E]. */
+static void ref_router_sig(double *lg, double *bias, const double *h, const ref_model *rm,
+                           long long l) {
+    const int glm = rm->o.arch == FX_GLM4_MOE;
+    char f[200];
+    const fx_tensor *b;
+    snprintf(f, sizeof f, "model.layers.%%lld.%s.gate.weight", fx_moe_block(&rm->o));
+    ref_lin_float(lg, h, ref_t(rm, f, l, 0));
+    b = ref_t(rm, glm ? "model.layers.%lld.mlp.gate.e_score_correction_bias"
+                      : "model.layers.%lld.block_sparse_moe.e_score_correction_bias", l, 0);
+    for (int64_t e = 0; e < rm->o.n_experts; e++) bias[e] = fx_get(b, e);
+}
+
+/* GLM's Glm4MoeMoE (grouped sigmoid routing, norm_topk_prob, times
+ * routed_scaling_factor, plus the shared experts ungated) or MiniMax-M2's
+ * sparse MoE block (top-k of the biased sigmoid, always renormalized, no
+ * groups, no scaling factor, no shared expert). */
+static void ref_moe_sig(double *out, const double *h, const ref_model *rm, long long l) {
+    const fx_opts *o = &rm->o;
+    const int glm = o->arch == FX_GLM4_MOE;
+    const int64_t H = o->hidden, E = o->n_experts, K = o->top_k;
+    double *lg = malloc(sizeof(double) * E), *bias = malloc(sizeof(double) * E);
+    double *y = malloc(sizeof(double) * H), w[64];
+    int64_t ids[64];
+    ref_router_sig(lg, bias, h, rm, l);
+    if (glm) ref_route_sigmoid(E, K, lg, bias, o->n_group, o->topk_group, !o->no_renorm, 1e-20,
+                               o->routed_scale, ids, w);
+    else ref_route_sigmoid(E, K, lg, bias, 1, 1, 1, 0.0, 1.0, ids, w);
+    memset(out, 0, sizeof(double) * H);
+    for (int64_t j = 0; j < K; j++) {
+        ref_expert(y, h, rm, l, ids[j]);
+        for (int64_t i = 0; i < H; i++) out[i] += w[j] * y[i];
+    }
+    if (glm && o->n_shared > 0) {
+        static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+        char p[3][200];
+        for (int i = 0; i < 3; i++)
+            snprintf(p[i], sizeof p[i], "model.layers.%lld.mlp.shared_experts.%s", l, proj[i]);
+        ref_swiglu(y, h, rm, p[0], p[1], p[2], o->n_shared * o->moe_inter);
+        for (int64_t i = 0; i < H; i++) out[i] += y[i];
+    }
+    free(lg); free(bias); free(y);
+}
+
+/* One GLM-4.5 / MiniMax-M2 decoder layer over x[n][H] at positions 0..n-1:
+ * pre-norm attention, then the dense MLP (GLM's first first_k_dense_replace
+ * layers) or the MoE block, residuals around both. */
+static void ref_layer_sig(double *x, int n, const ref_model *rm, long long l) {
+    const fx_opts *o = &rm->o;
+    const int64_t H = o->hidden;
+    const double eps = fx_eps(o);
+    const int qk = o->arch == FX_MINIMAX_M2 ? REF_QK_WHOLE : o->no_qk_norm ? REF_QK_NONE : REF_QK_HEAD;
+    double *h = malloc(sizeof(double) * n * H), *y = malloc(sizeof(double) * n * H);
+    for (int t = 0; t < n; t++)
+        ref_rmsnorm(h + t * H, x + t * H, H, ref_t(rm, "model.layers.%lld.input_layernorm.weight", l, 0), eps);
+    ref_attn_gqa(y, h, n, rm, l, qk, fx_rot_dim(o), eps, fx_theta(o));
+    for (int t = 0; t < n; t++) {
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[t * H + i];
+        ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.layers.%lld.post_attention_layernorm.weight", l, 0), eps);
+        if (fx_dense(o, l)) ref_dense(y, h, rm, l);
+        else ref_moe_sig(y, h, rm, l);
+        for (int64_t i = 0; i < H; i++) x[t * H + i] += y[i];
+    }
+    free(h);
+    free(y);
+}
+
+#include "hybrid_ref.h"
+
 /* logits[n][vocab] for the tokens ids[0..n) at positions 0..n-1. */
 static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *logits) {
     const fx_opts *o = &rm->o;
+    if (fx_hybrid(o)) { /* Qwen3-Next, Qwen3.5-MoE: hybrid_ref.h */
+        hy_ref_forward(rm, ids, n, logits);
+        return;
+    }
     const int64_t H = o->hidden, V = o->vocab;
     const fx_tensor *emb = ref_t(rm, "model.embed_tokens.weight", 0, 0);
     const fx_tensor *head = o->tie ? emb : ref_t(rm, "lm_head.weight", 0, 0);
@@ -619,11 +819,12 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *
         for (int64_t i = 0; i < H; i++) x[t * H + i] = fx_get(emb, (int64_t)ids[t] * H + i);
     for (long long l = 0; l < o->n_layers; l++) {
         if (fx_deepseek(o)) ref_layer_mla(x, n, rm, l);
+        else if (fx_glm_mm(o)) ref_layer_sig(x, n, rm, l);
         else ref_layer(x, n, rm, l);
     }
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0),
-                    fx_deepseek(o) ? o->ds_eps : o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
+                    fx_deepseek(o) ? o->ds_eps : fx_glm_mm(o) ? fx_eps(o) : o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
         if (o->lm_head_w8a8 && !o->tie) { /* always quantized: float_experts is the experts' */
             ref_dynamic(logits + t * V, h, head, ref_t(rm, "lm_head.weight_scale", 0, 0),
                         ref_t(rm, "lm_head.weight_offset", 0, 0), 0);
