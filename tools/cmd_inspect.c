@@ -40,8 +40,14 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     } else {
         const int qk_norm = ai->qk_norm || (ai->qk_norm_config && fam_i(c, "qk_norm"));
         const double partial = fam_d(c, "partial_rotary_factor");
-        printf("attention: %s%s", qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
+        printf("attention: %s%s",
+               ai->qk_norm_whole ? "q/k RMSNorm over the whole projection before RoPE"
+               : qk_norm         ? "q/k RMSNorm per head before RoPE"
+                                 : "no q/k norm",
                fam_i(c, "qkv_bias") ? ", q/k/v bias" : ", no biases");
+        if (fam_i(c, "rotary_dim") > 0) /* minimax_m2 */
+            printf(", rotary on %lld of %lld dims (rotary_dim)", (long long)fam_i(c, "rotary_dim"),
+                   (long long)c->head_dim);
         if (partial > 0) /* glm4_moe */
             printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
                    (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
@@ -49,7 +55,7 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     }
     printf("routing: %s top-%lld of %lld", fam_i(c, "scoring_sigmoid") ? "sigmoid" : "softmax",
            (long long)c->num_experts_per_tok, (long long)c->num_experts);
-    if (fam_i(c, "topk_grouped"))
+    if (fam_i(c, "topk_grouped") && fam_i(c, "n_group") > 1)
         printf(", %lld groups keep %lld (ranked by %s)", (long long)fam_i(c, "n_group"),
                (long long)fam_i(c, "topk_group"), fam_i(c, "group_top2") ? "the sum of their two best" : "their best");
     if (fam_i(c, "e_score_bias")) printf(", e_score_correction_bias for selection");
