@@ -404,6 +404,14 @@ static const defect defects[] = {
      MOE8_ERR_FORMAT, "rotary_dim"},
     {"mm_cfg_scoring", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "scoring_func", "\"relu\"",
      MOE8_ERR_UNSUPPORTED, "scoring_func"},
+    /* what MiniMax-M2's modeling code has no path for: MiniMax-M1's linear
+     * attention layers (attn_type_list 0), no q/k norm, a shared expert */
+    {"mm_cfg_linear_attn", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "attn_type_list",
+     "[1, 0]", MOE8_ERR_UNSUPPORTED, "attn_type_list[1]"},
+    {"mm_cfg_no_qk_norm", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "use_qk_norm", "false",
+     MOE8_ERR_UNSUPPORTED, "use_qk_norm"},
+    {"mm_cfg_shared", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "shared_intermediate_size",
+     "64", MOE8_ERR_UNSUPPORTED, "shared_intermediate_size"},
 };
 
 /* A MiniMax-M2 config.json over Mixtral's tensors (the same MoE names, no
@@ -469,6 +477,33 @@ static void test_config_and_inspect(void) {
     FMT(cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
     CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(strstr(out, "minimax_m2") != NULL, "inspect lacks minimax_m2:\n%s", out);
+    CHECKF(strstr(out, "over the whole projection") && strstr(out, "rotary on 8 of 16 dims"),
+           "inspect lacks the whole-projection norm or rotary_dim:\n%s", out);
+    /* make-model's presets: tiny, and slice with MiniMax-M2's shapes (the
+     * released config above) */
+    {
+        moe8_make_model_params p = moe8_make_model_params_default();
+        moe8_config s;
+        p.arch = MOE8_ARCH_MINIMAX_M2;
+        CHECKF(moe8_make_model_config(&p, &s, &e) == MOE8_OK, "tiny: %s", e.message);
+        CHECK(s.arch == MOE8_ARCH_MINIMAX_M2 && s.hidden_size == 256 && s.num_hidden_layers == 4);
+        CHECK(moe8_config_get_int(&s, "rotary_dim", NULL) == 16 && s.head_dim == 32);
+        p.preset = MOE8_PRESET_SLICE;
+        CHECKF(moe8_make_model_config(&p, &s, &e) == MOE8_OK, "slice: %s", e.message);
+        CHECK(s.hidden_size == c.hidden_size && s.num_attention_heads == c.num_attention_heads &&
+              s.num_key_value_heads == c.num_key_value_heads && s.head_dim == 128);
+        CHECK(s.num_experts == c.num_experts && s.num_experts_per_tok == c.num_experts_per_tok &&
+              s.moe_intermediate_size == c.moe_intermediate_size);
+        CHECK(moe8_config_get_int(&s, "rotary_dim", NULL) == 64 &&
+              moe8_config_get_int(&c, "rotary_dim", NULL) == 64);
+        CHECK(s.vocab_size == 200064 && s.eos_token_ids[0] == 200020 && s.bos_token_id == 200034);
+        CHECK(s.rope_theta == 5e6 && s.rms_norm_eps == 1e-6 && s.num_hidden_layers == 2);
+        CHECK(moe8_config_get_int(&s, "e_score_bias", NULL) == 1 &&
+              moe8_config_get_int(&s, "scoring_sigmoid", NULL) == 1);
+        p.preset = MOE8_PRESET_A3B_SLICE;
+        CHECK(moe8_make_model_config(&p, &s, &e) == MOE8_ERR_INVALID_ARG &&
+              strstr(e.message, "minimax_m2 has the presets tiny and slice"));
+    }
 }
 
 /* make-model --arch minimax_m2 (tiny) and quantize as msModelSlim does:

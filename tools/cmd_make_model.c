@@ -95,8 +95,8 @@ int cmd_make_model(int argc, char **argv) {
          "the family's reference model, a few layers (qwen3_moe:\n"
          "Qwen3-30B-A3B, 4 layers; mixtral: Mixtral-8x7B, 2 layers;\n"
          "deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
-         "glm4_moe: GLM-4.5-Air, minimax_m2: MiniMax-M2, 4 layers);\n"
-         "a3b-slice: qwen3_moe's slice"},
+         "glm4_moe: GLM-4.5-Air, 4 layers; minimax_m2: MiniMax-M2,\n"
+         "2 layers); a3b-slice: qwen3_moe's slice"},
         {"-o", NULL, CLI_STR, &out, .arg = "DIR",
          .help = "output folder (must not exist or be empty, unless --force)"},
         {"--layers", NULL, CLI_U64, &layers, 1, MOE8_MAX_LAYERS, .arg = "N",

@@ -28,8 +28,9 @@
  *               MiniMax-M1's), a shared expert (shared_intermediate_size),
  *               sliding_window, rope_scaling (config.c)
  *
- * make-model presets: tiny (H 256, 8/2 heads of 32, rotary 16, E 16 top-4)
- * and slice (MiniMax-M2's shapes, 4 layers).
+ * make-model presets: tiny (H 256, 8/2 heads of 32, rotary 16, E 16 top-4,
+ * 4 layers) and slice (MiniMax-M2's shapes, 2 layers: 7.2 GB of bf16 experts
+ * per layer, ~17 GB with the embedding and lm_head, as GLM-4.5-Air's 4).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -143,11 +144,12 @@ static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
         fc->rotary_dim = 16;
     } else if (p == MOE8_PRESET_SLICE) { /* MiniMax-M2 */
         fc->rotary_dim = 64;
+        c->num_hidden_layers = 2;
     } else {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: minimax_m2 has the presets "
                          "tiny and slice (%d given)", (int)p);
     }
-    c->num_hidden_layers = 4;
+    if (p == MOE8_PRESET_TINY) c->num_hidden_layers = 4;
     c->tie_word_embeddings = 0;
     fc->num_nextn_predict_layers = 1; /* written after the decoder's layers, skipped at load */
     return MOE8_OK;

@@ -278,6 +278,8 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
                moe8_proj_owned_bytes(&fl->q_a) + moe8_proj_owned_bytes(&fl->q_b) +
                moe8_proj_owned_bytes(&fl->kv_a) +
                (size_t)(2 * w->H + 2 * w->D + w->QL + w->L) * sizeof(float);
+    if (fl->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) /* this rank's slices, not [D] each */
+        n += (size_t)((w->n_head + w->n_kv - 2) * w->D) * sizeof(float);
     if (fl->uk)
         n += (size_t)w->n_head * (size_t)w->L * (size_t)(w->DN + w->DV) *
              moe8_dtype_size(fl->uk_dt);
