@@ -283,9 +283,21 @@ static void test_ref_fixture(void) {
 /* The engine against the reference                                          */
 /* ======================================================================== */
 
+/* The rotary width as vLLM also reads it: partial_rotary_factor = rotary_dim
+ * / head_dim (minimax_m2.py), here without rotary_dim. */
+static void hook_factor_only(void *user, const char *file, cJSON *root) {
+    (void)user;
+    if (strcmp(file, "config.json")) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "rotary_dim");
+    cJSON_AddNumberToObject(root, "partial_rotary_factor", 0.5);
+}
+
 static void test_forward_float(void) {
     fx_opts o = mm_opts(0);
     check_vs_ref("mm_float", &o);
+    o.json_hook = hook_factor_only; /* rotary_dim 8 of 16 as a factor */
+    check_vs_ref("mm_float_rotary_factor", &o);
+    o.json_hook = NULL;
     o.rotary_dim = 4;
     o.float_dtype = MOE8_DT_F32;
     o.n_shards = 2;
@@ -402,6 +414,8 @@ static const defect defects[] = {
      MOE8_ERR_FORMAT, "rotary_dim"},
     {"mm_cfg_rotary_big", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "rotary_dim", "32",
      MOE8_ERR_FORMAT, "rotary_dim"},
+    {"mm_cfg_rotary_factor", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json",
+     "partial_rotary_factor", "0.25", MOE8_ERR_FORMAT, "rotary_dim 8 disagrees"},
     {"mm_cfg_scoring", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "scoring_func", "\"relu\"",
      MOE8_ERR_UNSUPPORTED, "scoring_func"},
     /* what MiniMax-M2's modeling code has no path for: MiniMax-M1's linear

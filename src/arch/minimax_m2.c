@@ -22,8 +22,9 @@
  *   config      MiniMaxM2Config's defaults (vocab 200064, hidden 3072,
  *               intermediate 1536, 62 layers, 48 heads of 128, 8 kv heads,
  *               eps 1e-6, theta 5e6, max positions 196608, top-8 of 256, bos
- *               200034, eos 200020, untied); rotary_dim absent: the whole
- *               head; refused: scoring_func other than sigmoid, use_qk_norm
+ *               200034, eos 200020, untied); rotary_dim absent: by
+ *               partial_rotary_factor (vLLM's rotary_dim / head_dim) or the
+ *               whole head, both given: they must agree; refused: scoring_func other than sigmoid, use_qk_norm
  *               false, a linear-attention layer in attn_type_list (0, as
  *               MiniMax-M1's), a shared expert (shared_intermediate_size),
  *               sliding_window, rope_scaling (config.c)
@@ -118,6 +119,8 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
                          "shared expert not supported for minimax_m2", label);
     if ((st = moe8_cfg_read_bool(root, label, "use_qk_norm", &qk_norm, err)) ||
         (st = moe8_cfg_read_bool(root, label, "use_routing_bias", &bias, err)) ||
+        (st = moe8_cfg_read_pos_double(root, label, "partial_rotary_factor",
+                                       &fc->partial_rotary_factor, err)) ||
         (st = moe8_cfg_refuse_non_null(root, label, "sliding_window", err)) ||
         (st = check_attn_types(root, label, err)))
         return st;
@@ -125,6 +128,21 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': use_qk_norm false not supported "
                          "(MiniMax-M2's q/k norms are part of its attention)", label);
     fc->e_score_bias = bias;
+    if (fc->partial_rotary_factor > 1)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': partial_rotary_factor %g above 1", label,
+                         fc->partial_rotary_factor);
+    return MOE8_OK;
+}
+
+/* rotary_dim and partial_rotary_factor, when both are given, name the same width. */
+static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    if (fc->rotary_dim > 0 && fc->partial_rotary_factor > 0 && c->head_dim > 0 &&
+        (double)fc->rotary_dim != (double)c->head_dim * fc->partial_rotary_factor)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': rotary_dim %lld disagrees with "
+                         "head_dim (%lld) x partial_rotary_factor (%g)", label,
+                         (long long)fc->rotary_dim, (long long)c->head_dim,
+                         fc->partial_rotary_factor);
     return MOE8_OK;
 }
 
@@ -240,6 +258,7 @@ const moe8_arch_desc moe8_arch_minimax_m2 = {
     .n_fields = (int)(sizeof fields / sizeof fields[0]),
     .defaults = defaults,
     .check = check,
+    .finish = finish,
     .preset = preset,
     .config_json = config_json,
     .generation_json = generation_json,
