@@ -171,9 +171,9 @@ typedef enum {
     MOE8_ARCH_GLM4_MOE = 5,       /* "glm4_moe" (GLM-4.5/4.6/4.7): GQA with q/k/v biases, optional
                                    * per-head q/k norm, partial rotary; DeepSeek-V3's routing and
                                    * shared experts; the MTP layer skipped */
-    MOE8_ARCH_MINIMAX_M2 = 6,     /* "minimax_m2" (MiniMax-M2, M2.5): GQA with q/k RMSNorm over the
-                                   * whole projection, rotary_dim of head_dim; sigmoid routing with
-                                   * e_score_correction_bias; every layer MoE; MTP modules skipped */
+    MOE8_ARCH_MINIMAX_M2 = 6,     /* "minimax_m2" (MiniMax-M2, M2.5): GQA with q/k RMSNorm over
+                                   * the whole projection, rotary_dim of head_dim; sigmoid routing
+                                   * with e_score_correction_bias; every layer MoE; MTP skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 

@@ -23,6 +23,14 @@ static moe8_status parse(const char *json, moe8_config *c, moe8_error *e) {
     return moe8_config_parse(json, strlen(json), "config.json", c, e);
 }
 
+/* A value only some families have (moe8_config_get_int / _num). */
+static inline int64_t cfg_i(const moe8_config *c, const char *name) {
+    return moe8_config_get_int(c, name, NULL);
+}
+static inline double cfg_d(const moe8_config *c, const char *name) {
+    return moe8_config_get_num(c, name, NULL);
+}
+
 static double max_rel(const float *a, const double *b, int n) {
     double d = 0, m = 0;
     for (int i = 0; i < n; i++) d = fmax(d, fabs(a[i] - b[i])), m = fmax(m, fabs(b[i]));

@@ -17,8 +17,12 @@
 #define SYNOPSIS "moe8 inspect -m DIR [-c N] [--kv-type T]"
 
 /* A value only some families have (moe8.h moe8_config_get_int / _num). */
-static int64_t fam_i(const moe8_config *c, const char *name) { return moe8_config_get_int(c, name, NULL); }
-static double fam_d(const moe8_config *c, const char *name) { return moe8_config_get_num(c, name, NULL); }
+static int64_t fam_i(const moe8_config *c, const char *name) {
+    return moe8_config_get_int(c, name, NULL);
+}
+static double fam_d(const moe8_config *c, const char *name) {
+    return moe8_config_get_num(c, name, NULL);
+}
 
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
@@ -26,17 +30,22 @@ static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     printf("architecture: %s (%s)\n", ai->model_type, ai->hf_class);
     if (ai->mla) {
-        if (fam_i(c, "q_lora_rank")) printf("attention: multi-head latent (q_lora_rank %lld", (long long)fam_i(c, "q_lora_rank"));
+        if (fam_i(c, "q_lora_rank"))
+            printf("attention: multi-head latent (q_lora_rank %lld",
+                   (long long)fam_i(c, "q_lora_rank"));
         else printf("attention: multi-head latent (q_proj");
         printf(", kv_lora_rank %lld, q/k nope %lld + rope %lld, v %lld; cache %lld values per "
-               "position and layer)\n", (long long)fam_i(c, "kv_lora_rank"), (long long)fam_i(c, "qk_nope_head_dim"),
+               "position and layer)\n",
+               (long long)fam_i(c, "kv_lora_rank"), (long long)fam_i(c, "qk_nope_head_dim"),
                (long long)fam_i(c, "qk_rope_head_dim"), (long long)fam_i(c, "v_head_dim"),
                (long long)(fam_i(c, "kv_lora_rank") + fam_i(c, "qk_rope_head_dim")));
         if (fam_d(c, "yarn_factor") > 0)
             printf("rope_scaling: yarn, factor %g, original_max_position_embeddings %lld, beta "
-                   "%g/%g, mscale %g, mscale_all_dim %g\n", fam_d(c, "yarn_factor"),
-                   (long long)fam_i(c, "yarn_original_max_position_embeddings"), fam_d(c, "yarn_beta_fast"),
-                   fam_d(c, "yarn_beta_slow"), fam_d(c, "yarn_mscale"), fam_d(c, "yarn_mscale_all_dim"));
+                   "%g/%g, mscale %g, mscale_all_dim %g\n",
+                   fam_d(c, "yarn_factor"),
+                   (long long)fam_i(c, "yarn_original_max_position_embeddings"),
+                   fam_d(c, "yarn_beta_fast"), fam_d(c, "yarn_beta_slow"), fam_d(c, "yarn_mscale"),
+                   fam_d(c, "yarn_mscale_all_dim"));
     } else {
         const int qk_norm = ai->qk_norm || (ai->qk_norm_config && fam_i(c, "qk_norm"));
         const double partial = fam_d(c, "partial_rotary_factor");
@@ -48,24 +57,27 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
         if (fam_i(c, "rotary_dim") > 0) /* minimax_m2 */
             printf(", rotary on %lld of %lld dims (rotary_dim)", (long long)fam_i(c, "rotary_dim"),
                    (long long)c->head_dim);
-        if (partial > 0) /* glm4_moe */
+        else if (partial > 0) /* glm4_moe */
             printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
                    (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
         printf("\n");
     }
     printf("routing: %s top-%lld of %lld", fam_i(c, "scoring_sigmoid") ? "sigmoid" : "softmax",
            (long long)c->num_experts_per_tok, (long long)c->num_experts);
-    if (fam_i(c, "topk_grouped") && fam_i(c, "n_group") > 1)
+    if (fam_i(c, "topk_grouped"))
         printf(", %lld groups keep %lld (ranked by %s)", (long long)fam_i(c, "n_group"),
-               (long long)fam_i(c, "topk_group"), fam_i(c, "group_top2") ? "the sum of their two best" : "their best");
+               (long long)fam_i(c, "topk_group"),
+               fam_i(c, "group_top2") ? "the sum of their two best" : "their best");
     if (fam_i(c, "e_score_bias")) printf(", e_score_correction_bias for selection");
     printf(", %s", ai->always_renorm ? "always renormalized"
                    : c->norm_topk_prob ? "renormalized (norm_topk_prob)"
                                        : "not renormalized (norm_topk_prob false)");
-    if (fam_d(c, "routed_scaling_factor") != 1.0) printf(", x %g (routed_scaling_factor)", fam_d(c, "routed_scaling_factor"));
+    if (fam_d(c, "routed_scaling_factor") != 1.0)
+        printf(", x %g (routed_scaling_factor)", fam_d(c, "routed_scaling_factor"));
     printf("\n");
     if (ai->shared_expert && fam_i(c, "shared_expert_intermediate_size") > 0)
-        printf("shared expert: intermediate %lld, %s\n", (long long)fam_i(c, "shared_expert_intermediate_size"),
+        printf("shared expert: intermediate %lld, %s\n",
+               (long long)fam_i(c, "shared_expert_intermediate_size"),
                ai->shared_gate ? "sigmoid gate" : "ungated");
 }
 

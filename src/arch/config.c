@@ -174,7 +174,8 @@ static moe8_status check_partial_rotary(const char *label, const moe8_config *c,
     const int R = moe8_rope_dim(c);
     if (rd > 0 && (rd < 2 || rd % 2 || rd > c->head_dim))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': rotary_dim %lld must be even, at least 2 "
-                         "and at most head_dim (%lld)", label, (long long)rd, (long long)c->head_dim);
+                         "and at most head_dim (%lld)", label, (long long)rd,
+                         (long long)c->head_dim);
     if (f > 0 && (R < 2 || R % 2))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': head_dim (%lld) x partial_rotary_factor "
                          "(%g) gives %d rotary dims: must be even and at least 2", label,

@@ -24,10 +24,11 @@
  *               eps 1e-6, theta 5e6, max positions 196608, top-8 of 256, bos
  *               200034, eos 200020, untied); rotary_dim absent: by
  *               partial_rotary_factor (vLLM's rotary_dim / head_dim) or the
- *               whole head, both given: they must agree; refused: scoring_func other than sigmoid, use_qk_norm
- *               false, a linear-attention layer in attn_type_list (0, as
- *               MiniMax-M1's), a shared expert (shared_intermediate_size),
- *               sliding_window, rope_scaling (config.c)
+ *               whole head, both given: they must agree; refused:
+ *               scoring_func other than sigmoid, use_qk_norm false, a
+ *               linear-attention layer in attn_type_list (0, as MiniMax-M1's),
+ *               a shared expert (shared_intermediate_size), sliding_window,
+ *               rope_scaling (config.c)
  *
  * make-model presets: tiny (H 256, 8/2 heads of 32, rotary 16, E 16 top-4,
  * 4 layers) and slice (MiniMax-M2's shapes, 2 layers: 7.2 GB of bf16 experts
@@ -91,7 +92,8 @@ static moe8_status check_attn_types(const cJSON *root, const char *label, moe8_e
     int i = 0;
     if (!list || cJSON_IsNull(list)) return MOE8_OK;
     if (!cJSON_IsArray(list))
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': attn_type_list: expected an array", label);
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': attn_type_list: expected an array",
+                         label);
     cJSON_ArrayForEach(it, list) {
         if (!cJSON_IsNumber(it) || it->valuedouble != 1)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': attn_type_list[%d]: only "
@@ -181,7 +183,8 @@ static cJSON *config_json(const moe8_config *c, moe8_dtype dt) {
     arr = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(arr, cJSON_CreateString("MiniMaxM2ForCausalLM"));
     arr = cJSON_AddArrayToObject(j, "attn_type_list");
-    for (int64_t l = 0; l < c->num_hidden_layers; l++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(1));
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(1));
     cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
     cJSON_AddNumberToObject(j, "eos_token_id", (double)c->eos_token_ids[0]);
     cJSON_AddNumberToObject(j, "head_dim", (double)c->head_dim);

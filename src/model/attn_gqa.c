@@ -45,7 +45,8 @@ static void whole_ss_row(const moe8_fwd_run *r, const void *ctx, int t) {
     const moe8_dist_shard *sh = &w->model->shard;
     const int nq = w->n_head * w->D, nk = w->n_kv * w->D;
     const float *q = r->s->q + (size_t)t * nq, *k = r->s->k + (size_t)t * nk;
-    const int64_t holders = w->comm ? (int64_t)sh->size * w->n_kv / w->model->cfg.num_key_value_heads : 1;
+    const int64_t holders =
+        w->comm ? (int64_t)sh->size * w->n_kv / w->model->cfg.num_key_value_heads : 1;
     float *ss = (float *)ctx;
     double a = 0, b = 0;
     for (int j = 0; j < nq; j++) a += (double)q[j] * q[j];
