@@ -171,6 +171,9 @@ typedef enum {
     MOE8_ARCH_GLM4_MOE = 5,       /* "glm4_moe" (GLM-4.5/4.6/4.7): GQA with q/k/v biases, optional
                                    * per-head q/k norm, partial rotary; DeepSeek-V3's routing and
                                    * shared experts; the MTP layer skipped */
+    MOE8_ARCH_MINIMAX_M2 = 6,     /* "minimax_m2" (MiniMax-M2, M2.5): GQA with q/k RMSNorm over
+                                   * the whole projection, rotary_dim of head_dim; sigmoid routing
+                                   * with e_score_correction_bias; every layer MoE; MTP skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -192,6 +195,8 @@ typedef struct {
     int shared_gate;              /* the shared expert is sigmoid-gated (qwen2_moe), else summed */
     int qk_norm_config;           /* q/k RMSNorm per head when the config says so (glm4_moe's
                                    * use_qk_norm: moe8_config_get_int(c, "qk_norm")) */
+    int qk_norm_whole;            /* q/k RMSNorm over the whole projection before the head split
+                                   * (minimax_m2) */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);

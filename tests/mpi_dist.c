@@ -25,6 +25,13 @@
  *     experts, a shared expert, layer 0 dense) and DeepSeek-V3 (q_lora,
  *     sigmoid routing with the correction bias in 3 groups of 2, a W8A8
  *     kv_b_proj) float and W8A8, TP and EP, with Qwen2-MoE's bounds;
+ *     GLM-4.5 (q/k/v biases, per-head q/k norm, partial rotary, sigmoid
+ *     routing with the correction bias over 6 experts in 3 groups keep 2, a
+ *     shared expert, layer 0 dense) and MiniMax-M2 (q/k RMSNorm over the whole
+ *     projection: each rank's sums of squares all-reduced, with the kv head
+ *     replicated at 3 ranks and, again, 3 kv heads split one per rank;
+ *     rotary_dim 8 of 16; sigmoid routing with the block's correction bias)
+ *     float and W8A8, TP and EP, with Qwen2-MoE's bounds;
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
  *     (config.json fingerprint), an impossible split, different settings;
@@ -49,6 +56,7 @@ static int g_rank, g_size;
 static int g_arch;   /* fixture family of compare(): FX_QWEN3, FX_QWEN2, FX_MIXTRAL */
 static int g_down_float; /* compare(): quantized experts with FLOAT down_proj */
 static int g_kvb_w8a8;   /* compare(), deepseek: kv_b_proj W8A8 static */
+static int g_n_kv;       /* compare(): num_key_value_heads when > 0 */
 
 static double rel_max(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
@@ -77,6 +85,10 @@ static fx_opts opts_for(int quant) {
     o.inter = 96;
     o.n_heads = g_size == 3 ? 6 : 4;
     o.n_kv_heads = g_size == 3 ? 1 : 2;   /* replicated at 3 ranks, split at 2 */
+    if (g_n_kv > 0) o.n_kv_heads = g_n_kv;
+    if (g_arch == FX_GLM4_MOE) /* sigmoid routing in 3 groups keep 2, layer 0 dense */
+        o.n_experts = 6, o.n_group = 3, o.topk_group = 2, o.first_dense = 1;
+    if (g_arch == FX_MINIMAX_M2) o.rotary_dim = 8; /* of head_dim 16 */
     if (fx_deepseek(&o)) {   /* num_key_value_heads = heads; layer 0 dense */
         o.kvb_w8a8 = g_kvb_w8a8;
         /* seed 1234's W8A8 V2 fixture has a near-tie at its 3rd greedy token
@@ -207,7 +219,7 @@ static void compare(const char *what, int quant, int ep, int lm_head, moe8_dist 
     CHECK(sh.size == g_size && sh.rank == g_rank && sh.expert_parallel == ep);
     /* A W8A8 shared expert is split like a dense MLP under EP too: its second
      * quantization sees each rank's slice, as TP's experts do. */
-    if (quant && (!ep || g_arch == FX_QWEN2 || fx_deepseek(&o))) {
+    if (quant && (!ep || g_arch == FX_QWEN2 || g_arch == FX_GLM4_MOE || fx_deepseek(&o))) {
         int32_t t1[5], tn[5];
         double cmin = 1;
         for (int r = 0; r <= NP; r++) {
@@ -500,6 +512,21 @@ int main(void) {
     compare("deepseek_v3_w8a8_tp", 1, 0, 0, &ep_view, tp);
     compare("deepseek_v3_w8a8_ep", 1, 1, 0, &ep_view, tp);
     g_kvb_w8a8 = 0;
+    g_arch = FX_GLM4_MOE;
+    compare("glm4_moe_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("glm4_moe_float_ep", 0, 1, 0, &ep_view, tp);
+    compare("glm4_moe_w8a8_tp", 1, 0, 0, &ep_view, tp);
+    compare("glm4_moe_w8a8_ep", 1, 1, 0, &ep_view, tp);
+    /* q/k RMSNorm over the whole projection: the ranks' sums of squares */
+    g_arch = FX_MINIMAX_M2;
+    compare("minimax_m2_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("minimax_m2_float_ep", 0, 1, 0, &ep_view, tp);
+    compare("minimax_m2_w8a8_tp", 1, 0, 0, &ep_view, tp);
+    compare("minimax_m2_w8a8_ep", 1, 1, 0, &ep_view, tp);
+    g_n_kv = g_size; /* one kv head per rank: k's sum split too, none replicated */
+    compare("minimax_m2_kv_split_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("minimax_m2_kv_split_w8a8_tp", 1, 0, 0, &ep_view, tp);
+    g_n_kv = 0;
     g_arch = FX_QWEN3;
     offline_pack(tp, 0);
     offline_pack(tp, 1);

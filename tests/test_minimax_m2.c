@@ -16,8 +16,8 @@
  *     scores, the expert names equal to Mixtral's reference with one expert;
  *     rotary_dim, theta and the bias move the logits, the MTP modules do not;
  *     the fixture's names, config.json keys and quantization description;
- *   - then, when moe8 knows minimax_m2 (else "SKIP: engine lacks minimax_m2",
- *     exit 77): the float forward within 1e-4 relative at every position,
+ *   - then the engine: make-model's tiny preset quantized as msModelSlim does
+ *     (W8A8 close to its float source); the float forward within 1e-4 relative at every position,
  *     prefill and decode; W8A8 at cosine >= 0.9999 against the reference's
  *     W8A8 maths; the MTP modules skipped even when malformed; corrupt and
  *     mismatched folders refused naming the tensor or the field.
@@ -283,9 +283,21 @@ static void test_ref_fixture(void) {
 /* The engine against the reference                                          */
 /* ======================================================================== */
 
+/* The rotary width as vLLM also reads it: partial_rotary_factor = rotary_dim
+ * / head_dim (minimax_m2.py), here without rotary_dim. */
+static void hook_factor_only(void *user, const char *file, cJSON *root) {
+    (void)user;
+    if (strcmp(file, "config.json")) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "rotary_dim");
+    cJSON_AddNumberToObject(root, "partial_rotary_factor", 0.5);
+}
+
 static void test_forward_float(void) {
     fx_opts o = mm_opts(0);
     check_vs_ref("mm_float", &o);
+    o.json_hook = hook_factor_only; /* rotary_dim 8 of 16 as a factor */
+    check_vs_ref("mm_float_rotary_factor", &o);
+    o.json_hook = NULL;
     o.rotary_dim = 4;
     o.float_dtype = MOE8_DT_F32;
     o.n_shards = 2;
@@ -402,8 +414,18 @@ static const defect defects[] = {
      MOE8_ERR_FORMAT, "rotary_dim"},
     {"mm_cfg_rotary_big", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "rotary_dim", "32",
      MOE8_ERR_FORMAT, "rotary_dim"},
+    {"mm_cfg_rotary_factor", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json",
+     "partial_rotary_factor", "0.25", MOE8_ERR_FORMAT, "rotary_dim 8 disagrees"},
     {"mm_cfg_scoring", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "scoring_func", "\"relu\"",
      MOE8_ERR_UNSUPPORTED, "scoring_func"},
+    /* what MiniMax-M2's modeling code has no path for: MiniMax-M1's linear
+     * attention layers (attn_type_list 0), no q/k norm, a shared expert */
+    {"mm_cfg_linear_attn", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "attn_type_list",
+     "[1, 0]", MOE8_ERR_UNSUPPORTED, "attn_type_list[1]"},
+    {"mm_cfg_no_qk_norm", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "use_qk_norm", "false",
+     MOE8_ERR_UNSUPPORTED, "use_qk_norm"},
+    {"mm_cfg_shared", MM, 0, D_NONE, NULL, 0, {0, 0}, "config.json", "shared_intermediate_size",
+     "64", MOE8_ERR_UNSUPPORTED, "shared_intermediate_size"},
 };
 
 /* A MiniMax-M2 config.json over Mixtral's tensors (the same MoE names, no
@@ -469,9 +491,68 @@ static void test_config_and_inspect(void) {
     FMT(cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, dir);
     CHECKF(run(cmd, out, sizeof out) == 0, "%s", out);
     CHECKF(strstr(out, "minimax_m2") != NULL, "inspect lacks minimax_m2:\n%s", out);
-    /* make-model --arch minimax_m2 and quantize (family_test.h make_quantize_compare)
-     * wait for the engine's MOE8_ARCH_ value of the family */
-    (void)make_quantize_compare;
+    CHECKF(strstr(out, "over the whole projection") && strstr(out, "rotary on 8 of 16 dims"),
+           "inspect lacks the whole-projection norm or rotary_dim:\n%s", out);
+    /* make-model's presets: tiny, and slice with MiniMax-M2's shapes (the
+     * released config above) */
+    {
+        moe8_make_model_params p = moe8_make_model_params_default();
+        moe8_config s;
+        p.arch = MOE8_ARCH_MINIMAX_M2;
+        CHECKF(moe8_make_model_config(&p, &s, &e) == MOE8_OK, "tiny: %s", e.message);
+        CHECK(s.arch == MOE8_ARCH_MINIMAX_M2 && s.hidden_size == 256 && s.num_hidden_layers == 4);
+        CHECK(moe8_config_get_int(&s, "rotary_dim", NULL) == 16 && s.head_dim == 32);
+        p.preset = MOE8_PRESET_SLICE;
+        CHECKF(moe8_make_model_config(&p, &s, &e) == MOE8_OK, "slice: %s", e.message);
+        CHECK(s.hidden_size == c.hidden_size && s.num_attention_heads == c.num_attention_heads &&
+              s.num_key_value_heads == c.num_key_value_heads && s.head_dim == 128);
+        CHECK(s.num_experts == c.num_experts && s.num_experts_per_tok == c.num_experts_per_tok &&
+              s.moe_intermediate_size == c.moe_intermediate_size);
+        CHECK(moe8_config_get_int(&s, "rotary_dim", NULL) == 64 &&
+              moe8_config_get_int(&c, "rotary_dim", NULL) == 64);
+        CHECK(s.vocab_size == 200064 && s.eos_token_ids[0] == 200020 && s.bos_token_id == 200034);
+        CHECK(s.rope_theta == 5e6 && s.rms_norm_eps == 1e-6 && s.num_hidden_layers == 2);
+        CHECK(moe8_config_get_int(&s, "e_score_bias", NULL) == 1 &&
+              moe8_config_get_int(&s, "scoring_sigmoid", NULL) == 1);
+        p.preset = MOE8_PRESET_A3B_SLICE;
+        CHECK(moe8_make_model_config(&p, &s, &e) == MOE8_ERR_INVALID_ARG &&
+              strstr(e.message, "minimax_m2 has the presets tiny and slice"));
+    }
+}
+
+/* make-model --arch minimax_m2 (tiny) and quantize as msModelSlim does:
+ * experts W8A8_DYNAMIC (down FLOAT with down_float), attention W8A8 static,
+ * the router, the norms and the correction bias FLOAT; W8A8 close to the
+ * float source (family_test.h make_quantize_compare). */
+static void test_make_quantize(int down_float) {
+    char fdir[4096], qdir[4096], path[4200], *text;
+    size_t len;
+    moe8_model *mf, *mq;
+    moe8_layer_info li;
+    cJSON *d;
+    make_quantize_compare(MOE8_ARCH_MINIMAX_M2, down_float, MOE8_TOKENIZER_DIR, fdir, qdir,
+                          sizeof fdir, &mf, &mq);
+    CHECK(moe8_model_layer_info(mq, 1, &li) == 0 && li.is_moe && !li.has_shared);
+    CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC &&
+          li.experts_down == (down_float ? MOE8_QUANT_FLOAT : MOE8_QUANT_W8A8_DYNAMIC));
+    CHECK(li.qkv == MOE8_QUANT_W8A8 && li.o == MOE8_QUANT_W8A8);
+    FMT(path, "%s/quant_model_description.json", qdir);
+    text = (char *)test_slurp(path, &len);
+    d = cJSON_Parse(text ? text : "");
+    free(text);
+    CHECKF(d && cJSON_IsObject(d), "%s: not a JSON object", path);
+    if (d) {
+        CHECK(!strcmp(jstr(d, "model.layers.1.block_sparse_moe.e_score_correction_bias"), "FLOAT"));
+        CHECK(!strcmp(jstr(d, "model.layers.1.block_sparse_moe.gate.weight"), "FLOAT"));
+        CHECK(!strcmp(jstr(d, "model.layers.1.self_attn.q_norm.weight"), "FLOAT"));
+        CHECK(!strcmp(jstr(d, "model.layers.1.self_attn.k_proj.weight"), "W8A8"));
+        CHECK(!strcmp(jstr(d, "model.layers.0.block_sparse_moe.experts.3.w1.weight"), "W8A8_DYNAMIC"));
+        CHECK(!strcmp(jstr(d, "model.layers.0.block_sparse_moe.experts.3.w2.weight"),
+                      down_float ? "FLOAT" : "W8A8_DYNAMIC"));
+    }
+    cJSON_Delete(d);
+    moe8_model_free(mf);
+    moe8_model_free(mq);
 }
 
 int main(void) {
@@ -481,12 +562,9 @@ int main(void) {
     test_ref_options();
     test_ref_odd_shapes();
     test_ref_fixture();
-    if (family_unknown("minimax_m2", mm_opts(0))) {
-        printf("SKIP: engine lacks minimax_m2 (the reference checks above ran: %d failed)\n", test_n_fail);
-        test_summary();
-        return test_n_fail ? 1 : 77;
-    }
     test_config_and_inspect();
+    test_make_quantize(0);
+    test_make_quantize(1);
     test_forward_float();
     test_forward_w8a8();
     test_forward_odd_shapes();

@@ -12,7 +12,9 @@
  * log-probabilities), the KL divergence of a model against its own base
  * (<= 1e-5, same top token everywhere) and of W8A8 against float vs the
  * test's own KLD from the decoded base rows, bad base files and arguments,
- * and TP=2 vs one process (with MPI).
+ * and TP=2 vs one process (with MPI); the PPL of glm4_moe and minimax_m2
+ * (float and W8A8) against the same reference, minimax_m2's under TP=2 too
+ * (its whole-projection q/k norm sums squares across the ranks).
  */
 #include <math.h>
 #include <stdio.h>
@@ -105,7 +107,7 @@ static float *compute_logits(const char *dir, moe8_dtype kv, int32_t *V_out, int
 /* compute_logits, once per model folder (the callers keep nothing: the
  * cache owns the arrays until the program ends). */
 static float *all_logits_kv(const char *dir, moe8_dtype kv, int32_t *V_out, int32_t **tokens_out) {
-    static struct { char dir[4096]; moe8_dtype kv; float *lg; int32_t V, *ids; } cache[5];
+    static struct { char dir[4096]; moe8_dtype kv; float *lg; int32_t V, *ids; } cache[9];
     static int n;
     for (int i = 0; i < n; i++)
         if (!strcmp(cache[i].dir, dir) && cache[i].kv == kv) {
@@ -113,7 +115,7 @@ static float *all_logits_kv(const char *dir, moe8_dtype kv, int32_t *V_out, int3
             *tokens_out = cache[i].ids;
             return cache[i].lg;
         }
-    if (n == 5) exit(2);
+    if (n == 9) exit(2);
     snprintf(cache[n].dir, sizeof cache[n].dir, "%s", dir);
     cache[n].kv = kv;
     cache[n].lg = compute_logits(dir, kv, &cache[n].V, &cache[n].ids);
@@ -130,7 +132,7 @@ static float *all_logits(const char *dir, int32_t *V_out, int32_t **tokens_out) 
  * once per logits array and position: the scored range, its two shifts, the base rows and the
  * KLD all use it. */
 static double lse_at(const float *lg, int32_t V, int i, int p) {
-    static struct { const float *lg; double v[CHUNKS * C]; } memo[6];
+    static struct { const float *lg; double v[CHUNKS * C]; } memo[10];
     static int n;
     const float *l = lg + ((size_t)i * C + p) * V;
     double mx = l[0], s = 0;
@@ -139,7 +141,7 @@ static double lse_at(const float *lg, int32_t V, int i, int p) {
     if (k < n && !isnan(memo[k].v[i * C + p])) return memo[k].v[i * C + p];
     for (int32_t j = 1; j < V; j++) mx = fmax(mx, l[j]);
     for (int32_t j = 0; j < V; j++) s += exp((double)l[j] - mx);
-    if (k == n && n < 6) {
+    if (k == n && n < 10) {
         memo[n].lg = lg;
         for (int j = 0; j < CHUNKS * C; j++) memo[n].v[j] = NAN;
         n++;
@@ -415,5 +417,20 @@ int main(void) {
     test_kld(fdir, qdir, base);
     test_bad(fdir, base);
     test_tp(fdir); /* float: W8A8 under TP quantizes each rank's expert slice on its own (SEMANTICS §8) */
+    /* the families of issue 34 (fixture_model.h): GLM-4.5 (2 groups keep 1,
+     * layer 0 dense) and MiniMax-M2, float and W8A8 */
+    for (int f = 0; f < 2; f++) {
+        fx_opts g = fx_default_opts();
+        const char *d;
+        g.vocab = 151936;
+        g.arch = f ? FX_MINIMAX_M2 : FX_GLM4_MOE;
+        g.n_group = 2, g.topk_group = 1;
+        d = fx_test_model(f ? "ppl_minimax_float" : "ppl_glm_float", &g, 1);
+        test_ppl(d, f ? "minimax_m2" : "glm4_moe");
+        if (f) test_tp(d);
+        g.quant = 1;
+        test_ppl(fx_test_model(f ? "ppl_minimax_w8a8" : "ppl_glm_w8a8", &g, 1),
+                 f ? "minimax W8A8" : "glm W8A8");
+    }
     return test_summary();
 }

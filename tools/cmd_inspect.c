@@ -49,9 +49,15 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
     } else {
         const int qk_norm = ai->qk_norm || (ai->qk_norm_config && fam_i(c, "qk_norm"));
         const double partial = fam_d(c, "partial_rotary_factor");
-        printf("attention: %s%s", qk_norm ? "q/k RMSNorm per head before RoPE" : "no q/k norm",
+        printf("attention: %s%s",
+               ai->qk_norm_whole ? "q/k RMSNorm over the whole projection before RoPE"
+               : qk_norm         ? "q/k RMSNorm per head before RoPE"
+                                 : "no q/k norm",
                fam_i(c, "qkv_bias") ? ", q/k/v bias" : ", no biases");
-        if (partial > 0) /* glm4_moe */
+        if (fam_i(c, "rotary_dim") > 0) /* minimax_m2 */
+            printf(", rotary on %lld of %lld dims (rotary_dim)", (long long)fam_i(c, "rotary_dim"),
+                   (long long)c->head_dim);
+        else if (partial > 0) /* glm4_moe */
             printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
                    (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
         printf("\n");

@@ -30,9 +30,10 @@ static const moe8_role_info roles[MOE8_R_COUNT] = {
                           MOE8_DIM_H, MOE8_DIM_NONE},
     [MOE8_R_FFN_NORM] = {"post_attention_layernorm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM,
                          MOE8_SPLIT_NONE, MOE8_DIM_H, MOE8_DIM_NONE},
-    [MOE8_R_Q_NORM] = {"q_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_D,
+    /* per head: replicated; over the whole projection: TP ranks read their heads' slice */
+    [MOE8_R_Q_NORM] = {"q_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_QN,
                        MOE8_DIM_NONE},
-    [MOE8_R_K_NORM] = {"k_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_D,
+    [MOE8_R_K_NORM] = {"k_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_KN,
                        MOE8_DIM_NONE},
     [MOE8_R_Q] = {"q_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_QD,
                   MOE8_DIM_H},
@@ -101,6 +102,12 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_KVL: return fc->kv_lora_rank;
     case MOE8_DIM_KVA: return fc->kv_lora_rank + fc->qk_rope_head_dim;
     case MOE8_DIM_KVB: return c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim);
+    case MOE8_DIM_QN:
+    case MOE8_DIM_KN: {
+        const moe8_arch_desc *a = moe8_arch_get(c->arch);
+        if (!a || !(a->kinds.attn_opts & MOE8_ATTN_QK_NORM_WHOLE)) return c->head_dim;
+        return (d == MOE8_DIM_QN ? c->num_attention_heads : c->num_key_value_heads) * c->head_dim;
+    }
     }
     return 0;
 }
@@ -116,6 +123,7 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_DEEPSEEK_V2] = &moe8_arch_deepseek_v2,
     [MOE8_ARCH_DEEPSEEK_V3] = &moe8_arch_deepseek_v3,
     [MOE8_ARCH_GLM4_MOE] = &moe8_arch_glm4_moe,
+    [MOE8_ARCH_MINIMAX_M2] = &moe8_arch_minimax_m2,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -158,7 +166,8 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     out->first_k_dense = d->kinds.layers == MOE8_LAYERS_FIRST_K_DENSE;
     out->shared_gate = d->kinds.moe == MOE8_FFN_MOE_SHARED &&
                        d->kinds.shared_gate == MOE8_SHARED_SIGMOID_GATE;
-    out->qk_norm_config = !out->qk_norm && d->kinds.attn == MOE8_ATTN_GQA &&
+    out->qk_norm_whole = (d->kinds.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) != 0;
+    out->qk_norm_config = !out->qk_norm && !out->qk_norm_whole && d->kinds.attn == MOE8_ATTN_GQA &&
                           moe8_arch_has(d, MOE8_R_Q_NORM);
     return 0;
 }
@@ -184,6 +193,14 @@ int moe8_arch_tensor_name(const moe8_arch_desc *a, moe8_role r, int64_t layer, i
     if (suffix && (size_t)snprintf(buf + len, n - (size_t)len, ".%s", suffix) >= n - (size_t)len)
         return -1;
     return 0;
+}
+
+int moe8_arch_router_bias_name(const moe8_arch_desc *a, int64_t l, char *buf, size_t n) {
+    int len;
+    if (!a->router_bias)
+        return moe8_arch_tensor_name(a, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", buf, n);
+    len = snprintf(buf, n, a->router_bias, (long long)l);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
 }
 
 int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, int64_t *layer,
@@ -256,7 +273,7 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
             return 0;
     }
     if ((r == MOE8_R_Q_NORM || r == MOE8_R_K_NORM) &&
-        !(a->kinds.attn_opts & MOE8_ATTN_QK_NORM_HEAD) && !fc->qk_norm)
+        !(a->kinds.attn_opts & (MOE8_ATTN_QK_NORM_HEAD | MOE8_ATTN_QK_NORM_WHOLE)) && !fc->qk_norm)
         return 0; /* glm4_moe without use_qk_norm */
     if ((r == MOE8_R_SHEXP_GATE || r == MOE8_R_SHEXP_UP || r == MOE8_R_SHEXP_DOWN ||
          r == MOE8_R_SHEXP_SCORE) && fc->shared_expert_intermediate_size <= 0)

@@ -47,8 +47,8 @@ typedef enum {
     /* every layer */
     MOE8_R_ATTN_NORM,      /* input_layernorm [H] */
     MOE8_R_FFN_NORM,       /* post_attention_layernorm [H] */
-    MOE8_R_Q_NORM,         /* [D] (qwen3_moe) */
-    MOE8_R_K_NORM,         /* [D] */
+    MOE8_R_Q_NORM,         /* [D] (qwen3_moe); [NH*D] over the whole projection (minimax_m2) */
+    MOE8_R_K_NORM,         /* [D]; [NKV*D] */
     MOE8_R_Q,              /* [NH*D][H] (+ bias [NH*D] when config qkv_bias) */
     MOE8_R_K,              /* [NKV*D][H] */
     MOE8_R_V,              /* [NKV*D][H] */
@@ -123,6 +123,9 @@ typedef enum {
     MOE8_DIM_KVL,          /* kv_lora_rank */
     MOE8_DIM_KVA,          /* kv_lora_rank + qk_rope_head_dim */
     MOE8_DIM_KVB,          /* num_attention_heads x (qk_nope_head_dim + v_head_dim) */
+    MOE8_DIM_QN,           /* q_norm: head_dim, or num_attention_heads x head_dim when the
+                            * family's q/k norm is over the whole projection (plan.h) */
+    MOE8_DIM_KN,           /* k_norm: head_dim, or num_key_value_heads x head_dim */
 } moe8_dim;
 
 typedef struct {
@@ -174,7 +177,11 @@ typedef struct {
     double partial_rotary_factor; /* rotary on the first head_dim x this dims; 0: the whole head */
     int qk_norm;                  /* use_qk_norm: per-head q/k RMSNorm when the family's kinds
                                    * leave it to the config */
-    int64_t num_nextn_predict_layers; /* MTP layers after the decoder's, skipped at load */
+    int64_t num_nextn_predict_layers; /* MTP layers after the decoder's, skipped at load
+                                   * (minimax_m2: num_mtp_modules) */
+    /* minimax_m2: */
+    int64_t rotary_dim;           /* rotary on the first rotary_dim dims of each head; 0: by
+                                   * partial_rotary_factor or the whole head */
 } moe8_family_cfg;
 
 /* The family block of a config (const-preserving). */
@@ -233,6 +240,9 @@ typedef struct {
     const char *moe_block;             /* MoE module of a layer ("model.layers.%lld.mlp"),
                                         * names the layer in errors */
     const char *names[MOE8_R_COUNT];   /* module name formats ("<name>.weight" etc.) */
+    const char *router_bias;           /* the e_score_correction_bias tensor's name format
+                                        * (minimax_m2: on the MoE block); NULL: the router's
+                                        * "<router>.e_score_correction_bias" (deepseek_v3) */
     moe8_family_kinds kinds;           /* what its layers are built of (plan.h) */
     /* config.json: integer keys beyond the common ones (config.c), Hugging
      * Face's defaults, then the family's own checks (booleans, refusals,
@@ -257,6 +267,11 @@ const moe8_arch_desc *moe8_arch_get(moe8_arch id);
 const moe8_arch_desc *moe8_arch_find(const char *model_type);
 /* "qwen3_moe, qwen2_moe, mixtral" */
 const char *moe8_arch_list(void);
+
+/* The name of layer l's e_score_correction_bias (the descriptor's router_bias,
+ * else "<router>.e_score_correction_bias") into buf[n]: 0, or -1 when it
+ * does not fit or the family has no router. */
+int moe8_arch_router_bias_name(const moe8_arch_desc *a, int64_t l, char *buf, size_t n);
 
 /* 1 if the family has tensors of role r. */
 static inline int moe8_arch_has(const moe8_arch_desc *a, moe8_role r) {
@@ -350,5 +365,6 @@ extern const moe8_arch_desc moe8_arch_mixtral;
 extern const moe8_arch_desc moe8_arch_deepseek_v2;
 extern const moe8_arch_desc moe8_arch_deepseek_v3;
 extern const moe8_arch_desc moe8_arch_glm4_moe;
+extern const moe8_arch_desc moe8_arch_minimax_m2;
 
 #endif

@@ -166,10 +166,16 @@ static moe8_status read_dims(const cJSON *root, const char *label, const moe8_ar
     return get_pos_double(root, label, "rope_theta", &c->rope_theta, err);
 }
 
-/* Partial rotary (plan.h): head_dim x partial_rotary_factor dims, even and at least 2. */
+/* Partial rotary (plan.h): rotary_dim (a count) or head_dim x partial_rotary_factor
+ * dims, even, at least 2 and at most head_dim. */
 static moe8_status check_partial_rotary(const char *label, const moe8_config *c, moe8_error *err) {
     const double f = MOE8_FAM(c)->partial_rotary_factor;
+    const int64_t rd = MOE8_FAM(c)->rotary_dim;
     const int R = moe8_rope_dim(c);
+    if (rd > 0 && (rd < 2 || rd % 2 || rd > c->head_dim))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': rotary_dim %lld must be even, at least 2 "
+                         "and at most head_dim (%lld)", label, (long long)rd,
+                         (long long)c->head_dim);
     if (f > 0 && (R < 2 || R % 2))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': head_dim (%lld) x partial_rotary_factor "
                          "(%g) gives %d rotary dims: must be even and at least 2", label,
@@ -381,6 +387,7 @@ static const struct {
     FAM_DBL(yarn_beta_fast), FAM_DBL(yarn_beta_slow), FAM_DBL(yarn_mscale),
     FAM_DBL(yarn_mscale_all_dim), FAM_I64(yarn_original_max_position_embeddings),
     FAM_DBL(partial_rotary_factor), FAM_INT(qk_norm), FAM_I64(num_nextn_predict_layers),
+    FAM_I64(rotary_dim),
 };
 
 /* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */

@@ -60,7 +60,6 @@ moe8_status moe8_plan_check(const moe8_config *c, const char *label, moe8_error 
         unsigned bit;
         const char *what;
     } opts[] = {
-        {MOE8_ATTN_QK_NORM_WHOLE, "q/k RMSNorm over the whole projection"},
         {MOE8_ATTN_O_BIAS, "an o_proj bias"},
         {MOE8_ATTN_OUT_GATE, "an attention output gate"},
         {MOE8_ATTN_SINKS, "attention sinks"},

@@ -7,9 +7,10 @@
  * quantizer, make-model and inspect read the plan, not flags or family ids.
  *
  *   attention    GQA (q/k/v/o, MOE8_R_Q/K/V/O) or MLA (multi-head latent,
- *                src/model/mla.c), with options: q/k RMSNorm per head, q/k/v
- *                biases; declared but refused at load ("not supported yet"):
- *                q/k RMSNorm over the whole projection, an o bias, an output
+ *                src/model/mla.c), with options: q/k RMSNorm per head or over
+ *                the whole projection (minimax_m2; under TP its mean of
+ *                squares sums over the ranks), q/k/v biases; declared but
+ *                refused at load ("not supported yet"): an o bias, an output
  *                gate, attention sinks, a sliding window by layer pattern
  *   rotary       none, halves (NEOX, rotate_half) or interleaved pairs; over
  *                the whole head, a count of leading dims (rotary_dim, MLA's
@@ -48,16 +49,15 @@ typedef enum {
 
 /* Attention options (a descriptor's attn_opts, a plan's attn_opts). */
 #define MOE8_ATTN_QK_NORM_HEAD  0x01u /* RMSNorm of each q / k head (q_norm, k_norm [D]) */
-#define MOE8_ATTN_QK_NORM_WHOLE 0x02u /* RMSNorm over the whole q / k projection (not
-                                       * supported yet) */
+#define MOE8_ATTN_QK_NORM_WHOLE 0x02u /* RMSNorm over the whole q / k projection before the head
+                                       * split (q_norm [NH*D], k_norm [NKV*D]: minimax_m2) */
 #define MOE8_ATTN_QKV_BIAS      0x04u /* q/k/v biases (the config's qkv_bias may switch them on) */
 #define MOE8_ATTN_O_BIAS        0x08u /* an o_proj bias (not supported yet) */
 #define MOE8_ATTN_OUT_GATE      0x10u /* a sigmoid output gate (not supported yet) */
 #define MOE8_ATTN_SINKS         0x20u /* attention sinks (not supported yet) */
 #define MOE8_ATTN_SLIDING       0x40u /* a sliding window by layer pattern (not supported yet) */
 #define MOE8_ATTN_UNSUPPORTED                                                              \
-    (MOE8_ATTN_QK_NORM_WHOLE | MOE8_ATTN_O_BIAS | MOE8_ATTN_OUT_GATE | MOE8_ATTN_SINKS |    \
-     MOE8_ATTN_SLIDING)
+    (MOE8_ATTN_O_BIAS | MOE8_ATTN_OUT_GATE | MOE8_ATTN_SINKS | MOE8_ATTN_SLIDING)
 
 typedef enum {
     MOE8_ROPE_HALVES,              /* rotate_half: (i, i + R/2) (NEOX) */

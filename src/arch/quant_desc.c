@@ -103,11 +103,22 @@ int moe8_quant_desc_get(const moe8_quant_desc *qd, const char *name, moe8_quant_
 
 /* Tensors that are float whatever the description says (SEMANTICS §6): the
  * family's norms, embedding, router and shared-expert gate, and any other
- * tensor of those modules (DeepSeek-V3's mlp.gate.e_score_correction_bias). */
+ * tensor of those modules (DeepSeek-V3's mlp.gate.e_score_correction_bias),
+ * and a correction bias the family names elsewhere (MiniMax-M2's on the
+ * MoE block: the descriptor's router_bias). */
 static int float_only(const moe8_arch_desc *a, const char *name) {
     moe8_role r;
     int64_t l, e;
     const char *suffix;
+    if (a->router_bias) {
+        char f[200], canon[200];
+        long long li = -1;
+        int end = -1;
+        if (snprintf(f, sizeof f, "%s%%n", a->router_bias) < (int)sizeof f &&
+            sscanf(name, f, &li, &end) == 1 && end > 0 && !name[end] &&
+            !moe8_arch_router_bias_name(a, li, canon, sizeof canon) && !strcmp(canon, name))
+            return 1;
+    }
     if (moe8_arch_parse(a, name, &r, &l, &e, &suffix) != 0) return 0;
     return moe8_role_of(r)->kind == MOE8_KIND_NORM || moe8_role_of(r)->kind == MOE8_KIND_FLOAT;
 }

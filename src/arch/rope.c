@@ -20,6 +20,7 @@
 int moe8_rope_dim(const moe8_config *c) {
     const moe8_family_cfg *fc = MOE8_FAM(c);
     if (fc->kv_lora_rank > 0) return (int)fc->qk_rope_head_dim;
+    if (fc->rotary_dim > 0) return (int)fc->rotary_dim; /* a count of dims (minimax_m2) */
     if (fc->partial_rotary_factor > 0) /* int(head_dim * factor), as transformers */
         return (int)((double)c->head_dim * fc->partial_rotary_factor);
     return (int)c->head_dim;

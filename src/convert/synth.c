@@ -220,8 +220,7 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
     add_role(L, a, c, MOE8_R_ROUTER, l, -1);
     if (fc->e_score_bias) { /* deepseek_v3: small, so sigmoid scores + bias stay positive */
         char name[160];
-        if (!moe8_arch_tensor_name(a, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
-                                   sizeof name))
+        if (!moe8_arch_router_bias_name(a, l, name, sizeof name))
             add(L, c->num_experts, 0, BIAS_STD / 10, BIAS_STD / 5, "%s", name);
     }
     for (int64_t e = 0; e < c->num_experts; e++)

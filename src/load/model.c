@@ -396,10 +396,9 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
                                        MOE8_R_SHEXP_SCORE};
     moe8_status st;
     if ((st = bind_role(m, l, -1, MOE8_R_ROUTER, ly, err)) != MOE8_OK) return st;
-    if (ly->plan.correction_bias) { /* "<router>.e_score_correction_bias" [E] (deepseek_v3) */
+    if (ly->plan.correction_bias) { /* e_score_correction_bias [E] (deepseek_v3, minimax_m2) */
         char name[200];
-        moe8_arch_tensor_name(m->arch, MOE8_R_ROUTER, l, -1, "e_score_correction_bias", name,
-                              sizeof name);
+        moe8_arch_router_bias_name(m->arch, l, name, sizeof name);
         if ((st = float_tensor(m, name, m->cfg.num_experts, -1, &ly->router_bias, err)) ||
             (st = check_values(m, ly->router_bias, 0, NULL, err)))
             return st;

@@ -61,6 +61,26 @@ static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_erro
     return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
 }
 
+/* q_norm / k_norm: [D] per head, or this rank's heads' slice of [NH*D] /
+ * [NKV*D] when the norm is over the whole projection (its sum of squares
+ * then adds over the ranks: model/attn_gqa.c). */
+static moe8_status qk_norm_copy(const moe8_weights *w, float **dst, const moe8_layer *L,
+                                int is_k, moe8_error *err) {
+    const moe8_tensor *t = is_k ? L->k_norm : L->q_norm;
+    const moe8_dist_shard *sh = &w->model->shard;
+    const moe8_config *c = &w->model->cfg;
+    if (!(L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE)) return norm_copy(dst, t, w->D, err);
+    const int64_t all = (is_k ? c->num_key_value_heads : c->num_attention_heads) * c->head_dim;
+    const int h0 = is_k ? sh->kv_begin : sh->head_begin, n = (is_k ? w->n_kv : w->n_head) * w->D;
+    if (t->n_elements != all)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': expected %lld elements", t->name,
+                         (long long)all);
+    if (!(*dst = malloc((size_t)n * sizeof(float))))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate norm weight");
+    return moe8_convert_to_f32(*dst, (const char *)t->data + (size_t)h0 * (size_t)w->D *
+                                         moe8_dtype_size(t->dtype), t->dtype, (size_t)n, err);
+}
+
 static moe8_status build_moe(moe8_pcache *pc, moe8_fwd_layer *fl, const moe8_model *m, int li,
                              int float_experts, int n_threads, moe8_error *err) {
     const moe8_dist_shard *sh = &m->shard;
@@ -217,8 +237,8 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     int f0, f1;
     if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
         (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
-        (L->q_norm && (st = norm_copy(&fl->q_norm, L->q_norm, w->D, err))) ||
-        (L->k_norm && (st = norm_copy(&fl->k_norm, L->k_norm, w->D, err))) ||
+        (L->q_norm && (st = qk_norm_copy(w, &fl->q_norm, L, 0, err))) ||
+        (L->k_norm && (st = qk_norm_copy(w, &fl->k_norm, L, 1, err))) ||
         (st = L->plan.attn == MOE8_ATTN_MLA ? build_mla(w, fl, m, L, err)
                                             : build_attn(w, fl, L, err)))
         return st;
@@ -258,6 +278,8 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
                moe8_proj_owned_bytes(&fl->q_a) + moe8_proj_owned_bytes(&fl->q_b) +
                moe8_proj_owned_bytes(&fl->kv_a) +
                (size_t)(2 * w->H + 2 * w->D + w->QL + w->L) * sizeof(float);
+    if (fl->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) /* this rank's slices, not [D] each */
+        n += (size_t)((w->n_head + w->n_kv - 2) * w->D) * sizeof(float);
     if (fl->uk)
         n += (size_t)w->n_head * (size_t)w->L * (size_t)(w->DN + w->DV) *
              moe8_dtype_size(fl->uk_dt);

@@ -23,7 +23,8 @@
 typedef struct {
     moe8_layer_plan plan;          /* its kinds (arch/plan.h): the forward dispatches on them */
     float *attn_norm, *ffn_norm;   /* [H] fp32 (owned; tiny) */
-    float *q_norm, *k_norm;        /* [D] */
+    float *q_norm, *k_norm;        /* [D]; over the whole projection (plan.attn_opts): this
+                                    * rank's [NH*D] and [NKV*D] slices */
     moe8_proj q, k, v, o;          /* [NH*D][H], [NKV*D][H] x2, [H][NH*D] */
     int is_moe;
     moe8_moe_layer *moe;           /* MoE layers: this rank's part */

@@ -2,7 +2,10 @@
  * attn_gqa.c — the attention kind MOE8_ATTN_GQA (arch/plan.h; SEMANTICS §7):
  * grouped-query attention over q/k/v/o projections, with the options a plan
  * gives it: q/k/v biases (FLOAT; a W8A8 bias is in quant_bias), RMSNorm of
- * each q and k head, then the layer's rotary kind (rotary.c) over its rotary
+ * each q and k head or of the whole q and k projections (minimax_m2: one
+ * mean of squares over NH*D and NKV*D; under TP each rank holds its heads'
+ * part, so the ranks sum their sums of squares, two floats per token, before
+ * dividing by the whole width), then the layer's rotary kind (rotary.c) over its rotary
  * width, K and V into the paged cache, causal attention (attention.c) and
  * o_proj, whose partial sum is all-reduced under TP.
  *
@@ -11,9 +14,11 @@
  *   x += o_proj(att); h = rmsnorm(x) * ffn_norm
  *
  * Does not: run multi-head latent attention (mla.c) or the options a plan
- * refuses at load (whole-projection q/k norm, o bias, output gate, sinks,
- * sliding windows).
+ * refuses at load (o bias, output gate, sinks, sliding windows).
  */
+#include <math.h>
+
+#include "dist/dist.h"
 #include "model/forward_run.h"
 
 static void qkv_bias_row(const moe8_fwd_run *r, const void *layer, int t) {
@@ -30,6 +35,45 @@ static void qkv_bias(const moe8_fwd_run *r, const moe8_fwd_layer *L) {
     moe8_fwd_rows(r, r->T, qkv_bias_row, L);
 }
 
+/* ---- q/k RMSNorm over the whole projection (MOE8_ATTN_QK_NORM_WHOLE) ---- */
+
+/* The sums of squares of token t's q and k on this rank into ss[2t], ss[2t+1].
+ * A kv head several ranks hold (more ranks than kv heads) counts once: each
+ * holder adds its share 1 / (ranks x local kv heads / NKV). */
+static void whole_ss_row(const moe8_fwd_run *r, const void *ctx, int t) {
+    const moe8_weights *w = r->w;
+    const moe8_dist_shard *sh = &w->model->shard;
+    const int nq = w->n_head * w->D, nk = w->n_kv * w->D;
+    const float *q = r->s->q + (size_t)t * nq, *k = r->s->k + (size_t)t * nk;
+    const int64_t holders =
+        w->comm ? (int64_t)sh->size * w->n_kv / w->model->cfg.num_key_value_heads : 1;
+    float *ss = (float *)ctx;
+    double a = 0, b = 0;
+    for (int j = 0; j < nq; j++) a += (double)q[j] * q[j];
+    for (int j = 0; j < nk; j++) b += (double)k[j] * k[j];
+    ss[2 * t] = (float)a;
+    ss[2 * t + 1] = (float)(b / (double)holders);
+}
+
+/* x[n] *= w / sqrt(ss / all + eps): the RMSNorm of a whole projection of
+ * `all` values of which this rank holds n. */
+static void whole_norm(float *x, int n, double ss, int64_t all, const float *w, float eps) {
+    const float rs = (float)(1.0 / sqrt(ss / (double)all + (double)eps));
+    for (int j = 0; j < n; j++) x[j] = (x[j] * rs) * w[j];
+}
+
+/* ss[2T] (in s->tmp, free until o_proj writes it): the sums of squares of
+ * every token's q and k over the whole model (summed over the ranks). */
+static moe8_status whole_ss(const moe8_fwd_run *r, float *ss, moe8_error *err) {
+    moe8_status st = MOE8_OK;
+    moe8_fwd_rows(r, r->T, whole_ss_row, ss);
+    if (r->w->comm) {
+        st = moe8_comm_allreduce_sum_f32(r->w->comm, ss, 2 * (size_t)r->T, err);
+        moe8_fwd_mark(r, MOE8_PHASE_COMM);
+    }
+    return st;
+}
+
 static void qk_row(const moe8_fwd_run *r, const void *ctx, int t) {
     const moe8_fwd_qk *c = ctx;
     const moe8_weights *w = r->w;
@@ -39,8 +83,16 @@ static void qk_row(const moe8_fwd_run *r, const void *ctx, int t) {
     float *q = s->q + (size_t)t * NH * D, *k = s->k + (size_t)t * NKV * D;
     unsigned char *kc = c->cache->k0;
     MOE8_ASSERT(c->pos[t] < c->n_ctx); /* its rope row and its block exist */
-    if (c->L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
-    if (c->L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
+    if (c->L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) {
+        const moe8_config *cfg = &w->model->cfg;
+        whole_norm(q, NH * D, s->tmp[2 * t], cfg->num_attention_heads * cfg->head_dim,
+                   c->L->q_norm, w->eps);
+        whole_norm(k, NKV * D, s->tmp[2 * t + 1], cfg->num_key_value_heads * cfg->head_dim,
+                   c->L->k_norm, w->eps);
+    } else {
+        if (c->L->q_norm) moe8_rmsnorm_heads(q, 1, NH, D, c->L->q_norm, w->eps);
+        if (c->L->k_norm) moe8_rmsnorm_heads(k, 1, NKV, D, c->L->k_norm, w->eps);
+    }
     moe8_rope_apply(c->L->plan.rope, q, NH, D, w->rope_dim, cs);
     moe8_rope_apply(c->L->plan.rope, k, NKV, D, w->rope_dim, cs);
     for (int h = 0; h < NKV; h++) {
@@ -73,6 +125,7 @@ moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     if ((st = moe8_fwd_lin_group(r, p, y, 3, s->h, T, err))) return st;
     qkv_bias(r, L);
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
+    if ((L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) && (st = whole_ss(r, s->tmp, err))) return st;
     qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
     moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
     moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
