@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """bench_llamacpp_family.py DIR L L2 ROUNDS — step 6 of bench_llamacpp_family.sh:
 the per-layer times of its logs (DIR/log/): llama.cpp's "per layer" row of
-bench_llamacpp.mjs ((t(L) - t(L2)) / (L - L2)) and moe8's whole forward of
-bench forward on the L and L2 folders by the same difference; per round with
-the load average (1 min) before and after each run, then the medians and the
-speed-ups."""
+bench_llamacpp.mjs ((t(L) - t(L2)) / (L - L2)) and moe8's by the same
+difference of bench forward on the L and L2 folders, taken on the sum of the
+layers' phases (L x its **layer** row, the lm_head and the embedding left
+out, as the difference leaves them out of llama.cpp's; the whole-forward
+difference is printed too: it carries the lm_head's run-to-run noise, which
+at decode is larger than a layer); per round with the load average (1 min)
+before and after each run, then the medians and the speed-ups."""
 import re
 import statistics
 import sys
@@ -25,25 +28,26 @@ def llama(r):
 
 def moe8(name, r):
     t = open(f"{d}/log/moe8_{name}_{r}.txt").read()
-    dec = re.search(r"### decode.*?\*\*whole forward\*\* \| ([\d.]+) ms", t, re.S)
-    pre = re.search(r"### prefill.*?\*\*whole forward\*\* \| ([\d.]+) ms", t, re.S)
-    lay = re.search(r"### prefill.*?\*\*layer\*\* \| ([\d.]+) \|", t, re.S)
-    return (float(pre.group(1)), float(dec.group(1)), float(lay.group(1))), loads(t)
+    def get(section, row):
+        return float(re.search(r"### " + section + r".*?\*\*" + row + r"\*\* \| ([\d.]+)", t, re.S).group(1))
+    return (get("prefill", "layer"), get("decode", "layer"), get("prefill", "whole forward"),
+            get("decode", "whole forward")), loads(t)
 
 
 rows, lp, ld, mp, md = [], [], [], [], []
 for r in range(1, rounds + 1):
     (lpre, ldec), l1 = llama(r)
-    (p3, d3, _), l2 = moe8("w8a8", r)
-    (p2, d2, _), l3 = moe8(f"w8a8-{L2}l", r)
-    mpre, mdec = (p3 - p2) / dl, (d3 - d2) / dl
+    (p3, d3, wp3, wd3), l2 = moe8("w8a8", r)
+    (p2, d2, wp2, wd2), l3 = moe8(f"w8a8-{L2}l", r)
+    mpre, mdec = (L * p3 - L2 * p2) / dl, (L * d3 - L2 * d2) / dl
     lp.append(lpre), ld.append(ldec), mp.append(mpre), md.append(mdec)
-    rows.append((r, lpre, mpre, ldec, mdec, min(l1 + l2 + l3), max(l1 + l2 + l3)))
-print("| round | llama.cpp prefill ms/layer | moe8 prefill ms/layer | llama.cpp decode ms/layer "
-      "| moe8 decode ms/layer | load avg (1 min) |")
+    rows.append((r, lpre, mpre, (wp3 - wp2) / dl, ldec, mdec, (wd3 - wd2) / dl,
+                 min(l1 + l2 + l3), max(l1 + l2 + l3)))
+print("| round | llama.cpp prefill ms/layer | moe8 prefill ms/layer (whole-forward diff) "
+      "| llama.cpp decode ms/layer | moe8 decode ms/layer (whole-forward diff) | load avg (1 min) |")
 print("|---|---:|---:|---:|---:|---|")
-for r, a, b, c, e, lo, hi in rows:
-    print(f"| {r} | {a:.1f} | {b:.1f} | {c:.2f} | {e:.2f} | {lo:.1f}–{hi:.1f} |")
+for r, a, b, bw, c, e, ew, lo, hi in rows:
+    print(f"| {r} | {a:.1f} | {b:.1f} ({bw:.1f}) | {c:.2f} | {e:.2f} ({ew:.2f}) | {lo:.1f}–{hi:.1f} |")
 ma, mb, mc, me = (statistics.median(x) for x in (lp, mp, ld, md))
 print(f"| **median** | {ma:.1f} | {mb:.1f} | {mc:.2f} | {me:.2f} | |")
 print(f"\nspeed-up (medians): prefill {ma / mb:.2f}x (target 3x), decode {mc / me:.2f}x (target 1.5x)")

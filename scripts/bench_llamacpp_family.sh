@@ -8,7 +8,7 @@
 #   1. moe8 make-model --arch $ARCH --preset slice --layers $L     bf16 weights
 #   2. moe8 export-gguf ... (Q8_0, $L layers and $L2 layers)      llama.cpp's files
 #   3. moe8 quantize                                                moe8's W8A8
-#   4. a $L2-layer view of the W8A8 folder (its files linked, config.json's
+#   4. a $L2-layer view of the W8A8 folder (its files hard-linked, config.json's
 #      num_hidden_layers $L2) so that moe8's time per layer is taken by the same
 #      difference as llama.cpp's: (t($L layers) - t($L2 layers)) / ($L - $L2);
 #      for glm4_moe ($L 3, $L2 2) that is one MoE layer of GLM-4.5-Air (layer 0
@@ -50,7 +50,8 @@ for s in $STEPS; do
         rm -rf "$DIR/w8a8-${L2}l"
         mkdir -p "$DIR/w8a8-${L2}l"
         for f in "$DIR/w8a8"/*; do
-            [ "$(basename "$f")" = config.json ] || ln -s "$f" "$DIR/w8a8-${L2}l/"
+            # hard links: moe8 refuses shards that resolve outside the folder
+            [ "$(basename "$f")" = config.json ] || ln "$f" "$DIR/w8a8-${L2}l/" || cp "$f" "$DIR/w8a8-${L2}l/"
         done
         python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=int(sys.argv[3]); json.dump(c, open(sys.argv[2],"w"), indent=2)' \
             "$DIR/w8a8/config.json" "$DIR/w8a8-${L2}l/config.json" "$L2" ;;
