@@ -20,7 +20,7 @@
 #
 # Usage: scripts/bench_llamacpp_family.sh [steps]   (default: 1 2 3 4 5 6)
 # Environment: ARCH (glm4_moe), DIR (/tmp/bench_$ARCH: ~30 GB for glm4_moe),
-# L (3), L2 (2), THREADS (2), ROUNDS (3), T (512), DECODE_N (32), MOE8 (build/moe8).
+# L (3), L2 (2), THREADS (2), ROUNDS (3; FIRST=4 ROUNDS=5 adds rounds 4 and 5), T (512), DECODE_N (32), MOE8 (build/moe8).
 # Needs node and node-llama-cpp under .deps/llamacpp (see bench_llamacpp.mjs).
 set -eu
 ARCH=${ARCH:-glm4_moe}
@@ -29,6 +29,7 @@ L=${L:-3}
 L2=${L2:-2}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
+FIRST=${FIRST:-1}
 T=${T:-512}
 DECODE_N=${DECODE_N:-32}
 MOE8=${MOE8:-build/moe8}
@@ -55,7 +56,7 @@ for s in $STEPS; do
         done
         python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=int(sys.argv[3]); json.dump(c, open(sys.argv[2],"w"), indent=2)' \
             "$DIR/w8a8/config.json" "$DIR/w8a8-${L2}l/config.json" "$L2" ;;
-    5)  for r in $(seq 1 "$ROUNDS"); do
+    5)  for r in $(seq "$FIRST" "$ROUNDS"); do
             say "round $r: llama.cpp"
             uptime >"$DIR/log/llama_$r.txt"
             node "$HERE/bench_llamacpp.mjs" --model "$DIR/q8_0.gguf" --model2 "$DIR/q8_0-${L2}l.gguf" \
