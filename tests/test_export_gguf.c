@@ -644,6 +644,276 @@ static void check_file(const char *path, const char *dir, uint32_t wtype, int n_
     cJSON_Delete(cfg);
 }
 
+
+/* ---- glm4_moe as llama.cpp's glm4moe ------------------------------------------- */
+
+/* The tiny glm4_moe preset at `dir` (4 layers, layer 0 dense, q/k/v biases,
+ * q/k norm, 4 groups keep 2, scaling 2.5, its MTP layer model.layers.4.*). */
+static void make_glm_model(const char *dir) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    p.arch = MOE8_ARCH_GLM4_MOE;
+    p.tokenizer_dir = TOK;
+    p.force = 1;
+    if (moe8_make_model(&p, dir, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", dir, e.message);
+        exit(2);
+    }
+}
+
+/* `dst`: the folder `src` with its safetensors linked, tensor `drop` left out
+ * (NULL: none; then the file is linked) and config.json's keys `set` (JSON
+ * object text) replaced. */
+static void glm_variant(const char *src, const char *dst, const char *drop, const char *set) {
+    char path[4096], cmd[16384];
+    FMT(cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/tokenizer.json' '%s/tokenizer_config.json' "
+        "'%s/'", dst, dst, src, src, dst);
+    if (test_run(cmd) != 0) exit(2);
+    if (!drop) {
+        FMT(cmd, "ln -s '%s/model.safetensors' '%s/model.safetensors'", src, dst);
+        if (test_run(cmd) != 0) exit(2);
+    } else {
+        moe8_st *st = NULL;
+        moe8_st_writer *w = NULL;
+        moe8_error e;
+        FMT(path, "%s/model.safetensors", dst);
+        if (moe8_st_open(src, &st, &e) != MOE8_OK || moe8_st_writer_open(path, &w, &e) != MOE8_OK)
+            exit(2);
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t i = 0; i < moe8_st_count(st); i++) {
+                const moe8_tensor *t = moe8_st_get(st, i);
+                if (!strcmp(t->name, drop)) continue;
+                if ((pass == 0 ? moe8_st_writer_declare(w, t->name, t->dtype, t->n_dims, t->shape, &e)
+                               : moe8_st_writer_write(w, t->name, t->data, t->n_bytes, &e)) != MOE8_OK)
+                    exit(2);
+            }
+        if (moe8_st_writer_finish(w, &e) != MOE8_OK) exit(2);
+        moe8_st_writer_free(w);
+        moe8_st_free(st);
+    }
+    cJSON *c = read_json(src, "config.json"), *add = cJSON_Parse(set), *it;
+    if (!add) exit(2);
+    cJSON_ArrayForEach(it, add)
+        cJSON_ReplaceItemInObject(c, it->string, cJSON_Duplicate(it, 1));
+    char *out = cJSON_Print(c);
+    FMT(path, "%s/config.json", dst);
+    test_write_file(path, out, strlen(out));
+    free(out);
+    cJSON_Delete(c);
+    cJSON_Delete(add);
+}
+
+static int jbool(const cJSON *c, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, key));
+}
+
+/* One layer's tensors as llama.cpp's glm4moe loader creates them (names, ggml
+ * shapes, types) and their data; the count checked. */
+static void check_glm_layer(const gguf *g, const moe8_st *st, const cJSON *cfg, uint32_t wtype,
+                            int l, int *n_checked) {
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), D = (uint64_t)jnum(cfg, "head_dim");
+    uint64_t NQ = (uint64_t)jnum(cfg, "num_attention_heads") * D;
+    uint64_t NKV = (uint64_t)jnum(cfg, "num_key_value_heads") * D;
+    uint64_t E = (uint64_t)jnum(cfg, "n_routed_experts"), I = (uint64_t)jnum(cfg, "moe_intermediate_size");
+    uint64_t F = (uint64_t)jnum(cfg, "intermediate_size");
+    uint64_t S = (uint64_t)jnum(cfg, "n_shared_experts") * I;
+    int bias = jbool(cfg, "attention_bias"), qkn = jbool(cfg, "use_qk_norm");
+    int moe = l >= (int)jnum(cfg, "first_k_dense_replace");
+    char name[128], hf[256];
+    const uint32_t W = 99; /* the matrices' --type */
+    /* gguf suffix, hf suffix, type (W: wtype), dims, ne0, ne1, when (0 always, 1 bias, 2 qk
+     * norm, 3 dense, 4 moe) */
+    const struct { const char *g, *h; uint32_t ty; int nd; uint64_t ne0, ne1; int when; } t[] = {
+        {"attn_norm.weight", "input_layernorm.weight", T_F32, 1, H, 0, 0},
+        {"attn_q.weight", "self_attn.q_proj.weight", W, 2, H, NQ, 0},
+        {"attn_q.bias", "self_attn.q_proj.bias", T_F32, 1, NQ, 0, 1},
+        {"attn_k.weight", "self_attn.k_proj.weight", W, 2, H, NKV, 0},
+        {"attn_k.bias", "self_attn.k_proj.bias", T_F32, 1, NKV, 0, 1},
+        {"attn_v.weight", "self_attn.v_proj.weight", W, 2, H, NKV, 0},
+        {"attn_v.bias", "self_attn.v_proj.bias", T_F32, 1, NKV, 0, 1},
+        {"attn_output.weight", "self_attn.o_proj.weight", W, 2, NQ, H, 0},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", T_F32, 1, D, 0, 2},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", T_F32, 1, D, 0, 2},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", T_F32, 1, H, 0, 0},
+        {"ffn_gate.weight", "mlp.gate_proj.weight", W, 2, H, F, 3},
+        {"ffn_up.weight", "mlp.up_proj.weight", W, 2, H, F, 3},
+        {"ffn_down.weight", "mlp.down_proj.weight", W, 2, F, H, 3},
+        {"ffn_gate_inp.weight", "mlp.gate.weight", T_F32, 2, H, E, 4},
+        {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", T_F32, 1, E, 0, 4},
+        {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", W, 2, H, S, 4},
+        {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", W, 2, H, S, 4},
+        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", W, 2, S, H, 4},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int on = t[i].when == 0 || (t[i].when == 1 && bias) || (t[i].when == 2 && qkn) ||
+                 (t[i].when == 3 && !moe) || (t[i].when == 4 && moe);
+        FMT(name, "blk.%d.%s", l, t[i].g);
+        FMT(hf, "model.layers.%d.%s", l, t[i].h);
+        if (!on) {
+            CHECKF(ti_find(g, name) == NULL, "%s written", name);
+            continue;
+        }
+        check_tensor(g, st, name, t[i].ty == W ? wtype : t[i].ty, t[i].nd, t[i].ne0, t[i].ne1, 0, hf, 1,
+                     n_checked);
+    }
+    static const char *const exps[3][2] = {
+        {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
+    for (int i = 0; i < 3; i++) {
+        FMT(name, "blk.%d.%s.weight", l, exps[i][0]);
+        if (!moe) {
+            CHECKF(ti_find(g, name) == NULL, "%s in a dense layer", name);
+            continue;
+        }
+        FMT(hf, "model.layers.%d.mlp.experts.%%d.%s.weight", l, exps[i][1]);
+        check_tensor(g, st, name, wtype, 3, i == 2 ? I : H, i == 2 ? H : I, E, hf, (int)E,
+                     n_checked);
+    }
+}
+
+/* A glm4moe file against its folder: llama.cpp's keys (llama-model's
+ * glm4_moe hparams: block_count the decoder's layers with
+ * nextn_predict_layers 0, the rotary dims head_dim x partial_rotary_factor,
+ * shared count, leading dense count, scale, norm, sigmoid gating, groups),
+ * the tokenizer (pre glm4, ids at or above vocab_size left out), every
+ * tensor, none of the MTP layer's. */
+static void check_glm_file(const char *path, const char *dir, uint32_t wtype, int n_layers) {
+    gguf g;
+    moe8_st *st = NULL;
+    cJSON *cfg = read_json(dir, "config.json");
+    int rc = gguf_read(&g, path), n_checked = 0;
+    CHECKF(rc == 0, "cannot parse %s", path);
+    if (rc) {
+        gguf_free(&g);
+        cJSON_Delete(cfg);
+        return;
+    }
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), V = (uint64_t)jnum(cfg, "vocab_size");
+    uint64_t D = (uint64_t)jnum(cfg, "head_dim");
+    int first_k = (int)jnum(cfg, "first_k_dense_replace"), groups = (int)jnum(cfg, "n_group");
+    CHECK(g.version == 3 && g.align == 32 && g.data0 % 32 == 0);
+    CHECK(kv_str_is(&g, "general.architecture", "glm4moe"));
+    CHECK(kv_u32(&g, "general.file_type") == (wtype == T_Q8_0 ? 7 : wtype == T_F16 ? 1 : 32));
+    CHECK(kv_u32(&g, "glm4moe.block_count") == n_layers);
+    CHECK(kv_u32(&g, "glm4moe.nextn_predict_layers") == 0 && jnum(cfg, "num_nextn_predict_layers") == 1);
+    CHECK(kv_u32(&g, "glm4moe.context_length") == (int64_t)jnum(cfg, "max_position_embeddings"));
+    CHECK(kv_u32(&g, "glm4moe.embedding_length") == (int64_t)H);
+    CHECK(kv_u32(&g, "glm4moe.feed_forward_length") == (int64_t)jnum(cfg, "intermediate_size"));
+    CHECK(kv_u32(&g, "glm4moe.attention.head_count") == (int64_t)jnum(cfg, "num_attention_heads"));
+    CHECK(kv_u32(&g, "glm4moe.attention.head_count_kv") == (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(kv_u32(&g, "glm4moe.attention.key_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "glm4moe.attention.value_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "glm4moe.rope.dimension_count") ==
+          (int64_t)((double)D * jnum(cfg, "partial_rotary_factor")));
+    CHECK(kv_u32(&g, "glm4moe.rope.dimension_count") == 16 && D == 32);
+    CHECK(kv_f32(&g, "glm4moe.rope.freq_base") == (float)jnum(cfg, "rope_theta"));
+    CHECK(kv_f32(&g, "glm4moe.attention.layer_norm_rms_epsilon") == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_u32(&g, "glm4moe.expert_count") == (int64_t)jnum(cfg, "n_routed_experts"));
+    CHECK(kv_u32(&g, "glm4moe.expert_used_count") == (int64_t)jnum(cfg, "num_experts_per_tok"));
+    CHECK(kv_u32(&g, "glm4moe.expert_feed_forward_length") == (int64_t)jnum(cfg, "moe_intermediate_size"));
+    CHECK(kv_u32(&g, "glm4moe.expert_shared_count") == (int64_t)jnum(cfg, "n_shared_experts"));
+    CHECK(kv_u32(&g, "glm4moe.leading_dense_block_count") == first_k);
+    CHECK(kv_f32(&g, "glm4moe.expert_weights_scale") == (float)jnum(cfg, "routed_scaling_factor"));
+    const gkv *norm = kv_find(&g, "glm4moe.expert_weights_norm");
+    CHECK(norm && norm->type == V_BOOL && g.b[norm->at] == jbool(cfg, "norm_topk_prob"));
+    CHECK(kv_u32(&g, "glm4moe.expert_gating_func") == 2); /* sigmoid */
+    if (groups > 1) {
+        CHECK(kv_u32(&g, "glm4moe.expert_group_count") == groups);
+        CHECK(kv_u32(&g, "glm4moe.expert_group_used_count") == (int64_t)jnum(cfg, "topk_group"));
+    } else {
+        CHECK(!kv_find(&g, "glm4moe.expert_group_count") && !kv_find(&g, "glm4moe.expert_group_used_count"));
+    }
+
+    /* tokenizer: pre glm4, V = 151552 entries: the qwen3 tokenizer's ids below it */
+    CHECK(kv_str_is(&g, "tokenizer.ggml.model", "gpt2") && kv_str_is(&g, "tokenizer.ggml.pre", "glm4"));
+    const gkv *tk = kv_find(&g, "tokenizer.ggml.tokens");
+    CHECK(V == 151552 && tk && tk->type == V_ARR && tk->arr_type == V_STR && tk->arr_n == V);
+    if (tk && tk->arr_n == V) {
+        cJSON *tj = read_json(dir, "tokenizer.json"), *e;
+        const char **want = calloc(V, sizeof *want);
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "vocab"))
+            if (e->valuedouble < (double)V) want[(uint64_t)e->valuedouble] = e->string;
+        size_t at = tk->at;
+        long bad_tok = 0;
+        for (uint64_t i = 0; i < V; i++) {
+            uint64_t n;
+            memcpy(&n, g.b + at, 8);
+            bad_tok += !want[i] || n != strlen(want[i]) || memcmp(g.b + at + 8, want[i], n);
+            at += 8 + n;
+        }
+        CHECKF(!bad_tok, "%ld tokens differ", bad_tok);
+        free(want);
+        cJSON_Delete(tj);
+    }
+    CHECK(kv_u32(&g, "tokenizer.ggml.eos_token_id") == 151329); /* config.json's first eos */
+
+    /* tensors */
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    if (st) {
+        char name[128];
+        check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0, "model.embed_tokens.weight",
+                     1, &n_checked);
+        for (int l = 0; l < n_layers; l++) check_glm_layer(&g, st, cfg, wtype, l, &n_checked);
+        check_tensor(&g, st, "output_norm.weight", T_F32, 1, H, 0, 0, "model.norm.weight", 1,
+                     &n_checked);
+        check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0, "lm_head.weight", 1, &n_checked);
+        CHECKF(g.n_tensors == (uint64_t)n_checked, "%llu tensors, %d expected",
+               (unsigned long long)g.n_tensors, n_checked);
+        /* the MTP layer is in the folder, not in the file */
+        int mtp = (int)jnum(cfg, "num_hidden_layers");
+        FMT(name, "model.layers.%d.eh_proj.weight", mtp);
+        CHECK(moe8_st_find(st, name) != NULL);
+        for (uint64_t i = 0; i < g.n_tensors; i++) {
+            int l = -1;
+            CHECKF(!strstr(g.ti[i].name, "nextn") &&
+                   (sscanf(g.ti[i].name, "blk.%d.", &l) != 1 || l < n_layers),
+                   "%s written", g.ti[i].name);
+        }
+        moe8_st_free(st);
+    }
+    gguf_free(&g);
+    cJSON_Delete(cfg);
+}
+
+/* glm4_moe: the tiny preset as BF16 and Q8_0; a variant without biases, q/k
+ * norm, groups and renormalization; --layers 2; a missing correction bias. */
+static void test_glm(const char *root, const char *out, const char *err) {
+    char glm[4096], var[4096], nobias[4096], file[4096], args[16384];
+    FMT(glm, "%s/glm", root);
+    FMT(var, "%s/glm_plain", root);
+    FMT(nobias, "%s/glm_no_bias", root);
+    make_glm_model(glm);
+    static const struct { const char *name; uint32_t type; } types[] = {
+        {"bf16", T_BF16}, {"q8_0", T_Q8_0}}; /* F16: the qwen3moe cases */
+    for (int i = 0; i < 2; i++) {
+        FMT(file, "%s/glm_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", glm, file, types[i].name);
+        CHECKF(export(args, err) == 0, "glm export --type %s", types[i].name);
+        CHECK(test_file_contains(err, "multi-token-prediction") &&
+              test_file_contains(err, "at or above vocab_size 151552"));
+        check_glm_file(file, glm, types[i].type, 4);
+    }
+    FMT(file, "%s/glm_l2.gguf", out);
+    FMT(args, "-m '%s' -o '%s' --layers 2 --type bf16", glm, file);
+    CHECK(export(args, err) == 0);
+    check_glm_file(file, glm, T_BF16, 2);
+
+    glm_variant(glm, var, NULL, "{\"attention_bias\": false, \"use_qk_norm\": false, \"n_group\": 1, "
+                "\"topk_group\": 1, \"norm_topk_prob\": false}");
+    FMT(file, "%s/glm_plain.gguf", out);
+    FMT(args, "-m '%s' -o '%s' --type bf16", var, file);
+    CHECK(export(args, err) == 0);
+    check_glm_file(file, var, T_BF16, 4);
+
+    /* a missing correction bias: refused naming it, nothing written */
+    glm_variant(glm, nobias, "model.layers.2.mlp.gate.e_score_correction_bias", "{}");
+    FMT(file, "%s/glm_no_bias.gguf", out);
+    FMT(args, "-m '%s' -o '%s'", nobias, file);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "model.layers.2.mlp.gate.e_score_correction_bias") &&
+          test_file_contains(err, "missing"));
+    CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int same_bytes(const char *path, const char *want) {
@@ -740,6 +1010,8 @@ int main(void) {
               test_file_contains(err, "of the model folder"));
         CHECK(n_temp_files(moe) == 0);
     }
+
+    test_glm(root, out, err);
 
     /* a missing folder */
     FMT(args, "-m '%s/nope' -o '%s/nope.gguf'", root, out);

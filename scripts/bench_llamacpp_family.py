@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""bench_llamacpp_family.py DIR L L2 ROUNDS — step 6 of bench_llamacpp_family.sh:
+the per-layer times of its logs (DIR/log/): llama.cpp's "per layer" row of
+bench_llamacpp.mjs ((t(L) - t(L2)) / (L - L2)) and moe8's by the same
+difference of bench forward on the L and L2 folders, taken on the sum of the
+layers' phases (L x its **layer** row, the lm_head and the embedding left
+out, as the difference leaves them out of llama.cpp's; the whole-forward
+difference is printed too: it carries the lm_head's run-to-run noise, which
+at decode is larger than a layer); per round with the load average (1 min)
+before and after each run, then the medians and the speed-ups."""
+import re
+import statistics
+import sys
+
+d, L, L2, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+dl = L - L2
+
+
+def loads(text):
+    return [float(m) for m in re.findall(r"load average: ([\d.]+)", text)]
+
+
+def llama(r):
+    t = open(f"{d}/log/llama_{r}.txt").read()
+    m = re.search(r"^\| per layer \(\(\d+L - \d+L\) / \d+\) \| 1 \| ([-\d.]+) \|  \| ([-\d.]+) \|", t, re.M)
+    return (float(m.group(1)), float(m.group(2))) if m else (None, None), loads(t)
+
+
+def moe8(name, r):
+    t = open(f"{d}/log/moe8_{name}_{r}.txt").read()
+    def get(section, row):
+        return float(re.search(r"### " + section + r".*?\*\*" + row + r"\*\* \| ([\d.]+)", t, re.S).group(1))
+    return (get("prefill", "layer"), get("decode", "layer"), get("prefill", "whole forward"),
+            get("decode", "whole forward")), loads(t)
+
+
+rows, lp, ld, mp, md = [], [], [], [], []
+for r in range(1, rounds + 1):
+    (lpre, ldec), l1 = llama(r)
+    (p3, d3, wp3, wd3), l2 = moe8("w8a8", r)
+    (p2, d2, wp2, wd2), l3 = moe8(f"w8a8-{L2}l", r)
+    mpre, mdec = (L * p3 - L2 * p2) / dl, (L * d3 - L2 * d2) / dl
+    lp.append(lpre), ld.append(ldec), mp.append(mpre), md.append(mdec)
+    rows.append((r, lpre, mpre, (wp3 - wp2) / dl, ldec, mdec, (wd3 - wd2) / dl,
+                 min(l1 + l2 + l3), max(l1 + l2 + l3)))
+print("| round | llama.cpp prefill ms/layer | moe8 prefill ms/layer (whole-forward diff) "
+      "| llama.cpp decode ms/layer | moe8 decode ms/layer (whole-forward diff) | load avg (1 min) |")
+print("|---|---:|---:|---:|---:|---|")
+for r, a, b, bw, c, e, ew, lo, hi in rows:
+    print(f"| {r} | {a:.1f} | {b:.1f} ({bw:.1f}) | {c:.2f} | {e:.2f} ({ew:.2f}) | {lo:.1f}–{hi:.1f} |")
+ma, mb, mc, me = (statistics.median(x) for x in (lp, mp, ld, md))
+print(f"| **median** | {ma:.1f} | {mb:.1f} | {mc:.2f} | {me:.2f} | |")
+print(f"\nspeed-up (medians): prefill {ma / mb:.2f}x (target 3x), decode {mc / me:.2f}x (target 1.5x)")

@@ -1,0 +1,78 @@
+#!/bin/sh
+# bench_llamacpp_family.sh — per layer, moe8 W8A8 against llama.cpp's Q8_0 of the
+# same weights on a family's `slice` preset (issue 34's targets: prefill of 512
+# tokens >= 3x, decode >= 1.5x), 2 threads, runs alternated. Each step is one
+# command that can be rerun alone (docs/BENCHMARKS.md, "llama.cpp on the same
+# weights"):
+#
+#   1. moe8 make-model --arch $ARCH --preset slice --layers $L     bf16 weights
+#   2. moe8 export-gguf ... (Q8_0, $L layers and $L2 layers)      llama.cpp's files
+#   3. moe8 quantize                                                moe8's W8A8
+#   4. a $L2-layer view of the W8A8 folder (its files hard-linked, config.json's
+#      num_hidden_layers $L2) so that moe8's time per layer is taken by the same
+#      difference as llama.cpp's: (t($L layers) - t($L2 layers)) / ($L - $L2);
+#      for glm4_moe ($L 3, $L2 2) that is one MoE layer of GLM-4.5-Air (layer 0
+#      is dense: first_k_dense_replace 1)
+#   5. $ROUNDS rounds, each: llama.cpp (bench_llamacpp.mjs, both files, prefill
+#      $T and decode after a 512-token prompt), then moe8 bench forward on both
+#      folders; `uptime` before each run. Logs in $DIR/log/.
+#   6. the medians per layer and the speed-ups (printed, from the logs).
+#
+# Usage: scripts/bench_llamacpp_family.sh [steps]   (default: 1 2 3 4 5 6)
+# Environment: ARCH (glm4_moe), DIR (/tmp/bench_$ARCH: ~30 GB for glm4_moe),
+# L (3), L2 (2), THREADS (2), ROUNDS (3; FIRST=4 ROUNDS=5 adds rounds 4 and 5), T (512), DECODE_N (32), MOE8 (build/moe8).
+# Needs node and node-llama-cpp under .deps/llamacpp (see bench_llamacpp.mjs).
+set -eu
+ARCH=${ARCH:-glm4_moe}
+DIR=${DIR:-/tmp/bench_$ARCH}
+L=${L:-3}
+L2=${L2:-2}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
+FIRST=${FIRST:-1}
+T=${T:-512}
+DECODE_N=${DECODE_N:-32}
+MOE8=${MOE8:-build/moe8}
+STEPS=${*:-1 2 3 4 5 6}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$DIR/log"
+say() { echo "== $(date -u +%H:%M:%S) $*"; }
+
+for s in $STEPS; do
+    case $s in
+    1)  say "make-model $ARCH slice, $L layers"
+        "$MOE8" make-model --arch "$ARCH" --preset slice --layers "$L" -o "$DIR/bf16" --force ;;
+    2)  say "export-gguf Q8_0, $L and $L2 layers"
+        "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/q8_0.gguf" --force
+        "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/q8_0-${L2}l.gguf" --layers "$L2" --force ;;
+    3)  say "quantize W8A8"
+        "$MOE8" quantize -i "$DIR/bf16" -o "$DIR/w8a8" --force ;;
+    4)  say "the $L2-layer view of the W8A8 folder"
+        rm -rf "$DIR/w8a8-${L2}l"
+        mkdir -p "$DIR/w8a8-${L2}l"
+        for f in "$DIR/w8a8"/*; do
+            # hard links: moe8 refuses shards that resolve outside the folder
+            [ "$(basename "$f")" = config.json ] || ln "$f" "$DIR/w8a8-${L2}l/" || cp "$f" "$DIR/w8a8-${L2}l/"
+        done
+        python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=int(sys.argv[3]); json.dump(c, open(sys.argv[2],"w"), indent=2)' \
+            "$DIR/w8a8/config.json" "$DIR/w8a8-${L2}l/config.json" "$L2" ;;
+    5)  for r in $(seq "$FIRST" "$ROUNDS"); do
+            say "round $r: llama.cpp"
+            uptime >"$DIR/log/llama_$r.txt"
+            node "$HERE/bench_llamacpp.mjs" --model "$DIR/q8_0.gguf" --model2 "$DIR/q8_0-${L2}l.gguf" \
+                --threads "$THREADS" --tokens "$T" --decode-ctx 512 --decode-n "$DECODE_N" --reps 1 \
+                >>"$DIR/log/llama_$r.txt" 2>&1 || { cat "$DIR/log/llama_$r.txt"; exit 1; }
+            uptime >>"$DIR/log/llama_$r.txt"
+            for m in w8a8 "w8a8-${L2}l"; do
+                say "round $r: moe8 $m"
+                uptime >"$DIR/log/moe8_${m}_$r.txt"
+                OMP_WAIT_POLICY=passive "$MOE8" bench forward -m "$DIR/$m" --tokens "1,$T" --ctx 512 \
+                    --threads "$THREADS" --reps 1 --steps "$DECODE_N" >>"$DIR/log/moe8_${m}_$r.txt" 2>&1 ||
+                    { cat "$DIR/log/moe8_${m}_$r.txt"; exit 1; }
+                uptime >>"$DIR/log/moe8_${m}_$r.txt"
+            done
+        done ;;
+    6)  python3 "$HERE/bench_llamacpp_family.py" "$DIR" "$L" "$L2" "$ROUNDS" ;;
+    *)  echo "bench_llamacpp_family.sh: unknown step '$s'" >&2; exit 2 ;;
+    esac
+done

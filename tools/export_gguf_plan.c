@@ -1,0 +1,206 @@
+/*
+ * export_gguf_plan.c — the tensors `moe8 export-gguf` writes (export_gguf.h):
+ * token_embd, then per layer the rows of the family's table that apply to it
+ * (MoE or dense layer, q/k norm, q/k/v biases, shared experts) and the
+ * stacked experts ffn_{gate,up,down}_exps [E][out][in] of a MoE layer (as
+ * convert_hf_to_gguf.py merges mlp.experts.N.*), then output_norm and output
+ * (absent with tied embeddings). Each source is checked: present, float
+ * (F32/F16/BF16: a quantized checkpoint is refused, naming the tensor) and of
+ * the shape the config implies. Also the hyper-parameter keys every family
+ * writes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "export_gguf.h"
+
+/* The float tensor `name` of shape [rows][cols] (cols = 0: 1-D [rows]), or
+ * NULL after a message naming it. */
+static const moe8_tensor *need(xg_plan *p, const char *name, int64_t rows, int64_t cols) {
+    const moe8_tensor *t = moe8_st_find(p->st, name);
+    int want_dims = cols ? 2 : 1;
+    if (!t) {
+        xg_fail("'%s': tensor '%s' is missing", p->dir, name);
+        return NULL;
+    }
+    if (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_F16 && t->dtype != MOE8_DT_BF16) {
+        xg_fail("'%s': tensor '%s' is %s: only float models (F32/F16/BF16) are exported; for a "
+             "quantized checkpoint export the float model it was made from",
+             p->dir, name, moe8_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (t->n_dims != want_dims || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        char got[96] = "", *g = got;
+        for (int i = 0; i < t->n_dims && g < got + sizeof got - 24; i++)
+            g += sprintf(g, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (cols)
+            xg_fail("'%s': tensor '%s' has shape [%s], expected [%lld, %lld]", p->dir, name, got,
+                 (long long)rows, (long long)cols);
+        else
+            xg_fail("'%s': tensor '%s' has shape [%s], expected [%lld]", p->dir, name, got,
+                 (long long)rows);
+        return NULL;
+    }
+    return t;
+}
+
+/* Append a GGUF tensor of n_src sources, each [rows][cols] (cols = 0: 1-D). */
+static xg_tensor *add(xg_plan *p, const char *gname, int type, int n_src, int64_t rows,
+                      int64_t cols) {
+    if (p->n == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        xg_tensor *t = realloc(p->t, (size_t)cap * sizeof *t);
+        if (!t) {
+            xg_fail("out of memory");
+            return NULL;
+        }
+        p->t = t;
+        p->cap = cap;
+    }
+    xg_tensor *g = &p->t[p->n];
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "%s", gname);
+    g->src = calloc((size_t)n_src, sizeof *g->src);
+    if (!g->src) {
+        xg_fail("out of memory");
+        return NULL;
+    }
+    p->n++;
+    g->n_src = n_src;
+    g->type = cols ? type : GGML_F32;
+    g->n_dims = cols ? (n_src > 1 ? 3 : 2) : 1;
+    g->ne[0] = (uint64_t)(cols ? cols : rows);
+    g->ne[1] = cols ? (uint64_t)rows : 1;
+    g->ne[2] = (uint64_t)n_src;
+    if (g->type == GGML_Q8_0 && g->ne[0] % Q8_0_BLOCK) {
+        xg_fail("tensor '%s': row length %llu is not a multiple of %d (Q8_0 blocks); use --type f16",
+             gname, (unsigned long long)g->ne[0], Q8_0_BLOCK);
+        return NULL;
+    }
+    g->n_bytes = xg_type_row_bytes(g->type, g->ne[0]) * g->ne[1] * g->ne[2];
+    return g;
+}
+
+/* One GGUF tensor from one Hugging Face tensor. */
+static int add1(xg_plan *p, const char *gname, int type, const char *hname, int64_t rows,
+                int64_t cols) {
+    const moe8_tensor *t = need(p, hname, rows, cols);
+    xg_tensor *g = t ? add(p, gname, type, 1, rows, cols) : NULL;
+    if (!g) return -1;
+    g->src[0] = t;
+    return 0;
+}
+
+/* The shape of a table row: rows x cols (cols 0: 1-D) and its GGUF type. */
+static void row_shape(const xg_plan *p, int shape, int64_t *rows, int64_t *cols, int *type) {
+    const moe8_config *c = p->cfg;
+    int64_t H = c->hidden_size, D = c->head_dim;
+    int64_t nq = c->num_attention_heads * D, nkv = c->num_key_value_heads * D;
+    int64_t S = moe8_config_get_int(c, "shared_expert_intermediate_size", NULL);
+    int64_t F = c->intermediate_size;
+    *type = p->wtype;
+    *cols = 0;
+    switch (shape) {
+    case XG_NORM_H: *rows = H; break;
+    case XG_NORM_D: *rows = D; break;
+    case XG_NORM_Q: case XG_BIAS_Q: *rows = nq; break;
+    case XG_NORM_KV: case XG_BIAS_KV: *rows = nkv; break;
+    case XG_Q: *rows = nq, *cols = H; break;
+    case XG_KV: *rows = nkv, *cols = H; break;
+    case XG_O: *rows = H, *cols = nq; break;
+    case XG_ROUTER: *rows = c->num_experts, *cols = H, *type = GGML_F32; break;
+    case XG_ROUTER_BIAS: *rows = c->num_experts; break;
+    case XG_DENSE_GU: *rows = F, *cols = H; break;
+    case XG_DENSE_D: *rows = H, *cols = F; break;
+    case XG_SHARED_GU: *rows = S, *cols = H; break;
+    default: *rows = H, *cols = S; break; /* XG_SHARED_D */
+    }
+}
+
+static int row_applies(const xg_plan *p, int when, int moe) {
+    const moe8_config *c = p->cfg;
+    switch (when) {
+    case XG_IF_MOE: return moe;
+    case XG_IF_DENSE: return !moe;
+    case XG_IF_QK_NORM: return moe8_config_get_int(c, "qk_norm", NULL) != 0;
+    case XG_IF_QKV_BIAS: return moe8_config_get_int(c, "qkv_bias", NULL) != 0;
+    case XG_IF_SHARED:
+        return moe && moe8_config_get_int(c, "shared_expert_intermediate_size", NULL) > 0;
+    default: return 1;
+    }
+}
+
+/* One layer: the table's rows, then the stacked experts of a MoE layer. */
+static int plan_layer(xg_plan *p, int64_t l) {
+    const xg_family *f = p->fam;
+    const moe8_config *c = p->cfg;
+    const int moe = moe8_config_is_moe_layer(c, l);
+    char g[64], h[160], fmt[160];
+    for (int i = 0; i < f->n_rows; i++) {
+        const xg_row *r = &f->rows[i];
+        int64_t rows, cols;
+        int type;
+        if (!row_applies(p, r->when, moe)) continue;
+        row_shape(p, r->shape, &rows, &cols, &type);
+        snprintf(g, sizeof g, "blk.%lld.%s", (long long)l, r->gguf);
+        snprintf(h, sizeof h, "model.layers.%lld.%s", (long long)l, r->hf);
+        if (add1(p, g, type, h, rows, cols)) return -1;
+    }
+    if (!moe) return 0;
+    static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    snprintf(fmt, sizeof fmt, "model.layers.%%lld.%s", f->expert_fmt);
+    for (int i = 0; i < 3; i++) {
+        int64_t rows = i == 2 ? H : I, cols = i == 2 ? I : H;
+        snprintf(g, sizeof g, "blk.%lld.%s.weight", (long long)l, exps[i]);
+        xg_tensor *t = add(p, g, p->wtype, (int)E, rows, cols);
+        if (!t) return -1;
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(h, sizeof h, fmt, (long long)l, (long long)e, f->exp_names[i]);
+            if (!(t->src[e] = need(p, h, rows, cols))) return -1;
+        }
+    }
+    return 0;
+}
+
+int xg_make_plan(xg_plan *p) {
+    const moe8_config *c = p->cfg;
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    if (add1(p, "token_embd.weight", p->wtype, "model.embed_tokens.weight", V, H)) return -1;
+    for (int64_t l = 0; l < p->n_layers; l++)
+        if (plan_layer(p, l)) return -1;
+    if (add1(p, "output_norm.weight", GGML_F32, "model.norm.weight", H, 0)) return -1;
+    if (!c->tie_word_embeddings && add1(p, "output.weight", p->wtype, "lm_head.weight", V, H))
+        return -1;
+    return 0;
+}
+
+void xg_common_hparams(xg_kvs *k, const xg_plan *p, int64_t rope_dims) {
+    const moe8_config *c = p->cfg;
+    const char *a = p->fam->arch;
+    xg_kv_au32(k, a, "block_count", (uint32_t)p->n_layers);
+    xg_kv_au32(k, a, "context_length", (uint32_t)c->max_position_embeddings);
+    xg_kv_au32(k, a, "embedding_length", (uint32_t)c->hidden_size);
+    xg_kv_au32(k, a, "feed_forward_length", (uint32_t)c->intermediate_size);
+    xg_kv_au32(k, a, "attention.head_count", (uint32_t)c->num_attention_heads);
+    xg_kv_au32(k, a, "attention.head_count_kv", (uint32_t)c->num_key_value_heads);
+    xg_kv_au32(k, a, "attention.key_length", (uint32_t)c->head_dim);
+    xg_kv_au32(k, a, "attention.value_length", (uint32_t)c->head_dim);
+    xg_kv_au32(k, a, "rope.dimension_count", (uint32_t)rope_dims);
+    xg_kv_af32(k, a, "rope.freq_base", (float)c->rope_theta);
+    xg_kv_af32(k, a, "attention.layer_norm_rms_epsilon", (float)c->rms_norm_eps);
+    xg_kv_au32(k, a, "expert_count", (uint32_t)c->num_experts);
+    xg_kv_au32(k, a, "expert_used_count", (uint32_t)c->num_experts_per_tok);
+    xg_kv_au32(k, a, "expert_feed_forward_length", (uint32_t)c->moe_intermediate_size);
+}
+
+int xg_check_sizes(const xg_plan *p) {
+    const moe8_config *c = p->cfg;
+    if (c->num_experts <= 0)
+        return xg_fail("'%s/config.json': no experts: a dense model is not a %s", p->dir,
+                       p->fam->arch);
+    if (c->num_hidden_layers > UINT32_MAX || c->vocab_size > INT32_MAX ||
+        c->max_position_embeddings > UINT32_MAX)
+        return xg_fail("'%s/config.json': sizes beyond GGUF's u32 fields", p->dir);
+    return 0;
+}
