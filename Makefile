@@ -16,7 +16,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # mpirun's start): release tests 228 s at 3, 173 s at 4, 164 s at 5 on 2 cores
 TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 CMAKE_Q = cmake -Wno-dev
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 PREFIX ?= /usr/local
 
 # What the builds run first; scripts/test.sh passes DEPS= (it runs deps itself).
