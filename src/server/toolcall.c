@@ -311,38 +311,40 @@ struct toolcall_parser {
     int v31;              /* deepseek: a V3.1 call (no type, no fence) */
     moe8_buf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
     jscan js;
-    /* events not yet handed to the sink: content or arguments, never both */
-    moe8_buf cbuf, abuf;
-    const toolcall_sink *k;
-    int oom;
+    moe8_tc_out out; /* events not yet handed to the sink */
 };
 
-static void need(toolcall_parser *p, int rc) {
-    if (rc) p->oom = 1;
+void moe8_tc_need(moe8_tc_out *o, int rc) {
+    if (rc) o->oom = 1;
 }
 
-static void flush(toolcall_parser *p) {
-    const toolcall_sink *k = p->k;
-    if (p->cbuf.n) {
-        if (k->content) k->content(k->u, p->cbuf.p, p->cbuf.n);
-        p->cbuf.n = 0;
+void moe8_tc_flush(moe8_tc_out *o, int cur) {
+    const toolcall_sink *k = o->k;
+    if (o->cbuf.n) {
+        if (k->content) k->content(k->u, o->cbuf.p, o->cbuf.n);
+        o->cbuf.n = 0;
     }
-    if (p->abuf.n) {
-        if (k->call_args) k->call_args(k->u, p->cur, p->abuf.p, p->abuf.n);
-        p->abuf.n = 0;
+    if (o->abuf.n) {
+        if (k->call_args) k->call_args(k->u, cur, o->abuf.p, o->abuf.n);
+        o->abuf.n = 0;
     }
 }
 
-static void emit_content(toolcall_parser *p, const char *s, size_t n) {
+void moe8_tc_content(moe8_tc_out *o, int cur, const char *s, size_t n) {
     if (!n) return;
-    if (p->abuf.n) flush(p);
-    need(p, moe8_buf_add(&p->cbuf, s, n));
+    if (o->abuf.n) moe8_tc_flush(o, cur);
+    moe8_tc_need(o, moe8_buf_add(&o->cbuf, s, n));
 }
 
-static void emit_args(toolcall_parser *p, const char *s, size_t n) {
-    if (p->cbuf.n) flush(p);
-    need(p, moe8_buf_add(&p->abuf, s, n));
+void moe8_tc_args(moe8_tc_out *o, int cur, const char *s, size_t n) {
+    if (o->cbuf.n) moe8_tc_flush(o, cur);
+    moe8_tc_need(o, moe8_buf_add(&o->abuf, s, n));
 }
+
+static void need(toolcall_parser *p, int rc) { moe8_tc_need(&p->out, rc); }
+static void flush(toolcall_parser *p) { moe8_tc_flush(&p->out, p->cur); }
+static void emit_content(toolcall_parser *p, const char *s, size_t n) { moe8_tc_content(&p->out, p->cur, s, n); }
+static void emit_args(toolcall_parser *p, const char *s, size_t n) { moe8_tc_args(&p->out, p->cur, s, n); }
 
 static void lit_begin(toolcall_parser *p, const char *a, int next_a, const char *b, int next_b, size_t pos) {
     p->lit[0] = a;
@@ -362,7 +364,7 @@ static void raw_reset(toolcall_parser *p) {
 
 /* The name is known: the call is reported, with any arguments read before it. */
 static void report(toolcall_parser *p, const char *name, size_t n) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     flush(p);
     p->cur = p->n_calls++;
     p->reported = 1;
@@ -372,7 +374,7 @@ static void report(toolcall_parser *p, const char *name, size_t n) {
 }
 
 static void call_complete(toolcall_parser *p) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     if (!p->have_args) emit_args(p, "{}", 2);
     flush(p);
     if (k->call_end) k->call_end(k->u, p->cur, 1);
@@ -396,12 +398,12 @@ static void step(toolcall_parser *p, unsigned char c);
 
 /* A byte that cannot go on: see the file's header. */
 static void brk(toolcall_parser *p, unsigned char c) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     char again[64];
     size_t n_again = p->st == S_LIT ? p->lit_pos : 0;
     if (n_again > p->raw.n || n_again > sizeof again) n_again = 0;
     if (!p->raw.n) need(p, moe8_buf_add(&p->raw, "", 0)); /* raw.p is then a string */
-    if (p->oom) return;
+    if (p->out.oom) return;
     if (p->reported) {
         flush(p);
         if (k->call_end) k->call_end(k->u, p->cur, 0);
@@ -568,8 +570,8 @@ static int obj_byte(toolcall_parser *p, unsigned char c) {
             js_start(&p->js, 0, &p->name);
         } else if (p->kind == K_ARGS) {
             if (c != '{') return R_BREAK;
-            js_start(&p->js, 1, p->reported ? &p->abuf : &p->hold);
-            if (p->reported && p->cbuf.n) flush(p);
+            js_start(&p->js, 1, p->reported ? &p->out.abuf : &p->hold);
+            if (p->reported && p->out.cbuf.n) flush(p);
         } else {
             js_start(&p->js, 0, NULL);
         }
@@ -577,7 +579,7 @@ static int obj_byte(toolcall_parser *p, unsigned char c) {
         /* fall through */
     case C_VALUE:
         r = js_byte(&p->js, c);
-        if (p->js.oom) p->oom = 1;
+        if (p->js.oom) p->out.oom = 1;
         if (r == JS_BAD) return R_BREAK;
         if (r == JS_MORE) return R_OK;
         if (value_done(p) == R_BREAK) return R_BREAK;
@@ -596,7 +598,7 @@ static int obj_byte(toolcall_parser *p, unsigned char c) {
 /* An arguments object scanned on its own (mistral v11, deepseek). */
 static int args_byte(toolcall_parser *p, unsigned char c, int next) {
     int r = js_byte(&p->js, c);
-    if (p->js.oom) p->oom = 1;
+    if (p->js.oom) p->out.oom = 1;
     if (r == JS_BAD || r == JS_END) return R_BREAK;
     if (r == JS_DONE) {
         p->have_args = 1;
@@ -613,8 +615,8 @@ static int args_byte(toolcall_parser *p, unsigned char c, int next) {
 static int start_args(toolcall_parser *p, unsigned char c, int norm, int st) {
     if (is_ws(c)) return R_OK;
     if (c != '{') return R_BREAK;
-    if (p->cbuf.n) flush(p);
-    js_start(&p->js, norm, &p->abuf);
+    if (p->out.cbuf.n) flush(p);
+    js_start(&p->js, norm, &p->out.abuf);
     p->st = st;
     return R_AGAIN;
 }
@@ -797,11 +799,11 @@ toolcall_parser *moe8_toolcall_new_like(const toolcall_parser *p) {
 
 int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k) {
     if (p && p->x) return moe8_tcx_feed(p->x, s, n, k);
-    if (!p || p->oom) return -1;
-    p->k = k;
-    for (size_t i = 0; i < n && !p->oom; i++) step(p, (unsigned char)s[i]);
-    if (!p->oom) flush(p);
-    return p->oom ? -1 : 0;
+    if (!p || p->out.oom) return -1;
+    p->out.k = k;
+    for (size_t i = 0; i < n && !p->out.oom; i++) step(p, (unsigned char)s[i]);
+    if (!p->out.oom) flush(p);
+    return p->out.oom ? -1 : 0;
 }
 
 /* At the end of the output, in a block: a call complete but for its closing
@@ -817,8 +819,8 @@ static int ends_well(const toolcall_parser *p) {
 int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     int w;
     if (p && p->x) return moe8_tcx_finish(p->x, k);
-    if (!p || p->oom) return -1;
-    p->k = k;
+    if (!p || p->out.oom) return -1;
+    p->out.k = k;
     if (p->st == S_TEXT) {
         if (p->held) {
             if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
@@ -838,7 +840,7 @@ int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     p->after_call = p->reported = 0;
     p->st = S_TEXT;
     flush(p);
-    return p->oom ? -1 : 0;
+    return p->out.oom ? -1 : 0;
 }
 
 int moe8_toolcall_count(const toolcall_parser *p) { return p ? p->x ? moe8_tcx_count(p->x) : p->n_calls : 0; }
@@ -851,7 +853,7 @@ void moe8_toolcall_free(toolcall_parser *p) {
     moe8_buf_free(&p->key);
     moe8_buf_free(&p->name);
     moe8_buf_free(&p->hold);
-    moe8_buf_free(&p->cbuf);
-    moe8_buf_free(&p->abuf);
+    moe8_buf_free(&p->out.cbuf);
+    moe8_buf_free(&p->out.abuf);
     free(p);
 }

@@ -94,40 +94,15 @@ struct tcx {
     unsigned val_types;    /* what the value is read as (toolcall_xml.h's TCX_*) */
     int val_stream;        /* a GLM string value: sent as it comes */
     int reported, cur, n_calls, n_args;
-    /* events not yet handed to the sink: content or arguments, never both */
-    moe8_buf cbuf, abuf;
-    const toolcall_sink *k;
-    int oom;
+    moe8_tc_out out; /* events not yet handed to the sink */
 };
 
 static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static void need(tcx *p, int rc) {
-    if (rc) p->oom = 1;
-}
-
-static void flush(tcx *p) {
-    const toolcall_sink *k = p->k;
-    if (p->cbuf.n) {
-        if (k->content) k->content(k->u, p->cbuf.p, p->cbuf.n);
-        p->cbuf.n = 0;
-    }
-    if (p->abuf.n) {
-        if (k->call_args) k->call_args(k->u, p->cur, p->abuf.p, p->abuf.n);
-        p->abuf.n = 0;
-    }
-}
-
-static void emit_content(tcx *p, const char *s, size_t n) {
-    if (!n) return;
-    if (p->abuf.n) flush(p);
-    need(p, moe8_buf_add(&p->cbuf, s, n));
-}
-
-static void emit_args(tcx *p, const char *s, size_t n) {
-    if (p->cbuf.n) flush(p);
-    need(p, moe8_buf_add(&p->abuf, s, n));
-}
+static void need(tcx *p, int rc) { moe8_tc_need(&p->out, rc); }
+static void flush(tcx *p) { moe8_tc_flush(&p->out, p->cur); }
+static void emit_content(tcx *p, const char *s, size_t n) { moe8_tc_content(&p->out, p->cur, s, n); }
+static void emit_args(tcx *p, const char *s, size_t n) { moe8_tc_args(&p->out, p->cur, s, n); }
 
 /* ---- calls ---------------------------------------------------------------------------- */
 
@@ -142,7 +117,7 @@ static void clean_name(const char **s, size_t *n, int quotes) {
 
 /* The call's name is complete in p->name: reported, or R_BREAK when empty. */
 static int report(tcx *p, int quotes) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     const char *s = p->name.p ? p->name.p : "";
     size_t n = p->name.n;
     clean_name(&s, &n, quotes);
@@ -166,7 +141,7 @@ static void key_done(tcx *p, int quotes, unsigned *types) {
     char *kz;
     clean_name(&key, &n, quotes);
     if (!(kz = malloc(n + 1))) {
-        p->oom = 1;
+        p->out.oom = 1;
         return;
     }
     memcpy(kz, key, n);
@@ -219,7 +194,7 @@ static void value_stream(tcx *p) {
 }
 
 static void call_complete(tcx *p) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     emit_args(p, p->n_args ? "}" : "{}", p->n_args ? 1 : 2);
     flush(p);
     if (k->call_end) k->call_end(k->u, p->cur, 1);
@@ -413,7 +388,7 @@ static void step(tcx *p, unsigned char c);
 
 /* The call breaks at byte c: see the file's header. */
 static void brk(tcx *p, unsigned char c) {
-    const toolcall_sink *k = p->k;
+    const toolcall_sink *k = p->out.k;
     char again[32];
     size_t n_again = p->st == X_TAG ? p->exp_pos : 0;
     if (n_again > p->raw.n || n_again > sizeof again) n_again = 0;
@@ -468,16 +443,16 @@ tcx *moe8_tcx_new(toolcall_format f, const cJSON *tools) {
 const cJSON *moe8_tcx_tools(const tcx *p) { return p ? p->tools : NULL; }
 
 int moe8_tcx_feed(tcx *p, const char *s, size_t n, const toolcall_sink *k) {
-    if (!p || p->oom) return -1;
-    p->k = k;
-    for (size_t i = 0; i < n && !p->oom; i++) step(p, (unsigned char)s[i]);
-    if (!p->oom) flush(p);
-    return p->oom ? -1 : 0;
+    if (!p || p->out.oom) return -1;
+    p->out.k = k;
+    for (size_t i = 0; i < n && !p->out.oom; i++) step(p, (unsigned char)s[i]);
+    if (!p->out.oom) flush(p);
+    return p->out.oom ? -1 : 0;
 }
 
 int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
-    if (!p || p->oom) return -1;
-    p->k = k;
+    if (!p || p->out.oom) return -1;
+    p->out.k = k;
     if (p->st == X_TEXT) {
         if (p->held) {
             if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
@@ -495,7 +470,7 @@ int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
     p->after_call = p->reported = 0;
     p->st = X_TEXT;
     flush(p);
-    return p->oom ? -1 : 0;
+    return p->out.oom ? -1 : 0;
 }
 
 int moe8_tcx_count(const tcx *p) { return p ? p->n_calls : 0; }
@@ -508,7 +483,7 @@ void moe8_tcx_free(tcx *p) {
     moe8_buf_free(&p->name);
     moe8_buf_free(&p->key);
     moe8_buf_free(&p->val);
-    moe8_buf_free(&p->cbuf);
-    moe8_buf_free(&p->abuf);
+    moe8_buf_free(&p->out.cbuf);
+    moe8_buf_free(&p->out.abuf);
     free(p);
 }

@@ -15,6 +15,20 @@
 #include "core/buf.h"
 #include "server/toolcall.h"
 
+/* The events a parser has read but not yet handed to its sink: content or
+ * a call's arguments, never both (one of each parser's, toolcall.c's and
+ * toolcall_xml.c's). oom: an append failed (the parser is then spent). */
+typedef struct {
+    moe8_buf cbuf, abuf;
+    const toolcall_sink *k;
+    int oom;
+} moe8_tc_out;
+void moe8_tc_need(moe8_tc_out *o, int rc);
+/* Hand what is held to the sink (arguments as call `cur`'s). */
+void moe8_tc_flush(moe8_tc_out *o, int cur);
+void moe8_tc_content(moe8_tc_out *o, int cur, const char *s, size_t n);
+void moe8_tc_args(moe8_tc_out *o, int cur, const char *s, size_t n);
+
 /* The parser of glm45, glm47 or minimax_m2 output; toolcall.c's API
  * functions hand these formats to it. tools: the request's `tools` array
  * or NULL; copied. */
