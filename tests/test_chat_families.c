@@ -1,7 +1,8 @@
 /*
  * test_chat_families.c — whole OpenAI conversations through the chat
- * templates of the GLM-4.5 / 4.6 / 4.7 and MiniMax-M2 families (as llama.cpp
- * keeps copies of them: tests/data/jinja/README.md), against Python's
+ * templates of the GLM-4.5 / 4.6 / 4.7, MiniMax-M2 and Qwen3.5 (Qwen3.5/3.6
+ * MoE) families (as llama.cpp keeps copies of them:
+ * tests/data/jinja/README.md), against Python's
  * jinja2. tests/data/jinja/family_goldens.json is made once, by hand, by
  * tests/data/jinja/make_family_goldens.py: each conversation as vLLM hands it
  * to apply_chat_template (tools, assistant tool_calls with arguments of
@@ -12,7 +13,8 @@
  * byte; where jinja2 fails, moe8 fails too.
  * Also the server's split of their output into reasoning_content and
  * content (src/server/api_chat.c): GLM-4.5 / 4.6 (the model opens <think>),
- * GLM-4.7 (the prompt opens it), MiniMax-M2 split (minimax_m2) and kept
+ * GLM-4.7 and Qwen3.5 (the prompt opens it; Qwen3.5's closes it with
+ * thinking off), MiniMax-M2 split (minimax_m2) and kept
  * whole (minimax_m2_append_think), each output fed split at every byte,
  * against the expected text written here.
  */
@@ -117,6 +119,10 @@ static const split_case SPLITS[] = {
     {"minimax_append", 1, 1, 1, "Two calls.\n</think>\n\n<minimax:tool_call>",
      "<think>Two calls.\n</think>\n\n<minimax:tool_call>", ""},
     {"minimax_append_thinking_off", 1, 0, 0, "Hello <think>", "Hello <think>", ""},
+    {"qwen35_open", 0, 1, 1, "The user greets.\n</think>\n\nHello!", "\n\nHello!", "The user greets.\n"},
+    {"qwen35_call", 0, 1, 1, "Need the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call>",
+     "\n\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", "Need the weather.\n"},
+    {"qwen35_thinking_off", 0, 0, 0, "Hello! <think>x</think>", "Hello! <think>x</think>", ""},
 };
 
 static void run_split(const split_case *c, size_t cut, moe8_buf *content, moe8_buf *reason) {

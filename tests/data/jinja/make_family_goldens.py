@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_family_goldens.py -- reference renderings of whole OpenAI
-conversations through the GLM-4.5, GLM-4.6, GLM-4.7-Flash and MiniMax-M2 chat
-templates, for tests/test_chat_families.c, made by hand with Python's jinja2
+conversations through the GLM-4.5, GLM-4.6, GLM-4.7-Flash, MiniMax-M2 and
+Qwen3.5 (Qwen3.5/3.6-MoE) chat templates, for tests/test_chat_families.c, made by hand with Python's jinja2
 set up as in make_goldens.py (transformers' apply_chat_template).
 
 Run by hand (never by the build or the tests), from anywhere:
@@ -37,6 +37,7 @@ TEMPLATES = {
     "glm_4_6": {"file": "glm_4_6.jinja", "bos_token": None, "eos_token": "<|endoftext|>"},
     "glm_4_7_flash": {"file": "glm_4_7_flash.jinja", "bos_token": None, "eos_token": "<|endoftext|>"},
     "minimax_m2": {"file": "minimax_m2.jinja", "bos_token": None, "eos_token": "[e~["},
+    "qwen3_5": {"file": "qwen3_5.jinja", "bos_token": None, "eos_token": "<|im_end|>"},
 }
 
 TYPED = {"type": "function", "function": {
