@@ -1,6 +1,7 @@
 /*
- * test_serve_tool_families.c — `moe8 serve` with the GLM and MiniMax-M2
- * tool-call formats (--tool-call-parser glm45, glm47, minimax_m2) on the
+ * test_serve_tool_families.c — `moe8 serve` with the GLM, MiniMax-M2 and
+ * Qwen3-Coder / Qwen3.5 tool-call formats (--tool-call-parser glm45, glm47,
+ * minimax_m2, qwen3_coder) on the
  * tiny Qwen3 fixture: tool_choice "required" constrains its random output to
  * one call in the format (the tool's parameters are an integer in [1, 7]
  * and a boolean: every value the grammar allows ends), which the server
@@ -107,6 +108,8 @@ int main(void) {
     phase("glm47");
     check_parser(dir, "minimax_m2");
     phase("minimax_m2");
+    check_parser(dir, "qwen3_coder");
+    phase("qwen3_coder");
     curl_global_cleanup();
     return test_summary();
 }

@@ -2,7 +2,8 @@
  * test_toolcall.c — the tool-call parsers (src/server/toolcall.c) and their
  * grammars. Each fixed model output (complete calls, several, after
  * content, the v11 and V3.1 forms, and broken ones: bad JSON, wrong tags,
- * cut short) is parsed whole and checked against its expected events,
+ * cut short; the text-argument formats' values typed by schemas, as vLLM's
+ * parsers type them, Qwen3-Coder's included) is parsed whole and checked against its expected events,
  * written out by hand; then fed split at every byte boundary, at every pair
  * of boundaries (short outputs), byte by byte and in random pieces, which
  * must all give the same events joined. Also: text is not held back longer
@@ -115,14 +116,20 @@ static void on_end(void *u, int index, int ok) {
 
 /* The request's tools every parser gets (the text-argument formats type
  * their values by them): a parameter of each JSON Schema type, a type list,
- * anyOf, an enum, no schema; a tool without parameters. */
+ * anyOf, an enum, no schema; a tool without parameters; one of the type
+ * names and nullable schemas qwen3_coder reads. */
 static const char TOOLS[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
     "\"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, \"ratio\": "
     "{\"type\": \"number\"}, \"metric\": {\"type\": \"boolean\"}, \"opts\": {\"type\": \"object\"}, \"tags\": "
     "{\"type\": \"array\"}, \"maybe\": {\"type\": [\"integer\", \"null\"]}, \"any\": {}, \"either\": {\"anyOf\": "
     "[{\"type\": \"integer\"}, {\"type\": \"string\"}]}, \"color\": {\"enum\": [\"red\", 1]}}}}}, "
-    "{\"type\": \"function\", \"function\": {\"name\": \"noparams\"}}]";
+    "{\"type\": \"function\", \"function\": {\"name\": \"noparams\"}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"q3\", \"parameters\": {\"properties\": {"
+    "\"ns\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}, \"n\": {\"type\": \"null\"}, "
+    "\"i\": {\"type\": \" INT32 \"}, \"f\": {\"type\": \"float\"}, \"b\": {\"type\": \"binary\"}, "
+    "\"d\": {\"type\": \"dict\"}, \"v\": {\"type\": \"varchar\"}, \"nb\": {\"anyOf\": [{\"type\": \"null\"}, "
+    "{\"type\": \"boolean\"}]}, \"t\": true}}}}]";
 static cJSON *g_tools;
 
 /* The events of text fed in the pieces that end at cuts[0..n_cuts) (then the rest). */
@@ -159,6 +166,9 @@ typedef struct {
 #define MP(k, v) "<parameter name=\"" k "\">" v "</parameter>\n"
 #define MI(name, params) "<invoke name=\"" name "\">\n" params "</invoke>\n"
 #define MB(invokes) "<minimax:tool_call>\n" invokes "</minimax:tool_call>"
+#define Q TOOLCALL_QWEN3_CODER
+#define QP(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
+#define QF(name, params) "<tool_call>\n<function=" name ">\n" params "</function>\n</tool_call>"
 
 static const tcase CASES[] = {
     /* hermes */
@@ -328,6 +338,53 @@ static const tcase CASES[] = {
     {MM, "mm_bad_name", MB("<invoke name=\"a<b\">" "</invoke>"), "C:" MB("<invoke name=\"a<b\">" "</invoke>")},
     {MM, "mm_empty_name", MB("<invoke name=\"\">" "</invoke>"), "C:" MB("<invoke name=\"\">" "</invoke>")},
     {MM, "mm_not_marker", "<minimax:tool>x", "C:<minimax:tool>x"},
+    /* qwen3_coder: one newline off each end of a value, then typed as vLLM's _convert_param_value */
+    {Q, "q_one", QF("get_weather", QP("city", "Paris") QP("days", "3")),
+     "B0:get_weather|A0:{\"city\": \"Paris\", \"days\": 3}|E0:1"},
+    {Q, "q_around_and_two", "I will check.\n\n" QF("get_weather", QP("city", "Rome")) "\n" QF("noparams", "") "\nDone.",
+     "C:I will check.\n\n|B0:get_weather|A0:{\"city\": \"Rome\"}|E0:1|B1:noparams|A1:{}|E1:1|C:\nDone."},
+    {Q, "q_multiline", QF("get_weather", QP("city", "\nline 1\n\n  line 3\n") "<parameter=any></parameter>"),
+     "B0:get_weather|A0:{\"city\": \"\\nline 1\\n\\n  line 3\\n\", \"any\": \"\"}|E0:1"},
+    {Q, "q_typed", QF("get_weather", QP("days", " 0_7 ") QP("ratio", "2.50") QP("ratio", "3.0") QP("metric", "True")
+                                     QP("metric", "yes") QP("opts", "{\"a\": [1,2]}") QP("opts", "{'k': 'v'}")
+                                     QP("opts", "\"{'k': 1}\"") QP("tags", "[1, 'x']") QP("maybe", "None")
+                                     QP("maybe", "5") QP("maybe", "abc") QP("any", "12") QP("either", "12")
+                                     QP("either", "abc") QP("color", "1") QP("zzz", "5") QP("city", "null")),
+     "B0:get_weather|A0:{\"days\": 7, \"ratio\": 2.5, \"ratio\": 3, \"metric\": true, \"metric\": false, "
+     "\"opts\": {\"a\": [1, 2]}, \"opts\": {\"k\": \"v\"}, \"opts\": {\"k\": 1}, \"tags\": [1, \"x\"], "
+     "\"maybe\": null, \"maybe\": 5, \"maybe\": \"abc\", \"any\": \"12\", \"either\": 12, \"either\": \"abc\", "
+     "\"color\": \"1\", \"zzz\": \"5\", \"city\": \"null\"}|E0:1"},
+    {Q, "q_numbers", QF("get_weather", QP("days", "null") QP("days", "NONE") QP("days", "1.5") QP("ratio", "inf")
+                                       QP("ratio", "nan") QP("ratio", "1e3") QP("ratio", "-0.0") QP("ratio", " 0.10 ")),
+     "B0:get_weather|A0:{\"days\": null, \"days\": null, \"days\": \"1.5\", \"ratio\": \"inf\", "
+     "\"ratio\": \"nan\", \"ratio\": 1000, \"ratio\": 0, \"ratio\": 0.1}|E0:1"},
+    {Q, "q_names", QF("q3", QP("ns", "None") QP("ns", "x") QP("ns", "NULL") QP("n", "null") QP("n", "5")
+                            QP("i", " 42 ") QP("i", "4.2") QP("f", "7") QP("f", "0.5") QP("b", "TRUE") QP("b", "1")
+                            QP("d", "[1,2]") QP("v", "  x ") QP("nb", "none") QP("nb", "false") QP("t", "1")),
+     "B0:q3|A0:{\"ns\": null, \"ns\": \"x\", \"ns\": null, \"n\": null, \"n\": 5, \"i\": 42, \"i\": \"4.2\", "
+     "\"f\": 7, \"f\": 0.5, \"b\": true, \"b\": false, \"d\": [1, 2], \"v\": \"  x \", \"nb\": null, "
+     "\"nb\": false, \"t\": \"1\"}|E0:1"},
+    {Q, "q_unknown_tool", QF("other", QP("x", "5") QP(" days ", "[1]")),
+     "B0:other|A0:{\"x\": \"5\", \" days \": \"[1]\"}|E0:1"},
+    {Q, "q_no_block_end", "<tool_call>\n<function=noparams>\n</function>\n</tool_ca", "B0:noparams|A0:{}|E0:1"},
+    {Q, "q_cut_in_value", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+     "B0:get_weather|A0:{\"city\": \"Par\"}|E0:1"},
+    {Q, "q_cut_in_end_tag", "<tool_call>\n<function=get_weather>\n<parameter=days>\n5\n</param",
+     "B0:get_weather|A0:{\"days\": \"5\\n</param\"}|E0:1"},
+    {Q, "q_cut_after_value", "<tool_call>\n<function=get_weather>\n" QP("city", "Paris") "<parameter=da",
+     "B0:get_weather|A0:{\"city\": \"Paris\"}|E0:1"},
+    {Q, "q_cut_in_name", "<tool_call>\n<function=get_w", "C:<tool_call>\n<function=get_w"},
+    {Q, "q_bad_name", "<tool_call>\n<function=get weather>\n</function>\n</tool_call>",
+     "C:<tool_call>\n<function=get weather>\n</function>\n</tool_call>"},
+    {Q, "q_empty_name", "<tool_call>\n<function=>\n</function>\n</tool_call>",
+     "C:<tool_call>\n<function=>\n</function>\n</tool_call>"},
+    {Q, "q_wrong_tag", "<tool_call>\n<function=f>\n<param=x>1</param>\n</function>\n</tool_call>",
+     "B0:f|E0:0|C:<tool_call>\n<function=f>\n<param=x>1</param>\n</function>\n</tool_call>"},
+    {Q, "q_empty_block", "a<tool_call>\n</tool_call>b", "C:a<tool_call>\n</tool_call>b"},
+    {Q, "q_text_after_function", "<tool_call>\n<function=noparams>\n</function>\nnope</tool_call>",
+     "B0:noparams|A0:{}|E0:1|C:\nnope</tool_call>"},
+    {Q, "q_marker_after_break", "<tool_call><tool_call>\n<function=noparams>\n</function>\n</tool_call>",
+     "C:<tool_call>|B0:noparams|A0:{}|E0:1"},
 };
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -444,7 +501,7 @@ static int has_empty_block(const char *s) {
 /* Any split gives the events of the whole; no call reported (and no empty
  * block) means the content is the whole output, byte for byte. */
 static void test_random(void) {
-    static const char *const PIECES[5][24] = {
+    static const char *const PIECES[6][24] = {
         {"<tool_call>", "</tool_call>", "<tool_call>\n{\"name\": \"f\", \"arguments\": ", "{\"name\": \"g\"}",
          "\n", " ", "{", "}", "\"name\"", "\"arguments\"", ":", ",", "\"f\"", "[", "]", "1", "true", "\"x\\\"\"",
          "<", "tool", "abc", "\\", "\"", NULL},
@@ -457,12 +514,15 @@ static void test_random(void) {
         {"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=", "\"get_weather\">", "</invoke>",
          "<parameter name=", "\"days\">", "</parameter>", ">", "\n", " ", "<", "3", "yes", "null", "'f'", "x", "\"",
          NULL},
+        {"<tool_call>", "</tool_call>", "<function=", "get_weather>", "</function>", "<parameter=", "city>",
+         "days>", "</parameter>", "\n</parameter>", ">", "\n", " ", "<", "3", "None", "[1, 'a']", "x", "</", "=",
+         NULL},
     };
-    static const toolcall_format F[5] = {TOOLCALL_HERMES, TOOLCALL_DEEPSEEK_V3, TOOLCALL_MISTRAL, TOOLCALL_GLM45,
-                                         TOOLCALL_MINIMAX_M2};
+    static const toolcall_format F[6] = {TOOLCALL_HERMES, TOOLCALL_DEEPSEEK_V3, TOOLCALL_MISTRAL, TOOLCALL_GLM45,
+                                         TOOLCALL_MINIMAX_M2, TOOLCALL_QWEN3_CODER};
     static rec whole, part;
     int bad = 0, n_calls = 0, n_texts = 0;
-    for (int f = 0; f < 5 && !bad; f++) {
+    for (int f = 0; f < 6 && !bad; f++) {
         int n_pieces = 0;
         while (PIECES[f][n_pieces]) n_pieces++;
         for (int t = 0; t < 3000 && !bad; t++) {
@@ -549,6 +609,30 @@ static void test_streaming(void) {
     CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"days\": 3, \"city\": \"Paris\\n\"}|E0:1") && !r.bad);
     moe8_toolcall_finish(p, &k);
     moe8_toolcall_free(p);
+    /* Qwen3-Coder: a string value as it comes but its last newline, which may be the format's */
+    p = moe8_toolcall_new(TOOLCALL_QWEN3_CODER, g_tools);
+    rec_init(&r);
+    FEED("<tool_call>\n<function=get_weather>\n<parameter=city>\nPa");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"city\": \"Pa"));
+    FEED("ris\n");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"city\": \"Paris"));
+    FEED("\n</param");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"city\": \"Paris\\n"));
+    FEED("eter>\n<parameter=days>\n3");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"city\": \"Paris\\n\", \"days\": "));
+    FEED("\n</parameter>\n</function>");
+    CHECK(!strcmp(r.s, "B0:get_weather|A0:{\"city\": \"Paris\\n\", \"days\": 3}|E0:1") && !r.bad);
+    moe8_toolcall_finish(p, &k);
+    moe8_toolcall_free(p);
+    /* a nullable string waits for its end ("None" is null) */
+    p = moe8_toolcall_new(TOOLCALL_QWEN3_CODER, g_tools);
+    rec_init(&r);
+    FEED("<tool_call>\n<function=q3>\n<parameter=ns>\nNon");
+    CHECK(!strcmp(r.s, "B0:q3|A0:{\"ns\": "));
+    FEED("e\n</parameter>\n</function>\n</tool_call>");
+    CHECK(!strcmp(r.s, "B0:q3|A0:{\"ns\": null}|E0:1") && !r.bad);
+    moe8_toolcall_finish(p, &k);
+    moe8_toolcall_free(p);
     /* NULL callbacks are fine; a parser of no format is refused */
     {
         toolcall_sink none = {0};
@@ -594,6 +678,7 @@ static void test_names(void) {
         {"/jinja/glm_4_6.jinja", TOOLCALL_GLM45},
         {"/jinja/glm_4_7_flash.jinja", TOOLCALL_GLM47},
         {"/jinja/minimax_m2.jinja", TOOLCALL_MINIMAX_M2},
+        {"/jinja/qwen3_5.jinja", TOOLCALL_QWEN3_CODER},
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         char path[4096], *src;
@@ -612,11 +697,12 @@ static void test_names(void) {
           moe8_toolcall_format_from_name("glm4_moe") == TOOLCALL_GLM45 &&
           moe8_toolcall_format_from_name("glm47") == TOOLCALL_GLM47 &&
           moe8_toolcall_format_from_name("minimax_m2") == TOOLCALL_MINIMAX_M2 &&
+          moe8_toolcall_format_from_name("qwen3_coder") == TOOLCALL_QWEN3_CODER &&
           moe8_toolcall_format_from_name("llama3_json") == TOOLCALL_INVALID &&
           moe8_toolcall_format_from_name(NULL) == TOOLCALL_INVALID);
     CHECK(!strcmp(moe8_toolcall_format_name(TOOLCALL_DEEPSEEK_V3), "deepseek_v3") &&
           !strcmp(moe8_toolcall_format_name(TOOLCALL_NONE), "none") && !moe8_toolcall_format_name(TOOLCALL_INVALID));
-    for (int f = TOOLCALL_GLM45; f <= TOOLCALL_MINIMAX_M2; f++)
+    for (int f = TOOLCALL_GLM45; f <= TOOLCALL_QWEN3_CODER; f++)
         CHECK(moe8_toolcall_format_from_name(moe8_toolcall_format_name((toolcall_format)f)) == f);
 }
 
@@ -711,6 +797,13 @@ static void test_grammar_xml(void) {
          "</minimax:tool_call>", NULL},
         {MM, 0, "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"zip\">1</parameter>\n"
          "</invoke>\n</minimax:tool_call>", NULL},
+        {Q, 1, QF("get_weather", QP("city", "Paris\nnorth") QP("days", "2")) "\n" QF("noparams", ""),
+         "B0:get_weather|A0:{\"city\": \"Paris\\nnorth\", \"days\": 2}|E0:1|B1:noparams|A1:{}|E1:1"},
+        {Q, 0, QF("noparams", ""), "B0:noparams|A0:{}|E0:1"},
+        {Q, 0, QF("noparams", "") "\n" QF("noparams", ""), NULL},
+        {Q, 0, QF("get_weather", QP("days", "2")), NULL},                        /* city required */
+        {Q, 0, QF("get_weather", QP("city", "a</b")), NULL},
+        {Q, 0, "<tool_call>\n<function=noparams></function>\n</tool_call>", NULL}, /* the template's newlines */
     };
     static rec r;
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
@@ -741,6 +834,17 @@ static void test_grammar_xml(void) {
                            "\"</arg_value>\\n\")? \"</tool_call>\"\n"
                            "toolcall-1 ::= \"<tool_call>noparams\\n\" \"</tool_call>\"\n";
         CHECKF(g && !strcmp(g, want), "glm45 grammar:\n%s\nwant:\n%s", g ? g : "(null)", want);
+        free(g);
+    }
+    {
+        char *g = moe8_toolcall_grammar_xml(Q, T, 1, 0);
+        const char *want = "root ::= toolcall-call\n"
+                           "toolcall-call ::= toolcall-0\n"
+                           "toolcall-text ::= ([^<] | \"<\" [^/])*\n"
+                           "toolcall-0 ::= \"<tool_call>\\n<function=get_weather>\\n\" (\"<parameter=city>\\n\" "
+                           "toolcall-text \"\\n</parameter>\\n\") (\"<parameter=days>\\n\" days-val "
+                           "\"\\n</parameter>\\n\")? \"</function>\\n</tool_call>\"\n";
+        CHECKF(g && !strcmp(g, want), "qwen3_coder grammar:\n%s\nwant:\n%s", g ? g : "(null)", want);
         free(g);
     }
     {

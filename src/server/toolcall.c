@@ -45,7 +45,7 @@
  * content; then a partly matched tag and the byte are read again as text,
  * so a marker right after a broken call still starts one.
  *
- * glm45, glm47 and minimax_m2 are read by toolcall_xml.c, which the API
+ * glm45, glm47, minimax_m2 and qwen3_coder are read by toolcall_xml.c, which the API
  * functions below hand them to; it shares the JSON scanner
  * (moe8_toolcall_json_norm).
  *
@@ -748,6 +748,7 @@ toolcall_format moe8_toolcall_format_from_name(const char *name) {
     if (!strcmp(name, "glm45") || !strcmp(name, "glm4_moe")) return TOOLCALL_GLM45;
     if (!strcmp(name, "glm47")) return TOOLCALL_GLM47;
     if (!strcmp(name, "minimax_m2")) return TOOLCALL_MINIMAX_M2;
+    if (!strcmp(name, "qwen3_coder")) return TOOLCALL_QWEN3_CODER;
     return TOOLCALL_INVALID;
 }
 
@@ -760,6 +761,7 @@ const char *moe8_toolcall_format_name(toolcall_format f) {
     case TOOLCALL_GLM45: return "glm45";
     case TOOLCALL_GLM47: return "glm47";
     case TOOLCALL_MINIMAX_M2: return "minimax_m2";
+    case TOOLCALL_QWEN3_CODER: return "qwen3_coder";
     default: return NULL;
     }
 }
@@ -770,6 +772,8 @@ toolcall_format moe8_toolcall_detect(const char *src) {
     if (strstr(src, "<arg_key>")) /* GLM-4.7's system prompt shows no newline before the first key */
         return strstr(src, "{function-name}<arg_key>") ? TOOLCALL_GLM47 : TOOLCALL_GLM45;
     if (strstr(src, D_BEGIN)) return TOOLCALL_DEEPSEEK_V3;
+    if (strstr(src, "<function=") && strstr(src, "<parameter=")) /* Qwen3.5's, Qwen3-Coder's */
+        return TOOLCALL_QWEN3_CODER;
     if (strstr(src, H_START)) return TOOLCALL_HERMES;
     if (strstr(src, M_MARK)) return TOOLCALL_MISTRAL;
     return TOOLCALL_NONE;
@@ -777,7 +781,7 @@ toolcall_format moe8_toolcall_detect(const char *src) {
 
 toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools) {
     toolcall_parser *p;
-    const int xml = f == TOOLCALL_GLM45 || f == TOOLCALL_GLM47 || f == TOOLCALL_MINIMAX_M2;
+    const int xml = TOOLCALL_IS_XML(f);
     if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL && !xml)
         return NULL;
     if (!(p = calloc(1, sizeof *p))) return NULL;

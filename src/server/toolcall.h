@@ -4,9 +4,9 @@
  * and the GBNF grammar of "a call in this format" for constrained decoding
  * (tool_choice "required" or a named function: toolcall_gbnf.c). Pure
  * functions: no server state, no allocation but the parser's own buffers.
- * The formats whose arguments are text (glm45, glm47, minimax_m2:
- * toolcall_xml.c) type each value by the request's tool schemas
- * (toolcall_value.c).
+ * The formats whose arguments are text (glm45, glm47, minimax_m2,
+ * qwen3_coder: toolcall_xml.c) type each value by the request's tool
+ * schemas (toolcall_value.c).
  *
  * Formats (toolcall.c's header has them in full, with their sources):
  *   hermes       <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call>  (Qwen2.5, Qwen3)
@@ -16,6 +16,7 @@
  *   glm45        <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>   (GLM-4.5, 4.6)
  *   glm47        <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>           (GLM-4.7)
  *   minimax_m2   <minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n</invoke>\n...</minimax:tool_call>
+ *   qwen3_coder  <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>   (Qwen3-Coder, Qwen3.5/3.6)
  */
 #ifndef MOE8_SERVER_TOOLCALL_H
 #define MOE8_SERVER_TOOLCALL_H
@@ -30,17 +31,25 @@ typedef enum {
     TOOLCALL_MISTRAL,
     TOOLCALL_GLM45,        /* both GLM layouts are read by either; they differ in the grammar */
     TOOLCALL_GLM47,
-    TOOLCALL_MINIMAX_M2
+    TOOLCALL_MINIMAX_M2,
+    TOOLCALL_QWEN3_CODER
 } toolcall_format;
 
+/* The formats whose arguments are text between tags (toolcall_xml.c). */
+#define TOOLCALL_IS_XML(f) \
+    ((f) == TOOLCALL_GLM45 || (f) == TOOLCALL_GLM47 || (f) == TOOLCALL_MINIMAX_M2 || (f) == TOOLCALL_QWEN3_CODER)
+
 /* "hermes", "deepseek_v3" (or vLLM's spelling "deepseekv3"), "mistral",
- * "glm45" (or "glm4_moe"), "glm47", "minimax_m2", "none"; anything else
- * TOOLCALL_INVALID. */
+ * "glm45" (or "glm4_moe"), "glm47", "minimax_m2", "qwen3_coder", "none";
+ * anything else TOOLCALL_INVALID. */
 toolcall_format moe8_toolcall_format_from_name(const char *name);
 /* The name of f ("hermes", ...), "none" for TOOLCALL_NONE, NULL otherwise. */
 const char *moe8_toolcall_format_name(toolcall_format f);
 /* The format a chat template writes its assistant tool calls in, from the
- * markers in its text; TOOLCALL_NONE when it writes none (or source NULL). */
+ * markers in its text; TOOLCALL_NONE when it writes none (or source NULL).
+ * A template that writes "<function=" (Qwen3.5/3.6, Qwen3-Coder) is
+ * qwen3_coder, vLLM's parser for them; Qwen3's and Qwen3-Next's (JSON in
+ * <tool_call>) is hermes. */
 toolcall_format moe8_toolcall_detect(const char *template_source);
 
 /* What the parser finds, in the order of the text. Every callback may be
@@ -64,8 +73,8 @@ struct cJSON;
 
 /* NULL when out of memory or f is not a format. tools: the request's
  * `tools` array (OpenAI's [{"type": "function", "function": {"name",
- * "parameters"}}]), or NULL; glm45, glm47 and minimax_m2 type their
- * argument values by it (toolcall_value.c), the others do not read it.
+ * "parameters"}}]), or NULL; glm45, glm47, minimax_m2 and qwen3_coder type
+ * their argument values by it (toolcall_value.c), the others do not read it.
  * Copied: the caller may free it. */
 toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools);
 /* A new parser of p's format and tools (another choice of one request). */
@@ -98,8 +107,8 @@ void moe8_toolcall_free(toolcall_parser *p);
  * (hermes: one <tool_call> block per call, "\n" between; deepseek_v3: one
  * <｜tool▁calls▁begin｜> block, "\n" between calls; mistral: the v3 array
  * [TOOL_CALLS] [{...}, {...}]). Rules it adds are named "toolcall-...".
- * Not for glm45, glm47, minimax_m2, whose arguments are not one JSON
- * object: moe8_toolcall_grammar_xml.
+ * Not for glm45, glm47, minimax_m2, qwen3_coder, whose arguments are not
+ * one JSON object: moe8_toolcall_grammar_xml.
  * malloc'd text (free()), or NULL: out of memory, n_tools < 1, f not a
  * format, or an arg rule name that is not a GBNF name ([a-zA-Z0-9-]+). */
 char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const char *const *arg_rules,
@@ -119,15 +128,16 @@ typedef struct {
     int n_params;
 } toolcall_xml_tool;
 
-/* moe8_toolcall_grammar for glm45, glm47 and minimax_m2: one call (or with
+/* moe8_toolcall_grammar for glm45, glm47, minimax_m2 and qwen3_coder: one call (or with
  * `parallel` one or more) to any of the n_tools tools, each parameter as a
  * key / value pair in the order given, the optional ones may be left out,
  * others never there. The layout is the template's: glm45
  * "<tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n</tool_call>",
  * "\n" between calls; glm47 the same without newlines; minimax_m2 one
  * "<minimax:tool_call>\n" block of "<invoke name=\"N\">\n<parameter
- * name=\"K\">V</parameter>\n</invoke>\n". A string value is any text
- * without "</". malloc'd text, or NULL: out of memory, n_tools < 1, f not
+ * name=\"K\">V</parameter>\n</invoke>\n"; qwen3_coder
+ * "<tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>",
+ * "\n" between calls. A string value is any text without "</". malloc'd text, or NULL: out of memory, n_tools < 1, f not
  * one of these, or a rule that is not a GBNF name. */
 char *moe8_toolcall_grammar_xml(toolcall_format f, const toolcall_xml_tool *tools, int n_tools, int parallel);
 

@@ -5,7 +5,7 @@
  * offered tool, its name as a literal (JSON-escaped where the format writes
  * it inside a JSON string) and its arguments by the caller's rule.
  * The formats whose arguments are text between tags (glm45, glm47,
- * minimax_m2) get one literal per parameter name, in the schema's order,
+ * minimax_m2, qwen3_coder) get one literal per parameter name, in the schema's order,
  * the required ones always there and the others optional, each value by its
  * rule (JSON by the parameter's schema) or, for a string parameter, any
  * text without "</".
@@ -129,6 +129,9 @@ static const xml_layout GLM47_LAYOUT = {"", "", "", "<tool_call>", "", "</tool_c
 static const xml_layout MINIMAX_LAYOUT = {"<minimax:tool_call>\n", "</minimax:tool_call>", "",
                                           "<invoke name=\"", "\">\n", "</invoke>\n",
                                           "<parameter name=\"", "\">", "</parameter>\n"};
+static const xml_layout QWEN3_CODER_LAYOUT = {"", "", "\n", "<tool_call>\n<function=", ">\n",
+                                              "</function>\n</tool_call>", "<parameter=", ">\n",
+                                              "\n</parameter>\n"};
 
 /* toolcall-I ::= "PRE NAME MID" (pair)... "POST" */
 static int gbnf_xml_call(moe8_buf *b, int i, const xml_layout *L, const toolcall_xml_tool *t) {
@@ -149,7 +152,8 @@ static int gbnf_xml_call(moe8_buf *b, int i, const xml_layout *L, const toolcall
 
 char *moe8_toolcall_grammar_xml(toolcall_format f, const toolcall_xml_tool *tools, int n_tools, int parallel) {
     const xml_layout *L = f == TOOLCALL_GLM45 ? &GLM45_LAYOUT : f == TOOLCALL_GLM47 ? &GLM47_LAYOUT
-                          : f == TOOLCALL_MINIMAX_M2 ? &MINIMAX_LAYOUT : NULL;
+                          : f == TOOLCALL_MINIMAX_M2 ? &MINIMAX_LAYOUT
+                          : f == TOOLCALL_QWEN3_CODER ? &QWEN3_CODER_LAYOUT : NULL;
     moe8_buf b = {0};
     int bad = 0;
     if (!L || n_tools < 1 || !tools) return NULL;

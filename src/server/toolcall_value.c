@@ -1,7 +1,7 @@
 /*
  * toolcall_value.c — the argument values of the text-argument tool-call
- * formats (GLM's <arg_value>, MiniMax-M2's <parameter>) turned into JSON
- * by the tool's parameters schema, as vLLM's parsers do:
+ * formats (GLM's <arg_value>, MiniMax-M2's and Qwen3-Coder's <parameter>)
+ * turned into JSON by the tool's parameters schema, as vLLM's parsers do:
  *
  *   glm45 (vllm/tool_parsers/glm4_moe_tool_parser.py): a parameter whose
  *     schema says "type": "string" keeps its text as written (a JSON
@@ -16,6 +16,20 @@
  *     (float(); integral values as integers), boolean (true/1/yes/on,
  *     false/0/no/off), object or array (JSON), string; else JSON, else a
  *     string.
+ *   qwen3_coder (qwen3coder_tool_parser.py, _convert_param_value): the text
+ *     as the parser cut it; a parameter the tool's "properties" lack (or a
+ *     tool the request did not offer) is a string. Its type is the
+ *     schema's "type" (lowercased and stripped; a type list is no known
+ *     type), else the first non-null one of its "anyOf", else string; a
+ *     "null" there (or the type "null") lets "null" / "none" (any case) be
+ *     null. Then: string, str, text, varchar, char, enum: the text; else
+ *     "null" / "none" is null; int*, uint*, long*, short*, unsigned*: int(),
+ *     else the text; num*, float*: float(), integral values as integers,
+ *     else the text; boolean, bool, binary: true when the text is "true"
+ *     (any case), else false; object, array, arr, dict*, list*: JSON (a JSON
+ *     string read once more as a Python literal), else a Python literal
+ *     (a string read once more), else the text; any other: a Python
+ *     literal, else the text.
  *
  * JSON values keep their numbers and strings as written, in json.dumps's
  * layout (", " and ": "), as moe8's other parsers pass arguments
@@ -26,7 +40,8 @@
  * Does not: Python literals beyond strings, numbers, True / False / None,
  * lists, tuples and dicts with string keys (a set, bytes or a non-string key
  * make the text a string, where vLLM would fail the whole output); a MiniMax
- * number that is inf or nan is not a number here (vLLM fails on inf).
+ * number that is inf or nan is not a number here (vLLM fails on inf), and
+ * a Qwen3-Coder one is the text (vLLM fails the whole output on inf).
  */
 #include <math.h>
 #include <stdint.h>
@@ -384,10 +399,54 @@ static unsigned mm_types(const cJSON *schema) {
     return m ? m : TCX_STRING;
 }
 
+/* Qwen3-Coder's type of a type name (vLLM's param_type), as TCX_* bits. */
+static unsigned q3_type(const char *name) {
+    static const char *const strings[] = {"string", "str", "text", "varchar", "char", "enum", NULL},
+                             *const ints[] = {"int", "uint", "long", "short", "unsigned", NULL},
+                             *const bools[] = {"boolean", "bool", "binary", NULL},
+                             *const containers[] = {"object", "array", "arr", NULL};
+    const char *s = name;
+    size_t n = strlen(name);
+    char low[64];
+    moe8_tcx_strip(&s, &n);
+    if (n >= sizeof low) return TCX_OTHER;
+    for (size_t i = 0; i < n; i++) low[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+    low[n] = '\0';
+    for (int i = 0; strings[i]; i++)
+        if (!strcmp(low, strings[i])) return TCX_STRING;
+    for (int i = 0; ints[i]; i++)
+        if (!strncmp(low, ints[i], strlen(ints[i]))) return TCX_INTEGER;
+    if (!strncmp(low, "num", 3) || !strncmp(low, "float", 5)) return TCX_NUMBER;
+    for (int i = 0; bools[i]; i++)
+        if (!strcmp(low, bools[i])) return TCX_BOOLEAN;
+    for (int i = 0; containers[i]; i++)
+        if (!strcmp(low, containers[i])) return TCX_OBJECT;
+    if (!strncmp(low, "dict", 4) || !strncmp(low, "list", 4)) return TCX_OBJECT;
+    return !strcmp(low, "null") ? TCX_OTHER | TCX_NULL : TCX_OTHER;
+}
+
+/* Qwen3-Coder's reading of a parameter schema: its "type", else its anyOf. */
+static unsigned q3_types(const cJSON *schema) {
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(schema, "type"),
+                *any = cJSON_GetObjectItemCaseSensitive(schema, "anyOf"), *x;
+    unsigned m = 0, null = 0;
+    if (!cJSON_IsObject(schema)) return TCX_STRING;
+    if (ty) return cJSON_IsString(ty) ? q3_type(ty->valuestring) : TCX_OTHER; /* str() of a list: no type */
+    if (!cJSON_IsArray(any)) any = NULL;
+    cJSON_ArrayForEach(x, any) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type");
+        const unsigned b = !cJSON_IsObject(x) || !t ? 0 : cJSON_IsString(t) ? q3_type(t->valuestring) : TCX_OTHER;
+        if (b & TCX_NULL) null = TCX_NULL;
+        else if (b && !m) m = b;
+    }
+    return (m ? m : TCX_STRING) | null;
+}
+
 unsigned moe8_tcx_param_types(const cJSON *tools, toolcall_format f, const char *fn, const char *key) {
     const cJSON *params = tool_params(tools, fn),
                 *props = cJSON_GetObjectItemCaseSensitive(params, "properties"),
                 *schema = cJSON_GetObjectItemCaseSensitive(props, key);
+    if (f == TOOLCALL_QWEN3_CODER) return cJSON_IsObject(props) && schema ? q3_types(schema) : TCX_STRING;
     if (f != TOOLCALL_MINIMAX_M2) { /* glm45: "type": "string", or read as a value */
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(schema, "type");
         return cJSON_IsString(ty) && !strcmp(ty->valuestring, "string") ? TCX_STRING : TCX_OTHER;
@@ -411,10 +470,54 @@ static int word_in(const char *s, size_t n, const char *const *words) {
     return 0;
 }
 
+/* The Python literal of the JSON string at out[mark..] (json_norm's), in its
+ * place when there is one. */
+static void literal_again(moe8_buf *out, size_t mark) {
+    cJSON *j;
+    moe8_buf v = {0};
+    if (out->n <= mark || out->p[mark] != '"' || !(j = cJSON_ParseWithLength(out->p + mark, out->n - mark))) return;
+    if (cJSON_IsString(j) && !py_literal(&v, j->valuestring, strlen(j->valuestring))) {
+        out->n = mark;
+        moe8_buf_add(out, v.p, v.n);
+    }
+    moe8_buf_free(&v);
+    cJSON_Delete(j);
+}
+
+/* qwen3_coder's value (the file's header). */
+static int q3_value(moe8_buf *out, unsigned types, const char *s, size_t n) {
+    static const char *const nulls[] = {"null", "none", NULL};
+    const size_t mark = out->n;
+    const char *t = s;
+    size_t tn = n;
+    const int is_null = word_in(s, n, nulls);
+    moe8_tcx_strip(&t, &tn);
+    if ((types & TCX_NULL) && is_null) return moe8_buf_str(out, "null");
+    if (types & TCX_STRING) return moe8_buf_json_str(out, s, n, 0);
+    if (is_null) return moe8_buf_str(out, "null");
+    if (types & (TCX_INTEGER | TCX_NUMBER)) {
+        if (!((types & TCX_INTEGER) ? py_int(out, t, tn) : mm_number(out, t, tn))) return 0;
+        out->n = mark;
+        return moe8_buf_json_str(out, s, n, 0);
+    }
+    if (types & TCX_BOOLEAN) return moe8_buf_str(out, n == 4 && !strncasecmp(s, "true", 4) ? "true" : "false");
+    if ((types & TCX_OBJECT) && !moe8_toolcall_json_norm(s, n, out)) {
+        literal_again(out, mark);
+        return out->oom ? -1 : 0;
+    }
+    out->n = mark;
+    if (!py_literal(out, s, n)) {
+        if (types & TCX_OBJECT) literal_again(out, mark);
+        return out->oom ? -1 : 0;
+    }
+    return moe8_buf_json_str(out, s, n, 0);
+}
+
 int moe8_tcx_value(moe8_buf *out, toolcall_format f, unsigned types, const char *s, size_t n) {
     static const char *const nulls[] = {"null", "none", "nil", NULL}, *const yes[] = {"true", "1", "yes", "on", NULL},
                              *const no[] = {"false", "0", "no", "off", NULL};
     size_t mark = out->n;
+    if (f == TOOLCALL_QWEN3_CODER) return q3_value(out, types, s, n);
     if (f != TOOLCALL_MINIMAX_M2) {
         if (types & TCX_STRING) return moe8_buf_json_str(out, s, n, 0); /* as written, not stripped */
         moe8_tcx_strip(&s, &n);

@@ -15,18 +15,28 @@
  *     several calls in one block; a name (the invoke's or a parameter's)
  *     runs to '>', is stripped and loses one pair of quotes ("..." or
  *     '...'); a value is stripped.
+ *   qwen3_coder (Qwen3-Coder, Qwen3.5/3.6; qwen3coder_tool_parser.py):
+ *       <tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>
+ *     one call per block, "\n" between blocks; names run to '>' as
+ *     written (a function's without whitespace, quotes, braces or angle
+ *     brackets, as vLLM's _is_valid_function_name); a value loses one
+ *     newline at each end, nothing else.
  *
  * Each value becomes JSON by the tool's schema (toolcall_value.c); the
  * arguments are {"key": value, ...} in json.dumps's layout, each key
  * reported once it is complete and its value once its closing tag is read,
- * but for a GLM string value, taken as written, which goes out as it comes
- * (as vLLM's glm45 streams it; a MiniMax value is stripped, and may be
- * null, so it waits for its end). A call is reported once its name
- * is complete (GLM: at the newline or the first tag; MiniMax: at the
- * invoke's '>'), complete at </tool_call> or </invoke>. A MiniMax block
+ * but for a string value taken as written (GLM's; Qwen3-Coder's when its
+ * schema is a string that cannot be null), which goes out as it comes (as
+ * vLLM's glm45 streams it; a MiniMax value is stripped, and may be null, so
+ * it waits for its end). A call is reported once its name is complete
+ * (GLM: at the newline or the first tag; MiniMax and Qwen3-Coder: at the
+ * '>'), complete at </tool_call>, </invoke> or </function>. A MiniMax block
  * whose calls are complete may lack its </minimax:tool_call> at the end of
- * the output (as toolcall.c takes DeepSeek's); a call without its closing
- * tag is not complete, as vLLM's regexes do not take it.
+ * the output (as toolcall.c takes DeepSeek's), a Qwen3-Coder block its
+ * </tool_call>; a GLM or MiniMax call without its closing tag is not
+ * complete, as vLLM's regexes do not take it, but a Qwen3-Coder call cut
+ * off by the end of the output is, with what was read (a value to the end,
+ * an unfinished parameter name dropped), as vLLM's qwen3_coder takes it.
  *
  * How it reads: toolcall.c's scheme, for these formats. One state machine
  * over bytes, so any split gives the same events. Outside calls text is
@@ -41,7 +51,11 @@
  *
  * Does not: take text other than whitespace between the tags (vLLM's
  * regexes skip it), a key twice (written twice, where vLLM keeps the
- * last), or a name longer than 256 bytes.
+ * last), or a name longer than 256 bytes. Qwen3-Coder: a value ends at
+ * the first </parameter> (vLLM also reads on past one that no tag
+ * follows, and takes the next <parameter= or </function> for a missing
+ * one), a parameter name has no '<' or control byte, and a function
+ * outside a <tool_call> block is text (vLLM falls back to reading one).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -59,10 +73,14 @@ enum {
     G_VALUE, /* GLM: a value, to </arg_value> */
     M_NAME,  /* MiniMax: the invoke's name, to '>' */
     M_PNAME, /* MiniMax: a parameter's name, to '>' */
-    M_VALUE  /* MiniMax: a value, to </parameter> */
+    M_VALUE, /* MiniMax: a value, to </parameter> */
+    Q_NAME,  /* Qwen3-Coder: the function's name, to '>' */
+    Q_PNAME, /* Qwen3-Coder: a parameter's name, to '>' */
+    Q_VALUE  /* Qwen3-Coder: a value, to </parameter> */
 };
 /* what a matched tag means */
-enum { T_ARG_KEY, T_CALL_END, T_ARG_VALUE, T_INVOKE, T_BLOCK_END, T_PARAM, T_INVOKE_END };
+enum { T_ARG_KEY, T_CALL_END, T_ARG_VALUE, T_INVOKE, T_BLOCK_END, T_PARAM, T_INVOKE_END, T_FUNC, T_QPARAM,
+       T_FUNC_END };
 enum { R_OK, R_BREAK };
 
 static const char G_START[] = "<tool_call>", G_END[] = "</tool_call>", G_KEY_TAG[] = "<arg_key>",
@@ -70,6 +88,8 @@ static const char G_START[] = "<tool_call>", G_END[] = "</tool_call>", G_KEY_TAG
 static const char M_START[] = "<minimax:tool_call>", M_END[] = "</minimax:tool_call>",
                   M_INVOKE[] = "<invoke name=", M_INVOKE_END[] = "</invoke>", M_PARAM[] = "<parameter name=",
                   M_PARAM_END[] = "</parameter>";
+static const char Q_FUNC[] = "<function=", Q_FUNC_END[] = "</function>", Q_PARAM[] = "<parameter=",
+                  Q_VAL_END[] = "\n</parameter>"; /* a value's last newline is not its own */
 
 struct tcx {
     toolcall_format f;
@@ -92,7 +112,8 @@ struct tcx {
     /* the call */
     moe8_buf name, key, val;
     unsigned val_types;    /* what the value is read as (toolcall_xml.h's TCX_*) */
-    int val_stream;        /* a GLM string value: sent as it comes */
+    int val_stream;        /* a string value taken as written: sent as it comes */
+    int val_lead;          /* Qwen3-Coder: the value's first byte, a newline to drop */
     int reported, cur, n_calls, n_args;
     moe8_tc_out out; /* events not yet handed to the sink */
 };
@@ -139,7 +160,7 @@ static void key_done(tcx *p, int quotes, unsigned *types) {
     size_t n = p->key.n;
     moe8_buf v = {0};
     char *kz;
-    clean_name(&key, &n, quotes);
+    if (p->f != TOOLCALL_QWEN3_CODER) clean_name(&key, &n, quotes); /* vLLM's qwen3_coder takes it as written */
     if (!(kz = malloc(n + 1))) {
         p->out.oom = 1;
         return;
@@ -167,6 +188,7 @@ static void emit_str_body(tcx *p, const char *s, size_t n) {
 /* A value is complete: the rest of it goes out. */
 static void value_done(tcx *p) {
     const char *s = p->val.p ? p->val.p : "";
+    if (p->f == TOOLCALL_QWEN3_CODER && p->val.n && s[p->val.n - 1] == '\n') p->val.n--;
     if (p->val_stream) {
         emit_str_body(p, s, p->val.n);
         emit_args(p, "\"", 1);
@@ -180,13 +202,20 @@ static void value_done(tcx *p) {
     p->val_stream = 0;
 }
 
-/* A GLM string value streams as it comes (it is taken as written), all of
- * it but a tail that may begin </arg_value>. */
+/* The longest tail of b that begins `end`, shorter than it. */
+static size_t tail_of(const moe8_buf *b, const char *end) {
+    const size_t e = strlen(end);
+    for (size_t k = e - 1 < b->n ? e - 1 : b->n; k > 0; k--)
+        if (!memcmp(b->p + b->n - k, end, k)) return k;
+    return 0;
+}
+
+/* A string value taken as written streams as it comes, all of it but a
+ * tail that may begin its end (</arg_value>; Qwen3-Coder's </parameter>,
+ * with the newline before it that is not the value's). */
 static void value_stream(tcx *p) {
-    size_t keep = 0;
-    const size_t e = sizeof G_VAL_END - 1;
-    for (size_t k = e - 1 < p->val.n ? e - 1 : p->val.n; k > 0 && !keep; k--)
-        if (!memcmp(p->val.p + p->val.n - k, G_VAL_END, k)) keep = k;
+    size_t keep = tail_of(&p->val, p->f == TOOLCALL_QWEN3_CODER ? Q_VAL_END : G_VAL_END);
+    if (p->f == TOOLCALL_QWEN3_CODER && tail_of(&p->val, M_PARAM_END) > keep) keep = tail_of(&p->val, M_PARAM_END);
     if (p->val.n == keep) return;
     emit_str_body(p, p->val.p, p->val.n - keep);
     memmove(p->val.p, p->val.p + p->val.n - keep, keep);
@@ -224,6 +253,7 @@ static void expect(tcx *p, const char *a, int next_a, const char *b, int next_b)
 static void expect_glm_next(tcx *p) { expect(p, G_KEY_TAG, T_ARG_KEY, G_END, T_CALL_END); }
 static void expect_invoke_next(tcx *p) { expect(p, M_PARAM, T_PARAM, M_INVOKE_END, T_INVOKE_END); }
 static void expect_block_next(tcx *p) { expect(p, M_INVOKE, T_INVOKE, M_END, T_BLOCK_END); }
+static void expect_function_next(tcx *p) { expect(p, Q_PARAM, T_QPARAM, Q_FUNC_END, T_FUNC_END); }
 
 static int tag_done(tcx *p, int next) {
     if (p->name_open) { /* GLM: the tag right after the name ends it */
@@ -242,6 +272,9 @@ static int tag_done(tcx *p, int next) {
     case T_INVOKE: p->st = M_NAME; p->name.n = 0; return R_OK;
     case T_PARAM: p->st = M_PNAME; p->key.n = 0; return R_OK;
     case T_INVOKE_END: call_complete(p); expect_block_next(p); return R_OK;
+    case T_FUNC: p->st = Q_NAME; p->name.n = 0; return R_OK;
+    case T_QPARAM: p->st = Q_PNAME; p->key.n = 0; return R_OK;
+    case T_FUNC_END: call_complete(p); expect(p, G_END, T_BLOCK_END, NULL, 0); return R_OK;
     default: seg_done(p); return R_OK; /* T_BLOCK_END */
     }
 }
@@ -286,6 +319,42 @@ static int name_byte(tcx *p, unsigned char c) {
 }
 
 /* ---- bytes ------------------------------------------------------------------------------ */
+
+/* Qwen3-Coder: a name or a value. */
+static int qwen3_byte(tcx *p, unsigned char c) {
+    if (p->st == Q_NAME) {
+        if (c == '>') {
+            if (report(p, 0)) return R_BREAK;
+            expect_function_next(p);
+            return R_OK;
+        }
+        return strchr(" \t\r{}<\"'", c) ? R_BREAK : name_byte(p, c); /* '\0' too */
+    }
+    if (p->st == Q_PNAME) {
+        if (c == '>') {
+            p->st = Q_VALUE;
+            p->val.n = 0;
+            p->val_lead = 1;
+            key_done(p, 0, &p->val_types);
+            if ((p->val_stream = p->val_types == TCX_STRING)) emit_args(p, "\"", 1);
+            return R_OK;
+        }
+        if (c == '<' || c < 0x20 || p->key.n >= NAME_MAX_BYTES) return R_BREAK;
+        need(p, moe8_buf_add(&p->key, &c, 1));
+        return R_OK;
+    }
+    if (p->val_lead) { /* Q_VALUE */
+        p->val_lead = 0;
+        if (c == '\n') return R_OK;
+    }
+    if (to_tag(p, &p->val, c, M_PARAM_END)) {
+        value_done(p);
+        expect_function_next(p);
+    } else if (p->val_stream) {
+        value_stream(p);
+    }
+    return R_OK;
+}
 
 static int seg_byte(tcx *p, unsigned char c) {
     switch (p->st) {
@@ -332,12 +401,13 @@ static int seg_byte(tcx *p, unsigned char c) {
         if (p->key.n >= NAME_MAX_BYTES || (c < 0x20 && !is_ws(c))) return R_BREAK;
         need(p, moe8_buf_add(&p->key, &c, 1));
         return R_OK;
-    default: /* M_VALUE */
+    case M_VALUE:
         if (to_tag(p, &p->val, c, M_PARAM_END)) {
             value_done(p);
             expect_invoke_next(p);
         }
         return R_OK;
+    default: return qwen3_byte(p, c);
     }
 }
 
@@ -348,6 +418,7 @@ static void start_block(tcx *p) {
     p->name.n = p->key.n = p->val.n = 0;
     p->name_open = 0;
     if (p->f == TOOLCALL_MINIMAX_M2) expect_block_next(p);
+    else if (p->f == TOOLCALL_QWEN3_CODER) expect(p, Q_FUNC, T_FUNC, NULL, 0);
     else p->st = G_NAME;
 }
 
@@ -401,7 +472,7 @@ static void brk(tcx *p, unsigned char c) {
     emit_content(p, p->raw.p, p->raw.n - n_again);
     p->raw.n = 0;
     p->name.n = p->key.n = p->val.n = 0;
-    p->name_open = p->val_stream = 0;
+    p->name_open = p->val_stream = p->val_lead = 0;
     p->st = X_TEXT;
     p->after_call = 0;
     p->held = 0;
@@ -427,7 +498,7 @@ static void step(tcx *p, unsigned char c) {
 
 tcx *moe8_tcx_new(toolcall_format f, const cJSON *tools) {
     tcx *p;
-    if (f != TOOLCALL_GLM45 && f != TOOLCALL_GLM47 && f != TOOLCALL_MINIMAX_M2) return NULL;
+    if (!TOOLCALL_IS_XML(f)) return NULL;
     if (!(p = calloc(1, sizeof *p))) return NULL;
     p->f = f;
     if (tools && !(p->tools = cJSON_Duplicate(tools, 1))) {
@@ -450,6 +521,17 @@ int moe8_tcx_feed(tcx *p, const char *s, size_t n, const toolcall_sink *k) {
     return p->out.oom ? -1 : 0;
 }
 
+/* The output ended in a Qwen3-Coder block: 1 when that is a complete call
+ * (its </tool_call>, or more, cut off after the name; completed here). */
+static int qwen3_cut(tcx *p) {
+    if (p->f != TOOLCALL_QWEN3_CODER) return 0;
+    if ((p->st == X_WS || p->st == X_TAG) && p->exp[0] == G_END) return 1; /* complete already */
+    if (!p->reported) return 0;
+    if (p->st == Q_VALUE) value_done(p);
+    call_complete(p);
+    return 1;
+}
+
 int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
     if (!p || p->out.oom) return -1;
     p->out.k = k;
@@ -458,6 +540,8 @@ int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
             if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
             emit_content(p, p->marker, p->held);
         }
+    } else if (qwen3_cut(p)) {
+        /* a Qwen3-Coder call cut off: complete with what was read */
     } else if (!((p->st == X_WS || p->st == X_TAG) && p->exp[0] == M_INVOKE && p->seg_calls)) {
         if (p->reported) { /* a MiniMax block of complete calls may end without its tag; nothing else */
             flush(p);

@@ -1,7 +1,7 @@
 /*
  * toolcall_xml.h — inside the tool-call parsers (toolcall.h): the formats
- * whose arguments are text between tags, GLM's and MiniMax-M2's
- * (toolcall_xml.c), the typing of their values by the request's tool
+ * whose arguments are text between tags, GLM's, MiniMax-M2's and
+ * Qwen3-Coder's (toolcall_xml.c), the typing of their values by the request's tool
  * schemas (toolcall_value.c), and the JSON scanner they share with the
  * other formats (toolcall.c).
  */
@@ -29,7 +29,7 @@ void moe8_tc_flush(moe8_tc_out *o, int cur);
 void moe8_tc_content(moe8_tc_out *o, int cur, const char *s, size_t n);
 void moe8_tc_args(moe8_tc_out *o, int cur, const char *s, size_t n);
 
-/* The parser of glm45, glm47 or minimax_m2 output; toolcall.c's API
+/* The parser of glm45, glm47, minimax_m2 or qwen3_coder output; toolcall.c's API
  * functions hand these formats to it. tools: the request's `tools` array
  * or NULL; copied. */
 typedef struct tcx tcx;
@@ -40,9 +40,10 @@ int moe8_tcx_count(const tcx *x);
 const cJSON *moe8_tcx_tools(const tcx *x);
 void moe8_tcx_free(tcx *x);
 
-/* What a parameter's schema says its value is (bits). */
+/* What a parameter's schema says its value is (bits). TCX_NULL: it admits
+ * null (qwen3_coder: "type": "null", or a null in its anyOf). */
 enum { TCX_STRING = 1, TCX_INTEGER = 2, TCX_NUMBER = 4, TCX_BOOLEAN = 8, TCX_OBJECT = 16, TCX_ARRAY = 32,
-       TCX_OTHER = 64 };
+       TCX_OTHER = 64, TCX_NULL = 128 };
 /* The types of parameter `key` of tool `fn` as format f's parser reads the
  * schema (toolcall_value.c's header). */
 unsigned moe8_tcx_param_types(const cJSON *tools, toolcall_format f, const char *fn, const char *key);

@@ -20,7 +20,7 @@
  * and named allows one call; in any mode the request ends once its first call
  * is complete (finish_reason "tool_calls"), and nothing after it is shown.
  * With thinking on, the grammar starts after the think block (openai.c).
- * The formats whose arguments are text (glm45, glm47, minimax_m2) get one
+ * The formats whose arguments are text (glm45, glm47, minimax_m2, qwen3_coder) get one
  * rule per parameter instead of one for the arguments object: JSON by the
  * parameter's schema, or any text for a string parameter (as the parser
  * types it: toolcall_value.c).
@@ -171,8 +171,7 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
     int n = 0, k = 0, rc;
     const cJSON *t;
     char *calls;
-    if (j->tool_format == TOOLCALL_GLM45 || j->tool_format == TOOLCALL_GLM47 || j->tool_format == TOOLCALL_MINIMAX_M2)
-        return tool_grammar_xml(s, j, tools, sel, parallel, err);
+    if (TOOLCALL_IS_XML(j->tool_format)) return tool_grammar_xml(s, j, tools, sel, parallel, err);
     cJSON_ArrayForEach(t, tools) {
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn_of(t), "parameters");
         char prefix[24], param[64];
@@ -255,7 +254,7 @@ int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     j->tool_format = s->tool_format;
     if (j->tool_format == TOOLCALL_NONE)
         return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
-                      "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2");
+                      "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2|qwen3_coder");
     if (!(j->tc = moe8_toolcall_new(j->tool_format, tools))) return moe8_oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
