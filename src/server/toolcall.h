@@ -91,8 +91,10 @@ toolcall_parser *moe8_toolcall_new_like(const toolcall_parser *p);
 int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k);
 /* The output ended: what was held back goes out. A call whose JSON is
  * complete but whose closing tag is missing (hermes </tool_call>, mistral's
- * "]", deepseek's <｜tool▁calls▁end｜>) is complete, as vLLM takes it; any
- * other unfinished call is not (call_end ok 0, or content if unreported).
+ * "]", deepseek's <｜tool▁calls▁end｜>) is complete, as vLLM takes it, and so
+ * is a qwen3_coder call cut anywhere after its name (with what was read, as
+ * vLLM's qwen3_coder takes it); any other unfinished call is not (call_end
+ * ok 0, or content if unreported).
  * 0, or -1 when out of memory. */
 int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k);
 /* Calls reported so far (complete or not). */
