@@ -8,7 +8,9 @@
  * parses back and types by the schema. Checked: the whole answer is one
  * call to the tool, finish_reason "tool_calls", its arguments a JSON object
  * whose `days` is an integer in range and `metric` (when there) a boolean;
- * the same request streamed gives the same call, its deltas joined.
+ * the same request streamed gives the same call, its deltas joined. Then
+ * the fixture with Qwen3.5's chat template and no --tool-call-parser: the
+ * server finds qwen3_coder in the template and does the same.
  */
 #include "serve_test.h"
 
@@ -55,11 +57,13 @@ static int stream_call(const char *body, buf *name, buf *args) {
     return n_calls == 1;
 }
 
-static void check_parser(const char *dir, const char *parser) {
+/* parser NULL: the one the chat template teaches (named `label` in messages). */
+static void check_parser(const char *dir, const char *label, const char *parser) {
     server sv;
     char args[4600];
-    snprintf(args, sizeof args, "-m '%s' --ctx-size 2048 --threads 2 --served-model-name " NAME " --tool-call-parser %s",
-             dir, parser);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 2048 --threads 2 --served-model-name " NAME "%s%s", dir,
+             parser ? " --tool-call-parser " : "", parser ? parser : "");
+    parser = label;
     if (server_start(&sv, parser, NULL, args) != 0) {
         CHECKF(0, "%s: the server did not start", parser);
         return;
@@ -93,8 +97,45 @@ static void check_parser(const char *dir, const char *parser) {
         buf_free(&sname);
         buf_free(&sa);
     }
+    if (!strcmp(label, "qwen3_5 template")) { /* the tokens say which format the grammar held it to */
+        char body[2048];
+        buf out = {0}, text = {0};
+        cJSON *o, *t;
+        snprintf(body, sizeof body, BODY, 1, ", \"logprobs\": true");
+        CHECK(post(&sv, CHAT, body, &out) == 200);
+        o = cJSON_Parse(buf_s(&out));
+        cJSON_ArrayForEach(t, J(J(cJSON_GetArrayItem(J(o, "choices"), 0), "logprobs"), "content"))
+            if (jstr(t, "token")) buf_str(&text, jstr(t, "token"));
+        CHECKF(!strncmp(buf_s(&text), "<tool_call>\n<function=get_weather>\n<parameter=days>\n", 52),
+               "%s: the output is '%.300s'", label, buf_s(&text));
+        cJSON_Delete(o);
+        buf_free(&out);
+        buf_free(&text);
+    }
     CHECK(wait_idle(&sv, 5));
     server_stop(&sv, 10);
+}
+
+/* The fixture's tokenizer_config.json with Qwen3.5's chat template. */
+static void use_qwen35_template(const char *dir) {
+    char path[4200], *text = NULL, *tmpl = NULL, *out;
+    size_t len;
+    cJSON *cfg;
+    moe8_error e;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (moe8_read_file(path, 1 << 24, &text, &len, &e) ||
+        moe8_read_file(MOE8_SOURCE_DIR "/tests/data/jinja/qwen3_5.jinja", 1 << 20, &tmpl, &len, &e)) {
+        fprintf(stderr, "%s\n", e.message);
+        exit(2);
+    }
+    cfg = cJSON_Parse(text);
+    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "chat_template", cJSON_CreateString(tmpl));
+    out = cJSON_Print(cfg);
+    test_write_file(path, out, strlen(out));
+    cJSON_free(out);
+    cJSON_Delete(cfg);
+    free(text);
+    free(tmpl);
 }
 
 int main(void) {
@@ -102,14 +143,17 @@ int main(void) {
     const char *dir;
     serve_test_init("test_serve_tool_families");
     dir = fx_test_model("serve_tool_families", &o, 1);
-    check_parser(dir, "glm45");
+    check_parser(dir, "glm45", "glm45");
     phase("glm45");
-    check_parser(dir, "glm47");
+    check_parser(dir, "glm47", "glm47");
     phase("glm47");
-    check_parser(dir, "minimax_m2");
+    check_parser(dir, "minimax_m2", "minimax_m2");
     phase("minimax_m2");
-    check_parser(dir, "qwen3_coder");
+    check_parser(dir, "qwen3_coder", "qwen3_coder");
     phase("qwen3_coder");
+    use_qwen35_template(dir);
+    check_parser(dir, "qwen3_5 template", NULL);
+    phase("qwen3_5 template");
     curl_global_cleanup();
     return test_summary();
 }
