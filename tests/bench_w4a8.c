@@ -7,15 +7,21 @@
  * as in a decode step (E x 4.7 MB of int8 exceeds any cache). Runs of the two
  * paths alternate; each cell is the best of R runs, in wall time and in the
  * process's CPU time (the machine may be shared: other processes inflate
- * wall time, CPU time much less). Not a test: `build/bench_w4a8 [E [R]]`.
+ * wall time, CPU time much less). A second table runs whole MoE layers of
+ * that shape (128 experts, top-8, fresh random routing every step, the
+ * table's threads: OMP_NUM_THREADS) at decode batch sizes 1-4, W8A8 against
+ * W4A8 experts, alternated. Not a test: `build/bench_w4a8 [E [R]]`.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <omp.h>
+
 #include "core/core.h"
 #include "kernels/kernels.h"
+#include "moe8_moe.h"
 
 #define H 2048
 #define I 768
@@ -48,6 +54,70 @@ static void pass(const moe8_kernels *k, int q4, const expert *ex, int E, int m, 
     }
     *wall = moe8_time_s() - t0;
     *cpu = cpu_s() - c0;
+}
+
+/* A MoE layer of E experts of H x I, every expert reading the same source
+ * (packing copies it per expert): int8 codes, or msModelSlim's int4 pairs. */
+static moe8_moe_layer *make_layer(int E, int w4, const int8_t *src, const float *scale) {
+    moe8_moe_expert *ex = calloc((size_t)E, sizeof *ex);
+    moe8_moe_layer_desc d = moe8_moe_layer_desc_default();
+    moe8_moe_layer *L = NULL;
+    moe8_error err;
+    for (int e = 0; e < E; e++) {
+        const moe8_moe_weight w = {src, MOE8_DT_I8, scale, MOE8_DT_F32, NULL, MOE8_DT_F32};
+        ex[e].gate = ex[e].up = ex[e].down = w;
+    }
+    d.name = w4 ? "w4a8" : "w8a8";
+    d.n_expert = E;
+    d.hidden = H;
+    d.intermediate = I;
+    d.quant = w4 ? MOE8_QUANT_W4A8_DYNAMIC : MOE8_QUANT_W8A8_DYNAMIC;
+    d.experts = ex;
+    d.router_params.top_k = 8;
+    d.router_params.renormalize = 1;
+    if (moe8_moe_layer_create(&d, &L, &err) != MOE8_OK) fprintf(stderr, "%s\n", err.message);
+    free(ex);
+    return L;
+}
+
+/* Whole-layer decode steps: best-of-R seconds (wall, CPU) per step of T tokens. */
+static void layer_table(int R) {
+    const int E = 128, steps = 24;
+    int8_t *src = malloc((size_t)I * H);
+    float *scale = malloc(sizeof(float) * H), *h = malloc(sizeof(float) * 4 * H);
+    float *lg = malloc(sizeof(float) * 4 * E), *out = malloc(sizeof(float) * 4 * H);
+    unsigned s = 777;
+    for (size_t i = 0; i < (size_t)I * H; i++) src[i] = (int8_t)((int)((s = s * 1664525u + 1013904223u) >> 28) - 8);
+    for (int i = 0; i < H; i++) scale[i] = 1e-3f;
+    for (int i = 0; i < 4 * H; i++) h[i] = (float)((int)((s = s * 1664525u + 1013904223u) >> 20) - 2048) / 2048.0f;
+    moe8_moe_layer *L[2] = {make_layer(E, 0, src, scale), make_layer(E, 1, src, scale)};
+    moe8_moe_workspace *ws[2] = {NULL, NULL};
+    if (!L[0] || !L[1]) return;
+    for (int q = 0; q < 2; q++) moe8_moe_workspace_create(L[q], 4, 0, &ws[q], NULL);
+    printf("\nWhole MoE layer (E %d, top-8, H %d, I %d), %d threads, %d decode steps of fresh "
+           "random routing, best of %d alternated runs\n\n", E, H, I, omp_get_max_threads(), steps, R);
+    printf("| tokens | W8A8 ms/step (wall / cpu) | W4A8 ms/step (wall / cpu) | speed-up (wall / cpu) "
+           "|\n|---:|---:|---:|---:|\n");
+    for (int T = 1; T <= 4; T++) {
+        double bw[2] = {1e30, 1e30}, bc[2] = {1e30, 1e30};
+        for (int r = 0; r < R; r++)
+            for (int q = 0; q < 2; q++) {
+                unsigned rs = 99u + (unsigned)r; /* the same routing for both */
+                const double t0 = moe8_time_s(), c0 = cpu_s();
+                for (int st = 0; st < steps; st++) {
+                    for (int i = 0; i < T * E; i++)
+                        lg[i] = (float)((rs = rs * 1664525u + 1013904223u) >> 8) / 16777216.0f;
+                    moe8_moe_layer_forward(L[q], ws[q], h, T, lg, out, NULL);
+                }
+                const double w = (moe8_time_s() - t0) / steps, c = (cpu_s() - c0) / steps;
+                if (w < bw[q]) bw[q] = w;
+                if (c < bc[q]) bc[q] = c;
+            }
+        printf("| %d | %.3f / %.3f | %.3f / %.3f | %.2fx / %.2fx |\n", T, 1e3 * bw[0], 1e3 * bc[0],
+               1e3 * bw[1], 1e3 * bc[1], bw[0] / bw[1], bc[0] / bc[1]);
+    }
+    for (int q = 0; q < 2; q++) moe8_moe_workspace_free(ws[q]), moe8_moe_layer_free(L[q]);
+    free(src); free(scale); free(h); free(lg); free(out);
 }
 
 int main(int argc, char **argv) {
@@ -95,6 +165,7 @@ int main(int argc, char **argv) {
                b8 * E / bw[0] * 1e-9, b4 * E / bw[1] * 1e-9, bw[0] / bw[1], bc[0] / bc[1]);
     }
     for (int i = 0; i < 6 * E; i++) moe8_free_aligned(bufs[i]);
+    layer_table(R);
     free(bufs); free(w); free(scale); free(y); free(e8); free(e4); free(xh); free(xi);
     return 0;
 }
