@@ -1,7 +1,7 @@
 /*
  * bench_w4a8.c — a table of the W4A8 expert GEMMs (int4 weights, SEMANTICS
  * §4b) against W8A8's on decode shapes: Qwen3-30B-A3B's expert (H 2048,
- * I 768: gate and up [768][2048], down [2048][768]) at 1-4 rows, one thread,
+ * I 768: gate and up [768][2048], down [2048][768]) at 1-4 rows (16, 64: prefill tiles), one thread,
  * the kernel table in use (MOE8_ISA picks it as everywhere). E experts are
  * packed in both layouts and walked in turn, so the weights come from DRAM
  * as in a decode step (E x 4.7 MB of int8 exceeds any cache). Runs of the two
@@ -125,16 +125,17 @@ int main(int argc, char **argv) {
     const moe8_kernels *k = moe8_kernels_get();
     const moe8_qlayout *L8 = k->qlayout, *L4 = k->q4layout;
     int8_t *w = malloc((size_t)I * H), **bufs = calloc((size_t)E * 6, sizeof *bufs);
-    float *scale = malloc(sizeof(float) * H), *y = malloc(sizeof(float) * 4 * 2 * H);
+    float *scale = malloc(sizeof(float) * H), *y = malloc(sizeof(float) * 64 * 2 * H);
     expert *e8 = calloc((size_t)E, sizeof *e8), *e4 = calloc((size_t)E, sizeof *e4);
-    int8_t *xh = malloc(4 * H), *xi = malloc(4 * I);
-    float sx[4] = {0.01f, 0.02f, 0.03f, 0.04f};
-    int32_t xsum[4] = {0};
+    int8_t *xh = malloc(64 * H), *xi = malloc(64 * I);
+    float sx[64];
+    int32_t xsum[64] = {0};
     unsigned s = 12345;
     if (E < 1 || R < 1 || !w || !bufs || !scale || !y || !e8 || !e4 || !xh || !xi) return 1;
     for (int i = 0; i < H; i++) scale[i] = 1e-3f;
-    for (int i = 0; i < 4 * H; i++) xh[i] = (int8_t)((s = s * 1664525u + 1013904223u) >> 24);
-    for (int i = 0; i < 4 * I; i++) xi[i] = (int8_t)((s = s * 1664525u + 1013904223u) >> 24);
+    for (int i = 0; i < 64; i++) sx[i] = 0.01f * (float)(i + 1);
+    for (int i = 0; i < 64 * H; i++) xh[i] = (int8_t)((s = s * 1664525u + 1013904223u) >> 24);
+    for (int i = 0; i < 64 * I; i++) xi[i] = (int8_t)((s = s * 1664525u + 1013904223u) >> 24);
     for (int e = 0; e < E; e++) {
         for (size_t i = 0; i < (size_t)I * H; i++)
             w[i] = (int8_t)((int)((s = s * 1664525u + 1013904223u) >> 28) - 8);
@@ -152,7 +153,9 @@ int main(int argc, char **argv) {
     printf("(the machine may be shared with other processes: compare the CPU columns)\n\n");
     printf("| rows | W8A8 us/expert (wall / cpu) | W4A8 us/expert (wall / cpu) | W8A8 GB/s | "
            "W4A8 GB/s | speed-up (wall / cpu) |\n|---:|---:|---:|---:|---:|---:|\n");
-    for (int m = 1; m <= 4; m++) {
+    static const int rows[] = {1, 2, 3, 4, 16, 64}; /* decode, then prefill tiles */
+    for (int mi = 0; mi < 6; mi++) {
+        const int m = rows[mi];
         double bw[2] = {1e30, 1e30}, bc[2] = {1e30, 1e30}, wall, cpu;
         for (int r = 0; r < R; r++)
             for (int q4 = 0; q4 < 2; q4++) {
