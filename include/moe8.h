@@ -152,9 +152,11 @@ typedef enum {
     MOE8_QUANT_FLOAT = 0,        /* bf16/fp16/fp32 weights */
     MOE8_QUANT_W8A8 = 1,         /* static: int8 weight, per-tensor activation scale/offset */
     MOE8_QUANT_W8A8_DYNAMIC = 2, /* int8 weight + per-channel scale, per-token activations */
+    MOE8_QUANT_W4A8_DYNAMIC = 3, /* int4 weight (two per byte) + per-channel scale, per-token
+                                  * activations: routed experts only (SEMANTICS §4b) */
 } moe8_quant_type;
 
-const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC" */
+const char *moe8_quant_type_name(moe8_quant_type q); /* "FLOAT", "W8A8", "W8A8_DYNAMIC", "W4A8_DYNAMIC" */
 
 /* Model families (config.json "model_type"), one descriptor each (src/arch,
  * docs/MODELS.md). Append-only. */
@@ -325,7 +327,7 @@ typedef struct {
     moe8_quant_type qkv;          /* q/k/v projections (packed: always equal) */
     moe8_quant_type o;            /* o_proj */
     moe8_quant_type router;       /* mlp.gate, MoE layers (always FLOAT) */
-    moe8_quant_type experts;      /* MoE layers: FLOAT or W8A8_DYNAMIC */
+    moe8_quant_type experts;      /* MoE layers: FLOAT, W8A8_DYNAMIC or W4A8_DYNAMIC */
     moe8_quant_type mlp_gate_up;  /* dense layers: gate/up (packed: always equal) */
     moe8_quant_type mlp_down;     /* dense layers: down_proj */
     /* appended with the model families: */

@@ -71,7 +71,9 @@ moe8_status moe8_select_experts(const float *logits, int n_tokens, int n_expert,
 /* One expert weight in checkpoint layout [out][in]. Quantized: data int8
  * (MOE8_DT_I8), scale [out] F32/BF16/F16, offset [out] (F32/BF16/F16/I8/I32,
  * integer values in [-128, 127], W ~ scale * (data + offset)) or NULL. Float:
- * data F32/BF16/F16, scale and offset unused. */
+ * data F32/BF16/F16, scale and offset unused. W4A8_DYNAMIC: data is
+ * msModelSlim's packed int4, I8 [out/2][in], byte [j][k] holding W[2j][k] in
+ * its low nibble and W[2j+1][k] in its high one, two's complement (out even). */
 typedef struct {
     const void *data;
     moe8_dtype dtype;
@@ -97,7 +99,8 @@ typedef struct {
                                      * gate/up rows and down columns of the slice,
                                      * down scales/offsets whole */
     int expert_first, expert_last;  /* EP: local experts [first, last); 0,0 = all */
-    moe8_quant_type quant;          /* MOE8_QUANT_W8A8_DYNAMIC or MOE8_QUANT_FLOAT */
+    moe8_quant_type quant;          /* MOE8_QUANT_W8A8_DYNAMIC, MOE8_QUANT_W4A8_DYNAMIC or
+                                     * MOE8_QUANT_FLOAT */
     const moe8_moe_expert *experts; /* [E] by global id; only local entries are read */
     const void *router;             /* [E][H] router weight (F32/BF16/F16) or NULL */
     moe8_dtype router_dtype;

@@ -93,6 +93,9 @@ typedef struct {
     int down_proj_float;        /* keep every expert's down_proj (routed and shared) FLOAT
                                  * beside W8A8_DYNAMIC gate/up (msModelSlim's DeepSeek-V2-Lite
                                  * default) */
+    int experts_w4a8;           /* routed experts W4A8_DYNAMIC in msModelSlim's layout
+                                 * (SEMANTICS §4b): per-row symmetric int4 with a clip search;
+                                 * shared experts stay W8A8_DYNAMIC; not with down_proj_float */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 

@@ -21,6 +21,14 @@
  *            experts W8A8_DYNAMIC: weight I8, weight_scale and weight_offset
  *            [N] or [N][1] (scale_2d) in o.scale_dtype.
  *   lm_head_w8a8: lm_head W8A8_DYNAMIC like the experts (either quant).
+ *   w4a8_layers (quant 1, bit l: layer l): the layer's routed experts
+ *            W4A8_DYNAMIC as msModelSlim writes them (SEMANTICS §4b, written
+ *            here from that description): codes in [-8, 7], weight I8
+ *            [N/2][K] with W[2j][k] in the low nibble of byte [j][k] and
+ *            W[2j+1][k] in the high one; weight_scale and weight_offset (0)
+ *            F32 [N][1]; scale_bias F32 8 sum_k W S as [N][1] (gate/up) or
+ *            per 16 K chunks [N][16] (down); float_expert_layers: the
+ *            layer's routed experts FLOAT (a recipe's mixed layers).
  * Families (o.arch):
  *   FX_QWEN3 (0)  q_norm/k_norm, no biases, mlp.experts.N.{gate,up,down}_proj
  *   FX_QWEN2 (1)  no q/k norm; q/k/v biases: float `.bias` [out] (quant 0), or
@@ -108,7 +116,7 @@ typedef struct {
     void *data;               /* [n_bytes], owned */
     size_t n_bytes;
     int omit;                 /* set by a hook: leave the tensor out */
-    const char *quant;        /* "FLOAT", "W8A8", "W8A8_DYNAMIC" in the description */
+    const char *quant;        /* "FLOAT", "W8A8", "W8A8_DYNAMIC", "W4A8_DYNAMIC" in the description */
 } fx_tensor;
 
 typedef struct {
@@ -126,6 +134,8 @@ typedef struct {
                                * weight_offset as the experts' (scale_dtype, scale_2d,
                                * nonzero_offsets); a description is written */
     int nonzero_offsets;      /* expert weight_offset values in [-2, 2] instead of 0 */
+    unsigned w4a8_layers;     /* quant 1: bit l set: layer l's routed experts W4A8_DYNAMIC */
+    unsigned float_expert_layers; /* quant 1: bit l set: layer l's routed experts FLOAT */
     int qkv_same_input;       /* q/k/v share input_scale/offset (else they differ) */
     int float_desc;           /* write an all-FLOAT description for a float model */
     int generation_config;    /* write generation_config.json (eos [2, 7]) */
@@ -396,7 +406,49 @@ static inline void fx_add_i8(fx_list *L, const char *name, int64_t d0, int64_t d
         fx_set(t, i, (double)(int)(test_rng_u64(&L->rng) % 255) - 127);
 }
 
-/* A linear "<prefix>.*" of quant type q ("FLOAT", "W8A8", "W8A8_DYNAMIC"). */
+/* Code W[i][j] of a W4A8_DYNAMIC weight t ([n/2][k], two's complement
+ * nibbles: row i / 2, low nibble for even i). */
+static inline int fx_w4_code(const fx_tensor *t, int64_t i, int64_t j) {
+    const uint8_t b = ((const uint8_t *)t->data)[(i / 2) * t->shape[1] + j];
+    const int v = i % 2 ? b >> 4 : b & 15;
+    return v >= 8 ? v - 16 : v;
+}
+
+/* msModelSlim's W4A8_DYNAMIC linear (see the header): down_proj (w2) gets
+ * the [N][16] scale_bias, the others [N][1]. */
+static inline void fx_add_w4a8(fx_list *L, const char *prefix, int64_t n_out, int64_t n_in) {
+    const char *q = "W4A8_DYNAMIC";
+    const int down = strstr(prefix, "down_proj") || strstr(prefix, ".w2");
+    const int64_t nc = down ? 16 : 1;
+    char n[160];
+    fx_tensor *w, *s, *b;
+    snprintf(n, sizeof n, "%s.weight", prefix);
+    w = fx_add(L, n, MOE8_DT_I8, 2, n_out / 2, n_in, q);
+    for (int64_t j = 0; j < n_out / 2; j++)
+        for (int64_t k = 0; k < n_in; k++) {
+            const int lo = (int)(test_rng_u64(&L->rng) % 16) - 8, hi = (int)(test_rng_u64(&L->rng) % 16) - 8;
+            ((uint8_t *)w->data)[j * n_in + k] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+        }
+    snprintf(n, sizeof n, "%s.weight_scale", prefix);
+    s = fx_add(L, n, MOE8_DT_F32, 2, n_out, 1, q);
+    for (int64_t i = 0; i < n_out; i++)
+        fx_set(s, i, (0.5 + test_rng_uniform(&L->rng)) / (7.0 * sqrt((double)n_in)));
+    snprintf(n, sizeof n, "%s.weight_offset", prefix);
+    fx_add(L, n, MOE8_DT_F32, 2, n_out, 1, q);
+    snprintf(n, sizeof n, "%s.scale_bias", prefix);
+    b = fx_add(L, n, MOE8_DT_F32, 2, n_out, nc, q);
+    w = &L->t[L->n - 4]; /* realloc may have moved them */
+    s = &L->t[L->n - 3];
+    for (int64_t i = 0; i < n_out; i++)
+        for (int64_t c = 0; c < nc; c++) {
+            double sum = 0;
+            for (int64_t k = c * n_in / nc; k < (c + 1) * n_in / nc; k++) sum += fx_w4_code(w, i, k);
+            fx_set(b, i * nc + c, 8.0 * sum * fx_get(s, i));
+        }
+}
+
+/* A linear "<prefix>.*" of quant type q ("FLOAT", "W8A8", "W8A8_DYNAMIC",
+ * "W4A8_DYNAMIC"). */
 static inline void fx_add_linear(fx_list *L, const char *prefix, const char *q, int64_t n_out,
                                  int64_t n_in, double in_scale, double in_offset) {
     const fx_opts *o = L->o;
@@ -405,6 +457,10 @@ static inline void fx_add_linear(fx_list *L, const char *prefix, const char *q, 
     snprintf(n, sizeof n, "%s.weight", prefix);
     if (!strcmp(q, "FLOAT")) {
         fx_add_float(L, n, 2, n_out, n_in, 1.0 / sqrt((double)n_in), 0.0);
+        return;
+    }
+    if (!strcmp(q, "W4A8_DYNAMIC")) {
+        fx_add_w4a8(L, prefix, n_out, n_in);
         return;
     }
     fx_add_i8(L, n, n_out, n_in, q);
@@ -559,6 +615,9 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     const fx_opts *o = L->o;
     const char *lin = o->quant ? "W8A8" : "FLOAT", *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
     const char *exd = o->quant && !o->down_float ? "W8A8_DYNAMIC" : "FLOAT";
+    const char *rex = ex, *rexd = exd; /* the routed experts' */
+    if (o->quant && l < 32 && (o->w4a8_layers >> l & 1)) rex = rexd = "W4A8_DYNAMIC";
+    if (o->quant && l < 32 && (o->float_expert_layers >> l & 1)) rex = rexd = "FLOAT";
     const char *moe = fx_moe_block(o);
     static const char *qkvo[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
     int64_t H = o->hidden, qd = o->n_heads * o->head_dim, kvd = o->n_kv_heads * o->head_dim;
@@ -613,13 +672,13 @@ static inline void fx_add_layer(fx_list *L, int64_t l) {
     for (int64_t e = 0; e < o->n_experts; e++) {
         snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
                  fx_expert_proj(o, 0));
-        fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
+        fx_add_linear(L, n, rex, o->moe_inter, H, 0, 0);
         snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
                  fx_expert_proj(o, 1));
-        fx_add_linear(L, n, ex, o->moe_inter, H, 0, 0);
+        fx_add_linear(L, n, rex, o->moe_inter, H, 0, 0);
         snprintf(n, sizeof n, "model.layers.%lld.%s.experts.%lld.%s", (long long)l, moe, (long long)e,
                  fx_expert_proj(o, 2));
-        fx_add_linear(L, n, exd, H, o->moe_inter, 0, 0);
+        fx_add_linear(L, n, rexd, H, o->moe_inter, 0, 0);
     }
     if (o->arch != FX_QWEN2) return;
     snprintf(n, sizeof n, "model.layers.%lld.mlp.shared_expert.gate_proj", (long long)l);

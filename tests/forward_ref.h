@@ -145,13 +145,21 @@ static void ref_lin_static(double *y, const double *x, const ref_model *rm, cons
 
 /* W8A8 dynamic (SEMANTICS §4) of weight w, scales sc, offsets of; with
  * `dequant` its dequantized twin S·(Wq + O) in double. */
+static double ref_code(const fx_tensor *w, int64_t i, int64_t j, int64_t k) {
+    return w->quant && !strcmp(w->quant, "W4A8_DYNAMIC") ? fx_w4_code(w, i, j)
+                                                         : fx_get(w, i * k + j);
+}
+
+/* W4A8_DYNAMIC (SEMANTICS §4b) the same with int4 codes, two a byte: n is
+ * twice the stored rows. */
 static void ref_dynamic(double *y, const double *x, const fx_tensor *w, const fx_tensor *sc,
                         const fx_tensor *of, int dequant) {
-    int64_t n = w->shape[0], k = w->shape[1];
+    const int w4 = w->quant && !strcmp(w->quant, "W4A8_DYNAMIC");
+    int64_t n = w4 ? 2 * w->shape[0] : w->shape[0], k = w->shape[1];
     if (dequant) {
         for (int64_t i = 0; i < n; i++) {
             double a = 0, s = fx_get(sc, i), o = fx_get(of, i);
-            for (int64_t j = 0; j < k; j++) a += x[j] * s * (fx_get(w, i * k + j) + o);
+            for (int64_t j = 0; j < k; j++) a += x[j] * s * (ref_code(w, i, j, k) + o);
             y[i] = a;
         }
         return;
@@ -168,7 +176,7 @@ static void ref_dynamic(double *y, const double *x, const fx_tensor *w, const fx
     }
     for (int64_t i = 0; i < n; i++) {
         int64_t acc = (int64_t)fx_get(of, i) * qsum;
-        for (int64_t j = 0; j < k; j++) acc += (int64_t)q[j] * (int64_t)fx_get(w, i * k + j);
+        for (int64_t j = 0; j < k; j++) acc += (int64_t)q[j] * (int64_t)ref_code(w, i, j, k);
         y[i] = (double)acc * (double)sx * fx_get(sc, i);
     }
     free(q);
@@ -226,14 +234,22 @@ static void ref_rope(double *x, int64_t n_head, int64_t D, int64_t pos, double t
 
 static double ref_silu(double v) { return v / (1.0 + exp(-v)); }
 
+/* Whether module "<prefix>" (l, e filled in) is stored quantized. */
+static int ref_quantized(const ref_model *rm, const char *prefix) {
+    char f[320];
+    snprintf(f, sizeof f, "%.200s.weight", prefix);
+    return strcmp(ref_t(rm, f, 0, 0)->quant, "FLOAT") != 0;
+}
+
 /* One SwiGLU expert "<prefix>.{gate,up,down}" (module names without
- * ".weight") of width I: W8A8_DYNAMIC when the model is quantized, the down
- * projection FLOAT with o.down_float. */
+ * ".weight") of width I: W8A8_DYNAMIC (or W4A8_DYNAMIC) or FLOAT as the
+ * fixture wrote each (a quantized model's down_proj FLOAT with o.down_float,
+ * a layer's experts FLOAT with o.float_expert_layers). */
 static void ref_swiglu(double *y, const double *h, const ref_model *rm, const char *gate,
                        const char *up, const char *down, int64_t I) {
     char f[320];
     double *g = malloc(sizeof(double) * I), *u = malloc(sizeof(double) * I);
-    if (rm->o.quant) {
+    if (ref_quantized(rm, gate)) {
         ref_lin_dynamic(g, h, rm, gate, 0, 0);
         ref_lin_dynamic(u, h, rm, up, 0, 0);
     } else {
@@ -243,7 +259,7 @@ static void ref_swiglu(double *y, const double *h, const ref_model *rm, const ch
         ref_lin_float(u, h, ref_t(rm, f, 0, 0));
     }
     for (int64_t i = 0; i < I; i++) g[i] = ref_silu(g[i]) * u[i];
-    if (rm->o.quant && !rm->o.down_float) {
+    if (ref_quantized(rm, down)) {
         ref_lin_dynamic(y, g, rm, down, 0, 0);
     } else {
         snprintf(f, sizeof f, "%.200s.weight", down);

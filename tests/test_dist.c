@@ -8,6 +8,7 @@
  *   - --expert-parallel at 2 ranks: logits within 1e-5 relative, same tokens;
  *   - float model at TP=2: logits within 1e-5 relative, also with an int8
  *     (W8A8_DYNAMIC) lm_head;
+ *   - W4A8_DYNAMIC experts at TP=2 (cosine >= 0.999) and EP=2 (1e-5, same ids);
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
  *     rank, a split the model cannot take, -np and --tp that disagree, and a
@@ -128,6 +129,23 @@ static void test_float(const char *dir) {
     CHECK(n1 == 256 && n2 == 256 && !strcmp(ids1, ids2));
     double rel = rel_max(g_par, g_ref, 256);
     CHECKF(rel <= 1e-5, "float TP=2 logits differ by %.3g relative", rel);
+}
+
+/* W4A8_DYNAMIC experts (SEMANTICS §4b, the fixture's msModelSlim layout):
+ * TP=2 (each rank quantizes A over its own slice of I, §8: close, as W8A8's)
+ * and EP=2 (the same arithmetic per expert: within 1e-5) against one process. */
+static void test_w4a8(const char *dir) {
+    char args[4400], ids1[256], ids2[256], ids3[256];
+    snprintf(args, sizeof args, "-m '%s' --prompt-ids 5,17,42,3,99 -n 4", dir);
+    int n1 = run_gen("", "", args, ids1, g_ref, 256);
+    int n2 = run_gen(MPIRUN " -np 2", "--tp 2", args, ids2, g_par, 256);
+    CHECK(n1 == 256 && n2 == 256);
+    double cs = test_cosine(g_par, g_ref, 256), rel;
+    CHECKF(cs >= 0.999, "W4A8 TP=2 logits cosine %.6f", cs);
+    int n3 = run_gen(MPIRUN " -np 2", "--tp 2 --expert-parallel", args, ids3, g_par, 256);
+    CHECK(n3 == 256 && !strcmp(ids1, ids3));
+    rel = rel_max(g_par, g_ref, 256);
+    CHECKF(rel <= 1e-5, "W4A8 EP=2 logits differ by %.3g relative", rel);
 }
 
 /* A failing run: non-zero, within 10 s, stderr holding `want`. */
@@ -334,9 +352,14 @@ int main(void) {
     oh.n_heads = 6;
     oh.n_kv_heads = 3;
     const char *heads6 = fx_test_model("dist_heads6", &oh, 0);
+    fx_opts o4 = fx_default_opts();
+    o4.quant = 1;
+    o4.w4a8_layers = 3u;   /* both layers' routed experts W4A8_DYNAMIC */
+    const char *w4 = fx_test_model("dist_w4a8", &o4, 0);
     test_reference_case(text);
     test_float(flt);
     test_float(flt_lm);
+    test_w4a8(w4);
     test_failures(good, bad, heads6);
     test_kill(text);
     test_stop(text);

@@ -173,9 +173,11 @@ static void test_defects(void) {
          "layer 1: mlp.down_proj is W8A8_DYNAMIC, not supported on linear"},
         {"model.layers.0.mlp.experts.0.gate_proj.weight", "W8A8", MOE8_ERR_FORMAT,
          "shards of packed experts disagree"},
-        {"model.layers.2.mlp.experts.3.up_proj.weight", "W4A8_DYNAMIC", MOE8_ERR_UNSUPPORTED,
-         "tensor 'model.layers.2.mlp.experts.3.up_proj.weight': quant type \"W4A8_DYNAMIC\" not "
+        {"model.layers.2.mlp.experts.3.up_proj.weight", "W4A16", MOE8_ERR_UNSUPPORTED,
+         "tensor 'model.layers.2.mlp.experts.3.up_proj.weight': quant type \"W4A16\" not "
          "supported"},
+        {"model.layers.0.self_attn.o_proj.weight", "W4A8_DYNAMIC", MOE8_ERR_UNSUPPORTED,
+         "layer 0: self_attn.o_proj is W4A8_DYNAMIC, not supported on linear layers"},
         {"model.layers.0.self_attn.q_proj.input_scale", "W8A16", MOE8_ERR_UNSUPPORTED,
          "tensor 'model.layers.0.self_attn.q_proj.input_scale': quant type \"W8A16\""},
         {"model.layers.0.mlp.gate.weight", "W8A8", MOE8_ERR_UNSUPPORTED,

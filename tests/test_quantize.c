@@ -5,7 +5,9 @@
  * and scales, deq_scale and quant_bias recomputed here, layer 0's
  * calibration range recomputed from the embeddings, SEMANTICS §5's formula
  * cancelling the offset, W8A8 vs float logits and greedy tokens, the
- * float32-deq_scale, float-linear, int8-lm_head and sharded variants, cancellation, bad
+ * float32-deq_scale, float-linear, int8-lm_head and sharded variants, W4A8
+ * experts (`--experts w4a8`: msModelSlim's int4 layout, the clip search
+ * recomputed here, scale_bias, logits near the float model's), cancellation, bad
  * inputs (library and CLI), and the input folder unchanged afterwards.
  */
 #include <dirent.h>
@@ -504,6 +506,105 @@ static void test_cli_shards(const char *base, const char *src) {
     CHECK(!memcmp(l1, l2, sizeof l1) && !memcmp(g1, g2, sizeof g1));
 }
 
+/* Row i's int4 codes by the rule SEMANTICS §4b / quantize.c state (written
+ * here again): clip ratios c/20 for c = 20..10, scale c/20 * amax / 7 in
+ * fp32, codes clamp(rint(w / scale), -8, 7), least squared error wins, ties
+ * to the larger c. Returns the scale. */
+static float w4_row(int8_t *q, const float *w, int64_t K) {
+    float amax = 0.0f, best = 0.0f;
+    double best_e = INFINITY;
+    for (int64_t j = 0; j < K; j++) amax = fabsf(w[j]) > amax ? fabsf(w[j]) : amax;
+    if (amax == 0.0f) {
+        memset(q, 0, (size_t)K);
+        return 0.0f;
+    }
+    for (int c = 20; c >= 10; c--) {
+        const float s = (float)c / 20.0f * amax / 7.0f;
+        double e = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            float v = rintf(w[j] / s);
+            v = v < -8.0f ? -8.0f : v > 7.0f ? 7.0f : v;
+            e += ((double)w[j] - (double)s * v) * ((double)w[j] - (double)s * v);
+        }
+        if (e < best_e) best_e = e, best = s;
+    }
+    for (int64_t j = 0; j < K; j++) {
+        float v = rintf(w[j] / best);
+        q[j] = (int8_t)(v < -8.0f ? -8.0f : v > 7.0f ? 7.0f : v);
+    }
+    return best;
+}
+
+/* `--experts w4a8`: every routed expert tensor in msModelSlim's layout with
+ * the codes and scales recomputed here, scale_bias [N][1] / [N][16], layer
+ * types after load, and logits near the float model's. */
+static void test_w4a8(const char *base, const char *src) {
+    static float lf[V], l4[V];
+    int32_t gf[5], g4[5];
+    char out[4096], cmd[16384];
+    moe8_st *s = NULL, *q = NULL;
+    FMT(out, "%s/w4", base);
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s' --experts w4a8 --linear float >/dev/null", MOE8_CLI,
+        src, out);
+    CHECK(test_run(cmd) == 0);
+    CHECK(!strcmp(desc_type(out, "model.layers.1.mlp.experts.0.gate_proj.weight"), "W4A8_DYNAMIC") &&
+          !strcmp(desc_type(out, "model.layers.1.mlp.experts.3.down_proj.scale_bias"), "W4A8_DYNAMIC"));
+    CHECK(moe8_st_open(src, &s, NULL) == MOE8_OK && moe8_st_open(out, &q, NULL) == MOE8_OK);
+    int n_checked = 0, bad = 0;
+    double sb_err = 0;
+    for (size_t i = 0; s && q && i < moe8_st_count(s); i++) {
+        const moe8_tensor *t = moe8_st_get(s, i);
+        if (!strstr(t->name, ".mlp.experts.") || !strstr(t->name, "_proj.weight")) continue;
+        const moe8_tensor *w = moe8_st_find(q, t->name), *ws = companion(q, t->name, "weight_scale");
+        const moe8_tensor *sb = companion(q, t->name, "scale_bias");
+        const int64_t N = t->shape[0], K = t->shape[1], nc = strstr(t->name, "down_proj") ? 16 : 1;
+        if (!w || !ws || !sb || w->dtype != MOE8_DT_I8 || w->shape[0] != N / 2 || w->shape[1] != K ||
+            sb->shape[0] != N || sb->shape[1] != nc) {
+            bad++;
+            continue;
+        }
+        float *row = malloc(sizeof(float) * K);
+        int8_t *code = malloc((size_t)K);
+        for (int64_t r = 0; r < N; r++) {
+            double sum = 0;
+            for (int64_t j = 0; j < K; j++) row[j] = f32_at(t, r * K + j);
+            const float sc = w4_row(code, row, K);
+            bad += memcmp(&sc, (const float *)ws->data + r, 4) != 0;
+            for (int64_t j = 0; j < K; j++) {
+                const uint8_t byte = ((const uint8_t *)w->data)[(r / 2) * K + j];
+                const int v = r % 2 ? byte >> 4 : byte & 15;
+                bad += (v >= 8 ? v - 16 : v) != code[j];
+                sum += code[j];
+            }
+            double got = 0;
+            for (int64_t c = 0; c < nc; c++) got += ((const float *)sb->data)[r * nc + c];
+            sb_err = fmax(sb_err, fabs(got - 8.0 * sum * sc) / (8.0 * K * 8.0 * sc + 1e-30));
+        }
+        free(row);
+        free(code);
+        n_checked++;
+    }
+    CHECKF(n_checked == 3 * 16 && bad == 0, "%d W4A8 tensors checked, %d mismatches", n_checked, bad);
+    CHECKF(sb_err < 1e-5, "scale_bias error %.3g", sb_err);
+    moe8_st_free(s);
+    moe8_st_free(q);
+    moe8_model *m = test_load_model(out);
+    moe8_layer_info li;
+    CHECK(moe8_model_layer_info(m, 1, &li) == 0 && li.experts == MOE8_QUANT_W4A8_DYNAMIC &&
+          li.experts_down == MOE8_QUANT_W4A8_DYNAMIC && li.qkv == MOE8_QUANT_FLOAT);
+    moe8_model_free(m);
+    FMT(cmd, "%s/float", base);
+    run_model(src, lf, gf);
+    run_model(out, l4, g4);
+    printf("W4A8 experts vs float logits: cosine %.5f, greedy %d %d %d %d %d vs %d %d %d %d %d\n",
+           test_cosine(lf, l4, V), g4[0], g4[1], g4[2], g4[3], g4[4], gf[0], gf[1], gf[2], gf[3], gf[4]);
+    CHECKF(test_cosine(lf, l4, V) >= 0.999, "W4A8 vs float logits cosine %.5f", test_cosine(lf, l4, V));
+    /* with --down-proj float: refused */
+    FMT(cmd, "'%s' quantize -i '%s' -o '%s/w4f' --experts w4a8 --down-proj float 2>/dev/null",
+        MOE8_CLI, src, base);
+    CHECK(test_run(cmd) == 1);
+}
+
 /* Bad inputs: clear message, exit status 1, nothing written. */
 static void test_cli_errors(const char *base, const char *src) {
     char cmd[16384], log[4200], dir[4096];
@@ -693,6 +794,7 @@ int main(void) {
     before = hash_folder(src);
     test_library(base, src);
     test_lm_head(base, src);
+    test_w4a8(base, src);
     test_cli_shards(base, src);
     test_cli_errors(base, src);
     test_nonfinite(base, src);

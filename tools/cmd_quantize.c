@@ -56,7 +56,7 @@ static char *read_text(const char *path, size_t *len) {
 static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char **in,
                       const char **out, const char **calib) {
     int linear = p->linear_float != 0, lm_head = p->lm_head_w8a8 != 0, down = p->down_proj_float != 0,
-        deq = p->deq_scale_f32 != 0;
+        deq = p->deq_scale_f32 != 0, experts = p->experts_w4a8 != 0;
     const cli_opt opts[] = {
         {"-i", NULL, CLI_STR, in, .arg = "DIR", .help = "float model folder (only read)"},
         {"-o", NULL, CLI_STR, out, .arg = "DIR", .help = "output folder (must not exist or be empty, unless --force;\n"
@@ -71,6 +71,9 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
         {"--down-proj", NULL, CLI_CHOICE, &down, .choices = "w8a8,float", .arg = "w8a8|float",
          .help = "every expert's down_proj (routed and shared): W8A8_DYNAMIC\n"
          "(default) or FLOAT beside W8A8_DYNAMIC gate/up"},
+        {"--experts", NULL, CLI_CHOICE, &experts, .choices = "w8a8,w4a8", .arg = "w8a8|w4a8",
+         .help = "routed experts: W8A8_DYNAMIC (default) or W4A8_DYNAMIC\n"
+         "(int4 per channel with a clip search, msModelSlim's layout)"},
         {"--deq-dtype", NULL, CLI_CHOICE, &deq, .choices = "int64,float32", .arg = "int64|float32",
          .help = "storage of deq_scale (default int64: fp32 bits)"},
         {"--shard-size", NULL, CLI_SIZE, &p->shard_bytes, .arg = "N[K|M|G]",
@@ -86,6 +89,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
     p->lm_head_w8a8 = lm_head == 1;
     p->down_proj_float = down == 1;
     p->deq_scale_f32 = deq == 1;
+    p->experts_w4a8 = experts == 1;
     if (!*in || !*out) {
         cli_usage(stderr, SYNOPSIS, opts, NULL);
         return 2;

@@ -1,6 +1,7 @@
 /*
  * quant_desc.c — ModelSlim quant_model_description.json (SEMANTICS §6): a flat
- * JSON object mapping tensor names to "FLOAT" / "W8A8" / "W8A8_DYNAMIC", plus
+ * JSON object mapping tensor names to "FLOAT" / "W8A8" / "W8A8_DYNAMIC" /
+ * "W4A8_DYNAMIC" (routed experts only, per channel: group_size 0), plus
  * metadata keys (model_quant_type, version, fa_quant_type, group_size, ...).
  *
  * Lookup rules (the reference's): only `<module>.weight` keys decide a
@@ -36,12 +37,14 @@ const char *moe8_quant_type_name(moe8_quant_type q) {
     case MOE8_QUANT_FLOAT: return "FLOAT";
     case MOE8_QUANT_W8A8: return "W8A8";
     case MOE8_QUANT_W8A8_DYNAMIC: return "W8A8_DYNAMIC";
+    case MOE8_QUANT_W4A8_DYNAMIC: return "W4A8_DYNAMIC";
     }
     return "?";
 }
 
 static int parse_type(const char *s, moe8_quant_type *out) {
-    static const moe8_quant_type all[] = {MOE8_QUANT_FLOAT, MOE8_QUANT_W8A8, MOE8_QUANT_W8A8_DYNAMIC};
+    static const moe8_quant_type all[] = {MOE8_QUANT_FLOAT, MOE8_QUANT_W8A8, MOE8_QUANT_W8A8_DYNAMIC,
+                                          MOE8_QUANT_W4A8_DYNAMIC};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (!strcmp(s, moe8_quant_type_name(all[i]))) {
             *out = all[i];
@@ -135,16 +138,16 @@ static moe8_status check_values(const moe8_quant_desc *qd, const moe8_arch_desc 
         if (parse_type(it->valuestring, &q) != 0)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': tensor '%s': quant type \"%.64s\" not supported (expected FLOAT, "
-                             "W8A8 or W8A8_DYNAMIC)",
+                             "W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC)",
                              qd->label, it->string, it->valuestring);
         if (float_only(a, it->string) && q != MOE8_QUANT_FLOAT)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                              "'%s': tensor '%s': quant type %s not supported (must be FLOAT)",
                              qd->label, it->string, moe8_quant_type_name(q));
-        if (!strcmp(it->string, LM_HEAD) && q == MOE8_QUANT_W8A8)
+        if (!strcmp(it->string, LM_HEAD) && (q == MOE8_QUANT_W8A8 || q == MOE8_QUANT_W4A8_DYNAMIC))
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                             "'%s': tensor '%s': quant type W8A8 not supported (expected FLOAT "
-                             "or W8A8_DYNAMIC)", qd->label, it->string);
+                             "'%s': tensor '%s': quant type %s not supported (expected FLOAT "
+                             "or W8A8_DYNAMIC)", qd->label, it->string, moe8_quant_type_name(q));
     }
     return MOE8_OK;
 }
@@ -186,7 +189,7 @@ static moe8_status required(const lookup *k, moe8_role r, char *module, size_t c
     if (!cJSON_IsString(it) || parse_type(it->valuestring, out) != 0)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': tensor '%s': quant type %s%.64s%s not supported (expected FLOAT, "
-                         "W8A8 or W8A8_DYNAMIC)",
+                         "W8A8, W8A8_DYNAMIC or W4A8_DYNAMIC)",
                          k->qd->label, name, cJSON_IsString(it) ? "\"" : "",
                          cJSON_IsString(it) ? it->valuestring : "(not a string)",
                          cJSON_IsString(it) ? "\"" : "");
@@ -214,11 +217,11 @@ static moe8_status packed(const lookup *k, const char *packed_name, const moe8_r
 /* A linear layer (FLOAT or W8A8 only). */
 static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_type q,
                              moe8_error *err) {
-    if (q == MOE8_QUANT_W8A8_DYNAMIC)
+    if (q == MOE8_QUANT_W8A8_DYNAMIC || q == MOE8_QUANT_W4A8_DYNAMIC)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': layer %lld: %s is W8A8_DYNAMIC, not supported on linear layers "
+                         "'%s': layer %lld: %s is %s, not supported on linear layers "
                          "(expected FLOAT or W8A8)",
-                         k->qd->label, (long long)k->layer, module);
+                         k->qd->label, (long long)k->layer, module, moe8_quant_type_name(q));
     return MOE8_OK;
 }
 
@@ -257,8 +260,10 @@ static moe8_status resolve_attention(const lookup *k, const moe8_config *c, moe8
     return linear_ok(k, mod, li->o, err);
 }
 
-/* The routed experts (expert 0 decides): gate/up agree and are FLOAT or
- * W8A8_DYNAMIC; down is the same type, or FLOAT beside W8A8_DYNAMIC. */
+/* The routed experts (expert 0 decides): gate/up agree and are FLOAT,
+ * W8A8_DYNAMIC or W4A8_DYNAMIC; down is the same type, or FLOAT beside
+ * W8A8_DYNAMIC. Each layer decides for itself (recipes mix W4A8, W8A8 and
+ * FLOAT layers). */
 static moe8_status resolve_experts(const lookup *k, moe8_layer_info *li, moe8_error *err) {
     static const moe8_role gu[] = {MOE8_R_EXP_GATE, MOE8_R_EXP_UP};
     char mod[160];
@@ -269,9 +274,10 @@ static moe8_status resolve_experts(const lookup *k, moe8_layer_info *li, moe8_er
     if (li->experts == MOE8_QUANT_W8A8 || li->experts_down == MOE8_QUANT_W8A8)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': layer %lld: experts are W8A8, not supported on experts (expected "
-                         "FLOAT or W8A8_DYNAMIC)",
+                         "FLOAT, W8A8_DYNAMIC or W4A8_DYNAMIC)",
                          k->qd->label, (long long)k->layer);
-    if (li->experts_down != li->experts && li->experts_down != MOE8_QUANT_FLOAT)
+    if (li->experts_down != li->experts &&
+        (li->experts_down != MOE8_QUANT_FLOAT || li->experts != MOE8_QUANT_W8A8_DYNAMIC))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1,
                          "'%s': layer %lld: shards of packed experts disagree: gate/up are %s, "
                          "%s is %s (only a FLOAT down_proj beside W8A8_DYNAMIC gate/up is "
@@ -303,7 +309,14 @@ static moe8_status resolve_moe(const lookup *k, moe8_layer_info *li, moe8_error 
                          (long long)k->layer, mod, moe8_quant_type_name(q));
     if ((st = packed(k, "shared_expert.gate_up_proj", sgu, 2, &li->shared_gate_up, err)) != MOE8_OK)
         return st;
-    return required(k, MOE8_R_SHEXP_DOWN, mod, sizeof mod, &li->shared_down, err);
+    if ((st = required(k, MOE8_R_SHEXP_DOWN, mod, sizeof mod, &li->shared_down, err)) != MOE8_OK)
+        return st;
+    if (li->shared_gate_up == MOE8_QUANT_W4A8_DYNAMIC || li->shared_down == MOE8_QUANT_W4A8_DYNAMIC)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': layer %lld: the shared expert is W4A8_DYNAMIC, supported on "
+                         "routed experts only (expected FLOAT, W8A8 or W8A8_DYNAMIC)",
+                         k->qd->label, (long long)k->layer);
+    return MOE8_OK;
 }
 
 static moe8_status resolve_dense(const lookup *k, moe8_layer_info *li, moe8_error *err) {
@@ -315,6 +328,19 @@ static moe8_status resolve_dense(const lookup *k, moe8_layer_info *li, moe8_erro
     if ((st = required(k, MOE8_R_MLP_DOWN, mod, sizeof mod, &li->mlp_down, err)) != MOE8_OK)
         return st;
     return linear_ok(k, mod, li->mlp_down, err);
+}
+
+/* W4A8_DYNAMIC is per output channel (SEMANTICS §4b): a "group_size" above
+ * 0 is msModelSlim's older per-group form (weight_scale_second), refused. */
+static moe8_status per_channel(const moe8_quant_desc *qd, moe8_error *err) {
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(qd->root, "group_size");
+    if (!g || cJSON_IsNull(g) || (cJSON_IsNumber(g) && g->valuedouble == 0.0)) return MOE8_OK;
+    if (!cJSON_IsNumber(g))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': group_size: expected a number",
+                         qd->label);
+    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                     "'%s': group_size %g: per-group W4A8_DYNAMIC (weight_scale_second) not "
+                     "supported, only per-channel (group_size 0)", qd->label, g->valuedouble);
 }
 
 moe8_quant_type moe8_quant_desc_lm_head(const moe8_quant_desc *qd, moe8_tensor_exists_fn exists,
@@ -348,6 +374,8 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
         if ((st = resolve_attention(&k, cfg, li, err)) != MOE8_OK) return st;
         st = li->is_moe ? resolve_moe(&k, li, err) : resolve_dense(&k, li, err);
         if (st != MOE8_OK) return st;
+        if (li->experts == MOE8_QUANT_W4A8_DYNAMIC && (st = per_channel(qd, err)) != MOE8_OK)
+            return st;
     }
     return MOE8_OK;
 }

@@ -8,7 +8,9 @@
  * linears on the float model (calib.c), drop the model, then stream every
  * tensor of the input's safetensors set, in the set's order:
  *   experts' (and a shared expert's) linears        -> W8A8_DYNAMIC (down_proj FLOAT
- *                                                      with down_proj_float)
+ *                                                      with down_proj_float; the
+ *                                                      routed ones W4A8_DYNAMIC
+ *                                                      with experts_w4a8)
  *   lm_head.weight, with lm_head_w8a8               -> W8A8_DYNAMIC (a moe8
  *                                                      extension; refused when
  *                                                      tied: embed stays float)
@@ -20,6 +22,17 @@
  * stay in one file:
  *   W8A8_DYNAMIC  .weight I8 [N][K], .weight_scale F32 [N][1],
  *                 .weight_offset F32 [N][1] (zeros)
+ *   W4A8_DYNAMIC  .weight I8 [N/2][K] (msModelSlim's int4 pairs, SEMANTICS §4b),
+ *                 .weight_scale, .weight_offset as above, .scale_bias F32
+ *                 8·Σ_k Wq·S as [N][1], for down_proj per 16 K chunks [N][16]
+ *                 (when 16 divides K; else [N][1])
+ * Int4 codes (quant_row4): per row, symmetric, clip search. For clip ratios
+ * c = 1, 0.95, ..., 0.5 the scale c·amax/7 gives codes clamp(rintf(w /
+ * scale), -8, 7); the row keeps the c whose Σ (w - scale·code)² is least
+ * (ties: the larger c). Like msModelSlim's ssz search it minimises the row's
+ * own weight error over candidate scales, without its iterative refinement:
+ * clipping the few largest weights of a row buys finer steps for all the
+ * others, which int4's 16 levels need and int8's 255 do not.
  *   W8A8          the three above, .input_scale F32 [1], .input_offset I8 [1],
  *                 .deq_scale [N] I64 (fp32 bits, sign-extended as ModelSlim
  *                 does) or F32, .quant_bias I32 [N]
@@ -91,6 +104,8 @@ typedef enum {
     KIND_STATIC,
     KIND_DYNAMIC,
     KIND_FOLDED,   /* the bias of a W8A8 static q/k/v: folded into its quant_bias, not written */
+    KIND_W4,       /* W4A8_DYNAMIC gate/up: scale_bias [N][1] */
+    KIND_W4_DOWN,  /* W4A8_DYNAMIC down_proj: scale_bias [N][16] */
 } qkind;
 
 /* What to write for source tensor t of a model of family a and config c
@@ -116,6 +131,7 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     switch (ri->kind) {
     case MOE8_KIND_EXPERT:
         if (e < 0 || e >= c->num_experts) return KIND_FLOAT;
+        if (p->experts_w4a8) return r == MOE8_R_EXP_DOWN ? KIND_W4_DOWN : KIND_W4;
         return r == MOE8_R_EXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
     case MOE8_KIND_SHARED:   /* like the routed experts (docs/MODELS.md) */
         return r == MOE8_R_SHEXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
@@ -149,8 +165,12 @@ typedef struct {
 } qz;
 
 static const char *kind_name(qkind k) {
-    return k == KIND_STATIC ? "W8A8" : k == KIND_DYNAMIC ? "W8A8_DYNAMIC" : "FLOAT";
+    return k == KIND_STATIC ? "W8A8" : k == KIND_DYNAMIC ? "W8A8_DYNAMIC"
+           : k == KIND_W4 || k == KIND_W4_DOWN ? "W4A8_DYNAMIC" : "FLOAT";
 }
+
+/* Columns of a W4A8 scale_bias: 16 K chunks for down_proj as msModelSlim writes it. */
+static int64_t sb_cols(qkind k, int64_t K) { return k == KIND_W4_DOWN && K % 16 == 0 ? 16 : 1; }
 
 /* "<prefix>.weight" -> "<prefix>.<suffix>" */
 static void companion(char *out, size_t cap, const char *weight_name, const char *suffix) {
@@ -179,6 +199,20 @@ static moe8_status plan_group(qz *z, const moe8_tensor *t, qkind k, moe8_error *
             return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
         z->stats->n_tensors_out++;
         return moe8_shards_plan(z->sh, t->name, t->dtype, t->n_dims, t->shape, err);
+    }
+    if ((k == KIND_W4 || k == KIND_W4_DOWN) && N % 2)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': %lld output channels: "
+                         "W4A8_DYNAMIC packs them in pairs", t->name, (long long)N);
+    if (k == KIND_W4 || k == KIND_W4_DOWN) {
+        moe8_shards_group(z->sh, (uint64_t)(N / 2) * (uint64_t)K + 8 * (uint64_t)N +
+                                 4 * (uint64_t)N * (uint64_t)sb_cols(k, K));
+        if ((st = plan_one(z, t->name, MOE8_DT_I8, 2, N / 2, K, k, err))) return st;
+        companion(n, sizeof n, t->name, "weight_scale");
+        if ((st = plan_one(z, n, MOE8_DT_F32, 2, N, 1, k, err))) return st;
+        companion(n, sizeof n, t->name, "weight_offset");
+        if ((st = plan_one(z, n, MOE8_DT_F32, 2, N, 1, k, err))) return st;
+        companion(n, sizeof n, t->name, "scale_bias");
+        return plan_one(z, n, MOE8_DT_F32, 2, N, sb_cols(k, K), k, err);
     }
     moe8_shards_group(z->sh, (uint64_t)N * (uint64_t)K + 8 * (uint64_t)N +
                              (k == KIND_STATIC ? 12 * (uint64_t)N + 5 : 0));
@@ -241,7 +275,38 @@ static moe8_status bad_row(const moe8_tensor *t, const char *file, int64_t i, mo
 
 /* Codes, scales and row sums of t[N][K]; a non-finite weight is an error
  * naming the first such row. */
-static moe8_status quant_weight(const moe8_tensor *t, const char *file, qbufs *b, moe8_error *err) {
+/* Int4 codes of one row (the clip search of the header): the scale, -1 for
+ * a non-finite weight, 0 (codes 0) for an all-zero row; *sum = Σ codes. */
+static float quant_row4(int8_t *q, const float *w, int64_t K, int64_t *sum) {
+    float amax = 0.0f, best = 0.0f;
+    double best_err = INFINITY;
+    for (int64_t j = 0; j < K; j++) {
+        if (!isfinite(w[j])) return -1.0f;
+        amax = fmaxf(amax, fabsf(w[j]));
+    }
+    *sum = 0;
+    if (amax == 0.0f) {
+        memset(q, 0, (size_t)K);
+        return 0.0f;
+    }
+    for (int c = 20; c >= 10; c--) { /* ratio c / 20 */
+        const float s = (float)c / 20.0f * amax / 7.0f;
+        double e = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            const float v = fminf(fmaxf(moe8_round_even(w[j] / s), -8.0f), 7.0f);
+            e += ((double)w[j] - (double)s * v) * ((double)w[j] - (double)s * v);
+        }
+        if (e < best_err) best_err = e, best = s;
+    }
+    for (int64_t j = 0; j < K; j++) {
+        q[j] = (int8_t)fminf(fmaxf(moe8_round_even(w[j] / best), -8.0f), 7.0f);
+        *sum += q[j];
+    }
+    return best;
+}
+
+static moe8_status quant_weight(const moe8_tensor *t, const char *file, int w4, qbufs *b,
+                                moe8_error *err) {
     const int64_t N = t->shape[0], K = t->shape[1];
     const size_t esz = moe8_dtype_size(t->dtype);
     int64_t first_bad = N;
@@ -263,7 +328,8 @@ static moe8_status quant_weight(const moe8_tensor *t, const char *file, qbufs *b
             if (!row) continue;
             moe8_convert_to_f32(row, (const char *)t->data + (size_t)i * (size_t)K * esz, t->dtype,
                                 (size_t)K, NULL);
-            b->scale[i] = moe8_quant_row(b->codes + (size_t)i * (size_t)K, row, K, &b->sum[i]);
+            b->scale[i] = w4 ? quant_row4(b->codes + (size_t)i * (size_t)K, row, K, &b->sum[i])
+                             : moe8_quant_row(b->codes + (size_t)i * (size_t)K, row, K, &b->sum[i]);
             if (b->scale[i] < 0.0f && i < first_bad) first_bad = i;
         }
         free(row);
@@ -346,6 +412,40 @@ static moe8_status read_bias(const qz *z, const moe8_tensor *t, qbufs *b, moe8_e
     return MOE8_OK;
 }
 
+/* A W4A8_DYNAMIC group from its codes (SEMANTICS §4b): pairs of rows into
+ * bytes (row 2j low nibble), scales, zero offsets, and scale_bias = 8·Σ Wq·S
+ * in fp32 (per 16 K chunks for down_proj), as msModelSlim computes it. */
+static moe8_status write_w4(qz *z, const moe8_tensor *t, qkind k, const qbufs *b,
+                            moe8_error *err) {
+    const int64_t N = t->shape[0], K = t->shape[1], nc = sb_cols(k, K);
+    uint8_t *packed = malloc((size_t)(N / 2) * (size_t)K);
+    float *sb = malloc((size_t)(N * nc) * sizeof(float));
+    char n[512];
+    moe8_status st = MOE8_OK;
+    if (!packed || !sb) st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    for (int64_t j = 0; !st && j < N / 2; j++)
+        for (int64_t c = 0; c < K; c++)
+            packed[j * K + c] = (uint8_t)((b->codes[2 * j * K + c] & 15) |
+                                          (b->codes[(2 * j + 1) * K + c] & 15) << 4);
+    for (int64_t i = 0; !st && i < N; i++)
+        for (int64_t c = 0; c < nc; c++) {
+            float s = 0.0f;
+            for (int64_t j = c * (K / nc); j < (c + 1) * (K / nc); j++)
+                s += (float)b->codes[i * K + j] * b->scale[i];
+            sb[i * nc + c] = 8.0f * s;
+        }
+    if (!st) st = moe8_shards_write(z->sh, t->name, packed, (size_t)(N / 2) * (size_t)K, err);
+    companion(n, sizeof n, t->name, "weight_scale");
+    if (!st) st = moe8_shards_write(z->sh, n, b->scale, (size_t)N * 4, err);
+    companion(n, sizeof n, t->name, "weight_offset");
+    if (!st) st = moe8_shards_write(z->sh, n, b->zero, (size_t)N * 4, err);
+    companion(n, sizeof n, t->name, "scale_bias");
+    if (!st) st = moe8_shards_write(z->sh, n, sb, (size_t)(N * nc) * 4, err);
+    free(packed);
+    free(sb);
+    return st;
+}
+
 static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, int site,
                                moe8_error *err) {
     const int64_t N = t->shape[0], K = t->shape[1];
@@ -357,7 +457,12 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
     moe8_status st;
     const char *file = moe8_st_file_path(z->src, t->file_index);
     memset(&b, 0, sizeof b);
-    st = quant_weight(t, file ? file : "?", &b, err);
+    st = quant_weight(t, file ? file : "?", k == KIND_W4 || k == KIND_W4_DOWN, &b, err);
+    if (k == KIND_W4 || k == KIND_W4_DOWN) {
+        if (!st) st = write_w4(z, t, k, &b, err);
+        qbufs_free(&b);
+        return st;
+    }
     if (!st && k == KIND_STATIC && MOE8_FAM(&z->cfg)->qkv_bias && site == MOE8_CALIB_QKV)
         st = read_bias(z, t, &b, err);
     if (!st && k == KIND_STATIC) {
@@ -484,7 +589,8 @@ static moe8_status write_folder(qz *z, const char *in_dir, const char *dir, moe8
     if ((st = moe8_st_open(in_dir, &z->src, err))) return st;
     if (!(z->desc = cJSON_CreateObject()) ||
         !cJSON_AddStringToObject(z->desc, "model_quant_type", "W8A8_DYNAMIC") ||
-        !cJSON_AddStringToObject(z->desc, "version", "1.0.0"))
+        !cJSON_AddStringToObject(z->desc, "version", "1.0.0") ||
+        (z->p->experts_w4a8 && !cJSON_AddNumberToObject(z->desc, "group_size", 0)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if ((st = write_tensors(z, dir, err))) return st;
     if (!(text = cJSON_Print(z->desc))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
@@ -521,6 +627,9 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
     if (z.p->n_threads < 0 || z.p->n_threads > MOE8_MAX_THREADS)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: n_threads %d must be in "
                          "[0, %d] (0 = default)", z.p->n_threads, MOE8_MAX_THREADS);
+    if (z.p->experts_w4a8 && z.p->down_proj_float)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: W4A8 experts with a FLOAT "
+                         "down_proj not supported (W4A8_DYNAMIC gate, up and down)");
     if ((st = check_input(in_dir, err))) return st;
     if ((st = moe8_outdir_begin(&od, out_dir, z.p->force, &in_dir, 1, err))) return st;
     st = load_and_calibrate(&z, in_dir, err);

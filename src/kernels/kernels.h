@@ -45,10 +45,15 @@ typedef struct {
     void (*pack)(int8_t *dst, const int8_t *w, int n, int k, int ldw);
     /* Element W[i][j] of a packed matrix (the reference's and tests' reader). */
     int8_t (*at)(const moe8_qmat *w, int i, int j);
+    int bits;                /* 8, or 4: codes in [-8, 7] (pack asserts it), two per byte */
 } moe8_qlayout;
 
 extern const moe8_qlayout moe8_qlayout_k2;   /* 16 channels, K in pairs (AVX2, ref) */
 extern const moe8_qlayout moe8_qlayout_k4u;  /* 16 channels, K in quads, W + 128 (AVX-512 VNNI) */
+/* int4 (W4A8, SEMANTICS §4b): 16 channels, K in groups of 8, each 64-byte
+ * block two k4u quad-steps, step 2s in the low nibbles, 2s+1 in the high
+ * ones, stored as W + 8 (0..15); the one int4 layout of every table. */
+extern const moe8_qlayout moe8_qlayout_q4k8;
 
 struct moe8_qmat {
     int32_t n, k;           /* logical shape of W[n][k] */
@@ -84,6 +89,11 @@ typedef void (*moe8_gemm_q8_i32_fn)(int32_t *acc, int ldc, const int8_t *xq, int
 typedef void (*moe8_gemm_q8_f32_fn)(float *y, int ldy, const int8_t *xq, int ldq,
                                     const float *sx, const int32_t *xsum, const moe8_qmat *w,
                                     int m, int n0, int n1);
+
+/* The W4A8 GEMMs (SEMANTICS §4b) have the q8 signatures and results (the
+ * same sums and epilogue) on a weight of the table's q4layout (codes in
+ * [-8, 7]); activation rows are read up to k_pad = round_up(k, 8) (ldq >=
+ * k_pad), whatever they hold past k. */
 
 /* y[r][j] = sum_k x[r][k] * W[j][k] for a float weight W[n][ldw] stored as
  * F32, F16 or BF16 (read in place). fp32 accumulation; variants may sum in a
@@ -196,6 +206,9 @@ struct moe8_kernels {
     moe8_quant_rows_fn quant_rows;
     moe8_gemm_q8_i32_fn gemm_q8_i32;
     moe8_gemm_q8_f32_fn gemm_q8_f32;
+    const moe8_qlayout *q4layout;    /* the int4 layout its W4A8 GEMMs read (q4k8) */
+    moe8_gemm_q8_i32_fn gemm_q4_i32;
+    moe8_gemm_q8_f32_fn gemm_q4_f32;
     moe8_gemm_f32_wf_fn gemm_f32_wf;
     moe8_flash_attn_fn flash_attn;
     moe8_exp_f32_fn exp_f32;
@@ -225,7 +238,7 @@ const moe8_kernels *moe8_kernels_table(int i);
 const moe8_kernels *moe8_kernels_find(const char *isa);
 /* 1 when the machine can run table t. */
 int moe8_kernels_supported(const moe8_kernels *t);
-/* 1 when t's GEMMs read weights of layout L (its own; the reference reads any). */
+/* 1 when t's GEMMs read weights of layout L (its own int8 or int4 one; the reference reads any). */
 int moe8_kernels_reads(const moe8_kernels *t, const moe8_qlayout *L);
 /* The table whose layout is L (the one a packed matrix was made for). */
 const moe8_kernels *moe8_kernels_for_layout(const moe8_qlayout *L);

@@ -41,6 +41,9 @@ static const moe8_kernels ref_table = {
     .quant_rows = moe8_quant_rows_ref,
     .gemm_q8_i32 = moe8_gemm_q8_i32_ref,
     .gemm_q8_f32 = moe8_gemm_q8_f32_ref,
+    .q4layout = &moe8_qlayout_q4k8,
+    .gemm_q4_i32 = moe8_gemm_q8_i32_ref, /* reads any layout through its `at` */
+    .gemm_q4_f32 = moe8_gemm_q8_f32_ref,
     .gemm_f32_wf = moe8_gemm_f32_wf_ref,
     .flash_attn = moe8_flash_attn_ref,
     .exp_f32 = moe8_exp_f32_ref,
@@ -82,12 +85,14 @@ const moe8_kernels *moe8_kernels_find(const char *isa) {
 int moe8_kernels_supported(const moe8_kernels *t) { return t && (!t->supported || t->supported()); }
 
 int moe8_kernels_reads(const moe8_kernels *t, const moe8_qlayout *L) {
-    return t->qlayout == L || !strcmp(t->isa, "ref");
+    return t->qlayout == L || t->q4layout == L || !strcmp(t->isa, "ref");
 }
 
 const moe8_kernels *moe8_kernels_for_layout(const moe8_qlayout *L) {
     for (int i = 0; i < N_TABLES; i++)
-        if (tables[i]->qlayout == L && moe8_kernels_supported(tables[i])) return tables[i];
+        if ((tables[i]->qlayout == L || tables[i]->q4layout == L) &&
+            moe8_kernels_supported(tables[i]))
+            return tables[i];
     return &ref_table; /* reads any layout */
 }
 
@@ -243,6 +248,20 @@ static void timed_q8_f32(float *y, int ldy, const int8_t *xq, int ldq, const flo
     add_time(&ns_q8, t0);
 }
 
+static void timed_q4_i32(int32_t *acc, int ldc, const int8_t *xq, int ldq, const moe8_qmat *w,
+                         int m, int n0, int n1) {
+    long long t0 = now_ns();
+    chosen()->gemm_q4_i32(acc, ldc, xq, ldq, w, m, n0, n1);
+    add_time(&ns_q8, t0);
+}
+
+static void timed_q4_f32(float *y, int ldy, const int8_t *xq, int ldq, const float *sx,
+                         const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1) {
+    long long t0 = now_ns();
+    chosen()->gemm_q4_f32(y, ldy, xq, ldq, sx, xsum, w, m, n0, n1);
+    add_time(&ns_q8, t0);
+}
+
 static void timed_f32(float *y, int ldy, const float *x, int ldx, const void *w, moe8_dtype wdt,
                       int ldw, int m, int n0, int n1, int k) {
     long long t0 = now_ns();
@@ -267,6 +286,8 @@ static const moe8_kernels *timed_table(void) {
     c.quant_rows = timed_quant;
     c.gemm_q8_i32 = timed_q8_i32;
     c.gemm_q8_f32 = timed_q8_f32;
+    c.gemm_q4_i32 = timed_q4_i32; /* counted with the int8 GEMMs */
+    c.gemm_q4_f32 = timed_q4_f32;
     c.gemm_f32_wf = timed_f32;
     c.flash_attn = timed_attn;
     t = c;

@@ -142,6 +142,37 @@ static moe8_status bind_weight_scales(const moe8_model *m, const char *prefix, m
     return check_values(m, L->weight_offset, 1, &L->nonzero_offset, err);
 }
 
+/* W4A8_DYNAMIC companions (SEMANTICS §4b): the per-group form's
+ * weight_scale_second / weight_offset_second refused, naming the field;
+ * scale_bias optional, float, [n], [n][1] or [n][16], finite (its values
+ * are compared with the weights when they are packed: moe_build.c). */
+static moe8_status bind_w4a8(const moe8_model *m, const char *prefix, moe8_linear *L,
+                             moe8_error *err) {
+    static const char *const per_group[] = {"weight_scale_second", "weight_offset_second"};
+    char name[256];
+    const moe8_tensor *t;
+    moe8_status st;
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, "%s.%s", prefix, per_group[i]);
+        if ((st = find(m, name, 0, &t, err)) != MOE8_OK) return st;
+        if (t)
+            return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': tensor '%s': per-group "
+                             "W4A8_DYNAMIC (%s) not supported, only per-channel",
+                             file_of(m, t), t->name, per_group[i]);
+    }
+    snprintf(name, sizeof name, "%s.scale_bias", prefix);
+    if ((st = find(m, name, 0, &L->scale_bias, err)) != MOE8_OK || !(t = L->scale_bias)) return st;
+    if ((st = want_dtype(m, t, is_float_dt(t->dtype), "F32, BF16 or F16", err)) != MOE8_OK) return st;
+    if ((t->n_dims == 2 && t->shape[0] == L->n_out && (t->shape[1] == 1 || t->shape[1] == 16)) ||
+        (t->n_dims == 1 && t->shape[0] == L->n_out))
+        return check_values(m, t, 0, NULL, err);
+    char fs[160];
+    fmt_shape(fs, sizeof fs, t->n_dims, t->shape);
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected shape [%lld], "
+                     "[%lld, 1] or [%lld, 16], found %s", file_of(m, t), t->name,
+                     (long long)L->n_out, (long long)L->n_out, (long long)L->n_out, fs);
+}
+
 /* input_scale [1] float > 0; input_offset [1] I8 or integer-valued float. */
 static moe8_status bind_input_quant(const moe8_model *m, const char *prefix, moe8_linear *L,
                                     moe8_error *err) {
@@ -262,8 +293,16 @@ static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_qua
                         err);
     else
         st = want_dtype(m, L->weight, L->weight->dtype == MOE8_DT_I8,
-                        q == MOE8_QUANT_W8A8 ? "I8 (W8A8)" : "I8 (W8A8_DYNAMIC)", err);
-    if (st != MOE8_OK || (st = want_shape(m, L->weight, n_out, n_in, err)) != MOE8_OK) return st;
+                        q == MOE8_QUANT_W8A8 ? "I8 (W8A8)" : q == MOE8_QUANT_W4A8_DYNAMIC
+                        ? "I8 (W4A8_DYNAMIC: two int4 codes a byte)" : "I8 (W8A8_DYNAMIC)", err);
+    if (st == MOE8_OK && q == MOE8_QUANT_W4A8_DYNAMIC && n_out % 2)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': W4A8_DYNAMIC packs output "
+                         "channels in pairs, %lld is odd", file_of(m, L->weight), L->weight->name,
+                         (long long)n_out);
+    if (st != MOE8_OK || (st = want_shape(m, L->weight, q == MOE8_QUANT_W4A8_DYNAMIC ? n_out / 2
+                                                                                 : n_out,
+                                          n_in, err)) != MOE8_OK)
+        return st;
     if ((st = check_width(m, L, err)) != MOE8_OK) return st;
     if (q == MOE8_QUANT_W8A8) {
         if ((st = bind_input_quant(m, prefix, L, err)) != MOE8_OK) return st;
@@ -271,6 +310,10 @@ static moe8_status bind_linear(const moe8_model *m, const char *prefix, moe8_qua
         return bind_weight_scales(m, prefix, L, 0, err);
     }
     if (q == MOE8_QUANT_W8A8_DYNAMIC) return bind_weight_scales(m, prefix, L, 1, err);
+    if (q == MOE8_QUANT_W4A8_DYNAMIC) {
+        if ((st = bind_weight_scales(m, prefix, L, 1, err)) != MOE8_OK) return st;
+        return bind_w4a8(m, prefix, L, err);
+    }
     return MOE8_OK;
 }
 

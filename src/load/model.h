@@ -39,10 +39,12 @@
 
 /* One linear map y = x @ weight^T, in any storage. */
 typedef struct {
-    moe8_quant_type quant;            /* FLOAT, W8A8 (static linear) or W8A8_DYNAMIC (experts,
-                                       * lm_head) */
+    moe8_quant_type quant;            /* FLOAT, W8A8 (static linear), W8A8_DYNAMIC (experts,
+                                       * lm_head) or W4A8_DYNAMIC (experts) */
     int64_t n_out, n_in;
-    const moe8_tensor *weight;        /* [n_out][n_in]: BF16/F16/F32 if FLOAT, else I8 */
+    const moe8_tensor *weight;        /* [n_out][n_in]: BF16/F16/F32 if FLOAT, else I8;
+                                       * W4A8_DYNAMIC: [n_out/2][n_in] I8, channel 2j in the
+                                       * low nibble of row j, 2j+1 in the high (SEMANTICS §4b) */
     /* W8A8 static (SEMANTICS §5); NULL otherwise: */
     const moe8_tensor *input_scale;   /* [1] F32/F16/BF16, finite, > 0 */
     const moe8_tensor *input_offset;  /* [1] I8 or integer-valued F32/F16/BF16 */
@@ -60,6 +62,8 @@ typedef struct {
     /* FLOAT q/k/v of families with qkv_bias: y = x @ W^T + bias; NULL otherwise
      * (a W8A8 linear's bias is folded into quant_bias, SEMANTICS §5): */
     const moe8_tensor *bias;          /* [n_out] F32/BF16/F16 */
+    const moe8_tensor *scale_bias;    /* W4A8_DYNAMIC: [n_out], [n_out][1] or [n_out][16]
+                                       * float, or NULL; checked at packing, unused */
 } moe8_linear;
 
 /* One expert of a MoE layer. */

@@ -4,13 +4,15 @@
  * (top_k = num_experts_per_tok, renormalize = norm_topk_prob, softmax; for
  * deepseek sigmoid scores, groups, e_score_correction_bias and
  * routed_scaling_factor),
- * experts W8A8_DYNAMIC repacked or FLOAT in place (and a FLOAT down_proj
- * beside W8A8_DYNAMIC gate/up in place: down_float), for one TP slice and/or
- * EP range (SEMANTICS §8). Each local expert's mapped pages are released as
+ * experts W8A8_DYNAMIC or W4A8_DYNAMIC repacked or FLOAT in place (and a
+ * FLOAT down_proj beside W8A8_DYNAMIC gate/up in place: down_float), for one
+ * TP slice and/or EP range (SEMANTICS §8). A W4A8 projection's scale_bias is
+ * compared with its weights as it is packed (its pages still mapped) and a
+ * disagreement logged at WARN, once per layer; it is not used (§4b). Each local expert's mapped pages are released as
  * soon as it is packed (SEMANTICS §6b: not resident twice, not even for a
  * whole layer while it packs).
  *
- * Dequantize mode (part->dequantize, W8A8_DYNAMIC experts): the part is
+ * Dequantize mode (part->dequantize, W8A8/W4A8_DYNAMIC experts): the part is
  * dequantized to fp32, W = S·(Wq + O) (a FLOAT down widened), into one block
  * the layer owns —
  * gate/up [I_loc][H] and down [H][I_loc] per local expert — and run as FLOAT
@@ -19,6 +21,8 @@
  * moe8_model_load has already checked every tensor's dtype, shape and
  * scale/offset values. Does not: all-reduce (the caller sums the parts).
  */
+#include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,8 +30,6 @@
 #include "load/model.h"
 #include "moe/moe.h"
 
-static const void *cache_take(void *pc, size_t bytes) { return moe8_pcache_take(pc, bytes); }
-static void cache_put(void *pc, const void *p, size_t bytes) { moe8_pcache_put(pc, p, bytes); }
 
 static void weight_of(moe8_moe_weight *d, const moe8_linear *l) {
     d->data = l->weight->data;
@@ -44,17 +46,68 @@ static void release_linear(const moe8_model *m, const moe8_linear *l) {
     if (l->weight_offset) moe8_st_release(m->st, l->weight_offset);
 }
 
-/* The layer whose experts are being packed (on_packed's user). */
+/* The layer whose experts are being packed (on_packed's and the cache
+ * hooks' user). */
 typedef struct {
     const moe8_model *m;
     const moe8_layer *L;
+    struct moe8_pcache *pc;
+    int from_cache;           /* the packed bytes came from the cache: sources unread */
+    atomic_int n_bad;         /* W4A8 projections whose scale_bias disagrees */
+    atomic_int first_bad;     /* 3 * expert + projection of the first found, or -1 */
 } packing;
+
+static const void *cache_take(void *user, size_t bytes) {
+    packing *p = user;
+    const void *r = moe8_pcache_take(p->pc, bytes);
+    p->from_cache = r != NULL;
+    return r;
+}
+
+static void cache_put(void *user, const void *q, size_t bytes) {
+    moe8_pcache_put(((packing *)user)->pc, q, bytes);
+}
+
+/* Code W[i][j] of a W4A8 weight [n/2][k] (SEMANTICS §4b): row i/2, its low
+ * nibble for even i, the high one for odd, two's complement. */
+static inline int w4_code(const moe8_linear *l, int64_t i, int64_t j) {
+    const uint8_t b = ((const uint8_t *)l->weight->data)[(i / 2) * l->n_in + j];
+    return (int)(((b >> (i % 2 ? 4 : 0)) & 15) ^ 8) - 8;
+}
+
+/* 1 unless l's scale_bias (W4A8) disagrees with 8 sum_k W[n][k] S[n] (its
+ * row sum for the [n][16] form: 16 K chunks) beyond 1e-3 of 8 sum_k |W| |S|. */
+static int scale_bias_ok(const moe8_linear *l) {
+    const moe8_tensor *sb = l->scale_bias;
+    if (!sb || l->quant != MOE8_QUANT_W4A8_DYNAMIC) return 1;
+    const int64_t nc = sb->n_dims == 2 ? sb->shape[1] : 1;
+    for (int64_t i = 0; i < l->n_out; i++) {
+        const double s = moe8_tensor_f32_at(l->weight_scale, i);
+        double got = 0.0, sum = 0.0, mag = 0.0;
+        for (int64_t c = 0; c < nc; c++) got += moe8_tensor_f32_at(sb, i * nc + c);
+        for (int64_t j = 0; j < l->n_in; j++) {
+            const int v = w4_code(l, i, j);
+            sum += v;
+            mag += abs(v);
+        }
+        if (fabs(got - 8.0 * sum * s) > 1e-3 * 8.0 * mag * fabs(s) + 1e-30) return 0;
+    }
+    return 1;
+}
 
 /* One expert packed: its int8 gate/up (and down unless FLOAT, kept in
  * place) leave memory now, so packing a layer never holds all its mapped
  * experts beside their packed copy (SEMANTICS §6b). */
 static void on_packed(void *user, int e) {
-    const packing *p = user;
+    packing *p = user;
+    const moe8_linear *pr[3] = {&p->L->experts[e].gate, &p->L->experts[e].up,
+                                &p->L->experts[e].down};
+    for (int k = 0; k < 3 && !p->from_cache; k++) /* W4A8: the pages are still mapped */
+        if (!scale_bias_ok(pr[k])) {
+            int none = -1;
+            atomic_fetch_add(&p->n_bad, 1);
+            atomic_compare_exchange_strong(&p->first_bad, &none, 3 * e + k);
+        }
     release_linear(p->m, &p->L->experts[e].gate);
     release_linear(p->m, &p->L->experts[e].up);
     if (p->L->info.experts_down != MOE8_QUANT_FLOAT) release_linear(p->m, &p->L->experts[e].down);
@@ -72,8 +125,12 @@ static void dequant(float *dst, int n, int k, int r0, int c0, const moe8_linear 
     for (int i = 0; l->quant != MOE8_QUANT_FLOAT && i < n; i++) {
         float s = moe8_tensor_f32_at(l->weight_scale, r0 + i);
         float o = l->weight_offset ? moe8_tensor_f32_at(l->weight_offset, r0 + i) : 0.0f;
-        const int8_t *row = wq + (size_t)(r0 + i) * (size_t)ld + c0;
-        for (int j = 0; j < k; j++) dst[(size_t)i * k + j] = s * ((float)row[j] + o);
+        for (int j = 0; j < k; j++) {
+            const int v = l->quant == MOE8_QUANT_W4A8_DYNAMIC
+                              ? w4_code(l, r0 + i, c0 + j)
+                              : wq[(size_t)(r0 + i) * (size_t)ld + c0 + j];
+            dst[(size_t)i * k + j] = s * ((float)v + o);
+        }
     }
     memset(d, 0, sizeof *d);
     d->data = dst;
@@ -184,7 +241,7 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
     }
     snprintf(name, sizeof name, m->arch->moe_block, (long long)layer);
     desc_of(&d, m, L, part, ex, name, bias);
-    deq_mode = part && part->dequantize && d.quant == MOE8_QUANT_W8A8_DYNAMIC;
+    deq_mode = part && part->dequantize && d.quant != MOE8_QUANT_FLOAT;
     st = MOE8_OK;
     if (deq_mode) {
         /* Check the ranges first (create does it again on the float desc). */
@@ -201,17 +258,25 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
         d.intermediate = n_i;
         d.i_begin = d.i_end = 0;
     }
-    packing pk = {m, L};
-    if (!deq_mode && d.quant == MOE8_QUANT_W8A8_DYNAMIC) {
+    packing pk = {m, L, pc, 0, 0, -1};
+    if (!deq_mode && d.quant != MOE8_QUANT_FLOAT) {
         d.on_packed = on_packed;
         d.on_packed_user = &pk;
         if (pc) {
             d.packed_take = cache_take;
             d.packed_put = cache_put;
-            d.packed_user = pc;
+            d.packed_user = &pk;
         }
     }
     if (!st) st = moe8_moe_layer_create(&d, out, err);
+    if (!st && atomic_load(&pk.n_bad) > 0) {
+        const int fb = atomic_load(&pk.first_bad);
+        const moe8_linear *l = fb % 3 == 0 ? &L->experts[fb / 3].gate
+                               : fb % 3 == 1 ? &L->experts[fb / 3].up : &L->experts[fb / 3].down;
+        moe8_log(MOE8_LOG_WARN, "'%s': scale_bias disagrees with 8 x sum of W x weight_scale in "
+                 "%d W4A8 projection(s), first '%s'; it is not used (SEMANTICS 4b)", name,
+                 atomic_load(&pk.n_bad), l->scale_bias->name);
+    }
     free(ex);
     free(bias); /* the layer keeps its own copy */
     if (st != MOE8_OK) {
@@ -227,7 +292,7 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
         o->inter_full = (int)c->moe_intermediate_size;   /* start at it */
     }
     /* packed experts were released one by one (on_packed); dequantized ones here */
-    if (L->info.experts != MOE8_QUANT_W8A8_DYNAMIC || !deq_mode) return MOE8_OK;
+    if (L->info.experts == MOE8_QUANT_FLOAT || !deq_mode) return MOE8_OK;
     for (int e = (*out)->first; e < (*out)->last; e++) {
         release_linear(m, &L->experts[e].gate);
         release_linear(m, &L->experts[e].up);

@@ -6,8 +6,9 @@
  *   A  = silu(gate) * up      fp32, written over the gate columns of Y1
  *   Y2 = A @ down^T           -> [m][H]   (quantized: A re-quantized per row)
  *
- * Quantized experts use gemm_q8_f32 (exact int32 + SEMANTICS §4 dequant, weight
- * offsets included through qmat.offset and the row sums); float experts use
+ * Quantized experts use gemm_q8_f32, or gemm_q4_f32 for int4 (W4A8) ones (exact
+ * int32 + SEMANTICS §4 dequant, weight offsets included through qmat.offset and
+ * the row sums); float experts use
  * gemm_f32_wf on the weights in their stored dtype. Both phases work on a
  * column range so moe_layer.c can split them across threads; every output
  * element is computed once, the same way, whatever the split.
@@ -48,6 +49,11 @@ static inline float exp_approx(float x) {
     return p * s;
 }
 
+/* The table's GEMM for w's codes: int8 (W8A8) or int4 (W4A8, SEMANTICS §4b). */
+static inline moe8_gemm_q8_f32_fn gemm_of(const moe8_kernels *k, const moe8_qmat *w) {
+    return w->layout->bits == 4 ? k->gemm_q4_f32 : k->gemm_q8_f32;
+}
+
 /* silu(g) * u = g * u / (1 + exp(-g)); exactly 0 for g = 0 or u = 0. */
 static inline float silu_mul(float g, float u) { return g / (1.0f + exp_approx(-g)) * u; }
 
@@ -56,8 +62,9 @@ void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpe
                  int c1) {
     const int m = x->m;
     if (qe) {
-        k->gemm_q8_f32(y1, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->gate, m, c0, c1);
-        k->gemm_q8_f32(y1 + inter, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->up, m, c0, c1);
+        const moe8_gemm_q8_f32_fn gemm = gemm_of(k, &qe->gate);
+        gemm(y1, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->gate, m, c0, c1);
+        gemm(y1 + inter, ldy1, x->xq, x->ldq, x->sx, x->xsum, &qe->up, m, c0, c1);
     } else {
         k->gemm_f32_wf(y1, ldy1, x->xf, x->ldf, fe->gate, fe->gate_dt, fe->ld_gu, m, c0, c1,
                        hidden);
@@ -74,7 +81,7 @@ void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpe
 void moe8_mlp_down(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
                    int inter, const moe8_mlp_rows *a, float *y2, int ldy2, int c0, int c1) {
     if (qe)
-        k->gemm_q8_f32(y2, ldy2, a->xq, a->ldq, a->sx, a->xsum, &qe->down, a->m, c0, c1);
+        gemm_of(k, &qe->down)(y2, ldy2, a->xq, a->ldq, a->sx, a->xsum, &qe->down, a->m, c0, c1);
     else
         k->gemm_f32_wf(y2, ldy2, a->xf, a->ldf, fe->down, fe->down_dt, fe->ld_down, a->m, c0, c1,
                        inter);

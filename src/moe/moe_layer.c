@@ -4,7 +4,9 @@
  *
  * Build: each local quantized expert is packed into three moe8_qmat (gate and
  * up [I_loc][H] from rows [i_begin, i_end), down [H][I_loc] from columns
- * [i_begin, i_end)), scales (and offsets, only when one is non-zero)
+ * [i_begin, i_end); W4A8 experts' int4 codes, two a byte in the checkpoint,
+ * are unpacked one projection at a time into a scratch and packed in the
+ * table's int4 layout, SEMANTICS §4b), scales (and offsets, only when one is non-zero)
  * converted to fp32/int32, all in memory the layer owns. Float experts and the
  * router weight stay where the caller keeps them, in their dtype. A layer
  * with down_float packs gate/up only and keeps every down in place as a float
@@ -131,14 +133,34 @@ static const moe8_moe_weight *proj_of(const moe8_moe_expert *x, int proj) {
     return proj == 0 ? &x->gate : proj == 1 ? &x->up : &x->down;
 }
 
-/* Pack one projection of local expert le into qdata/scales/offsets. */
+/* The codes of a W4A8 slice (rows [row0, row0+n), columns [col0, col0+k) of
+ * W [.][ld], stored two rows a byte row: W[2j][c] in the low nibble of byte
+ * [j][c], W[2j+1][c] in the high one, SEMANTICS §4b) into dst [n][k], one a
+ * byte, for packing. */
+static void unpack_w4(int8_t *dst, const int8_t *w, const proj_shape *s) {
+    for (int i = 0; i < s->n; i++) {
+        const int r = s->row0 + i;
+        const uint8_t *src = (const uint8_t *)w + (size_t)(r / 2) * s->ld + s->col0;
+        const int sh = r % 2 ? 4 : 0;
+        for (int j = 0; j < s->k; j++)
+            dst[(size_t)i * s->k + j] = (int8_t)((int)((src[j] >> sh) & 15) ^ 8) - 8;
+    }
+}
+
+/* Pack one projection of local expert le into qdata/scales/offsets (work:
+ * n x k bytes for unpacking int4 codes). */
 static void pack_proj(moe8_moe_layer *L, int le, int proj, const moe8_moe_weight *w,
-                      int8_t *qdst, int packed, float *sdst, int32_t *odst) {
+                      int8_t *qdst, int packed, float *sdst, int32_t *odst, int8_t *work) {
     const proj_shape s = shape_of(L, proj);
     moe8_qmat *q = proj == 0 ? &L->qe[le].gate : proj == 1 ? &L->qe[le].up : &L->qe[le].down;
-    const int8_t *src = (const int8_t *)w->data + (size_t)s.row0 * s.ld + s.col0;
     int any = 0;
-    if (!packed) L->qlayout->pack(qdst, src, s.n, s.k, s.ld);
+    if (!packed && L->qlayout->bits == 4) {
+        unpack_w4(work, w->data, &s);
+        L->qlayout->pack(qdst, work, s.n, s.k, s.k);
+    } else if (!packed) {
+        L->qlayout->pack(qdst, (const int8_t *)w->data + (size_t)s.row0 * s.ld + s.col0, s.n,
+                         s.k, s.ld);
+    }
     for (int i = 0; i < s.n; i++) sdst[i] = (float)read_value(w->scale, w->scale_dtype,
                                                               (size_t)(s.row0 + i));
     if (odst && w->offset)
@@ -170,11 +192,13 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
                                    const moe8_moe_layer_desc *d, moe8_error *err) {
     const int n_local = L->last - L->first, I = L->inter, H = L->hidden;
     const int n_proj = L->down_float ? 2 : 3;
-    L->qlayout = moe8_kernels_get()->qlayout; /* packed once, for the table in use */
+    /* packed once, for the table in use; int4 codes in its int4 layout */
+    L->qlayout = L->quant == MOE8_QUANT_W4A8_DYNAMIC ? moe8_kernels_get()->q4layout
+                                                     : moe8_kernels_get()->qlayout;
     const size_t qb_gu = L->qlayout->bytes(I, H);
     const size_t qb_d = L->down_float ? 0 : L->qlayout->bytes(H, I);
     const size_t q_stride = 2 * qb_gu + qb_d, s_stride = 2 * (size_t)I + (L->down_float ? 0 : H);
-    int nonzero = 0;
+    int nonzero = 0, fail_nomem = 0;
     moe8_status st;
     for (int e = L->first; e < L->last; e++)
         for (int p = 0; p < n_proj; p++)
@@ -199,13 +223,23 @@ static moe8_status build_quantized(moe8_moe_layer *L, const moe8_moe_expert *ex,
     for (int le = 0; le < n_local; le++) {
         const size_t soff[3] = {0, (size_t)I, 2 * (size_t)I};
         const size_t qoff[3] = {0, qb_gu, 2 * qb_gu};
+        int8_t *work = L->qlayout->bits == 4 && !mapped ? malloc((size_t)I * H) : NULL;
+        if (L->qlayout->bits == 4 && !mapped && !work) { /* unpacking needs it */
+#pragma omp atomic write
+            fail_nomem = 1;
+            continue;
+        }
         for (int p = 0; p < n_proj; p++) {
             size_t so = s_stride * le + soff[p];
             pack_proj(L, le, p, proj_of(&ex[L->first + le], p), qbase + q_stride * le + qoff[p],
-                      mapped != NULL, L->scales + so, L->offsets ? L->offsets + so : NULL);
+                      mapped != NULL, L->scales + so, L->offsets ? L->offsets + so : NULL, work);
         }
+        free(work);
         if (d->on_packed) d->on_packed(d->on_packed_user, L->first + le);
     }
+    if (fail_nomem)
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory unpacking int4 experts",
+                         L->name);
     if (!mapped && d->packed_put) d->packed_put(d->packed_user, L->qdata, q_stride * n_local);
     return MOE8_OK;
 }
@@ -253,10 +287,11 @@ static moe8_status check_desc(const moe8_moe_layer_desc *d, const char *nm, moe8
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "'%s': expert range [%d, %d) not inside [0, %d)", nm, d->expert_first,
                          d->expert_last, E);
-    if (d->quant != MOE8_QUANT_W8A8_DYNAMIC && d->quant != MOE8_QUANT_FLOAT)
+    if (d->quant != MOE8_QUANT_W8A8_DYNAMIC && d->quant != MOE8_QUANT_W4A8_DYNAMIC &&
+        d->quant != MOE8_QUANT_FLOAT)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': experts of type %s not supported (FLOAT or W8A8_DYNAMIC)", nm,
-                         moe8_quant_type_name(d->quant));
+                         "'%s': experts of type %s not supported (FLOAT, W8A8_DYNAMIC or "
+                         "W4A8_DYNAMIC)", nm, moe8_quant_type_name(d->quant));
     if (d->down_float && d->quant != MOE8_QUANT_W8A8_DYNAMIC)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1,
                          "'%s': down_float needs W8A8_DYNAMIC gate/up experts", nm);

@@ -25,6 +25,11 @@ void moe8_gemm_q8_i32_avx512(int32_t *acc, int ldc, const int8_t *xq, int ldq,
                              const moe8_qmat *w, int m, int n0, int n1);
 void moe8_gemm_q8_f32_avx512(float *y, int ldy, const int8_t *xq, int ldq, const float *sx,
                              const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1);
+/* W4A8 (gemm_q4_avx512.c): the same on the int4 layout q4k8, nibbles unpacked in registers. */
+void moe8_gemm_q4_i32_avx512(int32_t *acc, int ldc, const int8_t *xq, int ldq,
+                             const moe8_qmat *w, int m, int n0, int n1);
+void moe8_gemm_q4_f32_avx512(float *y, int ldy, const int8_t *xq, int ldq, const float *sx,
+                             const int32_t *xsum, const moe8_qmat *w, int m, int n0, int n1);
 void moe8_gemm_f32_wf_avx512(float *y, int ldy, const float *x, int ldx, const void *w,
                              moe8_dtype wdt, int ldw, int m, int n0, int n1, int k);
 void moe8_flash_attn_avx512(float *out, int ldo, const float *q, int ldq, int n_tok, int G,
