@@ -174,6 +174,12 @@ typedef enum {
     MOE8_ARCH_MINIMAX_M2 = 6,     /* "minimax_m2" (MiniMax-M2, M2.5): GQA with q/k RMSNorm over
                                    * the whole projection, rotary_dim of head_dim; sigmoid routing
                                    * with e_score_correction_bias; every layer MoE; MTP skipped */
+    MOE8_ARCH_QWEN3_NEXT = 7,     /* "qwen3_next" (Qwen3-Next-80B-A3B): hybrid of Gated DeltaNet
+                                   * linear attention and gated full attention (3:1), zero-centred
+                                   * RMSNorms, MoE with a sigmoid-gated shared expert */
+    MOE8_ARCH_QWEN3_5_MOE = 8,    /* "qwen3_5_moe" (Qwen3.5/3.6-MoE): the text model of the same
+                                   * hybrid, settings under text_config, split in_proj_qkv/z/b/a,
+                                   * stacked experts; the vision tower and MTP skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -340,6 +346,11 @@ typedef struct {
     int mla;                      /* 1: multi-head latent attention */
     moe8_quant_type q_b;          /* q_b_proj (q_lora_rank > 0), FLOAT or W8A8 */
     moe8_quant_type kv_b;         /* kv_b_proj: FLOAT or W8A8, run dequantized (absorbed) */
+    /* appended with the hybrid families (a Gated DeltaNet layer has no q/k/v/o): */
+    int gdn;                      /* 1: Gated DeltaNet linear attention */
+    moe8_quant_type gdn_in;       /* in_proj_qkvz or in_proj_qkv: FLOAT, W8A8 or W8A8_DYNAMIC */
+    moe8_quant_type gdn_z;        /* in_proj_z (qwen3_5_moe) */
+    moe8_quant_type gdn_out;      /* out_proj */
 } moe8_layer_info;
 
 /* 0 and *out filled, or -1 when `layer` is out of range. */

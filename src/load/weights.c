@@ -61,6 +61,15 @@ static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_erro
     return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
 }
 
+/* A norm weight, as 1 + w when the family's norms are zero-centred (plan.h
+ * MOE8_NORM_ZERO_CENTRED: x / rms(x) * (1 + w) is the plain RMSNorm of 1 + w). */
+static moe8_status norm_copy_zc(float **dst, const moe8_tensor *t, int n, int zc,
+                                moe8_error *err) {
+    moe8_status st = norm_copy(dst, t, n, err);
+    for (int i = 0; !st && zc && i < n; i++) (*dst)[i] += 1.0f;
+    return st;
+}
+
 /* q_norm / k_norm: [D] per head, or this rank's heads' slice of [NH*D] /
  * [NKV*D] when the norm is over the whole projection (its sum of squares
  * then adds over the ranks: model/attn_gqa.c). */
@@ -111,16 +120,59 @@ static moe8_status proj_cols(const moe8_weights *w, moe8_proj *p, const moe8_lin
     return st;
 }
 
-static moe8_status build_attn(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+static moe8_status build_attn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
                               moe8_error *err) {
     const moe8_dist_shard *sh = &w->model->shard;
     const int D = w->D;
+    const int QD = (L->plan.attn_opts & MOE8_ATTN_OUT_GATE) ? 2 * D : D; /* q rows per head */
     moe8_status st;
-    if ((st = proj_rows(w, &fl->q, &L->q, sh->head_begin * D, sh->head_end * D, err)) ||
+    w->out_gate |= QD != D;
+    w->has_dynamic |= L->info.qkv == MOE8_QUANT_W8A8_DYNAMIC;
+    if ((st = proj_rows(w, &fl->q, &L->q, sh->head_begin * QD, sh->head_end * QD, err)) ||
         (st = proj_rows(w, &fl->k, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
         (st = proj_rows(w, &fl->v, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
         return st;
     return proj_cols(w, &fl->o, &L->o, sh->head_begin * D, sh->head_end * D, err);
+}
+
+/* A float tensor [n][k] as a FLOAT projection (in_proj_ba / b / a). */
+static moe8_status float_proj(moe8_proj *p, const moe8_tensor *t, moe8_error *err) {
+    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = t->shape[0], .n_in = t->shape[1],
+                           .weight = t};
+    return moe8_proj_init(p, &L, 0, err);
+}
+
+/* A Gated DeltaNet layer (not split: TP refuses hybrid models): the
+ * projections, the conv weight transposed to [K][C], A_log, dt_bias and the
+ * output norm in fp32. */
+static moe8_status build_gdn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+                             moe8_error *err) {
+    const int NV = w->gdn_nv, C = 2 * w->gdn_nk * w->gdn_dk + NV * w->gdn_dv, K = w->gdn_k;
+    float *cw;
+    moe8_status st;
+    if ((st = proj_rows(w, &fl->gdn_in, &L->gdn_in, 0, (int)L->gdn_in.n_out, err)) ||
+        (L->gdn_z.weight && (st = proj_rows(w, &fl->gdn_z, &L->gdn_z, 0, (int)L->gdn_z.n_out, err))) ||
+        (st = proj_rows(w, &fl->gdn_out, &L->gdn_out, 0, (int)L->gdn_out.n_out, err)) ||
+        (st = float_proj(&fl->gdn_ba, L->gdn_ba ? L->gdn_ba : L->gdn_b, err)) ||
+        (L->gdn_a && (st = float_proj(&fl->gdn_a, L->gdn_a, err))) ||
+        (st = norm_copy(&fl->gdn_a_log, L->gdn_a_log, NV, err)) ||
+        (st = norm_copy(&fl->gdn_dt_bias, L->gdn_dt_bias, NV, err)) ||
+        (st = norm_copy(&fl->gdn_norm, L->gdn_norm, w->gdn_dv, err)))
+        return st;
+    if (!(cw = malloc((size_t)C * K * sizeof(float))) ||
+        !(fl->gdn_conv = malloc((size_t)C * K * sizeof(float)))) {
+        free(cw);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate a conv weight");
+    }
+    st = moe8_convert_to_f32(cw, L->gdn_conv->data, L->gdn_conv->dtype, (size_t)C * K, err);
+    for (int c = 0; !st && c < C; c++)
+        for (int j = 0; j < K; j++) fl->gdn_conv[(size_t)j * C + c] = cw[(size_t)c * K + j];
+    free(cw);
+    fl->gdn_slot = w->n_gdn++;
+    w->has_dynamic |= fl->gdn_in.type == MOE8_QUANT_W8A8_DYNAMIC ||
+                      fl->gdn_z.type == MOE8_QUANT_W8A8_DYNAMIC ||
+                      fl->gdn_out.type == MOE8_QUANT_W8A8_DYNAMIC;
+    return st;
 }
 
 /* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7d): uk[h][c][d]
@@ -235,13 +287,17 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     moe8_fwd_layer *fl = &w->layers[li];
     moe8_status st;
     int f0, f1;
-    if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
-        (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
+    const int zc = L->plan.norm_zc;
+    if ((st = norm_copy_zc(&fl->attn_norm, L->attn_norm, w->H, zc, err)) ||
+        (st = norm_copy_zc(&fl->ffn_norm, L->ffn_norm, w->H, zc, err)) ||
         (L->q_norm && (st = qk_norm_copy(w, &fl->q_norm, L, 0, err))) ||
         (L->k_norm && (st = qk_norm_copy(w, &fl->k_norm, L, 1, err))) ||
-        (st = L->plan.attn == MOE8_ATTN_MLA ? build_mla(w, fl, m, L, err)
-                                            : build_attn(w, fl, L, err)))
+        (st = L->plan.attn == MOE8_ATTN_MLA   ? build_mla(w, fl, m, L, err)
+              : L->plan.attn == MOE8_ATTN_GDN ? build_gdn(w, fl, L, err)
+                                              : build_attn(w, fl, L, err)))
         return st;
+    for (int i = 0; zc && fl->q_norm && i < w->D; i++) fl->q_norm[i] += 1.0f;
+    for (int i = 0; zc && fl->k_norm && i < w->D; i++) fl->k_norm[i] += 1.0f;
     fl->plan = L->plan;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
@@ -270,7 +326,8 @@ static void assign_workspaces(moe8_weights *w) {
 }
 
 static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
-    size_t n = moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
+    size_t n = moe8_proj_owned_bytes(&fl->gdn_in) + moe8_proj_owned_bytes(&fl->gdn_z) +
+               moe8_proj_owned_bytes(&fl->gdn_out) + moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
                moe8_proj_owned_bytes(&fl->v) + moe8_proj_owned_bytes(&fl->o) +
                moe8_proj_owned_bytes(&fl->gate) + moe8_proj_owned_bytes(&fl->up) +
                moe8_proj_owned_bytes(&fl->down) + moe8_proj_owned_bytes(&fl->sh_gate) +
@@ -378,6 +435,12 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
     w->rope_dim = moe8_rope_dim(c);
     w->attn_scale = moe8_attn_scale(c);
+    w->gdn_nk = (int)fc->linear_num_key_heads;
+    w->gdn_nv = (int)fc->linear_num_value_heads;
+    w->gdn_dk = (int)fc->linear_key_head_dim;
+    w->gdn_dv = (int)fc->linear_value_head_dim;
+    w->gdn_k = (int)fc->linear_conv_kernel_dim;
+    w->gdn_grouped = moe8_arch_has(m->arch, MOE8_R_GDN_QKVZ);
     w->float_experts = float_experts;
     w->embed = m->embed->data;
     w->embed_dt = m->embed->dtype;
@@ -387,7 +450,9 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "rotary width %d must be even",
                        w->rope_dim);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
-    if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
+    if (!st)
+        st = norm_copy_zc(&w->final_norm, m->final_norm, w->H,
+                          (m->arch->kinds.norm & MOE8_NORM_ZERO_CENTRED) != 0, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         moe8_pcache_section(w->cache, i);
         st = build_layer(w, i, float_experts, n_threads, err);
@@ -469,6 +534,15 @@ static void layer_free(moe8_fwd_layer *fl) {
     moe8_free_aligned(fl->uk);
     moe8_free_aligned(fl->uv);
     free(fl->uv_bias);
+    moe8_proj_free(&fl->gdn_in);
+    moe8_proj_free(&fl->gdn_z);
+    moe8_proj_free(&fl->gdn_ba);
+    moe8_proj_free(&fl->gdn_a);
+    moe8_proj_free(&fl->gdn_out);
+    free(fl->gdn_conv);
+    free(fl->gdn_a_log);
+    free(fl->gdn_dt_bias);
+    free(fl->gdn_norm);
     moe8_moe_layer_free(fl->moe);
     memset(fl, 0, sizeof *fl);
 }

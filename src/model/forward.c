@@ -10,7 +10,9 @@
  *   x = embed[token]
  *   per layer: h = rmsnorm(x); x += attention kind(h) (attn_gqa.c: q,k,v
  *              (+ bias), per-head q/k norm, the rotary kind, the cache,
- *              causal GQA; mla.c); h = rmsnorm(x); x += feed-forward kind(h)
+ *              causal GQA, the output gate; mla.c; attn_gdn.c: Gated
+ *              DeltaNet over each sequence's recurrent state);
+ *              h = rmsnorm(x); x += feed-forward kind(h)
  *              (ffn.c: dense SwiGLU MLP, MoE, MoE + shared expert)
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * A W8A8_DYNAMIC lm_head quantizes each final-normed row per token first.
@@ -237,6 +239,7 @@ typedef moe8_status (*attn_fn)(const moe8_fwd_run *r, const moe8_fwd_layer *L,
 static const attn_fn attn_kinds[] = {
     [MOE8_ATTN_GQA] = moe8_fwd_attn_gqa, /* attn_gqa.c */
     [MOE8_ATTN_MLA] = moe8_fwd_attn_mla, /* mla.c */
+    [MOE8_ATTN_GDN] = moe8_fwd_attn_gdn, /* attn_gdn.c */
 };
 
 moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
