@@ -384,5 +384,6 @@ int main(void) {
     test_forward();
     test_extras_skipped();
     test_defects();
+    hy_check_tiny(MOE8_ARCH_QWEN3_5_MOE);
     return test_summary();
 }

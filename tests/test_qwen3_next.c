@@ -572,5 +572,6 @@ int main(void) {
     test_state();
     test_mtp_skipped();
     test_defects();
+    hy_check_tiny(MOE8_ARCH_QWEN3_NEXT);
     return test_summary();
 }

@@ -425,6 +425,11 @@ extern const moe8_arch_desc moe8_arch_deepseek_v2;
 extern const moe8_arch_desc moe8_arch_deepseek_v3;
 extern const moe8_arch_desc moe8_arch_glm4_moe;
 extern const moe8_arch_desc moe8_arch_minimax_m2;
+/* The hybrids' shared make-model widths (tiny, slice; the caller sets vocab and
+ * experts) and text config.json keys (qwen3_next.c). */
+moe8_status moe8_hybrid_preset(moe8_preset p, moe8_config *c, const char *family,
+                               moe8_error *err);
+void moe8_hybrid_text_json(struct cJSON *j, const moe8_config *c);
 extern const moe8_arch_desc moe8_arch_qwen3_next;
 extern const moe8_arch_desc moe8_arch_qwen3_5_moe;
 

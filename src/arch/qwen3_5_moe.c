@@ -19,7 +19,10 @@
  *   skipped     the vision tower (model.visual.*, one log line; image inputs
  *               are not accepted anyway) and the MTP tensors (mtp.*)
  *
- * make-model: no presets yet ("not supported yet").
+ * make-model presets: tiny and slice (Qwen3.6-35B-A3B's shapes: H 2048,
+ * 16 / 2 heads of 256, linear 16 key / 32 value heads of 128, 256 experts
+ * top-8 of 512, shared 512; vocab 248320), 4 layers keeping the 3:1
+ * pattern; per-expert tensors (the loader reads both layouts).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -105,19 +108,50 @@ static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
 }
 
 static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
-    (void)c;
-    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "make-model: qwen3_5_moe presets (%d) not "
-                     "supported yet", (int)p);
+    moe8_status st = moe8_hybrid_preset(p, c, "qwen3_5_moe", err);
+    c->vocab_size = p == MOE8_PRESET_TINY ? 151936 : 248320;
+    c->num_experts = p == MOE8_PRESET_TINY ? 16 : 256;
+    c->num_experts_per_tok = p == MOE8_PRESET_TINY ? 4 : 8;
+    return st;
 }
 
+/* config.json as Qwen3.6-35B-A3B's: the text model's keys under text_config,
+ * rotary under its rope_parameters (M-RoPE sections over the rotary half). */
 static cJSON *config_json(const moe8_config *c, moe8_dtype dt) {
-    (void)c, (void)dt;
-    return NULL;
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    cJSON *j = cJSON_CreateObject(), *arr, *t, *r;
+    const int half = moe8_rope_dim(c) / 2;
+    if (!j) return NULL;
+    arr = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arr, cJSON_CreateString("Qwen3_5MoeForConditionalGeneration"));
+    cJSON_AddStringToObject(j, "model_type", "qwen3_5_moe");
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
+    t = cJSON_AddObjectToObject(j, "text_config");
+    cJSON_AddStringToObject(t, "model_type", "qwen3_5_moe_text");
+    moe8_hybrid_text_json(t, c);
+    cJSON_AddBoolToObject(t, "attn_output_gate", fc->attn_output_gate);
+    cJSON_AddStringToObject(t, "dtype", dt == MOE8_DT_F32 ? "float32" : "bfloat16");
+    cJSON_AddNumberToObject(t, "mtp_num_hidden_layers", 0);
+    r = cJSON_AddObjectToObject(t, "rope_parameters");
+    cJSON_AddBoolToObject(r, "mrope_interleaved", 1);
+    arr = cJSON_AddArrayToObject(r, "mrope_section");
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber((half + 2) / 3));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber((half + 1) / 3));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(half / 3));
+    cJSON_AddStringToObject(r, "rope_type", "default");
+    cJSON_AddNumberToObject(r, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(r, "partial_rotary_factor", fc->partial_rotary_factor);
+    return j;
 }
 
 static cJSON *generation_json(const moe8_config *c) {
-    (void)c;
-    return NULL;
+    cJSON *j = cJSON_CreateObject(), *eos;
+    if (!j) return NULL;
+    cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
+    eos = cJSON_AddArrayToObject(j, "eos_token_id");
+    for (int i = 0; i < c->n_eos_ids; i++)
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber((double)c->eos_token_ids[i]));
+    return j;
 }
 
 #define P "model.language_model."

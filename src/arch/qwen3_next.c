@@ -21,7 +21,12 @@
  *   config      defaults of Qwen3NextConfig; refused: use_sliding_window,
  *               rope_scaling
  *
- * make-model: no presets yet ("not supported yet").
+ * make-model presets: tiny (H 256, linear 2 key / 4 value heads of 32,
+ * 16 experts) and slice (Qwen3-Next-80B-A3B's shapes: H 2048, 16 / 2 heads of
+ * 256, linear 16 key / 32 value heads of 128, 512 experts top-10 of 512,
+ * shared 512), 4 layers (3 linear, 1 full); more layers keep the 3:1
+ * pattern. The widths and the text config.json keys are shared with
+ * qwen3_5_moe.c (moe8_hybrid_preset, moe8_hybrid_text_json).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -89,20 +94,112 @@ static moe8_status finish(const char *label, moe8_config *c, moe8_error *err) {
     return moe8_cfg_check_gdn(label, c, err);
 }
 
+/* ---- make-model (shared with qwen3_5_moe.c) ---------------------------------- */
+
+moe8_status moe8_hybrid_preset(moe8_preset p, moe8_config *c, const char *family,
+                               moe8_error *err) {
+    moe8_family_cfg *fc = MOE8_FAM(c);
+    const int tiny = p == MOE8_PRESET_TINY;
+    if (!tiny && p != MOE8_PRESET_SLICE)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "make-model: %s has the presets tiny and "
+                         "slice (%d given)", family, (int)p);
+    c->hidden_size = tiny ? 256 : 2048;
+    c->num_attention_heads = tiny ? 8 : 16;
+    c->num_key_value_heads = 2;
+    c->head_dim = tiny ? 64 : 256;
+    c->num_experts_per_tok = tiny ? 4 : 10;
+    c->moe_intermediate_size = tiny ? 64 : 512;
+    c->intermediate_size = tiny ? 512 : 5120;
+    fc->shared_expert_intermediate_size = tiny ? 128 : 512;
+    fc->linear_num_key_heads = tiny ? 2 : 16;
+    fc->linear_num_value_heads = tiny ? 4 : 32;
+    fc->linear_key_head_dim = fc->linear_value_head_dim = tiny ? 32 : 128;
+    fc->linear_conv_kernel_dim = 4;
+    fc->full_attention_interval = 4;
+    fc->n_layer_types = 0;
+    fc->attn_output_gate = 1;
+    fc->partial_rotary_factor = 0.25;
+    c->num_hidden_layers = 4;
+    c->decoder_sparse_step = 1;
+    c->norm_topk_prob = 1;
+    c->max_position_embeddings = 262144;
+    c->rms_norm_eps = 1e-6;
+    c->rope_theta = tiny ? 10000.0 : 1e7;
+    c->tie_word_embeddings = 0;
+    c->bos_token_id = 151643; /* the Qwen tokenizer make-model copies */
+    c->n_eos_ids = 1;
+    c->eos_token_ids[0] = 151645;
+    return MOE8_OK;
+}
+
+void moe8_hybrid_text_json(cJSON *j, const moe8_config *c) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    cJSON_AddBoolToObject(j, "attention_bias", 0);
+    cJSON_AddNumberToObject(j, "attention_dropout", 0);
+    cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
+    cJSON_AddNumberToObject(j, "eos_token_id", (double)c->eos_token_ids[0]);
+    cJSON_AddNumberToObject(j, "full_attention_interval", (double)fc->full_attention_interval);
+    cJSON_AddNumberToObject(j, "head_dim", (double)c->head_dim);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    cJSON_AddNumberToObject(j, "hidden_size", (double)c->hidden_size);
+    cJSON_AddNumberToObject(j, "linear_conv_kernel_dim", (double)fc->linear_conv_kernel_dim);
+    cJSON_AddNumberToObject(j, "linear_key_head_dim", (double)fc->linear_key_head_dim);
+    cJSON_AddNumberToObject(j, "linear_num_key_heads", (double)fc->linear_num_key_heads);
+    cJSON_AddNumberToObject(j, "linear_num_value_heads", (double)fc->linear_num_value_heads);
+    cJSON_AddNumberToObject(j, "linear_value_head_dim", (double)fc->linear_value_head_dim);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", (double)c->max_position_embeddings);
+    cJSON_AddNumberToObject(j, "moe_intermediate_size", (double)c->moe_intermediate_size);
+    cJSON_AddNumberToObject(j, "num_attention_heads", (double)c->num_attention_heads);
+    cJSON_AddNumberToObject(j, "num_experts", (double)c->num_experts);
+    cJSON_AddNumberToObject(j, "num_experts_per_tok", (double)c->num_experts_per_tok);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", (double)c->num_hidden_layers);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", (double)c->num_key_value_heads);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(j, "shared_expert_intermediate_size",
+                            (double)fc->shared_expert_intermediate_size);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddNumberToObject(j, "vocab_size", (double)c->vocab_size);
+}
+
 static moe8_status preset(moe8_preset p, moe8_config *c, moe8_error *err) {
-    (void)c;
-    return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "make-model: qwen3_next presets (%d) not "
-                     "supported yet", (int)p);
+    moe8_status st = moe8_hybrid_preset(p, c, "qwen3_next", err);
+    c->vocab_size = 151936;
+    c->num_experts = p == MOE8_PRESET_TINY ? 16 : 512;
+    return st;
 }
 
+/* config.json as Qwen3-Next-80B-A3B's. */
 static cJSON *config_json(const moe8_config *c, moe8_dtype dt) {
-    (void)c, (void)dt;
-    return NULL;
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    cJSON *j = cJSON_CreateObject(), *arr;
+    if (!j) return NULL;
+    arr = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arr, cJSON_CreateString("Qwen3NextForCausalLM"));
+    cJSON_AddStringToObject(j, "model_type", "qwen3_next");
+    moe8_hybrid_text_json(j, c);
+    cJSON_AddNumberToObject(j, "decoder_sparse_step", (double)c->decoder_sparse_step);
+    cJSON_AddNumberToObject(j, "intermediate_size", (double)c->intermediate_size);
+    arr = cJSON_AddArrayToObject(j, "mlp_only_layers");
+    for (int i = 0; i < c->n_mlp_only_layers; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber((double)c->mlp_only_layers[i]));
+    cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk_prob);
+    cJSON_AddNumberToObject(j, "partial_rotary_factor", fc->partial_rotary_factor);
+    cJSON_AddNullToObject(j, "rope_scaling");
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddStringToObject(j, "torch_dtype", dt == MOE8_DT_F32 ? "float32" : "bfloat16");
+    cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+    return j;
 }
 
+/* generation_config.json: the stop id of config.json. */
 static cJSON *generation_json(const moe8_config *c) {
-    (void)c;
-    return NULL;
+    cJSON *j = cJSON_CreateObject(), *eos;
+    if (!j) return NULL;
+    cJSON_AddNumberToObject(j, "bos_token_id", (double)c->bos_token_id);
+    eos = cJSON_AddArrayToObject(j, "eos_token_id");
+    for (int i = 0; i < c->n_eos_ids; i++)
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber((double)c->eos_token_ids[i]));
+    return j;
 }
 
 #define L "model.layers.%lld."
