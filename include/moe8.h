@@ -524,7 +524,9 @@ int32_t moe8_context_n_vocab(const moe8_context *ctx);
 /* Tokens held for sequence `seq` (its next position), or -1 if out of range. */
 int32_t moe8_context_seq_len(const moe8_context *ctx, int32_t seq);
 /* Keep the first n_keep positions of `seq` and drop the rest (0 clears it), so
- * the next token of seq has position n_keep. */
+ * the next token of seq has position n_keep. A hybrid model's (qwen3_next,
+ * qwen3_5_moe) recurrent state cannot be rewound yet: there only 0 (or a
+ * length >= the current one) is accepted, others give MOE8_ERR_UNSUPPORTED. */
 moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_keep,
                                       moe8_error *err);
 
