@@ -190,7 +190,8 @@ static inline void hy_check_long(const char *label, const fx_opts *o, int n, int
 }
 
 /* make-model's tiny preset of `arch` (4 layers: 3 Gated DeltaNet, 1 full;
- * vocab folded to 16384): it loads with those kinds; its logits are finite,
+ * vocab folded to 16384): it loads with those kinds, a KV cache for the full
+ * layer only; its logits are finite,
  * the same bit for bit on 1 and 2 threads, and a prompt prefilled = 4
  * prefilled + 5 decode steps (chunked vs recurrent form) within 1e-4; moe8
  * quantize refuses it (not supported yet). */
@@ -215,6 +216,8 @@ static inline void hy_check_tiny(int arch) {
     for (int l = 0; l < 4; l++)
         CHECKF(moe8_model_layer_info(m, l, &li) == 0 && li.gdn == (l != 3) && li.is_moe,
                "%s tiny: layer %d kinds", name, l);
+    /* KV cache rows for the one full-attention layer only: 2 planes x 2 kv heads of 64 */
+    CHECK(moe8_model_kv_block_bytes(m, MOE8_DT_F16) == (size_t)2 * 2 * MOE8_KV_BLOCK_TOKENS * 64 * 2);
     g_threads = 1;
     run_logits(m, prompt, n, n, a);
     g_threads = 2;

@@ -308,6 +308,12 @@ moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c) {
     return k;
 }
 
+int64_t moe8_arch_kv_layers(const moe8_config *c) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) n += !moe8_arch_is_gdn_layer(c, l);
+    return n;
+}
+
 void moe8_arch_fill_derived(moe8_config *c) {
     moe8_family_cfg *fc = MOE8_FAM(c);
     if (!fc->kv_lora_rank) fc->v_head_dim = c->head_dim;

@@ -366,6 +366,8 @@ typedef struct {
     int64_t planes, heads, dim;
 } moe8_kv_shape;
 moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c);
+/* Layers with a KV cache: all but a hybrid's Gated DeltaNet layers. */
+int64_t moe8_arch_kv_layers(const moe8_config *c);
 
 /* The rotary geometry of c (rope.c): width R of the rotary table (head_dim,
  * or qk_rope_head_dim with MLA); the frequency of each of its R/2 pairs,

@@ -818,7 +818,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
     const moe8_kv_shape ks = moe8_arch_kv_shape(c);
-    kv = (uint64_t)ks.planes * (uint64_t)c->num_hidden_layers * (uint64_t)ks.heads *
+    kv = (uint64_t)ks.planes * (uint64_t)moe8_arch_kv_layers(c) * (uint64_t)ks.heads *
          (uint64_t)ks.dim * (uint64_t)n_ctx * moe8_dtype_size(kv_type);
     /* one decode step: residual, normed, q/k/v/attn-out, MLP hidden (dense or
      * top-k experts, gate+up), router logits, one attention tile (K/V blocks

@@ -299,6 +299,7 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     for (int i = 0; zc && fl->q_norm && i < w->D; i++) fl->q_norm[i] += 1.0f;
     for (int i = 0; zc && fl->k_norm && i < w->D; i++) fl->k_norm[i] += 1.0f;
     fl->plan = L->plan;
+    fl->kv_layer = L->plan.attn == MOE8_ATTN_GDN ? -1 : w->n_kv_layers++;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
     if (fl->is_moe) return build_moe(w->cache, fl, m, li, float_experts, n_threads, err);

@@ -53,6 +53,7 @@ typedef struct {
     float *gdn_a_log, *gdn_dt_bias;/* [NV] fp32 */
     float *gdn_norm;               /* [dv] fp32 (plain weight) */
     int gdn_slot;                  /* its index among the Gated DeltaNet layers (state slot) */
+    int kv_layer;                  /* its layer of the KV cache (-1: a Gated DeltaNet layer) */
 } moe8_fwd_layer;
 
 /* Everything the forward pass reads, built once per model and float_experts
@@ -83,6 +84,7 @@ typedef struct moe8_weights {
     /* Gated DeltaNet layers (hybrid families): how many, NK, NV, dk, dv, conv K, and
      * whether the projections are grouped by key head (in_proj_qkvz / in_proj_ba) */
     int n_gdn, gdn_nk, gdn_nv, gdn_dk, gdn_dv, gdn_k, gdn_grouped;
+    int n_kv_layers;               /* layers with KV cache rows (all but the DeltaNet ones) */
     float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;

@@ -224,14 +224,14 @@ size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type) {
     const moe8_config *c = &m->cfg;
     if (kv_type != MOE8_DT_F32 && kv_type != MOE8_DT_F16 && kv_type != MOE8_DT_BF16) return 0;
     const moe8_kv_shape k = moe8_arch_kv_shape(c);
-    return (size_t)c->num_hidden_layers * (size_t)k.planes * (size_t)k.heads *
+    return (size_t)moe8_arch_kv_layers(c) * (size_t)k.planes * (size_t)k.heads *
            MOE8_KV_BLOCK_TOKENS * (size_t)k.dim * moe8_dtype_size(kv_type);
 }
 
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
     const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
-    const size_t bytes = (size_t)w->n_layer * (size_t)w->kv_planes * (size_t)w->n_kv *
+    const size_t bytes = (size_t)w->n_kv_layers * (size_t)w->kv_planes * (size_t)w->n_kv *
                          MOE8_KV_BLOCK_TOKENS * (size_t)w->C * moe8_dtype_size(x->p.kv_type);
     const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type);
     int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;

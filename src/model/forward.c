@@ -261,10 +261,11 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
     moe8_fwd_rows(&r, T, embed_row, token);
     moe8_fwd_mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {
-        const moe8_attn_cache cache = moe8_attn_cache_layer_ex(kv, w->n_head, w->n_kv, w->C,
-                                                               w->kv_planes, w->attn_scale, l);
-        const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
         const moe8_fwd_layer *L = &w->layers[l];
+        const moe8_attn_cache cache = moe8_attn_cache_layer_ex(
+            kv, w->n_head, w->n_kv, w->C, w->kv_planes, w->attn_scale,
+            L->kv_layer < 0 ? 0 : L->kv_layer); /* unread by a Gated DeltaNet layer */
+        const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
         if ((st = attn_kinds[L->plan.attn](&r, L, &cache, n_ctx, rope, seq, pos, err)) ||
             (st = moe8_fwd_ffn(&r, L, next_norm, err))) {
             moe8_error_prefix(err, "layer %d", l);
