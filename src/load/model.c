@@ -838,6 +838,14 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
               32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;
     scratch = per_tok * 4ull + (1ull << 20);
+    const int64_t n_gdn = c->num_hidden_layers - moe8_arch_kv_layers(c);
+    if (n_gdn > 0) { /* hybrids: one sequence's conv and recurrent states, fp32 (state_pool.h) */
+        const uint64_t C = (uint64_t)moe8_dim_of(c, MOE8_DIM_GC);
+        scratch += 4ull * (uint64_t)n_gdn *
+                   ((uint64_t)(fc->linear_conv_kernel_dim - 1) * C +
+                    (uint64_t)(fc->linear_num_value_heads * fc->linear_key_head_dim *
+                               fc->linear_value_head_dim));
+    }
     /* a W8A8 kv_b_proj is absorbed as fp32: 4 bytes per int8 one (load/weights.c) */
     uint64_t absorbed = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
