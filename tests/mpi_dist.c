@@ -89,6 +89,10 @@ static fx_opts opts_for(int quant) {
     if (g_arch == FX_GLM4_MOE) /* sigmoid routing in 3 groups keep 2, layer 0 dense */
         o.n_experts = 6, o.n_group = 3, o.topk_group = 2, o.first_dense = 1;
     if (g_arch == FX_MINIMAX_M2) o.rotary_dim = 8; /* of head_dim 16 */
+    if (g_arch == FX_QWEN3_NEXT || g_arch == FX_QWEN3_5_MOE) { /* layer 1 full, 0 and 2 linear */
+        o.lin_k_heads = g_size, o.lin_v_heads = 2 * g_size, o.full_interval = 2;
+        o.partial_rotary = 0.25, o.shared_inter = 48;
+    }
     if (fx_deepseek(&o)) {   /* num_key_value_heads = heads; layer 0 dense */
         o.kvb_w8a8 = g_kvb_w8a8;
         /* seed 1234's W8A8 V2 fixture has a near-tie at its 3rd greedy token
@@ -527,6 +531,14 @@ int main(void) {
     compare("minimax_m2_kv_split_float_tp", 0, 0, 0, &ep_view, tp);
     compare("minimax_m2_kv_split_w8a8_tp", 1, 0, 0, &ep_view, tp);
     g_n_kv = 0;
+    /* hybrid linear attention: key-head groups, their conv channels and states per rank */
+    g_arch = FX_QWEN3_NEXT;
+    compare("qwen3_next_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("qwen3_next_float_ep", 0, 1, 0, &ep_view, tp);
+    compare("qwen3_next_w8a8_tp", 1, 0, 0, &ep_view, tp);
+    g_arch = FX_QWEN3_5_MOE;
+    compare("qwen3_5_moe_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("qwen3_5_moe_w8a8_tp", 1, 0, 0, &ep_view, tp);
     g_arch = FX_QWEN3;
     offline_pack(tp, 0);
     offline_pack(tp, 1);

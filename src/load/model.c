@@ -689,9 +689,12 @@ static moe8_status load_parts(moe8_model *m, const char *dir, const moe8_model_p
     if (m->params.cache_dir && !(m->params.cache_dir = strdup(m->params.cache_dir)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if ((st = load_config(m, err)) != MOE8_OK) return st;
-    if (m->arch->kinds.gdn_layers && moe8_dist_size(m->params.dist) > 1)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s under tensor / expert "
-                         "parallelism not supported yet", dir, m->arch->model_type);
+    if (m->arch->kinds.gdn_layers && moe8_dist_size(m->params.dist) > 1 &&
+        MOE8_FAM(&m->cfg)->linear_num_key_heads % moe8_dist_size(m->params.dist))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s: linear_num_key_heads %lld "
+                         "over %d ranks (not a multiple) not supported yet", dir,
+                         m->arch->model_type, (long long)MOE8_FAM(&m->cfg)->linear_num_key_heads,
+                         moe8_dist_size(m->params.dist));
     if ((st = load_generation_config(m, err)) != MOE8_OK) return st;
     if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) return st;
     if ((st = resolve_quant(m, &lm_head, err)) != MOE8_OK) return st;

@@ -26,7 +26,9 @@
  * only its share — q/k/v rows of its heads, o_proj columns (quant_bias on
  * rank 0 only), dense gate/up rows and down columns of its F slice (the
  * shared expert's likewise of its S slice, under TP and EP), its MoE part
- * (an I slice, or a block of whole experts), its lm_head vocabulary rows.
+ * (an I slice, or a block of whole experts), its lm_head vocabulary rows,
+ * a Gated DeltaNet layer's key-head groups (their rows of the input
+ * projections and conv channels, out_proj's columns, A_log / dt_bias).
  * Embeddings, norms and the router are replicated.
  *
  * Lifetime: the model holds one set per float_experts setting (model.h
@@ -135,44 +137,133 @@ static moe8_status build_attn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_la
     return proj_cols(w, &fl->o, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
-/* A float tensor [n][k] as a FLOAT projection (in_proj_ba / b / a). */
-static moe8_status float_proj(moe8_proj *p, const moe8_tensor *t, moe8_error *err) {
-    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = t->shape[0], .n_in = t->shape[1],
-                           .weight = t};
-    return moe8_proj_init(p, &L, 0, err);
+/* This rank's Gated DeltaNet heads (TP/EP split them like attention heads,
+ * whole key-head groups: key heads [k0, k0 + nk), value heads [v0, v0 + nv)). */
+typedef struct {
+    int NK, NV, dk, dv, rr;  /* the whole model's; rr = NV / NK */
+    int nk, nv, k0, v0;      /* this rank's */
+} gdn_share;
+
+static gdn_share gdn_share_of(const moe8_weights *w) {
+    const moe8_family_cfg *fc = MOE8_FAM(&w->model->cfg);
+    const moe8_dist_shard *sh = &w->model->shard;
+    const int size = sh->size > 1 ? sh->size : 1, rank = sh->size > 1 ? sh->rank : 0;
+    gdn_share g;
+    g.NK = (int)fc->linear_num_key_heads, g.NV = (int)fc->linear_num_value_heads;
+    g.dk = (int)fc->linear_key_head_dim, g.dv = (int)fc->linear_value_head_dim;
+    g.rr = g.NV / g.NK, g.nk = g.NK / size, g.nv = g.nk * g.rr;
+    g.k0 = rank * g.nk, g.v0 = g.k0 * g.rr;
+    return g;
 }
 
-/* A Gated DeltaNet layer (not split: TP refuses hybrid models): the
- * projections, the conv weight transposed to [K][C], A_log, dt_bias and the
+/* Rows [r0, r1) of a float tensor [n][k] as a FLOAT projection (in_proj_ba / b / a). */
+static moe8_status float_rows(const moe8_weights *w, moe8_proj *p, const moe8_tensor *t, int r0,
+                              int r1, moe8_error *err) {
+    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = t->shape[0], .n_in = t->shape[1],
+                           .weight = t};
+    return proj_rows(w, p, &L, r0, r1, err);
+}
+
+/* qwen3_5_moe's flat in_proj_qkv under TP: this rank's q, k and v rows (three
+ * blocks) gathered into an owned copy, run as one FLOAT projection. */
+static moe8_status qkv_gathered(moe8_fwd_layer *fl, const moe8_linear *src, const gdn_share *g,
+                                moe8_error *err) {
+    const moe8_tensor *t = src->weight;
+    const size_t row = (size_t)t->shape[1] * moe8_dtype_size(t->dtype);
+    const int blk[3][2] = {{g->k0 * g->dk, g->nk * g->dk},
+                           {(g->NK + g->k0) * g->dk, g->nk * g->dk},
+                           {2 * g->NK * g->dk + g->v0 * g->dv, g->nv * g->dv}};
+    const int n = 2 * g->nk * g->dk + g->nv * g->dv;
+    char *d;
+    if (src->quant != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': %s under tensor "
+                         "parallelism not supported yet", t->name, moe8_quant_type_name(src->quant));
+    if (!(d = fl->gdn_own = malloc((size_t)n * row)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    for (int b = 0, at = 0; b < 3; at += blk[b][1], b++)
+        memcpy(d + (size_t)at * row, (const char *)t->data + (size_t)blk[b][0] * row,
+               (size_t)blk[b][1] * row);
+    fl->gdn_own_t = *t;
+    fl->gdn_own_t.data = d;
+    fl->gdn_own_t.shape[0] = n;
+    fl->gdn_own_t.n_elements = (int64_t)n * t->shape[1];
+    fl->gdn_own_t.n_bytes = (size_t)n * row;
+    fl->gdn_own_t.file_index = -1; /* not in the map: nothing to release */
+    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = n, .n_in = t->shape[1],
+                           .weight = &fl->gdn_own_t};
+    return moe8_proj_init(&fl->gdn_in, &L, 0, err);
+}
+
+/* The input projections of this rank's heads: grouped (one block of key-head
+ * groups each) or flat. */
+static moe8_status gdn_inputs(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+                              const gdn_share *g, moe8_error *err) {
+    const int gs = 2 * g->dk + 2 * g->rr * g->dv, v1 = g->v0 + g->nv;
+    moe8_status st;
+    if (L->gdn_ba) /* grouped: rows of key heads [k0, k0 + nk) */
+        return (st = proj_rows(w, &fl->gdn_in, &L->gdn_in, g->k0 * gs, (g->k0 + g->nk) * gs, err))
+                   ? st
+                   : float_rows(w, &fl->gdn_ba, L->gdn_ba, g->k0 * 2 * g->rr,
+                                (g->k0 + g->nk) * 2 * g->rr, err);
+    if (g->nk == g->NK) st = proj_rows(w, &fl->gdn_in, &L->gdn_in, 0, (int)L->gdn_in.n_out, err);
+    else st = qkv_gathered(fl, &L->gdn_in, g, err);
+    if (st || (st = proj_rows(w, &fl->gdn_z, &L->gdn_z, g->v0 * g->dv, v1 * g->dv, err)) ||
+        (st = float_rows(w, &fl->gdn_ba, L->gdn_b, g->v0, v1, err)))
+        return st;
+    return float_rows(w, &fl->gdn_a, L->gdn_a, g->v0, v1, err);
+}
+
+/* [v0, v0 + nv) of a float vector [NV] (A_log, dt_bias). */
+static moe8_status head_slice(float **dst, const moe8_tensor *t, const gdn_share *g,
+                              moe8_error *err) {
+    moe8_status st = norm_copy(dst, t, g->NV, err);
+    if (!st) memmove(*dst, *dst + g->v0, (size_t)g->nv * sizeof(float));
+    return st;
+}
+
+/* The conv weight of this rank's channels (q and k of its key heads, v of its
+ * value heads), transposed to [K][C_local] fp32. */
+static moe8_status conv_local(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_tensor *t,
+                              const gdn_share *g, moe8_error *err) {
+    const int K = w->gdn_k, C = 2 * g->NK * g->dk + g->NV * g->dv;
+    const int qk = g->nk * g->dk, Cl = 2 * qk + g->nv * g->dv;
+    float *cw = malloc((size_t)C * K * sizeof(float));
+    moe8_status st;
+    if (!cw || !(fl->gdn_conv = malloc((size_t)Cl * K * sizeof(float)))) {
+        free(cw);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    }
+    st = moe8_convert_to_f32(cw, t->data, t->dtype, (size_t)C * K, err);
+    for (int c = 0; !st && c < Cl; c++) {
+        const int gc = c < qk       ? g->k0 * g->dk + c
+                       : c < 2 * qk ? (g->NK + g->k0) * g->dk + c - qk
+                                    : 2 * g->NK * g->dk + g->v0 * g->dv + c - 2 * qk;
+        for (int j = 0; j < K; j++) fl->gdn_conv[(size_t)j * Cl + c] = cw[(size_t)gc * K + j];
+    }
+    free(cw);
+    return st;
+}
+
+/* A Gated DeltaNet layer, this rank's heads (all of them with one rank): the
+ * projections, out_proj's columns of its value heads (its partial sum is
+ * all-reduced), the conv weight transposed to [K][C], A_log, dt_bias and the
  * output norm in fp32. */
 static moe8_status build_gdn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
                              moe8_error *err) {
-    const int NV = w->gdn_nv, C = 2 * w->gdn_nk * w->gdn_dk + NV * w->gdn_dv, K = w->gdn_k;
-    float *cw;
+    const gdn_share g = gdn_share_of(w);
     moe8_status st;
-    if ((st = proj_rows(w, &fl->gdn_in, &L->gdn_in, 0, (int)L->gdn_in.n_out, err)) ||
-        (L->gdn_z.weight && (st = proj_rows(w, &fl->gdn_z, &L->gdn_z, 0, (int)L->gdn_z.n_out, err))) ||
-        (st = proj_rows(w, &fl->gdn_out, &L->gdn_out, 0, (int)L->gdn_out.n_out, err)) ||
-        (st = float_proj(&fl->gdn_ba, L->gdn_ba ? L->gdn_ba : L->gdn_b, err)) ||
-        (L->gdn_a && (st = float_proj(&fl->gdn_a, L->gdn_a, err))) ||
-        (st = norm_copy(&fl->gdn_a_log, L->gdn_a_log, NV, err)) ||
-        (st = norm_copy(&fl->gdn_dt_bias, L->gdn_dt_bias, NV, err)) ||
-        (st = norm_copy(&fl->gdn_norm, L->gdn_norm, w->gdn_dv, err)))
+    if ((st = gdn_inputs(w, fl, L, &g, err)) ||
+        (st = proj_cols(w, &fl->gdn_out, &L->gdn_out, g.v0 * g.dv, (g.v0 + g.nv) * g.dv, err)) ||
+        (st = head_slice(&fl->gdn_a_log, L->gdn_a_log, &g, err)) ||
+        (st = head_slice(&fl->gdn_dt_bias, L->gdn_dt_bias, &g, err)) ||
+        (st = norm_copy(&fl->gdn_norm, L->gdn_norm, g.dv, err)) ||
+        (st = conv_local(w, fl, L->gdn_conv, &g, err)))
         return st;
-    if (!(cw = malloc((size_t)C * K * sizeof(float))) ||
-        !(fl->gdn_conv = malloc((size_t)C * K * sizeof(float)))) {
-        free(cw);
-        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate a conv weight");
-    }
-    st = moe8_convert_to_f32(cw, L->gdn_conv->data, L->gdn_conv->dtype, (size_t)C * K, err);
-    for (int c = 0; !st && c < C; c++)
-        for (int j = 0; j < K; j++) fl->gdn_conv[(size_t)j * C + c] = cw[(size_t)c * K + j];
-    free(cw);
     fl->gdn_slot = w->n_gdn++;
     w->has_dynamic |= fl->gdn_in.type == MOE8_QUANT_W8A8_DYNAMIC ||
                       fl->gdn_z.type == MOE8_QUANT_W8A8_DYNAMIC ||
                       fl->gdn_out.type == MOE8_QUANT_W8A8_DYNAMIC;
-    return st;
+    return MOE8_OK;
 }
 
 /* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7d): uk[h][c][d]
@@ -436,8 +527,8 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
     w->rope_dim = moe8_rope_dim(c);
     w->attn_scale = moe8_attn_scale(c);
-    w->gdn_nk = (int)fc->linear_num_key_heads;
-    w->gdn_nv = (int)fc->linear_num_value_heads;
+    w->gdn_nk = (int)(fc->linear_num_key_heads / (m->shard.size > 1 ? m->shard.size : 1));
+    w->gdn_nv = (int)(fc->linear_num_value_heads / (m->shard.size > 1 ? m->shard.size : 1));
     w->gdn_dk = (int)fc->linear_key_head_dim;
     w->gdn_dv = (int)fc->linear_value_head_dim;
     w->gdn_k = (int)fc->linear_conv_kernel_dim;
@@ -544,6 +635,7 @@ static void layer_free(moe8_fwd_layer *fl) {
     free(fl->gdn_a_log);
     free(fl->gdn_dt_bias);
     free(fl->gdn_norm);
+    free(fl->gdn_own);
     moe8_moe_layer_free(fl->moe);
     memset(fl, 0, sizeof *fl);
 }

@@ -53,6 +53,8 @@ typedef struct {
     float *gdn_a_log, *gdn_dt_bias;/* [NV] fp32 */
     float *gdn_norm;               /* [dv] fp32 (plain weight) */
     int gdn_slot;                  /* its index among the Gated DeltaNet layers (state slot) */
+    void *gdn_own;                 /* TP, flat in_proj_qkv: this rank's rows gathered (owned) */
+    moe8_tensor gdn_own_t;         /*   and their tensor, which gdn_in reads */
     int kv_layer;                  /* its layer of the KV cache (-1: a Gated DeltaNet layer) */
 } moe8_fwd_layer;
 
@@ -81,8 +83,9 @@ typedef struct moe8_weights {
     int rope_dim;                  /* rotary width R of each head (the layers' plan.rope_dim) */
     int out_gate;                  /* some layer's q_proj carries the output gate (q rows
                                     * [NH][2][D]) */
-    /* Gated DeltaNet layers (hybrid families): how many, NK, NV, dk, dv, conv K, and
-     * whether the projections are grouped by key head (in_proj_qkvz / in_proj_ba) */
+    /* Gated DeltaNet layers (hybrid families): how many, NK, NV (this rank's under TP),
+     * dk, dv, conv K, and whether the projections are grouped by key head
+     * (in_proj_qkvz / in_proj_ba) */
     int n_gdn, gdn_nk, gdn_nv, gdn_dk, gdn_dv, gdn_k, gdn_grouped;
     int n_kv_layers;               /* layers with KV cache rows (all but the DeltaNet ones) */
     float attn_scale;              /* softmax scale */

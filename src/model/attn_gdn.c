@@ -24,8 +24,11 @@
  * decode step's result does not depend on the other sequences of the batch.
  * A sequence may appear in several runs: they run in batch order.
  *
- * Does not: split heads across TP ranks (the loader refuses hybrids under
- * TP/EP), keep state snapshots for the prefix cache (the context switches it
+ * Under TP/EP each rank runs its key-head groups (load/weights.c gives it
+ * their rows, conv channels and out_proj columns; its states hold only
+ * them) and out_proj's partial sums are all-reduced.
+ *
+ * Does not: keep state snapshots for the prefix cache (the context switches it
  * off for hybrids), or allocate.
  */
 #include <string.h>
@@ -164,6 +167,7 @@ moe8_status moe8_fwd_attn_gdn(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
     if ((st = moe8_fwd_lin(r, &L->gdn_out, NULL, s->tmp, s->g_o, T, err))) return st;
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
+    if ((st = moe8_fwd_allreduce(r, s->tmp, err))) return st; /* TP: the heads' partial sums */
     moe8_fwd_add_norm(r, L->ffn_norm);
     moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
     return MOE8_OK;
