@@ -32,6 +32,10 @@
  *     replicated at 3 ranks and, again, 3 kv heads split one per rank;
  *     rotary_dim 8 of 16; sigmoid routing with the block's correction bias)
  *     float and W8A8, TP and EP, with Qwen2-MoE's bounds;
+ *   - the hybrids Qwen3-Next (grouped in_proj_qkvz, layer 1 full attention
+ *     and dense) float TP and EP, W8A8 TP, and Qwen3.5-MoE (flat projections
+ *     gathered per rank, fused experts) float and W8A8 TP: one key-head
+ *     group of the Gated DeltaNet layers per rank, with Qwen2-MoE's bounds;
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
  *     (config.json fingerprint), an impossible split, different settings;
