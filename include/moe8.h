@@ -176,6 +176,12 @@ typedef enum {
     MOE8_ARCH_MINIMAX_M2 = 6,     /* "minimax_m2" (MiniMax-M2, M2.5): GQA with q/k RMSNorm over
                                    * the whole projection, rotary_dim of head_dim; sigmoid routing
                                    * with e_score_correction_bias; every layer MoE; MTP skipped */
+    MOE8_ARCH_QWEN3_NEXT = 7,     /* "qwen3_next" (Qwen3-Next-80B-A3B): hybrid of Gated DeltaNet
+                                   * linear attention and gated full attention (3:1), zero-centred
+                                   * RMSNorms, MoE with a sigmoid-gated shared expert */
+    MOE8_ARCH_QWEN3_5_MOE = 8,    /* "qwen3_5_moe" (Qwen3.5/3.6-MoE): the text model of the same
+                                   * hybrid, settings under text_config, split in_proj_qkv/z/b/a,
+                                   * stacked experts; the vision tower and MTP skipped */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -342,6 +348,11 @@ typedef struct {
     int mla;                      /* 1: multi-head latent attention */
     moe8_quant_type q_b;          /* q_b_proj (q_lora_rank > 0), FLOAT or W8A8 */
     moe8_quant_type kv_b;         /* kv_b_proj: FLOAT or W8A8, run dequantized (absorbed) */
+    /* appended with the hybrid families (a Gated DeltaNet layer has no q/k/v/o): */
+    int gdn;                      /* 1: Gated DeltaNet linear attention */
+    moe8_quant_type gdn_in;       /* in_proj_qkvz or in_proj_qkv: FLOAT, W8A8 or W8A8_DYNAMIC */
+    moe8_quant_type gdn_z;        /* in_proj_z (qwen3_5_moe) */
+    moe8_quant_type gdn_out;      /* out_proj */
 } moe8_layer_info;
 
 /* 0 and *out filled, or -1 when `layer` is out of range. */
@@ -515,7 +526,9 @@ int32_t moe8_context_n_vocab(const moe8_context *ctx);
 /* Tokens held for sequence `seq` (its next position), or -1 if out of range. */
 int32_t moe8_context_seq_len(const moe8_context *ctx, int32_t seq);
 /* Keep the first n_keep positions of `seq` and drop the rest (0 clears it), so
- * the next token of seq has position n_keep. */
+ * the next token of seq has position n_keep. A hybrid model's (qwen3_next,
+ * qwen3_5_moe) recurrent state cannot be rewound yet: there only 0 (or a
+ * length >= the current one) is accepted, others give MOE8_ERR_UNSUPPORTED. */
 moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_keep,
                                       moe8_error *err);
 

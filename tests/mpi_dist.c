@@ -32,6 +32,10 @@
  *     replicated at 3 ranks and, again, 3 kv heads split one per rank;
  *     rotary_dim 8 of 16; sigmoid routing with the block's correction bias)
  *     float and W8A8, TP and EP, with Qwen2-MoE's bounds;
+ *   - the hybrids Qwen3-Next (grouped in_proj_qkvz, layer 1 full attention
+ *     and dense) float TP and EP, W8A8 TP, and Qwen3.5-MoE (flat projections
+ *     gathered per rank, fused experts) float and W8A8 TP: one key-head
+ *     group of the Gated DeltaNet layers per rank, with Qwen2-MoE's bounds;
  *   - failures agreed by every rank: a corrupt shard on rank 1 (the message
  *     names the file and the rank), a model folder that differs on one rank
  *     (config.json fingerprint), an impossible split, different settings;
@@ -89,6 +93,10 @@ static fx_opts opts_for(int quant) {
     if (g_arch == FX_GLM4_MOE) /* sigmoid routing in 3 groups keep 2, layer 0 dense */
         o.n_experts = 6, o.n_group = 3, o.topk_group = 2, o.first_dense = 1;
     if (g_arch == FX_MINIMAX_M2) o.rotary_dim = 8; /* of head_dim 16 */
+    if (g_arch == FX_QWEN3_NEXT || g_arch == FX_QWEN3_5_MOE) { /* layer 1 full, 0 and 2 linear */
+        o.lin_k_heads = g_size, o.lin_v_heads = 2 * g_size, o.full_interval = 2;
+        o.partial_rotary = 0.25, o.shared_inter = 48;
+    }
     if (fx_deepseek(&o)) {   /* num_key_value_heads = heads; layer 0 dense */
         o.kvb_w8a8 = g_kvb_w8a8;
         /* seed 1234's W8A8 V2 fixture has a near-tie at its 3rd greedy token
@@ -527,6 +535,14 @@ int main(void) {
     compare("minimax_m2_kv_split_float_tp", 0, 0, 0, &ep_view, tp);
     compare("minimax_m2_kv_split_w8a8_tp", 1, 0, 0, &ep_view, tp);
     g_n_kv = 0;
+    /* hybrid linear attention: key-head groups, their conv channels and states per rank */
+    g_arch = FX_QWEN3_NEXT;
+    compare("qwen3_next_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("qwen3_next_float_ep", 0, 1, 0, &ep_view, tp);
+    compare("qwen3_next_w8a8_tp", 1, 0, 0, &ep_view, tp);
+    g_arch = FX_QWEN3_5_MOE;
+    compare("qwen3_5_moe_float_tp", 0, 0, 0, &ep_view, tp);
+    compare("qwen3_5_moe_w8a8_tp", 1, 0, 0, &ep_view, tp);
     g_arch = FX_QWEN3;
     offline_pack(tp, 0);
     offline_pack(tp, 1);

@@ -60,8 +60,18 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
         else if (partial > 0) /* glm4_moe */
             printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
                    (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
+        if (fam_i(c, "attn_output_gate")) printf(", sigmoid output gate");
         printf("\n");
     }
+    if (fam_i(c, "linear_num_value_heads") > 0) /* hybrids: the Gated DeltaNet layers */
+        printf("linear attention: Gated DeltaNet, %lld key / %lld value heads of %lld / %lld, "
+               "conv %lld; full attention every %lld layers (or as layer_types says)\n",
+               (long long)fam_i(c, "linear_num_key_heads"),
+               (long long)fam_i(c, "linear_num_value_heads"),
+               (long long)fam_i(c, "linear_key_head_dim"),
+               (long long)fam_i(c, "linear_value_head_dim"),
+               (long long)fam_i(c, "linear_conv_kernel_dim"),
+               (long long)fam_i(c, "full_attention_interval"));
     printf("routing: %s top-%lld of %lld", fam_i(c, "scoring_sigmoid") ? "sigmoid" : "softmax",
            (long long)c->num_experts_per_tok, (long long)c->num_experts);
     if (fam_i(c, "topk_grouped"))
@@ -122,6 +132,9 @@ static void describe(const moe8_layer_info *li, char *buf, size_t n) {
                              li->q_b != li->qkv ? ", q_b_proj " : "",
                              li->q_b != li->qkv ? moe8_quant_type_name(li->q_b) : "",
                              moe8_quant_type_name(li->kv_b));
+    else if (li->gdn) /* Gated DeltaNet: in_proj_qkvz / in_proj_qkv and out_proj */
+        u = (size_t)snprintf(buf, n, "linear attn in_proj %s out_proj %s",
+                             moe8_quant_type_name(li->gdn_in), moe8_quant_type_name(li->gdn_out));
     else if (li->qkv == li->o)
         u = (size_t)snprintf(buf, n, "attn %s", moe8_quant_type_name(li->qkv));
     else

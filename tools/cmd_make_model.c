@@ -89,14 +89,15 @@ int cmd_make_model(int argc, char **argv) {
     const cli_opt opts[] = {
         {"--arch", NULL, CLI_CHOICE, &arch, .choices = archs, .arg = "A",
          .help = "qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2, deepseek_v3,\n"
-         "glm4_moe or minimax_m2"},
+         "glm4_moe, minimax_m2, qwen3_next or qwen3_5_moe"},
         {"--preset", NULL, CLI_CHOICE, &preset, .choices = "tiny,slice,a3b-slice", .arg = "P",
          .help = "tiny (4 layers, H 256; every family) or slice: the shapes of\n"
          "the family's reference model, a few layers (qwen3_moe:\n"
          "Qwen3-30B-A3B, 4 layers; mixtral: Mixtral-8x7B, 2 layers;\n"
          "deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
          "glm4_moe: GLM-4.5-Air, 4 layers; minimax_m2: MiniMax-M2,\n"
-         "2 layers); a3b-slice: qwen3_moe's slice"},
+         "2 layers; qwen3_next: Qwen3-Next-80B-A3B, qwen3_5_moe:\n"
+         "Qwen3.6-35B-A3B, 4 layers, 3 linear : 1 full); a3b-slice: qwen3_moe's slice"},
         {"-o", NULL, CLI_STR, &out, .arg = "DIR",
          .help = "output folder (must not exist or be empty, unless --force)"},
         {"--layers", NULL, CLI_U64, &layers, 1, MOE8_MAX_LAYERS, .arg = "N",

@@ -35,7 +35,7 @@ static const moe8_role_info roles[MOE8_R_COUNT] = {
                        MOE8_DIM_NONE},
     [MOE8_R_K_NORM] = {"k_norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE, MOE8_DIM_KN,
                        MOE8_DIM_NONE},
-    [MOE8_R_Q] = {"q_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_QD,
+    [MOE8_R_Q] = {"q_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_QG,
                   MOE8_DIM_H},
     [MOE8_R_K] = {"k_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_ROWS, MOE8_DIM_KD,
                   MOE8_DIM_H},
@@ -77,6 +77,29 @@ static const moe8_role_info roles[MOE8_R_COUNT] = {
                        MOE8_DIM_F, MOE8_DIM_H},
     [MOE8_R_MLP_DOWN] = {"down_proj", MOE8_SCOPE_DENSE, MOE8_KIND_LINEAR, MOE8_SPLIT_COLS,
                          MOE8_DIM_H, MOE8_DIM_F},
+    /* Gated DeltaNet layers (moe8_arch_in_layer: only those); not split (TP refuses them) */
+    [MOE8_R_GDN_QKVZ] = {"in_proj_qkvz", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
+                         MOE8_DIM_GQKVZ, MOE8_DIM_H},
+    [MOE8_R_GDN_BA] = {"in_proj_ba", MOE8_SCOPE_LAYER, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE,
+                       MOE8_DIM_GBA, MOE8_DIM_H},
+    [MOE8_R_GDN_QKV] = {"in_proj_qkv", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
+                        MOE8_DIM_GC, MOE8_DIM_H},
+    [MOE8_R_GDN_Z] = {"in_proj_z", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
+                      MOE8_DIM_GZ, MOE8_DIM_H},
+    [MOE8_R_GDN_B] = {"in_proj_b", MOE8_SCOPE_LAYER, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE,
+                      MOE8_DIM_GNV, MOE8_DIM_H},
+    [MOE8_R_GDN_A] = {"in_proj_a", MOE8_SCOPE_LAYER, MOE8_KIND_FLOAT, MOE8_SPLIT_NONE,
+                      MOE8_DIM_GNV, MOE8_DIM_H},
+    [MOE8_R_GDN_CONV] = {"conv1d", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                         MOE8_DIM_GC, MOE8_DIM_NONE},
+    [MOE8_R_GDN_A_LOG] = {"A_log", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                          MOE8_DIM_GNV, MOE8_DIM_NONE},
+    [MOE8_R_GDN_DT_BIAS] = {"dt_bias", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                            MOE8_DIM_GNV, MOE8_DIM_NONE},
+    [MOE8_R_GDN_NORM] = {"linear_attn.norm", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_NONE,
+                         MOE8_DIM_GDV, MOE8_DIM_NONE},
+    [MOE8_R_GDN_OUT] = {"out_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
+                        MOE8_DIM_H, MOE8_DIM_GZ},
 };
 
 const moe8_role_info *moe8_role_of(moe8_role r) {
@@ -102,6 +125,21 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_KVL: return fc->kv_lora_rank;
     case MOE8_DIM_KVA: return fc->kv_lora_rank + fc->qk_rope_head_dim;
     case MOE8_DIM_KVB: return c->num_attention_heads * (fc->qk_nope_head_dim + fc->v_head_dim);
+    case MOE8_DIM_QG: {
+        const moe8_arch_desc *a = moe8_arch_get(c->arch);
+        const int gate = a && (a->kinds.attn_opts & MOE8_ATTN_OUT_GATE) && fc->attn_output_gate;
+        return (gate ? 2 : 1) * c->num_attention_heads * c->head_dim;
+    }
+    case MOE8_DIM_GQKVZ:
+        return 2 * fc->linear_num_key_heads * fc->linear_key_head_dim +
+               2 * fc->linear_num_value_heads * fc->linear_value_head_dim;
+    case MOE8_DIM_GBA: return 2 * fc->linear_num_value_heads;
+    case MOE8_DIM_GC:
+        return 2 * fc->linear_num_key_heads * fc->linear_key_head_dim +
+               fc->linear_num_value_heads * fc->linear_value_head_dim;
+    case MOE8_DIM_GZ: return fc->linear_num_value_heads * fc->linear_value_head_dim;
+    case MOE8_DIM_GNV: return fc->linear_num_value_heads;
+    case MOE8_DIM_GDV: return fc->linear_value_head_dim;
     case MOE8_DIM_QN:
     case MOE8_DIM_KN: {
         const moe8_arch_desc *a = moe8_arch_get(c->arch);
@@ -124,6 +162,8 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_DEEPSEEK_V3] = &moe8_arch_deepseek_v3,
     [MOE8_ARCH_GLM4_MOE] = &moe8_arch_glm4_moe,
     [MOE8_ARCH_MINIMAX_M2] = &moe8_arch_minimax_m2,
+    [MOE8_ARCH_QWEN3_NEXT] = &moe8_arch_qwen3_next,
+    [MOE8_ARCH_QWEN3_5_MOE] = &moe8_arch_qwen3_5_moe,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -231,6 +271,18 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
 /* Layer structure                                                           */
 /* ======================================================================== */
 
+int moe8_arch_is_gdn_layer(const moe8_config *c, int64_t l) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
+    if (!a || !a->kinds.gdn_layers || l < 0 || l >= c->num_hidden_layers) return 0;
+    if (fc->n_layer_types > 0) return !((fc->full_layers[l / 64] >> (l % 64)) & 1u);
+    return fc->full_attention_interval > 0 && (l + 1) % fc->full_attention_interval != 0;
+}
+
+/* Roles of a Gated DeltaNet layer, and those of attention it lacks. */
+static int gdn_role(moe8_role r) { return r >= MOE8_R_GDN_QKVZ && r <= MOE8_R_GDN_OUT; }
+static int attn_role(moe8_role r) { return r >= MOE8_R_Q_NORM && r <= MOE8_R_O; }
+
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
@@ -256,6 +308,12 @@ moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c) {
     return k;
 }
 
+int64_t moe8_arch_kv_layers(const moe8_config *c) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) n += !moe8_arch_is_gdn_layer(c, l);
+    return n;
+}
+
 void moe8_arch_fill_derived(moe8_config *c) {
     moe8_family_cfg *fc = MOE8_FAM(c);
     if (!fc->kv_lora_rank) fc->v_head_dim = c->head_dim;
@@ -267,6 +325,9 @@ int moe8_arch_in_layer(const moe8_arch_desc *a, const moe8_config *c, moe8_role 
     const moe8_family_cfg *fc = MOE8_FAM(c);
     const moe8_role_info *ri = moe8_role_of(r);
     if (!ri || !moe8_arch_has(a, r)) return 0;
+    if (ri->scope == MOE8_SCOPE_LAYER && (gdn_role(r) || attn_role(r)) &&
+        gdn_role(r) != moe8_arch_is_gdn_layer(c, l))
+        return 0;
     if (a->kinds.attn == MOE8_ATTN_MLA) {
         if (r == MOE8_R_Q && fc->q_lora_rank > 0) return 0;
         if ((r == MOE8_R_Q_A || r == MOE8_R_Q_A_NORM || r == MOE8_R_Q_B) && fc->q_lora_rank <= 0)

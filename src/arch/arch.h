@@ -73,6 +73,20 @@ typedef enum {
     MOE8_R_MLP_GATE,       /* [F][H] */
     MOE8_R_MLP_UP,         /* [F][H] */
     MOE8_R_MLP_DOWN,       /* [H][F] */
+    /* Gated DeltaNet layers (hybrid families; NK key heads of dk, NV value heads of dv,
+     * C = 2 NK dk + NV dv; SEMANTICS §7h): */
+    MOE8_R_GDN_QKVZ,       /* in_proj_qkvz [2 NK dk + 2 NV dv][H], grouped by key head:
+                            * [q dk, k dk, v (NV/NK) dv, z (NV/NK) dv] (qwen3_next) */
+    MOE8_R_GDN_BA,         /* in_proj_ba [2 NV][H] grouped: [b (NV/NK), a (NV/NK)] */
+    MOE8_R_GDN_QKV,        /* in_proj_qkv [C][H] flat [q, k, v] (qwen3_5_moe) */
+    MOE8_R_GDN_Z,          /* in_proj_z [NV dv][H] */
+    MOE8_R_GDN_B,          /* in_proj_b [NV][H] */
+    MOE8_R_GDN_A,          /* in_proj_a [NV][H] */
+    MOE8_R_GDN_CONV,       /* conv1d.weight [C][1][K] (3-D: bound by the loader itself) */
+    MOE8_R_GDN_A_LOG,      /* A_log [NV] (the format is the whole name: no ".weight") */
+    MOE8_R_GDN_DT_BIAS,    /* dt_bias [NV] (likewise) */
+    MOE8_R_GDN_NORM,       /* norm.weight [dv], plain (not zero-centred) */
+    MOE8_R_GDN_OUT,        /* out_proj [H][NV dv] */
     MOE8_R_COUNT
 } moe8_role;
 
@@ -126,6 +140,14 @@ typedef enum {
     MOE8_DIM_QN,           /* q_norm: head_dim, or num_attention_heads x head_dim when the
                             * family's q/k norm is over the whole projection (plan.h) */
     MOE8_DIM_KN,           /* k_norm: head_dim, or num_key_value_heads x head_dim */
+    MOE8_DIM_QG,           /* q_proj rows: num_attention_heads x head_dim, twice that with
+                            * the output gate (plan.h MOE8_ATTN_OUT_GATE) */
+    MOE8_DIM_GQKVZ,        /* Gated DeltaNet: 2 NK dk + 2 NV dv */
+    MOE8_DIM_GBA,          /* 2 NV */
+    MOE8_DIM_GC,           /* C = 2 NK dk + NV dv (the conv's channels) */
+    MOE8_DIM_GZ,           /* NV dv */
+    MOE8_DIM_GNV,          /* NV */
+    MOE8_DIM_GDV,          /* dv */
 } moe8_dim;
 
 typedef struct {
@@ -182,6 +204,15 @@ typedef struct {
     /* minimax_m2: */
     int64_t rotary_dim;           /* rotary on the first rotary_dim dims of each head; 0: by
                                    * partial_rotary_factor or the whole head */
+    /* hybrid linear attention (qwen3_next, qwen3_5_moe): */
+    int64_t linear_num_key_heads, linear_num_value_heads; /* NK, NV (a multiple of NK) */
+    int64_t linear_key_head_dim, linear_value_head_dim;   /* dk, dv */
+    int64_t linear_conv_kernel_dim;                       /* K */
+    int64_t full_attention_interval; /* layer l is full attention iff (l + 1) % this == 0,
+                                   * unless layer_types says */
+    int n_layer_types;            /* entries of config.json's layer_types (0: none) */
+    int attn_output_gate;         /* q_proj carries the sigmoid output gate (hybrids: 1) */
+    uint64_t full_layers[MOE8_MAX_LAYERS / 64]; /* layer_types: bit l set for full_attention */
 } moe8_family_cfg;
 
 /* The family block of a config (const-preserving). */
@@ -244,6 +275,13 @@ typedef struct {
                                         * (minimax_m2: on the MoE block); NULL: the router's
                                         * "<router>.e_score_correction_bias" (deepseek_v3) */
     moe8_family_kinds kinds;           /* what its layers are built of (plan.h) */
+    const char *stacked_gate_up;       /* MOE8_TENSORS_STACKED_EXPERTS: gate_up_proj [E][2I][H]
+                                        * ("%lld" the layer), and down_proj [E][H][I] */
+    const char *stacked_down;
+    const char *config_nest;           /* the text model's settings under this key of
+                                        * config.json ("text_config"); NULL: at the top */
+    const char *skip_prefix;           /* tensors under it are not read (a vision tower),
+                                        * said once in the log; NULL: none */
     /* config.json: integer keys beyond the common ones (config.c), Hugging
      * Face's defaults, then the family's own checks (booleans, refusals,
      * relations), called after every integer key was read. */
@@ -300,6 +338,27 @@ int moe8_arch_parse(const moe8_arch_desc *a, const char *name, moe8_role *role, 
  * moe8_config_is_moe_layer is this. */
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
 
+/* 1 if layer l of c is a Gated DeltaNet layer (a hybrid family's, plan.h
+ * gdn_layers): not named "full_attention" by layer_types, or, without it,
+ * (l + 1) % full_attention_interval != 0. */
+int moe8_arch_is_gdn_layer(const moe8_config *c, int64_t layer);
+/* Hybrid families (config.c): layer_types ("linear_attention" or
+ * "full_attention" per layer) into full_layers, from a descriptor's check;
+ * then, from its finish, the Gated DeltaNet widths (linear_* keys, read from
+ * its fields table) and the layer pattern checked. */
+moe8_status moe8_cfg_read_layer_types(const struct cJSON *root, const char *label,
+                                      moe8_config *c, moe8_error *err);
+moe8_status moe8_cfg_check_gdn(const char *label, const moe8_config *c, moe8_error *err);
+/* The integer keys of the hybrid families' tables (the Gated DeltaNet widths and the
+ * layer pattern, checked by moe8_cfg_check_gdn). */
+#define MOE8_GDN_FIELDS                                                                  \
+    {"linear_num_key_heads", 1, 1 << 16, MOE8_FAM_OFFSET(linear_num_key_heads)},        \
+    {"linear_num_value_heads", 1, 1 << 16, MOE8_FAM_OFFSET(linear_num_value_heads)},    \
+    {"linear_key_head_dim", 1, MOE8_CAP_HEAD_DIM, MOE8_FAM_OFFSET(linear_key_head_dim)}, \
+    {"linear_value_head_dim", 1, MOE8_CAP_HEAD_DIM, MOE8_FAM_OFFSET(linear_value_head_dim)}, \
+    {"linear_conv_kernel_dim", 1, 256, MOE8_FAM_OFFSET(linear_conv_kernel_dim)},        \
+    {"full_attention_interval", 1, MOE8_MAX_LAYERS, MOE8_FAM_OFFSET(full_attention_interval)}
+
 /* What the KV cache holds per position and layer: `planes` (2: K and V; 1:
  * the MLA row [normed latent (L), rotated k_pe (R)], read as K and as V)
  * x `heads` x `dim` values. Whole model (TP ranks hold their kv heads). */
@@ -307,6 +366,8 @@ typedef struct {
     int64_t planes, heads, dim;
 } moe8_kv_shape;
 moe8_kv_shape moe8_arch_kv_shape(const moe8_config *c);
+/* Layers with a KV cache: all but a hybrid's Gated DeltaNet layers. */
+int64_t moe8_arch_kv_layers(const moe8_config *c);
 
 /* The rotary geometry of c (rope.c): width R of the rotary table (head_dim,
  * or qk_rope_head_dim with MLA); the frequency of each of its R/2 pairs,
@@ -366,5 +427,12 @@ extern const moe8_arch_desc moe8_arch_deepseek_v2;
 extern const moe8_arch_desc moe8_arch_deepseek_v3;
 extern const moe8_arch_desc moe8_arch_glm4_moe;
 extern const moe8_arch_desc moe8_arch_minimax_m2;
+/* The hybrids' shared make-model widths (tiny, slice; the caller sets vocab and
+ * experts) and text config.json keys (qwen3_next.c). */
+moe8_status moe8_hybrid_preset(moe8_preset p, moe8_config *c, const char *family,
+                               moe8_error *err);
+void moe8_hybrid_text_json(struct cJSON *j, const moe8_config *c);
+extern const moe8_arch_desc moe8_arch_qwen3_next;
+extern const moe8_arch_desc moe8_arch_qwen3_5_moe;
 
 #endif

@@ -304,24 +304,97 @@ static moe8_status read_mlp_only(const cJSON *root, const char *label, moe8_conf
 }
 
 /* ------------------------------------------------------------------------ */
+/* Hybrid linear attention                                                   */
+/* ------------------------------------------------------------------------ */
+
+moe8_status moe8_cfg_read_layer_types(const cJSON *root, const char *label, moe8_config *c,
+                                      moe8_error *err) {
+    moe8_family_cfg *fc = MOE8_FAM(c);
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
+    int n = 0;
+    if (!it || cJSON_IsNull(it)) return MOE8_OK;
+    if (!cJSON_IsArray(it))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types must be a list", label);
+    memset(fc->full_layers, 0, sizeof fc->full_layers);
+    cJSON_ArrayForEach(e, it) {
+        const int full = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
+        if (!full && !(cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types[%d] must be "
+                             "\"linear_attention\" or \"full_attention\"", label, n);
+        if (n >= MOE8_MAX_LAYERS)
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types has more than %d "
+                             "entries", label, MOE8_MAX_LAYERS);
+        if (full) fc->full_layers[n / 64] |= (uint64_t)1 << (n % 64);
+        n++;
+    }
+    fc->n_layer_types = n;
+    return MOE8_OK;
+}
+
+moe8_status moe8_cfg_check_gdn(const char *label, const moe8_config *c, moe8_error *err) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const int64_t dims[4] = {fc->linear_num_key_heads, fc->linear_num_value_heads,
+                             fc->linear_key_head_dim, fc->linear_value_head_dim};
+    static const char *const keys[4] = {"linear_num_key_heads", "linear_num_value_heads",
+                                        "linear_key_head_dim", "linear_value_head_dim"};
+    for (int i = 0; i < 4; i++) /* head dims: the Gated DeltaNet core's cap (model/gdn.h) */
+        if (dims[i] < 1 || (i >= 2 && dims[i] > 256))
+            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s (%lld) must be in [1, %d]",
+                             label, keys[i], (long long)dims[i], i >= 2 ? 256 : 1 << 16);
+    if (fc->linear_num_value_heads % fc->linear_num_key_heads)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': linear_num_value_heads (%lld) is not a "
+                         "multiple of linear_num_key_heads (%lld)", label,
+                         (long long)fc->linear_num_value_heads,
+                         (long long)fc->linear_num_key_heads);
+    if (fc->linear_conv_kernel_dim < 1 || fc->linear_conv_kernel_dim > 256)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': linear_conv_kernel_dim (%lld) must be "
+                         "in [1, 256]", label, (long long)fc->linear_conv_kernel_dim);
+    if (fc->n_layer_types && fc->n_layer_types != c->num_hidden_layers)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types has %d entries, "
+                         "num_hidden_layers is %lld", label, fc->n_layer_types,
+                         (long long)c->num_hidden_layers);
+    if (!fc->n_layer_types && fc->full_attention_interval < 1)
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': full_attention_interval (%lld) must be "
+                         ">= 1", label, (long long)fc->full_attention_interval);
+    return MOE8_OK;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
 /* ------------------------------------------------------------------------ */
+
+/* A family whose text model's settings sit under a key (qwen3_5_moe's
+ * text_config): *root becomes that object of `whole`. */
+static moe8_status nest(const cJSON *whole, const cJSON **root, const char *label,
+                        const moe8_arch_desc *a, moe8_error *err) {
+    const cJSON *t;
+    if (!a->config_nest) return MOE8_OK;
+    t = cJSON_GetObjectItemCaseSensitive(whole, a->config_nest);
+    if (!cJSON_IsObject(t))
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': %s: %s missing or not an object",
+                         label, a->model_type, a->config_nest);
+    *root = t;
+    return MOE8_OK;
+}
 
 moe8_status moe8_config_parse(const char *json, size_t len, const char *label, moe8_config *out,
                               moe8_error *err) {
     const moe8_arch_desc *a;
-    cJSON *root = NULL;
+    cJSON *whole = NULL;
+    const cJSON *root;
     moe8_status st;
     if (!json || !out) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "config: NULL argument");
     if (!label) label = "config.json";
     memset(out, 0, sizeof *out);
     out->bos_token_id = -1;
-    if ((st = moe8_json_parse(json, len, label, &root, err)) != MOE8_OK) return st;
+    if ((st = moe8_json_parse(json, len, label, &whole, err)) != MOE8_OK) return st;
+    root = whole;
     if (!cJSON_IsObject(root)) {
         st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': expected a JSON object", label);
         goto done;
     }
     if ((st = find_arch(root, label, &a, err)) != MOE8_OK) goto done;
+    if ((st = nest(whole, &root, label, a, err)) != MOE8_OK) goto done;
     out->arch = a->id;
     snprintf(out->model_type, sizeof out->model_type, "%s", a->model_type);
     a->defaults(out);   /* head_dim 0: hidden / heads after parsing */
@@ -336,7 +409,7 @@ moe8_status moe8_config_parse(const char *json, size_t len, const char *label, m
     if (a->kinds.layers == MOE8_LAYERS_SPARSE_STEP) st = read_mlp_only(root, label, out, err);
     if (!st) st = moe8_plan_check(out, label, err);
 done:
-    cJSON_Delete(root);
+    cJSON_Delete(whole);
     return st;
 }
 
@@ -387,7 +460,9 @@ static const struct {
     FAM_DBL(yarn_beta_fast), FAM_DBL(yarn_beta_slow), FAM_DBL(yarn_mscale),
     FAM_DBL(yarn_mscale_all_dim), FAM_I64(yarn_original_max_position_embeddings),
     FAM_DBL(partial_rotary_factor), FAM_INT(qk_norm), FAM_I64(num_nextn_predict_layers),
-    FAM_I64(rotary_dim),
+    FAM_I64(rotary_dim), FAM_I64(linear_num_key_heads), FAM_I64(linear_num_value_heads),
+    FAM_I64(linear_key_head_dim), FAM_I64(linear_value_head_dim),
+    FAM_I64(linear_conv_kernel_dim), FAM_I64(full_attention_interval), FAM_INT(attn_output_gate),
 };
 
 /* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */

@@ -17,10 +17,13 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
     const moe8_arch_desc *a = moe8_arch_get(c->arch);
     const moe8_family_kinds *k = &a->kinds;
     memset(p, 0, sizeof *p);
-    p->attn = k->attn;
+    p->attn = moe8_arch_is_gdn_layer(c, l) ? MOE8_ATTN_GDN : k->attn;
     p->attn_opts = k->attn_opts;
     if (fc->qkv_bias) p->attn_opts |= MOE8_ATTN_QKV_BIAS;
     if (fc->qk_norm) p->attn_opts |= MOE8_ATTN_QK_NORM_HEAD;
+    if (!fc->attn_output_gate) p->attn_opts &= ~MOE8_ATTN_OUT_GATE;
+    if (p->attn == MOE8_ATTN_GDN) p->attn_opts = 0;
+    p->norm_zc = (k->norm & MOE8_NORM_ZERO_CENTRED) != 0;
     p->rope = k->rope == MOE8_ROPE_PAIRS && !fc->rope_interleave ? MOE8_ROPE_HALVES : k->rope;
     p->rope_dim = moe8_rope_dim(c);
     p->yarn = fc->yarn_factor > 0;
@@ -61,7 +64,6 @@ moe8_status moe8_plan_check(const moe8_config *c, const char *label, moe8_error 
         const char *what;
     } opts[] = {
         {MOE8_ATTN_O_BIAS, "an o_proj bias"},
-        {MOE8_ATTN_OUT_GATE, "an attention output gate"},
         {MOE8_ATTN_SINKS, "attention sinks"},
         {MOE8_ATTN_SLIDING, "sliding-window attention"},
     };
@@ -72,15 +74,15 @@ moe8_status moe8_plan_check(const moe8_config *c, const char *label, moe8_error 
         if (a->kinds.attn_opts & opts[i].bit) what = opts[i].what;
     if (!what && a->kinds.rope == MOE8_ROPE_NONE) what = "attention without a rotary embedding";
     if (!what && a->kinds.act == MOE8_ACT_SWIGLU_CLAMPED) what = "clamped SwiGLU experts";
-    if (!what && (a->kinds.tensors & MOE8_TENSORS_STACKED_EXPERTS))
-        what = "stacked expert tensors ([E, ...] in one tensor)";
     if (what)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s: %s not supported yet", label,
                          a->model_type, what);
     return MOE8_OK;
 }
 
-const char *moe8_attn_kind_name(moe8_attn_kind k) { return k == MOE8_ATTN_MLA ? "MLA" : "GQA"; }
+const char *moe8_attn_kind_name(moe8_attn_kind k) {
+    return k == MOE8_ATTN_MLA ? "MLA" : k == MOE8_ATTN_GDN ? "GDN" : "GQA";
+}
 
 const char *moe8_rope_kind_name(moe8_rope_kind k) {
     return k == MOE8_ROPE_PAIRS ? "pairs" : k == MOE8_ROPE_NONE ? "none" : "halves";

@@ -9,9 +9,17 @@
  *   attention    GQA (q/k/v/o, MOE8_R_Q/K/V/O) or MLA (multi-head latent,
  *                src/model/mla.c), with options: q/k RMSNorm per head or over
  *                the whole projection (minimax_m2; under TP its mean of
- *                squares sums over the ranks), q/k/v biases; declared but
- *                refused at load ("not supported yet"): an o bias, an output
- *                gate, attention sinks, a sliding window by layer pattern
+ *                squares sums over the ranks), q/k/v biases, a sigmoid output
+ *                gate (q_proj per head [query D, gate D]: qwen3_next,
+ *                qwen3_5_moe); declared but refused at load ("not supported
+ *                yet"): an o bias, attention sinks, a sliding window by layer
+ *                pattern. Hybrid families (gdn_layers) make every layer Gated
+ *                DeltaNet linear attention (MOE8_ATTN_GDN, model/attn_gdn.c)
+ *                except the full-attention ones that layer_types or
+ *                full_attention_interval name
+ *   norms        RMSNorm x w, or zero-centred x (1 + w) (MOE8_NORM_ZERO_CENTRED:
+ *                the layer norms, q/k norms and the final norm; not the Gated
+ *                DeltaNet output norm)
  *   rotary       none, halves (NEOX, rotate_half) or interleaved pairs; over
  *                the whole head, a count of leading dims (rotary_dim, MLA's
  *                qk_rope_head_dim) or a fraction (partial_rotary_factor);
@@ -25,8 +33,9 @@
  *                then softmax
  *   activation   SwiGLU; refused: clamped SwiGLU (limit, alpha, up + 1),
  *                expert biases
- *   tensors      the descriptor's name formats (arch.h); refused: stacked
- *                expert tensors ([E, ...] in one tensor); skipped: the
+ *   tensors      the descriptor's name formats (arch.h); stacked expert
+ *                tensors (gate_up_proj [E][2I][H], down_proj [E][H][I]: FLOAT,
+ *                each expert sliced out at load); skipped: the
  *                tensors of the layers at and past num_hidden_layers (MTP
  *                modules), when the family declares them
  *
@@ -45,6 +54,8 @@
 typedef enum {
     MOE8_ATTN_GQA,                 /* grouped-query attention over q/k/v/o */
     MOE8_ATTN_MLA,                 /* multi-head latent attention (deepseek) */
+    MOE8_ATTN_GDN,                 /* Gated DeltaNet linear attention (a hybrid family's
+                                    * linear layers; model/attn_gdn.c) */
 } moe8_attn_kind;
 
 /* Attention options (a descriptor's attn_opts, a plan's attn_opts). */
@@ -53,11 +64,17 @@ typedef enum {
                                        * split (q_norm [NH*D], k_norm [NKV*D]: minimax_m2) */
 #define MOE8_ATTN_QKV_BIAS      0x04u /* q/k/v biases (the config's qkv_bias may switch them on) */
 #define MOE8_ATTN_O_BIAS        0x08u /* an o_proj bias (not supported yet) */
-#define MOE8_ATTN_OUT_GATE      0x10u /* a sigmoid output gate (not supported yet) */
+#define MOE8_ATTN_OUT_GATE      0x10u /* x sigmoid(gate) before o_proj, the gate the second
+                                       * half of each head's q_proj rows (the config's
+                                       * attn_output_gate false switches it off) */
 #define MOE8_ATTN_SINKS         0x20u /* attention sinks (not supported yet) */
 #define MOE8_ATTN_SLIDING       0x40u /* a sliding window by layer pattern (not supported yet) */
 #define MOE8_ATTN_UNSUPPORTED                                                              \
-    (MOE8_ATTN_O_BIAS | MOE8_ATTN_OUT_GATE | MOE8_ATTN_SINKS | MOE8_ATTN_SLIDING)
+    (MOE8_ATTN_O_BIAS | MOE8_ATTN_SINKS | MOE8_ATTN_SLIDING)
+
+/* Norm options (a descriptor's norm). */
+#define MOE8_NORM_ZERO_CENTRED  0x01u /* x / rms(x) * (1 + w) (Qwen3NextRMSNorm): layer, q/k
+                                       * and final norms (loaded as 1 + w) */
 
 typedef enum {
     MOE8_ROPE_HALVES,              /* rotate_half: (i, i + R/2) (NEOX) */
@@ -98,15 +115,20 @@ typedef enum {
 } moe8_act_kind;
 
 /* Options of a family's tensors. */
-#define MOE8_TENSORS_STACKED_EXPERTS 0x1u /* [E, ...] expert tensors (not supported yet) */
+#define MOE8_TENSORS_STACKED_EXPERTS 0x1u /* [E, ...] expert tensors (the descriptor's
+                                           * stacked names), FLOAT, when the checkpoint
+                                           * has them; else the per-expert names */
 #define MOE8_TENSORS_SKIP_MTP        0x2u /* layers >= num_hidden_layers (multi-token
                                            * prediction modules) are skipped at load */
 
 /* ---- a family's declaration (moe8_arch_desc.kinds) ----------------------- */
 
 typedef struct {
-    moe8_attn_kind attn;
-    unsigned attn_opts;            /* MOE8_ATTN_* every layer has */
+    moe8_attn_kind attn;           /* of every layer (a hybrid's full-attention layers) */
+    unsigned attn_opts;            /* MOE8_ATTN_* every such layer has */
+    int gdn_layers;                /* hybrid: Gated DeltaNet layers except the full-attention
+                                    * ones (layer_types / full_attention_interval) */
+    unsigned norm;                 /* MOE8_NORM_* */
     moe8_rope_kind rope;
     moe8_layer_rule layers;
     moe8_ffn_kind moe;             /* what a MoE layer is: MOE8_FFN_MOE or _MOE_SHARED (the
@@ -123,7 +145,8 @@ typedef struct {
 typedef struct {
     /* attention */
     moe8_attn_kind attn;
-    unsigned attn_opts;            /* MOE8_ATTN_* of this layer */
+    unsigned attn_opts;            /* MOE8_ATTN_* of this layer (0 for MOE8_ATTN_GDN) */
+    int norm_zc;                   /* zero-centred RMSNorms (MOE8_NORM_ZERO_CENTRED) */
     /* rotary */
     moe8_rope_kind rope;
     int rope_dim;                  /* rotated dims R of each head (<= head_dim; MLA:
@@ -154,7 +177,7 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *out);
  * RMSNorm over the whole projection not supported yet"). */
 moe8_status moe8_plan_check(const moe8_config *c, const char *label, moe8_error *err);
 
-/* "GQA", "MLA"; "halves", "pairs", "none"; "dense", "MoE", "MoE + shared" */
+/* "GQA", "MLA", "GDN"; "halves", "pairs", "none"; "dense", "MoE", "MoE + shared" */
 const char *moe8_attn_kind_name(moe8_attn_kind k);
 const char *moe8_rope_kind_name(moe8_rope_kind k);
 const char *moe8_ffn_kind_name(moe8_ffn_kind k);

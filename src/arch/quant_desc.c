@@ -248,14 +248,35 @@ static moe8_status resolve_mla(const lookup *k, const moe8_config *c, moe8_layer
     return linear_ok(k, mod, li->o, err);
 }
 
+/* A Gated DeltaNet layer: in_proj_qkvz / in_proj_qkv, in_proj_z and out_proj
+ * by their keys (absent: FLOAT; msModelSlim quantizes in_proj_qkvz
+ * W8A8_DYNAMIC); in_proj_ba / b / a, conv1d, A_log, dt_bias and the norm are
+ * float (the loader reads them so). */
+static moe8_status resolve_gdn(const lookup *k, moe8_layer_info *li) {
+    static const moe8_role roles[3] = {MOE8_R_GDN_QKVZ, MOE8_R_GDN_Z, MOE8_R_GDN_OUT};
+    moe8_quant_type *dst[3] = {&li->gdn_in, &li->gdn_z, &li->gdn_out};
+    char name[200];
+    for (int i = 0; i < 3; i++) {
+        moe8_role r = i == 0 && !moe8_arch_has(k->a, roles[0]) ? MOE8_R_GDN_QKV : roles[i];
+        *dst[i] = MOE8_QUANT_FLOAT;
+        if (moe8_arch_has(k->a, r) &&
+            !moe8_arch_tensor_name(k->a, r, k->layer, 0, "weight", name, sizeof name))
+            (void)moe8_quant_desc_get(k->qd, name, dst[i]);
+    }
+    return MOE8_OK;
+}
+
 static moe8_status resolve_attention(const lookup *k, const moe8_config *c, moe8_layer_info *li,
                                      moe8_error *err) {
     static const moe8_role qkv[] = {MOE8_R_Q, MOE8_R_K, MOE8_R_V};
     char mod[160];
     moe8_status st;
     if (li->mla) return resolve_mla(k, c, li, err);
+    if (li->gdn) return resolve_gdn(k, li);
     if ((st = packed(k, "qkv_proj", qkv, 3, &li->qkv, err)) != MOE8_OK) return st;
-    if ((st = linear_ok(k, "qkv_proj", li->qkv, err)) != MOE8_OK) return st;
+    /* msModelSlim's hybrid recipes: q/k/v W8A8_DYNAMIC (per-token activation codes) */
+    if (!k->a->kinds.gdn_layers && (st = linear_ok(k, "qkv_proj", li->qkv, err)) != MOE8_OK)
+        return st;
     if ((st = required(k, MOE8_R_O, mod, sizeof mod, &li->o, err)) != MOE8_OK) return st;
     return linear_ok(k, mod, li->o, err);
 }
@@ -365,6 +386,7 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
         layers[l].has_shared = p.ffn == MOE8_FFN_MOE_SHARED;
         layers[l].qkv_bias = (p.attn_opts & MOE8_ATTN_QKV_BIAS) != 0;
         layers[l].mla = p.attn == MOE8_ATTN_MLA;
+        layers[l].gdn = p.attn == MOE8_ATTN_GDN;
     }
     if (!qd) return MOE8_OK;
     if ((st = check_values(qd, a, exists, user, err)) != MOE8_OK) return st;

@@ -556,6 +556,9 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     z->cfg = *moe8_model_config(m);
     z->arch = moe8_arch_get(z->cfg.arch);
     st = check_float_model(m, in_dir, err);
+    if (!st && z->arch->kinds.gdn_layers) /* msModelSlim's hybrid recipe: issue 41 */
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': quantize of %s (hybrid linear "
+                       "attention) not supported yet", in_dir, z->cfg.model_type);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "

@@ -10,8 +10,9 @@
  *   tokenizer.json, tokenizer_config.json (+ vocab.json, merges.txt if there)
  *                            copied from the tokenizer folder
  * Tensors, in order: embed, per layer (input norm, q/k/v/o with their biases,
- * q/k norms, post-attention norm, router + experts + shared expert or dense
- * MLP; each where the family has it), final norm, lm_head. Names come from
+ * q/k norms, post-attention norm, a Gated DeltaNet layer's projections, conv
+ * [C][1][K], A_log, dt_bias and norm, router + experts + shared expert or
+ * dense MLP; each where the family and layer have it), final norm, lm_head. Names come from
  * the descriptor. Values: element j of row r of
  * tensor "name" comes from a generator seeded by (seed, name, r), so rows
  * are generated in parallel and the bytes never depend on the thread count.
@@ -33,6 +34,8 @@
  *   q/k/v biases: N(0, 0.1²); shared-expert gate: N(0, (1/sqrt(H))²), so
  *           its sigmoid spreads over (0, 1).
  *   e_score_correction_bias (deepseek_v3): N(0.02, 0.01²).
+ *   zero-centred norms (hybrids: x (1 + w)): N(0, 0.05²); A_log, dt_bias:
+ *           N(0, 0.5²); the DeltaNet conv: N(0, 1/K).
  *
  * Does not: hold more than one tensor in memory, or produce a model that
  * says anything meaningful.
@@ -130,7 +133,7 @@ static moe8_status write_json(const char *dir, const char *name, char *text, moe
 typedef struct {
     char name[128];
     int n_dims;
-    int64_t shape[2];
+    int64_t shape[3];         /* rows = shape[0], a row the product of the rest */
     float std, mean;
     int lm_head;          /* built from the embedding (gen_row) */
 } syn_tensor;
@@ -174,6 +177,7 @@ static void add(syn_list *L, int64_t d0, int64_t d1, float std, float mean, cons
     t->n_dims = d1 > 0 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1;
+    t->shape[2] = 1;
     t->std = std;
     t->mean = mean;
 }
@@ -186,6 +190,26 @@ static void add(syn_list *L, int64_t d0, int64_t d1, float std, float mean, cons
 
 #define BIAS_STD 0.1f
 
+/* The Gated DeltaNet tensors that are not plain matrices or norms: A_log and
+ * dt_bias (whole names, N(0, 0.5²): decays e^-(e^A softplus(a + dt)) spread
+ * over (0, 1)) and the conv weight [C][1][K] (N(0, 1/K)). 1 when r is one. */
+static int add_gdn_extra(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
+                         moe8_role r, int64_t l) {
+    const int64_t K = MOE8_FAM(c)->linear_conv_kernel_dim;
+    char name[160];
+    if (r != MOE8_R_GDN_A_LOG && r != MOE8_R_GDN_DT_BIAS && r != MOE8_R_GDN_CONV) return 0;
+    if (moe8_arch_tensor_name(a, r, l, -1, r == MOE8_R_GDN_CONV ? "weight" : NULL, name,
+                              sizeof name))
+        return 1;
+    if (r != MOE8_R_GDN_CONV) {
+        add(L, moe8_dim_of(c, MOE8_DIM_GNV), 0, 0.5f, 0.0f, "%s", name);
+        return 1;
+    }
+    add(L, moe8_dim_of(c, MOE8_DIM_GC), 1, 1.0f / sqrtf((float)K), 0.0f, "%s", name);
+    if (!L->oom) L->t[L->n - 1].n_dims = 3, L->t[L->n - 1].shape[2] = K;
+    return 1;
+}
+
 /* Role r of layer l (expert e) with the role table's shape, if the family has it. */
 static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, moe8_role r,
                      int64_t l, int64_t e) {
@@ -194,8 +218,13 @@ static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
     char name[160];
     float std = W_STD, mean = 0.0f;
     if (l >= 0 && !moe8_arch_in_layer(a, c, r, l)) return;
+    if (add_gdn_extra(L, a, c, r, l)) return;
     if (moe8_arch_tensor_name(a, r, l, e, "weight", name, sizeof name)) return;
     if (ri->kind == MOE8_KIND_NORM) std = NORM_STD, mean = 1.0f;
+    /* zero-centred norms multiply by 1 + w (the Gated DeltaNet output norm is plain) */
+    if (ri->kind == MOE8_KIND_NORM && (a->kinds.norm & MOE8_NORM_ZERO_CENTRED) &&
+        r != MOE8_R_GDN_NORM)
+        mean = 0.0f;
     if (r == MOE8_R_ROUTER) std = 2.0f / sqrtf((float)c->hidden_size);
     if (r == MOE8_R_SHEXP_SCORE) std = 1.0f / sqrtf((float)c->hidden_size);
     add(L, d0, d1, std, mean, "%s", name);
@@ -213,6 +242,7 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
     static const moe8_role shared[] = {MOE8_R_SHEXP_GATE, MOE8_R_SHEXP_UP, MOE8_R_SHEXP_DOWN,
                                        MOE8_R_SHEXP_SCORE};
     for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) add_role(L, a, c, attn[i], l, -1);
+    for (int r = MOE8_R_GDN_QKVZ; r <= MOE8_R_GDN_OUT; r++) add_role(L, a, c, (moe8_role)r, l, -1);
     if (!moe8_config_is_moe_layer(c, l)) {
         for (int r = MOE8_R_MLP_GATE; r <= MOE8_R_MLP_DOWN; r++) add_role(L, a, c, (moe8_role)r, l, -1);
         return;
@@ -314,8 +344,8 @@ static void gen_row(void *dst, moe8_dtype dt, int64_t n, const syn_tensor *t, co
 
 static moe8_status gen_tensor(moe8_shards *sh, const syn_tensor *t, moe8_dtype dt,
                               const syn_gen *g, moe8_error *err) {
-    const int64_t rows = t->n_dims == 2 ? t->shape[0] : 1;
-    const int64_t cols = t->n_dims == 2 ? t->shape[1] : t->shape[0];
+    const int64_t rows = t->n_dims >= 2 ? t->shape[0] : 1;
+    const int64_t cols = t->n_dims >= 2 ? t->shape[1] * t->shape[2] : t->shape[0];
     const size_t esz = moe8_dtype_size(dt), row_bytes = (size_t)cols * esz;
     size_t n;
     char *buf;
@@ -333,6 +363,10 @@ static moe8_status gen_tensor(moe8_shards *sh, const syn_tensor *t, moe8_dtype d
 /* ======================================================================== */
 /* moe8_make_model                                                           */
 /* ======================================================================== */
+
+static uint64_t syn_bytes(const syn_tensor *t, size_t esz) {
+    return (uint64_t)t->shape[0] * (uint64_t)(t->n_dims >= 2 ? t->shape[1] * t->shape[2] : 1) * esz;
+}
 
 static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_config *c,
                                  const char *dir, moe8_error *err) {
@@ -354,15 +388,14 @@ static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_con
     st = moe8_shards_new(dir, p->shard_bytes, &sh, err);
     for (size_t i = 0; !st && i < L.n; i++) {
         const syn_tensor *t = &L.t[i];
-        uint64_t nb = (uint64_t)t->shape[0] * (uint64_t)(t->n_dims == 2 ? t->shape[1] : 1) * esz;
-        moe8_shards_group(sh, nb);
+        moe8_shards_group(sh, syn_bytes(t, esz));
         st = moe8_shards_plan(sh, t->name, p->dtype, t->n_dims, t->shape, err);
     }
     total = st ? 0 : moe8_shards_total_bytes(sh);
     for (size_t i = 0; !st && i < L.n; i++) {
         const syn_tensor *t = &L.t[i];
         st = gen_tensor(sh, t, p->dtype, &g, err);
-        done += (uint64_t)t->shape[0] * (uint64_t)(t->n_dims == 2 ? t->shape[1] : 1) * esz;
+        done += syn_bytes(t, esz);
         if (!st && p->progress && p->progress(p->progress_user, "write", done, total))
             st = moe8_fail(err, MOE8_ERR_CANCELLED, -1, "make-model cancelled");
     }

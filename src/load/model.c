@@ -335,6 +335,9 @@ static moe8_quant_type quant_of(const moe8_layer_info *li, moe8_role r) {
     case MOE8_R_SHEXP_DOWN: return li->shared_down;
     case MOE8_R_MLP_GATE: case MOE8_R_MLP_UP: return li->mlp_gate_up;
     case MOE8_R_MLP_DOWN: return li->mlp_down;
+    case MOE8_R_GDN_QKVZ: case MOE8_R_GDN_QKV: return li->gdn_in;
+    case MOE8_R_GDN_Z: return li->gdn_z;
+    case MOE8_R_GDN_OUT: return li->gdn_out;
     default: return MOE8_QUANT_FLOAT;
     }
 }
@@ -359,6 +362,9 @@ static moe8_linear *linear_of(moe8_layer *ly, moe8_role r, int64_t e) {
     case MOE8_R_MLP_GATE: return &ly->mlp_gate;
     case MOE8_R_MLP_UP: return &ly->mlp_up;
     case MOE8_R_MLP_DOWN: return &ly->mlp_down;
+    case MOE8_R_GDN_QKVZ: case MOE8_R_GDN_QKV: return &ly->gdn_in;
+    case MOE8_R_GDN_Z: return &ly->gdn_z;
+    case MOE8_R_GDN_OUT: return &ly->gdn_out;
     default: return NULL;
     }
 }
@@ -373,6 +379,12 @@ static const moe8_tensor **tensor_of(moe8_layer *ly, moe8_role r) {
     case MOE8_R_KV_A_NORM: return &ly->kv_a_norm;
     case MOE8_R_ROUTER: return &ly->router;
     case MOE8_R_SHEXP_SCORE: return &ly->sh_score;
+    case MOE8_R_GDN_BA: return &ly->gdn_ba;
+    case MOE8_R_GDN_B: return &ly->gdn_b;
+    case MOE8_R_GDN_A: return &ly->gdn_a;
+    case MOE8_R_GDN_NORM: return &ly->gdn_norm;
+    case MOE8_R_GDN_A_LOG: return &ly->gdn_a_log;
+    case MOE8_R_GDN_DT_BIAS: return &ly->gdn_dt_bias;
     default: return NULL;
     }
 }
@@ -405,7 +417,8 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': no tensor name for %s", m->dir,
                          ri->what);
     if (ri->kind == MOE8_KIND_NORM || ri->kind == MOE8_KIND_FLOAT) {
-        strcat(p, ".weight");
+        if (r != MOE8_R_GDN_A_LOG && r != MOE8_R_GDN_DT_BIAS) /* whole names */
+            strcat(p, ".weight");
         return float_tensor(m, p, d0, d1, tensor_of(ly, r), err);
     }
     if (d0 <= 0 || (ri->in != MOE8_DIM_NONE && d1 <= 0))
@@ -418,12 +431,45 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
     return MOE8_OK;
 }
 
+/* conv1d.weight [C][1][K] of a Gated DeltaNet layer, float. */
+static moe8_status bind_conv(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    const moe8_family_cfg *fc = MOE8_FAM(&m->cfg);
+    const int64_t want[3] = {moe8_dim_of(&m->cfg, MOE8_DIM_GC), 1, fc->linear_conv_kernel_dim};
+    char name[200], ws[64], fs[160];
+    const moe8_tensor *t;
+    moe8_status st;
+    moe8_arch_tensor_name(m->arch, MOE8_R_GDN_CONV, l, -1, "weight", name, sizeof name);
+    if ((st = find(m, name, 1, &t, err)) ||
+        (st = want_dtype(m, t, is_float_dt(t->dtype), "BF16, F16 or F32", err)))
+        return st;
+    if (t->n_dims != 3 || t->shape[0] != want[0] || t->shape[1] != 1 || t->shape[2] != want[2]) {
+        fmt_shape(ws, sizeof ws, 3, want);
+        fmt_shape(fs, sizeof fs, t->n_dims, t->shape);
+        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected shape %s "
+                         "(linear_conv_kernel_dim %lld), found %s", file_of(m, t), t->name, ws,
+                         (long long)want[2], fs);
+    }
+    ly->gdn_conv = t;
+    return MOE8_OK;
+}
+
+/* A Gated DeltaNet layer's tensors (arch.h MOE8_R_GDN_*), each with its contract. */
+static moe8_status bind_gdn(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    moe8_status st;
+    for (int r = MOE8_R_GDN_QKVZ; r <= MOE8_R_GDN_OUT; r++)
+        if (r != MOE8_R_GDN_CONV && moe8_arch_in_layer(m->arch, &m->cfg, (moe8_role)r, l) &&
+            (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
+            return st;
+    return bind_conv(m, l, ly, err);
+}
+
 static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
     moe8_status st;
     for (int r = MOE8_R_ATTN_NORM; r <= MOE8_R_O; r++)
         if (moe8_arch_in_layer(m->arch, &m->cfg, (moe8_role)r, l) &&
             (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
             return st;
+    if (ly->info.gdn) return bind_gdn(m, l, ly, err);
     if (ly->plan.attn == MOE8_ATTN_GQA && ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
@@ -431,6 +477,74 @@ static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8
         moe8_log(MOE8_LOG_INFO, "layer %lld: q/k/v input scales differ; each projection uses its own",
                  (long long)l);
     }
+    return MOE8_OK;
+}
+
+/* A stacked expert tensor t [E][a][b], float. */
+static moe8_status stacked_shape(const moe8_model *m, const moe8_tensor *t, int64_t a, int64_t b,
+                                 const char *what, moe8_error *err) {
+    const int64_t want[3] = {m->cfg.num_experts, a, b};
+    char ws[64], fs[160];
+    moe8_status st = want_dtype(m, t, is_float_dt(t->dtype), "BF16, F16 or F32", err);
+    if (st || (t->n_dims == 3 && t->shape[0] == want[0] && t->shape[1] == a && t->shape[2] == b))
+        return st;
+    fmt_shape(ws, sizeof ws, 3, want);
+    fmt_shape(fs, sizeof fs, t->n_dims, t->shape);
+    return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': tensor '%s': expected shape %s (%s), "
+                     "found %s", file_of(m, t), t->name, ws, what, fs);
+}
+
+/* view = rows [r0, r0 + n) of the [rows][cols] matrix e of stacked t. */
+static moe8_linear stacked_view(moe8_tensor *view, const moe8_tensor *t, int64_t e, int64_t r0,
+                                int64_t n, int64_t cols) {
+    const size_t es = moe8_dtype_size(t->dtype);
+    const size_t off = ((size_t)e * (size_t)t->shape[1] + (size_t)r0) * (size_t)cols * es;
+    moe8_linear L;
+    *view = *t;
+    view->n_dims = 2;
+    view->shape[0] = n, view->shape[1] = cols, view->shape[2] = 0;
+    view->n_elements = n * cols;
+    view->n_bytes = (size_t)(n * cols) * es;
+    view->data = (const char *)t->data + off;
+    view->file_offset = t->file_offset + (int64_t)off;
+    memset(&L, 0, sizeof L);
+    L.quant = MOE8_QUANT_FLOAT;
+    L.n_out = n, L.n_in = cols;
+    L.weight = view;
+    return L;
+}
+
+/* The family's stacked experts of layer l when the checkpoint has them
+ * (gate_up_proj [E][2I][H]: gate rows then up rows; down_proj [E][H][I]):
+ * each expert's gate, up and down bound as views of its rows, FLOAT. */
+static moe8_status bind_stacked(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err) {
+    const int64_t E = m->cfg.num_experts, I = m->cfg.moe_intermediate_size, H = m->cfg.hidden_size;
+    const moe8_arch_desc *a = m->arch;
+    const moe8_tensor *gu, *dn;
+    char name[200];
+    moe8_status st;
+    if (!(a->kinds.tensors & MOE8_TENSORS_STACKED_EXPERTS) || !a->stacked_gate_up) return MOE8_OK;
+    snprintf(name, sizeof name, a->stacked_gate_up, (long long)l);
+    if (!(gu = moe8_st_find(m->st, name))) return MOE8_OK; /* per-expert names */
+    if (ly->info.experts != MOE8_QUANT_FLOAT || ly->info.experts_down != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': tensor '%s': stacked experts "
+                         "quantized not supported yet", m->dir, name);
+    if ((st = stacked_shape(m, gu, 2 * I, H, "[E, 2 x moe_intermediate_size, hidden_size]", err)))
+        return st;
+    snprintf(name, sizeof name, a->stacked_down, (long long)l);
+    if ((st = find(m, name, 1, &dn, err)) ||
+        (st = stacked_shape(m, dn, H, I, "[E, hidden_size, moe_intermediate_size]", err)))
+        return st;
+    if (!m->stacked &&
+        !(m->stacked = calloc((size_t)(m->cfg.num_hidden_layers * E * 3), sizeof *m->stacked)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", m->dir);
+    moe8_tensor *v = m->stacked + (size_t)(ly->experts - m->expert_store) * 3;
+    for (int64_t e = 0; e < E; e++, v += 3) {
+        ly->experts[e].gate = stacked_view(&v[0], gu, e, 0, I, H);
+        ly->experts[e].up = stacked_view(&v[1], gu, e, I, I, H);
+        ly->experts[e].down = stacked_view(&v[2], dn, e, 0, H, I);
+    }
+    ly->info_stacked = 1;
     return MOE8_OK;
 }
 
@@ -446,7 +560,8 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
             (st = check_values(m, ly->router_bias, 0, NULL, err)))
             return st;
     }
-    for (int64_t e = 0; e < m->cfg.num_experts; e++)
+    if ((st = bind_stacked(m, l, ly, err)) != MOE8_OK) return st;
+    for (int64_t e = 0; !ly->info_stacked && e < m->cfg.num_experts; e++)
         for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++)
             if ((st = bind_role(m, l, e, (moe8_role)r, ly, err)) != MOE8_OK) return st;
     for (size_t i = 0; ly->info.has_shared && i < sizeof shared / sizeof shared[0]; i++)
@@ -495,6 +610,14 @@ static moe8_status bind_all(moe8_model *m, moe8_quant_type lm_head, moe8_error *
     moe8_arch_tensor_name(m->arch, MOE8_R_FINAL_NORM, 0, 0, "weight", name, sizeof name);
     if ((st = float_tensor(m, name, H, -1, &m->final_norm, err)) != MOE8_OK) return st;
     if ((st = bind_lm_head(m, lm_head, err)) != MOE8_OK) return st;
+    if (m->arch->skip_prefix) { /* a vision tower: never read */
+        size_t n = 0, len = strlen(m->arch->skip_prefix);
+        for (size_t i = 0; i < moe8_st_count(m->st); i++)
+            n += !strncmp(moe8_st_get(m->st, i)->name, m->arch->skip_prefix, len);
+        if (n)
+            moe8_log(MOE8_LOG_INFO, "'%s': %s: skipping %zu tensors under %s (text only)",
+                     m->dir, m->arch->model_type, n, m->arch->skip_prefix);
+    }
     for (int64_t l = 0; l < c->num_hidden_layers; l++) n_moe += m->layers[l].info.is_moe;
     if (n_moe > 0) {
         /* n_moe <= 512 and E <= 4096 (config caps): no overflow */
@@ -609,6 +732,12 @@ static moe8_status load_parts(moe8_model *m, const char *dir, const moe8_model_p
     if (m->params.cache_dir && !(m->params.cache_dir = strdup(m->params.cache_dir)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if ((st = load_config(m, err)) != MOE8_OK) return st;
+    if (m->arch->kinds.gdn_layers && moe8_dist_size(m->params.dist) > 1 &&
+        MOE8_FAM(&m->cfg)->linear_num_key_heads % moe8_dist_size(m->params.dist))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s: linear_num_key_heads %lld "
+                         "over %d ranks (not a multiple) not supported yet", dir,
+                         m->arch->model_type, (long long)MOE8_FAM(&m->cfg)->linear_num_key_heads,
+                         moe8_dist_size(m->params.dist));
     if ((st = load_generation_config(m, err)) != MOE8_OK) return st;
     if ((st = moe8_st_open(dir, &m->st, err)) != MOE8_OK) return st;
     if ((st = resolve_quant(m, &lm_head, err)) != MOE8_OK) return st;
@@ -664,6 +793,7 @@ static void model_destroy(moe8_model *m) {
     moe8_model_release_prepared(m); /* before the map its weights may point into */
     pthread_mutex_destroy(&m->prep_lock);
     moe8_st_free(m->st);
+    free(m->stacked);
     free(m->expert_store);
     free(m->layers);
     free((char *)m->params.cache_dir);
@@ -734,7 +864,7 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
     moe8_model_get_stats(m, &s);
     /* config caps keep these products far below 2^63 */
     const moe8_kv_shape ks = moe8_arch_kv_shape(c);
-    kv = (uint64_t)ks.planes * (uint64_t)c->num_hidden_layers * (uint64_t)ks.heads *
+    kv = (uint64_t)ks.planes * (uint64_t)moe8_arch_kv_layers(c) * (uint64_t)ks.heads *
          (uint64_t)ks.dim * (uint64_t)n_ctx * moe8_dtype_size(kv_type);
     /* one decode step: residual, normed, q/k/v/attn-out, MLP hidden (dense or
      * top-k experts, gate+up), router logits, one attention tile (K/V blocks
@@ -754,6 +884,14 @@ moe8_status moe8_model_memory(const moe8_model *m, int64_t n_ctx, moe8_dtype kv_
               2ull * (uint64_t)(c->num_key_value_heads * c->head_dim) + wide + (uint64_t)c->num_experts +
               32ull * (uint64_t)c->head_dim + 19ull * 128 + (uint64_t)c->vocab_size;
     scratch = per_tok * 4ull + (1ull << 20);
+    const int64_t n_gdn = c->num_hidden_layers - moe8_arch_kv_layers(c);
+    if (n_gdn > 0) { /* hybrids: one sequence's conv and recurrent states, fp32 (state_pool.h) */
+        const uint64_t C = (uint64_t)moe8_dim_of(c, MOE8_DIM_GC);
+        scratch += 4ull * (uint64_t)n_gdn *
+                   ((uint64_t)(fc->linear_conv_kernel_dim - 1) * C +
+                    (uint64_t)(fc->linear_num_value_heads * fc->linear_key_head_dim *
+                               fc->linear_value_head_dim));
+    }
     /* a W8A8 kv_b_proj is absorbed as fp32: 4 bytes per int8 one (load/weights.c) */
     uint64_t absorbed = 0;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)

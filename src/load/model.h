@@ -77,6 +77,7 @@ typedef struct {
 typedef struct {
     moe8_layer_plan plan;             /* what the layer is built of (arch/plan.h) */
     moe8_layer_info info;             /* is_moe and resolved quant types */
+    int info_stacked;                 /* experts bound as views of stacked tensors */
     const moe8_tensor *attn_norm;     /* input_layernorm [H] */
     const moe8_tensor *ffn_norm;      /* post_attention_layernorm [H] */
     const moe8_tensor *q_norm;        /* [D]; NULL for families without q/k norm */
@@ -106,6 +107,17 @@ typedef struct {
     moe8_linear mlp_gate;             /* [F][H] */
     moe8_linear mlp_up;               /* [F][H] */
     moe8_linear mlp_down;             /* [H][F] */
+    /* Gated DeltaNet layers (info.gdn; no q/k/v/o, q_norm, k_norm; arch.h MOE8_R_GDN_*): */
+    moe8_linear gdn_in;               /* in_proj_qkvz [2NKdk+2NVdv][H] (grouped) or
+                                       * in_proj_qkv [C][H] (flat) */
+    moe8_linear gdn_z;                /* in_proj_z [NVdv][H] (flat families) */
+    moe8_linear gdn_out;              /* out_proj [H][NVdv] */
+    const moe8_tensor *gdn_ba;        /* in_proj_ba [2NV][H] grouped, float */
+    const moe8_tensor *gdn_b, *gdn_a; /* in_proj_b, in_proj_a [NV][H], float */
+    const moe8_tensor *gdn_conv;      /* conv1d.weight [C][1][K], float */
+    const moe8_tensor *gdn_a_log;     /* A_log [NV], float */
+    const moe8_tensor *gdn_dt_bias;   /* dt_bias [NV], float */
+    const moe8_tensor *gdn_norm;      /* norm.weight [dv], float */
 } moe8_layer;
 
 struct moe8_model {
@@ -121,6 +133,9 @@ struct moe8_model {
                                        * per-row scale); weight == embed (FLOAT) when tied */
     moe8_layer *layers;               /* [num_hidden_layers] */
     moe8_expert *expert_store;        /* [n_moe_layers * E] */
+    moe8_tensor *stacked;             /* stacked experts (arch.h stacked_gate_up): [n_moe_layers
+                                       * * E * 3] views of each expert's gate, up and down
+                                       * rows inside the stacked tensors; NULL: none */
     moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */
     int refs;                         /* 1 for the caller + 1 per context (atomic) */
     /* The prepared weights (load/weights.h), one set per float_experts

@@ -26,7 +26,9 @@
  * only its share — q/k/v rows of its heads, o_proj columns (quant_bias on
  * rank 0 only), dense gate/up rows and down columns of its F slice (the
  * shared expert's likewise of its S slice, under TP and EP), its MoE part
- * (an I slice, or a block of whole experts), its lm_head vocabulary rows.
+ * (an I slice, or a block of whole experts), its lm_head vocabulary rows,
+ * a Gated DeltaNet layer's key-head groups (their rows of the input
+ * projections and conv channels, out_proj's columns, A_log / dt_bias).
  * Embeddings, norms and the router are replicated.
  *
  * Lifetime: the model holds one set per float_experts setting (model.h
@@ -59,6 +61,15 @@ static moe8_status norm_copy(float **dst, const moe8_tensor *t, int n, moe8_erro
     *dst = malloc((size_t)n * sizeof(float));
     if (!*dst) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate norm weight");
     return moe8_convert_to_f32(*dst, t->data, t->dtype, (size_t)n, err);
+}
+
+/* A norm weight, as 1 + w when the family's norms are zero-centred (plan.h
+ * MOE8_NORM_ZERO_CENTRED: x / rms(x) * (1 + w) is the plain RMSNorm of 1 + w). */
+static moe8_status norm_copy_zc(float **dst, const moe8_tensor *t, int n, int zc,
+                                moe8_error *err) {
+    moe8_status st = norm_copy(dst, t, n, err);
+    for (int i = 0; !st && zc && i < n; i++) (*dst)[i] += 1.0f;
+    return st;
 }
 
 /* q_norm / k_norm: [D] per head, or this rank's heads' slice of [NH*D] /
@@ -111,16 +122,148 @@ static moe8_status proj_cols(const moe8_weights *w, moe8_proj *p, const moe8_lin
     return st;
 }
 
-static moe8_status build_attn(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+static moe8_status build_attn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
                               moe8_error *err) {
     const moe8_dist_shard *sh = &w->model->shard;
     const int D = w->D;
+    const int QD = (L->plan.attn_opts & MOE8_ATTN_OUT_GATE) ? 2 * D : D; /* q rows per head */
     moe8_status st;
-    if ((st = proj_rows(w, &fl->q, &L->q, sh->head_begin * D, sh->head_end * D, err)) ||
+    w->out_gate |= QD != D;
+    w->has_dynamic |= L->info.qkv == MOE8_QUANT_W8A8_DYNAMIC;
+    if ((st = proj_rows(w, &fl->q, &L->q, sh->head_begin * QD, sh->head_end * QD, err)) ||
         (st = proj_rows(w, &fl->k, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
         (st = proj_rows(w, &fl->v, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
         return st;
     return proj_cols(w, &fl->o, &L->o, sh->head_begin * D, sh->head_end * D, err);
+}
+
+/* This rank's Gated DeltaNet heads (TP/EP split them like attention heads,
+ * whole key-head groups: key heads [k0, k0 + nk), value heads [v0, v0 + nv)). */
+typedef struct {
+    int NK, NV, dk, dv, rr;  /* the whole model's; rr = NV / NK */
+    int nk, nv, k0, v0;      /* this rank's */
+} gdn_share;
+
+static gdn_share gdn_share_of(const moe8_weights *w) {
+    const moe8_family_cfg *fc = MOE8_FAM(&w->model->cfg);
+    const moe8_dist_shard *sh = &w->model->shard;
+    const int size = sh->size > 1 ? sh->size : 1, rank = sh->size > 1 ? sh->rank : 0;
+    gdn_share g;
+    g.NK = (int)fc->linear_num_key_heads, g.NV = (int)fc->linear_num_value_heads;
+    g.dk = (int)fc->linear_key_head_dim, g.dv = (int)fc->linear_value_head_dim;
+    g.rr = g.NV / g.NK, g.nk = g.NK / size, g.nv = g.nk * g.rr;
+    g.k0 = rank * g.nk, g.v0 = g.k0 * g.rr;
+    return g;
+}
+
+/* Rows [r0, r1) of a float tensor [n][k] as a FLOAT projection (in_proj_ba / b / a). */
+static moe8_status float_rows(const moe8_weights *w, moe8_proj *p, const moe8_tensor *t, int r0,
+                              int r1, moe8_error *err) {
+    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = t->shape[0], .n_in = t->shape[1],
+                           .weight = t};
+    return proj_rows(w, p, &L, r0, r1, err);
+}
+
+/* qwen3_5_moe's flat in_proj_qkv under TP: this rank's q, k and v rows (three
+ * blocks) gathered into an owned copy, run as one FLOAT projection. */
+static moe8_status qkv_gathered(moe8_fwd_layer *fl, const moe8_linear *src, const gdn_share *g,
+                                moe8_error *err) {
+    const moe8_tensor *t = src->weight;
+    const size_t row = (size_t)t->shape[1] * moe8_dtype_size(t->dtype);
+    const int blk[3][2] = {{g->k0 * g->dk, g->nk * g->dk},
+                           {(g->NK + g->k0) * g->dk, g->nk * g->dk},
+                           {2 * g->NK * g->dk + g->v0 * g->dv, g->nv * g->dv}};
+    const int n = 2 * g->nk * g->dk + g->nv * g->dv;
+    char *d;
+    if (src->quant != MOE8_QUANT_FLOAT)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "tensor '%s': %s under tensor "
+                         "parallelism not supported yet", t->name, moe8_quant_type_name(src->quant));
+    if (!(d = fl->gdn_own = malloc((size_t)n * row)))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    for (int b = 0, at = 0; b < 3; at += blk[b][1], b++)
+        memcpy(d + (size_t)at * row, (const char *)t->data + (size_t)blk[b][0] * row,
+               (size_t)blk[b][1] * row);
+    fl->gdn_own_t = *t;
+    fl->gdn_own_t.data = d;
+    fl->gdn_own_t.shape[0] = n;
+    fl->gdn_own_t.n_elements = (int64_t)n * t->shape[1];
+    fl->gdn_own_t.n_bytes = (size_t)n * row;
+    fl->gdn_own_t.file_index = -1; /* not in the map: nothing to release */
+    const moe8_linear L = {.quant = MOE8_QUANT_FLOAT, .n_out = n, .n_in = t->shape[1],
+                           .weight = &fl->gdn_own_t};
+    return moe8_proj_init(&fl->gdn_in, &L, 0, err);
+}
+
+/* The input projections of this rank's heads: grouped (one block of key-head
+ * groups each) or flat. */
+static moe8_status gdn_inputs(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+                              const gdn_share *g, moe8_error *err) {
+    const int gs = 2 * g->dk + 2 * g->rr * g->dv, v1 = g->v0 + g->nv;
+    moe8_status st;
+    if (L->gdn_ba) /* grouped: rows of key heads [k0, k0 + nk) */
+        return (st = proj_rows(w, &fl->gdn_in, &L->gdn_in, g->k0 * gs, (g->k0 + g->nk) * gs, err))
+                   ? st
+                   : float_rows(w, &fl->gdn_ba, L->gdn_ba, g->k0 * 2 * g->rr,
+                                (g->k0 + g->nk) * 2 * g->rr, err);
+    if (g->nk == g->NK) st = proj_rows(w, &fl->gdn_in, &L->gdn_in, 0, (int)L->gdn_in.n_out, err);
+    else st = qkv_gathered(fl, &L->gdn_in, g, err);
+    if (st || (st = proj_rows(w, &fl->gdn_z, &L->gdn_z, g->v0 * g->dv, v1 * g->dv, err)) ||
+        (st = float_rows(w, &fl->gdn_ba, L->gdn_b, g->v0, v1, err)))
+        return st;
+    return float_rows(w, &fl->gdn_a, L->gdn_a, g->v0, v1, err);
+}
+
+/* [v0, v0 + nv) of a float vector [NV] (A_log, dt_bias). */
+static moe8_status head_slice(float **dst, const moe8_tensor *t, const gdn_share *g,
+                              moe8_error *err) {
+    moe8_status st = norm_copy(dst, t, g->NV, err);
+    if (!st) memmove(*dst, *dst + g->v0, (size_t)g->nv * sizeof(float));
+    return st;
+}
+
+/* The conv weight of this rank's channels (q and k of its key heads, v of its
+ * value heads), transposed to [K][C_local] fp32. */
+static moe8_status conv_local(const moe8_weights *w, moe8_fwd_layer *fl, const moe8_tensor *t,
+                              const gdn_share *g, moe8_error *err) {
+    const int K = w->gdn_k, C = 2 * g->NK * g->dk + g->NV * g->dv;
+    const int qk = g->nk * g->dk, Cl = 2 * qk + g->nv * g->dv;
+    float *cw = malloc((size_t)C * K * sizeof(float));
+    moe8_status st;
+    if (!cw || !(fl->gdn_conv = malloc((size_t)Cl * K * sizeof(float)))) {
+        free(cw);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': out of memory", t->name);
+    }
+    st = moe8_convert_to_f32(cw, t->data, t->dtype, (size_t)C * K, err);
+    for (int c = 0; !st && c < Cl; c++) {
+        const int gc = c < qk       ? g->k0 * g->dk + c
+                       : c < 2 * qk ? (g->NK + g->k0) * g->dk + c - qk
+                                    : 2 * g->NK * g->dk + g->v0 * g->dv + c - 2 * qk;
+        for (int j = 0; j < K; j++) fl->gdn_conv[(size_t)j * Cl + c] = cw[(size_t)gc * K + j];
+    }
+    free(cw);
+    return st;
+}
+
+/* A Gated DeltaNet layer, this rank's heads (all of them with one rank): the
+ * projections, out_proj's columns of its value heads (its partial sum is
+ * all-reduced), the conv weight transposed to [K][C], A_log, dt_bias and the
+ * output norm in fp32. */
+static moe8_status build_gdn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_layer *L,
+                             moe8_error *err) {
+    const gdn_share g = gdn_share_of(w);
+    moe8_status st;
+    if ((st = gdn_inputs(w, fl, L, &g, err)) ||
+        (st = proj_cols(w, &fl->gdn_out, &L->gdn_out, g.v0 * g.dv, (g.v0 + g.nv) * g.dv, err)) ||
+        (st = head_slice(&fl->gdn_a_log, L->gdn_a_log, &g, err)) ||
+        (st = head_slice(&fl->gdn_dt_bias, L->gdn_dt_bias, &g, err)) ||
+        (st = norm_copy(&fl->gdn_norm, L->gdn_norm, g.dv, err)) ||
+        (st = conv_local(w, fl, L->gdn_conv, &g, err)))
+        return st;
+    fl->gdn_slot = w->n_gdn++;
+    w->has_dynamic |= fl->gdn_in.type == MOE8_QUANT_W8A8_DYNAMIC ||
+                      fl->gdn_z.type == MOE8_QUANT_W8A8_DYNAMIC ||
+                      fl->gdn_out.type == MOE8_QUANT_W8A8_DYNAMIC;
+    return MOE8_OK;
 }
 
 /* kv_b_proj of the local heads [h0, h1), absorbed (SEMANTICS §7d): uk[h][c][d]
@@ -235,14 +378,19 @@ static moe8_status build_layer(moe8_weights *w, int li, int float_experts, int n
     moe8_fwd_layer *fl = &w->layers[li];
     moe8_status st;
     int f0, f1;
-    if ((st = norm_copy(&fl->attn_norm, L->attn_norm, w->H, err)) ||
-        (st = norm_copy(&fl->ffn_norm, L->ffn_norm, w->H, err)) ||
+    const int zc = L->plan.norm_zc;
+    if ((st = norm_copy_zc(&fl->attn_norm, L->attn_norm, w->H, zc, err)) ||
+        (st = norm_copy_zc(&fl->ffn_norm, L->ffn_norm, w->H, zc, err)) ||
         (L->q_norm && (st = qk_norm_copy(w, &fl->q_norm, L, 0, err))) ||
         (L->k_norm && (st = qk_norm_copy(w, &fl->k_norm, L, 1, err))) ||
-        (st = L->plan.attn == MOE8_ATTN_MLA ? build_mla(w, fl, m, L, err)
-                                            : build_attn(w, fl, L, err)))
+        (st = L->plan.attn == MOE8_ATTN_MLA   ? build_mla(w, fl, m, L, err)
+              : L->plan.attn == MOE8_ATTN_GDN ? build_gdn(w, fl, L, err)
+                                              : build_attn(w, fl, L, err)))
         return st;
+    for (int i = 0; zc && fl->q_norm && i < w->D; i++) fl->q_norm[i] += 1.0f;
+    for (int i = 0; zc && fl->k_norm && i < w->D; i++) fl->k_norm[i] += 1.0f;
     fl->plan = L->plan;
+    fl->kv_layer = L->plan.attn == MOE8_ATTN_GDN ? -1 : w->n_kv_layers++;
     fl->is_moe = L->info.is_moe;
     if (fl->is_moe && L->info.has_shared && (st = build_shared(w, fl, m, L, err))) return st;
     if (fl->is_moe) return build_moe(w->cache, fl, m, li, float_experts, n_threads, err);
@@ -270,7 +418,8 @@ static void assign_workspaces(moe8_weights *w) {
 }
 
 static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
-    size_t n = moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
+    size_t n = moe8_proj_owned_bytes(&fl->gdn_in) + moe8_proj_owned_bytes(&fl->gdn_z) +
+               moe8_proj_owned_bytes(&fl->gdn_out) + moe8_proj_owned_bytes(&fl->q) + moe8_proj_owned_bytes(&fl->k) +
                moe8_proj_owned_bytes(&fl->v) + moe8_proj_owned_bytes(&fl->o) +
                moe8_proj_owned_bytes(&fl->gate) + moe8_proj_owned_bytes(&fl->up) +
                moe8_proj_owned_bytes(&fl->down) + moe8_proj_owned_bytes(&fl->sh_gate) +
@@ -378,6 +527,12 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
     if (w->mla) w->n_kv = 1;       /* the latent row: one kv head, replicated under TP */
     w->rope_dim = moe8_rope_dim(c);
     w->attn_scale = moe8_attn_scale(c);
+    w->gdn_nk = (int)(fc->linear_num_key_heads / (m->shard.size > 1 ? m->shard.size : 1));
+    w->gdn_nv = (int)(fc->linear_num_value_heads / (m->shard.size > 1 ? m->shard.size : 1));
+    w->gdn_dk = (int)fc->linear_key_head_dim;
+    w->gdn_dv = (int)fc->linear_value_head_dim;
+    w->gdn_k = (int)fc->linear_conv_kernel_dim;
+    w->gdn_grouped = moe8_arch_has(m->arch, MOE8_R_GDN_QKVZ);
     w->float_experts = float_experts;
     w->embed = m->embed->data;
     w->embed_dt = m->embed->dtype;
@@ -387,7 +542,9 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "rotary width %d must be even",
                        w->rope_dim);
     w->n_ranks = m->shard.size > 1 ? m->shard.size : 1;
-    if (!st) st = norm_copy(&w->final_norm, m->final_norm, w->H, err);
+    if (!st)
+        st = norm_copy_zc(&w->final_norm, m->final_norm, w->H,
+                          (m->arch->kinds.norm & MOE8_NORM_ZERO_CENTRED) != 0, err);
     for (int i = 0; !st && i < w->n_layer; i++) {
         moe8_pcache_section(w->cache, i);
         st = build_layer(w, i, float_experts, n_threads, err);
@@ -469,6 +626,16 @@ static void layer_free(moe8_fwd_layer *fl) {
     moe8_free_aligned(fl->uk);
     moe8_free_aligned(fl->uv);
     free(fl->uv_bias);
+    moe8_proj_free(&fl->gdn_in);
+    moe8_proj_free(&fl->gdn_z);
+    moe8_proj_free(&fl->gdn_ba);
+    moe8_proj_free(&fl->gdn_a);
+    moe8_proj_free(&fl->gdn_out);
+    free(fl->gdn_conv);
+    free(fl->gdn_a_log);
+    free(fl->gdn_dt_bias);
+    free(fl->gdn_norm);
+    free(fl->gdn_own);
     moe8_moe_layer_free(fl->moe);
     memset(fl, 0, sizeof *fl);
 }

@@ -43,6 +43,19 @@ typedef struct {
     void *uv;                      /* [NH][DV][L] of uk_dt: its v rows (latent -> v) */
     moe8_dtype uk_dt;              /* kv_b_proj's dtype when FLOAT, F32 when W8A8 (dequantized) */
     float *uv_bias;                /* [NH*DV] a W8A8 kv_b_proj's folded bias on v, or NULL */
+    /* Gated DeltaNet (plan.attn MOE8_ATTN_GDN; moe8_weights.gdn_* the widths): */
+    moe8_proj gdn_in;              /* in_proj_qkvz [2NKdk+2NVdv][H] grouped, or in_proj_qkv [C][H] */
+    moe8_proj gdn_z;               /* in_proj_z [NVdv][H] (n == 0 when grouped) */
+    moe8_proj gdn_ba;              /* in_proj_ba [2NV][H] grouped, or in_proj_b [NV][H]; FLOAT */
+    moe8_proj gdn_a;               /* in_proj_a [NV][H] (n == 0 when grouped); FLOAT */
+    moe8_proj gdn_out;             /* out_proj [H][NVdv] */
+    float *gdn_conv;               /* [K][C] fp32: conv1d.weight [C][1][K] transposed */
+    float *gdn_a_log, *gdn_dt_bias;/* [NV] fp32 */
+    float *gdn_norm;               /* [dv] fp32 (plain weight) */
+    int gdn_slot;                  /* its index among the Gated DeltaNet layers (state slot) */
+    void *gdn_own;                 /* TP, flat in_proj_qkv: this rank's rows gathered (owned) */
+    moe8_tensor gdn_own_t;         /*   and their tensor, which gdn_in reads */
+    int kv_layer;                  /* its layer of the KV cache (-1: a Gated DeltaNet layer) */
 } moe8_fwd_layer;
 
 /* Everything the forward pass reads, built once per model and float_experts
@@ -68,6 +81,13 @@ typedef struct moe8_weights {
     int kv_planes, C;              /* 2 and D; MLA: 1 and L + R */
     int L, R, DN, DV, QL;          /* MLA widths (DV = D outside MLA) */
     int rope_dim;                  /* rotary width R of each head (the layers' plan.rope_dim) */
+    int out_gate;                  /* some layer's q_proj carries the output gate (q rows
+                                    * [NH][2][D]) */
+    /* Gated DeltaNet layers (hybrid families): how many, NK, NV (this rank's under TP),
+     * dk, dv, conv K, and whether the projections are grouped by key head
+     * (in_proj_qkvz / in_proj_ba) */
+    int n_gdn, gdn_nk, gdn_nv, gdn_dk, gdn_dv, gdn_k, gdn_grouped;
+    int n_kv_layers;               /* layers with KV cache rows (all but the DeltaNet ones) */
     float attn_scale;              /* softmax scale */
     const void *embed;             /* [V][H] in place */
     moe8_dtype embed_dt;

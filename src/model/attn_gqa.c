@@ -13,10 +13,15 @@
  *   (qwen3_moe); RoPE; k,v -> cache at (seq, pos); GQA attention;
  *   x += o_proj(att); h = rmsnorm(x) * ffn_norm
  *
+ * The output gate (qwen3_next, qwen3_5_moe): q_proj gives each head [query
+ * D, gate D]; the attention output of head h is multiplied by
+ * sigmoid(gate_h) before o_proj.
+ *
  * Does not: run multi-head latent attention (mla.c) or the options a plan
- * refuses at load (o bias, output gate, sinks, sliding windows).
+ * refuses at load (o bias, sinks, sliding windows).
  */
 #include <math.h>
+#include <string.h>
 
 #include "dist/dist.h"
 #include "model/forward_run.h"
@@ -111,6 +116,30 @@ static void qk_rope_store(const moe8_fwd_run *r, const moe8_fwd_layer *L, const 
     moe8_fwd_rows(r, r->T, qk_row, &c);
 }
 
+/* ---- the output gate (MOE8_ATTN_OUT_GATE) ---- */
+
+/* qg[t] = per head [query D, gate D] into q[t] and gate[t]. */
+static void gate_split_row(const moe8_fwd_run *r, const void *ctx, int t) {
+    const int NH = r->w->n_head, D = r->w->D;
+    moe8_fwd_scratch *s = r->s;
+    const float *qg = s->qg + (size_t)t * NH * 2 * D;
+    (void)ctx;
+    for (int h = 0; h < NH; h++) {
+        memcpy(s->q + ((size_t)t * NH + h) * D, qg + (size_t)h * 2 * D, (size_t)D * sizeof(float));
+        memcpy(s->gate + ((size_t)t * NH + h) * D, qg + (size_t)h * 2 * D + D,
+               (size_t)D * sizeof(float));
+    }
+}
+
+/* att[t] *= sigmoid(gate[t]). */
+static void gate_apply_row(const moe8_fwd_run *r, const void *ctx, int t) {
+    const int n = r->w->n_head * r->w->D;
+    float *a = r->s->att + (size_t)t * n;
+    const float *g = r->s->gate + (size_t)t * n;
+    (void)ctx;
+    for (int j = 0; j < n; j++) a[j] = a[j] / (1.0f + expf(-g[j]));
+}
+
 /* x += o_proj(attention(rmsnorm(x))); on entry h = rmsnorm(x) * attn_norm, on
  * exit h = rmsnorm(x) * ffn_norm. */
 moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
@@ -120,9 +149,11 @@ moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     moe8_status st;
     const int T = r->T;
     moe8_fwd_observe(r, L, 0, s->h, r->w->H);
+    const int gated = (L->plan.attn_opts & MOE8_ATTN_OUT_GATE) != 0;
     const moe8_proj *p[3] = {&L->q, &L->k, &L->v};
-    float *const y[3] = {s->q, s->k, s->v};
+    float *const y[3] = {gated ? s->qg : s->q, s->k, s->v};
     if ((st = moe8_fwd_lin_group(r, p, y, 3, s->h, T, err))) return st;
+    if (gated) moe8_fwd_rows(r, T, gate_split_row, NULL);
     qkv_bias(r, L);
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
     if ((L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) && (st = whole_ss(r, s->tmp, err))) return st;
@@ -131,6 +162,7 @@ moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
                    s->attn_work_floats, r->nt);
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
+    if (gated) moe8_fwd_rows(r, T, gate_apply_row, NULL);
     moe8_fwd_observe(r, L, 1, s->att, r->w->n_head * r->w->D);
     if ((st = moe8_fwd_lin(r, &L->o, NULL, s->tmp, s->att, T, err))) return st;
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);

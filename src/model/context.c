@@ -25,7 +25,9 @@
 #include "dist/dist.h"
 #include "model/context.h"
 #include "model/forward.h"
+#include "model/gdn.h"
 #include "model/kv_pool.h"
+#include "model/state_pool.h"
 
 /* ---- context --------------------------------------------------------------- */
 
@@ -34,6 +36,7 @@ struct moe8_context {
     const moe8_weights *w;
     moe8_context_params p;        /* zeros resolved */
     kv_pool kv;                   /* the paged KV cache */
+    moe8_state_pool state;        /* Gated DeltaNet layers' per-sequence state (hybrids) */
     float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
@@ -98,6 +101,27 @@ static void *carve(carver *c, size_t n, size_t size) {
     return p;
 }
 
+/* The Gated DeltaNet layers' buffers (forward.h g_*). */
+static void carve_gdn(carver *c, moe8_context *x) {
+    const moe8_weights *w = x->w;
+    const moe8_gdn_dims d = {w->gdn_nk, w->gdn_nv, w->gdn_dk, w->gdn_dv, w->gdn_k};
+    const size_t B = (size_t)x->p.n_batch, NV = (size_t)w->gdn_nv;
+    const size_t C = (size_t)moe8_gdn_conv_channels(&d), Z = NV * (size_t)w->gdn_dv;
+    moe8_fwd_scratch *s = &x->s;
+    s->g_raw = w->gdn_grouped ? carve(c, B * (C + Z), 4) : NULL;
+    s->g_mix = carve(c, B * C, 4);
+    s->g_conv = carve(c, B * C, 4);
+    s->g_z = carve(c, B * Z, 4);
+    s->g_o = carve(c, B * Z, 4);
+    s->g_ba = w->gdn_grouped ? carve(c, B * 2 * NV, 4) : NULL;
+    s->g_b = carve(c, B * NV, 4);
+    s->g_a = carve(c, B * NV, 4);
+    s->g_g = carve(c, B * NV, 4);
+    s->g_beta = carve(c, B * NV, 4);
+    s->g_work = carve(c, moe8_gdn_chunk_work_floats(&d, x->p.n_threads), 4);
+    s->g_S = carve(c, B, sizeof(float *));
+}
+
 static void carve_scratch(carver *c, moe8_context *x) {
     const moe8_weights *w = x->w;
     const size_t B = (size_t)x->p.n_batch, H = (size_t)w->H;
@@ -140,6 +164,11 @@ static void carve_scratch(carver *c, moe8_context *x) {
         s->sh_out = carve(c, B * H, 4);
         s->sh_score = carve(c, B, 4);
     }
+    if (w->out_gate) {
+        s->qg = carve(c, B * 2 * QD, 4);
+        s->gate = carve(c, B * QD, 4);
+    }
+    if (w->n_gdn) carve_gdn(c, x);
     x->rope = carve(c, (size_t)x->p.n_ctx * (size_t)(w->rope_dim / 2), 8);
     x->seq_len = carve(c, (size_t)x->p.n_seq_max, 4);
     x->seq_next = carve(c, (size_t)x->p.n_seq_max, 4);
@@ -154,6 +183,7 @@ static moe8_status alloc_scratch(moe8_context *x, moe8_error *err) {
     if (w->F_max > kmax) kmax = w->F_max;
     if (w->QL > kmax) kmax = w->QL;                        /* MLA: q_b_proj's input */
     if (w->n_head * w->DV > kmax) kmax = w->n_head * w->DV; /* o_proj's input */
+    if (w->gdn_nv * w->gdn_dv > kmax) kmax = w->gdn_nv * w->gdn_dv; /* out_proj's input */
     x->s.ldq = moe8_round_up(kmax, 64);
     x->s.n_batch = x->p.n_batch;
     x->s.n_out = x->p.n_outputs;
@@ -194,14 +224,14 @@ size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type) {
     const moe8_config *c = &m->cfg;
     if (kv_type != MOE8_DT_F32 && kv_type != MOE8_DT_F16 && kv_type != MOE8_DT_BF16) return 0;
     const moe8_kv_shape k = moe8_arch_kv_shape(c);
-    return (size_t)c->num_hidden_layers * (size_t)k.planes * (size_t)k.heads *
+    return (size_t)moe8_arch_kv_layers(c) * (size_t)k.planes * (size_t)k.heads *
            MOE8_KV_BLOCK_TOKENS * (size_t)k.dim * moe8_dtype_size(kv_type);
 }
 
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
     const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
-    const size_t bytes = (size_t)w->n_layer * (size_t)w->kv_planes * (size_t)w->n_kv *
+    const size_t bytes = (size_t)w->n_kv_layers * (size_t)w->kv_planes * (size_t)w->n_kv *
                          MOE8_KV_BLOCK_TOKENS * (size_t)w->C * moe8_dtype_size(x->p.kv_type);
     const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type);
     int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
@@ -241,6 +271,17 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     if (!st) st = alloc_kv(x, err);
     if (!st) st = alloc_scratch(x, err);
     if (!st) st = alloc_moe_ws(x, err);
+    if (!st && w->n_gdn) {
+        const moe8_gdn_dims d = {w->gdn_nk, w->gdn_nv, w->gdn_dk, w->gdn_dv, w->gdn_k};
+        st = moe8_gdn_dims_check(&d)
+                 ? moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "Gated DeltaNet widths (key heads %d, "
+                             "value heads %d, dims %d / %d, conv %d) not supported", d.n_k_heads,
+                             d.n_v_heads, d.dk, d.dv, d.conv_k)
+                 : moe8_state_pool_init(&x->state, x->p.n_seq_max, w->n_gdn,
+                                        moe8_gdn_conv_state_floats(&d),
+                                        moe8_gdn_state_floats(&d), err);
+        x->s.state = &x->state;
+    }
     /* Under TP/EP every rank learns whether every rank has a context. */
     if (moe8_dist_size(model->params.dist) > 1) st = moe8_dist_agree(model->params.dist, st, err);
     if (st) {
@@ -257,6 +298,7 @@ void moe8_context_free(moe8_context *x) {
     free(x->s.moe_ws);
     moe8_free_aligned(x->s.block);
     moe8_kv_pool_free(&x->kv);
+    moe8_state_pool_free(&x->state);
     moe8_weights_release(x->model, x->w);
     moe8_model_unref(x->model);
     free(x);
@@ -281,11 +323,17 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          "truncate: sequence %d (of %d) / n_keep %d out of range", seq,
                          x->p.n_seq_max, n_keep);
     if (n_keep >= x->seq_len[seq]) return MOE8_OK;
+    if (x->state.n_layer && n_keep > 0) /* the recurrent state cannot be rewound */
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "truncate: sequence %d of a hybrid "
+                         "model (%s) to %d of its %d positions: rewinding the recurrent state "
+                         "not supported yet (only to 0)", seq, x->model->cfg.model_type, n_keep,
+                         x->seq_len[seq]);
     if (moe8_kv_truncate(&x->kv, seq, n_keep))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "truncate: sequence %d shares its block at "
                          "position %d and the kv cache has no free block to copy it to", seq,
                          n_keep);
     x->seq_len[seq] = n_keep;
+    if (n_keep == 0) moe8_state_clear(&x->state, seq);
     return MOE8_OK;
 }
 
@@ -316,6 +364,8 @@ int moe8_context_kv_reserve(moe8_context *x, int32_t seq, int32_t n_tokens) {
 
 int32_t moe8_context_prefix_match(const moe8_context *x, const int32_t *tokens, int32_t n,
                                   int32_t *out) {
+    /* a hybrid model's recurrent state has no snapshots at block boundaries yet */
+    if (x->state.n_layer) return 0;
     return x->kv.prefix_cache ? moe8_kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
 }
 
@@ -402,11 +452,20 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     x->n_last = 0;
     if (!b) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch: NULL");
     if ((st = check_batch(x, b, &n_out, err)) || (st = reserve_batch(x, b, err))) return st;
+    for (int32_t i = 0; i < b->n_tokens; i++) /* a sequence (re)starting: a fresh state */
+        if (b->pos[i] == 0) moe8_state_clear(&x->state, b->seq_id[i]);
     st = moe8_forward(x->w, &x->s, &kv, x->p.n_ctx, x->rope, b->token, b->seq_id, b->pos,
                       b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
     if (st) { /* the sequences keep their old positions; new blocks go back */
-        for (int32_t i = 0; i < b->n_tokens; i++)
-            moe8_kv_truncate(&x->kv, b->seq_id[i], x->seq_len[b->seq_id[i]]);
+        for (int32_t i = 0; i < b->n_tokens; i++) {
+            const int32_t s = b->seq_id[i];
+            if (x->state.n_layer && x->seq_len[s]) { /* a state half advanced: start over */
+                moe8_kv_truncate(&x->kv, s, 0);
+                moe8_state_clear(&x->state, s);
+                x->seq_len[s] = 0;
+            }
+            moe8_kv_truncate(&x->kv, s, x->seq_len[s]);
+        }
         return st;
     }
     for (int32_t i = 0; i < b->n_tokens; i++)

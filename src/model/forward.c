@@ -10,7 +10,9 @@
  *   x = embed[token]
  *   per layer: h = rmsnorm(x); x += attention kind(h) (attn_gqa.c: q,k,v
  *              (+ bias), per-head q/k norm, the rotary kind, the cache,
- *              causal GQA; mla.c); h = rmsnorm(x); x += feed-forward kind(h)
+ *              causal GQA, the output gate; mla.c; attn_gdn.c: Gated
+ *              DeltaNet over each sequence's recurrent state);
+ *              h = rmsnorm(x); x += feed-forward kind(h)
  *              (ffn.c: dense SwiGLU MLP, MoE, MoE + shared expert)
  *   logits[i] = rmsnorm(x[out_idx[i]]) @ lm_head^T
  * A W8A8_DYNAMIC lm_head quantizes each final-normed row per token first.
@@ -237,6 +239,7 @@ typedef moe8_status (*attn_fn)(const moe8_fwd_run *r, const moe8_fwd_layer *L,
 static const attn_fn attn_kinds[] = {
     [MOE8_ATTN_GQA] = moe8_fwd_attn_gqa, /* attn_gqa.c */
     [MOE8_ATTN_MLA] = moe8_fwd_attn_mla, /* mla.c */
+    [MOE8_ATTN_GDN] = moe8_fwd_attn_gdn, /* attn_gdn.c */
 };
 
 moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_kv_view *kv,
@@ -258,10 +261,11 @@ moe8_status moe8_forward(const moe8_weights *w, moe8_fwd_scratch *s, const moe8_
     moe8_fwd_rows(&r, T, embed_row, token);
     moe8_fwd_mark(&r, MOE8_PHASE_ELEMENTWISE);
     for (int l = 0; l < w->n_layer; l++) {
-        const moe8_attn_cache cache = moe8_attn_cache_layer_ex(kv, w->n_head, w->n_kv, w->C,
-                                                               w->kv_planes, w->attn_scale, l);
-        const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
         const moe8_fwd_layer *L = &w->layers[l];
+        const moe8_attn_cache cache = moe8_attn_cache_layer_ex(
+            kv, w->n_head, w->n_kv, w->C, w->kv_planes, w->attn_scale,
+            L->kv_layer < 0 ? 0 : L->kv_layer); /* unread by a Gated DeltaNet layer */
+        const float *next_norm = l + 1 < w->n_layer ? w->layers[l + 1].attn_norm : NULL;
         if ((st = attn_kinds[L->plan.attn](&r, L, &cache, n_ctx, rope, seq, pos, err)) ||
             (st = moe8_fwd_ffn(&r, L, next_norm, err))) {
             moe8_error_prefix(err, "layer %d", l);

@@ -52,6 +52,15 @@ typedef struct {
     float *sh_out, *sh_score;              /* shared expert: [B][H] output, [B] gate logit */
     float *qa, *kva, *qc, *attv;           /* MLA: [B][QL], [B][C], [B][NH*C], [B][NH*DV];
                                             * att is then [B][NH*C] */
+    float *qg, *gate;                      /* output gate: q_proj's [B][NH*2D], the gates
+                                            * [B][NH*D] */
+    /* Gated DeltaNet layers (attn_gdn.c; C = 2NKdk + NVdv, Z = NVdv): */
+    float *g_raw;                          /* [B][C+Z] in_proj_qkvz's rows (grouped) */
+    float *g_mix, *g_conv, *g_z, *g_o;     /* [B][C], [B][C], [B][Z], [B][Z] */
+    float *g_ba, *g_b, *g_a, *g_g, *g_beta;/* [B][2NV], [B][NV] x4 */
+    float *g_work;                         /* moe8_gdn_chunk_work_floats */
+    float **g_S;                           /* [B] recurrent states of a decode group */
+    struct moe8_state_pool *state;         /* the context's per-sequence states */
     void *block;
     moe8_observe_fn observe;               /* NULL unless calibrating */
     void *observe_user;

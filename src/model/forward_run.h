@@ -84,4 +84,12 @@ moe8_status moe8_fwd_attn_mla(const moe8_fwd_run *r, const moe8_fwd_layer *L,
                               const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
                               const int32_t *seq, const int32_t *pos, moe8_error *err);
 
+/* The attention block of a Gated DeltaNet layer (attn_gdn.c): x += out_proj(
+ * GatedDeltaNet(h)) with each sequence's recurrent state, then h = rmsnorm(x) *
+ * ffn_norm. The cache, n_ctx and rope arguments are unused (one signature for
+ * the attention kinds). */
+moe8_status moe8_fwd_attn_gdn(const moe8_fwd_run *r, const moe8_fwd_layer *L,
+                              const moe8_attn_cache *cache, int64_t n_ctx, const float *rope,
+                              const int32_t *seq, const int32_t *pos, moe8_error *err);
+
 #endif
