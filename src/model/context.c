@@ -349,7 +349,7 @@ static moe8_status state_start_batch(moe8_context *x, const moe8_batch *b, moe8_
 static void state_snap_slots(moe8_context *x) {
     moe8_state_pool *sp = &x->state;
     int32_t k = 0;
-    for (int32_t i = 0; i < sp->n_req; i++) {
+    for (int32_t i = sp->n_req - 1; i >= 0; i--) { /* the deepest of a sequence first */
         int32_t slot = moe8_state_take(sp, MOE8_STATE_SNAP(x->kv.n_blocks));
         if (slot < 0) {
             int32_t old = -1;
@@ -357,14 +357,19 @@ static void state_snap_slots(moe8_context *x) {
                 if (sp->owner[j] < -1 && sp->used[j] != UINT64_MAX &&
                     (old < 0 || sp->used[j] < sp->used[old]))
                     old = j;
-            if (old < 0) continue;
-            state_unsnap(x, old);
-            slot = moe8_state_take(sp, MOE8_STATE_SNAP(x->kv.n_blocks));
+            if (old >= 0) {
+                state_unsnap(x, old);
+                slot = moe8_state_take(sp, MOE8_STATE_SNAP(x->kv.n_blocks));
+            }
         }
-        sp->used[slot] = UINT64_MAX;
-        sp->req_seq[k] = sp->req_seq[i], sp->req_pos[k] = sp->req_pos[i];
-        sp->req_slot[k] = slot, sp->req_hits[k++] = 0;
+        if (slot >= 0) sp->used[slot] = UINT64_MAX;
+        sp->req_slot[i] = slot;
     }
+    for (int32_t i = 0; i < sp->n_req; i++) /* those with a slot, in their order */
+        if (sp->req_slot[i] >= 0) {
+            sp->req_seq[k] = sp->req_seq[i], sp->req_pos[k] = sp->req_pos[i];
+            sp->req_slot[k] = sp->req_slot[i], sp->req_hits[k++] = 0;
+        }
     sp->n_req = k;
 }
 
