@@ -288,7 +288,7 @@ static void test_snapshot_lru(void) {
 static struct { int64_t req, cached, preempted, cancelled; } g_cov;
 
 static void test_random_one(uint64_t seed) {
-    static const int batches[4] = {64, 100, 160, 0};
+    static const int batches[4] = {66, 100, 160, 0};
     test_rng g = {seed * 0x9E3779B97F4A7C15ULL + 99};
     int32_t base[2][MAXP];
     const int n_req = 4 + rnd(&g, 6);
@@ -437,15 +437,21 @@ static void test_errors(void) {
     moe8_context_kv_stats(x, &st);
     CHECK(st.state_running == 0);
     moe8_context_free(x);
-    /* a scheduler of a hybrid model cuts at 64: a smaller budget is refused */
+    /* a hybrid prompt is cut at 64: one longer than a budget below 66 is refused */
     {
-        const cfg c = {1, 1, 1, 0, 0, 0};
-        moe8_sched_params sp = moe8_sched_params_default();
-        moe8_sched *s = NULL;
+        const cfg c = {1, 1, 1, 0, 65, 0};
+        moe8_sched *s;
+        moe8_request rq = moe8_request_default();
+        int32_t prompt[66] = {0};
+        int64_t id;
         x = ctx_of(&c);
-        sp.max_batch_tokens = 32;
-        CHECK(moe8_sched_create(x, &sp, &s, &e) == MOE8_ERR_INVALID_ARG && !s &&
-              strstr(e.message, "max_batch_tokens 32"));
+        s = sched_of(x, &c);
+        rq.prompt = prompt, rq.n_prompt = 66;
+        CHECK(moe8_sched_add(s, &rq, &id, &e) == MOE8_ERR_INVALID_ARG &&
+              strstr(e.message, "max_batch_tokens >= 66"));
+        rq.n_prompt = 65;
+        CHECK(moe8_sched_add(s, &rq, &id, &e) == MOE8_OK);
+        moe8_sched_free(s);
         moe8_context_free(x);
     }
 }

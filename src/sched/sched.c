@@ -142,14 +142,6 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
     s->max_rows = cp.n_outputs;
     s->next_id = 1;
     s->hybrid = moe8_context_state_slots(ctx) > 0;
-    if (s->hybrid && s->max_batch < HY_CHUNK && s->max_batch < s->n_ctx) {
-        const int32_t mb = s->max_batch;
-        free(s);
-        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "scheduler: max_batch_tokens %d of a "
-                         "hybrid model must be at least %d (its prompts are cut only at "
-                         "multiples of %d positions) or n_ctx %d", mb, HY_CHUNK, HY_CHUNK,
-                         cp.n_ctx);
-    }
     st = set_eos(s, &p);
     if (!st) st = moe8_sampler_create(NULL, s->n_vocab, &s->smp, err);
     if (!st) {
@@ -226,6 +218,16 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens needs %d "
                          "kv blocks, the kv cache holds %d (raise kv_bytes)", r->n_prompt,
                          blocks, moe8_context_kv_blocks(s->ctx));
+    /* hybrids: a cut prompt's runs are up to HY_CHUNK + 1 tokens (hy_cut) */
+    if (s->hybrid && r->n_prompt > s->max_batch && s->max_batch < HY_CHUNK + 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens of a "
+                         "hybrid model is cut at multiples of %d positions, which needs "
+                         "max_batch_tokens >= %d (it is %d)", r->n_prompt, HY_CHUNK, HY_CHUNK + 2,
+                         s->max_batch);
+    if (s->hybrid && r->n_prompt_logits > 0 && s->max_rows < HY_CHUNK + 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_prompt_logits of a hybrid "
+                         "model needs n_outputs >= %d logits rows per step (it is %d): not "
+                         "supported yet", HY_CHUNK + 2, s->max_rows);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt token %d: id %d not "
