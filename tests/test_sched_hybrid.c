@@ -456,9 +456,24 @@ static void test_errors(void) {
     }
 }
 
-int main(void) {
+/* `test_sched_hybrid --write-model DIR`: a larger W8A8 qwen3_next fixture
+ * (H 512, 8 layers of which 2 full attention, linear 4 key / 8 value heads of
+ * 64, 16 experts top-4, vocab 2048) for `moe8 bench sched` (the prefix-cache
+ * TTFT target of issue 41; no qwen3_next make-model preset on this branch). */
+static int write_bench_model(const char *dir) {
+    fx_opts o = fx_hybrid_opts(FX_QWEN3_NEXT);
+    o.quant = 1, o.seed = 4200;
+    o.hidden = 512, o.n_layers = 8, o.n_heads = 8, o.n_kv_heads = 2, o.head_dim = 64;
+    o.lin_k_heads = 4, o.lin_v_heads = 8, o.lin_k_dim = 64, o.lin_v_dim = 64;
+    o.n_experts = 16, o.top_k = 4, o.moe_inter = 256, o.shared_inter = 256, o.inter = 1024;
+    o.vocab = 2048;
+    return fx_write_model(dir, &o) != 0;
+}
+
+int main(int argc, char **argv) {
     fx_opts o = fx_hybrid_opts(FX_QWEN3_NEXT);
     const char *dir = test_tmpdir("sched_hybrid");
+    if (argc == 3 && !strcmp(argv[1], "--write-model")) return write_bench_model(argv[2]);
     o.quant = 1;
     o.seed = 4100;
     if (fx_write_model(dir, &o) != 0) return 2;
