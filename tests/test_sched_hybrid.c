@@ -456,24 +456,31 @@ static void test_errors(void) {
     }
 }
 
-/* `test_sched_hybrid --write-model DIR`: a larger W8A8 qwen3_next fixture
- * (H 512, 8 layers of which 2 full attention, linear 4 key / 8 value heads of
- * 64, 16 experts top-4, vocab 2048) for `moe8 bench sched` (the prefix-cache
- * TTFT target of issue 41; no qwen3_next make-model preset on this branch). */
-static int write_bench_model(const char *dir) {
+/* `test_sched_hybrid --write-model DIR [slice]`: a larger W8A8 qwen3_next
+ * fixture for `moe8 bench sched` (the prefix-cache TTFT target of issue 41;
+ * no qwen3_next make-model preset on this branch): H 512, 8 layers of which 2
+ * full attention, linear 4 key / 8 value heads of 64, 16 experts top-4,
+ * vocab 2048; or (slice) Qwen3-Next-80B-A3B's layer shapes (below). */
+static int write_bench_model(const char *dir, int slice) {
     fx_opts o = fx_hybrid_opts(FX_QWEN3_NEXT);
     o.quant = 1, o.seed = 4200;
     o.hidden = 512, o.n_layers = 8, o.n_heads = 8, o.n_kv_heads = 2, o.head_dim = 64;
     o.lin_k_heads = 4, o.lin_v_heads = 8, o.lin_k_dim = 64, o.lin_v_dim = 64;
     o.n_experts = 16, o.top_k = 4, o.moe_inter = 256, o.shared_inter = 256, o.inter = 1024;
     o.vocab = 2048;
+    if (slice) { /* Qwen3-Next-80B-A3B's layer shapes, 4 layers, 32 of its 512 experts */
+        o.hidden = 2048, o.n_layers = 4, o.n_heads = 16, o.n_kv_heads = 2, o.head_dim = 256;
+        o.lin_k_heads = 16, o.lin_v_heads = 32, o.lin_k_dim = 128, o.lin_v_dim = 128;
+        o.n_experts = 32, o.top_k = 10, o.moe_inter = 512, o.shared_inter = 512, o.inter = 5120;
+    }
     return fx_write_model(dir, &o) != 0;
 }
 
 int main(int argc, char **argv) {
     fx_opts o = fx_hybrid_opts(FX_QWEN3_NEXT);
     const char *dir = test_tmpdir("sched_hybrid");
-    if (argc == 3 && !strcmp(argv[1], "--write-model")) return write_bench_model(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "--write-model"))
+        return write_bench_model(argv[2], argc == 4 && !strcmp(argv[3], "slice"));
     o.quant = 1;
     o.seed = 4100;
     if (fx_write_model(dir, &o) != 0) return 2;
