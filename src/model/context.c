@@ -9,6 +9,12 @@
  * allocates. moe8_decode reserves the blocks a batch needs before the
  * forward (all or nothing) and registers the blocks it filled in the prefix
  * cache after it; the scheduler (sched/) decides who may use the pool.
+ * Hybrid models also have a recurrent-state pool (model/state_pool.h, sized
+ * by state_bytes): a slot per running sequence, taken at position 0 or when
+ * prefix blocks are attached (restored from their snapshot), given back at
+ * truncate to 0; snapshots asked for a forward are kept with the registered
+ * block that ends at their position, and evicted with it or least recently
+ * used first.
  *
  * Prepared weights (load/weights.h) are the model's, one set per
  * float_experts setting: a context takes a reference at create (the first

@@ -24,6 +24,12 @@
  * A preempted request recomputes exactly the K/V it had (batch invariance),
  * and its generator is untouched, so its output is the same as if it had
  * never been preempted.
+ * Hybrid models (recurrent state; SEMANTICS §10): a request starts only when
+ * a state slot can be had; its prompt is cut only at multiples of HY_CHUNK
+ * and at its end (hy_cut), its tokens after the prompt run one per step, a
+ * snapshot of its state is asked at each multiple of HY_CHUNK its prompt
+ * reaches, and its prefix match stops at the deepest snapshot within
+ * n_prompt - 2 positions.
  *
  * Does not: run in parallel with anything on its context, or communicate
  * anything but the sampled tokens (every rank makes the same decisions from
