@@ -283,6 +283,41 @@ static void test_snapshot_lru(void) {
     moe8_context_free(x);
 }
 
+/* A KV pool of 14 blocks: a (150 tokens, 10 blocks, snapshots at 64 and 128)
+ * ends; another of 200 tokens takes 13 blocks, evicting a's (tail first):
+ * its snapshots go with them, b (sharing a's 150) is computed from scratch,
+ * the same; the pool holds only the other's snapshots (64, 128, 192). */
+static void test_block_eviction(void) {
+    int32_t base[MAXP];
+    spec a, b, other;
+    result ra, rb, ro, ref;
+    const cfg c = {1, 1, 1, 14, 0, 0};
+    moe8_context *x = ctx_of(&c);
+    moe8_sched *s = sched_of(x, &c);
+    moe8_sched_stats st;
+    for (int i = 0; i < MAXP; i++) base[i] = (i * 29 + 1) % g_vocab;
+    spec_of(&a, base, 150, 150, 4, 21);
+    spec_of(&b, base, 150, 170, 4, 22);
+    spec_of(&other, base, 0, 200, 4, 23);
+    memset(&ra, 0, sizeof ra), memset(&rb, 0, sizeof rb), memset(&ro, 0, sizeof ro);
+    add(s, &a, &ra);
+    drain(s);
+    moe8_sched_get_stats(s, &st);
+    CHECKF(st.kv.state_snapshots == 2, "eviction: %d snapshots after a", st.kv.state_snapshots);
+    add(s, &other, &ro);
+    drain(s);
+    moe8_sched_get_stats(s, &st);
+    CHECKF(st.kv.state_snapshots == 3, "eviction: %d snapshots after the other",
+           st.kv.state_snapshots);
+    add(s, &b, &rb);
+    drain(s);
+    run_alone(&b, &ref);
+    CHECKF(same(&rb, &ref) && rb.n_cached == 0, "eviction: b cached %d", rb.n_cached);
+    check_idle(s, "eviction");
+    moe8_sched_free(s);
+    moe8_context_free(x);
+}
+
 /* ---- random schedules ------------------------------------------------------------------ */
 
 static struct { int64_t req, cached, preempted, cancelled; } g_cov;
@@ -489,6 +524,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_snapshots();
     test_snapshot_lru();
+    test_block_eviction();
     test_preemption();
     test_random();
     moe8_model_free(g_model);
