@@ -763,8 +763,10 @@ void moe8_sched_free(moe8_sched *s);
 /* Queue a request; *id gets its id (> 0). Fails with MOE8_ERR_INVALID_ARG,
  * naming the field, for a prompt out of [1, n_ctx] or the KV pool, a token id
  * out of range, bad sampling settings, logprobs out of [-1, 20], too many or
- * empty stop strings, stop strings without a tokenizer, or a grammar_after
- * without a grammar or longer than MOE8_MAX_GRAMMAR_AFTER. */
+ * empty stop strings, stop strings without a tokenizer, a grammar_after
+ * without a grammar or longer than MOE8_MAX_GRAMMAR_AFTER, or (hybrid models)
+ * a prompt longer than max_batch_tokens below 66, or prompt logits with
+ * fewer than 66 logits rows per step (SEMANTICS §10). */
 moe8_status moe8_sched_add(moe8_sched *s, const moe8_request *r, int64_t *id, moe8_error *err);
 /* Cancel a waiting or running request: it ends with MOE8_FINISH_CANCELLED in
  * the next step's events. MOE8_ERR_NOT_FOUND when it ended already. */
