@@ -502,6 +502,13 @@ typedef struct {
     moe8_dtype kv_type;   /* KV cache elements: MOE8_DT_F16 (default), MOE8_DT_BF16 (half the
                            * memory of F32, K/V rounded to nearest even when written) or
                            * MOE8_DT_F32 (exact) */
+    uint64_t state_bytes; /* hybrid models (Gated DeltaNet layers): the recurrent-state pool
+                           * in bytes, in slots (every Gated DeltaNet layer's conv state and f32
+                           * recurrent state: moe8_kv_stats.state_slot_bytes); each running
+                           * sequence holds one, the rest keep prefix-cache snapshots
+                           * (SEMANTICS §10). 0 = n_seq_max slots plus, with prefix_cache,
+                           * 256 MiB of snapshots (at least 4 slots, at most 256). Ignored
+                           * for other models */
 } moe8_context_params;
 moe8_context_params moe8_context_params_default(void);
 
@@ -538,6 +545,10 @@ typedef struct {
     int32_t n_blocks, block_tokens;
     size_t block_bytes;             /* this process's bytes per block */
     int32_t n_used, n_cached, n_free;
+    /* hybrid models: recurrent-state slots (0 for others), those of running sequences,
+     * those holding prefix-cache snapshots, and the bytes of one */
+    int32_t state_slots, state_running, state_snapshots;
+    size_t state_slot_bytes;
 } moe8_kv_stats;
 void moe8_context_kv_stats(const moe8_context *ctx, moe8_kv_stats *out);
 
@@ -756,8 +767,10 @@ void moe8_sched_free(moe8_sched *s);
 /* Queue a request; *id gets its id (> 0). Fails with MOE8_ERR_INVALID_ARG,
  * naming the field, for a prompt out of [1, n_ctx] or the KV pool, a token id
  * out of range, bad sampling settings, logprobs out of [-1, 20], too many or
- * empty stop strings, stop strings without a tokenizer, or a grammar_after
- * without a grammar or longer than MOE8_MAX_GRAMMAR_AFTER. */
+ * empty stop strings, stop strings without a tokenizer, a grammar_after
+ * without a grammar or longer than MOE8_MAX_GRAMMAR_AFTER, or (hybrid models)
+ * a prompt longer than max_batch_tokens below 66, or prompt logits with
+ * fewer than 66 logits rows per step (SEMANTICS §10). */
 moe8_status moe8_sched_add(moe8_sched *s, const moe8_request *r, int64_t *id, moe8_error *err);
 /* Cancel a waiting or running request: it ends with MOE8_FINISH_CANCELLED in
  * the next step's events. MOE8_ERR_NOT_FOUND when it ended already. */

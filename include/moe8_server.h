@@ -85,6 +85,8 @@ typedef struct {
                                     * before it), as MiniMax-M2 wants it back in the
                                     * history; NULL: that for MiniMax-M2's template, the
                                     * split for any other */
+    uint64_t state_bytes;          /* hybrid models: the recurrent-state pool
+                                    * (moe8_context_params.state_bytes); 0 = its default */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

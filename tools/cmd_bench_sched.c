@@ -14,8 +14,9 @@
  *    --threads N, summed kernel time / N).
  * 2. Prefix cache: a request of --shared-total tokens whose first
  *    --shared tokens a finished request already computed, against a cold one
- *    of the same length (no shared tokens): time to first token, cached
- *    tokens. Best of --reps.
+ *    of the same length (no shared tokens) and a cold one of its unshared
+ *    suffix's length (issue 41's target for hybrids): time to first token
+ *    (best and median of --reps, alternated), CPU seconds, cached tokens.
  * Uses the public API only; greedy, eos ignored.
  */
 #include <stdio.h>
@@ -174,39 +175,72 @@ done:
     return rc;
 }
 
-/* Best of reps: warm = a prefix of `shared` tokens computed by an earlier request. */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One request of ids[0..n) to its end: *ttft, *cpu (process CPU seconds of
+ * its steps), *cached. */
+static int timed(moe8_sched *s, const int32_t *ids, int n, double *ttft, double *cpu,
+                 int32_t *cached) {
+    int64_t id;
+    const clock_t c0 = clock();
+    if (add(s, ids, n, 1, &id) || run_until(s, 1 << 30, ttft, cached)) return 1;
+    *cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    return 0;
+}
+
+/* Per rep, alternated: cold (n never-seen tokens), warm (a prefix of `shared`
+ * tokens computed by the cold one), and the warm one's unshared suffix alone
+ * (n - shared never-seen tokens). Best and median of reps. */
 static int prefix_rows(moe8_model *m, const sched_opts *o) {
     const int32_t V = (int32_t)moe8_model_config(m)->vocab_size;
-    const int n = o->shared_total;
+    const int n = o->shared_total, R = o->reps;
     int32_t *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-    double best_cold = 1e30, best_warm = 1e30;
-    int32_t cached_warm = 0, cached_cold = 0;
+    double *t = calloc((size_t)R * 6, sizeof *t); /* [3][R] TTFT, then [3][R] CPU s */
+    int32_t cached[3] = {0};
+    static const char *const name[3] = {"cold", "shared prefix", "unshared suffix alone"};
+    const int len[3] = {n, n, n - o->shared}, shared[3] = {0, o->shared, 0};
     moe8_context *ctx = NULL;
     moe8_sched *s = NULL;
     int rc = 1;
-    if (!a || !b || make(m, o, 2, n, 0, &ctx, &s)) goto done;
-    for (int rep = 0; rep < o->reps; rep++) {
-        double t;
-        int32_t c;
-        int64_t id;
+    if (!a || !b || !t || make(m, o, 2, n, 0, &ctx, &s)) goto done;
+    for (int rep = 0; rep < R; rep++) {
         fill_ids(a, n, 77 + 2 * (uint64_t)rep, V);            /* cold: never seen */
-        if (add(s, a, n, 1, &id) || run_until(s, 1, &t, &c) || run_until(s, 1 << 30, &t, &c))
-            goto done;
-        if (t < best_cold) best_cold = t, cached_cold = c;
+        if (timed(s, a, n, &t[rep], &t[3 * R + rep], &cached[0])) goto done;
         memcpy(b, a, (size_t)o->shared * sizeof *b);          /* warm: a's first `shared` */
         fill_ids(b + o->shared, n - o->shared, 78 + 2 * (uint64_t)rep, V);
-        if (add(s, b, n, 1, &id) || run_until(s, 1 << 30, &t, &c)) goto done;
-        if (t < best_warm) best_warm = t, cached_warm = c;
+        if (timed(s, b, n, &t[R + rep], &t[4 * R + rep], &cached[1])) goto done;
+        fill_ids(b, n - o->shared, 1000 + 2 * (uint64_t)rep, V); /* the suffix's length, cold */
+        if (timed(s, b, n - o->shared, &t[2 * R + rep], &t[5 * R + rep], &cached[2])) goto done;
     }
-    printf("| cold | %d | 0 | %d | %.1f | |\n", n, cached_cold, 1e3 * best_cold);
-    printf("| shared prefix | %d | %d | %d | %.1f | %.1fx |\n", n, o->shared, cached_warm,
-           1e3 * best_warm, best_cold / best_warm);
+    {
+        double best[3], med[3], cpu[3];
+        for (int k = 0; k < 3; k++) {
+            best[k] = t[k * R];
+            for (int r = 1; r < R; r++) best[k] = t[k * R + r] < best[k] ? t[k * R + r] : best[k];
+            med[k] = median(t + k * R, R);
+            cpu[k] = median(t + (3 + k) * R, R);
+        }
+        for (int k = 0; k < 3; k++)
+            printf("| %s | %d | %d | %d | %.1f | %.1f | %.3f | %.2f |\n", name[k], len[k],
+                   shared[k], cached[k], 1e3 * best[k], 1e3 * med[k], cpu[k], med[k] / med[1]);
+        printf("\nshared prefix / unshared suffix alone: TTFT %.3f (medians), CPU %.3f\n",
+               med[1] / med[2], cpu[1] / cpu[2]);
+    }
     rc = 0;
 done:
     moe8_sched_free(s);
     moe8_context_free(ctx);
     free(a);
     free(b);
+    free(t);
     return rc;
 }
 
@@ -229,10 +263,10 @@ int cmd_bench_sched(int argc, char **argv) {
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < o.n_running && !rc; i++) rc = decode_row(m, &o, o.running[i]);
     if (!rc) {
-        printf("\nprefix cache: time to first token of a %d-token prompt (best of %d)\n\n",
-               o.shared_total, o.reps);
+        printf("\nprefix cache: time to first token (%d reps, alternated)\n\n", o.reps);
         printf("| request | prompt tokens | shared with a finished request | cached | TTFT ms "
-               "| cold / warm |\n|---|---:|---:|---:|---:|---:|\n");
+               "best | TTFT ms median | CPU s median | / shared prefix |\n"
+               "|---|---:|---:|---:|---:|---:|---:|---:|\n");
         rc = prefix_rows(m, &o);
     }
     moe8_model_free(m);

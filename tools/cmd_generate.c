@@ -101,6 +101,10 @@ static int parse_args(int argc, char **argv, opts *o) {
          "shared by the prompts (default: what every prompt needs for\n"
          "its whole length); prompts wait or are recomputed when it is\n"
          "short, with the same output"},
+        {"--state-mb", NULL, CLI_I64, &o->state_mb, 1, (long)1 << 24, .arg = "N",
+         .help = "hybrid models (Gated DeltaNet): recurrent-state pool in MiB;\n"
+         "each running request holds a slot, the rest keep prefix-cache\n"
+         "snapshots (default: a slot per sequence + 256 MiB of snapshots)"},
         {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
          .help = "KV cache elements: f16 (default), bf16 (half the memory of f32,\n"
          "K/V rounded to nearest even) or f32 (exact)"},
@@ -160,10 +164,10 @@ static int parse_args(int argc, char **argv, opts *o) {
 /* The settings every rank must share, and the prompt ids, compared across
  * ranks (a different flag or prompt file on one rank is refused at start). */
 static int check_same_settings(moe8_dist *d, const opts *o, const prompts *p) {
-    int64_t head[16] = {o->n_predict, o->n_ctx, o->ctx_set, o->chat, o->ignore_eos,
+    int64_t head[17] = {o->n_predict, o->n_ctx, o->ctx_set, o->chat, o->ignore_eos,
                         o->float_experts, o->tp, o->expert_parallel, o->sp.top_k,
                         (int64_t)o->sp.seed, p->n, p->n_tokens, o->print_ids, o->kv_mb,
-                        o->max_batch, o->kv_type};
+                        o->max_batch, o->kv_type, o->state_mb};
     float f[4] = {o->sp.temperature, o->sp.top_p, o->sp.min_p, o->comm_timeout};
     size_t n = sizeof head + sizeof f + (size_t)p->n_tokens * sizeof(int32_t), u = 0;
     char *buf = malloc(n);

@@ -36,7 +36,7 @@ static void on_signal(int sig) {
 typedef struct {
     const char *dir;
     int tp, expert_parallel, key_from_env;
-    int64_t kv_mb;
+    int64_t kv_mb, state_mb;
     double comm_timeout;
     moe8_serve_params sp;
 } opts;
@@ -70,6 +70,10 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "most tokens per forward pass (default 2048)"},
         {"--kv-mb", NULL, CLI_I64, &o->kv_mb, 1, (long)1 << 24, .arg = "N",
          .help = "KV cache budget in MiB (default: parallel x ctx-size)"},
+        {"--state-mb", NULL, CLI_I64, &o->state_mb, 1, (long)1 << 24, .arg = "N",
+         .help = "hybrid models (Gated DeltaNet): recurrent-state pool in MiB;\n"
+         "each running request holds a slot, the rest keep prefix-cache\n"
+         "snapshots (default: a slot per sequence + 256 MiB of snapshots)"},
         {"--threads", NULL, CLI_INT, &o->sp.n_threads, 1, 4096, .arg = "N",
          .help = "threads (default: OpenMP's)"},
         {"--api-key", NULL, CLI_STR, &o->sp.api_key, .arg = "KEY",
@@ -155,6 +159,7 @@ static int parse(int argc, char **argv, opts *o) {
         return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
     }
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
+    o->sp.state_bytes = (uint64_t)o->state_mb << 20;
     o->sp.model_dir = o->dir;
     return 0;
 }

@@ -21,7 +21,7 @@
 typedef struct {
     const char *dir, *text, *file, *prompt_ids, *ids_file, *dump, *chat_kwargs;
     char dump_real[PATH_MAX + 256]; /* dump's canonical path (check_dump_path) */
-    int64_t n_predict, n_ctx, kv_mb, max_batch;
+    int64_t n_predict, n_ctx, kv_mb, state_mb, max_batch;
     int ctx_set, chat, ignore_eos, print_ids, float_experts, n_threads, tp, expert_parallel;
     moe8_dtype kv_type;
     moe8_sampler_params sp;

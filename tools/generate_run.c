@@ -109,6 +109,7 @@ static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const
     cp.n_threads = o->n_threads;
     cp.float_experts = o->float_experts;
     cp.kv_bytes = kv_budget(o, m, p, r->n_ctx);
+    cp.state_bytes = (uint64_t)o->state_mb << 20;
     cp.kv_type = o->kv_type;
     if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) /* agreed by every rank */
         return r->quiet ? 1 : cli_fail(CMD, &err);

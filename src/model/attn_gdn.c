@@ -28,8 +28,11 @@
  * their rows, conv channels and out_proj columns; its states hold only
  * them) and out_proj's partial sums are all-reduced.
  *
- * Does not: keep state snapshots for the prefix cache (the context switches it
- * off for hybrids), or allocate.
+ * Snapshot requests of the context (state_pool.h) cut a run at their
+ * positions and copy the state there (run_prompt).
+ *
+ * Does not: choose where snapshots are taken (sched.c) or keep them
+ * (context.c), or allocate.
  */
 #include <string.h>
 
@@ -126,9 +129,31 @@ static void run_steps(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8
                     s->g_g + (size_t)t0 * NV, s->g_beta + (size_t)t0 * NV, n, d, s->g_S, r->nt);
 }
 
+/* A run of several tokens, rows [t, e) of sequence seq from position p0, cut
+ * at the positions of its snapshot requests (state_pool.h): after each cut
+ * the layer's state is copied to the request's slot. The scheduler puts cuts
+ * only at multiples of MOE8_GDN_CHUNK counted from a run that starts at one,
+ * so the pieces run the same chunks as the whole (SEMANTICS §10). */
+static void run_prompt(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_gdn_dims *d,
+                       int t, int e, int32_t seq, int32_t p0) {
+    moe8_state_pool *sp = r->s->state;
+    int a = t;
+    for (int i = 0; i < sp->n_req; i++) {
+        const int32_t at = sp->req_pos[i];
+        if (sp->req_seq[i] != seq || at <= p0 + (a - t) || at > p0 + (e - t)) continue;
+        run_chunk(r, L, d, a, t + (at - p0) - a, seq);
+        a = t + (at - p0);
+        memcpy(moe8_state_slot_conv(sp, sp->req_slot[i], L->gdn_slot),
+               moe8_state_conv(sp, seq, L->gdn_slot),
+               (sp->conv_floats + sp->ssm_floats) * sizeof(float));
+        sp->req_hits[i]++;
+    }
+    if (a < e) run_chunk(r, L, d, a, e - a, seq);
+}
+
 /* The delta rule over the batch's runs (see the top of the file). */
 static void core(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_gdn_dims *d,
-                 const int32_t *seq) {
+                 const int32_t *seq, const int32_t *pos) {
     const int T = r->T;
     int g0 = 0, gn = 0; /* the pending decode group: rows [g0, g0 + gn) */
     for (int t = 0; t < T;) {
@@ -137,7 +162,7 @@ static void core(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_gdn_
         if (e - t > 1) {
             if (gn) run_steps(r, L, d, g0, gn, seq);
             gn = 0;
-            run_chunk(r, L, d, t, e - t, seq[t]);
+            run_prompt(r, L, d, t, e, seq[t], pos[t]);
         } else {
             for (int i = 0; i < gn && !dup; i++) dup = seq[g0 + i] == seq[t];
             if (dup) run_steps(r, L, d, g0, gn, seq);
@@ -157,12 +182,12 @@ moe8_status moe8_fwd_attn_gdn(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     const moe8_gdn_dims d = dims_of(w);
     const int T = r->T, NV = d.n_v_heads, Z = NV * d.dv;
     moe8_status st;
-    (void)cache, (void)n_ctx, (void)rope, (void)pos;
+    (void)cache, (void)n_ctx, (void)rope;
     if ((st = project(r, L, err))) return st;
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
     moe8_gdn_gates(s->g_g, s->g_beta, s->g_a, NV, s->g_b, NV, L->gdn_a_log, L->gdn_dt_bias, T,
                    NV);
-    core(r, L, &d, seq);
+    core(r, L, &d, seq, pos);
     moe8_gdn_gated_norm(s->g_o, Z, s->g_o, Z, s->g_z, Z, L->gdn_norm, T, NV, d.dv, w->eps);
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
     if ((st = moe8_fwd_lin(r, &L->gdn_out, NULL, s->tmp, s->g_o, T, err))) return st;

@@ -9,6 +9,12 @@
  * allocates. moe8_decode reserves the blocks a batch needs before the
  * forward (all or nothing) and registers the blocks it filled in the prefix
  * cache after it; the scheduler (sched/) decides who may use the pool.
+ * Hybrid models also have a recurrent-state pool (model/state_pool.h, sized
+ * by state_bytes): a slot per running sequence, taken at position 0 or when
+ * prefix blocks are attached (restored from their snapshot), given back at
+ * truncate to 0; snapshots asked for a forward are kept with the registered
+ * block that ends at their position, and evicted with it or least recently
+ * used first.
  *
  * Prepared weights (load/weights.h) are the model's, one set per
  * float_experts setting: a context takes a reference at create (the first
@@ -254,6 +260,161 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     return MOE8_OK;
 }
 
+/* ---- the recurrent-state pool (hybrids; state_pool.h, SEMANTICS §10) ------------- */
+
+enum {
+    SNAP_DEFAULT_MB = 256,   /* state_bytes 0: snapshots' share in MiB ... */
+    SNAP_DEFAULT_MIN = 4,    /* ... but at least this many slots ... */
+    SNAP_DEFAULT_MAX = 256,  /* ... and at most this many */
+};
+
+/* The pool of state_bytes (0: n_seq_max slots and the snapshots' default share). */
+static moe8_status alloc_state(moe8_context *x, moe8_error *err) {
+    const moe8_weights *w = x->w;
+    const moe8_gdn_dims d = {w->gdn_nk, w->gdn_nv, w->gdn_dk, w->gdn_dv, w->gdn_k};
+    const size_t conv = moe8_gdn_conv_state_floats(&d), ssm = moe8_gdn_state_floats(&d);
+    const size_t slot = moe8_state_slot_bytes(w->n_gdn, conv, ssm);
+    int64_t n_slot = x->p.n_seq_max;
+    moe8_status st;
+    if (moe8_gdn_dims_check(&d))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "Gated DeltaNet widths (key heads %d, "
+                         "value heads %d, dims %d / %d, conv %d) not supported", d.n_k_heads,
+                         d.n_v_heads, d.dk, d.dv, d.conv_k);
+    if (!slot) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "recurrent state too large");
+    if (x->p.state_bytes) {
+        n_slot = (int64_t)(x->p.state_bytes / slot);
+        if (n_slot < 1)
+            return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "state_bytes %llu (--state-mb) holds "
+                             "no sequence's recurrent state: one takes %zu bytes (%d Gated "
+                             "DeltaNet layers)", (unsigned long long)x->p.state_bytes, slot,
+                             w->n_gdn);
+        if (n_slot > INT32_MAX / 4) n_slot = INT32_MAX / 4;
+    } else if (x->p.prefix_cache) {
+        int64_t share = (int64_t)(((uint64_t)SNAP_DEFAULT_MB << 20) / slot);
+        n_slot += share < SNAP_DEFAULT_MIN ? SNAP_DEFAULT_MIN
+                                            : share > SNAP_DEFAULT_MAX ? SNAP_DEFAULT_MAX : share;
+    }
+    st = moe8_state_pool_init(&x->state, (int)n_slot, x->p.n_seq_max, w->n_gdn, conv, ssm,
+                              x->p.n_batch / MOE8_GDN_CHUNK + x->p.n_seq_max + 1, err);
+    if (st) return st;
+    x->p.state_bytes = moe8_state_pool_bytes(&x->state);
+    x->s.state = &x->state;
+    x->kv.state = &x->state;
+    return MOE8_OK;
+}
+
+/* Snapshot slot back to the free ones, unlinked from its block. */
+static void state_unsnap(moe8_context *x, int32_t slot) {
+    x->kv.b[MOE8_STATE_SNAP(x->state.owner[slot])].snap = -1;
+    moe8_state_give(&x->state, slot);
+}
+
+/* A slot for sequence seq: a free one, else the least recently used snapshot
+ * but `keep`; -1 when there is none. */
+static int32_t state_acquire(moe8_context *x, int32_t seq, int32_t keep) {
+    moe8_state_pool *sp = &x->state;
+    int32_t slot = moe8_state_take(sp, seq);
+    if (slot < 0 && (slot = moe8_state_lru_snapshot(sp, keep)) >= 0) {
+        state_unsnap(x, slot);
+        slot = moe8_state_take(sp, seq);
+    }
+    if (slot >= 0) sp->seq_slot[seq] = slot;
+    return slot;
+}
+
+static void state_release(moe8_context *x, int32_t seq) {
+    moe8_state_pool *sp = &x->state;
+    if (!sp->n_layer || sp->seq_slot[seq] < 0) return;
+    moe8_state_give(sp, sp->seq_slot[seq]);
+    sp->seq_slot[seq] = -1;
+}
+
+/* Slots for the batch's sequences that start at position 0 without one (all
+ * or none can start: the caller gives back the batch's KV otherwise). */
+static moe8_status state_start_batch(moe8_context *x, const moe8_batch *b, moe8_error *err) {
+    moe8_state_pool *sp = &x->state;
+    int32_t need = 0;
+    if (!sp->n_layer) return MOE8_OK;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        need += b->pos[i] == 0 && sp->seq_slot[b->seq_id[i]] < 0;
+    if (need > sp->n_free + sp->n_snap)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "recurrent state pool full: the batch "
+                         "starts %d sequences, %d of the %d slots of %zu bytes can be had "
+                         "(raise state_bytes, --state-mb)", need, sp->n_free + sp->n_snap,
+                         sp->n_slot, sp->slot_floats * sizeof(float));
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->pos[i] == 0) {
+            if (sp->seq_slot[b->seq_id[i]] < 0) state_acquire(x, b->seq_id[i], -1);
+            moe8_state_clear(sp, b->seq_id[i]); /* a sequence (re)starting: a fresh state */
+        }
+    return MOE8_OK;
+}
+
+/* Slots for this forward's snapshot requests (free ones, else the least
+ * recently used snapshots); requests that get none are dropped. */
+static void state_snap_slots(moe8_context *x) {
+    moe8_state_pool *sp = &x->state;
+    int32_t k = 0;
+    for (int32_t i = sp->n_req - 1; i >= 0; i--) { /* the deepest of a sequence first */
+        int32_t slot = moe8_state_take(sp, MOE8_STATE_SNAP(x->kv.n_blocks));
+        if (slot < 0) {
+            int32_t old = -1;
+            for (int32_t j = 0; j < sp->n_slot; j++) /* snapshots, not this forward's */
+                if (sp->owner[j] < -1 && sp->used[j] != UINT64_MAX &&
+                    (old < 0 || sp->used[j] < sp->used[old]))
+                    old = j;
+            if (old >= 0) {
+                state_unsnap(x, old);
+                slot = moe8_state_take(sp, MOE8_STATE_SNAP(x->kv.n_blocks));
+            }
+        }
+        if (slot >= 0) sp->used[slot] = UINT64_MAX;
+        sp->req_slot[i] = slot;
+    }
+    for (int32_t i = 0; i < sp->n_req; i++) /* those with a slot, in their order */
+        if (sp->req_slot[i] >= 0) {
+            sp->req_seq[k] = sp->req_seq[i], sp->req_pos[k] = sp->req_pos[i];
+            sp->req_slot[k] = sp->req_slot[i], sp->req_hits[k++] = 0;
+        }
+    sp->n_req = k;
+}
+
+/* After the forward (ok: it succeeded and its blocks are registered): each
+ * snapshot every layer took goes with the registered block that ends at its
+ * position, when that block has none yet; the others go back. */
+static void state_snap_keep(moe8_context *x, int ok) {
+    moe8_state_pool *sp = &x->state;
+    for (int32_t i = 0; i < sp->n_req; i++) {
+        const int32_t slot = sp->req_slot[i];
+        kv_block *b = NULL;
+        if (ok && sp->req_hits[i] == sp->n_layer)
+            b = &x->kv.b[kv_block_of(&x->kv, sp->req_seq[i], sp->req_pos[i] - 1)];
+        if (b && b->registered && b->snap < 0) {
+            b->snap = slot;
+            sp->owner[slot] = MOE8_STATE_SNAP((int32_t)(b - x->kv.b));
+            sp->used[slot] = ++sp->clock;
+        } else {
+            moe8_state_give(sp, slot);
+        }
+    }
+    sp->n_req = 0;
+}
+
+int32_t moe8_context_state_slots(const moe8_context *x) { return x->state.n_slot; }
+
+int32_t moe8_context_state_available(const moe8_context *x) {
+    return x->state.n_layer ? x->state.n_free + x->state.n_snap : 0;
+}
+
+void moe8_context_snapshot_at(moe8_context *x, int32_t seq, int32_t pos) {
+    moe8_state_pool *sp = &x->state;
+    if (!sp->n_layer || !x->kv.prefix_cache || pos <= 0 || pos % MOE8_GDN_CHUNK ||
+        sp->n_req >= sp->max_req || seq < 0 || seq >= x->p.n_seq_max)
+        return;
+    sp->req_seq[sp->n_req] = seq;
+    sp->req_pos[sp->n_req++] = pos;
+}
+
 moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *params,
                                 moe8_context **out, moe8_error *err) {
     moe8_context *x;
@@ -271,17 +432,7 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     if (!st) st = alloc_kv(x, err);
     if (!st) st = alloc_scratch(x, err);
     if (!st) st = alloc_moe_ws(x, err);
-    if (!st && w->n_gdn) {
-        const moe8_gdn_dims d = {w->gdn_nk, w->gdn_nv, w->gdn_dk, w->gdn_dv, w->gdn_k};
-        st = moe8_gdn_dims_check(&d)
-                 ? moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "Gated DeltaNet widths (key heads %d, "
-                             "value heads %d, dims %d / %d, conv %d) not supported", d.n_k_heads,
-                             d.n_v_heads, d.dk, d.dv, d.conv_k)
-                 : moe8_state_pool_init(&x->state, x->p.n_seq_max, w->n_gdn,
-                                        moe8_gdn_conv_state_floats(&d),
-                                        moe8_gdn_state_floats(&d), err);
-        x->s.state = &x->state;
-    }
+    if (!st && w->n_gdn) st = alloc_state(x, err);
     /* Under TP/EP every rank learns whether every rank has a context. */
     if (moe8_dist_size(model->params.dist) > 1) st = moe8_dist_agree(model->params.dist, st, err);
     if (st) {
@@ -333,7 +484,7 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          "position %d and the kv cache has no free block to copy it to", seq,
                          n_keep);
     x->seq_len[seq] = n_keep;
-    if (n_keep == 0) moe8_state_clear(&x->state, seq);
+    if (n_keep == 0) state_release(x, seq);
     return MOE8_OK;
 }
 
@@ -345,6 +496,12 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
     out->n_used = kv_used(&x->kv);
     out->n_cached = x->kv.n_cached;
     out->n_free = x->kv.n_free;
+    if (x->state.n_layer) {
+        out->state_slots = x->state.n_slot;
+        out->state_snapshots = x->state.n_snap;
+        out->state_running = x->state.n_slot - x->state.n_free - x->state.n_snap;
+        out->state_slot_bytes = x->state.slot_floats * sizeof(float);
+    }
 }
 
 moe8_model *moe8_context_model(const moe8_context *x) { return x->model; }
@@ -364,9 +521,12 @@ int moe8_context_kv_reserve(moe8_context *x, int32_t seq, int32_t n_tokens) {
 
 int32_t moe8_context_prefix_match(const moe8_context *x, const int32_t *tokens, int32_t n,
                                   int32_t *out) {
-    /* a hybrid model's recurrent state has no snapshots at block boundaries yet */
-    if (x->state.n_layer) return 0;
-    return x->kv.prefix_cache ? moe8_kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
+    int32_t m = x->kv.prefix_cache ? moe8_kv_match(&x->kv, tokens, n, out, x->kv.max_blocks) : 0;
+    /* hybrids: only up to the deepest block that ends with a state snapshot */
+    while (x->state.n_layer && m > 0 &&
+           ((m * MOE8_KV_BLOCK_TOKENS) % MOE8_GDN_CHUNK || x->kv.b[out[m - 1]].snap < 0))
+        m--;
+    return m;
 }
 
 int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int32_t n) {
@@ -375,10 +535,26 @@ int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int
     return k;
 }
 
-void moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks, int32_t n) {
+int moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks, int32_t n) {
+    moe8_state_pool *sp = &x->state;
     MOE8_ASSERT(x->seq_len[seq] == 0);
+    if (sp->n_layer) { /* a slot, with the snapshot's state when blocks are attached */
+        const int32_t snap = n > 0 ? x->kv.b[blocks[n - 1]].snap : -1;
+        MOE8_ASSERT(n == 0 || snap >= 0);
+        if (sp->seq_slot[seq] < 0 && state_acquire(x, seq, snap) < 0) {
+            if (snap < 0) return -1;
+            state_unsnap(x, snap); /* the only slot left: it becomes the sequence's */
+            MOE8_ASSERT(state_acquire(x, seq, -1) == snap);
+        } else if (snap >= 0) {
+            moe8_state_slot_copy(sp, sp->seq_slot[seq], snap);
+            sp->used[snap] = ++sp->clock;
+        } else {
+            moe8_state_clear(sp, seq);
+        }
+    }
     moe8_kv_attach(&x->kv, seq, blocks, n);
     x->seq_len[seq] = n * MOE8_KV_BLOCK_TOKENS;
+    return 0;
 }
 
 /* ---- decode ---------------------------------------------------------------- */
@@ -451,17 +627,26 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     moe8_status st;
     x->n_last = 0;
     if (!b) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "batch: NULL");
-    if ((st = check_batch(x, b, &n_out, err)) || (st = reserve_batch(x, b, err))) return st;
-    for (int32_t i = 0; i < b->n_tokens; i++) /* a sequence (re)starting: a fresh state */
-        if (b->pos[i] == 0) moe8_state_clear(&x->state, b->seq_id[i]);
+    if ((st = check_batch(x, b, &n_out, err)) || (st = reserve_batch(x, b, err))) {
+        x->state.n_req = 0;
+        return st;
+    }
+    if ((st = state_start_batch(x, b, err))) { /* nothing ran: new blocks go back */
+        x->state.n_req = 0;
+        for (int32_t i = 0; i < b->n_tokens; i++)
+            moe8_kv_truncate(&x->kv, b->seq_id[i], x->seq_len[b->seq_id[i]]);
+        return st;
+    }
+    state_snap_slots(x);
     st = moe8_forward(x->w, &x->s, &kv, x->p.n_ctx, x->rope, b->token, b->seq_id, b->pos,
                       b->n_tokens, x->out_idx, n_out, x->p.n_threads, err);
     if (st) { /* the sequences keep their old positions; new blocks go back */
+        if (x->state.n_layer) state_snap_keep(x, 0);
         for (int32_t i = 0; i < b->n_tokens; i++) {
             const int32_t s = b->seq_id[i];
             if (x->state.n_layer && x->seq_len[s]) { /* a state half advanced: start over */
                 moe8_kv_truncate(&x->kv, s, 0);
-                moe8_state_clear(&x->state, s);
+                state_release(x, s);
                 x->seq_len[s] = 0;
             }
             moe8_kv_truncate(&x->kv, s, x->seq_len[s]);
@@ -470,6 +655,7 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     }
     for (int32_t i = 0; i < b->n_tokens; i++)
         moe8_kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
+    if (x->state.n_layer) state_snap_keep(x, 1);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
     if (t0 > 0) moe8_phase_forward(moe8_time_s() - t0);

@@ -1,7 +1,8 @@
 /*
  * context.h — internal: what the scheduler (sched/) uses of a context beyond
- * moe8.h: its model and its paged KV pool, through calls on the context (the
- * pool's layout, model/kv_pool.h, stays inside model/; SEMANTICS §10).
+ * moe8.h: its model, its paged KV pool and its recurrent-state pool, through
+ * calls on the context (the pools' layouts, model/kv_pool.h and
+ * model/state_pool.h, stay inside model/; SEMANTICS §10).
  */
 #ifndef MOE8_CONTEXT_H
 #define MOE8_CONTEXT_H
@@ -33,7 +34,22 @@ int32_t moe8_context_prefix_match(const moe8_context *ctx, const int32_t *tokens
  * blocks the pool can give). */
 int32_t moe8_context_kv_unheld(const moe8_context *ctx, const int32_t *blocks, int32_t n);
 /* Put prefix-cache blocks at the start of the empty sequence seq (its length
- * becomes n * MOE8_KV_BLOCK_TOKENS). */
-void moe8_context_seq_attach(moe8_context *ctx, int32_t seq, const int32_t *blocks, int32_t n);
+ * becomes n * MOE8_KV_BLOCK_TOKENS). Hybrid models: seq also takes a
+ * recurrent-state slot (a free one, else the least recently used snapshot's),
+ * restored from the snapshot of blocks[n - 1] when n > 0 (the prefix match
+ * returns only such chains); -1 (nothing changed) when no slot can be had. */
+int moe8_context_seq_attach(moe8_context *ctx, int32_t seq, const int32_t *blocks, int32_t n);
+
+/* Hybrid models (state_pool.h; SEMANTICS §10): recurrent-state slots in all
+ * (0: not a hybrid), and those a starting sequence can take now (free, or
+ * holding a snapshot). */
+int32_t moe8_context_state_slots(const moe8_context *ctx);
+int32_t moe8_context_state_available(const moe8_context *ctx);
+/* Ask the next moe8_decode to keep the state of seq at position pos (a
+ * multiple of MOE8_GDN_CHUNK inside a run of that batch that starts at one)
+ * as a snapshot of the prefix-cache block ending there; ignored for other
+ * models, without the prefix cache, or when the pool has no slot to spare.
+ * Requests for one sequence come in position order. */
+void moe8_context_snapshot_at(moe8_context *ctx, int32_t seq, int32_t pos);
 
 #endif

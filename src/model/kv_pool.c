@@ -17,6 +17,7 @@
 
 #include "core/core.h"
 #include "model/kv_pool.h"
+#include "model/state_pool.h"
 
 /* ---- lists --------------------------------------------------------------------- */
 
@@ -52,6 +53,10 @@ static void unregister(kv_pool *p, int32_t id) {
     kv_block *b = &p->b[id];
     moe8_index_remove(&p->registered, b->hash, (uint32_t)id, p);
     b->registered = 0;
+    if (b->snap >= 0) { /* its snapshot goes with it */
+        moe8_state_give(p->state, b->snap);
+        b->snap = -1;
+    }
 }
 
 /* A block for new contents: free list first, else evict the LRU head. */
@@ -163,6 +168,7 @@ moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32
     p->free_head = p->lru_head = p->lru_tail = -1;
     for (int32_t i = n_blocks - 1; i >= 0; i--) {
         p->b[i].lru_prev = p->b[i].lru_next = -1;
+        p->b[i].snap = -1;
         free_push(p, i);
     }
     return MOE8_OK;

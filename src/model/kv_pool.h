@@ -15,6 +15,9 @@
  * K/V. A registered block is immutable. Blocks are reference-counted; a
  * block nobody holds stays in the cache (least-recently-used order) until
  * the pool needs room, then it is evicted (unregistered, generation bumped).
+ * A hybrid model's registered block may carry a snapshot of the recurrent
+ * state at its end (state_pool.h); it goes back to the state pool when the
+ * block is unregistered.
  *
  * Does not: compute K/V (forward.c writes and reads through the tables),
  * schedule (sched.c decides who gets blocks), or lock (one context, one
@@ -40,6 +43,8 @@ typedef struct {
     int registered;
     int32_t lru_prev, lru_next; /* ref 0 and registered: the evictable list */
     int32_t free_next;      /* on the free list (ref 0, not registered) */
+    int32_t snap;           /* hybrids: state_pool slot of the recurrent state at its end, or
+                             * -1; only on a registered block; given back when it leaves */
 } kv_block;
 
 typedef struct kv_pool {
@@ -56,6 +61,7 @@ typedef struct kv_pool {
     int32_t *n_held;        /* [n_seq] blocks in each table */
     int prefix_cache;       /* register full blocks after each decode */
     uint64_t seed;          /* mixed into every hash (the model) */
+    struct moe8_state_pool *state; /* hybrids: where kv_block.snap slots go back, or NULL */
 } kv_pool;
 
 moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,

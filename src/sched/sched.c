@@ -24,6 +24,12 @@
  * A preempted request recomputes exactly the K/V it had (batch invariance),
  * and its generator is untouched, so its output is the same as if it had
  * never been preempted.
+ * Hybrid models (recurrent state; SEMANTICS §10): a request starts only when
+ * a state slot can be had; its prompt is cut only at multiples of HY_CHUNK
+ * and at its end (hy_cut), its tokens after the prompt run one per step, a
+ * snapshot of its state is asked at each multiple of HY_CHUNK its prompt
+ * reaches, and its prefix match stops at the deepest snapshot within
+ * n_prompt - 2 positions.
  *
  * Does not: run in parallel with anything on its context, or communicate
  * anything but the sampled tokens (every rank makes the same decisions from
@@ -43,6 +49,7 @@
 #include "sched/sched.h"
 
 #define KV_BS MOE8_KV_BLOCK_TOKENS
+#define HY_CHUNK 64 /* MOE8_GDN_CHUNK (model/gdn.h): hybrid prompts are cut at its multiples */
 
 struct moe8_sched {
     moe8_context *ctx;
@@ -50,6 +57,7 @@ struct moe8_sched {
     moe8_dist *dist; /* the model's group (NULL: one process) */
     int rank, n_ranks;
     int32_t max_running, max_batch, n_vocab, n_ctx;
+    int hybrid;                 /* the model has recurrent state: hy_cut, snapshots */
     const moe8_tokenizer *tok;
     int32_t *eos, n_eos;
     moe8_sampler *smp;          /* shared buffers; each request has its own generator */
@@ -139,6 +147,7 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
                                                                           : cp.n_batch;
     s->max_rows = cp.n_outputs;
     s->next_id = 1;
+    s->hybrid = moe8_context_state_slots(ctx) > 0;
     st = set_eos(s, &p);
     if (!st) st = moe8_sampler_create(NULL, s->n_vocab, &s->smp, err);
     if (!st) {
@@ -215,6 +224,16 @@ static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens needs %d "
                          "kv blocks, the kv cache holds %d (raise kv_bytes)", r->n_prompt,
                          blocks, moe8_context_kv_blocks(s->ctx));
+    /* hybrids: a cut prompt's runs are up to HY_CHUNK + 1 tokens (hy_cut) */
+    if (s->hybrid && r->n_prompt > s->max_batch && s->max_batch < HY_CHUNK + 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: a prompt of %d tokens of a "
+                         "hybrid model is cut at multiples of %d positions, which needs "
+                         "max_batch_tokens >= %d (it is %d)", r->n_prompt, HY_CHUNK, HY_CHUNK + 2,
+                         s->max_batch);
+    if (s->hybrid && r->n_prompt_logits > 0 && s->max_rows < HY_CHUNK + 2)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: n_prompt_logits of a hybrid "
+                         "model needs n_outputs >= %d logits rows per step (it is %d): not "
+                         "supported yet", HY_CHUNK + 2, s->max_rows);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt token %d: id %d not "
@@ -463,10 +482,31 @@ static int32_t fit_rows(const moe8_sched *s, const rq *r, int32_t want) {
     return want;
 }
 
-/* The next `want` tokens of r into the batch (its blocks taken now). */
+/* Hybrid models (SEMANTICS §10): `want` tokens from position c0 of r cut so
+ * that the chunked form runs the same chunks whatever the schedule — a
+ * prompt is cut only at multiples of HY_CHUNK and at its end, never leaving
+ * a run of one token (that would run the recurrent form: a prompt of one
+ * token is the only such run); the tokens after the prompt (recomputed after
+ * a preemption) go one at a time, as they ran. 0: nothing fits. */
+static int32_t hy_cut(const moe8_sched *s, const rq *r, int32_t c0, int32_t want) {
+    int32_t end;
+    if (!s->hybrid || want < 1) return want;
+    if (c0 >= r->n_prompt) return 1;
+    if (c0 + want >= r->n_prompt) return r->n_prompt - c0;
+    end = (c0 + want) / HY_CHUNK * HY_CHUNK;
+    if (end > r->n_prompt - 2) end -= HY_CHUNK;
+    return end > c0 ? end - c0 : 0;
+}
+
+/* The next `want` tokens of r into the batch (its blocks taken now); for a
+ * hybrid prompt, a state snapshot asked at each multiple of HY_CHUNK the
+ * chunk reaches (SEMANTICS §10). */
 static void batch_add(moe8_sched *s, rq *r, int32_t want) {
     int32_t lo, hi;
     MOE8_ASSERT(moe8_context_kv_reserve(s->ctx, r->seq, r->n_computed + want) == 0);
+    for (int32_t p = (r->n_computed / HY_CHUNK + 1) * HY_CHUNK;
+         s->hybrid && p <= r->n_computed + want && p <= r->n_prompt; p += HY_CHUNK)
+        moe8_context_snapshot_at(s->ctx, r->seq, p);
     plog_range(r, r->n_computed, want, &lo, &hi);
     s->b_first[s->n_brq] = s->n_b;
     for (int32_t j = 0; j < want; j++) {
@@ -499,9 +539,10 @@ static int32_t schedule_running(moe8_sched *s, int32_t budget) {
         const int32_t pending = r->n_tok - r->n_computed, later = s->n_run - 1 - i;
         int32_t want = pending < budget ? pending : budget;
         if (pending > 1 && budget - later >= 1 && want > budget - later) want = budget - later;
+        want = hy_cut(s, r, r->n_computed, want);
         while (r && room(s, r) < want) {
-            if (pending > 1 && room(s, r) >= 1) {
-                want = room(s, r);
+            if (pending > 1 && hy_cut(s, r, r->n_computed, room(s, r)) >= 1) {
+                want = hy_cut(s, r, r->n_computed, room(s, r));
             } else if (s->n_run - 1 > i) {
                 preempt(s, s->run[s->n_run - 1]);
             } else if (i > 0) {
@@ -513,7 +554,8 @@ static int32_t schedule_running(moe8_sched *s, int32_t budget) {
             }
         }
         if (!r) break;
-        if ((want = fit_rows(s, r, want)) < 1) continue; /* no logits row left this step */
+        want = hy_cut(s, r, r->n_computed, fit_rows(s, r, want));
+        if (want < 1) continue; /* no logits row (or chunk edge) left this step */
         batch_add(s, r, want);
         budget -= want;
     }
@@ -524,28 +566,27 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
     while (s->wait_head && budget > 0 && s->n_run < s->max_running && !s->preempted) {
         rq *r = s->wait_head;
         int32_t m = 0, ref0 = 0, cached, want, need;
-        m = moe8_context_prefix_match(s->ctx, r->tok, r->n_tok - 1, s->match);
+        int32_t lim = r->n_tok - 1; /* the last token is computed for its logits */
+        if (lim > r->plog_done) lim = r->plog_done; /* its prompt logits must be computed */
+        if (s->hybrid && lim > r->n_prompt - 2) lim = r->n_prompt - 2; /* hy_cut */
+        m = moe8_context_prefix_match(s->ctx, r->tok, lim, s->match);
         ref0 = moe8_context_kv_unheld(s->ctx, s->match, m);
         cached = m * KV_BS;
-        if (cached > r->plog_done) { /* its prompt logits must be computed */
-            m = r->plog_done / KV_BS;
-            ref0 = moe8_context_kv_unheld(s->ctx, s->match, m);
-            cached = m * KV_BS;
-        }
         want = r->n_tok - cached < budget ? r->n_tok - cached : budget;
         r->n_computed = cached; /* for fit_rows; set for good below */
-        want = fit_rows(s, r, want);
+        want = hy_cut(s, r, cached, fit_rows(s, r, want));
         r->n_computed = 0;
         need = (cached + want + KV_BS - 1) / KV_BS - m;
-        if (want < 1 || need + ref0 > moe8_context_kv_available(s->ctx))
-            break; /* it waits; nobody passes it */
+        if (want < 1 || need + ref0 > moe8_context_kv_available(s->ctx) ||
+            (s->hybrid && moe8_context_state_available(s->ctx) < 1))
+            break; /* it waits (blocks, a state slot); nobody passes it */
         s->wait_head = r->next;
         if (!s->wait_head) s->wait_tail = NULL;
         r->next = NULL;
         r->seq = s->free_seq[--s->n_free_seq];
         r->state = RQ_RUNNING;
         s->run[s->n_run++] = r;
-        moe8_context_seq_attach(s->ctx, r->seq, s->match, m);
+        MOE8_ASSERT(moe8_context_seq_attach(s->ctx, r->seq, s->match, m) == 0);
         r->n_computed = cached;
         if (!r->started) {
             r->started = 1;

@@ -193,6 +193,7 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     cp.n_batch = params->max_batch_tokens > params->parallel ? params->max_batch_tokens : params->parallel;
     cp.n_threads = params->n_threads;
     cp.kv_bytes = params->kv_bytes;
+    cp.state_bytes = params->state_bytes;
     cp.kv_type = params->kv_type;
     cp.prefix_cache = params->prefix_cache;
     s->n_ctx = cp.n_ctx;
