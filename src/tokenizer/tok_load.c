@@ -19,8 +19,9 @@
  * spelling ("▁Hello") and its text the decoder's per-token output (" Hello").
  * Every merge must name two vocab tokens whose concatenation is one too (a part
  * longer than the longest token is refused without being decoded in full).
- * The JSON is strict (json_util.c): no key twice in any object, nothing after
- * the value. moe8_tok_load_json builds from text in memory (the fuzz target's way
+ * The JSON is strict (as json_util.c's): no key twice in any object, nothing
+ * after the value; tok_json.c parses it into an arena (no malloc per node).
+ * moe8_tok_load_json builds from text in memory (the fuzz target's way
  * in); moe8_tokenizer_load reads the two files and calls it.
  * Not done: post-processor templates (the caller adds BOS when add_bos_token
  * says so; add_eos_token is not applied), clean_up_tokenization_spaces true
@@ -550,6 +551,7 @@ moe8_status moe8_tok_load_json(const char *json, size_t len, const char *path, c
                           size_t cfg_len, const char *cfg_path, moe8_tokenizer **out,
                           moe8_error *err) {
     cJSON *root = NULL;
+    moe8_tok_json *arena = NULL;
     loader L = {0};
     moe8_status st;
     *out = NULL;
@@ -557,9 +559,9 @@ moe8_status moe8_tok_load_json(const char *json, size_t len, const char *path, c
     L.err = err;
     if (!(L.t = calloc(1, sizeof *L.t)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", path);
-    st = moe8_json_parse(json, len, path, &root, err);
+    st = moe8_tok_json_parse(json, len, path, &root, &arena, err);
     if (st == MOE8_OK) st = build(&L, root);
-    cJSON_Delete(root);
+    moe8_tok_json_free(arena);
     free(L.tmp);
     if (st == MOE8_OK) st = apply_config(L.t, cfg, cfg_len, cfg_path, err);
     if (st != MOE8_OK) {

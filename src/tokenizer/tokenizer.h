@@ -149,6 +149,15 @@ moe8_status moe8_tok_load_json(const char *json, size_t len, const char *path, c
                           size_t cfg_len, const char *cfg_path, struct moe8_tokenizer **out,
                           moe8_error *err);
 
+/* tok_json.c: parse tokenizer.json text[0..len) as moe8_json_parse does (same
+ * syntax, trailing-bytes and duplicate-key errors naming `label`) into a
+ * read-only cJSON tree held by *arena: free it with moe8_tok_json_free, never
+ * cJSON_Delete. */
+typedef struct moe8_tok_json moe8_tok_json;
+moe8_status moe8_tok_json_parse(const char *text, size_t len, const char *label,
+                                struct cJSON **out, moe8_tok_json **arena, moe8_error *err);
+void moe8_tok_json_free(moe8_tok_json *arena);
+
 /* tok_norm.c: read the normalizer, pre_tokenizer and decoder sections of
  * tokenizer.json (root) into t; `path` names the file in errors. */
 moe8_status moe8_tok_pipeline_load(struct moe8_tokenizer *t, const struct cJSON *root,
