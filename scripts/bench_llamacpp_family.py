@@ -7,7 +7,8 @@ layers' phases (L x its **layer** row, the lm_head and the embedding left
 out, as the difference leaves them out of llama.cpp's; the whole-forward
 difference is printed too: it carries the lm_head's run-to-run noise, which
 at decode is larger than a layer); per round with the load average (1 min)
-before and after each run, then the medians and the speed-ups."""
+before and after each run, then the medians and the speed-ups, then each
+run's CPU seconds beside its wall seconds."""
 import re
 import statistics
 import sys
@@ -20,10 +21,16 @@ def loads(text):
     return [float(m) for m in re.findall(r"load average: ([\d.]+)", text)]
 
 
+def cpu(text):
+    """(user+sys, wall) seconds of the run (/usr/bin/time), or None in older logs."""
+    m = re.search(r"cpu_user_s=([\d.]+)_sys_s=([\d.]+)_wall_s=([\d.]+)", text)
+    return (float(m.group(1)) + float(m.group(2)), float(m.group(3))) if m else None
+
+
 def llama(r):
     t = open(f"{d}/log/llama_{r}.txt").read()
     m = re.search(r"^\| per layer \(\(\d+L - \d+L\) / \d+\) \| 1 \| ([-\d.]+) \|  \| ([-\d.]+) \|", t, re.M)
-    return (float(m.group(1)), float(m.group(2))) if m else (None, None), loads(t)
+    return (float(m.group(1)), float(m.group(2))) if m else (None, None), loads(t), cpu(t)
 
 
 def moe8(name, r):
@@ -31,14 +38,15 @@ def moe8(name, r):
     def get(section, row):
         return float(re.search(r"### " + section + r".*?\*\*" + row + r"\*\* \| ([\d.]+)", t, re.S).group(1))
     return (get("prefill", "layer"), get("decode", "layer"), get("prefill", "whole forward"),
-            get("decode", "whole forward")), loads(t)
+            get("decode", "whole forward")), loads(t), cpu(t)
 
 
-rows, lp, ld, mp, md = [], [], [], [], []
+rows, lp, ld, mp, md, cpus = [], [], [], [], [], []
 for r in range(1, rounds + 1):
-    (lpre, ldec), l1 = llama(r)
-    (p3, d3, wp3, wd3), l2 = moe8("w8a8", r)
-    (p2, d2, wp2, wd2), l3 = moe8(f"w8a8-{L2}l", r)
+    (lpre, ldec), l1, c1 = llama(r)
+    (p3, d3, wp3, wd3), l2, c2 = moe8("w8a8", r)
+    (p2, d2, wp2, wd2), l3, c3 = moe8(f"w8a8-{L2}l", r)
+    cpus.append((r, c1, c2, c3))
     mpre, mdec = (L * p3 - L2 * p2) / dl, (L * d3 - L2 * d2) / dl
     lp.append(lpre), ld.append(ldec), mp.append(mpre), md.append(mdec)
     rows.append((r, lpre, mpre, (wp3 - wp2) / dl, ldec, mdec, (wd3 - wd2) / dl,
@@ -51,3 +59,15 @@ for r, a, b, bw, c, e, ew, lo, hi in rows:
 ma, mb, mc, me = (statistics.median(x) for x in (lp, mp, ld, md))
 print(f"| **median** | {ma:.1f} | {mb:.1f} | {mc:.2f} | {me:.2f} | |")
 print(f"\nspeed-up (medians): prefill {ma / mb:.2f}x (target 3x), decode {mc / me:.2f}x (target 1.5x)")
+
+
+def fmt(c):
+    return f"{c[0]:.1f} / {c[1]:.1f} ({c[0] / c[1]:.2f})" if c else "—"
+
+
+print("\nCPU seconds (user+sys) / wall seconds (CPU per wall second) of each whole run: llama.cpp "
+      f"(both files, warm-up, prefill and decode), moe8 {L} and {L2} layers")
+print(f"| round | llama.cpp | moe8 {L} layers | moe8 {L2} layers |")
+print("|---|---:|---:|---:|")
+for r, c1, c2, c3 in cpus:
+    print(f"| {r} | {fmt(c1)} | {fmt(c2)} | {fmt(c3)} |")
