@@ -206,8 +206,10 @@ async function check() {
   const input = ids.map((t, i) => (i === ids.length - 1 ? [t, { generateNext: { logits: true, token: true, options: { temperature: 0 } } }] : t));
   const out = await seq.controlledEvaluate(input);
   const last = out[ids.length - 1].next;
-  const nv = model.tokens.vocabularySize ?? model.fileInsights?.vocabularySize;
-  const logits = new Float64Array(nv ?? 151936).fill(NaN);
+  // every id llama.cpp returned a logit for (node-llama-cpp 3.22 exposes no vocabulary size)
+  let nv = 0;
+  for (const [t] of last.logits) nv = Math.max(nv, t + 1);
+  const logits = new Float64Array(nv).fill(NaN);
   for (const [t, v] of last.logits) logits[t] = v;
   const gen = [last.token];
   let cur = last.token;

@@ -12,10 +12,12 @@
 #      num_hidden_layers $L2) so that moe8's time per layer is taken by the same
 #      difference as llama.cpp's: (t($L layers) - t($L2 layers)) / ($L - $L2);
 #      for glm4_moe ($L 3, $L2 2) that is one MoE layer of GLM-4.5-Air (layer 0
-#      is dense: first_k_dense_replace 1)
+#      is dense: first_k_dense_replace 1); for minimax_m2 use L=2 L2=1 (its
+#      slice has 2 layers, every one MoE)
 #   5. $ROUNDS rounds, each: llama.cpp (bench_llamacpp.mjs, both files, prefill
 #      $T and decode after a 512-token prompt), then moe8 bench forward on both
-#      folders; `uptime` before each run. Logs in $DIR/log/.
+#      folders; `uptime` before and after each run and its user+sys CPU seconds
+#      beside its wall seconds (/usr/bin/time). Logs in $DIR/log/.
 #   6. the medians per layer and the speed-ups (printed, from the logs).
 #
 # Usage: scripts/bench_llamacpp_family.sh [steps]   (default: 1 2 3 4 5 6)
@@ -35,6 +37,9 @@ DECODE_N=${DECODE_N:-32}
 MOE8=${MOE8:-build/moe8}
 STEPS=${*:-1 2 3 4 5 6}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# each run's CPU seconds beside its wall seconds (the machine may be shared:
+# user+sys well under THREADS x wall means the run waited for a core)
+TIME="/usr/bin/time -f cpu_user_s=%U_sys_s=%S_wall_s=%e"
 mkdir -p "$DIR/log"
 say() { echo "== $(date -u +%H:%M:%S) $*"; }
 
@@ -59,14 +64,14 @@ for s in $STEPS; do
     5)  for r in $(seq "$FIRST" "$ROUNDS"); do
             say "round $r: llama.cpp"
             uptime >"$DIR/log/llama_$r.txt"
-            node "$HERE/bench_llamacpp.mjs" --model "$DIR/q8_0.gguf" --model2 "$DIR/q8_0-${L2}l.gguf" \
+            $TIME -a -o "$DIR/log/llama_$r.txt" node "$HERE/bench_llamacpp.mjs" --model "$DIR/q8_0.gguf" --model2 "$DIR/q8_0-${L2}l.gguf" \
                 --threads "$THREADS" --tokens "$T" --decode-ctx 512 --decode-n "$DECODE_N" --reps 1 \
                 >>"$DIR/log/llama_$r.txt" 2>&1 || { cat "$DIR/log/llama_$r.txt"; exit 1; }
             uptime >>"$DIR/log/llama_$r.txt"
             for m in w8a8 "w8a8-${L2}l"; do
                 say "round $r: moe8 $m"
                 uptime >"$DIR/log/moe8_${m}_$r.txt"
-                OMP_WAIT_POLICY=passive "$MOE8" bench forward -m "$DIR/$m" --tokens "1,$T" --ctx 512 \
+                OMP_WAIT_POLICY=passive $TIME -a -o "$DIR/log/moe8_${m}_$r.txt" "$MOE8" bench forward -m "$DIR/$m" --tokens "1,$T" --ctx 512 \
                     --threads "$THREADS" --reps 1 --steps "$DECODE_N" >>"$DIR/log/moe8_${m}_$r.txt" 2>&1 ||
                     { cat "$DIR/log/moe8_${m}_$r.txt"; exit 1; }
                 uptime >>"$DIR/log/moe8_${m}_$r.txt"

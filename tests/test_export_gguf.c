@@ -19,7 +19,10 @@
  * (W8A8 folder, missing folder, existing output without --force, output
  * equal to a file of the model folder, a NaN weight found mid-write) each a
  * non-zero exit naming the file/tensor with the existing output untouched;
- * no temporary file left in the output folder.
+ * no temporary file left in the output folder. glm4_moe as glm4moe and
+ * minimax_m2 as minimax-m2 (their tiny presets) the same way, against
+ * llama.cpp's loaders' names, shapes and keys; whether llama.cpp runs them as
+ * moe8 does: test_export_gguf_llamacpp.c.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -923,6 +926,206 @@ static void test_glm(const char *root, const char *out, const char *err) {
     CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
 }
 
+/* ---- minimax_m2 as llama.cpp's minimax-m2 ---------------------------------------- */
+
+/* One layer's tensors as llama.cpp's minimax-m2 loader creates them: q/k norms
+ * over the whole projection ([heads x head_dim], [kv heads x head_dim]),
+ * ffn_norm, the router F32, exp_probs_b.bias from the block's
+ * e_score_correction_bias, the experts w1/w3/w2 stacked as gate/up/down. */
+static void check_mm_layer(const gguf *g, const moe8_st *st, const cJSON *cfg, uint32_t wtype,
+                           int l, int *n_checked) {
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), D = (uint64_t)jnum(cfg, "head_dim");
+    uint64_t NQ = (uint64_t)jnum(cfg, "num_attention_heads") * D;
+    uint64_t NKV = (uint64_t)jnum(cfg, "num_key_value_heads") * D;
+    uint64_t E = (uint64_t)jnum(cfg, "num_local_experts"), I = (uint64_t)jnum(cfg, "intermediate_size");
+    char name[128], hf[256];
+    const uint32_t W = 99; /* the matrices' --type */
+    const struct { const char *g, *h; uint32_t ty; int nd; uint64_t ne0, ne1; } t[] = {
+        {"attn_norm.weight", "input_layernorm.weight", T_F32, 1, H, 0},
+        {"attn_q.weight", "self_attn.q_proj.weight", W, 2, H, NQ},
+        {"attn_k.weight", "self_attn.k_proj.weight", W, 2, H, NKV},
+        {"attn_v.weight", "self_attn.v_proj.weight", W, 2, H, NKV},
+        {"attn_output.weight", "self_attn.o_proj.weight", W, 2, NQ, H},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", T_F32, 1, NQ, 0},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", T_F32, 1, NKV, 0},
+        {"ffn_norm.weight", "post_attention_layernorm.weight", T_F32, 1, H, 0},
+        {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight", T_F32, 2, H, E},
+        {"exp_probs_b.bias", "block_sparse_moe.e_score_correction_bias", T_F32, 1, E, 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        FMT(name, "blk.%d.%s", l, t[i].g);
+        FMT(hf, "model.layers.%d.%s", l, t[i].h);
+        check_tensor(g, st, name, t[i].ty == W ? wtype : t[i].ty, t[i].nd, t[i].ne0, t[i].ne1, 0, hf,
+                     1, n_checked);
+    }
+    static const char *const exps[3][2] = {
+        {"ffn_gate_exps", "w1"}, {"ffn_up_exps", "w3"}, {"ffn_down_exps", "w2"}};
+    for (int i = 0; i < 3; i++) {
+        FMT(name, "blk.%d.%s.weight", l, exps[i][0]);
+        FMT(hf, "model.layers.%d.block_sparse_moe.experts.%%d.%s.weight", l, exps[i][1]);
+        check_tensor(g, st, name, wtype, 3, i == 2 ? I : H, i == 2 ? H : I, E, hf, (int)E, n_checked);
+    }
+}
+
+/* A minimax-m2 file against its folder: llama.cpp's keys (feed_forward_length
+ * and expert_feed_forward_length both intermediate_size, the experts' width,
+ * by which llama.cpp sizes the stacked experts; rope.dimension_count
+ * rotary_dim; sigmoid gating; no scale, groups or dense layers), the
+ * tokenizer (pre minimax-m2; the qwen3 test tokenizer padded to vocab_size),
+ * every tensor (output.weight from lm_head, or from the embedding when tied),
+ * none of the MTP module's. */
+static void check_mm_file(const char *path, const char *dir, uint32_t wtype, int n_layers) {
+    gguf g;
+    moe8_st *st = NULL;
+    cJSON *cfg = read_json(dir, "config.json");
+    int rc = gguf_read(&g, path), n_checked = 0;
+    CHECKF(rc == 0, "cannot parse %s", path);
+    if (rc) {
+        gguf_free(&g);
+        cJSON_Delete(cfg);
+        return;
+    }
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), V = (uint64_t)jnum(cfg, "vocab_size");
+    uint64_t D = (uint64_t)jnum(cfg, "head_dim"), I = (uint64_t)jnum(cfg, "intermediate_size");
+    CHECK(g.version == 3 && g.align == 32 && g.data0 % 32 == 0);
+    CHECK(kv_str_is(&g, "general.architecture", "minimax-m2"));
+    CHECK(kv_u32(&g, "general.file_type") == (wtype == T_Q8_0 ? 7 : wtype == T_F16 ? 1 : 32));
+    CHECK(kv_u32(&g, "minimax-m2.block_count") == n_layers);
+    CHECK(kv_u32(&g, "minimax-m2.context_length") == (int64_t)jnum(cfg, "max_position_embeddings"));
+    CHECK(kv_u32(&g, "minimax-m2.embedding_length") == (int64_t)H);
+    CHECK(kv_u32(&g, "minimax-m2.feed_forward_length") == (int64_t)I && I == 64);
+    CHECK(kv_u32(&g, "minimax-m2.expert_feed_forward_length") == (int64_t)I);
+    CHECK(kv_u32(&g, "minimax-m2.attention.head_count") == (int64_t)jnum(cfg, "num_attention_heads"));
+    CHECK(kv_u32(&g, "minimax-m2.attention.head_count_kv") == (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(kv_u32(&g, "minimax-m2.attention.key_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "minimax-m2.attention.value_length") == (int64_t)D);
+    CHECK(kv_u32(&g, "minimax-m2.rope.dimension_count") == (int64_t)jnum(cfg, "rotary_dim"));
+    CHECK(kv_u32(&g, "minimax-m2.rope.dimension_count") == 16 && D == 32);
+    CHECK(kv_f32(&g, "minimax-m2.rope.freq_base") == (float)jnum(cfg, "rope_theta"));
+    CHECK(kv_f32(&g, "minimax-m2.attention.layer_norm_rms_epsilon") == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_u32(&g, "minimax-m2.expert_count") == (int64_t)jnum(cfg, "num_local_experts"));
+    CHECK(kv_u32(&g, "minimax-m2.expert_used_count") == (int64_t)jnum(cfg, "num_experts_per_tok"));
+    CHECK(kv_u32(&g, "minimax-m2.expert_gating_func") == 2); /* sigmoid */
+    static const char *const absent[] = {
+        "minimax-m2.expert_weights_scale", "minimax-m2.expert_group_count",
+        "minimax-m2.expert_group_used_count", "minimax-m2.leading_dense_block_count",
+        "minimax-m2.expert_shared_count", "minimax-m2.nextn_predict_layers"};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+        CHECKF(!kv_find(&g, absent[i]), "%s written", absent[i]);
+
+    /* tokenizer: pre minimax-m2; V = 200064 entries, the qwen3 test tokenizer's
+     * ids then padding; eos <|im_end|> (tokenizer_config.json), bos config.json's */
+    CHECK(kv_str_is(&g, "tokenizer.ggml.model", "gpt2") && kv_str_is(&g, "tokenizer.ggml.pre", "minimax-m2"));
+    const gkv *tk = kv_find(&g, "tokenizer.ggml.tokens");
+    CHECK(V == 200064 && tk && tk->type == V_ARR && tk->arr_type == V_STR && tk->arr_n == V);
+    if (tk && tk->arr_n == V) {
+        cJSON *tj = read_json(dir, "tokenizer.json"), *e;
+        const char **want = calloc(V, sizeof *want);
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "vocab"))
+            if (e->valuedouble < (double)V) want[(uint64_t)e->valuedouble] = e->string;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+            double id = jnum(e, "id");
+            const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
+            if (id >= 0 && id < (double)V && cJSON_IsString(c)) want[(uint64_t)id] = c->valuestring;
+        }
+        size_t at = tk->at;
+        long bad_tok = 0, n_pad = 0;
+        for (uint64_t i = 0; i < V; i++) {
+            uint64_t n;
+            memcpy(&n, g.b + at, 8);
+            if (want[i]) bad_tok += n != strlen(want[i]) || memcmp(g.b + at + 8, want[i], n);
+            else n_pad += n > 4 && !memcmp(g.b + at + 8, "[PAD", 4);
+            at += 8 + n;
+        }
+        CHECKF(!bad_tok, "%ld tokens differ", bad_tok);
+        CHECKF(n_pad > 48000, "%ld padding tokens", n_pad);
+        free(want);
+        cJSON_Delete(tj);
+    }
+    CHECK(kv_u32(&g, "tokenizer.ggml.eos_token_id") == 151645);
+    CHECK(kv_u32(&g, "tokenizer.ggml.bos_token_id") == (int64_t)jnum(cfg, "bos_token_id"));
+
+    /* tensors */
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    if (st) {
+        char name[128];
+        check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0, "model.embed_tokens.weight",
+                     1, &n_checked);
+        for (int l = 0; l < n_layers; l++) check_mm_layer(&g, st, cfg, wtype, l, &n_checked);
+        check_tensor(&g, st, "output_norm.weight", T_F32, 1, H, 0, 0, "model.norm.weight", 1,
+                     &n_checked);
+        check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0,
+                     jbool(cfg, "tie_word_embeddings") ? "model.embed_tokens.weight" : "lm_head.weight",
+                     1, &n_checked);
+        CHECKF(g.n_tensors == (uint64_t)n_checked, "%llu tensors, %d expected",
+               (unsigned long long)g.n_tensors, n_checked);
+        /* the MTP module is in the folder, not in the file */
+        FMT(name, "model.layers.%d.input_layernorm.weight", (int)jnum(cfg, "num_hidden_layers"));
+        CHECK(moe8_st_find(st, name) != NULL);
+        for (uint64_t i = 0; i < g.n_tensors; i++) {
+            int l = -1;
+            CHECKF(sscanf(g.ti[i].name, "blk.%d.", &l) != 1 || l < n_layers, "%s written",
+                   g.ti[i].name);
+        }
+        moe8_st_free(st);
+    }
+    gguf_free(&g);
+    cJSON_Delete(cfg);
+}
+
+/* minimax_m2: the tiny preset as BF16 and Q8_0; --layers 2; tied embeddings
+ * (output.weight = the embedding: llama.cpp's minimax-m2 requires it); a
+ * missing correction bias and use_routing_bias false refused. */
+static void test_mm(const char *root, const char *out, const char *err) {
+    char mm[4096], var[4096], file[4096], args[16384];
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    FMT(mm, "%s/mm", root);
+    p.arch = MOE8_ARCH_MINIMAX_M2;
+    p.tokenizer_dir = TOK;
+    p.force = 1;
+    if (moe8_make_model(&p, mm, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", mm, e.message);
+        exit(2);
+    }
+    static const struct { const char *name; uint32_t type; } types[] = {
+        {"bf16", T_BF16}, {"q8_0", T_Q8_0}};
+    for (int i = 0; i < 2; i++) {
+        FMT(file, "%s/mm_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", mm, file, types[i].name);
+        CHECKF(export(args, err) == 0, "minimax export --type %s", types[i].name);
+        CHECK(test_file_contains(err, "multi-token-prediction"));
+        check_mm_file(file, mm, types[i].type, 4);
+    }
+    FMT(file, "%s/mm_l2.gguf", out);
+    FMT(args, "-m '%s' -o '%s' --layers 2 --type f16", mm, file);
+    CHECK(export(args, err) == 0);
+    check_mm_file(file, mm, T_F16, 2);
+
+    FMT(var, "%s/mm_tied", root);
+    glm_variant(mm, var, NULL, "{\"tie_word_embeddings\": true}");
+    FMT(file, "%s/mm_tied.gguf", out);
+    FMT(args, "-m '%s' -o '%s' --type bf16 --layers 1", var, file);
+    CHECK(export(args, err) == 0);
+    check_mm_file(file, var, T_BF16, 1);
+
+    /* refused, naming what is missing; nothing written */
+    FMT(var, "%s/mm_no_bias", root);
+    glm_variant(mm, var, "model.layers.1.block_sparse_moe.e_score_correction_bias", "{}");
+    FMT(file, "%s/mm_no_bias.gguf", out);
+    FMT(args, "-m '%s' -o '%s'", var, file);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "model.layers.1.block_sparse_moe.e_score_correction_bias") &&
+          test_file_contains(err, "missing"));
+    CHECK(access(file, F_OK) != 0);
+    FMT(var, "%s/mm_no_routing_bias", root);
+    glm_variant(mm, var, NULL, "{\"use_routing_bias\": false}");
+    FMT(args, "-m '%s' -o '%s'", var, file);
+    CHECK(export(args, err) != 0);
+    CHECK(test_file_contains(err, "use_routing_bias") && test_file_contains(err, "exp_probs_b"));
+    CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int same_bytes(const char *path, const char *want) {
@@ -1021,6 +1224,7 @@ int main(void) {
     }
 
     test_glm(root, out, err);
+    test_mm(root, out, err);
 
     /* a missing folder */
     FMT(args, "-m '%s/nope' -o '%s/nope.gguf'", root, out);

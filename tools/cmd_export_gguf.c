@@ -5,8 +5,8 @@
  * cross-checked there (docs/BENCHMARKS.md). Families exported, each as the
  * llama.cpp architecture its converter (convert_hf_to_gguf.py) writes:
  * qwen3_moe as "qwen3moe" (export_gguf_qwen3moe.c), glm4_moe as "glm4moe"
- * (export_gguf_glm4moe.c); minimax_m2's mapping ("minimax-m2") is written
- * but not enabled yet (export_gguf_minimax_m2.c). The file's layout and
+ * (export_gguf_glm4moe.c), minimax_m2 as "minimax-m2"
+ * (export_gguf_minimax_m2.c). The file's layout and
  * types: export_gguf_write.c; the tensors: export_gguf_plan.c; the
  * tokenizer: export_gguf_vocab.c.
  *
@@ -91,8 +91,9 @@ static int load_config(const char *dir, moe8_config *cfg) {
 static const xg_family *find_family(const char *dir, const moe8_config *cfg) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (families[i]->model_arch == (int)cfg->arch) return families[i];
-    xg_fail("'%s/config.json': model_type '%s': only qwen3_moe (as llama.cpp's qwen3moe) and "
-            "glm4_moe (as glm4moe) are exported", dir, cfg->model_type);
+    xg_fail("'%s/config.json': model_type '%s': only qwen3_moe (as llama.cpp's qwen3moe), "
+            "glm4_moe (as glm4moe) and minimax_m2 (as minimax-m2) are exported", dir,
+            cfg->model_type);
     return NULL;
 }
 
@@ -112,10 +113,10 @@ int cmd_export_gguf(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     int force = 0, n_layers = 0, type = 0;
     const cli_opt opts[] = {
-        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe or glm4_moe model folder "
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe, glm4_moe or minimax_m2 model folder "
          "(config.json,\n*.safetensors, tokenizer.json; only read)"},
-        {"-o", NULL, CLI_STR, &out, .arg = "FILE", .help = "the GGUF file for llama.cpp (qwen3moe or "
-         "glm4moe); written to\nFILE.tmp.<pid>, then renamed"},
+        {"-o", NULL, CLI_STR, &out, .arg = "FILE", .help = "the GGUF file for llama.cpp (qwen3moe, "
+         "glm4moe, minimax-m2); written to\nFILE.tmp.<pid>, then renamed"},
         {"--type", NULL, CLI_CHOICE, &type, .choices = "q8_0,f16,bf16", .arg = "T",
          .help = "matrices as q8_0 (default), f16 or bf16; norms, biases and\nthe router stay f32"},
         {"--layers", NULL, CLI_INT, &n_layers, 1, 512, .arg = "N",

@@ -133,14 +133,19 @@ typedef struct xg_family {
     int (*check)(const xg_plan *p);
     /* the "<arch>.*" hyper-parameter keys */
     void (*hparams)(xg_kvs *k, const xg_plan *p);
+    /* llama.cpp's loader requires output.weight (no fallback to token_embd):
+     * with tied embeddings it is written from model.embed_tokens.weight */
+    int output_required;
 } xg_family;
 
 extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2;
 
 /* Every tensor the family's llama.cpp architecture reads, in the converter's order. */
 int xg_make_plan(xg_plan *p);
-/* The keys every family writes: "<arch>.block_count" ... "expert_used_count". */
-void xg_common_hparams(xg_kvs *k, const xg_plan *p, int64_t rope_dims);
+/* The keys every family writes: "<arch>.block_count" ... "expert_feed_forward_length",
+ * with rope.dimension_count rope_dims and feed_forward_length ff_len (the dense
+ * width, or the experts' where the architecture sizes its expert tensors by it). */
+void xg_common_hparams(xg_kvs *k, const xg_plan *p, int64_t rope_dims, int64_t ff_len);
 /* Checks shared by the families: sizes that fit GGUF's u32 fields. */
 int xg_check_sizes(const xg_plan *p);
 

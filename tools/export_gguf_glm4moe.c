@@ -76,7 +76,7 @@ static void hparams(xg_kvs *k, const xg_plan *p) {
     double f = moe8_config_get_num(c, "partial_rotary_factor", NULL);
     int64_t rope = f > 0 ? (int64_t)llround((double)c->head_dim * f) : c->head_dim;
     int64_t groups = moe8_config_get_int(c, "n_group", NULL);
-    xg_common_hparams(k, p, rope);
+    xg_common_hparams(k, p, rope, c->intermediate_size);
     xg_kv_au32(k, a, "expert_shared_count",
                (uint32_t)moe8_config_get_int(c, "n_shared_experts", NULL));
     xg_kv_au32(k, a, "leading_dense_block_count",

@@ -4,7 +4,8 @@
  * (MoE or dense layer, q/k norm, q/k/v biases, shared experts) and the
  * stacked experts ffn_{gate,up,down}_exps [E][out][in] of a MoE layer (as
  * convert_hf_to_gguf.py merges mlp.experts.N.*), then output_norm and output
- * (absent with tied embeddings). Each source is checked: present, float
+ * (absent with tied embeddings unless the family's llama.cpp loader requires
+ * it: then the embedding's data again). Each source is checked: present, float
  * (F32/F16/BF16: a quantized checkpoint is refused, naming the tensor) and of
  * the shape the config implies. Also the hyper-parameter keys every family
  * writes.
@@ -170,18 +171,20 @@ int xg_make_plan(xg_plan *p) {
     for (int64_t l = 0; l < p->n_layers; l++)
         if (plan_layer(p, l)) return -1;
     if (add1(p, "output_norm.weight", GGML_F32, "model.norm.weight", H, 0)) return -1;
-    if (!c->tie_word_embeddings && add1(p, "output.weight", p->wtype, "lm_head.weight", V, H))
+    if ((!c->tie_word_embeddings || p->fam->output_required) &&
+        add1(p, "output.weight", p->wtype,
+             c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V, H))
         return -1;
     return 0;
 }
 
-void xg_common_hparams(xg_kvs *k, const xg_plan *p, int64_t rope_dims) {
+void xg_common_hparams(xg_kvs *k, const xg_plan *p, int64_t rope_dims, int64_t ff_len) {
     const moe8_config *c = p->cfg;
     const char *a = p->fam->arch;
     xg_kv_au32(k, a, "block_count", (uint32_t)p->n_layers);
     xg_kv_au32(k, a, "context_length", (uint32_t)c->max_position_embeddings);
     xg_kv_au32(k, a, "embedding_length", (uint32_t)c->hidden_size);
-    xg_kv_au32(k, a, "feed_forward_length", (uint32_t)c->intermediate_size);
+    xg_kv_au32(k, a, "feed_forward_length", (uint32_t)ff_len);
     xg_kv_au32(k, a, "attention.head_count", (uint32_t)c->num_attention_heads);
     xg_kv_au32(k, a, "attention.head_count_kv", (uint32_t)c->num_key_value_heads);
     xg_kv_au32(k, a, "attention.key_length", (uint32_t)c->head_dim);

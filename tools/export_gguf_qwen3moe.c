@@ -35,7 +35,9 @@ static int check(const xg_plan *p) {
     return 0;
 }
 
-static void hparams(xg_kvs *k, const xg_plan *p) { xg_common_hparams(k, p, p->cfg->head_dim); }
+static void hparams(xg_kvs *k, const xg_plan *p) {
+    xg_common_hparams(k, p, p->cfg->head_dim, p->cfg->intermediate_size);
+}
 
 const xg_family xg_qwen3moe = {
     .model_arch = MOE8_ARCH_QWEN3_MOE,
