@@ -42,6 +42,23 @@ typedef struct {
 } opts;
 
 /* 0 ok, 1 help, 2 bad usage. */
+/* The options' agreement with each other, after parsing: 0 or a usage error. */
+static int check_opts(const opts *o) {
+    if (o->sp.api_key && !o->sp.api_key[0]) {
+        return cli_usage_err(CMD, "%s is empty: give a key, or leave it out to serve without "
+                             "authentication", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
+    }
+    if (o->sp.max_buffered < o->sp.max_body) {
+        return cli_usage_err(CMD, "--max-buffered (%llu) must be at least --max-body (%llu)",
+                             (unsigned long long)o->sp.max_buffered,
+                             (unsigned long long)o->sp.max_body);
+    }
+    if (o->expert_parallel && o->tp < 2) {
+        return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->sp = moe8_serve_params_default();
@@ -146,18 +163,8 @@ static int parse(int argc, char **argv, opts *o) {
     if (reasoning >= 0) o->sp.reasoning_parser = reasonings[reasoning];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
     if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
-    if (o->sp.api_key && !o->sp.api_key[0]) {
-        return cli_usage_err(CMD, "%s is empty: give a key, or leave it out to serve without "
-                             "authentication", o->key_from_env ? "MOE8_API_KEY" : "--api-key");
-    }
-    if (o->sp.max_buffered < o->sp.max_body) {
-        return cli_usage_err(CMD, "--max-buffered (%llu) must be at least --max-body (%llu)",
-                             (unsigned long long)o->sp.max_buffered,
-                             (unsigned long long)o->sp.max_body);
-    }
-    if (o->expert_parallel && o->tp < 2) {
-        return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
-    }
+    const int bad = check_opts(o);
+    if (bad) return bad;
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
     o->sp.state_bytes = (uint64_t)o->state_mb << 20;
     o->sp.model_dir = o->dir;
