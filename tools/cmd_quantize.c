@@ -4,7 +4,8 @@
  * (moe8_quantize): experts (routed and shared) W8A8_DYNAMIC, their down_proj
  * FLOAT with --down-proj float, attention (and dense MLP) W8A8 static
  * calibrated on a built-in text or --calib FILE, lm_head FLOAT or
- * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT. Progress on stderr, a
+ * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT; the hybrids by msModelSlim's
+ * recipe (NOTES). Progress on stderr, a
  * summary on stdout. Uses only the public headers.
  */
 #include <ctype.h>
@@ -17,6 +18,12 @@
 #include "cli.h"
 
 #define SYNOPSIS "moe8 quantize -i DIR -o DIR [options]"
+#define NOTES                                                                             \
+    "qwen3_next / qwen3_5_moe (hybrid linear attention) follow msModelSlim's W8A8 recipe:\n" \
+    "W8A8_DYNAMIC full-attention q/k/v, routed experts and (qwen3_next) in_proj_qkvz\n"     \
+    "(--linear float keeps q/k/v and in_proj_qkvz float), everything else FLOAT;\n"        \
+    "smoothing not applied, nothing calibrated; qwen3_5_moe's stacked experts are\n"       \
+    "written per expert; --experts w4a8 refused.\n"
 
 typedef struct {
     int tty, last;
@@ -83,7 +90,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
         {"--force", NULL, CLI_FLAG, &p->force, .help = "replace a non-empty output folder"},
         {0},
     };
-    const int rc = cli_parse("quantize", SYNOPSIS, opts, NULL, argc, argv);
+    const int rc = cli_parse("quantize", SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc;
     p->linear_float = linear == 1;
     p->lm_head_w8a8 = lm_head == 1;
@@ -91,7 +98,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
     p->deq_scale_f32 = deq == 1;
     p->experts_w4a8 = experts == 1;
     if (!*in || !*out) {
-        cli_usage(stderr, SYNOPSIS, opts, NULL);
+        cli_usage(stderr, SYNOPSIS, opts, NOTES);
         return 2;
     }
     return 0;

@@ -18,6 +18,15 @@
  *   self_attn.{q,k,v}_proj.bias (qwen2_moe)         -> folded into that linear's
  *                                                      quant_bias, not written
  *   anything else (router, embed, norms, lm_head)   -> FLOAT, bytes unchanged
+ * The hybrids (qwen3_next, qwen3_5_moe: kinds.gdn_layers) follow msModelSlim's
+ * W8A8 recipe instead: W8A8_DYNAMIC for the full-attention q/k/v_proj
+ * (FLOAT with linear_float), qwen3_next's in_proj_qkvz (likewise) and the
+ * routed experts; everything else FLOAT (in_proj_ba / qkv / z / b / a,
+ * conv1d, A_log, dt_bias, norms, o_proj, out_proj, router, shared expert and
+ * its gate); nothing calibrated, smoothing not applied; W4A8 experts refused.
+ * qwen3_5_moe's stacked experts (gate_up_proj [E][2I][H], down_proj
+ * [E][H][I]) are written per expert (mlp.experts.E.{gate,up,down}_proj, the
+ * names the loader reads quantized, as msModelSlim's checkpoints carry them).
  * Output tensors of one source tensor (a "group") are planned together and
  * stay in one file:
  *   W8A8_DYNAMIC  .weight I8 [N][K], .weight_scale F32 [N][1],
@@ -128,6 +137,13 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     if (r == MOE8_R_LM_HEAD)   /* untied: moe8_quantize refuses tied models */
         return p->lm_head_w8a8 ? KIND_DYNAMIC : KIND_FLOAT;
     if (l < 0 || l >= c->num_hidden_layers || !moe8_arch_in_layer(a, c, r, l)) return KIND_FLOAT;
+    if (a->kinds.gdn_layers) { /* msModelSlim's hybrid recipe (header) */
+        if (ri->kind == MOE8_KIND_EXPERT)
+            return e < 0 || e >= c->num_experts ? KIND_FLOAT
+                   : r == MOE8_R_EXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
+        return !p->linear_float && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V ||
+                                    r == MOE8_R_GDN_QKVZ) ? KIND_DYNAMIC : KIND_FLOAT;
+    }
     switch (ri->kind) {
     case MOE8_KIND_EXPERT:
         if (e < 0 || e >= c->num_experts) return KIND_FLOAT;
@@ -492,23 +508,94 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
     return st;
 }
 
+/* ======================================================================== */
+/* Stacked experts (qwen3_5_moe: gate_up_proj [E][2I][H], down_proj [E][H][I]) */
+/* ======================================================================== */
+
+/* The number of per-expert tensors stacked t splits into (E gate + E up
+ * for gate_up_proj, E for down_proj: the names the loader reads per expert,
+ * as msModelSlim's checkpoints carry them), 0 for a tensor not stacked;
+ * *layer its layer, *gu 1 for gate_up_proj. */
+static int64_t stacked_parts(const qz *z, const moe8_tensor *t, int64_t *layer, int *gu,
+                             moe8_error *err, moe8_status *st) {
+    const moe8_arch_desc *a = z->arch;
+    const int64_t E = z->cfg.num_experts, I = z->cfg.moe_intermediate_size, H = z->cfg.hidden_size;
+    char n[256];
+    *st = MOE8_OK;
+    if (!(a->kinds.tensors & MOE8_TENSORS_STACKED_EXPERTS) || !a->stacked_gate_up) return 0;
+    for (int64_t l = 0; l < z->cfg.num_hidden_layers; l++)
+        for (int g = 0; g < 2; g++) {
+            snprintf(n, sizeof n, g ? a->stacked_gate_up : a->stacked_down, (long long)l);
+            if (strcmp(n, t->name)) continue;
+            if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != (g ? 2 * I : H) ||
+                t->shape[2] != (g ? H : I)) { /* the loader checked it first */
+                *st = moe8_fail(err, MOE8_ERR_FORMAT, -1, "tensor '%s': not [E][%s]", t->name,
+                                g ? "2I][H" : "H][I");
+                return 0;
+            }
+            *layer = l, *gu = g;
+            return g ? 2 * E : E;
+        }
+    return 0;
+}
+
+/* view = part j of stacked t (stacked_parts): expert j / 2's gate (j even)
+ * or up rows of gate_up_proj, or expert j's down_proj, named per expert. */
+static moe8_status stacked_part(const qz *z, const moe8_tensor *t, int64_t layer, int gu,
+                                int64_t j, moe8_tensor *view, char *name, size_t cap,
+                                moe8_error *err) {
+    const int64_t e = gu ? j / 2 : j, rows = t->shape[1] / (gu ? 2 : 1), K = t->shape[2];
+    const int64_t r0 = e * t->shape[1] + (gu && j % 2 ? rows : 0);
+    const moe8_role r = !gu ? MOE8_R_EXP_DOWN : j % 2 ? MOE8_R_EXP_UP : MOE8_R_EXP_GATE;
+    if (moe8_arch_tensor_name(z->arch, r, layer, e, "weight", name, cap))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tensor '%s': no per-expert name", t->name);
+    *view = *t;
+    view->name = name;
+    view->n_dims = 2;
+    view->shape[0] = rows, view->shape[1] = K, view->shape[2] = 0;
+    view->n_elements = rows * K;
+    view->n_bytes = (size_t)view->n_elements * moe8_dtype_size(t->dtype);
+    view->data = (const char *)t->data + (size_t)(r0 * K) * moe8_dtype_size(t->dtype);
+    return MOE8_OK;
+}
+
+/* Plan (write 0) or write (write 1) one source tensor: its group, or each
+ * per-expert part of a stacked one. */
+static moe8_status do_tensor(qz *z, const moe8_tensor *t, int write, moe8_error *err) {
+    int layer = 0, site = 0, gu = 0;
+    int64_t sl = 0, np;
+    moe8_status st;
+    char name[256];
+    moe8_tensor view;
+    if ((np = stacked_parts(z, t, &sl, &gu, err, &st)) == 0 && st) return st;
+    for (int64_t j = 0; j < (np ? np : 1); j++) {
+        const moe8_tensor *s = t;
+        qkind k;
+        if (np && (st = stacked_part(z, t, sl, gu, j, &view, name, sizeof name, err))) return st;
+        if (np) s = &view;
+        k = classify(s, z->arch, &z->cfg, z->p, &layer, &site);
+        st = !write ? plan_group(z, s, k, err)
+             : k == KIND_FOLDED ? MOE8_OK
+             : k == KIND_FLOAT ? moe8_shards_write(z->sh, s->name, s->data, s->n_bytes, err)
+                               : write_quant(z, s, k, layer, site, err);
+        if (st) return st;
+    }
+    return MOE8_OK;
+}
+
 /* Plan every group, then write them in the same order. */
 static moe8_status write_tensors(qz *z, const char *dir, moe8_error *err) {
     const size_t n = moe8_st_count(z->src);
     uint64_t done = 0, total = 0;
     moe8_status st = moe8_shards_new(dir, z->p->shard_bytes, &z->sh, err);
-    int layer = 0, site = 0;
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        st = plan_group(z, t, classify(t, z->arch, &z->cfg, z->p, &layer, &site), err);
+        st = do_tensor(z, t, 0, err);
         total += t->n_bytes;
     }
     for (size_t i = 0; !st && i < n; i++) {
         const moe8_tensor *t = moe8_st_get(z->src, i);
-        qkind k = classify(t, z->arch, &z->cfg, z->p, &layer, &site);
-        st = k == KIND_FOLDED ? MOE8_OK
-             : k == KIND_FLOAT ? moe8_shards_write(z->sh, t->name, t->data, t->n_bytes, err)
-                               : write_quant(z, t, k, layer, site, err);
+        st = do_tensor(z, t, 1, err);
         moe8_st_release(z->src, t);
         done += t->n_bytes;
         if (!st && z->p->progress && z->p->progress(z->p->progress_user, "quantize", done, total))
@@ -534,7 +621,7 @@ static moe8_status check_float_model(const moe8_model *m, const char *dir, moe8_
         moe8_layer_info li;
         moe8_model_layer_info(m, l, &li);
         if (li.qkv || li.o || li.experts || li.experts_down || li.mlp_gate_up || li.mlp_down ||
-            li.shared_gate_up || li.shared_down)
+            li.shared_gate_up || li.shared_down || li.gdn_in || li.gdn_z || li.gdn_out)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': layer %lld is already "
                              "quantized; quantize expects a float model", dir, (long long)l);
     }
@@ -551,22 +638,25 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     moe8_model *m = NULL;
     moe8_tokenizer *tok = NULL;
     moe8_status st;
+    int hybrid;
     mp.n_threads = p->n_threads;
     if ((st = moe8_model_load(in_dir, &mp, &m, err))) return st;
     z->cfg = *moe8_model_config(m);
     z->arch = moe8_arch_get(z->cfg.arch);
+    hybrid = z->arch->kinds.gdn_layers; /* no W8A8 static linear: nothing to calibrate */
     st = check_float_model(m, in_dir, err);
-    if (!st && z->arch->kinds.gdn_layers) /* msModelSlim's hybrid recipe: issue 41 */
-        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': quantize of %s (hybrid linear "
-                       "attention) not supported yet", in_dir, z->cfg.model_type);
+    if (!st && hybrid && p->experts_w4a8)
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': W4A8 experts of %s (hybrid linear "
+                       "attention) not supported yet (msModelSlim's recipe: W8A8_DYNAMIC)",
+                       in_dir, z->cfg.model_type);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "
                        "(quantize lm_head only for an untied model)", in_dir);
     /* the tokenizer is read only to calibrate (with linear_float it is only
      * copied: a family whose tokenizer this build cannot parse still quantizes) */
-    if (!st && !p->linear_float) st = moe8_tokenizer_load(in_dir, &tok, err);
-    if (!st && !p->linear_float) {
+    if (!st && !p->linear_float && !hybrid) st = moe8_tokenizer_load(in_dir, &tok, err);
+    if (!st && !p->linear_float && !hybrid) {
         const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
         size_t len = p->calib_text ? p->calib_len : strlen(text);
         size_t n = (size_t)z->cfg.num_hidden_layers * MOE8_CALIB_SITES;
