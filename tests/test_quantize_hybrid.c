@@ -11,7 +11,9 @@
  * tensor recomputed here from the float source (for qwen3_5_moe an expert's
  * up rows of the stacked gate_up_proj, so the split is checked); the W8A8
  * model's last-token logits against the float model's (cosine >= 0.999) and
- * 5 greedy tokens equal; W4A8 experts refused naming the family.
+ * 5 greedy tokens equal; --linear float (q/k/v, in_proj_qkvz FLOAT); W4A8
+ * experts refused naming the family. A third source: fixture_hybrid.h's float
+ * qwen3_5_moe with stacked experts (make-model writes per-expert names).
  */
 #include <math.h>
 #include <regex.h>
@@ -79,6 +81,16 @@ static cJSON *read_json(const char *dir, const char *file) {
     root = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     return root;
+}
+
+/* The description's type of tensor name in dir ("" when absent). */
+static const char *desc_type(const char *dir, const char *name) {
+    static char out[32];
+    cJSON *d = read_json(dir, "quant_model_description.json");
+    cJSON *it = cJSON_GetObjectItemCaseSensitive(d, name);
+    snprintf(out, sizeof out, "%s", cJSON_IsString(it) ? it->valuestring : "");
+    cJSON_Delete(d);
+    return out;
 }
 
 /* The recipe by name (this test's rule): "W8A8_DYNAMIC" or "FLOAT". */
@@ -244,6 +256,16 @@ static void test_family(const char *base, moe8_arch arch, const char *fam) {
         exit(2);
     }
     check_family(src, dst, bad, fam, arch == MOE8_ARCH_QWEN3_NEXT, 0);
+    if (arch == MOE8_ARCH_QWEN3_NEXT) { /* --linear float: q/k/v and in_proj_qkvz FLOAT too */
+        moe8_quantize_params qp = moe8_quantize_params_default();
+        qp.linear_float = 1;
+        FMT(dst, "%s/%s-lf", base, fam);
+        CHECKF(moe8_quantize(src, dst, &qp, NULL, &e) == MOE8_OK, "%s", e.message);
+        CHECK(!strcmp(desc_type(dst, "model.layers.3.self_attn.q_proj.weight"), "FLOAT"));
+        CHECK(!strcmp(desc_type(dst, "model.layers.0.linear_attn.in_proj_qkvz.weight"), "FLOAT"));
+        CHECK(!strcmp(desc_type(dst, "model.layers.0.mlp.experts.3.gate_proj.weight"),
+                      "W8A8_DYNAMIC"));
+    }
 }
 
 /* fixture_hybrid.h's float qwen3_5_moe: stacked experts, as Qwen3.6's

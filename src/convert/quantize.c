@@ -522,7 +522,9 @@ static int64_t stacked_parts(const qz *z, const moe8_tensor *t, int64_t *layer, 
     const int64_t E = z->cfg.num_experts, I = z->cfg.moe_intermediate_size, H = z->cfg.hidden_size;
     char n[256];
     *st = MOE8_OK;
-    if (!(a->kinds.tensors & MOE8_TENSORS_STACKED_EXPERTS) || !a->stacked_gate_up) return 0;
+    if (!(a->kinds.tensors & MOE8_TENSORS_STACKED_EXPERTS) || !a->stacked_gate_up ||
+        t->n_dims != 3)
+        return 0;
     for (int64_t l = 0; l < z->cfg.num_hidden_layers; l++)
         for (int g = 0; g < 2; g++) {
             snprintf(n, sizeof n, g ? a->stacked_gate_up : a->stacked_down, (long long)l);
