@@ -21,7 +21,9 @@
  * non-zero exit naming the file/tensor with the existing output untouched;
  * no temporary file left in the output folder. glm4_moe as glm4moe and
  * minimax_m2 as minimax-m2 (their tiny presets) the same way, against
- * llama.cpp's loaders' names, shapes and keys; whether llama.cpp runs them as
+ * llama.cpp's loaders' names, shapes and keys; qwen3_next as qwen3next with
+ * the converter's transforms (1 + w norms, -exp(A_log), in_proj_qkvz split
+ * into attn_qkv / attn_gate, conv1d squeezed); whether llama.cpp runs them as
  * moe8 does: test_export_gguf_llamacpp.c.
  */
 #include <dirent.h>
@@ -1126,6 +1128,234 @@ static void test_mm(const char *root, const char *out, const char *err) {
     CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
 }
 
+/* ---- qwen3_next as llama.cpp's qwen3next ------------------------------------------ */
+
+/* The converter's transforms (Qwen3NextModel), written here from its text. */
+enum { X_NONE, X_PLUS1, X_NEG_EXP };
+static double q3n_xform(int x, float v) {
+    return x == X_PLUS1 ? (double)(1.0f + v) : x == X_NEG_EXP ? -exp((double)v) : (double)v;
+}
+
+/* A tensor whose rows are rows row_of[r] of src (NULL: r), each value
+ * transformed: its type and ggml shape {ne0, ne1} (ne1 0: 1-D), then for F32 /
+ * BF16 every value (F32 of 1 + w bit-equal to the f32 sum, of -exp within
+ * 2e-7 relative; BF16 round-to-nearest-even of the source value); Q8_0 shape
+ * only (the row order is checked on the BF16 file). */
+static void check_q3n_tensor(const gguf *g, const moe8_st *st, const char *name, uint32_t type,
+                             uint64_t ne0, uint64_t ne1, const char *hf, const int64_t *row_of,
+                             int x, int *n_checked) {
+    const gti *t = ti_find(g, name);
+    const moe8_tensor *m = moe8_st_find(st, hf);
+    uint32_t nd = ne1 ? 2 : 1;
+    long bad = 0;
+    CHECKF(t != NULL && m != NULL, "tensor %s / source %s missing", name, hf);
+    if (!t || !m) return;
+    (*n_checked)++;
+    CHECKF(t->type == type && t->n_dims == nd && t->ne[0] == ne0 && (nd < 2 || t->ne[1] == ne1),
+           "%s: type %u, %u dims {%llu, %llu}", name, t->type, t->n_dims,
+           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1]);
+    if (t->type != type || type == T_Q8_0) return;
+    const unsigned char *d = g->b + g->data0 + t->offset;
+    uint64_t rows = ne1 ? ne1 : 1, es = type == T_F32 ? 4 : 2;
+    CHECKF(g->data0 + t->offset + rows * ne0 * es <= g->n, "%s: data beyond the file", name);
+    if (g->data0 + t->offset + rows * ne0 * es > g->n) return;
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t i = 0; i < ne0; i++) {
+            uint64_t sr = row_of ? (uint64_t)row_of[r] : r;
+            double want = q3n_xform(x, src_at(m, (int64_t)(sr * ne0 + i)));
+            if (type == T_F32) {
+                float v;
+                memcpy(&v, d + 4 * (r * ne0 + i), 4);
+                bad += x == X_NEG_EXP ? fabs(v - want) > 2e-7 * fabs(want) : v != (float)want;
+            } else {
+                uint16_t v;
+                memcpy(&v, d + 2 * (r * ne0 + i), 2);
+                bad += v != ref_bf16((float)want);
+            }
+        }
+    CHECKF(!bad, "%s: %ld values differ", name, bad);
+}
+
+/* One layer as llama.cpp's qwen3next loader creates it: layers 0-2 Gated
+ * DeltaNet (full_attention_interval 4), layer 3 full attention. attn_qkv /
+ * attn_gate: in_proj_qkvz's rows, grouped per key head as [q dk, k dk,
+ * v r dv, z r dv], regrouped as all q, all k, all v / all z. */
+static void check_q3n_layer(const gguf *g, const moe8_st *st, const cJSON *cfg, uint32_t wtype,
+                            int l, int *n_checked) {
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), D = (uint64_t)jnum(cfg, "head_dim");
+    uint64_t NQ = (uint64_t)jnum(cfg, "num_attention_heads") * D;
+    uint64_t NKV = (uint64_t)jnum(cfg, "num_key_value_heads") * D;
+    uint64_t E = (uint64_t)jnum(cfg, "num_experts"), I = (uint64_t)jnum(cfg, "moe_intermediate_size");
+    uint64_t S = (uint64_t)jnum(cfg, "shared_expert_intermediate_size");
+    uint64_t Kh = (uint64_t)jnum(cfg, "linear_num_key_heads"), Vh = (uint64_t)jnum(cfg, "linear_num_value_heads");
+    uint64_t dk = (uint64_t)jnum(cfg, "linear_key_head_dim"), dv = (uint64_t)jnum(cfg, "linear_value_head_dim");
+    uint64_t K = (uint64_t)jnum(cfg, "linear_conv_kernel_dim");
+    uint64_t rv = Vh / Kh * dv, G = 2 * dk + 2 * rv, C = 2 * Kh * dk + Vh * dv;
+    int linear = (l + 1) % (int)jnum(cfg, "full_attention_interval") != 0;
+    char name[128], hf[256];
+    const uint32_t W = 99; /* the matrices' --type */
+    const struct { const char *g, *h; uint32_t ty; uint64_t ne0, ne1; int x, when; } t[] = {
+        {"attn_norm.weight", "input_layernorm.weight", T_F32, H, 0, X_PLUS1, 2},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", T_F32, H, 0, X_PLUS1, 2},
+        {"ssm_dt.bias", "linear_attn.dt_bias", T_F32, Vh, 0, X_NONE, 1},
+        {"ssm_a", "linear_attn.A_log", T_F32, Vh, 0, X_NEG_EXP, 1},
+        {"ssm_ba.weight", "linear_attn.in_proj_ba.weight", W, H, 2 * Vh, X_NONE, 1},
+        {"ssm_norm.weight", "linear_attn.norm.weight", T_F32, dv, 0, X_NONE, 1},
+        {"ssm_out.weight", "linear_attn.out_proj.weight", W, Vh * dv, H, X_NONE, 1},
+        {"attn_q.weight", "self_attn.q_proj.weight", W, H, 2 * NQ, X_NONE, 0},
+        {"attn_k.weight", "self_attn.k_proj.weight", W, H, NKV, X_NONE, 0},
+        {"attn_v.weight", "self_attn.v_proj.weight", W, H, NKV, X_NONE, 0},
+        {"attn_output.weight", "self_attn.o_proj.weight", W, NQ, H, X_NONE, 0},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", T_F32, D, 0, X_PLUS1, 0},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", T_F32, D, 0, X_PLUS1, 0},
+        {"ffn_gate_inp.weight", "mlp.gate.weight", T_F32, H, E, X_NONE, 2},
+        {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", T_F32, H, 0, X_NONE, 2},
+        {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", W, H, S, X_NONE, 2},
+        {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", W, H, S, X_NONE, 2},
+        {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", W, S, H, X_NONE, 2},
+        {"ssm_conv1d.weight", "linear_attn.conv1d.weight", T_F32, K, C, X_NONE, 1},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        FMT(name, "blk.%d.%s", l, t[i].g);
+        if (t[i].when != 2 && t[i].when != linear) {
+            CHECKF(ti_find(g, name) == NULL, "%s written", name);
+            continue;
+        }
+        FMT(hf, "model.layers.%d.%s", l, t[i].h);
+        check_q3n_tensor(g, st, name, t[i].ty == W ? wtype : t[i].ty, t[i].ne0, t[i].ne1, hf, NULL,
+                         t[i].x, n_checked);
+    }
+    if (linear) {
+        int64_t *qkv = malloc(C * sizeof *qkv), *z = malloc(Vh * dv * sizeof *z);
+        if (!qkv || !z) abort();
+        for (uint64_t k = 0; k < Kh; k++) {
+            for (uint64_t i = 0; i < dk; i++) {
+                qkv[k * dk + i] = (int64_t)(k * G + i);
+                qkv[Kh * dk + k * dk + i] = (int64_t)(k * G + dk + i);
+            }
+            for (uint64_t i = 0; i < rv; i++) {
+                qkv[2 * Kh * dk + k * rv + i] = (int64_t)(k * G + 2 * dk + i);
+                z[k * rv + i] = (int64_t)(k * G + 2 * dk + rv + i);
+            }
+        }
+        FMT(hf, "model.layers.%d.linear_attn.in_proj_qkvz.weight", l);
+        FMT(name, "blk.%d.attn_qkv.weight", l);
+        check_q3n_tensor(g, st, name, wtype, H, C, hf, qkv, X_NONE, n_checked);
+        FMT(name, "blk.%d.attn_gate.weight", l);
+        check_q3n_tensor(g, st, name, wtype, H, Vh * dv, hf, z, X_NONE, n_checked);
+        free(qkv);
+        free(z);
+    }
+    static const char *const exps[3][2] = {
+        {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
+    for (int i = 0; i < 3; i++) {
+        FMT(name, "blk.%d.%s.weight", l, exps[i][0]);
+        FMT(hf, "model.layers.%d.mlp.experts.%%d.%s.weight", l, exps[i][1]);
+        check_tensor(g, st, name, wtype, 3, i == 2 ? I : H, i == 2 ? H : I, E, hf, (int)E, n_checked);
+    }
+}
+
+static int64_t q3n_ku(const gguf *g, const char *key) {
+    char k[128];
+    FMT(k, "qwen3next.%s", key);
+    return kv_u32(g, k);
+}
+
+/* A qwen3next file against its folder: llama.cpp's keys (the Qwen2-MoE ones,
+ * the ssm.* of the Gated DeltaNet, full_attention_interval, rope over
+ * head_dim x partial_rotary_factor), every tensor, output_norm 1 + w. */
+static void check_q3n_file(const char *path, const char *dir, uint32_t wtype) {
+    gguf g;
+    moe8_st *st = NULL;
+    cJSON *cfg = read_json(dir, "config.json");
+    int rc = gguf_read(&g, path), n_checked = 0;
+    CHECKF(rc == 0, "cannot parse %s", path);
+    if (rc) {
+        gguf_free(&g);
+        cJSON_Delete(cfg);
+        return;
+    }
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), V = (uint64_t)jnum(cfg, "vocab_size");
+    const char *a = "qwen3next";
+    char k[128];
+    CHECK(kv_str_is(&g, "general.architecture", a));
+    CHECK(kv_u32(&g, "general.file_type") == (wtype == T_Q8_0 ? 7 : 32));
+    CHECK(q3n_ku(&g, "block_count") == 4 && q3n_ku(&g, "embedding_length") == (int64_t)H);
+    CHECK(q3n_ku(&g, "context_length") == (int64_t)jnum(cfg, "max_position_embeddings"));
+    CHECK(q3n_ku(&g, "feed_forward_length") == (int64_t)jnum(cfg, "intermediate_size"));
+    CHECK(q3n_ku(&g, "expert_feed_forward_length") == (int64_t)jnum(cfg, "moe_intermediate_size"));
+    CHECK(q3n_ku(&g, "expert_shared_feed_forward_length") == (int64_t)jnum(cfg, "shared_expert_intermediate_size"));
+    CHECK(q3n_ku(&g, "expert_count") == (int64_t)jnum(cfg, "num_experts"));
+    CHECK(q3n_ku(&g, "expert_used_count") == (int64_t)jnum(cfg, "num_experts_per_tok"));
+    CHECK(q3n_ku(&g, "attention.head_count") == (int64_t)jnum(cfg, "num_attention_heads"));
+    CHECK(q3n_ku(&g, "attention.head_count_kv") == (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(q3n_ku(&g, "attention.key_length") == (int64_t)jnum(cfg, "head_dim"));
+    CHECK(q3n_ku(&g, "attention.value_length") == (int64_t)jnum(cfg, "head_dim"));
+    CHECK(q3n_ku(&g, "rope.dimension_count") == 16 && jnum(cfg, "head_dim") == 64 &&
+          jnum(cfg, "partial_rotary_factor") == 0.25);
+    CHECK(q3n_ku(&g, "ssm.conv_kernel") == (int64_t)jnum(cfg, "linear_conv_kernel_dim"));
+    CHECK(q3n_ku(&g, "ssm.state_size") == (int64_t)jnum(cfg, "linear_key_head_dim"));
+    CHECK(q3n_ku(&g, "ssm.group_count") == (int64_t)jnum(cfg, "linear_num_key_heads"));
+    CHECK(q3n_ku(&g, "ssm.time_step_rank") == (int64_t)jnum(cfg, "linear_num_value_heads"));
+    CHECK(q3n_ku(&g, "ssm.inner_size") ==
+          (int64_t)(jnum(cfg, "linear_num_value_heads") * jnum(cfg, "linear_value_head_dim")));
+    CHECK(q3n_ku(&g, "full_attention_interval") == 4);
+    FMT(k, "%s.rope.freq_base", a);
+    CHECK(kv_f32(&g, k) == (float)jnum(cfg, "rope_theta"));
+    FMT(k, "%s.attention.layer_norm_rms_epsilon", a);
+    CHECK(kv_f32(&g, k) == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_str_is(&g, "tokenizer.ggml.pre", "qwen2"));
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    if (st) {
+        check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0, "model.embed_tokens.weight",
+                     1, &n_checked);
+        for (int l = 0; l < 4; l++) check_q3n_layer(&g, st, cfg, wtype, l, &n_checked);
+        check_q3n_tensor(&g, st, "output_norm.weight", T_F32, H, 0, "model.norm.weight", NULL,
+                         X_PLUS1, &n_checked);
+        check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0, "lm_head.weight", 1, &n_checked);
+        CHECKF(g.n_tensors == (uint64_t)n_checked, "%llu tensors, %d expected",
+               (unsigned long long)g.n_tensors, n_checked);
+        moe8_st_free(st);
+    }
+    gguf_free(&g);
+    cJSON_Delete(cfg);
+}
+
+/* qwen3_next: the tiny preset as BF16 and Q8_0; linear value heads wider than
+ * the key heads and a dense layer refused. */
+static void test_q3n(const char *root, const char *out, const char *err) {
+    char dir[4096], var[4096], file[4096], args[16384];
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    FMT(dir, "%s/q3n", root);
+    p.arch = MOE8_ARCH_QWEN3_NEXT;
+    p.tokenizer_dir = TOK;
+    p.force = 1;
+    if (moe8_make_model(&p, dir, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    static const struct { const char *name; uint32_t type; } types[] = {
+        {"bf16", T_BF16}, {"q8_0", T_Q8_0}};
+    for (int i = 0; i < 2; i++) {
+        FMT(file, "%s/q3n_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", dir, file, types[i].name);
+        CHECKF(export(args, err) == 0, "qwen3_next export --type %s", types[i].name);
+        check_q3n_file(file, dir, types[i].type);
+        remove(file);
+    }
+    FMT(file, "%s/q3n_bad.gguf", out);
+    FMT(var, "%s/q3n_dv", root);
+    glm_variant(dir, var, NULL, "{\"linear_value_head_dim\": 64}");
+    FMT(args, "-m '%s' -o '%s'", var, file);
+    CHECK(export(args, err) != 0 && test_file_contains(err, "linear_value_head_dim 64"));
+    FMT(var, "%s/q3n_dense", root);
+    glm_variant(dir, var, NULL, "{\"mlp_only_layers\": [1]}");
+    FMT(args, "-m '%s' -o '%s'", var, file);
+    CHECK(export(args, err) != 0 && test_file_contains(err, "layer 1 has a dense MLP"));
+    CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int same_bytes(const char *path, const char *want) {
@@ -1225,6 +1455,7 @@ int main(void) {
 
     test_glm(root, out, err);
     test_mm(root, out, err);
+    test_q3n(root, out, err);
 
     /* a missing folder */
     FMT(args, "-m '%s/nope' -o '%s/nope.gguf'", root, out);

@@ -1,9 +1,10 @@
 /*
  * test_export_gguf_llamacpp.c — llama.cpp runs what `moe8 export-gguf` writes
  * as moe8 runs the model folder: scripts/crosscheck_llamacpp.sh on the tiny
- * presets of glm4_moe (as glm4moe) and minimax_m2 (as minimax-m2), BF16
- * export, and its numbers checked here: the last-position logits of a 15-id
- * prompt within cosine 0.9999 of moe8's (measured: 0.999993 and 0.999995;
+ * presets of glm4_moe (as glm4moe), minimax_m2 (as minimax-m2) and
+ * qwen3_next (as qwen3next), BF16 export, and its numbers checked here: the
+ * last-position logits of a 15-id prompt within cosine 0.9999 of moe8's
+ * (measured: 0.999993, 0.999995 and 0.999991;
  * BF16 weights are exact in both, what differs is llama.cpp's bf16
  * activations against moe8's f32), the same top-5, and the same 16 greedy
  * tokens. The reference is another implementation (llama.cpp through
@@ -59,6 +60,7 @@ int main(void) {
     const char *root = test_tmpdir("export_gguf_llamacpp");
     check_arch(root, "glm4_moe");
     check_arch(root, "minimax_m2");
+    check_arch(root, "qwen3_next");
     FMT(cmd, "rm -rf '%s'", root);
     test_run(cmd);
     return test_summary();

@@ -30,7 +30,8 @@
 #include "export_gguf.h"
 
 /* The families exported (a family not here is refused). */
-static const xg_family *const families[] = {&xg_qwen3moe, &xg_glm4moe, &xg_minimax_m2};
+static const xg_family *const families[] = {&xg_qwen3moe, &xg_glm4moe, &xg_minimax_m2,
+                                            &xg_qwen3next};
 
 static const char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -92,7 +93,8 @@ static const xg_family *find_family(const char *dir, const moe8_config *cfg) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (families[i]->model_arch == (int)cfg->arch) return families[i];
     xg_fail("'%s/config.json': model_type '%s': only qwen3_moe (as llama.cpp's qwen3moe), "
-            "glm4_moe (as glm4moe) and minimax_m2 (as minimax-m2) are exported", dir,
+            "glm4_moe (as glm4moe), minimax_m2 (as minimax-m2) and qwen3_next (as "
+            "qwen3next) are exported", dir,
             cfg->model_type);
     return NULL;
 }
@@ -207,7 +209,7 @@ out:
     free(v.type);
     cJSON_Delete(v.json);
     cJSON_Delete(v.config);
-    for (int i = 0; i < p.n; i++) free(p.t[i].src);
+    for (int i = 0; i < p.n; i++) free(p.t[i].src), free(p.t[i].row_of);
     free(p.t);
     if (p.st) moe8_st_free(p.st);
     return rc;

@@ -7,7 +7,8 @@
  * F16 / BF16 data), export_gguf_plan.c builds the plan from a family's
  * per-layer table, export_gguf_vocab.c the tokenizer keys, and one file per
  * family holds its table, checks and hyper-parameter keys
- * (export_gguf_qwen3moe.c, export_gguf_glm4moe.c, export_gguf_minimax_m2.c).
+ * (export_gguf_qwen3moe.c, export_gguf_glm4moe.c, export_gguf_minimax_m2.c,
+ * export_gguf_qwen3next.c).
  */
 #ifndef MOE8_TOOLS_EXPORT_GGUF_H
 #define MOE8_TOOLS_EXPORT_GGUF_H
@@ -80,6 +81,8 @@ typedef struct {
     uint64_t ne[3];             /* ggml order: ne[0] = row length */
     const moe8_tensor **src;    /* [n_src]: one tensor, or the experts in order */
     int n_src;
+    int xform;                  /* XG_X_*: the converter's transform of each value */
+    int64_t *row_of;            /* [ne[1]] the source row of each row (one source); NULL: the same */
     uint64_t offset, n_bytes;   /* in the data section */
 } xg_tensor;
 
@@ -108,14 +111,27 @@ enum {
     XG_DENSE_GU, XG_DENSE_D,                     /* [F][H], [H][F] */
     XG_SHARED_GU, XG_SHARED_D,                   /* [S][H], [H][S] */
 };
-/* When a per-layer tensor is written. */
-enum { XG_ALWAYS, XG_IF_MOE, XG_IF_DENSE, XG_IF_QK_NORM, XG_IF_QKV_BIAS, XG_IF_SHARED };
+/* Hybrid (Gated DeltaNet) shapes: Kh / Vh the linear key / value heads, dv
+ * the value head dim. */
+enum {
+    XG_Q_GATED = XG_SHARED_D + 1,                /* [2 nq][H]: per head query then gate */
+    XG_GDN_BA, XG_GDN_OUT,                       /* [2 Vh][H], [H][Vh dv] */
+    XG_GDN_V, XG_GDN_NORM,                       /* [Vh] (A_log, dt_bias), [dv] */
+};
+/* When a per-layer tensor is written (XG_IF_LINEAR / XG_IF_FULL: a hybrid's
+ * Gated DeltaNet / full-attention layers; a family without
+ * full_attention_interval has full attention only). */
+enum { XG_ALWAYS, XG_IF_MOE, XG_IF_DENSE, XG_IF_QK_NORM, XG_IF_QKV_BIAS, XG_IF_SHARED,
+       XG_IF_LINEAR, XG_IF_FULL };
+/* The converter's value transforms: none, 1 + w (zero-centred norms), -exp(w) (A_log). */
+enum { XG_X_NONE, XG_X_PLUS1, XG_X_NEG_EXP };
 
 /* One row of a family's per-layer table: the GGUF name "blk.N.<gguf>" and the
  * Hugging Face name "model.layers.N.<hf>". */
 typedef struct {
     const char *gguf, *hf;
     int shape, when;
+    int xform;                  /* XG_X_* */
 } xg_row;
 
 /* A family's export: what llama.cpp's architecture `arch` reads. */
@@ -136,9 +152,21 @@ typedef struct xg_family {
     /* llama.cpp's loader requires output.weight (no fallback to token_embd):
      * with tied embeddings it is written from model.embed_tokens.weight */
     int output_required;
+    /* optional: the layer's tensors the table cannot say (a reordered or
+     * squeezed source), appended after its rows; -1 after a message */
+    int (*layer)(xg_plan *p, int64_t l);
+    int output_norm_xform;      /* XG_X_* of output_norm */
 } xg_family;
 
-extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2;
+extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2, xg_qwen3next;
+
+/* 1 if layer l is a hybrid's Gated DeltaNet layer (every layer but each
+ * full_attention_interval-th). */
+int xg_is_linear_layer(const xg_plan *p, int64_t l);
+/* The float tensor `name` of shape [rows][cols] (cols 0: 1-D), or NULL after a message. */
+const moe8_tensor *xg_need(xg_plan *p, const char *name, int64_t rows, int64_t cols);
+/* Append a GGUF tensor of n_src sources, each [rows][cols] (cols 0: 1-D, F32). */
+xg_tensor *xg_add(xg_plan *p, const char *gname, int type, int n_src, int64_t rows, int64_t cols);
 
 /* Every tensor the family's llama.cpp architecture reads, in the converter's order. */
 int xg_make_plan(xg_plan *p);

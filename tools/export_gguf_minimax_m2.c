@@ -34,16 +34,16 @@
 #include "export_gguf.h"
 
 static const xg_row rows[] = {
-    {"attn_norm.weight", "input_layernorm.weight", XG_NORM_H, XG_ALWAYS},
-    {"attn_q.weight", "self_attn.q_proj.weight", XG_Q, XG_ALWAYS},
-    {"attn_k.weight", "self_attn.k_proj.weight", XG_KV, XG_ALWAYS},
-    {"attn_v.weight", "self_attn.v_proj.weight", XG_KV, XG_ALWAYS},
-    {"attn_output.weight", "self_attn.o_proj.weight", XG_O, XG_ALWAYS},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight", XG_NORM_Q, XG_ALWAYS},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight", XG_NORM_KV, XG_ALWAYS},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", XG_NORM_H, XG_ALWAYS},
-    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight", XG_ROUTER, XG_ALWAYS},
-    {"exp_probs_b.bias", "block_sparse_moe.e_score_correction_bias", XG_ROUTER_BIAS, XG_ALWAYS},
+    {"attn_norm.weight", "input_layernorm.weight", XG_NORM_H, XG_ALWAYS, XG_X_NONE},
+    {"attn_q.weight", "self_attn.q_proj.weight", XG_Q, XG_ALWAYS, XG_X_NONE},
+    {"attn_k.weight", "self_attn.k_proj.weight", XG_KV, XG_ALWAYS, XG_X_NONE},
+    {"attn_v.weight", "self_attn.v_proj.weight", XG_KV, XG_ALWAYS, XG_X_NONE},
+    {"attn_output.weight", "self_attn.o_proj.weight", XG_O, XG_ALWAYS, XG_X_NONE},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight", XG_NORM_Q, XG_ALWAYS, XG_X_NONE},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight", XG_NORM_KV, XG_ALWAYS, XG_X_NONE},
+    {"ffn_norm.weight", "post_attention_layernorm.weight", XG_NORM_H, XG_ALWAYS, XG_X_NONE},
+    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight", XG_ROUTER, XG_ALWAYS, XG_X_NONE},
+    {"exp_probs_b.bias", "block_sparse_moe.e_score_correction_bias", XG_ROUTER_BIAS, XG_ALWAYS, XG_X_NONE},
 };
 
 static int check(const xg_plan *p) {

@@ -17,7 +17,7 @@
 
 /* The float tensor `name` of shape [rows][cols] (cols = 0: 1-D [rows]), or
  * NULL after a message naming it. */
-static const moe8_tensor *need(xg_plan *p, const char *name, int64_t rows, int64_t cols) {
+const moe8_tensor *xg_need(xg_plan *p, const char *name, int64_t rows, int64_t cols) {
     const moe8_tensor *t = moe8_st_find(p->st, name);
     int want_dims = cols ? 2 : 1;
     if (!t) {
@@ -46,7 +46,7 @@ static const moe8_tensor *need(xg_plan *p, const char *name, int64_t rows, int64
 }
 
 /* Append a GGUF tensor of n_src sources, each [rows][cols] (cols = 0: 1-D). */
-static xg_tensor *add(xg_plan *p, const char *gname, int type, int n_src, int64_t rows,
+xg_tensor *xg_add(xg_plan *p, const char *gname, int type, int n_src, int64_t rows,
                       int64_t cols) {
     if (p->n == p->cap) {
         int cap = p->cap ? 2 * p->cap : 64;
@@ -82,14 +82,20 @@ static xg_tensor *add(xg_plan *p, const char *gname, int type, int n_src, int64_
     return g;
 }
 
-/* One GGUF tensor from one Hugging Face tensor. */
+/* One GGUF tensor from one Hugging Face tensor, its values transformed by xform. */
 static int add1(xg_plan *p, const char *gname, int type, const char *hname, int64_t rows,
-                int64_t cols) {
-    const moe8_tensor *t = need(p, hname, rows, cols);
-    xg_tensor *g = t ? add(p, gname, type, 1, rows, cols) : NULL;
+                int64_t cols, int xform) {
+    const moe8_tensor *t = xg_need(p, hname, rows, cols);
+    xg_tensor *g = t ? xg_add(p, gname, type, 1, rows, cols) : NULL;
     if (!g) return -1;
     g->src[0] = t;
+    g->xform = xform;
     return 0;
+}
+
+int xg_is_linear_layer(const xg_plan *p, int64_t l) {
+    int64_t every = moe8_config_get_int(p->cfg, "full_attention_interval", NULL);
+    return every > 0 && (l + 1) % every != 0;
 }
 
 /* The shape of a table row: rows x cols (cols 0: 1-D) and its GGUF type. */
@@ -99,6 +105,8 @@ static void row_shape(const xg_plan *p, int shape, int64_t *rows, int64_t *cols,
     int64_t nq = c->num_attention_heads * D, nkv = c->num_key_value_heads * D;
     int64_t S = moe8_config_get_int(c, "shared_expert_intermediate_size", NULL);
     int64_t F = c->intermediate_size;
+    int64_t Vh = moe8_config_get_int(c, "linear_num_value_heads", NULL);
+    int64_t dv = moe8_config_get_int(c, "linear_value_head_dim", NULL);
     *type = p->wtype;
     *cols = 0;
     switch (shape) {
@@ -114,13 +122,20 @@ static void row_shape(const xg_plan *p, int shape, int64_t *rows, int64_t *cols,
     case XG_DENSE_GU: *rows = F, *cols = H; break;
     case XG_DENSE_D: *rows = H, *cols = F; break;
     case XG_SHARED_GU: *rows = S, *cols = H; break;
+    case XG_Q_GATED: *rows = 2 * nq, *cols = H; break;
+    case XG_GDN_BA: *rows = 2 * Vh, *cols = H; break;
+    case XG_GDN_OUT: *rows = H, *cols = Vh * dv; break;
+    case XG_GDN_V: *rows = Vh; break;
+    case XG_GDN_NORM: *rows = dv; break;
     default: *rows = H, *cols = S; break; /* XG_SHARED_D */
     }
 }
 
-static int row_applies(const xg_plan *p, int when, int moe) {
+static int row_applies(const xg_plan *p, int when, int moe, int64_t l) {
     const moe8_config *c = p->cfg;
     switch (when) {
+    case XG_IF_LINEAR: return xg_is_linear_layer(p, l);
+    case XG_IF_FULL: return !xg_is_linear_layer(p, l);
     case XG_IF_MOE: return moe;
     case XG_IF_DENSE: return !moe;
     case XG_IF_QK_NORM: return moe8_config_get_int(c, "qk_norm", NULL) != 0;
@@ -141,12 +156,13 @@ static int plan_layer(xg_plan *p, int64_t l) {
         const xg_row *r = &f->rows[i];
         int64_t rows, cols;
         int type;
-        if (!row_applies(p, r->when, moe)) continue;
+        if (!row_applies(p, r->when, moe, l)) continue;
         row_shape(p, r->shape, &rows, &cols, &type);
         snprintf(g, sizeof g, "blk.%lld.%s", (long long)l, r->gguf);
         snprintf(h, sizeof h, "model.layers.%lld.%s", (long long)l, r->hf);
-        if (add1(p, g, type, h, rows, cols)) return -1;
+        if (add1(p, g, type, h, rows, cols, r->xform)) return -1;
     }
+    if (f->layer && f->layer(p, l)) return -1;
     if (!moe) return 0;
     static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
@@ -154,11 +170,11 @@ static int plan_layer(xg_plan *p, int64_t l) {
     for (int i = 0; i < 3; i++) {
         int64_t rows = i == 2 ? H : I, cols = i == 2 ? I : H;
         snprintf(g, sizeof g, "blk.%lld.%s.weight", (long long)l, exps[i]);
-        xg_tensor *t = add(p, g, p->wtype, (int)E, rows, cols);
+        xg_tensor *t = xg_add(p, g, p->wtype, (int)E, rows, cols);
         if (!t) return -1;
         for (int64_t e = 0; e < E; e++) {
             snprintf(h, sizeof h, fmt, (long long)l, (long long)e, f->exp_names[i]);
-            if (!(t->src[e] = need(p, h, rows, cols))) return -1;
+            if (!(t->src[e] = xg_need(p, h, rows, cols))) return -1;
         }
     }
     return 0;
@@ -167,13 +183,16 @@ static int plan_layer(xg_plan *p, int64_t l) {
 int xg_make_plan(xg_plan *p) {
     const moe8_config *c = p->cfg;
     int64_t H = c->hidden_size, V = c->vocab_size;
-    if (add1(p, "token_embd.weight", p->wtype, "model.embed_tokens.weight", V, H)) return -1;
+    if (add1(p, "token_embd.weight", p->wtype, "model.embed_tokens.weight", V, H, XG_X_NONE))
+        return -1;
     for (int64_t l = 0; l < p->n_layers; l++)
         if (plan_layer(p, l)) return -1;
-    if (add1(p, "output_norm.weight", GGML_F32, "model.norm.weight", H, 0)) return -1;
+    if (add1(p, "output_norm.weight", GGML_F32, "model.norm.weight", H, 0,
+             p->fam->output_norm_xform))
+        return -1;
     if ((!c->tie_word_embeddings || p->fam->output_required) &&
         add1(p, "output.weight", p->wtype,
-             c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V, H))
+             c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V, H, XG_X_NONE))
         return -1;
     return 0;
 }
