@@ -432,6 +432,8 @@ extern const moe8_arch_desc moe8_arch_minimax_m2;
 moe8_status moe8_hybrid_preset(moe8_preset p, moe8_config *c, const char *family,
                                moe8_error *err);
 void moe8_hybrid_text_json(struct cJSON *j, const moe8_config *c);
+/* The defaults qwen3_next and qwen3_5_moe share (qwen3_next.c). */
+void moe8_hybrid_defaults(moe8_config *c);
 extern const moe8_arch_desc moe8_arch_qwen3_next;
 extern const moe8_arch_desc moe8_arch_qwen3_5_moe;
 

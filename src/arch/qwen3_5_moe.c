@@ -42,30 +42,13 @@ static const moe8_cfg_int fields[] = {
 };
 
 static void defaults(moe8_config *c) {
-    moe8_family_cfg *fc = MOE8_FAM(c);
+    moe8_hybrid_defaults(c);
     c->vocab_size = 248320;
-    c->hidden_size = 2048;
     c->num_hidden_layers = 40;
-    c->num_attention_heads = 16;
-    c->num_key_value_heads = 2;
-    c->head_dim = 256;
     c->max_position_embeddings = 262144;
-    c->rms_norm_eps = 1e-6;
     c->rope_theta = 1e7;
-    c->decoder_sparse_step = 1;
-    c->moe_intermediate_size = 512;
     c->num_experts_per_tok = 8;
     c->num_experts = 256;
-    c->norm_topk_prob = 1;
-    fc->shared_expert_intermediate_size = 512;
-    fc->partial_rotary_factor = 0.25;
-    fc->linear_num_key_heads = 16;
-    fc->linear_num_value_heads = 32;
-    fc->linear_key_head_dim = 128;
-    fc->linear_value_head_dim = 128;
-    fc->linear_conv_kernel_dim = 4;
-    fc->full_attention_interval = 4;
-    fc->attn_output_gate = 1;
 }
 
 /* rope_parameters {rope_type "default", rope_theta, partial_rotary_factor, ...}. */
