@@ -1837,6 +1837,44 @@ out:
 
 /* ---- 6. the field policy ---------------------------------------------------------------------- */
 
+/* The prompt's token count of a chat request with `extra` fields. */
+static int chat_prompt_tokens(server *sv, const char *extra) {
+    char body[512];
+    buf out = {0};
+    cJSON *o;
+    int n = -1;
+    snprintf(body, sizeof body, "{%s,\"max_tokens\":1%s}", MSG, extra);
+    if (post(sv, CHAT, body, &out) == 200 && (o = cJSON_Parse(buf_s(&out)))) {
+        const cJSON *pt = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens");
+        if (cJSON_IsNumber(pt)) n = pt->valueint;
+        cJSON_Delete(o);
+    }
+    buf_free(&out);
+    return n;
+}
+
+/* reasoning_effort is Qwen3's thinking switch: "none" and "minimal" close the
+ * think block in the prompt (enable_thinking false: "<think>\n\n</think>\n\n",
+ * 4 tokens more), the other levels leave it to the model (the template's
+ * default); chat_template_kwargs wins over it. */
+static void test_reasoning_effort(server *sv) {
+    const int base = chat_prompt_tokens(sv, ""), off = chat_prompt_tokens(sv, ",\"chat_template_kwargs\":"
+                                                                           "{\"enable_thinking\":false}");
+    static const struct { const char *extra; int closed; } E[] = {
+        {",\"reasoning_effort\":\"none\"", 1}, {",\"reasoning_effort\":\"minimal\"", 1},
+        {",\"reasoning_effort\":\"low\"", 0}, {",\"reasoning_effort\":\"medium\"", 0},
+        {",\"reasoning_effort\":\"high\"", 0}, {",\"reasoning_effort\":\"xhigh\"", 0},
+        {",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}", 0},
+        {",\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}", 1},
+    };
+    CHECKF(base > 0 && off == base + 4, "prompt tokens %d, with thinking off %d", base, off);
+    for (size_t i = 0; i < sizeof E / sizeof *E; i++) {
+        const int n = chat_prompt_tokens(sv, E[i].extra);
+        CHECKF(n == (E[i].closed ? off : base), "%s: %d prompt tokens, want %d", E[i].extra, n,
+               E[i].closed ? off : base);
+    }
+}
+
 static int warnings(server *sv, const char *needle) {
     buf e = {0};
     int n = 0;
@@ -1859,7 +1897,8 @@ static void test_fields(server *sv) {
         {CHAT, "web_search_options", "{}"},
         {CHAT, "functions", "[{\"name\":\"f\",\"parameters\":{}}]"},
         {CHAT, "function_call", "\"auto\""},
-        {CHAT, "reasoning_effort", "\"low\""},
+        {CHAT, "reasoning_effort", "\"huge\""},
+        {CHAT, "reasoning_effort", "3"},
         {CHAT, "verbosity", "\"low\""},
         {CMPL, "suffix", "\"the end\""},
         {CMPL, "best_of", "2"},
@@ -1868,7 +1907,8 @@ static void test_fields(server *sv) {
     };
     static const struct { const char *field, *value; } A[] = {
         {"user", "\"u-1\""}, {"metadata", "{\"k\":\"v\"}"}, {"store", "true"}, {"service_tier", "\"auto\""},
-        {"best_of", "1"}, {"modalities", "[\"text\"]"},
+        {"best_of", "1"}, {"modalities", "[\"text\"]"}, {"reasoning_effort", "\"high\""},
+        {"reasoning_effort", "null"},
     };
     char body[512];
     buf out = {0};
@@ -1885,7 +1925,8 @@ static void test_fields(server *sv) {
         for (int chat = 0; chat < 2; chat++) {
             int w0 = warnings(sv, NULL);
             long st;
-            if (!chat && !strcmp(A[i].field, "modalities")) continue; /* a chat field */
+            if (!chat && (!strcmp(A[i].field, "modalities") || !strcmp(A[i].field, "reasoning_effort")))
+                continue; /* a chat field */
             if (chat && !strcmp(A[i].field, "best_of")) continue;     /* a completions field */
             snprintf(body, sizeof body, "{%s,\"max_tokens\":2,\"%s\":%s}", chat ? MSG : "\"prompt\":\"hi\"",
                      A[i].field, A[i].value);
@@ -2253,6 +2294,7 @@ int main(int argc, char **argv) {
         test_one_call(&sv);
         phase("tool calling");
         test_fields(&sv);
+        test_reasoning_effort(&sv);
         test_models(&sv);
         phase("fields, models");
         test_bench(&sv);

@@ -134,7 +134,7 @@ static cJSON *g_tools;
 
 /* The events of text fed in the pieces that end at cuts[0..n_cuts) (then the rest). */
 static void run(toolcall_format f, const char *text, size_t len, const size_t *cuts, int n_cuts, rec *r) {
-    toolcall_sink k = {on_content, on_begin, on_args, on_end, r};
+    toolcall_sink k = {on_content, on_begin, on_args, on_end, r, NULL};
     toolcall_parser *p = moe8_toolcall_new(f, g_tools);
     size_t at = 0;
     rec_init(r);
@@ -444,7 +444,7 @@ static void test_case(const tcase *c) {
         }
     }
     {
-        toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
+        toolcall_sink k = {on_content, on_begin, on_args, on_end, &part, NULL};
         toolcall_parser *p = moe8_toolcall_new(c->f, g_tools);
         rec_init(&part);
         for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, c->text + i, 1, &k);
@@ -547,7 +547,7 @@ static void test_random(void) {
             for (int r = 0; r < 4 && !bad && len > 1; r++) {
                 int m = r == 0 ? 0 : 1 + (int)(rnd() % 6);
                 if (r == 0) { /* byte by byte */
-                    toolcall_sink k = {on_content, on_begin, on_args, on_end, &part};
+                    toolcall_sink k = {on_content, on_begin, on_args, on_end, &part, NULL};
                     toolcall_parser *p = moe8_toolcall_new(F[f], g_tools);
                     rec_init(&part);
                     for (size_t i = 0; i < len; i++) moe8_toolcall_feed(p, text + i, 1, &k);
@@ -575,7 +575,7 @@ static void test_random(void) {
 
 static void test_streaming(void) {
     static rec r;
-    toolcall_sink k = {on_content, on_begin, on_args, on_end, &r};
+    toolcall_sink k = {on_content, on_begin, on_args, on_end, &r, NULL};
     toolcall_parser *p = moe8_toolcall_new(TOOLCALL_HERMES, NULL);
     rec_init(&r);
     FEED("Hello <");

@@ -40,6 +40,8 @@
 #include "io/json_util.h"
 #include "server/api.h"
 #include "server/chat.h"
+#include "server/toolcall.h"
+#include "server/toolcall_harmony.h"
 #include "tokenizer/tok_messages.h"
 
 /* ---- the prompt: messages through the chat template ------------------------------------ */
@@ -116,24 +118,67 @@ static int reasoning_on(const srv *s, const char *kwargs, const char *prompt) {
     return !(n >= 8 && !memcmp(prompt + n - 8, "</think>", 8));
 }
 
-/* The request's template variables: its chat_template_kwargs over
- * --default-chat-template-kwargs; *kwargs NULL when neither. */
+static void set_kwarg(cJSON *o, const char *key, cJSON *v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
+    cJSON_AddItemToObject(o, key, v);
+}
+
+/* reasoning_effort (OpenAI's levels) into the template's switches: its
+ * enable_thinking (Qwen3, GLM, ...: on from "low" up, off for "none" and
+ * "minimal", as Responses' reasoning.effort does) and reasoning_effort
+ * (gpt-oss's "Reasoning:" line, which knows low, medium and high: "none" and
+ * "minimal" are its "low", "xhigh" and "max" its "high"). 0, or 400. */
+static int effort_kwargs(srv *s, const cJSON *root, cJSON *merged, moe8_buf *err) {
+    static const char *const EFFORTS[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max", NULL};
+    static const char *const HARMONY[] = {"low", "low", "low", "medium", "high", "high", "high"};
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
+    int i = 0;
+    if (!e || cJSON_IsNull(e)) return 0;
+    while (EFFORTS[i] && !(cJSON_IsString(e) && !strcmp(e->valuestring, EFFORTS[i]))) i++;
+    if (!EFFORTS[i])
+        return moe8_oa_bad(err, "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, "
+                           "high, xhigh, max");
+    set_kwarg(merged, "enable_thinking", cJSON_CreateBool(i >= 2));
+    set_kwarg(merged, "reasoning_effort",
+              cJSON_CreateString(s->tool_format == TOOLCALL_HARMONY ? HARMONY[i] : EFFORTS[i]));
+    return 0;
+}
+
+/* gpt-oss: thinking switched off (enable_thinking false, Anthropic's
+ * thinking disabled) is its lowest effort; a level it does not know is
+ * its nearest one. */
+static void harmony_effort(cJSON *merged) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(merged, "reasoning_effort");
+    if (!e && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(merged, "enable_thinking")))
+        set_kwarg(merged, "reasoning_effort", cJSON_CreateString("low"));
+    else if (cJSON_IsString(e) && (!strcmp(e->valuestring, "none") || !strcmp(e->valuestring, "minimal")))
+        set_kwarg(merged, "reasoning_effort", cJSON_CreateString("low"));
+    else if (cJSON_IsString(e) && (!strcmp(e->valuestring, "xhigh") || !strcmp(e->valuestring, "max")))
+        set_kwarg(merged, "reasoning_effort", cJSON_CreateString("high"));
+}
+
+/* The request's template variables: its chat_template_kwargs over its
+ * reasoning_effort over --default-chat-template-kwargs; *kwargs NULL when
+ * none. */
 static int template_kwargs(srv *s, const cJSON *root, char **kwargs, moe8_buf *err) {
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs"), *it;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs"), *it,
+                *effort = cJSON_GetObjectItemCaseSensitive(root, "reasoning_effort");
     cJSON *merged;
     int thinking = 1, rc;
     *kwargs = NULL;
     if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
         return moe8_oa_bad(err, "chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s",
                       moe8_json_type_name(kw));
-    if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs) return 0;
+    if (!(kw && cJSON_IsObject(kw)) && !s->default_kwargs && (!effort || cJSON_IsNull(effort))) return 0;
     if (kw && cJSON_IsObject(kw) && (rc = moe8_oa_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
     merged = s->default_kwargs ? cJSON_Duplicate(s->default_kwargs, 1) : cJSON_CreateObject();
-    if (kw && cJSON_IsObject(kw))
-        cJSON_ArrayForEach(it, kw) {
-            cJSON_DeleteItemFromObjectCaseSensitive(merged, it->string);
-            cJSON_AddItemToObject(merged, it->string, cJSON_Duplicate(it, 1));
-        }
+    if (merged && (rc = effort_kwargs(s, root, merged, err))) {
+        cJSON_Delete(merged);
+        return rc;
+    }
+    if (merged && kw && cJSON_IsObject(kw))
+        cJSON_ArrayForEach(it, kw) set_kwarg(merged, it->string, cJSON_Duplicate(it, 1));
+    if (merged && s->tool_format == TOOLCALL_HARMONY) harmony_effort(merged);
     *kwargs = merged ? cJSON_PrintUnformatted(merged) : NULL;
     cJSON_Delete(merged);
     return *kwargs ? 0 : moe8_oa_bad(err, "chat_template_kwargs", "out of memory");
@@ -154,6 +199,9 @@ int moe8_oa_chat_prompt(srv *s, const cJSON *root, int gen_prompt, int no_tools,
     if ((rc = template_kwargs(s, root, &kwargs, err))) return rc;
     rc = moe8_oa_chat_messages_normalize(msgs, no_tools ? NULL : cJSON_GetObjectItemCaseSensitive(root, "tools"),
                                  cJSON_GetObjectItemCaseSensitive(root, "documents"), &mj, &tj, &dj, err);
+    if (!rc && s->tool_format == TOOLCALL_HARMONY &&
+        (moe8_harmony_messages(&mj) != 0 || (tj && moe8_harmony_tools(&tj) != 0)))
+        rc = moe8_oa_bad(err, "messages", "out of memory");
     if (!rc) rc = render_chat(s, mj, tj, dj, gen_prompt, kwargs, &out, err);
     if (!rc && open_think) *open_think = gen_prompt && ends_in_think(out);
     if (!rc && reasoning) *reasoning = gen_prompt && reasoning_on(s, kwargs, out);
@@ -183,6 +231,10 @@ int moe8_oa_chat_request_prompt(srv *s, const cJSON *root, job *j, oa_req *r, mo
     int open = 0, rc;
     (void)r;
     if ((rc = moe8_tools_parse(s, root, j, err))) return rc;
+    if (s->tool_format == TOOLCALL_HARMONY && !j->tc) { /* its channels are read with or without tools */
+        j->tool_format = TOOLCALL_HARMONY;
+        if (!(j->tc = moe8_toolcall_new(TOOLCALL_HARMONY, NULL))) return moe8_oa_bad(err, "messages", "out of memory");
+    }
     rc = moe8_oa_chat_prompt(s, root, 1, 0, &j->prompt, &j->n_prompt, &open, &j->thinking, err);
     j->think = open ? 3 : 0;
     if (rc) return rc;
@@ -271,6 +323,10 @@ static void chat_start(srv *s, job *j) {
 
 void moe8_oa_chat_split(srv *s, job *j, const char *txt, size_t n, moe8_buf *content, moe8_buf *reason,
                         int final) {
+    if (s->tool_format == TOOLCALL_HARMONY) { /* its parser (j->tc) splits the channels */
+        moe8_buf_add(content, txt, n);
+        return;
+    }
     think_split(j, s->think_append, txt, n, content, reason, final);
 }
 

@@ -24,10 +24,11 @@
  *                       {type: allowed_tools, mode, tools} (only those tools offered);
  *                       hosted choices refused
  *   text.format         json_object / json_schema as chat's response_format
- *   reasoning.effort    the template's thinking switch: "none" and "minimal" turn it
- *                       off (enable_thinking false), any other effort on; absent or
- *                       null: the template's default; also given to the template as
- *                       reasoning_effort (as vLLM passes it); summary ignored
+ *   reasoning.effort    chat's reasoning_effort (api_chat.c: the template's thinking
+ *                       switch, "none" and "minimal" turn it off (enable_thinking
+ *                       false), any other effort on; also given to the template as
+ *                       reasoning_effort, as vLLM passes it, gpt-oss's levels for
+ *                       gpt-oss); absent or null: the template's default; summary ignored
  *   max_output_tokens, temperature, top_p, stop, seed, top_k, min_p and the penalties
  *                       as chat's
  * Fields are honoured, ignored (as vLLM does) or refused naming the field
@@ -499,7 +500,6 @@ static int format_to_chat(const cJSON *root, cJSON *chat, moe8_buf *err) {
 static int reasoning_to_chat(const cJSON *root, cJSON *chat, moe8_buf *err) {
     static const char *const EFFORTS[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max", NULL};
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "reasoning"), *e;
-    cJSON *kw;
     int i = 0;
     if (!r || cJSON_IsNull(r)) return 0;
     if (!cJSON_IsObject(r)) return moe8_oa_bad(err, "reasoning", "'reasoning' must be an object, got %s", moe8_json_type_name(r));
@@ -509,9 +509,7 @@ static int reasoning_to_chat(const cJSON *root, cJSON *chat, moe8_buf *err) {
     if (!EFFORTS[i])
         return moe8_oa_bad(err, "reasoning.effort", "'reasoning.effort' must be one of none, minimal, low, medium, "
                            "high, xhigh, max");
-    kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
-    cJSON_AddBoolToObject(kw, "enable_thinking", i >= 2);
-    cJSON_AddStringToObject(kw, "reasoning_effort", EFFORTS[i]);
+    cJSON_AddStringToObject(chat, "reasoning_effort", EFFORTS[i]); /* the chat path's switch (api_chat.c) */
     return 0;
 }
 

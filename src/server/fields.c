@@ -6,8 +6,7 @@
  *     service_tier, prompt_cache_key, safety_identifier;
  *   - refused with 400 naming the field: OpenAI features moe8 does not
  *     implement (audio, modalities other than text, prediction,
- *     web_search_options, functions / function_call, reasoning_effort,
- *     verbosity, suffix, best_of other than 1, ...), when set;
+ *     web_search_options, functions / function_call, verbosity, suffix, best_of other than 1, ...), when set;
  *   - anything else: ignored, with one warning line per request naming the
  *     fields (a client's typo shows in the log, not as a failure).
  * And the logits processors of the request (presence / frequency /
@@ -48,6 +47,7 @@ static const oa_field FIELDS[] = {
     {"logit_bias", F_BOTH, HONOURED, NULL},
     {"min_tokens", F_BOTH, HONOURED, NULL},
     {"chat_template_kwargs", F_CHAT, HONOURED, NULL},
+    {"reasoning_effort", F_CHAT, HONOURED, NULL}, /* the template's thinking switch: api_chat.c */
     {"best_of", F_CMPL, HONOURED, NULL}, /* 1 only: checked below */
     {"modalities", F_CHAT, HONOURED, NULL}, /* ["text"] only: checked below */
     {"user", F_BOTH, IGNORED, NULL},
@@ -68,8 +68,6 @@ static const oa_field FIELDS[] = {
     {"web_search_options", F_CHAT, REFUSED, "web search is not supported"},
     {"functions", F_CHAT, REFUSED, "the deprecated 'functions' are not supported"},
     {"function_call", F_CHAT, REFUSED, "the deprecated 'function_call' is not supported"},
-    {"reasoning_effort", F_CHAT, REFUSED, "reasoning effort levels are not supported; use "
-                                          "chat_template_kwargs (e.g. enable_thinking)"},
     {"verbosity", F_CHAT, REFUSED, "verbosity levels are not supported"},
 };
 

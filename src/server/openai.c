@@ -390,6 +390,8 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     /* thinking on: the model thinks freely, the grammar (response_format, grammar, or required /
      * named tools) constrains what follows the think block, as vLLM's reasoning parsers do */
     if (j->grammar && j->thinking) j->rq.grammar_after = "</think>";
+    else if (j->grammar && s->tool_format == TOOLCALL_HARMONY) /* gpt-oss: the final channel's message */
+        j->rq.grammar_after = "<|channel|>final<|message|>";
     return 0;
 }
 
@@ -597,7 +599,7 @@ static void emit_text(srv *s, job *j, const char *txt, size_t n, const moe8_even
     j->api->split(s, j, txt, n, &content, &reason, final);
     if (j->tc) { /* only what is not a call is shown */
         moe8_buf shown = {0};
-        deltas = moe8_tools_feed(s, j, content.p, content.n, final, &shown);
+        deltas = moe8_tools_feed(s, j, content.p, content.n, final, &shown, &reason);
         moe8_buf_free(&content);
         content = shown;
         if (finish && j->n_calls_ok && !strcmp(finish, "stop")) finish = "tool_calls";

@@ -113,7 +113,7 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     }
     if (p->tool_call_parser && moe8_toolcall_format_from_name(p->tool_call_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "tool call parser '%s' is not one of hermes, "
-                         "deepseek_v3, mistral, glm45 (glm4_moe), glm47, minimax_m2, qwen3_coder", p->tool_call_parser);
+                         "deepseek_v3, mistral, glm45 (glm4_moe), glm47, minimax_m2, qwen3_coder, openai (harmony)", p->tool_call_parser);
     if (p->reasoning_parser && moe8_srv_reasoning_append(p->reasoning_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "reasoning parser '%s' is not one of deepseek_r1, "
                          "qwen3, glm45, minimax_m2, minimax_m2_append_think", p->reasoning_parser);

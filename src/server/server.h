@@ -227,10 +227,11 @@ void moe8_oa_json_text(cJSON *o, const char *key, const char *s, size_t n);
 
 /* tools.c: tools / tool_choice / parallel_tool_calls of a chat request into
  * j (0 or a status with the body); the output through j's tool-call parser:
- * what may be shown goes to *shown, a stream's tool_calls deltas come back
+ * what may be shown goes to *shown (harmony's reasoning to *reason,
+ * appended), a stream's tool_calls deltas come back
  * (NULL: none); then the job's parser and calls freed. */
 int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err);
-cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown);
+cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown, moe8_buf *reason);
 void moe8_tools_free(job *j);
 
 /* fields.c: the request's fields against OpenAI's lists (fields.c's table):

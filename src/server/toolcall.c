@@ -47,7 +47,7 @@
  *
  * glm45, glm47, minimax_m2 and qwen3_coder are read by toolcall_xml.c, which the API
  * functions below hand them to; it shares the JSON scanner
- * (moe8_toolcall_json_norm).
+ * (moe8_toolcall_json_norm). harmony (gpt-oss) by toolcall_harmony.c.
  *
  * Does not: make call ids, know the request's tools (a name the request
  * did not offer is the caller's to judge), or split <think> reasoning
@@ -62,6 +62,7 @@
 
 #include "core/buf.h"
 #include "server/toolcall.h"
+#include "server/toolcall_harmony.h"
 #include "server/toolcall_xml.h"
 
 #define NAME_MAX_BYTES 256
@@ -312,6 +313,7 @@ struct toolcall_parser {
     moe8_buf key, name, hold; /* the key's text; the name (JSON text or bare); arguments before the name */
     jscan js;
     moe8_tc_out out; /* events not yet handed to the sink */
+    tch *h;          /* harmony: its parser */
 };
 
 void moe8_tc_need(moe8_tc_out *o, int rc) {
@@ -749,6 +751,7 @@ toolcall_format moe8_toolcall_format_from_name(const char *name) {
     if (!strcmp(name, "glm47")) return TOOLCALL_GLM47;
     if (!strcmp(name, "minimax_m2")) return TOOLCALL_MINIMAX_M2;
     if (!strcmp(name, "qwen3_coder")) return TOOLCALL_QWEN3_CODER;
+    if (!strcmp(name, "openai") || !strcmp(name, "harmony")) return TOOLCALL_HARMONY;
     return TOOLCALL_INVALID;
 }
 
@@ -762,12 +765,14 @@ const char *moe8_toolcall_format_name(toolcall_format f) {
     case TOOLCALL_GLM47: return "glm47";
     case TOOLCALL_MINIMAX_M2: return "minimax_m2";
     case TOOLCALL_QWEN3_CODER: return "qwen3_coder";
+    case TOOLCALL_HARMONY: return "openai";
     default: return NULL;
     }
 }
 
 toolcall_format moe8_toolcall_detect(const char *src) {
     if (!src) return TOOLCALL_NONE;
+    if (moe8_harmony_template(src)) return TOOLCALL_HARMONY;
     if (strstr(src, "<minimax:tool_call>")) return TOOLCALL_MINIMAX_M2;
     if (strstr(src, "<arg_key>")) /* GLM-4.7's system prompt shows no newline before the first key */
         return strstr(src, "{function-name}<arg_key>") ? TOOLCALL_GLM47 : TOOLCALL_GLM45;
@@ -782,11 +787,12 @@ toolcall_format moe8_toolcall_detect(const char *src) {
 toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools) {
     toolcall_parser *p;
     const int xml = TOOLCALL_IS_XML(f);
-    if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL && !xml)
+    if (f != TOOLCALL_NONE && f != TOOLCALL_HERMES && f != TOOLCALL_DEEPSEEK_V3 && f != TOOLCALL_MISTRAL && !xml &&
+        f != TOOLCALL_HARMONY)
         return NULL;
     if (!(p = calloc(1, sizeof *p))) return NULL;
     p->f = f;
-    if (xml && !(p->x = moe8_tcx_new(f, tools))) {
+    if ((xml && !(p->x = moe8_tcx_new(f, tools))) || (f == TOOLCALL_HARMONY && !(p->h = moe8_tch_new(tools)))) {
         free(p);
         return NULL;
     }
@@ -798,11 +804,12 @@ toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools)
 }
 
 toolcall_parser *moe8_toolcall_new_like(const toolcall_parser *p) {
-    return p ? moe8_toolcall_new(p->f, moe8_tcx_tools(p->x)) : NULL;
+    return p ? moe8_toolcall_new(p->f, p->h ? moe8_tch_tools(p->h) : moe8_tcx_tools(p->x)) : NULL;
 }
 
 int moe8_toolcall_feed(toolcall_parser *p, const char *s, size_t n, const toolcall_sink *k) {
     if (p && p->x) return moe8_tcx_feed(p->x, s, n, k);
+    if (p && p->h) return moe8_tch_feed(p->h, s, n, k);
     if (!p || p->out.oom) return -1;
     p->out.k = k;
     for (size_t i = 0; i < n && !p->out.oom; i++) step(p, (unsigned char)s[i]);
@@ -823,6 +830,7 @@ static int ends_well(const toolcall_parser *p) {
 int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     int w;
     if (p && p->x) return moe8_tcx_finish(p->x, k);
+    if (p && p->h) return moe8_tch_finish(p->h, k);
     if (!p || p->out.oom) return -1;
     p->out.k = k;
     if (p->st == S_TEXT) {
@@ -847,11 +855,14 @@ int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     return p->out.oom ? -1 : 0;
 }
 
-int moe8_toolcall_count(const toolcall_parser *p) { return p ? p->x ? moe8_tcx_count(p->x) : p->n_calls : 0; }
+int moe8_toolcall_count(const toolcall_parser *p) {
+    return p ? p->x ? moe8_tcx_count(p->x) : p->h ? moe8_tch_count(p->h) : p->n_calls : 0;
+}
 
 void moe8_toolcall_free(toolcall_parser *p) {
     if (!p) return;
     moe8_tcx_free(p->x);
+    moe8_tch_free(p->h);
     moe8_buf_free(&p->ws);
     moe8_buf_free(&p->raw);
     moe8_buf_free(&p->key);

@@ -17,6 +17,8 @@
  *   glm47        <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>           (GLM-4.7)
  *   minimax_m2   <minimax:tool_call>\n<invoke name="N">\n<parameter name="K">V</parameter>\n</invoke>\n...</minimax:tool_call>
  *   qwen3_coder  <tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>   (Qwen3-Coder, Qwen3.5/3.6)
+ *   harmony      <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}<|call|>   (gpt-oss;
+ *                its analysis channel is reasoning, its final channel content: toolcall_harmony.c)
  */
 #ifndef MOE8_SERVER_TOOLCALL_H
 #define MOE8_SERVER_TOOLCALL_H
@@ -32,7 +34,8 @@ typedef enum {
     TOOLCALL_GLM45,        /* both GLM layouts are read by either; they differ in the grammar */
     TOOLCALL_GLM47,
     TOOLCALL_MINIMAX_M2,
-    TOOLCALL_QWEN3_CODER
+    TOOLCALL_QWEN3_CODER,
+    TOOLCALL_HARMONY       /* reads the whole output: reasoning, calls and content */
 } toolcall_format;
 
 /* The formats whose arguments are text between tags (toolcall_xml.c). */
@@ -40,7 +43,8 @@ typedef enum {
     ((f) == TOOLCALL_GLM45 || (f) == TOOLCALL_GLM47 || (f) == TOOLCALL_MINIMAX_M2 || (f) == TOOLCALL_QWEN3_CODER)
 
 /* "hermes", "deepseek_v3" (or vLLM's spelling "deepseekv3"), "mistral",
- * "glm45" (or "glm4_moe"), "glm47", "minimax_m2", "qwen3_coder", "none";
+ * "glm45" (or "glm4_moe"), "glm47", "minimax_m2", "qwen3_coder", "openai"
+ * (vLLM's name for harmony), "none";
  * anything else TOOLCALL_INVALID. */
 toolcall_format moe8_toolcall_format_from_name(const char *name);
 /* The name of f ("hermes", ...), "none" for TOOLCALL_NONE, NULL otherwise. */
@@ -66,6 +70,7 @@ typedef struct {
      * (a non-stream answer drops such a call; a stream has sent it already). */
     void (*call_end)(void *u, int index, int ok);
     void *u;
+    void (*reasoning)(void *u, const char *s, size_t n);               /* harmony: analysis text */
 } toolcall_sink;
 
 typedef struct toolcall_parser toolcall_parser;

@@ -252,6 +252,9 @@ int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
         return moe8_oa_bad(err, "tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
     if (!mode) return 0;
     j->tool_format = s->tool_format;
+    if (mode >= 2 && j->tool_format == TOOLCALL_HARMONY)
+        return moe8_oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function is not supported "
+                           "yet with gpt-oss's harmony format; use \"auto\"");
     if (j->tool_format == TOOLCALL_NONE)
         return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
                       "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2|qwen3_coder");
@@ -267,6 +270,7 @@ typedef struct {
     srv *s;
     job *j;
     moe8_buf *shown;       /* content to show */
+    moe8_buf *reason;      /* harmony: reasoning (appended) */
     cJSON *deltas;     /* stream: tool_calls deltas of this piece */
 } sink_ctx;
 
@@ -344,9 +348,15 @@ static void on_end(void *u, int index, int ok) {
     moe8_buf_free(&j->args);
 }
 
-cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown) {
-    sink_ctx c = {s, j, shown, NULL};
-    const toolcall_sink k = {on_content, on_begin, on_args, on_end, &c};
+static void on_reasoning(void *u, const char *s, size_t n) {
+    sink_ctx *c = u;
+    if (c->j->tool_stop) return;
+    moe8_buf_add(c->reason, s, n);
+}
+
+cJSON *moe8_tools_feed(srv *s, job *j, const char *txt, size_t n, int final, moe8_buf *shown, moe8_buf *reason) {
+    sink_ctx c = {s, j, shown, reason, NULL};
+    const toolcall_sink k = {on_content, on_begin, on_args, on_end, &c, on_reasoning};
     if (n) moe8_toolcall_feed(j->tc, txt, n, &k);
     if (final) moe8_toolcall_finish(j->tc, &k);
     return c.deltas;

@@ -1,0 +1,272 @@
+/*
+ * test_serve_harmony.c — `moe8 serve` with gpt-oss's harmony format end to
+ * end, on the tiny Qwen3-MoE fixture given gpt-oss's tokenizer
+ * (o200k_harmony, .deps/gptoss-tokenizer) and chat template
+ * (tests/data/jinja/gpt_oss.jinja as its chat_template.jinja): the server
+ * finds the format in the template, renders its prompts (reasoning_effort
+ * into the template's "Reasoning:" line) and reads its output's channels.
+ * Two chain models (serve_test.h's trick: each edge's token by far the
+ * most likely after its first) say exactly one thing each after the
+ * prompt's "<|start|>assistant":
+ *   call:   " to=functions.get_weather<|channel|>commentary json<|message|>
+ *           {"city": "Paris"}<|call|>" then <|return|> (EOS)
+ *   think:  "<|channel|>analysis<|message|>Let me think.<|end|>" then <|return|>
+ * Checked against those texts: chat completions (whole and streamed) gives
+ * the tool call (finish_reason tool_calls) or reasoning_content, and the
+ * call as content when the request has no tools; Responses a function_call
+ * item or a reasoning item; Messages a tool_use block or a thinking block.
+ * Exits 77 (skipped) without the tokenizer files (make deps).
+ */
+#include "serve_test.h"
+
+#define NAME "gpt-oss-fixture"
+#define GPTOSS_DIR MOE8_SOURCE_DIR "/.deps/gptoss-tokenizer"
+
+/* "<|start|>assistant" ends every prompt: 173781 is "assistant". */
+static const int32_t CALL_CHAIN[][2] = {
+    {173781, 316}, {316, 28}, {28, 44580}, {44580, 775}, {775, 170154}, {170154, 200005}, {200005, 12606},
+    {12606, 815}, {815, 5701}, {5701, 200008}, {200008, 10848}, {10848, 17500}, {17500, 1243}, {1243, 392},
+    {392, 72782}, {72782, 18583}, {18583, 200012}, {200012, 200002},
+};
+static const int32_t THINK_CHAIN[][2] = {
+    {173781, 200005}, {200005, 35644}, {35644, 200008}, {200008, 12845}, {12845, 668}, {668, 2411},
+    {2411, 13}, {13, 200007}, {200007, 200002},
+};
+
+typedef struct {
+    const int32_t (*chain)[2];
+    int n;
+} chain_spec;
+
+static void hook(void *user, fx_tensor *t) {
+    const chain_spec *c = user;
+    const int64_t H = t->shape[1];
+    if (!strcmp(t->name, "model.embed_tokens.weight"))
+        for (int i = 0; i < c->n; i++)
+            for (int64_t h = 0; h < H; h++) fx_set(t, (int64_t)c->chain[i][0] * H + h, h == i ? 20.0 : 0.0);
+    if (!strcmp(t->name, "lm_head.weight"))
+        for (int i = 0; i < c->n; i++) fx_set(t, (int64_t)c->chain[i][1] * H + i, 50.0);
+}
+
+static const char *model(const char *name, const chain_spec *c) {
+    fx_opts o = serve_fixture_opts();
+    const char *dir;
+    char cmd[9000];
+    o.vocab = 200019;
+    o.tensor_hook = hook;
+    o.user = (void *)c;
+    dir = fx_test_model(name, &o, 0);
+    snprintf(cmd, sizeof cmd, "cp '%s/tokenizer.json' '%s/tokenizer_config.json' '%s/' && "
+             "cp '%s/tests/data/jinja/gpt_oss.jinja' '%s/chat_template.jinja'",
+             GPTOSS_DIR, GPTOSS_DIR, dir, MOE8_SOURCE_DIR, dir);
+    if (system(cmd) != 0) exit(2);
+    return dir;
+}
+
+static int start(server *sv, const char *label, const char *dir) {
+    char args[4600];
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
+    if (server_start(sv, label, NULL, args) != 0) {
+        CHECKF(0, "%s: the server did not start", label);
+        return -1;
+    }
+    return 0;
+}
+
+#define USER "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]"
+#define TOOL_PARAMS "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}"
+#define CHAT_TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":" TOOL_PARAMS "}}]"
+
+/* A stream's deltas joined: content, reasoning_content, the calls' names and arguments. */
+static void join_stream(const char *body, buf *content, buf *reason, buf *names, buf *args, buf *finish) {
+    for (const char *p = body; (p = strstr(p, "data: {"));) {
+        const char *end = strstr(p, "\n\n");
+        cJSON *o = end ? cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6)) : NULL;
+        const cJSON *ch = cJSON_GetArrayItem(J(o, "choices"), 0), *d = J(ch, "delta"), *k;
+        if (jstr(d, "content")) buf_str(content, jstr(d, "content"));
+        if (jstr(d, "reasoning_content")) buf_str(reason, jstr(d, "reasoning_content"));
+        cJSON_ArrayForEach(k, J(d, "tool_calls")) {
+            if (jstr(J(k, "function"), "name")) buf_str(names, jstr(J(k, "function"), "name"));
+            if (jstr(J(k, "function"), "arguments")) buf_str(args, jstr(J(k, "function"), "arguments"));
+        }
+        if (jstr(ch, "finish_reason")) buf_str(finish, jstr(ch, "finish_reason"));
+        cJSON_Delete(o);
+        if (!end) break;
+        p = end;
+    }
+}
+
+static void test_call(server *sv) {
+    buf out = {0}, c = {0}, r = {0}, n = {0}, a = {0}, f = {0};
+    cJSON *o;
+    const cJSON *m, *call;
+    long st = post(sv, CHAT, "{" USER "," CHAT_TOOLS ",\"max_tokens\":40}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    m = J(cJSON_GetArrayItem(J(o, "choices"), 0), "message");
+    call = J(cJSON_GetArrayItem(J(m, "tool_calls"), 0), "function");
+    CHECKF(st == 200 && cJSON_IsNull(J(m, "content")) && cJSON_IsNull(J(m, "reasoning_content")) &&
+               cJSON_GetArraySize(J(m, "tool_calls")) == 1 && jstr(call, "name") &&
+               !strcmp(jstr(call, "name"), "get_weather") && jstr(call, "arguments") &&
+               !strcmp(jstr(call, "arguments"), "{\"city\": \"Paris\"}") &&
+               !strcmp(jstr(cJSON_GetArrayItem(J(o, "choices"), 0), "finish_reason"), "tool_calls"),
+           "chat call: %ld %.800s", st, buf_s(&out));
+    cJSON_Delete(o);
+    buf_free(&out);
+    st = post(sv, CHAT, "{" USER "," CHAT_TOOLS ",\"max_tokens\":40,\"stream\":true}", &out);
+    join_stream(buf_s(&out), &c, &r, &n, &a, &f);
+    CHECKF(st == 200 && !strcmp(buf_s(&c), "") && !strcmp(buf_s(&r), "") && !strcmp(buf_s(&n), "get_weather") &&
+               !strcmp(buf_s(&a), "{\"city\": \"Paris\"}") && !strcmp(buf_s(&f), "tool_calls"),
+           "chat call stream: content '%s' reasoning '%s' call %s(%s) finish %s", buf_s(&c), buf_s(&r), buf_s(&n),
+           buf_s(&a), buf_s(&f));
+    buf_free(&out);
+    /* no tools: the call message is text */
+    st = post(sv, CHAT, "{" USER ",\"max_tokens\":40}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    m = J(cJSON_GetArrayItem(J(o, "choices"), 0), "message");
+    CHECKF(st == 200 && jstr(m, "content") && !strcmp(jstr(m, "content"), "{\"city\": \"Paris\"}") &&
+               !J(m, "tool_calls"),
+           "chat without tools: %ld %.600s", st, buf_s(&out));
+    cJSON_Delete(o);
+    buf_free(&out);
+    /* Responses: a function_call item */
+    st = post(sv, "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Weather in Paris?\",\"max_output_tokens\":40,"
+              "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":" TOOL_PARAMS "}]}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    {
+        const cJSON *it, *fc = NULL;
+        cJSON_ArrayForEach(it, J(o, "output")) if (jstr(it, "type") && !strcmp(jstr(it, "type"), "function_call")) fc = it;
+        CHECKF(st == 200 && fc && !strcmp(jstr(fc, "name"), "get_weather") &&
+                   !strcmp(jstr(fc, "arguments"), "{\"city\": \"Paris\"}"),
+               "responses call: %ld %.800s", st, buf_s(&out));
+    }
+    cJSON_Delete(o);
+    buf_free(&out);
+    /* Messages: a tool_use block */
+    st = post(sv, "/v1/messages", "{\"model\":\"" NAME "\",\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
+              "\"content\":\"Weather in Paris?\"}],\"tools\":[{\"name\":\"get_weather\",\"input_schema\":" TOOL_PARAMS
+              "}]}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    {
+        const cJSON *b, *tu = NULL;
+        cJSON_ArrayForEach(b, J(o, "content")) if (jstr(b, "type") && !strcmp(jstr(b, "type"), "tool_use")) tu = b;
+        CHECKF(st == 200 && tu && !strcmp(jstr(tu, "name"), "get_weather") && jstr(J(tu, "input"), "city") &&
+                   !strcmp(jstr(J(tu, "input"), "city"), "Paris") && jstr(o, "stop_reason") &&
+                   !strcmp(jstr(o, "stop_reason"), "tool_use"),
+               "messages call: %ld %.800s", st, buf_s(&out));
+    }
+    cJSON_Delete(o);
+    buf_free(&out);
+    buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
+}
+
+static void test_think(server *sv) {
+    buf out = {0}, c = {0}, r = {0}, n = {0}, a = {0}, f = {0};
+    cJSON *o;
+    const cJSON *m;
+    long st = post(sv, CHAT, "{" USER ",\"max_tokens\":40}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    m = J(cJSON_GetArrayItem(J(o, "choices"), 0), "message");
+    CHECKF(st == 200 && jstr(m, "content") && !strcmp(jstr(m, "content"), "") && jstr(m, "reasoning_content") &&
+               !strcmp(jstr(m, "reasoning_content"), "Let me think.") &&
+               !strcmp(jstr(cJSON_GetArrayItem(J(o, "choices"), 0), "finish_reason"), "stop"),
+           "chat think: %ld %.800s", st, buf_s(&out));
+    cJSON_Delete(o);
+    buf_free(&out);
+    st = post(sv, CHAT, "{" USER ",\"max_tokens\":40,\"stream\":true}", &out);
+    join_stream(buf_s(&out), &c, &r, &n, &a, &f);
+    CHECKF(st == 200 && !strcmp(buf_s(&c), "") && !strcmp(buf_s(&r), "Let me think.") && !n.n &&
+               !strcmp(buf_s(&f), "stop"),
+           "chat think stream: content '%s' reasoning '%s' finish %s", buf_s(&c), buf_s(&r), buf_s(&f));
+    buf_free(&out);
+    st = post(sv, "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"max_output_tokens\":40,"
+              "\"reasoning\":{\"effort\":\"high\"}}", &out);
+    CHECKF(st == 200 && strstr(buf_s(&out), "\"type\":\"reasoning\"") && strstr(buf_s(&out), "Let me think."),
+           "responses reasoning: %ld %.800s", st, buf_s(&out));
+    buf_free(&out);
+    st = post(sv, "/v1/messages", "{\"model\":\"" NAME "\",\"max_tokens\":40,\"thinking\":{\"type\":\"enabled\","
+              "\"budget_tokens\":1024},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", &out);
+    o = cJSON_Parse(buf_s(&out));
+    {
+        const cJSON *b0 = cJSON_GetArrayItem(J(o, "content"), 0);
+        CHECKF(st == 200 && jstr(b0, "type") && !strcmp(jstr(b0, "type"), "thinking") &&
+                   !strcmp(jstr(b0, "thinking"), "Let me think."),
+               "messages thinking: %ld %.800s", st, buf_s(&out));
+    }
+    cJSON_Delete(o);
+    buf_free(&out);
+    buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
+}
+
+/* The prompt's text through /tokenize and /detokenize with `extra` fields. */
+static void prompt_text(server *sv, const char *extra, buf *text) {
+    char body[1024];
+    buf out = {0};
+    cJSON *o, *d;
+    snprintf(body, sizeof body, "{\"model\":\"" NAME "\"," USER ",\"add_generation_prompt\":true%s}", extra);
+    if (post(sv, "/tokenize", body, &out) == 200 && (o = cJSON_Parse(buf_s(&out)))) {
+        d = cJSON_CreateObject();
+        cJSON_AddItemToObject(d, "tokens", cJSON_Duplicate(J(o, "tokens"), 1));
+        char *req = cJSON_PrintUnformatted(d);
+        buf_free(&out);
+        if (post(sv, "/detokenize", req, &out) == 200) {
+            cJSON *t = cJSON_Parse(buf_s(&out));
+            if (jstr(t, "prompt")) buf_str(text, jstr(t, "prompt"));
+            cJSON_Delete(t);
+        }
+        free(req);
+        cJSON_Delete(d);
+        cJSON_Delete(o);
+    }
+    buf_free(&out);
+}
+
+/* reasoning_effort into the template's "Reasoning:" line, gpt-oss's levels. */
+static void test_effort(server *sv) {
+    static const struct { const char *extra, *level; } E[] = {
+        {"", "medium"}, {",\"reasoning_effort\":\"none\"", "low"}, {",\"reasoning_effort\":\"minimal\"", "low"},
+        {",\"reasoning_effort\":\"low\"", "low"}, {",\"reasoning_effort\":\"medium\"", "medium"},
+        {",\"reasoning_effort\":\"high\"", "high"}, {",\"reasoning_effort\":\"xhigh\"", "high"},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":false}", "low"},
+        {",\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}", "low"},
+    };
+    buf out = {0};
+    for (size_t i = 0; i < sizeof E / sizeof *E; i++) {
+        buf text = {0};
+        char want[64];
+        snprintf(want, sizeof want, "\nReasoning: %s\n\n", E[i].level);
+        prompt_text(sv, E[i].extra, &text);
+        CHECKF(strstr(buf_s(&text), want) && strstr(buf_s(&text), "<|start|>user<|message|>Weather in Paris?<|end|>"
+                                                                   "<|start|>assistant"),
+               "'%s': want '%s' in '%s'", E[i].extra, E[i].level, buf_s(&text));
+        buf_free(&text);
+    }
+    CHECK(post(sv, CHAT, "{" USER ",\"max_tokens\":1,\"reasoning_effort\":\"extreme\"}", &out) == 400 &&
+          strstr(buf_s(&out), "\"param\":\"reasoning_effort\""));
+    buf_free(&out);
+}
+
+int main(void) {
+    static const chain_spec call = {CALL_CHAIN, (int)(sizeof CALL_CHAIN / sizeof *CALL_CHAIN)},
+                            think = {THINK_CHAIN, (int)(sizeof THINK_CHAIN / sizeof *THINK_CHAIN)};
+    server sv;
+    if (access(GPTOSS_DIR "/tokenizer.json", R_OK) != 0) {
+        printf("SKIP: %s is missing (run make deps)\n", GPTOSS_DIR "/tokenizer.json");
+        return 77;
+    }
+    serve_test_init("test_serve_harmony");
+    if (start(&sv, "harmony call", model("serve_harmony_call", &call)) == 0) {
+        test_call(&sv);
+        test_effort(&sv);
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+    phase("tool call, reasoning effort");
+    if (start(&sv, "harmony think", model("serve_harmony_think", &think)) == 0) {
+        test_think(&sv);
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+    phase("reasoning");
+    curl_global_cleanup();
+    return test_summary();
+}
