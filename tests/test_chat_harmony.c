@@ -21,6 +21,7 @@
 
 #include "core/buf.h"
 #include "moe8.h"
+#include "server/server.h"
 #include "server/toolcall.h"
 #include "server/toolcall_harmony.h"
 #include "test.h"
@@ -270,6 +271,7 @@ static void test_parser(void) {
         run_case(&CASES[i], 0, 1);
     }
     printf("harmony parser: %zu outputs, %d splits\n", sizeof CASES / sizeof *CASES, n);
+    CHECK(moe8_srv_reasoning_append("openai_gptoss") == 0);
     CHECK(moe8_toolcall_format_from_name("openai") == TOOLCALL_HARMONY &&
           !strcmp(moe8_toolcall_format_name(TOOLCALL_HARMONY), "openai"));
     /* a header that never ends is text once it passes 512 bytes */

@@ -116,7 +116,7 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
                          "deepseek_v3, mistral, glm45 (glm4_moe), glm47, minimax_m2, qwen3_coder, openai (harmony)", p->tool_call_parser);
     if (p->reasoning_parser && moe8_srv_reasoning_append(p->reasoning_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "reasoning parser '%s' is not one of deepseek_r1, "
-                         "qwen3, glm45, minimax_m2, minimax_m2_append_think", p->reasoning_parser);
+                         "qwen3, glm45, minimax_m2, minimax_m2_append_think, openai_gptoss", p->reasoning_parser);
     if (p->responses_store < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])
@@ -136,7 +136,7 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
 }
 
 int moe8_srv_reasoning_append(const char *name) {
-    static const char *const split[] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2"};
+    static const char *const split[] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2", "openai_gptoss"};
     for (size_t i = 0; i < sizeof split / sizeof split[0]; i++)
         if (!strcmp(name, split[i])) return 0;
     return !strcmp(name, "minimax_m2_append_think") ? 1 : -1;

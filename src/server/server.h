@@ -190,7 +190,8 @@ typedef struct srv {
 void moe8_srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* --reasoning-parser `name`: 1 the think block stays in content
  * (minimax_m2_append_think), 0 it is split off (deepseek_r1, qwen3, glm45,
- * minimax_m2), -1 no such parser. */
+ * minimax_m2; openai_gptoss: gpt-oss's analysis channel, which the harmony
+ * output parser splits), -1 no such parser. */
 int moe8_srv_reasoning_append(const char *name);
 
 /* openai.c and the api_*.c files: the HTTP thread's side (its workers).

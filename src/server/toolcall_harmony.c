@@ -352,29 +352,88 @@ int moe8_harmony_tools(char **json) {
     return 0;
 }
 
+/* Assistant message m with one of its calls, c: the first keeps the rest of m. */
+static cJSON *one_call(const cJSON *m, const cJSON *c, int first) {
+    cJSON *a = first ? cJSON_Duplicate(m, 1) : cJSON_CreateObject(), *calls = cJSON_CreateArray();
+    if (!first) {
+        cJSON_AddStringToObject(a, "role", "assistant");
+        cJSON_AddStringToObject(a, "content", "");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(a, "tool_calls");
+    cJSON_AddItemToArray(calls, cJSON_Duplicate(c, 1));
+    cJSON_AddItemToObject(a, "tool_calls", calls);
+    return a;
+}
+
+static int is_role(const cJSON *m, const char *role) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+    return cJSON_IsString(r) && !strcmp(r->valuestring, role);
+}
+
+/* An assistant turn of several calls (msgs[i], its results after it up to
+ * msgs[j]) into out as one turn per call, each followed by its result: the
+ * one of the call's id, else the next one left; results left over after. */
+static void split_calls(const cJSON *msgs, int i, int j, cJSON *out) {
+    const cJSON *m = cJSON_GetArrayItem(msgs, i), *c;
+    char used[64] = {0}; /* results taken, by offset from i + 1 (a turn of more is left whole) */
+    int k = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        int take = -1;
+        cJSON_AddItemToArray(out, one_call(m, c, k++ == 0));
+        for (int r = i + 1; r < j && take < 0 && cJSON_IsString(id); r++) {
+            const cJSON *tid = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(msgs, r), "tool_call_id");
+            if (!used[r - i - 1] && cJSON_IsString(tid) && !strcmp(tid->valuestring, id->valuestring)) take = r;
+        }
+        for (int r = i + 1; r < j && take < 0; r++)
+            if (!used[r - i - 1]) take = r;
+        if (take >= 0) {
+            used[take - i - 1] = 1;
+            cJSON_AddItemToArray(out, cJSON_Duplicate(cJSON_GetArrayItem(msgs, take), 1));
+        }
+    }
+    for (int r = i + 1; r < j; r++)
+        if (!used[r - i - 1]) cJSON_AddItemToArray(out, cJSON_Duplicate(cJSON_GetArrayItem(msgs, r), 1));
+}
+
 int moe8_harmony_messages(char **json) {
-    cJSON *msgs = cJSON_Parse(*json), *m;
-    char *out;
+    cJSON *msgs = cJSON_Parse(*json), *m, *out;
+    char *text;
+    int n, i = 0;
     if (!cJSON_IsArray(msgs)) {
         cJSON_Delete(msgs);
         return -1;
     }
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
-                    *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"),
+    cJSON_ArrayForEach(m, msgs) { /* reasoning as `thinking` */
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"),
                     *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"),
                     *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         const int with_content = cJSON_IsString(content) && content->valuestring[0];
-        if (!cJSON_IsString(role) || strcmp(role->valuestring, "assistant") || !cJSON_IsString(r) ||
-            cJSON_GetObjectItemCaseSensitive(m, "thinking"))
+        if (!is_role(m, "assistant") || !cJSON_IsString(r) || cJSON_GetObjectItemCaseSensitive(m, "thinking"))
             continue;
         if (cJSON_GetArraySize(calls) > 0 && with_content) continue;
         cJSON_AddStringToObject(m, "thinking", r->valuestring);
     }
-    out = cJSON_PrintUnformatted(msgs);
+    out = cJSON_CreateArray();
+    n = cJSON_GetArraySize(msgs);
+    while (i < n) { /* one call per assistant turn, its result after it */
+        const cJSON *mi = cJSON_GetArrayItem(msgs, i);
+        int j = i + 1;
+        while (j < n && is_role(cJSON_GetArrayItem(msgs, j), "tool")) j++;
+        if (is_role(mi, "assistant") && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(mi, "tool_calls")) > 1 &&
+            j - i - 1 <= 64) {
+            split_calls(msgs, i, j, out);
+            i = j;
+        } else {
+            cJSON_AddItemToArray(out, cJSON_Duplicate(mi, 1));
+            i++;
+        }
+    }
+    text = cJSON_PrintUnformatted(out);
     cJSON_Delete(msgs);
-    if (!out) return -1;
+    cJSON_Delete(out);
+    if (!text) return -1;
     free(*json);
-    *json = out;
+    *json = text;
     return 0;
 }

@@ -33,7 +33,11 @@ int moe8_harmony_template(const char *source);
  * gpt-oss's template reads them: an assistant message's reasoning_content
  * becomes its `thinking` (as llama.cpp's gpt-oss path passes it), except
  * where the message has tool calls and non-empty content (the template
- * refuses both; its content is then that turn's analysis). *json is
+ * refuses both; its content is then that turn's analysis); an assistant
+ * turn of several calls becomes one turn per call (the first keeps its
+ * content and thinking), each followed by its result (the one of its
+ * tool_call_id, else the next left), as harmony writes them (the template
+ * keeps only a message's first call). *json is
  * replaced by a malloc'd text; 0, or -1 out of memory or not an array
  * (*json unchanged). */
 int moe8_harmony_messages(char **json);

@@ -14,7 +14,10 @@ Each conversation is normalized as vLLM hands it to apply_chat_template
 system, content None as ""), then given the template's `thinking` field as
 llama.cpp's gpt-oss path does: an assistant message's reasoning becomes its
 `thinking`, except on a message with tool calls whose content is not empty
-(the template refuses both there; the content is then its analysis). moe8's
+(the template refuses both there; the content is then its analysis), and
+an assistant turn of several calls split into one turn per call, each
+followed by its result (one_call_each: harmony's layout; the template keeps
+only a message's first call). moe8's
 server does the same (src/server/toolcall_harmony.c,
 moe8_harmony_messages); the C test checks that too. The template's
 strftime_now is pinned to DATE; the C test puts its own date back in its
@@ -138,10 +141,15 @@ CASES = [
                                  {"role": "assistant", "content": None, "tool_calls": [CALL_TYPED]},
                                  {"role": "tool", "tool_call_id": "call00009", "content": "ok"}],
                     "tools": [TYPED]}),
-    ("two_calls_first_kept", {"messages": [U_W, {"role": "assistant", "content": None,
+    ("two_calls_one_each", {"messages": [U_W, {"role": "assistant", "content": None,
                                                  "tool_calls": [CALL_W, CALL_T]}, R_W,
                                            {"role": "tool", "tool_call_id": "call00002", "content": "14:05"}],
                               "tools": [WEATHER, NOARGS]}),
+    ("two_calls_results_swapped", {"messages": [
+        U_W, {"role": "assistant", "content": "Both.", "reasoning_content": "Two tools.",
+              "tool_calls": [CALL_W, CALL_T]},
+        {"role": "tool", "tool_call_id": "call00002", "content": "14:05"}, R_W,
+        {"role": "tool", "tool_call_id": "nope", "content": "extra"}], "tools": [WEATHER, NOARGS]}),
     ("unicode_and_specials", {"messages": [{"role": "user", "content": "caf\u00e9 \u4f60\u597d \U0001f680 "
                                                                        "{{ x }} \"q\" \\ \n\ttab"}]}),
     ("format_md_functions", {"messages": [{"role": "developer", "content": "Use a friendly tone."},
@@ -166,11 +174,42 @@ def thinking(msgs):
     return msgs
 
 
+def one_call_each(msgs):
+    """Harmony writes one call per message, its result right after it, and the template keeps only
+    an assistant message's first call: a turn of k calls becomes k turns (the first keeps the
+    content and thinking), each followed by its result (by tool_call_id, else the next one in
+    order); results left over follow."""
+    out, i = [], 0
+    while i < len(msgs):
+        m = msgs[i]
+        calls = m.get("tool_calls") or []
+        if m["role"] != "assistant" or len(calls) < 2:
+            out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(msgs) and msgs[j]["role"] == "tool":
+            j += 1
+        results = msgs[i + 1:j]
+        for k, c in enumerate(calls):
+            a = dict(m) if k == 0 else {"role": "assistant", "content": ""}
+            a["tool_calls"] = [c]
+            out.append(a)
+            match = [r for r in results if "id" in c and r.get("tool_call_id") == c["id"]]
+            if match or results:
+                r = (match or results)[0]
+                results.remove(r)
+                out.append(r)
+        out.extend(results)
+        i = j
+    return out
+
+
 def main():
     cases = {}
     for c, r in CASES:
         msgs, tools, docs = normalize(r)
-        cases[c] = {"request": r, "messages": thinking(msgs), "tools": tools, "documents": docs}
+        cases[c] = {"request": r, "messages": one_call_each(thinking(msgs)), "tools": tools, "documents": docs}
     chats = []
     for tname, t in TEMPLATES.items():
         source = open(os.path.join(HERE, t["file"]), encoding="utf-8", newline="").read()
