@@ -141,6 +141,15 @@ static void test_call(server *sv) {
     }
     cJSON_Delete(o);
     buf_free(&out);
+    /* Responses streamed: the arguments' done event carries them whole */
+    st = post(sv, "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Weather in Paris?\",\"max_output_tokens\":40,"
+              "\"stream\":true,\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":"
+              TOOL_PARAMS "}]}", &out);
+    CHECKF(st == 200 && strstr(buf_s(&out), "event: response.function_call_arguments.done") &&
+               strstr(buf_s(&out), "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"") &&
+               !strstr(buf_s(&out), "response.output_text.delta"),
+           "responses call stream: %ld %.1500s", st, buf_s(&out));
+    buf_free(&out);
     /* Messages: a tool_use block */
     st = post(sv, "/v1/messages", "{\"model\":\"" NAME "\",\"max_tokens\":40,\"messages\":[{\"role\":\"user\","
               "\"content\":\"Weather in Paris?\"}],\"tools\":[{\"name\":\"get_weather\",\"input_schema\":" TOOL_PARAMS
@@ -193,6 +202,14 @@ static void test_think(server *sv) {
                "messages thinking: %ld %.800s", st, buf_s(&out));
     }
     cJSON_Delete(o);
+    buf_free(&out);
+    /* Messages streamed: the thinking block's deltas, no text */
+    st = post(sv, "/v1/messages", "{\"model\":\"" NAME "\",\"max_tokens\":40,\"stream\":true,\"thinking\":"
+              "{\"type\":\"enabled\",\"budget_tokens\":1024},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+              &out);
+    CHECKF(st == 200 && strstr(buf_s(&out), "\"type\":\"thinking_delta\"") && !strstr(buf_s(&out), "text_delta") &&
+               strstr(buf_s(&out), "event: message_stop"),
+           "messages thinking stream: %ld %.1500s", st, buf_s(&out));
     buf_free(&out);
     buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
 }
