@@ -170,6 +170,8 @@ static const parse_case CASES[] = {
      "{\"city\": \"Paris\"}<|call|>", "", "Need weather.", "get_weather {\"city\": \"Paris\"} ok;"},
     {"call_recipient_first", 1, " to=functions.get_time<|channel|>commentary json<|message|>{}<|call|>", "", "",
      "get_time {} ok;"},
+    {"call_constrain_first", 1, " to=functions.get_weather <|constrain|>json<|channel|>commentary<|message|>{}<|call|>",
+     "", "", "get_weather {} ok;"},
     {"call_cut_by_eos", 1, CALL_HDR "\n{\"city\": \"Rome\"}", "", "", "get_weather {\"city\": \"Rome\"} ok;"},
     {"call_empty_body", 1, CALL_HDR "<|call|>", "", "", "get_weather {} ok;"},
     {"two_calls", 1, CALL_HDR "{\"city\": \"A\"}<|call|><|start|>assistant" CALL_HDR "{\"city\": \"B\"}<|call|>",

@@ -130,6 +130,7 @@ static size_t word(const char *s, size_t n, size_t i) {
 static int parse_header(const tch *h, const char *s, size_t n, int *kind, const char **name, size_t *n_name) {
     const char *chan = NULL, *rcpt = NULL;
     size_t n_chan = 0, n_rcpt = 0, i = skip_role(s, n), e;
+    int constrained = 0;
     while (i < n) {
         if (s[i] == ' ') {
             i++;
@@ -144,7 +145,8 @@ static int parse_header(const tch *h, const char *s, size_t n, int *kind, const 
             chan = s + i, n_chan = e - i, i = e;
         } else if (starts(s + i, n - i, CONSTRAIN)) {
             i += strlen(CONSTRAIN);
-        } else if (chan && s[i] != '<') {
+            constrained = 1;
+        } else if ((chan || constrained) && s[i] != '<') {
             i = word(s, n, i); /* the content type: json, code, ... */
         } else {
             return -1;
