@@ -6,6 +6,7 @@
  * The prompt ends in "<|start|>assistant"; the model then writes messages
  *     HEADER <|message|> BODY END
  *     HEADER = [" to=" RECIPIENT] "<|channel|>" CHANNEL [" to=" RECIPIENT] [" " ["<|constrain|>"] TYPE]
+ *              (the parts in any order after the first; the role "assistant" after <|start|>)
  *     END    = <|end|> (more follows: "<|start|>assistant" HEADER ...) | <|call|> | <|return|>
  * (the stop tokens <|call|> and <|return|> may be cut by the engine: the
  * output's end ends the message too). What each message becomes, as vLLM's
@@ -28,6 +29,9 @@
  * content as written, and its body with it; text between messages that is
  * not "<|start|>" is content. A marker split across pieces is held back
  * until it is decided, so any split of the output gives the same events.
+ *
+ * Also the template's input as moe8_harmony_messages / moe8_harmony_tools
+ * make it (toolcall_harmony.h).
  *
  * Does not: make call ids, check a name against the request's tools (the
  * caller's), or run built-in tools (browser, python).
@@ -53,8 +57,8 @@ static const char *const END_MARKS[] = {"<|end|>", "<|call|>", "<|return|>", "<|
 struct tch {
     cJSON *tools;           /* the request's tools, or NULL: no calls */
     int mode, kind;
-    moe8_buf hdr;           /* M_HEADER: the header so far (or M_BETWEEN: a partial <|start|>) */
-    moe8_buf tail;          /* M_BODY: a tail that may begin an end marker */
+    moe8_buf hdr;           /* M_HEADER: the header so far */
+    moe8_buf tail;          /* M_BODY, M_BETWEEN: a tail that may begin a marker */
     moe8_buf args;          /* K_CALL: the arguments so far */
     int n_calls, cur, args_started;
     /* output not yet handed to the sink: one kind at a time */
