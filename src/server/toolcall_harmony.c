@@ -193,6 +193,7 @@ static void header_done(tch *h) {
 /* ---- the body ------------------------------------------------------------------------------ */
 
 static void body_text(tch *h, const char *s, size_t n) {
+    if (!n) return;
     if (h->kind == K_REASON) put(h, O_REASON, s, n);
     else if (h->kind == K_CONTENT) put(h, O_CONTENT, s, n);
     else {
