@@ -56,7 +56,7 @@ int main(void) {
         {"serve -m x --body-min-rate -1", "--body-min-rate wants a number in [0, 1e+12], got '-1'"},
         {"serve -m x --max-body 0", "--max-body wants a positive byte count (optional K, M or G), got '0'"},
         {"serve -m x --max-buffered 5T", "--max-buffered wants a positive byte count"},
-        {"serve -m x --tool-call-parser llama3", "--tool-call-parser wants one of hermes|deepseek_v3|mistral|glm45|glm4_moe|glm47|minimax_m2|qwen3_coder, got 'llama3'"},
+        {"serve -m x --tool-call-parser llama3", "--tool-call-parser wants one of hermes|deepseek_v3|mistral|glm45|glm4_moe|glm47|minimax_m2|qwen3_coder|openai, got 'llama3'"},
         {"serve -m x --kv-type f8", "--kv-type wants one of f32|f16|bf16, got 'f8'"},
         {"serve -m x --no-such-flag", "moe8 serve: unknown option '--no-such-flag'"},
         {"serve -m x --port", "moe8 serve: --port wants a value (N)"},

@@ -11,6 +11,8 @@
  *   call:   " to=functions.get_weather<|channel|>commentary json<|message|>
  *           {"city": "Paris"}<|call|>" then <|return|> (EOS)
  *   think:  "<|channel|>analysis<|message|>Let me think.<|end|>" then <|return|>
+ * (the second server named vLLM's parsers, --tool-call-parser openai
+ * --reasoning-parser openai_gptoss; the first found the format itself).
  * Checked against those texts: chat completions (whole and streamed) gives
  * the tool call (finish_reason tool_calls) or reasoning_content, and the
  * call as content when the request has no tools; Responses a function_call
@@ -63,9 +65,9 @@ static const char *model(const char *name, const chain_spec *c) {
     return dir;
 }
 
-static int start(server *sv, const char *label, const char *dir) {
+static int start(server *sv, const char *label, const char *dir, const char *more) {
     char args[4600];
-    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME, dir);
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 1024 --threads 2 --served-model-name " NAME "%s", dir, more);
     if (server_start(sv, label, NULL, args) != 0) {
         CHECKF(0, "%s: the server did not start", label);
         return -1;
@@ -271,14 +273,15 @@ int main(void) {
         return 77;
     }
     serve_test_init("test_serve_harmony");
-    if (start(&sv, "harmony call", model("serve_harmony_call", &call)) == 0) {
+    if (start(&sv, "harmony call", model("serve_harmony_call", &call), "") == 0) {
         test_call(&sv);
         test_effort(&sv);
         CHECK(wait_idle(&sv, 5));
         server_stop(&sv, 10);
     }
     phase("tool call, reasoning effort");
-    if (start(&sv, "harmony think", model("serve_harmony_think", &think)) == 0) {
+    if (start(&sv, "harmony think", model("serve_harmony_think", &think),
+              " --tool-call-parser openai --reasoning-parser openai_gptoss") == 0) {
         test_think(&sv);
         CHECK(wait_idle(&sv, 5));
         server_stop(&sv, 10);

@@ -68,10 +68,10 @@ static int parse(int argc, char **argv, opts *o) {
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
     int no_prefix = 0, parser = -1, reasoning = -1, webui = 0, no_webui = 0;
-    static const char *const parsers[8] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
-                                           "minimax_m2", "qwen3_coder"};
-    static const char *const reasonings[5] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
-                                              "minimax_m2_append_think"};
+    static const char *const parsers[9] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
+                                           "minimax_m2", "qwen3_coder", "openai"};
+    static const char *const reasonings[6] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
+                                              "minimax_m2_append_think", "openai_gptoss"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
@@ -108,13 +108,14 @@ static int parse(int argc, char **argv, opts *o) {
          .arg = "JSON", .help = "template variables under each request's chat_template_kwargs,\n"
          "e.g. '{\"enable_thinking\": false}' (default: the template's)"},
         {"--tool-call-parser", NULL, CLI_CHOICE, &parser,
-         .choices = "hermes,deepseek_v3,mistral,glm45,glm4_moe,glm47,minimax_m2,qwen3_coder", .arg = "F",
+         .choices = "hermes,deepseek_v3,mistral,glm45,glm4_moe,glm47,minimax_m2,qwen3_coder,openai", .arg = "F",
          .help = "the model's tool-call format: hermes (Qwen3, Qwen3-Next),\n"
          "deepseek_v3, mistral, glm45 (GLM-4.5/4.6; or glm4_moe), glm47,\n"
-         "minimax_m2, qwen3_coder (Qwen3.5/3.6, Qwen3-Coder)\n"
+         "minimax_m2, qwen3_coder (Qwen3.5/3.6, Qwen3-Coder), openai\n"
+         "(gpt-oss's harmony channels: reasoning, calls and content)\n"
          "(default: the one its chat template teaches)"},
         {"--reasoning-parser", NULL, CLI_CHOICE, &reasoning,
-         .choices = "deepseek_r1,qwen3,glm45,minimax_m2,minimax_m2_append_think", .arg = "R",
+         .choices = "deepseek_r1,qwen3,glm45,minimax_m2,minimax_m2_append_think,openai_gptoss", .arg = "R",
          .help = "minimax_m2_append_think keeps the think block in content;\n"
          "the others split it off into reasoning_content (default: the\n"
          "first for MiniMax-M2's template, a split for any other)"},
