@@ -292,13 +292,8 @@ static const char D_BEGIN[] = TOOLCALL_DS_CALLS_BEGIN, D_END_ALL[] = TOOLCALL_DS
 struct toolcall_parser {
     toolcall_format f;
     tcx *x;               /* glm45, glm47, minimax_m2: toolcall_xml.c reads them */
-    const char *marker;   /* the start marker (its first byte occurs nowhere else in it) */
-    size_t marker_n;
+    moe8_tc_text tx;      /* outside calls: the start marker, held bytes, whitespace after a call */
     int st;
-    /* outside calls */
-    size_t held;          /* bytes of the marker matched at the end of the text */
-    int after_call;       /* whitespace now follows a call: held in ws, dropped if a call or the end comes */
-    moe8_buf ws;
     /* the block being read */
     moe8_buf raw;             /* its text since it (or its last complete call) began */
     int raw_reset;        /* this byte ended a call or the block: it is not raw any more */
@@ -341,6 +336,48 @@ void moe8_tc_content(moe8_tc_out *o, int cur, const char *s, size_t n) {
 void moe8_tc_args(moe8_tc_out *o, int cur, const char *s, size_t n) {
     if (o->cbuf.n) moe8_tc_flush(o, cur);
     moe8_tc_need(o, moe8_buf_add(&o->abuf, s, n));
+}
+
+
+int moe8_tc_text_byte(moe8_tc_text *t, moe8_tc_out *o, int cur, unsigned char c) {
+    char ch = (char)c;
+    if (t->held) {
+        if (c == (unsigned char)t->marker[t->held]) {
+            if (++t->held < t->marker_n) return 0;
+            t->held = 0;
+            t->ws.n = 0;
+            t->after_call = 0;
+            return 1;
+        }
+        if (t->after_call) moe8_tc_content(o, cur, t->ws.p, t->ws.n);
+        t->ws.n = 0;
+        t->after_call = 0;
+        moe8_tc_content(o, cur, t->marker, t->held);
+        t->held = 0;
+    }
+    if (t->marker && c == (unsigned char)t->marker[0]) {
+        t->held = 1;
+        return 0;
+    }
+    if (t->after_call && is_ws(c)) {
+        moe8_tc_need(o, moe8_buf_add(&t->ws, &ch, 1));
+        return 0;
+    }
+    if (t->after_call) moe8_tc_content(o, cur, t->ws.p, t->ws.n);
+    t->ws.n = 0;
+    t->after_call = 0;
+    moe8_tc_content(o, cur, &ch, 1);
+    return 0;
+}
+
+void moe8_tc_text_end(moe8_tc_text *t, moe8_tc_out *o, int cur) {
+    if (t->held) {
+        if (t->after_call) moe8_tc_content(o, cur, t->ws.p, t->ws.n);
+        moe8_tc_content(o, cur, t->marker, t->held);
+    }
+    t->held = 0;
+    t->ws.n = 0;
+    t->after_call = 0;
 }
 
 static void need(toolcall_parser *p, int rc) { moe8_tc_need(&p->out, rc); }
@@ -387,7 +424,7 @@ static void call_complete(toolcall_parser *p) {
 
 static void seg_done(toolcall_parser *p) {
     p->st = S_TEXT;
-    p->after_call = 1;
+    p->tx.after_call = 1;
     raw_reset(p);
 }
 
@@ -416,15 +453,15 @@ static void brk(toolcall_parser *p, unsigned char c) {
     p->raw.n = 0;
     call_reset(p);
     p->st = S_TEXT;
-    p->after_call = 0;
-    p->held = 0;
+    p->tx.after_call = 0;
+    p->tx.held = 0;
     for (size_t i = 0; i < n_again; i++) step(p, (unsigned char)again[i]);
     step(p, c);
 }
 
 static void start_block(toolcall_parser *p) {
     p->raw.n = 0;
-    need(p, moe8_buf_add(&p->raw, p->marker, p->marker_n));
+    need(p, moe8_buf_add(&p->raw, p->tx.marker, p->tx.marker_n));
     p->seg_calls = 0;
     call_reset(p);
     switch (p->f) {
@@ -434,38 +471,6 @@ static void start_block(toolcall_parser *p) {
     }
 }
 
-/* Outside calls: content, but for a tail that may be the start marker. */
-static void text_byte(toolcall_parser *p, unsigned char c) {
-    char ch = (char)c;
-    if (p->held) {
-        if (c == (unsigned char)p->marker[p->held]) {
-            if (++p->held == p->marker_n) {
-                p->held = 0;
-                p->ws.n = 0;
-                p->after_call = 0;
-                start_block(p);
-            }
-            return;
-        }
-        if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-        p->ws.n = 0;
-        p->after_call = 0;
-        emit_content(p, p->marker, p->held);
-        p->held = 0;
-    }
-    if (p->marker && c == (unsigned char)p->marker[0]) {
-        p->held = 1;
-        return;
-    }
-    if (p->after_call && is_ws(c)) {
-        need(p, moe8_buf_add(&p->ws, &ch, 1));
-        return;
-    }
-    if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-    p->ws.n = 0;
-    p->after_call = 0;
-    emit_content(p, &ch, 1);
-}
 
 /* A literal (or one of two) matched whole: what it means. */
 static int lit_done(toolcall_parser *p, int next) {
@@ -724,7 +729,7 @@ static void step(toolcall_parser *p, unsigned char c) {
         int r;
         char ch = (char)c;
         if (p->st == S_TEXT) {
-            text_byte(p, c);
+            if (moe8_tc_text_byte(&p->tx, &p->out, p->cur, c)) start_block(p);
             return;
         }
         p->raw_reset = 0;
@@ -796,9 +801,9 @@ toolcall_parser *moe8_toolcall_new(toolcall_format f, const struct cJSON *tools)
         free(p);
         return NULL;
     }
-    p->marker = f == TOOLCALL_HERMES ? H_START : f == TOOLCALL_MISTRAL ? M_MARK
+    p->tx.marker = f == TOOLCALL_HERMES ? H_START : f == TOOLCALL_MISTRAL ? M_MARK
                 : f == TOOLCALL_DEEPSEEK_V3 ? D_BEGIN : NULL;
-    p->marker_n = p->marker ? strlen(p->marker) : 0;
+    p->tx.marker_n = p->tx.marker ? strlen(p->tx.marker) : 0;
     p->st = S_TEXT;
     return p;
 }
@@ -834,10 +839,7 @@ int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
     if (!p || p->out.oom) return -1;
     p->out.k = k;
     if (p->st == S_TEXT) {
-        if (p->held) {
-            if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-            emit_content(p, p->marker, p->held);
-        }
+        moe8_tc_text_end(&p->tx, &p->out, p->cur);
     } else if ((w = ends_well(p))) {
         if (w == 2) call_complete(p);
     } else {
@@ -847,9 +849,9 @@ int moe8_toolcall_finish(toolcall_parser *p, const toolcall_sink *k) {
         }
         emit_content(p, p->raw.p, p->raw.n);
     }
-    p->held = 0;
-    p->ws.n = p->raw.n = 0;
-    p->after_call = p->reported = 0;
+    p->tx.held = 0;
+    p->tx.ws.n = p->raw.n = 0;
+    p->tx.after_call = p->reported = 0;
     p->st = S_TEXT;
     flush(p);
     return p->out.oom ? -1 : 0;
@@ -863,7 +865,7 @@ void moe8_toolcall_free(toolcall_parser *p) {
     if (!p) return;
     moe8_tcx_free(p->x);
     moe8_tch_free(p->h);
-    moe8_buf_free(&p->ws);
+    moe8_buf_free(&p->tx.ws);
     moe8_buf_free(&p->raw);
     moe8_buf_free(&p->key);
     moe8_buf_free(&p->name);

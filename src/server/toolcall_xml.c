@@ -94,13 +94,8 @@ static const char Q_FUNC[] = "<function=", Q_FUNC_END[] = "</function>", Q_PARAM
 struct tcx {
     toolcall_format f;
     cJSON *tools;          /* the request's tools (a copy), or NULL */
-    const char *marker;    /* the start marker: G_START or M_START */
-    size_t marker_n;
+    moe8_tc_text tx;       /* outside calls: the start marker (G_START or M_START), held bytes, whitespace after a call */
     int st;
-    /* outside calls */
-    size_t held;           /* bytes of the marker matched at the end of the text */
-    int after_call;        /* whitespace after a call: held in ws, dropped if a call or the end comes */
-    moe8_buf ws;
     /* the block */
     moe8_buf raw;          /* its text since it (or its last complete call) began */
     int raw_reset;         /* this byte ended a call or the block */
@@ -236,7 +231,7 @@ static void call_complete(tcx *p) {
 
 static void seg_done(tcx *p) {
     p->st = X_TEXT;
-    p->after_call = 1;
+    p->tx.after_call = 1;
     p->raw.n = 0;
     p->raw_reset = 1;
 }
@@ -413,7 +408,7 @@ static int seg_byte(tcx *p, unsigned char c) {
 
 static void start_block(tcx *p) {
     p->raw.n = 0;
-    need(p, moe8_buf_add(&p->raw, p->marker, p->marker_n));
+    need(p, moe8_buf_add(&p->raw, p->tx.marker, p->tx.marker_n));
     p->seg_calls = 0;
     p->name.n = p->key.n = p->val.n = 0;
     p->name_open = 0;
@@ -422,38 +417,6 @@ static void start_block(tcx *p) {
     else p->st = G_NAME;
 }
 
-/* Outside calls: content, but for a tail that may be the start marker. */
-static void text_byte(tcx *p, unsigned char c) {
-    char ch = (char)c;
-    if (p->held) {
-        if (c == (unsigned char)p->marker[p->held]) {
-            if (++p->held == p->marker_n) {
-                p->held = 0;
-                p->ws.n = 0;
-                p->after_call = 0;
-                start_block(p);
-            }
-            return;
-        }
-        if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-        p->ws.n = 0;
-        p->after_call = 0;
-        emit_content(p, p->marker, p->held);
-        p->held = 0;
-    }
-    if (c == (unsigned char)p->marker[0]) {
-        p->held = 1;
-        return;
-    }
-    if (p->after_call && is_ws(c)) {
-        need(p, moe8_buf_add(&p->ws, &ch, 1));
-        return;
-    }
-    if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-    p->ws.n = 0;
-    p->after_call = 0;
-    emit_content(p, &ch, 1);
-}
 
 static void step(tcx *p, unsigned char c);
 
@@ -474,8 +437,8 @@ static void brk(tcx *p, unsigned char c) {
     p->name.n = p->key.n = p->val.n = 0;
     p->name_open = p->val_stream = p->val_lead = 0;
     p->st = X_TEXT;
-    p->after_call = 0;
-    p->held = 0;
+    p->tx.after_call = 0;
+    p->tx.held = 0;
     for (size_t i = 0; i < n_again; i++) step(p, (unsigned char)again[i]);
     step(p, c);
 }
@@ -483,7 +446,7 @@ static void brk(tcx *p, unsigned char c) {
 static void step(tcx *p, unsigned char c) {
     char ch = (char)c;
     if (p->st == X_TEXT) {
-        text_byte(p, c);
+        if (moe8_tc_text_byte(&p->tx, &p->out, p->cur, c)) start_block(p);
         return;
     }
     p->raw_reset = 0;
@@ -505,8 +468,8 @@ tcx *moe8_tcx_new(toolcall_format f, const cJSON *tools) {
         free(p);
         return NULL;
     }
-    p->marker = f == TOOLCALL_MINIMAX_M2 ? M_START : G_START;
-    p->marker_n = strlen(p->marker);
+    p->tx.marker = f == TOOLCALL_MINIMAX_M2 ? M_START : G_START;
+    p->tx.marker_n = strlen(p->tx.marker);
     p->st = X_TEXT;
     return p;
 }
@@ -536,10 +499,7 @@ int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
     if (!p || p->out.oom) return -1;
     p->out.k = k;
     if (p->st == X_TEXT) {
-        if (p->held) {
-            if (p->after_call) emit_content(p, p->ws.p, p->ws.n);
-            emit_content(p, p->marker, p->held);
-        }
+        moe8_tc_text_end(&p->tx, &p->out, p->cur);
     } else if (qwen3_cut(p)) {
         /* a Qwen3-Coder call cut off: complete with what was read */
     } else if (!((p->st == X_WS || p->st == X_TAG) && p->exp[0] == M_INVOKE && p->seg_calls)) {
@@ -549,9 +509,9 @@ int moe8_tcx_finish(tcx *p, const toolcall_sink *k) {
         }
         emit_content(p, p->raw.p, p->raw.n);
     }
-    p->held = 0;
-    p->ws.n = p->raw.n = 0;
-    p->after_call = p->reported = 0;
+    p->tx.held = 0;
+    p->tx.ws.n = p->raw.n = 0;
+    p->tx.after_call = p->reported = 0;
     p->st = X_TEXT;
     flush(p);
     return p->out.oom ? -1 : 0;
@@ -562,7 +522,7 @@ int moe8_tcx_count(const tcx *p) { return p ? p->n_calls : 0; }
 void moe8_tcx_free(tcx *p) {
     if (!p) return;
     cJSON_Delete(p->tools);
-    moe8_buf_free(&p->ws);
+    moe8_buf_free(&p->tx.ws);
     moe8_buf_free(&p->raw);
     moe8_buf_free(&p->name);
     moe8_buf_free(&p->key);

@@ -29,6 +29,24 @@ void moe8_tc_flush(moe8_tc_out *o, int cur);
 void moe8_tc_content(moe8_tc_out *o, int cur, const char *s, size_t n);
 void moe8_tc_args(moe8_tc_out *o, int cur, const char *s, size_t n);
 
+/* Text outside calls, watched for the format's start marker (one in each
+ * parser, toolcall.c's and toolcall_xml.c's): the marker's bytes matched at
+ * the end of the text are held back until decided, and whitespace after a
+ * call is held in ws, dropped if a call or the end comes. marker: its first
+ * byte occurs nowhere else in it; NULL: no marker (every byte is content). */
+typedef struct {
+    const char *marker;
+    size_t marker_n;
+    size_t held;           /* bytes of the marker matched at the end of the text */
+    int after_call;        /* whitespace now follows a call */
+    moe8_buf ws;
+} moe8_tc_text;
+/* Byte c of the text, its content handed to o as call cur's: 1 when c
+ * completes the marker (the caller then starts a block), else 0. */
+int moe8_tc_text_byte(moe8_tc_text *t, moe8_tc_out *o, int cur, unsigned char c);
+/* The output ended in text: what is held is content. */
+void moe8_tc_text_end(moe8_tc_text *t, moe8_tc_out *o, int cur);
+
 /* The parser of glm45, glm47, minimax_m2 or qwen3_coder output; toolcall.c's API
  * functions hand these formats to it. tools: the request's `tools` array
  * or NULL; copied. */
