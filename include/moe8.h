@@ -549,6 +549,11 @@ typedef struct {
      * those holding prefix-cache snapshots, and the bytes of one */
     int32_t state_slots, state_running, state_snapshots;
     size_t state_slot_bytes;
+    /* hybrid models with the prefix cache, since the context was made: sequences
+     * started (or resumed) from a state snapshot / from position 0, and snapshots
+     * that left the cache (their slot taken for a sequence or a newer snapshot,
+     * their KV block evicted or rewritten) */
+    int64_t state_snap_hits, state_snap_misses, state_snap_evictions;
 } moe8_kv_stats;
 void moe8_context_kv_stats(const moe8_context *ctx, moe8_kv_stats *out);
 

@@ -41,7 +41,9 @@
  *   qwen3_5_moe's vision tower (unless o.no_vision, never read):
  *     model.visual.blocks.0.attn.qkv.weight [48][16] and .bias [48],
  *     model.visual.merger.linear_fc2.weight [H][16]
- * quant 1 follows msModelSlim's W8A8 recipe for these models: W8A8_DYNAMIC
+ * quant 1 follows msModelSlim's W8A8 recipe for these models (o.w4a8_layers:
+ * the routed experts of those decoder layers W4A8_DYNAMIC instead, as
+ * fixture_model.h writes them): W8A8_DYNAMIC
  * (weight I8, weight_scale / weight_offset as fx_add_linear writes them) for
  * the full-attention q/k/v_proj, the routed experts (per-expert names) and,
  * qwen3_next, in_proj_qkvz; everything else FLOAT (in_proj_ba / qkv / z / b /
@@ -189,7 +191,10 @@ static inline void fx_hy_mlp(fx_list *L, const char *p, int dense, int fused) {
     const char *ex = o->quant ? "W8A8_DYNAMIC" : "FLOAT";
     const char *exd = o->quant && !o->down_float ? "W8A8_DYNAMIC" : "FLOAT";
     static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    const char *lp = strncmp(p, "mtp.", 4) ? strstr(p, "layers.") : NULL;
+    const long l = lp ? strtol(lp + 7, NULL, 10) : -1;
     char n[160];
+    if (o->quant && l >= 0 && l < 32 && (o->w4a8_layers >> l & 1)) ex = exd = "W4A8_DYNAMIC";
     if (dense) {
         for (int i = 0; i < 3; i++) {
             snprintf(n, sizeof n, "%s.mlp.%s", p, proj[i]);

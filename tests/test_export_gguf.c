@@ -23,7 +23,11 @@
  * minimax_m2 as minimax-m2 (their tiny presets) the same way, against
  * llama.cpp's loaders' names, shapes and keys; qwen3_next as qwen3next with
  * the converter's transforms (1 + w norms, -exp(A_log), in_proj_qkvz split
- * into attn_qkv / attn_gate, conv1d squeezed); whether llama.cpp runs them as
+ * into attn_qkv / attn_gate, conv1d squeezed); qwen3_5_moe as qwen35moe with
+ * its value heads reordered grouped -> tiled (the converter's
+ * _reorder_v_heads, written here: rows, conv channels, 1-D values and
+ * out_proj's columns), rope.dimension_sections, pre "qwen35", and a copy
+ * with stacked experts giving the same tensors; whether llama.cpp runs them as
  * moe8 does: test_export_gguf_llamacpp.c.
  */
 #include <dirent.h>
@@ -1356,6 +1360,309 @@ static void test_q3n(const char *root, const char *out, const char *err) {
     CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
 }
 
+/* ---- qwen3_5_moe as llama.cpp's qwen35moe ----------------------------------------- */
+
+/* The converter's value-head reorder (_reorder_v_heads), written here from its
+ * text: n = Kh r heads of width w, grouped by key head (head g r + j) in the
+ * checkpoint, tiled in the file (head j Kh + g): the source index of each
+ * destination index, after `keep` entries left as they are. */
+static int64_t *q35_tiled(int64_t keep, int64_t Kh, int64_t r, int64_t w) {
+    int64_t *o = malloc((size_t)(keep + Kh * r * w) * sizeof *o);
+    if (!o) abort();
+    for (int64_t i = 0; i < keep; i++) o[i] = i;
+    for (int64_t g = 0; g < Kh; g++)
+        for (int64_t j = 0; j < r; j++)
+            for (int64_t d = 0; d < w; d++) o[keep + (j * Kh + g) * w + d] = keep + (g * r + j) * w + d;
+    return o;
+}
+
+/* A 2-D (ne1 > 0) or 1-D tensor whose element (r, i) is source element
+ * (row_of[r] or r) x ne0 + (col_of[i] or i), transformed: type, shape and,
+ * for F32 / BF16, every value as check_q3n_tensor checks them. */
+static void check_q35_tensor(const gguf *g, const moe8_st *st, const char *name, uint32_t type,
+                             uint64_t ne0, uint64_t ne1, const char *hf, const int64_t *row_of,
+                             const int64_t *col_of, int x, int *n_checked) {
+    const gti *t = ti_find(g, name);
+    const moe8_tensor *m = moe8_st_find(st, hf);
+    uint32_t nd = ne1 ? 2 : 1;
+    long bad = 0;
+    CHECKF(t != NULL && m != NULL, "tensor %s / source %s missing", name, hf);
+    if (!t || !m) return;
+    (*n_checked)++;
+    CHECKF(t->type == type && t->n_dims == nd && t->ne[0] == ne0 && (nd < 2 || t->ne[1] == ne1),
+           "%s: type %u, %u dims {%llu, %llu}", name, t->type, t->n_dims,
+           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1]);
+    if (t->type != type || type == T_Q8_0) return;
+    const unsigned char *d = g->b + g->data0 + t->offset;
+    uint64_t rows = ne1 ? ne1 : 1, es = type == T_F32 ? 4 : 2;
+    if (g->data0 + t->offset + rows * ne0 * es > g->n) {
+        CHECKF(0, "%s: data beyond the file", name);
+        return;
+    }
+    for (uint64_t r = 0; r < rows; r++)
+        for (uint64_t i = 0; i < ne0; i++) {
+            uint64_t sr = row_of ? (uint64_t)row_of[r] : r, si = col_of ? (uint64_t)col_of[i] : i;
+            double want = q3n_xform(x, src_at(m, (int64_t)(sr * ne0 + si)));
+            if (type == T_F32) {
+                float v;
+                memcpy(&v, d + 4 * (r * ne0 + i), 4);
+                bad += x == X_NEG_EXP ? fabs(v - want) > 2e-7 * fabs(want) : v != (float)want;
+            } else {
+                uint16_t v;
+                memcpy(&v, d + 2 * (r * ne0 + i), 2);
+                bad += v != ref_bf16((float)want);
+            }
+        }
+    CHECKF(!bad, "%s: %ld values differ", name, bad);
+}
+
+/* One layer as llama.cpp's qwen35moe loader creates it (layers 0-2 Gated
+ * DeltaNet, 3 full attention), the value heads tiled in attn_qkv's v rows,
+ * attn_gate, ssm_beta, ssm_alpha, ssm_dt, ssm_a, the conv's v channels and
+ * ssm_out's columns. */
+static void check_q35_layer(const gguf *g, const moe8_st *st, const cJSON *cfg, uint32_t wtype,
+                            int l, int *n_checked) {
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), D = (uint64_t)jnum(cfg, "head_dim");
+    uint64_t NQ = (uint64_t)jnum(cfg, "num_attention_heads") * D;
+    uint64_t NKV = (uint64_t)jnum(cfg, "num_key_value_heads") * D;
+    uint64_t E = (uint64_t)jnum(cfg, "num_experts"), I = (uint64_t)jnum(cfg, "moe_intermediate_size");
+    uint64_t S = (uint64_t)jnum(cfg, "shared_expert_intermediate_size");
+    uint64_t Kh = (uint64_t)jnum(cfg, "linear_num_key_heads"), Vh = (uint64_t)jnum(cfg, "linear_num_value_heads");
+    uint64_t dk = (uint64_t)jnum(cfg, "linear_key_head_dim"), dv = (uint64_t)jnum(cfg, "linear_value_head_dim");
+    uint64_t K = (uint64_t)jnum(cfg, "linear_conv_kernel_dim"), C = 2 * Kh * dk + Vh * dv, r = Vh / Kh;
+    int linear = (l + 1) % (int)jnum(cfg, "full_attention_interval") != 0;
+    char name[128], hf[256];
+    const uint32_t W = 99;
+    int64_t *vqkv = q35_tiled((int64_t)(2 * Kh * dk), (int64_t)Kh, (int64_t)r, (int64_t)dv);
+    int64_t *vrow = q35_tiled(0, (int64_t)Kh, (int64_t)r, (int64_t)dv);
+    int64_t *vhead = q35_tiled(0, (int64_t)Kh, (int64_t)r, 1);
+    const struct { const char *g, *h; uint32_t ty; uint64_t ne0, ne1; const int64_t *ro, *co; int x, when; } t[] = {
+        {"attn_norm.weight", "input_layernorm.weight", T_F32, H, 0, NULL, NULL, X_PLUS1, 2},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", T_F32, H, 0, NULL, NULL, X_PLUS1, 2},
+        {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight", W, H, C, vqkv, NULL, X_NONE, 1},
+        {"attn_gate.weight", "linear_attn.in_proj_z.weight", W, H, Vh * dv, vrow, NULL, X_NONE, 1},
+        {"ssm_beta.weight", "linear_attn.in_proj_b.weight", W, H, Vh, vhead, NULL, X_NONE, 1},
+        {"ssm_alpha.weight", "linear_attn.in_proj_a.weight", W, H, Vh, vhead, NULL, X_NONE, 1},
+        {"ssm_dt.bias", "linear_attn.dt_bias", T_F32, Vh, 0, NULL, vhead, X_NONE, 1},
+        {"ssm_a", "linear_attn.A_log", T_F32, Vh, 0, NULL, vhead, X_NEG_EXP, 1},
+        {"ssm_conv1d.weight", "linear_attn.conv1d.weight", T_F32, K, C, vqkv, NULL, X_NONE, 1},
+        {"ssm_norm.weight", "linear_attn.norm.weight", T_F32, dv, 0, NULL, NULL, X_NONE, 1},
+        {"ssm_out.weight", "linear_attn.out_proj.weight", W, Vh * dv, H, NULL, vrow, X_NONE, 1},
+        {"attn_q.weight", "self_attn.q_proj.weight", W, H, 2 * NQ, NULL, NULL, X_NONE, 0},
+        {"attn_k.weight", "self_attn.k_proj.weight", W, H, NKV, NULL, NULL, X_NONE, 0},
+        {"attn_v.weight", "self_attn.v_proj.weight", W, H, NKV, NULL, NULL, X_NONE, 0},
+        {"attn_output.weight", "self_attn.o_proj.weight", W, NQ, H, NULL, NULL, X_NONE, 0},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight", T_F32, D, 0, NULL, NULL, X_PLUS1, 0},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight", T_F32, D, 0, NULL, NULL, X_PLUS1, 0},
+        {"ffn_gate_inp.weight", "mlp.gate.weight", T_F32, H, E, NULL, NULL, X_NONE, 2},
+        {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", T_F32, H, 0, NULL, NULL, X_NONE, 2},
+        {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", W, H, S, NULL, NULL, X_NONE, 2},
+        {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", W, H, S, NULL, NULL, X_NONE, 2},
+        {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", W, S, H, NULL, NULL, X_NONE, 2},
+    };
+    CHECK(r == 2); /* the tiny preset's: the reorder is not the identity */
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        FMT(name, "blk.%d.%s", l, t[i].g);
+        if (t[i].when != 2 && t[i].when != linear) {
+            CHECKF(ti_find(g, name) == NULL, "%s written", name);
+            continue;
+        }
+        FMT(hf, "model.language_model.layers.%d.%s", l, t[i].h);
+        check_q35_tensor(g, st, name, t[i].ty == W ? wtype : t[i].ty, t[i].ne0, t[i].ne1, hf, t[i].ro,
+                         t[i].co, t[i].x, n_checked);
+    }
+    static const char *const exps[3][2] = {
+        {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
+    for (int i = 0; i < 3; i++) {
+        FMT(name, "blk.%d.%s.weight", l, exps[i][0]);
+        FMT(hf, "model.language_model.layers.%d.mlp.experts.%%d.%s.weight", l, exps[i][1]);
+        check_tensor(g, st, name, wtype, 3, i == 2 ? I : H, i == 2 ? H : I, E, hf, (int)E, n_checked);
+    }
+    free(vqkv);
+    free(vrow);
+    free(vhead);
+}
+
+static int64_t q35_ku(const gguf *g, const char *key) {
+    char k[128];
+    FMT(k, "qwen35moe.%s", key);
+    return kv_u32(g, k);
+}
+
+/* A qwen35moe file against its (per-expert) folder: the keys qwen3next has
+ * plus rope.dimension_sections (mrope_section padded to 4, I32), the
+ * tokenizer's pre "qwen35", every tensor. */
+static void check_q35_file(const char *path, const char *dir, uint32_t wtype) {
+    gguf g;
+    moe8_st *st = NULL;
+    cJSON *root = read_json(dir, "config.json");
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(cfg, "rope_parameters");
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(rp, "mrope_section");
+    int rc = gguf_read(&g, path), n_checked = 0;
+    CHECKF(rc == 0 && cfg && ms, "cannot parse %s", path);
+    if (rc || !cfg || !ms) {
+        if (!rc) gguf_free(&g);
+        cJSON_Delete(root);
+        return;
+    }
+    uint64_t H = (uint64_t)jnum(cfg, "hidden_size"), V = (uint64_t)jnum(cfg, "vocab_size");
+    CHECK(kv_str_is(&g, "general.architecture", "qwen35moe"));
+    CHECK(q35_ku(&g, "block_count") == 4 && q35_ku(&g, "embedding_length") == (int64_t)H);
+    CHECK(q35_ku(&g, "expert_feed_forward_length") == (int64_t)jnum(cfg, "moe_intermediate_size"));
+    CHECK(q35_ku(&g, "expert_shared_feed_forward_length") == (int64_t)jnum(cfg, "shared_expert_intermediate_size"));
+    CHECK(q35_ku(&g, "expert_count") == (int64_t)jnum(cfg, "num_experts"));
+    CHECK(q35_ku(&g, "expert_used_count") == (int64_t)jnum(cfg, "num_experts_per_tok"));
+    CHECK(q35_ku(&g, "attention.head_count") == (int64_t)jnum(cfg, "num_attention_heads"));
+    CHECK(q35_ku(&g, "attention.head_count_kv") == (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(q35_ku(&g, "attention.key_length") == (int64_t)jnum(cfg, "head_dim"));
+    CHECK(q35_ku(&g, "rope.dimension_count") ==
+          (int64_t)(jnum(cfg, "head_dim") * jnum(rp, "partial_rotary_factor")));
+    CHECK(q35_ku(&g, "ssm.conv_kernel") == (int64_t)jnum(cfg, "linear_conv_kernel_dim"));
+    CHECK(q35_ku(&g, "ssm.state_size") == (int64_t)jnum(cfg, "linear_key_head_dim"));
+    CHECK(q35_ku(&g, "ssm.group_count") == (int64_t)jnum(cfg, "linear_num_key_heads"));
+    CHECK(q35_ku(&g, "ssm.time_step_rank") == (int64_t)jnum(cfg, "linear_num_value_heads"));
+    CHECK(q35_ku(&g, "ssm.inner_size") ==
+          (int64_t)(jnum(cfg, "linear_num_value_heads") * jnum(cfg, "linear_value_head_dim")));
+    CHECK(q35_ku(&g, "full_attention_interval") == 4);
+    CHECK(kv_f32(&g, "qwen35moe.rope.freq_base") == (float)jnum(rp, "rope_theta"));
+    CHECK(kv_f32(&g, "qwen35moe.attention.layer_norm_rms_epsilon") == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_str_is(&g, "tokenizer.ggml.pre", "qwen35"));
+    {
+        const gkv *s = kv_find(&g, "qwen35moe.rope.dimension_sections");
+        int ok = s && s->type == V_ARR && s->arr_type == V_I32 && s->arr_n == 4;
+        for (int i = 0; ok && i < 4; i++) {
+            int32_t v;
+            memcpy(&v, g.b + s->at + 4 * i, 4);
+            const cJSON *e = cJSON_GetArrayItem(ms, i);
+            ok = v == (e ? (int32_t)e->valuedouble : 0);
+        }
+        CHECKF(ok, "rope.dimension_sections is not mrope_section padded to 4");
+    }
+    CHECK(moe8_st_open(dir, &st, NULL) == MOE8_OK);
+    if (st) {
+        check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0,
+                     "model.language_model.embed_tokens.weight", 1, &n_checked);
+        for (int l = 0; l < 4; l++) check_q35_layer(&g, st, cfg, wtype, l, &n_checked);
+        check_q3n_tensor(&g, st, "output_norm.weight", T_F32, H, 0, "model.language_model.norm.weight",
+                         NULL, X_PLUS1, &n_checked);
+        check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0, "lm_head.weight", 1, &n_checked);
+        CHECKF(g.n_tensors == (uint64_t)n_checked, "%llu tensors, %d expected",
+               (unsigned long long)g.n_tensors, n_checked);
+        moe8_st_free(st);
+    }
+    gguf_free(&g);
+    cJSON_Delete(root);
+}
+
+/* `dst`: folder `src` (qwen3_5_moe, per-expert names) with its experts
+ * stacked as Qwen3.5's float checkpoints store them: per layer
+ * mlp.experts.gate_up_proj [E][2I][H] (each expert's gate rows, then its up
+ * rows) and mlp.experts.down_proj [E][H][I]. */
+static void q35_stack(const char *src, const char *dst, int64_t E) {
+    char path[4096], cmd[16384], name[256];
+    moe8_st *st = NULL;
+    moe8_st_writer *w = NULL;
+    moe8_error e;
+    FMT(cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/tokenizer.json' '%s/tokenizer_config.json' "
+        "'%s/config.json' '%s/'", dst, dst, src, src, src, dst);
+    if (test_run(cmd) != 0) exit(2);
+    FMT(path, "%s/model.safetensors", dst);
+    if (moe8_st_open(src, &st, &e) != MOE8_OK || moe8_st_writer_open(path, &w, &e) != MOE8_OK) exit(2);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < moe8_st_count(st); i++) {
+            const moe8_tensor *t = moe8_st_get(st, i);
+            if (strstr(t->name, ".mlp.experts.")) continue;
+            if ((pass == 0 ? moe8_st_writer_declare(w, t->name, t->dtype, t->n_dims, t->shape, &e)
+                           : moe8_st_writer_write(w, t->name, t->data, t->n_bytes, &e)) != MOE8_OK)
+                exit(2);
+        }
+        for (int l = 0; l < 4; l++)
+            for (int down = 0; down < 2; down++) {
+                const moe8_tensor *t0;
+                FMT(name, "model.language_model.layers.%d.mlp.experts.0.%s.weight", l,
+                    down ? "down_proj" : "gate_proj");
+                if (!(t0 = moe8_st_find(st, name))) exit(2);
+                const size_t one = t0->n_bytes;
+                const int64_t shape[3] = {E, down ? t0->shape[0] : 2 * t0->shape[0], t0->shape[1]};
+                FMT(name, "model.language_model.layers.%d.mlp.experts.%s", l, down ? "down_proj" : "gate_up_proj");
+                if (pass == 0) {
+                    if (moe8_st_writer_declare(w, name, t0->dtype, 3, shape, &e) != MOE8_OK) exit(2);
+                    continue;
+                }
+                unsigned char *b = malloc(one * (size_t)E * (down ? 1 : 2));
+                for (int64_t x = 0; x < E; x++)
+                    for (int p = 0; p < (down ? 1 : 2); p++) {
+                        char en[256];
+                        FMT(en, "model.language_model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                            (long long)x, down ? "down_proj" : p ? "up_proj" : "gate_proj");
+                        const moe8_tensor *t = moe8_st_find(st, en);
+                        if (!t || t->n_bytes != one) exit(2);
+                        memcpy(b + one * (size_t)(x * (down ? 1 : 2) + p), t->data, one);
+                    }
+                if (moe8_st_writer_write(w, name, b, one * (size_t)E * (down ? 1 : 2), &e) != MOE8_OK) exit(2);
+                free(b);
+            }
+    }
+    if (moe8_st_writer_finish(w, &e) != MOE8_OK) exit(2);
+    moe8_st_writer_free(w);
+    moe8_st_free(st);
+}
+
+/* The same tensors (names, types, shapes, data bytes) in two files. */
+static int same_tensors(const char *a_path, const char *b_path) {
+    gguf a, b;
+    int ok = gguf_read(&a, a_path) == 0, ok_b = gguf_read(&b, b_path) == 0;
+    ok = ok && ok_b && a.n_tensors == b.n_tensors;
+    for (uint64_t i = 0; ok && i < a.n_tensors; i++) {
+        const gti *x = &a.ti[i], *y = ti_find(&b, x->name);
+        const gti *nx = i + 1 < a.n_tensors ? &a.ti[i + 1] : NULL;
+        uint64_t n = (nx ? nx->offset : a.n - a.data0) - x->offset;
+        ok = y && y->type == x->type && y->n_dims == x->n_dims &&
+             !memcmp(y->ne, x->ne, sizeof x->ne) && b.data0 + y->offset + n <= b.n &&
+             !memcmp(a.b + a.data0 + x->offset, b.b + b.data0 + y->offset, (size_t)n);
+        if (!ok) fprintf(stderr, "  %s differs\n", x->name);
+    }
+    gguf_free(&b);
+    gguf_free(&a);
+    return ok;
+}
+
+/* qwen3_5_moe: the tiny preset as BF16; the same weights with stacked
+ * experts give the same tensors byte for byte. */
+static void test_q35(const char *root, const char *out, const char *err) {
+    char dir[4096], var[4096], file[4096], file2[4096], args[16384];
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    FMT(dir, "%s/q35", root);
+    p.arch = MOE8_ARCH_QWEN3_5_MOE;
+    p.tokenizer_dir = TOK;
+    p.force = 1;
+    if (moe8_make_model(&p, dir, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", dir, e.message);
+        exit(2);
+    }
+    static const struct { const char *name; uint32_t type; } types[] = {{"bf16", T_BF16}};
+    for (int i = 0; i < 1; i++) { /* Q8_0's rows: qwen3next's test (the same writer) */
+        FMT(file, "%s/q35_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", dir, file, types[i].name);
+        CHECKF(export(args, err) == 0, "qwen3_5_moe export --type %s", types[i].name);
+        check_q35_file(file, dir, types[i].type);
+        if (i == 0) {
+            cJSON *c = read_json(dir, "config.json");
+            FMT(var, "%s/q35_stacked", root);
+            q35_stack(dir, var, (int64_t)jnum(cJSON_GetObjectItem(c, "text_config"), "num_experts"));
+            cJSON_Delete(c);
+            FMT(file2, "%s/q35_stacked.gguf", out);
+            FMT(args, "-m '%s' -o '%s' --type bf16", var, file2);
+            CHECKF(export(args, err) == 0, "qwen3_5_moe stacked export");
+            CHECK(same_tensors(file, file2));
+            remove(file2);
+        }
+        remove(file);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int same_bytes(const char *path, const char *want) {
@@ -1456,6 +1763,7 @@ int main(void) {
     test_glm(root, out, err);
     test_mm(root, out, err);
     test_q3n(root, out, err);
+    test_q35(root, out, err);
 
     /* a missing folder */
     FMT(args, "-m '%s/nope' -o '%s/nope.gguf'", root, out);

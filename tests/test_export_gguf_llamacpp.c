@@ -1,10 +1,11 @@
 /*
  * test_export_gguf_llamacpp.c — llama.cpp runs what `moe8 export-gguf` writes
  * as moe8 runs the model folder: scripts/crosscheck_llamacpp.sh on the tiny
- * presets of glm4_moe (as glm4moe), minimax_m2 (as minimax-m2) and
- * qwen3_next (as qwen3next), BF16 export, and its numbers checked here: the
+ * presets of glm4_moe (as glm4moe), minimax_m2 (as minimax-m2), qwen3_next
+ * (as qwen3next) and qwen3_5_moe (as qwen35moe, its value heads reordered as
+ * llama.cpp's converter does), BF16 export, and its numbers checked here: the
  * last-position logits of a 15-id prompt within cosine 0.9999 of moe8's
- * (measured: 0.999993, 0.999995 and 0.999991;
+ * (measured: 0.999993, 0.999995, 0.999991 and 0.999991;
  * BF16 weights are exact in both, what differs is llama.cpp's bf16
  * activations against moe8's f32), the same top-5, and the same 16 greedy
  * tokens. The reference is another implementation (llama.cpp through
@@ -61,6 +62,7 @@ int main(void) {
     check_arch(root, "glm4_moe");
     check_arch(root, "minimax_m2");
     check_arch(root, "qwen3_next");
+    check_arch(root, "qwen3_5_moe");
     FMT(cmd, "rm -rf '%s'", root);
     test_run(cmd);
     return test_summary();

@@ -17,8 +17,8 @@
  *     (text_config, rope_parameters) and W8A8 description (msModelSlim's
  *     recipe: W8A8_DYNAMIC for q/k/v and the experts only);
  *   - then the engine: float within 1e-4 relative at every position,
- *     prefilled and decoded (fused and per-expert experts), W8A8 at cosine
- *     >= 0.9999; a 70-token prompt across the chunk edge; the MTP and vision
+ *     prefilled and decoded (fused and per-expert experts), W8A8 (and
+ *     W4A8_DYNAMIC routed experts) at cosine >= 0.9999; a 70-token prompt across the chunk edge; the MTP and vision
  *     tensors skipped even malformed; corrupt folders refused naming the
  *     tensor.
  */
@@ -296,6 +296,9 @@ static void test_forward(void) {
     check_vs_ref("q5_w8a8", &o);
     o.down_float = 1, o.scale_2d = 0, o.seed += 5;
     check_vs_ref("q5_w8a8_down_float", &o);
+    o = q5_opts(1); /* W4A8_DYNAMIC routed experts in two linear layers and the full one */
+    o.w4a8_layers = 2u | 4u | 8u, o.seed += 17;
+    check_vs_ref("q5_w4a8", &o);
     o = q5_opts(0);
     hy_check_long("q5_float_long", &o, 70, 3);
     o = q5_opts(1);

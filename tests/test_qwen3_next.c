@@ -19,7 +19,8 @@
  *     not; the fixture's names, shapes, config.json and the W8A8 description
  *     (msModelSlim's recipe: W8A8_DYNAMIC for q/k/v, experts, in_proj_qkvz);
  *   - then the engine: float within 1e-4 relative at every position, prefilled and
- *     decoded, W8A8 at cosine >= 0.9999; a 70-token prompt across the chunk
+ *     decoded, W8A8 (and W4A8_DYNAMIC routed experts) at cosine >= 0.9999;
+ *     a 70-token prompt across the chunk
  *     edge; the MTP tensors skipped even malformed; corrupt folders (a
  *     missing A_log, a conv kernel of the wrong size, ...) refused naming
  *     the tensor.
@@ -404,6 +405,9 @@ static void test_forward(void) {
     o = qn_opts(1);
     o.scale_2d = 1, o.down_float = 1, o.seed += 9;
     check_vs_ref("qn_w8a8_down_float", &o);
+    o = qn_opts(1); /* W4A8_DYNAMIC routed experts in a linear and the full layer */
+    o.w4a8_layers = 1u | 8u, o.seed += 13;
+    check_vs_ref("qn_w4a8", &o);
     o = qn_opts(0);
     hy_check_long("qn_float_long", &o, 70, 3);
     o = qn_opts(1);

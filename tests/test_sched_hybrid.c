@@ -11,8 +11,9 @@
  *     rule gives (the deepest multiple of 64 at most n_prompt - 2 inside the
  *     shared prefix), across snapshot eviction (a state pool of one spare
  *     slot, LRU) and KV block eviction, and after preemption;
- *   - the state pool's accounting (running slots back on finish and cancel)
- *     and its errors: a state_bytes below one slot names --state-mb and the
+ *   - the state pool's accounting (running slots back on finish and cancel;
+ *     the snapshot hits, misses and evictions moe8_kv_stats counts, which
+ *     /metrics shows, after known sequences) and its errors: a state_bytes below one slot names --state-mb and the
  *     bytes one takes; a full pool refuses a batch cleanly.
  * The reference is the engine itself run alone: the forward's own accuracy
  * against a double-precision reference is test_qwen3_next's.
@@ -157,6 +158,17 @@ static void check_idle(moe8_sched *s, const char *what) {
            st.kv.n_used, st.kv.state_running, st.kv.state_snapshots, st.kv.state_slots);
 }
 
+/* The state pool's counters (moe8_kv_stats, /metrics) after a known sequence. */
+static void check_snap_counts(const moe8_sched_stats *st, int64_t hits, int64_t misses,
+                              int64_t evictions, int32_t snapshots, const char *what) {
+    CHECKF(st->kv.state_snap_hits == hits && st->kv.state_snap_misses == misses &&
+               st->kv.state_snap_evictions == evictions && st->kv.state_snapshots == snapshots,
+           "%s: snapshot hits %lld misses %lld evictions %lld, %d kept; expected %lld %lld %lld, %d",
+           what, (long long)st->kv.state_snap_hits, (long long)st->kv.state_snap_misses,
+           (long long)st->kv.state_snap_evictions, st->kv.state_snapshots, (long long)hits,
+           (long long)misses, (long long)evictions, snapshots);
+}
+
 static void run_alone(const spec *q, result *r) {
     const cfg c = {1, 1, 0, 0, 0, 0};
     moe8_context *x = ctx_of(&c);
@@ -208,6 +220,12 @@ static void snap_pair(const cfg *c, const spec *a, const spec *b, int shared, co
     CHECKF(same(&ra, &ref), "%s: the first request differs from it alone", what);
     moe8_sched_get_stats(s, &st);
     CHECKF(st.prefix_hits == want, "%s: prefix_hits %lld", what, (long long)st.prefix_hits);
+    CHECKF(st.kv.state_snap_hits == (c->prefix_cache && want > 0) &&
+               st.kv.state_snap_misses == (c->prefix_cache ? 2 - (want > 0) : 0) &&
+               st.kv.state_snap_evictions == 0,
+           "%s: snapshot hits %lld, misses %lld, evictions %lld", what,
+           (long long)st.kv.state_snap_hits, (long long)st.kv.state_snap_misses,
+           (long long)st.kv.state_snap_evictions);
     check_idle(s, what);
     moe8_sched_free(s);
     moe8_context_free(x);
@@ -279,6 +297,11 @@ static void test_snapshot_lru(void) {
     drain(s);
     CHECKF(same(&rb, &ref) && rb.n_cached == 0, "lru: b after eviction: cached %d", rb.n_cached);
     check_idle(s, "lru");
+    /* a, other and b again from 0, b once from a's 128; a's 128 evicted by the
+     * other's 64, which b's 128 evicts (b's 64 finds no slot); b's 128 is not
+     * kept: its KV block is not registered, a's block of the same tokens is */
+    moe8_sched_get_stats(s, &st);
+    check_snap_counts(&st, 1, 3, 2, 0, "lru");
     moe8_sched_free(s);
     moe8_context_free(x);
 }
@@ -314,6 +337,10 @@ static void test_block_eviction(void) {
     run_alone(&b, &ref);
     CHECKF(same(&rb, &ref) && rb.n_cached == 0, "eviction: b cached %d", rb.n_cached);
     check_idle(s, "eviction");
+    /* three from 0; a's two snapshots evicted with their blocks, then the
+     * other's three with theirs (b takes 11 of the 14 blocks) */
+    moe8_sched_get_stats(s, &st);
+    check_snap_counts(&st, 0, 3, 5, 2, "eviction");
     moe8_sched_free(s);
     moe8_context_free(x);
 }

@@ -6,7 +6,9 @@
  * llama.cpp architecture its converter (convert_hf_to_gguf.py) writes:
  * qwen3_moe as "qwen3moe" (export_gguf_qwen3moe.c), glm4_moe as "glm4moe"
  * (export_gguf_glm4moe.c), minimax_m2 as "minimax-m2"
- * (export_gguf_minimax_m2.c). The file's layout and
+ * (export_gguf_minimax_m2.c), qwen3_next as "qwen3next"
+ * (export_gguf_qwen3next.c), qwen3_5_moe as "qwen35moe"
+ * (export_gguf_qwen35moe.c). The file's layout and
  * types: export_gguf_write.c; the tensors: export_gguf_plan.c; the
  * tokenizer: export_gguf_vocab.c.
  *
@@ -31,7 +33,7 @@
 
 /* The families exported (a family not here is refused). */
 static const xg_family *const families[] = {&xg_qwen3moe, &xg_glm4moe, &xg_minimax_m2,
-                                            &xg_qwen3next};
+                                            &xg_qwen3next, &xg_qwen35moe};
 
 static const char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -93,8 +95,8 @@ static const xg_family *find_family(const char *dir, const moe8_config *cfg) {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (families[i]->model_arch == (int)cfg->arch) return families[i];
     xg_fail("'%s/config.json': model_type '%s': only qwen3_moe (as llama.cpp's qwen3moe), "
-            "glm4_moe (as glm4moe), minimax_m2 (as minimax-m2) and qwen3_next (as "
-            "qwen3next) are exported", dir,
+            "glm4_moe (as glm4moe), minimax_m2 (as minimax-m2), qwen3_next (as "
+            "qwen3next) and qwen3_5_moe (as qwen35moe) are exported", dir,
             cfg->model_type);
     return NULL;
 }
@@ -115,7 +117,7 @@ int cmd_export_gguf(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     int force = 0, n_layers = 0, type = 0;
     const cli_opt opts[] = {
-        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe, glm4_moe or minimax_m2 model folder "
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe, glm4_moe, minimax_m2, qwen3_next or qwen3_5_moe model folder "
          "(config.json,\n*.safetensors, tokenizer.json; only read)"},
         {"-o", NULL, CLI_STR, &out, .arg = "FILE", .help = "the GGUF file for llama.cpp (qwen3moe, "
          "glm4moe, minimax-m2); written to\nFILE.tmp.<pid>, then renamed"},
@@ -209,7 +211,7 @@ out:
     free(v.type);
     cJSON_Delete(v.json);
     cJSON_Delete(v.config);
-    for (int i = 0; i < p.n; i++) free(p.t[i].src), free(p.t[i].row_of);
+    for (int i = 0; i < p.n; i++) free(p.t[i].src), free(p.t[i].row_of), free(p.t[i].col_of);
     free(p.t);
     if (p.st) moe8_st_free(p.st);
     return rc;

@@ -23,7 +23,7 @@
     "W8A8_DYNAMIC full-attention q/k/v, routed experts and (qwen3_next) in_proj_qkvz\n"     \
     "(--linear float keeps q/k/v and in_proj_qkvz float), everything else FLOAT;\n"        \
     "smoothing not applied, nothing calibrated; qwen3_5_moe's stacked experts are\n"       \
-    "written per expert; --experts w4a8 refused.\n"
+    "written per expert; --experts w4a8 makes their routed experts W4A8_DYNAMIC.\n"
 
 typedef struct {
     int tty, last;

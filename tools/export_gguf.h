@@ -8,7 +8,7 @@
  * per-layer table, export_gguf_vocab.c the tokenizer keys, and one file per
  * family holds its table, checks and hyper-parameter keys
  * (export_gguf_qwen3moe.c, export_gguf_glm4moe.c, export_gguf_minimax_m2.c,
- * export_gguf_qwen3next.c).
+ * export_gguf_qwen3next.c, export_gguf_qwen35moe.c).
  */
 #ifndef MOE8_TOOLS_EXPORT_GGUF_H
 #define MOE8_TOOLS_EXPORT_GGUF_H
@@ -82,7 +82,8 @@ typedef struct {
     const moe8_tensor **src;    /* [n_src]: one tensor, or the experts in order */
     int n_src;
     int xform;                  /* XG_X_*: the converter's transform of each value */
-    int64_t *row_of;            /* [ne[1]] the source row of each row (one source); NULL: the same */
+    int64_t *row_of;            /* [ne[1] ne[2]] the source row of each row (one source); NULL: the same */
+    int64_t *col_of;            /* [ne[0]] the source column of each column; NULL: the same */
     uint64_t offset, n_bytes;   /* in the data section */
 } xg_tensor;
 
@@ -156,9 +157,22 @@ typedef struct xg_family {
      * squeezed source), appended after its rows; -1 after a message */
     int (*layer)(xg_plan *p, int64_t l);
     int output_norm_xform;      /* XG_X_* of output_norm */
+    /* the Hugging Face names' prefix of the decoder ("model.language_model." for
+     * a text model nested in a multimodal one); NULL: "model." */
+    const char *prefix;
 } xg_family;
 
-extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2, xg_qwen3next;
+extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2, xg_qwen3next, xg_qwen35moe;
+
+/* The hybrids' (export_gguf_qwen3next.c, also qwen35moe's): the refusals and
+ * warnings llama.cpp's qwen3next / qwen35moe call for, and their keys (the
+ * common ones, expert_shared_feed_forward_length, ssm.*,
+ * full_attention_interval). */
+int xg_hybrid_check(const xg_plan *p);
+void xg_hybrid_hparams(xg_kvs *k, const xg_plan *p);
+
+/* The Hugging Face name of layer l's tensor `rest` ("<prefix>layers.<l>.<rest>"). */
+void xg_layer_name(const xg_plan *p, int64_t l, const char *rest, char *out, size_t cap);
 
 /* 1 if layer l is a hybrid's Gated DeltaNet layer (every layer but each
  * full_attention_interval-th). */

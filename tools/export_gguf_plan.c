@@ -3,7 +3,8 @@
  * token_embd, then per layer the rows of the family's table that apply to it
  * (MoE or dense layer, q/k norm, q/k/v biases, shared experts) and the
  * stacked experts ffn_{gate,up,down}_exps [E][out][in] of a MoE layer (as
- * convert_hf_to_gguf.py merges mlp.experts.N.*), then output_norm and output
+ * convert_hf_to_gguf.py merges mlp.experts.N.*, or splits a checkpoint's
+ * stacked mlp.experts.gate_up_proj), then output_norm and output
  * (absent with tied embeddings unless the family's llama.cpp loader requires
  * it: then the embedding's data again). Each source is checked: present, float
  * (F32/F16/BF16: a quantized checkpoint is refused, naming the tensor) and of
@@ -93,6 +94,12 @@ static int add1(xg_plan *p, const char *gname, int type, const char *hname, int6
     return 0;
 }
 
+static const char *prefix(const xg_plan *p) { return p->fam->prefix ? p->fam->prefix : "model."; }
+
+void xg_layer_name(const xg_plan *p, int64_t l, const char *rest, char *out, size_t cap) {
+    snprintf(out, cap, "%slayers.%lld.%s", prefix(p), (long long)l, rest);
+}
+
 int xg_is_linear_layer(const xg_plan *p, int64_t l) {
     int64_t every = moe8_config_get_int(p->cfg, "full_attention_interval", NULL);
     return every > 0 && (l + 1) % every != 0;
@@ -146,6 +153,57 @@ static int row_applies(const xg_plan *p, int when, int moe, int64_t l) {
     }
 }
 
+/* A stacked source [n][rows][cols] (3-D, float), or NULL after a message. */
+static const moe8_tensor *need3(xg_plan *p, const char *name, int64_t n, int64_t rows,
+                                int64_t cols) {
+    const moe8_tensor *t = moe8_st_find(p->st, name);
+    if (!t) {
+        xg_fail("'%s': tensor '%s' is missing", p->dir, name);
+        return NULL;
+    }
+    if (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_F16 && t->dtype != MOE8_DT_BF16) {
+        xg_fail("'%s': tensor '%s' is %s: only float models (F32/F16/BF16) are exported", p->dir,
+                name, moe8_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (t->n_dims != 3 || t->shape[0] != n || t->shape[1] != rows || t->shape[2] != cols) {
+        xg_fail("'%s': tensor '%s' is not [%lld, %lld, %lld]", p->dir, name, (long long)n,
+                (long long)rows, (long long)cols);
+        return NULL;
+    }
+    return t;
+}
+
+/* The experts of a checkpoint that stacks them (Qwen3.5-MoE's
+ * mlp.experts.gate_up_proj [E][2I][H], gate rows then up rows of each expert,
+ * and mlp.experts.down_proj [E][H][I]), split as the converter's
+ * Qwen2MoeModel does: ffn_gate_exps / ffn_up_exps the first / last I rows of
+ * each expert's block, ffn_down_exps the tensor as it is. */
+static int stacked_experts(xg_plan *p, int64_t l) {
+    const moe8_config *c = p->cfg;
+    const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    char g[64], h[160];
+    xg_layer_name(p, l, "mlp.experts.gate_up_proj", h, sizeof h);
+    const moe8_tensor *gu = need3(p, h, E, 2 * I, H);
+    xg_layer_name(p, l, "mlp.experts.down_proj", h, sizeof h);
+    const moe8_tensor *dn = gu ? need3(p, h, E, H, I) : NULL;
+    if (!dn) return -1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(g, sizeof g, "blk.%lld.%s.weight", (long long)l, exps[i]);
+        xg_tensor *t = xg_add(p, g, p->wtype, 1, i == 2 ? H : I, i == 2 ? I : H);
+        if (!t) return -1;
+        t->n_dims = 3, t->ne[2] = (uint64_t)E, t->n_bytes *= (uint64_t)E;
+        t->src[0] = i == 2 ? dn : gu;
+        if (i == 2) continue;
+        if (!(t->row_of = malloc((size_t)(E * I) * sizeof *t->row_of)))
+            return xg_fail("out of memory");
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t r = 0; r < I; r++) t->row_of[e * I + r] = e * 2 * I + i * I + r;
+    }
+    return 0;
+}
+
 /* One layer: the table's rows, then the stacked experts of a MoE layer. */
 static int plan_layer(xg_plan *p, int64_t l) {
     const xg_family *f = p->fam;
@@ -159,14 +217,16 @@ static int plan_layer(xg_plan *p, int64_t l) {
         if (!row_applies(p, r->when, moe, l)) continue;
         row_shape(p, r->shape, &rows, &cols, &type);
         snprintf(g, sizeof g, "blk.%lld.%s", (long long)l, r->gguf);
-        snprintf(h, sizeof h, "model.layers.%lld.%s", (long long)l, r->hf);
+        xg_layer_name(p, l, r->hf, h, sizeof h);
         if (add1(p, g, type, h, rows, cols, r->xform)) return -1;
     }
     if (f->layer && f->layer(p, l)) return -1;
     if (!moe) return 0;
     static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
-    snprintf(fmt, sizeof fmt, "model.layers.%%lld.%s", f->expert_fmt);
+    xg_layer_name(p, l, "mlp.experts.gate_up_proj", h, sizeof h);
+    if (moe8_st_find(p->st, h)) return stacked_experts(p, l);
+    snprintf(fmt, sizeof fmt, "%slayers.%%lld.%s", prefix(p), f->expert_fmt);
     for (int i = 0; i < 3; i++) {
         int64_t rows = i == 2 ? H : I, cols = i == 2 ? I : H;
         snprintf(g, sizeof g, "blk.%lld.%s.weight", (long long)l, exps[i]);
@@ -183,16 +243,17 @@ static int plan_layer(xg_plan *p, int64_t l) {
 int xg_make_plan(xg_plan *p) {
     const moe8_config *c = p->cfg;
     int64_t H = c->hidden_size, V = c->vocab_size;
-    if (add1(p, "token_embd.weight", p->wtype, "model.embed_tokens.weight", V, H, XG_X_NONE))
-        return -1;
+    char embed[96], norm[96];
+    snprintf(embed, sizeof embed, "%sembed_tokens.weight", prefix(p));
+    snprintf(norm, sizeof norm, "%snorm.weight", prefix(p));
+    if (add1(p, "token_embd.weight", p->wtype, embed, V, H, XG_X_NONE)) return -1;
     for (int64_t l = 0; l < p->n_layers; l++)
         if (plan_layer(p, l)) return -1;
-    if (add1(p, "output_norm.weight", GGML_F32, "model.norm.weight", H, 0,
-             p->fam->output_norm_xform))
+    if (add1(p, "output_norm.weight", GGML_F32, norm, H, 0, p->fam->output_norm_xform))
         return -1;
     if ((!c->tie_word_embeddings || p->fam->output_required) &&
-        add1(p, "output.weight", p->wtype,
-             c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", V, H, XG_X_NONE))
+        add1(p, "output.weight", p->wtype, c->tie_word_embeddings ? embed : "lm_head.weight", V, H,
+             XG_X_NONE))
         return -1;
     return 0;
 }

@@ -34,7 +34,8 @@
  * array written yet), linear key and value head dims that differ (llama.cpp
  * sizes both by ssm.state_size), a model without the attention output gate
  * or the shared expert. The MTP tensors (mtp.*) are not exported (moe8 never
- * reads them; llama.cpp runs without them).
+ * reads them; llama.cpp runs without them). The checks and keys are shared
+ * with qwen35moe (xg_hybrid_check, xg_hybrid_hparams; export_gguf_qwen35moe.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,8 @@ static int64_t cfg_int(const xg_plan *p, const char *name) {
     return moe8_config_get_int(p->cfg, name, NULL);
 }
 
-/* layer_types, when config.json has it, must be the interval's pattern. */
+/* layer_types, when config.json has it (under text_config for a nested text
+ * model), must be the interval's pattern. */
 static int check_layer_types(const xg_plan *p) {
     char path[4096];
     size_t n = 0;
@@ -82,6 +84,8 @@ static int check_layer_types(const xg_plan *p) {
     if (!buf) return xg_fail("out of memory");
     buf[n] = 0;
     cJSON *root = cJSON_Parse(buf), *lt = root ? cJSON_GetObjectItemCaseSensitive(root, "layer_types") : NULL;
+    const cJSON *text = root ? cJSON_GetObjectItemCaseSensitive(root, "text_config") : NULL;
+    if (!lt && cJSON_IsObject(text)) lt = cJSON_GetObjectItemCaseSensitive(text, "layer_types");
     int rc = 0, i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, lt) {
@@ -98,28 +102,29 @@ static int check_layer_types(const xg_plan *p) {
     return rc;
 }
 
-static int check(const xg_plan *p) {
+int xg_hybrid_check(const xg_plan *p) {
     const moe8_config *c = p->cfg;
+    const char *a = p->fam->arch;
     if (xg_check_sizes(p)) return -1;
     for (int64_t l = 0; l < c->num_hidden_layers; l++)
         if (!moe8_config_is_moe_layer(c, l))
             return xg_fail("'%s/config.json': layer %lld has a dense MLP (mlp_only_layers / "
-                           "decoder_sparse_step): llama.cpp's qwen3next has MoE layers only",
-                           p->dir, (long long)l);
+                           "decoder_sparse_step): llama.cpp's %s has MoE layers only",
+                           p->dir, (long long)l, a);
     if (cfg_int(p, "linear_key_head_dim") != cfg_int(p, "linear_value_head_dim"))
         return xg_fail("'%s/config.json': linear_key_head_dim %lld != linear_value_head_dim %lld: "
-                       "llama.cpp's qwen3next sizes both by ssm.state_size", p->dir,
+                       "llama.cpp's %s sizes both by ssm.state_size", p->dir,
                        (long long)cfg_int(p, "linear_key_head_dim"),
-                       (long long)cfg_int(p, "linear_value_head_dim"));
+                       (long long)cfg_int(p, "linear_value_head_dim"), a);
     if (!cfg_int(p, "attn_output_gate"))
-        return xg_fail("'%s/config.json': attn_output_gate false: llama.cpp's qwen3next always "
-                       "gates the attention output", p->dir);
+        return xg_fail("'%s/config.json': attn_output_gate false: llama.cpp's %s always "
+                       "gates the attention output", p->dir, a);
     if (cfg_int(p, "shared_expert_intermediate_size") <= 0)
-        return xg_fail("'%s/config.json': no shared expert: llama.cpp's qwen3next requires one",
-                       p->dir);
+        return xg_fail("'%s/config.json': no shared expert: llama.cpp's %s requires one",
+                       p->dir, a);
     if (!c->norm_topk_prob)
         fprintf(stderr, "moe8 " CMD ": warning: norm_topk_prob is false, but llama.cpp's "
-                        "qwen3next always renormalizes the top-k weights: its outputs will differ\n");
+                        "%s always renormalizes the top-k weights: its outputs will differ\n", a);
     return check_layer_types(p);
 }
 
@@ -178,7 +183,7 @@ static int layer(xg_plan *p, int64_t l) {
     return 0;
 }
 
-static void hparams(xg_kvs *k, const xg_plan *p) {
+void xg_hybrid_hparams(xg_kvs *k, const xg_plan *p) {
     const char *a = p->fam->arch;
     double f = moe8_config_get_num(p->cfg, "partial_rotary_factor", NULL);
     int64_t D = p->cfg->head_dim, rope = f > 0 ? (int64_t)((double)D * f + 0.5) : D;
@@ -202,8 +207,8 @@ const xg_family xg_qwen3next = {
     .n_rows = (int)(sizeof rows / sizeof rows[0]),
     .expert_fmt = "mlp.experts.%lld.%s.weight",
     .exp_names = {"gate_proj", "up_proj", "down_proj"},
-    .check = check,
-    .hparams = hparams,
+    .check = xg_hybrid_check,
+    .hparams = xg_hybrid_hparams,
     .layer = layer,
     .output_norm_xform = XG_X_PLUS1,
 };

@@ -18,8 +18,8 @@
  * f16 scale d = max|x| / 127, then 32 int8 roundf(x / d), as ggml's
  * quantize_row_q8_0_ref), F16 or BF16 (round to nearest even; a BF16 input is
  * copied byte for byte). A weight that is not finite is refused, naming it.
- * A tensor with a transform (1 + w, -exp(w)) or a row order (row_of) goes
- * through fp32 row by row.
+ * A tensor with a transform (1 + w, -exp(w)) or a row or column order
+ * (row_of, col_of) goes through fp32 row by row.
  */
 #include <errno.h>
 #include <math.h>
@@ -176,9 +176,10 @@ static void progress(xg_writer *w) {
 
 /* One source tensor's rows in the GGUF type. */
 static int write_src(xg_writer *w, const moe8_st *st, const xg_tensor *g, const moe8_tensor *t) {
-    int64_t cols = (int64_t)g->ne[0], rows = (int64_t)g->ne[1];
+    /* one source of a stacked tensor holds all its ne[2] slabs */
+    int64_t cols = (int64_t)g->ne[0], rows = (int64_t)(g->ne[1] * (g->n_src == 1 ? g->ne[2] : 1));
     size_t es = moe8_dtype_size(t->dtype), rb = (size_t)xg_type_row_bytes(g->type, g->ne[0]);
-    int copy = !g->xform && !g->row_of;
+    int copy = !g->xform && !g->row_of && !g->col_of;
     copy = copy && ((g->type == GGML_F32 && t->dtype == MOE8_DT_F32) ||
                (g->type == GGML_F16 && t->dtype == MOE8_DT_F16) ||
                (g->type == GGML_BF16 && t->dtype == MOE8_DT_BF16));
@@ -189,8 +190,11 @@ static int write_src(xg_writer *w, const moe8_st *st, const xg_tensor *g, const 
         for (int64_t r = 0; r < rows; r++) {
             int64_t sr = g->row_of ? g->row_of[r] : r;
             const unsigned char *src = (const unsigned char *)t->data + (size_t)sr * (size_t)cols * es;
-            if (moe8_convert_to_f32(w->row, src, t->dtype, (size_t)cols, &err) != MOE8_OK)
+            float *tmp = (float *)(void *)w->out; /* free until the row is encoded */
+            if (moe8_convert_to_f32(g->col_of ? tmp : w->row, src, t->dtype, (size_t)cols, &err) !=
+                MOE8_OK)
                 return xg_fail("tensor '%s': %s", t->name, err.message);
+            for (int64_t i = 0; g->col_of && i < cols; i++) w->row[i] = tmp[g->col_of[i]];
             for (int64_t i = 0; g->xform && i < cols; i++)
                 w->row[i] = g->xform == XG_X_PLUS1 ? 1.0f + w->row[i] : -expf(w->row[i]);
             for (int64_t i = 0; i < cols; i++)

@@ -23,7 +23,8 @@
  * (FLOAT with linear_float), qwen3_next's in_proj_qkvz (likewise) and the
  * routed experts; everything else FLOAT (in_proj_ba / qkv / z / b / a,
  * conv1d, A_log, dt_bias, norms, o_proj, out_proj, router, shared expert and
- * its gate); nothing calibrated, smoothing not applied; W4A8 experts refused.
+ * its gate); nothing calibrated, smoothing not applied; with experts_w4a8
+ * the routed experts W4A8_DYNAMIC instead (the rest of the recipe as is).
  * qwen3_5_moe's stacked experts (gate_up_proj [E][2I][H], down_proj
  * [E][H][I]) are written per expert (mlp.experts.E.{gate,up,down}_proj, the
  * names the loader reads quantized, as msModelSlim's checkpoints carry them).
@@ -140,6 +141,7 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     if (a->kinds.gdn_layers) { /* msModelSlim's hybrid recipe (header) */
         if (ri->kind == MOE8_KIND_EXPERT)
             return e < 0 || e >= c->num_experts ? KIND_FLOAT
+                   : p->experts_w4a8 ? (r == MOE8_R_EXP_DOWN ? KIND_W4_DOWN : KIND_W4)
                    : r == MOE8_R_EXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
         return !p->linear_float && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V ||
                                     r == MOE8_R_GDN_QKVZ) ? KIND_DYNAMIC : KIND_FLOAT;
@@ -647,10 +649,6 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     z->arch = moe8_arch_get(z->cfg.arch);
     hybrid = z->arch->kinds.gdn_layers; /* no W8A8 static linear: nothing to calibrate */
     st = check_float_model(m, in_dir, err);
-    if (!st && hybrid && p->experts_w4a8)
-        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': W4A8 experts of %s (hybrid linear "
-                       "attention) not supported yet (msModelSlim's recipe: W8A8_DYNAMIC)",
-                       in_dir, z->cfg.model_type);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "

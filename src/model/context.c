@@ -306,7 +306,7 @@ static moe8_status alloc_state(moe8_context *x, moe8_error *err) {
 /* Snapshot slot back to the free ones, unlinked from its block. */
 static void state_unsnap(moe8_context *x, int32_t slot) {
     x->kv.b[MOE8_STATE_SNAP(x->state.owner[slot])].snap = -1;
-    moe8_state_give(&x->state, slot);
+    moe8_state_evict(&x->state, slot);
 }
 
 /* A slot for sequence seq: a free one, else the least recently used snapshot
@@ -501,6 +501,9 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
         out->state_snapshots = x->state.n_snap;
         out->state_running = x->state.n_slot - x->state.n_free - x->state.n_snap;
         out->state_slot_bytes = x->state.slot_floats * sizeof(float);
+        out->state_snap_hits = (int64_t)x->state.n_hits;
+        out->state_snap_misses = (int64_t)x->state.n_misses;
+        out->state_snap_evictions = (int64_t)x->state.n_evicted;
     }
 }
 
@@ -541,6 +544,7 @@ int moe8_context_seq_attach(moe8_context *x, int32_t seq, const int32_t *blocks,
     if (sp->n_layer) { /* a slot, with the snapshot's state when blocks are attached */
         const int32_t snap = n > 0 ? x->kv.b[blocks[n - 1]].snap : -1;
         MOE8_ASSERT(n == 0 || snap >= 0);
+        if (x->kv.prefix_cache) *(snap >= 0 ? &sp->n_hits : &sp->n_misses) += 1;
         if (sp->seq_slot[seq] < 0 && state_acquire(x, seq, snap) < 0) {
             if (snap < 0) return -1;
             state_unsnap(x, snap); /* the only slot left: it becomes the sequence's */

@@ -54,7 +54,7 @@ static void unregister(kv_pool *p, int32_t id) {
     moe8_index_remove(&p->registered, b->hash, (uint32_t)id, p);
     b->registered = 0;
     if (b->snap >= 0) { /* its snapshot goes with it */
-        moe8_state_give(p->state, b->snap);
+        moe8_state_evict(p->state, b->snap);
         b->snap = -1;
     }
 }

@@ -121,6 +121,12 @@ void moe8_state_give(moe8_state_pool *p, int32_t slot) {
     p->n_free++;
 }
 
+void moe8_state_evict(moe8_state_pool *p, int32_t slot) {
+    MOE8_ASSERT(slot >= 0 && slot < p->n_slot && p->owner[slot] < -1);
+    moe8_state_give(p, slot);
+    p->n_evicted++;
+}
+
 int32_t moe8_state_lru_snapshot(const moe8_state_pool *p, int32_t keep) {
     int32_t best = -1;
     for (int32_t i = 0; i < p->n_slot; i++)

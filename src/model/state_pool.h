@@ -43,6 +43,10 @@ typedef struct moe8_state_pool {
     int32_t n_free, n_snap;
     int32_t n_req, max_req;    /* snapshot requests of the forward being run */
     int32_t *req_seq, *req_pos, *req_slot, *req_hits; /* [max_req] */
+    /* since init (moe8_kv_stats, /metrics): sequences attached with a prefix
+     * cache on that started from a snapshot / from position 0; snapshots
+     * that left the cache (their slot taken, their KV block evicted) */
+    uint64_t n_hits, n_misses, n_evicted;
 } moe8_state_pool;
 
 /* n_slot slots for n_layer layers of the given state sizes, n_seq sequences,
@@ -71,6 +75,9 @@ void moe8_state_copy(moe8_state_pool *p, int32_t dst, int32_t src);
 int32_t moe8_state_take(moe8_state_pool *p, int32_t owner);
 /* Slot back to the free ones. */
 void moe8_state_give(moe8_state_pool *p, int32_t slot);
+/* A snapshot slot leaving the prefix cache: back to the free ones, counted
+ * in n_evicted. */
+void moe8_state_evict(moe8_state_pool *p, int32_t slot);
 /* The least recently used snapshot other than `keep`, or -1. */
 int32_t moe8_state_lru_snapshot(const moe8_state_pool *p, int32_t keep);
 /* Bytes of the pool. */

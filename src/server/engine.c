@@ -255,6 +255,13 @@ static void update_gauges(srv *s) {
     s->m.kv_usage = st.kv.n_blocks ? (double)st.kv.n_used / st.kv.n_blocks : 0;
     s->m.prefix_hits = (uint64_t)st.prefix_hits;
     s->m.prefix_queries = (uint64_t)st.prefix_queries;
+    s->m.state_slots = st.kv.state_slots;
+    s->m.state_used = st.kv.state_running + st.kv.state_snapshots;
+    s->m.state_snap_bytes = (uint64_t)st.kv.state_snapshots * st.kv.state_slot_bytes;
+    s->m.state_bytes = (uint64_t)st.kv.state_slots * st.kv.state_slot_bytes;
+    s->m.snap_hits = (uint64_t)st.kv.state_snap_hits;
+    s->m.snap_misses = (uint64_t)st.kv.state_snap_misses;
+    s->m.snap_evictions = (uint64_t)st.kv.state_snap_evictions;
     pthread_mutex_unlock(&s->lock);
 }
 

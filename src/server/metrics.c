@@ -10,6 +10,16 @@
  *   histograms moe8:time_to_first_token_seconds, moe8:inter_token_latency_seconds
  *              (one observation per token after the first),
  *              moe8:e2e_request_latency_seconds
+ *   hybrid models only (Gated DeltaNet layers: the recurrent-state pool, the
+ *   prefix cache's state snapshots; SEMANTICS §10):
+ *   gauges     moe8:state_slots_used, moe8:state_slots_total (slots held by
+ *              running sequences or snapshots; all slots),
+ *              moe8:state_snapshot_bytes, moe8:state_snapshot_bytes_limit (the
+ *              snapshots' bytes; the pool's, --state-mb, which they share with
+ *              running sequences: a sequence needing a slot evicts one)
+ *   counters   moe8:state_snapshot_hits_total, moe8:state_snapshot_misses_total
+ *              (sequences started or resumed from a snapshot / from position 0),
+ *              moe8:state_snapshot_evictions_total (snapshots that left the cache)
  * The engine thread updates the numbers under the server lock; rendering
  * reads them under the same lock.
  */
@@ -98,6 +108,23 @@ static void label_escape(const char *v, char *out, size_t cap) {
     out[o] = '\0';
 }
 
+static void state_pool(moe8_buf *out, const srv_metrics *m, const char *model) {
+    gauge(out, "state_slots_used", "Recurrent-state slots held by running sequences or snapshots.",
+          model, m->state_used);
+    gauge(out, "state_slots_total", "Recurrent-state slots of the pool.", model, m->state_slots);
+    gauge(out, "state_snapshot_bytes", "Bytes of the prefix cache's state snapshots.", model,
+          (double)m->state_snap_bytes);
+    gauge(out, "state_snapshot_bytes_limit",
+          "Bytes of the recurrent-state pool, which snapshots share with running sequences.", model,
+          (double)m->state_bytes);
+    counter(out, "state_snapshot_hits_total", "Sequences started from a prefix-cache state snapshot.",
+            model, m->snap_hits);
+    counter(out, "state_snapshot_misses_total",
+            "Sequences started from position 0 (no state snapshot found).", model, m->snap_misses);
+    counter(out, "state_snapshot_evictions_total", "State snapshots evicted from the prefix cache.",
+            model, m->snap_evictions);
+}
+
 int moe8_metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *out) {
     static const char *const reason[3] = {"stop", "length", "abort"};
     const uint64_t n[3] = {m->success_stop, m->success_length, m->success_abort};
@@ -120,6 +147,7 @@ int moe8_metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *
     gauge(out, "num_requests_waiting", "Number of requests waiting to be processed.", model,
           m->waiting);
     gauge(out, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", model, m->kv_usage);
+    if (m->state_slots > 0) state_pool(out, m, model);
     hist(out, "time_to_first_token_seconds", "Histogram of time to first token in seconds.", model,
          &m->ttft);
     hist(out, "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", model,

@@ -61,6 +61,10 @@ typedef struct {
     uint64_t prefix_hits, prefix_queries;
     int32_t running, waiting;
     double kv_usage;
+    /* hybrid models (state_slots > 0): the recurrent-state pool (moe8_kv_stats) */
+    int32_t state_slots, state_used;      /* slots; held by sequences or snapshots */
+    uint64_t state_snap_bytes, state_bytes; /* snapshots' bytes; the pool's (their limit) */
+    uint64_t snap_hits, snap_misses, snap_evictions;
     srv_hist ttft, itl, e2e;
 } srv_metrics;
 
