@@ -27,7 +27,7 @@
  *
  * Does not: run two jobs at once (a second caller, or a job started from
  * inside a chunk, runs inline), or end its workers (they sleep; they live
- * as long as the process).
+ * as long as the process; a child of fork() starts its own).
  */
 #include <errno.h>
 #include <limits.h>
@@ -153,11 +153,20 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* A child of fork() has none of its parent's workers (fork happens outside
+ * a job: the calling thread holds no chunk): it starts its own. */
+static void forget_workers(void) {
+    atomic_store(&n_workers, 0);
+    atomic_store(&workers_sleep, 0);
+    pthread_mutex_init(&grow_mu, NULL);
+}
+
 /* Workers 1..want exist. */
 static void grow(int want) {
     if (want > MAX_WORKERS) want = MAX_WORKERS;
     pthread_mutex_lock(&grow_mu);
     if (spin_ns < 0) {
+        pthread_atfork(NULL, NULL, forget_workers);
         const char *e = getenv("MOE8_POOL_SPIN_US");
         const long us = e ? atol(e) : 50;
         spin_ns = (int)((us < 0 ? 0 : us > 100000 ? 100000 : us) * 1000);
