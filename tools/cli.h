@@ -52,6 +52,10 @@ int cli_kv_type(const char *s, moe8_dtype *out);
 /* A whole string that is a decimal integer in [lo, hi] (no sign, blanks or
  * suffix) -> 0 and *out, else -1. */
 int cli_parse_int(const char *s, long lo, long hi, int *out);
+/* The default of --threads (cli_opts.c): the CPUs the process may run on,
+ * less one for `serve` from 4 of them up; 0 (the library's default) when
+ * OMP_NUM_THREADS is set. */
+int cli_default_threads(int serving);
 /* A byte count: a positive decimal integer with an optional K, M or G
  * (binary) suffix -> 0 and *out, else -1. */
 int cli_parse_size(const char *s, uint64_t *out);

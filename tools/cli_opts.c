@@ -5,6 +5,7 @@
  * ("moe8 CMD: --threads wants an integer in 1..4096, got '0'") come from it.
  */
 #include <ctype.h>
+#include <sched.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -13,6 +14,22 @@
 #include <string.h>
 
 #include "cli.h"
+
+/* --threads by default: every CPU the process may run on (sched_getaffinity,
+ * so taskset, a cgroup's cpuset or mpirun's binding of each rank count, not
+ * the machine's), less one for `serve` from 4 CPUs up, where the HTTP,
+ * tokenizer and grammar threads work beside every step; on 2 or 3 CPUs
+ * serve keeps them all (the forward's pool hands work out in chunks, so a
+ * thread the server preempts delays one chunk, not the step, and one
+ * thread fewer would cost a third to a half of decode). OMP_NUM_THREADS,
+ * when set, decides instead (0: the library's default, which reads it). */
+int cli_default_threads(int serving) {
+    cpu_set_t set;
+    int n = 1;
+    if (getenv("OMP_NUM_THREADS")) return 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
+    return serving && n >= 4 ? n - 1 : n;
+}
 
 static const cli_opt *find(const cli_opt *opts, const char *a) {
     for (const cli_opt *o = opts; o->name; o++)

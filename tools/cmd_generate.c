@@ -95,7 +95,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         {"--ignore-eos", NULL, CLI_FLAG, &o->ignore_eos,
          .help = "do not stop on the stop ids (the model's eos ids + <|im_end|>)"},
         {"--threads", NULL, CLI_INT, &o->n_threads, 1, 4096, .arg = "N",
-         .help = "threads (default: OpenMP's)"},
+         .help = "threads (default: the CPUs it may use)"},
         {"--kv-mb", NULL, CLI_I64, &o->kv_mb, 1, (long)1 << 24, .arg = "N",
          .help = "KV cache budget in MiB, paged in blocks of 16 positions and\n"
          "shared by the prompts (default: what every prompt needs for\n"
@@ -220,6 +220,7 @@ int cmd_generate(int argc, char **argv) {
     cli_session s;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
+    if (!o.n_threads) o.n_threads = cli_default_threads(0);
     memset(&p, 0, sizeof p);
     gen_inputs in = {&o, &p};
     cli_open_params op = cli_open_params_of(o.dir, o.tp, o.expert_parallel, o.n_threads);

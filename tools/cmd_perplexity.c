@@ -100,7 +100,7 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "tokens per chunk (default 512); the second half is scored"},
         {"--chunks", NULL, CLI_INT, &o->chunks, 1, 1 << 24, .arg = "N",
          .help = "at most N chunks (default: all whole chunks of the text)"},
-        {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: all)"},
+        {"--threads", NULL, CLI_INT, &o->threads, 1, 4096, .arg = "N", .help = "threads (default: the CPUs it may use)"},
         {"--parallel", NULL, CLI_INT, &o->parallel, 1, 4096, .arg = "N",
          .help = "chunks decoded together (default max(1, 2048 / c))"},
         {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
@@ -574,6 +574,7 @@ int cmd_perplexity(int argc, char **argv) {
     cli_session s;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
+    if (!o.threads) o.threads = cli_default_threads(0);
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.fd_out = r.fd_base = -1;

@@ -92,7 +92,7 @@ static int parse(int argc, char **argv, opts *o) {
          "each running request holds a slot, the rest keep prefix-cache\n"
          "snapshots (default: a slot per sequence + 256 MiB of snapshots)"},
         {"--threads", NULL, CLI_INT, &o->sp.n_threads, 1, 4096, .arg = "N",
-         .help = "threads (default: OpenMP's)"},
+         .help = "threads (default: the CPUs it may use, less one from 4 up)"},
         {"--api-key", NULL, CLI_STR, &o->sp.api_key, .arg = "KEY",
          .help = "require 'Authorization: Bearer KEY' (or env MOE8_API_KEY),\n"
          "checked from the headers before any body byte; /health,\n/version, /metrics and the page at / stay open"},
@@ -196,6 +196,7 @@ int cmd_serve(int argc, char **argv) {
     struct sigaction sa;
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : 2;
+    if (!o.sp.n_threads) o.sp.n_threads = cli_default_threads(1);
     /* The HTTP thread shares the cores with the OpenMP team: idle team
      * threads must sleep, not spin. libgomp reads OMP_WAIT_POLICY when it is
      * loaded, so the process starts again with it set (argv[-1] is the

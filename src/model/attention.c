@@ -10,7 +10,8 @@
  * Attention work is cut into items (query tile, kv head[, part of its head
  * group]): a tile is a run of consecutive tokens of one sequence (at most
  * 128 / G of them, cut at positions that are multiples of that), and each
- * item is one call of the flash-attention kernel (kernels.h) on one thread,
+ * item is one call of the flash-attention kernel (kernels.h), a chunk of the
+ * thread pool (core/pool.h) claimed by whichever thread is free,
  * writing its own rows of out. Nothing is summed across items, and the
  * kernel computes each row the same way whatever rows share its tile, so the
  * result depends neither on the thread count nor on the batch around a token.
@@ -23,10 +24,10 @@
  * softmax scale from a config (arch/rope.c).
  */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 
 #include "model/attention.h"
 
@@ -121,9 +122,14 @@ typedef struct {
     float scale;
     float *work;
     size_t work_floats;
+    int64_t n_items;
 } attn_items;
 
-static void attn_item(const attn_items *a, int64_t it, int thread) {
+/* Chunk c runs item n_items - 1 - c: later tiles of a sequence read more
+ * blocks, so they are handed out first. */
+static void attn_item(void *ctx, int64_t chunk, int thread) {
+    const attn_items *a = ctx;
+    const int64_t it = a->n_items - 1 - chunk;
     moe8_kernels_thread_init(a->kt);
     const moe8_attn_cache *c = a->c;
     const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV, D = c->D;
@@ -146,13 +152,6 @@ void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const mo
         do split++; while (G % split);
     const int64_t n_items = (int64_t)n_tiles * NKV * split;
     const attn_items a = {kt, out, q, c, seq, pos, tiles, T, split, G / split, c->scale, work,
-                          work_floats};
-    /* Later tiles of a sequence read more blocks: hand them out first. One
-     * thread or item runs inline (an `if (0)` parallel region still allocates). */
-    if (n_threads > 1 && n_items > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
-        for (int64_t it = n_items - 1; it >= 0; it--) attn_item(&a, it, omp_get_thread_num());
-    } else {
-        for (int64_t it = n_items - 1; it >= 0; it--) attn_item(&a, it, 0);
-    }
+                          work_floats, n_items};
+    moe8_pool_run(n_threads, n_items, attn_item, (void *)&a); /* claimed one item at a time */
 }

@@ -36,6 +36,7 @@
 #include <sys/resource.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 #include "dist/dist.h"
 #include "model/forward.h"
 #include "model/forward_run.h"
@@ -43,19 +44,28 @@
 
 /* ---- steps shared with mla.c (forward_run.h) ---------------------------------- */
 
-/* The row loops between the GEMMs run on all threads (`omp parallel for`
- * over rows, split statically): a row's result is computed the same way
- * whichever thread takes it, so nothing depends on the thread count. One row
- * (decode) or one thread runs inline: libgomp allocates a team even for a
- * parallel region whose `if` is false, which would cost several allocations
- * per layer and step. */
+/* The row loops between the GEMMs run on the pool's threads (core/pool.h),
+ * 4 chunks of consecutive rows a thread: a row's result is computed the
+ * same way whichever thread takes it, so nothing depends on the thread
+ * count or the schedule. One row (decode) runs inline. */
+typedef struct {
+    const moe8_fwd_run *r;
+    moe8_fwd_row_fn fn;
+    const void *ctx;
+    int64_t n, n_chunks;
+} rows_job;
+
+static void rows_chunk(void *ctx, int64_t c, int thread) {
+    const rows_job *j = ctx;
+    int64_t t0, t1;
+    (void)thread;
+    moe8_pool_part(j->n, c, j->n_chunks, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) j->fn(j->r, j->ctx, (int)t);
+}
+
 void moe8_fwd_rows(const moe8_fwd_run *r, int n, moe8_fwd_row_fn fn, const void *ctx) {
-    if (r->nt > 1 && n > 1) {
-#pragma omp parallel for schedule(static) num_threads(r->nt)
-        for (int t = 0; t < n; t++) fn(r, ctx, t);
-    } else {
-        for (int t = 0; t < n; t++) fn(r, ctx, t);
-    }
+    rows_job j = {r, fn, ctx, n, moe8_pool_chunks(n, r->nt, 4)};
+    moe8_pool_run(r->nt, j.n_chunks, rows_chunk, &j);
 }
 
 typedef struct {

@@ -40,8 +40,8 @@ static inline void moe8_fwd_observe(const moe8_fwd_run *r, const moe8_fwd_layer 
 /* One row t of a row loop, with what the loop passes in ctx. */
 typedef void (*moe8_fwd_row_fn)(const moe8_fwd_run *r, const void *ctx, int t);
 
-/* fn(r, ctx, t) for t in [0, n), on all threads (static split; inline for one
- * row or one thread): nothing depends on the thread count. */
+/* fn(r, ctx, t) for t in [0, n), on the pool's threads (chunks of rows;
+ * inline for one row or one thread): nothing depends on the thread count. */
 void moe8_fwd_rows(const moe8_fwd_run *r, int n, moe8_fwd_row_fn fn, const void *ctx);
 
 /* y[T][p->n] = p(x[T][p->k]) with r's table, int8 codes reused from `prev`

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 #include "model/linear.h"
 
 void moe8_proj_add_bias(const moe8_proj *p, float *y, int ldy, int T) {
@@ -123,10 +124,37 @@ static void group_chunk(const moe8_proj *const *p, float *const *y, const int *l
     }
 }
 
+typedef struct {
+    const moe8_proj *const *p;
+    float *const *y;
+    const int *ldy;
+    int n;
+    const moe8_kernels *kt;
+    const float *x;
+    int ldx;
+    const int8_t *xq;
+    int ldq;
+    const float *sx;
+    const int32_t *xsum;
+    int T;
+    int64_t n_blocks, n_chunks;
+} group_job;
+
+static void group_run(void *ctx, int64_t c, int thread) {
+    const group_job *g = ctx;
+    int64_t b0, b1;
+    (void)thread;
+    moe8_pool_part(g->n_blocks, c, g->n_chunks, &b0, &b1);
+    group_chunk(g->p, g->y, g->ldy, g->n, g->kt, g->x, g->ldx, g->xq, g->ldq, g->sx, g->xsum,
+                g->T, b0, b1);
+}
+
 /* The panels of all n projections, numbered one after another, are cut into
- * n_chunks contiguous runs, one per thread: every thread streams its run
- * across projection boundaries with no barrier between them (at decode the
- * q, k and v weights are one stream per thread, as the experts' are). */
+ * chunks of contiguous runs that the pool's threads claim as they come
+ * (core/pool.h): a chunk streams its run across projection boundaries (at
+ * decode the q, k and v weights are one job). Decode cuts 8 chunks a
+ * thread, so a thread the OS takes away holds up little; a prefill GEMM 2
+ * (its activations are read again by every chunk). */
 moe8_status moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, const int *ldy,
                                   int n, const moe8_kernels *kt, const float *x, int ldx,
                                   const int8_t *xq, int ldq, const float *sx, const int32_t *xsum,
@@ -135,15 +163,8 @@ moe8_status moe8_proj_apply_group(const moe8_proj *const *p, float *const *y, co
     for (int i = 0; i < n; i++)
         if (!reads(kt, p[i])) return MOE8_ERR_INVALID_ARG; /* computes nothing */
     for (int i = 0; i < n; i++) n_blocks += moe8_round_up(p[i]->n, panel_width(p[i])) / panel_width(p[i]);
-    int n_chunks = n_threads < n_blocks ? n_threads : (int)n_blocks;
-    if (n_chunks < 1) n_chunks = 1;
-    if (n_chunks == 1) { /* inline: an `if (0)` parallel region still allocates a team */
-        group_chunk(p, y, ldy, n, kt, x, ldx, xq, ldq, sx, xsum, T, 0, n_blocks);
-        return MOE8_OK;
-    }
-#pragma omp parallel for schedule(static, 1) num_threads(n_chunks)
-    for (int c = 0; c < n_chunks; c++)
-        group_chunk(p, y, ldy, n, kt, x, ldx, xq, ldq, sx, xsum, T, n_blocks * c / n_chunks,
-                    n_blocks * (c + 1) / n_chunks);
+    group_job g = {p, y, ldy, n, kt, x, ldx, xq, ldq, sx, xsum, T, n_blocks, 0};
+    g.n_chunks = moe8_pool_chunks(n_blocks, n_threads, T <= 16 ? 8 : 2);
+    moe8_pool_run(n_threads, g.n_chunks, group_run, &g);
     return MOE8_OK;
 }

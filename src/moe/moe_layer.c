@@ -12,14 +12,15 @@
  * with down_float packs gate/up only and keeps every down in place as a float
  * expert's: its down GEMM reads the float A (SwiGLU output), unquantized.
  *
- * Forward: one parallel region, phases separated by barriers:
- *   [router GEMM by expert panels] -> quantize tokens + route tokens ->
- *   dispatch (one thread) -> [gather rows of experts with >= 2 rows] ->
- *   gate/up GEMMs + silu*up by I panels -> requantize A by rows ->
- *   down GEMM + combine by H panels.
+ * Forward: jobs of the thread pool (core/pool.h), chunks claimed at run time:
+ *   [router GEMM by expert panels + quantize tokens] -> route + dispatch
+ *   (on the calling thread for a few tokens) -> [gather rows of experts with
+ *   >= 2 rows] -> [gate/up GEMMs + silu*up by I panels] -> requantize A by
+ *   rows (inline for a few rows) -> [down GEMM + combine by H panels];
+ *   a decode step is three joins.
  * Experts with one row read the token's own codes in place (no gather: at
- * decode every expert has one row). Every output element is written by one
- * thread, the same way for any thread count.
+ * decode every expert has one row). Every output element is computed by one
+ * chunk, the same way for any thread count and any schedule.
  * With packed_take (a model's packed cache) the packed int8 of every
  * local expert is one region of the file, read in place (qdata stays NULL);
  * scales and offsets are still converted here (a few KB per expert).
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/pool.h"
 #include "moe/moe.h"
 
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void) {
@@ -503,7 +505,9 @@ typedef struct {
     moe8_status st;          /* custom routing result */
     moe8_error *err;
     double t_routed;         /* phase accounting (moe8_bench_forward_timing): when
-                              * routing ended (thread 0); 0 when off */
+                              * routing ended; 0 when off */
+    int nt;                  /* pool threads (core/pool.h) */
+    int n_router;            /* chunks of the router GEMM in the first job (0: none) */
 } fwd_ctx;
 
 /* [*a, *b) = part `i` of `n` of [0, total). */
@@ -512,7 +516,7 @@ static inline void part(int total, int i, int n, int *a, int *b) {
     *b = (int)((int64_t)total * (i + 1) / n);
 }
 
-/* Column range of thread tid in whole panels of nr columns over [0, n). */
+/* Column range of chunk tid of nt in whole panels of nr columns over [0, n). */
 static inline void panel_part(int n, int nr, int tid, int nt, int *c0, int *c1) {
     int p0, p1;
     part((n + nr - 1) / nr, tid, nt, &p0, &p1);
@@ -567,32 +571,44 @@ static void phase_router(fwd_ctx *c, int tid, int nt) {
                           L->hidden, c->T, c0, c1, L->hidden);
 }
 
-/* Quantize tokens (parts handed out in reverse, so at T=1 one thread
- * quantizes while another routes) and route them. */
-static void phase_tokens(fwd_ctx *c, int tid, int nt) {
+/* Quantize part tid of nt of the tokens. */
+static void phase_quant(fwd_ctx *c, int tid, int nt) {
+    moe8_moe_workspace *w = c->w;
+    int t0, t1;
+    part(c->T, tid, nt, &t0, &t1);
+    if (t0 < t1)
+        c->k->quant_rows(w->xq_tok + (size_t)t0 * w->ldq, w->ldq, w->sx_tok + t0,
+                         w->xsum_tok + t0, c->h + (size_t)t0 * c->L->hidden, c->L->hidden,
+                         t1 - t0, c->L->hidden);
+}
+
+/* The first job: the router GEMM's chunks, then the tokens' quantization
+ * (which does not need the logits) in the same job. */
+static void phase_first(fwd_ctx *c, int chunk, int nc, int thread) {
+    (void)thread;
+    if (chunk < c->n_router) phase_router(c, chunk, c->n_router);
+    else phase_quant(c, chunk - c->n_router, nc - c->n_router);
+}
+
+/* Route part tid of nt of the tokens (routing scratch of `thread`). */
+static void phase_route(fwd_ctx *c, int tid, int nt, int thread) {
     const moe8_moe_layer *L = c->L;
     moe8_moe_workspace *w = c->w;
     const int E = L->n_expert, K = L->rp.top_k;
     int t0, t1;
-    if (w->xq_tok) {
-        part(c->T, nt - 1 - tid, nt, &t0, &t1);
-        if (t0 < t1)
-            c->k->quant_rows(w->xq_tok + (size_t)t0 * w->ldq, w->ldq, w->sx_tok + t0,
-                             w->xsum_tok + t0, c->h + (size_t)t0 * L->hidden, L->hidden, t1 - t0,
-                             L->hidden);
-    }
-    if (L->rp.custom) {
-        if (tid == 0) {
-            c->st = L->rp.custom(L->rp.custom_user, c->logits, c->T, E, K, L->rp.renormalize,
-                                 w->ids, w->weights, c->err);
-            if (c->st == MOE8_OK) c->st = moe8_route_check(w->ids, w->weights, c->T, E, K, c->err);
-        }
-        return;
-    }
     part(c->T, tid, nt, &t0, &t1);
     for (int t = t0; t < t1; t++)
         moe8_route_token(c->logits + (size_t)t * E, E, &L->rp, w->ids + (size_t)t * K,
-                         w->weights + (size_t)t * K, w->scratch + (size_t)tid * w->scratch_stride);
+                         w->weights + (size_t)t * K, w->scratch + (size_t)thread * w->scratch_stride);
+}
+
+static void phase_custom_route(fwd_ctx *c) {
+    const moe8_moe_layer *L = c->L;
+    moe8_moe_workspace *w = c->w;
+    const int E = L->n_expert, K = L->rp.top_k;
+    c->st = L->rp.custom(L->rp.custom_user, c->logits, c->T, E, K, L->rp.renormalize, w->ids,
+                         w->weights, c->err);
+    if (c->st == MOE8_OK) c->st = moe8_route_check(w->ids, w->weights, c->T, E, K, c->err);
 }
 
 static void phase_dispatch(fwd_ctx *c) {
@@ -676,39 +692,65 @@ static void phase_down_combine(fwd_ctx *c, int tid, int nt) {
                      L->rp.top_k, c0, c1);
 }
 
-/* One thread's share of the whole forward. Every branch condition is the
- * same for all threads (read after a barrier), so all meet the same barriers. */
-static void forward_thread(fwd_ctx *c, int tid, int nt) {
-    moe8_kernels_thread_init(c->k); /* AMX: the tile configuration of this thread */
-    if (c->compute_logits) {
-        phase_router(c, tid, nt);
-#pragma omp barrier
-    }
-    phase_tokens(c, tid, nt);
-#pragma omp barrier
-    if (tid == 0 && c->t_routed > 0) c->t_routed = moe8_time_s();
+/* One phase as a job of the pool (core/pool.h): chunk `chunk` of nc; the
+ * chunk, not the thread, fixes what is computed (`thread` only picks scratch). */
+typedef void (*phase_fn)(fwd_ctx *c, int chunk, int nc, int thread);
+typedef struct {
+    fwd_ctx *c;
+    phase_fn fn;
+    int nc;
+} phase_job;
+
+static void phase_chunk(void *ctx, int64_t chunk, int thread) {
+    const phase_job *j = ctx;
+    moe8_kernels_thread_init(j->c->k); /* AMX: the tile configuration of this thread */
+    j->fn(j->c, (int)chunk, j->nc, thread);
+}
+
+static void run_phase(fwd_ctx *c, phase_fn fn, int nc) {
+    phase_job j = {c, fn, nc};
+    moe8_pool_run(c->nt, nc, phase_chunk, &j);
+}
+
+static void job_route(fwd_ctx *c, int i, int n, int th) { phase_route(c, i, n, th); }
+static void job_gather(fwd_ctx *c, int i, int n, int th) { (void)th; phase_gather(c, i, n); }
+static void job_up(fwd_ctx *c, int i, int n, int th) { (void)th; phase_up(c, i, n); }
+static void job_requant(fwd_ctx *c, int i, int n, int th) { (void)th; phase_requant(c, i, n); }
+static void job_down(fwd_ctx *c, int i, int n, int th) { (void)th; phase_down_combine(c, i, n); }
+
+/* Rows few enough (decode: one a routed expert) that one thread does the
+ * step inline rather than wait for the others at one more join. */
+#define MOE_INLINE_ROWS 16
+
+/* The whole forward as the fewest jobs: [router GEMM + quantize] ->
+ * route (inline for a few tokens) + dispatch (inline) -> [gather] ->
+ * [gate/up] -> requantize (inline for a few rows) -> [down + combine].
+ * Chunk counts depend on the shapes and thread count only. */
+static void forward_jobs(fwd_ctx *c) {
+    const moe8_moe_layer *L = c->L;
+    moe8_moe_workspace *w = c->w;
+    const int per = c->T <= MOE_INLINE_ROWS ? 8 : 2, nt = c->nt, nr = layer_nr(L);
+    c->n_router = c->compute_logits ? (int)moe8_pool_chunks((L->n_expert + 15) / 16, nt, 2) : 0;
+    const int n_quant = w->xq_tok ? (int)moe8_pool_chunks(c->T, nt, 2) : 0;
+    if (c->n_router + n_quant) run_phase(c, phase_first, c->n_router + n_quant);
+    if (L->rp.custom) phase_custom_route(c);
+    else if (c->T <= MOE_INLINE_ROWS) phase_route(c, 0, 1, 0);
+    else run_phase(c, job_route, (int)moe8_pool_chunks(c->T, nt, 4));
+    if (c->t_routed > 0) c->t_routed = moe8_time_s();
     if (c->st != MOE8_OK) return;
-    if (tid == 0) phase_dispatch(c);
-#pragma omp barrier
-    if (c->need_gather) {
-        phase_gather(c, tid, nt);
-#pragma omp barrier
-    }
-    phase_up(c, tid, nt);
-#pragma omp barrier
-    if (c->w->aq) {
-        phase_requant(c, tid, nt);
-#pragma omp barrier
-    }
-    phase_down_combine(c, tid, nt);
+    phase_dispatch(c);
+    if (c->need_gather) run_phase(c, job_gather, (int)moe8_pool_chunks(w->n_rows, nt, 2));
+    run_phase(c, job_up, (int)moe8_pool_chunks((L->inter + nr - 1) / nr, nt, per));
+    if (w->aq && w->n_rows <= MOE_INLINE_ROWS) phase_requant(c, 0, 1);
+    else if (w->aq) run_phase(c, job_requant, (int)moe8_pool_chunks(w->n_rows, nt, 2));
+    run_phase(c, job_down, (int)moe8_pool_chunks((L->hidden + nr - 1) / nr, nt, per));
 }
 
 moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace *w,
                                      const moe8_kernels *k, const float *h, int n_tokens,
                                      const float *router_logits, float *out, moe8_error *err) {
-    fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err, 0.0};
+    fwd_ctx c = {L, w, k, h, router_logits, out, n_tokens, 0, 0, MOE8_OK, err, 0.0, 1, 0};
     const double t0 = moe8_phase_on() ? moe8_time_s() : 0.0;
-    int nt;
     if (!L || !w || !h || !out || n_tokens < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "moe forward: bad arguments");
     if (w->layer != L && !moe8_moe_layer_same_shape(w->layer, L))
@@ -733,14 +775,9 @@ moe8_status moe8_moe_layer_forward_k(const moe8_moe_layer *L, moe8_moe_workspace
     w->n_tokens = n_tokens;
     w->n_rows = 0;
     if (n_tokens == 0) return MOE8_OK;
-    nt = w->max_threads;
+    c.nt = w->max_threads;
     c.t_routed = t0;
-    if (nt > 1 && !omp_in_parallel()) {
-#pragma omp parallel num_threads(nt)
-        forward_thread(&c, omp_get_thread_num(), omp_get_num_threads());
-    } else {
-        forward_thread(&c, 0, 1);
-    }
+    forward_jobs(&c);
     if (t0 > 0) {
         int active = 0;
         for (int le = 0; le < L->last - L->first; le++) active += w->count[le] > 0;

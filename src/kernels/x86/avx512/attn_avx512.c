@@ -32,7 +32,10 @@
  *
  * The next chunk's K and V are prefetched into L2 while a chunk computes:
  * each block is a page of its own, where the hardware's streams stop (decode
- * at context 8192 on Zen 4: attention 20-30% faster).
+ * at context 8192 on Zen 4: attention 20-30% faster). A decode tile issues
+ * them line by line beside the K and V rows it reads (tests/bench_attn.c,
+ * context 8192, one thread, Zen 5 under load: 10-13% less time than one
+ * burst of 512 prefetches at the chunk's start).
  *
  * Does not: write the cache, or read a key past the tile's last position.
  */
@@ -48,6 +51,9 @@
 #define MRA 8        /* most rows per group of scores */
 #define MRV 6        /* most rows per group of values (24 accumulators of 64 dims) */
 #define WIDEN_ROWS 12 /* more rows: K and V widened once per chunk */
+#ifndef PF_CHUNKS
+#define PF_CHUNKS 1   /* prefetch distance in chunks */
+#endif
 #define INLINE static inline __attribute__((always_inline))
 
 #if BS != 16 || CH != 4
@@ -179,7 +185,7 @@ INLINE void dots(__m512 acc[MRA][4], const float *const *q, const char *const *k
  * g+8, g+12 at a time: up to 4 rows take the 4 keys together, more rows two
  * pairs one after the other (the same operations, fewer accumulators). */
 INLINE void scores(const tile *t, int r, const char *K, size_t row_bytes, int j0, const int mr,
-                   const int dt) {
+                   const int dt, const char *pf) {
     const float *q[MRA];
     __m512 w[MRA][4];
 #pragma GCC unroll 8
@@ -189,6 +195,9 @@ INLINE void scores(const tile *t, int r, const char *K, size_t row_bytes, int j0
         __m512 acc[MRA][4];
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) k[c] = K + (size_t)(g + 4 * c) * row_bytes;
+        for (int c = 0; pf && c < 4; c++) /* the same keys of a block ahead: into L2 */
+            for (size_t o = 0; o < row_bytes; o += 64)
+                _mm_prefetch(pf + (size_t)(g + 4 * c) * row_bytes + o, _MM_HINT_T1);
         if (mr <= 4) {
             dots(acc, q, k, t->D, mr, 4, dt);
 #pragma GCC unroll 4
@@ -210,17 +219,19 @@ INLINE void scores(const tile *t, int r, const char *K, size_t row_bytes, int j0
 
 #define SC(dt)                                                         \
     switch (mr) {                                                      \
-    case 1: scores(t, r, K, row_bytes, j0, 1, dt); break;              \
-    case 2: scores(t, r, K, row_bytes, j0, 2, dt); break;              \
-    case 3: scores(t, r, K, row_bytes, j0, 3, dt); break;              \
-    case 4: scores(t, r, K, row_bytes, j0, 4, dt); break;              \
-    case 5: scores(t, r, K, row_bytes, j0, 5, dt); break;              \
-    case 6: scores(t, r, K, row_bytes, j0, 6, dt); break;              \
-    case 7: scores(t, r, K, row_bytes, j0, 7, dt); break;              \
-    default: scores(t, r, K, row_bytes, j0, 8, dt); break;             \
+    case 1: scores(t, r, K, row_bytes, j0, 1, dt, pf); break;          \
+    case 2: scores(t, r, K, row_bytes, j0, 2, dt, pf); break;          \
+    case 3: scores(t, r, K, row_bytes, j0, 3, dt, pf); break;          \
+    case 4: scores(t, r, K, row_bytes, j0, 4, dt, pf); break;          \
+    case 5: scores(t, r, K, row_bytes, j0, 5, dt, pf); break;          \
+    case 6: scores(t, r, K, row_bytes, j0, 6, dt, pf); break;          \
+    case 7: scores(t, r, K, row_bytes, j0, 7, dt, pf); break;          \
+    default: scores(t, r, K, row_bytes, j0, 8, dt, pf); break;         \
     }
 
-static void scores_any(const tile *t, int r, int mr, const char *K, moe8_dtype dt, int j0) {
+/* pf: the K block whose rows are prefetched beside this block's (or NULL). */
+static void scores_any(const tile *t, int r, int mr, const char *K, moe8_dtype dt, int j0,
+                       const char *pf) {
     const size_t row_bytes = (size_t)t->D * (dt == MOE8_DT_F32 ? 4 : 2);
     if (dt == MOE8_DT_F32) SC(MOE8_DT_F32)
     else if (dt == MOE8_DT_F16) SC(MOE8_DT_F16)
@@ -259,7 +270,7 @@ static void softmax_step(const tile *t, int r, int c) {
  * first nk keys in order (block b: V[b], rows of D elements of dtype dt),
  * dims [d0, d0 + 16 nd), the last vector under mask ml. */
 INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mmask16 ml,
-               const int mr, const int nd, const int dt) {
+               const int mr, const int nd, const int dt, const char *const *pf) {
     const int D = t->D;
     const size_t es = dt == MOE8_DT_F32 ? 4 : 2;
     __m512 acc[MRV][4];
@@ -277,8 +288,11 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
         const char *Vb = V[b] + (size_t)d0 * es;
         const float *Sb = t->S + (size_t)r * CK + b * BS;
         const int nj = nk - b * BS < BS ? nk - b * BS : BS;
+        const char *pfb = pf ? pf[b] : NULL; /* V of a block ahead, row j beside row j */
         for (int j = 0; j < nj; j++) {
             __m512 v[4];
+            for (size_t o = 0; pfb && o < (size_t)D * es; o += 64)
+                _mm_prefetch(pfb + (size_t)j * D * es + o, _MM_HINT_T1);
 #pragma GCC unroll 4
             for (int e = 0; e < nd; e++)
                 v[e] = e == nd - 1 ? moe8_avx512_load16_mask(Vb + (size_t)j * D * es, (size_t)16 * e, ml, dt)
@@ -302,10 +316,10 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
 
 #define PV(mr, dt)                                                \
     switch (nd) {                                                 \
-    case 1: pv(t, r, V, nk, d0, ml, mr, 1, dt); break;            \
-    case 2: pv(t, r, V, nk, d0, ml, mr, 2, dt); break;            \
-    case 3: pv(t, r, V, nk, d0, ml, mr, 3, dt); break;            \
-    default: pv(t, r, V, nk, d0, ml, mr, 4, dt); break;           \
+    case 1: pv(t, r, V, nk, d0, ml, mr, 1, dt, pf); break;        \
+    case 2: pv(t, r, V, nk, d0, ml, mr, 2, dt, pf); break;        \
+    case 3: pv(t, r, V, nk, d0, ml, mr, 3, dt, pf); break;        \
+    default: pv(t, r, V, nk, d0, ml, mr, 4, dt, pf); break;       \
     }
 
 #define PV_MR(dt)                     \
@@ -318,9 +332,12 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
     default: PV(6, dt) break;         \
     }
 
-/* All of D for mr rows from r, 64 dims per pass; V rows of dtype dt. */
-static void pv_rows(const tile *t, int r, int mr, const char *const *V, moe8_dtype dt, int nk) {
+/* All of D for mr rows from r, 64 dims per pass; V rows of dtype dt; the
+ * first pass prefetches the V rows of pfv[b] (NULL: none). */
+static void pv_rows(const tile *t, int r, int mr, const char *const *V, moe8_dtype dt, int nk,
+                    const char *const *pfv) {
     for (int d0 = 0; d0 < t->D; d0 += 64) {
+        const char *const *pf = d0 == 0 ? pfv : NULL;
         const int rest = t->D - d0 < 64 ? t->D - d0 : 64, nd = (rest + 15) / 16;
         const __mmask16 ml = moe8_avx512_lanes(rest - 16 * (nd - 1));
         if (dt == MOE8_DT_F32) PV_MR(MOE8_DT_F32)
@@ -337,6 +354,9 @@ typedef struct {
     const char *V[CH];      /* all of dtype vdt */
     moe8_dtype vdt;
     int n_keys;
+    const char *pf[CH];     /* the cache block PF_CHUNKS chunks ahead (its K; V v_off
+                             * further), prefetched row by row as this chunk computes; NULL: none */
+    size_t v_off, row_bytes;
 } chunk;
 
 /* Rows [r0, R) (each sees the chunk's first key, at position kpos0) against
@@ -345,6 +365,8 @@ typedef struct {
  * sees. */
 static void chunk_step(const tile *t, int r0, int R, const chunk *ck, int32_t kpos0) {
     const int n_keys = ck->n_keys, nb = (n_keys + BS - 1) / BS;
+    const char *pfv[CH];
+    for (int b = 0; b < CH; b++) pfv[b] = ck->pf[b] ? ck->pf[b] + ck->v_off : NULL;
     /* scores: one group of up to 8 rows (decode: K read once), else groups of <= 6 */
     const int mrs = R - r0 <= MRA ? MRA : 6;
     for (int r = r0, mr; r < R; r += mr) {
@@ -352,7 +374,9 @@ static void chunk_step(const tile *t, int r0, int R, const chunk *ck, int32_t kp
         mr = (R - r + ng - 1) / ng;
         const int32_t seen = rpos(t, r + mr - 1) - kpos0 + 1; /* keys the group's last row sees */
         const int nbg = (int)((seen + BS - 1) / BS) < nb ? (int)((seen + BS - 1) / BS) : nb;
-        for (int b = 0; b < nbg; b++) scores_any(t, r, mr, ck->K[b], ck->kdt[b], b * BS);
+        for (int b = 0; b < nbg; b++)
+            scores_any(t, r, mr, ck->K[b], ck->kdt[b], b * BS,
+                       r == r0 && ck->kdt[b] == ck->vdt ? ck->pf[b] : NULL);
     }
     for (int r = r0; r < R; r++) {
         const int32_t c = rpos(t, r) - kpos0 + 1;
@@ -362,7 +386,8 @@ static void chunk_step(const tile *t, int r0, int R, const chunk *ck, int32_t kp
         const int ng = (R - r + MRV - 1) / MRV;
         mr = (R - r + ng - 1) / ng;
         const int32_t seen = rpos(t, r + mr - 1) - kpos0 + 1;
-        pv_rows(t, r, mr, ck->V, ck->vdt, seen < n_keys ? (int)seen : n_keys);
+        pv_rows(t, r, mr, ck->V, ck->vdt, seen < n_keys ? (int)seen : n_keys,
+                r == r0 ? pfv : NULL);
     }
 }
 
@@ -385,10 +410,18 @@ void moe8_flash_attn_avx512(float *out, int ldo, const float *q, int ldq, int n_
     const size_t region = (size_t)BS * (size_t)D * moe8_dtype_size(kv->dt); /* K (or V) of a block */
     for (int32_t c0 = 0; c0 <= last / BS; c0 += CH) {
         chunk ck = {0};
-        /* the next chunk's K and V into L2 while this one computes: blocks are
-         * pages of their own, where the hardware's streams stop */
-        for (int32_t b = c0 + CH; b < c0 + 2 * CH && b <= last / BS; b++) {
+        /* K and V PF_CHUNKS chunks ahead into L2 while this one computes:
+         * blocks are pages of their own, where the hardware's streams stop.
+         * Up to WIDEN_ROWS rows (decode), line by line beside the rows the
+         * kernel reads (a burst of 512 prefetches filled the miss buffers and
+         * stalled the loads of the chunk at hand); more rows, at the chunk's start. */
+        ck.v_off = kv->v_off;
+        for (int32_t b = c0 + PF_CHUNKS * CH; b < c0 + (PF_CHUNKS + 1) * CH && b <= last / BS; b++) {
             const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+            if (R <= WIDEN_ROWS) {
+                ck.pf[b - c0 - PF_CHUNKS * CH] = kblk;
+                continue;
+            }
             for (size_t o = 0; o < region; o += 64) {
                 _mm_prefetch(kblk + o, _MM_HINT_T1);
                 _mm_prefetch(kblk + kv->v_off + o, _MM_HINT_T1);
