@@ -182,6 +182,10 @@ typedef enum {
     MOE8_ARCH_QWEN3_5_MOE = 8,    /* "qwen3_5_moe" (Qwen3.5/3.6-MoE): the text model of the same
                                    * hybrid, settings under text_config, split in_proj_qkv/z/b/a,
                                    * stacked experts; the vision tower and MTP skipped */
+    MOE8_ARCH_GPT_OSS = 9,        /* "gpt_oss" (gpt-oss-20b, -120b): attention sinks, sliding and
+                                   * full layers, q/k/v/o biases, YaRN; router with a bias,
+                                   * softmax over the top-k; clamped SwiGLU experts with biases,
+                                   * stacked, MXFP4 or bf16 */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
