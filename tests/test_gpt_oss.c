@@ -231,6 +231,20 @@ static void corrupt(const char *src, const char *dst, const char *name, int n, c
     moe8_st_free(st);
 }
 
+/* moe8 inspect names the kinds. */
+static void test_inspect(const char *mx) {
+    char cmd[8400], out[8192];
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' 2>&1", MOE8_CLI, mx);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    CHECK(p && pclose(p) == 0);
+    CHECKF(strstr(out, "o bias, attention sinks, sliding window 128") &&
+           strstr(out, "rope_scaling: yarn, factor 32") && strstr(out, "router bias") &&
+           strstr(out, "clamped SwiGLU (limit 7, alpha 1.702)") &&
+           strstr(out, "experts W8A8_DYNAMIC"), "inspect: %s", out);
+}
+
 static void test_corrupt(const char *mx) {
     static const char *sc = "model.layers.1.mlp.experts.down_proj_scales";
     const moe8_config *c;
@@ -369,6 +383,7 @@ int main(void) {
     test_forward(mx, bf, &g);
     test_prefix_cache(mx, &g);
     test_quantize(mx);
+    test_inspect(mx);
     test_corrupt(mx);
     return test_summary();
 }

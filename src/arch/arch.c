@@ -213,6 +213,9 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     out->qk_norm_whole = (d->kinds.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) != 0;
     out->qk_norm_config = !out->qk_norm && !out->qk_norm_whole && d->kinds.attn == MOE8_ATTN_GQA &&
                           moe8_arch_has(d, MOE8_R_Q_NORM);
+    out->sinks = (d->kinds.attn_opts & MOE8_ATTN_SINKS) != 0;
+    out->router_bias = d->kinds.router_bias;
+    out->swiglu_clamped = d->kinds.act == MOE8_ACT_SWIGLU_CLAMPED;
     return 0;
 }
 

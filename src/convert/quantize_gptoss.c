@@ -111,7 +111,8 @@ moe8_status moe8_qz_gptoss_part(const moe8_arch_desc *a, const moe8_config *c, c
         const int64_t outs = gu ? 2 * I : H;
         for (int64_t i = 0; i < rows; i++)
             for (int64_t k = 0; k < cols; k++)
-                d[i * cols + k] = moe8_tensor_f32_at(t, (e * cols + k) * outs + (gu ? 2 * i + par : i));
+                d[i * cols + k] =
+                    moe8_tensor_f32_at(t, (e * cols + k) * outs + (gu ? 2 * i + par : i));
     } else {
         for (int64_t i = 0; i < rows; i++)
             d[i] = moe8_tensor_f32_at(t, gu ? e * 2 * I + 2 * i + par : e * H + i);
