@@ -182,6 +182,10 @@ typedef enum {
     MOE8_ARCH_QWEN3_5_MOE = 8,    /* "qwen3_5_moe" (Qwen3.5/3.6-MoE): the text model of the same
                                    * hybrid, settings under text_config, split in_proj_qkv/z/b/a,
                                    * stacked experts; the vision tower and MTP skipped */
+    MOE8_ARCH_GPT_OSS = 9,        /* "gpt_oss" (gpt-oss-20b, -120b): attention sinks, sliding and
+                                   * full layers, q/k/v/o biases, YaRN; router with a bias,
+                                   * softmax over the top-k; clamped SwiGLU experts with biases,
+                                   * stacked, MXFP4 or bf16 */
     MOE8_ARCH_COUNT
 } moe8_arch;
 
@@ -205,6 +209,12 @@ typedef struct {
                                    * use_qk_norm: moe8_config_get_int(c, "qk_norm")) */
     int qk_norm_whole;            /* q/k RMSNorm over the whole projection before the head split
                                    * (minimax_m2) */
+    /* appended with gpt_oss (issue 37): */
+    int sinks;                    /* attention sinks, an o_proj bias, sliding-window layers
+                                   * (moe8_config_get_int(c, "sliding_window")) */
+    int router_bias;              /* the router's logits carry a bias */
+    int swiglu_clamped;           /* clamped SwiGLU experts with biases
+                                   * (moe8_config_get_num(c, "swiglu_limit")) */
 } moe8_arch_info;
 /* 0 and *out filled, or -1 for an unknown family. */
 int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out);

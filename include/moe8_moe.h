@@ -81,6 +81,9 @@ typedef struct {
     moe8_dtype scale_dtype;
     const void *offset;
     moe8_dtype offset_dtype;
+    const void *bias;               /* [out] F32/BF16/F16 added after the product (gpt_oss's
+                                     * experts), or NULL; copied by create */
+    moe8_dtype bias_dtype;
 } moe8_moe_weight;
 
 /* gate [I][H], up [I][H], down [H][I] of one expert. */
@@ -123,6 +126,12 @@ typedef struct {
     const void *(*packed_take)(void *user, size_t bytes);
     void (*packed_put)(void *user, const void *p, size_t bytes);
     void *packed_user;
+    /* gpt_oss: a bias [E] added to the router logits computed from `router`
+     * (copied; NULL: none), and the clamped SwiGLU (act_limit > 0): gate <=
+     * limit, -limit <= up <= limit, A = (up + 1) gate sigmoid(act_alpha gate),
+     * gate and up with their biases (moe8_moe_weight.bias) */
+    const float *router_bias;
+    float act_limit, act_alpha;
 } moe8_moe_layer_desc;
 moe8_moe_layer_desc moe8_moe_layer_desc_default(void);
 

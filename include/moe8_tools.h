@@ -59,6 +59,8 @@ typedef struct {
     moe8_progress_fn progress;  /* may be NULL */
     void *progress_user;
     moe8_arch arch;             /* the family (default MOE8_ARCH_QWEN3_MOE) */
+    int float_experts;          /* gpt_oss: stacked experts in `dtype` (gate_up_proj [E][H][2I],
+                                 * the values MXFP4 would give) instead of MXFP4 as released */
 } moe8_make_model_params;
 moe8_make_model_params moe8_make_model_params_default(void);
 

@@ -64,7 +64,7 @@ static moe8_moe_layer *make_layer(int E, int w4, const int8_t *src, const float 
     moe8_moe_layer *L = NULL;
     moe8_error err;
     for (int e = 0; e < E; e++) {
-        const moe8_moe_weight w = {src, MOE8_DT_I8, scale, MOE8_DT_F32, NULL, MOE8_DT_F32};
+        const moe8_moe_weight w = {src, MOE8_DT_I8, scale, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
         ex[e].gate = ex[e].up = ex[e].down = w;
     }
     d.name = w4 ? "w4a8" : "w8a8";

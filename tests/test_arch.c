@@ -476,7 +476,7 @@ static void test_layer_desc(void) {
     memset(ex, 0, sizeof ex);
     for (int i = 0; i < 2; i++)
         ex[i].gate = ex[i].up = ex[i].down = (moe8_moe_weight){w, MOE8_DT_F32, NULL, MOE8_DT_F32,
-                                                               NULL, MOE8_DT_F32};
+                                                               NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
     d.name = "mixed";
     d.n_expert = 2, d.hidden = 8, d.intermediate = 4, d.experts = ex;
     d.router_params.top_k = 1;

@@ -9,6 +9,10 @@
  *   - float model at TP=2: logits within 1e-5 relative, also with an int8
  *     (W8A8_DYNAMIC) lm_head;
  *   - W4A8_DYNAMIC experts at TP=2 (cosine >= 0.999) and EP=2 (1e-5, same ids);
+ *   - gpt_oss (make-model's tiny, MXFP4): its exact fp32 experts at TP=2 and
+ *     EP=2 within 1e-5 (sinks split with their heads, the o and down biases
+ *     added once); as downloaded (W8A8 experts) EP=2 within 1e-5, TP=2
+ *     cosine >= 0.9999;
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
  *     rank, a split the model cannot take, -np and --tp that disagree, and a
@@ -324,6 +328,30 @@ static void test_stop(const char *text) {
            100 * cpu);
 }
 
+/* gpt_oss (issue 37): attention sinks split with the heads, an o_proj bias
+ * and each expert's down bias added on one rank, router bias replicated. */
+static void test_gpt_oss(void) {
+    char dir[4200], cmd[9000], args[4400], ids1[256], ids2[256];
+    snprintf(dir, sizeof dir, "%s/dist_gpt_oss", MOE8_TEST_TMP);
+    snprintf(cmd, sizeof cmd, "'%s' make-model --arch gpt_oss --preset tiny --vocab 1024 --seed 5 "
+             "--force -o '%s' --tokenizer '%s'", MOE8_CLI, dir, MOE8_TOKENIZER_DIR);
+    CHECKF(sh(cmd, NULL) == 0, "make-model gpt_oss: %s", g_err);
+    for (int fl = 1; fl >= 0; fl--) {
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids 5,17,42,3,99,7,8,9 -n 4 --no-cache%s",
+                 dir, fl ? " --float-experts" : "");
+        int n1 = run_gen("", "", args, ids1, g_ref, 1024);
+        int n2 = run_gen(MPIRUN " -np 2", "--tp 2", args, ids2, g_par, 1024);
+        CHECK(n1 == 1024 && n2 == 1024 && !strcmp(ids1, ids2));
+        double rel = rel_max(g_par, g_ref, 1024), cs = test_cosine(g_par, g_ref, 1024);
+        printf("gpt_oss %s TP=2: rel %.3g, cosine %.10f\n", fl ? "fp32 experts" : "W8A8", rel, cs);
+        CHECKF(fl ? rel <= 1e-5 : cs >= 0.9999, "gpt_oss TP=2: rel %.3g, cosine %.8f", rel, cs);
+        n2 = run_gen(MPIRUN " -np 2", "--tp 2 --expert-parallel", args, ids2, g_par, 1024);
+        CHECK(n2 == 1024 && !strcmp(ids1, ids2));
+        rel = rel_max(g_par, g_ref, 1024);
+        CHECKF(rel <= 1e-5, "gpt_oss EP=2 (%s): rel %.3g", fl ? "fp32" : "W8A8", rel);
+    }
+}
+
 int main(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);   /* ctest sets these too */
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
@@ -360,6 +388,7 @@ int main(void) {
     test_float(flt);
     test_float(flt_lm);
     test_w4a8(w4);
+    test_gpt_oss();
     test_failures(good, bad, heads6);
     test_kill(text);
     test_stop(text);

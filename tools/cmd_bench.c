@@ -115,11 +115,11 @@ static int make_q8_layer(bench_layer *bl, const float *router, int8_t *src, floa
     for (int e = 0; e < N_EXPERT; e++) {
         const int8_t *b = src + (size_t)e * per;
         const float *s = scales + (size_t)e * (2 * INTER + HIDDEN);
-        ex[e].gate = (moe8_moe_weight){b, MOE8_DT_I8, s, MOE8_DT_F32, NULL, MOE8_DT_F32};
+        ex[e].gate = (moe8_moe_weight){b, MOE8_DT_I8, s, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
         ex[e].up = (moe8_moe_weight){b + INTER * HIDDEN, MOE8_DT_I8, s + INTER, MOE8_DT_F32, NULL,
-                                     MOE8_DT_F32};
+                                     MOE8_DT_F32, NULL, MOE8_DT_F32};
         ex[e].down = (moe8_moe_weight){b + 2 * INTER * HIDDEN, MOE8_DT_I8, s + 2 * INTER,
-                                       MOE8_DT_F32, NULL, MOE8_DT_F32};
+                                       MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
     }
     moe8_moe_layer_desc d = base_desc(router, ex);
     moe8_error err;
@@ -136,11 +136,11 @@ static int make_f32_layer(bench_layer *bl, const float *router, uint64_t seed) {
     for (size_t i = 0; i < n; i++) w[i] = 0.02f * rng_float(&seed);
     for (int e = 0; e < N_EXPERT; e++) {
         const float *b = w + (size_t)e * per;
-        ex[e].gate = (moe8_moe_weight){b, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
+        ex[e].gate = (moe8_moe_weight){b, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
         ex[e].up = (moe8_moe_weight){b + INTER * HIDDEN, MOE8_DT_F32, NULL, MOE8_DT_F32, NULL,
-                                     MOE8_DT_F32};
+                                     MOE8_DT_F32, NULL, MOE8_DT_F32};
         ex[e].down = (moe8_moe_weight){b + 2 * INTER * HIDDEN, MOE8_DT_F32, NULL, MOE8_DT_F32,
-                                       NULL, MOE8_DT_F32};
+                                       NULL, MOE8_DT_F32, NULL, MOE8_DT_F32};
     }
     moe8_moe_layer_desc d = base_desc(router, ex);
     d.quant = MOE8_QUANT_FLOAT;

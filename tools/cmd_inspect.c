@@ -61,7 +61,15 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
             printf(", rotary on %lld of %lld dims (partial_rotary_factor %g)",
                    (long long)((double)c->head_dim * partial), (long long)c->head_dim, partial);
         if (fam_i(c, "attn_output_gate")) printf(", sigmoid output gate");
+        if (ai->sinks) /* gpt_oss */
+            printf("%s, attention sinks, sliding window %lld on the layers layer_types names",
+                   fam_i(c, "qkv_bias") ? ", o bias" : "", (long long)fam_i(c, "sliding_window"));
         printf("\n");
+        if (ai->sinks && fam_d(c, "yarn_factor") > 0)
+            printf("rope_scaling: yarn, factor %g, original_max_position_embeddings %lld, beta "
+                   "%g/%g\n", fam_d(c, "yarn_factor"),
+                   (long long)fam_i(c, "yarn_original_max_position_embeddings"),
+                   fam_d(c, "yarn_beta_fast"), fam_d(c, "yarn_beta_slow"));
     }
     if (fam_i(c, "linear_num_value_heads") > 0) /* hybrids: the Gated DeltaNet layers */
         printf("linear attention: Gated DeltaNet, %lld key / %lld value heads of %lld / %lld, "
@@ -79,12 +87,16 @@ static void print_family(const moe8_config *c, const moe8_arch_info *ai) {
                (long long)fam_i(c, "topk_group"),
                fam_i(c, "group_top2") ? "the sum of their two best" : "their best");
     if (fam_i(c, "e_score_bias")) printf(", e_score_correction_bias for selection");
+    if (ai->router_bias) printf(", router bias");
     printf(", %s", ai->always_renorm ? "always renormalized"
                    : c->norm_topk_prob ? "renormalized (norm_topk_prob)"
                                        : "not renormalized (norm_topk_prob false)");
     if (fam_d(c, "routed_scaling_factor") != 1.0)
         printf(", x %g (routed_scaling_factor)", fam_d(c, "routed_scaling_factor"));
     printf("\n");
+    if (ai->swiglu_clamped) /* gpt_oss */
+        printf("experts: clamped SwiGLU (limit %g, alpha %g), gate/up/down biases\n",
+               fam_d(c, "swiglu_limit"), fam_d(c, "swiglu_alpha"));
     if (ai->shared_expert && fam_i(c, "shared_expert_intermediate_size") > 0)
         printf("shared expert: intermediate %lld, %s\n",
                (long long)fam_i(c, "shared_expert_intermediate_size"),

@@ -20,7 +20,7 @@
 /* --vocab (tests): the range moe8_make_model_config accepts, 151936 being
  * the real Qwen3 vocabulary. */
 #define VOCAB_MIN 1024
-#define VOCAB_MAX 151936
+#define VOCAB_MAX 201088
 
 #define SYNOPSIS "moe8 make-model [--arch A] --preset tiny|slice -o DIR [options]"
 
@@ -48,6 +48,7 @@ static int exists_tok(const char *dir) {
 /* The folder under .deps holding a family's tokenizer. */
 static const char *tokenizer_folder(moe8_arch a) {
     if (a == MOE8_ARCH_DEEPSEEK_V2 || a == MOE8_ARCH_DEEPSEEK_V3) return "deepseek-v3-tokenizer";
+    if (a == MOE8_ARCH_GPT_OSS) return "gptoss-tokenizer"; /* o200k_harmony */
     return a == MOE8_ARCH_MIXTRAL ? "llama2-tokenizer" : "qwen3-tokenizer";
 }
 
@@ -89,7 +90,7 @@ int cmd_make_model(int argc, char **argv) {
     const cli_opt opts[] = {
         {"--arch", NULL, CLI_CHOICE, &arch, .choices = archs, .arg = "A",
          .help = "qwen3_moe (default), qwen2_moe, mixtral, deepseek_v2, deepseek_v3,\n"
-         "glm4_moe, minimax_m2, qwen3_next or qwen3_5_moe"},
+         "glm4_moe, minimax_m2, qwen3_next, qwen3_5_moe or gpt_oss"},
         {"--preset", NULL, CLI_CHOICE, &preset, .choices = "tiny,slice,a3b-slice", .arg = "P",
          .help = "tiny (4 layers, H 256; every family) or slice: the shapes of\n"
          "the family's reference model, a few layers (qwen3_moe:\n"
@@ -97,7 +98,8 @@ int cmd_make_model(int argc, char **argv) {
          "deepseek_v2: DeepSeek-V2-Lite, deepseek_v3: Moonlight-16B-A3B,\n"
          "glm4_moe: GLM-4.5-Air, 4 layers; minimax_m2: MiniMax-M2,\n"
          "2 layers; qwen3_next: Qwen3-Next-80B-A3B, qwen3_5_moe:\n"
-         "Qwen3.6-35B-A3B, 4 layers, 3 linear : 1 full); a3b-slice: qwen3_moe's slice"},
+         "Qwen3.6-35B-A3B, 4 layers, 3 linear : 1 full; gpt_oss:\n"
+         "gpt-oss-20b, 4 layers); a3b-slice: qwen3_moe's slice"},
         {"-o", NULL, CLI_STR, &out, .arg = "DIR",
          .help = "output folder (must not exist or be empty, unless --force)"},
         {"--layers", NULL, CLI_U64, &layers, 1, MOE8_MAX_LAYERS, .arg = "N",
@@ -109,6 +111,9 @@ int cmd_make_model(int argc, char **argv) {
          .help = "folder with tokenizer.json (default: .deps/qwen3-tokenizer,\n"
          "mixtral .deps/llama2-tokenizer, deepseek .deps/deepseek-v3-tokenizer)"},
         {"--force", NULL, CLI_FLAG, &force, .help = "replace a non-empty output folder"},
+        {"--float-experts", NULL, CLI_FLAG, &p.float_experts,
+         .help = "gpt_oss: stacked experts in --dtype (transformers' layout)\n"
+         "instead of MXFP4 as released (the same values)"},
         {"--vocab", NULL, CLI_U64, &vocab, VOCAB_MIN, VOCAB_MAX, .arg = "N"}, /* tests */
         {"--shard-size", NULL, CLI_U64, &p.shard_bytes, .arg = "N"},          /* tests */
         {0},

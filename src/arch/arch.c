@@ -100,6 +100,8 @@ static const moe8_role_info roles[MOE8_R_COUNT] = {
                          MOE8_DIM_GDV, MOE8_DIM_NONE},
     [MOE8_R_GDN_OUT] = {"out_proj", MOE8_SCOPE_LAYER, MOE8_KIND_LINEAR, MOE8_SPLIT_NONE,
                         MOE8_DIM_H, MOE8_DIM_GZ},
+    [MOE8_R_SINKS] = {"sinks", MOE8_SCOPE_LAYER, MOE8_KIND_NORM, MOE8_SPLIT_ROWS, MOE8_DIM_NH,
+                      MOE8_DIM_NONE},
 };
 
 const moe8_role_info *moe8_role_of(moe8_role r) {
@@ -140,6 +142,7 @@ int64_t moe8_dim_of(const moe8_config *c, moe8_dim d) {
     case MOE8_DIM_GZ: return fc->linear_num_value_heads * fc->linear_value_head_dim;
     case MOE8_DIM_GNV: return fc->linear_num_value_heads;
     case MOE8_DIM_GDV: return fc->linear_value_head_dim;
+    case MOE8_DIM_NH: return c->num_attention_heads;
     case MOE8_DIM_QN:
     case MOE8_DIM_KN: {
         const moe8_arch_desc *a = moe8_arch_get(c->arch);
@@ -164,6 +167,7 @@ static const moe8_arch_desc *const families[] = {
     [MOE8_ARCH_MINIMAX_M2] = &moe8_arch_minimax_m2,
     [MOE8_ARCH_QWEN3_NEXT] = &moe8_arch_qwen3_next,
     [MOE8_ARCH_QWEN3_5_MOE] = &moe8_arch_qwen3_5_moe,
+    [MOE8_ARCH_GPT_OSS] = &moe8_arch_gpt_oss,
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
@@ -209,6 +213,9 @@ int moe8_arch_get_info(moe8_arch a, moe8_arch_info *out) {
     out->qk_norm_whole = (d->kinds.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) != 0;
     out->qk_norm_config = !out->qk_norm && !out->qk_norm_whole && d->kinds.attn == MOE8_ATTN_GQA &&
                           moe8_arch_has(d, MOE8_R_Q_NORM);
+    out->sinks = (d->kinds.attn_opts & MOE8_ATTN_SINKS) != 0;
+    out->router_bias = d->kinds.router_bias;
+    out->swiglu_clamped = d->kinds.act == MOE8_ACT_SWIGLU_CLAMPED;
     return 0;
 }
 
@@ -279,9 +286,19 @@ int moe8_arch_is_gdn_layer(const moe8_config *c, int64_t l) {
     return fc->full_attention_interval > 0 && (l + 1) % fc->full_attention_interval != 0;
 }
 
+int moe8_arch_is_sliding_layer(const moe8_config *c, int64_t l) {
+    const moe8_family_cfg *fc = MOE8_FAM(c);
+    const moe8_arch_desc *a = moe8_arch_get(c ? c->arch : MOE8_ARCH_COUNT);
+    if (!a || !(a->kinds.attn_opts & MOE8_ATTN_SLIDING) || l < 0 || l >= c->num_hidden_layers)
+        return 0;
+    return fc->sliding_window > 0 && ((fc->sliding_layers[l / 64] >> (l % 64)) & 1u);
+}
+
 /* Roles of a Gated DeltaNet layer, and those of attention it lacks. */
 static int gdn_role(moe8_role r) { return r >= MOE8_R_GDN_QKVZ && r <= MOE8_R_GDN_OUT; }
-static int attn_role(moe8_role r) { return r >= MOE8_R_Q_NORM && r <= MOE8_R_O; }
+static int attn_role(moe8_role r) {
+    return (r >= MOE8_R_Q_NORM && r <= MOE8_R_O) || r == MOE8_R_SINKS;
+}
 
 int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer) {
     const moe8_family_cfg *fc = MOE8_FAM(c);

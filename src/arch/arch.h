@@ -87,6 +87,8 @@ typedef enum {
     MOE8_R_GDN_DT_BIAS,    /* dt_bias [NV] (likewise) */
     MOE8_R_GDN_NORM,       /* norm.weight [dv], plain (not zero-centred) */
     MOE8_R_GDN_OUT,        /* out_proj [H][NV dv] */
+    /* attention sinks (gpt_oss): one learned logit per head, the format the whole name */
+    MOE8_R_SINKS,          /* self_attn.sinks [NH] float, split with the heads */
     MOE8_R_COUNT
 } moe8_role;
 
@@ -148,6 +150,7 @@ typedef enum {
     MOE8_DIM_GZ,           /* NV dv */
     MOE8_DIM_GNV,          /* NV */
     MOE8_DIM_GDV,          /* dv */
+    MOE8_DIM_NH,           /* num_attention_heads (attention sinks) */
 } moe8_dim;
 
 typedef struct {
@@ -213,6 +216,14 @@ typedef struct {
     int n_layer_types;            /* entries of config.json's layer_types (0: none) */
     int attn_output_gate;         /* q_proj carries the sigmoid output gate (hybrids: 1) */
     uint64_t full_layers[MOE8_MAX_LAYERS / 64]; /* layer_types: bit l set for full_attention */
+    /* gpt_oss: */
+    int64_t sliding_window;       /* positions a sliding layer attends to (itself included) */
+    uint64_t sliding_layers[MOE8_MAX_LAYERS / 64]; /* layer_types: bit l set for
+                                   * sliding_attention */
+    double swiglu_limit;          /* clamped SwiGLU: gate <= limit, |up| <= limit */
+    double swiglu_alpha;          /* gate x sigmoid(alpha x gate) (1.702, fixed by the modeling code) */
+    int yarn_no_truncate;         /* YaRN's correction range left unrounded (rope_scaling
+                                   * truncate false: gpt_oss); 0: floored / ceiled */
 } moe8_family_cfg;
 
 /* The family block of a config (const-preserving). */
@@ -282,6 +293,8 @@ typedef struct {
                                         * config.json ("text_config"); NULL: at the top */
     const char *skip_prefix;           /* tensors under it are not read (a vision tower),
                                         * said once in the log; NULL: none */
+    int yarn;                          /* reads rope_scaling (YaRN) itself beside the MLA
+                                        * families (gpt_oss) */
     /* config.json: integer keys beyond the common ones (config.c), Hugging
      * Face's defaults, then the family's own checks (booleans, refusals,
      * relations), called after every integer key was read. */
@@ -436,5 +449,14 @@ void moe8_hybrid_text_json(struct cJSON *j, const moe8_config *c);
 void moe8_hybrid_defaults(moe8_config *c);
 extern const moe8_arch_desc moe8_arch_qwen3_next;
 extern const moe8_arch_desc moe8_arch_qwen3_5_moe;
+extern const moe8_arch_desc moe8_arch_gpt_oss;
+/* rope_scaling: null, or YaRN {"type" | "rope_type": "yarn", factor,
+ * original_max_position_embeddings, beta_fast, beta_slow, mscale,
+ * mscale_all_dim, truncate} (deepseek.c; the modeling code's defaults 4096,
+ * 32, 1, 1, 0, true). */
+moe8_status moe8_cfg_read_yarn(const struct cJSON *root, const char *label, moe8_config *c,
+                               moe8_error *err);
+/* 1 if layer l of c attends through a sliding window (gpt_oss layer_types). */
+int moe8_arch_is_sliding_layer(const moe8_config *c, int64_t layer);
 
 #endif

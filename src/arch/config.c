@@ -115,11 +115,12 @@ static moe8_status find_arch(const cJSON *root, const char *label, const moe8_ar
     return MOE8_OK;
 }
 
-/* rope_scaling: the families with MLA read YaRN themselves; the others have none. */
+/* rope_scaling: the families with MLA and gpt_oss (desc.yarn) read YaRN themselves; the
+ * others have none. */
 static moe8_status check_unsupported(const cJSON *root, const char *label, const moe8_arch_desc *a,
                                      moe8_error *err) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (it && !cJSON_IsNull(it) && !(a->kinds.attn == MOE8_ATTN_MLA))
+    if (it && !cJSON_IsNull(it) && !(a->kinds.attn == MOE8_ATTN_MLA) && !a->yarn)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
                          "'%s': rope_scaling not supported (must be null or absent)", label);
     it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
@@ -463,6 +464,7 @@ static const struct {
     FAM_I64(rotary_dim), FAM_I64(linear_num_key_heads), FAM_I64(linear_num_value_heads),
     FAM_I64(linear_key_head_dim), FAM_I64(linear_value_head_dim),
     FAM_I64(linear_conv_kernel_dim), FAM_I64(full_attention_interval), FAM_INT(attn_output_gate),
+    FAM_I64(sliding_window), FAM_DBL(swiglu_limit), FAM_DBL(swiglu_alpha),
 };
 
 /* The value of `name` as a double (ints exactly up to 2^53), or 0 and *known 0. */

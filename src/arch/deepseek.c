@@ -161,10 +161,9 @@ static void null_is_zero(const cJSON *root, const char *key, int64_t *v) {
     if (it && cJSON_IsNull(it)) *v = 0;
 }
 
-/* rope_scaling: null, or {"type" | "rope_type": "yarn", factor, original_max_position_embeddings,
- * beta_fast, beta_slow, mscale, mscale_all_dim} (the modeling code's defaults 4096, 32, 1, 1, 0). */
-static moe8_status read_yarn(const cJSON *root, const char *label, moe8_config *c,
-                             moe8_error *err) {
+/* rope_scaling (arch.h moe8_cfg_read_yarn; gpt_oss reads it too). */
+moe8_status moe8_cfg_read_yarn(const cJSON *root, const char *label, moe8_config *c,
+                               moe8_error *err) {
     moe8_family_cfg *fc = MOE8_FAM(c);
     static const char *const yarn[] = {"yarn", NULL};
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
@@ -190,12 +189,15 @@ static moe8_status read_yarn(const cJSON *root, const char *label, moe8_config *
     fc->yarn_beta_slow = 1;
     fc->yarn_mscale = 1;
     fc->yarn_mscale_all_dim = 0;
+    int truncate = 1;
     if ((st = moe8_cfg_read_pos_double(rs, sub, "factor", &fc->yarn_factor, err)) ||
+        (st = moe8_cfg_read_bool(rs, sub, "truncate", &truncate, err)) ||
         (st = moe8_cfg_read_int(rs, sub, &orig, c, err)) ||
         (st = moe8_cfg_read_pos_double(rs, sub, "beta_fast", &fc->yarn_beta_fast, err)) ||
         (st = moe8_cfg_read_pos_double(rs, sub, "beta_slow", &fc->yarn_beta_slow, err)) ||
         (st = moe8_cfg_read_pos_double(rs, sub, "mscale", &fc->yarn_mscale, err)))
         return st;
+    fc->yarn_no_truncate = !truncate;
     /* mscale_all_dim may be 0 (= no softmax-scale factor) */
     if (cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim") &&
         !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim"))) {
@@ -238,7 +240,7 @@ static moe8_status check_common(const cJSON *root, const char *label, moe8_confi
     null_is_zero(root, "n_group", &fc->n_group);
     null_is_zero(root, "topk_group", &fc->topk_group);
     null_is_zero(root, "num_experts_per_tok", &c->num_experts_per_tok);
-    return read_yarn(root, label, c, err);
+    return moe8_cfg_read_yarn(root, label, c, err);
 }
 
 static moe8_status check_v2(const cJSON *root, const char *label, moe8_config *c,

@@ -22,12 +22,16 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
     if (fc->qkv_bias) p->attn_opts |= MOE8_ATTN_QKV_BIAS;
     if (fc->qk_norm) p->attn_opts |= MOE8_ATTN_QK_NORM_HEAD;
     if (!fc->attn_output_gate) p->attn_opts &= ~MOE8_ATTN_OUT_GATE;
+    if (!fc->qkv_bias) p->attn_opts &= ~MOE8_ATTN_O_BIAS; /* attention_bias: all four */
+    if (moe8_arch_is_sliding_layer(c, l)) p->window = fc->sliding_window;
+    else p->attn_opts &= ~MOE8_ATTN_SLIDING;
     if (p->attn == MOE8_ATTN_GDN) p->attn_opts = 0;
     p->norm_zc = (k->norm & MOE8_NORM_ZERO_CENTRED) != 0;
     p->rope = k->rope == MOE8_ROPE_PAIRS && !fc->rope_interleave ? MOE8_ROPE_HALVES : k->rope;
     p->rope_dim = moe8_rope_dim(c);
     p->yarn = fc->yarn_factor > 0;
     p->act = k->act;
+    if (p->act == MOE8_ACT_SWIGLU_CLAMPED) p->limit = fc->swiglu_limit, p->alpha = fc->swiglu_alpha;
     p->scale = 1.0;
     if (!moe8_arch_is_moe_layer(c, l)) {
         p->ffn = MOE8_FFN_DENSE;
@@ -41,6 +45,7 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
     if (p->ffn == MOE8_FFN_MOE_SHARED) p->width = fc->shared_expert_intermediate_size;
     p->sigmoid = k->sigmoid_router || fc->scoring_sigmoid;
     p->correction_bias = fc->e_score_bias;
+    p->router_bias = k->router_bias;
     p->grouped = fc->topk_grouped;
     p->n_group = fc->n_group;
     p->topk_group = fc->topk_group;
@@ -59,21 +64,10 @@ void moe8_plan_layer(const moe8_config *c, int64_t l, moe8_layer_plan *p) {
 }
 
 moe8_status moe8_plan_check(const moe8_config *c, const char *label, moe8_error *err) {
-    static const struct {
-        unsigned bit;
-        const char *what;
-    } opts[] = {
-        {MOE8_ATTN_O_BIAS, "an o_proj bias"},
-        {MOE8_ATTN_SINKS, "attention sinks"},
-        {MOE8_ATTN_SLIDING, "sliding-window attention"},
-    };
     const moe8_arch_desc *a = moe8_arch_get(c->arch);
     const char *what = NULL;
     if (!a) return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': unknown family", label);
-    for (size_t i = 0; i < sizeof opts / sizeof opts[0] && !what; i++)
-        if (a->kinds.attn_opts & opts[i].bit) what = opts[i].what;
-    if (!what && a->kinds.rope == MOE8_ROPE_NONE) what = "attention without a rotary embedding";
-    if (!what && a->kinds.act == MOE8_ACT_SWIGLU_CLAMPED) what = "clamped SwiGLU experts";
+    if (a->kinds.rope == MOE8_ROPE_NONE) what = "attention without a rotary embedding";
     if (what)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': %s: %s not supported yet", label,
                          a->model_type, what);

@@ -11,9 +11,10 @@
  *                the whole projection (minimax_m2; under TP its mean of
  *                squares sums over the ranks), q/k/v biases, a sigmoid output
  *                gate (q_proj per head [query D, gate D]: qwen3_next,
- *                qwen3_5_moe); declared but refused at load ("not supported
- *                yet"): an o bias, attention sinks, a sliding window by layer
- *                pattern. Hybrid families (gdn_layers) make every layer Gated
+ *                qwen3_5_moe), an o bias, attention sinks (a learned logit
+ *                per head in each softmax's denominator), a sliding window on
+ *                the layers layer_types marks (gpt_oss; model/attn_sink.c).
+ *                Hybrid families (gdn_layers) make every layer Gated
  *                DeltaNet linear attention (MOE8_ATTN_GDN, model/attn_gdn.c)
  *                except the full-attention ones that layer_types or
  *                full_attention_interval name
@@ -29,13 +30,16 @@
  *   router       softmax or sigmoid scores, an e_score_correction_bias for
  *                the selection, grouped top-k (groups ranked by their best or
  *                the sum of their two best), renormalization and scaling
- *                (both, or DeepSeek-V2's one-or-the-other); refused: top-k
- *                then softmax
- *   activation   SwiGLU; refused: clamped SwiGLU (limit, alpha, up + 1),
- *                expert biases
+ *                (both, or DeepSeek-V2's one-or-the-other); a router bias
+ *                added to the logits (gpt_oss: softmax over the top-k logits
+ *                is softmax then renormalization)
+ *   activation   SwiGLU, or clamped SwiGLU (gate <= limit, |up| <= limit,
+ *                (up + 1) gate sigmoid(alpha gate)) with expert biases
  *   tensors      the descriptor's name formats (arch.h); stacked expert
  *                tensors (gate_up_proj [E][2I][H], down_proj [E][H][I]: FLOAT,
- *                each expert sliced out at load); skipped: the
+ *                each expert sliced out at load); gpt_oss's stacked
+ *                experts ([E][H][2I] gate/up interleaved, [E][I][H], or
+ *                MXFP4 blocks; load/experts_gptoss.c); skipped: the
  *                tensors of the layers at and past num_hidden_layers (MTP
  *                modules), when the family declares them
  *
@@ -63,14 +67,15 @@ typedef enum {
 #define MOE8_ATTN_QK_NORM_WHOLE 0x02u /* RMSNorm over the whole q / k projection before the head
                                        * split (q_norm [NH*D], k_norm [NKV*D]: minimax_m2) */
 #define MOE8_ATTN_QKV_BIAS      0x04u /* q/k/v biases (the config's qkv_bias may switch them on) */
-#define MOE8_ATTN_O_BIAS        0x08u /* an o_proj bias (not supported yet) */
+#define MOE8_ATTN_O_BIAS        0x08u /* an o_proj bias (the config's attention_bias false
+                                       * switches it off with q/k/v's) */
 #define MOE8_ATTN_OUT_GATE      0x10u /* x sigmoid(gate) before o_proj, the gate the second
                                        * half of each head's q_proj rows (the config's
                                        * attn_output_gate false switches it off) */
-#define MOE8_ATTN_SINKS         0x20u /* attention sinks (not supported yet) */
-#define MOE8_ATTN_SLIDING       0x40u /* a sliding window by layer pattern (not supported yet) */
-#define MOE8_ATTN_UNSUPPORTED                                                              \
-    (MOE8_ATTN_O_BIAS | MOE8_ATTN_SINKS | MOE8_ATTN_SLIDING)
+#define MOE8_ATTN_SINKS         0x20u /* attention sinks: self_attn.sinks [NH] join each
+                                       * softmax's denominator */
+#define MOE8_ATTN_SLIDING       0x40u /* a sliding window by layer pattern: of a layer's
+                                       * plan only on its sliding layers (plan.window) */
 
 /* Norm options (a descriptor's norm). */
 #define MOE8_NORM_ZERO_CENTRED  0x01u /* x / rms(x) * (1 + w) (Qwen3NextRMSNorm): layer, q/k
@@ -111,7 +116,8 @@ typedef enum {
 
 typedef enum {
     MOE8_ACT_SWIGLU,               /* silu(gate) * up */
-    MOE8_ACT_SWIGLU_CLAMPED,       /* clamped, with limit, alpha and up + 1 (not supported yet) */
+    MOE8_ACT_SWIGLU_CLAMPED,       /* gate <= limit, |up| <= limit, (up + 1) gate
+                                    * sigmoid(alpha gate), with expert biases (gpt_oss) */
 } moe8_act_kind;
 
 /* Options of a family's tensors. */
@@ -120,6 +126,11 @@ typedef enum {
                                            * has them; else the per-expert names */
 #define MOE8_TENSORS_SKIP_MTP        0x2u /* layers >= num_hidden_layers (multi-token
                                            * prediction modules) are skipped at load */
+#define MOE8_TENSORS_GPTOSS_EXPERTS  0x4u /* gpt_oss's stacked experts: gate_up_proj
+                                           * [E][H][2I] (gate, up interleaved) and down_proj
+                                           * [E][I][H] with biases, or their MXFP4 _blocks /
+                                           * _scales [E][rows][cols/32][16], [E][rows][cols/32];
+                                           * else the per-expert names (a quantized folder) */
 
 /* ---- a family's declaration (moe8_arch_desc.kinds) ----------------------- */
 
@@ -137,6 +148,7 @@ typedef struct {
     int sigmoid_router;            /* 0: per the config (deepseek_v3's scoring_sigmoid) */
     moe8_renorm_rule renorm;
     moe8_act_kind act;
+    int router_bias;               /* the router has a bias (mlp.router.bias [E]: gpt_oss) */
     unsigned tensors;              /* MOE8_TENSORS_* */
 } moe8_family_kinds;
 
@@ -152,6 +164,8 @@ typedef struct {
     int rope_dim;                  /* rotated dims R of each head (<= head_dim; MLA:
                                     * qk_rope_head_dim) */
     int yarn;                      /* YaRN frequencies and scales */
+    int64_t window;                /* MOE8_ATTN_SLIDING: positions attended (itself
+                                    * included); 0: every earlier position */
     /* feed-forward */
     moe8_ffn_kind ffn;
     moe8_shared_gate shared_gate;  /* MOE8_FFN_MOE_SHARED */
@@ -164,8 +178,10 @@ typedef struct {
     int group_top2;                /* a group's score: the sum of its two best, else its best */
     int renorm;                    /* top-k weights renormalized */
     double scale;                  /* then x this */
+    int router_bias;               /* a bias [E] added to the router logits (gpt_oss) */
     /* expert activation */
     moe8_act_kind act;
+    double limit, alpha;           /* MOE8_ACT_SWIGLU_CLAMPED */
 } moe8_layer_plan;
 
 /* The plan of layer l of c (0 <= l < num_hidden_layers); a pure function of

@@ -45,8 +45,9 @@ double moe8_rope_freqs(const moe8_config *c, double *freq) {
         return 1.0;
     }
     const double orig = (double)fc->yarn_original_max_position_embeddings;
-    lo = floor(yarn_dim(fc->yarn_beta_fast, R, base, orig));
-    hi = ceil(yarn_dim(fc->yarn_beta_slow, R, base, orig));
+    lo = yarn_dim(fc->yarn_beta_fast, R, base, orig);
+    hi = yarn_dim(fc->yarn_beta_slow, R, base, orig);
+    if (!fc->yarn_no_truncate) lo = floor(lo), hi = ceil(hi); /* gpt_oss: truncate false */
     if (lo < 0) lo = 0;
     if (hi > R - 1) hi = R - 1;
     if (lo == hi) hi += 0.001;

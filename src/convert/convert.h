@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "arch/arch.h"
 #include "core/public.h"
 
 /* ======================================================================== */
@@ -121,5 +122,44 @@ const char *moe8_calib_default_text(void);
  * a range never seen or all zeros. Returns -1 (with those defaults) when the
  * range saw non-finite values or its scale is not finite, else 0. */
 int moe8_range_params(const moe8_range *r, float *scale, int *offset);
+
+/* ======================================================================== */
+/* synth_gptoss.c: gpt_oss's stacked experts in a synthetic checkpoint       */
+/* ======================================================================== */
+
+/* Which tensor (synth.c's list): MXFP4 blocks / scales of gate_up_proj and
+ * down_proj, or their float stacked forms. */
+enum {
+    MOE8_SYN_GX_GU_BLOCKS = 1,
+    MOE8_SYN_GX_GU_SCALES,
+    MOE8_SYN_GX_DN_BLOCKS,
+    MOE8_SYN_GX_DN_SCALES,
+    MOE8_SYN_GX_GU_FLOAT,
+    MOE8_SYN_GX_DN_FLOAT,
+};
+/* Generate and write tensor `name` of kind gx and its shape (E first): each
+ * expert's [out][in] matrix drawn N(0, 0.02²) row by row from (seed, the
+ * stacked name, expert, row), MXFP4-encoded by blocks of 32; the float forms
+ * hold the decoded values (exact in bf16), transposed as transformers stores
+ * them ([E][H][2I] gate/up interleaved by rows 2i, 2i + 1; [E][I][H]). */
+moe8_status moe8_syn_gptoss(moe8_shards *sh, const char *name, int gx, const int64_t *shape,
+                            moe8_dtype dt, uint64_t seed, moe8_error *err);
+
+/* ======================================================================== */
+/* quantize_gptoss.c: gpt_oss's stacked experts split for moe8_quantize      */
+/* ======================================================================== */
+
+/* The per-expert parts source tensor t of a gpt_oss model splits into (2E
+ * for gate_up's blocks, float form and bias; E for down's), -1 for one read
+ * with another (MXFP4 scales: written nowhere), 0 for any other tensor. */
+int64_t moe8_qz_gptoss_parts(const moe8_arch_desc *a, const moe8_config *c, const moe8_tensor *t);
+/* Part j of t as an fp32 tensor *view named `name` (per expert: gate, up or
+ * down weight [out][in], or its bias [out]); with buf its values in *buf
+ * (malloc'ed: the caller frees it), without only its shape. */
+moe8_status moe8_qz_gptoss_part(const moe8_arch_desc *a, const moe8_config *c, const moe8_st *src,
+                                const moe8_tensor *t, int64_t j, moe8_tensor *view, float **buf,
+                                char *name, size_t cap, moe8_error *err);
+/* in_dir's config.json into dir without its quantization_config. */
+moe8_status moe8_qz_gptoss_config(const char *in_dir, const char *dir, moe8_error *err);
 
 #endif

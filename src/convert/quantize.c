@@ -27,7 +27,9 @@
  * the routed experts W4A8_DYNAMIC instead (the rest of the recipe as is).
  * qwen3_5_moe's stacked experts (gate_up_proj [E][2I][H], down_proj
  * [E][H][I]) are written per expert (mlp.experts.E.{gate,up,down}_proj, the
- * names the loader reads quantized, as msModelSlim's checkpoints carry them).
+ * names the loader reads quantized, as msModelSlim's checkpoints carry them);
+ * so are gpt_oss's, MXFP4 or float, with their biases (quantize_gptoss.c),
+ * its o_proj bias folded like q/k/v's.
  * Output tensors of one source tensor (a "group") are planned together and
  * stay in one file:
  *   W8A8_DYNAMIC  .weight I8 [N][K], .weight_scale F32 [N][1],
@@ -129,8 +131,10 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     const char *suffix;
     if (moe8_arch_parse(a, t->name, &r, &l, &e, &suffix)) return KIND_FLOAT;
     if (!strcmp(suffix, "bias") && MOE8_FAM(c)->qkv_bias && !p->linear_float && l >= 0 &&
-        l < c->num_hidden_layers && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
-        return KIND_FOLDED;
+        l < c->num_hidden_layers &&
+        (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V ||
+         (r == MOE8_R_O && (a->kinds.attn_opts & MOE8_ATTN_O_BIAS))))
+        return KIND_FOLDED; /* o's too (gpt_oss): folded on rank 0's columns */
     if (t->n_dims != 2 || (t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_BF16 &&
                            t->dtype != MOE8_DT_F16) || strcmp(suffix, "weight"))
         return KIND_FLOAT;
@@ -481,7 +485,8 @@ static moe8_status write_quant(qz *z, const moe8_tensor *t, qkind k, int layer, 
         qbufs_free(&b);
         return st;
     }
-    if (!st && k == KIND_STATIC && MOE8_FAM(&z->cfg)->qkv_bias && site == MOE8_CALIB_QKV)
+    if (!st && k == KIND_STATIC && MOE8_FAM(&z->cfg)->qkv_bias &&
+        (site == MOE8_CALIB_QKV || site == MOE8_CALIB_O)) /* no o bias: nothing read */
         st = read_bias(z, t, &b, err);
     if (!st && k == KIND_STATIC) {
         if (moe8_range_params(&z->ranges[(size_t)layer * MOE8_CALIB_SITES + site], &s, &o))
@@ -571,17 +576,26 @@ static moe8_status do_tensor(qz *z, const moe8_tensor *t, int write, moe8_error 
     moe8_status st;
     char name[256];
     moe8_tensor view;
-    if ((np = stacked_parts(z, t, &sl, &gu, err, &st)) == 0 && st) return st;
+    const int64_t gx = moe8_qz_gptoss_parts(z->arch, &z->cfg, t); /* gpt_oss's experts */
+    if (gx < 0) return MOE8_OK;
+    if (gx > 0) np = gx;
+    else if ((np = stacked_parts(z, t, &sl, &gu, err, &st)) == 0 && st) return st;
     for (int64_t j = 0; j < (np ? np : 1); j++) {
         const moe8_tensor *s = t;
+        float *buf = NULL;
         qkind k;
-        if (np && (st = stacked_part(z, t, sl, gu, j, &view, name, sizeof name, err))) return st;
+        if (gx && (st = moe8_qz_gptoss_part(z->arch, &z->cfg, z->src, t, j, &view,
+                                            write ? &buf : NULL, name, sizeof name, err)))
+            return st;
+        if (!gx && np && (st = stacked_part(z, t, sl, gu, j, &view, name, sizeof name, err)))
+            return st;
         if (np) s = &view;
         k = classify(s, z->arch, &z->cfg, z->p, &layer, &site);
         st = !write ? plan_group(z, s, k, err)
              : k == KIND_FOLDED ? MOE8_OK
              : k == KIND_FLOAT ? moe8_shards_write(z->sh, s->name, s->data, s->n_bytes, err)
                                : write_quant(z, s, k, layer, site, err);
+        free(buf);
         if (st) return st;
     }
     return MOE8_OK;
@@ -624,7 +638,9 @@ static moe8_status check_float_model(const moe8_model *m, const char *dir, moe8_
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         moe8_layer_info li;
         moe8_model_layer_info(m, l, &li);
-        if (li.qkv || li.o || li.experts || li.experts_down || li.mlp_gate_up || li.mlp_down ||
+        const int mx = moe8_gptoss_is_mxfp4(m, l); /* MXFP4 experts: decoded, not int8 */
+        if (li.qkv || li.o || (li.experts && !mx) || (li.experts_down && !mx) ||
+            li.mlp_gate_up || li.mlp_down ||
             li.shared_gate_up || li.shared_down || li.gdn_in || li.gdn_z || li.gdn_out)
             return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': layer %lld is already "
                              "quantized; quantize expects a float model", dir, (long long)l);
@@ -689,7 +705,10 @@ static moe8_status write_folder(qz *z, const char *in_dir, const char *dir, moe8
     if (!(text = cJSON_Print(z->desc))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     st = moe8_write_text(dir, "quant_model_description.json", text, err);
     free(text);
-    if (!st) st = moe8_copy_file(in_dir, dir, "config.json", 0, err);
+    if (!st) /* gpt_oss: its MXFP4 quantization_config no longer holds */
+        st = z->arch->kinds.tensors & MOE8_TENSORS_GPTOSS_EXPERTS
+                 ? moe8_qz_gptoss_config(in_dir, dir, err)
+                 : moe8_copy_file(in_dir, dir, "config.json", 0, err);
     if (!st) st = moe8_copy_file(in_dir, dir, "tokenizer.json", 0, err);
     for (size_t i = 0; !st && i < sizeof optional / sizeof optional[0]; i++)
         st = moe8_copy_file(in_dir, dir, optional[i], 1, err);

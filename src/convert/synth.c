@@ -37,6 +37,12 @@
  *   zero-centred norms (hybrids: x (1 + w)): N(0, 0.05²); A_log, dt_bias:
  *           N(0, 0.5²); the DeltaNet conv: N(0, 1/K).
  *
+ * gpt_oss: its experts stacked, as released in MXFP4 (U8 _blocks and
+ * _scales, synth_gptoss.c) or, with float_experts, gate_up_proj [E][H][2I]
+ * and down_proj [E][I][H] holding exactly the values the MXFP4 form decodes
+ * to (a folder of each with one seed is one model); their biases N(0, 0.1²),
+ * the router's N(0, 0.1²), q/k/v/o biases N(0, 0.1²), sinks N(0, 1).
+ *
  * Does not: hold more than one tensor in memory, or produce a model that
  * says anything meaningful.
  */
@@ -54,7 +60,7 @@
 #include "core/core.h"
 #include "convert/convert.h"
 
-#define MAX_VOCAB 151936  /* the largest family vocabulary (Qwen's) */
+#define MAX_VOCAB 201088  /* the largest family vocabulary (gpt-oss's) */
 
 /* ======================================================================== */
 /* Presets                                                                   */
@@ -133,9 +139,11 @@ static moe8_status write_json(const char *dir, const char *name, char *text, moe
 typedef struct {
     char name[128];
     int n_dims;
-    int64_t shape[3];         /* rows = shape[0], a row the product of the rest */
+    int64_t shape[4];         /* rows = shape[0], a row the product of the rest */
     float std, mean;
     int lm_head;          /* built from the embedding (gen_row) */
+    int gx;               /* gpt_oss's stacked experts (convert.h MOE8_SYN_GX_*), 0: none */
+    int u8;               /* stored U8 (MXFP4 blocks and scales) */
 } syn_tensor;
 
 /* What every row generator needs besides its tensor. */
@@ -151,6 +159,7 @@ typedef struct {
     syn_tensor *t;
     size_t n, cap;
     int oom;
+    int float_experts;        /* gpt_oss: stacked float experts, not MXFP4 */
 } syn_list;
 
 static void add(syn_list *L, int64_t d0, int64_t d1, float std, float mean, const char *fmt, ...)
@@ -228,9 +237,48 @@ static void add_role(syn_list *L, const moe8_arch_desc *a, const moe8_config *c,
     if (r == MOE8_R_ROUTER) std = 2.0f / sqrtf((float)c->hidden_size);
     if (r == MOE8_R_SHEXP_SCORE) std = 1.0f / sqrtf((float)c->hidden_size);
     add(L, d0, d1, std, mean, "%s", name);
-    if (MOE8_FAM(c)->qkv_bias && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V) &&
+    if (MOE8_FAM(c)->qkv_bias &&
+        (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V ||
+         (r == MOE8_R_O && (a->kinds.attn_opts & MOE8_ATTN_O_BIAS))) &&
         !moe8_arch_tensor_name(a, r, l, e, "bias", name, sizeof name))
         add(L, d0, 0, BIAS_STD, 0, "%s", name);
+}
+
+/* gpt_oss's tensors beyond the roles: sinks, the router's bias, the stacked
+ * experts (MXFP4 blocks and scales, or float) and their biases. */
+static void add_gptoss(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, int64_t l,
+                       int mxfp4) {
+    const int64_t E = c->num_experts, H = c->hidden_size, I = c->moe_intermediate_size;
+    char gu[160], dn[160], n[160];
+    moe8_arch_tensor_name(a, MOE8_R_SINKS, l, -1, NULL, n, sizeof n);
+    add(L, c->num_attention_heads, 0, 1.0f, 0, "%s", n);
+    moe8_arch_tensor_name(a, MOE8_R_ROUTER, l, -1, "bias", n, sizeof n);
+    add(L, E, 0, BIAS_STD, 0, "%s", n);
+    snprintf(gu, sizeof gu, a->stacked_gate_up, (long long)l);
+    snprintf(dn, sizeof dn, a->stacked_down, (long long)l);
+    const int64_t shapes[4][4] = {{E, 2 * I, H / 32, 16}, {E, 2 * I, H / 32, 0},
+                                  {E, H, I / 32, 16}, {E, H, I / 32, 0}};
+    static const char *const sfx[4] = {"_blocks", "_scales", "_blocks", "_scales"};
+    for (int k = 0; mxfp4 && k < 4; k++) {
+        add(L, 1, 1, 0, 0, "%s%s", k < 2 ? gu : dn, sfx[k]);
+        if (L->oom) return;
+        syn_tensor *t = &L->t[L->n - 1];
+        t->n_dims = k % 2 ? 3 : 4;
+        memcpy(t->shape, shapes[k], sizeof shapes[k]);
+        t->gx = MOE8_SYN_GX_GU_BLOCKS + k;
+        t->u8 = 1;
+    }
+    for (int k = 0; !mxfp4 && k < 2; k++) {
+        add(L, 1, 1, 0, 0, "%s", k ? dn : gu);
+        if (L->oom) return;
+        syn_tensor *t = &L->t[L->n - 1];
+        const int64_t sh[3] = {E, k ? I : H, k ? H : 2 * I};
+        t->n_dims = 3;
+        memcpy(t->shape, sh, sizeof sh);
+        t->gx = k ? MOE8_SYN_GX_DN_FLOAT : MOE8_SYN_GX_GU_FLOAT;
+    }
+    add(L, E, 2 * I, BIAS_STD, 0, "%s_bias", gu);
+    add(L, E, H, BIAS_STD, 0, "%s_bias", dn);
 }
 
 static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c, int64_t l) {
@@ -248,6 +296,10 @@ static void add_layer(syn_list *L, const moe8_arch_desc *a, const moe8_config *c
         return;
     }
     add_role(L, a, c, MOE8_R_ROUTER, l, -1);
+    if (a->kinds.tensors & MOE8_TENSORS_GPTOSS_EXPERTS) {
+        add_gptoss(L, a, c, l, !L->float_experts);
+        return;
+    }
     if (fc->e_score_bias) { /* deepseek_v3: small, so sigmoid scores + bias stay positive */
         char name[160];
         if (!moe8_arch_router_bias_name(a, l, name, sizeof name))
@@ -344,6 +396,7 @@ static void gen_row(void *dst, moe8_dtype dt, int64_t n, const syn_tensor *t, co
 
 static moe8_status gen_tensor(moe8_shards *sh, const syn_tensor *t, moe8_dtype dt,
                               const syn_gen *g, moe8_error *err) {
+    if (t->gx) return moe8_syn_gptoss(sh, t->name, t->gx, t->shape, dt, g->seed, err);
     const int64_t rows = t->n_dims >= 2 ? t->shape[0] : 1;
     const int64_t cols = t->n_dims >= 2 ? t->shape[1] * t->shape[2] : t->shape[0];
     const size_t esz = moe8_dtype_size(dt), row_bytes = (size_t)cols * esz;
@@ -365,12 +418,15 @@ static moe8_status gen_tensor(moe8_shards *sh, const syn_tensor *t, moe8_dtype d
 /* ======================================================================== */
 
 static uint64_t syn_bytes(const syn_tensor *t, size_t esz) {
-    return (uint64_t)t->shape[0] * (uint64_t)(t->n_dims >= 2 ? t->shape[1] * t->shape[2] : 1) * esz;
+    uint64_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= (uint64_t)t->shape[i];
+    return n * (t->u8 ? 1 : esz);
 }
 
 static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_config *c,
                                  const char *dir, moe8_error *err) {
     syn_list L = {0};
+    L.float_experts = p->float_experts;
     moe8_shards *sh = NULL;
     moe8_status st;
     uint64_t done = 0, total;
@@ -389,7 +445,8 @@ static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_con
     for (size_t i = 0; !st && i < L.n; i++) {
         const syn_tensor *t = &L.t[i];
         moe8_shards_group(sh, syn_bytes(t, esz));
-        st = moe8_shards_plan(sh, t->name, p->dtype, t->n_dims, t->shape, err);
+        st = moe8_shards_plan(sh, t->name, t->u8 ? MOE8_DT_U8 : p->dtype, t->n_dims, t->shape,
+                              err);
     }
     total = st ? 0 : moe8_shards_total_bytes(sh);
     for (size_t i = 0; !st && i < L.n; i++) {
@@ -413,7 +470,11 @@ static moe8_status write_folder(const moe8_make_model_params *p, const moe8_conf
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if ((st = moe8_copy_file(p->tokenizer_dir, dir, optional[i], 1, err))) return st;
     const moe8_arch_desc *a = moe8_arch_get(c->arch);
-    if ((st = write_json(dir, "config.json", print_json(a->config_json(c, p->dtype)), err))) return st;
+    /* gpt_oss's MXFP4 experts: config_json writes quantization_config for U8 */
+    const int mx = (a->kinds.tensors & MOE8_TENSORS_GPTOSS_EXPERTS) && !p->float_experts;
+    if ((st = write_json(dir, "config.json", print_json(a->config_json(c, mx ? MOE8_DT_U8 : p->dtype)),
+                         err)))
+        return st;
     if ((st = write_json(dir, "generation_config.json", print_json(a->generation_json(c)), err)))
         return st;
     return write_tensors(p, c, dir, err);

@@ -388,21 +388,24 @@ static const moe8_tensor **tensor_of(moe8_layer *ly, moe8_role r) {
     case MOE8_R_GDN_NORM: return &ly->gdn_norm;
     case MOE8_R_GDN_A_LOG: return &ly->gdn_a_log;
     case MOE8_R_GDN_DT_BIAS: return &ly->gdn_dt_bias;
+    case MOE8_R_SINKS: return &ly->sinks;
     default: return NULL;
     }
 }
 
 /* "<prefix>.bias" [n_out] float: required on a FLOAT linear (added after
- * it), optional and unused on a W8A8 one (folded into quant_bias). */
-static moe8_status bind_bias(const moe8_model *m, const char *prefix, moe8_linear *L,
+ * it), optional and unused on a W8A8 one (folded into quant_bias); an
+ * expert's (gpt_oss) required and kept whatever its storage. */
+static moe8_status bind_bias(const moe8_model *m, const char *prefix, moe8_linear *L, int expert,
                              moe8_error *err) {
     char name[256];
     const moe8_tensor *t;
     moe8_status st;
     snprintf(name, sizeof name, "%s.bias", prefix);
-    if ((st = find(m, name, L->quant == MOE8_QUANT_FLOAT, &t, err)) != MOE8_OK || !t) return st;
+    if ((st = find(m, name, expert || L->quant == MOE8_QUANT_FLOAT, &t, err)) != MOE8_OK || !t)
+        return st;
     if ((st = float_tensor(m, name, L->n_out, -1, &t, err)) != MOE8_OK) return st;
-    if (L->quant == MOE8_QUANT_FLOAT) L->bias = t;
+    if (expert || L->quant == MOE8_QUANT_FLOAT) L->bias = t;
     return MOE8_OK;
 }
 
@@ -420,7 +423,7 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "'%s': no tensor name for %s", m->dir,
                          ri->what);
     if (ri->kind == MOE8_KIND_NORM || ri->kind == MOE8_KIND_FLOAT) {
-        if (r != MOE8_R_GDN_A_LOG && r != MOE8_R_GDN_DT_BIAS) /* whole names */
+        if (r != MOE8_R_GDN_A_LOG && r != MOE8_R_GDN_DT_BIAS && r != MOE8_R_SINKS) /* whole */
             strcat(p, ".weight");
         return float_tensor(m, p, d0, d1, tensor_of(ly, r), err);
     }
@@ -429,8 +432,11 @@ static moe8_status bind_role(moe8_model *m, int64_t l, int64_t e, moe8_role r, m
                          "config", m->dir, ri->what, (long long)l);
     L = linear_of(ly, r, e);
     if ((st = bind_linear(m, p, quant_of(&ly->info, r), d0, d1, L, err)) != MOE8_OK) return st;
-    if ((ly->plan.attn_opts & MOE8_ATTN_QKV_BIAS) && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V))
-        return bind_bias(m, p, L, err);
+    if (((ly->plan.attn_opts & MOE8_ATTN_QKV_BIAS) && (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V)) ||
+        ((ly->plan.attn_opts & MOE8_ATTN_O_BIAS) && r == MOE8_R_O))
+        return bind_bias(m, p, L, 0, err);
+    if (ly->plan.act == MOE8_ACT_SWIGLU_CLAMPED && ri->scope == MOE8_SCOPE_EXPERT)
+        return bind_bias(m, p, L, 1, err); /* gpt_oss's experts carry biases */
     return MOE8_OK;
 }
 
@@ -473,6 +479,9 @@ static moe8_status bind_attention(moe8_model *m, int64_t l, moe8_layer *ly, moe8
             (st = bind_role(m, l, -1, (moe8_role)r, ly, err)) != MOE8_OK)
             return st;
     if (ly->info.gdn) return bind_gdn(m, l, ly, err);
+    if (moe8_arch_in_layer(m->arch, &m->cfg, MOE8_R_SINKS, l) &&
+        (st = bind_role(m, l, -1, MOE8_R_SINKS, ly, err)))
+        return st;
     if (ly->plan.attn == MOE8_ATTN_GQA && ly->info.qkv == MOE8_QUANT_W8A8 &&
         (ly->q.in_scale != ly->k.in_scale || ly->q.in_scale != ly->v.in_scale ||
          ly->q.in_offset != ly->k.in_offset || ly->q.in_offset != ly->v.in_offset)) {
@@ -563,7 +572,16 @@ static moe8_status bind_moe(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error
             (st = check_values(m, ly->router_bias, 0, NULL, err)))
             return st;
     }
-    if ((st = bind_stacked(m, l, ly, err)) != MOE8_OK) return st;
+    if (ly->plan.router_bias) { /* the router's own bias (gpt_oss) */
+        char name[200];
+        moe8_arch_tensor_name(m->arch, MOE8_R_ROUTER, l, -1, "bias", name, sizeof name);
+        if ((st = float_tensor(m, name, m->cfg.num_experts, -1, &ly->router_lbias, err)) ||
+            (st = check_values(m, ly->router_lbias, 0, NULL, err)))
+            return st;
+    }
+    st = (m->arch->kinds.tensors & MOE8_TENSORS_GPTOSS_EXPERTS) ? moe8_gptoss_bind_experts(m, l, ly, err)
+                                                                : bind_stacked(m, l, ly, err);
+    if (st != MOE8_OK) return st;
     for (int64_t e = 0; !ly->info_stacked && e < m->cfg.num_experts; e++)
         for (int r = MOE8_R_EXP_GATE; r <= MOE8_R_EXP_DOWN; r++)
             if ((st = bind_role(m, l, e, (moe8_role)r, ly, err)) != MOE8_OK) return st;
@@ -796,6 +814,7 @@ static void model_destroy(moe8_model *m) {
     moe8_model_release_prepared(m); /* before the map its weights may point into */
     pthread_mutex_destroy(&m->prep_lock);
     moe8_st_free(m->st);
+    moe8_gptoss_free(m);
     free(m->stacked);
     free(m->expert_store);
     free(m->layers);

@@ -97,6 +97,9 @@ typedef struct {
     /* MoE layers (info.is_moe): */
     const moe8_tensor *router;        /* mlp.gate [E][H], float */
     const moe8_tensor *router_bias;   /* e_score_correction_bias [E], float (deepseek_v3), or NULL */
+    const moe8_tensor *router_lbias;  /* the router's own bias [E] added to its logits (gpt_oss),
+                                       * float, or NULL */
+    const moe8_tensor *sinks;         /* self_attn.sinks [NH] float (gpt_oss), or NULL */
     moe8_expert *experts;             /* [E], into moe8_model.expert_store */
     /* the shared expert of a MoE layer (info.has_shared): */
     moe8_linear sh_gate;              /* [S][H] */
@@ -136,6 +139,8 @@ struct moe8_model {
     moe8_tensor *stacked;             /* stacked experts (arch.h stacked_gate_up): [n_moe_layers
                                        * * E * 3] views of each expert's gate, up and down
                                        * rows inside the stacked tensors; NULL: none */
+    struct moe8_gptoss_layer *gptoss; /* [num_hidden_layers] gpt_oss experts written out at
+                                       * load (experts_gptoss.c); NULL: none */
     moe8_dist_shard shard;            /* this rank's share (SEMANTICS §8); all of it without a dist */
     int refs;                         /* 1 for the caller + 1 per context (atomic) */
     /* The prepared weights (load/weights.h), one set per float_experts
@@ -221,5 +226,19 @@ struct moe8_pcache;
 moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
                                              const moe8_moe_part *part, struct moe8_pcache *pc,
                                              moe8_moe_layer **out, moe8_error *err);
+
+/* gpt_oss (experts_gptoss.c): layer l's stacked experts with their biases:
+ * float ones written out per expert and bound FLOAT, MXFP4 ones bound
+ * W8A8_DYNAMIC and converted when the layer is built (nothing when the
+ * folder has per-expert names); freed with the model. */
+moe8_status moe8_gptoss_bind_experts(moe8_model *m, int64_t l, moe8_layer *ly, moe8_error *err);
+void moe8_gptoss_free(moe8_model *m);
+/* 1 if layer l's experts are MXFP4 (bound W8A8_DYNAMIC, without int8 tensors). */
+int moe8_gptoss_is_mxfp4(const moe8_model *m, int64_t l);
+/* Experts [first, last) of MXFP4 layer l into ex[e] (moe8_moe.h): per-row
+ * int8 with fp32 scales, or (as_float) the exact decoded fp32, in *block
+ * (moe8_alloc_aligned; the caller frees it, or hands a float one to the layer). */
+moe8_status moe8_gptoss_experts(const moe8_model *m, int64_t l, int first, int last, int as_float,
+                                moe8_moe_expert *ex, void **block, moe8_error *err);
 
 #endif

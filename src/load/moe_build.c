@@ -32,12 +32,14 @@
 
 
 static void weight_of(moe8_moe_weight *d, const moe8_linear *l) {
-    d->data = l->weight->data;
-    d->dtype = l->weight->dtype;
+    d->data = l->weight ? l->weight->data : NULL; /* NULL: gpt_oss's MXFP4, converted later */
+    d->dtype = l->weight ? l->weight->dtype : MOE8_DT_I8;
     d->scale = l->weight_scale ? l->weight_scale->data : NULL;
     d->scale_dtype = l->weight_scale ? l->weight_scale->dtype : MOE8_DT_F32;
     d->offset = l->weight_offset && l->nonzero_offset ? l->weight_offset->data : NULL;
     d->offset_dtype = l->weight_offset ? l->weight_offset->dtype : MOE8_DT_F32;
+    d->bias = l->bias ? l->bias->data : NULL; /* gpt_oss's experts */
+    d->bias_dtype = l->bias ? l->bias->dtype : MOE8_DT_F32;
 }
 
 static void release_linear(const moe8_model *m, const moe8_linear *l) {
@@ -132,9 +134,13 @@ static void dequant(float *dst, int n, int k, int r0, int c0, const moe8_linear 
             dst[(size_t)i * k + j] = s * ((float)v + o);
         }
     }
+    const void *bias = d->bias; /* gpt_oss's expert biases stay (their slice: the caller) */
+    const moe8_dtype bias_dt = d->bias_dtype;
     memset(d, 0, sizeof *d);
     d->data = dst;
     d->dtype = MOE8_DT_F32;
+    d->bias = bias;
+    d->bias_dtype = bias_dt;
 }
 
 /* Dequantize experts [first, last), slice [i0, i0+n_i) into *block (owned by
@@ -150,6 +156,12 @@ static moe8_status dequant_part(const moe8_layer *L, int H, int first, int last,
         dequant(base, n_i, H, i0, 0, &L->experts[e].gate, &ex[e].gate);
         dequant(base + (size_t)n_i * H, n_i, H, i0, 0, &L->experts[e].up, &ex[e].up);
         dequant(base + 2 * (size_t)n_i * H, H, n_i, 0, i0, &L->experts[e].down, &ex[e].down);
+        if (ex[e].gate.bias) { /* the slice's gate/up biases; down's on the first slice only */
+            const size_t es = moe8_dtype_size(ex[e].gate.bias_dtype);
+            ex[e].gate.bias = (const char *)ex[e].gate.bias + (size_t)i0 * es;
+            ex[e].up.bias = (const char *)ex[e].up.bias + (size_t)i0 * es;
+            if (i0 > 0) ex[e].down.bias = NULL;
+        }
     }
     return MOE8_OK;
 }
@@ -195,6 +207,10 @@ static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_laye
     d->router = L->router->data;
     d->router_dtype = L->router->dtype;
     routing_of(&d->router_params, c, L, bias);
+    if (L->plan.act == MOE8_ACT_SWIGLU_CLAMPED) {
+        d->act_limit = (float)L->plan.limit;
+        d->act_alpha = (float)L->plan.alpha;
+    }
     d->n_threads = m->params.n_threads;
     if (part) {
         d->i_begin = part->i_begin, d->i_end = part->i_end;
@@ -241,8 +257,22 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
     }
     snprintf(name, sizeof name, m->arch->moe_block, (long long)layer);
     desc_of(&d, m, L, part, ex, name, bias);
-    deq_mode = part && part->dequantize && d.quant != MOE8_QUANT_FLOAT;
+    float *lbias = NULL; /* gpt_oss's router bias, fp32 (the layer copies it) */
+    if (L->router_lbias && (lbias = malloc((size_t)c->num_experts * sizeof(float)))) {
+        for (int64_t e = 0; e < c->num_experts; e++)
+            lbias[e] = moe8_tensor_f32_at(L->router_lbias, e);
+        d.router_bias = lbias;
+    }
+    void *gx = NULL; /* gpt_oss's MXFP4 experts, converted now (experts_gptoss.c) */
+    const int gx_float = part && part->dequantize;
     st = MOE8_OK;
+    if (moe8_gptoss_is_mxfp4(m, layer)) {
+        const int ep = d.expert_last > d.expert_first;
+        st = moe8_gptoss_experts(m, layer, ep ? d.expert_first : 0, ep ? d.expert_last : d.n_expert,
+                                 gx_float, ex, &gx, err);
+        if (gx_float) d.quant = MOE8_QUANT_FLOAT; /* the exact values, fp32, the layer owns */
+    }
+    deq_mode = part && part->dequantize && d.quant != MOE8_QUANT_FLOAT;
     if (deq_mode) {
         /* Check the ranges first (create does it again on the float desc). */
         int first = d.expert_first, last = d.expert_last > first ? d.expert_last : d.n_expert;
@@ -268,6 +298,8 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
             d.packed_user = &pk;
         }
     }
+    if (!st && L->router_lbias && !lbias)
+        st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if (!st) st = moe8_moe_layer_create(&d, out, err);
     if (!st && atomic_load(&pk.n_bad) > 0) {
         const int fb = atomic_load(&pk.first_bad);
@@ -279,9 +311,17 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
     }
     free(ex);
     free(bias); /* the layer keeps its own copy */
+    free(lbias);
+    if (gx && (st || !gx_float)) moe8_free_aligned(gx); /* int8: packed now */
     if (st != MOE8_OK) {
         moe8_free_aligned(deq);
         return st;
+    }
+    if (gx && gx_float) {
+        moe8_moe_layer *o = *out;
+        o->owned_f32 = gx;
+        o->packed_bytes += 3 * (size_t)o->inter_full * (size_t)o->hidden *
+                           (size_t)(o->last - o->first) * sizeof(float);
     }
     if (deq_mode) {
         moe8_moe_layer *o = *out;

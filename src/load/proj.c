@@ -49,9 +49,9 @@ moe8_status moe8_proj_init_cached(moe8_proj *p, const moe8_linear *src, int r0, 
         p->w = (const char *)w->data + ((size_t)r0 * ld + (size_t)c0) * moe8_dtype_size(w->dtype);
         p->wdt = w->dtype;
         p->ldw = (int)ld;
-        if (!src->bias) return MOE8_OK;
-        /* a bias belongs to whole rows: column-parallel slices only */
-        MOE8_ASSERT(c0 == 0 && c1 == src->n_in);
+        /* a bias belongs to whole rows: a row-parallel slice (o_proj under TP) adds it
+         * on one rank only (with_bias) */
+        if (!src->bias || !with_bias) return MOE8_OK;
         if (!(p->fbias = malloc((size_t)p->n * sizeof(float))))
             return moe8_fail(err, MOE8_ERR_NOMEM, -1, "tensor '%s': cannot allocate its bias",
                              w->name);

@@ -134,6 +134,12 @@ static moe8_status build_attn(moe8_weights *w, moe8_fwd_layer *fl, const moe8_la
         (st = proj_rows(w, &fl->k, &L->k, sh->kv_begin * D, sh->kv_end * D, err)) ||
         (st = proj_rows(w, &fl->v, &L->v, sh->kv_begin * D, sh->kv_end * D, err)))
         return st;
+    if (L->sinks) { /* split with their heads */
+        if (!(fl->sinks = malloc((size_t)w->n_head * sizeof(float))))
+            return moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate attention sinks");
+        for (int h = 0; h < w->n_head; h++)
+            fl->sinks[h] = moe8_tensor_f32_at(L->sinks, sh->head_begin + h);
+    }
     return proj_cols(w, &fl->o, &L->o, sh->head_begin * D, sh->head_end * D, err);
 }
 
@@ -427,6 +433,7 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
                moe8_proj_owned_bytes(&fl->q_a) + moe8_proj_owned_bytes(&fl->q_b) +
                moe8_proj_owned_bytes(&fl->kv_a) +
                (size_t)(2 * w->H + 2 * w->D + w->QL + w->L) * sizeof(float);
+    if (fl->sinks) n += (size_t)w->n_head * sizeof(float);
     if (fl->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) /* this rank's slices, not [D] each */
         n += (size_t)((w->n_head + w->n_kv - 2) * w->D) * sizeof(float);
     if (fl->uk)
@@ -607,6 +614,7 @@ static void layer_free(moe8_fwd_layer *fl) {
     free(fl->ffn_norm);
     free(fl->q_norm);
     free(fl->k_norm);
+    free(fl->sinks);
     moe8_proj_free(&fl->q);
     moe8_proj_free(&fl->k);
     moe8_proj_free(&fl->v);

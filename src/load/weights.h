@@ -26,6 +26,7 @@ typedef struct {
     float *q_norm, *k_norm;        /* [D]; over the whole projection (plan.attn_opts): this
                                     * rank's [NH*D] and [NKV*D] slices */
     moe8_proj q, k, v, o;          /* [NH*D][H], [NKV*D][H] x2, [H][NH*D] */
+    float *sinks;                  /* [NH] this rank's heads' attention sinks (gpt_oss), or NULL */
     int is_moe;
     moe8_moe_layer *moe;           /* MoE layers: this rank's part */
     int ws_layer;                  /* MoE layers: first layer of the same shape, whose

@@ -104,4 +104,11 @@ void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const mo
                     const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
                     size_t work_floats, int n_threads);
 
+/* The same with gpt_oss's options (attn_sink.c): sinks[n_head] (this rank's
+ * heads; NULL: none) joining each softmax's denominator, and a sliding window
+ * of `window` positions ending at the query's own (0: none). */
+void moe8_attention_sink(float *out, const float *q, const moe8_attn_cache *c,
+                         const int32_t *seq, const int32_t *pos, int T, const float *sinks,
+                         int64_t window, int n_threads);
+
 #endif

@@ -17,8 +17,10 @@
  * D, gate D]; the attention output of head h is multiplied by
  * sigmoid(gate_h) before o_proj.
  *
- * Does not: run multi-head latent attention (mla.c) or the options a plan
- * refuses at load (o bias, sinks, sliding windows).
+ * gpt_oss's layers add an o bias after o_proj (on one rank under TP) and
+ * attend with sinks and, on its sliding layers, a window (attn_sink.c).
+ *
+ * Does not: run multi-head latent attention (mla.c).
  */
 #include <math.h>
 #include <string.h>
@@ -159,12 +161,16 @@ moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     if ((L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) && (st = whole_ss(r, s->tmp, err))) return st;
     qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
     moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
-    moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
-                   s->attn_work_floats, r->nt);
+    if (L->sinks || L->plan.window > 0) /* gpt_oss: attn_sink.c */
+        moe8_attention_sink(s->att, s->q, cache, seq, pos, T, L->sinks, L->plan.window, r->nt);
+    else
+        moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,
+                       s->attn_work_floats, r->nt);
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_CORE);
     if (gated) moe8_fwd_rows(r, T, gate_apply_row, NULL);
     moe8_fwd_observe(r, L, 1, s->att, r->w->n_head * r->w->D);
     if ((st = moe8_fwd_lin(r, &L->o, NULL, s->tmp, s->att, T, err))) return st;
+    moe8_proj_add_bias(&L->o, s->tmp, r->w->H, T); /* an o bias (gpt_oss; rank 0's under TP) */
     moe8_fwd_mark(r, MOE8_PHASE_ATTN_PROJ);
     if ((st = moe8_fwd_allreduce(r, s->tmp, err))) return st;
     moe8_fwd_add_norm(r, L->ffn_norm);

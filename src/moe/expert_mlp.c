@@ -57,6 +57,24 @@ static inline moe8_gemm_q8_f32_fn gemm_of(const moe8_kernels *k, const moe8_qmat
 /* silu(g) * u = g * u / (1 + exp(-g)); exactly 0 for g = 0 or u = 0. */
 static inline float silu_mul(float g, float u) { return g / (1.0f + exp_approx(-g)) * u; }
 
+/* The expert's act (moe.h moe8_expert_act) on row columns [c0, c1): biases,
+ * then the clamped SwiGLU (gpt_oss: gate <= limit, |up| <= limit,
+ * (up + 1) gate sigmoid(alpha gate)) or silu(gate) * up. */
+static void act_cols(const moe8_expert_act *a, float *g, int inter, int c0, int c1) {
+    const float L = a->limit, al = a->alpha;
+    for (int c = c0; c < c1; c++) {
+        float x = g[c] + (a->b_gu ? a->b_gu[c] : 0.0f);
+        float u = g[inter + c] + (a->b_gu ? a->b_gu[inter + c] : 0.0f);
+        if (L > 0) {
+            x = x < L ? x : L;
+            u = u < -L ? -L : u > L ? L : u;
+            g[c] = (u + 1.0f) * (x / (1.0f + exp_approx(-al * x)));
+        } else {
+            g[c] = silu_mul(x, u);
+        }
+    }
+}
+
 void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
                  int hidden, int inter, const moe8_mlp_rows *x, float *y1, int ldy1, int c0,
                  int c1) {
@@ -70,6 +88,11 @@ void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpe
                        hidden);
         k->gemm_f32_wf(y1 + inter, ldy1, x->xf, x->ldf, fe->up, fe->up_dt, fe->ld_gu, m, c0, c1,
                        hidden);
+    }
+    const moe8_expert_act *a = qe ? &qe->act : &fe->act;
+    if (a->b_gu || a->limit > 0) {
+        for (int r = 0; r < m; r++) act_cols(a, y1 + (size_t)r * ldy1, inter, c0, c1);
+        return;
     }
     for (int r = 0; r < m; r++) {
         float *g = y1 + (size_t)r * ldy1;
@@ -85,6 +108,9 @@ void moe8_mlp_down(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fex
     else
         k->gemm_f32_wf(y2, ldy2, a->xf, a->ldf, fe->down, fe->down_dt, fe->ld_down, a->m, c0, c1,
                        inter);
+    const float *bd = qe ? qe->act.b_down : fe->act.b_down;
+    for (int r = 0; bd && r < a->m; r++)
+        for (int c = c0; c < c1; c++) y2[(size_t)r * ldy2 + c] += bd[c];
 }
 
 void moe8_unified_apply_mlp(const moe8_kernels *k, const moe8_qexpert *qe,

@@ -52,9 +52,19 @@ void moe8_moe_combine(float *out, int ldo, const float *y2, int ldy, const float
 /* expert_mlp.c                                                              */
 /* ======================================================================== */
 
+/* What an expert adds to its products (gpt_oss): biases of gate and up (this
+ * slice: b_gu[0..I) gate, b_gu[I..2I) up) and of down [H] (NULL on a TP slice
+ * other than the first: the parts' sum adds it once), and the clamped
+ * SwiGLU when limit > 0. All zero: plain silu(gate) * up. */
+typedef struct {
+    const float *b_gu, *b_down;
+    float limit, alpha;
+} moe8_expert_act;
+
 /* One quantized expert (TP slice already applied): gate/up [I][H], down [H][I]. */
 typedef struct {
     moe8_qmat gate, up, down;
+    moe8_expert_act act;
 } moe8_qexpert;
 
 /* One float expert, weights in place: gate/up rows of stride ld_gu, down rows
@@ -63,6 +73,7 @@ typedef struct {
     const void *gate, *up, *down;
     moe8_dtype gate_dt, up_dt, down_dt;
     int ld_gu, ld_down;
+    moe8_expert_act act;
 } moe8_fexpert;
 
 /* Rows of one expert's input, quantized or float. */
@@ -78,7 +89,8 @@ typedef struct {
 
 /* Phase 1, output columns [c0, c1) of I (c0 a multiple of the layout's panel width):
  * gate and up GEMMs into y1 [m][ldy1] (gate at column 0, up at column I),
- * then A = silu(gate) * up written over the gate columns. */
+ * then A = silu(gate) * up written over the gate columns (with the expert's
+ * act: biases first, then the clamped SwiGLU). */
 void moe8_mlp_up(const moe8_kernels *k, const moe8_qexpert *qe, const moe8_fexpert *fe,
                  int hidden, int inter, const moe8_mlp_rows *x, float *y1, int ldy1, int c0,
                  int c1);
@@ -109,6 +121,8 @@ struct moe8_moe_layer {
                                     * fe the down weights, A is not re-quantized */
     moe8_router_params rp;         /* bias points at `bias` below */
     float *bias;                   /* [E] copy, or NULL */
+    float *router_bias;            /* [E] added to the computed router logits (gpt_oss), or NULL */
+    float *ebias;                  /* [last-first][2 inter + H] expert biases (gpt_oss), or NULL */
     const void *router;            /* [E][H] in router_dt, caller-owned, or NULL */
     moe8_dtype router_dt;
     int n_threads;                 /* 0 = omp_get_max_threads() */

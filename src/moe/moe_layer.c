@@ -271,6 +271,39 @@ static moe8_status build_float(moe8_moe_layer *L, const moe8_moe_expert *ex, moe
     return MOE8_OK;
 }
 
+/* gpt_oss: the router bias and each local expert's biases (this slice's gate
+ * and up, down on the first slice only) as fp32 copies, and the clamped
+ * SwiGLU, into every local expert's act. */
+static moe8_status build_act(moe8_moe_layer *L, const moe8_moe_layer_desc *d, moe8_error *err) {
+    const int n_local = L->last - L->first, I = L->inter, H = L->hidden;
+    const size_t stride = 2 * (size_t)I + (size_t)H;
+    int any = 0;
+    for (int e = L->first; e < L->last; e++)
+        any |= d->experts[e].gate.bias || d->experts[e].up.bias || d->experts[e].down.bias;
+    if (d->router_bias) {
+        if (!(L->router_bias = malloc((size_t)L->n_expert * sizeof(float))))
+            return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", L->name);
+        memcpy(L->router_bias, d->router_bias, (size_t)L->n_expert * sizeof(float));
+    }
+    if (any && !(L->ebias = calloc(stride * (size_t)n_local, sizeof(float))))
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': out of memory", L->name);
+    for (int le = 0; le < n_local; le++) {
+        const moe8_moe_expert *x = &d->experts[L->first + le];
+        float *b = L->ebias ? L->ebias + stride * (size_t)le : NULL;
+        moe8_expert_act a = {b, b && L->i_begin == 0 ? b + 2 * I : NULL, d->act_limit,
+                             d->act_alpha};
+        for (int j = 0; b && j < I; j++) {
+            if (x->gate.bias) b[j] = (float)read_value(x->gate.bias, x->gate.bias_dtype, L->i_begin + j);
+            if (x->up.bias) b[I + j] = (float)read_value(x->up.bias, x->up.bias_dtype, L->i_begin + j);
+        }
+        for (int j = 0; b && x->down.bias && j < H; j++)
+            b[2 * I + j] = (float)read_value(x->down.bias, x->down.bias_dtype, j);
+        if (L->qe) L->qe[le].act = a;
+        if (L->fe) L->fe[le].act = a;
+    }
+    return MOE8_OK;
+}
+
 static moe8_status check_desc(const moe8_moe_layer_desc *d, const char *nm, moe8_error *err) {
     const int E = d->n_expert;
     if (E < 1 || d->hidden < 1 || d->intermediate < 1 || d->hidden > MOE8_MOE_MAX_DIM ||
@@ -344,6 +377,7 @@ moe8_status moe8_moe_layer_create(const moe8_moe_layer_desc *d, moe8_moe_layer *
     }
     st = L->quant == MOE8_QUANT_FLOAT ? build_float(L, d->experts, err)
                                       : build_quantized(L, d->experts, d, err);
+    if (st == MOE8_OK) st = build_act(L, d, err);
     if (st != MOE8_OK) goto fail;
     *out = L;
     return MOE8_OK;
@@ -355,6 +389,8 @@ fail:
 void moe8_moe_layer_free(moe8_moe_layer *L) {
     if (!L) return;
     free(L->bias);
+    free(L->router_bias);
+    free(L->ebias);
     free(L->qe);
     free(L->fe);
     moe8_free_aligned(L->qdata);
@@ -569,6 +605,8 @@ static void phase_router(fwd_ctx *c, int tid, int nt) {
     if (c0 < c1)
         c->k->gemm_f32_wf(c->w->logits, L->n_expert, c->h, L->hidden, L->router, L->router_dt,
                           L->hidden, c->T, c0, c1, L->hidden);
+    for (int t = 0; L->router_bias && t < c->T; t++) /* gpt_oss's router bias */
+        for (int e = c0; e < c1; e++) c->w->logits[(size_t)t * L->n_expert + e] += L->router_bias[e];
 }
 
 /* Quantize part tid of nt of the tokens. */
