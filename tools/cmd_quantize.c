@@ -3,7 +3,8 @@
  * W8A8 copy of a float model folder of any supported family
  * (moe8_quantize): experts (routed and shared) W8A8_DYNAMIC, their down_proj
  * FLOAT with --down-proj float, attention (and dense MLP) W8A8 static
- * calibrated on a built-in text or --calib FILE, lm_head FLOAT or
+ * calibrated on a built-in text or --calib FILE (W4A8_DYNAMIC with --linear
+ * w4a8: moe8's own, nothing calibrated), lm_head FLOAT or
  * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT; the hybrids by msModelSlim's
  * recipe (NOTES). Progress on stderr, a
  * summary on stdout. Uses only the public headers.
