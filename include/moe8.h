@@ -304,6 +304,11 @@ typedef struct {
                                    * memory, not a mapping */
     int mlock;                    /* 1: pin the cache in RAM; the context fails with the
                                    * system's reason (RLIMIT_MEMLOCK) when it cannot */
+    int lm_head_int8;             /* 1: a float lm_head (untied, or the tied embedding's
+                                   * copy) is quantized when packed to per-row symmetric
+                                   * int8 and run as W8A8_DYNAMIC (SEMANTICS §6d); into the
+                                   * packed cache, a file of its own. No effect on a
+                                   * W8A8_DYNAMIC lm_head.weight */
 } moe8_model_params;
 moe8_model_params moe8_model_params_default(void);
 

@@ -98,6 +98,10 @@ typedef struct {
     int experts_w4a8;           /* routed experts W4A8_DYNAMIC in msModelSlim's layout
                                  * (SEMANTICS §4b): per-row symmetric int4 with a clip search;
                                  * shared experts stay W8A8_DYNAMIC; not with down_proj_float */
+    int linear_w4a8;            /* attention projections and dense MLPs W4A8_DYNAMIC (moe8's
+                                 * own option, SEMANTICS §5b): int4 per channel as the experts,
+                                 * activations quantized per token at run time; no calibration.
+                                 * kv_b_proj (MLA) stays FLOAT; not with linear_float */
 } moe8_quantize_params;
 moe8_quantize_params moe8_quantize_params_default(void);
 

@@ -73,6 +73,8 @@ typedef struct {
     fx_list L;
     int float_experts;
     int hy_chunked;           /* hybrid families: prefill DeltaNet layers in chunks (hybrid_ref.h) */
+    int lm_head_int8;         /* a float lm_head quantized per row to int8 (--lm-head int8,
+                               * SEMANTICS §6d): ref_head_int8 */
 } ref_model;
 
 static void ref_init(ref_model *rm, const fx_opts *o) {
@@ -193,10 +195,28 @@ static void ref_lin_dynamic(double *y, const double *x, const ref_model *rm, con
     ref_dynamic(y, x, w, sc, of, rm->float_experts);
 }
 
-/* A linear "model.layers.<l>.<rest>" of the model's attention/dense storage. */
+/* A linear "model.layers.<l>.<rest>" of the model's attention/dense storage:
+ * W4A8_DYNAMIC when its weight says so (quantize --linear w4a8, SEMANTICS
+ * §5b: a float bias beside it added after), else as the fixture wrote it. */
 static void ref_lin(double *y, const double *x, const ref_model *rm, long long l, const char *rest) {
-    char prefix[200];
+    char prefix[200], f[320];
     snprintf(prefix, sizeof prefix, "model.layers.%%lld.%s", rest);
+    snprintf(f, sizeof f, "%.200s.weight", prefix);
+    const fx_tensor *wt = ref_t(rm, f, l, 0);
+    if (wt->quant && !strcmp(wt->quant, "W4A8_DYNAMIC")) {
+        snprintf(f, sizeof f, "%.200s.weight_scale", prefix);
+        const fx_tensor *sc = ref_t(rm, f, l, 0);
+        snprintf(f, sizeof f, "%.200s.weight_offset", prefix);
+        ref_dynamic(y, x, wt, sc, ref_t(rm, f, l, 0), 0); /* float_experts: experts only */
+        snprintf(f, sizeof f, "%.200s.bias", prefix);
+        for (int i = 0; i < rm->L.n; i++) {
+            char name[320];
+            snprintf(name, sizeof name, f, l, 0LL);
+            if (strcmp(rm->L.t[i].name, name)) continue;
+            for (int64_t j = 0; j < rm->L.t[i].shape[0]; j++) y[j] += fx_get(&rm->L.t[i], j);
+        }
+        return;
+    }
     if (rm->o.quant) {
         ref_lin_static(y, x, rm, prefix, l);   /* a q/k/v bias is inside quant_bias */
     } else {
@@ -820,6 +840,33 @@ static void ref_layer_sig(double *x, int n, const ref_model *rm, long long l) {
 
 #include "hybrid_ref.h"
 
+/* --lm-head int8 (SEMANTICS §6d): each float row of head [V][H] quantized as
+ * §4 quantizes a row (fp32: scale amax / 127, codes rint(w / scale) clamped
+ * to ±127), the row h likewise, the exact integer sum times both scales. */
+static void ref_head_int8(double *y, const double *h, const fx_tensor *head) {
+    const int64_t V = head->shape[0], H = head->shape[1];
+    int32_t *q = malloc(sizeof(int32_t) * (size_t)H);
+    float amax = 0.0f, sx;
+    for (int64_t j = 0; j < H; j++) amax = fmaxf(amax, fabsf((float)h[j]));
+    sx = amax / 127.0f;
+    for (int64_t j = 0; j < H; j++) {
+        const float v = sx > 0.0f ? rintf((float)h[j] / sx) : 0.0f;
+        q[j] = (int32_t)fminf(fmaxf(v, -127.0f), 127.0f);
+    }
+    for (int64_t i = 0; i < V; i++) {
+        float wmax = 0.0f, sw;
+        int64_t acc = 0;
+        for (int64_t j = 0; j < H; j++) wmax = fmaxf(wmax, fabsf((float)fx_get(head, i * H + j)));
+        sw = wmax / 127.0f;
+        for (int64_t j = 0; j < H; j++) {
+            const float c = sw > 0.0f ? rintf((float)fx_get(head, i * H + j) / sw) : 0.0f;
+            acc += (int64_t)q[j] * (int64_t)fminf(fmaxf(c, -127.0f), 127.0f);
+        }
+        y[i] = (double)acc * (double)sx * (double)sw;
+    }
+    free(q);
+}
+
 /* logits[n][vocab] for the tokens ids[0..n) at positions 0..n-1. */
 static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *logits) {
     const fx_opts *o = &rm->o;
@@ -841,6 +888,10 @@ static void ref_forward(const ref_model *rm, const int32_t *ids, int n, double *
     for (int t = 0; t < n; t++) {
         ref_rmsnorm(h, x + t * H, H, ref_t(rm, "model.norm.weight", 0, 0),
                     fx_deepseek(o) ? o->ds_eps : fx_glm_mm(o) ? fx_eps(o) : o->arch == FX_MIXTRAL ? 1e-5 : 1e-6);
+        if (rm->lm_head_int8 && !(o->lm_head_w8a8 && !o->tie)) {
+            ref_head_int8(logits + t * V, h, head);
+            continue;
+        }
         if (o->lm_head_w8a8 && !o->tie) { /* always quantized: float_experts is the experts' */
             ref_dynamic(logits + t * V, h, head, ref_t(rm, "lm_head.weight_scale", 0, 0),
                         ref_t(rm, "lm_head.weight_offset", 0, 0), 0);

@@ -7,7 +7,9 @@
  * through the library's reader). Every row count 1-50, odd K and N, column
  * sub-ranges, activation tails holding garbage past k, the worst-case
  * magnitudes (-8 x -128 over long K), the decode shapes of Qwen3-30B-A3B's
- * experts, and the int8 path on the same codes (bit for bit the same y).
+ * experts, and the int8 path on the same codes (bit for bit the same y);
+ * every table's quant_rows zeroes rows up to round_up(k, 8), the int4
+ * kernels' K alignment, over garbage, in a buffer of exactly that stride.
  */
 #include <stdint.h>
 
@@ -244,11 +246,51 @@ static void test_real_shapes(void) {
     }
 }
 
+/* quant_rows of each table zeroes every row up to round_up(k, 8), the
+ * alignment the int4 GEMMs read to (it once stopped at round_up(k, 4), and a
+ * row whose stride was exactly round_up(k, 8) kept the garbage it held
+ * there): rows quantized into a buffer of exactly m * round_up(k, 8) bytes
+ * filled with garbage first, then the GEMM on them against the reference. */
+static void test_tail_zeroed(void) {
+    const moe8_qlayout *layouts[] = {&moe8_qlayout_k2, &moe8_qlayout_k4u, &moe8_qlayout_q4k8};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        CHECKF(MOE8_QK_KALIGN % layouts[i]->kalign == 0, "layout %s aligns K to %d, "
+               "quant_rows zeroes to %d", layouts[i]->name, layouts[i]->kalign, MOE8_QK_KALIGN);
+    const int ks[] = {1, 3, 4, 5, 9, 12, 13, 20, 36, 61, 100, 1001};
+    for (size_t t = 0; t < sizeof ks / sizeof ks[0]; t++) {
+        const int k = ks[t], m = 3 + (int)t % 5, ld = moe8_round_up(k, 8), n = 33;
+        float *x = malloc(sizeof(float) * (size_t)m * k), sx[8];
+        int8_t *xq = malloc((size_t)m * ld);
+        int32_t xsum[8];
+        q4prob p;
+        for (size_t j = 0; j < (size_t)m * k; j++) x[j] = (float)test_rng_normal(&rng);
+        for (int pass = 0; pass < 2; pass++) {
+            const moe8_kernels *kt = pass ? tut : moe8_kernels_ref();
+            if (!kt) continue;
+            for (size_t j = 0; j < (size_t)m * ld; j++) xq[j] = (int8_t)(0x5a ^ (j * 13));
+            kt->quant_rows(xq, ld, sx, xsum, x, k, m, k);
+            int bad = 0;
+            for (int r = 0; r < m; r++)
+                for (int j = k; j < ld; j++) bad += xq[(size_t)r * ld + j] != 0;
+            CHECKF(bad == 0, "%s quant_rows k=%d: %d bytes of the tail up to %d not zeroed",
+                   kt->isa, k, bad, ld);
+            q4_init(&p, n, k, 0, 999);
+            bad = check_q4(kt, &p, xq, ld, sx, xsum, m, 0, n);
+            CHECKF(bad == 0, "%s q4 on rows of stride round_up(k, 8), k=%d: %d mismatches",
+                   kt->isa, k, bad);
+            q4_free(&p);
+        }
+        free(x);
+        free(xq);
+    }
+}
+
 int main(void) {
     tut = test_table_besides_ref();
     if (tut) printf("W4A8 GEMMs of %s (layout %s)\n", tut->isa, tut->q4layout->name);
     test_layout();
     test_shapes();
+    test_tail_zeroed();
     test_worst_case();
     test_real_shapes();
     return test_summary();

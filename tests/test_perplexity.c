@@ -11,7 +11,8 @@
  * tokens, every uint16 row within its quantization step of the true
  * log-probabilities), the KL divergence of a model against its own base
  * (<= 1e-5, same top token everywhere) and of W8A8 against float vs the
- * test's own KLD from the decoded base rows, bad base files and arguments,
+ * test's own KLD from the decoded base rows, of W4A8 (experts and linears)
+ * against float vs the exact KLD from both models' logits, bad base files and arguments,
  * and TP=2 vs one process (with MPI); the PPL of glm4_moe and minimax_m2
  * (float and W8A8) against the same reference, minimax_m2's under TP=2 too
  * (its whole-projection q/k norm sums squares across the ranks).
@@ -305,6 +306,51 @@ static void test_kld(const char *fdir, const char *qdir, const char *base) {
     }
 }
 
+/* KL divergence of a W4A8 copy of the float model (`quantize --experts w4a8
+ * --linear w4a8`) against the float model's base file: the CLI's mean,
+ * maximum and top-1 agreement against the test's own, computed in double
+ * from both models' logits (not from the base rows: the rows quantize each
+ * log-probability to a step of at most 16 / 65535, so within 2.5e-4). */
+static void test_kld_w4a8(const char *fdir, const char *base) {
+    char qdir[4200], args[8600];
+    moe8_quantize_params qp = moe8_quantize_params_default();
+    moe8_error e;
+    snprintf(qdir, sizeof qdir, "%s-w4a8", fdir);
+    qp.experts_w4a8 = 1, qp.linear_w4a8 = 1, qp.force = 1, qp.n_threads = 2;
+    CHECKF(moe8_quantize(fdir, qdir, &qp, NULL, &e) == MOE8_OK, "quantize: %s", e.message);
+    snprintf(args, sizeof args, "-m '%s' --kl-divergence-base '%s' --kl-divergence", qdir, base);
+    CHECK(cli(args) == 0);
+    int32_t V, *ids;
+    const float *lf = all_logits(fdir, &V, &ids), *lq = all_logits(qdir, &V, &ids);
+    const int first = C / 2, n_score = C - 1 - first;
+    double sum = 0, mx = 0;
+    int count = 0, same = 0;
+    for (int i = 0; i < CHUNKS; i++)
+        for (int k = 0; k < n_score; k++) {
+            const float *a = lf + ((size_t)i * C + first + k) * V, *b = lq + ((size_t)i * C + first + k) * V;
+            double ma = a[0], mb = b[0], za = 0, zb = 0, kl = 0;
+            int32_t ia = 0, ib = 0;
+            for (int32_t j = 1; j < V; j++) {
+                if (a[j] > ma) ma = a[j], ia = j;
+                if (b[j] > mb) mb = b[j], ib = j;
+            }
+            for (int32_t j = 0; j < V; j++) za += exp(a[j] - ma), zb += exp(b[j] - mb);
+            for (int32_t j = 0; j < V; j++) {
+                const double la = a[j] - ma - log(za), lb = b[j] - mb - log(zb);
+                kl += exp(la) * (la - lb);
+            }
+            sum += kl, mx = fmax(mx, kl), count++, same += ia == ib;
+        }
+    const double mean = sum / count, top = 100.0 * same / count;
+    const double k_cli = field("Mean    KLD:"), m_cli = field("Maximum KLD:"), t_cli = field("Same top p:");
+    printf("KLD        W4A8 (experts and linears) vs float %.6f (exact %.6f), max %.6f (%.6f), "
+           "same top %.3f%% (%.3f%%)\n", k_cli, mean, m_cli, mx, t_cli, top);
+    CHECKF(mean > 0 && fabs(k_cli - mean) <= 2.5e-4 + 0.01 * mean, "W4A8 KLD %g vs exact %g",
+           k_cli, mean);
+    CHECKF(fabs(m_cli - mx) <= 2.5e-4 + 0.01 * mx, "W4A8 max KLD %g vs exact %g", m_cli, mx);
+    CHECKF(fabs(t_cli - top) <= 100.0 / count + 1e-3, "W4A8 same top %g vs exact %g", t_cli, top);
+}
+
 static void test_bad(const char *dir, const char *base) {
     char args[8400], bad[4200];
     size_t n = 0;
@@ -419,6 +465,7 @@ int main(void) {
     test_ppl_kv_f32(qdir);
     test_ppl(bdir, "BOS");
     test_kld(fdir, qdir, base);
+    test_kld_w4a8(fdir, base);
     test_bad(fdir, base);
     test_tp(fdir); /* float: W8A8 under TP quantizes each rank's expert slice on its own (SEMANTICS §8) */
     /* the families of issue 34 (fixture_model.h): GLM-4.5 (2 groups keep 1,

@@ -123,6 +123,31 @@ static void test_good(void) {
     CHECK(li[0].qkv == MOE8_QUANT_W8A8);
     CHECK(li[1].mlp_gate_up == MOE8_QUANT_W8A8 && li[1].mlp_down == MOE8_QUANT_FLOAT);
 
+    /* W4A8_DYNAMIC linears (quantize --linear w4a8, SEMANTICS §5b): per channel only */
+    static const char *const w4[] = {"model.layers.0.self_attn.q_proj.weight",
+                                     "model.layers.0.self_attn.k_proj.weight",
+                                     "model.layers.0.self_attn.v_proj.weight",
+                                     "model.layers.0.self_attn.o_proj.weight",
+                                     "model.layers.1.mlp.gate_proj.weight",
+                                     "model.layers.1.mlp.up_proj.weight",
+                                     "model.layers.1.mlp.down_proj.weight"};
+    for (int g = 0; g < 2; g++) {
+        d = good_desc();
+        for (size_t i = 0; i < sizeof w4 / sizeof w4[0]; i++)
+            set(d, w4[i], cJSON_CreateString("W4A8_DYNAMIC"));
+        set(d, "group_size", cJSON_CreateNumber(g ? 64 : 0));
+        const moe8_status st = resolve(d, li, &e);
+        if (g) {
+            CHECKF(st == MOE8_ERR_UNSUPPORTED && strstr(e.message, "group_size 64"),
+                   "per-group W4A8 linears: %s", e.message);
+            continue;
+        }
+        CHECKF(st == MOE8_OK, "%s", e.message);
+        CHECK(li[0].qkv == MOE8_QUANT_W4A8_DYNAMIC && li[0].o == MOE8_QUANT_W4A8_DYNAMIC);
+        CHECK(li[1].mlp_gate_up == MOE8_QUANT_W4A8_DYNAMIC && li[1].mlp_down == MOE8_QUANT_W4A8_DYNAMIC);
+        CHECK(li[2].qkv == MOE8_QUANT_W8A8);
+    }
+
     /* experts of expert 1..3 do not decide (reference reads expert 0) */
     d = good_desc();
     set(d, "model.layers.0.mlp.experts.3.down_proj.weight", cJSON_CreateString("FLOAT"));
@@ -176,8 +201,9 @@ static void test_defects(void) {
         {"model.layers.2.mlp.experts.3.up_proj.weight", "W4A16", MOE8_ERR_UNSUPPORTED,
          "tensor 'model.layers.2.mlp.experts.3.up_proj.weight': quant type \"W4A16\" not "
          "supported"},
-        {"model.layers.0.self_attn.o_proj.weight", "W4A8_DYNAMIC", MOE8_ERR_UNSUPPORTED,
-         "layer 0: self_attn.o_proj is W4A8_DYNAMIC, not supported on linear layers"},
+        /* W4A8_DYNAMIC linears (quantize --linear w4a8) are accepted, but q/k/v agree */
+        {"model.layers.0.self_attn.q_proj.weight", "W4A8_DYNAMIC", MOE8_ERR_FORMAT,
+         "layer 0: shards of packed qkv_proj disagree: self_attn.q_proj is W4A8_DYNAMIC"},
         {"model.layers.0.self_attn.q_proj.input_scale", "W8A16", MOE8_ERR_UNSUPPORTED,
          "tensor 'model.layers.0.self_attn.q_proj.input_scale': quant type \"W8A16\""},
         {"model.layers.0.mlp.gate.weight", "W8A8", MOE8_ERR_UNSUPPORTED,

@@ -3,7 +3,8 @@
  * W8A8 copy of a float model folder of any supported family
  * (moe8_quantize): experts (routed and shared) W8A8_DYNAMIC, their down_proj
  * FLOAT with --down-proj float, attention (and dense MLP) W8A8 static
- * calibrated on a built-in text or --calib FILE, lm_head FLOAT or
+ * calibrated on a built-in text or --calib FILE (W4A8_DYNAMIC with --linear
+ * w4a8: moe8's own, nothing calibrated), lm_head FLOAT or
  * (--lm-head w8a8) W8A8_DYNAMIC, the rest FLOAT; the hybrids by msModelSlim's
  * recipe (NOTES). Progress on stderr, a
  * summary on stdout. Uses only the public headers.
@@ -70,8 +71,9 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
          "never the input or inside it)"},
         {"--calib", NULL, CLI_STR, calib, .arg = "FILE", .help = "calibration text for the W8A8 attention, a regular file\n"
          "of at most 64 MiB (default: built in)"},
-        {"--linear", NULL, CLI_CHOICE, &linear, .choices = "w8a8,float", .arg = "w8a8|float",
-         .help = "attention and dense MLP: W8A8 static (default) or FLOAT"},
+        {"--linear", NULL, CLI_CHOICE, &linear, .choices = "w8a8,float,w4a8",
+         .arg = "w8a8|float|w4a8", .help = "attention and dense MLP: W8A8 static (default), FLOAT,\n"
+         "or W4A8_DYNAMIC (int4 per channel, per-token int8 activations)"},
         {"--lm-head", NULL, CLI_CHOICE, &lm_head, .choices = "float,w8a8", .arg = "float|w8a8",
          .help = "lm_head: FLOAT (default, as ModelSlim) or W8A8_DYNAMIC\n"
          "(int8 rows, per-row scale; refused with tie_word_embeddings)"},
@@ -93,6 +95,7 @@ static int parse_args(int argc, char **argv, moe8_quantize_params *p, const char
     const int rc = cli_parse("quantize", SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc;
     p->linear_float = linear == 1;
+    p->linear_w4a8 = linear == 2;
     p->lm_head_w8a8 = lm_head == 1;
     p->down_proj_float = down == 1;
     p->deq_scale_f32 = deq == 1;

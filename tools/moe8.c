@@ -1,7 +1,7 @@
 /*
  * moe8.c — entry point of the moe8 CLI: the command table, `moe8 version`, and
- * the packed-cache options every command that loads a model takes, taken out
- * of argv before the command parses it. The shared helpers are in cli_util.c
+ * the packed-cache options every command that loads a model takes (and
+ * --lm-head int8), taken out of argv before the command parses it. The shared helpers are in cli_util.c
  * (errors, parsing, timings), cli_opts.c (options) and cli_open.c (start-up).
  */
 #include <errno.h>
@@ -13,7 +13,7 @@
 
 static struct {
     const char *cache_dir;
-    int no_cache, no_mmap, mlock;
+    int no_cache, no_mmap, mlock, lm_head_int8;
 } g_model_opts;
 
 void cli_model_opts(moe8_model_params *mp) {
@@ -21,16 +21,25 @@ void cli_model_opts(moe8_model_params *mp) {
     mp->no_cache = g_model_opts.no_cache;
     mp->no_mmap = g_model_opts.no_mmap;
     mp->mlock = g_model_opts.mlock;
+    mp->lm_head_int8 = g_model_opts.lm_head_int8;
 }
 
-/* Take the packed-cache options out of argv[first..]; -1 when --cache-dir has no value. */
-static int take_model_opts(int *argc, char **argv) {
+/* Take the packed-cache options out of argv[first..] (and --lm-head int8,
+ * unless `lm_head` is 0: quantize has an --lm-head of its own); 2 after a
+ * usage error (printed). */
+static int take_model_opts(int *argc, char **argv, int lm_head) {
     int n = 1;
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--cache-dir")) {
-            if (i + 1 >= *argc) return -1;
+            if (i + 1 >= *argc) return cli_usage_err(argv[0], "--cache-dir wants a folder");
             g_model_opts.cache_dir = argv[++i];
+        } else if (lm_head && !strcmp(a, "--lm-head")) {
+            if (i + 1 >= *argc || strcmp(argv[i + 1], "int8"))
+                return cli_bad_value(argv[0], a, "int8 (a float lm_head packed to int8 at load)",
+                                     i + 1 < *argc ? argv[i + 1] : "");
+            g_model_opts.lm_head_int8 = 1;
+            i++;
         } else if (!strcmp(a, "--no-cache")) g_model_opts.no_cache = 1;
         else if (!strcmp(a, "--no-mmap")) g_model_opts.no_mmap = 1;
         else if (!strcmp(a, "--mlock")) g_model_opts.mlock = 1;
@@ -64,7 +73,8 @@ static void usage(FILE *f) {
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel table in use (MOE8_ISA=NAME forces one)");
     fprintf(f, "\nevery command that loads a model also takes --cache-dir DIR, --no-cache, --no-mmap\n"
-               "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c)\n");
+               "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c), and --lm-head int8\n"
+               "(a float lm_head packed to per-row int8 at load; docs/SEMANTICS.md 6d)\n");
 }
 
 int main(int argc, char **argv) {
@@ -82,9 +92,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
         int n = argc - 1;
-        if (take_model_opts(&n, argv + 1)) {
-            return cli_usage_err(argv[1], "--cache-dir wants a folder");
-        }
+        const int rc = take_model_opts(&n, argv + 1, strcmp(argv[1], "quantize") != 0);
+        if (rc) return rc;
         return commands[i].fn(n, argv + 1);
     }
     cli_err(NULL, "unknown command '%s'", argv[1]);

@@ -1,7 +1,8 @@
 /*
  * quant_desc.c — ModelSlim quant_model_description.json (SEMANTICS §6): a flat
  * JSON object mapping tensor names to "FLOAT" / "W8A8" / "W8A8_DYNAMIC" /
- * "W4A8_DYNAMIC" (routed experts only, per channel: group_size 0), plus
+ * "W4A8_DYNAMIC" (routed experts, and linears: moe8's `quantize --linear
+ * w4a8`; per channel: group_size 0), plus
  * metadata keys (model_quant_type, version, fa_quant_type, group_size, ...).
  *
  * Lookup rules (the reference's): only `<module>.weight` keys decide a
@@ -214,15 +215,22 @@ static moe8_status packed(const lookup *k, const char *packed_name, const moe8_r
     return MOE8_OK;
 }
 
-/* A linear layer (FLOAT or W8A8 only). */
+/* A linear layer: FLOAT, W8A8, or W4A8_DYNAMIC (moe8's own `quantize --linear
+ * w4a8`, SEMANTICS §5b); kv_b_proj, absorbed into MLA's attention, FLOAT or W8A8. */
+static moe8_status linear_kind_ok(const lookup *k, const char *module, moe8_quant_type q,
+                                  int w4_ok, moe8_error *err) {
+    if (q == MOE8_QUANT_W8A8_DYNAMIC || (q == MOE8_QUANT_W4A8_DYNAMIC && !w4_ok))
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
+                         "'%s': layer %lld: %s is %s, not supported on %s (expected FLOAT%s "
+                         "or W8A8)", k->qd->label, (long long)k->layer, module,
+                         moe8_quant_type_name(q), w4_ok ? "linear layers" : "kv_b_proj",
+                         w4_ok ? ", W4A8_DYNAMIC" : "");
+    return MOE8_OK;
+}
+
 static moe8_status linear_ok(const lookup *k, const char *module, moe8_quant_type q,
                              moe8_error *err) {
-    if (q == MOE8_QUANT_W8A8_DYNAMIC || q == MOE8_QUANT_W4A8_DYNAMIC)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1,
-                         "'%s': layer %lld: %s is %s, not supported on linear layers "
-                         "(expected FLOAT or W8A8)",
-                         k->qd->label, (long long)k->layer, module, moe8_quant_type_name(q));
-    return MOE8_OK;
+    return linear_kind_ok(k, module, q, 1, err);
 }
 
 /* Multi-head latent attention: q_proj or q_a_proj and kv_a_proj_with_mqa
@@ -242,7 +250,7 @@ static moe8_status resolve_mla(const lookup *k, const moe8_config *c, moe8_layer
          (st = linear_ok(k, mod, li->q_b, err)) != MOE8_OK))
         return st;
     if ((st = required(k, MOE8_R_KV_B, mod, sizeof mod, &li->kv_b, err)) != MOE8_OK ||
-        (st = linear_ok(k, mod, li->kv_b, err)) != MOE8_OK)
+        (st = linear_kind_ok(k, mod, li->kv_b, 0, err)) != MOE8_OK)
         return st;
     if ((st = required(k, MOE8_R_O, mod, sizeof mod, &li->o, err)) != MOE8_OK) return st;
     return linear_ok(k, mod, li->o, err);
@@ -396,7 +404,9 @@ moe8_status moe8_quant_desc_resolve(const moe8_quant_desc *qd, const moe8_config
         if ((st = resolve_attention(&k, cfg, li, err)) != MOE8_OK) return st;
         st = li->is_moe ? resolve_moe(&k, li, err) : resolve_dense(&k, li, err);
         if (st != MOE8_OK) return st;
-        if (li->experts == MOE8_QUANT_W4A8_DYNAMIC && (st = per_channel(qd, err)) != MOE8_OK)
+        const moe8_quant_type w4 = MOE8_QUANT_W4A8_DYNAMIC;
+        if ((li->experts == w4 || li->qkv == w4 || li->o == w4 || li->q_b == w4 ||
+             li->mlp_gate_up == w4 || li->mlp_down == w4) && (st = per_channel(qd, err)) != MOE8_OK)
             return st;
     }
     return MOE8_OK;

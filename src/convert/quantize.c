@@ -14,7 +14,10 @@
  *   lm_head.weight, with lm_head_w8a8               -> W8A8_DYNAMIC (a moe8
  *                                                      extension; refused when
  *                                                      tied: embed stays float)
- *   self_attn.{q,k,v,o}_proj.weight, dense MLP      -> W8A8 static
+ *   self_attn.{q,k,v,o}_proj.weight, dense MLP      -> W8A8 static (W4A8_DYNAMIC
+ *                                                      with linear_w4a8, moe8's own:
+ *                                                      no calibration, a q/k/v
+ *                                                      bias stays FLOAT, added after)
  *   self_attn.{q,k,v}_proj.bias (qwen2_moe)         -> folded into that linear's
  *                                                      quant_bias, not written
  *   anything else (router, embed, norms, lm_head)   -> FLOAT, bytes unchanged
@@ -130,7 +133,8 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
     int64_t l, e;
     const char *suffix;
     if (moe8_arch_parse(a, t->name, &r, &l, &e, &suffix)) return KIND_FLOAT;
-    if (!strcmp(suffix, "bias") && MOE8_FAM(c)->qkv_bias && !p->linear_float && l >= 0 &&
+    if (!strcmp(suffix, "bias") && MOE8_FAM(c)->qkv_bias && !p->linear_float &&
+        !p->linear_w4a8 && l >= 0 &&
         l < c->num_hidden_layers &&
         (r == MOE8_R_Q || r == MOE8_R_K || r == MOE8_R_V ||
          (r == MOE8_R_O && (a->kinds.attn_opts & MOE8_ATTN_O_BIAS))))
@@ -159,6 +163,8 @@ static qkind classify(const moe8_tensor *t, const moe8_arch_desc *a, const moe8_
         return r == MOE8_R_SHEXP_DOWN && p->down_proj_float ? KIND_FLOAT : KIND_DYNAMIC;
     case MOE8_KIND_LINEAR:
         if (p->linear_float) return KIND_FLOAT;
+        if (p->linear_w4a8) /* row-parallel ones: scale_bias per 16 K chunks, as down_proj's */
+            return r == MOE8_R_O || r == MOE8_R_MLP_DOWN ? KIND_W4_DOWN : KIND_W4;
         *layer = (int)l;
         *site = r == MOE8_R_O          ? MOE8_CALIB_O
                 : r == MOE8_R_Q_B      ? MOE8_CALIB_QB
@@ -665,14 +671,19 @@ static moe8_status load_and_calibrate(qz *z, const char *in_dir, moe8_error *err
     z->arch = moe8_arch_get(z->cfg.arch);
     hybrid = z->arch->kinds.gdn_layers; /* no W8A8 static linear: nothing to calibrate */
     st = check_float_model(m, in_dir, err);
+    if (!st && hybrid && p->linear_w4a8)
+        st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': W4A8 linears of %s (hybrid linear "
+                       "attention) not supported yet (msModelSlim's recipe: W8A8_DYNAMIC)",
+                       in_dir, z->cfg.model_type);
     if (!st && p->lm_head_w8a8 && z->cfg.tie_word_embeddings)
         st = moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "'%s': cannot quantize lm_head: "
                        "tie_word_embeddings is true and the shared embedding must stay float "
                        "(quantize lm_head only for an untied model)", in_dir);
     /* the tokenizer is read only to calibrate (with linear_float it is only
      * copied: a family whose tokenizer this build cannot parse still quantizes) */
-    if (!st && !p->linear_float && !hybrid) st = moe8_tokenizer_load(in_dir, &tok, err);
-    if (!st && !p->linear_float && !hybrid) {
+    const int calib = !p->linear_float && !p->linear_w4a8 && !hybrid;
+    if (!st && calib) st = moe8_tokenizer_load(in_dir, &tok, err);
+    if (!st && calib) {
         const char *text = p->calib_text ? p->calib_text : moe8_calib_default_text();
         size_t len = p->calib_text ? p->calib_len : strlen(text);
         size_t n = (size_t)z->cfg.num_hidden_layers * MOE8_CALIB_SITES;
@@ -699,7 +710,8 @@ static moe8_status write_folder(qz *z, const char *in_dir, const char *dir, moe8
     if (!(z->desc = cJSON_CreateObject()) ||
         !cJSON_AddStringToObject(z->desc, "model_quant_type", "W8A8_DYNAMIC") ||
         !cJSON_AddStringToObject(z->desc, "version", "1.0.0") ||
-        (z->p->experts_w4a8 && !cJSON_AddNumberToObject(z->desc, "group_size", 0)))
+        ((z->p->experts_w4a8 || z->p->linear_w4a8) &&
+         !cJSON_AddNumberToObject(z->desc, "group_size", 0)))
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if ((st = write_tensors(z, dir, err))) return st;
     if (!(text = cJSON_Print(z->desc))) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
@@ -742,6 +754,9 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
     if (z.p->experts_w4a8 && z.p->down_proj_float)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: W4A8 experts with a FLOAT "
                          "down_proj not supported (W4A8_DYNAMIC gate, up and down)");
+    if (z.p->linear_w4a8 && z.p->linear_float)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "quantize: linear_w4a8 and linear_float "
+                         "exclude each other");
     if ((st = check_input(in_dir, err))) return st;
     if ((st = moe8_outdir_begin(&od, out_dir, z.p->force, &in_dir, 1, err))) return st;
     st = load_and_calibrate(&z, in_dir, err);

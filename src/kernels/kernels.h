@@ -26,7 +26,8 @@
 
 #include "core/public.h"
 
-#define MOE8_QK_KALIGN 4  /* the smallest K alignment of any layout (activation tails) */
+#define MOE8_QK_KALIGN 8  /* the largest K alignment of any layout (q4k8's): activation
+                           * rows are zeroed up to it, so every table reads zeros past k */
 
 static inline int moe8_round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -93,7 +94,8 @@ typedef void (*moe8_gemm_q8_f32_fn)(float *y, int ldy, const int8_t *xq, int ldq
 /* The W4A8 GEMMs (SEMANTICS §4b) have the q8 signatures and results (the
  * same sums and epilogue) on a weight of the table's q4layout (codes in
  * [-8, 7]); activation rows are read up to k_pad = round_up(k, 8) (ldq >=
- * k_pad), whatever they hold past k. */
+ * k_pad; quant_rows zeroes them up to there, though whatever they hold past k
+ * cancels). */
 
 /* y[r][j] = sum_k x[r][k] * W[j][k] for a float weight W[n][ldw] stored as
  * F32, F16 or BF16 (read in place). fp32 accumulation; variants may sum in a

@@ -22,7 +22,8 @@
  * weight is read. Where: cache_dir/<folder>-<hash of its real path>/, else
  * DIR/.moe8-cache/ when it can be written, else
  * $XDG_CACHE_HOME/moe8/<folder>-<hash>/ (~/.cache/moe8). The name is
- * <table>-tp<N>r<R>[-ep].pkc. A builder holds flock(<name>.lock) from its
+ * <table>-tp<N>r<R>[-ep][-lm8].pkc (-lm8: a float lm_head packed to int8,
+ * --lm-head int8; the choice is in the fingerprint too). A builder holds flock(<name>.lock) from its
  * last look to the rename of <name>.tmp.<pid>, so a racing process waits and
  * then maps the winner's file; holding it, a builder removes the
  * <name>.tmp.<pid> files a killed build left.
@@ -59,7 +60,8 @@ typedef struct {
     char magic[8];
     uint32_t version, n_sections;
     char table[16], layout[16];
-    int32_t tp_size, tp_rank, ep, pad;
+    int32_t tp_size, tp_rank, ep;
+    int32_t lm_int8;               /* 1: a float lm_head quantized at load (--lm-head int8) */
     uint64_t source_fp, shard_fp;
     uint64_t file_bytes, header_bytes;
     uint64_t header_hash;          /* of [0, header_bytes) with this field zero */
@@ -182,8 +184,8 @@ static int candidates(const moe8_model *m, char dirs[2][PATH_MAX]) {
 }
 
 static void file_name(char *out, size_t cap, const char *dir, const pc_head *h) {
-    if (snprintf(out, cap, "%s/%s-tp%dr%d%s.pkc", dir, h->table, h->tp_size, h->tp_rank,
-                 h->ep ? "-ep" : "") >= (int)cap)
+    if (snprintf(out, cap, "%s/%s-tp%dr%d%s%s.pkc", dir, h->table, h->tp_size, h->tp_rank,
+                 h->ep ? "-ep" : "", h->lm_int8 ? "-lm8" : "") >= (int)cap)
         out[0] = 0; /* too long: opens nothing */
 }
 
@@ -218,6 +220,10 @@ static int check_head(const pc_head *h, const pc_sect *s, const pc_head *want, u
         return snprintf(why, cap, "shard tp %d rank %d%s, this is tp %d rank %d%s", h->tp_size,
                         h->tp_rank, h->ep ? " ep" : "", want->tp_size, want->tp_rank,
                         want->ep ? " ep" : ""), -1;
+    if (h->lm_int8 != want->lm_int8)
+        return snprintf(why, cap, "lm_head %s, this load %s", h->lm_int8 ? "packed to int8 at "
+                        "load (--lm-head int8)" : "as stored", want->lm_int8 ? "packs it to "
+                        "int8" : "keeps it as stored"), -1;
     if (h->source_fp != want->source_fp)
         return snprintf(why, cap, "the model folder changed since it was built (config, quant "
                         "description or a safetensors file)"), -1;
@@ -354,6 +360,8 @@ static moe8_status want_of(pc_head *h, const moe8_model *m, const moe8_kernels *
     const moe8_status st = moe8_model_fingerprint(m, 1, fp, err);
     if (st) return st;
     h->source_fp = fold(fold(fold(1, fp[0]), fp[1]), fp[2]);
+    h->lm_int8 = moe8_model_lm_head_int8(m);
+    if (h->lm_int8) h->source_fp = fold(h->source_fp, 0x6c6d2d696e7438u); /* "lm-int8" */
     return MOE8_OK;
 }
 
@@ -407,7 +415,7 @@ static void remove_stale(const moe8_pcache *pc, const char *dir) {
 
 /* 1 when some weight of m is packed (int8); a float model has nothing to cache. */
 static int has_packed(const moe8_model *m) {
-    if (m->lm_head.quant != MOE8_QUANT_FLOAT) return 1;
+    if (m->lm_head.quant != MOE8_QUANT_FLOAT || moe8_model_lm_head_int8(m)) return 1;
     for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) {
         const moe8_layer_info *li = &m->layers[i].info;
         const moe8_quant_type q[] = {li->qkv, li->o, li->q_b};

@@ -393,19 +393,19 @@ static const moe8_tensor **tensor_of(moe8_layer *ly, moe8_role r) {
     }
 }
 
-/* "<prefix>.bias" [n_out] float: required on a FLOAT linear (added after
- * it), optional and unused on a W8A8 one (folded into quant_bias); an
- * expert's (gpt_oss) required and kept whatever its storage. */
+/* "<prefix>.bias" [n_out] float: required on a FLOAT or W4A8_DYNAMIC linear
+ * (added after it), optional and unused on a W8A8 one (folded into
+ * quant_bias); an expert's (gpt_oss) required and kept whatever its storage. */
 static moe8_status bind_bias(const moe8_model *m, const char *prefix, moe8_linear *L, int expert,
                              moe8_error *err) {
     char name[256];
     const moe8_tensor *t;
     moe8_status st;
     snprintf(name, sizeof name, "%s.bias", prefix);
-    if ((st = find(m, name, expert || L->quant == MOE8_QUANT_FLOAT, &t, err)) != MOE8_OK || !t)
-        return st;
+    const int added = expert || L->quant == MOE8_QUANT_FLOAT || L->quant == MOE8_QUANT_W4A8_DYNAMIC;
+    if ((st = find(m, name, added, &t, err)) != MOE8_OK || !t) return st;
     if ((st = float_tensor(m, name, L->n_out, -1, &t, err)) != MOE8_OK) return st;
-    if (expert || L->quant == MOE8_QUANT_FLOAT) L->bias = t;
+    if (added) L->bias = t;
     return MOE8_OK;
 }
 

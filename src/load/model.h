@@ -156,6 +156,13 @@ struct moe8_model {
                                        * set is built once however many ask at once */
 };
 
+/* 1 when m's lm_head is float and is packed to int8 at load (params.lm_head_int8,
+ * SEMANTICS §6d): the weights build quantizes it (moe8_proj_init_int8), the
+ * packed cache stores it, in a file of its own. */
+static inline int moe8_model_lm_head_int8(const moe8_model *m) {
+    return m->params.lm_head_int8 && m->lm_head.quant == MOE8_QUANT_FLOAT;
+}
+
 /* Contexts hold a reference so the model outlives them whatever the order of
  * the frees; the last unref frees it. */
 void moe8_model_ref(moe8_model *m);

@@ -18,7 +18,8 @@
  * Embeddings, the router, FLOAT linears and a tied lm_head stay in the map in
  * their stored dtype; an untied FLOAT lm_head is copied into owned memory
  * under --no-mmap only (and its pages released); a W8A8_DYNAMIC lm_head is
- * packed like the W8A8 linears. In float-experts mode W8A8 experts are
+ * packed like the W8A8 linears, and so is a float one quantized per row to
+ * int8 under --lm-head int8 (its scales a region of the cache too). In float-experts mode W8A8 experts are
  * dequantized to fp32, W = S·(Wq + O), and run as FLOAT experts (a
  * comparison aid; 4x the memory).
  *
@@ -448,24 +449,28 @@ static size_t layer_owned(const moe8_fwd_layer *fl, const moe8_weights *w) {
 }
 
 /* lm_head, FLOAT in place or W8A8_DYNAMIC packed (its mapped pages then
- * released). Under TP split by vocabulary: rank r computes rows [r*C, (r+1)*C)
+ * released; a float one quantized to int8 first under --lm-head int8). Under TP split by vocabulary: rank r computes rows [r*C, (r+1)*C)
  * of the logits and an all-gather assembles them (one token per step reads
  * 1/N of lm_head per rank). */
-static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_error *err) {
+static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, int n_threads,
+                                 moe8_error *err) {
     const moe8_linear *src = &m->lm_head;
+    const int int8 = moe8_model_lm_head_int8(m); /* --lm-head int8: quantized here */
     moe8_status st = MOE8_OK;
+    int r0 = 0, r1 = (int)src->n_out;
     if (w->n_ranks > 1) {
         w->v_chunk = (w->V + w->n_ranks - 1) / w->n_ranks;
         w->v_begin = m->shard.rank * w->v_chunk;
         w->v_count = w->V - w->v_begin < w->v_chunk ? w->V - w->v_begin : w->v_chunk;
         if (w->v_count < 0) w->v_count = 0;
-        if (w->v_count > 0)
-            st = moe8_proj_init_cached(&w->lm_head, src, w->v_begin, w->v_begin + w->v_count,
-                                       0, w->H, 0, w->kt->qlayout, w->cache, err);
-    } else {
-        st = moe8_proj_init_cached(&w->lm_head, src, 0, (int)src->n_out, 0, (int)src->n_in, 0,
-                                   w->kt->qlayout, w->cache, err);
+        r0 = w->v_begin;
+        r1 = w->v_begin + w->v_count;
     }
+    if (r1 > r0)
+        st = int8 ? moe8_proj_init_int8(&w->lm_head, src, r0, r1, w->kt->qlayout, w->cache,
+                                        n_threads, err)
+                  : moe8_proj_init_cached(&w->lm_head, src, r0, r1, 0, (int)src->n_in, 0,
+                                          w->kt->qlayout, w->cache, err);
     /* A FLOAT lm_head (untied) is read in place from the checkpoint's map: it
      * streams as fast from there as from a copy (docs/BENCHMARKS.md, "Packed
      * cache"), and copying it was a third of a warm load. Under --no-mmap it is
@@ -473,7 +478,8 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
     if (!st && m->params.no_mmap && w->lm_head.type == MOE8_QUANT_FLOAT &&
         !m->cfg.tie_word_embeddings && w->lm_head.n)
         st = moe8_proj_own_float(&w->lm_head, m->st, src->weight, err);
-    if (!st && w->lm_head.type != MOE8_QUANT_FLOAT && w->lm_head.n)
+    if (!st && w->lm_head.type != MOE8_QUANT_FLOAT && w->lm_head.n &&
+        !m->cfg.tie_word_embeddings) /* tied: the embedding, still read */
         moe8_st_release(m->st, src->weight);
     if (!st && w->lm_head.packed) {
         w->owned_bytes += moe8_proj_owned_bytes(&w->lm_head);
@@ -483,6 +489,17 @@ static moe8_status build_lm_head(moe8_weights *w, const moe8_model *m, moe8_erro
 }
 
 static void layer_free(moe8_fwd_layer *fl);
+
+/* 1 when a projection of fl is W4A8_DYNAMIC (quantize --linear w4a8): the
+ * forward then quantizes their inputs per token (moe8_weights.has_dynamic). */
+static int layer_w4(const moe8_fwd_layer *fl) {
+    const moe8_proj *p[] = {&fl->q, &fl->k, &fl->v, &fl->o, &fl->gate, &fl->up, &fl->down,
+                            &fl->sh_gate, &fl->sh_up, &fl->sh_down, &fl->q_a, &fl->q_b,
+                            &fl->kv_a, &fl->gdn_in, &fl->gdn_z, &fl->gdn_out};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        if (p[i]->type == MOE8_QUANT_W4A8_DYNAMIC) return 1;
+    return 0;
+}
 
 /* A streamed section's buffers, just freed, back to the system. glibc keeps
  * freed memory: once a buffer above its mmap threshold is freed, the
@@ -563,12 +580,13 @@ static moe8_status build_all(const moe8_model *m, const moe8_kernels *kt, int fl
             release_freed();
         } else {
             w->owned_bytes += layer_owned(&w->layers[i], w);
+            w->has_dynamic |= layer_w4(&w->layers[i]);
         }
     }
     /* last: its copy (or packing) then does not add to the transient of a
      * layer's mapped pages being packed (the peak resident memory of loading) */
     moe8_pcache_section(w->cache, w->n_layer);
-    if (!st) st = build_lm_head(w, m, err);
+    if (!st) st = build_lm_head(w, m, n_threads, err);
     if (!st && streaming) {
         moe8_pcache_section_done(w->cache);
         moe8_proj_free(&w->lm_head);

@@ -74,7 +74,7 @@ typedef struct moe8_weights {
     int H, n_layer, n_head, n_kv, D, V, F_max; /* F_max: widest dense MLP or shared expert
                                     * (this rank's slice), 0 if none */
     int has_shared;                /* some layer has a shared expert */
-    int has_dynamic;               /* some dense-path linear is W8A8_DYNAMIC */
+    int has_dynamic;               /* some dense-path linear is W8A8_DYNAMIC or W4A8_DYNAMIC */
     int E, K;
     float eps;
     /* attention geometry: the cache holds kv_planes x n_kv x C values per position and layer */

@@ -113,8 +113,8 @@ moe8_status moe8_fwd_lin(const moe8_fwd_run *r, const moe8_proj *p, const moe8_p
     moe8_fwd_scratch *s = r->s;
     const moe8_status st = moe8_proj_check(p, r->kt, err);
     if (st) return st;
-    if (p->type == MOE8_QUANT_W8A8_DYNAMIC) {
-        if (!(prev && prev->type == MOE8_QUANT_W8A8_DYNAMIC && prev->k == p->k))
+    if (moe8_proj_dynamic(p)) { /* W8A8_DYNAMIC or W4A8_DYNAMIC: the same codes */
+        if (!(prev && moe8_proj_dynamic(prev) && prev->k == p->k))
             quant_dynamic(r, x, p->k, T);
         return moe8_proj_apply(p, r->kt, y, p->n, x, p->k, s->xq, s->ldq, s->dyn_sx,
                                s->dyn_xsum, T, r->nt);
@@ -143,7 +143,7 @@ moe8_status moe8_fwd_lin_group(const moe8_fwd_run *r, const moe8_proj *const *p,
                   (p[0]->type != MOE8_QUANT_FLOAT && !moe8_proj_same_input(p[i - 1], p[i]))))
             one_pass = 0;
     }
-    if (p[0]->type == MOE8_QUANT_W8A8_DYNAMIC) one_pass = 0;
+    if (moe8_proj_dynamic(p[0])) one_pass = 0;
     for (int i = 0; !one_pass && i < n; i++)
         if ((st = moe8_fwd_lin(r, p[i], i ? p[i - 1] : NULL, y[i], x, T, err))) return st;
     if (!one_pass) return MOE8_OK;

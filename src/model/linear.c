@@ -25,6 +25,9 @@
  * computes ((float)(acc + O*xsum) * sx) * S with S = weight_scale and
  * O = weight_offset (NULL, costing nothing, when every offset is 0).
  *
+ * W4A8_DYNAMIC (`moe8 quantize --linear w4a8`, SEMANTICS §5b): the same with
+ * int4 codes in the table's q4layout and its gemm_q4_f32.
+ *
  * An int8 weight is read only by a table whose GEMMs read the layout it was
  * packed in (moe8_kernels_reads): another is refused before anything runs,
  * as the MoE layer refuses its experts (moe/moe_layer.c).
@@ -119,6 +122,8 @@ static void group_chunk(const moe8_proj *const *p, float *const *y, const int *l
         const int n1 = (int)hi * nr < q->n ? (int)hi * nr : q->n;
         if (q->type == MOE8_QUANT_FLOAT)
             kt->gemm_f32_wf(y[i], ldy[i], x, ldx, q->w, q->wdt, q->ldw, T, n0, n1, q->k);
+        else if (q->type == MOE8_QUANT_W4A8_DYNAMIC) /* int4 codes (SEMANTICS §5b) */
+            kt->gemm_q4_f32(y[i], ldy[i], xq, ldq, sx, xsum, &q->q, T, n0, n1);
         else
             kt->gemm_q8_f32(y[i], ldy[i], xq, ldq, sx, xsum, &q->q, T, n0, n1);
     }
