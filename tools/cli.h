@@ -35,6 +35,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_export_gguf(int argc, char **argv); /* moe8 export-gguf */
+int cmd_pull(int argc, char **argv);        /* moe8 pull (cmd_pull.c) */
 
 /* ---- errors (cli_util.c) ----------------------------------------------------------------
  * The one way a command prints an error, as git does: "moe8 <cmd>: <message>"
