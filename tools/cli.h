@@ -112,6 +112,16 @@ void cli_median_p99(double *t, int n, double *median, double *p99);
 /* Its spelling back: "f32", "f16", "bf16". */
 const char *cli_kv_type_name(moe8_dtype t);
 
+/* ---- the server's log (serve_log.c) ------------------------------------------------------
+ * --log-level error|warn|info|debug (NULL: info), --log-format text|json
+ * (NULL: text), --log-file FILE (NULL: stderr; appended): 0, or 2 / 1 after
+ * the error. cli_log_record is a moe8_serve_record_fn; cli_log writes the
+ * command's own lines the same way (kind "banner", "stop"). */
+int cli_log_setup(const char *cmd, const char *level, const char *format, const char *file);
+void cli_log_record(void *user, const moe8_serve_record *r);
+void cli_log(moe8_log_level level, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void cli_log_close(void);
+
 /* Route the library's warnings and errors (moe8_set_log) to stderr as
  * "moe8 <cmd>: <message>"; `cmd` must outlive the process's library calls. */
 void cli_log_warnings(const char *cmd);

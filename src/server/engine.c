@@ -223,7 +223,7 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
         }
         if (j->n_kids) release_kids(s, j, 1); /* its prompt is computed: theirs is cached */
         if (ev[k].type == MOE8_EVENT_TOKEN) {
-            if (j->n_gen == 0) moe8_hist_observe(&s->m.ttft, t - j->t_arrive);
+            if (j->n_gen == 0) moe8_hist_observe(&s->m.ttft, t - j->t_arrive), j->t_first = t;
             else moe8_hist_observe(&s->m.itl, t - j->t_last);
             j->t_last = t;
             s->m.generation_tokens++;
