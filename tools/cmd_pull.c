@@ -136,7 +136,7 @@ int cmd_pull(int argc, char **argv) {
             continue;
         }
         args[n++] = argv[i];
-        if (i > 0 && i + 1 < argc && (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--hub") ||
+        if (i > 0 && i + 1 < argc && (!strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--hub") || !strcmp(a, "--config") ||
                                       !strcmp(a, "--jobs") || !strcmp(a, "-j") || !strcmp(a, "--retries")))
             args[n++] = argv[++i];
     }
