@@ -112,6 +112,12 @@ typedef struct {
                                     * (the client's, when it sent a valid one: 1 to 64 of
                                     * A-Z a-z 0-9 . _ : - ; else one made here), and so do
                                     * its records. */
+    double sleep_idle_s;           /* > 0: after this many seconds without a request to the
+                                    * engine, empty the prefix cache, give the KV pool's pages
+                                    * back and page out the mapped weights (*.safetensors,
+                                    * the packed cache); the next request wakes it (/health,
+                                    * /metrics and the other answers the HTTP side gives
+                                    * alone do not). 0: never (default). Not with TP/EP yet */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

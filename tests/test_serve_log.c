@@ -5,7 +5,9 @@
  * request id on every line of a request and in the x-request-id answer header
  * (the client's when valid, else 16 hex digits made by the server), levels
  * (debug adds a line per arriving request, warn leaves out the access log)
- * and --log-file.
+ * and --log-file; and --sleep-idle-seconds (asleep when idle, the resident
+ * weight pages fall, /health does not wake it, a completion does and gives
+ * the same greedy text).
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -255,6 +257,67 @@ static void test_warn(const char *dir) {
     buf_free(&out);
 }
 
+/* kB of a "Name:" line of /proc/PID/status, or -1. */
+static long status_kb(pid_t pid, const char *name) {
+    char path[64], line[256];
+    long v = -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, name, strlen(name))) v = atol(line + strlen(name));
+    if (f) fclose(f);
+    return v;
+}
+
+/* The text of a greedy completion, into out. */
+static long complete(server *sv, buf *text) {
+    buf out = {0};
+    const long st = post(sv, "/v1/completions", "{\"prompt\": \"the sleep test\", \"max_tokens\": 8, "
+                         "\"temperature\": 0}", &out);
+    cJSON *o = cJSON_Parse(buf_s(&out));
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+    const cJSON *t = cJSON_GetObjectItem(ch, "text");
+    text->n = 0;
+    buf_str(text, cJSON_IsString(t) ? t->valuestring : "(none)");
+    cJSON_Delete(o);
+    buf_free(&out);
+    return st;
+}
+
+/* --sleep-idle-seconds: asleep after the idle time (KV and mapped weights
+ * given back: the resident file pages fall), /health does not wake it, the
+ * next completion does and gives the same greedy text as before. */
+static void test_sleep(const char *dir) {
+    server sv;
+    char args[4400];
+    buf e = {0}, t1 = {0}, t2 = {0}, out = {0};
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 256 --parallel 2 --threads 2 --sleep-idle-seconds 1", dir);
+    if (server_start(&sv, "log_sleep", NULL, args)) return;
+    CHECK(complete(&sv, &t1) == 200);
+    const long file_awake = status_kb(sv.pid, "RssFile:");
+    int asleep = 0;
+    for (double t0 = now_s(); now_s() - t0 < 20 && !asleep; sleep_s(0.1)) {
+        read_text(sv.err, &e);
+        asleep = strstr(buf_s(&e), "moe8 serve: asleep after ") != NULL;
+    }
+    CHECKF(asleep, "not asleep: %s", buf_s(&e));
+    const long file_asleep = status_kb(sv.pid, "RssFile:");
+    printf("test_serve_log: RssFile %ld kB awake, %ld kB asleep\n", file_awake, file_asleep);
+    CHECKF(file_asleep >= 0 && file_asleep < file_awake - 1024, "resident file pages %ld kB -> %ld kB", file_awake,
+           file_asleep);
+    CHECK(lines_with(buf_s(&e), "asleep after ", "MiB given back") == 1);
+    for (int i = 0; i < 3; i++) CHECK(http(&sv, "GET", "/health", NULL, 0, NULL, &out) == 200);
+    sleep_s(0.3);
+    read_text(sv.err, &e);
+    CHECKF(lines_with(buf_s(&e), "moe8 serve: awake", NULL) == 0, "/health woke it: %s", buf_s(&e));
+    CHECK(complete(&sv, &t2) == 200);
+    CHECKF(!strcmp(buf_s(&t1), buf_s(&t2)), "after the wake '%s', before '%s'", buf_s(&t2), buf_s(&t1));
+    read_text(sv.err, &e);
+    CHECK(lines_with(buf_s(&e), "moe8 serve: awake: a request after ", NULL) == 1);
+    server_stop(&sv, 20);
+    buf_free(&e), buf_free(&t1), buf_free(&t2), buf_free(&out);
+}
+
 int main(void) {
     fx_opts o = serve_fixture_opts();
     const char *dir;
@@ -265,6 +328,9 @@ int main(void) {
     test_json(dir);
     phase("json");
     test_warn(dir);
+    phase("warn");
+    test_sleep(dir);
+    phase("sleep");
     curl_global_cleanup();
     printf("test_serve_log: %.1f s\n", now_s() - g_t0);
     return test_summary();

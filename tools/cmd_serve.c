@@ -68,6 +68,11 @@ static int check_opts(const opts *o) {
     return 0;
 }
 
+static const char *const parsers[8] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
+                                       "minimax_m2", "qwen3_coder"};
+static const char *const reasonings[5] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
+                                          "minimax_m2_append_think"};
+
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->sp = moe8_serve_params_default();
@@ -77,10 +82,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
     int no_prefix = 0, parser = -1, reasoning = -1, webui = 0, no_webui = 0;
-    static const char *const parsers[8] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
-                                           "minimax_m2", "qwen3_coder"};
-    static const char *const reasonings[5] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
-                                              "minimax_m2_append_think"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
@@ -169,6 +170,8 @@ static int parse(int argc, char **argv, opts *o) {
          "ts=UTC-TIME level=L') or json (one object per line)"},
         {"--log-file", NULL, CLI_STR, &o->log_file, .arg = "FILE",
          .help = "append the log to FILE instead of stderr"},
+        {"--sleep-idle-seconds", NULL, CLI_DOUBLE, &o->sp.sleep_idle_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+         .help = "after S idle seconds drop the KV pool and page out the mapped\nweights; the next request wakes it (default 0: never)"},
         {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);

@@ -295,6 +295,7 @@ moe8_status moe8_engine_run(srv *s, volatile int *stop, moe8_error *err) {
         memcpy(msg.p, &h, sizeof h);
         if ((st = broadcast(s, &msg, err))) break;
         if (drained) break;
+        moe8_srv_sleep_check(s, h.step || h.n_add, now);
         if (!h.step) {
             /* idle: a heartbeat every rank answers, so one that stopped is found */
             if (moe8_dist_size(s->p.dist) > 1 && (st = moe8_comm_barrier(s->p.dist->comm, err))) break;

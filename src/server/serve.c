@@ -118,6 +118,9 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     if (p->reasoning_parser && moe8_srv_reasoning_append(p->reasoning_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "reasoning parser '%s' is not one of deepseek_r1, "
                          "qwen3, glm45, minimax_m2, minimax_m2_append_think", p->reasoning_parser);
+    if (!(p->sleep_idle_s >= 0) || (p->sleep_idle_s > 0 && moe8_dist_size(p->dist) > 1))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "sleep_idle_s (%g) must be >= 0, and 0 with TP/EP "
+                         "(not supported yet)", p->sleep_idle_s);
     if (p->responses_store < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])

@@ -183,7 +183,13 @@ typedef struct srv {
     job *ready_head;            /* jobs with news for their connection (moe8_http_notify) */
     int port;
     struct resp_store *responses; /* stored responses (responses_store.c), or NULL */
+    double t_active;            /* engine: when it last had work (--sleep-idle-seconds) */
+    double t_sleep;             /* engine: when it went to sleep; 0 awake */
 } srv;
+
+/* --sleep-idle-seconds (sleep.c), on the engine thread: asleep when idle long
+ * enough; the wake is said when work comes. */
+void moe8_srv_sleep_check(srv *s, int busy, double now);
 
 /* A note for the operator (serve.c): on_log, else on_access, else nothing;
  * one line of at most 600 bytes. */
