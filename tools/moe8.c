@@ -74,10 +74,10 @@ static const struct {
 } commands[] = {
     {"inspect", cmd_inspect, "describe a model folder: architecture, quant types, memory"},
     {"generate", cmd_generate, "generate text from a prompt"},
-    {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
+    {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout; --experts w4a8: W4A8) copy of a float model"},
     {"pull", cmd_pull, "download a model repository from Hugging Face or ModelScope (resumable, checked)"},
-    {"export-gguf", cmd_export_gguf, "write a float Qwen3-MoE folder as a GGUF file for llama.cpp"},
-    {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
+    {"export-gguf", cmd_export_gguf, "write a float qwen3_moe, glm4_moe, minimax_m2 or qwen3_next folder as GGUF (llama.cpp)"},
+    {"make-model", cmd_make_model, "write a synthetic model folder of a family (--arch)"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"pack", cmd_pack, "build (or --verify) the packed-weight cache of a model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
@@ -90,6 +90,10 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel table in use (MOE8_ISA=NAME forces one)");
+    fprintf(f, "\nmodel families (config.json model_type): qwen3_moe, qwen2_moe, mixtral, deepseek_v2,\n"
+               "deepseek_v3, glm4_moe, minimax_m2, qwen3_next, qwen3_5_moe (docs/MODELS.md; real\n"
+               "checkpoints and how to run them: docs/REAL-MODELS.md)\n");
+    fprintf(f, "every command takes --config FILE (its options from a JSON object; the command line wins)\n");
     fprintf(f, "\nevery command that loads a model also takes --cache-dir DIR, --no-cache, --no-mmap\n"
                "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c), and -m OWNER/NAME --pull\n"
                "(download the repository on first use; moe8 pull)\n");
