@@ -9,7 +9,7 @@
 // Files are served with Range (206, Content-Range) from ROOT/O/N/. Faults per
 // repository, from ROOT/hub.json {"token": T, "repos": {"O/N": {...}}}:
 //   private: true      401 (X-Error-Code GatedRepo) without "Bearer T"
-//   bad_sha: [FILE]    the listing's sha256 of FILE is wrong
+//   bad_sha: [FILE]    the listing's sha256 (and git blob id) of FILE is wrong
 //   drop_once: [FILE]  the first download of FILE stops halfway (socket destroyed)
 //   slow: true         bodies go out in 64 KiB pieces 5 ms apart
 // Usage: node hub_server.mjs ROOT; prints "port N" once listening; exits when
@@ -45,7 +45,10 @@ function listRepo(repo) {
     const path = join(dir, f), size = statSync(path).size;
     let sha = sha256(path);
     if ((conf.repos[repo]?.bad_sha || []).includes(f)) sha = sha.replace(/^./, (c) => (c === '0' ? '1' : '0'));
-    return { f, path, size, sha };
+    // git's blob id: SHA-1 of "blob SIZE\0" and the bytes
+    let blob = createHash('sha1').update(`blob ${size}\0`).update(readFileSync(path)).digest('hex');
+    if ((conf.repos[repo]?.bad_sha || []).includes(f)) blob = blob.replace(/^./, (c) => (c === '0' ? '1' : '0'));
+    return { f, path, size, sha, blob };
   });
 }
 
@@ -108,11 +111,11 @@ function hf(req, res, url) {
     if (!existsSync(join(ROOT, repo))) return deny(res, repo); // as the Hub: 401 for an unknown repo too
     if (!authorized(repo, req)) return deny(res, repo);
     const blobs = url.searchParams.get('blobs') === 'true';
-    const siblings = listRepo(repo).map(({ f, size, sha }) => {
+    const siblings = listRepo(repo).map(({ f, size, sha, blob }) => {
       const s = { rfilename: f };
       if (blobs) {
         s.size = size;
-        s.blobId = sha.slice(0, 40);
+        s.blobId = isLfs(f) ? sha.slice(0, 40) : blob; // an LFS file's blobId is its pointer's: not checked
         if (isLfs(f)) s.lfs = { sha256: sha, size, pointerSize: 134 };
       }
       return s;
@@ -132,7 +135,7 @@ function hf(req, res, url) {
         ETag: `"${ent.sha}"`, 'X-Linked-Etag': `"${ent.sha}"`, 'X-Linked-Size': String(ent.size) });
       return res.end();
     }
-    return sendFile(req, res, repo, file, ent.path, { ...common, ETag: `"${ent.sha.slice(0, 40)}"` });
+    return sendFile(req, res, repo, file, ent.path, { ...common, ETag: `"${ent.blob}"` });
   }
   m = /^\/cdn\/([^/]+\/[^/]+)\/([^/]+)$/.exec(url.pathname);
   if (m) {

@@ -2,7 +2,9 @@
  * test_pull.c — `moe8 pull` and `-m OWNER/NAME --pull` against a hub this
  * test serves itself on 127.0.0.1 (tests/hub_server.mjs: the Hugging Face and
  * ModelScope API paths and headers, 302s to a CDN path, Range requests, and
- * faults: a wrong published sha256, a connection dropped halfway, a 401).
+ * faults: a wrong published sha256 or git blob id, a connection dropped
+ * halfway, a 401). The hub computes the hashes with node's crypto: an
+ * independent SHA-256 and SHA-1.
  *
  * The reference is the fixture: every downloaded file is compared byte for
  * byte with the file the test wrote; the hub's request log says which
@@ -191,7 +193,8 @@ static void test_hf_whole(void) {
     for (int i = 0; i < 3; i++) CHECKF(same(dir, "org/good", SHARDS[i]), "%s differs", SHARDS[i]);
     CHECK(!exists(dir, "README.md") && !exists(dir, "original") && !exists(dir, ".moe8-partial"));
     CHECK(exists(dir, ".moe8-pull"));
-    CHECKF(err && strstr(err, "sha256 ok") && strstr(err, "7 of 7 files"), "progress on stderr: %s", err ? err : "");
+    CHECKF(err && strstr(err, "sha256 ok") && strstr(err, "config.json: 70 bytes, git blob id ok") &&
+           strstr(err, "7 of 7 files"), "progress on stderr: %s", err ? err : "");
     cJSON *log = hub_log();
     CHECK(log != NULL);
     if (log) {
@@ -242,6 +245,8 @@ static void test_resume_and_bad_sum(void) {
     CHECKF(rc == 1, "a wrong sha256: exit %d", rc);
     CHECKF(err && strstr(err, SHARDS[0]) && strstr(err, "sha256") && strstr(err, "not renamed"), "%s", err ? err : "");
     CHECK(!exists(dir, SHARDS[0]));
+    CHECKF(err && strstr(err, "tokenizer_config.json: git blob id") && strstr(err, "not renamed"), "%s", err ? err : "");
+    CHECK(!exists(dir, "tokenizer_config.json"));
     CHECK(same(dir, "org/bad", SHARDS[1]) && same(dir, "org/bad", "config.json"));
     CHECK(!exists(dir, ".moe8-pull"));
     free(out), free(err);
@@ -356,7 +361,7 @@ int main(void) {
     const char *repos[] = {"org/good", "org/bad", "org/drop", "org/private"};
     for (int i = 0; i < 4; i++) make_repo(repos[i], (unsigned)i);
     put_text("", "hub.json", "{\"token\": \"sesame\", \"repos\": {\"org/good\": {\"slow\": true}, "
-             "\"org/bad\": {\"bad_sha\": [\"model-00001-of-00003.safetensors\"]}, "
+             "\"org/bad\": {\"bad_sha\": [\"model-00001-of-00003.safetensors\", \"tokenizer_config.json\"]}, "
              "\"org/drop\": {\"drop_once\": [\"model-00003-of-00003.safetensors\"]}, "
              "\"org/private\": {\"private\": true}}}\n");
     /* Mixtral's 32k vocabulary: a 36 MB folder (Qwen3's 151k: 160 MB) */

@@ -5,7 +5,7 @@
  *                  (LFS) SHA-256, and each file's download address
  *   pull_fetch.c   the downloads: several at once, resumable (Range), each
  *                  checked against its size and SHA-256 before the rename
- *   pull_sha256.c  SHA-256 (FIPS 180-4)
+ *   pull_sha256.c  SHA-256 (FIPS 180-4); pull_sha1.c SHA-1 (git blob ids)
  *   cmd_pull.c     the command, the cache layout, `-m REPO --pull`
  * Uses the CLI's error helpers (cli.h) and nothing of the library.
  */
@@ -25,6 +25,16 @@ void pull_sha256_init(pull_sha256 *c);
 void pull_sha256_update(pull_sha256 *c, const void *p, size_t n);
 void pull_sha256_hex(pull_sha256 *c, char out[65]); /* finishes c */
 
+/* ---- SHA-1 (pull_sha1.c): git blob ids of the small files ------------------------------- */
+typedef struct {
+    uint32_t h[5];
+    uint64_t n;
+    unsigned char buf[64];
+} pull_sha1;
+void pull_sha1_init(pull_sha1 *c);
+void pull_sha1_update(pull_sha1 *c, const void *p, size_t n);
+void pull_sha1_hex(pull_sha1 *c, char out[41]); /* finishes c */
+
 /* ---- a repository's files (pull_hub.c) ---------------------------------------------------- */
 typedef enum { PULL_HF, PULL_MODELSCOPE } pull_hub_kind;
 
@@ -32,6 +42,7 @@ typedef struct {
     char *path;      /* relative to the repository's root: "model-00001-of-00002.safetensors" */
     int64_t size;    /* bytes, as the hub lists them */
     char sha256[65]; /* lowercase hex, or "" when the hub publishes none (small git files) */
+    char git_sha1[41]; /* without sha256: the git blob id (Hugging Face's blobId), or "" */
     char *url;       /* where to GET it */
 } pull_file;
 

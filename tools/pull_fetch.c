@@ -11,7 +11,8 @@
  * (the transfer ends short, or a receive error) is retried from the new
  * length, `retries` times, waiting 0.5 s more each time. At the end the
  * length must be the listed size, the SHA-256 the listed one (where the hub
- * publishes one) and, where the hub sent them, X-Linked-Size and
+ * publishes one; else the git blob id, SHA-1 of "blob SIZE\0" + bytes, where
+ * it lists that) and, where the hub sent them, X-Linked-Size and
  * X-Linked-Etag must agree with the listing; then fsync and rename into
  * place. A wrong digest removes the partial file (a retry would resume a
  * bad prefix) and the file is not renamed.
@@ -53,6 +54,7 @@ typedef struct {
     int fd;
     int64_t have;        /* bytes in the partial file */
     pull_sha256 sha;
+    pull_sha1 blob;      /* git's blob id of the bytes, for a file listed with one */
     int restarted;       /* this response restarts the file from byte 0 */
     int checked_status;  /* the response's status was looked at (first body bytes) */
     int too_long;
@@ -90,12 +92,21 @@ static size_t on_header(char *d, size_t sz, size_t nm, void *u) {
     return n;
 }
 
+/* SHA-256 and the git blob hash ("blob SIZE\0" first) start again. */
+static void blob_init(fetch_one *o) {
+    char head[40];
+    pull_sha256_init(&o->sha);
+    pull_sha1_init(&o->blob);
+    const int n = snprintf(head, sizeof head, "blob %lld", (long long)o->f->size);
+    pull_sha1_update(&o->blob, head, (size_t)n + 1); /* with its NUL */
+}
+
 /* Start the file again from byte 0. */
 static int restart(fetch_one *o) {
     if (ftruncate(o->fd, 0) || lseek(o->fd, 0, SEEK_SET) < 0) return -1;
     add_bytes(o->all, -o->have);
     o->have = 0;
-    pull_sha256_init(&o->sha);
+    blob_init(o);
     return 0;
 }
 
@@ -119,6 +130,7 @@ static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
         off += (size_t)w;
     }
     pull_sha256_update(&o->sha, d, n);
+    pull_sha1_update(&o->blob, d, n);
     o->have += (int64_t)n;
     add_bytes(o->all, (int64_t)n);
     return n;
@@ -134,6 +146,7 @@ static int hash_existing(fetch_one *o) {
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return -1;
         pull_sha256_update(&o->sha, buf, (size_t)r);
+        pull_sha1_update(&o->blob, buf, (size_t)r);
         left -= r;
     }
     return lseek(o->fd, o->have, SEEK_SET) < 0 ? -1 : 0;
@@ -211,6 +224,10 @@ static int verify(fetch_one *o) {
     if (o->f->sha256[0] && strcmp(hex, o->f->sha256))
         return cli_err(a->cmd, "%s: sha256 %s, the hub lists %s: the download is corrupt; removed, not "
                        "renamed into place", o->f->path, hex, o->f->sha256);
+    pull_sha1_hex(&o->blob, hex);
+    if (!o->f->sha256[0] && o->f->git_sha1[0] && strcmp(hex, o->f->git_sha1))
+        return cli_err(a->cmd, "%s: git blob id %s, the hub lists %s: the download is corrupt; removed, not "
+                       "renamed into place", o->f->path, hex, o->f->git_sha1);
     return 0;
 }
 
@@ -240,7 +257,7 @@ static int fetch_file(fetch_all *a, const pull_file *f) {
     }
     if ((o.fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
         return cli_err(a->cmd, "cannot open '%s': %s", part, strerror(errno));
-    pull_sha256_init(&o.sha);
+    blob_init(&o);
     if (fstat(o.fd, &st) || (st.st_size > f->size && ftruncate(o.fd, 0))) {
         cli_err(a->cmd, "cannot use '%s': %s", part, strerror(errno));
         goto done;
@@ -297,7 +314,8 @@ static void *worker(void *u) {
         pthread_mutex_unlock(&a->lock);
         if (!failed && !a->p->quiet)
             fprintf(stderr, "moe8 %s: %s: %lld bytes%s\n", a->cmd, f->path, (long long)f->size,
-                    f->sha256[0] ? ", sha256 ok" : ", size ok (the hub publishes no sha256)");
+                    f->sha256[0] ? ", sha256 ok" : f->git_sha1[0] ? ", git blob id ok"
+                                                   : ", size ok (the hub publishes no hash)");
     }
     pthread_mutex_lock(&a->lock);
     if (--a->n_running == 0) pthread_cond_signal(&a->done_cv);

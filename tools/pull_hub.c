@@ -181,7 +181,8 @@ static int is_hex64(const char *s) {
 }
 
 /* Append one listed file; 0, or 1 after an error naming it. */
-static int add_file(const char *cmd, pull_repo *r, const char *path, double size, const char *sha) {
+static int add_file(const char *cmd, pull_repo *r, const char *path, double size, const char *sha,
+                    const char *blob) {
     char esc[1024], url[4096];
     if (!wanted(path)) return 0;
     if (!(size >= 0 && size < 9e18 && size == (double)(int64_t)size))
@@ -196,6 +197,8 @@ static int add_file(const char *cmd, pull_repo *r, const char *path, double size
     f->size = (int64_t)size;
     if (sha && *sha)
         for (int i = 0; i < 65; i++) f->sha256[i] = (char)tolower((unsigned char)sha[i]);
+    else if (blob && strlen(blob) == 40 && strspn(blob, "0123456789abcdef") == 40)
+        memcpy(f->git_sha1, blob, 41);
     url_escape(path, esc, sizeof esc);
     if (r->hub == PULL_HF) {
         char rev[300];
@@ -222,12 +225,13 @@ static int parse_hf(const char *cmd, pull_repo *r, const cJSON *root) {
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(s, "size");
         const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(s, "lfs");
         const cJSON *lsha = lfs ? cJSON_GetObjectItemCaseSensitive(lfs, "sha256") : NULL;
+        const cJSON *blob = cJSON_GetObjectItemCaseSensitive(s, "blobId");
         if (!cJSON_IsString(name)) return cli_err(cmd, "%s: a sibling without 'rfilename'", r->repo);
         if (wanted(name->valuestring) && !cJSON_IsNumber(size))
             return cli_err(cmd, "%s: the hub lists '%s' without a size (an endpoint without ?blobs=true?)",
                            r->repo, name->valuestring);
         if (add_file(cmd, r, name->valuestring, cJSON_IsNumber(size) ? size->valuedouble : 0,
-                     cJSON_IsString(lsha) ? lsha->valuestring : NULL))
+                     cJSON_IsString(lsha) ? lsha->valuestring : NULL, cJSON_IsString(blob) ? blob->valuestring : NULL))
             return 1;
     }
     return 0;
@@ -253,7 +257,7 @@ static int parse_ms(const char *cmd, pull_repo *r, const cJSON *root) {
         if (wanted(path->valuestring) && !cJSON_IsNumber(size))
             return cli_err(cmd, "%s: the hub lists '%s' without a size", r->repo, path->valuestring);
         if (add_file(cmd, r, path->valuestring, cJSON_IsNumber(size) ? size->valuedouble : 0,
-                     cJSON_IsString(sha) ? sha->valuestring : NULL))
+                     cJSON_IsString(sha) ? sha->valuestring : NULL, NULL))
             return 1;
     }
     return 0;
