@@ -1,5 +1,6 @@
 /*
- * test_cli_config.c — `--config FILE` (tools/cli_opts.c) through the moe8
+ * test_cli_config.c — `--config FILE` (JSON or TOML: tools/cli_opts.c,
+ * tools/cli_config.c) through the moe8
  * binary: the file's options apply, the command line wins over them (shown
  * by make-model, whose output folder and layer count are read back), and a
  * bad file is refused naming the file and the key: an unknown key, a bad
@@ -70,6 +71,31 @@ int main(void) {
     snprintf(args, sizeof args, "make-model --layers 1 -o '%s' --config '%s'", b, conf); /* order does not matter */
     rc = cli(args);
     CHECKF(rc == 2 || (rc == 0 && layers_of(b) == 1), "--config after: exit %d: %s", rc, g_out);
+    /* the same from TOML: its values, and the command line over them */
+    snprintf(conf_text, sizeof conf_text, "# moe8 make-model\narch = 'mixtral'\npreset = \"tiny\"  # a comment\n"
+             "layers = 2\n\"o\" = \"%s\"\nforce = true\nseed = 7\n", a);
+    const char *toml = write_conf("make.toml", conf_text);
+    snprintf(args, sizeof args, "make-model --config '%s' --layers 1", toml);
+    rc = cli(args);
+    CHECKF(rc == 0 && layers_of(a) == 1, "TOML, the command line wins: exit %d, layers %d: %s", rc, layers_of(a), g_out);
+    static const struct {
+        const char *text, *want;
+    } bad_toml[] = {
+        {"layers = 2\n[server]\nport = 1\n", "line 2: tables are not supported"},
+        {"layers = [1, 2]\n", "line 1: arrays and inline tables are not supported"},
+        {"# ok\nlayers = \"2\n", "line 2: an unterminated or bad string"},
+        {"layers 2\n", "line 1: a line that is not key = value"},
+        {"layers = 2\nlayers = 3\n", "line 2: a key given twice"},
+        {"layers = 0\n", "key 'layers' wants an integer"},
+        {"layerz = 1\n", "unknown key 'layerz'"},
+    };
+    for (size_t i = 0; i < sizeof bad_toml / sizeof bad_toml[0]; i++) {
+        const char *p = write_conf("bad.toml", bad_toml[i].text);
+        snprintf(args, sizeof args, "make-model --config '%s' -o '%s/never'", p, g_dir);
+        rc = cli(args);
+        CHECKF(rc == 2 && strstr(g_out, bad_toml[i].want) && strstr(g_out, "bad.toml"), "toml %zu: exit %d: %s", i, rc,
+               g_out);
+    }
     /* a bad file, named with its key */
     static const struct {
         const char *file, *text, *want;

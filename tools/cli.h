@@ -99,6 +99,11 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
 /* "moe8 CMD: FLAG wants WANT, got 'GOT'" on stderr (the parser's format, for a
  * check made after parsing); returns 2. */
 int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got);
+/* --config FILE (cli_config.c): a JSON object, or FILE.toml's key = value
+ * lines, as a cJSON object in *out (free with cJSON_Delete); 0, or 2 after
+ * the error naming the file (and the line). */
+struct cJSON;
+int cli_config_read(const char *cmd, const char *path, struct cJSON **out);
 /* The usage: the synopsis, a line per option from the table, then notes. */
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes);
 

@@ -6,6 +6,7 @@
  *
  * Every command also takes --config FILE: a JSON object of the same options
  * ({"port": 8080, "log-level": "info", "m": "/models/x", "no-webui": true};
+ * or FILE.toml, `port = 8080` lines: cli_config.c reads either;
  * a key is the option's name without its dashes, '_' as '-'), applied
  * before the command line, so the command line wins. A flag takes true
  * (false: left out); a value a string or a number. An unknown key or a bad
@@ -123,29 +124,12 @@ static int set_value(const cli_opt *o, const char *v) {
 
 /* --config FILE's options into their outputs: 0, or 2 after the error. */
 static int apply_config(const char *cmd, const cli_opt *opts, const char *path) {
-    char *text = NULL, name[128], num[64];
-    size_t n = 0;
-    FILE *f = fopen(path, "rb");
+    char name[128], num[64];
     cJSON *root = NULL;
     const cJSON *it;
-    int rc = 2;
-    if (!f) return cli_usage_err(cmd, "--config '%s': cannot open: %m", path);
-    text = malloc(1 << 20);
-    if (text) n = fread(text, 1, (1 << 20) - 1, f);
-    fclose(f);
-    if (!text) return cli_err(cmd, "out of memory");
-    text[n] = '\0';
-    if (n == (1 << 20) - 1) {
-        cli_usage_err(cmd, "--config '%s': larger than 1 MiB", path);
-        goto done;
-    }
-    const char *end = NULL;
-    root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!cJSON_IsObject(root)) {
-        cli_usage_err(cmd, "--config '%s': not a JSON object%s (near byte %ld)", path, root ? "" : ": a syntax error",
-                      root ? 0L : (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
-        goto done;
-    }
+    int rc = cli_config_read(cmd, path, &root);
+    if (rc) return rc;
+    rc = 2;
     cJSON_ArrayForEach(it, root) {
         const char *k = it->string;
         if (!*k || strlen(k) > 100) {
@@ -191,7 +175,6 @@ static int apply_config(const char *cmd, const cli_opt *opts, const char *path) 
     rc = 0;
 done:
     cJSON_Delete(root);
-    free(text);
     return rc;
 }
 
@@ -216,7 +199,8 @@ void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *n
         }
         fputc('\n', f);
     }
-    fprintf(f, "  %-22s the same options from a JSON object (the command line wins)\n", "--config FILE");
+    fprintf(f, "  %-22s the same options from a JSON object or FILE.toml (the command\n"
+               "  %-22s line wins)\n", "--config FILE", "");
     fprintf(f, "  %-22s this help\n", "-h, --help");
     if (notes) fputs(notes, f);
 }
