@@ -19,6 +19,25 @@ extern "C" {
 /* A line for the caller to print (the library never prints). */
 typedef void (*moe8_serve_line_fn)(void *user, const char *line);
 
+/* One log line as a record (moe8_serve_params.on_record): what a caller needs
+ * to print it as text or JSON, with its own timestamp and level filter. The
+ * strings live for the call only. */
+typedef struct {
+    moe8_log_level level;      /* access and notes INFO, warnings and limits WARN, a request's
+                                * start DEBUG */
+    const char *kind;          /* "access" (a request ended), "request" (its head arrived),
+                                * "note", "banner" (start-up facts), "ready", "stop" */
+    const char *message;       /* the line as on_access / on_log / on_ready have it */
+    const char *request_id;    /* the request's id (its x-request-id), or NULL outside one */
+    const char *client;        /* the client's address, or NULL */
+    const char *method, *path; /* "access" and "request"; else NULL */
+    int status;                /* "access": the HTTP status (499: the client left first) */
+    int32_t prompt_tokens, gen_tokens, cached_tokens; /* "access" */
+    double ms;                 /* "access": the request's seconds x 1000, head to last byte queued */
+    double ttft_ms;            /* "access": to the first generated token; -1: none */
+} moe8_serve_record;
+typedef void (*moe8_serve_record_fn)(void *user, const moe8_serve_record *r);
+
 /* Initialise with moe8_serve_params_default(); fields are only appended. */
 typedef struct {
     const char *host;              /* address to listen on; default "127.0.0.1" */
@@ -87,6 +106,18 @@ typedef struct {
                                     * split for any other */
     uint64_t state_bytes;          /* hybrid models: the recurrent-state pool
                                     * (moe8_context_params.state_bytes); 0 = its default */
+    moe8_serve_record_fn on_record; /* every line as a record, start-up banner and stop line
+                                    * too; when set, on_ready, on_access and on_log are not
+                                    * called. Every request's answer carries x-request-id
+                                    * (the client's, when it sent a valid one: 1 to 64 of
+                                    * A-Z a-z 0-9 . _ : - ; else one made here), and so do
+                                    * its records. */
+    double sleep_idle_s;           /* > 0: after this many seconds without a request to the
+                                    * engine, empty the prefix cache, give the KV pool's pages
+                                    * back and page out the mapped weights (*.safetensors,
+                                    * the packed cache); the next request wakes it (/health,
+                                    * /metrics and the other answers the HTTP side gives
+                                    * alone do not). 0: never (default). Not with TP/EP yet */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

@@ -195,7 +195,7 @@ static inline int server_start(server *sv, const char *name, const char *prefix,
         read_text(sv->err, &e);
         if ((at = strstr(buf_s(&e), "moe8 serve: listening on http://127.0.0.1:"))) {
             sv->port = atoi(at + strlen("moe8 serve: listening on http://127.0.0.1:"));
-            snprintf(line, sizeof line, "moe8 serve: listening on http://127.0.0.1:%d\n", sv->port);
+            snprintf(line, sizeof line, "moe8 serve: listening on http://127.0.0.1:%d ", sv->port); /* then ts=... */
             if (sv->port > 0 && strstr(buf_s(&e), line)) break;
         }
         if (waitpid(sv->pid, &status, WNOHANG) == sv->pid || now_s() - t0 > limit) {

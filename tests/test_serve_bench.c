@@ -86,6 +86,37 @@ static void test_endpoints(server *sv) {
     buf_free(&out);
 }
 
+/* --save-result FILE --percentiles: the JSON holds the table's numbers. */
+static void test_save_result(server *sv) {
+    buf out = {0}, js = {0};
+    char flags[2048], path[1200];
+    snprintf(path, sizeof path, "%s/serve_bench_result.json", MOE8_TEST_TMP);
+    remove(path);
+    snprintf(flags, sizeof flags, "--api-key sekret -n 4 --input-len 16 --output-len 4 --seed 5 "
+             "--percentiles 50,90,99 --save-result '%s'", path);
+    const int rc = bench(sv, flags, &out);
+    sv->n_req += 1 + 4;
+    read_text(path, &js);
+    cJSON *o = cJSON_Parse(buf_s(&js));
+    const char *s = buf_s(&out);
+    CHECKF(rc == 0 && o, "bench serve --save-result: exit %d: %s / %s", rc, s, buf_s(&js));
+    const cJSON *done = cJSON_GetObjectItem(o, "completed"), *gen = cJSON_GetObjectItem(o, "total_output_tokens");
+    const cJSON *p50 = cJSON_GetObjectItem(o, "median_ttft_ms"), *p90 = cJSON_GetObjectItem(o, "p90_ttft_ms");
+    const cJSON *p99 = cJSON_GetObjectItem(o, "p99_ttft_ms"), *e2e = cJSON_GetObjectItem(o, "mean_e2el_ms");
+    const cJSON *ttft = cJSON_GetObjectItem(o, "mean_ttft_ms");
+    const char *row = strstr(s, "P90 TTFT (ms):");
+    CHECK(cJSON_IsNumber(done) && done->valueint == 4);
+    CHECK(cJSON_IsNumber(gen) && gen->valuedouble == (double)row_value(s, "Total generated tokens:"));
+    CHECKF(cJSON_IsNumber(p50) && cJSON_IsNumber(p90) && cJSON_IsNumber(p99) && p50->valuedouble <= p90->valuedouble &&
+           p90->valuedouble <= p99->valuedouble, "percentiles: %s", buf_s(&js));
+    CHECKF(row && p90 && fabs(atof(row + strlen("P90 TTFT (ms):")) - p90->valuedouble) < 0.01,
+           "the table's P90 row and the file agree: %s", s);
+    CHECK(strstr(s, "P50 TTFT (ms):") && strstr(s, "P99 E2EL (ms):") && !strstr(s, "Median TTFT"));
+    CHECK(cJSON_IsNumber(e2e) && cJSON_IsNumber(ttft) && e2e->valuedouble >= ttft->valuedouble);
+    cJSON_Delete(o);
+    buf_free(&out), buf_free(&js);
+}
+
 int main(void) {
     fx_opts o = serve_fixture_opts();
     server sv;
@@ -97,6 +128,8 @@ int main(void) {
     if (server_start(&sv, "bench", NULL, args) == 0) {
         test_endpoints(&sv);
         phase("endpoints");
+        test_save_result(&sv);
+        phase("save-result");
         server_stop(&sv, 10);
     }
     curl_global_cleanup();

@@ -47,6 +47,9 @@ typedef struct {
     const char *json_schema;     /* --json-schema FILE, or NULL */
     int json_object;             /* --json-object */
     cJSON *schema;               /* the file's schema, parsed */
+    const char *save_result;     /* --save-result FILE: the results as JSON, or NULL */
+    int percentiles[16];         /* --percentiles: rows of each latency table (default 50, 99) */
+    int n_percentiles;
 } serve_opts;
 
 /* The generator behind the prompts' words and the arrivals (splitmix64). */
@@ -98,6 +101,7 @@ typedef struct {
     int no_cached;              /* some request's usage had no cached_tokens */
     int no_usage_in, no_usage_out; /* some request's counts were estimated */
     int printed_error, peak;
+    int save_failed;            /* --save-result could not be written */
 } results;
 
 typedef struct {
@@ -154,6 +158,7 @@ void bserve_free_request(bench *b, request *r);
 
 /* ---- the table (bench_serve_table.c) ---- */
 
+/* The table; with --save-result the JSON file too (res.save_failed when it failed). */
 void bserve_print_results(bench *b, double dur);
 
 #endif

@@ -35,6 +35,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_export_gguf(int argc, char **argv); /* moe8 export-gguf */
+int cmd_pull(int argc, char **argv);        /* moe8 pull (cmd_pull.c) */
 
 /* ---- errors (cli_util.c) ----------------------------------------------------------------
  * The one way a command prints an error, as git does: "moe8 <cmd>: <message>"
@@ -102,6 +103,11 @@ int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const 
 /* "moe8 CMD: FLAG wants WANT, got 'GOT'" on stderr (the parser's format, for a
  * check made after parsing); returns 2. */
 int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got);
+/* --config FILE (cli_config.c): a JSON object, or FILE.toml's key = value
+ * lines, as a cJSON object in *out (free with cJSON_Delete); 0, or 2 after
+ * the error naming the file (and the line). */
+struct cJSON;
+int cli_config_read(const char *cmd, const char *path, struct cJSON **out);
 /* The usage: the synopsis, a line per option from the table, then notes. */
 void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *notes);
 
@@ -114,6 +120,16 @@ void cli_median_p99(double *t, int n, double *median, double *p99);
 
 /* Its spelling back: "f32", "f16", "bf16". */
 const char *cli_kv_type_name(moe8_dtype t);
+
+/* ---- the server's log (serve_log.c) ------------------------------------------------------
+ * --log-level error|warn|info|debug (NULL: info), --log-format text|json
+ * (NULL: text), --log-file FILE (NULL: stderr; appended): 0, or 2 / 1 after
+ * the error. cli_log_record is a moe8_serve_record_fn; cli_log writes the
+ * command's own lines the same way (kind "banner", "stop"). */
+int cli_log_setup(const char *cmd, const char *level, const char *format, const char *file);
+void cli_log_record(void *user, const moe8_serve_record *r);
+void cli_log(moe8_log_level level, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void cli_log_close(void);
 
 /* Route the library's warnings and errors (moe8_set_log) to stderr as
  * "moe8 <cmd>: <message>"; `cmd` must outlive the process's library calls. */

@@ -3,6 +3,14 @@
  * one table per command says each option's names, kind, range or choices,
  * value name and help; the parser, the help text and every error message
  * ("moe8 CMD: --threads wants an integer in 1..4096, got '0'") come from it.
+ *
+ * Every command also takes --config FILE: a JSON object of the same options
+ * ({"port": 8080, "log-level": "info", "m": "/models/x", "no-webui": true};
+ * or FILE.toml, `port = 8080` lines: cli_config.c reads either;
+ * a key is the option's name without its dashes, '_' as '-'), applied
+ * before the command line, so the command line wins. A flag takes true
+ * (false: left out); a value a string or a number. An unknown key or a bad
+ * value is refused naming the file and the key.
  */
 #include <ctype.h>
 #include <sched.h>
@@ -12,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 
@@ -129,6 +139,62 @@ static int set_value(const cli_opt *o, const char *v) {
     }
 }
 
+/* --config FILE's options into their outputs: 0, or 2 after the error. */
+static int apply_config(const char *cmd, const cli_opt *opts, const char *path) {
+    char name[128], num[64];
+    cJSON *root = NULL;
+    const cJSON *it;
+    int rc = cli_config_read(cmd, path, &root);
+    if (rc) return rc;
+    rc = 2;
+    cJSON_ArrayForEach(it, root) {
+        const char *k = it->string;
+        if (!*k || strlen(k) > 100) {
+            cli_usage_err(cmd, "--config '%s': a key of %zu characters", path, strlen(k));
+            goto done;
+        }
+        snprintf(name, sizeof name, "%s%s", k[0] == '-' ? "" : k[1] ? "--" : "-", k);
+        for (char *q = name; *q; q++)
+            if (*q == '_') *q = '-';
+        const cli_opt *o = find(opts, name);
+        if (!o || !strcmp(name, "--config")) {
+            cli_usage_err(cmd, "--config '%s': unknown key '%s' (moe8 %s has no %s)", path, k, cmd, name);
+            goto done;
+        }
+        const char *v = NULL;
+        if (o->kind == CLI_FLAG) {
+            if (!cJSON_IsBool(it)) {
+                cli_usage_err(cmd, "--config '%s': key '%s' is a flag: true or false", path, k);
+                goto done;
+            }
+            if (cJSON_IsTrue(it)) *(int *)o->out = 1;
+            if (cJSON_IsTrue(it) && o->given) *o->given = 1;
+            continue;
+        }
+        if (cJSON_IsString(it)) v = strdup(it->valuestring); /* lives as long as the process, as argv */
+        else if (cJSON_IsNumber(it)) {
+            const double d = it->valuedouble;
+            if (d == (double)(long long)d) snprintf(num, sizeof num, "%lld", (long long)d);
+            else snprintf(num, sizeof num, "%.17g", d);
+            v = strdup(num);
+        } else {
+            cli_usage_err(cmd, "--config '%s': key '%s' wants a string or a number", path, k);
+            goto done;
+        }
+        if (!v || set_value(o, v)) {
+            char w[256];
+            wanted(o, w, sizeof w);
+            cli_usage_err(cmd, "--config '%s': key '%s' wants %s, got '%s'", path, k, w, v ? v : "?");
+            goto done;
+        }
+        if (o->given) *o->given = 1;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
 int cli_bad_value(const char *cmd, const char *flag, const char *want, const char *got) {
     return cli_usage_err(cmd, "%s wants %s, got '%s'", flag, want, got);
 }
@@ -150,17 +216,31 @@ void cli_usage(FILE *f, const char *synopsis, const cli_opt *opts, const char *n
         }
         fputc('\n', f);
     }
+    fprintf(f, "  %-22s the same options from a JSON object or FILE.toml (the command\n"
+               "  %-22s line wins)\n", "--config FILE", "");
     fprintf(f, "  %-22s this help\n", "-h, --help");
     if (notes) fputs(notes, f);
 }
 
 int cli_parse(const char *cmd, const char *synopsis, const cli_opt *opts, const char *notes,
               int argc, char **argv) {
+    for (int i = 1; i < argc; i++) { /* the file first: the command line overrides it */
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) break;
+        if (strcmp(argv[i], "--config")) continue;
+        if (i + 1 >= argc) return cli_usage_err(cmd, "--config wants a value (FILE)");
+        const int rc = apply_config(cmd, opts, argv[i + 1]);
+        if (rc) return rc;
+        break; /* one file */
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             cli_usage(stdout, synopsis, opts, notes);
             return -1;
+        }
+        if (!strcmp(a, "--config")) {
+            i++;
+            continue;
         }
         const cli_opt *o = find(opts, a);
         if (!o) {

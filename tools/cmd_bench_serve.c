@@ -110,6 +110,10 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
          "Schema in FILE (strict), constrained decoding on the server"},
         {"--json-object", NULL, CLI_FLAG, &o->json_object,
          .help = "structured output: response_format json_object"},
+        {"--save-result", NULL, CLI_STR, &o->save_result, .arg = "FILE",
+         .help = "also write the results as JSON (vLLM's keys: mean_ttft_ms, ...)"},
+        {"--percentiles", NULL, CLI_LIST, o->percentiles, 1, 100, .count = &o->n_percentiles, .cap = 16,
+         .arg = "LIST", .help = "the latency percentiles shown and saved, e.g. 50,90,99\n(default: median and p99)"},
         {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc - 1, argv + 1);
@@ -337,7 +341,7 @@ int cmd_bench_serve(int argc, char **argv) {
             o.max_concurrency && o.max_concurrency < o.n_prompts ? o.max_concurrency : o.n_prompts);
     if (!bserve_run(&b, &dur)) {
         bserve_print_results(&b, dur);
-        rc = b.res.n_failed ? 1 : 0;
+        rc = b.res.n_failed || b.res.save_failed ? 1 : 0;
     }
 cleanup:
     while (b.live) bserve_free_request(&b, b.live); /* left in flight by an internal error */

@@ -82,7 +82,7 @@ static int parse_args(int argc, char **argv, opts *o) {
          "thinking on, as moe8 serve; '{\"enable_thinking\": false}' turns it off)"},
         {"--chat-template-kwargs", NULL, CLI_STR, &o->chat_kwargs, .arg = "JSON",
          .help = "with --chat: variables for the template, a JSON object, e.g.\n"
-         "'{\"enable_thinking\": true}' (as vLLM's chat_template_kwargs)"},
+         "'{\"enable_thinking\": false}' (as vLLM's chat_template_kwargs)"},
         {"--temp", NULL, CLI_FLOAT, &o->sp.temperature, .dlo = 0, .dhi = 1e6, .arg = "T",
          .help = "temperature (default 0: greedy)"},
         {"--top-k", NULL, CLI_INT, &o->sp.top_k, 0, INT32_MAX, .arg = "K",

@@ -6,9 +6,12 @@
  * load the tokenizer and the model (every rank) -> moe8_serve until SIGINT
  * or SIGTERM, which stop accepting, let running requests finish for a few
  * seconds (then cancel them, streams with a final event) and exit 0.
- * stderr: exactly one "moe8 serve: listening on http://HOST:PORT" line when
- * ready (with the real port, also for --port 0), then one access-log line
- * per request. Uses only the public headers.
+ * The log (serve_log.c; stderr or --log-file, text or JSON): a start-up
+ * banner (version, kernels, layout, the load's time, then the server's own:
+ * model, context, parallel, threads, KV and state pools), exactly one
+ * "moe8 serve: listening on http://HOST:PORT ..." line when ready (with the
+ * real port, also for --port 0), one access-log line per request, a "stopped"
+ * line at the end. Uses only the public headers.
  */
 #include <errno.h>
 #include <signal.h>
@@ -35,6 +38,7 @@ static void on_signal(int sig) {
 
 typedef struct {
     const char *dir;
+    const char *log_level, *log_format, *log_file;
     int tp, expert_parallel, key_from_env;
     int64_t kv_mb, state_mb;
     double comm_timeout;
@@ -56,8 +60,18 @@ static int check_opts(const opts *o) {
     if (o->expert_parallel && o->tp < 2) {
         return cli_usage_err(CMD, "--expert-parallel needs --tp N with N > 1");
     }
+    if (o->log_level && strcmp(o->log_level, "error") && strcmp(o->log_level, "warn") &&
+        strcmp(o->log_level, "info") && strcmp(o->log_level, "debug"))
+        return cli_bad_value(CMD, "--log-level", "one of error|warn|info|debug", o->log_level);
+    if (o->log_format && strcmp(o->log_format, "text") && strcmp(o->log_format, "json"))
+        return cli_bad_value(CMD, "--log-format", "one of text|json", o->log_format);
     return 0;
 }
+
+static const char *const parsers[9] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
+                                       "minimax_m2", "qwen3_coder", "openai"};
+static const char *const reasonings[6] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
+                                          "minimax_m2_append_think", "openai_gptoss"};
 
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
@@ -68,10 +82,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->key_from_env = o->sp.api_key != NULL;
     const char *env_key = o->sp.api_key;
     int no_prefix = 0, parser = -1, reasoning = -1, webui = 0, no_webui = 0;
-    static const char *const parsers[9] = {"hermes", "deepseek_v3", "mistral", "glm45", "glm4_moe", "glm47",
-                                           "minimax_m2", "qwen3_coder", "openai"};
-    static const char *const reasonings[6] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
-                                              "minimax_m2_append_think", "openai_gptoss"};
     const cli_opt opts[] = {
         {"-m", NULL, CLI_STR, &o->dir, .arg = "DIR",
          .help = "model folder (config.json, *.safetensors, tokenizer.json)"},
@@ -153,6 +163,16 @@ static int parse(int argc, char **argv, opts *o) {
          "server, named (default 60; 0 waits forever)"},
         {"--expert-parallel", NULL, CLI_FLAG, &o->expert_parallel,
          .help = "with --tp: split the experts as whole experts"},
+        {"--log-level", NULL, CLI_STR, &o->log_level, .arg = "L",
+         .help = "error, warn, info (default: the start-up banner, one line per\n"
+         "request, notes) or debug (also a line when each request arrives)"},
+        {"--log-format", NULL, CLI_STR, &o->log_format, .arg = "F",
+         .help = "text (default: 'moe8 serve: MESSAGE key=value... id=REQUEST-ID\n"
+         "ts=UTC-TIME level=L') or json (one object per line)"},
+        {"--log-file", NULL, CLI_STR, &o->log_file, .arg = "FILE",
+         .help = "append the log to FILE instead of stderr"},
+        {"--sleep-idle-seconds", NULL, CLI_DOUBLE, &o->sp.sleep_idle_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+         .help = "after S idle seconds drop the KV pool and page out the mapped\nweights; the next request wakes it (default 0: never)"},
         {0},
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
@@ -164,6 +184,7 @@ static int parse(int argc, char **argv, opts *o) {
     if (reasoning >= 0) o->sp.reasoning_parser = reasonings[reasoning];
     if (o->sp.api_key != env_key) o->key_from_env = 0; /* --api-key given */
     if (!o->dir) return cli_usage_err(CMD, "-m DIR is required (see -h)");
+
     const int bad = check_opts(o);
     if (bad) return bad;
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
@@ -172,10 +193,22 @@ static int parse(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static void print_line(void *user, const char *line) {
-    (void)user;
-    fprintf(stderr, "moe8 " CMD ": %s\n", line);
-    fflush(stderr);
+/* Before the load (which can take long): what runs, on rank 0 (mpirun's rank
+ * variables: only the first rank speaks before the group exists). */
+static void start_banner(const opts *o) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    const char *isa_env = getenv("MOE8_ISA");
+    if (!rank) rank = getenv("PMI_RANK");
+    if (rank && strcmp(rank, "0")) return;
+    cli_log(MOE8_LOG_INFO, "banner", "moe8 %s, pid %d, kernels %s (%s%s; this build has %s)", moe8_version(),
+            (int)getpid(), moe8_kernel_isa(), isa_env ? "MOE8_ISA=" : "the best table this CPU runs",
+            isa_env ? isa_env : "", moe8_kernel_tables());
+    if (o->tp > 1)
+        cli_log(MOE8_LOG_INFO, "banner", "layout: --tp %d, %s; rank 0 serves HTTP, every rank computes", o->tp,
+                o->expert_parallel ? "experts split as whole experts (expert parallel), attention split by heads"
+                                   : "every weight split by columns/rows (tensor parallel)");
+    else cli_log(MOE8_LOG_INFO, "banner", "layout: one process (no --tp)");
+    cli_log(MOE8_LOG_INFO, "banner", "loading %s", o->dir);
 }
 
 /* On the tokenizer's thread: a template the chat endpoint cannot use is said
@@ -215,12 +248,13 @@ int cmd_serve(int argc, char **argv) {
     op.timeout = o.comm_timeout;
     op.tokenizer = CLI_TOK_REQUIRED;
     op.with_tok = note_template;
+    if ((rc = cli_log_setup(CMD, o.log_level, o.log_format, o.log_file))) return rc;
+    start_banner(&o);
     rc = 1;
     if (cli_open(CMD, &op, &s)) goto done;
+    if (s.rank0) cli_log(MOE8_LOG_INFO, "banner", "loaded in %.1f s", moe8_time_s() - s.t_load);
     o.sp.dist = s.dist;
-    o.sp.on_ready = print_line;
-    o.sp.on_access = print_line;
-    o.sp.on_log = print_line;
+    o.sp.on_record = cli_log_record;
     if (moe8_serve(s.model, s.tok, &o.sp, &g_stop, &err) != MOE8_OK) {
         cli_fail(CMD, &err);
         if (moe8_dist_size(s.dist) > 1) moe8_dist_abort(s.dist, 1); /* a rank left behind never hangs */
@@ -229,5 +263,6 @@ int cmd_serve(int argc, char **argv) {
     rc = 0;
 done:
     cli_close(CMD, &s);
+    cli_log_close();
     return rc;
 }

@@ -10,10 +10,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "pull.h"
 
 static struct {
     const char *cache_dir;
-    int no_cache, no_mmap, mlock, lm_head_int8;
+    int no_cache, no_mmap, mlock, lm_head_int8, pull;
 } g_model_opts;
 
 void cli_model_opts(moe8_model_params *mp) {
@@ -43,10 +44,35 @@ static int take_model_opts(int *argc, char **argv, int lm_head) {
         } else if (!strcmp(a, "--no-cache")) g_model_opts.no_cache = 1;
         else if (!strcmp(a, "--no-mmap")) g_model_opts.no_mmap = 1;
         else if (!strcmp(a, "--mlock")) g_model_opts.mlock = 1;
+        else if (!strcmp(a, "--pull")) g_model_opts.pull = 1;
         else argv[n++] = argv[i];
     }
     argv[n] = NULL;
     *argc = n;
+    return 0;
+}
+
+/* -m SPEC: a GGUF file is refused with the way to a moe8 input; a
+ * repository id is pulled (--pull) into the cache, or said to need --pull.
+ * 0, or the exit status. */
+static int model_arg(const char *cmd, int argc, char **argv) {
+    static char dir[4096];
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "-m")) continue;
+        const char *m = argv[i + 1];
+        const size_t n = strlen(m);
+        if (n > 5 && !strcmp(m + n - 5, ".gguf"))
+            return cli_usage_err(cmd, "'%s': GGUF is not a moe8 input; moe8 reads a safetensors model folder "
+                                 "(config.json, *.safetensors, tokenizer.json): take the original repository "
+                                 "(moe8 pull OWNER/NAME, docs/REAL-MODELS.md), quantize it with moe8 quantize if "
+                                 "you want W8A8; moe8 export-gguf goes the other way", m);
+        if (!pull_is_repo_id(m)) continue;
+        if (!g_model_opts.pull)
+            return cli_usage_err(cmd, "-m '%s': no such folder; add --pull to download that repository "
+                                 "(or moe8 pull %s)", m, m);
+        if (pull_for_model(cmd, m, dir, sizeof dir)) return 1;
+        argv[i + 1] = dir;
+    }
     return 0;
 }
 
@@ -57,9 +83,10 @@ static const struct {
 } commands[] = {
     {"inspect", cmd_inspect, "describe a model folder: architecture, quant types, memory"},
     {"generate", cmd_generate, "generate text from a prompt"},
-    {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout) copy of a float model"},
-    {"export-gguf", cmd_export_gguf, "write a float Qwen3-MoE folder as a GGUF file for llama.cpp"},
-    {"make-model", cmd_make_model, "write a synthetic Qwen3-MoE model folder"},
+    {"quantize", cmd_quantize, "write a W8A8 (ModelSlim layout; --experts w4a8: W4A8) copy of a float model"},
+    {"pull", cmd_pull, "download a model repository from Hugging Face or ModelScope (resumable, checked)"},
+    {"export-gguf", cmd_export_gguf, "write a float qwen3_moe, glm4_moe, minimax_m2 or qwen3_next folder as GGUF (llama.cpp)"},
+    {"make-model", cmd_make_model, "write a synthetic model folder of a family (--arch)"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"pack", cmd_pack, "build (or --verify) the packed-weight cache of a model folder"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
@@ -72,9 +99,14 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-11s %s\n", "version", "print the version and the kernel table in use (MOE8_ISA=NAME forces one)");
+    fprintf(f, "\nmodel families (config.json model_type): qwen3_moe, qwen2_moe, mixtral, deepseek_v2,\n"
+               "deepseek_v3, glm4_moe, minimax_m2, qwen3_next, qwen3_5_moe, gpt_oss (docs/MODELS.md; real\n"
+               "checkpoints and how to run them: docs/REAL-MODELS.md)\n");
+    fprintf(f, "every command takes --config FILE (its options from a JSON object; the command line wins)\n");
     fprintf(f, "\nevery command that loads a model also takes --cache-dir DIR, --no-cache, --no-mmap\n"
-               "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c), and --lm-head int8\n"
-               "(a float lm_head packed to per-row int8 at load; docs/SEMANTICS.md 6d)\n");
+               "and --mlock (the packed-weight cache; docs/SEMANTICS.md 6c), --lm-head int8\n"
+               "(a float lm_head packed to per-row int8 at load; docs/SEMANTICS.md 6d), and\n"
+               "-m OWNER/NAME --pull (download the repository on first use; moe8 pull)\n");
 }
 
 int main(int argc, char **argv) {
@@ -94,6 +126,8 @@ int main(int argc, char **argv) {
         int n = argc - 1;
         const int rc = take_model_opts(&n, argv + 1, strcmp(argv[1], "quantize") != 0);
         if (rc) return rc;
+        const int bad = model_arg(argv[1], n, argv + 1);
+        if (bad) return bad;
         return commands[i].fn(n, argv + 1);
     }
     cli_err(NULL, "unknown command '%s'", argv[1]);

@@ -26,6 +26,8 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "dist/dist.h"
@@ -486,6 +488,17 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
     x->seq_len[seq] = n_keep;
     if (n_keep == 0) state_release(x, seq);
     return MOE8_OK;
+}
+
+size_t moe8_context_sleep(moe8_context *x) {
+    kv_pool *p = &x->kv;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (kv_used(p) > 0) return 0;
+    moe8_kv_drop_cached(p);
+    const uintptr_t a = ((uintptr_t)p->data + page - 1) & ~(page - 1);
+    const uintptr_t e = ((uintptr_t)p->data + (uintptr_t)p->n_blocks * p->block_bytes) & ~(page - 1);
+    if (e <= a || madvise((void *)a, e - a, MADV_DONTNEED)) return 0;
+    return (size_t)(e - a);
 }
 
 void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {

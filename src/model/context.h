@@ -51,5 +51,10 @@ int32_t moe8_context_state_available(const moe8_context *ctx);
  * models, without the prefix cache, or when the pool has no slot to spare.
  * Requests for one sequence come in position order. */
 void moe8_context_snapshot_at(moe8_context *ctx, int32_t seq, int32_t pos);
+/* Idle: when no sequence holds a KV block, empty the prefix cache and give
+ * the KV pool's pages back (madvise DONTNEED: they come back zeroed when
+ * touched, which free blocks allow). The bytes given back, 0 when a
+ * sequence holds blocks. */
+size_t moe8_context_sleep(moe8_context *ctx);
 
 #endif

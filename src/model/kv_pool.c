@@ -256,3 +256,15 @@ void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n) {
     }
     p->n_held[seq] = n;
 }
+
+int32_t moe8_kv_drop_cached(kv_pool *p) {
+    int32_t n = 0;
+    while (p->lru_head >= 0) {
+        const int32_t id = p->lru_head;
+        lru_unlink(p, id);
+        unregister(p, id);
+        free_push(p, id);
+        n++;
+    }
+    return n;
+}

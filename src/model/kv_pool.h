@@ -96,6 +96,9 @@ int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_
  * each; they leave the evictable list). */
 void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
 
+/* Empty the prefix cache: every registered block nobody holds goes back to
+ * the free list (snapshots with them). Returns how many. */
+int32_t moe8_kv_drop_cached(kv_pool *p);
 /* Block of position `pos` of `seq` (reserved). */
 static inline int32_t kv_block_of(const kv_pool *p, int32_t seq, int32_t pos) {
     return p->table[(size_t)seq * p->max_blocks + pos / KV_BS];

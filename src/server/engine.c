@@ -223,7 +223,7 @@ static void on_events(srv *s, const moe8_event *ev, int32_t n) {
         }
         if (j->n_kids) release_kids(s, j, 1); /* its prompt is computed: theirs is cached */
         if (ev[k].type == MOE8_EVENT_TOKEN) {
-            if (j->n_gen == 0) moe8_hist_observe(&s->m.ttft, t - j->t_arrive);
+            if (j->n_gen == 0) moe8_hist_observe(&s->m.ttft, t - j->t_arrive), j->t_first = t;
             else moe8_hist_observe(&s->m.itl, t - j->t_last);
             j->t_last = t;
             s->m.generation_tokens++;
@@ -302,6 +302,7 @@ moe8_status moe8_engine_run(srv *s, volatile int *stop, moe8_error *err) {
         memcpy(msg.p, &h, sizeof h);
         if ((st = broadcast(s, &msg, err))) break;
         if (drained) break;
+        moe8_srv_sleep_check(s, h.step || h.n_add, now);
         if (!h.step) {
             /* idle: a heartbeat every rank answers, so one that stopped is found */
             if (moe8_dist_size(s->p.dist) > 1 && (st = moe8_comm_barrier(s->p.dist->comm, err))) break;

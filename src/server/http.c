@@ -159,18 +159,26 @@ void moe8_http_set_events(http *h, conn *c) {
 static void access_line(http *h, conn *c, const char *why) {
     srv *s = h->s;
     char line[400];
-    if (!s->p.on_access || c->quiet) return;
+    if (c->quiet) return;
+    const double ms = 1e3 * (moe8_time_s() - c->t_req);
     snprintf(line, sizeof line, "%s %s %d prompt_tokens=%d gen_tokens=%d ms=%.1f%s%s%s",
              c->method[0] ? c->method : "-", c->path[0] ? c->path : "-", c->status ? c->status : 499,
-             c->n_prompt, c->n_gen, 1e3 * (moe8_time_s() - c->t_req), why ? " (" : "", why ? why : "",
-             why ? ")" : "");
-    s->p.on_access(s->p.user, line);
+             c->n_prompt, c->n_gen, ms, why ? " (" : "", why ? why : "", why ? ")" : "");
+    moe8_serve_record r = {.level = MOE8_LOG_INFO, .kind = "access", .message = line,
+                           .request_id = c->rid[0] ? c->rid : NULL, .client = c->addr,
+                           .method = c->method[0] ? c->method : "-", .path = c->path[0] ? c->path : "-",
+                           .status = c->status ? c->status : 499, .prompt_tokens = c->n_prompt,
+                           .gen_tokens = c->n_gen, .cached_tokens = c->n_cached, .ms = ms,
+                           .ttft_ms = c->ttft_ms};
+    moe8_srv_emit(s, &r);
 }
 
 /* The connection lets go of its jobs (under the lock): cancelled unless done. */
 static void job_detach(srv *s, conn *c) {
     if (!c->n_jobs) return;
     c->n_prompt = c->jobs[0]->n_prompt;
+    c->n_cached = c->jobs[0]->n_cached;
+    c->ttft_ms = c->jobs[0]->t_first > 0 ? 1e3 * (c->jobs[0]->t_first - c->t_req) : -1;
     c->n_gen = 0;
     for (int i = 0; i < c->n_jobs; i++) {
         job *j = c->jobs[i];
@@ -258,10 +266,11 @@ int moe8_http_request_done(http *h, conn *c) {
     c->answered = 0;
     c->stream = c->hdr_sent = 0;
     c->t_probe = 0;
-    c->n_prompt = c->n_gen = 0;
+    c->n_prompt = c->n_gen = c->n_cached = 0;
+    c->ttft_ms = -1;
     c->note = NULL;
     c->status = 0;
-    c->method[0] = c->path[0] = '\0';
+    c->method[0] = c->path[0] = c->rid[0] = '\0';
     c->ep = NULL; /* the next head's errors are no row's until it is routed */
     moe8_buf_free(&c->body);
     c->body_len = 0;

@@ -90,11 +90,15 @@ typedef struct conn {
     int in_ready;               /* on this round's flush list */
     int quiet;                  /* no access-log line: a limit's line counts it */
     char origin[256];           /* CORS: the Origin to allow in the answer ("" none) */
+    char rid[72];               /* the request's id: its x-request-id, or one made here */
+    int32_t n_cached;           /* for the access log: prompt tokens from the prefix cache */
+    double ttft_ms;             /* ... and the first token's time (-1: none) */
     double t_probe;             /* last probe of a half-closed client (0: none yet) */
 } conn;
 
 struct task {
     conn *c;
+    char rid[72];               /* c's request id, for the worker's log lines */
     const srv_endpoint *ep;
     moe8_buf body;
     int status;                 /* 0: j made; else the answer's status */
@@ -133,6 +137,7 @@ typedef struct {
     int n_flush, cap_flush;
     char date[40];
     time_t date_t;
+    uint64_t rid_seed, rid_n;   /* request ids made here: a hash of both */
 } http;
 
 /* ---- http.c: connections ------------------------------------------------------------- */

@@ -77,7 +77,7 @@ static void cors_headers(http *h, conn *c) {
                           "Access-Control-Allow-Headers: Authorization, Content-Type, OpenAI-Organization, "
                           "OpenAI-Project, X-Stainless-Arch, X-Stainless-Lang, X-Stainless-OS, "
                           "X-Stainless-Package-Version, X-Stainless-Retry-Count, X-Stainless-Runtime, "
-                          "X-Stainless-Runtime-Version, X-Stainless-Timeout\r\n"
+                          "X-Stainless-Runtime-Version, X-Stainless-Timeout, X-Request-Id\r\n"
                           "Access-Control-Max-Age: 600\r\n");
 }
 
@@ -94,6 +94,7 @@ static void head_write(http *h, moe8_buf *out, conn *c, int status, const char *
     if (status == 401) moe8_buf_str(out, "WWW-Authenticate: Bearer\r\n");
     if (no_cache) moe8_buf_str(out, "Cache-Control: no-cache\r\n");
     moe8_buf_str(out, framing);
+    if (c && c->rid[0]) moe8_buf_printf(out, "x-request-id: %s\r\n", c->rid);
     if (c) cors_headers(h, c);
     moe8_buf_str(out, "\r\n");
 }

@@ -278,6 +278,9 @@ static int header_take(http_head *h, head_tally *t, const char *name, size_t nam
     } else if (ieq(name, name_n, "x-api-key")) {
         h->x_api_key = val;
         h->x_api_key_len = val_n;
+    } else if (ieq(name, name_n, "x-request-id")) {
+        h->x_request_id = val;
+        h->x_request_id_len = val_n;
     }
     return 0;
 }

@@ -35,6 +35,8 @@ typedef struct {
     size_t auth_len, origin_len;
     const char *x_api_key;      /* x-api-key (Anthropic's key header), or NULL */
     size_t x_api_key_len;
+    const char *x_request_id;   /* x-request-id, or NULL */
+    size_t x_request_id_len;
 } http_head;
 
 /* Scan buf[*pos..n) for the end of a head; *pos is where scanning resumes

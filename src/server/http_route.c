@@ -19,6 +19,7 @@
  * Does not: read or write sockets (http.c, http_out.c), or know any API:
  * the rows' functions do the parsing and the answers.
  */
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,11 +122,31 @@ void moe8_http_dispatch(http *h, conn *c) {
         return;
     }
     t->c = c;
+    memcpy(t->rid, c->rid, sizeof t->rid);
     t->ep = c->ep;
     t->body = c->body; /* the task owns the body; it stays counted until it comes back */
     memset(&c->body, 0, sizeof c->body);
     c->t = t;
     task_queue(h, t);
+}
+
+/* The request's id: the client's x-request-id when it is 1 to 64 of
+ * A-Z a-z 0-9 . _ : - (so it is safe in a header and a log line), else 16 hex
+ * digits made here (a hash of a per-server seed and a counter). */
+static void request_id(http *h, conn *c) {
+    const char *v = c->h.x_request_id;
+    size_t n = c->h.x_request_id_len, i = 0;
+    if (v && n >= 1 && n <= 64)
+        for (i = 0; i < n; i++)
+            if (!isalnum((unsigned char)v[i]) && !strchr("._:-", v[i])) break;
+    if (v && n >= 1 && n <= 64 && i == n) {
+        memcpy(c->rid, v, n);
+        c->rid[n] = '\0';
+        return;
+    }
+    if (!h->rid_seed) h->rid_seed = (uint64_t)(moe8_time_s() * 1e9) ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    const uint64_t k[2] = {h->rid_seed, ++h->rid_n};
+    snprintf(c->rid, sizeof c->rid, "%016llx", (unsigned long long)moe8_hash64(k, sizeof k, 0));
 }
 
 /* The head is complete: framing, auth, route, size, room; then the body. */
@@ -135,6 +156,8 @@ void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
     int rc = moe8_http_head_parse(p, n, &c->h, &why);
     c->t_req = moe8_time_s();
     c->keep_alive = 0; /* until the head is known good */
+    c->ttft_ms = -1;
+    request_id(h, c);
     if (rc) {
         c->close_after = 1;
         moe8_http_respond_error(h, c, rc, "invalid_request_error", "bad_request", "%s", why);
@@ -150,6 +173,13 @@ void moe8_http_on_head(http *h, conn *c, const char *p, size_t n) {
     c->body_len = c->h.content_length > 0 ? (uint64_t)c->h.content_length : 0;
     memset(&c->ck, 0, sizeof c->ck);
     c->ep = find_route(s, c->method, c->h.path, c->h.path_len);
+    {
+        char line[400];
+        snprintf(line, sizeof line, "%s %s from %s", c->method, c->path, c->addr);
+        moe8_serve_record r = {.level = MOE8_LOG_DEBUG, .kind = "request", .message = line, .request_id = c->rid,
+                               .client = c->addr, .method = c->method, .path = c->path, .ttft_ms = -1};
+        moe8_srv_emit(s, &r);
+    }
     c->preflight = 0;
     c->origin[0] = '\0';
     if (c->h.origin && s->p.allowed_origins && c->h.origin_len < sizeof c->origin &&
@@ -235,7 +265,9 @@ void *moe8_http_worker_main(void *arg) {
         h->todo_head = t->next;
         if (!h->todo_head) h->todo_tail = NULL;
         pthread_mutex_unlock(&h->tlock);
+        moe8_srv_rid = t->rid; /* its notes carry the request's id */
         t->status = t->ep->parse(s, t->body.p ? t->body.p : "", t->body.n, &t->j, &t->out);
+        moe8_srv_rid = NULL;
         pthread_mutex_lock(&h->tlock);
         t->next = h->done_head;
         h->done_head = t;

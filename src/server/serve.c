@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <omp.h>
 
 #include "core/core.h"
 #include "io/json_util.h"
@@ -117,6 +118,9 @@ static moe8_status check_params(const moe8_serve_params *p, const moe8_model *m,
     if (p->reasoning_parser && moe8_srv_reasoning_append(p->reasoning_parser) < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "reasoning parser '%s' is not one of deepseek_r1, "
                          "qwen3, glm45, minimax_m2, minimax_m2_append_think, openai_gptoss", p->reasoning_parser);
+    if (!(p->sleep_idle_s >= 0) || (p->sleep_idle_s > 0 && moe8_dist_size(p->dist) > 1))
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "sleep_idle_s (%g) must be >= 0, and 0 with TP/EP "
+                         "(not supported yet)", p->sleep_idle_s);
     if (p->responses_store < 0)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "responses_store (%d) must be >= 0", p->responses_store);
     if (p->api_key && !p->api_key[0])
@@ -142,15 +146,66 @@ int moe8_srv_reasoning_append(const char *name) {
     return !strcmp(name, "minimax_m2_append_think") ? 1 : -1;
 }
 
+_Thread_local const char *moe8_srv_rid;
+
+void moe8_srv_emit(srv *s, moe8_serve_record *r) {
+    const moe8_serve_params *p = &s->p;
+    if (!r->request_id) r->request_id = moe8_srv_rid;
+    if (p->on_record) {
+        p->on_record(p->user, r);
+        return;
+    }
+    if (!strcmp(r->kind, "ready")) {
+        if (p->on_ready) p->on_ready(p->user, r->message);
+    } else if (!strcmp(r->kind, "access")) {
+        if (p->on_access) p->on_access(p->user, r->message);
+    } else if (strcmp(r->kind, "request") && strcmp(r->kind, "banner") && strcmp(r->kind, "stop")) {
+        moe8_serve_line_fn f = p->on_log ? p->on_log : p->on_access;
+        if (f) f(p->user, r->message);
+    }
+}
+
 void moe8_srv_log(srv *s, const char *fmt, ...) {
     char line[600];
     va_list ap;
-    moe8_serve_line_fn f = s->p.on_log ? s->p.on_log : s->p.on_access;
-    if (!f) return;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    f(s->p.user, line);
+    moe8_serve_record r = {.level = MOE8_LOG_INFO, .kind = "note", .message = line, .ttft_ms = -1};
+    if (!strncmp(line, "warning:", 8) || !strncmp(line, "limit:", 6)) r.level = MOE8_LOG_WARN;
+    moe8_srv_emit(s, &r);
+}
+
+/* One "banner" record. */
+static void banner(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void banner(srv *s, const char *fmt, ...) {
+    char line[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    moe8_serve_record r = {.level = MOE8_LOG_INFO, .kind = "banner", .message = line, .ttft_ms = -1};
+    moe8_srv_emit(s, &r);
+}
+
+/* What the server runs with, once its pools are made (rank 0, before "listening"). */
+static void startup_banner(srv *s, const moe8_sched_stats *ss) {
+    const moe8_config *c = moe8_model_config(s->model);
+    const moe8_kv_stats *kv = &ss->kv;
+    const int n_threads = s->p.n_threads > 0 ? s->p.n_threads : omp_get_max_threads();
+    const int n_ranks = moe8_dist_size(s->p.dist);
+    banner(s, "model %s: %s, %lld layers, %lld experts (%lld per token), vocabulary %lld", s->model_name,
+           c->model_type, (long long)c->num_hidden_layers, (long long)c->num_experts,
+           (long long)c->num_experts_per_tok, (long long)c->vocab_size);
+    banner(s, "context %d tokens, parallel %d, max batch tokens %d, threads %d%s", s->n_ctx, s->p.parallel,
+           s->p.max_batch_tokens, n_threads, s->p.prefix_cache ? ", prefix cache on" : ", prefix cache off");
+    banner(s, "KV pool: %lld positions in %d blocks of %d, %.1f MiB (%s)%s", (long long)s->kv_positions,
+           kv->n_blocks, kv->block_tokens, (double)kv->n_blocks * (double)kv->block_bytes / 1048576.0,
+           s->p.kv_type == MOE8_DT_F32 ? "f32" : s->p.kv_type == MOE8_DT_BF16 ? "bf16" : "f16",
+           n_ranks > 1 ? " per rank" : "");
+    if (kv->state_slots)
+        banner(s, "state pool: %d slots of %.2f MiB, %.1f MiB", kv->state_slots,
+               (double)kv->state_slot_bytes / 1048576.0, (double)kv->state_slots * (double)kv->state_slot_bytes / 1048576.0);
 }
 
 moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serve_params *params,
@@ -214,9 +269,20 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     if (moe8_dist_size(params->dist) > 1) st = moe8_dist_agree(params->dist, st, err);
     if (!st && rank0) {
         char line[300];
+        moe8_serve_record r = {.level = MOE8_LOG_INFO, .kind = "ready", .message = line, .ttft_ms = -1};
+        moe8_sched_stats ss;
+        const double t0 = moe8_time_s();
+        moe8_sched_get_stats(s->sched, &ss);
+        startup_banner(s, &ss);
         snprintf(line, sizeof line, "listening on http://%s:%d", params->host, s->port);
-        if (params->on_ready) params->on_ready(params->user, line);
+        moe8_srv_emit(s, &r);
         st = moe8_engine_run(s, stop, err);
+        moe8_sched_get_stats(s->sched, &ss);
+        snprintf(line, sizeof line, "stopped after %.1f s: %llu requests finished, %lld prompt and %lld generated "
+                 "tokens", moe8_time_s() - t0, (unsigned long long)(s->m.success_stop + s->m.success_length +
+                 s->m.success_abort), (long long)ss.prompt_tokens, (long long)ss.generated_tokens);
+        r.kind = "stop";
+        moe8_srv_emit(s, &r);
         moe8_engine_abandon(s);         /* every job ended: its connection can finish */
         moe8_http_wait_idle(s, 2.0);    /* last bytes of finished answers */
     } else if (!st) {

@@ -187,11 +187,25 @@ typedef struct srv {
     job *ready_head;            /* jobs with news for their connection (moe8_http_notify) */
     int port;
     struct resp_store *responses; /* stored responses (responses_store.c), or NULL */
+    double t_active;            /* engine: when it last had work (--sleep-idle-seconds) */
+    double t_sleep;             /* engine: when it went to sleep; 0 awake */
 } srv;
+
+/* --sleep-idle-seconds (sleep.c), on the engine thread: asleep when idle long
+ * enough; the wake is said when work comes. */
+void moe8_srv_sleep_check(srv *s, int busy, double now);
 
 /* A note for the operator (serve.c): on_log, else on_access, else nothing;
  * one line of at most 600 bytes. */
 void moe8_srv_log(srv *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One record to the caller (serve.c): on_record, else the line to on_ready
+ * ("ready"), on_access ("access", "request" not at all) or on_log (the rest;
+ * "banner" and "stop" only to on_record). A NULL request_id takes this
+ * thread's (moe8_srv_rid). */
+void moe8_srv_emit(srv *s, moe8_serve_record *r);
+/* The request id of the request this thread works on (a worker, during its
+ * parse), or NULL: moe8_srv_log's lines carry it. */
+extern _Thread_local const char *moe8_srv_rid;
 /* --reasoning-parser `name`: 1 the think block stays in content
  * (minimax_m2_append_think), 0 it is split off (deepseek_r1, qwen3, glm45,
  * minimax_m2; openai_gptoss: gpt-oss's analysis channel, which the harmony
