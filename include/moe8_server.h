@@ -87,6 +87,9 @@ typedef struct {
                                     * split for any other */
     uint64_t state_bytes;          /* hybrid models: the recurrent-state pool
                                     * (moe8_context_params.state_bytes); 0 = its default */
+    const char *prompt_cache_dir;  /* the prompt cache's disk tier
+                                    * (moe8_context_params.prompt_cache_dir); NULL: off */
+    uint64_t prompt_cache_bytes;   /* its bound in bytes; 0: none */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

@@ -22,6 +22,7 @@
 #include "moe8_tools.h"
 
 int cmd_inspect(int argc, char **argv);
+int cmd_prompt_cache(int argc, char **argv); /* moe8 prompt-cache ls|verify|clear DIR */
 int cmd_bench(int argc, char **argv);
 int cmd_bench_sched(int argc, char **argv); /* moe8 bench sched */
 int cmd_bench_serve(int argc, char **argv); /* moe8 bench serve */
