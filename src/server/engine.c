@@ -255,6 +255,7 @@ static void update_gauges(srv *s) {
     s->m.kv_usage = st.kv.n_blocks ? (double)st.kv.n_used / st.kv.n_blocks : 0;
     s->m.prefix_hits = (uint64_t)st.prefix_hits;
     s->m.prefix_queries = (uint64_t)st.prefix_queries;
+    s->m.disk = st.kv.disk;
     pthread_mutex_unlock(&s->lock);
 }
 
