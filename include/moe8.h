@@ -558,6 +558,7 @@ typedef struct {
     int writing;                    /* 0 once writing stopped (read-only or full directory) */
     uint64_t hits, misses, read_bytes, written_bytes, written_blocks;
     uint64_t evictions, rejected, dropped;
+    double read_seconds;            /* wall time spent loading and verifying blocks */
 } moe8_prompt_cache_stats;
 
 /* Accounting of the KV pool: every block is used (held by a sequence),

@@ -59,8 +59,8 @@ struct moe8_kv_disk {
     uint64_t fp64, max_bytes;
     size_t bb;                  /* block bytes */
     /* the loader's (the context's thread) */
-    int32_t *tok_buf;
-    size_t cap_tok;
+    unsigned char *buf;         /* [cap_buf] a file's header and ids */
+    size_t cap_buf;
     struct timespec load_time;  /* the use the loads stamp (moe8_kvd_use_now) */
     /* the writer */
     pthread_t thread;
@@ -72,6 +72,7 @@ struct moe8_kv_disk {
     int busy, stop;
     int writing;                /* 0: stopped (read-only or full directory) */
     int inject;                 /* tests: errno of the next write */
+    double read_s;              /* the loader's (the context's thread) */
     uint64_t dir_bytes;         /* the directory's block files, as last counted plus written */
     moe8_prompt_cache_stats st; /* counters: __atomic */
 };
@@ -182,6 +183,7 @@ int moe8_kvd_load(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int3
     struct stat sb;
     const char *why = NULL;
     int fd;
+    const double t0 = moe8_time_s();
     moe8_kvd_name(key, name);
     snprintf(path, sizeof path, "%s/%s", d->dir, name);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -193,29 +195,32 @@ int moe8_kvd_load(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int3
         count(&d->st.rejected, 1);
         return -1;
     }
-    if ((size_t)end > d->cap_tok) {
-        int32_t *t = realloc(d->tok_buf, (size_t)end * sizeof *t);
-        if (!t) {
+    const size_t head_ids = sizeof h + (size_t)end * 4; /* read at once */
+    if (head_ids > d->cap_buf) {
+        unsigned char *b = realloc(d->buf, head_ids);
+        if (!b) {
             close(fd);
             return 1;
         }
-        d->tok_buf = t;
-        d->cap_tok = (size_t)end;
+        d->buf = b;
+        d->cap_buf = head_ids;
     }
+    const int32_t *ids = (const int32_t *)(void *)(d->buf + sizeof h);
     head_of(d, key, end, &want);
-    if (fstat(fd, &sb) || read_at(fd, &h, sizeof h, 0)) why = "cannot read its header";
-    if (!why) why = head_check(&h, &want, sb.st_size);
-    if (!why && read_at(fd, d->tok_buf, (size_t)end * 4, sizeof h)) why = "cannot read its ids";
-    if (!why && memcmp(d->tok_buf, tokens, (size_t)end * 4)) why = "its token ids differ";
-    if (!why && read_at(fd, data, d->bb, (off_t)(sizeof h + (size_t)end * 4)))
-        why = "cannot read its data";
-    if (!why && moe8_kvd_sum(&h, d->tok_buf, data) != h.sum) why = "checksum";
+    if (fstat(fd, &sb)) why = "cannot stat it";
+    else if ((uint64_t)sb.st_size < head_ids) why = "truncated";
+    else if (read_at(fd, d->buf, head_ids, 0)) why = "cannot read its header and ids";
+    if (!why) memcpy(&h, d->buf, sizeof h), why = head_check(&h, &want, sb.st_size);
+    if (!why && memcmp(ids, tokens, (size_t)end * 4)) why = "its token ids differ";
+    if (!why && read_at(fd, data, d->bb, (off_t)head_ids)) why = "cannot read its data";
+    if (!why && moe8_kvd_sum(&h, ids, data) != h.sum) why = "checksum";
     if (!why) { /* its last use, for the LRU bound */
         struct timespec t[2];
         use_time(t, d->load_time, end / MOE8_KVD_BS);
         futimens(fd, t);
     }
     close(fd);
+    d->read_s += moe8_time_s() - t0;
     if (why) {
         reject(d, path, why);
         return -1;
@@ -449,7 +454,7 @@ void moe8_kvd_close(moe8_kv_disk *d) {
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_job);
     pthread_cond_destroy(&d->cv_idle);
-    free(d->tok_buf);
+    free(d->buf);
     free(d->dir);
     free(d);
 }
@@ -467,6 +472,7 @@ void moe8_kvd_stats(moe8_kv_disk *d, moe8_prompt_cache_stats *out) {
     out->evictions = __atomic_load_n(&d->st.evictions, __ATOMIC_RELAXED);
     out->rejected = __atomic_load_n(&d->st.rejected, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&d->st.dropped, __ATOMIC_RELAXED);
+    out->read_seconds = d->read_s;
 }
 
 void moe8_kvd_use_now(moe8_kv_disk *d) { clock_gettime(CLOCK_REALTIME, &d->load_time); }

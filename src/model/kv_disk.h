@@ -97,6 +97,7 @@ typedef struct {
     char isa[16];
     uint64_t sum;                   /* XXH3 of this header (sum 0), the ids, the data */
 } moe8_kvd_head;
+_Static_assert(sizeof(moe8_kvd_head) == 88, "the block file header has no padding");
 
 uint64_t moe8_kvd_fold(const moe8_kvd_fp *fp);
 /* The checksum of a file's parts (h->sum is taken as 0). */
