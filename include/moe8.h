@@ -559,6 +559,7 @@ typedef struct {
     uint64_t hits, misses, read_bytes, written_bytes, written_blocks;
     uint64_t evictions, rejected, dropped;
     double read_seconds;            /* wall time spent loading and verifying blocks */
+    double read_cpu_seconds;        /* the loading thread's CPU time in it */
 } moe8_prompt_cache_stats;
 
 /* Accounting of the KV pool: every block is used (held by a sequence),

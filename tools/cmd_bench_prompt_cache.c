@@ -7,8 +7,11 @@
  *    context after the first was freed (the restart: loaded from D); whether
  *    the restarted run's tokens equal the cold run's.
  * 2. Block loading: the restart's bytes read over the time its loads took
- *    (moe8_prompt_cache_stats.read_seconds: open, read, verify), against a read-bandwidth probe (the same files read whole
- *    with pread from the page cache, best of two passes after a warm one).
+ *    (moe8_prompt_cache_stats.read_seconds and read_cpu_seconds: open,
+ *    read into the pool, verify, touch), against read-bandwidth probes on
+ *    the same files, warm in the page cache: pread into one reused buffer,
+ *    and into fresh memory (the pool's pages of a new context are touched
+ *    first by the load), best of two passes after a warming one.
  * 3. Decode at concurrency --running: --requests requests of
  *    --decode-prompt distinct tokens and --tokens generated each, a new one
  *    started as one ends, the tier off and on (writing every finished
@@ -117,27 +120,38 @@ static int run_one(moe8_model *m, const pc_opts *o, const int32_t *ids, int n, c
     return rc;
 }
 
+static double thread_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* The read bandwidth of the page cache: every file of dir read whole with
- * pread, twice (the first warms it), the best pass; bytes/s. */
-static double read_probe(const char *dir) {
+ * pread, twice after a warming pass, the best pass; bytes per wall second,
+ * *per_cpu bytes per CPU second of this thread. */
+static double read_probe(const char *dir, int fresh, double *per_cpu) {
     double best = 0;
-    char *buf = malloc((size_t)64 << 20);
-    for (int pass = 0; buf && pass < 3; pass++) {
+    *per_cpu = 0;
+    char *buf = fresh ? NULL : malloc((size_t)64 << 20);
+    for (int pass = 0; (fresh || buf) && pass < 3; pass++) {
         DIR *d = opendir(dir);
         struct dirent *e;
         uint64_t bytes = 0;
-        const double t0 = wall_s();
+        const double t0 = wall_s(), c0 = thread_cpu();
         while (d && (e = readdir(d))) {
             if (e->d_name[0] == '.') continue;
             int fd = openat(dirfd(d), e->d_name, O_RDONLY);
             ssize_t got;
             off_t off = 0;
-            while (fd >= 0 && (got = pread(fd, buf, (size_t)64 << 20, off)) > 0) off += got, bytes += (uint64_t)got;
+            char *to = fresh ? malloc((size_t)1 << 20) : buf; /* fresh: untouched pages */
+            while (fd >= 0 && to && (got = pread(fd, to, (size_t)1 << 20, off)) > 0) off += got, bytes += (uint64_t)got;
             if (fd >= 0) close(fd);
+            if (fresh) free(to);
         }
         if (d) closedir(d);
-        const double dt = wall_s() - t0;
+        const double dt = wall_s() - t0, dc = thread_cpu() - c0;
         if (pass > 0 && dt > 0 && bytes / dt > best) best = (double)bytes / dt;
+        if (pass > 0 && dc > 0 && bytes / dc > *per_cpu) *per_cpu = (double)bytes / dc;
     }
     free(buf);
     return best;
@@ -153,10 +167,14 @@ static int restart_rows(moe8_model *m, const pc_opts *o) {
     fill_ids(ids, o->prompt, 4242, V);
     if (moe8_prompt_cache_clear(o->cache, NULL, NULL, &err) && err.code != MOE8_ERR_IO) goto done;
     fprintf(stderr, "moe8 " CMD ": a %d-token prompt: cold, cold writing, restarted\n", o->prompt);
+    double probe_cpu, probe;
     if (run_one(m, o, ids, o->prompt, NULL, 0, &r[0]) ||
-        run_one(m, o, ids, o->prompt, o->cache, 0, &r[1]) ||
-        run_one(m, o, ids, o->prompt, o->cache, 1, &r[2]))
+        run_one(m, o, ids, o->prompt, o->cache, 0, &r[1]))
         goto done;
+    sync(); /* written back: the restart reads a warm page cache, as the probe does */
+    probe = read_probe(o->cache, 0, &probe_cpu);
+    double fresh_cpu, fresh = read_probe(o->cache, 1, &fresh_cpu);
+    if (run_one(m, o, ids, o->prompt, o->cache, 1, &r[2])) goto done;
     static const char *const name[3] = {"cold, tier off", "cold, tier on (writing)",
                                         "restarted (tier on, loaded)"};
     printf("| run | prompt | TTFT s | CPU s | cached tokens | blocks loaded | same tokens as cold |\n");
@@ -166,15 +184,19 @@ static int restart_rows(moe8_model *m, const pc_opts *o) {
                r[k].cpu, r[k].cached, (unsigned long long)r[k].disk.hits,
                memcmp(r[k].tok, r[0].tok, sizeof r[0].tok) ? "NO" : "yes");
     printf("\nrestarted / cold TTFT: %.3f\n\n", r[2].ttft / r[0].ttft);
-    const double probe = read_probe(o->cache);
-    const double load = r[2].disk.read_seconds;
-    const double rate = load > 0 ? (double)r[2].disk.read_bytes / load : 0;
-    printf("| block loading | MB | s | MB/s |\n|---|---|---|---|\n");
-    printf("| the restart's loads (open, read, verify; its first step %.3f s, the same step "
-           "from memory %.3f s) | %.2f | %.4f | %.0f |\n", r[2].first_step, r[2].again_step,
-           (double)r[2].disk.read_bytes / 1e6, load, rate / 1e6);
-    printf("| read probe (pread of the same files, page cache) | | | %.0f |\n", probe / 1e6);
-    printf("\nload rate / read bandwidth: %.2f\n\n", probe > 0 ? rate / probe : 0);
+    const double load = r[2].disk.read_seconds, load_cpu = r[2].disk.read_cpu_seconds;
+    const double bytes = (double)r[2].disk.read_bytes;
+    const double rate = load > 0 ? bytes / load : 0, rate_cpu = load_cpu > 0 ? bytes / load_cpu : 0;
+    printf("| block loading | MB | wall s | CPU s | MB/s wall | MB/s CPU |\n|---|---|---|---|---|---|\n");
+    printf("| the restart's loads (open, read, verify, touch) | %.2f | %.4f | %.4f | %.0f | %.0f |\n",
+           bytes / 1e6, load, load_cpu, rate / 1e6, rate_cpu / 1e6);
+    printf("| read probe (pread of the same files, page cache, one reused buffer) | | | | %.0f | %.0f |\n",
+           probe / 1e6, probe_cpu / 1e6);
+    printf("| read probe into fresh memory (each file to a new 1 MiB malloc) | | | | %.0f | %.0f |\n",
+           fresh / 1e6, fresh_cpu / 1e6);
+    printf("\nload rate / read bandwidth: %.2f (wall), %.2f (CPU); the restart's first step %.3f s, "
+           "the same step from memory %.3f s\n\n", probe > 0 ? rate / probe : 0,
+           probe_cpu > 0 ? rate_cpu / probe_cpu : 0, r[2].first_step, r[2].again_step);
     rc = 0;
 done:
     free(ids);

@@ -72,7 +72,7 @@ struct moe8_kv_disk {
     int busy, stop;
     int writing;                /* 0: stopped (read-only or full directory) */
     int inject;                 /* tests: errno of the next write */
-    double read_s;              /* the loader's (the context's thread) */
+    double read_s, read_cpu;    /* the loader's (the context's thread): wall, CPU seconds */
     uint64_t dir_bytes;         /* the directory's block files, as last counted plus written */
     moe8_prompt_cache_stats st; /* counters: __atomic */
 };
@@ -142,6 +142,12 @@ static void use_time(struct timespec t[2], struct timespec base, int32_t depth) 
     t[1] = t[0];
 }
 
+static double thread_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* ---- loading ------------------------------------------------------------------------ */
 
 static int read_at(int fd, void *p, size_t n, off_t off) {
@@ -183,7 +189,7 @@ int moe8_kvd_load(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int3
     struct stat sb;
     const char *why = NULL;
     int fd;
-    const double t0 = moe8_time_s();
+    const double t0 = moe8_time_s(), c0 = thread_cpu();
     moe8_kvd_name(key, name);
     snprintf(path, sizeof path, "%s/%s", d->dir, name);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -221,6 +227,7 @@ int moe8_kvd_load(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int3
     }
     close(fd);
     d->read_s += moe8_time_s() - t0;
+    d->read_cpu += thread_cpu() - c0;
     if (why) {
         reject(d, path, why);
         return -1;
@@ -473,6 +480,7 @@ void moe8_kvd_stats(moe8_kv_disk *d, moe8_prompt_cache_stats *out) {
     out->rejected = __atomic_load_n(&d->st.rejected, __ATOMIC_RELAXED);
     out->dropped = __atomic_load_n(&d->st.dropped, __ATOMIC_RELAXED);
     out->read_seconds = d->read_s;
+    out->read_cpu_seconds = d->read_cpu;
 }
 
 void moe8_kvd_use_now(moe8_kv_disk *d) { clock_gettime(CLOCK_REALTIME, &d->load_time); }
