@@ -524,6 +524,14 @@ typedef struct {
                            * (SEMANTICS §10). 0 = n_seq_max slots plus, with prefix_cache,
                            * 256 MiB of snapshots (at least 4 slots, at most 256). Ignored
                            * for other models */
+    const char *prompt_cache_dir; /* the prompt cache's disk tier (SEMANTICS §10b): full KV
+                           * blocks of finished prefixes written to files in this directory
+                           * (made when missing; several processes may share it) by a
+                           * background thread, and read back, verified, when a prompt's
+                           * prefix is not in memory; NULL = off. Needs prefix_cache; not
+                           * supported yet for hybrid models or under TP/EP */
+    uint64_t prompt_cache_bytes; /* bound on the directory's block files (least recently
+                           * used removed first); 0 = no bound */
 } moe8_context_params;
 moe8_context_params moe8_context_params_default(void);
 
@@ -554,6 +562,21 @@ int32_t moe8_context_seq_len(const moe8_context *ctx, int32_t seq);
 moe8_status moe8_context_seq_truncate(moe8_context *ctx, int32_t seq, int32_t n_keep,
                                       moe8_error *err);
 
+/* The prompt cache's disk tier (prompt_cache_dir), counted since the context
+ * was created: blocks loaded (hits) and lookups of a block beyond the memory
+ * match that found no file (misses), bytes read and written, files removed by
+ * the size bound (evictions), files that did not verify (rejected: removed,
+ * their blocks recomputed), blocks not written (dropped: queue full or
+ * writing stopped). */
+typedef struct {
+    int enabled;                    /* the context has a disk tier */
+    int writing;                    /* 0 once writing stopped (read-only or full directory) */
+    uint64_t hits, misses, read_bytes, written_bytes, written_blocks;
+    uint64_t evictions, rejected, dropped;
+    double read_seconds;            /* wall time spent loading and verifying blocks */
+    double read_cpu_seconds;        /* the loading thread's CPU time in it */
+} moe8_prompt_cache_stats;
+
 /* Accounting of the KV pool: every block is used (held by a sequence),
  * cached (held by none, kept for the prefix cache, evictable) or free. */
 typedef struct {
@@ -569,6 +592,7 @@ typedef struct {
      * that left the cache (their slot taken for a sequence or a newer snapshot,
      * their KV block evicted or rewritten) */
     int64_t state_snap_hits, state_snap_misses, state_snap_evictions;
+    moe8_prompt_cache_stats disk;   /* the disk tier (zeros when off) */
 } moe8_kv_stats;
 void moe8_context_kv_stats(const moe8_context *ctx, moe8_kv_stats *out);
 

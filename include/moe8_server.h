@@ -118,6 +118,9 @@ typedef struct {
                                     * the packed cache); the next request wakes it (/health,
                                     * /metrics and the other answers the HTTP side gives
                                     * alone do not). 0: never (default). Not with TP/EP yet */
+    const char *prompt_cache_dir;  /* the prompt cache's disk tier
+                                    * (moe8_context_params.prompt_cache_dir); NULL: off */
+    uint64_t prompt_cache_bytes;   /* its bound in bytes; 0: none */
 } moe8_serve_params;
 moe8_serve_params moe8_serve_params_default(void);
 

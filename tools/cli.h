@@ -22,12 +22,14 @@
 #include "moe8_tools.h"
 
 int cmd_inspect(int argc, char **argv);
+int cmd_prompt_cache(int argc, char **argv); /* moe8 prompt-cache ls|verify|clear DIR */
 int cmd_bench(int argc, char **argv);
 int cmd_bench_sched(int argc, char **argv); /* moe8 bench sched */
 int cmd_bench_serve(int argc, char **argv); /* moe8 bench serve */
 int cmd_bench_forward(int argc, char **argv); /* moe8 bench forward */
 int cmd_bench_grammar(int argc, char **argv); /* moe8 bench grammar */
 int cmd_bench_sampler(int argc, char **argv); /* moe8 bench sampler */
+int cmd_bench_prompt_cache(int argc, char **argv); /* moe8 bench prompt-cache */
 int cmd_generate(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_make_model(int argc, char **argv);

@@ -53,6 +53,7 @@ static float rng_float(uint64_t *s) {
 #define NOTES                                                                                       \
     "       moe8 bench forward -m DIR ... (the whole forward, phase by phase: moe8 bench forward -h)\n" \
     "       moe8 bench sched -m DIR ...   (the scheduler on a model: moe8 bench sched -h)\n"          \
+    "       moe8 bench prompt-cache -m DIR --dir D ... (the prompt cache's disk tier: -h)\n"       \
     "       moe8 bench serve --url URL ... (load on an OpenAI-compatible server: moe8 bench serve -h)\n" \
     "       moe8 bench grammar [-m DIR | --tokenizer DIR] ... (constrained decoding: compile,\n"     \
     "                          prepare and per-step mask times: moe8 bench grammar -h)\n"
@@ -360,6 +361,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "forward")) return cmd_bench_forward(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "grammar")) return cmd_bench_grammar(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "sampler")) return cmd_bench_sampler(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "prompt-cache")) return cmd_bench_prompt_cache(argc, argv);
     if (argc < 2 || strcmp(argv[1], "moe")) {
         fprintf(stderr, "usage: " SYNOPSIS "\n" NOTES "(moe8 bench moe -h: its options)\n");
         return 2;

@@ -108,6 +108,10 @@ static int parse_args(int argc, char **argv, opts *o) {
         {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
          .help = "KV cache elements: f16 (default), bf16 (half the memory of f32,\n"
          "K/V rounded to nearest even) or f32 (exact)"},
+        {"--prompt-cache-dir", NULL, CLI_STR, &o->pc_dir, .arg = "DIR", .help = "keep prompts' KV "
+         "blocks as verified files in DIR, reused after a restart (default: off)"},
+        {"--prompt-cache-gb", NULL, CLI_DOUBLE, &o->pc_gb, .dlo = 0, .dhi = 1e9, .arg = "N",
+         .help = "bound DIR to N GiB, least recently used first (default: none)"},
         {"--max-batch-tokens", NULL, CLI_I64, &o->max_batch, 1, MAX_N_BATCH, .arg = "N",
          .help = "most tokens per forward pass (default " STR(MAX_N_BATCH) "): longer prompts are\n"
          "read in chunks, with the same output"},

@@ -48,6 +48,8 @@ typedef struct {
     const char *dir, *file, *base;
     int kld, n_ctx, ctx_set, chunks, threads, parallel, tp, expert_parallel;
     moe8_dtype kv_type;
+    const char *pc_dir; /* --prompt-cache-dir, or NULL */
+    double pc_gb;
 } opts;
 
 /* llama-perplexity's kl_divergence_result. */
@@ -105,6 +107,13 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "chunks decoded together (default max(1, 2048 / c))"},
         {"--kv-type", NULL, CLI_KV, &o->kv_type, .arg = "T",
          .help = "KV cache elements: f16 (default), bf16, or f32 (exact: for\na KL-divergence base)"},
+        {"--prompt-cache-dir", NULL, CLI_STR, &o->pc_dir, .arg = "DIR",
+         .help = "keep full KV blocks of finished prompts as verified files in\n"
+         "DIR (made when missing; processes may share it) and load them\n"
+         "for a prompt whose prefix is not in memory (default: off)"},
+        {"--prompt-cache-gb", NULL, CLI_DOUBLE, &o->pc_gb, .dlo = 0, .dhi = 1e9, .arg = "N",
+         .help = "bound DIR's block files to N GiB, least recently used removed\n"
+         "first (default: no bound)"},
         {"--kl-divergence-base", NULL, CLI_STR, &o->base, .arg = "F",
          .help = "with -f: write the model's log-probabilities of every\n"
          "scored token to F (llama-perplexity's layout)"},
@@ -488,6 +497,8 @@ static int score(run *r, moe8_model *m) {
     if (cp.n_outputs < n_par) cp.n_outputs = n_par;
     cp.n_threads = o->threads;
     cp.kv_type = o->kv_type;
+    cp.prompt_cache_dir = o->pc_dir;
+    cp.prompt_cache_bytes = (uint64_t)(o->pc_gb * 1073741824.0);
     if (!prompt || moe8_context_create(m, &cp, &ctx, &err) || moe8_sched_create(ctx, NULL, &s, &err)) {
         if (prompt && r->rank0) cli_fail(CMD, &err);
         goto done;

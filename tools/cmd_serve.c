@@ -41,7 +41,7 @@ typedef struct {
     const char *log_level, *log_format, *log_file;
     int tp, expert_parallel, key_from_env;
     int64_t kv_mb, state_mb;
-    double comm_timeout;
+    double comm_timeout, pc_gb;
     moe8_serve_params sp;
 } opts;
 
@@ -114,6 +114,13 @@ static int parse(int argc, char **argv, opts *o) {
          .help = "do not reuse the KV of shared prompt prefixes"},
         {"--kv-type", NULL, CLI_KV, &o->sp.kv_type, .arg = "T",
          .help = "KV cache elements: f16 (default), bf16, or f32 (exact)"},
+        {"--prompt-cache-dir", NULL, CLI_STR, &o->sp.prompt_cache_dir, .arg = "DIR",
+         .help = "keep full KV blocks of finished prompts as verified files in\n"
+         "DIR (made when missing; processes may share it) and load them\n"
+         "for a prompt whose prefix is not in memory (default: off)"},
+        {"--prompt-cache-gb", NULL, CLI_DOUBLE, &o->pc_gb, .dlo = 0, .dhi = 1e9, .arg = "N",
+         .help = "bound DIR's block files to N GiB, least recently used removed\n"
+         "first (default: no bound)"},
         {"--default-chat-template-kwargs", NULL, CLI_STR, &o->sp.default_chat_template_kwargs,
          .arg = "JSON", .help = "template variables under each request's chat_template_kwargs,\n"
          "e.g. '{\"enable_thinking\": false}' (default: the template's)"},
@@ -189,6 +196,7 @@ static int parse(int argc, char **argv, opts *o) {
     if (bad) return bad;
     o->sp.kv_bytes = (uint64_t)o->kv_mb << 20;
     o->sp.state_bytes = (uint64_t)o->state_mb << 20;
+    o->sp.prompt_cache_bytes = (uint64_t)(o->pc_gb * 1073741824.0);
     o->sp.model_dir = o->dir;
     return 0;
 }

@@ -26,6 +26,8 @@ typedef struct {
     moe8_dtype kv_type;
     moe8_sampler_params sp;
     float comm_timeout; /* seconds, 0 = none */
+    const char *pc_dir; /* --prompt-cache-dir, or NULL */
+    double pc_gb;       /* --prompt-cache-gb */
 } opts;
 
 /* ======================================================================== */

@@ -111,6 +111,8 @@ static int make_context(const opts *o, moe8_model *m, moe8_tokenizer *tok, const
     cp.kv_bytes = kv_budget(o, m, p, r->n_ctx);
     cp.state_bytes = (uint64_t)o->state_mb << 20;
     cp.kv_type = o->kv_type;
+    cp.prompt_cache_dir = o->pc_dir;
+    cp.prompt_cache_bytes = (uint64_t)(o->pc_gb * 1073741824.0);
     if (moe8_context_create(m, &cp, &r->ctx, &err) != MOE8_OK) /* agreed by every rank */
         return r->quiet ? 1 : cli_fail(CMD, &err);
     sp.tok = o->print_ids ? NULL : tok;

@@ -89,6 +89,7 @@ static const struct {
     {"make-model", cmd_make_model, "write a synthetic model folder of a family (--arch)"},
     {"perplexity", cmd_perplexity, "perplexity and KL divergence on a text (as llama-perplexity)"},
     {"pack", cmd_pack, "build (or --verify) the packed-weight cache of a model folder"},
+    {"prompt-cache", cmd_prompt_cache, "list, verify or clear a prompt cache's disk tier (ls|verify|clear DIR)"},
     {"tokenize", cmd_tokenize, "the token ids of a text (-p TEXT or -f FILE)"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server on a model folder"},
     {"bench", cmd_bench, "benchmarks that print tables (moe8 bench moe|forward|sched|serve|grammar|sampler)"},

@@ -24,6 +24,7 @@
  * order), keep logits of earlier calls, sample, or schedule (sched/).
  */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,6 +35,7 @@
 #include "model/context.h"
 #include "model/forward.h"
 #include "model/gdn.h"
+#include "model/kv_disk.h"
 #include "model/kv_pool.h"
 #include "model/state_pool.h"
 
@@ -45,6 +47,11 @@ struct moe8_context {
     moe8_context_params p;        /* zeros resolved */
     kv_pool kv;                   /* the paged KV cache */
     moe8_state_pool state;        /* Gated DeltaNet layers' per-sequence state (hybrids) */
+    moe8_kv_disk *disk;           /* the prompt cache's disk tier (kv_disk.h), or NULL */
+    moe8_kvd_key *disk_keys;      /* [max_blocks] a prompt's block keys */
+    int32_t *disk_tok;            /* [max_blocks * BS] a released sequence's ids */
+    const void **disk_data;       /* [max_blocks] its blocks' K/V */
+    const int32_t *disk_prompt;   /* the prompt moe8_context_prefix_load reads for */
     float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
@@ -262,6 +269,74 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     return MOE8_OK;
 }
 
+/* ---- the prompt cache's disk tier (kv_disk.h, SEMANTICS §10b) ---------------------- */
+
+static moe8_status alloc_disk(moe8_context *x, moe8_error *err) {
+    const char *dir = x->p.prompt_cache_dir;
+    moe8_kvd_fp fp;
+    uint64_t mfp[3];
+    moe8_status st;
+    if (!dir) return MOE8_OK;
+    if (x->w->n_gdn)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "prompt_cache_dir: the disk tier for a "
+                         "hybrid model (%s: its recurrent-state snapshots) not supported yet",
+                         x->model->cfg.model_type);
+    if (x->model->shard.size > 1)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "prompt_cache_dir: the disk tier under "
+                         "TP/EP (%d ranks) not supported yet", x->model->shard.size);
+    if (!x->p.prefix_cache)
+        return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "prompt_cache_dir needs prefix_cache");
+    if ((st = moe8_model_fingerprint(x->model, 1, mfp, err))) return st;
+    memset(&fp, 0, sizeof fp);
+    fp.model_fp = moe8_hash64(mfp, sizeof mfp, 3);
+    snprintf(fp.isa, sizeof fp.isa, "%s", x->w->kt ? x->w->kt->isa : "none");
+    fp.kv_type = (int32_t)x->p.kv_type;
+    fp.tp_rank = 0;
+    fp.tp_size = 1;
+    fp.float_experts = x->p.float_experts != 0;
+    fp.block_bytes = x->kv.block_bytes;
+    x->disk_keys = malloc((size_t)x->kv.max_blocks * sizeof *x->disk_keys);
+    x->disk_tok = malloc((size_t)x->kv.max_blocks * KV_BS * sizeof *x->disk_tok);
+    x->disk_data = malloc((size_t)x->kv.max_blocks * sizeof *x->disk_data);
+    if (!x->disk_keys || !x->disk_tok || !x->disk_data)
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
+    return moe8_kvd_open(dir, x->p.prompt_cache_bytes, &fp, &x->disk, err);
+}
+
+/* Queue the registered blocks of seq not yet on disk (its prefix up to its
+ * first unregistered block) for the writer. */
+static void disk_save(moe8_context *x, int32_t seq) {
+    const int32_t *t = x->kv.table + (size_t)seq * x->kv.max_blocks;
+    int32_t n = 0, first = -1, k;
+    while (n < x->kv.n_held[seq] && x->kv.b[t[n]].registered) n++;
+    for (int32_t i = 0; i < n; i++) {
+        memcpy(x->disk_tok + (size_t)i * KV_BS, x->kv.tokens + (size_t)t[i] * KV_BS,
+               KV_BS * sizeof *x->disk_tok);
+        if (first < 0 && !x->kv.b[t[i]].on_disk) first = i;
+        if (first >= 0) x->disk_data[i - first] = x->kv.data + (size_t)t[i] * x->kv.block_bytes;
+    }
+    if (first < 0) return;
+    k = moe8_kvd_save(x->disk, x->disk_tok, first, n - first, x->disk_data);
+    for (int32_t i = first; i < first + k; i++) x->kv.b[t[i]].on_disk = 1;
+}
+
+struct moe8_kv_disk *moe8_context_disk(const moe8_context *x) { return x->disk; }
+
+static int disk_fill(void *user, int32_t b, void *data) {
+    moe8_context *x = user;
+    return moe8_kvd_load(x->disk, x->disk_keys[b], x->disk_prompt, (b + 1) * KV_BS, data) != 0;
+}
+
+int32_t moe8_context_prefix_load(moe8_context *x, const int32_t *tokens, int32_t n, int32_t *out,
+                                 int32_t m) {
+    int32_t nb = n / KV_BS < x->kv.max_blocks ? n / KV_BS : x->kv.max_blocks;
+    if (!x->disk || m >= nb) return m;
+    moe8_kvd_keys(x->disk, tokens, nb, x->disk_keys);
+    x->disk_prompt = tokens;
+    moe8_kvd_use_now(x->disk);
+    return moe8_kv_extend(&x->kv, tokens, n, out, m, nb, disk_fill, x);
+}
+
 /* ---- the recurrent-state pool (hybrids; state_pool.h, SEMANTICS §10) ------------- */
 
 enum {
@@ -432,6 +507,7 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     if (!st) st = moe8_weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
     x->w = w;
     if (!st) st = alloc_kv(x, err);
+    if (!st) st = alloc_disk(x, err);
     if (!st) st = alloc_scratch(x, err);
     if (!st) st = alloc_moe_ws(x, err);
     if (!st && w->n_gdn) st = alloc_state(x, err);
@@ -450,6 +526,10 @@ void moe8_context_free(moe8_context *x) {
     for (int i = 0; x->s.moe_ws && i < x->w->n_layer; i++) moe8_moe_workspace_free(x->s.moe_ws[i]);
     free(x->s.moe_ws);
     moe8_free_aligned(x->s.block);
+    if (x->disk) moe8_kvd_close(x->disk); /* writes what is queued */
+    free(x->disk_keys);
+    free(x->disk_tok);
+    free(x->disk_data);
     moe8_kv_pool_free(&x->kv);
     moe8_state_pool_free(&x->state);
     moe8_weights_release(x->model, x->w);
@@ -476,6 +556,7 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          "truncate: sequence %d (of %d) / n_keep %d out of range", seq,
                          x->p.n_seq_max, n_keep);
     if (n_keep >= x->seq_len[seq]) return MOE8_OK;
+    if (x->disk && n_keep == 0) disk_save(x, seq); /* a finished prefix: to the disk tier */
     if (x->state.n_layer && n_keep > 0) /* the recurrent state cannot be rewound */
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "truncate: sequence %d of a hybrid "
                          "model (%s) to %d of its %d positions: rewinding the recurrent state "
@@ -518,6 +599,7 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
         out->state_snap_misses = (int64_t)x->state.n_misses;
         out->state_snap_evictions = (int64_t)x->state.n_evicted;
     }
+    moe8_kvd_stats(x->disk, &out->disk);
 }
 
 moe8_model *moe8_context_model(const moe8_context *x) { return x->model; }

@@ -30,6 +30,14 @@ int moe8_context_kv_reserve(moe8_context *ctx, int32_t seq, int32_t n_tokens);
  * moe8_context_kv_seq_blocks of them, into out[]; takes no reference. */
 int32_t moe8_context_prefix_match(const moe8_context *ctx, const int32_t *tokens, int32_t n,
                                   int32_t *out);
+/* The disk tier (prompt_cache_dir; no-op without): extend the match
+ * out[0..m) of tokens[0..n) with the blocks after it that load and verify
+ * from disk, into the pool as cached blocks (kv_pool.h moe8_kv_extend); the
+ * new count. */
+int32_t moe8_context_prefix_load(moe8_context *ctx, const int32_t *tokens, int32_t n, int32_t *out,
+                                 int32_t m);
+/* The context's disk tier, or NULL (tests reach kv_disk.h through it). */
+struct moe8_kv_disk *moe8_context_disk(const moe8_context *ctx);
 /* How many of blocks[0..n) nobody holds (attaching them takes them from the
  * blocks the pool can give). */
 int32_t moe8_context_kv_unheld(const moe8_context *ctx, const int32_t *blocks, int32_t n);

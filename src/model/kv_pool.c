@@ -74,6 +74,7 @@ static int32_t take_block(kv_pool *p) {
     }
     p->b[id].ref = 1;
     p->b[id].gen++;
+    p->b[id].on_disk = 0;
     return id;
 }
 
@@ -267,4 +268,30 @@ int32_t moe8_kv_drop_cached(kv_pool *p) {
         n++;
     }
     return n;
+}
+
+int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out, int32_t m,
+                       int32_t max_blocks, int (*fill)(void *user, int32_t b, void *data),
+                       void *user) {
+    int32_t k = m;
+    if (!p->prefix_cache) return m;
+    for (int32_t i = 0; i < m; i++) /* the match stays while blocks are taken */
+        if (p->b[out[i]].ref++ == 0) lru_unlink(p, out[i]);
+    while (k < max_blocks && (k + 1) * KV_BS <= n && kv_available(p) > 0) {
+        const int32_t id = take_block(p), parent = k > 0 ? out[k - 1] : -1;
+        if (fill(user, k, p->data + (size_t)id * p->block_bytes)) {
+            drop_ref(p, id); /* unregistered: back to the free list */
+            break;
+        }
+        memcpy(p->tokens + (size_t)id * KV_BS, tokens + (size_t)k * KV_BS, KV_BS * sizeof *tokens);
+        register_block(p, id, parent);
+        if (!p->b[id].registered) { /* cannot happen (the match stopped here): recompute */
+            drop_ref(p, id);
+            break;
+        }
+        p->b[id].on_disk = 1;
+        out[k++] = id;
+    }
+    for (int32_t i = k - 1; i >= 0; i--) drop_ref(p, out[i]); /* last first: block 0 the newest */
+    return k;
 }

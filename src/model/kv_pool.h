@@ -45,6 +45,8 @@ typedef struct {
     int32_t free_next;      /* on the free list (ref 0, not registered) */
     int32_t snap;           /* hybrids: state_pool slot of the recurrent state at its end, or
                              * -1; only on a registered block; given back when it leaves */
+    int on_disk;            /* its contents were queued for or loaded from the disk tier
+                             * (kv_disk.h); cleared when it is taken for new contents */
 } kv_block;
 
 typedef struct kv_pool {
@@ -99,6 +101,17 @@ void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
 /* Empty the prefix cache: every registered block nobody holds goes back to
  * the free list (snapshots with them). Returns how many. */
 int32_t moe8_kv_drop_cached(kv_pool *p);
+/* The disk tier (kv_disk.h): extend the match out[0..m) of tokens[0..n)
+ * (moe8_kv_match's) with blocks fill() loads — fill(user, b, data) puts
+ * block b's K/V into data[block_bytes], 0 when it could — each into a block
+ * of the pool (free, else the least recently used cached block not in the
+ * match), registered, on the evictable list with the match (its first block
+ * most recently used). Stops at the first block fill() cannot load, at
+ * max_blocks, or when the pool has no block to give. New count returned. */
+int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out, int32_t m,
+                       int32_t max_blocks, int (*fill)(void *user, int32_t b, void *data),
+                       void *user);
+
 /* Block of position `pos` of `seq` (reserved). */
 static inline int32_t kv_block_of(const kv_pool *p, int32_t seq, int32_t pos) {
     return p->table[(size_t)seq * p->max_blocks + pos / KV_BS];

@@ -570,6 +570,10 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
         if (lim > r->plog_done) lim = r->plog_done; /* its prompt logits must be computed */
         if (s->hybrid && lim > r->n_prompt - 2) lim = r->n_prompt - 2; /* hy_cut */
         m = moe8_context_prefix_match(s->ctx, r->tok, lim, s->match);
+        if (!r->disk_tried) { /* the disk tier, once: what memory lacks (SEMANTICS §10b) */
+            r->disk_tried = 1;
+            m = moe8_context_prefix_load(s->ctx, r->tok, lim, s->match, m);
+        }
         ref0 = moe8_context_kv_unheld(s->ctx, s->match, m);
         cached = m * KV_BS;
         want = r->n_tok - cached < budget ? r->n_tok - cached : budget;

@@ -26,6 +26,7 @@ typedef struct rq {
     int32_t n_computed;         /* tokens whose K/V is in the cache */
     int32_t n_cached;           /* prompt tokens from the prefix cache at its first start */
     int started;                /* has run at least once (n_cached is set) */
+    int disk_tried;             /* its prefix was looked up in the disk tier (once) */
     moe8_sampler_params sp;
     uint64_t rng[4];            /* its own generator */
     int32_t *stop_ids, n_stop_ids;

@@ -262,6 +262,7 @@ static void update_gauges(srv *s) {
     s->m.snap_hits = (uint64_t)st.kv.state_snap_hits;
     s->m.snap_misses = (uint64_t)st.kv.state_snap_misses;
     s->m.snap_evictions = (uint64_t)st.kv.state_snap_evictions;
+    s->m.disk = st.kv.disk;
     pthread_mutex_unlock(&s->lock);
 }
 

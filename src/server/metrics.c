@@ -5,6 +5,9 @@
  *   counters   moe8:prompt_tokens_total, moe8:generation_tokens_total,
  *              moe8:request_success_total{finished_reason="stop|length|abort"},
  *              moe8:prefix_cache_hits_total, moe8:prefix_cache_queries_total (tokens)
+ *              with --prompt-cache-dir, its disk tier (blocks, bytes, files):
+ *              moe8:prompt_cache_disk_{hits,misses,evictions,rejected,dropped}_total,
+ *              moe8:prompt_cache_disk_{read,written}_bytes_total
  *   gauges     moe8:num_requests_running, moe8:num_requests_waiting,
  *              moe8:kv_cache_usage_perc (fraction of KV blocks in use, 1 = all)
  *   histograms moe8:time_to_first_token_seconds, moe8:inter_token_latency_seconds
@@ -142,6 +145,23 @@ int moe8_metrics_render(const srv_metrics *m, const char *model_name, moe8_buf *
             model, m->prefix_hits);
     counter(out, "prefix_cache_queries_total",
             "Prefix cache queries, in terms of number of queried tokens.", model, m->prefix_queries);
+    if (m->disk.enabled) {
+        const moe8_prompt_cache_stats *d = &m->disk;
+        counter(out, "prompt_cache_disk_hits_total", "Prompt cache disk tier: KV blocks loaded "
+                "and verified.", model, d->hits);
+        counter(out, "prompt_cache_disk_misses_total", "Prompt cache disk tier: lookups that found "
+                "no block file.", model, d->misses);
+        counter(out, "prompt_cache_disk_read_bytes_total", "Prompt cache disk tier: bytes read.",
+                model, d->read_bytes);
+        counter(out, "prompt_cache_disk_written_bytes_total", "Prompt cache disk tier: bytes "
+                "written.", model, d->written_bytes);
+        counter(out, "prompt_cache_disk_evictions_total", "Prompt cache disk tier: files removed "
+                "by the size bound.", model, d->evictions);
+        counter(out, "prompt_cache_disk_rejected_total", "Prompt cache disk tier: files that did "
+                "not verify (removed, recomputed).", model, d->rejected);
+        counter(out, "prompt_cache_disk_dropped_total", "Prompt cache disk tier: blocks not "
+                "written (queue full or writing stopped).", model, d->dropped);
+    }
     gauge(out, "num_requests_running", "Number of requests in model execution batches.", model,
           m->running);
     gauge(out, "num_requests_waiting", "Number of requests waiting to be processed.", model,

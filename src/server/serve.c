@@ -251,6 +251,8 @@ moe8_status moe8_serve(moe8_model *m, const moe8_tokenizer *tok, const moe8_serv
     cp.state_bytes = params->state_bytes;
     cp.kv_type = params->kv_type;
     cp.prefix_cache = params->prefix_cache;
+    cp.prompt_cache_dir = params->prompt_cache_dir;
+    cp.prompt_cache_bytes = params->prompt_cache_bytes;
     s->n_ctx = cp.n_ctx;
     st = moe8_context_create(m, &cp, &s->ctx, err); /* agreed by every rank */
     if (!st) {

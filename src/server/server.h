@@ -59,6 +59,7 @@ typedef struct {
     uint64_t prompt_tokens, generation_tokens;
     uint64_t success_stop, success_length, success_abort;
     uint64_t prefix_hits, prefix_queries;
+    moe8_prompt_cache_stats disk;   /* the prompt cache's disk tier (enabled 0: not shown) */
     int32_t running, waiting;
     double kv_usage;
     /* hybrid models (state_slots > 0): the recurrent-state pool (moe8_kv_stats) */
