@@ -1,10 +1,13 @@
 # moe8 — top-level driver around CMake.
 #   make deps   install Debian packages and the npm tokenizer (idempotent)
 #   make        release build in build/
-#   make check  the release build's tests only (no sanitizers, no fuzzing), but
-#               those labelled client (node SDK clients, Codex CLI, Claude Code,
-#               the browser: test_serve*_clients, which make test runs): the quick loop
-#   make test   deps + release tests + ASan/UBSan tests + short fuzz runs, each
+#   make check  the quick loop: the release build and its tests but those
+#               labelled client (node SDK clients, Codex CLI, Claude Code, the
+#               browser: test_serve*_clients) or slow (the servers' end-to-end
+#               tests, the other long ones: CMakeLists.txt lists them); no
+#               sanitizers, no fuzzing. make test runs them all
+#   make test   deps + every release test + the ASan/UBSan tests (label asan:
+#               the numeric-heavy ones run in release alone) + short fuzz runs, each
 #               stage's build beside the tests before it (scripts/test.sh; both
 #               fetch the npm half of deps beside the release build)
 #   make demo   the main job on a built-in model
@@ -45,12 +48,12 @@ test-release: build
 	@cd build && ctest --output-on-failure -j$(TEST_JOBS)
 
 test-asan: build-asan
-	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(TEST_JOBS)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(TEST_JOBS) -L asan
 
 test-fuzz: build-fuzz
 	@cd build-fuzz && ctest --output-on-failure -j$(TEST_JOBS)
 
-# the release stage of scripts/test.sh, without the tests labelled client
+# the release stage of scripts/test.sh, without the tests labelled client or slow
 check:
 	@JOBS=$(JOBS) TEST_JOBS=$(TEST_JOBS) ./scripts/test.sh release
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# test.sh — `make test` (what CI runs): the release tests, the ASan+UBSan
-# tests, the fuzzers; `test.sh release` (`make check`): the first stage alone,
-# without the tests labelled client (the node SDK clients, Codex CLI, Claude
-# Code and the browser: test_serve*_clients), which `make test` runs.
+# test.sh — `make test` (what CI runs): every release test, the ASan+UBSan
+# tests (those labelled asan: CMakeLists.txt says which), the fuzzers;
+# `test.sh release` (`make check`, the quick loop): the release build and its
+# tests but those labelled client (the node SDK clients, Codex CLI, Claude
+# Code and the browser: test_serve*_clients) or slow (the servers' end-to-end
+# tests and the other long ones), which `make test` runs.
 # Debian packages first; the npm half of deps (tokenizers, clients) is
 # fetched beside the release build, which does not need it.
 # The tests leave part of the two cores idle (servers and
@@ -24,7 +26,17 @@ me="make test"
 t0=$(date +%s)
 fail=()
 
-stage() { echo "== $me: $1 ($(( $(date +%s) - t0 )) s)"; }
+# stage WHAT: a heading with the wall seconds so far and the CPU seconds (user +
+# sys) of what this script has waited for (background builds count once
+# waited for): on a loaded machine the CPU is the figure to compare.
+stage() {
+    local cpu
+    times >"$cpu_file"   # the builtin, in this shell: a subshell's children are not ours
+    cpu=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] } printf "%.0f", t }' "$cpu_file")
+    echo "== $me: $1 ($(( $(date +%s) - t0 )) s, $cpu CPU-s)"
+}
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
 
 # bg_build TARGET: `make TARGET` at nice 19 in the background, output to TARGET.log.
 bg_build() {
@@ -57,16 +69,16 @@ if [ "$fetch_rc" -ne 0 ]; then
     wait
     exit 1
 fi
-except=()   # make check: not the clients (label client)
-[ "$mode" = all ] || except=(-LE client)
-stage "release tests${except:+ but the clients}${asan:+, the sanitizer build beside them}"
+except=()   # make check: not the clients, not the slow ones (labels client, slow)
+[ "$mode" = all ] || except=(-LE 'client|slow')
+stage "release tests${except:+ but the clients and the slow ones}${asan:+, the sanitizer build beside them}"
 (cd build && ctest --output-on-failure -j"$TEST_JOBS" "${except[@]}") || fail+=(release)
 if [ "$mode" = all ]; then
     bg_wait build-asan || exit 1
     stage "sanitizer tests, the fuzz build beside them"
     bg_build build-fuzz
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        ctest --output-on-failure -j"$TEST_JOBS") || fail+=(asan)
+        ctest --output-on-failure -j"$TEST_JOBS" -L asan) || fail+=(asan)
     bg_wait build-fuzz || exit 1
     stage "fuzzers"
     (cd build-fuzz && ctest --output-on-failure -j"$TEST_JOBS") || fail+=(fuzz)
