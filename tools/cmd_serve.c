@@ -73,6 +73,9 @@ static const char *const parsers[9] = {"hermes", "deepseek_v3", "mistral", "glm4
 static const char *const reasonings[6] = {"deepseek_r1", "qwen3", "glm45", "minimax_m2",
                                           "minimax_m2_append_think", "openai_gptoss"};
 
+static int apply_opts(opts *o, int no_prefix, int webui, int no_webui, int parser, int reasoning,
+                      const char *env_key);
+
 static int parse(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->sp = moe8_serve_params_default();
@@ -184,6 +187,12 @@ static int parse(int argc, char **argv, opts *o) {
     };
     const int rc = cli_parse(CMD, SYNOPSIS, opts, NOTES, argc, argv);
     if (rc) return rc < 0 ? 1 : rc;
+    return apply_opts(o, no_prefix, webui, no_webui, parser, reasoning, env_key);
+}
+
+/* What parse() read, cross-checked and put into the serve parameters. */
+static int apply_opts(opts *o, int no_prefix, int webui, int no_webui, int parser, int reasoning,
+                      const char *env_key) {
     if (no_prefix) o->sp.prefix_cache = 0;
     if (webui && no_webui) return cli_usage_err(CMD, "--webui and --no-webui contradict each other");
     if (no_webui) o->sp.webui = 0;
