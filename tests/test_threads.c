@@ -10,8 +10,9 @@
  * for a finished job is counted).
  *
  * The forward: make-model's tiny preset of qwen3_moe (grouped-query
- * attention, its W8A8 quantization too) and deepseek_v2 (multi-head latent
- * attention), 2 layers, run a prefill of 40 tokens (several attention tiles,
+ * attention, its W8A8 quantization too), deepseek_v2 (multi-head latent
+ * attention), gpt_oss (attention sinks, a sliding layer) and qwen3_next
+ * (Gated DeltaNet, chunked and decode steps; 4 layers), 2 layers, run a prefill of 40 tokens (several attention tiles,
  * the MoE's gather) and 3 decode steps with 1, 2, 3 and 5 threads, and with
  * 2 and 3 threads under a random delay of up to 200 µs before a chunk: the
  * logits must equal the 1-thread run's bit for bit. (What those bits are is
@@ -192,7 +193,7 @@ static int build_model(moe8_arch arch, int quant) {
     model_dir(qdir, sizeof qdir, moe8_arch_name(arch), 1);
     mp.arch = arch;
     mp.preset = MOE8_PRESET_TINY;
-    mp.n_layers = 2;
+    mp.n_layers = arch == MOE8_ARCH_QWEN3_NEXT ? 4 : 2; /* 3 Gated DeltaNet, 1 attention */
     mp.seed = 11;
     mp.vocab_size = V;
     mp.tokenizer_dir = MOE8_TOKENIZER_DIR;
@@ -285,9 +286,13 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s/threads' && mkdir -p '%s/threads'", MOE8_TEST_TMP,
              MOE8_TEST_TMP);
     if (system(cmd) != 0) return 2;
-    if (build_model(MOE8_ARCH_QWEN3_MOE, 1) || build_model(MOE8_ARCH_DEEPSEEK_V2, 0)) return 2;
+    if (build_model(MOE8_ARCH_QWEN3_MOE, 1) || build_model(MOE8_ARCH_DEEPSEEK_V2, 0) ||
+        build_model(MOE8_ARCH_GPT_OSS, 0) || build_model(MOE8_ARCH_QWEN3_NEXT, 0))
+        return 2;
     test_model(MOE8_ARCH_QWEN3_MOE, 0);
     test_model(MOE8_ARCH_QWEN3_MOE, 1);
     test_model(MOE8_ARCH_DEEPSEEK_V2, 0);
+    test_model(MOE8_ARCH_GPT_OSS, 0);
+    test_model(MOE8_ARCH_QWEN3_NEXT, 0);
     return test_summary();
 }

@@ -13,6 +13,8 @@
  * logits, softmaxed with them, then dropped.) Online softmax over the
  * positions in order, in fp32 with libm's expf; each row on its own, so its
  * result depends neither on the batch around it nor on the thread count.
+ * Rows run on the thread pool (core/pool.h) in chunks of 8, the last rows
+ * (the longest reads) handed out first.
  *
  * The KV cache keeps every position of a sliding layer (the pool is shared
  * by all layers); a sliding row reads only its window.
@@ -21,9 +23,9 @@
  * are not in its contract), or rotate (rotary.c).
  */
 #include <math.h>
-#include <omp.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 #include "model/attention.h"
 
 #define MAX_D 1024 /* arch.h MOE8_CAP_HEAD_DIM */
@@ -68,25 +70,40 @@ static void sink_row(float *out, const float *q, const moe8_attn_cache *c, int32
     for (int d = 0; d < D; d++) out[d] = acc[d] / l;
 }
 
-static void sink_item(float *out, const float *q, const moe8_attn_cache *c, const int32_t *seq,
-                      const int32_t *pos, const float *sinks, int64_t window, int NH, int G,
-                      int64_t i) {
-    const int t = (int)(i / NH), h = (int)(i % NH);
-    const size_t row = ((size_t)t * NH + (size_t)h) * (size_t)c->D;
-    sink_row(out + row, q + row, c, seq[t], pos[t], h / G, sinks ? sinks[h] : 0.0f,
-             sinks != NULL, window);
+typedef struct {
+    float *out;
+    const float *q;
+    const moe8_attn_cache *c;
+    const int32_t *seq, *pos;
+    const float *sinks;
+    int64_t window, n, n_chunks;
+    int NH, G;
+} sink_job;
+
+enum { ROWS_PER_CHUNK = 8 };
+
+/* Chunk k: rows [8 j, 8 j + 8) of the T x NH rows (t, h), j = n_chunks - 1 - k. */
+static void sink_chunk(void *ctx, int64_t k, int thread) {
+    const sink_job *a = ctx;
+    const moe8_attn_cache *c = a->c;
+    const int64_t i0 = (a->n_chunks - 1 - k) * ROWS_PER_CHUNK;
+    const int64_t i1 = i0 + ROWS_PER_CHUNK < a->n ? i0 + ROWS_PER_CHUNK : a->n;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++) {
+        const int t = (int)(i / a->NH), h = (int)(i % a->NH);
+        const size_t row = ((size_t)t * a->NH + (size_t)h) * (size_t)c->D;
+        sink_row(a->out + row, a->q + row, c, a->seq[t], a->pos[t], h / a->G,
+                 a->sinks ? a->sinks[h] : 0.0f, a->sinks != NULL, a->window);
+    }
 }
 
 void moe8_attention_sink(float *out, const float *q, const moe8_attn_cache *c,
                          const int32_t *seq, const int32_t *pos, int T, const float *sinks,
                          int64_t window, int n_threads) {
-    const int NH = c->n_head, G = NH / c->n_kv;
+    const int NH = c->n_head;
     const int64_t n = (int64_t)T * NH;
     MOE8_ASSERT(c->D <= MAX_D);
-    if (n_threads > 1 && n > 1) { /* an if(0) parallel region still allocates: run inline */
-#pragma omp parallel for schedule(dynamic, 8) num_threads(n_threads)
-        for (int64_t i = 0; i < n; i++) sink_item(out, q, c, seq, pos, sinks, window, NH, G, i);
-    } else {
-        for (int64_t i = 0; i < n; i++) sink_item(out, q, c, seq, pos, sinks, window, NH, G, i);
-    }
+    const sink_job a = {out, q, c, seq, pos, sinks, window, n,
+                        (n + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, NH, NH / c->n_kv};
+    if (n > 0) moe8_pool_run(n_threads, a.n_chunks, sink_chunk, (void *)&a);
 }

@@ -14,11 +14,16 @@
  * the matrix products on the table's gemm_f32_nn (triangular flags skip the
  * zero halves); everything else is O(m (dk + dv) + m²) per chunk.
  *
+ * The recurrent and decode loops run on the thread pool (core/pool.h), one
+ * value head (of one sequence) at a time on its own state, so nothing
+ * depends on the thread count.
+ *
  * Does not: project, read weights, or know a family's layout.
  */
 #include <math.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "kernels/kernels.h"
 #include "model/gdn.h"
 
@@ -131,35 +136,62 @@ void moe8_gdn_gated_norm(float *y, int ldy, const float *o, int ldo, const float
 
 /* ---- the recurrent form ---------------------------------------------------------- */
 
+/* Recurrent steps of value heads (or of sequence x value head items, decode). */
+typedef struct {
+    moe8_gdn_step_fn step;
+    float *o;
+    const float *q, *k, *v, *g, *beta;
+    float *S;                /* recurrent: [NV][dk][dv] */
+    float *const *Sd;        /* decode: one state per sequence */
+    int ldo, ldq, ldk, ldv, T, NV, dk, dv, r;
+    int64_t n, n_chunks;     /* decode: items n_seq x NV in n_chunks parts */
+} gdn_job;
+
+static void recurrent_head(void *ctx, int64_t h_, int thread) {
+    const gdn_job *j = ctx;
+    const int h = (int)h_, NV = j->NV, dk = j->dk, dv = j->dv, r = j->r;
+    (void)thread;
+    for (int t = 0; t < j->T; t++)
+        j->step(j->o + (size_t)t * j->ldo + (size_t)h * dv, j->S + (size_t)h * dk * dv,
+                j->q + (size_t)t * j->ldq + (size_t)(h / r) * dk,
+                j->k + (size_t)t * j->ldk + (size_t)(h / r) * dk,
+                j->v + (size_t)t * j->ldv + (size_t)h * dv, expf(j->g[(size_t)t * NV + h]),
+                j->beta[(size_t)t * NV + h], dk, dv);
+}
+
 void moe8_gdn_recurrent(float *o, int ldo, const float *q, int ldq, const float *k, int ldk,
                         const float *v, int ldv, const float *g, const float *beta, int T,
                         const moe8_gdn_dims *d, float *S, int n_threads) {
     const moe8_kernels *kt = moe8_kernels_get();
-    const moe8_gdn_step_fn step = kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref;
-    const int NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
-    if (n_threads < 1) n_threads = 1;
-#pragma omp parallel for schedule(static) num_threads(n_threads)
-    for (int h = 0; h < NV; h++)
-        for (int t = 0; t < T; t++)
-            step(o + (size_t)t * ldo + (size_t)h * dv, S + (size_t)h * dk * dv,
-                 q + (size_t)t * ldq + (size_t)(h / r) * dk, k + (size_t)t * ldk + (size_t)(h / r) * dk,
-                 v + (size_t)t * ldv + (size_t)h * dv, expf(g[(size_t)t * NV + h]),
-                 beta[(size_t)t * NV + h], dk, dv);
+    const gdn_job j = {kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref, o, q, k, v, g, beta, S, NULL,
+                       ldo, ldq, ldk, ldv, T, d->n_v_heads, d->dk, d->dv, d->n_v_heads / d->n_k_heads,
+                       0, 0};
+    moe8_pool_run(n_threads, d->n_v_heads, recurrent_head, (void *)&j);
+}
+
+static void decode_items(void *ctx, int64_t c, int thread) {
+    const gdn_job *j = ctx;
+    const int NV = j->NV, dk = j->dk, dv = j->dv, r = j->r;
+    int64_t i0, i1;
+    (void)thread;
+    moe8_pool_part(j->n, c, j->n_chunks, &i0, &i1);
+    for (int64_t it = i0; it < i1; it++) {
+        const int s = (int)(it / NV), h = (int)(it % NV);
+        j->step(j->o + (size_t)s * j->ldo + (size_t)h * dv, j->Sd[s] + (size_t)h * dk * dv,
+                j->q + (size_t)s * j->ldq + (size_t)(h / r) * dk,
+                j->k + (size_t)s * j->ldk + (size_t)(h / r) * dk,
+                j->v + (size_t)s * j->ldv + (size_t)h * dv, expf(j->g[(size_t)s * NV + h]),
+                j->beta[(size_t)s * NV + h], dk, dv);
+    }
 }
 
 void moe8_gdn_decode(float *o, int ldo, const float *q, int ldq, const float *k, int ldk,
                      const float *v, int ldv, const float *g, const float *beta, int n_seq,
                      const moe8_gdn_dims *d, float *const *S, int n_threads) {
     const moe8_kernels *kt = moe8_kernels_get();
-    const moe8_gdn_step_fn step = kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref;
-    const int NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
-    if (n_threads < 1) n_threads = 1;
-#pragma omp parallel for schedule(static) num_threads(n_threads)
-    for (int it = 0; it < n_seq * NV; it++) {
-        const int s = it / NV, h = it % NV;
-        step(o + (size_t)s * ldo + (size_t)h * dv, S[s] + (size_t)h * dk * dv,
-             q + (size_t)s * ldq + (size_t)(h / r) * dk, k + (size_t)s * ldk + (size_t)(h / r) * dk,
-             v + (size_t)s * ldv + (size_t)h * dv, expf(g[(size_t)s * NV + h]),
-             beta[(size_t)s * NV + h], dk, dv);
-    }
+    const int64_t n = (int64_t)n_seq * d->n_v_heads;
+    const gdn_job j = {kt->gdn_step ? kt->gdn_step : moe8_gdn_step_ref, o, q, k, v, g, beta, NULL, S,
+                       ldo, ldq, ldk, ldv, 1, d->n_v_heads, d->dk, d->dv, d->n_v_heads / d->n_k_heads,
+                       n, moe8_pool_chunks(n, n_threads, 4)};
+    if (n > 0) moe8_pool_run(n_threads, j.n_chunks, decode_items, (void *)&j);
 }

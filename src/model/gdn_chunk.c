@@ -2,9 +2,9 @@
  * gdn_chunk.c — the chunked form of the gated delta rule (gdn.h
  * moe8_gdn_chunked; the algebra is in gdn.c's opening block): per value
  * head, its chunks in order, each a handful of small matrix products on the
- * kernel table's gemm_f32_nn. One thread per value head at a time, each on
- * its own slice of the caller's work buffer; a head's arithmetic does not
- * depend on the thread count.
+ * kernel table's gemm_f32_nn. One value head a chunk of the thread pool
+ * (core/pool.h), on the slice of the caller's work buffer of the thread that
+ * runs it; a head's arithmetic does not depend on the thread count.
  *
  * Work slice of one thread (floats, each part a multiple of 16):
  *   KB, KBG, W, QG [CH][dk] beta K; -beta K e^G; -W; Q e^G
@@ -14,9 +14,9 @@
  *   G, eG, eE, row [CH]
  */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "kernels/kernels.h"
 #include "model/gdn.h"
 
@@ -138,27 +138,36 @@ static void chunk(const slice *s, int m, float *o, int ldo, const float *q, int 
     mm(Sh, dv, s->KET, CH, s->VN, dv, dk, dv, m, MOE8_GEMM_ACC);
 }
 
+typedef struct {
+    const moe8_gdn_dims *d;
+    const moe8_kernels *kt;
+    moe8_gemm_f32_nn_fn mm;
+    float *o, *S, *work;
+    const float *q, *k, *v, *g, *beta;
+    int ldo, ldq, ldk, ldv, T;
+} chunked_job;
+
+/* Pool chunk h: value head h, its chunks of tokens in order. */
+static void chunked_head(void *ctx, int64_t h_, int thread) {
+    const chunked_job *j = ctx;
+    const moe8_gdn_dims *d = j->d;
+    const int h = (int)h_, NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
+    const slice s = slice_at(j->work + slice_floats(d) * (size_t)thread, d);
+    const size_t kh = (size_t)(h / r) * dk;
+    for (int t0 = 0; t0 < j->T; t0 += CH) {
+        const int m = j->T - t0 < CH ? j->T - t0 : CH;
+        chunk(&s, m, j->o + (size_t)t0 * j->ldo + (size_t)h * dv, j->ldo,
+              j->q + (size_t)t0 * j->ldq + kh, j->ldq, j->k + (size_t)t0 * j->ldk + kh, j->ldk,
+              j->v + (size_t)t0 * j->ldv + (size_t)h * dv, j->ldv, j->g + (size_t)t0 * NV,
+              j->beta + (size_t)t0 * NV, NV, h, dk, dv, j->S + (size_t)h * dk * dv, j->kt, j->mm);
+    }
+}
+
 void moe8_gdn_chunked(float *o, int ldo, const float *q, int ldq, const float *k, int ldk,
                       const float *v, int ldv, const float *g, const float *beta, int T,
                       const moe8_gdn_dims *d, float *S, float *work, int n_threads) {
     const moe8_kernels *kt = moe8_kernels_get();
-    const moe8_gemm_f32_nn_fn mm = kt->gemm_f32_nn ? kt->gemm_f32_nn : moe8_gemm_f32_nn_ref;
-    const int NV = d->n_v_heads, dk = d->dk, dv = d->dv, r = NV / d->n_k_heads;
-    const size_t sl = slice_floats(d);
-    if (n_threads < 1) n_threads = 1;
-#pragma omp parallel num_threads(n_threads)
-    {
-        const int tid = omp_get_thread_num();
-        const slice s = slice_at(work + sl * (size_t)tid, d);
-#pragma omp for schedule(static)
-        for (int h = 0; h < NV; h++)
-            for (int t0 = 0; t0 < T; t0 += CH) {
-                const int m = T - t0 < CH ? T - t0 : CH;
-                const size_t kh = (size_t)(h / r) * dk;
-                chunk(&s, m, o + (size_t)t0 * ldo + (size_t)h * dv, ldo, q + (size_t)t0 * ldq + kh, ldq,
-                      k + (size_t)t0 * ldk + kh, ldk, v + (size_t)t0 * ldv + (size_t)h * dv, ldv,
-                      g + (size_t)t0 * NV, beta + (size_t)t0 * NV, NV, h, dk, dv,
-                      S + (size_t)h * dk * dv, kt, mm);
-            }
-    }
+    const chunked_job j = {d, kt, kt->gemm_f32_nn ? kt->gemm_f32_nn : moe8_gemm_f32_nn_ref,
+                           o, S, work, q, k, v, g, beta, ldo, ldq, ldk, ldv, T};
+    moe8_pool_run(n_threads, d->n_v_heads, chunked_head, (void *)&j);
 }
