@@ -83,9 +83,12 @@ static moe8_status resolve_params(const moe8_model *m, moe8_context_params *p, m
     if (p->n_threads < 0 || p->n_threads > MOE8_MAX_THREADS)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "n_threads %d must be in [0, %d] (0 = "
                          "default)", p->n_threads, MOE8_MAX_THREADS);
-    if (!moe8_model_kv_block_bytes(m, p->kv_type))
+    if (p->kv_type != MOE8_DT_F32 && p->kv_type != MOE8_DT_F16 && p->kv_type != MOE8_DT_BF16)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv_type %s must be F32, F16 or BF16",
                          moe8_dtype_name(p->kv_type));
+    if (!moe8_model_kv_block_bytes(m, p->kv_type)) /* e.g. a 2-layer slice of a 3:1 hybrid */
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "model of %d layers has no full-attention "
+                         "layer (no KV cache): not supported yet", (int)m->cfg.num_hidden_layers);
     if (p->n_batch == 0) p->n_batch = p->n_ctx;
     if (p->n_outputs == 0) p->n_outputs = p->n_seq_max;
     if (p->n_outputs > p->n_batch) p->n_outputs = p->n_batch;
