@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake make gcc pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
       libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libomp-dev
-      libcurl4-openssl-dev libxxhash-dev chromium)
+      libcurl4-openssl-dev nettle-dev libxxhash-dev chromium)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 

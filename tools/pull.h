@@ -5,7 +5,7 @@
  *                  (LFS) SHA-256, and each file's download address
  *   pull_fetch.c   the downloads: several at once, resumable (Range), each
  *                  checked against its size and SHA-256 before the rename
- *   pull_sha256.c  SHA-256 (FIPS 180-4); pull_sha1.c SHA-1 (git blob ids)
+ *   (nettle)       SHA-256 of the LFS files, SHA-1 of git blob ids, below
  *   cmd_pull.c     the command, the cache layout, `-m REPO --pull`
  * Uses the CLI's error helpers (cli.h) and nothing of the library.
  */
@@ -15,25 +15,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- SHA-256 (pull_sha256.c) ------------------------------------------------------------- */
-typedef struct {
-    uint32_t h[8];
-    uint64_t n;            /* bytes hashed so far */
-    unsigned char buf[64]; /* the block being filled: n % 64 bytes of it */
-} pull_sha256;
-void pull_sha256_init(pull_sha256 *c);
-void pull_sha256_update(pull_sha256 *c, const void *p, size_t n);
-void pull_sha256_hex(pull_sha256 *c, char out[65]); /* finishes c */
+#include <nettle/sha1.h>
+#include <nettle/sha2.h>
 
-/* ---- SHA-1 (pull_sha1.c): git blob ids of the small files ------------------------------- */
-typedef struct {
-    uint32_t h[5];
-    uint64_t n;
-    unsigned char buf[64];
-} pull_sha1;
-void pull_sha1_init(pull_sha1 *c);
-void pull_sha1_update(pull_sha1 *c, const void *p, size_t n);
-void pull_sha1_hex(pull_sha1 *c, char out[41]); /* finishes c */
+/* ---- the digests (nettle): SHA-256 of the LFS files, git blob ids (SHA-1) of the small ones -- */
+typedef struct sha256_ctx pull_sha256;
+typedef struct sha1_ctx pull_sha1;
+static inline void pull_sha256_init(pull_sha256 *c) { sha256_init(c); }
+static inline void pull_sha256_update(pull_sha256 *c, const void *p, size_t n) { sha256_update(c, n, p); }
+static inline void pull_sha1_init(pull_sha1 *c) { sha1_init(c); }
+static inline void pull_sha1_update(pull_sha1 *c, const void *p, size_t n) { sha1_update(c, n, p); }
+/* d[0..n) as lowercase hex into out[2n + 1]. */
+static inline void pull_hex(const uint8_t *d, size_t n, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) out[2 * i] = hex[d[i] >> 4], out[2 * i + 1] = hex[d[i] & 15];
+    out[2 * n] = '\0';
+}
+/* The digest in hex; finishes c (nettle starts it again). */
+static inline void pull_sha256_hex(pull_sha256 *c, char out[65]) {
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_digest(c, sizeof d, d);
+    pull_hex(d, sizeof d, out);
+}
+static inline void pull_sha1_hex(pull_sha1 *c, char out[41]) {
+    uint8_t d[SHA1_DIGEST_SIZE];
+    sha1_digest(c, sizeof d, d);
+    pull_hex(d, sizeof d, out);
+}
 
 /* ---- a repository's files (pull_hub.c) ---------------------------------------------------- */
 typedef enum { PULL_HF, PULL_MODELSCOPE } pull_hub_kind;
