@@ -355,12 +355,15 @@ int moe8_arch_is_moe_layer(const moe8_config *c, int64_t layer);
  * gdn_layers): not named "full_attention" by layer_types, or, without it,
  * (l + 1) % full_attention_interval != 0. */
 int moe8_arch_is_gdn_layer(const moe8_config *c, int64_t layer);
-/* Hybrid families (config.c): layer_types ("linear_attention" or
- * "full_attention" per layer) into full_layers, from a descriptor's check;
- * then, from its finish, the Gated DeltaNet widths (linear_* keys, read from
- * its fields table) and the layer pattern checked. */
-moe8_status moe8_cfg_read_layer_types(const struct cJSON *root, const char *label,
-                                      moe8_config *c, moe8_error *err);
+/* layer_types (config.c), from a descriptor's check: each entry `marked` or
+ * `other`, bit l of bits[] set where layer l's is `marked`; n_layer_types
+ * counted. The hybrid families read ("full_attention", "linear_attention")
+ * into full_layers, gpt_oss ("sliding_attention", "full_attention") into
+ * sliding_layers. Then, from a hybrid's finish, the Gated DeltaNet widths
+ * (linear_* keys, read from its fields table) and the layer pattern checked. */
+moe8_status moe8_cfg_read_layer_types(const struct cJSON *root, const char *label, moe8_config *c,
+                                      const char *marked, const char *other, uint64_t *bits,
+                                      moe8_error *err);
 moe8_status moe8_cfg_check_gdn(const char *label, const moe8_config *c, moe8_error *err);
 /* The integer keys of the hybrid families' tables (the Gated DeltaNet widths and the
  * layer pattern, checked by moe8_cfg_check_gdn). */

@@ -309,26 +309,26 @@ static moe8_status read_mlp_only(const cJSON *root, const char *label, moe8_conf
 /* ------------------------------------------------------------------------ */
 
 moe8_status moe8_cfg_read_layer_types(const cJSON *root, const char *label, moe8_config *c,
+                                      const char *marked, const char *other, uint64_t *bits,
                                       moe8_error *err) {
-    moe8_family_cfg *fc = MOE8_FAM(c);
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
     int n = 0;
     if (!it || cJSON_IsNull(it)) return MOE8_OK;
     if (!cJSON_IsArray(it))
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types must be a list", label);
-    memset(fc->full_layers, 0, sizeof fc->full_layers);
+    memset(bits, 0, MOE8_MAX_LAYERS / 64 * sizeof *bits);
     cJSON_ArrayForEach(e, it) {
-        const int full = cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention");
-        if (!full && !(cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")))
+        const int mark = cJSON_IsString(e) && !strcmp(e->valuestring, marked);
+        if (!mark && !(cJSON_IsString(e) && !strcmp(e->valuestring, other)))
             return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types[%d] must be "
-                             "\"linear_attention\" or \"full_attention\"", label, n);
+                             "\"%s\" or \"%s\"", label, n, other, marked);
         if (n >= MOE8_MAX_LAYERS)
             return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types has more than %d "
                              "entries", label, MOE8_MAX_LAYERS);
-        if (full) fc->full_layers[n / 64] |= (uint64_t)1 << (n % 64);
+        if (mark) bits[n / 64] |= (uint64_t)1 << (n % 64);
         n++;
     }
-    fc->n_layer_types = n;
+    MOE8_FAM(c)->n_layer_types = n;
     return MOE8_OK;
 }
 

@@ -99,31 +99,6 @@ static void defaults(moe8_config *c) {
     yarn_defaults(fc);
 }
 
-/* layer_types: "sliding_attention" or "full_attention" per layer. */
-static moe8_status read_layer_types(const cJSON *root, const char *label, moe8_config *c,
-                                    moe8_error *err) {
-    moe8_family_cfg *fc = MOE8_FAM(c);
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
-    int n = 0;
-    if (!it || cJSON_IsNull(it)) return MOE8_OK;
-    if (!cJSON_IsArray(it))
-        return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types must be a list", label);
-    memset(fc->sliding_layers, 0, sizeof fc->sliding_layers);
-    cJSON_ArrayForEach(e, it) {
-        const int sl = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
-        if (!sl && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")))
-            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types[%d] must be "
-                             "\"sliding_attention\" or \"full_attention\"", label, n);
-        if (n >= MOE8_MAX_LAYERS)
-            return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': layer_types has more than %d "
-                             "entries", label, MOE8_MAX_LAYERS);
-        if (sl) fc->sliding_layers[n / 64] |= (uint64_t)1 << (n % 64);
-        n++;
-    }
-    fc->n_layer_types = n;
-    return MOE8_OK;
-}
-
 static moe8_status check(const cJSON *root, const char *label, moe8_config *c, moe8_error *err) {
     moe8_family_cfg *fc = MOE8_FAM(c);
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
@@ -131,7 +106,8 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
     if (rs && cJSON_IsNull(rs)) fc->yarn_factor = 0; /* null: plain rotary */
     if ((st = moe8_cfg_read_bool(root, label, "attention_bias", &fc->qkv_bias, err)) ||
         (st = moe8_cfg_read_pos_double(root, label, "swiglu_limit", &fc->swiglu_limit, err)) ||
-        (st = read_layer_types(root, label, c, err)))
+        (st = moe8_cfg_read_layer_types(root, label, c, "sliding_attention", "full_attention",
+                                             MOE8_FAM(c)->sliding_layers, err)))
         return st;
     if (rs && !cJSON_IsNull(rs)) {
         yarn_defaults(fc);

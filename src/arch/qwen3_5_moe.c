@@ -78,7 +78,8 @@ static moe8_status check(const cJSON *root, const char *label, moe8_config *c, m
         (st = moe8_cfg_read_pos_double(root, label, "partial_rotary_factor",
                                        &fc->partial_rotary_factor, err)) ||
         (st = rope_parameters(root, label, c, err)) ||
-        (st = moe8_cfg_read_layer_types(root, label, c, err)))
+        (st = moe8_cfg_read_layer_types(root, label, c, "full_attention", "linear_attention",
+                                             MOE8_FAM(c)->full_layers, err)))
         return st;
     if (fc->partial_rotary_factor > 1)
         return moe8_fail(err, MOE8_ERR_FORMAT, -1, "'%s': partial_rotary_factor %g above 1", label,
