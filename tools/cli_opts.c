@@ -139,6 +139,22 @@ static int set_value(const cli_opt *o, const char *v) {
     }
 }
 
+/* The config file's values, which options point into as they point into
+ * argv: kept for the life of the process (reachable, so no leak). s itself,
+ * or NULL (s freed) when out of memory. */
+static char **g_kept;
+static size_t g_n_kept;
+static char *keep(char *s) {
+    char **g = s ? realloc(g_kept, (g_n_kept + 1) * sizeof *g) : NULL;
+    if (!g) {
+        free(s);
+        return NULL;
+    }
+    g_kept = g;
+    g_kept[g_n_kept++] = s;
+    return s;
+}
+
 /* --config FILE's options into their outputs: 0, or 2 after the error. */
 static int apply_config(const char *cmd, const cli_opt *opts, const char *path) {
     char name[128], num[64];
@@ -171,12 +187,12 @@ static int apply_config(const char *cmd, const cli_opt *opts, const char *path) 
             if (cJSON_IsTrue(it) && o->given) *o->given = 1;
             continue;
         }
-        if (cJSON_IsString(it)) v = strdup(it->valuestring); /* lives as long as the process, as argv */
+        if (cJSON_IsString(it)) v = keep(strdup(it->valuestring)); /* lives as long as the process, as argv */
         else if (cJSON_IsNumber(it)) {
             const double d = it->valuedouble;
             if (d == (double)(long long)d) snprintf(num, sizeof num, "%lld", (long long)d);
             else snprintf(num, sizeof num, "%.17g", d);
-            v = strdup(num);
+            v = keep(strdup(num));
         } else {
             cli_usage_err(cmd, "--config '%s': key '%s' wants a string or a number", path, k);
             goto done;

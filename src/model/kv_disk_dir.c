@@ -178,7 +178,7 @@ moe8_status moe8_prompt_cache_list(const char *dir, int verify, moe8_prompt_cach
         }
         if (!st && !(names[n++] = strdup(e->d_name))) st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     }
-    if (!st) qsort(names, n, sizeof *names, by_name);
+    if (!st && n) qsort(names, n, sizeof *names, by_name); /* names is NULL when n is 0 */
     for (size_t i = 0; !st && i < n; i++) {
         moe8_prompt_cache_file f;
         inspect(dirfd(dp), names[i], verify, &f);
