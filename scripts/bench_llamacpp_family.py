@@ -14,6 +14,8 @@ import statistics
 import sys
 
 d, L, L2, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+W = sys.argv[5] if len(sys.argv) > 5 else "w8a8"
+LOG = sys.argv[6] if len(sys.argv) > 6 else f"{d}/log"
 dl = L - L2
 
 
@@ -28,20 +30,20 @@ def cpu(text):
 
 
 def llama(r):
-    t = open(f"{d}/log/llama_{r}.txt").read()
+    t = open(f"{LOG}/llama_{r}.txt").read()
     m = re.search(r"^\| per layer \(\(\d+L - \d+L\) / \d+\) \| 1 \| ([-\d.]+) \|  \| ([-\d.]+) \|", t, re.M)
     return (float(m.group(1)), float(m.group(2))) if m else (None, None), loads(t), cpu(t)
 
 
 def llama_files(r):
     """llama.cpp's whole-file rows: {layers: (prefill ms, decode ms/token)}."""
-    t = open(f"{d}/log/llama_{r}.txt").read()
+    t = open(f"{LOG}/llama_{r}.txt").read()
     return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in re.finditer(
         r"^\| \S+\.gguf \| (\d+) \| ([\d.]+) \| [\d.]+ \| ([\d.]+) \|", t, re.M)}
 
 
 def moe8(name, r):
-    t = open(f"{d}/log/moe8_{name}_{r}.txt").read()
+    t = open(f"{LOG}/moe8_{name}_{r}.txt").read()
     def get(section, row):
         return float(re.search(r"### " + section + r".*?\*\*" + row + r"\*\* \| ([\d.]+)", t, re.S).group(1))
     return (get("prefill", "layer"), get("decode", "layer"), get("prefill", "whole forward"),
@@ -51,8 +53,8 @@ def moe8(name, r):
 rows, lp, ld, mp, md, cpus, raws = [], [], [], [], [], [], []
 for r in range(1, rounds + 1):
     (lpre, ldec), l1, c1 = llama(r)
-    (p3, d3, wp3, wd3), l2, c2 = moe8("w8a8", r)
-    (p2, d2, wp2, wd2), l3, c3 = moe8(f"w8a8-{L2}l", r)
+    (p3, d3, wp3, wd3), l2, c2 = moe8(W, r)
+    (p2, d2, wp2, wd2), l3, c3 = moe8(f"{W}-{L2}l", r)
     cpus.append((r, c1, c2, c3))
     f = llama_files(r)
     raws.append((r, f.get(L, (None, None)), f.get(L2, (None, None)), (p3, d3), (p2, d2)))

@@ -104,8 +104,10 @@ typedef struct {
     work ph[MOE8_PHASE_COUNT];
 } fwd_work;
 
+/* Bytes per weight: the float dtype's size, half a byte for int4 (W4A8), one
+ * for int8. */
 static double qsize(moe8_quant_type q, double float_size) {
-    return q == MOE8_QUANT_FLOAT ? float_size : 1.0;
+    return q == MOE8_QUANT_FLOAT ? float_size : q == MOE8_QUANT_W4A8_DYNAMIC ? 0.5 : 1.0;
 }
 
 /* Work of a forward of T tokens of one sequence whose first position is p0,
