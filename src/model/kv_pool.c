@@ -123,6 +123,25 @@ static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t pa
     return (int32_t)moe8_index_find(&p->registered, h, block_eq, p, &k);
 }
 
+/* Registered block `twin`, which nobody holds, holds the same tokens after
+ * the same parent as block `id`, which a sequence holds: `id` takes its place
+ * (and its snapshot: the same state, by batch invariance) and the twin goes
+ * to the free list, so the chain the sequence goes on to fill stays findable.
+ * (A hybrid's match stops at the deepest snapshot: the blocks after it are
+ * computed again beside their cached twins, whose own snapshots may be gone.)
+ * The twin's cached children follow it no more (gen bumped). */
+static void replace_twin(kv_pool *p, int32_t id, int32_t twin) {
+    kv_block *b = &p->b[id], *o = &p->b[twin];
+    lru_unlink(p, twin);
+    moe8_index_remove(&p->registered, o->hash, (uint32_t)twin, p);
+    o->registered = 0;
+    o->gen++;
+    b->on_disk |= o->on_disk;
+    if ((b->snap = o->snap) >= 0) p->state->owner[b->snap] = MOE8_STATE_SNAP(id);
+    o->snap = -1;
+    free_push(p, twin);
+}
+
 static void register_block(kv_pool *p, int32_t id, int32_t parent) {
     kv_block *b = &p->b[id];
     const int32_t *tok = p->tokens + (size_t)id * KV_BS;
@@ -133,7 +152,11 @@ static void register_block(kv_pool *p, int32_t id, int32_t parent) {
     block_key k = {chain_hash(p->seed, ph, tok), tok, parent};
     int64_t other = moe8_index_add(&p->registered, k.h, (uint32_t)id, block_eq, p, &k);
     MOE8_ASSERT(other != -2); /* room for every block at init: never grows */
-    if (other >= 0) return;   /* an identical block is cached already */
+    if (other >= 0) {         /* an identical block is cached already */
+        if (p->b[other].ref > 0) return; /* held: its holder's chain */
+        replace_twin(p, id, (int32_t)other);
+        MOE8_ASSERT(moe8_index_add(&p->registered, k.h, (uint32_t)id, block_eq, p, &k) == -1);
+    }
     b->hash = k.h;
     b->parent = parent;
     b->parent_gen = parent >= 0 ? p->b[parent].gen : 0;

@@ -17,7 +17,9 @@
  * the pool needs room, then it is evicted (unregistered, generation bumped).
  * A hybrid model's registered block may carry a snapshot of the recurrent
  * state at its end (state_pool.h); it goes back to the state pool when the
- * block is unregistered.
+ * block is unregistered. A block filled again beside a cached twin (same
+ * tokens, same parent) that nobody holds takes the twin's place and its
+ * snapshot, so the chain it continues stays findable.
  *
  * Does not: compute K/V (forward.c writes and reads through the tables),
  * schedule (sched.c decides who gets blocks), or lock (one context, one
