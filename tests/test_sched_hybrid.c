@@ -356,8 +356,8 @@ static void test_block_eviction(void) {
  * (each first of a pair evicts the last snapshot) with a KV pool ample or
  * tight. The second of each pair resumes from the first's snapshot at 128,
  * also in the second round, where the first recomputes blocks that are
- * still cached from the first round without their snapshots (the new blocks
- * take their place, and the snapshot stays with them); every request gives
+ * still cached from the first round without their snapshots (it goes on
+ * along those blocks, and its snapshot stays with them); every request gives
  * its tokens alone. */
 static void test_snapshot_recache(void) {
     static const int kv[2] = {64, 30};
@@ -382,6 +382,48 @@ static void test_snapshot_recache(void) {
                    "of its pair): %d cached, expected 128", kv[k], j, p, r.n_cached);
         }
         check_idle(s, "recache");
+        moe8_sched_free(s);
+        moe8_context_free(x);
+    }
+    /* a (200 tokens: snapshots at 64, 128, 192), another prompt whose two
+     * snapshots evict a's 64 and 128, a again (from its 192), then b sharing
+     * a's first 150: computed from 0 beside a's cached blocks, its 64 and 128
+     * evicting the other's; then a again and b again: a's chain and its 192
+     * are still found (b went on along a's blocks, not beside them), and b's
+     * 128 with them */
+    {
+        const cfg c = {1, 1, 1, 64, 0, 4};
+        moe8_context *x = ctx_of(&c);
+        moe8_sched *s = sched_of(x, &c);
+        spec a, b, other;
+        result ra, rb, ro;
+        spec_of(&a, base[0], 200, 200, 3, 310);
+        spec_of(&b, base[0], 150, 170, 3, 311);
+        spec_of(&other, base[1], 0, 130, 3, 312);
+        memset(&ra, 0, sizeof ra), memset(&rb, 0, sizeof rb), memset(&ro, 0, sizeof ro);
+        add(s, &a, &ra);
+        drain(s);
+        add(s, &other, &ro);
+        drain(s);
+        memset(&ra, 0, sizeof ra);
+        add(s, &a, &ra);
+        drain(s);
+        CHECKF(ra.n_cached == 192, "recache a: cached %d", ra.n_cached);
+        add(s, &b, &rb);
+        drain(s);
+        run_alone(&b, &ref);
+        CHECKF(same(&rb, &ref) && rb.n_cached == 0, "recache b: cached %d", rb.n_cached);
+        memset(&ra, 0, sizeof ra);
+        add(s, &a, &ra);
+        drain(s);
+        run_alone(&a, &ref);
+        CHECKF(same(&ra, &ref) && ra.n_cached == 192, "recache a again: cached %d", ra.n_cached);
+        memset(&rb, 0, sizeof rb);
+        add(s, &b, &rb);
+        drain(s);
+        run_alone(&b, &ref);
+        CHECKF(same(&rb, &ref) && rb.n_cached == 128, "recache b again: cached %d", rb.n_cached);
+        check_idle(s, "recache a b");
         moe8_sched_free(s);
         moe8_context_free(x);
     }
