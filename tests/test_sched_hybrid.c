@@ -296,12 +296,17 @@ static void test_snapshot_lru(void) {
     add(s, &b, &rb); /* nothing of b's left */
     drain(s);
     CHECKF(same(&rb, &ref) && rb.n_cached == 0, "lru: b after eviction: cached %d", rb.n_cached);
+    memset(&rb, 0, sizeof rb);
+    add(s, &b, &rb); /* b's own 128, kept with b's blocks (a's cached ones gave way) */
+    drain(s);
+    CHECKF(same(&rb, &ref) && rb.n_cached == 128, "lru: b again: cached %d", rb.n_cached);
     check_idle(s, "lru");
-    /* a, other and b again from 0, b once from a's 128; a's 128 evicted by the
-     * other's 64, which b's 128 evicts (b's 64 finds no slot); b's 128 is not
-     * kept: its KV block is not registered, a's block of the same tokens is */
+    /* a, other and b again from 0, b from a's 128 and then from its own; a's
+     * 128 evicted by the other's 64, which b's 128 evicts (b's 64 finds no
+     * slot); b's 128 is kept with b's KV blocks, which took the place of a's
+     * cached blocks of the same tokens */
     moe8_sched_get_stats(s, &st);
-    check_snap_counts(&st, 1, 3, 2, 0, "lru");
+    check_snap_counts(&st, 2, 3, 2, 1, "lru");
     moe8_sched_free(s);
     moe8_context_free(x);
 }
@@ -343,6 +348,85 @@ static void test_block_eviction(void) {
     check_snap_counts(&st, 0, 3, 5, 2, "eviction");
     moe8_sched_free(s);
     moe8_context_free(x);
+}
+
+/* Prefixes that come back (issue 41's lost snapshots): three prefixes of
+ * 150 tokens, each used by a pair of requests (a fresh suffix each), the
+ * pairs in the order P0 P1 P2 P0 P1 P2, in a state pool of one spare slot
+ * (each first of a pair evicts the last snapshot) with a KV pool ample or
+ * tight. The second of each pair resumes from the first's snapshot at 128,
+ * also in the second round, where the first recomputes blocks that are
+ * still cached from the first round without their snapshots (it goes on
+ * along those blocks, and its snapshot stays with them); every request gives
+ * its tokens alone. */
+static void test_snapshot_recache(void) {
+    static const int kv[2] = {64, 30};
+    int32_t base[3][MAXP];
+    spec q;
+    result r, ref;
+    for (int p = 0; p < 3; p++)
+        for (int i = 0; i < MAXP; i++) base[p][i] = (i * (41 + 6 * p) + 7 * p + 2) % g_vocab;
+    for (int k = 0; k < 2; k++) {
+        const cfg c = {1, 1, 1, kv[k], 0, 2};
+        moe8_context *x = ctx_of(&c);
+        moe8_sched *s = sched_of(x, &c);
+        for (int j = 0; j < 12; j++) {
+            const int p = j / 2 % 3, second = j % 2;
+            spec_of(&q, base[p], 150, 170 + 10 * second, 3, 300 + (uint64_t)j);
+            memset(&r, 0, sizeof r);
+            add(s, &q, &r);
+            drain(s);
+            run_alone(&q, &ref);
+            CHECKF(same(&r, &ref), "recache kv %d request %d: differs from it alone", kv[k], j);
+            CHECKF(!second || r.n_cached == 128, "recache kv %d request %d (prefix %d, second "
+                   "of its pair): %d cached, expected 128", kv[k], j, p, r.n_cached);
+        }
+        check_idle(s, "recache");
+        moe8_sched_free(s);
+        moe8_context_free(x);
+    }
+    /* a (200 tokens: snapshots at 64, 128, 192), another prompt whose two
+     * snapshots evict a's 64 and 128, a again (from its 192), then b sharing
+     * a's first 150: computed from 0 beside a's cached blocks, its 64 and 128
+     * evicting the other's; then a again and b again: a's chain and its 192
+     * are still found (b went on along a's blocks, not beside them), and b's
+     * 128 with them */
+    {
+        const cfg c = {1, 1, 1, 64, 0, 4};
+        moe8_context *x = ctx_of(&c);
+        moe8_sched *s = sched_of(x, &c);
+        spec a, b, other;
+        result ra, rb, ro;
+        spec_of(&a, base[0], 200, 200, 3, 310);
+        spec_of(&b, base[0], 150, 170, 3, 311);
+        spec_of(&other, base[1], 0, 130, 3, 312);
+        memset(&ra, 0, sizeof ra), memset(&rb, 0, sizeof rb), memset(&ro, 0, sizeof ro);
+        add(s, &a, &ra);
+        drain(s);
+        add(s, &other, &ro);
+        drain(s);
+        memset(&ra, 0, sizeof ra);
+        add(s, &a, &ra);
+        drain(s);
+        CHECKF(ra.n_cached == 192, "recache a: cached %d", ra.n_cached);
+        add(s, &b, &rb);
+        drain(s);
+        run_alone(&b, &ref);
+        CHECKF(same(&rb, &ref) && rb.n_cached == 0, "recache b: cached %d", rb.n_cached);
+        memset(&ra, 0, sizeof ra);
+        add(s, &a, &ra);
+        drain(s);
+        run_alone(&a, &ref);
+        CHECKF(same(&ra, &ref) && ra.n_cached == 192, "recache a again: cached %d", ra.n_cached);
+        memset(&rb, 0, sizeof rb);
+        add(s, &b, &rb);
+        drain(s);
+        run_alone(&b, &ref);
+        CHECKF(same(&rb, &ref) && rb.n_cached == 128, "recache b again: cached %d", rb.n_cached);
+        check_idle(s, "recache a b");
+        moe8_sched_free(s);
+        moe8_context_free(x);
+    }
 }
 
 /* ---- random schedules ------------------------------------------------------------------ */
@@ -552,6 +636,7 @@ int main(int argc, char **argv) {
     test_snapshots();
     test_snapshot_lru();
     test_block_eviction();
+    test_snapshot_recache();
     test_preemption();
     test_random();
     moe8_model_free(g_model);

@@ -114,17 +114,30 @@ static void run_chunk(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8
                      moe8_state_ssm(s->state, seq, L->gdn_slot), s->g_work, r->nt);
 }
 
-/* Decode steps: rows [t0, t0 + n), one token each of n distinct sequences. */
+typedef struct {
+    const moe8_fwd_layer *L;
+    const moe8_gdn_dims *d;
+    int t0;
+    const int32_t *seq;
+} step_conv;
+
+static void step_conv_row(const moe8_fwd_run *r, const void *ctx, int i) {
+    const step_conv *c = ctx;
+    conv_rows(r, c->L, c->d, c->t0 + i, 1, c->seq[c->t0 + i]);
+}
+
+/* Decode steps: rows [t0, t0 + n), one token each of n distinct sequences
+ * (so the conv rows, each on its own sequence's conv state, run on all
+ * threads; each recurrent state is updated in place). */
 static void run_steps(const moe8_fwd_run *r, const moe8_fwd_layer *L, const moe8_gdn_dims *d,
                       int t0, int n, const int32_t *seq) {
     moe8_fwd_scratch *s = r->s;
     const int C = moe8_gdn_conv_channels(d), QK = d->n_k_heads * d->dk, NV = d->n_v_heads;
     const int Z = NV * d->dv;
     const float *y = s->g_conv + (size_t)t0 * C;
-    for (int i = 0; i < n; i++) {
-        conv_rows(r, L, d, t0 + i, 1, seq[t0 + i]);
-        s->g_S[i] = moe8_state_ssm(s->state, seq[t0 + i], L->gdn_slot);
-    }
+    const step_conv c = {L, d, t0, seq};
+    moe8_fwd_rows(r, n, step_conv_row, &c);
+    for (int i = 0; i < n; i++) s->g_S[i] = moe8_state_ssm(s->state, seq[t0 + i], L->gdn_slot);
     moe8_gdn_decode(s->g_o + (size_t)t0 * Z, Z, y, C, y + QK, C, y + 2 * QK, C,
                     s->g_g + (size_t)t0 * NV, s->g_beta + (size_t)t0 * NV, n, d, s->g_S, r->nt);
 }

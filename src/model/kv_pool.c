@@ -123,21 +123,35 @@ static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t pa
     return (int32_t)moe8_index_find(&p->registered, h, block_eq, p, &k);
 }
 
-static void register_block(kv_pool *p, int32_t id, int32_t parent) {
+/* Register block `id` (just filled) after `parent`. When a registered block
+ * holds the same tokens after the same parent already (a twin) and `adopt`,
+ * the caller's reference moves to the twin (the same K/V bits, by batch
+ * invariance) and `id` goes back; the twin is returned, else `id`. So a
+ * sequence that computes blocks again beside their cached twins (a hybrid's
+ * match stops at the deepest state snapshot) goes on along the twin's chain:
+ * its own later blocks and snapshots join it, and the twin's cached children
+ * and their snapshots stay findable. */
+static int32_t register_block(kv_pool *p, int32_t id, int32_t parent, int adopt) {
     kv_block *b = &p->b[id];
     const int32_t *tok = p->tokens + (size_t)id * KV_BS;
     uint64_t ph;
-    if (b->registered) return;
-    if (parent >= 0 && !p->b[parent].registered) return; /* its chain is not findable */
+    if (b->registered) return id;
+    if (parent >= 0 && !p->b[parent].registered) return id; /* its chain is not findable */
     ph = parent >= 0 ? p->b[parent].hash : 0;
     block_key k = {chain_hash(p->seed, ph, tok), tok, parent};
     int64_t other = moe8_index_add(&p->registered, k.h, (uint32_t)id, block_eq, p, &k);
     MOE8_ASSERT(other != -2); /* room for every block at init: never grows */
-    if (other >= 0) return;   /* an identical block is cached already */
+    if (other >= 0) {         /* an identical block is cached already */
+        if (!adopt) return id;
+        if (p->b[other].ref++ == 0) lru_unlink(p, (int32_t)other);
+        drop_ref(p, id);
+        return (int32_t)other;
+    }
     b->hash = k.h;
     b->parent = parent;
     b->parent_gen = parent >= 0 ? p->b[parent].gen : 0;
     b->registered = 1;
+    return id;
 }
 
 /* ---- pool ---------------------------------------------------------------------- */
@@ -223,14 +237,14 @@ int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
 }
 
 void moe8_kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n) {
-    const int32_t *t = p->table + (size_t)seq * p->max_blocks;
+    int32_t *t = p->table + (size_t)seq * p->max_blocks;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = pos0 + i;
         p->tokens[(size_t)t[pos / KV_BS] * KV_BS + pos % KV_BS] = tokens[i];
     }
     if (!p->prefix_cache) return;
     for (int32_t blk = pos0 / KV_BS; blk < (pos0 + n) / KV_BS; blk++)
-        register_block(p, t[blk], blk > 0 ? t[blk - 1] : -1);
+        t[blk] = register_block(p, t[blk], blk > 0 ? t[blk - 1] : -1, 1);
 }
 
 int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
@@ -284,7 +298,7 @@ int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *ou
             break;
         }
         memcpy(p->tokens + (size_t)id * KV_BS, tokens + (size_t)k * KV_BS, KV_BS * sizeof *tokens);
-        register_block(p, id, parent);
+        register_block(p, id, parent, 0);
         if (!p->b[id].registered) { /* cannot happen (the match stopped here): recompute */
             drop_ref(p, id);
             break;

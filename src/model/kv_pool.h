@@ -17,7 +17,9 @@
  * the pool needs room, then it is evicted (unregistered, generation bumped).
  * A hybrid model's registered block may carry a snapshot of the recurrent
  * state at its end (state_pool.h); it goes back to the state pool when the
- * block is unregistered.
+ * block is unregistered. A sequence that fills a block beside a registered
+ * twin (same tokens, same parent) takes the twin instead (its own block goes
+ * back), so its chain goes on along the twin's.
  *
  * Does not: compute K/V (forward.c writes and reads through the tables),
  * schedule (sched.c decides who gets blocks), or lock (one context, one
@@ -86,7 +88,8 @@ int moe8_kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens);
 int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens);
 
 /* Record tokens[0..n) at positions pos0.. of `seq` (its blocks reserved), then
- * register the blocks they filled when prefix caching is on. */
+ * register the blocks they filled when prefix caching is on (a block with a
+ * registered twin is swapped for the twin in seq's table). */
 void moe8_kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n);
 
 /* Longest chain of registered blocks matching tokens[0..n) from position 0,
