@@ -50,8 +50,9 @@ struct moe8_context {
     moe8_kv_disk *disk;           /* the prompt cache's disk tier (kv_disk.h), or NULL */
     moe8_kvd_key *disk_keys;      /* [max_blocks] a prompt's block keys */
     int32_t *disk_tok;            /* [max_blocks * BS] a released sequence's ids */
-    const void **disk_data;       /* [max_blocks] its blocks' K/V */
+    void **disk_data;             /* [max_blocks] its blocks' K/V (saving, loading) */
     const int32_t *disk_prompt;   /* the prompt moe8_context_prefix_load reads for */
+    int32_t disk_nb;              /* its blocks there */
     float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
@@ -319,25 +320,33 @@ static void disk_save(moe8_context *x, int32_t seq) {
         if (first >= 0) x->disk_data[i - first] = x->kv.data + (size_t)t[i] * x->kv.block_bytes;
     }
     if (first < 0) return;
-    k = moe8_kvd_save(x->disk, x->disk_tok, first, n - first, x->disk_data);
+    k = moe8_kvd_save(x->disk, x->disk_tok, first, n - first, (const void *const *)x->disk_data);
     for (int32_t i = first; i < first + k; i++) x->kv.b[t[i]].on_disk = 1;
 }
 
 struct moe8_kv_disk *moe8_context_disk(const moe8_context *x) { return x->disk; }
 
-static int disk_fill(void *user, int32_t b, void *data) {
+static int32_t disk_avail(void *user, int32_t b) {
     moe8_context *x = user;
-    return moe8_kvd_load(x->disk, x->disk_keys[b], x->disk_prompt, (b + 1) * KV_BS, data) != 0;
+    return moe8_kvd_open_run(x->disk, x->disk_keys, x->disk_prompt, b, x->disk_nb);
+}
+
+static int32_t disk_fill(void *user, int32_t b, int32_t n, void *const *data, int *kept) {
+    moe8_context *x = user;
+    (void)b;
+    return moe8_kvd_read_run(x->disk, n, data, kept);
 }
 
 int32_t moe8_context_prefix_load(moe8_context *x, const int32_t *tokens, int32_t n, int32_t *out,
                                  int32_t m) {
     int32_t nb = n / KV_BS < x->kv.max_blocks ? n / KV_BS : x->kv.max_blocks;
+    const kv_source src = {disk_avail, disk_fill, x, x->disk_data};
     if (!x->disk || m >= nb) return m;
     moe8_kvd_keys(x->disk, tokens, nb, x->disk_keys);
     x->disk_prompt = tokens;
+    x->disk_nb = nb;
     moe8_kvd_use_now(x->disk);
-    return moe8_kv_extend(&x->kv, tokens, n, out, m, nb, disk_fill, x);
+    return moe8_kv_extend(&x->kv, tokens, n, out, m, nb, &src);
 }
 
 /* ---- the recurrent-state pool (hybrids; state_pool.h, SEMANTICS §10) ------------- */

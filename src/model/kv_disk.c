@@ -1,32 +1,46 @@
 /*
  * kv_disk.c — the prompt cache's disk tier (kv_disk.h; SEMANTICS §10b): keys,
- * the block file format, loading with verification, and the writer thread.
+ * the run file format, loading with verification, and the writer thread.
  *
- * File DIR/<key as 32 hex digits>.kvb (little-endian, this machine's layout):
- *   moe8_kvd_head   magic "MOE8KVB\n", version, header size, the folded
- *                   fingerprint, the key, n_tokens (the block's end), KV type,
- *                   block bytes, TP rank and size, kernel table, checksum
- *   int32[n_tokens] every token id from position 0 to the block's end
- *   K/V             [block_bytes] as the pool holds it (kv_pool.h)
- * sum = XXH3 of the header (sum 0), then the ids, then the K/V, chained. A
- * load checks the size, every header field against what it wants, every id
- * against the prompt's and the sum; any difference (or an I/O error) rejects
- * the file: logged, removed, and the caller recomputes the block.
+ * File DIR/<first block's key as 32 hex digits>.kvr (little-endian, this
+ * machine's layout), the blocks first..first+n-1 of one prefix:
+ *   moe8_kvd_head        magic "MOE8KVR\n", version, header size, the folded
+ *                        fingerprint, the key, first and n, KV type, TP rank
+ *                        and size, block bytes, where the K/V start, the
+ *                        kernel table, the header's checksum
+ *   moe8_kvd_ent[n]      each block's key and checksum
+ *   int32[(first+n)*BS]  every token id from position 0 to the run's end
+ *   zeros                up to data_off (a multiple of 4096)
+ *   K/V [n][block_bytes] as the pool holds each block (kv_pool.h)
+ * The header's sum is XXH3 of the header (sum 0), the index and the ids
+ * before `first`; block i's sum is XXH3 of its 16 ids, then its K/V. A load
+ * checks the size and every header field against what it wants, the ids
+ * before the run against the prompt's, then block by block its key, its ids
+ * and its sum: a block whose key differs ends the run's use (the prompt went
+ * another way there); any other difference (or an I/O error) rejects the
+ * file: logged, removed, and the caller recomputes from that block (the
+ * blocks before it are good and are used, but are written again).
  *
  * Key: two XXH3 chains over the context's folded fingerprint and each
  * block's 16 ids (seeded by the previous block's value), so block i's key
  * names every id up to its end; the ids in the file make a collision
  * harmless (it is rejected, never used).
  *
- * Writing: moe8_kvd_save copies blocks into a queue bounded in bytes (what
- * does not fit is dropped); one thread writes each block to
- * <name>.tmp.<pid>.<n> and renames it (several processes may write the same
- * block: the contents are the same, the last rename wins). A full disk or a
- * directory that cannot be written stops writing (logged once); reading
- * goes on. A load touches the file's time: the size bound removes the least
- * recently used files (kv_disk_dir.c).
+ * Reading: a prompt's run files are found by key, in order: the file named
+ * by block k's key holds k and the blocks written with it; the next file is
+ * named by the key of the first block the run did not give. A run costs an
+ * open, fstat, two preads (header; index and ids), one preadv straight into
+ * the pool's blocks, a time stamp and a close, whatever its length.
  *
- * Does not: fsync (a file torn by a crash fails its checksum), or share a
+ * Writing: moe8_kvd_save copies blocks into a queue bounded in bytes (what
+ * does not fit is dropped); one thread writes each job as one run file to
+ * <name>.tmp.<pid>.<n> and renames it (several processes may write the same
+ * run: a file there already that holds as many blocks is only touched). A
+ * full disk or a directory that cannot be written stops writing (logged
+ * once); reading goes on. A load touches the file's time: the size bound
+ * removes the least recently used files (kv_disk_dir.c).
+ *
+ * Does not: fsync (a file torn by a crash fails its checksums), or share a
  * block between fingerprints.
  */
 #include <errno.h>
@@ -44,6 +58,7 @@
 #include "model/kv_disk.h"
 
 #define KVD_QUEUE_BYTES ((size_t)512 << 20) /* copies waiting for the writer */
+#define KVD_IOV 1024                        /* iovecs per preadv (IOV_MAX) */
 
 typedef struct kvd_job {
     struct kvd_job *next;
@@ -59,9 +74,14 @@ struct moe8_kv_disk {
     uint64_t fp64, max_bytes;
     size_t bb;                  /* block bytes */
     /* the loader's (the context's thread) */
-    unsigned char *buf;         /* [cap_buf] a file's header and ids */
+    unsigned char *buf;         /* [cap_buf] a run's index and ids */
     size_t cap_buf;
     struct timespec load_time;  /* the use the loads stamp (moe8_kvd_use_now) */
+    int run_fd;                 /* the run moe8_kvd_open_run opened, or -1 */
+    int32_t run_m;              /* its blocks that match the prompt */
+    moe8_kvd_head run_h;
+    const char *run_bad;        /* why the block after those m does not do, or NULL */
+    char run_path[4200];
     /* the writer */
     pthread_t thread;
     int started;
@@ -73,7 +93,7 @@ struct moe8_kv_disk {
     int writing;                /* 0: stopped (read-only or full directory) */
     int inject;                 /* tests: errno of the next write */
     double read_s, read_cpu;    /* the loader's (the context's thread): wall, CPU seconds */
-    uint64_t dir_bytes;         /* the directory's block files, as last counted plus written */
+    uint64_t dir_bytes;         /* the directory's run files, as last counted plus written */
     moe8_prompt_cache_stats st; /* counters: __atomic */
 };
 
@@ -90,9 +110,8 @@ uint64_t moe8_kvd_fold(const moe8_kvd_fp *f) {
     return moe8_hash64(&f->block_bytes, sizeof f->block_bytes, h);
 }
 
-void moe8_kvd_keys(const moe8_kv_disk *d, const int32_t *tokens, int32_t n_blocks,
-                   moe8_kvd_key *keys) {
-    uint64_t lo = d->fp64, hi = moe8_hash64(&d->fp64, sizeof d->fp64, 0x9E3779B97F4A7C15ULL);
+void moe8_kvd_chain(uint64_t fp64, const int32_t *tokens, int32_t n_blocks, moe8_kvd_key *keys) {
+    uint64_t lo = fp64, hi = moe8_hash64(&fp64, sizeof fp64, 0x9E3779B97F4A7C15ULL);
     for (int32_t i = 0; i < n_blocks; i++) {
         const int32_t *t = tokens + (size_t)i * MOE8_KVD_BS;
         lo = moe8_hash64(t, MOE8_KVD_BS * sizeof *t, lo);
@@ -102,20 +121,36 @@ void moe8_kvd_keys(const moe8_kv_disk *d, const int32_t *tokens, int32_t n_block
     }
 }
 
+void moe8_kvd_keys(const moe8_kv_disk *d, const int32_t *tokens, int32_t n_blocks,
+                   moe8_kvd_key *keys) {
+    moe8_kvd_chain(d->fp64, tokens, n_blocks, keys);
+}
+
 void moe8_kvd_name(moe8_kvd_key key, char name[40]) {
     snprintf(name, 40, "%016llx%016llx" MOE8_KVD_EXT, (unsigned long long)key.hi,
              (unsigned long long)key.lo);
 }
 
-uint64_t moe8_kvd_sum(const moe8_kvd_head *h, const int32_t *tokens, const void *data) {
+uint64_t moe8_kvd_data_off(int32_t first, int32_t n_blocks) {
+    const uint64_t meta = sizeof(moe8_kvd_head) + (uint64_t)n_blocks * sizeof(moe8_kvd_ent) +
+                          ((uint64_t)first + (uint64_t)n_blocks) * MOE8_KVD_BS * 4;
+    return (meta + MOE8_KVD_ALIGN - 1) / MOE8_KVD_ALIGN * MOE8_KVD_ALIGN;
+}
+
+uint64_t moe8_kvd_head_sum(const moe8_kvd_head *h, const moe8_kvd_ent *index, const int32_t *ids) {
     moe8_kvd_head z = *h;
     z.sum = 0;
     uint64_t s = moe8_hash64(&z, sizeof z, 7);
-    s = moe8_hash64(tokens, (size_t)h->n_tokens * sizeof *tokens, s);
-    return moe8_hash64(data, (size_t)h->block_bytes, s);
+    s = moe8_hash64(index, (size_t)h->n_blocks * sizeof *index, s);
+    return moe8_hash64(ids, (size_t)h->first * MOE8_KVD_BS * sizeof *ids, s);
 }
 
-static void head_of(const moe8_kv_disk *d, moe8_kvd_key key, int32_t end, moe8_kvd_head *h) {
+uint64_t moe8_kvd_block_sum(const int32_t *ids, const void *data, size_t block_bytes) {
+    return moe8_hash64(data, block_bytes, moe8_hash64(ids, MOE8_KVD_BS * sizeof *ids, 11));
+}
+
+static void head_of(const moe8_kv_disk *d, moe8_kvd_key key, int32_t first, int32_t n,
+                    moe8_kvd_head *h) {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, MOE8_KVD_MAGIC, 8);
     h->version = MOE8_KVD_VERSION;
@@ -123,17 +158,19 @@ static void head_of(const moe8_kv_disk *d, moe8_kvd_key key, int32_t end, moe8_k
     h->fp = d->fp64;
     h->key_lo = key.lo;
     h->key_hi = key.hi;
-    h->n_tokens = end;
+    h->first = first;
+    h->n_blocks = n;
     h->kv_type = d->fp.kv_type;
-    h->block_bytes = d->bb;
     h->tp_rank = d->fp.tp_rank;
     h->tp_size = d->fp.tp_size;
+    h->block_bytes = d->bb;
+    h->data_off = moe8_kvd_data_off(first, n);
     memcpy(h->isa, d->fp.isa, sizeof h->isa);
 }
 
 /* A file's last use, set from the clock to the nanosecond (a file system's own
  * times may be coarser than the writes), less `depth` ns: of one prompt's
- * blocks used together the deeper are older, so the bound removes a chain
+ * runs used together the deeper are older, so the bound removes a chain
  * from its end. */
 static void use_time(struct timespec t[2], struct timespec base, int32_t depth) {
     t[0] = base;
@@ -161,87 +198,156 @@ static int read_at(int fd, void *p, size_t n, off_t off) {
     return 0;
 }
 
-/* Why file h (of `size` bytes) is not the block wanted, or NULL. */
+/* n blocks of bb bytes from off into data[i], KVD_IOV at a time. */
+static int read_blocks(int fd, void *const *data, int32_t n, size_t bb, off_t off) {
+    struct iovec v[KVD_IOV];
+    for (int32_t i = 0; i < n;) {
+        int c = 0;
+        for (; c < KVD_IOV && i + c < n; c++) v[c].iov_base = data[i + c], v[c].iov_len = bb;
+        for (int j = 0; j < c;) { /* short reads: go on where it stopped */
+            ssize_t r = preadv(fd, v + j, c - j, off);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) return -1;
+            off += r;
+            while (j < c && (size_t)r >= v[j].iov_len) r -= (ssize_t)v[j++].iov_len;
+            if (j < c) v[j].iov_base = (char *)v[j].iov_base + r, v[j].iov_len -= (size_t)r;
+        }
+        i += c;
+    }
+    return 0;
+}
+
+/* Why the header h of a file of `size` bytes is not the run wanted, or NULL. */
 static const char *head_check(const moe8_kvd_head *h, const moe8_kvd_head *want, off_t size) {
-    if (memcmp(h->magic, MOE8_KVD_MAGIC, 8)) return "not a block file (magic)";
+    if (memcmp(h->magic, MOE8_KVD_MAGIC, 8)) return "not a run file (magic)";
     if (h->version != MOE8_KVD_VERSION || h->head_bytes != sizeof *h) return "another version";
     if (h->fp != want->fp || memcmp(h->isa, want->isa, sizeof h->isa))
         return "another model, kernel table or settings (fingerprint)";
     if (h->kv_type != want->kv_type || h->block_bytes != want->block_bytes) return "another KV type";
     if (h->tp_rank != want->tp_rank || h->tp_size != want->tp_size) return "another TP layout";
-    if (h->key_lo != want->key_lo || h->key_hi != want->key_hi || h->n_tokens != want->n_tokens)
-        return "another key or length";
-    if ((uint64_t)size != sizeof *h + (uint64_t)h->n_tokens * 4 + h->block_bytes)
+    if (h->key_lo != want->key_lo || h->key_hi != want->key_hi || h->first != want->first)
+        return "another key or place";
+    if (h->n_blocks < 1 || h->n_blocks > (1 << 24) || h->zero ||
+        h->data_off != moe8_kvd_data_off(h->first, h->n_blocks))
+        return "a bad header (block count or data offset)";
+    if ((uint64_t)size != h->data_off + (uint64_t)h->n_blocks * h->block_bytes)
         return "truncated or overlong";
     return NULL;
 }
 
 static void reject(moe8_kv_disk *d, const char *path, const char *why) {
-    moe8_log(MOE8_LOG_WARN, "prompt cache: '%s' rejected (%s); its block is recomputed", path, why);
+    moe8_log(MOE8_LOG_WARN, "prompt cache: '%s' rejected (%s); its blocks are recomputed", path,
+             why);
     count(&d->st.rejected, 1);
     unlink(path);
 }
 
-int moe8_kvd_load(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int32_t end,
-                  void *data) {
-    char name[40], path[4200];
-    moe8_kvd_head h, want;
+/* The open run's index and ids into d->buf, checked against the prompt: the
+ * blocks it gives, or -1 with *why. */
+static int32_t run_match(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *tokens,
+                         int32_t k, int32_t nb, const char **why) {
+    const moe8_kvd_head *h = &d->run_h;
+    const size_t meta = (size_t)h->data_off - sizeof *h;
+    if (meta > d->cap_buf) {
+        unsigned char *b = realloc(d->buf, meta);
+        if (!b) return *why = "out of memory for its index", -1;
+        d->buf = b;
+        d->cap_buf = meta;
+    }
+    if (read_at(d->run_fd, d->buf, meta, sizeof *h)) return *why = "cannot read its index", -1;
+    const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(void *)d->buf;
+    const int32_t *ids = (const int32_t *)(void *)(ix + h->n_blocks);
+    if (moe8_kvd_head_sum(h, ix, ids) != h->sum) return *why = "header checksum", -1;
+    if (memcmp(ids, tokens, (size_t)k * MOE8_KVD_BS * 4)) return *why = "its token ids differ", -1;
+    int32_t m = 0;
+    for (; m < h->n_blocks && k + m < nb; m++) {
+        const size_t at = (size_t)(k + m) * MOE8_KVD_BS;
+        if (ix[m].key_lo != keys[k + m].lo || ix[m].key_hi != keys[k + m].hi) break;
+        if (memcmp(ids + at, tokens + at, MOE8_KVD_BS * 4)) {
+            d->run_bad = "its token ids differ";
+            break;
+        }
+    }
+    if (m == 0) return *why = d->run_bad ? d->run_bad : "its index does not start with its key", -1;
+    return m;
+}
+
+int32_t moe8_kvd_open_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *tokens,
+                          int32_t k, int32_t nb) {
+    char name[40];
+    moe8_kvd_head want;
     struct stat sb;
     const char *why = NULL;
-    int fd;
+    int32_t m = -1;
     const double t0 = moe8_time_s(), c0 = thread_cpu();
-    moe8_kvd_name(key, name);
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    MOE8_ASSERT(d->run_fd < 0 && k < nb);
+    moe8_kvd_name(keys[k], name);
+    snprintf(d->run_path, sizeof d->run_path, "%s/%s", d->dir, name);
+    d->run_bad = NULL;
+    if ((d->run_fd = open(d->run_path, O_RDONLY | O_CLOEXEC)) < 0) {
         if (errno == ENOENT) {
             count(&d->st.misses, 1);
-            return 1;
+        } else {
+            moe8_log(MOE8_LOG_WARN, "prompt cache: cannot open '%s': %s", d->run_path,
+                     strerror(errno));
+            count(&d->st.rejected, 1);
         }
-        moe8_log(MOE8_LOG_WARN, "prompt cache: cannot open '%s': %s", path, strerror(errno));
-        count(&d->st.rejected, 1);
-        return -1;
+        return 0;
     }
-    const size_t head_ids = sizeof h + (size_t)end * 4; /* read at once */
-    if (head_ids > d->cap_buf) {
-        unsigned char *b = realloc(d->buf, head_ids);
-        if (!b) {
-            close(fd);
-            return 1;
-        }
-        d->buf = b;
-        d->cap_buf = head_ids;
+    head_of(d, keys[k], k, 1, &want);
+    if (fstat(d->run_fd, &sb)) why = "cannot stat it";
+    else if ((uint64_t)sb.st_size < sizeof d->run_h) why = "truncated";
+    else if (read_at(d->run_fd, &d->run_h, sizeof d->run_h, 0)) why = "cannot read its header";
+    else why = head_check(&d->run_h, &want, sb.st_size);
+    if (!why) m = run_match(d, keys, tokens, k, nb, &why);
+    if (why) {
+        close(d->run_fd);
+        d->run_fd = -1;
+        reject(d, d->run_path, why);
+        m = 0;
     }
-    const int32_t *ids = (const int32_t *)(void *)(d->buf + sizeof h);
-    head_of(d, key, end, &want);
-    if (fstat(fd, &sb)) why = "cannot stat it";
-    else if ((uint64_t)sb.st_size < head_ids) why = "truncated";
-    else if (read_at(fd, d->buf, head_ids, 0)) why = "cannot read its header and ids";
-    if (!why) memcpy(&h, d->buf, sizeof h), why = head_check(&h, &want, sb.st_size);
-    if (!why && memcmp(ids, tokens, (size_t)end * 4)) why = "its token ids differ";
-    if (!why && read_at(fd, data, d->bb, (off_t)head_ids)) why = "cannot read its data";
-    if (!why && moe8_kvd_sum(&h, ids, data) != h.sum) why = "checksum";
-    if (!why) { /* its last use, for the LRU bound */
-        struct timespec t[2];
-        use_time(t, d->load_time, end / MOE8_KVD_BS);
-        futimens(fd, t);
-    }
-    close(fd);
+    d->run_m = m;
     d->read_s += moe8_time_s() - t0;
     d->read_cpu += thread_cpu() - c0;
-    if (why) {
-        reject(d, path, why);
-        return -1;
+    return m;
+}
+
+int32_t moe8_kvd_read_run(moe8_kv_disk *d, int32_t n, void *const *data, int *kept) {
+    const moe8_kvd_head *h = &d->run_h;
+    const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(void *)d->buf;
+    const int32_t *ids = (const int32_t *)(void *)(ix + h->n_blocks);
+    const char *why = NULL;
+    int32_t good = 0;
+    const double t0 = moe8_time_s(), c0 = thread_cpu();
+    MOE8_ASSERT(d->run_fd >= 0 && n <= d->run_m);
+    if (read_blocks(d->run_fd, data, n, d->bb, (off_t)h->data_off)) why = "cannot read its data";
+    for (; !why && good < n; good++) {
+        const int32_t *bid = ids + (size_t)(h->first + good) * MOE8_KVD_BS;
+        if (moe8_kvd_block_sum(bid, data[good], d->bb) != ix[good].sum) {
+            why = "checksum";
+            break;
+        }
     }
-    count(&d->st.hits, 1);
-    count(&d->st.read_bytes, (uint64_t)sb.st_size);
-    return 0;
+    if (!why) why = d->run_bad;
+    if (!why) { /* its last use, for the LRU bound */
+        struct timespec t[2];
+        use_time(t, d->load_time, h->first);
+        futimens(d->run_fd, t);
+    }
+    close(d->run_fd);
+    d->run_fd = -1;
+    *kept = why == NULL;
+    if (why) reject(d, d->run_path, why);
+    count(&d->st.hits, (uint64_t)good);
+    count(&d->st.read_bytes, (uint64_t)good * d->bb);
+    d->read_s += moe8_time_s() - t0;
+    d->read_cpu += thread_cpu() - c0;
+    return good;
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
 
-static int write_all(int fd, const struct iovec *iov, int n) {
-    struct iovec v[3];
-    memcpy(v, iov, (size_t)n * sizeof *v);
+static int write_all(int fd, struct iovec *v, int n) {
     for (int i = 0; i < n;) {
         ssize_t w = writev(fd, v + i, n - i);
         if (w < 0 && errno == EINTR) continue;
@@ -262,36 +368,66 @@ static void stop_writing(moe8_kv_disk *d, const char *path, int e) {
                  "goes on", path, strerror(e));
 }
 
-/* One block file: to a temporary name, then renamed. 0, or -1 (logged). */
-static int write_block(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens, int32_t end,
-                       const void *data, struct timespec base) {
+/* A valid-looking run of this fingerprint at path, holding at least n blocks
+ * from first: touched (now used), 1; else 0. */
+static int have_run(const moe8_kv_disk *d, const char *path, moe8_kvd_key key, int32_t first,
+                    int32_t n, const struct timespec t[2]) {
+    moe8_kvd_head h, want;
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), ok = 0;
+    if (fd < 0) return 0;
+    head_of(d, key, first, 1, &want);
+    if (!fstat(fd, &sb) && !read_at(fd, &h, sizeof h, 0) && !head_check(&h, &want, sb.st_size) &&
+        h.n_blocks >= n)
+        ok = futimens(fd, t) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Blocks first..first+n-1 (data[n][bb]) as one run file: to a temporary
+ * name, then renamed. 0, or -1 (logged). */
+static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *tokens,
+                     int32_t first, int32_t n, const unsigned char *data, struct timespec base) {
     static unsigned long serial;
+    static const unsigned char zeros[MOE8_KVD_ALIGN];
     char name[40], path[4200], tmp[4300];
     moe8_kvd_head h;
+    moe8_kvd_ent *ix;
     struct timespec t[2];
     int fd, e = 0;
-    moe8_kvd_name(key, name);
+    moe8_kvd_name(keys[first], name);
     snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    use_time(t, base, end / MOE8_KVD_BS);
-    if (utimensat(AT_FDCWD, path, t, 0) == 0) return 0; /* there already: now used */
+    use_time(t, base, first);
+    if (have_run(d, path, keys[first], first, n, t)) return 0;
+    if (!(ix = malloc((size_t)n * sizeof *ix))) return -1;
+    head_of(d, keys[first], first, n, &h);
+    for (int32_t i = 0; i < n; i++) {
+        ix[i].key_lo = keys[first + i].lo;
+        ix[i].key_hi = keys[first + i].hi;
+        ix[i].sum = moe8_kvd_block_sum(tokens + (size_t)(first + i) * MOE8_KVD_BS,
+                                       data + (size_t)i * d->bb, d->bb);
+    }
+    h.sum = moe8_kvd_head_sum(&h, ix, tokens);
+    const size_t ids = (size_t)(first + n) * MOE8_KVD_BS * 4;
+    const size_t meta = sizeof h + (size_t)n * sizeof *ix + ids;
+    struct iovec iov[5] = {{&h, sizeof h}, {ix, (size_t)n * sizeof *ix}, {(void *)tokens, ids},
+                           {(void *)zeros, (size_t)h.data_off - meta},
+                           {(void *)data, (size_t)n * d->bb}};
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(),
              __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
-    head_of(d, key, end, &h);
-    h.sum = moe8_kvd_sum(&h, tokens, data);
-    const struct iovec iov[3] = {{&h, sizeof h}, {(void *)tokens, (size_t)end * 4},
-                                 {(void *)data, d->bb}};
     e = __atomic_exchange_n(&d->inject, 0, __ATOMIC_RELAXED);
     fd = e ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && !e) e = errno;
-    if (fd >= 0 && write_all(fd, iov, 3)) e = errno ? errno : EIO;
+    if (fd >= 0 && write_all(fd, iov, 5)) e = errno ? errno : EIO;
     if (fd >= 0 && !e) futimens(fd, t);
     if (fd >= 0 && close(fd) && !e) e = errno;
     if (!e && rename(tmp, path)) e = errno;
+    free(ix);
     if (!e) {
-        const uint64_t n = sizeof h + (uint64_t)end * 4 + d->bb;
-        count(&d->st.written_bytes, n);
-        count(&d->st.written_blocks, 1);
-        d->dir_bytes += n;
+        const uint64_t bytes = h.data_off + (uint64_t)n * d->bb;
+        count(&d->st.written_bytes, bytes);
+        count(&d->st.written_blocks, (uint64_t)n);
+        d->dir_bytes += bytes;
         return 0;
     }
     unlink(tmp);
@@ -302,20 +438,15 @@ static int write_block(moe8_kv_disk *d, moe8_kvd_key key, const int32_t *tokens,
 
 static void write_job(moe8_kv_disk *d, const kvd_job *j) {
     moe8_kvd_key *keys = malloc((size_t)(j->first + j->n) * sizeof *keys);
-    int32_t done = 0;
+    int ok = 0;
     struct timespec base;
     clock_gettime(CLOCK_REALTIME, &base);
-    if (keys) {
+    if (keys && __atomic_load_n(&d->writing, __ATOMIC_RELAXED)) {
         moe8_kvd_keys(d, j->tokens, j->first + j->n, keys);
-        for (; done < j->n && __atomic_load_n(&d->writing, __ATOMIC_RELAXED); done++) {
-            const int32_t b = j->first + done;
-            if (write_block(d, keys[b], j->tokens, (b + 1) * MOE8_KVD_BS,
-                            j->data + (size_t)done * d->bb, base))
-                break;
-        }
+        ok = write_run(d, keys, j->tokens, j->first, j->n, j->data, base) == 0;
     }
     free(keys);
-    if (done < j->n) count(&d->st.dropped, (uint64_t)(j->n - done));
+    if (!ok) count(&d->st.dropped, (uint64_t)j->n);
     if (d->max_bytes && d->dir_bytes > d->max_bytes) {
         uint64_t ev = 0;
         int fd = moe8_kvd_lock(d->dir);
@@ -425,6 +556,7 @@ moe8_status moe8_kvd_open(const char *dir, uint64_t max_bytes, const moe8_kvd_fp
     d->fp64 = moe8_kvd_fold(fp);
     d->bb = fp->block_bytes;
     d->max_bytes = max_bytes;
+    d->run_fd = -1;
     d->writing = 1;
     d->st.enabled = 1;
     pthread_mutex_init(&d->mu, NULL);
@@ -458,6 +590,7 @@ void moe8_kvd_close(moe8_kv_disk *d) {
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
     }
+    if (d->run_fd >= 0) close(d->run_fd);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_job);
     pthread_cond_destroy(&d->cv_idle);
