@@ -10,7 +10,9 @@
  * tokens; runs written apart and a prompt that leaves a run midway; two contexts sharing a directory; the
  * size bound removes the least recently used files; a full or read-only
  * directory stops writing, not serving; a killed writer's temporaries are
- * removed (and version 1's files); batch invariance with the tier on; moe8 generate twice (two
+ * removed (and version 1's files); a hybrid (Qwen3-Next) resumes from
+ * the recurrent-state snapshot stored with its blocks, bit-identical, and a
+ * flipped byte of it is rejected and recomputed; batch invariance with the tier on; moe8 generate twice (two
  * processes, then two at once) and moe8 prompt-cache ls|verify|clear.
  *
  * The reference of every output is the same request run with the tier off:
@@ -329,7 +331,7 @@ static void test_foreign_layout(void) {
         if (variant == 2) b.model_fp = 43; /* another model */
         CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
         CHECK(moe8_kvd_open(dir, 0, &b, &db, NULL) == MOE8_OK);
-        CHECK(moe8_kvd_save(da, tok, 0, 1, pd) == 1);
+        CHECK(moe8_kvd_save(da, tok, 0, 1, pd, NULL) == 1);
         moe8_kvd_flush(da);
         moe8_kvd_keys(da, tok, 1, ka);
         moe8_kvd_keys(db, tok, 1, kb);
@@ -352,8 +354,8 @@ static void test_foreign_layout(void) {
     /* runs: blocks 0..1 written together, then 2 after them; a prompt that
      * goes another way in block 1 takes block 0 only */
     CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
-    CHECK(moe8_kvd_save(da, tok, 0, 2, pd) == 2);
-    CHECK(moe8_kvd_save(da, tok, 2, 1, pd + 2) == 1);
+    CHECK(moe8_kvd_save(da, tok, 0, 2, pd, NULL) == 2);
+    CHECK(moe8_kvd_save(da, tok, 2, 1, pd + 2, NULL) == 1);
     moe8_kvd_flush(da);
     CHECK(list_dir(dir, 1).n == 2 && list_dir(dir, 1).n_bad == 0);
     moe8_kvd_keys(da, tok, 4, ka);
@@ -372,14 +374,14 @@ static void test_foreign_layout(void) {
     CHECK(moe8_prompt_cache_clear(dir, NULL, NULL, NULL) == MOE8_OK);
     /* a full disk or read-only directory: writing stops, loading goes on */
     CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
-    CHECK(moe8_kvd_save(da, tok, 0, 1, pd) == 1);
+    CHECK(moe8_kvd_save(da, tok, 0, 1, pd, NULL) == 1);
     moe8_kvd_flush(da);
     moe8_kvd_inject_write_error(da, ENOSPC);
-    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1) == 1);
+    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1, NULL) == 1);
     moe8_kvd_flush(da);
     moe8_kvd_stats(da, &st);
     CHECK(!st.writing && st.dropped == 1 && st.written_blocks == 1);
-    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1) == 0); /* refused at once */
+    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1, NULL) == 0); /* refused at once */
     moe8_kvd_keys(da, tok, 2, ka);
     moe8_kvd_use_now(da);
     CHECK(load(da, ka, tok, 0, 2, got) == 1 && load(da, ka, tok, 1, 2, got) == 0);
@@ -486,12 +488,60 @@ static void test_temporaries(void) {
     p.prompt_cache_dir = dir;
     p.prefix_cache = 0;
     CHECK(moe8_context_create(g_model[0], &p, &x, &e) == MOE8_ERR_INVALID_ARG);
-    /* a hybrid model: not supported yet, said so */
+}
+
+/* ---- a hybrid: recurrent-state snapshots stored with their blocks ------------------------ */
+
+/* The snapshots in the one run file of dir. */
+static int32_t file_snaps(const char *dir) {
+    const char *path = only_file(dir);
+    moe8_kvd_head h;
+    int fd = path ? open(path, O_RDONLY) : -1;
+    h.n_snap = -1;
+    if (fd >= 0) {
+        CHECK(pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h);
+        close(fd);
+    }
+    return h.n_snap;
+}
+
+static void test_hybrid(void) {
     fx_opts h = fx_hybrid_opts(FX_QWEN3_NEXT);
     moe8_model *hm = test_load_model(fx_test_model("pc_hybrid", &h, 0));
-    p.prefix_cache = 1;
-    CHECK(moe8_context_create(hm, &p, &x, &e) == MOE8_ERR_UNSUPPORTED &&
-          strstr(e.message, "not supported yet") && strstr(e.message, "hybrid"));
+    const char *dir = fresh_dir("pc_hyb_cache");
+    const cfg c = {MOE8_DT_F16, dir, 0, 2, 0};
+    req r[2], ref[2], w[2];
+    make_prompt(&r[0], 150, 71, 0);
+    r[1] = r[0];
+    r[1].seeded = 1;
+    reference(hm, MOE8_DT_F16, r, ref, 2);
+    w[0] = r[0], w[1] = r[1];
+    moe8_prompt_cache_stats st = run(hm, &c, w, 2); /* cold: snapshots at 64 and 128 */
+    CHECK(same_tokens(&w[0], &ref[0]) && same_tokens(&w[1], &ref[1]) && st.written_blocks > 0);
+    CHECKF(file_snaps(dir) == 2, "hybrid: %d snapshots stored", file_snaps(dir));
+    CHECK(list_dir(dir, 1).n_bad == 0);
+    for (int pass = 0; pass < 3; pass++) {
+        const char *path = only_file(dir);
+        if (pass == 1 && path) { /* a flipped byte of the deepest snapshot (the file's end) */
+            struct stat sb;
+            unsigned char b;
+            const int fd = open(path, O_RDWR);
+            CHECK(fd >= 0 && fstat(fd, &sb) == 0 && pread(fd, &b, 1, sb.st_size - 7) == 1);
+            b ^= 0x20;
+            CHECK(pwrite(fd, &b, 1, sb.st_size - 7) == 1);
+            close(fd);
+            CHECK(list_dir(dir, 1).n_bad == 1);
+        }
+        w[0] = r[0], w[1] = r[1];
+        st = run(hm, &c, w, 2); /* a restart: resumes at 128 from the disk (pass 1: recomputes) */
+        const int want = pass == 1 ? 0 : 128;
+        CHECKF(same_tokens(&w[0], &ref[0]) && same_tokens(&w[1], &ref[1]),
+               "hybrid pass %d: tokens differ", pass);
+        CHECKF(w[0].n_cached == want && w[1].n_cached == want &&
+               st.rejected == (pass == 1 ? 1u : 0u),
+               "hybrid pass %d: %d, %d cached, %llu rejected", pass, w[0].n_cached,
+               w[1].n_cached, (unsigned long long)st.rejected);
+    }
     moe8_model_free(hm);
 }
 
@@ -601,6 +651,7 @@ int main(void) {
     test_shared_dir();
     test_bound_lru();
     test_temporaries();
+    test_hybrid();
     test_read_only();
     test_batch_invariance();
     test_cli(qdir);

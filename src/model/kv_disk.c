@@ -12,11 +12,14 @@
  *   int32[(first+n)*BS]  every token id from position 0 to the run's end
  *   zeros                up to data_off (a multiple of 4096)
  *   K/V [n][block_bytes] as the pool holds each block (kv_pool.h)
+ *   snapshots [n_snap][snap_bytes]  hybrids: the recurrent state at the end
+ *                        of the blocks that had one (state_pool.h), in order
  * The header's sum is XXH3 of the header (sum 0), the index and the ids
- * before `first`; block i's sum is XXH3 of its 16 ids, then its K/V. A load
+ * before `first`; block i's sum is XXH3 of its 16 ids, then its K/V; its
+ * snapshot's, XXH3 of the snapshot seeded by the block's key. A load
  * checks the size and every header field against what it wants, the ids
  * before the run against the prompt's, then block by block its key, its ids
- * and its sum: a block whose key differs ends the run's use (the prompt went
+ * and its sum (and the deepest snapshot used, its sum): a block whose key differs ends the run's use (the prompt went
  * another way there); any other difference (or an I/O error) rejects the
  * file: logged, removed, and the caller recomputes from that block (the
  * blocks before it are good and are used, but are written again).
@@ -64,7 +67,9 @@ typedef struct kvd_job {
     struct kvd_job *next;
     int32_t first, n;           /* blocks first..first+n-1 */
     int32_t *tokens;            /* [(first + n) * BS] */
-    unsigned char *data;        /* [n][block_bytes] */
+    unsigned char *data;        /* [n][block_bytes], then [n_snap][snap_bytes] */
+    int32_t *snap;              /* [n] block i's snapshot among the job's, or -1 */
+    int32_t n_snap;
     size_t bytes;               /* counted in the queue */
 } kvd_job;
 
@@ -82,6 +87,8 @@ struct moe8_kv_disk {
     moe8_kvd_head run_h;
     const char *run_bad;        /* why the block after those m does not do, or NULL */
     char run_path[4200];
+    unsigned char *snap_buf;    /* [snap_bytes] the deepest snapshot read (moe8_kvd_snap) */
+    int32_t snap_block;         /* the block it ends, or -1 */
     /* the writer */
     pthread_t thread;
     int started;
@@ -107,6 +114,7 @@ uint64_t moe8_kvd_fold(const moe8_kvd_fp *f) {
     h = moe8_hash64(&f->model_fp, sizeof f->model_fp, h);
     h = moe8_hash64(f->isa, strnlen(f->isa, sizeof f->isa), h);
     h = moe8_hash64(v, sizeof v, h);
+    h = moe8_hash64(&f->snap_bytes, sizeof f->snap_bytes, h);
     return moe8_hash64(&f->block_bytes, sizeof f->block_bytes, h);
 }
 
@@ -149,6 +157,19 @@ uint64_t moe8_kvd_block_sum(const int32_t *ids, const void *data, size_t block_b
     return moe8_hash64(data, block_bytes, moe8_hash64(ids, MOE8_KVD_BS * sizeof *ids, 11));
 }
 
+uint64_t moe8_kvd_file_bytes(const moe8_kvd_head *h) {
+    return h->data_off + (uint64_t)h->n_blocks * h->block_bytes +
+           (uint64_t)h->n_snap * h->snap_bytes;
+}
+
+const char *moe8_kvd_index_check(const moe8_kvd_head *h, const moe8_kvd_ent *index) {
+    int64_t next = 0;
+    for (int32_t i = 0; i < h->n_blocks; i++)
+        if (index[i].snap >= 0 && index[i].snap != next++) return "bad snapshot places";
+        else if (index[i].snap < -1) return "bad snapshot places";
+    return next == h->n_snap ? NULL : "bad snapshot count";
+}
+
 static void head_of(const moe8_kv_disk *d, moe8_kvd_key key, int32_t first, int32_t n,
                     moe8_kvd_head *h) {
     memset(h, 0, sizeof *h);
@@ -164,6 +185,7 @@ static void head_of(const moe8_kv_disk *d, moe8_kvd_key key, int32_t first, int3
     h->tp_rank = d->fp.tp_rank;
     h->tp_size = d->fp.tp_size;
     h->block_bytes = d->bb;
+    h->snap_bytes = d->fp.snap_bytes;
     h->data_off = moe8_kvd_data_off(first, n);
     memcpy(h->isa, d->fp.isa, sizeof h->isa);
 }
@@ -224,14 +246,14 @@ static const char *head_check(const moe8_kvd_head *h, const moe8_kvd_head *want,
     if (h->fp != want->fp || memcmp(h->isa, want->isa, sizeof h->isa))
         return "another model, kernel table or settings (fingerprint)";
     if (h->kv_type != want->kv_type || h->block_bytes != want->block_bytes) return "another KV type";
+    if (h->snap_bytes != want->snap_bytes) return "another recurrent-state size";
     if (h->tp_rank != want->tp_rank || h->tp_size != want->tp_size) return "another TP layout";
     if (h->key_lo != want->key_lo || h->key_hi != want->key_hi || h->first != want->first)
         return "another key or place";
-    if (h->n_blocks < 1 || h->n_blocks > (1 << 24) || h->zero ||
-        h->data_off != moe8_kvd_data_off(h->first, h->n_blocks))
-        return "a bad header (block count or data offset)";
-    if ((uint64_t)size != h->data_off + (uint64_t)h->n_blocks * h->block_bytes)
-        return "truncated or overlong";
+    if (h->n_blocks < 1 || h->n_blocks > (1 << 24) || h->n_snap < 0 || h->n_snap > h->n_blocks ||
+        (h->n_snap && !h->snap_bytes) || h->data_off != moe8_kvd_data_off(h->first, h->n_blocks))
+        return "a bad header (block or snapshot count, data offset)";
+    if ((uint64_t)size != moe8_kvd_file_bytes(h)) return "truncated or overlong";
     return NULL;
 }
 
@@ -258,6 +280,7 @@ static int32_t run_match(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_
     const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(void *)d->buf;
     const int32_t *ids = (const int32_t *)(void *)(ix + h->n_blocks);
     if (moe8_kvd_head_sum(h, ix, ids) != h->sum) return *why = "header checksum", -1;
+    if ((*why = moe8_kvd_index_check(h, ix))) return -1;
     if (memcmp(ids, tokens, (size_t)k * MOE8_KVD_BS * 4)) return *why = "its token ids differ", -1;
     int32_t m = 0;
     for (; m < h->n_blocks && k + m < nb; m++) {
@@ -312,6 +335,32 @@ int32_t moe8_kvd_open_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32
     return m;
 }
 
+static const char snap_bad[] = "snapshot checksum";
+
+/* The snapshot of the deepest of the open run's first `good` blocks that has
+ * one, into d->snap_buf: NULL, or why not (snap_bad: its checksum). */
+static const char *read_snap(moe8_kv_disk *d, int32_t good) {
+    const moe8_kvd_head *h = &d->run_h;
+    const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(void *)d->buf;
+    int32_t i = good - 1;
+    while (i >= 0 && ix[i].snap < 0) i--;
+    if (i < 0) return NULL;
+    const off_t at = (off_t)(h->data_off + (uint64_t)h->n_blocks * h->block_bytes +
+                             (uint64_t)ix[i].snap * h->snap_bytes);
+    if (read_at(d->run_fd, d->snap_buf, h->snap_bytes, at)) return "cannot read a snapshot";
+    if (moe8_hash64(d->snap_buf, h->snap_bytes, ix[i].key_lo) != ix[i].snap_sum) {
+        d->snap_block = -1; /* its bytes are gone */
+        return snap_bad;
+    }
+    d->snap_block = h->first + i;
+    return NULL;
+}
+
+const void *moe8_kvd_snap(const moe8_kv_disk *d, int32_t *block) {
+    *block = d->snap_block;
+    return d->snap_block >= 0 ? d->snap_buf : NULL;
+}
+
 int32_t moe8_kvd_read_run(moe8_kv_disk *d, int32_t n, void *const *data, int *kept) {
     const moe8_kvd_head *h = &d->run_h;
     const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(void *)d->buf;
@@ -329,6 +378,8 @@ int32_t moe8_kvd_read_run(moe8_kv_disk *d, int32_t n, void *const *data, int *ke
         }
     }
     if (!why) why = d->run_bad;
+    if (!why && good > 0 && h->n_snap) why = read_snap(d, good);
+    if (why) good = why == snap_bad ? 0 : good;
     if (!why) { /* its last use, for the LRU bound */
         struct timespec t[2];
         use_time(t, d->load_time, h->first);
@@ -386,8 +437,10 @@ static int have_run(const moe8_kv_disk *d, const char *path, moe8_kvd_key key, i
 
 /* Blocks first..first+n-1 (data[n][bb]) as one run file: to a temporary
  * name, then renamed. 0, or -1 (logged). */
-static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *tokens,
-                     int32_t first, int32_t n, const unsigned char *data, struct timespec base) {
+static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const kvd_job *j,
+                     struct timespec base) {
+    const int32_t *tokens = j->tokens, first = j->first, n = j->n;
+    const unsigned char *data = j->data;
     static unsigned long serial;
     static const unsigned char zeros[MOE8_KVD_ALIGN];
     char name[40], path[4200], tmp[4300];
@@ -401,18 +454,22 @@ static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *t
     if (have_run(d, path, keys[first], first, n, t)) return 0;
     if (!(ix = malloc((size_t)n * sizeof *ix))) return -1;
     head_of(d, keys[first], first, n, &h);
+    h.n_snap = j->n_snap;
     for (int32_t i = 0; i < n; i++) {
+        const unsigned char *snap = data + (size_t)n * d->bb + (size_t)j->snap[i] * h.snap_bytes;
         ix[i].key_lo = keys[first + i].lo;
         ix[i].key_hi = keys[first + i].hi;
         ix[i].sum = moe8_kvd_block_sum(tokens + (size_t)(first + i) * MOE8_KVD_BS,
                                        data + (size_t)i * d->bb, d->bb);
+        ix[i].snap = j->snap[i];
+        ix[i].snap_sum = j->snap[i] < 0 ? 0 : moe8_hash64(snap, h.snap_bytes, ix[i].key_lo);
     }
     h.sum = moe8_kvd_head_sum(&h, ix, tokens);
     const size_t ids = (size_t)(first + n) * MOE8_KVD_BS * 4;
     const size_t meta = sizeof h + (size_t)n * sizeof *ix + ids;
     struct iovec iov[5] = {{&h, sizeof h}, {ix, (size_t)n * sizeof *ix}, {(void *)tokens, ids},
                            {(void *)zeros, (size_t)h.data_off - meta},
-                           {(void *)data, (size_t)n * d->bb}};
+                           {(void *)data, (size_t)n * d->bb + (size_t)j->n_snap * h.snap_bytes}};
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(),
              __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
     e = __atomic_exchange_n(&d->inject, 0, __ATOMIC_RELAXED);
@@ -424,7 +481,7 @@ static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *t
     if (!e && rename(tmp, path)) e = errno;
     free(ix);
     if (!e) {
-        const uint64_t bytes = h.data_off + (uint64_t)n * d->bb;
+        const uint64_t bytes = moe8_kvd_file_bytes(&h);
         count(&d->st.written_bytes, bytes);
         count(&d->st.written_blocks, (uint64_t)n);
         d->dir_bytes += bytes;
@@ -443,7 +500,7 @@ static void write_job(moe8_kv_disk *d, const kvd_job *j) {
     clock_gettime(CLOCK_REALTIME, &base);
     if (keys && __atomic_load_n(&d->writing, __ATOMIC_RELAXED)) {
         moe8_kvd_keys(d, j->tokens, j->first + j->n, keys);
-        ok = write_run(d, keys, j->tokens, j->first, j->n, j->data, base) == 0;
+        ok = write_run(d, keys, j, base) == 0;
     }
     free(keys);
     if (!ok) count(&d->st.dropped, (uint64_t)j->n);
@@ -473,6 +530,7 @@ static void *writer(void *arg) {
         d->queued -= j->bytes;
         free(j->tokens);
         free(j->data);
+        free(j->snap);
         free(j);
         if (!d->head) pthread_cond_broadcast(&d->cv_idle);
     }
@@ -480,38 +538,59 @@ static void *writer(void *arg) {
     return NULL;
 }
 
+/* A job of blocks first..first+n-1 (copied), or NULL (out of memory). */
+static kvd_job *job_new(const moe8_kv_disk *d, const int32_t *tokens, int32_t first, int32_t n,
+                        const void *const *data, const void *const *snap, size_t bytes) {
+    kvd_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->first = first;
+    j->n = n;
+    j->bytes = bytes;
+    j->tokens = malloc((size_t)(first + n) * MOE8_KVD_BS * sizeof *tokens);
+    j->data = malloc(bytes);
+    j->snap = malloc((size_t)n * sizeof *j->snap);
+    if (!j->tokens || !j->data || !j->snap) {
+        free(j->tokens);
+        free(j->data);
+        free(j->snap);
+        free(j);
+        return NULL;
+    }
+    memcpy(j->tokens, tokens, (size_t)(first + n) * MOE8_KVD_BS * sizeof *tokens);
+    for (int32_t i = 0; i < n; i++) {
+        memcpy(j->data + (size_t)i * d->bb, data[i], d->bb);
+        j->snap[i] = snap && snap[i] ? j->n_snap++ : -1;
+        if (j->snap[i] >= 0)
+            memcpy(j->data + (size_t)n * d->bb + (size_t)j->snap[i] * d->fp.snap_bytes, snap[i],
+                   d->fp.snap_bytes);
+    }
+    return j;
+}
+
 int32_t moe8_kvd_save(moe8_kv_disk *d, const int32_t *tokens, int32_t first, int32_t n,
-                      const void *const *data) {
+                      const void *const *data, const void *const *snap) {
     kvd_job *j = NULL;
     int32_t fit = 0;
+    size_t bytes = 0;
     if (n < 1) return 0;
+    if (!d->fp.snap_bytes) snap = NULL;
     if (__atomic_load_n(&d->writing, __ATOMIC_RELAXED)) {
         pthread_mutex_lock(&d->mu);
         const size_t room = d->queued < KVD_QUEUE_BYTES ? KVD_QUEUE_BYTES - d->queued : 0;
-        fit = (int32_t)(room / d->bb < (size_t)n ? room / d->bb : (size_t)n);
-        d->queued += (size_t)fit * d->bb; /* reserved */
+        for (; fit < n; fit++) { /* a block, its snapshot with it */
+            const size_t c = d->bb + (snap && snap[fit] ? d->fp.snap_bytes : 0);
+            if (bytes + c > room) break;
+            bytes += c;
+        }
+        d->queued += bytes; /* reserved */
         pthread_mutex_unlock(&d->mu);
     }
-    if (fit > 0 && (j = calloc(1, sizeof *j))) {
-        j->first = first;
-        j->n = fit;
-        j->bytes = (size_t)fit * d->bb;
-        j->tokens = malloc((size_t)(first + fit) * MOE8_KVD_BS * sizeof *tokens);
-        j->data = malloc(j->bytes);
-    }
-    if (j && (!j->tokens || !j->data)) {
-        free(j->tokens);
-        free(j->data);
-        free(j);
-        j = NULL;
-    }
+    if (fit > 0) j = job_new(d, tokens, first, fit, data, snap, bytes);
     pthread_mutex_lock(&d->mu);
     if (!j) {
-        d->queued -= (size_t)fit * d->bb;
+        d->queued -= bytes;
         fit = 0;
     } else {
-        memcpy(j->tokens, tokens, (size_t)(first + fit) * MOE8_KVD_BS * sizeof *tokens);
-        for (int32_t i = 0; i < fit; i++) memcpy(j->data + (size_t)i * d->bb, data[i], d->bb);
         if (d->tail) d->tail->next = j;
         else d->head = j;
         d->tail = j;
@@ -548,7 +627,9 @@ moe8_status moe8_kvd_open(const char *dir, uint64_t max_bytes, const moe8_kvd_fp
                          strerror(errno));
     if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
         return moe8_fail(err, MOE8_ERR_IO, -1, "prompt cache: '%s' is not a directory", dir);
-    if (!(d = calloc(1, sizeof *d)) || !(d->dir = strdup(dir))) {
+    if (!(d = calloc(1, sizeof *d)) || !(d->dir = strdup(dir)) ||
+        (fp->snap_bytes && !(d->snap_buf = malloc(fp->snap_bytes)))) {
+        if (d) free(d->dir);
         free(d);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     }
@@ -557,6 +638,7 @@ moe8_status moe8_kvd_open(const char *dir, uint64_t max_bytes, const moe8_kvd_fp
     d->bb = fp->block_bytes;
     d->max_bytes = max_bytes;
     d->run_fd = -1;
+    d->snap_block = -1;
     d->writing = 1;
     d->st.enabled = 1;
     pthread_mutex_init(&d->mu, NULL);
@@ -595,6 +677,7 @@ void moe8_kvd_close(moe8_kv_disk *d) {
     pthread_cond_destroy(&d->cv_job);
     pthread_cond_destroy(&d->cv_idle);
     free(d->buf);
+    free(d->snap_buf);
     free(d->dir);
     free(d);
 }
@@ -616,7 +699,10 @@ void moe8_kvd_stats(moe8_kv_disk *d, moe8_prompt_cache_stats *out) {
     out->read_cpu_seconds = d->read_cpu;
 }
 
-void moe8_kvd_use_now(moe8_kv_disk *d) { clock_gettime(CLOCK_REALTIME, &d->load_time); }
+void moe8_kvd_use_now(moe8_kv_disk *d) {
+    clock_gettime(CLOCK_REALTIME, &d->load_time);
+    d->snap_block = -1;
+}
 
 void moe8_kvd_inject_write_error(moe8_kv_disk *d, int e) {
     __atomic_store_n(&d->inject, e, __ATOMIC_RELAXED);

@@ -10,8 +10,9 @@
  * one run file, named by its first block's key: a header (version,
  * fingerprint, KV type, block bytes, the run's place), an index (each
  * block's key and checksum), every token id up to the run's end and the
- * blocks' K/V, so a prompt's blocks load with one open and one read per
- * run. A load checks the header and, per block, its key, its ids against
+ * blocks' K/V (and, for the hybrid families, the recurrent-state snapshots
+ * kept with some of them), so a prompt's blocks load with one open and one
+ * read per run. A load checks the header and, per block, its key, its ids against
  * the prompt's and an XXH3 checksum of its ids and data: a block that does
  * not match exactly is never used (kv_disk.c has the format).
  *
@@ -39,6 +40,7 @@ typedef struct {
     int32_t tp_rank, tp_size;
     int32_t float_experts;
     uint64_t block_bytes;       /* this rank's bytes per block */
+    uint64_t snap_bytes;        /* hybrids: bytes of a recurrent-state snapshot (0: none) */
 } moe8_kvd_fp;
 
 typedef struct {
@@ -72,16 +74,22 @@ int32_t moe8_kvd_open_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32
 /* Read the first n (<= what open_run said) blocks of the open run into
  * data[i][block_bytes] (one preadv), check each one's checksum, close it:
  * how many from the first were good. *kept = 0 when the file was rejected
- * (a block's checksum or a read failed: logged, removed), so the good
- * blocks are on disk no more. */
+ * (a block's checksum, its snapshot's or a read failed: logged, removed),
+ * so the good blocks are on disk no more. Hybrids: the snapshot of the
+ * deepest good block that has one is read and checked too (a bad one: no
+ * block is good), kept for moe8_kvd_snap. */
 int32_t moe8_kvd_read_run(moe8_kv_disk *d, int32_t n, void *const *data, int *kept);
+/* The deepest snapshot the reads since moe8_kvd_use_now gave: its bytes
+ * (snap_bytes) and *block, the block it ends; NULL when none. */
+const void *moe8_kvd_snap(const moe8_kv_disk *d, int32_t *block);
 
 /* Queue blocks first..first+n-1 of a prefix (tokens[0 .. (first+n)*BS)),
- * data[i] the K/V of block first+i, for the writer: copied now. Returns how
- * many blocks (from first) were queued; the rest are dropped (queue full,
- * writing off), counted. */
+ * data[i] the K/V of block first+i and snap[i] the recurrent state at its end
+ * (hybrids; snap or snap[i] NULL: none), for the writer: copied now. Returns
+ * how many blocks (from first) were queued; the rest are dropped (queue
+ * full, writing off), counted. */
 int32_t moe8_kvd_save(moe8_kv_disk *d, const int32_t *tokens, int32_t first, int32_t n,
-                      const void *const *data);
+                      const void *const *data, const void *const *snap);
 
 /* Counters (moe8.h moe8_prompt_cache_stats). */
 void moe8_kvd_stats(moe8_kv_disk *d, moe8_prompt_cache_stats *out);
@@ -99,7 +107,8 @@ void moe8_kvd_inject_write_error(moe8_kv_disk *d, int e);
 #define MOE8_KVD_ALIGN 4096u    /* the K/V start at a multiple of this */
 
 /* A run file: this header, moe8_kvd_ent index[n_blocks], int32 ids[end],
- * zeros up to data_off, then the K/V [n_blocks][block_bytes]. */
+ * zeros up to data_off, the K/V [n_blocks][block_bytes], then the
+ * snapshots [n_snap][snap_bytes]. */
 typedef struct {
     char magic[8];
     uint32_t version, head_bytes;   /* MOE8_KVD_VERSION, sizeof(moe8_kvd_head) */
@@ -107,17 +116,20 @@ typedef struct {
     uint64_t key_lo, key_hi;        /* its first block's key: its name */
     int32_t first, n_blocks;        /* blocks first..first+n_blocks-1; end = (first+n_blocks)*BS */
     int32_t kv_type, tp_rank;
-    int32_t tp_size, zero;
-    uint64_t block_bytes;
+    int32_t tp_size, n_snap;        /* n_snap: snapshots (hybrids), at most n_blocks */
+    uint64_t block_bytes, snap_bytes;
     uint64_t data_off;              /* moe8_kvd_data_off(first, n_blocks) */
     char isa[16];
     uint64_t sum;                   /* XXH3 of this header (sum 0), the index, ids[0 .. first*BS) */
 } moe8_kvd_head;
-_Static_assert(sizeof(moe8_kvd_head) == 104, "the run file header has no padding");
+_Static_assert(sizeof(moe8_kvd_head) == 112, "the run file header has no padding");
 
-/* One block of a run: its key, XXH3 of its BS ids then its K/V. */
+/* One block of a run: its key, XXH3 of its BS ids then its K/V; its
+ * snapshot's place among the run's (-1: none) and XXH3. */
 typedef struct {
     uint64_t key_lo, key_hi, sum;
+    int64_t snap;
+    uint64_t snap_sum;
 } moe8_kvd_ent;
 
 uint64_t moe8_kvd_fold(const moe8_kvd_fp *fp);
@@ -129,6 +141,10 @@ uint64_t moe8_kvd_data_off(int32_t first, int32_t n_blocks);
 uint64_t moe8_kvd_head_sum(const moe8_kvd_head *h, const moe8_kvd_ent *index, const int32_t *ids);
 /* A block's checksum: its BS ids, then its K/V. */
 uint64_t moe8_kvd_block_sum(const int32_t *ids, const void *data, size_t block_bytes);
+/* Why a header's counts (its index's snapshot places) do not hold, or NULL. */
+const char *moe8_kvd_index_check(const moe8_kvd_head *h, const moe8_kvd_ent *index);
+/* The file's bytes its header says. */
+uint64_t moe8_kvd_file_bytes(const moe8_kvd_head *h);
 /* "<32 hex digits>.kvr" into name[40]. */
 void moe8_kvd_name(moe8_kvd_key key, char name[40]);
 /* Exclusive lock of dir's ".lock" file: its fd, or -1. */

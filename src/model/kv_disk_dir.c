@@ -127,16 +127,16 @@ static const char *head_bad(const moe8_kvd_head *h, uint64_t size, const char *n
     if (memcmp(h->magic, MOE8_KVD_MAGIC, 8)) return "not a run file";
     if (h->version != MOE8_KVD_VERSION || h->head_bytes != sizeof *h) return "another version";
     if (h->first < 0 || h->n_blocks < 1 || h->n_blocks > (1 << 24) ||
-        h->first > (1 << 24) || h->block_bytes > (1ull << 40) || h->zero ||
-        h->data_off != moe8_kvd_data_off(h->first, h->n_blocks) ||
-        size != h->data_off + (uint64_t)h->n_blocks * h->block_bytes)
+        h->first > (1 << 24) || h->block_bytes > (1ull << 40) || h->n_snap < 0 ||
+        h->n_snap > h->n_blocks || h->snap_bytes > (1ull << 40) ||
+        h->data_off != moe8_kvd_data_off(h->first, h->n_blocks) || size != moe8_kvd_file_bytes(h))
         return "truncated or overlong";
     moe8_kvd_name((moe8_kvd_key){h->key_lo, h->key_hi}, want);
     return strcmp(want, name) ? "its name is not its key" : NULL;
 }
 
 /* The whole file buf[size] (its header valid) checked: its header's sum, its
- * keys against its ids, each block's sum. */
+ * keys against its ids, each block's sum and each snapshot's. */
 static const char *run_bad(const moe8_kvd_head *h, const unsigned char *buf) {
     const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(const void *)(buf + sizeof *h);
     const int32_t *ids = (const int32_t *)(const void *)(ix + h->n_blocks);
@@ -145,6 +145,7 @@ static const char *run_bad(const moe8_kvd_head *h, const unsigned char *buf) {
     const char *why = NULL;
     if (!keys) return "out of memory";
     if (moe8_kvd_head_sum(h, ix, ids) != h->sum) why = "header checksum";
+    else why = moe8_kvd_index_check(h, ix);
     moe8_kvd_chain(h->fp, ids, end, keys);
     for (int32_t i = 0; !why && i < h->n_blocks; i++) {
         const moe8_kvd_key k = keys[h->first + i];
@@ -153,6 +154,11 @@ static const char *run_bad(const moe8_kvd_head *h, const unsigned char *buf) {
                                     buf + h->data_off + (size_t)i * h->block_bytes,
                                     h->block_bytes) != ix[i].sum)
             why = "checksum";
+        else if (ix[i].snap >= 0 &&
+                 moe8_hash64(buf + h->data_off + (uint64_t)h->n_blocks * h->block_bytes +
+                                 (uint64_t)ix[i].snap * h->snap_bytes,
+                             h->snap_bytes, ix[i].key_lo) != ix[i].snap_sum)
+            why = "snapshot checksum";
     }
     free(keys);
     return why;
