@@ -285,7 +285,9 @@ static moe8_status alloc_disk(moe8_context *x, moe8_error *err) {
     if (!dir) return MOE8_OK;
     if (x->model->shard.size > 1)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "prompt_cache_dir: the disk tier under "
-                         "TP/EP (%d ranks) not supported yet", x->model->shard.size);
+                         "TP/EP (%d ranks) not supported yet (each rank would write its own "
+                         "shard, and the ranks would have to agree on the blocks they load)",
+                         x->model->shard.size);
     if (!x->p.prefix_cache)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "prompt_cache_dir needs prefix_cache");
     if ((st = moe8_model_fingerprint(x->model, 1, mfp, err))) return st;

@@ -19,10 +19,11 @@
  * snapshot's, XXH3 of the snapshot seeded by the block's key. A load
  * checks the size and every header field against what it wants, the ids
  * before the run against the prompt's, then block by block its key, its ids
- * and its sum (and the deepest snapshot used, its sum): a block whose key differs ends the run's use (the prompt went
- * another way there); any other difference (or an I/O error) rejects the
- * file: logged, removed, and the caller recomputes from that block (the
- * blocks before it are good and are used, but are written again).
+ * and its sum (and the sum of the deepest snapshot used): a block whose key
+ * differs ends the run's use (the prompt went another way there); any other
+ * difference (or an I/O error) rejects the file: logged, removed, and the
+ * caller recomputes from that block (the blocks before it are good and are
+ * used, but are written again).
  *
  * Key: two XXH3 chains over the context's folded fingerprint and each
  * block's 16 ids (seeded by the previous block's value), so block i's key
