@@ -370,6 +370,19 @@ static void test_foreign_layout(void) {
     tok[20] ^= 1;
     moe8_kvd_stats(da, &st);
     CHECK(st.hits == 4 && st.misses == 1 && st.rejected == 0);
+    /* another prompt that shares block 0, written from 0 while tok's run is there:
+     * block 0 stays in tok's run, blocks 1..2 become the run that follows it */
+    int32_t tb[48];
+    moe8_kvd_key kc[3];
+    memcpy(tb, tok, sizeof tb);
+    tb[20] ^= 1;
+    CHECK(moe8_kvd_save(da, tb, 0, 3, pd, NULL) == 3);
+    moe8_kvd_flush(da);
+    moe8_kvd_stats(da, &st);
+    CHECK(st.written_blocks == 5 && list_dir(dir, 1).n == 3 && list_dir(dir, 1).n_bad == 0);
+    moe8_kvd_keys(da, tb, 3, kc);
+    CHECK(load(da, kc, tb, 0, 3, got) == 1 && load(da, kc, tb, 1, 3, got) == 2 &&
+          !memcmp(got[0], data[1], 256) && !memcmp(got[1], data[2], 256));
     moe8_kvd_close(da);
     CHECK(moe8_prompt_cache_clear(dir, NULL, NULL, NULL) == MOE8_OK);
     /* a full disk or read-only directory: writing stops, loading goes on */

@@ -38,8 +38,11 @@
  *
  * Writing: moe8_kvd_save copies blocks into a queue bounded in bytes (what
  * does not fit is dropped); one thread writes each job as one run file to
- * <name>.tmp.<pid>.<n> and renames it (several processes may write the same
- * run: a file there already that holds as many blocks is only touched). A
+ * <name>.tmp.<pid>.<n> and renames it. Several processes may write the same
+ * blocks: a run there already keeps the blocks it starts with that are the
+ * job's (it is only touched), and the job's others become the run that
+ * follows it (so a prompt that leaves another's run midway still gets
+ * its own blocks written). A
  * full disk or a directory that cannot be written stops writing (logged
  * once); reading goes on. A load touches the file's time: the size bound
  * removes the least recently used files (kv_disk_dir.c).
@@ -420,28 +423,37 @@ static void stop_writing(moe8_kv_disk *d, const char *path, int e) {
                  "goes on", path, strerror(e));
 }
 
-/* A valid-looking run of this fingerprint at path, holding at least n blocks
- * from first: touched (now used), 1; else 0. */
-static int have_run(const moe8_kv_disk *d, const char *path, moe8_kvd_key key, int32_t first,
-                    int32_t n, const struct timespec t[2]) {
+/* How many of blocks first..first+n-1 (keys[0..n)) the valid-looking run of
+ * this fingerprint at path holds, from its start (touched when any: now
+ * used); 0 when there is none. */
+static int32_t have_run(const moe8_kv_disk *d, const char *path, const moe8_kvd_key *keys,
+                        int32_t first, int32_t n, const struct timespec t[2]) {
     moe8_kvd_head h, want;
+    moe8_kvd_ent *ix = NULL;
     struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), ok = 0;
+    int32_t c = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 0;
-    head_of(d, key, first, 1, &want);
-    if (!fstat(fd, &sb) && !read_at(fd, &h, sizeof h, 0) && !head_check(&h, &want, sb.st_size) &&
-        h.n_blocks >= n)
-        ok = futimens(fd, t) == 0;
+    head_of(d, keys[0], first, 1, &want);
+    if (!fstat(fd, &sb) && !read_at(fd, &h, sizeof h, 0) && !head_check(&h, &want, sb.st_size)) {
+        const int32_t k = h.n_blocks < n ? h.n_blocks : n;
+        if ((ix = malloc((size_t)k * sizeof *ix)) && !read_at(fd, ix, (size_t)k * sizeof *ix, sizeof h))
+            while (c < k && ix[c].key_lo == keys[c].lo && ix[c].key_hi == keys[c].hi) c++;
+    }
+    if (c > 0) futimens(fd, t);
+    free(ix);
     close(fd);
-    return ok;
+    return c;
 }
 
-/* Blocks first..first+n-1 (data[n][bb]) as one run file: to a temporary
- * name, then renamed. 0, or -1 (logged). */
+/* Blocks first..first+n-1 of job j (its keys) as one run file: to a
+ * temporary name, then renamed. A run there already that starts with some
+ * of them keeps them; the rest are written as the run that follows it. 0,
+ * or -1 (logged). */
 static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const kvd_job *j,
                      struct timespec base) {
-    const int32_t *tokens = j->tokens, first = j->first, n = j->n;
-    const unsigned char *data = j->data;
+    const int32_t *tokens = j->tokens;
+    int32_t first = j->first, n = j->n, skip = 0, s0 = 0;
     static unsigned long serial;
     static const unsigned char zeros[MOE8_KVD_ALIGN];
     char name[40], path[4200], tmp[4300];
@@ -449,34 +461,44 @@ static int write_run(moe8_kv_disk *d, const moe8_kvd_key *keys, const kvd_job *j
     moe8_kvd_ent *ix;
     struct timespec t[2];
     int fd, e = 0;
-    moe8_kvd_name(keys[first], name);
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    use_time(t, base, first);
-    if (have_run(d, path, keys[first], first, n, t)) return 0;
+    for (int32_t c = n; c > 0 && skip < n; skip += c) { /* past the runs there already */
+        moe8_kvd_name(keys[first + skip], name);
+        snprintf(path, sizeof path, "%s/%s", d->dir, name);
+        use_time(t, base, first + skip);
+        c = have_run(d, path, keys + first + skip, first + skip, n - skip, t);
+        if (c == 0) break;
+    }
+    if (skip >= n) return 0;
+    for (int32_t i = 0; i < skip; i++) s0 += j->snap[i] >= 0; /* snapshots not written */
+    const unsigned char *kv = j->data + (size_t)skip * d->bb;
+    const unsigned char *snaps = j->data + (size_t)n * d->bb + (size_t)s0 * d->fp.snap_bytes;
+    first += skip, n -= skip;
     if (!(ix = malloc((size_t)n * sizeof *ix))) return -1;
     head_of(d, keys[first], first, n, &h);
-    h.n_snap = j->n_snap;
+    h.n_snap = j->n_snap - s0;
     for (int32_t i = 0; i < n; i++) {
-        const unsigned char *snap = data + (size_t)n * d->bb + (size_t)j->snap[i] * h.snap_bytes;
+        const int32_t sn = j->snap[skip + i] < 0 ? -1 : j->snap[skip + i] - s0;
         ix[i].key_lo = keys[first + i].lo;
         ix[i].key_hi = keys[first + i].hi;
         ix[i].sum = moe8_kvd_block_sum(tokens + (size_t)(first + i) * MOE8_KVD_BS,
-                                       data + (size_t)i * d->bb, d->bb);
-        ix[i].snap = j->snap[i];
-        ix[i].snap_sum = j->snap[i] < 0 ? 0 : moe8_hash64(snap, h.snap_bytes, ix[i].key_lo);
+                                       kv + (size_t)i * d->bb, d->bb);
+        ix[i].snap = sn;
+        ix[i].snap_sum = sn < 0 ? 0 : moe8_hash64(snaps + (size_t)sn * h.snap_bytes,
+                                                  h.snap_bytes, ix[i].key_lo);
     }
     h.sum = moe8_kvd_head_sum(&h, ix, tokens);
     const size_t ids = (size_t)(first + n) * MOE8_KVD_BS * 4;
     const size_t meta = sizeof h + (size_t)n * sizeof *ix + ids;
-    struct iovec iov[5] = {{&h, sizeof h}, {ix, (size_t)n * sizeof *ix}, {(void *)tokens, ids},
+    struct iovec iov[6] = {{&h, sizeof h}, {ix, (size_t)n * sizeof *ix}, {(void *)tokens, ids},
                            {(void *)zeros, (size_t)h.data_off - meta},
-                           {(void *)data, (size_t)n * d->bb + (size_t)j->n_snap * h.snap_bytes}};
+                           {(void *)kv, (size_t)n * d->bb},
+                           {(void *)snaps, (size_t)h.n_snap * h.snap_bytes}};
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(),
              __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED));
     e = __atomic_exchange_n(&d->inject, 0, __ATOMIC_RELAXED);
     fd = e ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0 && !e) e = errno;
-    if (fd >= 0 && write_all(fd, iov, 5)) e = errno ? errno : EIO;
+    if (fd >= 0 && write_all(fd, iov, 6)) e = errno ? errno : EIO;
     if (fd >= 0 && !e) futimens(fd, t);
     if (fd >= 0 && close(fd) && !e) e = errno;
     if (!e && rename(tmp, path)) e = errno;
