@@ -200,9 +200,11 @@ static int restart_rows(moe8_model *m, const pc_opts *o) {
            probe / 1e6, probe_cpu / 1e6);
     printf("| read probe into fresh memory (each file whole to a new malloc) | | | | %.0f | %.0f |\n",
            fresh / 1e6, fresh_cpu / 1e6);
-    printf("\nload rate / read bandwidth: %.2f (wall), %.2f (CPU); the restart's first step %.3f s, "
-           "the same step from memory %.3f s\n\n", probe > 0 ? rate / probe : 0,
-           probe_cpu > 0 ? rate_cpu / probe_cpu : 0, r[2].first_step, r[2].again_step);
+    printf("\nload rate / read bandwidth: %.2f (wall), %.2f (CPU); into fresh memory %.2f (wall), "
+           "%.2f (CPU); the restart's first step %.3f s, the same step from memory %.3f s\n\n",
+           probe > 0 ? rate / probe : 0, probe_cpu > 0 ? rate_cpu / probe_cpu : 0,
+           fresh > 0 ? rate / fresh : 0, fresh_cpu > 0 ? rate_cpu / fresh_cpu : 0,
+           r[2].first_step, r[2].again_step);
     rc = 0;
 done:
     free(ids);
