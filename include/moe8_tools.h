@@ -143,25 +143,27 @@ moe8_status moe8_quantize(const char *in_dir, const char *out_dir, const moe8_qu
 /* The prompt cache's disk tier as files (moe8 prompt-cache ls|verify|clear) */
 /* ======================================================================== */
 
-/* One block file of a prompt-cache directory (moe8_context_params.prompt_cache_dir). */
+/* One run file (consecutive blocks of a prefix) of a prompt-cache directory
+ * (moe8_context_params.prompt_cache_dir). */
 typedef struct {
     const char *name;        /* file name in the directory */
     uint64_t bytes;
     int64_t mtime;           /* its last use, seconds since the epoch */
-    int32_t n_tokens;        /* the block ends at this position (0: unreadable header) */
+    int32_t n_tokens;        /* the run ends at this position (0: unreadable header) */
     const char *kv_type;     /* "f32", "f16", "bf16" or "?" */
     int32_t tp_rank, tp_size;
     uint64_t fingerprint;    /* the model, kernel table and settings, folded */
-    const char *bad;         /* NULL, or why the file is not a valid block (header checks;
-                              * with verify also the checksum of its ids and data) */
+    const char *bad;         /* NULL, or why the file is not a valid run (header checks;
+                              * with verify also its checksums and keys) */
+    int32_t n_blocks;        /* blocks it holds, the last ending at n_tokens */
 } moe8_prompt_cache_file;
 typedef void (*moe8_prompt_cache_fn)(void *user, const moe8_prompt_cache_file *f);
 
-/* Call fn for each block file of dir (names in byte order); verify: read each
+/* Call fn for each run file of dir (names in byte order); verify: read each
  * whole and check its checksum. *n_bad (may be NULL): files found invalid. */
 moe8_status moe8_prompt_cache_list(const char *dir, int verify, moe8_prompt_cache_fn fn,
                                    void *user, uint64_t *n_bad, moe8_error *err);
-/* Remove every block file and temporary of dir (under its lock); counts may be NULL. */
+/* Remove every run file (of any version) and temporary of dir (under its lock); counts may be NULL. */
 moe8_status moe8_prompt_cache_clear(const char *dir, uint64_t *n_files, uint64_t *n_bytes,
                                     moe8_error *err);
 

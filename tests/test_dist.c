@@ -15,8 +15,9 @@
  *     cosine >= 0.9999;
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
- *     rank, a split the model cannot take, -np and --tp that disagree, and a
- *     rank killed mid-run;
+ *     rank, a split the model cannot take, -np and --tp that disagree, the
+ *     prompt cache's disk tier (not supported under TP yet), and a rank
+ *     killed mid-run;
  *   - a rank stopped mid-run (SIGSTOP) with --comm-timeout 3: the job ends
  *     non-zero within 20 s, rank 0 naming rank 1, and while it waits rank 0
  *     uses under 30% of a core.
@@ -178,6 +179,10 @@ static void test_failures(const char *good, const char *bad, const char *heads6)
     expect_fail("bad split", cmd, "num_key_value_heads 3 and 2 ranks");
     snprintf(cmd, sizeof cmd, "'%s' generate -m '%s' --prompt-ids 1 --expert-parallel", cli, good);
     expect_fail("--expert-parallel alone", cmd, "needs --tp");
+    snprintf(cmd, sizeof cmd, MPIRUN " -np 2 '%s' %s -m '%s' --prompt-cache-dir '%s'", cli, a, good,
+             test_tmpdir("dist_prompt_cache"));
+    expect_fail("--prompt-cache-dir under --tp", cmd,
+                "disk tier under TP/EP (2 ranks) not supported yet");
 }
 
 /* Pids of mpirun's children (the ranks). */

@@ -3,13 +3,16 @@
  * src/model/kv_disk.c): a restart (a second context opened after the first
  * was freed) loads the blocks the first wrote and gives bit-identical tokens
  * (greedy and seeded; Qwen3-MoE and DeepSeek-V3's MLA; f16 and f32 KV);
- * every corruption (a byte of the data, of the ids, of the version, of the
- * fingerprint, of the KV type, of the TP layout; truncation; a file of
- * another KV type or TP layout under its own key) is rejected and
- * recomputed with the same tokens; two contexts sharing a directory; the
+ * every corruption of a run file (a byte of a block's data or ids: the
+ * blocks before it are used; of the version, of the fingerprint, of the KV
+ * type, of the TP layout; truncation; a file of another KV type or TP
+ * layout under its own key) is rejected and recomputed with the same
+ * tokens; runs written apart and a prompt that leaves a run midway; two contexts sharing a directory; the
  * size bound removes the least recently used files; a full or read-only
  * directory stops writing, not serving; a killed writer's temporaries are
- * removed; batch invariance with the tier on; moe8 generate twice (two
+ * removed (and version 1's files); a hybrid (Qwen3-Next) resumes from
+ * the recurrent-state snapshot stored with its blocks, bit-identical, and a
+ * flipped byte of it is rejected and recomputed; batch invariance with the tier on; moe8 generate twice (two
  * processes, then two at once) and moe8 prompt-cache ls|verify|clear.
  *
  * The reference of every output is the same request run with the tier off:
@@ -173,18 +176,6 @@ static listing list_dir(const char *dir, int verify) {
     return l;
 }
 
-/* The path of the block file that ends at position end, or NULL. */
-static const char *file_ending(const char *dir, int32_t end) {
-    static char path[4200];
-    listing l = list_dir(dir, 0);
-    for (int i = 0; i < l.n; i++)
-        if (l.n_tokens[i] == end) {
-            snprintf(path, sizeof path, "%s/%s", dir, l.name[i]);
-            return path;
-        }
-    return NULL;
-}
-
 static int count_entries(const char *dir, const char *needle) {
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -c -- '%s' > /dev/null", dir, needle);
@@ -229,15 +220,20 @@ enum { C_DATA, C_IDS, C_TRUNC, C_VERSION, C_FP, C_KVTYPE, C_TP, C_N };
 static const char *const c_name[C_N] = {"data byte", "token id", "truncation", "version",
                                         "fingerprint", "kv type", "tp layout"};
 
+/* Flip a byte of the run file at path: of block 2's data or ids, or of a header field. */
 static void corrupt(const char *path, int kind) {
     const int fd = open(path, O_RDWR);
     struct stat sb;
+    moe8_kvd_head h;
     off_t at = 0;
     unsigned char b;
-    CHECK(fd >= 0 && fstat(fd, &sb) == 0);
+    CHECK(fd >= 0 && fstat(fd, &sb) == 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h);
+    CHECK(h.first == 0 && h.n_blocks > 2);
     switch (kind) {
-    case C_DATA: at = sb.st_size - 7; break;
-    case C_IDS: at = (off_t)sizeof(moe8_kvd_head) + 4 * 5; break;
+    case C_DATA: at = (off_t)(h.data_off + 2 * h.block_bytes + 7); break;
+    case C_IDS:
+        at = (off_t)(sizeof h + (size_t)h.n_blocks * sizeof(moe8_kvd_ent) + 4 * (2 * 16 + 5));
+        break;
     case C_VERSION: at = (off_t)offsetof(moe8_kvd_head, version); break;
     case C_FP: at = (off_t)offsetof(moe8_kvd_head, fp) + 3; break;
     case C_KVTYPE: at = (off_t)offsetof(moe8_kvd_head, kv_type); break;
@@ -254,6 +250,16 @@ static void corrupt(const char *path, int kind) {
     close(fd);
 }
 
+/* The path of the one run file of dir. */
+static const char *only_file(const char *dir) {
+    static char path[4200];
+    listing l = list_dir(dir, 0);
+    CHECKF(l.n == 1, "%d run files, not 1", l.n);
+    if (l.n < 1) return NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, l.name[0]);
+    return path;
+}
+
 static void test_corruption(void) {
     req r, ref;
     make_prompt(&r, 90, 21, 1);
@@ -261,21 +267,25 @@ static void test_corruption(void) {
     for (int kind = 0; kind < C_N; kind++) {
         const char *dir = fresh_dir("pc_corrupt");
         const cfg c = {MOE8_DT_F16, dir, 0, 1, 0};
+        /* a block's data or ids: the blocks before it are used; the header: none */
+        const int good = kind == C_DATA || kind == C_IDS ? 2 : 0;
         req w = r;
         run(g_model[0], &c, &w, 1);
-        const char *path = file_ending(dir, 48); /* block 2 of 5 */
-        CHECK(path != NULL);
+        const char *path = only_file(dir); /* blocks 0..5 in one run */
         if (!path) continue;
         corrupt(path, kind);
         w = r;
         moe8_prompt_cache_stats st = run(g_model[0], &c, &w, 1);
         CHECKF(same_tokens(&w, &ref), "%s: tokens differ", c_name[kind]);
-        CHECKF(st.rejected == 1 && st.hits == 2 && w.n_cached == 32, "%s: %llu rejected, %llu "
-               "hits, %d cached", c_name[kind], (unsigned long long)st.rejected,
-               (unsigned long long)st.hits, w.n_cached);
-        /* the recomputed blocks were written again: a third run loads all */
-        /* (the block its generated tokens filled, 96..111, was written too) */
-        CHECKF(list_dir(dir, 1).n_bad == 0 && list_dir(dir, 0).n == (90 + MAXG - 1) / 16,
+        CHECKF(st.rejected == 1 && st.hits == (uint64_t)good && w.n_cached == 16 * good,
+               "%s: %llu rejected, %llu hits, %d cached", c_name[kind],
+               (unsigned long long)st.rejected, (unsigned long long)st.hits, w.n_cached);
+        CHECKF(access(path, F_OK) != 0 || list_dir(dir, 1).n_bad == 0, "%s: not removed",
+               c_name[kind]);
+        /* the run was written again whole (the good blocks too, their file gone), with the
+         * block its generated tokens filled (96..111): a third run loads all */
+        listing l = list_dir(dir, 1);
+        CHECKF(l.n_bad == 0 && l.n == 1 && l.n_tokens[0] == (90 + MAXG - 1) / 16 * 16,
                "%s: files", c_name[kind]);
         w = r;
         st = run(g_model[0], &c, &w, 1);
@@ -284,25 +294,36 @@ static void test_corruption(void) {
     }
 }
 
+/* Blocks k..nb-1 of tok that d loads into got[i]: how many. */
+static int32_t load(moe8_kv_disk *d, const moe8_kvd_key *keys, const int32_t *tok, int32_t k,
+                    int32_t nb, unsigned char (*got)[256]) {
+    void *p[4] = {got[0], got[1], got[2], got[3]};
+    int kept = 1;
+    int32_t m = moe8_kvd_open_run(d, keys, tok, k, nb);
+    CHECK(m <= 4);
+    return m > 0 ? moe8_kvd_read_run(d, m, p, &kept) : 0;
+}
+
 /* A file of another KV type or TP layout (its own key) is not found under
  * this one's key, and renamed to it, is rejected. */
 static void test_foreign_layout(void) {
     const char *dir = fresh_dir("pc_foreign");
     moe8_kvd_fp a, b;
     moe8_kv_disk *da = NULL, *db = NULL;
-    int32_t tok[32];
-    moe8_kvd_key ka[2], kb[2];
-    unsigned char data[256], got[256];
-    const void *pd[1] = {data};
+    int32_t tok[64];
+    moe8_kvd_key ka[4], kb[4];
+    unsigned char data[3][256], got[4][256];
+    const void *pd[3] = {data[0], data[1], data[2]};
     char na[40], nb[40], pa[4200], pb[4200];
+    moe8_prompt_cache_stats st;
     memset(&a, 0, sizeof a);
     a.model_fp = 42;
     snprintf(a.isa, sizeof a.isa, "ref");
     a.kv_type = MOE8_DT_F16;
     a.tp_size = 1;
-    a.block_bytes = sizeof data;
-    for (int i = 0; i < 32; i++) tok[i] = i * 3 + 1;
-    for (size_t i = 0; i < sizeof data; i++) data[i] = (unsigned char)(i * 7);
+    a.block_bytes = sizeof data[0];
+    for (int i = 0; i < 64; i++) tok[i] = i * 3 + 1;
+    for (size_t i = 0; i < sizeof data; i++) data[i / 256][i % 256] = (unsigned char)(i * 7 + i / 251);
     for (int variant = 0; variant < 3; variant++) {
         b = a;
         if (variant == 0) b.kv_type = MOE8_DT_F32;
@@ -310,41 +331,73 @@ static void test_foreign_layout(void) {
         if (variant == 2) b.model_fp = 43; /* another model */
         CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
         CHECK(moe8_kvd_open(dir, 0, &b, &db, NULL) == MOE8_OK);
-        CHECK(moe8_kvd_save(da, tok, 0, 1, pd) == 1);
+        CHECK(moe8_kvd_save(da, tok, 0, 1, pd, NULL) == 1);
         moe8_kvd_flush(da);
         moe8_kvd_keys(da, tok, 1, ka);
         moe8_kvd_keys(db, tok, 1, kb);
         moe8_kvd_use_now(da);
         moe8_kvd_use_now(db);
-        CHECK(moe8_kvd_load(da, ka[0], tok, 16, got) == 0 && !memcmp(got, data, sizeof data));
-        CHECK(moe8_kvd_load(db, kb[0], tok, 16, got) == 1); /* another key: no file */
+        CHECK(load(da, ka, tok, 0, 1, got) == 1 && !memcmp(got[0], data[0], 256));
+        CHECK(load(db, kb, tok, 0, 1, got) == 0); /* another key: no file */
         moe8_kvd_name(ka[0], na);
         moe8_kvd_name(kb[0], nb);
         snprintf(pa, sizeof pa, "%s/%s", dir, na);
         snprintf(pb, sizeof pb, "%s/%s", dir, nb);
         CHECK(rename(pa, pb) == 0);
-        CHECK(moe8_kvd_load(db, kb[0], tok, 16, got) == -1); /* under its key: rejected */
-        CHECK(access(pb, F_OK) != 0);                       /* and removed */
-        moe8_prompt_cache_stats st;
+        CHECK(load(db, kb, tok, 0, 1, got) == 0); /* under its key: rejected */
+        CHECK(access(pb, F_OK) != 0);             /* and removed */
         moe8_kvd_stats(db, &st);
         CHECK(st.rejected == 1 && st.misses == 1 && st.hits == 0);
         moe8_kvd_close(da);
         moe8_kvd_close(db);
     }
+    /* runs: blocks 0..1 written together, then 2 after them; a prompt that
+     * goes another way in block 1 takes block 0 only */
+    CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
+    CHECK(moe8_kvd_save(da, tok, 0, 2, pd, NULL) == 2);
+    CHECK(moe8_kvd_save(da, tok, 2, 1, pd + 2, NULL) == 1);
+    moe8_kvd_flush(da);
+    CHECK(list_dir(dir, 1).n == 2 && list_dir(dir, 1).n_bad == 0);
+    moe8_kvd_keys(da, tok, 4, ka);
+    moe8_kvd_use_now(da);
+    memset(got, 0, sizeof got);
+    CHECK(load(da, ka, tok, 0, 4, got) == 2 && !memcmp(got, data, 512));
+    CHECK(load(da, ka, tok, 2, 4, got) == 1 && !memcmp(got[0], data[2], 256));
+    CHECK(load(da, ka, tok, 3, 4, got) == 0); /* no run starts there */
+    tok[20] ^= 1;
+    moe8_kvd_keys(da, tok, 4, ka);
+    CHECK(load(da, ka, tok, 0, 4, got) == 1 && !memcmp(got[0], data[0], 256));
+    tok[20] ^= 1;
+    moe8_kvd_stats(da, &st);
+    CHECK(st.hits == 4 && st.misses == 1 && st.rejected == 0);
+    /* another prompt that shares block 0, written from 0 while tok's run is there:
+     * block 0 stays in tok's run, blocks 1..2 become the run that follows it */
+    int32_t tb[48];
+    moe8_kvd_key kc[3];
+    memcpy(tb, tok, sizeof tb);
+    tb[20] ^= 1;
+    CHECK(moe8_kvd_save(da, tb, 0, 3, pd, NULL) == 3);
+    moe8_kvd_flush(da);
+    moe8_kvd_stats(da, &st);
+    CHECK(st.written_blocks == 5 && list_dir(dir, 1).n == 3 && list_dir(dir, 1).n_bad == 0);
+    moe8_kvd_keys(da, tb, 3, kc);
+    CHECK(load(da, kc, tb, 0, 3, got) == 1 && load(da, kc, tb, 1, 3, got) == 2 &&
+          !memcmp(got[0], data[1], 256) && !memcmp(got[1], data[2], 256));
+    moe8_kvd_close(da);
+    CHECK(moe8_prompt_cache_clear(dir, NULL, NULL, NULL) == MOE8_OK);
     /* a full disk or read-only directory: writing stops, loading goes on */
     CHECK(moe8_kvd_open(dir, 0, &a, &da, NULL) == MOE8_OK);
-    CHECK(moe8_kvd_save(da, tok, 0, 1, pd) == 1);
+    CHECK(moe8_kvd_save(da, tok, 0, 1, pd, NULL) == 1);
     moe8_kvd_flush(da);
     moe8_kvd_inject_write_error(da, ENOSPC);
-    CHECK(moe8_kvd_save(da, tok, 1, 1, (const void *[]){data}) == 1);
+    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1, NULL) == 1);
     moe8_kvd_flush(da);
-    moe8_prompt_cache_stats st;
     moe8_kvd_stats(da, &st);
     CHECK(!st.writing && st.dropped == 1 && st.written_blocks == 1);
-    CHECK(moe8_kvd_save(da, tok, 1, 1, (const void *[]){data}) == 0); /* refused at once */
+    CHECK(moe8_kvd_save(da, tok, 1, 1, pd + 1, NULL) == 0); /* refused at once */
     moe8_kvd_keys(da, tok, 2, ka);
     moe8_kvd_use_now(da);
-    CHECK(moe8_kvd_load(da, ka[0], tok, 16, got) == 0 && moe8_kvd_load(da, ka[1], tok, 32, got) == 1);
+    CHECK(load(da, ka, tok, 0, 2, got) == 1 && load(da, ka, tok, 1, 2, got) == 0);
     CHECK(!count_entries(dir, ".tmp."));
     moe8_kvd_close(da);
 }
@@ -391,9 +444,9 @@ static void test_bound_lru(void) {
     w = p[0];
     run(g_model[0], &c, &w, 1);
     listing l = list_dir(dir, 0);
-    CHECK(l.n == 3);
-    /* room for 8.5 files: the ninth makes the writer remove down to 7.65 */
-    c.bytes = l.total / 3 * 17 / 2;
+    CHECK(l.n == 1 && l.n_tokens[0] == 48); /* one run of 3 blocks */
+    /* room for 2.5 runs: the third makes the writer remove down to 2.25 */
+    c.bytes = l.total * 5 / 2;
     w = p[1];
     run(g_model[0], &c, &w, 1);
     w = p[0]; /* p[0] used again: now newer than p[1] */
@@ -401,40 +454,42 @@ static void test_bound_lru(void) {
     CHECK(st.hits == 3 && st.evictions == 0);
     w = p[2];
     st = run(g_model[0], &c, &w, 1);
-    CHECKF(st.evictions == 2, "%llu evictions", (unsigned long long)st.evictions);
+    CHECKF(st.evictions == 1, "%llu evictions", (unsigned long long)st.evictions);
     l = list_dir(dir, 0);
-    CHECK(l.n == 7 && l.total <= c.bytes);
+    CHECK(l.n == 2 && l.total <= c.bytes);
     w = p[0];
     st = run(g_model[0], &c, &w, 1);
     CHECKF(st.hits == 3, "LRU: the used prompt lost blocks (%llu hits)", (unsigned long long)st.hits);
     w = p[2];
     st = run(g_model[0], &c, &w, 1);
     CHECK(st.hits == 3);
-    w = p[1];
+    w = p[1]; /* the least recently used: gone */
     st = run(g_model[0], &c, &w, 1);
-    /* its deepest two blocks went (a chain is removed from its end) */
-    CHECKF(st.hits == 1 && st.misses == 1, "LRU: the oldest prompt: %llu hits",
+    CHECKF(st.hits == 0 && st.misses == 1, "LRU: the oldest prompt: %llu hits",
            (unsigned long long)st.hits);
 }
 
 static void test_temporaries(void) {
     const char *dir = fresh_dir("pc_tmp");
-    char dead[4300], live[4300];
+    char dead[4300], live[4300], old[4300];
     pid_t pid = fork();
     if (pid == 0) _exit(0);
     waitpid(pid, NULL, 0); /* a pid no process has now */
-    snprintf(dead, sizeof dead, "%s/0123456789abcdef0123456789abcdef.kvb.tmp.%d.3", dir, (int)pid);
-    snprintf(live, sizeof live, "%s/0123456789abcdef0123456789abcdef.kvb.tmp.%d.9", dir, (int)getpid());
-    FILE *f = fopen(dead, "w"), *g = fopen(live, "w");
-    CHECK(f && g);
+    snprintf(dead, sizeof dead, "%s/0123456789abcdef0123456789abcdef.kvr.tmp.%d.3", dir, (int)pid);
+    snprintf(live, sizeof live, "%s/0123456789abcdef0123456789abcdef.kvr.tmp.%d.9", dir, (int)getpid());
+    snprintf(old, sizeof old, "%s/0123456789abcdef0123456789abcdef.kvb", dir);
+    FILE *f = fopen(dead, "w"), *g = fopen(live, "w"), *o = fopen(old, "w");
+    CHECK(f && g && o);
     if (f) fputs("half a block", f), fclose(f);
     if (g) fputs("being written", g), fclose(g);
+    if (o) fputs("MOE8KVB\n version 1", o), fclose(o);
     const cfg c = {MOE8_DT_F16, dir, 0, 1, 0};
     req w;
     make_prompt(&w, 40, 51, 0);
     run(g_model[0], &c, &w, 1);
     CHECK(access(dead, F_OK) != 0); /* a killed writer's: removed */
     CHECK(access(live, F_OK) == 0); /* a live process's: kept */
+    CHECK(access(old, F_OK) != 0);  /* a file of version 1 (one block each): removed */
     unlink(live);
     /* not a directory: the context is refused, named */
     moe8_context_params p = moe8_context_params_default();
@@ -446,12 +501,60 @@ static void test_temporaries(void) {
     p.prompt_cache_dir = dir;
     p.prefix_cache = 0;
     CHECK(moe8_context_create(g_model[0], &p, &x, &e) == MOE8_ERR_INVALID_ARG);
-    /* a hybrid model: not supported yet, said so */
+}
+
+/* ---- a hybrid: recurrent-state snapshots stored with their blocks ------------------------ */
+
+/* The snapshots in the one run file of dir. */
+static int32_t file_snaps(const char *dir) {
+    const char *path = only_file(dir);
+    moe8_kvd_head h;
+    int fd = path ? open(path, O_RDONLY) : -1;
+    h.n_snap = -1;
+    if (fd >= 0) {
+        CHECK(pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h);
+        close(fd);
+    }
+    return h.n_snap;
+}
+
+static void test_hybrid(void) {
     fx_opts h = fx_hybrid_opts(FX_QWEN3_NEXT);
     moe8_model *hm = test_load_model(fx_test_model("pc_hybrid", &h, 0));
-    p.prefix_cache = 1;
-    CHECK(moe8_context_create(hm, &p, &x, &e) == MOE8_ERR_UNSUPPORTED &&
-          strstr(e.message, "not supported yet") && strstr(e.message, "hybrid"));
+    const char *dir = fresh_dir("pc_hyb_cache");
+    const cfg c = {MOE8_DT_F16, dir, 0, 2, 0};
+    req r[2], ref[2], w[2];
+    make_prompt(&r[0], 150, 71, 0);
+    r[1] = r[0];
+    r[1].seeded = 1;
+    reference(hm, MOE8_DT_F16, r, ref, 2);
+    w[0] = r[0], w[1] = r[1];
+    moe8_prompt_cache_stats st = run(hm, &c, w, 2); /* cold: snapshots at 64 and 128 */
+    CHECK(same_tokens(&w[0], &ref[0]) && same_tokens(&w[1], &ref[1]) && st.written_blocks > 0);
+    CHECKF(file_snaps(dir) == 2, "hybrid: %d snapshots stored", file_snaps(dir));
+    CHECK(list_dir(dir, 1).n_bad == 0);
+    for (int pass = 0; pass < 3; pass++) {
+        const char *path = only_file(dir);
+        if (pass == 1 && path) { /* a flipped byte of the deepest snapshot (the file's end) */
+            struct stat sb;
+            unsigned char b;
+            const int fd = open(path, O_RDWR);
+            CHECK(fd >= 0 && fstat(fd, &sb) == 0 && pread(fd, &b, 1, sb.st_size - 7) == 1);
+            b ^= 0x20;
+            CHECK(pwrite(fd, &b, 1, sb.st_size - 7) == 1);
+            close(fd);
+            CHECK(list_dir(dir, 1).n_bad == 1);
+        }
+        w[0] = r[0], w[1] = r[1];
+        st = run(hm, &c, w, 2); /* a restart: resumes at 128 from the disk (pass 1: recomputes) */
+        const int want = pass == 1 ? 0 : 128;
+        CHECKF(same_tokens(&w[0], &ref[0]) && same_tokens(&w[1], &ref[1]),
+               "hybrid pass %d: tokens differ", pass);
+        CHECKF(w[0].n_cached == want && w[1].n_cached == want &&
+               st.rejected == (pass == 1 ? 1u : 0u),
+               "hybrid pass %d: %d, %d cached, %llu rejected", pass, w[0].n_cached,
+               w[1].n_cached, (unsigned long long)st.rejected);
+    }
     moe8_model_free(hm);
 }
 
@@ -532,14 +635,14 @@ static void test_cli(const char *model_dir) {
         snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", out[0], out[i]);
         CHECKF(sh(cmd) == 0, "moe8 generate run %d differs from the run without the tier", i);
     }
-    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache verify '%s' | tail -1 | grep -q '^7 files.* 0 invalid'", dir);
+    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache verify '%s' | tail -1 | grep -q '^1 files.* 0 invalid'", dir);
     CHECK(sh(cmd) == 0);
-    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache ls '%s' | grep -c ' 16 tokens  f16 .* ok$' | grep -q '^1$'", dir);
+    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache ls '%s' | grep -c ' 112 tokens  7 blocks  f16 .* ok$' | grep -q '^1$'", dir);
     CHECK(sh(cmd) == 0);
-    corrupt(file_ending(dir, 64), C_DATA);
+    corrupt(only_file(dir), C_DATA);
     snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache verify '%s' > /dev/null", dir);
     CHECK(sh(cmd) == 1);
-    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache clear '%s' | grep -q '^removed 7 files'", dir);
+    snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache clear '%s' | grep -q '^removed 1 files'", dir);
     CHECK(sh(cmd) == 0);
     CHECK(list_dir(dir, 0).n == 0);
     snprintf(cmd, sizeof cmd, MOE8_CLI " prompt-cache frob '%s' 2>/dev/null", dir);
@@ -561,6 +664,7 @@ int main(void) {
     test_shared_dir();
     test_bound_lru();
     test_temporaries();
+    test_hybrid();
     test_read_only();
     test_batch_invariance();
     test_cli(qdir);

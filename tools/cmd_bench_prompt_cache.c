@@ -9,9 +9,10 @@
  * 2. Block loading: the restart's bytes read over the time its loads took
  *    (moe8_prompt_cache_stats.read_seconds and read_cpu_seconds: open,
  *    read into the pool, verify, touch), against read-bandwidth probes on
- *    the same files, warm in the page cache: pread into one reused buffer,
- *    and into fresh memory (the pool's pages of a new context are touched
- *    first by the load), best of two passes after a warming one.
+ *    the same files, warm in the page cache: pread in 1 MiB pieces into one
+ *    reused buffer, and each file whole into fresh memory (the pool's pages
+ *    of a new context are touched first by the load), best of two passes
+ *    after a warming one.
  * 3. Decode at concurrency --running: --requests requests of
  *    --decode-prompt distinct tokens and --tokens generated each, a new one
  *    started as one ends, the tier off and on (writing every finished
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -141,10 +143,14 @@ static double read_probe(const char *dir, int fresh, double *per_cpu) {
         while (d && (e = readdir(d))) {
             if (e->d_name[0] == '.') continue;
             int fd = openat(dirfd(d), e->d_name, O_RDONLY);
+            struct stat sb;
             ssize_t got;
             off_t off = 0;
-            char *to = fresh ? malloc((size_t)1 << 20) : buf; /* fresh: untouched pages */
-            while (fd >= 0 && to && (got = pread(fd, to, (size_t)1 << 20, off)) > 0) off += got, bytes += (uint64_t)got;
+            const size_t size = fd >= 0 && !fstat(fd, &sb) ? (size_t)sb.st_size : 0;
+            char *to = fresh ? malloc(size + 1) : buf; /* fresh: the whole file, untouched pages */
+            while (fd >= 0 && to &&
+                   (got = pread(fd, fresh ? to + off : to, (size_t)1 << 20, off)) > 0)
+                off += got, bytes += (uint64_t)got;
             if (fd >= 0) close(fd);
             if (fresh) free(to);
         }
@@ -192,11 +198,13 @@ static int restart_rows(moe8_model *m, const pc_opts *o) {
            bytes / 1e6, load, load_cpu, rate / 1e6, rate_cpu / 1e6);
     printf("| read probe (pread of the same files, page cache, one reused buffer) | | | | %.0f | %.0f |\n",
            probe / 1e6, probe_cpu / 1e6);
-    printf("| read probe into fresh memory (each file to a new 1 MiB malloc) | | | | %.0f | %.0f |\n",
+    printf("| read probe into fresh memory (each file whole to a new malloc) | | | | %.0f | %.0f |\n",
            fresh / 1e6, fresh_cpu / 1e6);
-    printf("\nload rate / read bandwidth: %.2f (wall), %.2f (CPU); the restart's first step %.3f s, "
-           "the same step from memory %.3f s\n\n", probe > 0 ? rate / probe : 0,
-           probe_cpu > 0 ? rate_cpu / probe_cpu : 0, r[2].first_step, r[2].again_step);
+    printf("\nload rate / read bandwidth: %.2f (wall), %.2f (CPU); into fresh memory %.2f (wall), "
+           "%.2f (CPU); the restart's first step %.3f s, the same step from memory %.3f s\n\n",
+           probe > 0 ? rate / probe : 0, probe_cpu > 0 ? rate_cpu / probe_cpu : 0,
+           fresh > 0 ? rate / fresh : 0, fresh_cpu > 0 ? rate_cpu / fresh_cpu : 0,
+           r[2].first_step, r[2].again_step);
     rc = 0;
 done:
     free(ids);

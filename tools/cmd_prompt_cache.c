@@ -25,8 +25,8 @@ static void print_file(void *user, const moe8_prompt_cache_file *f) {
     const time_t s = (time_t)f->mtime;
     struct tm tm;
     if (gmtime_r(&s, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    printf("%s  %10llu B  %7d tokens  %-4s  tp %d/%d  fp %016llx  %s  %s\n", f->name,
-           (unsigned long long)f->bytes, f->n_tokens, f->kv_type, f->tp_rank, f->tp_size,
+    printf("%s  %10llu B  %7d tokens  %d blocks  %-4s  tp %d/%d  fp %016llx  %s  %s\n", f->name,
+           (unsigned long long)f->bytes, f->n_tokens, f->n_blocks, f->kv_type, f->tp_rank, f->tp_size,
            (unsigned long long)f->fingerprint, when, f->bad ? f->bad : "ok");
     t->files++;
     t->bytes += f->bytes;

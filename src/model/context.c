@@ -14,7 +14,8 @@
  * prefix blocks are attached (restored from their snapshot), given back at
  * truncate to 0; snapshots asked for a forward are kept with the registered
  * block that ends at their position, and evicted with it or least recently
- * used first.
+ * used first. With the disk tier (kv_disk.h) a block's snapshot is written
+ * with it, and the deepest one a load gives is put back with its block.
  *
  * Prepared weights (load/weights.h) are the model's, one set per
  * float_experts setting: a context takes a reference at create (the first
@@ -50,8 +51,10 @@ struct moe8_context {
     moe8_kv_disk *disk;           /* the prompt cache's disk tier (kv_disk.h), or NULL */
     moe8_kvd_key *disk_keys;      /* [max_blocks] a prompt's block keys */
     int32_t *disk_tok;            /* [max_blocks * BS] a released sequence's ids */
-    const void **disk_data;       /* [max_blocks] its blocks' K/V */
+    void **disk_data;             /* [max_blocks] its blocks' K/V (saving, loading) */
+    const void **disk_snap;       /* [max_blocks] hybrids: their snapshots, or NULL (saving) */
     const int32_t *disk_prompt;   /* the prompt moe8_context_prefix_load reads for */
+    int32_t disk_nb;              /* its blocks there */
     float *rope;                  /* [n_ctx][R/2][2], R the rotary width */
     int32_t *seq_len;             /* [n_seq] */
     int32_t *seq_next;            /* [n_seq] batch validation */
@@ -280,13 +283,11 @@ static moe8_status alloc_disk(moe8_context *x, moe8_error *err) {
     uint64_t mfp[3];
     moe8_status st;
     if (!dir) return MOE8_OK;
-    if (x->w->n_gdn)
-        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "prompt_cache_dir: the disk tier for a "
-                         "hybrid model (%s: its recurrent-state snapshots) not supported yet",
-                         x->model->cfg.model_type);
     if (x->model->shard.size > 1)
         return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "prompt_cache_dir: the disk tier under "
-                         "TP/EP (%d ranks) not supported yet", x->model->shard.size);
+                         "TP/EP (%d ranks) not supported yet (each rank would write its own "
+                         "shard, and the ranks would have to agree on the blocks they load)",
+                         x->model->shard.size);
     if (!x->p.prefix_cache)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "prompt_cache_dir needs prefix_cache");
     if ((st = moe8_model_fingerprint(x->model, 1, mfp, err))) return st;
@@ -298,10 +299,12 @@ static moe8_status alloc_disk(moe8_context *x, moe8_error *err) {
     fp.tp_size = 1;
     fp.float_experts = x->p.float_experts != 0;
     fp.block_bytes = x->kv.block_bytes;
+    fp.snap_bytes = x->state.n_layer ? x->state.slot_floats * sizeof(float) : 0;
+    x->disk_snap = malloc((size_t)x->kv.max_blocks * sizeof *x->disk_snap);
     x->disk_keys = malloc((size_t)x->kv.max_blocks * sizeof *x->disk_keys);
     x->disk_tok = malloc((size_t)x->kv.max_blocks * KV_BS * sizeof *x->disk_tok);
     x->disk_data = malloc((size_t)x->kv.max_blocks * sizeof *x->disk_data);
-    if (!x->disk_keys || !x->disk_tok || !x->disk_data)
+    if (!x->disk_keys || !x->disk_tok || !x->disk_data || !x->disk_snap)
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     return moe8_kvd_open(dir, x->p.prompt_cache_bytes, &fp, &x->disk, err);
 }
@@ -316,28 +319,68 @@ static void disk_save(moe8_context *x, int32_t seq) {
         memcpy(x->disk_tok + (size_t)i * KV_BS, x->kv.tokens + (size_t)t[i] * KV_BS,
                KV_BS * sizeof *x->disk_tok);
         if (first < 0 && !x->kv.b[t[i]].on_disk) first = i;
-        if (first >= 0) x->disk_data[i - first] = x->kv.data + (size_t)t[i] * x->kv.block_bytes;
+        if (first < 0) continue;
+        x->disk_data[i - first] = x->kv.data + (size_t)t[i] * x->kv.block_bytes;
+        x->disk_snap[i - first] = x->kv.b[t[i]].snap < 0 ? NULL : /* hybrids: its state */
+                                  x->state.data + (size_t)x->kv.b[t[i]].snap * x->state.slot_floats;
     }
     if (first < 0) return;
-    k = moe8_kvd_save(x->disk, x->disk_tok, first, n - first, x->disk_data);
+    k = moe8_kvd_save(x->disk, x->disk_tok, first, n - first, (const void *const *)x->disk_data,
+                      x->disk_snap);
     for (int32_t i = first; i < first + k; i++) x->kv.b[t[i]].on_disk = 1;
 }
 
 struct moe8_kv_disk *moe8_context_disk(const moe8_context *x) { return x->disk; }
 
-static int disk_fill(void *user, int32_t b, void *data) {
+static int32_t disk_avail(void *user, int32_t b) {
     moe8_context *x = user;
-    return moe8_kvd_load(x->disk, x->disk_keys[b], x->disk_prompt, (b + 1) * KV_BS, data) != 0;
+    return moe8_kvd_open_run(x->disk, x->disk_keys, x->disk_prompt, b, x->disk_nb);
+}
+
+static int32_t disk_fill(void *user, int32_t b, int32_t n, void *const *data, int *kept) {
+    moe8_context *x = user;
+    (void)b;
+    return moe8_kvd_read_run(x->disk, n, data, kept);
+}
+
+static void state_unsnap(moe8_context *x, int32_t slot);
+
+/* Hybrids: the deepest snapshot the loads gave goes with its block (a state
+ * slot: a free one, else the least recently used snapshot but the match's
+ * last); the match out[0..k) then ends at its deepest block with a snapshot,
+ * as moe8_context_prefix_match's does. */
+static int32_t disk_snap_attach(moe8_context *x, int32_t *out, int32_t m, int32_t k) {
+    moe8_state_pool *sp = &x->state;
+    int32_t b, slot = -1;
+    const void *snap = moe8_kvd_snap(x->disk, &b);
+    if (snap && b >= m && b < k && x->kv.b[out[b]].snap < 0) {
+        const int32_t keep = m > 0 ? x->kv.b[out[m - 1]].snap : -1;
+        if ((slot = moe8_state_take(sp, MOE8_STATE_SNAP(out[b]))) < 0 &&
+            (slot = moe8_state_lru_snapshot(sp, keep)) >= 0) {
+            state_unsnap(x, slot);
+            slot = moe8_state_take(sp, MOE8_STATE_SNAP(out[b]));
+        }
+    }
+    if (slot >= 0) {
+        memcpy(sp->data + (size_t)slot * sp->slot_floats, snap, sp->slot_floats * sizeof(float));
+        x->kv.b[out[b]].snap = slot;
+        sp->used[slot] = ++sp->clock;
+    }
+    while (k > m && ((k * KV_BS) % MOE8_GDN_CHUNK || x->kv.b[out[k - 1]].snap < 0)) k--;
+    return k;
 }
 
 int32_t moe8_context_prefix_load(moe8_context *x, const int32_t *tokens, int32_t n, int32_t *out,
                                  int32_t m) {
     int32_t nb = n / KV_BS < x->kv.max_blocks ? n / KV_BS : x->kv.max_blocks;
+    const kv_source src = {disk_avail, disk_fill, x, x->disk_data};
     if (!x->disk || m >= nb) return m;
     moe8_kvd_keys(x->disk, tokens, nb, x->disk_keys);
     x->disk_prompt = tokens;
+    x->disk_nb = nb;
     moe8_kvd_use_now(x->disk);
-    return moe8_kv_extend(&x->kv, tokens, n, out, m, nb, disk_fill, x);
+    const int32_t k = moe8_kv_extend(&x->kv, tokens, n, out, m, nb, &src);
+    return x->state.n_layer ? disk_snap_attach(x, out, m, k) : k;
 }
 
 /* ---- the recurrent-state pool (hybrids; state_pool.h, SEMANTICS §10) ------------- */
@@ -510,10 +553,10 @@ moe8_status moe8_context_create(moe8_model *model, const moe8_context_params *pa
     if (!st) st = moe8_weights_acquire(model, x->p.float_experts != 0, x->p.n_threads, &w, err);
     x->w = w;
     if (!st) st = alloc_kv(x, err);
-    if (!st) st = alloc_disk(x, err);
     if (!st) st = alloc_scratch(x, err);
     if (!st) st = alloc_moe_ws(x, err);
     if (!st && w->n_gdn) st = alloc_state(x, err);
+    if (!st) st = alloc_disk(x, err); /* after the state pool: the snapshots' size */
     /* Under TP/EP every rank learns whether every rank has a context. */
     if (moe8_dist_size(model->params.dist) > 1) st = moe8_dist_agree(model->params.dist, st, err);
     if (st) {
@@ -533,6 +576,7 @@ void moe8_context_free(moe8_context *x) {
     free(x->disk_keys);
     free(x->disk_tok);
     free(x->disk_data);
+    free(x->disk_snap);
     moe8_kv_pool_free(&x->kv);
     moe8_state_pool_free(&x->state);
     moe8_weights_release(x->model, x->w);

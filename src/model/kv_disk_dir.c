@@ -9,9 +9,10 @@
  * the final name only. A temporary whose process no longer exists was left
  * by a killed writer and is removed (logged); one of a live process never.
  * Last use is a file's modification time (a load or a repeated write touches
- * it).
+ * it). Files of version 1 (one block each, "<key>.kvb") are removed by a
+ * sweep and by clear.
  *
- * Does not: know the pool or the format beyond moe8_kvd_head.
+ * Does not: know the pool or the format beyond moe8_kvd_head and the index.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -39,6 +40,13 @@ int moe8_kvd_lock(const char *dir) {
 static int is_block_name(const char *n) {
     const size_t len = strlen(n), ext = strlen(MOE8_KVD_EXT);
     return len == 32 + ext && strspn(n, "0123456789abcdef") == 32 && !strcmp(n + 32, MOE8_KVD_EXT);
+}
+
+/* A file of version 1, or its temporary: "<32 hex>.kvb[.tmp.*]". */
+static int is_old_name(const char *n) {
+    const size_t ext = strlen(MOE8_KVD_OLD_EXT);
+    return strlen(n) >= 32 + ext && strspn(n, "0123456789abcdef") == 32 &&
+           !strncmp(n + 32, MOE8_KVD_OLD_EXT, ext) && (!n[32 + ext] || n[32 + ext] == '.');
 }
 
 /* The pid of a temporary "<block name>.tmp.<pid>.<n>", or 0 when it is not one. */
@@ -77,6 +85,10 @@ uint64_t moe8_kvd_sweep(const char *dir, uint64_t max_bytes, uint64_t *n_evicted
                          "not finish", dir, e->d_name);
             continue;
         }
+        if (is_old_name(e->d_name)) {
+            unlinkat(dirfd(dp), e->d_name, 0); /* another version's: never read */
+            continue;
+        }
         if (!is_block_name(e->d_name) || fstatat(dirfd(dp), e->d_name, &sb, 0)) continue;
         total += (uint64_t)sb.st_size;
         if (!max_bytes) continue;
@@ -109,7 +121,50 @@ static const char *kv_name(int32_t t) {
     return t == MOE8_DT_F32 ? "f32" : t == MOE8_DT_F16 ? "f16" : t == MOE8_DT_BF16 ? "bf16" : "?";
 }
 
-/* Fill f from the file at dirfd/name; verify: check its checksum too. */
+/* Why run file h (of size bytes, named name) is not valid by its header, or NULL. */
+static const char *head_bad(const moe8_kvd_head *h, uint64_t size, const char *name) {
+    char want[40];
+    if (memcmp(h->magic, MOE8_KVD_MAGIC, 8)) return "not a run file";
+    if (h->version != MOE8_KVD_VERSION || h->head_bytes != sizeof *h) return "another version";
+    if (h->first < 0 || h->n_blocks < 1 || h->n_blocks > (1 << 24) ||
+        h->first > (1 << 24) || h->block_bytes > (1ull << 40) || h->n_snap < 0 ||
+        h->n_snap > h->n_blocks || h->snap_bytes > (1ull << 40) ||
+        h->data_off != moe8_kvd_data_off(h->first, h->n_blocks) || size != moe8_kvd_file_bytes(h))
+        return "truncated or overlong";
+    moe8_kvd_name((moe8_kvd_key){h->key_lo, h->key_hi}, want);
+    return strcmp(want, name) ? "its name is not its key" : NULL;
+}
+
+/* The whole file buf[size] (its header valid) checked: its header's sum, its
+ * keys against its ids, each block's sum and each snapshot's. */
+static const char *run_bad(const moe8_kvd_head *h, const unsigned char *buf) {
+    const moe8_kvd_ent *ix = (const moe8_kvd_ent *)(const void *)(buf + sizeof *h);
+    const int32_t *ids = (const int32_t *)(const void *)(ix + h->n_blocks);
+    const int32_t end = h->first + h->n_blocks;
+    moe8_kvd_key *keys = malloc((size_t)end * sizeof *keys);
+    const char *why = NULL;
+    if (!keys) return "out of memory";
+    if (moe8_kvd_head_sum(h, ix, ids) != h->sum) why = "header checksum";
+    else why = moe8_kvd_index_check(h, ix);
+    moe8_kvd_chain(h->fp, ids, end, keys);
+    for (int32_t i = 0; !why && i < h->n_blocks; i++) {
+        const moe8_kvd_key k = keys[h->first + i];
+        if (k.lo != ix[i].key_lo || k.hi != ix[i].key_hi) why = "a key is not its ids'";
+        else if (moe8_kvd_block_sum(ids + (size_t)(h->first + i) * MOE8_KVD_BS,
+                                    buf + h->data_off + (size_t)i * h->block_bytes,
+                                    h->block_bytes) != ix[i].sum)
+            why = "checksum";
+        else if (ix[i].snap >= 0 &&
+                 moe8_hash64(buf + h->data_off + (uint64_t)h->n_blocks * h->block_bytes +
+                                 (uint64_t)ix[i].snap * h->snap_bytes,
+                             h->snap_bytes, ix[i].key_lo) != ix[i].snap_sum)
+            why = "snapshot checksum";
+    }
+    free(keys);
+    return why;
+}
+
+/* Fill f from the file at dirfd/name; verify: check its checksums and keys too. */
 static void inspect(int dfd, const char *name, int verify, moe8_prompt_cache_file *f) {
     moe8_kvd_head h;
     struct stat sb;
@@ -124,31 +179,22 @@ static void inspect(int dfd, const char *name, int verify, moe8_prompt_cache_fil
     }
     f->bytes = (uint64_t)sb.st_size;
     f->mtime = (int64_t)sb.st_mtim.tv_sec;
-    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, MOE8_KVD_MAGIC, 8))
-        f->bad = "not a block file";
-    else if (h.version != MOE8_KVD_VERSION || h.head_bytes != sizeof h)
-        f->bad = "another version";
-    else if (h.n_tokens < MOE8_KVD_BS || h.n_tokens % MOE8_KVD_BS || h.block_bytes > (1ull << 40) ||
-             (uint64_t)sb.st_size != sizeof h + (uint64_t)h.n_tokens * 4 + h.block_bytes)
-        f->bad = "truncated or overlong";
+    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) f->bad = "not a run file";
+    else f->bad = head_bad(&h, (uint64_t)sb.st_size, name);
     if (!f->bad) {
-        char want[40];
-        const moe8_kvd_key k = {h.key_lo, h.key_hi};
-        moe8_kvd_name(k, want);
-        f->n_tokens = h.n_tokens;
+        f->n_tokens = (h.first + h.n_blocks) * MOE8_KVD_BS;
+        f->n_blocks = h.n_blocks;
         f->kv_type = kv_name(h.kv_type);
         f->tp_rank = h.tp_rank;
         f->tp_size = h.tp_size;
         f->fingerprint = h.fp;
-        if (strcmp(want, name)) f->bad = "its name is not its key";
     }
     if (!f->bad && verify) {
-        void *buf = malloc((size_t)sb.st_size);
+        unsigned char *buf = malloc((size_t)sb.st_size);
         if (!buf || pread(fd, buf, (size_t)sb.st_size, 0) != (ssize_t)sb.st_size)
             f->bad = "cannot read";
-        else if (moe8_kvd_sum(&h, (const int32_t *)((char *)buf + sizeof h),
-                              (char *)buf + sizeof h + (size_t)h.n_tokens * 4) != h.sum)
-            f->bad = "checksum";
+        else
+            f->bad = run_bad(&h, buf);
         free(buf);
     }
     close(fd);
@@ -203,7 +249,7 @@ moe8_status moe8_prompt_cache_clear(const char *dir, uint64_t *n_files, uint64_t
     fd = moe8_kvd_lock(dir);
     while ((e = readdir(dp))) {
         struct stat sb;
-        if (!is_block_name(e->d_name) && !tmp_pid(e->d_name)) continue;
+        if (!is_block_name(e->d_name) && !tmp_pid(e->d_name) && !is_old_name(e->d_name)) continue;
         if (fstatat(dirfd(dp), e->d_name, &sb, 0)) continue;
         if (unlinkat(dirfd(dp), e->d_name, 0)) {
             failed = errno;

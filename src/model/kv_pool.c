@@ -285,26 +285,37 @@ int32_t moe8_kv_drop_cached(kv_pool *p) {
 }
 
 int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out, int32_t m,
-                       int32_t max_blocks, int (*fill)(void *user, int32_t b, void *data),
-                       void *user) {
-    int32_t k = m;
+                       int32_t max_blocks, const kv_source *src) {
+    int32_t k = m, go = 1;
     if (!p->prefix_cache) return m;
+    if (max_blocks > n / KV_BS) max_blocks = n / KV_BS;
     for (int32_t i = 0; i < m; i++) /* the match stays while blocks are taken */
         if (p->b[out[i]].ref++ == 0) lru_unlink(p, out[i]);
-    while (k < max_blocks && (k + 1) * KV_BS <= n && kv_available(p) > 0) {
-        const int32_t id = take_block(p), parent = k > 0 ? out[k - 1] : -1;
-        if (fill(user, k, p->data + (size_t)id * p->block_bytes)) {
-            drop_ref(p, id); /* unregistered: back to the free list */
-            break;
+    while (go && k < max_blocks) {
+        int32_t want = max_blocks - k, got, kept = 1;
+        if (want > kv_available(p)) want = kv_available(p);
+        if (want <= 0) break;
+        const int32_t a = src->avail(src->user, k);
+        if (a <= 0) break;
+        if (want > a) want = a;
+        for (int32_t i = 0; i < want; i++) { /* taken blocks are held: none evicts another */
+            out[k + i] = take_block(p);
+            src->data[i] = p->data + (size_t)out[k + i] * p->block_bytes;
         }
-        memcpy(p->tokens + (size_t)id * KV_BS, tokens + (size_t)k * KV_BS, KV_BS * sizeof *tokens);
-        register_block(p, id, parent, 0);
-        if (!p->b[id].registered) { /* cannot happen (the match stopped here): recompute */
-            drop_ref(p, id);
-            break;
+        got = src->fill(src->user, k, want, src->data, &kept);
+        go = got == want && kept;
+        for (int32_t i = 0; i < want; i++) {
+            const int32_t id = out[k + i];
+            if (i < got) {
+                memcpy(p->tokens + (size_t)id * KV_BS, tokens + (size_t)(k + i) * KV_BS,
+                       KV_BS * sizeof *tokens);
+                register_block(p, id, i > 0 ? out[k + i - 1] : k > 0 ? out[k - 1] : -1, 0);
+                if (!p->b[id].registered) got = i, go = 0; /* cannot happen: recompute */
+            }
+            if (i < got) p->b[id].on_disk = kept;
+            else drop_ref(p, id); /* unregistered: back to the free list */
         }
-        p->b[id].on_disk = 1;
-        out[k++] = id;
+        k += got;
     }
     for (int32_t i = k - 1; i >= 0; i--) drop_ref(p, out[i]); /* last first: block 0 the newest */
     return k;

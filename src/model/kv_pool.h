@@ -104,16 +104,25 @@ void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n);
 /* Empty the prefix cache: every registered block nobody holds goes back to
  * the free list (snapshots with them). Returns how many. */
 int32_t moe8_kv_drop_cached(kv_pool *p);
-/* The disk tier (kv_disk.h): extend the match out[0..m) of tokens[0..n)
- * (moe8_kv_match's) with blocks fill() loads — fill(user, b, data) puts
- * block b's K/V into data[block_bytes], 0 when it could — each into a block
- * of the pool (free, else the least recently used cached block not in the
- * match), registered, on the evictable list with the match (its first block
- * most recently used). Stops at the first block fill() cannot load, at
- * max_blocks, or when the pool has no block to give. New count returned. */
+/* Where moe8_kv_extend loads blocks from (the disk tier, kv_disk.h): avail
+ * says how many blocks from block b on one read can give (0: none), then
+ * fill puts blocks b..b+n-1 (n <= that) into data[i][block_bytes] and
+ * returns how many from the first it could (*kept = 0: they are not
+ * stored there any more). data is the caller's [max_blocks] scratch. */
+typedef struct {
+    int32_t (*avail)(void *user, int32_t b);
+    int32_t (*fill)(void *user, int32_t b, int32_t n, void *const *data, int *kept);
+    void *user;
+    void **data;
+} kv_source;
+/* Extend the match out[0..m) of tokens[0..n) (moe8_kv_match's) with blocks
+ * src loads, each into a block of the pool (free, else the least recently
+ * used cached block not in the match), registered, on the evictable list
+ * with the match (its first block most recently used). Stops where src has
+ * no block or a bad one, at max_blocks, or when the pool has no block to
+ * give. New count returned. */
 int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out, int32_t m,
-                       int32_t max_blocks, int (*fill)(void *user, int32_t b, void *data),
-                       void *user);
+                       int32_t max_blocks, const kv_source *src);
 
 /* Block of position `pos` of `seq` (reserved). */
 static inline int32_t kv_block_of(const kv_pool *p, int32_t seq, int32_t pos) {
