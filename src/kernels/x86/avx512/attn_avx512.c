@@ -293,10 +293,11 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
         const char *Vb = V[b] + (size_t)d0 * es;
         const float *Sb = t->S + (size_t)r * CK + b * BS;
         const int nj = nk - b * BS < BS ? nk - b * BS : BS;
-        const char *pfb = pf ? pf[b] : NULL; /* V of a block ahead, row j beside row j */
+        /* V of a block ahead, row j beside row j, the pass's dims only */
+        const char *pfb = pf && pf[b] ? pf[b] + (size_t)d0 * es : NULL;
         for (int j = 0; j < nj; j++) {
             __m512 v[4];
-            for (size_t o = 0; pfb && o < (size_t)D * es; o += 64)
+            for (size_t o = 0; pfb && o < (size_t)16 * nd * es; o += 64)
                 _mm_prefetch(pfb + (size_t)j * D * es + o, _MM_HINT_T1);
 #pragma GCC unroll 4
             for (int e = 0; e < nd; e++)
@@ -345,13 +346,14 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
     }
 
 /* All of D for mr rows from r, 64 dims per pass (up to 6 rows) or 32 (7 or
- * 8: a decode group, each V vector converted once); V rows of dtype dt; the
- * first pass prefetches the V rows of pfv[b] (NULL: none). */
+ * 8: a decode group, each V vector converted once); V rows of dtype dt; each
+ * pass prefetches its own dims of the V rows of pfv[b] (NULL: none), so the
+ * prefetches spread over the whole values step. */
 static void pv_rows(const tile *t, int r, int mr, const char *const *V, moe8_dtype dt, int nk,
                     const char *const *pfv) {
     const int step = mr > MRV ? 32 : 64;
     for (int d0 = 0; d0 < t->D; d0 += step) {
-        const char *const *pf = d0 == 0 ? pfv : NULL;
+        const char *const *pf = pfv;
         const int rest = t->D - d0 < step ? t->D - d0 : step, nd = (rest + 15) / 16;
         const __mmask16 ml = moe8_avx512_lanes(rest - 16 * (nd - 1));
         if (dt == MOE8_DT_F32) PV_MR(MOE8_DT_F32)
