@@ -11,6 +11,7 @@
  *     rounded values
  *   - the table under test (MOE8_ISA) against the scalar twin; every row of a tile equal bit for bit to
  *     the same row computed alone
+ *   - decode (G 8, D 128) at contexts 1, 15, 16, 17, 63, 64, 65, 511 and 8193
  *   - the driver over a batch mixing three sequences: equal to each token alone
  *     and identical for 1, 2 and 3 threads
  * AVX2 comparisons are skipped, with a note, on a CPU without AVX2.
@@ -46,13 +47,13 @@ typedef struct {
     moe8_dtype dt;
     size_t head_bytes, block_bytes;
     unsigned char *pool;
-    int32_t table[4 * 32];
+    int32_t *table; /* [n_seq][max_blocks] */
     int32_t len[4];
 } paged;
 
 static void paged_init(paged *c, int n_kv, int D, moe8_dtype dt, int n_seq, const int32_t *len,
                        double amp) {
-    int32_t ids[128], n = 0;
+    int32_t *ids, n = 0;
     float *row = malloc(sizeof(float) * (size_t)D);
     memset(c, 0, sizeof *c);
     c->n_kv = n_kv, c->D = D, c->dt = dt, c->n_seq = n_seq;
@@ -62,7 +63,9 @@ static void paged_init(paged *c, int n_kv, int D, moe8_dtype dt, int n_seq, cons
         if ((len[s] + BS - 1) / BS > c->max_blocks) c->max_blocks = (len[s] + BS - 1) / BS;
     }
     c->n_blocks = n + 3; /* spare blocks nobody uses */
-    MOE8_ASSERT(c->n_blocks <= 128 && c->max_blocks <= 32);
+    ids = malloc(sizeof(int32_t) * (size_t)c->n_blocks);
+    c->table = malloc(sizeof(int32_t) * (size_t)n_seq * (size_t)c->max_blocks);
+    MOE8_ASSERT(ids && c->table);
     for (int i = 0; i < c->n_blocks; i++) ids[i] = i;
     for (int i = c->n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
         int j = (int)(test_rng_u64(&rng) % (uint64_t)(i + 1));
@@ -88,9 +91,13 @@ static void paged_init(paged *c, int n_kv, int D, moe8_dtype dt, int n_seq, cons
                     moe8_kv_store(dst, row, D, dt);
                 }
     free(row);
+    free(ids);
 }
 
-static void paged_free(paged *c) { moe8_free_aligned(c->pool); }
+static void paged_free(paged *c) {
+    moe8_free_aligned(c->pool);
+    free(c->table);
+}
 
 /* K (kv 0) or V (kv 1) element as stored, widened. */
 static double kv_get(const paged *c, int s, int h, int p, int kv, int d) {
@@ -256,6 +263,29 @@ static void test_tiles(void) {
            "table vs ref %.3g\n", n_case, worst_f32, worst_half, worst_twin);
 }
 
+/* Decode (one token; G 8, D 128: Qwen3-30B-A3B's shape) at contexts across
+ * the block (16) and chunk (64) edges and long ones, against the double
+ * reference, the scalar twin and each row alone: F16 K/V at every context,
+ * BF16 and F32 at 511 and 8193. */
+static void test_long_decode(void) {
+    static const int32_t ctxs[9] = {1, 15, 16, 17, 63, 64, 65, 511, 8193};
+    static const moe8_dtype dts[3] = {MOE8_DT_F16, MOE8_DT_BF16, MOE8_DT_F32};
+    const int32_t len = 8193;
+    const double f32 = worst_f32, half = worst_half;
+    worst_f32 = worst_half = 0;
+    for (int ti = 0; ti < 3; ti++) {
+        paged c;
+        paged_init(&c, 2, 128, dts[ti], 1, &len, 1.0);
+        for (int i = 0; i < 9; i++)
+            if (ti == 0 || ctxs[i] >= 511) tile_case(&c, 0, i % 2, 8, ctxs[i] - 1, 1, 1.0);
+        paged_free(&c);
+    }
+    printf("decode at contexts 1..8193 (G 8, D 128): worst rel err vs double %.3g (F32 K/V), "
+           "%.3g (F16/BF16 K/V)\n", worst_f32, worst_half);
+    worst_f32 = fmax(worst_f32, f32);
+    worst_half = fmax(worst_half, half);
+}
+
 /* ---- the driver ---------------------------------------------------------------- */
 
 /* A batch of T tokens: seq 2 positions 60..99 (40), seq 1 position 0, seq 0
@@ -355,8 +385,32 @@ static void driver_a3b(void) {
     paged_free(&c);
 }
 
+/* The a3b shape's decode step at context 8193 through the driver: the same
+ * bits on 1, 2 and 3 threads (4 kv heads; 3 threads leave one a second head). */
+static void driver_long(void) {
+    const int32_t len = 8193;
+    const int n_kv = 4, NH = 32, D = 128;
+    const size_t row = (size_t)NH * D;
+    int32_t seq = 0, pos = len - 1;
+    float *q = malloc(sizeof(float) * row), *out[3];
+    paged c;
+    paged_init(&c, n_kv, D, MOE8_DT_F16, 1, &len, 1.0);
+    for (size_t i = 0; i < row; i++) q[i] = (float)test_rng_normal(&rng);
+    for (int n = 0; n < 3; n++) {
+        out[n] = malloc(sizeof(float) * row);
+        run_driver(&c, NH, q, out[n], &seq, &pos, 1, n + 1);
+    }
+    CHECKF(!memcmp(out[0], out[1], sizeof(float) * row) &&
+           !memcmp(out[0], out[2], sizeof(float) * row),
+           "driver a3b shape at context %d: 1 vs 2 vs 3 threads differ", len);
+    for (int n = 0; n < 3; n++) free(out[n]);
+    free(q);
+    paged_free(&c);
+}
+
 static void test_driver(void) {
     driver_a3b();
+    driver_long();
     driver_case(2, 8, 64, MOE8_DT_F32);   /* tiles of 16 tokens; decode splits the group */
     driver_case(2, 8, 64, MOE8_DT_F16);
     driver_case(1, 4, 128, MOE8_DT_BF16); /* tiles of 32 tokens */
@@ -422,6 +476,7 @@ int main(void) {
     }
     test_kv_store();
     test_tiles();
+    test_long_decode();
     test_driver();
     test_non_finite();
     return test_summary();

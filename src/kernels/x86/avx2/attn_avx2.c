@@ -18,6 +18,9 @@
  * whatever rows share its tile. Differs from moe8_flash_attn_ref by FMA
  * rounding and the polynomial exp (within 2 ulp): ~1e-6 relative.
  *
+ * Decode (R <= 8) prefetches the next chunk's K and V rows into L2 beside
+ * the keys it reads (few_scores).
+ *
  * Does not: handle D % 8 != 0 (the reference runs those), or write the cache.
  */
 #include <immintrin.h>
@@ -264,12 +267,18 @@ typedef struct {
 } few_rows;
 
 /* Scores of one key block (nv keys at K, row stride es*D bytes) into
- * ST[j0 + j][8], raw (unscaled), as reduce4 forms them for the tile path. */
+ * ST[j0 + j][8], raw (unscaled), as reduce4 forms them for the tile path.
+ * pf: a block of the next chunk (its K rows; V v_off further), whose row j
+ * of K and of V is prefetched into L2 beside key j (NULL: none). */
 INLINE void few_scores(const few_rows *f, const char *K, size_t row_bytes, int nv, float *ST,
-                       int j0, const moe8_dtype dt) {
+                       int j0, const moe8_dtype dt, const char *pf, size_t v_off) {
     for (int j = 0; j < nv; j++) {
         const char *k = K + (size_t)j * row_bytes;
         __m256 a[8];
+        for (size_t o = 0; pf && o < row_bytes; o += 64) {
+            _mm_prefetch(pf + (size_t)j * row_bytes + o, _MM_HINT_T1);
+            _mm_prefetch(pf + v_off + (size_t)j * row_bytes + o, _MM_HINT_T1);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
         for (int d = 0; d < f->D; d += 8) {
@@ -283,16 +292,19 @@ INLINE void few_scores(const few_rows *f, const char *K, size_t row_bytes, int n
 }
 
 /* One chunk: nb blocks (K[b], V[b] raw rows of dtype dt, nv[b] keys), the
- * chunk's first key at kpos0. */
+ * chunk's first key at kpos0; pf[b]: the next chunk's block b (NULL: none). */
 static void few_chunk(few_rows *f, const char *const *K, const char *const *V, const int *nv,
-                      int nb, int32_t kpos0, moe8_dtype dt, float *ST) {
+                      int nb, int32_t kpos0, moe8_dtype dt, float *ST, const char *const *pf,
+                      size_t v_off) {
     const size_t row_bytes = (size_t)f->D * (dt == MOE8_DT_F32 ? 4 : 2);
     const __m256 ninf = _mm256_set1_ps(-INFINITY), sc = _mm256_set1_ps(f->scale);
     int n_keys = 0;
     for (int b = 0; b < nb; b++) {
-        if (dt == MOE8_DT_F32) few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F32);
-        else if (dt == MOE8_DT_F16) few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F16);
-        else few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_BF16);
+        if (dt == MOE8_DT_F32)
+            few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F32, pf[b], v_off);
+        else if (dt == MOE8_DT_F16)
+            few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_F16, pf[b], v_off);
+        else few_scores(f, K[b], row_bytes, nv[b], ST, b * BS, MOE8_DT_BF16, pf[b], v_off);
         n_keys = b * BS + nv[b];
     }
     /* the tile path's vectors: keys 8i..8i+7; keys past n_keys are masked there */
@@ -369,7 +381,7 @@ static void few_attn(float *out, int ldo, const float *q, int ldq, int n_tok, in
     f.M = _mm256_set1_ps(-INFINITY);
     f.L = _mm256_setzero_ps();
     for (int32_t c0 = 0; c0 <= last / BS; c0 += CH) {
-        const char *K[CH], *V[CH];
+        const char *K[CH], *V[CH], *pf[CH] = {0};
         int nv[CH], nb = 0;
         for (int32_t b = c0; b < c0 + CH && b <= last / BS; b++, nb++) {
             const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
@@ -377,17 +389,13 @@ static void few_attn(float *out, int ldo, const float *q, int ldq, int n_tok, in
             K[nb] = kblk;
             V[nb] = kblk + kv->v_off;
         }
-        if (c0 + CH <= last / BS) { /* the next chunk's K and V rows, into L2 (~8% at 8192) */
-            const size_t bytes = (size_t)BS * D * (kv->dt == MOE8_DT_F32 ? 4 : 2);
-            for (int32_t b = c0 + CH; b < c0 + 2 * CH && b <= last / BS; b++) {
-                const char *kblk = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
-                for (size_t i = 0; i < bytes; i += 64) {
-                    _mm_prefetch(kblk + i, _MM_HINT_T1);
-                    _mm_prefetch(kblk + kv->v_off + i, _MM_HINT_T1);
-                }
-            }
-        }
-        few_chunk(&f, K, V, nv, nb, c0 * BS, kv->dt, ST);
+        /* the next chunk's K and V rows into L2 (blocks are pages of their own,
+         * where the hardware's streams stop), row by row beside the keys this
+         * chunk reads, as attn_avx512.c does (a burst at the chunk's start
+         * fills the miss buffers and stalls the chunk's own loads) */
+        for (int32_t b = c0 + CH; b < c0 + 2 * CH && b <= last / BS; b++)
+            pf[b - c0 - CH] = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
+        few_chunk(&f, K, V, nv, nb, c0 * BS, kv->dt, ST, pf, kv->v_off);
     }
     float l[8];
     _mm256_storeu_ps(l, f.L);

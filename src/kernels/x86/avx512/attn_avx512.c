@@ -9,7 +9,8 @@
  *   scores  S[r][j] = q_r.k_j as 16 lane partial sums (lane l: d = l mod 16,
  *           one FMA each, d in order; a D % 16 tail under a mask), added by
  *           the tree of moe8_avx512_hsum: lanes (l, l+8), (l, l+4), (l, l+2),
- *           (l, l+1). 16 keys' trees run at once as shuffles across the
+ *           (l, l+1) (a NaN's payload aside, the same whichever operand
+ *           comes first). 16 keys' trees run at once as shuffles across the
  *           accumulators of keys g, g+4, g+8, g+12 (tree1/tree2), then across
  *           the 4 groups (tree34), so a block's 16 scores land in one vector;
  *           up to 8 rows x 2-4 keys of chains side by side;
@@ -17,7 +18,8 @@
  *           - m') (keys a row does not see: p = 0 exactly), l = fma(l, alpha,
  *           hsum((p0 + p1) + (p2 + p3))) over the chunk's 4 vectors of keys;
  *   values  o_r = o_r alpha + sum_j p_j v_j, keys j in order, up to 6 rows
- *           x 64 dims;
+ *           x 64 dims, or a decode token's 7-8 rows x 32 dims (each V vector
+ *           widened once for all of them);
  * and o_r / l at the end. K and V are read in place (F16/BF16 converted in
  * registers) when at most 12 rows share the chunk, else widened once into
  * the work buffer; a partial block's K is widened with zero rows. Every row's
@@ -35,7 +37,10 @@
  * at context 8192 on Zen 4: attention 20-30% faster). A decode tile issues
  * them line by line beside the K and V rows it reads (tests/bench_attn.c,
  * context 8192, one thread, Zen 5 under load: 10-13% less time than one
- * burst of 512 prefetches at the chunk's start).
+ * burst of 512 prefetches at the chunk's start). The values step prefetches
+ * each pass's own dims of the V rows ahead (a decode group's 4 passes of 32
+ * dims), spread over the whole step rather than its first pass (same bench,
+ * alternated runs: 669/696 -> 489/530 µs).
  *
  * Does not: write the cache, or read a key past the tile's last position.
  */
@@ -50,6 +55,7 @@
 #define CK (CH * BS) /* keys per chunk */
 #define MRA 8        /* most rows per group of scores */
 #define MRV 6        /* most rows per group of values (24 accumulators of 64 dims) */
+#define MRD 8        /* most rows of a decode group of values (16 accumulators of 32 dims) */
 #define WIDEN_ROWS 12 /* more rows: K and V widened once per chunk */
 #ifndef PF_CHUNKS
 #define PF_CHUNKS 1   /* prefetch distance in chunks */
@@ -88,7 +94,10 @@ INLINE __m512 exp16(__m512 x) {
  * adds lane l and l + 8 of two keys, level 2 lanes l and l + 4 of four:
  * 128-bit lane L of the result holds the 4 partial sums of key g + 4L. */
 INLINE __m512 tree1(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    /* [a.L0 a.L1 b.L2 b.L3] + [a.L2 a.L3 b.L0 b.L1]: a blend in place of a
+     * shuffle (the FMA pipes share the shuffle unit); b's pairs add commuted,
+     * the same sum */
+    return _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, a, b), _mm512_shuffle_f32x4(a, b, 0x4E));
 }
 INLINE __m512 tree2(__m512 ab, __m512 cd) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
@@ -97,12 +106,11 @@ INLINE __m512 tree2(__m512 ab, __m512 cd) {
 /* Levels 3 (lanes l, l + 2) and 4 (l, l + 1) of w[g] = tree12 of keys g, g + 4,
  * g + 8, g + 12: the 16 sums, key j in lane j. */
 INLINE __m512 tree34(const __m512 w[4]) {
-    const __m512 z01 = _mm512_add_ps(
-        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(w[0]), _mm512_castps_pd(w[1]))),
-        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(w[0]), _mm512_castps_pd(w[1]))));
-    const __m512 z23 = _mm512_add_ps(
-        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(w[2]), _mm512_castps_pd(w[3]))),
-        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(w[2]), _mm512_castps_pd(w[3]))));
+    /* level 3 as tree1: [w0 0 1, w1 2 3] + [w0 2 3, w1 0 1] in each 128-bit lane */
+    const __m512 z01 = _mm512_add_ps(_mm512_mask_blend_ps(0xCCCC, w[0], w[1]),
+                                     _mm512_shuffle_ps(w[0], w[1], 0x4E));
+    const __m512 z23 = _mm512_add_ps(_mm512_mask_blend_ps(0xCCCC, w[2], w[3]),
+                                     _mm512_shuffle_ps(w[2], w[3], 0x4E));
     return _mm512_add_ps(_mm512_shuffle_ps(z01, z23, 0x88), _mm512_shuffle_ps(z01, z23, 0xDD));
 }
 
@@ -273,9 +281,9 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
                const int mr, const int nd, const int dt, const char *const *pf) {
     const int D = t->D;
     const size_t es = dt == MOE8_DT_F32 ? 4 : 2;
-    __m512 acc[MRV][4];
-    float *o[MRV];
-#pragma GCC unroll 6
+    __m512 acc[MRD][4];
+    float *o[MRD];
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
         const __m512 al = _mm512_set1_ps(t->A[r + i]);
         o[i] = orow(t, r + i) + d0;
@@ -288,16 +296,17 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
         const char *Vb = V[b] + (size_t)d0 * es;
         const float *Sb = t->S + (size_t)r * CK + b * BS;
         const int nj = nk - b * BS < BS ? nk - b * BS : BS;
-        const char *pfb = pf ? pf[b] : NULL; /* V of a block ahead, row j beside row j */
+        /* V of a block ahead, row j beside row j, the pass's dims only */
+        const char *pfb = pf && pf[b] ? pf[b] + (size_t)d0 * es : NULL;
         for (int j = 0; j < nj; j++) {
             __m512 v[4];
-            for (size_t o = 0; pfb && o < (size_t)D * es; o += 64)
+            for (size_t o = 0; pfb && o < (size_t)16 * nd * es; o += 64)
                 _mm_prefetch(pfb + (size_t)j * D * es + o, _MM_HINT_T1);
 #pragma GCC unroll 4
             for (int e = 0; e < nd; e++)
                 v[e] = e == nd - 1 ? moe8_avx512_load16_mask(Vb + (size_t)j * D * es, (size_t)16 * e, ml, dt)
                                    : moe8_avx512_load16(Vb + (size_t)j * D * es, (size_t)16 * e, dt);
-#pragma GCC unroll 6
+#pragma GCC unroll 8
             for (int i = 0; i < mr; i++) {
                 const __m512 p = _mm512_set1_ps(Sb[(size_t)i * CK + j]);
 #pragma GCC unroll 4
@@ -305,7 +314,7 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
             }
         }
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
         for (int e = 0; e < nd; e++) {
@@ -322,6 +331,11 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
     default: pv(t, r, V, nk, d0, ml, mr, 4, dt, pf); break;       \
     }
 
+/* 7 or 8 rows (a decode group): 32 dims per pass */
+#define PV2(mr, dt)                                               \
+    if (nd == 1) pv(t, r, V, nk, d0, ml, mr, 1, dt, pf);          \
+    else pv(t, r, V, nk, d0, ml, mr, 2, dt, pf);
+
 #define PV_MR(dt)                     \
     switch (mr) {                     \
     case 1: PV(1, dt) break;          \
@@ -329,16 +343,21 @@ INLINE void pv(const tile *t, int r, const char *const *V, int nk, int d0, __mma
     case 3: PV(3, dt) break;          \
     case 4: PV(4, dt) break;          \
     case 5: PV(5, dt) break;          \
-    default: PV(6, dt) break;         \
+    case 6: PV(6, dt) break;          \
+    case 7: PV2(7, dt) break;         \
+    default: PV2(8, dt) break;        \
     }
 
-/* All of D for mr rows from r, 64 dims per pass; V rows of dtype dt; the
- * first pass prefetches the V rows of pfv[b] (NULL: none). */
+/* All of D for mr rows from r, 64 dims per pass (up to 6 rows) or 32 (7 or
+ * 8: a decode group, each V vector converted once); V rows of dtype dt; each
+ * pass prefetches its own dims of the V rows of pfv[b] (NULL: none), so the
+ * prefetches spread over the whole values step. */
 static void pv_rows(const tile *t, int r, int mr, const char *const *V, moe8_dtype dt, int nk,
                     const char *const *pfv) {
-    for (int d0 = 0; d0 < t->D; d0 += 64) {
-        const char *const *pf = d0 == 0 ? pfv : NULL;
-        const int rest = t->D - d0 < 64 ? t->D - d0 : 64, nd = (rest + 15) / 16;
+    const int step = mr > MRV ? 32 : 64;
+    for (int d0 = 0; d0 < t->D; d0 += step) {
+        const char *const *pf = pfv;
+        const int rest = t->D - d0 < step ? t->D - d0 : step, nd = (rest + 15) / 16;
         const __mmask16 ml = moe8_avx512_lanes(rest - 16 * (nd - 1));
         if (dt == MOE8_DT_F32) PV_MR(MOE8_DT_F32)
         else if (dt == MOE8_DT_F16) PV_MR(MOE8_DT_F16)
@@ -382,8 +401,11 @@ static void chunk_step(const tile *t, int r0, int R, const chunk *ck, int32_t kp
         const int32_t c = rpos(t, r) - kpos0 + 1;
         softmax_step(t, r, c < n_keys ? (int)c : n_keys);
     }
+    /* values: groups of <= 6 rows; the rows of one token (decode), up to 8,
+     * in one group, so each V vector is converted once */
+    const int mrv = R - r0 <= MRD && rpos(t, r0) == rpos(t, R - 1) ? MRD : MRV;
     for (int r = r0, mr; r < R; r += mr) {
-        const int ng = (R - r + MRV - 1) / MRV;
+        const int ng = (R - r + mrv - 1) / mrv;
         mr = (R - r + ng - 1) / ng;
         const int32_t seen = rpos(t, r + mr - 1) - kpos0 + 1;
         pv_rows(t, r, mr, ck->V, ck->vdt, seen < n_keys ? (int)seen : n_keys,
