@@ -216,6 +216,152 @@ static void test_think(server *sv) {
     buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
 }
 
+/* ---- tool_choice required / a named function (grammar-constrained) ---------------------------- */
+
+/* Bounded schemas, so any path the grammar allows ends: a city from an enum, no other key. */
+#define CITY_PARAMS "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"enum\":[\"Paris\"," \
+                    "\"Rome\"]}},\"required\":[\"city\"],\"additionalProperties\":false}"
+#define TIME_PARAMS "{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}"
+#define CHAT_TOOLS2 "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":" \
+                    CITY_PARAMS "}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":" \
+                    TIME_PARAMS "}}]"
+#define RESP_TOOLS2 "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"parameters\":" CITY_PARAMS "}," \
+                    "{\"type\":\"function\",\"name\":\"get_time\",\"parameters\":" TIME_PARAMS "}]"
+#define MSG_TOOLS2 "\"tools\":[{\"name\":\"get_weather\",\"input_schema\":" CITY_PARAMS "},{\"name\":\"get_time\"," \
+                   "\"input_schema\":" TIME_PARAMS "}]"
+#define NAMED "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}"
+
+/* 1 when `args` (JSON text, or a parsed object) validates against the tool `name`'s schema above. */
+static int args_valid(const char *name, const char *args, const cJSON *parsed) {
+    cJSON *a = parsed ? NULL : cJSON_Parse(args ? args : "");
+    const cJSON *o = parsed ? parsed : a, *city = J(o, "city");
+    int ok = cJSON_IsObject(o);
+    if (ok && !strcmp(name, "get_weather"))
+        ok = cJSON_GetArraySize(o) == 1 && jstr(o, "city") &&
+             (!strcmp(city->valuestring, "Paris") || !strcmp(city->valuestring, "Rome"));
+    else if (ok)
+        ok = !strcmp(name, "get_time") && cJSON_GetArraySize(o) == 0;
+    cJSON_Delete(a);
+    return ok;
+}
+
+/* Chat completions with tool_choice `choice`: one call to `want` (NULL: either tool) whose
+ * arguments validate (whole, then streamed); the reasoning is `reason`. */
+static void chat_forced(server *sv, const char *choice, const char *want_or_any, const char *reason) {
+    buf out = {0}, c = {0}, r = {0}, n = {0}, a = {0}, f = {0};
+    char body[2048];
+    snprintf(body, sizeof body, "{" USER "," CHAT_TOOLS2 ",\"max_tokens\":120,\"tool_choice\":%s}", choice);
+    long st = post(sv, CHAT, body, &out);
+    cJSON *o = cJSON_Parse(buf_s(&out));
+    const cJSON *ch = cJSON_GetArrayItem(J(o, "choices"), 0), *m = J(ch, "message"),
+                *call = J(cJSON_GetArrayItem(J(m, "tool_calls"), 0), "function");
+    const char *want = want_or_any ? want_or_any : jstr(call, "name") ? jstr(call, "name") : "?";
+    CHECKF(st == 200 && cJSON_GetArraySize(J(m, "tool_calls")) == 1 && jstr(call, "name") &&
+               !strcmp(jstr(call, "name"), want) && args_valid(want, jstr(call, "arguments"), NULL) &&
+               !strcmp(jstr(ch, "finish_reason"), "tool_calls") &&
+               (reason ? jstr(m, "reasoning_content") && !strcmp(jstr(m, "reasoning_content"), reason)
+                       : cJSON_IsNull(J(m, "reasoning_content"))),
+           "chat tool_choice %s: %ld %.800s", choice, st, buf_s(&out));
+    cJSON_Delete(o); /* want, if it pointed into o, is not read again: the stream's name below */
+    buf_free(&out);
+    snprintf(body, sizeof body, "{" USER "," CHAT_TOOLS2 ",\"max_tokens\":120,\"stream\":true,\"tool_choice\":%s}",
+             choice);
+    st = post(sv, CHAT, body, &out);
+    join_stream(buf_s(&out), &c, &r, &n, &a, &f);
+    want = want_or_any ? want_or_any : buf_s(&n);
+    CHECKF(st == 200 && !strcmp(buf_s(&n), want) && args_valid(want, buf_s(&a), NULL) &&
+               !strcmp(buf_s(&f), "tool_calls") && !strcmp(buf_s(&r), reason ? reason : "") && !c.n,
+           "chat tool_choice %s stream: content '%s' reasoning '%s' call %s(%s) finish %s", choice, buf_s(&c),
+           buf_s(&r), buf_s(&n), buf_s(&a), buf_s(&f));
+    buf_free(&out), buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
+}
+
+/* Responses (tool_choice `choice`) and Messages (`mchoice`): one call to
+ * `want`, whole and streamed. */
+static void other_apis_forced(server *sv, const char *choice, const char *mchoice, const char *want) {
+    buf out = {0};
+    char body[2048];
+    for (int stream = 0; stream < 2; stream++) {
+        snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"input\":\"Weather in Paris?\",\"max_output_tokens\":120,"
+                 "\"stream\":%s,\"tool_choice\":%s," RESP_TOOLS2 "}", stream ? "true" : "false", choice);
+        long st = post(sv, "/v1/responses", body, &out);
+        const cJSON *it, *fc = NULL;
+        cJSON *o = NULL;
+        if (stream) { /* the output item of response.output_item.done */
+            for (const char *p = buf_s(&out); (p = strstr(p, "event: response.output_item.done\ndata: "));) {
+                const char *e = strstr(p, "\n\n");
+                cJSON *x = e ? cJSON_ParseWithLength(p + 39, (size_t)(e - p - 39)) : NULL;
+                if (jstr(J(x, "item"), "type") && !strcmp(jstr(J(x, "item"), "type"), "function_call")) {
+                    cJSON_Delete(o);
+                    o = x;
+                    fc = J(x, "item");
+                } else {
+                    cJSON_Delete(x);
+                }
+                p += 39;
+            }
+        } else {
+            o = cJSON_Parse(buf_s(&out));
+            cJSON_ArrayForEach(it, J(o, "output"))
+                if (jstr(it, "type") && !strcmp(jstr(it, "type"), "function_call")) fc = it;
+        }
+        CHECKF(st == 200 && fc && jstr(fc, "name") && !strcmp(jstr(fc, "name"), want) &&
+                   args_valid(want, jstr(fc, "arguments"), NULL),
+               "responses tool_choice %s%s: %ld %.1500s", choice, stream ? " stream" : "", st, buf_s(&out));
+        cJSON_Delete(o);
+        buf_free(&out);
+        snprintf(body, sizeof body, "{\"model\":\"" NAME "\",\"max_tokens\":120,\"stream\":%s,\"messages\":[{\"role\":"
+                 "\"user\",\"content\":\"Weather in Paris?\"}],\"tool_choice\":%s," MSG_TOOLS2 "}",
+                 stream ? "true" : "false", mchoice);
+        st = post(sv, "/v1/messages", body, &out);
+        if (stream) { /* the tool_use block's start names it, its input_json_delta pieces join to the input */
+            buf args = {0};
+            int named = 0;
+            for (const char *p = buf_s(&out); (p = strstr(p, "data: {"));) {
+                const char *e = strstr(p, "\n\n");
+                cJSON *x = e ? cJSON_ParseWithLength(p + 6, (size_t)(e - p - 6)) : NULL;
+                const cJSON *cb = J(x, "content_block"), *d = J(x, "delta");
+                if (jstr(cb, "type") && !strcmp(jstr(cb, "type"), "tool_use") && jstr(cb, "name"))
+                    named += !strcmp(jstr(cb, "name"), want);
+                if (jstr(d, "partial_json")) buf_str(&args, jstr(d, "partial_json"));
+                cJSON_Delete(x);
+                p += 6;
+            }
+            CHECKF(st == 200 && named == 1 && args_valid(want, buf_s(&args), NULL) &&
+                       strstr(buf_s(&out), "\"stop_reason\":\"tool_use\""),
+                   "messages tool_choice %s stream: %ld %.1500s", mchoice, st, buf_s(&out));
+            buf_free(&args);
+        } else {
+            const cJSON *b, *tu = NULL;
+            o = cJSON_Parse(buf_s(&out));
+            cJSON_ArrayForEach(b, J(o, "content")) if (jstr(b, "type") && !strcmp(jstr(b, "type"), "tool_use")) tu = b;
+            CHECKF(st == 200 && tu && jstr(tu, "name") && !strcmp(jstr(tu, "name"), want) &&
+                       args_valid(want, NULL, J(tu, "input")) && jstr(o, "stop_reason") &&
+                       !strcmp(jstr(o, "stop_reason"), "tool_use"),
+                   "messages tool_choice %s: %ld %.800s", mchoice, st, buf_s(&out));
+            cJSON_Delete(o);
+        }
+        buf_free(&out);
+    }
+}
+
+/* The call chain's server: required follows the chain into get_weather
+ * {"city": "Paris"}; a named function gets that one. */
+static void test_forced(server *sv) {
+    chat_forced(sv, "\"required\"", "get_weather", NULL);
+    chat_forced(sv, NAMED, "get_time", NULL);
+    other_apis_forced(sv, "\"required\"", "{\"type\":\"any\"}", "get_weather");
+    other_apis_forced(sv, "{\"type\":\"function\",\"name\":\"get_time\"}", "{\"type\":\"tool\",\"name\":\"get_time\"}",
+                      "get_time");
+    { /* the chain's exact arguments: the grammar took the tokens it wanted */
+        buf out = {0};
+        long st = post(sv, CHAT, "{" USER "," CHAT_TOOLS2 ",\"max_tokens\":120,\"tool_choice\":\"required\"}", &out);
+        CHECKF(st == 200 && strstr(buf_s(&out), "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\""),
+               "required on the call chain: %ld %.800s", st, buf_s(&out));
+        buf_free(&out);
+    }
+}
+
 /* The prompt's text through /tokenize and /detokenize with `extra` fields. */
 static void prompt_text(server *sv, const char *extra, buf *text) {
     char body[1024];
@@ -275,6 +421,7 @@ int main(void) {
     serve_test_init("test_serve_harmony");
     if (start(&sv, "harmony call", model("serve_harmony_call", &call), "") == 0) {
         test_call(&sv);
+        test_forced(&sv);
         test_effort(&sv);
         CHECK(wait_idle(&sv, 5));
         server_stop(&sv, 10);
@@ -283,6 +430,9 @@ int main(void) {
     if (start(&sv, "harmony think", model("serve_harmony_think", &think),
               " --tool-call-parser openai --reasoning-parser openai_gptoss") == 0) {
         test_think(&sv);
+        /* the analysis message the chain writes first is allowed: reasoning, then the call */
+        chat_forced(&sv, "\"required\"", NULL, "Let me think.");
+        chat_forced(&sv, NAMED, "get_time", "Let me think.");
         CHECK(wait_idle(&sv, 5));
         server_stop(&sv, 10);
     }
