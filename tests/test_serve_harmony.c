@@ -17,9 +17,17 @@
  * the tool call (finish_reason tool_calls) or reasoning_content, and the
  * call as content when the request has no tools; Responses a function_call
  * item or a reasoning item; Messages a tool_use block or a thinking block.
+ * tool_choice "required" and a named function (a grammar over harmony's
+ * special tokens): on the call chain, in chat completions, Responses and
+ * Messages, whole and streamed, one call whose arguments validate against
+ * its bounded schema (required follows the chain to get_weather {"city":
+ * "Paris"}; named gets get_time {}); on the think chain the analysis message
+ * comes first as reasoning; on make-model's tiny gpt_oss (random weights,
+ * gpt-oss's generation_config: <|call|> an EOS id) whatever it would say.
  * Exits 77 (skipped) without the tokenizer files (make deps).
  */
 #include "serve_test.h"
+#include "moe8_tools.h"
 
 #define NAME "gpt-oss-fixture"
 #define GPTOSS_DIR MOE8_SOURCE_DIR "/.deps/gptoss-tokenizer"
@@ -362,6 +370,60 @@ static void test_forced(server *sv) {
     }
 }
 
+/* make-model's tiny gpt_oss (random weights, MXFP4 experts) with gpt-oss's
+ * tokenizer, template and generation_config (eos <|return|>, <|endoftext|>,
+ * <|call|>: the grammar then leaves <|call|> to the EOS ids). */
+static const char *gptoss_model(void) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    const char *dir = test_tmpdir("serve_harmony_gptoss");
+    char cmd[9000];
+    p.arch = MOE8_ARCH_GPT_OSS;
+    p.tokenizer_dir = GPTOSS_DIR;
+    p.force = 1;
+    p.seed = 3;
+    if (moe8_make_model(&p, dir, &e) != MOE8_OK) {
+        printf("make-model: %s\n", e.message);
+        exit(2);
+    }
+    snprintf(cmd, sizeof cmd, "cp '%s/tests/data/jinja/gpt_oss.jinja' '%s/chat_template.jinja' && printf "
+             "'{\"eos_token_id\": [200002, 199999, 200012]}' > '%s/generation_config.json'",
+             MOE8_SOURCE_DIR, dir, dir);
+    if (system(cmd) != 0) exit(2);
+    return dir;
+}
+
+/* The random model: whatever it would say, required and named give a call
+ * whose arguments validate; <|end|> biased up so an analysis message it
+ * starts ends at once (else it may run to max_tokens). */
+static void test_forced_random(server *sv) {
+    static const char *const choices[] = {"\"required\"", NAMED};
+    for (int i = 0; i < 2; i++)
+        for (int stream = 0; stream < 2; stream++) {
+            buf out = {0}, c = {0}, r = {0}, n = {0}, a = {0}, f = {0};
+            char body[2048];
+            snprintf(body, sizeof body, "{" USER "," CHAT_TOOLS2 ",\"max_tokens\":120,\"stream\":%s,\"tool_choice\":%s,"
+                     "\"logit_bias\":{\"200007\":100}}", stream ? "true" : "false", choices[i]);
+            long st = post(sv, CHAT, body, &out);
+            if (stream) {
+                join_stream(buf_s(&out), &c, &r, &n, &a, &f);
+            } else {
+                cJSON *o = cJSON_Parse(buf_s(&out));
+                const cJSON *ch = cJSON_GetArrayItem(J(o, "choices"), 0), *m = J(ch, "message"),
+                            *call = J(cJSON_GetArrayItem(J(m, "tool_calls"), 0), "function");
+                if (cJSON_GetArraySize(J(m, "tool_calls")) == 1 && jstr(call, "name") && jstr(call, "arguments"))
+                    buf_str(&n, jstr(call, "name")), buf_str(&a, jstr(call, "arguments"));
+                if (jstr(ch, "finish_reason")) buf_str(&f, jstr(ch, "finish_reason"));
+                cJSON_Delete(o);
+            }
+            CHECKF(st == 200 && (i == 0 || !strcmp(buf_s(&n), "get_time")) && args_valid(buf_s(&n), buf_s(&a), NULL) &&
+                       !strcmp(buf_s(&f), "tool_calls"),
+                   "tiny gpt_oss, tool_choice %s%s: %ld call %s(%s) finish %s: %.1200s", choices[i],
+                   stream ? " stream" : "", st, buf_s(&n), buf_s(&a), buf_s(&f), buf_s(&out));
+            buf_free(&out), buf_free(&c), buf_free(&r), buf_free(&n), buf_free(&a), buf_free(&f);
+        }
+}
+
 /* The prompt's text through /tokenize and /detokenize with `extra` fields. */
 static void prompt_text(server *sv, const char *extra, buf *text) {
     char body[1024];
@@ -437,6 +499,12 @@ int main(void) {
         server_stop(&sv, 10);
     }
     phase("reasoning");
+    if (start(&sv, "harmony gpt_oss", gptoss_model(), "") == 0) {
+        test_forced_random(&sv);
+        CHECK(wait_idle(&sv, 5));
+        server_stop(&sv, 10);
+    }
+    phase("tiny gpt_oss");
     curl_global_cleanup();
     return test_summary();
 }
