@@ -800,6 +800,12 @@ static void test_grammar_harmony(void) {
         {0, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}<|call|>", 0}, /* args */
         {0, "<|channel|>final<|message|>Hi<|call|>", 0},
         {0, "<|channel|>analysis<|message|>x<|end|>", 0}, /* reasoning alone */
+        {0, "<|channel|>analysis<|message|>a << b <|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {0, "<|channel|>analysis<|message|>x <<<|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {0, "<|channel|>analysis<|message|>x <|foo|><|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 0}, /* a marker's text in it */
         {0, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|><|start|>assistant"
             "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 0}, /* one call */
     };

@@ -156,7 +156,8 @@ typedef struct {
 } toolcall_harmony_ids;
 
 /* moe8_toolcall_grammar for harmony (gpt-oss): an optional analysis message
- * "<|channel|>analysis<|message|>TEXT<|end|><|start|>assistant" (reasoning,
+ * "<|channel|>analysis<|message|>TEXT<|end|><|start|>assistant" (TEXT
+ * without "<|", which the output parser would read as a marker; reasoning,
  * as vLLM's gpt-oss structural tag allows), then one call to any of the
  * n_tools tools, "<|channel|>commentary to=functions.NAME <|constrain|>json
  * <|message|>" ARGS, then <|call|> (ids->call; -1: left to the EOS ids).

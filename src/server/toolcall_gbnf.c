@@ -13,7 +13,8 @@
  * optional analysis message, then one call as OpenAI's harmony docs write
  * it, "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>"
  * and the arguments, then <|call|> (the end of the output when it is an EOS
- * id, else named).
+ * id, else named). The analysis text holds no "<|" (the output parser reads
+ * markers from text, so a marker spelled in it would end the message).
  *
  * Does not: read model output (toolcall.c), or make the arguments' rules
  * (tools.c, from the tools' JSON Schemas).
@@ -140,7 +141,7 @@ static int gbnf_harmony_call(moe8_buf *b, int i, const char *name, const char *a
 char *moe8_toolcall_grammar_harmony(const char *const *names, const char *const *arg_rules, int n_tools,
                                     const toolcall_harmony_ids *ids) {
     moe8_buf b = {0};
-    char line[160];
+    char line[320];
     int bad = 0;
     if (n_tools < 1 || !names || !arg_rules || !ids || ids->channel < 0 || ids->message < 0 ||
         ids->constrain < 0 || ids->end < 0 || ids->start < 0)
@@ -148,7 +149,8 @@ char *moe8_toolcall_grammar_harmony(const char *const *names, const char *const 
     for (int i = 0; i < n_tools; i++)
         if (!names[i] || !names[i][0] || strpbrk(names[i], " <") || !is_rule_name(arg_rules[i])) return NULL;
     snprintf(line, sizeof line, "root ::= toolcall-think? toolcall-call\n"
-             "toolcall-think ::= <[%d]> \"analysis\" <[%d]> [^\\x00]* <[%d]> <[%d]> \"assistant\"\n",
+             "toolcall-think ::= <[%d]> \"analysis\" <[%d]> toolcall-text <[%d]> <[%d]> \"assistant\"\n"
+             "toolcall-text ::= ([^<] | \"<\"+ [^<|])* \"<\"*\n",
              (int)ids->channel, (int)ids->message, (int)ids->end, (int)ids->start);
     bad |= moe8_buf_str(&b, line) || moe8_buf_str(&b, "toolcall-call ::=");
     for (int i = 0; i < n_tools; i++) {
