@@ -236,7 +236,8 @@ moe8_status moe8_gptoss_bind_experts(moe8_model *m, int64_t l, moe8_layer *ly, m
     if (l == 0) /* the one line a user sees (the CLI shows WARN and above) */
         moe8_log(mx ? MOE8_LOG_WARN : MOE8_LOG_INFO, "'%s': gpt_oss experts %s", m->dir,
                  mx ? "MXFP4: converted to W8A8_DYNAMIC (int8 per row) as each layer is "
-                      "packed (float experts: their exact values)"
+                      "packed, or read so converted from the packed cache (float experts: their "
+                      "exact values)"
                     : "stacked float: written out per expert at load");
     return MOE8_OK;
 }
