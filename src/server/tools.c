@@ -167,18 +167,25 @@ done:
     return rc;
 }
 
-/* Harmony's call grammar, its special tokens' ids from the tokenizer;
- * <|call|> named in it unless it is an EOS id (then it ends the output). */
+/* Harmony's special tokens' ids from the tokenizer: 0, or -1 when one is
+ * missing (a harmony parser forced on a model whose tokenizer lacks them). */
+static int harmony_ids(const srv *s, toolcall_harmony_ids *ids) {
+    const moe8_tokenizer *t = s->tok;
+    ids->channel = t ? moe8_tokenizer_token_id(t, "<|channel|>") : -1;
+    ids->message = t ? moe8_tokenizer_token_id(t, "<|message|>") : -1;
+    ids->constrain = t ? moe8_tokenizer_token_id(t, "<|constrain|>") : -1;
+    ids->end = t ? moe8_tokenizer_token_id(t, "<|end|>") : -1;
+    ids->start = t ? moe8_tokenizer_token_id(t, "<|start|>") : -1;
+    ids->call = t ? moe8_tokenizer_token_id(t, "<|call|>") : -1;
+    return ids->channel < 0 || ids->message < 0 || ids->constrain < 0 || ids->end < 0 || ids->start < 0 ||
+                   ids->call < 0 ? -1 : 0;
+}
+
+/* Harmony's call grammar; <|call|> named in it unless it is an EOS id
+ * (then it ends the output). */
 static char *harmony_grammar(srv *s, const char *const *names, const char *const *rules, int n) {
     toolcall_harmony_ids ids;
-    const moe8_tokenizer *t = s->tok;
-    ids.channel = moe8_tokenizer_token_id(t, "<|channel|>");
-    ids.message = moe8_tokenizer_token_id(t, "<|message|>");
-    ids.constrain = moe8_tokenizer_token_id(t, "<|constrain|>");
-    ids.end = moe8_tokenizer_token_id(t, "<|end|>");
-    ids.start = moe8_tokenizer_token_id(t, "<|start|>");
-    ids.call = moe8_tokenizer_token_id(t, "<|call|>");
-    if (ids.call < 0) return NULL;
+    if (harmony_ids(s, &ids)) return NULL;
     if (moe8_grammar_vocab_is_eos(s->gvocab, ids.call)) ids.call = -1;
     return moe8_toolcall_grammar_harmony(names, rules, n, &ids);
 }
@@ -277,6 +284,13 @@ int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if (j->tool_format == TOOLCALL_NONE)
         return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
                       "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2|qwen3_coder");
+    if (mode >= 2 && j->tool_format == TOOLCALL_HARMONY) {
+        toolcall_harmony_ids ids;
+        if (harmony_ids(s, &ids))
+            return moe8_oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function with the harmony "
+                               "format needs its special tokens (<|channel|>, <|message|>, <|constrain|>, <|end|>, "
+                               "<|start|>, <|call|>), which this model's tokenizer lacks");
+    }
     if (!(j->tc = moe8_toolcall_new(j->tool_format, tools))) return moe8_oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
