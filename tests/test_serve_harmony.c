@@ -417,6 +417,7 @@ static void test_forced_random(server *sv) {
                 cJSON_Delete(o);
             }
             CHECKF(st == 200 && (i == 0 || !strcmp(buf_s(&n), "get_time")) && args_valid(buf_s(&n), buf_s(&a), NULL) &&
+                       a.n && buf_s(&a)[a.n - 1] == '}' && /* the grammar's whitespace after the JSON dropped */
                        !strcmp(buf_s(&f), "tool_calls"),
                    "tiny gpt_oss, tool_choice %s%s: %ld call %s(%s) finish %s: %.1200s", choices[i],
                    stream ? " stream" : "", st, buf_s(&n), buf_s(&a), buf_s(&f), buf_s(&out));
