@@ -174,6 +174,10 @@ static const parse_case CASES[] = {
      "", "", "get_weather {} ok;"},
     {"call_cut_by_eos", 1, CALL_HDR "\n{\"city\": \"Rome\"}", "", "", "get_weather {\"city\": \"Rome\"} ok;"},
     {"call_empty_body", 1, CALL_HDR "<|call|>", "", "", "get_weather {} ok;"},
+    {"call_trailing_ws", 1, CALL_HDR " \n{\"city\": \"Paris\"}\n\t\t  <|call|>", "", "",
+     "get_weather {\"city\": \"Paris\"} ok;"},
+    {"call_inner_ws", 1, CALL_HDR "{ \"city\" :  \"a  b\" }\n<|call|>", "", "", "get_weather { \"city\" :  \"a  b\" } ok;"},
+    {"call_ws_cut_by_eos", 1, CALL_HDR "{}\n\n", "", "", "get_weather {} ok;"},
     {"two_calls", 1, CALL_HDR "{\"city\": \"A\"}<|call|><|start|>assistant" CALL_HDR "{\"city\": \"B\"}<|call|>",
      "", "", "get_weather {\"city\": \"A\"} ok;get_weather {\"city\": \"B\"} ok;"},
     {"preamble_then_call", 1, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant" CALL_HDR

@@ -12,7 +12,8 @@
  *   - gpt_oss (make-model's tiny, MXFP4): its exact fp32 experts at TP=2 and
  *     EP=2 within 1e-5 (sinks split with their heads, the o and down biases
  *     added once); as downloaded (W8A8 experts) EP=2 within 1e-5, TP=2
- *     cosine >= 0.9999;
+ *     cosine >= 0.9999; with each rank's packed cache (written, then read:
+ *     the converted experts' row scales from it) bit-identical to without;
  *   - failures, each ending every rank non-zero within 10 s with a message:
  *     a corrupt shard on rank 1 (names the file), different flags on one
  *     rank, a split the model cannot take, -np and --tp that disagree, the
@@ -354,6 +355,22 @@ static void test_gpt_oss(void) {
         CHECK(n2 == 1024 && !strcmp(ids1, ids2));
         rel = rel_max(g_par, g_ref, 1024);
         CHECKF(rel <= 1e-5, "gpt_oss EP=2 (%s): rel %.3g", fl ? "fp32" : "W8A8", rel);
+    }
+    /* W8A8 with each rank's packed cache: written, then read (the MXFP4 experts' row
+     * scales from it, nothing decoded), both bit-identical to the runs without it */
+    static float nc[1024];
+    for (int ep = 0; ep < 2; ep++) {
+        const char *par = ep ? "--tp 2 --expert-parallel" : "--tp 2";
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids 5,17,42,3,99,7,8,9 -n 4 --no-cache", dir);
+        CHECK(run_gen(MPIRUN " -np 2", par, args, ids2, nc, 1024) == 1024);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/.moe8-cache'", dir);
+        CHECK(sh(cmd, NULL) == 0);
+        snprintf(args, sizeof args, "-m '%s' --prompt-ids 5,17,42,3,99,7,8,9 -n 4", dir);
+        for (int pass = 0; pass < 2; pass++) {
+            CHECK(run_gen(MPIRUN " -np 2", par, args, ids2, g_par, 1024) == 1024);
+            CHECKF(!memcmp(g_par, nc, sizeof nc), "gpt_oss %s, packed cache %s: logits differ from no cache",
+                   par, pass ? "read" : "written");
+        }
     }
 }
 

@@ -22,6 +22,10 @@
  *              biases folded; and with linear_float) against the float model
  *   corrupt    an MXFP4 scales tensor of the wrong shape, and a scale of 255,
  *              refused naming the tensor
+ *   cache      the packed cache of an MXFP4 folder: the second load decodes
+ *              nothing (the log says so), its logits bit-identical to the
+ *              first's and to a load without the cache; a rewritten MXFP4
+ *              file invalidates it (decoded again, new logits)
  */
 #include "test.h"
 
@@ -372,6 +376,71 @@ static void test_quantize(const char *mx) {
     free(lf), free(lq), free(la);
 }
 
+/* The log lines of a load: how many say the MXFP4 experts were decoded, how
+ * many that their conversion came from the packed cache. */
+static int g_decoded, g_from_cache;
+static void count_log(moe8_log_level level, const char *msg, void *user) {
+    (void)level, (void)user;
+    g_decoded += strstr(msg, "gpt_oss MXFP4 experts decoded") != NULL;
+    g_from_cache += strstr(msg, "conversion read from the packed cache (nothing decoded)") != NULL;
+}
+
+/* W8A8 logits of dir (its packed cache used, or none), with the load's log counted. */
+static void cached_logits(const char *dir, int no_cache, const int32_t *ids, float *out) {
+    moe8_model_params mp = moe8_model_params_default();
+    moe8_model *m = NULL;
+    moe8_error e;
+    mp.n_threads = 2;
+    mp.no_cache = no_cache;
+    g_decoded = g_from_cache = 0;
+    moe8_set_log(count_log, NULL);
+    CHECKF(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK, "load %s: %s", dir, e.message);
+    if (!m) exit(2);
+    g_float_experts = 0;
+    logits_of(m, ids, 100, out);
+    moe8_model_free(m);
+    moe8_set_log(NULL, NULL);
+}
+
+/* The MXFP4 folder's packed cache keeps the converted experts with their row
+ * scales: the first load decodes (into the cache, then reads it back), the
+ * second decodes nothing, both bit-identical to a load without the cache; a
+ * rewritten MXFP4 file (its fingerprint: mtime) is decoded again. */
+static void test_mxfp4_cache(void) {
+    static const char *blk = "model.layers.0.mlp.experts.gate_up_proj_blocks";
+    int32_t ids[NT];
+    float *l0 = malloc(sizeof(float) * NT * V), *l1 = malloc(sizeof(float) * NT * V),
+          *l2 = malloc(sizeof(float) * NT * V);
+    char dir[4096], alt[4096], cmd[8400];
+    snprintf(dir, sizeof dir, "%s", test_tmpdir("gptoss_cache"));
+    snprintf(alt, sizeof alt, "%s", test_tmpdir("gptoss_cache_changed"));
+    make(dir, 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/.moe8-cache'", dir);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < NT; i++) ids[i] = (i * 53 + 7) % V;
+    cached_logits(dir, 1, ids, l0);
+    CHECKF(g_decoded == 1 && g_from_cache == 0, "no cache: %d decoded, %d from the cache", g_decoded, g_from_cache);
+    cached_logits(dir, 0, ids, l1);
+    CHECKF(g_decoded == 1 && g_from_cache == 1, "first load: %d decoded, %d from the cache", g_decoded,
+           g_from_cache);
+    cached_logits(dir, 0, ids, l2);
+    CHECKF(g_decoded == 0 && g_from_cache == 1, "second load: %d decoded, %d from the cache", g_decoded,
+           g_from_cache);
+    CHECK(!memcmp(l0, l1, sizeof(float) * NT * V) && !memcmp(l1, l2, sizeof(float) * NT * V));
+    /* one byte of layer 0's experts changed, the file rewritten */
+    corrupt(dir, alt, blk, 0, NULL, 0x77);
+    snprintf(cmd, sizeof cmd, "mv '%s/model.safetensors' '%s/model.safetensors'", alt, dir);
+    CHECK(system(cmd) == 0);
+    cached_logits(dir, 0, ids, l1);
+    CHECKF(g_decoded == 1, "changed file: %d decoded, %d from the cache", g_decoded, g_from_cache);
+    CHECK(memcmp(l1, l2, sizeof(float) * NT * V) != 0);
+    cached_logits(dir, 1, ids, l0);
+    CHECK(!memcmp(l0, l1, sizeof(float) * NT * V));
+    printf("gpt_oss MXFP4 packed cache: second load decoded nothing, logits bit-identical; a changed "
+           "file decoded again\n");
+    free(l0), free(l1), free(l2);
+}
+
 int main(void) {
     char mx[4096], bf[4096];
     test_config();
@@ -385,5 +454,6 @@ int main(void) {
     test_quantize(mx);
     test_inspect(mx);
     test_corrupt(mx);
+    test_mxfp4_cache();
     return test_summary();
 }

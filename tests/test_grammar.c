@@ -249,6 +249,9 @@ static void test_parse_errors(void) {
         {"root ::= \"a\"{99999}", "line 1 col 14: in rule 'root': repetition count above the limit of 10000"},
         {"root ::= \"a\"{2", "expecting '}' to close the repetition"},
         {"root ::= *", "line 1 col 10: in rule 'root': '*' has no item before it to repeat"},
+        {"root ::= <[x]>", "line 1 col 10: in rule 'root': expecting a token id '<[N]>'"},
+        {"root ::= \"a\" <[12]", "line 1 col 14: in rule 'root': expecting ']>' to close the token id"},
+        {"root ::= <[999999999]>", "token id past 268435455"},
         {"root ::= \"a\"+?", "'?' has no item before it to repeat"},
         {"root ::= \"a\" )", "line 1 col 14: in rule 'root': unexpected ')' without a '(' before it"},
         {"root ::= \"a\" ::= \"b\"", "line 1 col 14: in rule 'root': unexpected ':' (expecting the end of the line)"},
@@ -1389,9 +1392,39 @@ static void test_vocab(void) {
     moe8_grammar_destroy(g);
     if (qv) {
         size_t n;
-        /* special tokens and ids past the tokenizer's vocabulary have no bytes */
-        CHECK(moe8_grammar_vocab_token(qv, 151644, &n) == NULL && n == 0);
+        char ref[GRAMMAR_TOKEN_REF_LEN];
+        const char *b;
+        /* a special token has its reference's bytes (0xFF, then the id in 7-bit groups);
+         * ids past the tokenizer's vocabulary have none */
+        moe8_grammar_token_ref(151644, ref);
+        b = moe8_grammar_vocab_token(qv, 151644, &n);
+        CHECK(b && n == 5 && !memcmp(b, "\xff\x80\x89\xa0\xdc", 5) && !memcmp(b, ref, 5));
         CHECK(moe8_grammar_vocab_token(qv, 151900, &n) == NULL);
+        /* `<[N]>` takes that token alone, never its text spelled by others; a grammar
+         * that names no special token never allows one (151643..151656 are Qwen3's
+         * special: true tokens; <tool_call>, <think> and the rest after are text) */
+        {
+            grammar *gr = compile_or_die("root ::= \"a\" <[151644]> \"b\"\n");
+            grammar *any = compile_or_die("root ::= [^\\x00]*\n");
+            grammar_state *s1, *s2;
+            uint32_t *mk = calloc((size_t)(moe8_grammar_vocab_n_vocab(qv) + 31) / 32, 4);
+            int n_allowed = 0, specials = 0;
+            moe8_grammar_state_new(gr, &s1, NULL);
+            moe8_grammar_state_new(any, &s2, NULL);
+            CHECK(moe8_grammar_accept_bytes(s1, "a", 1, NULL) == MOE8_OK);
+            moe8_grammar_mask(s1, qv, mk);
+            for (int32_t t = 0; t < moe8_grammar_vocab_n_vocab(qv); t++) n_allowed += (mk[t / 32] >> (t % 32)) & 1;
+            CHECKF(n_allowed == 1 && (mk[151644 / 32] >> (151644 % 32) & 1), "%d tokens allowed", n_allowed);
+            CHECK(moe8_grammar_accept_bytes(s1, "<|im_start|>", 12, NULL) != MOE8_OK);
+            CHECK(moe8_grammar_accept(s1, qv, 151644, NULL) == MOE8_OK);
+            CHECK(moe8_grammar_accept_bytes(s1, "b", 1, NULL) == MOE8_OK && moe8_grammar_can_end(s1) == 2);
+            moe8_grammar_mask(s2, qv, mk);
+            for (int32_t t = 151643; t < 151657; t++) specials += t != QWEN_EOS && ((mk[t / 32] >> (t % 32)) & 1);
+            CHECKF(specials == 0 && (mk[0] & 1), "%d specials allowed, mask word 0 %x", specials, mk[0]);
+            moe8_grammar_state_free(s1), moe8_grammar_state_free(s2);
+            moe8_grammar_destroy(gr), moe8_grammar_destroy(any);
+            free(mk);
+        }
         CHECK(moe8_grammar_vocab_token(qv, QWEN_EOS, &n) == NULL);
         printf("qwen3 trie: %.2f MB\n", (double)moe8_grammar_vocab_bytes(qv) / 1e6);
         CHECK(moe8_grammar_vocab_bytes(qv) < 10u << 20);

@@ -10,7 +10,9 @@
  * whose `days` is an integer in range and `metric` (when there) a boolean;
  * the same request streamed gives the same call, its deltas joined. Then
  * the fixture with Qwen3.5's chat template and no --tool-call-parser: the
- * server finds qwen3_coder in the template and does the same.
+ * server finds qwen3_coder in the template and does the same. And
+ * --tool-call-parser openai (harmony) there: required is a 400 naming the
+ * special tokens the tokenizer lacks.
  */
 #include "serve_test.h"
 
@@ -138,6 +140,28 @@ static void use_qwen35_template(const char *dir) {
     free(tmpl);
 }
 
+/* --tool-call-parser openai (harmony) on a tokenizer without harmony's
+ * special tokens: required is a 400 naming them, not a broken grammar. */
+static void check_harmony_without_tokens(const char *dir) {
+    server sv;
+    char args[4600], body[2048];
+    buf out = {0};
+    snprintf(args, sizeof args, "-m '%s' --ctx-size 2048 --threads 2 --served-model-name " NAME
+             " --tool-call-parser openai", dir);
+    if (server_start(&sv, "openai", NULL, args) != 0) {
+        CHECKF(0, "openai: the server did not start");
+        return;
+    }
+    snprintf(body, sizeof body, BODY, 1, "");
+    long st = post(&sv, CHAT, body, &out);
+    CHECKF(st == 400 && strstr(buf_s(&out), "\"param\":\"tool_choice\"") && strstr(buf_s(&out), "<|channel|>") &&
+               strstr(buf_s(&out), "lacks"),
+           "harmony required without its tokens: %ld %.600s", st, buf_s(&out));
+    buf_free(&out);
+    CHECK(wait_idle(&sv, 5));
+    server_stop(&sv, 10);
+}
+
 int main(void) {
     fx_opts o = serve_fixture_opts();
     const char *dir;
@@ -151,6 +175,8 @@ int main(void) {
     phase("minimax_m2");
     check_parser(dir, "qwen3_coder", "qwen3_coder");
     phase("qwen3_coder");
+    check_harmony_without_tokens(dir);
+    phase("openai without harmony's tokens");
     use_qwen35_template(dir);
     check_parser(dir, "qwen3_5 template", NULL);
     phase("qwen3_5 template");

@@ -763,6 +763,80 @@ static int takes(const char *gbnf, const char *text) {
     return ok;
 }
 
+/* Harmony's grammar names its special tokens: text with each <|x|> as its
+ * token reference's bytes (grammar.h) in place of the marker. */
+static void harmony_text(const char *s, char *out) {
+    static const struct { const char *mark; int32_t id; } M[] = {
+        {"<|channel|>", 200005}, {"<|message|>", 200008}, {"<|constrain|>", 200003}, {"<|end|>", 200007},
+        {"<|start|>", 200006},   {"<|call|>", 200012}};
+    size_t n = 0;
+    while (*s) {
+        size_t k = 0;
+        while (k < sizeof M / sizeof *M && strncmp(s, M[k].mark, strlen(M[k].mark))) k++;
+        if (k < sizeof M / sizeof *M) {
+            moe8_grammar_token_ref(M[k].id, out + n);
+            n += GRAMMAR_TOKEN_REF_LEN, s += strlen(M[k].mark);
+        } else {
+            out[n++] = *s++;
+        }
+    }
+    out[n] = '\0';
+}
+
+static void test_grammar_harmony(void) {
+    static const char *const names[] = {"get_weather", "get_time"}, *const rules[] = {"w-args", "t-args"};
+    static const struct {
+        int call_eos; /* <|call|> an EOS id: not in the grammar */
+        const char *text;
+        int ok;
+    } C[] = {
+        {0, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>", 1},
+        {0, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {0, "<|channel|>analysis<|message|>Let me think.<|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {1, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}", 1},
+        {0, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}", 0},  /* no <|call|> */
+        {0, "<|channel|>commentary to=functions.get_other <|constrain|>json<|message|>{}<|call|>", 0},
+        {0, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{}<|call|>", 0}, /* args */
+        {0, "<|channel|>final<|message|>Hi<|call|>", 0},
+        {0, "<|channel|>analysis<|message|>x<|end|>", 0}, /* reasoning alone */
+        {0, "<|channel|>analysis<|message|>a << b <|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {0, "<|channel|>analysis<|message|>x <<<|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 1},
+        {0, "<|channel|>analysis<|message|>x <|foo|><|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 0}, /* a marker's text in it */
+        {0, "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|><|start|>assistant"
+            "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>", 0}, /* one call */
+    };
+    toolcall_harmony_ids ids = {200005, 200008, 200003, 200007, 200006, 200012};
+    for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+        char text[1024], *g;
+        moe8_buf b = {0};
+        ids.call = C[i].call_eos ? -1 : 200012;
+        g = moe8_toolcall_grammar_harmony(names, rules, 2, &ids);
+        moe8_buf_str(&b, g ? g : "");
+        moe8_buf_str(&b, "w-args ::= \"{\\\"city\\\": \" (\"\\\"Paris\\\"\" | \"\\\"Rome\\\"\") \"}\"\n"
+                         "t-args ::= \"{}\"\n");
+        harmony_text(C[i].text, text);
+        CHECKF(g && takes(b.p, text) == C[i].ok, "harmony grammar case %zu: want %s\n%s", i,
+               C[i].ok ? "taken" : "refused", b.p);
+        if (C[i].ok) { /* the same text spelled by ordinary tokens' bytes is never taken */
+            CHECKF(!takes(b.p, C[i].text), "harmony case %zu: its markers as text taken", i);
+        }
+        moe8_buf_free(&b);
+        free(g);
+    }
+    CHECK(moe8_toolcall_grammar_harmony(names, rules, 0, &ids) == NULL);
+    ids.start = -1;
+    CHECK(moe8_toolcall_grammar_harmony(names, rules, 2, &ids) == NULL);
+    ids.start = 200006;
+    {
+        const char *const bad[] = {"get time"};
+        CHECK(moe8_toolcall_grammar_harmony(bad, rules, 1, &ids) == NULL);
+    }
+}
+
 static void test_grammar_xml(void) {
     static const toolcall_xml_param WP[] = {{"city", NULL, 1}, {"days", "days-val", 0}};
     static const toolcall_xml_tool T[] = {{"get_weather", WP, 2}, {"noparams", NULL, 0}};
@@ -864,6 +938,7 @@ int main(void) {
     test_names();
     test_grammar();
     test_grammar_xml();
+    test_grammar_harmony();
     cJSON_Delete(g_tools);
     return test_summary();
 }

@@ -58,10 +58,24 @@ moe8_status moe8_json_schema_to_gbnf(const char *schema_json, size_t len, char *
 /* GBNF of "any JSON object" (response_format json_object). */
 const char *moe8_grammar_json_object(void);
 
+/* A token reference: GBNF `<[N]>` (llama.cpp's syntax) matches token N
+ * alone, never its text spelled by other tokens (harmony's <|channel|>,
+ * <|message|>: toolcall_gbnf.c). It stands for GRAMMAR_TOKEN_REF_LEN bytes
+ * that no valid UTF-8 holds: 0xFF, then N in four 7-bit groups, high first,
+ * each 0x80 | bits (moe8_grammar_token_ref). moe8_grammar_vocab_new gives
+ * every special token those bytes and drops the tokens whose bytes hold
+ * 0xFF (no grammar could take them before), so a special token is allowed
+ * only where a grammar names it. An EOS id never matches a reference (it
+ * has no bytes: the grammar's end is where it may come). */
+#define GRAMMAR_TOKEN_REF_LEN 5
+#define GRAMMAR_TOKEN_REF_MAX 0x0FFFFFFF
+void moe8_grammar_token_ref(int32_t id, char out[GRAMMAR_TOKEN_REF_LEN]);
+
 typedef struct grammar_vocab grammar_vocab; /* token bytes as a trie; built once, shared read-only */
 /* eos_ids: the ids allowed only where the grammar may end (they carry no
- * bytes). Tokens with no bytes, special tokens (MOE8_TOKEN_SPECIAL) and ids at
- * or past the tokenizer's vocabulary are never allowed otherwise. */
+ * bytes). Tokens with no bytes and ids at or past the tokenizer's vocabulary
+ * are never allowed otherwise; special tokens (MOE8_TOKEN_SPECIAL) only where
+ * the grammar names them (`<[N]>`, above). */
 moe8_status moe8_grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, const int32_t *eos_ids,
                               int32_t n_eos, grammar_vocab **out, moe8_error *err);
 /* The same from raw token bytes: token t is bytes[t][0..lens[t]) (lens[t] == 0
@@ -72,6 +86,8 @@ moe8_status moe8_grammar_vocab_new_raw(int32_t n_vocab, const char *const *bytes
 void moe8_grammar_vocab_free(grammar_vocab *v);
 int32_t moe8_grammar_vocab_n_vocab(const grammar_vocab *v);
 size_t moe8_grammar_vocab_bytes(const grammar_vocab *v); /* memory of the trie and token bytes */
+/* 1 when t is one of v's EOS ids. */
+int moe8_grammar_vocab_is_eos(const grammar_vocab *v, int32_t t);
 /* Token t's bytes (NULL and *n = 0 when t has none or is an EOS id). */
 const char *moe8_grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n);
 

@@ -1,7 +1,8 @@
 /*
  * grammar_mask.c — the vocabulary as a byte trie, and the per-step mask.
  *
- * Trie: every allowed token (bytes, not special, not EOS) sorted by its
+ * Trie: every allowed token (bytes, not EOS; a special token by its
+ * reference's bytes, grammar.h's `<[N]>`) sorted by its
  * bytes; nodes in preorder as parallel arrays (edge byte, depth, subtree end,
  * tokens ending there), so a walk is a forward scan that jumps to end[i] to
  * skip a rejected subtree. Qwen3's 151,655 text tokens make 333 k nodes,
@@ -173,6 +174,7 @@ moe8_status moe8_grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, c
                               int32_t n_eos, grammar_vocab **out, moe8_error *err) {
     const char **bytes;
     size_t *lens;
+    char *refs;
     int32_t n_tok;
     moe8_status st;
     if (!tok || n_vocab <= 0)
@@ -185,15 +187,31 @@ moe8_status moe8_grammar_vocab_new(const moe8_tokenizer *tok, int32_t n_vocab, c
         free(bytes), free(lens);
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar vocabulary: out of memory");
     }
+    refs = malloc((size_t)n_vocab * GRAMMAR_TOKEN_REF_LEN);
+    if (!refs) {
+        free(bytes), free(lens);
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "grammar vocabulary: out of memory");
+    }
     for (int32_t t = 0; t < n_vocab && t < n_tok; t++) {
         unsigned flags = 0;
         size_t n = 0;
         const char *b = moe8_tokenizer_token_bytes(tok, t, &n, &flags);
-        if (b && n && !(flags & MOE8_TOKEN_SPECIAL)) bytes[t] = b, lens[t] = n;
+        if (flags & MOE8_TOKEN_SPECIAL) { /* its reference's bytes: only a grammar naming it takes it */
+            moe8_grammar_token_ref(t, refs + (size_t)t * GRAMMAR_TOKEN_REF_LEN);
+            bytes[t] = refs + (size_t)t * GRAMMAR_TOKEN_REF_LEN, lens[t] = GRAMMAR_TOKEN_REF_LEN;
+        } else if (b && n && !memchr(b, 0xFF, n)) { /* 0xFF: no UTF-8, and it begins references */
+            bytes[t] = b, lens[t] = n;
+        }
     }
     st = moe8_grammar_vocab_new_raw(n_vocab, bytes, lens, eos_ids, n_eos, out, err);
-    free(bytes), free(lens);
+    free(bytes), free(lens), free(refs);
     return st;
+}
+
+void moe8_grammar_token_ref(int32_t id, char out[GRAMMAR_TOKEN_REF_LEN]) {
+    const uint32_t u = (uint32_t)id & GRAMMAR_TOKEN_REF_MAX;
+    out[0] = (char)0xFF;
+    for (int k = 0; k < 4; k++) out[1 + k] = (char)(0x80 | ((u >> (7 * (3 - k))) & 0x7F));
 }
 
 int32_t moe8_grammar_vocab_n_vocab(const grammar_vocab *v) { return v->n_vocab; }
@@ -202,6 +220,10 @@ size_t moe8_grammar_vocab_bytes(const grammar_vocab *v) {
     return (size_t)v->n_nodes * (1 + 2 + 1 + 4 + 4) + (size_t)v->n_order * 4 +
            ((size_t)v->n_vocab + 1) * 4 + v->tok_off[v->n_vocab] + (size_t)v->n_words * 4 +
            (size_t)v->n_vocab;
+}
+
+int moe8_grammar_vocab_is_eos(const grammar_vocab *v, int32_t t) {
+    return v && t >= 0 && t < v->n_vocab && v->is_eos[t];
 }
 
 const char *moe8_grammar_vocab_token(const grammar_vocab *v, int32_t t, size_t *n) {

@@ -8,7 +8,8 @@
  * alternatives `|`; sequences; groups `( )`; `?` `*` `+` `{m}` `{m,}` `{m,n}`
  * after an item; string literals "..." and character classes [a-z] [^...]
  * with the escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH (code
- * points); `.` any character; `#` comments; names [A-Za-z0-9_-]+; the root
+ * points); `.` any character; `<[N]>` token N (grammar.h); `#` comments;
+ * names [A-Za-z0-9_-]+; the root
  * rule is `root`. Repetitions are rewritten as llama.cpp's parser does
  * (S{m,n} = m copies of S, then n-m nested optional rules; S* = a right-
  * recursive rule), so a generated rule has one caller. A literal is one
@@ -404,6 +405,29 @@ out:
     return i;
 }
 
+/* `<[N]>` at *i: token N, as the bytes grammar.h's moe8_grammar_token_ref
+ * gives it (one single-byte class each). */
+static int parse_token_ref(parser *P, size_t *i, uint32_t rule) {
+    const size_t s = *i;
+    size_t k = s + 2;
+    uint32_t v = 0;
+    char b[GRAMMAR_TOKEN_REF_LEN];
+    if (at(P, s + 1) != '[' || at(P, k) < '0' || at(P, k) > '9')
+        return moe8_gp_err(P, s, "expecting a token id '<[N]>'"), -1;
+    while (at(P, k) >= '0' && at(P, k) <= '9') {
+        v = v * 10 + (uint32_t)(at(P, k++) - '0');
+        if (v > GRAMMAR_TOKEN_REF_MAX) return moe8_gp_err(P, s, "token id past %u", (unsigned)GRAMMAR_TOKEN_REF_MAX), -1;
+    }
+    if (at(P, k) != ']' || at(P, k + 1) != '>') return moe8_gp_err(P, s, "expecting ']>' to close the token id"), -1;
+    *i = k + 2;
+    moe8_grammar_token_ref((int32_t)v, b);
+    for (int n = 0; n < GRAMMAR_TOKEN_REF_LEN; n++) {
+        const uint32_t c = moe8_gp_byte_class(P, (unsigned char)b[n], s);
+        if (c == G_NONE || push_el(P, &P->rules[rule].body, GE_TERM, c, (uint32_t)s)) return -1;
+    }
+    return 0;
+}
+
 static size_t parse_sequence(parser *P, size_t i, uint32_t rule, int nested) {
     uint32_t last = P->rules[rule].body.n;
     int have_last = 0;
@@ -424,6 +448,10 @@ static size_t parse_sequence(parser *P, size_t i, uint32_t rule, int nested) {
         } else if (c == '[') {
             last = P->rules[rule].body.n, have_last = 1;
             i = skip_space(P, parse_class(P, i, rule), nested);
+        } else if (c == '<') {
+            last = P->rules[rule].body.n, have_last = 1;
+            if (parse_token_ref(P, &i, rule)) return i;
+            i = skip_space(P, i, nested);
         } else if (c == '.') {
             cprange any = {0, 0x10FFFF};
             uint32_t cls = moe8_gp_range_class(P, &any, 1, 0, s);

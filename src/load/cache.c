@@ -23,7 +23,9 @@
  * DIR/.moe8-cache/ when it can be written, else
  * $XDG_CACHE_HOME/moe8/<folder>-<hash>/ (~/.cache/moe8). The name is
  * <table>-tp<N>r<R>[-ep][-lm8].pkc (-lm8: a float lm_head packed to int8,
- * --lm-head int8; the choice is in the fingerprint too). A builder holds flock(<name>.lock) from its
+ * --lm-head int8; the choice is in the fingerprint too, as is a gpt_oss
+ * MXFP4 folder's, whose layers' sections begin with the converted experts'
+ * row scales: moe_build.c). A builder holds flock(<name>.lock) from its
  * last look to the rename of <name>.tmp.<pid>, so a racing process waits and
  * then maps the winner's file; holding it, a builder removes the
  * <name>.tmp.<pid> files a killed build left.
@@ -74,6 +76,7 @@ typedef struct {
 typedef struct {
     const void *p;
     size_t bytes;
+    int owned;                     /* moe8_pcache_put_owned's: freed once written */
 } pc_region;
 
 struct moe8_pcache {
@@ -362,6 +365,11 @@ static moe8_status want_of(pc_head *h, const moe8_model *m, const moe8_kernels *
     h->source_fp = fold(fold(fold(1, fp[0]), fp[1]), fp[2]);
     h->lm_int8 = moe8_model_lm_head_int8(m);
     if (h->lm_int8) h->source_fp = fold(h->source_fp, 0x6c6d2d696e7438u); /* "lm-int8" */
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++)
+        if (moe8_gptoss_is_mxfp4(m, l)) { /* its sections hold the row scales (moe_build.c) */
+            h->source_fp = fold(h->source_fp, 0x6d78667034u); /* "mxfp4" */
+            break;
+        }
     return MOE8_OK;
 }
 
@@ -518,19 +526,34 @@ const void *moe8_pcache_take(moe8_pcache *pc, size_t bytes) {
     return pc->base + s->offset + at;
 }
 
-void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes) {
-    if (!pc || pc->reading || pc->bad) return;
+static void put_region(moe8_pcache *pc, const void *p, size_t bytes, int owned) {
+    if (!pc || pc->reading || pc->bad) {
+        if (owned) free((void *)p);
+        return;
+    }
     if (pc->n_reg == pc->cap_reg) {
         size_t cap = pc->cap_reg ? 2 * pc->cap_reg : 64;
         pc_region *r = realloc(pc->reg, cap * sizeof *r);
         if (!r) {
             pc->bad = 1;
+            if (owned) free((void *)p);
             return;
         }
         pc->reg = r;
         pc->cap_reg = cap;
     }
-    pc->reg[pc->n_reg++] = (pc_region){p, bytes};
+    pc->reg[pc->n_reg++] = (pc_region){p, bytes, owned};
+}
+
+void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes) { put_region(pc, p, bytes, 0); }
+
+void moe8_pcache_put_owned(moe8_pcache *pc, void *p, size_t bytes) { put_region(pc, p, bytes, 1); }
+
+/* The regions handed over so far forgotten (the owned ones freed). */
+static void drop_regions(moe8_pcache *pc) {
+    for (size_t r = 0; r < pc->n_reg; r++)
+        if (pc->reg[r].owned) free((void *)pc->reg[r].p);
+    pc->n_reg = 0;
 }
 
 /* ---- writing ---------------------------------------------------------------- */
@@ -590,7 +613,7 @@ void moe8_pcache_section_done(moe8_pcache *pc) {
         cur += pc->reg[r].bytes;
         shape = fold(shape ? shape : 1, pc->reg[r].bytes);
     }
-    pc->n_reg = 0;
+    drop_regions(pc);
     if (pc->failed) return;
     pc_sect sec = {0, cur, 0, shape}, *o = &pc->out[id];
     unsigned char *map = NULL;
@@ -668,6 +691,7 @@ moe8_status moe8_pcache_finish(moe8_pcache *pc, moe8_error *err) {
                              pc->path);
         return MOE8_OK;
     }
+    drop_regions(pc);
     free(pc->reg);
     pc->reg = NULL;
     pc->n_reg = pc->cap_reg = 0;
@@ -699,6 +723,7 @@ void moe8_pcache_free(moe8_pcache *pc) {
     if (pc->lock_fd >= 0) close(pc->lock_fd);
     unmap(pc);
     free(pc->shape);
+    drop_regions(pc);
     free(pc->reg);
     free(pc->out);
     free(pc);

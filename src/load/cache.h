@@ -42,6 +42,9 @@ void moe8_pcache_section(moe8_pcache *pc, int id);
 const void *moe8_pcache_take(moe8_pcache *pc, size_t bytes);
 /* Writing: `bytes` at p (valid until moe8_pcache_section_done) are the next region. */
 void moe8_pcache_put(moe8_pcache *pc, const void *p, size_t bytes);
+/* moe8_pcache_put of a malloc'd p the cache frees once written (or at once
+ * when nothing is written: pc NULL, reading or failed). */
+void moe8_pcache_put_owned(moe8_pcache *pc, void *p, size_t bytes);
 /* Writing: the current section's regions to the temporary file (sections in
  * id order); the caller may free them after. A failure is kept for finish. */
 void moe8_pcache_section_done(moe8_pcache *pc);

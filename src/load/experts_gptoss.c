@@ -14,7 +14,9 @@
  *                        kernels' reference quant_rows), packed, and the
  *                        int8 freed — one layer at a time, so the model is
  *                        never resident as int8 beside its packed copy (the
- *                        packed cache then keeps it). With float experts
+ *                        packed cache then keeps it, with the row scales:
+ *                        a later load reads both from it and decodes
+ *                        nothing, moe8_gptoss_experts_cached). With float experts
  *                        (dequantize) the exact decoded values are used,
  *                        fp32, owned by the layer.
  *   stacked float        gate_up_proj [E][H][2I] (inputs first: column 2i
@@ -234,7 +236,8 @@ moe8_status moe8_gptoss_bind_experts(moe8_model *m, int64_t l, moe8_layer *ly, m
     if (l == 0) /* the one line a user sees (the CLI shows WARN and above) */
         moe8_log(mx ? MOE8_LOG_WARN : MOE8_LOG_INFO, "'%s': gpt_oss experts %s", m->dir,
                  mx ? "MXFP4: converted to W8A8_DYNAMIC (int8 per row) as each layer is "
-                      "packed (float experts: their exact values)"
+                      "packed, or read so converted from the packed cache (float experts: their "
+                      "exact values)"
                     : "stacked float: written out per expert at load");
     return MOE8_OK;
 }
@@ -312,6 +315,32 @@ moe8_status moe8_gptoss_experts(const moe8_model *m, int64_t l, int first, int l
         *block = NULL;
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': layer %lld: out of memory converting "
                          "its MXFP4 experts", m->dir, (long long)l);
+    }
+    return MOE8_OK;
+}
+
+moe8_status moe8_gptoss_experts_cached(const moe8_model *m, int64_t l, int first, int last,
+                                       const float *scales, moe8_moe_expert *ex, void **block,
+                                       moe8_error *err) {
+    const int64_t H = m->cfg.hidden_size, I = m->cfg.moe_intermediate_size;
+    const size_t ns = 2 * (size_t)I + (size_t)H;
+    /* the packed bytes come from the cache too: the codes are never read, but
+     * the layer wants int8 data; zeros, should a packing ever read them */
+    *block = moe8_alloc_aligned((size_t)(I * H));
+    if (!*block)
+        return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': layer %lld: out of memory", m->dir,
+                         (long long)l);
+    memset(*block, 0, (size_t)(I * H));
+    for (int e = first; e < last; e++) {
+        moe8_moe_weight *w[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
+        const size_t so[3] = {0, (size_t)I, 2 * (size_t)I};
+        for (int k = 0; k < 3; k++) {
+            w[k]->data = *block;
+            w[k]->dtype = MOE8_DT_I8;
+            w[k]->scale = scales + (size_t)(e - first) * ns + so[k];
+            w[k]->scale_dtype = MOE8_DT_F32;
+            w[k]->offset = NULL;
+        }
     }
     return MOE8_OK;
 }

@@ -247,5 +247,13 @@ int moe8_gptoss_is_mxfp4(const moe8_model *m, int64_t l);
  * (moe8_alloc_aligned; the caller frees it, or hands a float one to the layer). */
 moe8_status moe8_gptoss_experts(const moe8_model *m, int64_t l, int first, int last, int as_float,
                                 moe8_moe_expert *ex, void **block, moe8_error *err);
+/* The same experts when the packed cache holds them (int8 packed, and
+ * `scales`: per expert [gate I][up I][down H] fp32 row scales, experts
+ * [first, last) in order, as moe8_gptoss_experts makes them): ex[e] gets
+ * those scales and int8 data that is never read (zeros, in *block: the
+ * caller frees it). Nothing is decoded. */
+moe8_status moe8_gptoss_experts_cached(const moe8_model *m, int64_t l, int first, int last,
+                                       const float *scales, moe8_moe_expert *ex, void **block,
+                                       moe8_error *err);
 
 #endif

@@ -10,7 +10,9 @@
  * compared with its weights as it is packed (its pages still mapped) and a
  * disagreement logged at WARN, once per layer; it is not used (§4b). Each local expert's mapped pages are released as
  * soon as it is packed (SEMANTICS §6b: not resident twice, not even for a
- * whole layer while it packs).
+ * whole layer while it packs). gpt_oss's MXFP4 experts are converted here
+ * (experts_gptoss.c) unless the packed cache holds them: their row scales
+ * lead the layer's section (gptoss_convert).
  *
  * Dequantize mode (part->dequantize, W8A8/W4A8_DYNAMIC experts): the part is
  * dequantized to fp32, W = S·(Wq + O) (a FLOAT down widened), into one block
@@ -25,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "load/cache.h"
 #include "load/model.h"
@@ -219,6 +222,43 @@ static void desc_of(moe8_moe_layer_desc *d, const moe8_model *m, const moe8_laye
     }
 }
 
+/* gpt_oss's MXFP4 experts of layer `layer` (d's local range) into ex:
+ * with a packed cache, its section begins with their row scales (per
+ * expert [gate I][up I][down H] fp32), then the packed int8 (the layer's
+ * own region). Reading: both from the file, nothing decoded (one line says
+ * so, at the first layer). Else decoded and converted (experts_gptoss.c),
+ * the scales handed to a writing cache first. */
+static moe8_status gptoss_convert(const moe8_model *m, int64_t layer, const moe8_moe_layer_desc *d,
+                                  struct moe8_pcache *pc, int as_float, moe8_moe_expert *ex,
+                                  void **gx, moe8_error *err) {
+    const int ep = d->expert_last > d->expert_first;
+    const int first = ep ? d->expert_first : 0, last = ep ? d->expert_last : d->n_expert;
+    const size_t ns = 2 * (size_t)m->cfg.moe_intermediate_size + (size_t)m->cfg.hidden_size;
+    const size_t sbytes = ns * (size_t)(last - first) * sizeof(float);
+    const float *cached = !as_float && moe8_pcache_reading(pc) ? moe8_pcache_take(pc, sbytes) : NULL;
+    moe8_status st;
+    if (cached) {
+        if (layer == 0)
+            moe8_log(MOE8_LOG_WARN, "'%s': gpt_oss MXFP4 experts: their W8A8_DYNAMIC conversion "
+                     "read from the packed cache (nothing decoded)", m->dir);
+        return moe8_gptoss_experts_cached(m, layer, first, last, cached, ex, gx, err);
+    }
+    if (layer == 0)
+        moe8_log(MOE8_LOG_INFO, "'%s': gpt_oss MXFP4 experts decoded%s", m->dir,
+                 as_float ? " to fp32" : pc ? " and converted to W8A8_DYNAMIC into the packed cache"
+                                            : " and converted to W8A8_DYNAMIC");
+    if ((st = moe8_gptoss_experts(m, layer, first, last, as_float, ex, gx, err)) || as_float || !pc ||
+        moe8_pcache_reading(pc))
+        return st;
+    float *sc = malloc(sbytes);
+    if (!sc) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "'%s': layer %lld: out of memory", m->dir,
+                              (long long)layer);
+    for (int e = first; e < last; e++) /* gate's, up's and down's follow one another */
+        memcpy(sc + (size_t)(e - first) * ns, ex[e].gate.scale, ns * sizeof(float));
+    moe8_pcache_put_owned(pc, sc, sbytes);
+    return MOE8_OK;
+}
+
 moe8_status moe8_moe_layer_from_model(const moe8_model *m, int64_t layer, const moe8_moe_part *part,
                                       moe8_moe_layer **out, moe8_error *err) {
     return moe8_moe_layer_from_model_cached(m, layer, part, NULL, out, err);
@@ -267,9 +307,7 @@ moe8_status moe8_moe_layer_from_model_cached(const moe8_model *m, int64_t layer,
     const int gx_float = part && part->dequantize;
     st = MOE8_OK;
     if (moe8_gptoss_is_mxfp4(m, layer)) {
-        const int ep = d.expert_last > d.expert_first;
-        st = moe8_gptoss_experts(m, layer, ep ? d.expert_first : 0, ep ? d.expert_last : d.n_expert,
-                                 gx_float, ex, &gx, err);
+        st = gptoss_convert(m, layer, &d, pc, gx_float, ex, &gx, err);
         if (gx_float) d.quant = MOE8_QUANT_FLOAT; /* the exact values, fp32, the layer owns */
     }
     deq_mode = part && part->dequantize && d.quant != MOE8_QUANT_FLOAT;

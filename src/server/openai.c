@@ -389,7 +389,8 @@ static int parse_request(srv *s, const cJSON *root, job *j, moe8_buf *err) {
     if ((rc = parse_grammar(s, root, j, err))) return rc;
     /* thinking on: the model thinks freely, the grammar (response_format, grammar, or required /
      * named tools) constrains what follows the think block, as vLLM's reasoning parsers do */
-    if (j->grammar && j->thinking) j->rq.grammar_after = "</think>";
+    if (j->grammar && j->grammar_whole) j->rq.grammar_after = NULL; /* tools.c's harmony call */
+    else if (j->grammar && j->thinking) j->rq.grammar_after = "</think>";
     else if (j->grammar && s->tool_format == TOOLCALL_HARMONY) /* gpt-oss: the final channel's message */
         j->rq.grammar_after = "<|channel|>final<|message|>";
     return 0;

@@ -103,6 +103,8 @@ typedef struct job {
     int tool_format, tool_parallel; /* toolcall_format; parallel_tool_calls */
     int thinking;               /* chat: the answer starts with a think block (thinking on): its
                                  * grammar, if any, waits for "</think>" (rq.grammar_after) */
+    int grammar_whole;          /* harmony's tool_choice grammar: it covers the whole output
+                                 * (the analysis message too), so nothing waits */
     char *echo;                 /* completions with echo: the prompt's text, else NULL */
     size_t n_echo;
     int echo_sent;              /* stream: the echo chunk went out */

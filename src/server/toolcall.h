@@ -24,6 +24,7 @@
 #define MOE8_SERVER_TOOLCALL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     TOOLCALL_INVALID = -1, /* moe8_toolcall_format_from_name: no such parser */
@@ -147,6 +148,26 @@ typedef struct {
  * "\n" between calls. A string value is any text without "</". malloc'd text, or NULL: out of memory, n_tools < 1, f not
  * one of these, or a rule that is not a GBNF name. */
 char *moe8_toolcall_grammar_xml(toolcall_format f, const toolcall_xml_tool *tools, int n_tools, int parallel);
+
+/* gpt-oss's special tokens (ids in the model's tokenizer) that a harmony call
+ * is made of; call -1 when <|call|> ends the output by itself (an EOS id). */
+typedef struct {
+    int32_t channel, message, constrain, end, start, call;
+} toolcall_harmony_ids;
+
+/* moe8_toolcall_grammar for harmony (gpt-oss): an optional analysis message
+ * "<|channel|>analysis<|message|>TEXT<|end|><|start|>assistant" (TEXT
+ * without "<|", which the output parser would read as a marker; reasoning,
+ * as vLLM's gpt-oss structural tag allows), then one call to any of the
+ * n_tools tools, "<|channel|>commentary to=functions.NAME <|constrain|>json
+ * <|message|>" ARGS, then <|call|> (ids->call; -1: left to the EOS ids).
+ * The special tokens are token references (grammar.h's `<[N]>`), so only
+ * those tokens match them, never their text spelled otherwise. One call
+ * whatever `parallel` says: harmony ends the turn at <|call|>. malloc'd text,
+ * or NULL: out of memory, n_tools < 1, a name with ' ' or '<' (it would end
+ * the header), an id missing, or a rule that is not a GBNF name. */
+char *moe8_toolcall_grammar_harmony(const char *const *names, const char *const *arg_rules, int n_tools,
+                                    const toolcall_harmony_ids *ids);
 
 /* DeepSeek's markers: "<｜tool▁calls▁begin｜>" and so on (U+FF5C, U+2581 in UTF-8) */
 #define TOOLCALL_DS_MARK(a, b) "<\xef\xbd\x9ctool\xe2\x96\x81" a "\xe2\x96\x81" b "\xef\xbd\x9c>"

@@ -9,6 +9,12 @@
  * the required ones always there and the others optional, each value by its
  * rule (JSON by the parameter's schema) or, for a string parameter, any
  * text without "</".
+ * Harmony (gpt-oss) names its special tokens (grammar.h's `<[N]>`): an
+ * optional analysis message, then one call as OpenAI's harmony docs write
+ * it, "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>"
+ * and the arguments, then <|call|> (the end of the output when it is an EOS
+ * id, else named). The analysis text holds no "<|" (the output parser reads
+ * markers from text, so a marker spelled in it would end the message).
  *
  * Does not: read model output (toolcall.c), or make the arguments' rules
  * (tools.c, from the tools' JSON Schemas).
@@ -107,6 +113,53 @@ char *moe8_toolcall_grammar(toolcall_format f, const char *const *names, const c
         else
             bad |= gbnf_call(&b, i, "{\"name\": \"", names[i], 1, "\", \"arguments\": ", arg_rules[i], "}");
     }
+    if (bad) {
+        moe8_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* toolcall-I ::= <[channel]> "commentary to=functions.NAME " <[constrain]> "json" <[message]> ARG [<[call]>] */
+static int gbnf_harmony_call(moe8_buf *b, int i, const char *name, const char *arg, const toolcall_harmony_ids *ids) {
+    char head[48], ref[3][24];
+    snprintf(head, sizeof head, "toolcall-%d ::= ", i);
+    snprintf(ref[0], sizeof ref[0], "<[%d]> ", (int)ids->channel);
+    snprintf(ref[1], sizeof ref[1], " <[%d]> ", (int)ids->constrain);
+    snprintf(ref[2], sizeof ref[2], " <[%d]> ", (int)ids->message);
+    if (moe8_buf_str(b, head) || moe8_buf_str(b, ref[0]) || moe8_buf_str(b, "\"commentary to=functions.") ||
+        gbnf_text(b, name, 0) || moe8_buf_str(b, " \"") || moe8_buf_str(b, ref[1]) || moe8_buf_str(b, "\"json\"") ||
+        moe8_buf_str(b, ref[2]) || moe8_buf_str(b, arg))
+        return -1;
+    if (ids->call >= 0) {
+        snprintf(ref[0], sizeof ref[0], " <[%d]>", (int)ids->call);
+        if (moe8_buf_str(b, ref[0])) return -1;
+    }
+    return moe8_buf_str(b, "\n");
+}
+
+char *moe8_toolcall_grammar_harmony(const char *const *names, const char *const *arg_rules, int n_tools,
+                                    const toolcall_harmony_ids *ids) {
+    moe8_buf b = {0};
+    char line[320];
+    int bad = 0;
+    if (n_tools < 1 || !names || !arg_rules || !ids || ids->channel < 0 || ids->message < 0 ||
+        ids->constrain < 0 || ids->end < 0 || ids->start < 0)
+        return NULL;
+    for (int i = 0; i < n_tools; i++)
+        if (!names[i] || !names[i][0] || strpbrk(names[i], " <") || !is_rule_name(arg_rules[i])) return NULL;
+    snprintf(line, sizeof line, "root ::= toolcall-think? toolcall-call\n"
+             "toolcall-think ::= <[%d]> \"analysis\" <[%d]> toolcall-text <[%d]> <[%d]> \"assistant\"\n"
+             "toolcall-text ::= ([^<] | \"<\"+ [^<|])* \"<\"*\n",
+             (int)ids->channel, (int)ids->message, (int)ids->end, (int)ids->start);
+    bad |= moe8_buf_str(&b, line) || moe8_buf_str(&b, "toolcall-call ::=");
+    for (int i = 0; i < n_tools; i++) {
+        char ref[32];
+        snprintf(ref, sizeof ref, "%s toolcall-%d", i ? " |" : "", i);
+        bad |= moe8_buf_str(&b, ref);
+    }
+    bad |= moe8_buf_str(&b, "\n");
+    for (int i = 0; i < n_tools && !bad; i++) bad |= gbnf_harmony_call(&b, i, names[i], arg_rules[i], ids);
     if (bad) {
         moe8_buf_free(&b);
         return NULL;

@@ -14,7 +14,8 @@
  *     analysis                       -> reasoning (whatever its recipient: built-in tools
  *                                       are called from it, and moe8 runs none)
  *     commentary to=functions.NAME   -> a tool call NAME, the body its JSON arguments
- *                                       (streamed as written; at the end a body that is
+ *                                       (streamed as written, less whitespace before
+ *                                       and after the JSON; at the end a body that is
  *                                       not a JSON object ends the call with ok 0 and
  *                                       comes out as content)
  *     final, commentary otherwise    -> content (commentary without a recipient is a
@@ -60,6 +61,7 @@ struct tch {
     moe8_buf hdr;           /* M_HEADER: the header so far */
     moe8_buf tail;          /* M_BODY, M_BETWEEN: a tail that may begin a marker */
     moe8_buf args;          /* K_CALL: the arguments so far */
+    moe8_buf ws;            /* K_CALL: whitespace after the last other byte, held back */
     int n_calls, cur, args_started;
     /* output not yet handed to the sink: one kind at a time */
     moe8_buf out;
@@ -182,7 +184,7 @@ static void header_done(tch *h) {
         flush(h);
         h->cur = h->n_calls++;
         if (h->k->call_begin) h->k->call_begin(h->k->u, h->cur, name, n_name);
-        h->args.n = 0;
+        h->args.n = h->ws.n = 0;
         h->args_started = 0;
     }
     h->hdr.n = 0;
@@ -192,6 +194,8 @@ static void header_done(tch *h) {
 
 /* ---- the body ------------------------------------------------------------------------------ */
 
+static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
 static void body_text(tch *h, const char *s, size_t n) {
     if (!n) return;
     if (h->kind == K_REASON) put(h, O_REASON, s, n);
@@ -199,10 +203,18 @@ static void body_text(tch *h, const char *s, size_t n) {
     else {
         size_t i = 0;
         if (!h->args_started) /* whitespace before the JSON is not the arguments' */
-            while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
+            while (i < n && is_ws(s[i])) i++;
         if (i < n) h->args_started = 1;
-        put(h, O_ARGS, s + i, n - i);
         if (moe8_buf_add(&h->args, s + i, n - i)) h->oom = 1;
+        for (; i < n; i++) { /* nor is whitespace after it: held until more follows */
+            if (is_ws(s[i])) {
+                if (moe8_buf_add(&h->ws, s + i, 1)) h->oom = 1;
+                continue;
+            }
+            put(h, O_ARGS, h->ws.p, h->ws.n);
+            h->ws.n = 0;
+            put(h, O_ARGS, s + i, 1);
+        }
     }
 }
 
@@ -218,7 +230,7 @@ static void body_done(tch *h) {
         flush(h);
         if (h->k->call_end) h->k->call_end(h->k->u, h->cur, ok);
         if (!ok) put(h, O_CONTENT, h->args.p, h->args.n);
-        h->args.n = 0;
+        h->args.n = h->ws.n = 0;
     }
     h->kind = K_CONTENT;
 }
@@ -327,6 +339,7 @@ void moe8_tch_free(tch *h) {
     moe8_buf_free(&h->hdr);
     moe8_buf_free(&h->tail);
     moe8_buf_free(&h->args);
+    moe8_buf_free(&h->ws);
     moe8_buf_free(&h->out);
     free(h);
 }

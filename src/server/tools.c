@@ -20,6 +20,10 @@
  * and named allows one call; in any mode the request ends once its first call
  * is complete (finish_reason "tool_calls"), and nothing after it is shown.
  * With thinking on, the grammar starts after the think block (openai.c).
+ * Harmony (gpt-oss): the grammar names the special tokens of the call's
+ * header (toolcall_gbnf.c) and allows an analysis message before it (the
+ * reasoning, as vLLM's gpt-oss structural tag does); one call per turn,
+ * since <|call|> ends it.
  * The formats whose arguments are text (glm45, glm47, minimax_m2, qwen3_coder) get one
  * rule per parameter instead of one for the arguments object: JSON by the
  * parameter's schema, or any text for a string parameter (as the parser
@@ -163,6 +167,29 @@ done:
     return rc;
 }
 
+/* Harmony's special tokens' ids from the tokenizer: 0, or -1 when one is
+ * missing (a harmony parser forced on a model whose tokenizer lacks them). */
+static int harmony_ids(const srv *s, toolcall_harmony_ids *ids) {
+    const moe8_tokenizer *t = s->tok;
+    ids->channel = t ? moe8_tokenizer_token_id(t, "<|channel|>") : -1;
+    ids->message = t ? moe8_tokenizer_token_id(t, "<|message|>") : -1;
+    ids->constrain = t ? moe8_tokenizer_token_id(t, "<|constrain|>") : -1;
+    ids->end = t ? moe8_tokenizer_token_id(t, "<|end|>") : -1;
+    ids->start = t ? moe8_tokenizer_token_id(t, "<|start|>") : -1;
+    ids->call = t ? moe8_tokenizer_token_id(t, "<|call|>") : -1;
+    return ids->channel < 0 || ids->message < 0 || ids->constrain < 0 || ids->end < 0 || ids->start < 0 ||
+                   ids->call < 0 ? -1 : 0;
+}
+
+/* Harmony's call grammar; <|call|> named in it unless it is an EOS id
+ * (then it ends the output). */
+static char *harmony_grammar(srv *s, const char *const *names, const char *const *rules, int n) {
+    toolcall_harmony_ids ids;
+    if (harmony_ids(s, &ids)) return NULL;
+    if (moe8_grammar_vocab_is_eos(s->gvocab, ids.call)) ids.call = -1;
+    return moe8_toolcall_grammar_harmony(names, rules, n, &ids);
+}
+
 /* The grammar of calls to tools[sel] (sel < 0: any), attached to j. */
 static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int parallel, moe8_buf *err) {
     const char *names[SRV_MAX_TOOLS], *rules[SRV_MAX_TOOLS];
@@ -190,7 +217,9 @@ static int tool_grammar(srv *s, job *j, const cJSON *tools, int sel, int paralle
         rules[n] = rule_buf[n];
         n++, k++;
     }
-    if (!(calls = moe8_toolcall_grammar(j->tool_format, names, rules, n, parallel))) {
+    calls = j->tool_format == TOOLCALL_HARMONY ? harmony_grammar(s, names, rules, n)
+                                               : moe8_toolcall_grammar(j->tool_format, names, rules, n, parallel);
+    if (!calls) {
         moe8_buf_free(&all);
         return moe8_oa_bad(err, "tools", "the tools' names cannot be put in a grammar");
     }
@@ -252,15 +281,20 @@ int moe8_tools_parse(srv *s, const cJSON *root, job *j, moe8_buf *err) {
         return moe8_oa_bad(err, "tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
     if (!mode) return 0;
     j->tool_format = s->tool_format;
-    if (mode >= 2 && j->tool_format == TOOLCALL_HARMONY)
-        return moe8_oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function is not supported "
-                           "yet with gpt-oss's harmony format; use \"auto\"");
     if (j->tool_format == TOOLCALL_NONE)
         return moe8_oa_bad(err, "tools", "this model's chat template teaches no tool-call format moe8 knows; "
                       "start the server with --tool-call-parser hermes|deepseek_v3|mistral|glm45|glm47|minimax_m2|qwen3_coder");
+    if (mode >= 2 && j->tool_format == TOOLCALL_HARMONY) {
+        toolcall_harmony_ids ids;
+        if (harmony_ids(s, &ids))
+            return moe8_oa_bad(err, "tool_choice", "'tool_choice' \"required\" or a named function with the harmony "
+                               "format needs its special tokens (<|channel|>, <|message|>, <|constrain|>, <|end|>, "
+                               "<|start|>, <|call|>), which this model's tokenizer lacks");
+    }
     if (!(j->tc = moe8_toolcall_new(j->tool_format, tools))) return moe8_oa_bad(err, "tools", "out of memory");
     j->tool_parallel = parallel;
     if (mode >= 2 && (rc = tool_grammar(s, j, tools, mode == 3 ? sel : -1, parallel, err))) return rc;
+    j->grammar_whole = mode >= 2 && j->tool_format == TOOLCALL_HARMONY;
     return 0;
 }
 
