@@ -1897,6 +1897,28 @@ static void test_gptoss(const char *root, const char *out, const char *err) {
     CHECKF(export(args, err) == 0, "gpt_oss float experts export");
     check_go_file(file, fl, T_BF16, T_BF16);
     remove(file);
+    /* a folder whose template is chat_template.jinja (gpt-oss's): the key is the file */
+    {
+        static const char tmpl[] = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}";
+        char path[4200];
+        gguf g;
+        FMT(var, "%s/go_jinja", root);
+        glm_variant(mx, var, NULL, "{}");
+        cJSON *tc = read_json(var, "tokenizer_config.json");
+        cJSON_DeleteItemFromObject(tc, "chat_template");
+        char *txt = cJSON_Print(tc);
+        FMT(path, "%s/tokenizer_config.json", var);
+        test_write_file(path, txt, strlen(txt));
+        free(txt);
+        cJSON_Delete(tc);
+        FMT(path, "%s/chat_template.jinja", var);
+        test_write_file(path, tmpl, strlen(tmpl));
+        FMT(args, "-m '%s' -o '%s' --type bf16", var, file);
+        CHECKF(export(args, err) == 0, "gpt_oss export with chat_template.jinja");
+        CHECK(gguf_read(&g, file) == 0 && kv_str_is(&g, "tokenizer.chat_template", tmpl));
+        gguf_free(&g);
+        remove(file);
+    }
     static const struct { const char *set, *msg; } bad[] = {
         {"{\"attention_bias\": false}", "attention_bias false"},
         {"{\"swiglu_limit\": 6.0}", "swiglu_limit 6"},
