@@ -64,6 +64,9 @@ for s in $STEPS; do
         q8_0|f16|bf16)
             "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/$LLQ.gguf" --type "$LLQ" --force
             "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/$LLQ-${L2}l.gguf" --type "$LLQ" --layers "$L2" --force ;;
+        mxfp4)  # gpt_oss: experts MXFP4 as released (repacked), the rest Q8_0
+            "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/$LLQ.gguf" --type q8_0 --force
+            "$MOE8" export-gguf -m "$DIR/bf16" -o "$DIR/$LLQ-${L2}l.gguf" --type q8_0 --layers "$L2" --force ;;
         *)  case $LLQ in q4_k_m) ft=15 ;; q4_k_s) ft=14 ;; q4_0) ft=2 ;; *) echo "LLQ $LLQ?" >&2; exit 2 ;; esac
             lib=$(ls "$HERE"/../.deps/llamacpp/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libllama*.so | head -1)
             cc -O1 -o "$DIR/llamacpp_quantize" "$HERE/llamacpp_quantize.c" -ldl

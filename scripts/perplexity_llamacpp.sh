@@ -9,6 +9,11 @@
 # (make-model), so the perplexity is of the order of the vocabulary: what is checked
 # is that both compute the same number from the same weights.
 #
+# gpt_oss: the export keeps the preset's MXFP4 experts (BF16 the rest), and
+# moe8 runs a make-model --float-experts copy of the same seed (its bf16
+# experts hold the MXFP4 values exactly): both score the same weights, moe8's
+# experts in fp32 (scripts/crosscheck_llamacpp.sh says why).
+#
 # Usage: ARCH=qwen3_5_moe scripts/perplexity_llamacpp.sh > out.md
 # Environment: ARCH (qwen3_5_moe), PRESET (tiny), C (128), CHUNKS (4), THREADS (2),
 # MOE8 (build/moe8), DIR (/tmp/ppl_$ARCH_$PRESET; removed unless KEEP=1).
@@ -32,6 +37,11 @@ fi
 mkdir -p "$DIR"
 MODEL="$DIR/model"
 "$MOE8" make-model --arch "$ARCH" --preset "$PRESET" -o "$MODEL" --force >/dev/null
+RUN="$MODEL"
+if [ "$ARCH" = gpt_oss ]; then
+    RUN="$DIR/model_float"
+    "$MOE8" make-model --arch "$ARCH" --preset "$PRESET" --float-experts -o "$RUN" --force >/dev/null
+fi
 : >"$DIR/text.txt"
 for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
     cat >>"$DIR/text.txt" <<'EOF'
@@ -43,7 +53,7 @@ market, and the river ran north past the mill before it turned toward the sea.
 EOF
 done
 "$MOE8" tokenize -m "$MODEL" -f "$DIR/text.txt" >"$DIR/ids.txt"
-"$MOE8" perplexity -m "$MODEL" -f "$DIR/text.txt" -c "$C" --chunks "$CHUNKS" --threads "$THREADS" \
+"$MOE8" perplexity -m "$RUN" -f "$DIR/text.txt" -c "$C" --chunks "$CHUNKS" --threads "$THREADS" \
     --kv-type f32 >"$DIR/moe8.txt" 2>"$DIR/moe8.log"
 "$MOE8" export-gguf -m "$MODEL" -o "$DIR/bf16.gguf" --type bf16 --force >/dev/null 2>"$DIR/export.log"
 node "$HERE/perplexity_llamacpp.mjs" --model "$DIR/bf16.gguf" --ids-file "$DIR/ids.txt" -c "$C" \
@@ -53,7 +63,7 @@ VERSION=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$NLC" | head -n 1)
 M=$(grep -i 'estimate' "$DIR/moe8.txt" | sed 's/.*PPL = \([0-9.e+-]*\).*/\1/')
 L=$(grep '^estimate' "$DIR/llama.txt" | sed 's/.*PPL = \([0-9.e+-]*\).*/\1/')
 N=$(grep '^estimate' "$DIR/llama.txt" | sed 's/.*(\([0-9]*\) scored.*/\1/')
-echo "$ARCH $PRESET: perplexity of the BF16 folder in moe8 (f32 KV) and of its BF16 export in" \
+echo "$ARCH $PRESET: perplexity of the $([ "$RUN" = "$MODEL" ] && echo BF16 || echo float-experts) folder in moe8 (f32 KV) and of the BF16 export$([ "$RUN" = "$MODEL" ] || echo ' (MXFP4 experts)') in" \
     "llama.cpp (node-llama-cpp $VERSION), the same $(wc -w <"$DIR/ids.txt") ids" \
     "(moe8 tokenize), $CHUNKS chunks of $C, $N scored tokens, $THREADS threads"
 echo

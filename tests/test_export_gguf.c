@@ -27,9 +27,15 @@
  * its value heads reordered grouped -> tiled (the converter's
  * _reorder_v_heads, written here: rows, conv channels, 1-D values and
  * out_proj's columns), rope.dimension_sections, pre "qwen35", and a copy
- * with stacked experts giving the same tensors; whether llama.cpp runs them as
- * moe8 does: test_export_gguf_llamacpp.c. `--part qwen3|glm|mm|q3n|q35` runs one
- * family's checks (ctest runs the five side by side).
+ * with stacked experts giving the same tensors; gpt_oss as gpt-oss (its tiny
+ * preset: MXFP4 experts repacked, every value decoded by ggml's convention
+ * written here against the checkpoint's and every scale byte kept; Q8_0 /
+ * BF16 other matrices; sinks, biases, the split gate / up and their biases;
+ * a float-experts folder of the same seed as BF16, the same values; YaRN
+ * and window keys; refusals of what llama.cpp fixes); whether llama.cpp runs
+ * them as moe8 does: test_export_gguf_llamacpp.c. `--part
+ * qwen3|glm|mm|q3n|q35|oss` runs one family's checks (ctest runs the six side
+ * by side).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -1675,6 +1681,272 @@ static void test_q35(const char *root, const char *out, const char *err) {
     }
 }
 
+/* ---- gpt_oss as llama.cpp's gpt-oss ------------------------------------------------ */
+
+/* e2m1 as the checkpoint reads it (the OCP table, scale 2^(s - 127), byte j
+ * holding values 2j low and 2j + 1 high) and as ggml does (kvalues_mxfp4: the
+ * table doubled, scale 2^(e - 128); a block's byte k holding values k low and
+ * k + 16 high, after the scale byte). */
+static const double e2m1_tab[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+static const int ggml_mxfp4_tab[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static double ck_mx(const moe8_tensor *b, const moe8_tensor *s, int64_t row, int64_t cols,
+                    int64_t j) {
+    const uint8_t byte = ((const uint8_t *)b->data)[row * cols / 2 + j / 2];
+    const int sc = ((const uint8_t *)s->data)[row * cols / 32 + j / 32];
+    return ldexp(e2m1_tab[j % 2 ? byte >> 4 : byte & 15], sc - 127);
+}
+static double gg_mx(const unsigned char *row, int64_t j) {
+    const unsigned char *blk = row + j / 32 * 17;
+    const int k = (int)(j % 32);
+    const unsigned q = k < 16 ? blk[1 + k] & 15u : blk[1 + k - 16] >> 4;
+    return ggml_mxfp4_tab[q] * ldexp(1.0, (int)blk[0] - 128);
+}
+
+/* A layer's stacked expert sources: MXFP4 pairs or the float stacked tensors. */
+typedef struct {
+    const moe8_tensor *gu_b, *gu_s, *dn_b, *dn_s, *gu, *dn, *gu_bias, *dn_bias;
+    int64_t E, I, H;
+} go_exps;
+
+/* Value (e, r, c) of expert tensor k (0 gate, 1 up, 2 down) in [E][out][in]. */
+static double go_want(const go_exps *x, int k, int64_t e, int64_t r, int64_t c) {
+    const int64_t I = x->I, H = x->H;
+    if (x->gu_b)
+        return k == 2 ? ck_mx(x->dn_b, x->dn_s, e * H + r, I, c)
+                      : ck_mx(x->gu_b, x->gu_s, e * 2 * I + 2 * r + k, H, c);
+    return k == 2 ? src_at(x->dn, (e * I + c) * H + r) : src_at(x->gu, (e * H + c) * 2 * I + 2 * r + k);
+}
+
+/* blk.l's experts and their biases: every value (MXFP4 scale bytes as the
+ * checkpoint's, values decoded both ways; BF16 exact), shapes and types. */
+static void check_go_experts(const gguf *g, const go_exps *x, int l, uint32_t type) {
+    static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    const int64_t E = x->E, I = x->I, H = x->H;
+    char name[128];
+    for (int k = 0; k < 3; k++) {
+        const int64_t rows = k == 2 ? H : I, cols = k == 2 ? I : H;
+        const uint64_t rb = type == 39 ? (uint64_t)cols / 32 * 17 : 2 * (uint64_t)cols;
+        long bad = 0, bad_s = 0;
+        FMT(name, "blk.%d.%s.weight", l, names[k]);
+        const gti *t = ti_find(g, name);
+        CHECKF(t && t->type == type && t->n_dims == 3 && t->ne[0] == (uint64_t)cols &&
+               t->ne[1] == (uint64_t)rows && t->ne[2] == (uint64_t)E, "%s: type or shape", name);
+        if (!t || g->data0 + t->offset + rb * (uint64_t)(E * rows) > g->n) continue;
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t r = 0; r < rows; r++) {
+                const unsigned char *row = g->b + g->data0 + t->offset + rb * (uint64_t)(e * rows + r);
+                for (int64_t c = 0; c < cols; c++) {
+                    double got;
+                    if (type == 39) {
+                        got = gg_mx(row, c);
+                    } else {
+                        uint16_t v;
+                        memcpy(&v, row + 2 * c, 2);
+                        got = bits_f32((uint32_t)v << 16);
+                    }
+                    bad += got != go_want(x, k, e, r, c);
+                }
+                if (type != 39) continue;
+                const moe8_tensor *s = k == 2 ? x->dn_s : x->gu_s;
+                const int64_t sr = k == 2 ? e * H + r : e * 2 * I + 2 * r + k;
+                for (int64_t b = 0; b < cols / 32; b++)
+                    bad_s += row[b * 17] != ((const uint8_t *)s->data)[sr * (cols / 32) + b];
+            }
+        CHECKF(!bad && !bad_s, "%s: %ld values, %ld scale bytes differ", name, bad, bad_s);
+        FMT(name, "blk.%d.%s.bias", l, names[k]);
+        t = ti_find(g, name);
+        CHECKF(t && t->type == T_F32 && t->n_dims == 2 && t->ne[0] == (uint64_t)(k == 2 ? H : I) &&
+               t->ne[1] == (uint64_t)E, "%s: type or shape", name);
+        if (!t) continue;
+        bad = 0;
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t i = 0; i < (k == 2 ? H : I); i++) {
+                float v;
+                memcpy(&v, g->b + g->data0 + t->offset + 4 * (uint64_t)(e * (k == 2 ? H : I) + i), 4);
+                bad += v != (k == 2 ? src_at(x->dn_bias, e * H + i)
+                                    : src_at(x->gu_bias, e * 2 * I + 2 * i + k));
+            }
+        CHECKF(!bad, "%s: %ld values differ", name, bad);
+    }
+}
+
+/* A gpt-oss file against its folder: llama.cpp's keys (openai-moe's hparams:
+ * the window, YaRN; expert counts and widths), pre gpt-4o, every tensor
+ * llama.cpp's loader creates; the experts MXFP4 (mx) or `wtype`. */
+static void check_go_file(const char *path, const char *dir, uint32_t wtype, uint32_t etype) {
+    gguf g;
+    moe8_st *st = NULL;
+    moe8_error e;
+    cJSON *cfg = read_json(dir, "config.json");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
+    int rc = gguf_read(&g, path), n = 0;
+    CHECKF(rc == 0 && moe8_st_open(dir, &st, &e) == MOE8_OK, "cannot parse %s", path);
+    if (rc || !st) {
+        gguf_free(&g);
+        cJSON_Delete(cfg);
+        return;
+    }
+    const int64_t H = (int64_t)jnum(cfg, "hidden_size"), V = (int64_t)jnum(cfg, "vocab_size");
+    const int64_t D = (int64_t)jnum(cfg, "head_dim"), E = (int64_t)jnum(cfg, "num_local_experts");
+    const int64_t NH = (int64_t)jnum(cfg, "num_attention_heads"), NQ = NH * D;
+    const int64_t NKV = (int64_t)jnum(cfg, "num_key_value_heads") * D;
+    const int64_t I = (int64_t)jnum(cfg, "intermediate_size"), L = (int64_t)jnum(cfg, "num_hidden_layers");
+    CHECK(kv_str_is(&g, "general.architecture", "gpt-oss"));
+    CHECK(kv_u32(&g, "gpt-oss.block_count") == L);
+    CHECK(kv_u32(&g, "gpt-oss.context_length") == (int64_t)jnum(cfg, "max_position_embeddings"));
+    CHECK(kv_u32(&g, "gpt-oss.embedding_length") == H);
+    CHECK(kv_u32(&g, "gpt-oss.feed_forward_length") == I);
+    CHECK(kv_u32(&g, "gpt-oss.expert_feed_forward_length") == I);
+    CHECK(kv_u32(&g, "gpt-oss.attention.head_count") == NH);
+    CHECK(kv_u32(&g, "gpt-oss.attention.head_count_kv") == (int64_t)jnum(cfg, "num_key_value_heads"));
+    CHECK(kv_u32(&g, "gpt-oss.attention.key_length") == D && kv_u32(&g, "gpt-oss.attention.value_length") == D);
+    CHECK(kv_u32(&g, "gpt-oss.expert_count") == E);
+    CHECK(kv_u32(&g, "gpt-oss.expert_used_count") == (int64_t)jnum(cfg, "experts_per_token"));
+    CHECK(kv_u32(&g, "gpt-oss.attention.sliding_window") == (int64_t)jnum(cfg, "sliding_window"));
+    CHECK(kv_f32(&g, "gpt-oss.rope.freq_base") == (float)jnum(cfg, "rope_theta"));
+    CHECK(kv_f32(&g, "gpt-oss.attention.layer_norm_rms_epsilon") == (float)jnum(cfg, "rms_norm_eps"));
+    CHECK(kv_str_is(&g, "gpt-oss.rope.scaling.type", "yarn"));
+    CHECK(kv_f32(&g, "gpt-oss.rope.scaling.factor") == (float)jnum(rs, "factor"));
+    CHECK(kv_u32(&g, "gpt-oss.rope.scaling.original_context_length") ==
+          (int64_t)jnum(rs, "original_max_position_embeddings"));
+    CHECK(kv_f32(&g, "gpt-oss.rope.scaling.yarn_beta_fast") == (float)jnum(rs, "beta_fast"));
+    CHECK(kv_f32(&g, "gpt-oss.rope.scaling.yarn_beta_slow") == (float)jnum(rs, "beta_slow"));
+    CHECK(kv_str_is(&g, "tokenizer.ggml.pre", "gpt-4o"));
+    CHECK(kv_find(&g, "tokenizer.ggml.tokens") && kv_find(&g, "tokenizer.ggml.tokens")->arr_n == (uint64_t)V);
+    check_tensor(&g, st, "token_embd.weight", wtype, 2, H, V, 0, "model.embed_tokens.weight", 1, &n);
+    check_tensor(&g, st, "output_norm.weight", T_F32, 1, H, 0, 0, "model.norm.weight", 1, &n);
+    check_tensor(&g, st, "output.weight", wtype, 2, H, V, 0, "lm_head.weight", 1, &n);
+    const uint32_t W = 99;
+    const struct { const char *g, *h; uint32_t ty; int nd; int64_t ne0, ne1; } t[] = {
+        {"attn_norm.weight", "input_layernorm.weight", T_F32, 1, H, 0},
+        {"attn_q.weight", "self_attn.q_proj.weight", W, 2, H, NQ},
+        {"attn_q.bias", "self_attn.q_proj.bias", T_F32, 1, NQ, 0},
+        {"attn_k.weight", "self_attn.k_proj.weight", W, 2, H, NKV},
+        {"attn_k.bias", "self_attn.k_proj.bias", T_F32, 1, NKV, 0},
+        {"attn_v.weight", "self_attn.v_proj.weight", W, 2, H, NKV},
+        {"attn_v.bias", "self_attn.v_proj.bias", T_F32, 1, NKV, 0},
+        {"attn_output.weight", "self_attn.o_proj.weight", W, 2, NQ, H},
+        {"attn_output.bias", "self_attn.o_proj.bias", T_F32, 1, H, 0},
+        {"attn_sinks.weight", "self_attn.sinks", T_F32, 1, NH, 0},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight", T_F32, 1, H, 0},
+        {"ffn_gate_inp.weight", "mlp.router.weight", T_F32, 2, H, E},
+        {"ffn_gate_inp.bias", "mlp.router.bias", T_F32, 1, E, 0},
+    };
+    char name[128], hf[256];
+    for (int l = 0; l < (int)L; l++) {
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            FMT(name, "blk.%d.%s", l, t[i].g);
+            FMT(hf, "model.layers.%d.%s", l, t[i].h);
+            check_tensor(&g, st, name, t[i].ty == W ? wtype : t[i].ty, t[i].nd, (uint64_t)t[i].ne0,
+                         (uint64_t)t[i].ne1, 0, hf, 1, &n);
+        }
+        go_exps x = {.E = E, .I = I, .H = H};
+        FMT(hf, "model.layers.%d.mlp.experts.gate_up_proj_blocks", l);
+        x.gu_b = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.gate_up_proj_scales", l);
+        x.gu_s = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.down_proj_blocks", l);
+        x.dn_b = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.down_proj_scales", l);
+        x.dn_s = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        x.gu = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.down_proj", l);
+        x.dn = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+        x.gu_bias = moe8_st_find(st, hf);
+        FMT(hf, "model.layers.%d.mlp.experts.down_proj_bias", l);
+        x.dn_bias = moe8_st_find(st, hf);
+        CHECKF((x.gu_b ? x.gu_s && x.dn_b && x.dn_s : x.gu && x.dn) && x.gu_bias && x.dn_bias,
+               "%s: layer %d's expert tensors", dir, l);
+        if ((x.gu_b ? !x.dn_s : !x.dn) || !x.gu_bias || !x.dn_bias) continue;
+        CHECKF(!x.gu_b == (etype != 39), "%s: experts %s, file type %u", dir, x.gu_b ? "MXFP4" : "float", etype);
+        check_go_experts(&g, &x, l, etype);
+        n += 6;
+    }
+    /* 3 + 13 per layer + 6 per layer, and nothing else */
+    CHECKF(n == 3 + 19 * (int)L && g.n_tensors == (uint64_t)(3 + 19 * L), "%d checked of %llu", n,
+           (unsigned long long)g.n_tensors);
+    moe8_st_free(st);
+    gguf_free(&g);
+    cJSON_Delete(cfg);
+}
+
+/* gpt_oss: the tiny preset as released (MXFP4 experts) exported with Q8_0 and
+ * BF16 matrices, its experts MXFP4 bit for bit either way; the same seed with
+ * float experts (make-model --float-experts) as BF16, its experts the same
+ * values; what llama.cpp fixes refused when the checkpoint says otherwise. */
+static void test_gptoss(const char *root, const char *out, const char *err) {
+    char mx[4096], fl[4096], var[4096], file[4096], args[16384];
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    FMT(mx, "%s/go_mx", root);
+    FMT(fl, "%s/go_float", root);
+    p.arch = MOE8_ARCH_GPT_OSS;
+    p.tokenizer_dir = TOK;
+    p.vocab_size = 1024;
+    p.seed = 7;
+    p.force = 1;
+    if (moe8_make_model(&p, mx, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", mx, e.message);
+        exit(2);
+    }
+    p.float_experts = 1;
+    if (moe8_make_model(&p, fl, &e) != MOE8_OK) {
+        fprintf(stderr, "make-model %s: %s\n", fl, e.message);
+        exit(2);
+    }
+    static const struct { const char *name; uint32_t type; } types[] = {{"q8_0", T_Q8_0}, {"bf16", T_BF16}};
+    for (int i = 0; i < 2; i++) {
+        FMT(file, "%s/go_%s.gguf", out, types[i].name);
+        FMT(args, "-m '%s' -o '%s' --type %s", mx, file, types[i].name);
+        CHECKF(export(args, err) == 0, "gpt_oss export --type %s", types[i].name);
+        check_go_file(file, mx, types[i].type, 39);
+        remove(file);
+    }
+    FMT(file, "%s/go_float.gguf", out);
+    FMT(args, "-m '%s' -o '%s' --type bf16", fl, file);
+    CHECKF(export(args, err) == 0, "gpt_oss float experts export");
+    check_go_file(file, fl, T_BF16, T_BF16);
+    remove(file);
+    /* a folder whose template is chat_template.jinja (gpt-oss's): the key is the file */
+    {
+        static const char tmpl[] = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}";
+        char path[4200];
+        gguf g;
+        FMT(var, "%s/go_jinja", root);
+        glm_variant(mx, var, NULL, "{}");
+        cJSON *tc = read_json(var, "tokenizer_config.json");
+        cJSON_DeleteItemFromObject(tc, "chat_template");
+        char *txt = cJSON_Print(tc);
+        FMT(path, "%s/tokenizer_config.json", var);
+        test_write_file(path, txt, strlen(txt));
+        free(txt);
+        cJSON_Delete(tc);
+        FMT(path, "%s/chat_template.jinja", var);
+        test_write_file(path, tmpl, strlen(tmpl));
+        FMT(args, "-m '%s' -o '%s' --type bf16", var, file);
+        CHECKF(export(args, err) == 0, "gpt_oss export with chat_template.jinja");
+        CHECK(gguf_read(&g, file) == 0 && kv_str_is(&g, "tokenizer.chat_template", tmpl));
+        gguf_free(&g);
+        remove(file);
+    }
+    static const struct { const char *set, *msg; } bad[] = {
+        {"{\"attention_bias\": false}", "attention_bias false"},
+        {"{\"swiglu_limit\": 6.0}", "swiglu_limit 6"},
+        {"{\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
+         "\"full_attention\"]}", "layer_types[0]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FMT(var, "%s/go_bad", root);
+        glm_variant(mx, var, NULL, bad[i].set);
+        FMT(args, "-m '%s' -o '%s'", var, file);
+        CHECKF(export(args, err) != 0 && test_file_contains(err, bad[i].msg), "gpt_oss %s", bad[i].set);
+    }
+    CHECK(access(file, F_OK) != 0 && n_temp_files(out) == 0);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int same_bytes(const char *path, const char *want) {
@@ -1789,14 +2061,14 @@ static void test_qwen3(const char *root, const char *out, const char *err) {
 int main(int argc, char **argv) {
     static const struct { const char *name; void (*fn)(const char *, const char *, const char *); }
         parts[] = {{"qwen3", test_qwen3}, {"glm", test_glm}, {"mm", test_mm}, {"q3n", test_q3n},
-                   {"q35", test_q35}};
+                   {"q35", test_q35}, {"oss", test_gptoss}};
     const int n_parts = (int)(sizeof parts / sizeof *parts);
     const char *part = argc == 3 && !strcmp(argv[1], "--part") ? argv[2] : NULL;
     int run = -1; /* all */
     for (int i = 0; part && i < n_parts; i++)
         if (!strcmp(part, parts[i].name)) run = i;
     if (argc != 1 && run < 0) {
-        fprintf(stderr, "usage: test_export_gguf [--part qwen3|glm|mm|q3n|q35]\n");
+        fprintf(stderr, "usage: test_export_gguf [--part qwen3|glm|mm|q3n|q35|oss]\n");
         return 2;
     }
     char scratch[64], out[4096], err[4096], cmd[8192];

@@ -2,10 +2,12 @@
  * test_export_gguf_llamacpp.c — llama.cpp runs what `moe8 export-gguf` writes
  * as moe8 runs the model folder: scripts/crosscheck_llamacpp.sh on the tiny
  * presets of glm4_moe (as glm4moe), minimax_m2 (as minimax-m2), qwen3_next
- * (as qwen3next) and qwen3_5_moe (as qwen35moe, its value heads reordered as
- * llama.cpp's converter does), BF16 export, and its numbers checked here: the
+ * (as qwen3next), qwen3_5_moe (as qwen35moe, its value heads reordered as
+ * llama.cpp's converter does) and gpt_oss (as gpt-oss: MXFP4 experts kept,
+ * against moe8 on the float-experts folder of the same values), BF16
+ * export, and its numbers checked here: the
  * last-position logits of a 15-id prompt within cosine 0.9999 of moe8's
- * (measured: 0.999993, 0.999995, 0.999991 and 0.999991;
+ * (measured: 0.999993, 0.999995, 0.999991, 0.999991 and 0.999998;
  * BF16 weights are exact in both, what differs is llama.cpp's bf16
  * activations against moe8's f32), the same top-5, and the same 16 greedy
  * tokens. The reference is another implementation (llama.cpp through
@@ -63,6 +65,7 @@ int main(void) {
     check_arch(root, "minimax_m2");
     check_arch(root, "qwen3_next");
     check_arch(root, "qwen3_5_moe");
+    check_arch(root, "gpt_oss");
     FMT(cmd, "rm -rf '%s'", root);
     test_run(cmd);
     return test_summary();

@@ -15,7 +15,9 @@
  * against float vs the exact KLD from both models' logits, bad base files and arguments,
  * and TP=2 vs one process (with MPI); the PPL of glm4_moe and minimax_m2
  * (float and W8A8) against the same reference, minimax_m2's under TP=2 too
- * (its whole-projection q/k norm sums squares across the ranks).
+ * (its whole-projection q/k norm sums squares across the ranks); gpt_oss's
+ * (sinks, 128-position windows: chunks of 256) against gptoss_ref.h, every
+ * scored token's nll in double, the reference without windows differing.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@
 
 #include "test.h"
 #include "fixture_model.h"
+#include "gptoss_ref.h"
 
 #define C 64            /* tokens per chunk */
 #define CHUNKS 4
@@ -444,6 +447,109 @@ static void test_tp(const char *dir) {
 #endif
 }
 
+/* ---- gpt_oss (issue 37): sinks and sliding windows --------------------------------- */
+
+#define GO_C 256 /* positions 128..254 scored: every one past the window's edge */
+#define GO_CHUNKS 2
+#define GO_V 1024
+
+/* make-model's gpt_oss tiny (vocab GO_V, seed 3): MXFP4 experts, or bf16 ones of the same values. */
+static void go_make(const char *dir, int float_experts) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    p.arch = MOE8_ARCH_GPT_OSS;
+    p.vocab_size = GO_V;
+    p.tokenizer_dir = MOE8_TOKENIZER_DIR;
+    p.seed = 3;
+    p.force = 1;
+    p.float_experts = float_experts;
+    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
+}
+
+/* PPL over the chunks of ids by the double-precision reference (nll of every
+ * scored token in double, as llama-perplexity scores them). */
+static double go_ref_ppl(gref *g, const int32_t *ids) {
+    double *lg = malloc(sizeof(double) * GO_C * GO_V), s = 0;
+    int n = 0;
+    for (int i = 0; i < GO_CHUNKS; i++) {
+        gref_forward(g, ids + i * GO_C, GO_C, lg);
+        for (int p = GO_C / 2; p <= GO_C - 2; p++, n++) {
+            const double *l = lg + (size_t)p * GO_V;
+            double mx = l[0], z = 0;
+            for (int j = 1; j < GO_V; j++) mx = fmax(mx, l[j]);
+            for (int j = 0; j < GO_V; j++) z += exp(l[j] - mx);
+            s += mx + log(z) - l[ids[i * GO_C + p + 1]];
+        }
+    }
+    free(lg);
+    return exp(s / n);
+}
+
+/* moe8 perplexity on the float-experts folder (f32 KV) against gptoss_ref.h
+ * on the MXFP4 folder of the same seed (the same values); the reference
+ * without windows differs (so the windows are exercised); the MXFP4 folder
+ * as downloaded (experts W8A8 at load, f16 KV) near it. A text of digits and
+ * punctuation keeps every id of the qwen3 tokenizer below GO_V. */
+static void test_gptoss(void) {
+    char mx[4096], fl[4096], text[4200], args[8800];
+    snprintf(mx, sizeof mx, "%s", test_tmpdir("ppl_gptoss_mx"));
+    snprintf(fl, sizeof fl, "%s", test_tmpdir("ppl_gptoss_float"));
+    snprintf(text, sizeof text, "%s/digits.txt", test_tmpdir("ppl_gptoss_text"));
+    go_make(mx, 0);
+    go_make(fl, 1);
+    static const char *const sep[5] = {" ", ", ", ". ", "; ", "\n"};
+    char *buf = malloc(1 << 16);
+    size_t len = 0;
+    for (uint32_t i = 0, x = 12345; len < 12000; i++) {
+        x = x * 1103515245u + 12345u;
+        len += (size_t)sprintf(buf + len, "%u%s", (x >> 16) % 1000u, sep[(x >> 8) % 5u]);
+    }
+    test_write_file(text, buf, len);
+    moe8_tokenizer *tok = NULL;
+    size_t need = 0;
+    CHECK(moe8_tokenizer_load(fl, &tok, NULL) == MOE8_OK);
+    moe8_tokenize(tok, buf, len, NULL, 0, &need, NULL);
+    int32_t *ids = malloc((need + 1) * sizeof *ids), top = 0;
+    CHECK(moe8_tokenize(tok, buf, len, ids, need, &need, NULL) == MOE8_OK);
+    CHECK(!moe8_tokenizer_add_bos(tok) && need >= (size_t)GO_C * GO_CHUNKS);
+    for (size_t i = 0; i < need; i++) top = ids[i] > top ? ids[i] : top;
+    CHECKF(top < GO_V, "the digits text has id %d >= %d", top, GO_V);
+    moe8_tokenizer_free(tok);
+    free(buf);
+
+    moe8_model *m = test_load_model(fl);
+    const moe8_config *c = moe8_model_config(m);
+    gref g = {GO_V, (int)c->hidden_size, (int)c->num_attention_heads, (int)c->num_key_value_heads,
+              (int)c->head_dim, (int)c->num_experts, (int)c->num_experts_per_tok,
+              (int)c->moe_intermediate_size, (int)c->num_hidden_layers, 128, c->rms_norm_eps,
+              c->rope_theta, 32, 32, 1, 4096, moe8_config_get_num(c, "swiglu_limit", NULL),
+              {1, 0, 1, 0}, 0, NULL};
+    moe8_model_free(m);
+    moe8_error e;
+    CHECKF(moe8_st_open(mx, &g.st, &e) == MOE8_OK, "%s", e.message);
+    const double ref = go_ref_ppl(&g, ids);
+    g.no_window = 1;
+    const double nowin = go_ref_ppl(&g, ids);
+    moe8_st_free(g.st);
+    free(ids);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -c %d --chunks %d --threads 2 --kv-type f32", fl,
+             text, GO_C, GO_CHUNKS);
+    CHECK(cli(args) == 0);
+    const double got = field("Final estimate: PPL = ");
+    CHECKF(fabs(got - ref) <= 1e-4 * ref, "gpt_oss: PPL %.6f vs reference %.6f", got, ref);
+    CHECK(strstr(g_out, "scored 254 tokens in 2 chunks") != NULL);
+    CHECKF(fabs(nowin - ref) > 1e-3 * ref, "gpt_oss: windows do not matter (%.6f, %.6f)", nowin,
+           ref);
+    snprintf(args, sizeof args, "-m '%s' -f '%s' -c %d --chunks %d --threads 2", mx, text, GO_C,
+             GO_CHUNKS);
+    CHECK(cli(args) == 0);
+    const double w8 = field("Final estimate: PPL = ");
+    CHECKF(fabs(w8 - ref) <= 1e-2 * ref, "gpt_oss MXFP4 as downloaded (W8A8 experts): PPL %.6f "
+           "vs reference %.6f", w8, ref);
+    printf("gpt_oss    PPL %.4f (reference %.4f, without windows %.4f); MXFP4 folder (W8A8 "
+           "experts) %.4f\n", got, ref, nowin, w8);
+}
+
 #ifndef MOE8_TEST_SANITIZE
 #define MOE8_TEST_SANITIZE ""
 #endif
@@ -467,6 +573,7 @@ int main(void) {
     test_kld(fdir, qdir, base);
     test_kld_w4a8(fdir, base);
     test_bad(fdir, base);
+    test_gptoss();
     test_tp(fdir); /* float: W8A8 under TP quantizes each rank's expert slice on its own (SEMANTICS §8) */
     /* the families of issue 34 (fixture_model.h): GLM-4.5 (2 groups keep 1,
      * layer 0 dense) and MiniMax-M2, float and W8A8. In the release build

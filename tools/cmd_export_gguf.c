@@ -8,7 +8,9 @@
  * (export_gguf_glm4moe.c), minimax_m2 as "minimax-m2"
  * (export_gguf_minimax_m2.c), qwen3_next as "qwen3next"
  * (export_gguf_qwen3next.c), qwen3_5_moe as "qwen35moe"
- * (export_gguf_qwen35moe.c). The file's layout and
+ * (export_gguf_qwen35moe.c), gpt_oss as "gpt-oss" (export_gguf_gptoss.c:
+ * MXFP4 experts as released stay MXFP4, repacked bit for bit; --type is
+ * then the other matrices'). The file's layout and
  * types: export_gguf_write.c; the tensors: export_gguf_plan.c; the
  * tokenizer: export_gguf_vocab.c.
  *
@@ -33,7 +35,7 @@
 
 /* The families exported (a family not here is refused). */
 static const xg_family *const families[] = {&xg_qwen3moe, &xg_glm4moe, &xg_minimax_m2,
-                                            &xg_qwen3next, &xg_qwen35moe};
+                                            &xg_qwen3next, &xg_qwen35moe, &xg_gpt_oss};
 
 static const char *base_name(const char *dir) {
     size_t n = strlen(dir);
@@ -96,7 +98,7 @@ static const xg_family *find_family(const char *dir, const moe8_config *cfg) {
         if (families[i]->model_arch == (int)cfg->arch) return families[i];
     xg_fail("'%s/config.json': model_type '%s': only qwen3_moe (as llama.cpp's qwen3moe), "
             "glm4_moe (as glm4moe), minimax_m2 (as minimax-m2), qwen3_next (as "
-            "qwen3next) and qwen3_5_moe (as qwen35moe) are exported", dir,
+            "qwen3next), qwen3_5_moe (as qwen35moe) and gpt_oss (as gpt-oss) are exported", dir,
             cfg->model_type);
     return NULL;
 }
@@ -117,12 +119,14 @@ int cmd_export_gguf(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     int force = 0, n_layers = 0, type = 0;
     const cli_opt opts[] = {
-        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe, glm4_moe, minimax_m2, qwen3_next or qwen3_5_moe model folder "
-         "(config.json,\n*.safetensors, tokenizer.json; only read)"},
+        {"-m", NULL, CLI_STR, &dir, .arg = "DIR", .help = "float qwen3_moe, glm4_moe, minimax_m2, qwen3_next, qwen3_5_moe or gpt_oss\n"
+         "model folder (config.json, *.safetensors, tokenizer.json; only read;\n"
+         "gpt_oss's MXFP4 experts as released are kept MXFP4)"},
         {"-o", NULL, CLI_STR, &out, .arg = "FILE", .help = "the GGUF file for llama.cpp (qwen3moe, "
          "glm4moe, minimax-m2); written to\nFILE.tmp.<pid>, then renamed"},
         {"--type", NULL, CLI_CHOICE, &type, .choices = "q8_0,f16,bf16", .arg = "T",
-         .help = "matrices as q8_0 (default), f16 or bf16; norms, biases and\nthe router stay f32"},
+         .help = "matrices as q8_0 (default), f16 or bf16; norms, biases and\nthe router stay f32, "
+         "MXFP4 experts MXFP4"},
         {"--layers", NULL, CLI_INT, &n_layers, 1, 512, .arg = "N",
          .help = "only the first N layers (default all): two files of different\n"
          "depths give a per-layer time by difference"},

@@ -8,7 +8,7 @@
  * per-layer table, export_gguf_vocab.c the tokenizer keys, and one file per
  * family holds its table, checks and hyper-parameter keys
  * (export_gguf_qwen3moe.c, export_gguf_glm4moe.c, export_gguf_minimax_m2.c,
- * export_gguf_qwen3next.c, export_gguf_qwen35moe.c).
+ * export_gguf_qwen3next.c, export_gguf_qwen35moe.c, export_gguf_gptoss.c).
  */
 #ifndef MOE8_TOOLS_EXPORT_GGUF_H
 #define MOE8_TOOLS_EXPORT_GGUF_H
@@ -25,7 +25,7 @@
 #define TOKENIZER_MAX_BYTES ((size_t)256 << 20)
 
 /* ggml_type and gguf value types (append-only enums of ggml). */
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30, GGML_MXFP4 = 39 };
 enum { GV_U8 = 0, GV_I8, GV_U16, GV_I16, GV_U32, GV_I32, GV_F32, GV_BOOL, GV_STR, GV_ARR,
        GV_U64, GV_I64, GV_F64 };
 /* llama_ftype of general.file_type. */
@@ -37,6 +37,7 @@ enum { GATING_SOFTMAX = 1, GATING_SIGMOID = 2 };
 
 #define Q8_0_BLOCK 32
 #define Q8_0_BYTES 34 /* f16 d + 32 int8 */
+#define MXFP4_BYTES 17 /* e8m0 scale + 16 bytes of e2m1 pairs (ggml's block_mxfp4) */
 
 /* ---- the metadata ---------------------------------------------------------- */
 
@@ -84,6 +85,14 @@ typedef struct {
     int xform;                  /* XG_X_*: the converter's transform of each value */
     int64_t *row_of;            /* [ne[1] ne[2]] the source row of each row (one source); NULL: the same */
     int64_t *col_of;            /* [ne[0]] the source column of each column; NULL: the same */
+    int64_t src_cols;           /* the source's row length when col_of picks from a wider
+                                 * row; 0: ne[0] */
+    /* transposed: one source whose ne[2] slabs are each [ne[0]][src_cols] (transformers'
+     * [in][out] experts); GGUF row r of slab e is the slab's column row_of[e ne[1] + r] */
+    int transposed;
+    /* GGML_MXFP4: src[0] is the checkpoint's _blocks [..][in/32][16] U8 and this its
+     * _scales [..][in/32] U8, rows chosen by row_of as above; repacked, not requantized */
+    const moe8_tensor *scales;
     uint64_t offset, n_bytes;   /* in the data section */
 } xg_tensor;
 
@@ -160,9 +169,12 @@ typedef struct xg_family {
     /* the Hugging Face names' prefix of the decoder ("model.language_model." for
      * a text model nested in a multimodal one); NULL: "model." */
     const char *prefix;
+    /* 1: the layer callback writes the MoE block (experts and their biases) */
+    int own_experts;
 } xg_family;
 
-extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2, xg_qwen3next, xg_qwen35moe;
+extern const xg_family xg_qwen3moe, xg_glm4moe, xg_minimax_m2, xg_qwen3next, xg_qwen35moe,
+    xg_gpt_oss;
 
 /* The hybrids' (export_gguf_qwen3next.c, also qwen35moe's): the refusals and
  * warnings llama.cpp's qwen3next / qwen35moe call for, and their keys (the

@@ -74,7 +74,7 @@ xg_tensor *xg_add(xg_plan *p, const char *gname, int type, int n_src, int64_t ro
     g->ne[0] = (uint64_t)(cols ? cols : rows);
     g->ne[1] = cols ? (uint64_t)rows : 1;
     g->ne[2] = (uint64_t)n_src;
-    if (g->type == GGML_Q8_0 && g->ne[0] % Q8_0_BLOCK) {
+    if ((g->type == GGML_Q8_0 || g->type == GGML_MXFP4) && g->ne[0] % Q8_0_BLOCK) {
         xg_fail("tensor '%s': row length %llu is not a multiple of %d (Q8_0 blocks); use --type f16",
              gname, (unsigned long long)g->ne[0], Q8_0_BLOCK);
         return NULL;
@@ -221,7 +221,7 @@ static int plan_layer(xg_plan *p, int64_t l) {
         if (add1(p, g, type, h, rows, cols, r->xform)) return -1;
     }
     if (f->layer && f->layer(p, l)) return -1;
-    if (!moe) return 0;
+    if (!moe || f->own_experts) return 0;
     static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
     xg_layer_name(p, l, "mlp.experts.gate_up_proj", h, sizeof h);

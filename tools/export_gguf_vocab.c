@@ -4,7 +4,9 @@
  * tokens) as tokenizer.ggml.model "gpt2" with the family's pre-tokenizer name
  * (what convert_hf_to_gguf.py writes for it: "qwen2", "glm4"); ids the
  * tokenizer lacks up to config.json's vocab_size become "[PADn]" (UNUSED);
- * special ids from tokenizer_config.json, else config.json.
+ * special ids from tokenizer_config.json, else config.json; the chat
+ * template from tokenizer_config.json, else chat_template.jinja (gpt-oss's
+ * folders), as the converter's SpecialVocab.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -159,7 +161,23 @@ int xg_tokenizer_kvs(xg_kvs *k, xg_vocab *v, const xg_plan *p) {
     cJSON *add_bos = v->config ? cJSON_GetObjectItemCaseSensitive(v->config, "add_bos_token") : NULL;
     xg_kv_bool(k, "tokenizer.ggml.add_bos_token", cJSON_IsTrue(add_bos));
     cJSON *tmpl = v->config ? cJSON_GetObjectItemCaseSensitive(v->config, "chat_template") : NULL;
-    if (cJSON_IsString(tmpl)) xg_kv_str(k, "tokenizer.chat_template", tmpl->valuestring);
+    if (cJSON_IsString(tmpl)) {
+        xg_kv_str(k, "tokenizer.chat_template", tmpl->valuestring);
+    } else {
+        char path[4096], *buf = NULL;
+        size_t len = 0;
+        moe8_error err;
+        snprintf(path, sizeof path, "%s/chat_template.jinja", p->dir);
+        moe8_status s = moe8_read_file(path, TOKENIZER_MAX_BYTES, &buf, &len, &err);
+        if (s != MOE8_OK && s != MOE8_ERR_NOT_FOUND) return xg_fail("%s", err.message);
+        int rc = 0;
+        if (s == MOE8_OK && memchr(buf, 0, len))
+            rc = xg_fail("'%s': a NUL byte in the template", path);
+        else if (s == MOE8_OK)
+            xg_kv_str(k, "tokenizer.chat_template", buf); /* NUL-terminated (moe8_read_file) */
+        free(buf);
+        if (rc) return -1;
+    }
     return 0;
 }
 

@@ -19,7 +19,16 @@
  * quantize_row_q8_0_ref), F16 or BF16 (round to nearest even; a BF16 input is
  * copied byte for byte). A weight that is not finite is refused, naming it.
  * A tensor with a transform (1 + w, -exp(w)) or a row or column order
- * (row_of, col_of) goes through fp32 row by row.
+ * (row_of, col_of) goes through fp32 row by row; a transposed source
+ * (gpt_oss's float experts [E][in][out]) through fp32 a slab at a time.
+ *
+ * MXFP4 (ggml's block_mxfp4, 17 bytes per 32 values): the e8m0 scale byte as
+ * the checkpoint's _scales holds it (ggml's value table is e2m1 doubled and
+ * its scale 2^(e - 128), the same product), then 16 bytes whose low nibble is
+ * value j and high nibble value j + 16, where the checkpoint's byte j holds
+ * values 2j (low) and 2j + 1 (high): convert_hf_to_gguf.py's
+ * transform_nibble_layout. The codes are moved, never requantized; a scale
+ * of 255 (e8m0's NaN) is refused, naming the tensor.
  */
 #include <errno.h>
 #include <math.h>
@@ -124,6 +133,7 @@ uint64_t xg_type_row_bytes(int type, uint64_t ne0) {
     case GGML_F32: return 4 * ne0;
     case GGML_F16:
     case GGML_BF16: return 2 * ne0;
+    case GGML_MXFP4: return ne0 / 32 * MXFP4_BYTES;
     default: return ne0 / Q8_0_BLOCK * Q8_0_BYTES;
     }
 }
@@ -133,6 +143,7 @@ const char *xg_type_name(int type) {
     case GGML_F32: return "F32";
     case GGML_F16: return "F16";
     case GGML_BF16: return "BF16";
+    case GGML_MXFP4: return "MXFP4";
     default: return "Q8_0";
     }
 }
@@ -174,43 +185,105 @@ static void progress(xg_writer *w) {
             (double)w->done / 1048576.0, (double)w->total / 1048576.0);
 }
 
+/* One MXFP4 tensor: each row's blocks repacked (the file's comment). */
+static int write_mxfp4(xg_writer *w, const xg_tensor *g) {
+    const moe8_tensor *q = g->src[0], *sc = g->scales;
+    const int64_t rows = (int64_t)(g->ne[1] * g->ne[2]), nb = (int64_t)g->ne[0] / 32;
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t sr = g->row_of ? g->row_of[r] : r;
+        const uint8_t *qb = (const uint8_t *)q->data + (size_t)(sr * nb * 16);
+        const uint8_t *sb = (const uint8_t *)sc->data + (size_t)(sr * nb);
+        unsigned char *o = w->out;
+        for (int64_t b = 0; b < nb; b++, o += MXFP4_BYTES, qb += 16) {
+            if (sb[b] == 255)
+                return xg_fail("tensor '%s': row %lld block %lld has scale 255 (e8m0 NaN)",
+                               sc->name, (long long)sr, (long long)b);
+            o[0] = sb[b];
+            for (int j = 0; j < 16; j++) {
+                const unsigned lo = j % 2 ? qb[j / 2] >> 4 : qb[j / 2] & 15u;
+                const unsigned hi = j % 2 ? qb[8 + j / 2] >> 4 : qb[8 + j / 2] & 15u;
+                o[1 + j] = (unsigned char)(lo | hi << 4);
+            }
+        }
+        if (wr(w, w->out, (size_t)(nb * MXFP4_BYTES))) return -1;
+    }
+    return 0;
+}
+
+/* One fp32 row (w->row, ne[0] values) in the GGUF type, after the checks. */
+static int encode_row(xg_writer *w, const xg_tensor *g, const moe8_tensor *t, int64_t r) {
+    const int64_t cols = (int64_t)g->ne[0];
+    const size_t rb = (size_t)xg_type_row_bytes(g->type, g->ne[0]);
+    for (int64_t i = 0; g->xform && i < cols; i++)
+        w->row[i] = g->xform == XG_X_PLUS1 ? 1.0f + w->row[i] : -expf(w->row[i]);
+    for (int64_t i = 0; i < cols; i++)
+        if (!isfinite(w->row[i]))
+            return xg_fail("tensor '%s': row %lld column %lld is not finite (%g)", t->name,
+                           (long long)r, (long long)i, (double)w->row[i]);
+    if (g->type == GGML_Q8_0) {
+        q8_0_row(w->out, w->row, cols);
+    } else if (g->type == GGML_F32) {
+        memcpy(w->out, w->row, rb);
+    } else {
+        uint16_t *o = (uint16_t *)(void *)w->out;
+        for (int64_t i = 0; i < cols; i++)
+            o[i] = g->type == GGML_F16 ? moe8_f32_to_f16(w->row[i]) : moe8_f32_to_bf16(w->row[i]);
+    }
+    return wr(w, w->out, rb);
+}
+
+/* A transposed source: each slab [ne0][src_cols] to fp32, then its columns as rows. */
+static int write_transposed(xg_writer *w, const xg_tensor *g, const moe8_tensor *t) {
+    const int64_t cols = (int64_t)g->ne[0], rows = (int64_t)g->ne[1], sc = g->src_cols;
+    const size_t es = moe8_dtype_size(t->dtype), slab = (size_t)(cols * sc);
+    float *f = malloc(slab * sizeof *f);
+    moe8_error err;
+    int rc = 0;
+    if (!f) return xg_fail("out of memory");
+    for (int64_t e = 0; e < (int64_t)g->ne[2] && !rc; e++) {
+        if (moe8_convert_to_f32(f, (const char *)t->data + (size_t)e * slab * es, t->dtype, slab,
+                                &err) != MOE8_OK) {
+            rc = xg_fail("tensor '%s': %s", t->name, err.message);
+            break;
+        }
+        for (int64_t r = 0; r < rows && !rc; r++) {
+            const int64_t c = g->row_of[e * rows + r];
+            for (int64_t i = 0; i < cols; i++) w->row[i] = f[i * sc + c];
+            rc = encode_row(w, g, t, e * rows + r);
+        }
+    }
+    free(f);
+    return rc;
+}
+
 /* One source tensor's rows in the GGUF type. */
 static int write_src(xg_writer *w, const moe8_st *st, const xg_tensor *g, const moe8_tensor *t) {
     /* one source of a stacked tensor holds all its ne[2] slabs */
     int64_t cols = (int64_t)g->ne[0], rows = (int64_t)(g->ne[1] * (g->n_src == 1 ? g->ne[2] : 1));
+    int64_t scols = g->src_cols ? g->src_cols : cols;
     size_t es = moe8_dtype_size(t->dtype), rb = (size_t)xg_type_row_bytes(g->type, g->ne[0]);
-    int copy = !g->xform && !g->row_of && !g->col_of;
+    int copy = !g->xform && !g->row_of && !g->col_of && !g->src_cols && !g->transposed;
     copy = copy && ((g->type == GGML_F32 && t->dtype == MOE8_DT_F32) ||
                (g->type == GGML_F16 && t->dtype == MOE8_DT_F16) ||
                (g->type == GGML_BF16 && t->dtype == MOE8_DT_BF16));
     moe8_error err;
-    if (copy) {
+    if (g->type == GGML_MXFP4) {
+        if (write_mxfp4(w, g)) return -1;
+        moe8_st_release(st, g->scales);
+    } else if (g->transposed) {
+        if (write_transposed(w, g, t)) return -1;
+    } else if (copy) {
         if (wr(w, t->data, t->n_bytes)) return -1;
     } else {
         for (int64_t r = 0; r < rows; r++) {
             int64_t sr = g->row_of ? g->row_of[r] : r;
-            const unsigned char *src = (const unsigned char *)t->data + (size_t)sr * (size_t)cols * es;
+            const unsigned char *src = (const unsigned char *)t->data + (size_t)sr * (size_t)scols * es;
             float *tmp = (float *)(void *)w->out; /* free until the row is encoded */
-            if (moe8_convert_to_f32(g->col_of ? tmp : w->row, src, t->dtype, (size_t)cols, &err) !=
-                MOE8_OK)
+            if (moe8_convert_to_f32(g->col_of ? tmp : w->row, src, t->dtype,
+                                    (size_t)(g->col_of ? scols : cols), &err) != MOE8_OK)
                 return xg_fail("tensor '%s': %s", t->name, err.message);
             for (int64_t i = 0; g->col_of && i < cols; i++) w->row[i] = tmp[g->col_of[i]];
-            for (int64_t i = 0; g->xform && i < cols; i++)
-                w->row[i] = g->xform == XG_X_PLUS1 ? 1.0f + w->row[i] : -expf(w->row[i]);
-            for (int64_t i = 0; i < cols; i++)
-                if (!isfinite(w->row[i]))
-                    return xg_fail("tensor '%s': row %lld column %lld is not finite (%g)", t->name,
-                                (long long)r, (long long)i, (double)w->row[i]);
-            if (g->type == GGML_Q8_0) {
-                q8_0_row(w->out, w->row, cols);
-            } else if (g->type == GGML_F32) {
-                memcpy(w->out, w->row, rb);
-            } else {
-                uint16_t *o = (uint16_t *)(void *)w->out;
-                for (int64_t i = 0; i < cols; i++)
-                    o[i] = g->type == GGML_F16 ? moe8_f32_to_f16(w->row[i]) : moe8_f32_to_bf16(w->row[i]);
-            }
-            if (wr(w, w->out, rb)) return -1;
+            if (encode_row(w, g, t, r)) return -1;
         }
     }
     moe8_st_release(st, t); /* the mapped pages are not needed again */
@@ -233,6 +306,7 @@ int xg_write_file(xg_writer *w, xg_plan *p, xg_kvs *k) {
         xg_put_u32(&info, (uint32_t)g->type);
         xg_put_u64(&info, g->offset);
         if (g->ne[0] > maxcols) maxcols = g->ne[0];
+        if ((uint64_t)g->src_cols > maxcols) maxcols = (uint64_t)g->src_cols;
         w->total += g->n_bytes;
     }
     int rc = -1;
