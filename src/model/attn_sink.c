@@ -16,8 +16,9 @@
  * Rows run on the thread pool (core/pool.h) in chunks of 8, the last rows
  * (the longest reads) handed out first.
  *
- * The KV cache keeps every position of a sliding layer (the pool is shared
- * by all layers); a sliding row reads only its window.
+ * A sliding row reads only its window; the KV pool keeps only the window
+ * of the sliding layers (their own group, kv_pool.h: blocks left of it are
+ * given back, their table entries -1, never read here).
  *
  * Does not: use the kernel table's flash attention (the sink and the window
  * are not in its contract), or rotate (rotary.c).
