@@ -87,6 +87,7 @@ static void test_bound(moe8_model *m) {
     int32_t len = 0;
     cp.n_ctx = 5120;
     cp.n_batch = 256;
+    cp.kv_type = MOE8_DT_F32; /* the full layer reads 5000 positions: no widening */
     moe8_context *c = context(m, cp);
     moe8_context_kv_stats(c, &st);
     CHECKF(moe8_context_kv_groups(c) == 2 && st.window == W, "groups %d, window %d",
