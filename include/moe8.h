@@ -593,6 +593,10 @@ typedef struct {
      * their KV block evicted or rewritten) */
     int64_t state_snap_hits, state_snap_misses, state_snap_evictions;
     moe8_prompt_cache_stats disk;   /* the disk tier (zeros when off) */
+    /* models with sliding-window layers beside full ones (gpt_oss): the window, and of
+     * n_used the blocks of the sliding layers' group, which keeps only the window's
+     * (SEMANTICS §10; a block then holds one group's layers); 0 and 0 for others */
+    int32_t window, n_window_used;
 } moe8_kv_stats;
 void moe8_context_kv_stats(const moe8_context *ctx, moe8_kv_stats *out);
 

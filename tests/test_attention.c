@@ -303,7 +303,8 @@ static int mixed_batch(int32_t *seq, int32_t *pos) {
 
 static void run_driver(const paged *c, int NH, const float *q, float *out, const int32_t *seq,
                        const int32_t *pos, int T, int n_threads) {
-    const moe8_kv_view kv = {c->pool, c->block_bytes, c->dt, c->table, c->max_blocks};
+    const moe8_kv_view kv = {c->pool, c->block_bytes, c->dt, c->table, c->max_blocks,
+                             NULL, NULL, NULL};
     const moe8_attn_cache ac = moe8_attn_cache_layer(&kv, NH, c->n_kv, c->D, 0);
     const size_t wf = moe8_attention_work_floats(c->D, NH / c->n_kv);
     float *work = moe8_alloc_aligned((size_t)n_threads * wf * sizeof(float));

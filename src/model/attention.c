@@ -52,9 +52,11 @@ void moe8_rmsnorm_heads(float *x, int T, int n_head, int D, const float *w, floa
 moe8_attn_cache moe8_attn_cache_layer_ex(const moe8_kv_view *kv, int n_head, int n_kv, int D,
                                          int planes, float scale, int layer) {
     const size_t head = (size_t)MOE8_KV_BLOCK_TOKENS * (size_t)D * moe8_dtype_size(kv->dt);
+    const int at = kv->slot ? kv->slot[layer] : layer;
+    const int32_t *table = kv->slot && kv->group[layer] ? kv->table2 : kv->table;
     moe8_attn_cache c = {n_head, n_kv, D, kv->dt, scale,
-                         kv->data + (size_t)layer * (size_t)planes * n_kv * head, kv->block_bytes,
-                         planes == 2 ? (size_t)n_kv * head : 0, head, kv->table, kv->max_blocks};
+                         kv->data + (size_t)at * (size_t)planes * n_kv * head, kv->block_bytes,
+                         planes == 2 ? (size_t)n_kv * head : 0, head, table, kv->max_blocks};
     return c;
 }
 

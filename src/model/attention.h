@@ -45,13 +45,18 @@ void moe8_rope_apply(moe8_rope_kind k, float *x, int n_head, int stride, int R, 
 /* The paged KV cache as the forward sees it (model/kv_pool.h has the pool):
  * data[block][n_layer][2 (k, v)][n_kv][BS][D] of dt (F32, F16 or BF16),
  * BS = MOE8_KV_BLOCK_TOKENS; position p of sequence s is slot p % BS of
- * block table[s][p / BS]. */
+ * block table[s][p / BS]. With layer groups (slot non-NULL: gpt_oss's
+ * sliding layers apart) KV layer l is layer slot[l] of its group's blocks,
+ * group[l] 1 reading table2 (entries left of the window -1: never read). */
 typedef struct {
     unsigned char *data;
     size_t block_bytes;      /* bytes per block */
     moe8_dtype dt;
     const int32_t *table;    /* [n_seq][max_blocks] */
     int32_t max_blocks;
+    const int32_t *table2;   /* [n_seq][max_blocks] the sliding group's, or NULL */
+    const int32_t *slot;     /* [n_kv_layers] layer within its group's block, or NULL */
+    const uint8_t *group;    /* [n_kv_layers] 0 full, 1 sliding */
 } moe8_kv_view;
 
 /* One layer of it, for attention. */

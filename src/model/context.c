@@ -3,7 +3,9 @@
  *
  * A context owns the paged KV cache (model/kv_pool.h: a pool of blocks of
  * MOE8_KV_BLOCK_TOKENS positions shared by its n_seq_max sequences, each with
- * a block table; elements of kv_type), the RoPE table [n_ctx][R/2][2], the
+ * a block table; elements of kv_type; gpt_oss's sliding-window layers in a
+ * group of their own whose blocks left of the window go back after each
+ * decode, SEMANTICS §10), the RoPE table [n_ctx][R/2][2], the
  * length of each sequence, and the forward scratch (forward.h) sized for n_batch tokens and
  * n_outputs logits rows — all allocated at create, so decode never
  * allocates. moe8_decode reserves the blocks a batch needs before the
@@ -47,6 +49,8 @@ struct moe8_context {
     const moe8_weights *w;
     moe8_context_params p;        /* zeros resolved */
     kv_pool kv;                   /* the paged KV cache */
+    int32_t *kv_slot;             /* [n_kv_layers] two groups: a KV layer's place in its block */
+    uint8_t *kv_group;            /* [n_kv_layers] its group (0 full, 1 sliding), or NULL */
     moe8_state_pool state;        /* Gated DeltaNet layers' per-sequence state (hybrids) */
     moe8_kv_disk *disk;           /* the prompt cache's disk tier (kv_disk.h), or NULL */
     moe8_kvd_key *disk_keys;      /* [max_blocks] a prompt's block keys */
@@ -249,14 +253,58 @@ size_t moe8_model_kv_block_bytes(const moe8_model *m, moe8_dtype kv_type) {
            MOE8_KV_BLOCK_TOKENS * (size_t)k.dim * moe8_dtype_size(kv_type);
 }
 
+/* Layer groups (kv_pool.h): sliding-window layers beside full ones get a
+ * group of their own (each KV layer's slot in its group's blocks filled);
+ * one group when the layers are alike, when the window spans n_ctx, or with
+ * the disk tier (its files hold one group's blocks). Returns the groups and
+ * the layers of a block; *window the sliding layers' widest. */
+static int kv_groups(moe8_context *x, int *per_block, int32_t *window) {
+    const moe8_weights *w = x->w;
+    int n_full = 0, n_slide = 0;
+    int64_t win = 0;
+    for (int l = 0; l < w->n_layer; l++) {
+        const moe8_fwd_layer *L = &w->layers[l];
+        if (L->kv_layer < 0) continue;
+        if (L->plan.window > 0) n_slide++;
+        else n_full++;
+        if (L->plan.window > win) win = L->plan.window;
+    }
+    *per_block = w->n_kv_layers;
+    *window = 0;
+    if (!n_slide || !n_full || win >= x->p.n_ctx || x->p.prompt_cache_dir) return 1;
+    x->kv_slot = malloc((size_t)w->n_kv_layers * sizeof *x->kv_slot);
+    x->kv_group = malloc((size_t)w->n_kv_layers);
+    if (!x->kv_slot || !x->kv_group) return -1;
+    n_full = n_slide = 0;
+    for (int l = 0; l < w->n_layer; l++) {
+        const moe8_fwd_layer *L = &w->layers[l];
+        if (L->kv_layer < 0) continue;
+        x->kv_group[L->kv_layer] = L->plan.window > 0;
+        x->kv_slot[L->kv_layer] = L->plan.window > 0 ? n_slide++ : n_full++;
+    }
+    *per_block = n_full > n_slide ? n_full : n_slide;
+    *window = (int32_t)win;
+    return 2;
+}
+
 static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
     const moe8_weights *w = x->w;
     const int64_t per_seq = (x->p.n_ctx + MOE8_KV_BLOCK_TOKENS - 1) / MOE8_KV_BLOCK_TOKENS;
-    const size_t bytes = (size_t)w->n_kv_layers * (size_t)w->kv_planes * (size_t)w->n_kv *
+    int per_block;
+    int32_t window;
+    const int n_group = kv_groups(x, &per_block, &window);
+    const size_t bytes = (size_t)per_block * (size_t)w->kv_planes * (size_t)w->n_kv *
                          MOE8_KV_BLOCK_TOKENS * (size_t)w->C * moe8_dtype_size(x->p.kv_type);
-    const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type);
-    int64_t n_blocks = (int64_t)x->p.n_seq_max * per_seq;
+    const size_t model_block = moe8_model_kv_block_bytes(x->model, x->p.kv_type) /
+                               (size_t)w->n_kv_layers * (size_t)per_block;
+    /* the sliding group: the window and a batch of n_batch positions */
+    const int64_t slide = (window + x->p.n_batch - 1 + MOE8_KV_BLOCK_TOKENS - 1) /
+                          MOE8_KV_BLOCK_TOKENS + 1;
+    int64_t n_blocks = (int64_t)x->p.n_seq_max * (per_seq + (n_group < 2      ? 0
+                                                             : slide < per_seq ? slide
+                                                                               : per_seq));
     moe8_status st;
+    if (n_group < 0) return moe8_fail(err, MOE8_ERR_NOMEM, -1, "out of memory");
     if (x->p.kv_bytes) {
         n_blocks = (int64_t)(x->p.kv_bytes / model_block);
         if (n_blocks < 1)
@@ -269,7 +317,7 @@ static moe8_status alloc_kv(moe8_context *x, moe8_error *err) {
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "kv cache of %lld blocks is too large",
                          (long long)n_blocks);
     st = moe8_kv_pool_init(&x->kv, (int32_t)n_blocks, x->p.n_seq_max, x->p.n_ctx, bytes,
-                      (uint64_t)(uintptr_t)x->w, err);
+                           (uint64_t)(uintptr_t)x->w, n_group, window, err);
     if (st) return st;
     x->kv.prefix_cache = x->p.prefix_cache != 0;
     return MOE8_OK;
@@ -578,6 +626,8 @@ void moe8_context_free(moe8_context *x) {
     free(x->disk_data);
     free(x->disk_snap);
     moe8_kv_pool_free(&x->kv);
+    free(x->kv_slot);
+    free(x->kv_group);
     moe8_state_pool_free(&x->state);
     moe8_weights_release(x->model, x->w);
     moe8_model_unref(x->model);
@@ -609,7 +659,14 @@ moe8_status moe8_context_seq_truncate(moe8_context *x, int32_t seq, int32_t n_ke
                          "model (%s) to %d of its %d positions: rewinding the recurrent state "
                          "not supported yet (only to 0)", seq, x->model->cfg.model_type, n_keep,
                          x->seq_len[seq]);
-    if (moe8_kv_truncate(&x->kv, seq, n_keep))
+    const int kt = moe8_kv_truncate(&x->kv, seq, n_keep);
+    if (kt == -2)
+        return moe8_fail(err, MOE8_ERR_UNSUPPORTED, -1, "truncate: sequence %d to %d of its %d "
+                         "positions: the K/V of its sliding-window layers (window %d) before "
+                         "position %d were given back; rewinding past them not supported yet",
+                         seq, n_keep, x->seq_len[seq], x->kv.window,
+                         x->seq_len[seq] - x->kv.window + 1);
+    if (kt)
         return moe8_fail(err, MOE8_ERR_NOMEM, -1, "truncate: sequence %d shares its block at "
                          "position %d and the kv cache has no free block to copy it to", seq,
                          n_keep);
@@ -637,6 +694,9 @@ void moe8_context_kv_stats(const moe8_context *x, moe8_kv_stats *out) {
     out->n_used = kv_used(&x->kv);
     out->n_cached = x->kv.n_cached;
     out->n_free = x->kv.n_free;
+    out->window = x->kv.window;
+    for (int32_t s = 0; x->kv.n_group > 1 && s < x->kv.n_seq; s++)
+        out->n_window_used += moe8_kv_held(&x->kv, 1, s);
     if (x->state.n_layer) {
         out->state_slots = x->state.n_slot;
         out->state_snapshots = x->state.n_snap;
@@ -660,6 +720,14 @@ int32_t moe8_context_kv_blocks(const moe8_context *x) { return x->kv.n_blocks; }
 int32_t moe8_context_kv_seq_blocks(const moe8_context *x) { return x->kv.max_blocks; }
 int32_t moe8_context_kv_available(const moe8_context *x) { return kv_available(&x->kv); }
 int32_t moe8_context_kv_held(const moe8_context *x, int32_t seq) { return x->kv.n_held[seq]; }
+int moe8_context_kv_groups(const moe8_context *x) { return x->kv.n_group; }
+int32_t moe8_context_kv_held_group(const moe8_context *x, int32_t seq, int g) {
+    return g < x->kv.n_group ? moe8_kv_held(&x->kv, g, seq) : 0;
+}
+int32_t moe8_context_kv_blocks_for(const moe8_context *x, int32_t n_tokens) {
+    const int32_t n = (n_tokens + KV_BS - 1) / KV_BS;
+    return x->kv.n_group < 2 || n_tokens < 1 ? n : 2 * n - kv_window_first(&x->kv, n_tokens - 1);
+}
 int moe8_context_kv_reserve(moe8_context *x, int32_t seq, int32_t n_tokens) {
     return moe8_kv_reserve(&x->kv, seq, n_tokens);
 }
@@ -675,8 +743,11 @@ int32_t moe8_context_prefix_match(const moe8_context *x, const int32_t *tokens, 
 }
 
 int32_t moe8_context_kv_unheld(const moe8_context *x, const int32_t *blocks, int32_t n) {
+    const int32_t *sw = blocks + x->kv.max_blocks;
     int32_t k = 0;
     for (int32_t j = 0; j < n; j++) k += x->kv.b[blocks[j]].ref == 0;
+    for (int32_t j = kv_window_first(&x->kv, n * KV_BS); x->kv.n_group > 1 && j < n; j++)
+        k += x->kv.b[sw[j]].ref == 0;
     return k;
 }
 
@@ -767,7 +838,9 @@ static moe8_status reserve_batch(moe8_context *x, const moe8_batch *b, moe8_erro
 
 moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     const moe8_kv_view kv = {x->kv.data, x->kv.block_bytes, x->p.kv_type, x->kv.table,
-                             x->kv.max_blocks};
+                             x->kv.max_blocks,
+                             x->kv.n_group > 1 ? kv_table(&x->kv, 1, 0) : NULL, x->kv_slot,
+                             x->kv_group};
     const double t0 = moe8_phase_on() ? moe8_time_s() : 0.0;
     int n_out = 0;
     moe8_status st;
@@ -802,6 +875,9 @@ moe8_status moe8_decode(moe8_context *x, const moe8_batch *b, moe8_error *err) {
     for (int32_t i = 0; i < b->n_tokens; i++)
         moe8_kv_commit(&x->kv, b->seq_id[i], b->pos[i], &b->token[i], 1);
     if (x->state.n_layer) state_snap_keep(x, 1);
+    for (int32_t i = 0; x->kv.n_group > 1 && i < b->n_tokens; i++) /* registered: then given back */
+        if (b->pos[i] == x->seq_next[b->seq_id[i]] - 1)
+            moe8_kv_slide(&x->kv, b->seq_id[i], x->seq_next[b->seq_id[i]]);
     memcpy(x->seq_len, x->seq_next, (size_t)x->p.n_seq_max * sizeof(int32_t));
     x->n_last = b->n_tokens;
     if (t0 > 0) moe8_phase_forward(moe8_time_s() - t0);

@@ -20,14 +20,24 @@ int32_t moe8_context_kv_blocks(const moe8_context *ctx);
 int32_t moe8_context_kv_seq_blocks(const moe8_context *ctx);
 /* Blocks the pool can give now (free, or cached and held by nobody). */
 int32_t moe8_context_kv_available(const moe8_context *ctx);
-/* Blocks sequence seq holds. */
+/* Entries of sequence seq's block table (of each group: they grow together). */
 int32_t moe8_context_kv_held(const moe8_context *ctx, int32_t seq);
+/* Layer groups of the pool (kv_pool.h): 1, or 2 when sliding-window layers
+ * keep only their window (a position then takes a block of each group). */
+int moe8_context_kv_groups(const moe8_context *ctx);
+/* Blocks sequence seq holds in group g (given-back sliding ones not counted). */
+int32_t moe8_context_kv_held_group(const moe8_context *ctx, int32_t seq, int g);
+/* Blocks a sequence of n_tokens positions holds at least while computing its
+ * last (every group). */
+int32_t moe8_context_kv_blocks_for(const moe8_context *ctx, int32_t n_tokens);
 /* Blocks for positions [0, n_tokens) of seq, taken from the pool; 0 on success. */
 int moe8_context_kv_reserve(moe8_context *ctx, int32_t seq, int32_t n_tokens);
 
 /* The prefix cache (0 blocks when it is off): the longest chain of registered
  * blocks matching tokens[0..n) from position 0, at most
- * moe8_context_kv_seq_blocks of them, into out[]; takes no reference. */
+ * moe8_context_kv_seq_blocks of them, into out[] (room for groups x
+ * moe8_context_kv_seq_blocks: the sliding group's after the full one's,
+ * kv_pool.h moe8_kv_match); takes no reference. */
 int32_t moe8_context_prefix_match(const moe8_context *ctx, const int32_t *tokens, int32_t n,
                                   int32_t *out);
 /* The disk tier (prompt_cache_dir; no-op without): extend the match

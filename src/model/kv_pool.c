@@ -9,6 +9,12 @@
  * first, so the start of a prefix — the part most requests share — is the
  * most recently used and the last to go.
  *
+ * Two groups (full layers, sliding-window layers; kv_pool.h): both tables of
+ * a sequence have the same length; the sliding one has -1 where a block was
+ * given back (moe8_kv_slide, or never attached: moe8_kv_attach). A given
+ * back block that is registered stays findable on the evictable list, like
+ * any other cached block.
+ *
  * Does not: touch the K/V values except for the copy-on-write of a shared
  * partial block on truncate.
  */
@@ -104,6 +110,7 @@ typedef struct {
     uint64_t h;
     const int32_t *tok;
     int32_t parent;
+    int group;
 } block_key;
 
 /* Registered block `id` holds exactly these tokens after this parent (in the
@@ -112,33 +119,41 @@ static int block_eq(const void *ctx, uint32_t id, const void *key) {
     const kv_pool *p = ctx;
     const kv_block *b = &p->b[id];
     const block_key *k = key;
-    if (b->hash != k->h || b->parent != k->parent) return 0;
+    if (b->hash != k->h || b->parent != k->parent || b->group != k->group) return 0;
     if (k->parent >= 0 && b->parent_gen != p->b[k->parent].gen) return 0;
     return !memcmp(p->tokens + (size_t)id * KV_BS, k->tok, KV_BS * sizeof *k->tok);
 }
 
 /* Registered block with this hash whose tokens and parent are exactly these. */
-static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t parent) {
-    block_key k = {h, tok, parent};
+static int32_t find(const kv_pool *p, uint64_t h, const int32_t *tok, int32_t parent, int group) {
+    block_key k = {h, tok, parent, group};
     return (int32_t)moe8_index_find(&p->registered, h, block_eq, p, &k);
 }
 
-/* Register block `id` (just filled) after `parent`. When a registered block
- * holds the same tokens after the same parent already (a twin) and `adopt`,
- * the caller's reference moves to the twin (the same K/V bits, by batch
- * invariance) and `id` goes back; the twin is returned, else `id`. So a
- * sequence that computes blocks again beside their cached twins (a hybrid's
- * match stops at the deepest state snapshot) goes on along the twin's chain:
- * its own later blocks and snapshots join it, and the twin's cached children
- * and their snapshots stay findable. */
+/* A sliding block's key: its full twin's hash, salted. */
+static uint64_t twin_hash(const kv_pool *p, int32_t twin) {
+    return mix64(p->b[twin].hash ^ 0x51D1A6B10C5EEDULL);
+}
+
+/* Register block `id` (just filled) after `parent` (group 0; -1: the first),
+ * or as the twin of the full block `parent` (group 1). When a registered
+ * block holds the same tokens after the same parent already (a twin) and
+ * `adopt`, the caller's reference moves to the twin (the same K/V bits, by
+ * batch invariance) and `id` goes back; the twin is returned, else `id`. So
+ * a sequence that computes blocks again beside their cached twins (a
+ * hybrid's match stops at the deepest state snapshot) goes on along the
+ * twin's chain: its own later blocks and snapshots join it, and the twin's
+ * cached children and their snapshots stay findable. */
 static int32_t register_block(kv_pool *p, int32_t id, int32_t parent, int adopt) {
     kv_block *b = &p->b[id];
     const int32_t *tok = p->tokens + (size_t)id * KV_BS;
     uint64_t ph;
     if (b->registered) return id;
     if (parent >= 0 && !p->b[parent].registered) return id; /* its chain is not findable */
+    if (b->group && parent < 0) return id;
     ph = parent >= 0 ? p->b[parent].hash : 0;
-    block_key k = {chain_hash(p->seed, ph, tok), tok, parent};
+    block_key k = {b->group ? twin_hash(p, parent) : chain_hash(p->seed, ph, tok), tok, parent,
+                   b->group};
     int64_t other = moe8_index_add(&p->registered, k.h, (uint32_t)id, block_eq, p, &k);
     MOE8_ASSERT(other != -2); /* room for every block at init: never grows */
     if (other >= 0) {         /* an identical block is cached already */
@@ -157,9 +172,13 @@ static int32_t register_block(kv_pool *p, int32_t id, int32_t parent, int adopt)
 /* ---- pool ---------------------------------------------------------------------- */
 
 moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32_t n_ctx,
-                         size_t block_bytes, uint64_t seed, moe8_error *err) {
+                              size_t block_bytes, uint64_t seed, int n_group, int32_t window,
+                              moe8_error *err) {
     size_t bytes;
     memset(p, 0, sizeof *p);
+    MOE8_ASSERT(n_group == 1 || (n_group == 2 && window >= 1));
+    p->n_group = n_group;
+    p->window = n_group == 2 ? window : 0;
     p->n_blocks = n_blocks;
     p->block_bytes = block_bytes;
     p->n_seq = n_seq;
@@ -172,8 +191,8 @@ moe8_status moe8_kv_pool_init(kv_pool *p, int32_t n_blocks, int32_t n_seq, int32
     p->data = moe8_alloc_aligned(bytes);
     p->b = calloc((size_t)n_blocks, sizeof *p->b);
     p->tokens = malloc((size_t)n_blocks * KV_BS * sizeof *p->tokens);
-    p->table = malloc((size_t)n_seq * (size_t)p->max_blocks * sizeof *p->table);
-    p->n_held = calloc((size_t)n_seq, sizeof *p->n_held);
+    p->table = malloc((size_t)n_group * n_seq * (size_t)p->max_blocks * sizeof *p->table);
+    p->n_held = calloc((size_t)n_group * n_seq, sizeof *p->n_held);
     if (!p->data || !p->b || !p->tokens || !p->table || !p->n_held ||
         moe8_index_init(&p->registered, (size_t)n_blocks, block_hash)) {
         moe8_kv_pool_free(p);
@@ -199,29 +218,66 @@ void moe8_kv_pool_free(kv_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* n_held of group g of seq. */
+static int32_t *held(const kv_pool *p, int g, int32_t seq) {
+    return &p->n_held[(size_t)g * p->n_seq + (size_t)seq];
+}
+
 int32_t moe8_kv_blocks_needed(const kv_pool *p, int32_t seq, int32_t n_tokens) {
-    int32_t want = (n_tokens + KV_BS - 1) / KV_BS;
-    return want > p->n_held[seq] ? want - p->n_held[seq] : 0;
+    int32_t want = (n_tokens + KV_BS - 1) / KV_BS, need = 0;
+    for (int g = 0; g < p->n_group; g++)
+        need += want > *held(p, g, seq) ? want - *held(p, g, seq) : 0;
+    return need;
+}
+
+int32_t moe8_kv_held(const kv_pool *p, int g, int32_t seq) {
+    const int32_t *t = kv_table(p, g, seq);
+    int32_t n = 0;
+    for (int32_t i = 0; i < *held(p, g, seq); i++) n += t[i] >= 0;
+    return n;
 }
 
 int moe8_kv_reserve(kv_pool *p, int32_t seq, int32_t n_tokens) {
-    int32_t need = moe8_kv_blocks_needed(p, seq, n_tokens);
-    int32_t *t = p->table + (size_t)seq * p->max_blocks;
-    MOE8_ASSERT((n_tokens + KV_BS - 1) / KV_BS <= p->max_blocks);
-    if (need > kv_available(p)) return -1;
-    while (need-- > 0) t[p->n_held[seq]++] = take_block(p);
+    const int32_t want = (n_tokens + KV_BS - 1) / KV_BS;
+    MOE8_ASSERT(want <= p->max_blocks);
+    if (moe8_kv_blocks_needed(p, seq, n_tokens) > kv_available(p)) return -1;
+    for (int g = 0; g < p->n_group; g++) {
+        int32_t *t = kv_table(p, g, seq), *n = held(p, g, seq);
+        while (*n < want) {
+            t[*n] = take_block(p);
+            p->b[t[(*n)++]].group = g;
+        }
+    }
     return 0;
 }
 
-int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
-    int32_t keep = (n_tokens + KV_BS - 1) / KV_BS, *t = p->table + (size_t)seq * p->max_blocks;
-    while (p->n_held[seq] > keep) drop_ref(p, t[--p->n_held[seq]]);
-    if (keep > 0 && n_tokens % KV_BS) { /* the kept last block will be written again */
+int32_t moe8_kv_slide(kv_pool *p, int32_t seq, int32_t next) {
+    int32_t *t, n = 0, end;
+    if (p->n_group < 2) return 0;
+    t = kv_table(p, 1, seq);
+    end = kv_window_first(p, next);
+    if (end > *held(p, 1, seq)) end = *held(p, 1, seq);
+    for (int32_t i = end - 1; i >= 0 && t[i] >= 0; i--) { /* below them all given back */
+        drop_ref(p, t[i]);
+        t[i] = -1;
+        n++;
+    }
+    return n;
+}
+
+/* Group g of seq keeps `keep` blocks; a kept partial last block is made
+ * private and unregistered (it will be written again). */
+static int truncate_group(kv_pool *p, int g, int32_t seq, int32_t n_tokens) {
+    int32_t keep = (n_tokens + KV_BS - 1) / KV_BS, *t = kv_table(p, g, seq), *n = held(p, g, seq);
+    while (*n > keep)
+        if (t[--*n] >= 0) drop_ref(p, t[*n]);
+    if (keep > 0 && n_tokens % KV_BS && t[keep - 1] >= 0) {
         int32_t id = t[keep - 1];
         if (p->b[id].ref > 1) {
             int32_t c;
             if (kv_available(p) < 1) return -1;
             c = take_block(p);
+            p->b[c].group = g;
             memcpy(p->data + (size_t)c * p->block_bytes, p->data + (size_t)id * p->block_bytes,
                    p->block_bytes);
             memcpy(p->tokens + (size_t)c * KV_BS, p->tokens + (size_t)id * KV_BS,
@@ -230,22 +286,39 @@ int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
             t[keep - 1] = c;
         } else if (p->b[id].registered) {
             unregister(p, id);
-            p->b[id].gen++; /* its cached children no longer follow it */
+            p->b[id].gen++; /* its cached children (and its twin) no longer follow it */
         }
     }
     return 0;
 }
 
+int moe8_kv_truncate(kv_pool *p, int32_t seq, int32_t n_tokens) {
+    if (p->n_group > 1 && n_tokens > 0) { /* the window of position n_tokens must be held */
+        const int32_t *t = kv_table(p, 1, seq), keep = (n_tokens + KV_BS - 1) / KV_BS;
+        for (int32_t i = kv_window_first(p, n_tokens); i < keep && i < *held(p, 1, seq); i++)
+            if (t[i] < 0) return -2;
+    }
+    for (int g = 0; g < p->n_group; g++)
+        if (truncate_group(p, g, seq, n_tokens)) return -1;
+    return 0;
+}
+
 void moe8_kv_commit(kv_pool *p, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n) {
-    int32_t *t = p->table + (size_t)seq * p->max_blocks;
+    int32_t *t = kv_table(p, 0, seq), *ts = p->n_group > 1 ? kv_table(p, 1, seq) : NULL;
     for (int32_t i = 0; i < n; i++) {
         int32_t pos = pos0 + i;
         p->tokens[(size_t)t[pos / KV_BS] * KV_BS + pos % KV_BS] = tokens[i];
+        if (ts) p->tokens[(size_t)ts[pos / KV_BS] * KV_BS + pos % KV_BS] = tokens[i];
     }
     if (!p->prefix_cache) return;
-    for (int32_t blk = pos0 / KV_BS; blk < (pos0 + n) / KV_BS; blk++)
+    for (int32_t blk = pos0 / KV_BS; blk < (pos0 + n) / KV_BS; blk++) {
         t[blk] = register_block(p, t[blk], blk > 0 ? t[blk - 1] : -1, 1);
+        if (ts && ts[blk] >= 0 && p->b[t[blk]].registered)
+            ts[blk] = register_block(p, ts[blk], t[blk], 1);
+    }
 }
+
+static int32_t match_window(const kv_pool *p, int32_t *out, int32_t m);
 
 int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out,
                  int32_t max_blocks) {
@@ -255,21 +328,50 @@ int32_t moe8_kv_match(const kv_pool *p, const int32_t *tokens, int32_t n, int32_
         const int32_t *tok = tokens + (size_t)n_match * KV_BS;
         int32_t id;
         h = chain_hash(p->seed, h, tok);
-        if ((id = find(p, h, tok, parent)) < 0) break;
+        if ((id = find(p, h, tok, parent, 0)) < 0) break;
         out[n_match++] = parent = id;
     }
-    return n_match;
+    return p->n_group > 1 ? match_window(p, out, n_match) : n_match;
+}
+
+/* The sliding twin of full block `twin` when it is cached, else -1. */
+static int32_t find_twin(const kv_pool *p, int32_t twin) {
+    return find(p, twin_hash(p, twin), p->tokens + (size_t)twin * KV_BS, twin, 1);
+}
+
+/* vLLM's SlidingWindowManager.find_longest_cache_hit: from the right, the
+ * deepest end m whose blocks [kv_window_first(m * BS), m) all have a cached
+ * twin (each block looked up once). Resuming at a shorter end recomputes
+ * every layer of the positions after it: the sliding K/V of a position
+ * needs the hidden state the layers below compute, so there is nothing
+ * cheaper than recomputing the sliding part alone. */
+static int32_t match_window(const kv_pool *p, int32_t *out, int32_t m) {
+    int32_t *sw = out + p->max_blocks;
+    int32_t j = m - 1;
+    while (m > 0 && j >= kv_window_first(p, m * KV_BS)) {
+        if ((sw[j] = find_twin(p, out[j])) >= 0) {
+            j--;
+        } else {
+            m = j; /* an end at j needs block j - 1 down: start over below */
+            j = m - 1;
+        }
+    }
+    for (int32_t i = 0; i < m && i < kv_window_first(p, m * KV_BS); i++) sw[i] = -1;
+    return m;
 }
 
 void moe8_kv_attach(kv_pool *p, int32_t seq, const int32_t *blocks, int32_t n) {
-    int32_t *t = p->table + (size_t)seq * p->max_blocks;
-    MOE8_ASSERT(p->n_held[seq] == 0 && n <= p->max_blocks);
-    for (int32_t i = 0; i < n; i++) {
-        kv_block *b = &p->b[blocks[i]];
-        if (b->ref++ == 0) lru_unlink(p, blocks[i]);
-        t[i] = blocks[i];
+    MOE8_ASSERT(n <= p->max_blocks);
+    for (int g = 0; g < p->n_group; g++) {
+        int32_t *t = kv_table(p, g, seq);
+        const int32_t *from = blocks + (size_t)g * p->max_blocks;
+        MOE8_ASSERT(*held(p, g, seq) == 0);
+        for (int32_t i = 0; i < n; i++) {
+            t[i] = g > 0 && i < kv_window_first(p, n * KV_BS) ? -1 : from[i];
+            if (t[i] >= 0 && p->b[t[i]].ref++ == 0) lru_unlink(p, t[i]);
+        }
+        *held(p, g, seq) = n;
     }
-    p->n_held[seq] = n;
 }
 
 int32_t moe8_kv_drop_cached(kv_pool *p) {
@@ -287,6 +389,7 @@ int32_t moe8_kv_drop_cached(kv_pool *p) {
 int32_t moe8_kv_extend(kv_pool *p, const int32_t *tokens, int32_t n, int32_t *out, int32_t m,
                        int32_t max_blocks, const kv_source *src) {
     int32_t k = m, go = 1;
+    MOE8_ASSERT(p->n_group == 1); /* the disk tier keeps one group (context.c alloc_kv) */
     if (!p->prefix_cache) return m;
     if (max_blocks > n / KV_BS) max_blocks = n / KV_BS;
     for (int32_t i = 0; i < m; i++) /* the match stays while blocks are taken */

@@ -162,7 +162,8 @@ moe8_status moe8_sched_create(moe8_context *ctx, const moe8_sched_params *params
         s->b_chunk = malloc((size_t)s->max_running * sizeof *s->b_chunk);
         s->b_first = malloc((size_t)s->max_running * sizeof *s->b_first);
         s->sampled = malloc((size_t)s->max_running * sizeof *s->sampled);
-        s->match = malloc((size_t)moe8_context_kv_seq_blocks(ctx) * sizeof *s->match);
+        s->match = malloc((size_t)moe8_context_kv_seq_blocks(ctx) * moe8_context_kv_groups(ctx) *
+                          sizeof *s->match);
         if (!s->run || !s->free_seq || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_lg ||
             !s->b_rq || !s->b_row || !s->b_chunk || !s->b_first || !s->sampled || !s->match)
             st = moe8_fail(err, MOE8_ERR_NOMEM, -1, "cannot allocate the scheduler");
@@ -215,7 +216,7 @@ void moe8_sched_free(moe8_sched *s) {
 /* ---- add / cancel ----------------------------------------------------------------- */
 
 static moe8_status check_request(const moe8_sched *s, const moe8_request *r, moe8_error *err) {
-    const int32_t blocks = (r->n_prompt + KV_BS - 1) / KV_BS;
+    const int32_t blocks = moe8_context_kv_blocks_for(s->ctx, r->n_prompt);
     moe8_status st;
     if (!r->prompt || r->n_prompt < 1 || r->n_prompt > s->n_ctx)
         return moe8_fail(err, MOE8_ERR_INVALID_ARG, -1, "request: prompt of %d tokens; expected "
@@ -527,9 +528,11 @@ static void batch_add(moe8_sched *s, rq *r, int32_t want) {
     s->n_brq++;
 }
 
-/* Positions r can reach with the blocks it holds and those the pool can give. */
+/* Positions r can reach with the blocks it holds and those the pool can give
+ * (a block of each layer group per block of positions: SEMANTICS §10). */
 static int32_t room(const moe8_sched *s, const rq *r) {
-    return (moe8_context_kv_held(s->ctx, r->seq) + moe8_context_kv_available(s->ctx)) * KV_BS -
+    return (moe8_context_kv_held(s->ctx, r->seq) +
+            moe8_context_kv_available(s->ctx) / moe8_context_kv_groups(s->ctx)) * KV_BS -
            r->n_computed;
 }
 
@@ -566,6 +569,7 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
     while (s->wait_head && budget > 0 && s->n_run < s->max_running && !s->preempted) {
         rq *r = s->wait_head;
         int32_t m = 0, ref0 = 0, cached, want, need;
+        const int groups = moe8_context_kv_groups(s->ctx);
         int32_t lim = r->n_tok - 1; /* the last token is computed for its logits */
         if (lim > r->plog_done) lim = r->plog_done; /* its prompt logits must be computed */
         if (s->hybrid && lim > r->n_prompt - 2) lim = r->n_prompt - 2; /* hy_cut */
@@ -580,7 +584,11 @@ static void schedule_waiting(moe8_sched *s, int32_t budget) {
         r->n_computed = cached; /* for fit_rows; set for good below */
         want = hy_cut(s, r, cached, fit_rows(s, r, want));
         r->n_computed = 0;
-        need = (cached + want + KV_BS - 1) / KV_BS - m;
+        if (groups > 1) { /* a first chunk the pool can hold (it may be the whole prompt) */
+            const int32_t most = (m + (moe8_context_kv_available(s->ctx) - ref0) / groups) * KV_BS;
+            if (want > most - cached) want = most - cached;
+        }
+        need = ((cached + want + KV_BS - 1) / KV_BS - m) * groups;
         if (want < 1 || need + ref0 > moe8_context_kv_available(s->ctx) ||
             (s->hybrid && moe8_context_state_available(s->ctx) < 1))
             break; /* it waits (blocks, a state slot); nobody passes it */
