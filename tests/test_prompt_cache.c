@@ -151,7 +151,7 @@ static const char *fresh_dir(const char *name) {
 
 typedef struct {
     char name[64][48];
-    int32_t n_tokens[64];
+    int32_t n_tokens[64], n_blocks[64];
     uint64_t bytes[64], total;
     int n, n_bad;
 } listing;
@@ -161,6 +161,7 @@ static void list_cb(void *user, const moe8_prompt_cache_file *f) {
     if (l->n < 64) {
         snprintf(l->name[l->n], sizeof l->name[0], "%s", f->name);
         l->n_tokens[l->n] = f->n_tokens;
+        l->n_blocks[l->n] = f->n_blocks;
         l->bytes[l->n++] = f->bytes;
     }
     l->total += f->bytes;
@@ -505,9 +506,22 @@ static void test_temporaries(void) {
 
 /* ---- a hybrid: recurrent-state snapshots stored with their blocks ------------------------ */
 
-/* The snapshots in the one run file of dir. */
+/* The path of the one run file of dir that starts at block 0 (a prompt's first run). */
+static const char *first_run(const char *dir) {
+    static char path[4200];
+    listing l = list_dir(dir, 0);
+    int k = -1, n = 0;
+    for (int i = 0; i < l.n && i < 64; i++)
+        if (l.n_blocks[i] * MOE8_KV_BLOCK_TOKENS == l.n_tokens[i]) k = i, n++;
+    CHECKF(n == 1, "%d run files start at block 0, not 1", n);
+    if (n != 1) return NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, l.name[k]);
+    return path;
+}
+
+/* The snapshots in the run file of dir that starts at block 0. */
 static int32_t file_snaps(const char *dir) {
-    const char *path = only_file(dir);
+    const char *path = first_run(dir);
     moe8_kvd_head h;
     int fd = path ? open(path, O_RDONLY) : -1;
     h.n_snap = -1;
@@ -532,9 +546,22 @@ static void test_hybrid(void) {
     moe8_prompt_cache_stats st = run(hm, &c, w, 2); /* cold: snapshots at 64 and 128 */
     CHECK(same_tokens(&w[0], &ref[0]) && same_tokens(&w[1], &ref[1]) && st.written_blocks > 0);
     CHECKF(file_snaps(dir) == 2, "hybrid: %d snapshots stored", file_snaps(dir));
-    CHECK(list_dir(dir, 1).n_bad == 0);
+    /* Two runs: request 0's blocks 0..9, and request 1's own block 9 (positions 144..159:
+     * its sampled tokens from 150 differ from request 0's greedy ones). The two compute the
+     * prompt side by side; request 1 adopts request 0's twins of blocks 0..8 (kv_pool.c
+     * register_block), so its block 9 follows a registered chain and is written as the run
+     * after them. (Each request's blocks past the prompt are prefixes a later prompt can
+     * take, e.g. a conversation's next turn.) */
+    listing l0 = list_dir(dir, 1);
+    CHECKF(l0.n == 2 && l0.n_bad == 0 && l0.n_tokens[0] == 160 && l0.n_tokens[1] == 160 &&
+               l0.n_blocks[0] + l0.n_blocks[1] == 11,
+           "hybrid cold: %d files", l0.n);
+    /* A restart resumes at 128 (the deepest snapshot), recomputes blocks 8 and 9 and adopts
+     * block 8 loaded from the disk: request 0's block 9 (in the first run, which the prompt's
+     * 9 full blocks do not reach) is written again as a run of its own once; request 1's is
+     * found there already. The later passes only touch them. */
     for (int pass = 0; pass < 3; pass++) {
-        const char *path = only_file(dir);
+        const char *path = first_run(dir);
         if (pass == 1 && path) { /* a flipped byte of the deepest snapshot (the file's end) */
             struct stat sb;
             unsigned char b;
@@ -554,6 +581,8 @@ static void test_hybrid(void) {
                st.rejected == (pass == 1 ? 1u : 0u),
                "hybrid pass %d: %d, %d cached, %llu rejected", pass, w[0].n_cached,
                w[1].n_cached, (unsigned long long)st.rejected);
+        const listing l = list_dir(dir, 1);
+        CHECKF(l.n == 3 && l.n_bad == 0, "hybrid pass %d: %d files, %d bad", pass, l.n, l.n_bad);
     }
     moe8_model_free(hm);
 }
