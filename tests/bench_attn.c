@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
             const double t0 = cpu_s();
             for (int h = 0; h < N_HEADS; h++) {
                 const moe8_kv_pages kv = {(const char *)cache, block, half,
-                                          table + (size_t)h * nb, MOE8_DT_F16};
+                                          table + (size_t)h * nb, MOE8_DT_F16, NULL};
                 k->flash_attn(out, G * D, q, G * D, 1, G, D, ctx - 1, 0.088f, &kv, work);
             }
             const double t = (cpu_s() - t0) / N_HEADS;

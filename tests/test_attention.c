@@ -13,7 +13,7 @@
  *     the same row computed alone
  *   - decode (G 8, D 128) at contexts 1, 15, 16, 17, 63, 64, 65, 511 and 8193
  *   - the driver over a batch mixing three sequences: equal to each token alone
- *     and identical for 1, 2 and 3 threads
+ *     and identical for 1, 2 and 3 threads; the same with sinks (moe8_attention_sinks)
  * AVX2 comparisons are skipped, with a note, on a CPU without AVX2.
  */
 #include <stdint.h>
@@ -117,16 +117,19 @@ static double kv_get(const paged *c, int s, int h, int p, int kv, int d) {
 
 static moe8_kv_pages pages(const paged *c, int s, int h) {
     moe8_kv_pages p = {(const char *)c->pool + (size_t)h * c->head_bytes, c->block_bytes,
-                       (size_t)c->n_kv * c->head_bytes, c->table + s * c->max_blocks, c->dt};
+                       (size_t)c->n_kv * c->head_bytes, c->table + s * c->max_blocks, c->dt, NULL};
     return p;
 }
 
 /* ---- the double reference -------------------------------------------------------- */
 
 /* out[D] = softmax(q.k_p / sqrt(D)) v over positions 0..pos of (s, kv head h). */
+static const float *drv_sinks; /* [n_head]: the driver's sinks (moe8_attention_sinks); NULL: none */
+static double ref_sink = -INFINITY; /* ref_row's sink logit (-inf: none) */
+
 static void ref_row(double *out, const float *q, const paged *c, int s, int h, int pos) {
     const int D = c->D;
-    double *w = malloc(sizeof(double) * (size_t)(pos + 1)), mx = -INFINITY, sum = 0;
+    double *w = malloc(sizeof(double) * (size_t)(pos + 1)), mx = ref_sink, sum = 0;
     for (int p = 0; p <= pos; p++) {
         double a = 0;
         for (int d = 0; d < D; d++) a += (double)q[d] * kv_get(c, s, h, p, 0, d);
@@ -134,6 +137,7 @@ static void ref_row(double *out, const float *q, const paged *c, int s, int h, i
         mx = fmax(mx, w[p]);
     }
     for (int p = 0; p <= pos; p++) sum += (w[p] = exp(w[p] - mx));
+    sum += exp(ref_sink - mx); /* the sink: a logit of the denominator only (SEMANTICS §7i) */
     for (int d = 0; d < D; d++) {
         double a = 0;
         for (int p = 0; p <= pos; p++) a += w[p] * kv_get(c, s, h, p, 1, d);
@@ -309,7 +313,11 @@ static void run_driver(const paged *c, int NH, const float *q, float *out, const
     const size_t wf = moe8_attention_work_floats(c->D, NH / c->n_kv);
     float *work = moe8_alloc_aligned((size_t)n_threads * wf * sizeof(float));
     int32_t *tiles = malloc(sizeof(int32_t) * 2 * (size_t)T);
-    moe8_attention(moe8_kernels_get(), out, q, &ac, seq, pos, T, tiles, work, wf, n_threads);
+    if (drv_sinks)
+        moe8_attention_sinks(moe8_kernels_get(), out, q, &ac, seq, pos, T, drv_sinks, tiles, work,
+                             wf, n_threads);
+    else
+        moe8_attention(moe8_kernels_get(), out, q, &ac, seq, pos, T, tiles, work, wf, n_threads);
     free(tiles);
     moe8_free_aligned(work);
 }
@@ -340,14 +348,16 @@ static void driver_case(int n_kv, int G, int D, moe8_dtype dt) {
             bad += memcmp(alone, out[0] + t * row, sizeof(float) * row) != 0;
         }
         for (int h = 0; h < NH; h++) {
+            ref_sink = drv_sinks ? drv_sinks[h] : -INFINITY;
             ref_row(want, q + t * row + (size_t)h * D, &c, seq[t], h / G, pos[t]);
             worst = fmax(worst, row_rel(out[0] + t * row + (size_t)h * D, want, D));
         }
     }
-    CHECKF(bad == 0, "driver n_kv %d G %d D %d %s: %d tokens differ from the token alone", n_kv,
-           G, D, moe8_dtype_name(dt), bad);
-    CHECKF(worst <= 1e-5, "driver n_kv %d G %d D %d %s: rel err %.3g vs double", n_kv, G, D,
-           moe8_dtype_name(dt), worst);
+    ref_sink = -INFINITY;
+    CHECKF(bad == 0, "driver n_kv %d G %d D %d %s%s: %d tokens differ from the token alone", n_kv,
+           G, D, moe8_dtype_name(dt), drv_sinks ? " sinks" : "", bad);
+    CHECKF(worst <= 1e-5, "driver n_kv %d G %d D %d %s%s: rel err %.3g vs double", n_kv, G, D,
+           moe8_dtype_name(dt), drv_sinks ? " sinks" : "", worst);
     for (int n = 0; n < 3; n++) free(out[n]);
     free(q);
     free(alone);
@@ -419,6 +429,21 @@ static void test_driver(void) {
     driver_case(1, 2, 12, MOE8_DT_F32);   /* head dim off the SIMD path */
 }
 
+/* gpt_oss's sinks (SEMANTICS §7i) on the driver: sinks far below the scores
+ * (no effect), near them, and far above (the sink's side of the fold; rows
+ * at position 0 and 1 shrink to ~e^-12), against the double reference with
+ * the sink in its softmax; batch and thread invariance as driver_case. */
+static void test_driver_sinks(void) {
+    static const float sinks[16] = {-90.0f, 0.0f, 1.5f, -2.0f, 12.0f, 0.5f, 3.0f, -0.25f,
+                                    2.0f,   -1.0f, 40.0f, 0.0f, 1.0f, 5.0f, -5.0f, 0.75f};
+    drv_sinks = sinks;
+    driver_case(2, 8, 64, MOE8_DT_F16); /* gpt_oss's group of 8 */
+    driver_case(1, 4, 128, MOE8_DT_BF16);
+    driver_case(1, 2, 12, MOE8_DT_F32);
+    drv_sinks = NULL;
+    printf("driver with sinks: as the double reference, batch and thread invariant\n");
+}
+
 /* A NaN query or an inf key makes the rows that see it NaN in both tables,
  * never a finite number (a broken model must not look like a working one). */
 static void test_non_finite(void) {
@@ -479,6 +504,7 @@ int main(void) {
     test_tiles();
     test_long_decode();
     test_driver();
+    test_driver_sinks();
     test_non_finite();
     return test_summary();
 }

@@ -399,7 +399,8 @@ static void test_timing(void) {
     /* flash attention: one query on one key (the output is its value) */
     float kv[2 * 16 * 8] = {0}, q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, o[8], work[2048];
     const int32_t blocks[1] = {0};
-    const moe8_kv_pages pg = {(const char *)kv, sizeof kv, 16 * 8 * sizeof(float), blocks, MOE8_DT_F32};
+    const moe8_kv_pages pg = {(const char *)kv, sizeof kv, 16 * 8 * sizeof(float), blocks,
+                              MOE8_DT_F32, NULL};
     for (int d = 0; d < 8; d++) kv[16 * 8 + d] = (float)(d - 3);
     MOE8_ASSERT(moe8_kernels_get()->attn_work_floats(8, 1) <= 2048);
     moe8_bench_kernel_timing(1);

@@ -113,6 +113,7 @@ typedef struct {
     size_t v_off;            /* bytes from a block's K rows to its V rows */
     const int32_t *blocks;   /* the sequence's block table */
     moe8_dtype dt;
+    float *stats;            /* NULL, or [rows][2]: each row's final max m and sum l */
 } moe8_kv_pages;
 
 /* Flash attention of a tile of queries against one kv head: n_tok
@@ -127,6 +128,9 @@ typedef struct {
  * differ by FMA and exp rounding: relative error vs a double reference ~1e-6
  * for scores of unit scale; large scores add their own fp32 rounding (at
  * |s| ~ 60, ulp 4e-6 moves a weight by as much).
+ * kv->stats, when not NULL: on return stats[2r] and stats[2r + 1] hold row
+ * r's (r = i*G + g) final running max m and sum l, out being the
+ * accumulator divided by l (attention sinks, SEMANTICS §7i, fold in after).
  * work: moe8_attn_work_floats(D, n_tok * G) floats. */
 typedef void (*moe8_flash_attn_fn)(float *out, int ldo, const float *q, int ldq, int n_tok,
                                    int G, int D, int32_t pos0, float scale,

@@ -143,6 +143,10 @@ void moe8_flash_attn_ref(float *out, int ldo, const float *q, int ldq, int n_tok
     for (int r = 0; r < R; r++) {
         float *o = out + (size_t)(r / G) * ldo + (size_t)(r % G) * D;
         for (int d = 0; d < D; d++) o[d] = o[d] / L[r];
+        if (kv->stats) {
+            kv->stats[2 * r] = M[r];
+            kv->stats[2 * r + 1] = L[r];
+        }
     }
 }
 

@@ -20,7 +20,11 @@
  * absorbed form as one kv head of width L + R whose first L values are also
  * the value (v_off 0), with the model's softmax scale.
  *
- * Does not: handle sliding windows, rotate (rotary.c), or derive the
+ * moe8_attention_sinks adds gpt_oss's sinks (SEMANTICS §7i) to the same
+ * kernel calls: the kernel hands back each row's max and sum (kernels.h
+ * moe8_kv_pages.stats) and the sink joins the denominator after it.
+ *
+ * Does not: handle sliding windows (attn_sink.c), rotate (rotary.c), or derive the
  * softmax scale from a config (arch/rope.c).
  */
 #include <math.h>
@@ -125,7 +129,22 @@ typedef struct {
     float *work;
     size_t work_floats;
     int64_t n_items;
+    const float *sinks; /* [n_head] or NULL (moe8_attention_sinks) */
 } attn_items;
+
+/* Row o[D] = the kernel's sum_p e^(s_p - m) v_p / l, with the sink's term
+ * joining the denominator (SEMANTICS §7i): o * l / (l + e^(sink - m)), the
+ * factor formed on the side of the larger exponent so nothing overflows. */
+static void fold_sink(float *o, int D, float sink, float m, float l) {
+    float f;
+    if (sink > m) {
+        const float e = l * expf(m - sink);
+        f = e / (e + 1.0f);
+    } else {
+        f = l / (l + expf(sink - m));
+    }
+    for (int d = 0; d < D; d++) o[d] *= f;
+}
 
 /* Chunk c runs item n_items - 1 - c: later tiles of a sequence read more
  * blocks, so they are handed out first. */
@@ -138,15 +157,29 @@ static void attn_item(void *ctx, int64_t chunk, int thread) {
     const int tile = (int)(it / (NKV * a->split)), kvh = (int)(it / a->split % NKV);
     const int part = (int)(it % a->split), t0 = a->tiles[tile];
     const size_t row = ((size_t)t0 * NH + (size_t)kvh * G + (size_t)part * a->Gs) * D;
-    const moe8_kv_pages kv = {(const char *)c->k0 + (size_t)kvh * c->head_bytes, c->block_bytes,
-                              c->v_off, c->table + (size_t)a->seq[t0] * c->max_blocks, c->dt};
-    a->kt->flash_attn(a->out + row, NH * D, a->q + row, NH * D, a->tiles[a->T + tile], a->Gs, D,
-                      a->pos[t0], a->scale, &kv, a->work + (size_t)thread * a->work_floats);
+    moe8_kv_pages kv = {(const char *)c->k0 + (size_t)kvh * c->head_bytes, c->block_bytes,
+                              c->v_off, c->table + (size_t)a->seq[t0] * c->max_blocks, c->dt,
+                              NULL};
+    const int n_tok = a->tiles[a->T + tile];
+    float stats[2 * TILE_ROWS];
+    if (!a->sinks) {
+        a->kt->flash_attn(a->out + row, NH * D, a->q + row, NH * D, n_tok, a->Gs, D, a->pos[t0],
+                          a->scale, &kv, a->work + (size_t)thread * a->work_floats);
+        return;
+    }
+    kv.stats = stats; /* n_tok * Gs <= TILE_ROWS (moe8_attention_sinks) */
+    a->kt->flash_attn(a->out + row, NH * D, a->q + row, NH * D, n_tok, a->Gs, D, a->pos[t0],
+                      a->scale, &kv, a->work + (size_t)thread * a->work_floats);
+    const int h0 = kvh * G + part * a->Gs;
+    for (int r = 0; r < n_tok * a->Gs; r++)
+        fold_sink(a->out + row + (size_t)(r / a->Gs) * NH * D + (size_t)(r % a->Gs) * D, D,
+                  a->sinks[h0 + r % a->Gs], stats[2 * r], stats[2 * r + 1]);
 }
 
-void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
-                    const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
-                    size_t work_floats, int n_threads) {
+static void run_items(const moe8_kernels *kt, float *out, const float *q,
+                      const moe8_attn_cache *c, const int32_t *seq, const int32_t *pos, int T,
+                      int32_t *tiles, float *work, size_t work_floats, int n_threads,
+                      const float *sinks) {
     const int NH = c->n_head, NKV = c->n_kv, G = NH / NKV;
     const int n_tiles = make_tiles(tiles, tiles + T, seq, pos, T, tile_tokens(G));
     int split = 1; /* parts of a head group, when tiles x kv heads leave threads idle */
@@ -154,6 +187,20 @@ void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const mo
         do split++; while (G % split);
     const int64_t n_items = (int64_t)n_tiles * NKV * split;
     const attn_items a = {kt, out, q, c, seq, pos, tiles, T, split, G / split, c->scale, work,
-                          work_floats, n_items};
+                          work_floats, n_items, sinks};
     moe8_pool_run(n_threads, n_items, attn_item, (void *)&a); /* claimed one item at a time */
+}
+
+void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const moe8_attn_cache *c,
+                    const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
+                    size_t work_floats, int n_threads) {
+    run_items(kt, out, q, c, seq, pos, T, tiles, work, work_floats, n_threads, NULL);
+}
+
+void moe8_attention_sinks(const moe8_kernels *kt, float *out, const float *q,
+                          const moe8_attn_cache *c, const int32_t *seq, const int32_t *pos, int T,
+                          const float *sinks, int32_t *tiles, float *work, size_t work_floats,
+                          int n_threads) {
+    MOE8_ASSERT(c->n_head / c->n_kv <= TILE_ROWS); /* a tile's rows fit attn_item's stats */
+    run_items(kt, out, q, c, seq, pos, T, tiles, work, work_floats, n_threads, sinks);
 }

@@ -109,6 +109,14 @@ void moe8_attention(const moe8_kernels *kt, float *out, const float *q, const mo
                     const int32_t *seq, const int32_t *pos, int T, int32_t *tiles, float *work,
                     size_t work_floats, int n_threads);
 
+/* moe8_attention with a sink per head (sinks[n_head], this rank's heads)
+ * joining each softmax's denominator after the kernel (SEMANTICS §7i):
+ * gpt_oss's full-attention layers. n_head / n_kv <= 128. */
+void moe8_attention_sinks(const moe8_kernels *kt, float *out, const float *q,
+                          const moe8_attn_cache *c, const int32_t *seq, const int32_t *pos, int T,
+                          const float *sinks, int32_t *tiles, float *work, size_t work_floats,
+                          int n_threads);
+
 /* The same with gpt_oss's options (attn_sink.c): sinks[n_head] (this rank's
  * heads; NULL: none) joining each softmax's denominator, and a sliding window
  * of `window` positions ending at the query's own (0: none). */

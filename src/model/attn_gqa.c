@@ -161,7 +161,10 @@ moe8_status moe8_fwd_attn_gqa(const moe8_fwd_run *r, const moe8_fwd_layer *L,
     if ((L->plan.attn_opts & MOE8_ATTN_QK_NORM_WHOLE) && (st = whole_ss(r, s->tmp, err))) return st;
     qk_rope_store(r, L, cache, n_ctx, rope, seq, pos);
     moe8_fwd_mark(r, MOE8_PHASE_ELEMENTWISE);
-    if (L->sinks || L->plan.window > 0) /* gpt_oss: attn_sink.c */
+    if (L->sinks && L->plan.window <= 0) /* gpt_oss's full layers: the kernel, then the sink */
+        moe8_attention_sinks(r->kt, s->att, s->q, cache, seq, pos, T, L->sinks, s->attn_tiles,
+                             s->attn_work, s->attn_work_floats, r->nt);
+    else if (L->sinks || L->plan.window > 0) /* gpt_oss's sliding layers: attn_sink.c */
         moe8_attention_sink(s->att, s->q, cache, seq, pos, T, L->sinks, L->plan.window, r->nt);
     else
         moe8_attention(r->kt, s->att, s->q, cache, seq, pos, T, s->attn_tiles, s->attn_work,

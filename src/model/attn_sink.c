@@ -21,8 +21,12 @@
  * of the sliding layers (their own group, kv_pool.h: blocks left of it are
  * given back, their table entries -1, never read here).
  *
- * Does not: use the kernel table's flash attention (the sink and the window
- * are not in its contract), or rotate (rotary.c).
+ * gpt_oss's full layers (sinks, no window) run the kernel table's flash
+ * attention instead (attention.c moe8_attention_sinks); this file serves the
+ * sliding layers (at most W positions a row) and any window.
+ *
+ * Does not: use the kernel table's flash attention (the window is not in its
+ * contract), or rotate (rotary.c).
  */
 #include <math.h>
 

@@ -397,12 +397,17 @@ static void few_attn(float *out, int ldo, const float *q, int ldq, int n_tok, in
             pf[b - c0 - CH] = kv->base + (size_t)kv->blocks[b] * kv->block_bytes;
         few_chunk(&f, K, V, nv, nb, c0 * BS, kv->dt, ST, pf, kv->v_off);
     }
-    float l[8];
+    float l[8], m[8];
     _mm256_storeu_ps(l, f.L);
+    _mm256_storeu_ps(m, f.M);
     for (int r = 0; r < R; r++) {
         const __m256 lv = _mm256_set1_ps(l[r]);
         for (int d = 0; d < D; d += 8)
             _mm256_storeu_ps(f.o[r] + d, _mm256_div_ps(_mm256_loadu_ps(f.o[r] + d), lv));
+        if (kv->stats) {
+            kv->stats[2 * r] = m[r];
+            kv->stats[2 * r + 1] = l[r];
+        }
     }
 }
 
@@ -452,5 +457,9 @@ void moe8_flash_attn_avx2(float *out, int ldo, const float *q, int ldq, int n_to
         const __m256 l = _mm256_set1_ps(t.L[r]);
         for (int d = 0; d < D; d += 8)
             _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), l));
+        if (kv->stats) {
+            kv->stats[2 * r] = t.M[r];
+            kv->stats[2 * r + 1] = t.L[r];
+        }
     }
 }

@@ -486,6 +486,10 @@ void moe8_flash_attn_avx512(float *out, int ldo, const float *q, int ldq, int n_
             const __mmask16 m = moe8_avx512_lanes(D - d);
             _mm512_mask_storeu_ps(o + d, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, o + d), l));
         }
+        if (kv->stats) {
+            kv->stats[2 * r] = t.M[r];
+            kv->stats[2 * r + 1] = t.L[r];
+        }
     }
 }
 
