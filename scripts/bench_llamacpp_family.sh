@@ -85,7 +85,7 @@ for s in $STEPS; do
             # hard links: moe8 refuses shards that resolve outside the folder
             [ "$(basename "$f")" = config.json ] || ln "$f" "$DIR/$W-${L2}l/" || cp "$f" "$DIR/$W-${L2}l/"
         done
-        python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=int(sys.argv[3]); json.dump(c, open(sys.argv[2],"w"), indent=2)' \
+        python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=int(sys.argv[3]); c.update({k: c[k][:int(sys.argv[3])] for k in ("layer_types",) if isinstance(c.get(k), list)}); json.dump(c, open(sys.argv[2],"w"), indent=2)' \
             "$DIR/$W/config.json" "$DIR/$W-${L2}l/config.json" "$L2" ;;
     5)  for r in $(seq "$FIRST" "$ROUNDS"); do
             say "round $r: llama.cpp"
