@@ -258,14 +258,19 @@ static inline int test_file_contains(const char *path, const char *needle) {
 }
 
 /* Load a model folder the test itself made; a failure ends the test program. */
-static inline moe8_model *test_load_model(const char *dir) {
+/* Load a model folder or exit(2) saying why; n_threads 0: the default. */
+static inline moe8_model *test_load_model_n(const char *dir, int n_threads) {
+    moe8_model_params mp = moe8_model_params_default();
     moe8_model *m = NULL;
     moe8_error e;
-    if (moe8_model_load(dir, NULL, &m, &e) != MOE8_OK) {
+    if (n_threads > 0) mp.n_threads = n_threads;
+    if (moe8_model_load(dir, &mp, &m, &e) != MOE8_OK) {
         fprintf(stderr, "load %s: %s\n", dir, e.message);
         exit(2);
     }
     return m;
 }
+
+static inline moe8_model *test_load_model(const char *dir) { return test_load_model_n(dir, 0); }
 
 #endif

@@ -92,16 +92,6 @@ static void test_config(void) {
           strstr(e.message, "layer_types[1]"));
 }
 
-static moe8_model *load(const char *dir) {
-    moe8_model_params mp = moe8_model_params_default();
-    moe8_model *m = NULL;
-    moe8_error e;
-    mp.n_threads = 2;
-    CHECKF(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK, "load %s: %s", dir, e.message);
-    if (!m) exit(2);
-    return m;
-}
-
 /* Logits of every position of ids[NT]: the first n_pre in one batch, the rest one by one. */
 static int g_float_experts; /* logits_of's contexts: MXFP4 experts as their exact fp32 values */
 
@@ -155,7 +145,7 @@ static void test_forward(const char *mx, const char *bf, gref *gout) {
     double *want = malloc(sizeof(double) * NT * V), *nowin = malloc(sizeof(double) * NT * V);
     moe8_error e;
     for (int i = 0; i < NT; i++) ids[i] = (i * 37 + 11) % V;
-    moe8_model *m = load(mx);
+    moe8_model *m = test_load_model_n(mx, 2);
     const moe8_config *c = moe8_model_config(m);
     gref g = {V, (int)c->hidden_size, (int)c->num_attention_heads, (int)c->num_key_value_heads,
               (int)c->head_dim, (int)c->num_experts, (int)c->num_experts_per_tok,
@@ -186,7 +176,7 @@ static void test_forward(const char *mx, const char *bf, gref *gout) {
     printf("gpt_oss tiny MXFP4, prefill 100 + 40 decode steps: worst rel err %.3g\n", worst);
     CHECKF(worst <= 1e-4, "decode vs double reference: rel err %.3g", worst);
     moe8_model_free(m);
-    m = load(bf); /* the bf16 stacked form of the same seed: the same model */
+    m = test_load_model_n(bf, 2); /* the bf16 stacked form of the same seed: the same model */
     logits_of(m, ids, NT, got2);
     worst = 0;
     for (int t = 0; t < NT * V; t++) worst = fmax(worst, fabs(got[t] - got2[t]));
@@ -256,7 +246,7 @@ static void test_corrupt(const char *mx) {
     moe8_model *m = NULL;
     moe8_error e;
     char dst[4096];
-    m = load(mx);
+    m = test_load_model_n(mx, 2);
     c = moe8_model_config(m);
     const int64_t d[3] = {c->num_experts, c->hidden_size, c->moe_intermediate_size / 32 - 1};
     moe8_model_free(m);
@@ -305,7 +295,7 @@ static void test_prefix_cache(const char *mx, gref *g) {
     moe8_error e;
     for (int i = 0; i < 150; i++) a[i] = b[i] = (i * 37 + 11) % V;
     for (int i = 144; i < 150; i++) b[i] = (i * 53 + 5) % V; /* its own tail */
-    moe8_model *m = load(mx);
+    moe8_model *m = test_load_model_n(mx, 2);
     cp.kv_type = MOE8_DT_F32;
     cp.n_ctx = 256;
     cp.n_threads = 2;
@@ -343,7 +333,7 @@ static void test_quantize(const char *mx) {
     char q[4096];
     float *la = malloc(sizeof(float) * NT * V);
     for (int i = 0; i < NT; i++) ids[i] = (i * 37 + 11) % V;
-    moe8_model *m = load(mx);
+    moe8_model *m = test_load_model_n(mx, 2);
     g_float_experts = 1;
     logits_of(m, ids, NT, lf);
     g_float_experts = 0; /* as downloaded: W8A8_DYNAMIC experts converted at load */
@@ -357,7 +347,7 @@ static void test_quantize(const char *mx) {
         snprintf(q, sizeof q, "%s", test_tmpdir(lin_float ? "gptoss_w8a8_experts" : "gptoss_w8a8"));
         qp.linear_float = lin_float;
         CHECKF(moe8_quantize(mx, q, &qp, NULL, &e) == MOE8_OK, "quantize: %s", e.message);
-        m = load(q);
+        m = test_load_model_n(q, 2);
         moe8_layer_info li;
         moe8_model_layer_info(m, 1, &li);
         CHECK(li.experts == MOE8_QUANT_W8A8_DYNAMIC &&

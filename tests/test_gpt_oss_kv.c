@@ -35,16 +35,6 @@
 #define W 128
 #define TOK MOE8_TOKENIZER_DIR
 
-static moe8_model *load(const char *dir) {
-    moe8_model_params mp = moe8_model_params_default();
-    moe8_model *m = NULL;
-    moe8_error e;
-    mp.n_threads = 2;
-    CHECKF(moe8_model_load(dir, &mp, &m, &e) == MOE8_OK, "load %s: %s", dir, e.message);
-    if (!m) exit(2);
-    return m;
-}
-
 static moe8_context *context(moe8_model *m, moe8_context_params cp) {
     moe8_context *c = NULL;
     moe8_error e;
@@ -341,7 +331,7 @@ int main(void) {
     p.seed = 5;
     p.n_layers = 2;
     CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
-    moe8_model *m = load(dir);
+    moe8_model *m = test_load_model_n(dir, 2);
     clock_t t = clock();
     test_bound(m);
     printf("(bound: %.1f CPU-s)\n", (double)(clock() - t) / CLOCKS_PER_SEC), t = clock();
