@@ -5,7 +5,7 @@
 # `while :; do :; done` beside, two rounds; logs in $OUT (default $DIR/busy).
 D=${DIR:-/tmp/bench_a3b}; M=${MOE8:-build/moe8}; OUT=${OUT:-$D/busy}; mkdir -p $OUT
 T="/usr/bin/time -f cpu_user_s=%U_sys_s=%S_wall_s=%e"
-for r in 1 2; do
+for r in ${ROUNDS_LIST:-1 2}; do
   for mode in quiet busy; do
     if [ $mode = busy ]; then sh -c 'while :; do :; done' & BP=$!; fi
     uptime > $OUT/moe8_${mode}_$r.txt
