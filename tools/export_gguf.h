@@ -191,6 +191,8 @@ void xg_layer_name(const xg_plan *p, int64_t l, const char *rest, char *out, siz
 int xg_is_linear_layer(const xg_plan *p, int64_t l);
 /* The float tensor `name` of shape [rows][cols] (cols 0: 1-D), or NULL after a message. */
 const moe8_tensor *xg_need(xg_plan *p, const char *name, int64_t rows, int64_t cols);
+/* The float stacked tensor `name` [n][rows][cols], or NULL after a message. */
+const moe8_tensor *xg_need3(xg_plan *p, const char *name, int64_t n, int64_t rows, int64_t cols);
 /* Append a GGUF tensor of n_src sources, each [rows][cols] (cols 0: 1-D, F32). */
 xg_tensor *xg_add(xg_plan *p, const char *gname, int type, int n_src, int64_t rows, int64_t cols);
 

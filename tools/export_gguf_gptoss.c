@@ -130,23 +130,6 @@ static const moe8_tensor *need_u8(xg_plan *p, const char *name, int64_t a, int64
     return t;
 }
 
-/* The float stacked tensor `name` [n][rows][cols], or NULL after a message. */
-static const moe8_tensor *need_f3(xg_plan *p, const char *name, int64_t n, int64_t r,
-                                  int64_t c) {
-    const moe8_tensor *t = moe8_st_find(p->st, name);
-    if (!t) {
-        xg_fail("'%s': tensor '%s' is missing", p->dir, name);
-        return NULL;
-    }
-    if ((t->dtype != MOE8_DT_F32 && t->dtype != MOE8_DT_F16 && t->dtype != MOE8_DT_BF16) ||
-        t->n_dims != 3 || t->shape[0] != n || t->shape[1] != r || t->shape[2] != c) {
-        xg_fail("'%s': tensor '%s' is not a float [%lld, %lld, %lld]", p->dir, name,
-                (long long)n, (long long)r, (long long)c);
-        return NULL;
-    }
-    return t;
-}
-
 /* An expert tensor blk.l.<what> [E][rows][cols] of type `type` from one source. */
 static xg_tensor *add_exps(xg_plan *p, int64_t l, const char *what, int type, int64_t rows,
                            int64_t cols, const moe8_tensor *src) {
@@ -203,9 +186,9 @@ static int float_experts(xg_plan *p, int64_t l) {
     const int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
     char h[160];
     xg_layer_name(p, l, "mlp.experts.gate_up_proj", h, sizeof h);
-    const moe8_tensor *gu = need_f3(p, h, E, H, 2 * I);
+    const moe8_tensor *gu = xg_need3(p, h, E, H, 2 * I);
     xg_layer_name(p, l, "mlp.experts.down_proj", h, sizeof h);
-    const moe8_tensor *dn = gu ? need_f3(p, h, E, I, H) : NULL;
+    const moe8_tensor *dn = gu ? xg_need3(p, h, E, I, H) : NULL;
     if (!dn) return -1;
     for (int k = 0; k < 3; k++) {
         static const char *const names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",

@@ -153,9 +153,8 @@ static int row_applies(const xg_plan *p, int when, int moe, int64_t l) {
     }
 }
 
-/* A stacked source [n][rows][cols] (3-D, float), or NULL after a message. */
-static const moe8_tensor *need3(xg_plan *p, const char *name, int64_t n, int64_t rows,
-                                int64_t cols) {
+const moe8_tensor *xg_need3(xg_plan *p, const char *name, int64_t n, int64_t rows,
+                           int64_t cols) {
     const moe8_tensor *t = moe8_st_find(p->st, name);
     if (!t) {
         xg_fail("'%s': tensor '%s' is missing", p->dir, name);
@@ -185,9 +184,9 @@ static int stacked_experts(xg_plan *p, int64_t l) {
     static const char *const exps[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
     char g[64], h[160];
     xg_layer_name(p, l, "mlp.experts.gate_up_proj", h, sizeof h);
-    const moe8_tensor *gu = need3(p, h, E, 2 * I, H);
+    const moe8_tensor *gu = xg_need3(p, h, E, 2 * I, H);
     xg_layer_name(p, l, "mlp.experts.down_proj", h, sizeof h);
-    const moe8_tensor *dn = gu ? need3(p, h, E, H, I) : NULL;
+    const moe8_tensor *dn = gu ? xg_need3(p, h, E, H, I) : NULL;
     if (!dn) return -1;
     for (int i = 0; i < 3; i++) {
         snprintf(g, sizeof g, "blk.%lld.%s.weight", (long long)l, exps[i]);
