@@ -273,4 +273,22 @@ static inline moe8_model *test_load_model_n(const char *dir, int n_threads) {
 
 static inline moe8_model *test_load_model(const char *dir) { return test_load_model_n(dir, 0); }
 
+/* make-model's tiny preset of `arch` into dir (replaced): vocabulary `vocab`,
+ * weights seed `seed`, n_layers (0: the preset's), float_experts as the flag
+ * (gpt_oss: stacked experts in the dtype instead of MXFP4); the tokenizer of
+ * MOE8_TOKENIZER_DIR. */
+static inline void test_make_tiny(const char *dir, moe8_arch arch, int64_t vocab, uint64_t seed,
+                                  int n_layers, int float_experts) {
+    moe8_make_model_params p = moe8_make_model_params_default();
+    moe8_error e;
+    p.arch = arch;
+    p.vocab_size = vocab;
+    p.tokenizer_dir = MOE8_TOKENIZER_DIR;
+    p.force = 1;
+    p.seed = seed;
+    p.n_layers = n_layers;
+    p.float_experts = float_experts;
+    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
+}
+
 #endif

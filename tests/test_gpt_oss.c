@@ -128,15 +128,7 @@ static double rel(const float *a, const double *b, int n) {
 }
 
 static void make(const char *dir, int float_experts) {
-    moe8_make_model_params p = moe8_make_model_params_default();
-    moe8_error e;
-    p.arch = MOE8_ARCH_GPT_OSS;
-    p.vocab_size = V;
-    p.tokenizer_dir = TOK;
-    p.force = 1;
-    p.seed = 11;
-    p.float_experts = float_experts;
-    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
+    test_make_tiny(dir, MOE8_ARCH_GPT_OSS, V, 11, 0, float_experts);
 }
 
 static void test_forward(const char *mx, const char *bf, gref *gout) {

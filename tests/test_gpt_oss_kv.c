@@ -320,17 +320,9 @@ static void test_batch(moe8_model *m) {
 }
 
 int main(void) {
-    moe8_make_model_params p = moe8_make_model_params_default();
-    moe8_error e;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", test_tmpdir("gptoss_kv_tiny"));
-    p.arch = MOE8_ARCH_GPT_OSS;
-    p.vocab_size = V;
-    p.tokenizer_dir = TOK;
-    p.force = 1;
-    p.seed = 5;
-    p.n_layers = 2;
-    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
+    test_make_tiny(dir, MOE8_ARCH_GPT_OSS, V, 5, 2, 0);
     moe8_model *m = test_load_model_n(dir, 2);
     clock_t t = clock();
     test_bound(m);

@@ -455,15 +455,7 @@ static void test_tp(const char *dir) {
 
 /* make-model's gpt_oss tiny (vocab GO_V, seed 3): MXFP4 experts, or bf16 ones of the same values. */
 static void go_make(const char *dir, int float_experts) {
-    moe8_make_model_params p = moe8_make_model_params_default();
-    moe8_error e;
-    p.arch = MOE8_ARCH_GPT_OSS;
-    p.vocab_size = GO_V;
-    p.tokenizer_dir = MOE8_TOKENIZER_DIR;
-    p.seed = 3;
-    p.force = 1;
-    p.float_experts = float_experts;
-    CHECKF(moe8_make_model(&p, dir, &e) == MOE8_OK, "make-model: %s", e.message);
+    test_make_tiny(dir, MOE8_ARCH_GPT_OSS, GO_V, 3, 0, float_experts);
 }
 
 /* PPL over the chunks of ids by the double-precision reference (nll of every
